@@ -1,0 +1,1 @@
+/* placeholder: bench/tfetch_bench.c */

@@ -1,0 +1,1 @@
+/* placeholder: client/internal.h */

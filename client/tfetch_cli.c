@@ -1,0 +1,1 @@
+/* placeholder: client/tfetch_cli.c */

@@ -1,0 +1,63 @@
+/* doc.h - the tensor document model: one or more named tensors plus string metadata.
+ *
+ * A tfp_doc_t describes tensors whose bytes live elsewhere (the buffer a decoder parsed,
+ * or the caller's memory): each tensor's data pointer is borrowed. The doc owns its names,
+ * shapes and metadata strings. Not thread-safe; a doc is owned by one thread at a time.
+ */
+#ifndef TFP_DOC_H
+#define TFP_DOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/dtype.h"
+#include "proto/status.h"
+
+#define TFP_MAX_RANK 8
+#define TFP_MAX_NAME 1024           /* bytes of one tensor name or metadata key */
+
+typedef struct {
+    char *name;                     /* owned, NUL-terminated */
+    tfp_dtype_t dtype;
+    int rank;                       /* 0..TFP_MAX_RANK */
+    uint64_t shape[TFP_MAX_RANK];
+    uint64_t offset;                /* from the start of the data section */
+    uint64_t nbytes;
+    const uint8_t *data;            /* borrowed; NULL until bound */
+} tfp_tensor_t;
+
+typedef struct {
+    char *key;                      /* owned */
+    char *value;                    /* owned */
+} tfp_meta_t;
+
+typedef struct {
+    size_t n, cap;
+    tfp_tensor_t *t;
+    size_t nmeta, capmeta;
+    tfp_meta_t *meta;
+} tfp_doc_t;
+
+tfp_doc_t *tfp_doc_new(void);
+void tfp_doc_free(tfp_doc_t *doc);                /* NULL is a no-op */
+
+/* Element count and byte size of a shape, with overflow checks (TFP_ERANGE on overflow). */
+tfp_status_t tfp_shape_count(int rank, const uint64_t *shape, uint64_t *count, tfp_err_t *err);
+tfp_status_t tfp_shape_nbytes(tfp_dtype_t dt, int rank, const uint64_t *shape,
+                              uint64_t *nbytes, tfp_err_t *err);
+
+/* Appends a tensor (name copied, data borrowed). Checks the name is valid UTF-8 without NUL,
+ * 1..TFP_MAX_NAME bytes, not "__metadata__", not already present; the rank; and that nbytes
+ * matches dtype x shape. offset is left 0 (assigned by the encoder). */
+tfp_status_t tfp_doc_add(tfp_doc_t *doc, const char *name, tfp_dtype_t dt, int rank,
+                         const uint64_t *shape, const void *data, uint64_t nbytes,
+                         tfp_err_t *err);
+/* Sets (or replaces) a metadata key; both strings copied. */
+tfp_status_t tfp_doc_set_meta(tfp_doc_t *doc, const char *key, const char *value,
+                              tfp_err_t *err);
+const tfp_tensor_t *tfp_doc_find(const tfp_doc_t *doc, const char *name);
+const char *tfp_doc_meta(const tfp_doc_t *doc, const char *key);
+
+/* Total bytes of all tensors' data. */
+uint64_t tfp_doc_data_bytes(const tfp_doc_t *doc);
+
+#endif

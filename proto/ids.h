@@ -1,0 +1,26 @@
+/* ids.h - validation of the identifiers that arrive in URLs and headers.
+ *
+ * Tensor and route names: [A-Za-z0-9._-]{1,255}, not "." or "..".
+ * User ids (Tfetch-User): [A-Za-z0-9._-]{1,128}.
+ * Request ids (Tfetch-Request-Id): [A-Za-z0-9._:-]{1,128}.
+ * Pure; any thread.
+ */
+#ifndef TFP_IDS_H
+#define TFP_IDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/status.h"
+
+#define TFP_MAX_TENSOR_NAME 255
+#define TFP_MAX_USER_ID 128
+#define TFP_MAX_REQUEST_ID 128
+
+int tfp_name_valid(const char *s);          /* 1 if valid, 0 if not (NULL is invalid) */
+int tfp_user_id_valid(const char *s);
+int tfp_request_id_valid(const char *s);
+
+/* Parses a non-negative decimal integer (no sign, no spaces, at most max). 0 or -1. */
+int tfp_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+#endif

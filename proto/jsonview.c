@@ -1,0 +1,1 @@
+/* placeholder: proto/jsonview.c */

@@ -1,0 +1,1 @@
+/* placeholder: proto/raw.c */

@@ -1,0 +1,41 @@
+/* safetensors.h - strict safetensors encode/decode.
+ *
+ * Format: 8-byte little-endian header length N, N bytes of JSON (an object: tensor name ->
+ * {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional "__metadata__" object of
+ * string -> string), optionally padded with trailing spaces, then the data section. The
+ * decoder accepts exactly what the format allows and rejects everything else with an error
+ * that names the problem. Pure functions; any thread.
+ */
+#ifndef TFP_SAFETENSORS_H
+#define TFP_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/doc.h"
+
+typedef struct {
+    uint64_t max_header;            /* cap on N; default TFP_ST_DEFAULT_MAX_HEADER */
+    size_t max_tensors;             /* cap on entries; default TFP_ST_DEFAULT_MAX_TENSORS */
+} tfp_st_limits_t;
+
+#define TFP_ST_DEFAULT_MAX_HEADER  (16u << 20)
+#define TFP_ST_DEFAULT_MAX_TENSORS 100000u
+
+/* Parses and validates a whole safetensors document of len bytes at buf. On success *out
+ * describes every tensor with data pointers into buf (buf must outlive the doc), offsets
+ * relative to the data section, and tensors listed in header order. limits may be NULL
+ * (defaults). Rejections (TFP_EPROTO, TFP_ETOOBIG for the header cap, TFP_ERANGE for
+ * overflowing sizes) say what was wrong in err->msg. */
+tfp_status_t tfp_st_decode(const uint8_t *buf, size_t len, const tfp_st_limits_t *limits,
+                           tfp_doc_t **out, tfp_err_t *err);
+
+/* Builds the header for doc: the 8-byte length plus JSON padded with spaces so that the data
+ * section starts at a multiple of 8. Assigns each tensor's offset in doc order (the data
+ * section is the tensors' bytes concatenated in that order). *hdr is malloc'd. */
+tfp_status_t tfp_st_encode_header(tfp_doc_t *doc, uint8_t **hdr, size_t *hdr_len,
+                                  tfp_err_t *err);
+
+/* Header plus every tensor's bytes copied into one malloc'd buffer (tests, small docs). */
+tfp_status_t tfp_st_encode(tfp_doc_t *doc, uint8_t **buf, size_t *len, tfp_err_t *err);
+
+#endif

@@ -1,0 +1,1 @@
+/* placeholder: tests/check_e2e.c */

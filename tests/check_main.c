@@ -1,0 +1,21 @@
+/* check_main.c - the test runner: every module's Check suite in one binary.
+ *
+ * CK_RUN_SUITE=store runs one suite (Check's own variable); CK_FORK=no runs in one process
+ * for gdb and valgrind. Exit status is non-zero when any test fails.
+ */
+#include <stdlib.h>
+#include <signal.h>
+#include "tests/suites.h"
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    SRunner *sr = srunner_create(suite_proto());
+    srunner_add_suite(sr, suite_store());
+    srunner_add_suite(sr, suite_client());
+    srunner_add_suite(sr, suite_e2e());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

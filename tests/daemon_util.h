@@ -1,0 +1,1 @@
+/* placeholder: tests/daemon_util.h */

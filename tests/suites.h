@@ -1,0 +1,14 @@
+/* suites.h - every Check suite in the one test runner (tests/check_main.c).
+ * Each module's suite lives in its own tests/check_<module>.c.
+ */
+#ifndef TF_TESTS_SUITES_H
+#define TF_TESTS_SUITES_H
+
+#include <check.h>
+
+Suite *suite_proto(void);
+Suite *suite_store(void);
+Suite *suite_client(void);
+Suite *suite_e2e(void);
+
+#endif

@@ -1,0 +1,1 @@
+/* placeholder: transports/http_client.c */
