@@ -1,1 +1,914 @@
-/* placeholder: bench/tfetch_bench.c */
+/* tfetch_bench.c - tfetch-bench, the benchmark harness of tfetch.
+ *
+ * One run, one process, one thread: first a memcpy baseline (64 MiB, one thread, into a buffer
+ * already touched), then PUT and GET over HTTP of one-tensor documents of each requested size,
+ * driven through the public libtfetch API (client/tfetch.h) and libc only, each with warm-up
+ * and N timed repetitions, reporting p50/p99 latency, throughput (payload bytes / p50 time, and
+ * the mean throughput) and the ratio of that throughput to the same run's memcpy. The target is
+ * either a running daemon (--url) or a tfetchd this program spawns on a free loopback port and
+ * stops (SIGTERM, waitpid) at the end. Before timing, one PUT and one GET per size are compared
+ * byte for byte, and the last timed GET is compared again, so a fast wrong answer is an error,
+ * never a figure. Output: one JSON line per measurement on stdout, the human table on stderr
+ * (--json: JSON lines only). Exit status 0 if every measurement succeeded, 1 if any failed,
+ * 2 on a usage error.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "client/tfetch.h"
+
+#define KIB ((size_t)1024)
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+
+#define MEMCPY_BYTES (64 * MIB)
+#define MEMCPY_REPS_DEFAULT 20
+#define TIMEOUT_MS_DEFAULT 120000L
+#define DAEMON_START_MS 15000
+#define DAEMON_STOP_MS 10000
+#define MAX_SIZES 32
+#define MAX_DAEMON_ARGS 32
+#define TENSOR_NAME "data"
+
+static const char *const default_sizes = "8,64K,4M,64M,256M";
+
+typedef struct {
+    const char *url;                            /* --url; NULL: spawn tfetchd */
+    const char *tfetchd;                        /* path (or name on PATH) of tfetchd */
+    const char *daemon_args[MAX_DAEMON_ARGS];   /* --tfetchd-arg, appended to its argv */
+    int ndaemon_args;
+    size_t sizes[MAX_SIZES];
+    int nsizes;
+    int reps;                                   /* 0: by size */
+    int warmup;                                 /* -1: by size */
+    int memcpy_reps;
+    long timeout_ms;
+    int json_only;
+} opts_t;
+
+/* One measurement: what the JSON line and the table row say. */
+typedef struct {
+    const char *bench;          /* "memcpy", "put", "get" */
+    char transport[32];
+    size_t bytes;               /* payload bytes per operation */
+    uint64_t wire_bytes;        /* body bytes on the wire (last rep), 0 for memcpy */
+    int reps;
+    int warmup;
+    double p50_us;
+    double p99_us;
+    double mean_us;
+    double gbps;                /* bytes / p50 */
+    double mean_gbps;           /* bytes * reps / total time */
+    double vs_memcpy;           /* gbps / this run's memcpy gbps */
+} result_t;
+
+typedef struct {
+    pid_t pid;
+    int out_fd;                 /* its stdout; kept open so late writes never block or fail */
+    char log_path[64];          /* its stderr, shown if it fails; removed if it exits cleanly */
+    int died;                   /* it ended on its own during the run */
+} daemon_t;
+
+enum { OP_PUT, OP_GET };
+
+static volatile sig_atomic_t g_daemon_pid;     /* for the signal handler */
+static char g_log_path[64];                     /* for the signal handler */
+static volatile unsigned char g_sink;          /* keeps memcpy results observable */
+static int g_table_started;
+
+/* ---- small helpers -------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void errorf(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("tfetch-bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void report_failure(const tf_client_t *c, const char *verb, const char *what,
+                           tf_status_t st)
+{
+    const tf_result_t *r = tf_client_last(c);
+    errorf("%s %s: %s (%s), HTTP %d%s%s", verb, what, tf_err_name(st), tf_strerror(st),
+           r ? r->http_status : 0, r && r->error[0] ? ": " : "", r ? r->error : "");
+}
+
+static const char *fmt_size(size_t n, char *buf, size_t cap)
+{
+    if (n >= GIB && n % GIB == 0)
+        snprintf(buf, cap, "%zu GiB", n / GIB);
+    else if (n >= MIB && n % MIB == 0)
+        snprintf(buf, cap, "%zu MiB", n / MIB);
+    else if (n >= KIB && n % KIB == 0)
+        snprintf(buf, cap, "%zu KiB", n / KIB);
+    else
+        snprintf(buf, cap, "%zu B", n);
+    return buf;
+}
+
+/* "8", "64K", "64KiB", "4M", "1G" (binary multiples), no zero. */
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v, mult = 1;
+
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (end == s || errno != 0 || v == 0 || *s == '-')
+        return -1;
+    if (*end == 'k' || *end == 'K')
+        mult = KIB;
+    else if (*end == 'm' || *end == 'M')
+        mult = MIB;
+    else if (*end == 'g' || *end == 'G')
+        mult = GIB;
+    if (mult != 1)
+        end++;
+    if (mult != 1 && (strcmp(end, "iB") == 0 || strcmp(end, "ib") == 0))
+        end += 2;
+    else if (strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
+        end++;
+    if (*end != '\0' || v > SIZE_MAX / mult)
+        return -1;
+    *out = (size_t)(v * mult);
+    return 0;
+}
+
+static int parse_sizes(const char *list, opts_t *o)
+{
+    char *copy = strdup(list), *save = NULL, *tok;
+    int rc = 0;
+
+    if (!copy)
+        return -1;
+    o->nsizes = 0;
+    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->nsizes == MAX_SIZES || parse_size(tok, &o->sizes[o->nsizes]) != 0) {
+            rc = -1;
+            break;
+        }
+        o->nsizes++;
+    }
+    free(copy);
+    return rc == 0 && o->nsizes > 0 ? 0 : -1;
+}
+
+static int parse_int(const char *s, long min, long max, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int default_reps(size_t n)
+{
+    if (n <= 64 * KIB)
+        return 200;
+    if (n <= 4 * MIB)
+        return 50;
+    if (n <= 64 * MIB)
+        return 10;
+    return 4;
+}
+
+static int default_warmup(size_t n)
+{
+    if (n <= 64 * KIB)
+        return 20;
+    if (n <= 4 * MIB)
+        return 5;
+    if (n <= 64 * MIB)
+        return 2;
+    return 1;
+}
+
+/* A size- and position-dependent pattern (xorshift64), so a misplaced or stale byte shows. */
+static void fill_pattern(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t x = (seed * 0x9E3779B97F4A7C15ull) | 1;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+    for (; i < n; i++)
+        p[i] = (unsigned char)(x >> (8 * (i % 8)));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills the timing fields of r from n samples (seconds); sorts t. */
+static void summarise(double *t, int n, size_t bytes, double memcpy_gbps, result_t *r)
+{
+    double sum = 0, p50;
+    int i, k99;
+
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    for (i = 0; i < n; i++)
+        sum += t[i];
+    p50 = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    k99 = (int)((99L * n + 99) / 100) - 1;      /* nearest rank: ceil(0.99 n) - 1 */
+    r->reps = n;
+    r->bytes = bytes;
+    r->p50_us = p50 * 1e6;
+    r->p99_us = t[k99] * 1e6;
+    r->mean_us = sum / n * 1e6;
+    r->gbps = p50 > 0 ? (double)bytes / p50 / 1e9 : 0;
+    r->mean_gbps = sum > 0 ? (double)bytes * n / sum / 1e9 : 0;
+    r->vs_memcpy = memcpy_gbps > 0 ? r->gbps / memcpy_gbps : 0;
+}
+
+/* ---- output --------------------------------------------------------------------------- */
+
+static void emit(const opts_t *o, const result_t *r)
+{
+    char sz[32], rps[32];
+
+    printf("{\"bench\":\"%s\",\"transport\":\"%s\",\"bytes\":%zu,\"wire_bytes\":%" PRIu64
+           ",\"reps\":%d,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f"
+           ",\"gbps\":%.4f,\"mean_gbps\":%.4f,\"vs_memcpy\":%.4f}\n",
+           r->bench, r->transport, r->bytes, r->wire_bytes, r->reps, r->warmup, r->p50_us,
+           r->p99_us, r->mean_us, r->gbps, r->mean_gbps, r->vs_memcpy);
+    fflush(stdout);
+    if (o->json_only)
+        return;
+    if (!g_table_started) {
+        fprintf(stderr, "%-7s %-9s %-10s %5s %12s %12s %9s %9s %8s %10s\n", "bench", "transport",
+                "size", "reps", "p50 us", "p99 us", "GB/s p50", "GB/s mean", "x memcpy",
+                "req/s p50");
+        g_table_started = 1;
+    }
+    if (r->wire_bytes > 0 && r->p50_us > 0)
+        snprintf(rps, sizeof rps, "%.0f", 1e6 / r->p50_us);
+    else
+        snprintf(rps, sizeof rps, "-");
+    fprintf(stderr, "%-7s %-9s %-10s %5d %12.1f %12.1f %9.3f %9.3f %8.3f %10s\n", r->bench,
+            r->transport, fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us, r->p99_us,
+            r->gbps, r->mean_gbps, r->vs_memcpy, rps);
+    fflush(stderr);
+}
+
+/* ---- memcpy baseline ------------------------------------------------------------------ */
+
+static int bench_memcpy(const opts_t *o, result_t *r)
+{
+    size_t n = MEMCPY_BYTES;
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    double *t = calloc((size_t)o->memcpy_reps, sizeof *t);
+    int i, rc = -1;
+
+    if (!src || !dst || !t) {
+        errorf("memcpy: out of memory");
+        goto out;
+    }
+    fill_pattern(src, n, 1);
+    memset(dst, 0, n);                          /* touched: no page faults in the timing */
+    memcpy(dst, src, n);                        /* warm-up */
+    for (i = 0; i < o->memcpy_reps; i++) {
+        double t0;
+        src[(size_t)i * 4099 % n] ^= 1;
+        t0 = now_s();
+        memcpy(dst, src, n);
+        t[i] = now_s() - t0;
+        g_sink ^= dst[(size_t)i * 8191 % n];
+    }
+    memset(r, 0, sizeof *r);
+    r->bench = "memcpy";
+    snprintf(r->transport, sizeof r->transport, "none");
+    r->warmup = 1;
+    summarise(t, o->memcpy_reps, n, 0, r);
+    r->vs_memcpy = 1.0;
+    rc = 0;
+out:
+    free(t);
+    free(dst);
+    free(src);
+    return rc;
+}
+
+/* ---- the daemon ----------------------------------------------------------------------- */
+
+static void on_signal(int sig)
+{
+    pid_t pid = (pid_t)g_daemon_pid;
+
+    if (pid > 0)
+        kill(pid, SIGTERM);
+    if (g_log_path[0])
+        unlink(g_log_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void show_log(const daemon_t *d)
+{
+    char buf[4096];
+    FILE *f = fopen(d->log_path, "r");
+    size_t got;
+    long size;
+
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    fseek(f, size > (long)sizeof buf ? size - (long)sizeof buf : 0, SEEK_SET);
+    got = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    if (got == 0)
+        return;
+    fprintf(stderr, "--- tfetchd stderr (%s, last %zu bytes) ---\n", d->log_path, got);
+    fwrite(buf, 1, got, stderr);
+    if (buf[got - 1] != '\n')
+        fputc('\n', stderr);
+    fprintf(stderr, "---\n");
+}
+
+/* Describes a wait status; returns 1 if it is a clean exit (0, or death by our SIGTERM). */
+static int describe_exit(int status, char *buf, size_t cap)
+{
+    if (WIFEXITED(status)) {
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+        return WEXITSTATUS(status) == 0;
+    }
+    if (WIFSIGNALED(status)) {
+        snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+        return WTERMSIG(status) == SIGTERM;
+    }
+    snprintf(buf, cap, "ended with wait status %d", status);
+    return 0;
+}
+
+/* Non-zero if the daemon is still running; otherwise reaps it and says how it ended (its
+ * log is shown when it is stopped). */
+static int daemon_alive(daemon_t *d)
+{
+    int status;
+    char how[96];
+
+    if (d->pid <= 0)
+        return 1;                               /* not ours: assume it is */
+    if (waitpid(d->pid, &status, WNOHANG) != d->pid)
+        return 1;
+    describe_exit(status, how, sizeof how);
+    errorf("tfetchd (pid %ld) %s during the run", (long)d->pid, how);
+    d->pid = 0;
+    d->died = 1;
+    g_daemon_pid = 0;
+    return 0;
+}
+
+/* Reads stdout lines until one says "listening on http://ADDR:PORT"; returns the port. */
+static long read_port(int fd, int timeout_ms)
+{
+    char line[512];
+    size_t len = 0;
+    double deadline = now_s() + timeout_ms / 1000.0;
+
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        char *nl, *p, *colon;
+        ssize_t got;
+        int left = (int)((deadline - now_s()) * 1000);
+
+        if (left <= 0)
+            return -ETIMEDOUT;
+        if (poll(&pfd, 1, left) < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (!(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        got = read(fd, line + len, sizeof line - 1 - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return got < 0 ? -errno : -EPIPE;
+        len += (size_t)got;
+        line[len] = '\0';
+        while ((nl = strchr(line, '\n')) != NULL) {
+            *nl = '\0';
+            p = strstr(line, "listening on ");
+            p = p ? strstr(p, "://") : NULL;
+            if (p) {
+                p += 3;
+                if (*p == '[')
+                    p = strchr(p, ']');
+                colon = p ? strchr(p, ':') : NULL;
+                if (colon) {
+                    long port;
+                    char *end;
+                    port = strtol(colon + 1, &end, 10);
+                    if (end != colon + 1 && port > 0 && port < 65536)
+                        return port;
+                }
+            }
+            len -= (size_t)(nl + 1 - line);
+            memmove(line, nl + 1, len + 1);
+        }
+        if (len == sizeof line - 1)
+            len = 0;                            /* an over-long line: drop it */
+    }
+}
+
+static int daemon_start(daemon_t *d, const opts_t *o, char *base, size_t cap)
+{
+    const char *argv[16 + MAX_DAEMON_ARGS];
+    int p[2], log_fd, argc = 0, i;
+    long port;
+
+    memset(d, 0, sizeof *d);
+    d->out_fd = -1;
+    if (strchr(o->tfetchd, '/') && access(o->tfetchd, X_OK) != 0) {
+        errorf("no runnable tfetchd at %s (%s): build it with make, or pass --tfetchd PATH, "
+               "$TFETCHD or --url URL", o->tfetchd, strerror(errno));
+        return -1;
+    }
+    snprintf(d->log_path, sizeof d->log_path, "/tmp/tfetch-bench-tfetchd.XXXXXX");
+    log_fd = mkstemp(d->log_path);
+    if (log_fd < 0) {
+        errorf("mkstemp: %s", strerror(errno));
+        return -1;
+    }
+    memcpy(g_log_path, d->log_path, sizeof g_log_path);
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        errorf("pipe: %s", strerror(errno));
+        goto undo_log;
+    }
+    argv[argc++] = o->tfetchd;
+    argv[argc++] = "--port";
+    argv[argc++] = "0";
+    argv[argc++] = "--listen";
+    argv[argc++] = "127.0.0.1";
+    argv[argc++] = "--max-body";
+    argv[argc++] = "1G";
+    argv[argc++] = "--store-memory";
+    argv[argc++] = "4G";
+    for (i = 0; i < o->ndaemon_args; i++)
+        argv[argc++] = o->daemon_args[i];
+    argv[argc] = NULL;
+
+    fflush(NULL);
+    d->pid = fork();
+    if (d->pid < 0) {
+        errorf("fork: %s", strerror(errno));
+        goto undo_pipe;
+    }
+    if (d->pid == 0) {
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGTERM);       /* never outlive the bench */
+#endif
+        if (dup2(p[1], STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
+            _exit(127);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    g_daemon_pid = d->pid;
+    close(p[1]);
+    close(log_fd);
+    d->out_fd = p[0];
+
+    port = read_port(d->out_fd, DAEMON_START_MS);
+    if (port < 0) {
+        errorf("%s did not print 'listening on http://ADDR:PORT' within %d ms: %s", o->tfetchd,
+               DAEMON_START_MS, port == -EPIPE ? "its stdout closed" : strerror((int)-port));
+        return -1;                              /* the caller stops it and shows the log */
+    }
+    snprintf(base, cap, "http://127.0.0.1:%ld", port);
+    return 0;
+
+undo_pipe:
+    close(p[0]);
+    close(p[1]);
+undo_log:
+    close(log_fd);
+    unlink(d->log_path);
+    d->log_path[0] = '\0';
+    g_log_path[0] = '\0';
+    return -1;
+}
+
+/* SIGTERM, then SIGKILL after DAEMON_STOP_MS. Returns 0 if it ended cleanly. */
+static int daemon_stop(daemon_t *d, int show)
+{
+    int status = 0, clean = 1, reaped = 0;
+    char how[96];
+    double deadline;
+
+    if (d->pid > 0) {
+        kill(d->pid, SIGTERM);
+        deadline = now_s() + DAEMON_STOP_MS / 1000.0;
+        while (!reaped && now_s() < deadline) {
+            pid_t w = waitpid(d->pid, &status, WNOHANG);
+            if (w == d->pid)
+                reaped = 1;
+            else if (w < 0 && errno != EINTR)
+                break;
+            else
+                nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+        }
+        if (!reaped) {
+            errorf("tfetchd (pid %ld) ignored SIGTERM for %d ms; killing it", (long)d->pid,
+                   DAEMON_STOP_MS);
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &status, 0);
+            clean = 0;
+        } else if (!describe_exit(status, how, sizeof how)) {
+            errorf("tfetchd (pid %ld) %s when stopped", (long)d->pid, how);
+            clean = 0;
+        }
+        d->pid = 0;
+        g_daemon_pid = 0;
+    }
+    if (d->out_fd >= 0)
+        close(d->out_fd);
+    d->out_fd = -1;
+    if (d->died)
+        clean = 0;
+    if (d->log_path[0]) {
+        g_log_path[0] = '\0';
+        if (!clean || show) {
+            show_log(d);
+            errorf("tfetchd's log kept at %s", d->log_path);
+        } else {
+            unlink(d->log_path);
+        }
+        d->log_path[0] = '\0';
+    }
+    return clean ? 0 : -1;
+}
+
+/* ---- PUT and GET ---------------------------------------------------------------------- */
+
+/* 0 if doc is exactly one U8 tensor [n] holding want; otherwise says why in why. */
+static int verify_doc(const tf_doc_t *doc, const unsigned char *want, size_t n, char *why,
+                      size_t cap)
+{
+    const tf_tensor_t *t = doc && tf_doc_count(doc) == 1 ? tf_doc_find(doc, TENSOR_NAME) : NULL;
+    const unsigned char *got;
+    size_t i;
+
+    if (!doc) {
+        snprintf(why, cap, "no document returned");
+        return -1;
+    }
+    if (!t) {
+        snprintf(why, cap, "expected one tensor '%s', got %zu tensors", TENSOR_NAME,
+                 tf_doc_count(doc));
+        return -1;
+    }
+    if (t->dtype != TF_U8 || t->rank != 1 || t->shape[0] != (int64_t)n || t->nbytes != n) {
+        snprintf(why, cap, "expected U8 [%zu] (%zu bytes), got %s rank %d [%" PRId64
+                 "] (%zu bytes)", n, n, tf_dtype_name(t->dtype) ? tf_dtype_name(t->dtype) : "?",
+                 t->rank, t->rank > 0 ? t->shape[0] : -1, t->nbytes);
+        return -1;
+    }
+    got = t->data;
+    if (n > 0 && got == NULL) {
+        snprintf(why, cap, "tensor data is NULL");
+        return -1;
+    }
+    if (memcmp(got, want, n) == 0)
+        return 0;
+    for (i = 0; i < n && got[i] == want[i]; i++)
+        ;
+    snprintf(why, cap, "bytes differ from offset %zu (got 0x%02x, expected 0x%02x)", i, got[i],
+             want[i]);
+    return -1;
+}
+
+/* One timed request; a GET's document is kept in *keep if keep is given, else freed. */
+static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc,
+                            double *secs, tf_doc_t **keep)
+{
+    tf_doc_t *got = NULL;
+    tf_status_t st;
+    double t0 = now_s();
+
+    st = op == OP_PUT ? tf_put(c, url, doc) : tf_get(c, url, 0, &got);
+    *secs = now_s() - t0;
+    if (keep && st == TF_OK)
+        *keep = got;
+    else
+        tf_doc_free(got);
+    return st;
+}
+
+/* Warm-up then reps timed requests; fills r. For a GET, the last reply is verified. */
+static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc,
+                    const unsigned char *want, size_t n, int warmup, int reps,
+                    double memcpy_gbps, result_t *r)
+{
+    const char *name = op == OP_PUT ? "put" : "get", *verb = op == OP_PUT ? "PUT" : "GET";
+    double *t = calloc((size_t)reps, sizeof *t), dummy;
+    const tf_result_t *last;
+    tf_doc_t *got = NULL;
+    tf_status_t st;
+    char what[640], sz[32], why[256];
+    int i, rc = -1;
+
+    snprintf(what, sizeof what, "%s (%s)", url, fmt_size(n, sz, sizeof sz));
+    if (!t) {
+        errorf("%s: out of memory", what);
+        return -1;
+    }
+    for (i = 0; i < warmup; i++) {
+        st = timed_op(c, op, url, doc, &dummy, NULL);
+        if (st != TF_OK) {
+            report_failure(c, verb, what, st);
+            goto out;
+        }
+    }
+    for (i = 0; i < reps; i++) {
+        tf_doc_free(got);
+        got = NULL;
+        st = timed_op(c, op, url, doc, &t[i], op == OP_GET && i == reps - 1 ? &got : NULL);
+        if (st != TF_OK) {
+            report_failure(c, verb, what, st);
+            goto out;
+        }
+    }
+    last = tf_client_last(c);
+    if (op == OP_GET && verify_doc(got, want, n, why, sizeof why) != 0) {
+        errorf("GET %s: the last timed GET returned wrong data: %s", what, why);
+        goto out;
+    }
+    memset(r, 0, sizeof *r);
+    r->bench = name;
+    snprintf(r->transport, sizeof r->transport, "%s",
+             last && last->transport[0] ? last->transport : "unknown");
+    r->wire_bytes = last ? (op == OP_PUT ? last->bytes_sent : last->bytes_received) : 0;
+    r->warmup = warmup;
+    summarise(t, reps, n, memcpy_gbps, r);
+    rc = 0;
+out:
+    tf_doc_free(got);
+    free(t);
+    return rc;
+}
+
+/* PUT and GET of one U8 tensor of n bytes under /v1/tensors/bench-N. Returns failures. */
+static int bench_size(const opts_t *o, tf_client_t *c, const char *base, size_t n,
+                      double memcpy_gbps)
+{
+    char url[512], what[640], sz[32], why[256];
+    int64_t shape[1] = {(int64_t)n};
+    int reps = o->reps > 0 ? o->reps : default_reps(n);
+    int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
+    unsigned char *buf = malloc(n);
+    tf_doc_t *doc = NULL, *got = NULL;
+    tf_status_t st;
+    result_t r;
+    int failures = 2;
+
+    snprintf(url, sizeof url, "%s/v1/tensors/bench-%zu", base, n);
+    snprintf(what, sizeof what, "%s (%s)", url, fmt_size(n, sz, sizeof sz));
+    if (!buf || !(doc = tf_doc_new())) {
+        errorf("%s: out of memory", what);
+        goto out;
+    }
+    fill_pattern(buf, n, n);                    /* touched before anything is timed */
+    st = tf_doc_add(doc, TENSOR_NAME, TF_U8, 1, shape, buf, n, TF_BORROW);
+    if (st != TF_OK) {
+        errorf("%s: tf_doc_add: %s", what, tf_strerror(st));
+        goto out;
+    }
+
+    /* Correctness first: what one PUT stored, one GET must return byte for byte. */
+    st = tf_put(c, url, doc);
+    if (st != TF_OK) {
+        report_failure(c, "first PUT of", what, st);
+        goto out;
+    }
+    st = tf_get(c, url, 0, &got);
+    if (st != TF_OK) {
+        report_failure(c, "first GET of", what, st);
+        goto out;
+    }
+    if (verify_doc(got, buf, n, why, sizeof why) != 0) {
+        errorf("GET %s: the first GET after PUT returned wrong data: %s", what, why);
+        goto out;
+    }
+    tf_doc_free(got);
+    got = NULL;
+
+    failures = 0;
+    if (bench_op(c, OP_PUT, url, doc, buf, n, warmup, reps, memcpy_gbps, &r) == 0)
+        emit(o, &r);
+    else
+        failures++;
+    if (bench_op(c, OP_GET, url, doc, buf, n, warmup, reps, memcpy_gbps, &r) == 0)
+        emit(o, &r);
+    else
+        failures++;
+
+    st = tf_delete(c, url);                     /* leave the store as we found it */
+    if (st != TF_OK)
+        report_failure(c, "DELETE", what, st);
+out:
+    tf_doc_free(got);
+    tf_doc_free(doc);
+    free(buf);
+    return failures;
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: tfetch-bench [options]\n"
+        "Measures memcpy, then PUT and GET of one-tensor documents over HTTP via libtfetch.\n"
+        "JSON lines (one per measurement) go to stdout, the human table to stderr.\n"
+        "\n"
+        "  --url URL           benchmark the daemon at URL (http://HOST:PORT) instead of\n"
+        "                      spawning one\n"
+        "  --tfetchd PATH      the tfetchd to spawn (default: $TFETCHD, else ./daemon/tfetchd);\n"
+        "                      run as: PATH --port 0 --listen 127.0.0.1 --max-body 1G\n"
+        "                      --store-memory 4G [--tfetchd-arg ...]\n"
+        "  --tfetchd-arg ARG   append ARG to the spawned tfetchd's arguments (repeatable)\n"
+        "  --sizes LIST        document sizes, comma-separated, K/M/G binary suffixes\n"
+        "                      (default %s)\n"
+        "  --reps N            timed repetitions per size (default by size: 200 up to 64K,\n"
+        "                      50 up to 4M, 10 up to 64M, 4 above)\n"
+        "  --warmup N          untimed repetitions first (default by size: 20, 5, 2, 1)\n"
+        "  --memcpy-reps N     memcpy baseline repetitions (default %d)\n"
+        "  --timeout-ms MS     per-request timeout (default %ld; 0: none)\n"
+        "  --json              JSON lines only (no table)\n"
+        "  -h, --help          this text\n",
+        default_sizes, MEMCPY_REPS_DEFAULT, TIMEOUT_MS_DEFAULT);
+}
+
+static int parse_args(int argc, char **argv, opts_t *o)
+{
+    const char *env = getenv("TFETCHD");
+    long v;
+    int i;
+
+    memset(o, 0, sizeof *o);
+    o->tfetchd = env && *env ? env : "./daemon/tfetchd";
+    o->warmup = -1;
+    o->memcpy_reps = MEMCPY_REPS_DEFAULT;
+    o->timeout_ms = TIMEOUT_MS_DEFAULT;
+    parse_sizes(default_sizes, o);
+
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = strcmp(a, "--url") == 0 || strcmp(a, "--tfetchd") == 0 ||
+                    strcmp(a, "--tfetchd-arg") == 0 || strcmp(a, "--sizes") == 0 ||
+                    strcmp(a, "--reps") == 0 || strcmp(a, "--warmup") == 0 ||
+                    strcmp(a, "--memcpy-reps") == 0 || strcmp(a, "--timeout-ms") == 0;
+
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (strcmp(a, "--json") == 0) {
+            o->json_only = 1;
+            continue;
+        }
+        if (!takes) {
+            errorf("unknown option '%s' (try --help)", a);
+            return -1;
+        }
+        if (!val) {
+            errorf("%s needs a value", a);
+            return -1;
+        }
+        i++;
+        if (strcmp(a, "--url") == 0) {
+            o->url = val;
+        } else if (strcmp(a, "--tfetchd") == 0) {
+            o->tfetchd = val;
+        } else if (strcmp(a, "--tfetchd-arg") == 0) {
+            if (o->ndaemon_args == MAX_DAEMON_ARGS) {
+                errorf("too many --tfetchd-arg (at most %d)", MAX_DAEMON_ARGS);
+                return -1;
+            }
+            o->daemon_args[o->ndaemon_args++] = val;
+        } else if (strcmp(a, "--sizes") == 0) {
+            if (parse_sizes(val, o) != 0) {
+                errorf("bad --sizes '%s' (e.g. 8,64K,4M; at most %d)", val, MAX_SIZES);
+                return -1;
+            }
+        } else if (strcmp(a, "--timeout-ms") == 0) {
+            if (parse_int(val, 0, 24L * 3600 * 1000, &v) != 0) {
+                errorf("bad %s '%s'", a, val);
+                return -1;
+            }
+            o->timeout_ms = v;
+        } else {
+            if (parse_int(val, strcmp(a, "--warmup") == 0 ? 0 : 1, 1000000, &v) != 0) {
+                errorf("bad %s '%s'", a, val);
+                return -1;
+            }
+            if (strcmp(a, "--reps") == 0)
+                o->reps = (int)v;
+            else if (strcmp(a, "--warmup") == 0)
+                o->warmup = (int)v;
+            else
+                o->memcpy_reps = (int)v;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    daemon_t d = {.pid = 0, .out_fd = -1};
+    char base[256];
+    tf_client_t *c = NULL;
+    tf_status_t st;
+    result_t mc;
+    int i, failures = 0;
+
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+
+    /* The baseline first, before a daemon shares the CPUs. */
+    if (bench_memcpy(&o, &mc) != 0)
+        return 1;
+    emit(&o, &mc);
+
+    if (o.url) {
+        size_t len = strlen(o.url);
+        while (len > 0 && o.url[len - 1] == '/')
+            len--;
+        snprintf(base, sizeof base, "%.*s", (int)len, o.url);
+    } else if (daemon_start(&d, &o, base, sizeof base) != 0) {
+        daemon_stop(&d, 1);
+        return 1;
+    } else if (!o.json_only) {
+        fprintf(stderr, "tfetchd %s (pid %ld) at %s\n", o.tfetchd, (long)d.pid, base);
+    }
+
+    st = tf_client_new(&c);
+    if (st != TF_OK) {
+        errorf("tf_client_new: %s", tf_strerror(st));
+        failures++;
+        goto stop;
+    }
+    tf_client_set_timeout(c, o.timeout_ms);
+    for (i = 0; i < o.nsizes; i++) {
+        failures += bench_size(&o, c, base, o.sizes[i], mc.gbps);
+        if (!daemon_alive(&d)) {
+            failures += 2 * (o.nsizes - i - 1);
+            break;
+        }
+    }
+    tf_client_free(c);
+stop:
+    if (daemon_stop(&d, 0) != 0)
+        failures++;
+    if (failures)
+        errorf("%d measurement(s) failed", failures);
+    return failures ? 1 : 0;
+}

@@ -106,6 +106,10 @@ tf_status_t tf_doc_set_meta(tf_doc_t *doc, const char *key, const char *value);
 const char *tf_doc_meta(const tf_doc_t *doc, const char *key);     /* NULL if absent */
 /* Serialises to safetensors in one malloc'd buffer (free() it). */
 tf_status_t tf_doc_encode(const tf_doc_t *doc, void **buf, size_t *len);
+/* Serialises only the safetensors header (the 8-byte length and the JSON, padded); the
+ * document is that header followed by each tensor's data in tf_doc_at order. Lets a caller
+ * write or send a document without copying its tensors (writev). malloc'd (free() it). */
+tf_status_t tf_doc_encode_header(const tf_doc_t *doc, void **hdr, size_t *len);
 /* Parses safetensors (strictly). TF_COPY copies buf; TF_BORROW keeps pointers into it. */
 tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t **out);
 
@@ -141,6 +145,8 @@ tf_status_t tf_client_set_request_id(tf_client_t *c, const char *request_id);
 /* Whole-request timeout in milliseconds (0: none; default 60000). Connect timeout 10 s. */
 void tf_client_set_timeout(tf_client_t *c, long timeout_ms);
 void tf_client_set_progress(tf_client_t *c, tf_progress_fn fn, void *user_data);
+/* Refuses response bodies larger than max bytes (TF_ETOOBIG; 0: no cap, the default). */
+void tf_client_set_max_body(tf_client_t *c, uint64_t max);
 /* The outcome of the last request (borrowed; valid until the next request or free). */
 const tf_result_t *tf_client_last(const tf_client_t *c);
 

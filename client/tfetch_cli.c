@@ -1,1 +1,828 @@
-/* placeholder: client/tfetch_cli.c */
+/* tfetch_cli.c - the tfetch command: get, put, rm, ls and info against a tfetchd, from a shell.
+ *
+ * Uses only the public libtfetch API (client/tfetch.h), like curl's tool over libcurl. Owns
+ * one client for the life of the process, the input file mapping (or buffer) for put and the
+ * output file for get. Single-threaded. Exit codes are part of the interface (see usage and
+ * tfetch(1)): 0 ok, 1 usage or invalid input, 2 not found, 3 rejected by the server (4xx),
+ * 4 server or protocol error, 5 connection/timeout/transfer error, 6 local I/O error.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/tfetch.h"
+
+enum {
+    EXIT_OK = 0,
+    EXIT_USAGE = 1,
+    EXIT_NOTFOUND = 2,
+    EXIT_REJECTED = 3,
+    EXIT_SERVER = 4,
+    EXIT_TRANSFER = 5,
+    EXIT_LOCAL = 6,
+};
+
+#define PROGRESS_MIN_BYTES (1024u * 1024u)
+
+static const char usage_text[] =
+    "Usage: tfetch [OPTIONS] COMMAND URL [FILE]\n"
+    "Move tensors to and from a tfetchd server (safetensors documents over HTTP).\n"
+    "\n"
+    "Commands:\n"
+    "  get URL [FILE]   fetch the document at URL (http://HOST:PORT/v1/tensors/NAME) and\n"
+    "                   write it as safetensors to FILE, or to stdout when FILE is absent or -\n"
+    "  put URL [FILE]   store the safetensors document read from FILE (or stdin) at URL;\n"
+    "                   with --dtype and --shape, FILE holds one raw tensor instead, stored\n"
+    "                   under the last path segment of URL\n"
+    "  rm URL           delete the tensor at URL\n"
+    "  ls BASE          list the stored tensors of the server at BASE (http://HOST:PORT)\n"
+    "  info BASE        print the server's /v1/info JSON\n"
+    "\n"
+    "Options:\n"
+    "  -u, --user ID          send ID as the user id (Tfetch-User), [A-Za-z0-9._-]{1,128}\n"
+    "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the request\n"
+    "  -t, --timeout MS       whole-request timeout in milliseconds (0: none; default 60000)\n"
+    "  -w, --wait MS          get: wait up to MS milliseconds for the tensor to appear\n"
+    "      --raw              get: write the single tensor's raw bytes (C order) instead of\n"
+    "                         a document, and print its name, dtype and shape to stderr\n"
+    "      --dtype DT         put: the raw tensor's dtype (F64 F32 F16 BF16 F8_E4M3 F8_E5M2\n"
+    "                         I64 I32 I16 I8 U64 U32 U16 U8 BOOL)\n"
+    "      --shape DIMS       put: the raw tensor's shape, e.g. 2,3 (\"\" for a scalar)\n"
+    "      --json             ls: print the listing as JSON\n"
+    "  -s, --stats            after each request print one JSON line to stderr:\n"
+    "                         {\"op\",\"transport\",\"bytes\",\"seconds\",\"request_id\",\n"
+    "                         \"http_status\",\"status\"}\n"
+    "  -q, --quiet            print nothing but results and errors (no progress bar)\n"
+    "  -h, --help             show this help and exit\n"
+    "  -V, --version          show the version and exit\n"
+    "\n"
+    "A progress bar is drawn on stderr when it is a terminal and a transfer exceeds 1 MiB.\n"
+    "\n"
+    "Exit status:\n"
+    "  0  success\n"
+    "  1  usage error or invalid input (bad option, URL, dtype, shape or file contents)\n"
+    "  2  not found (no such tensor, HTTP 404)\n"
+    "  3  rejected by the server (another 4xx status)\n"
+    "  4  server error (5xx) or malformed response\n"
+    "  5  connection, timeout or transfer error\n"
+    "  6  local I/O error (reading FILE, writing output, out of memory)\n";
+
+typedef struct {
+    const char *user;
+    const char *request_id;
+    long timeout_ms;                /* -1: library default */
+    long wait_ms;
+    int raw;
+    const char *dtype;
+    const char *shape;
+    int json;
+    int stats;
+    int quiet;
+} opts_t;
+
+/* The progress bar on stderr (one transfer at a time). */
+typedef struct {
+    int drawn;
+    struct timespec last;
+} bar_t;
+
+static bar_t bar;
+
+/* Ends a drawn progress bar's line, so that what follows starts on its own line. */
+static void bar_end(void)
+{
+    if (bar.drawn)
+        fputc('\n', stderr);
+    bar.drawn = 0;
+}
+
+/* ---- messages ------------------------------------------------------------------------------ */
+
+static void msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void msg(const char *fmt, ...)
+{
+    va_list ap;
+    bar_end();
+    fputs("tfetch: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    bar_end();
+    fputs("tfetch: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'tfetch --help' for more information.\n", stderr);
+    return EXIT_USAGE;
+}
+
+/* Writes s as a JSON string (quotes included). */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void print_stats(const tf_client_t *c)
+{
+    const tf_result_t *r = tf_client_last(c);
+    fputs("{\"op\":", stderr);
+    json_str(stderr, r->op);
+    fputs(",\"transport\":", stderr);
+    json_str(stderr, r->transport);
+    fprintf(stderr, ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"request_id\":",
+            r->bytes_sent + r->bytes_received, r->seconds);
+    json_str(stderr, r->request_id);
+    fprintf(stderr, ",\"http_status\":%d,\"status\":", r->http_status);
+    json_str(stderr, tf_err_name(r->status));
+    fputs("}\n", stderr);
+}
+
+static int exit_for(tf_status_t st, int http_status)
+{
+    if (st == TF_OK)
+        return EXIT_OK;
+    if (st == TF_ENOTFOUND || http_status == 404)
+        return EXIT_NOTFOUND;
+    if (http_status >= 400 && http_status < 500)
+        return EXIT_REJECTED;
+    if (http_status >= 500)
+        return EXIT_SERVER;
+    switch (st) {
+    case TF_ECONNECT:
+    case TF_ETIMEDOUT:
+    case TF_EIO:
+    case TF_ECANCELED:
+    case TF_ETOOBIG:
+        return EXIT_TRANSFER;
+    case TF_EURL:
+    case TF_EINVAL:
+        return EXIT_USAGE;
+    case TF_ENOMEM:
+        return EXIT_LOCAL;
+    default:
+        return EXIT_SERVER;
+    }
+}
+
+/* Reports a failed request (once) and returns its exit code. */
+static int request_failed(const tf_client_t *c, const char *what, const char *url,
+                          tf_status_t st)
+{
+    const tf_result_t *r = tf_client_last(c);
+    const char *why = r->error[0] ? r->error : tf_strerror(st);
+    if (r->http_status)
+        msg("%s %s: %s (%s, HTTP %d)", what, url, why, tf_err_name(st), r->http_status);
+    else
+        msg("%s %s: %s (%s)", what, url, why, tf_err_name(st));
+    return exit_for(st, r->http_status);
+}
+
+/* ---- progress bar ------------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int on_progress(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void *ud)
+{
+    bar_t *b = ud;
+    uint64_t now = ut > dt ? un : dn, total = ut > dt ? ut : dt;
+    if (total <= PROGRESS_MIN_BYTES)
+        return 0;
+    double t = now_s(), last = (double)b->last.tv_sec + (double)b->last.tv_nsec / 1e9;
+    if (b->drawn && t - last < 0.1 && now < total)
+        return 0;
+    clock_gettime(CLOCK_MONOTONIC, &b->last);
+    if (now > total)
+        now = total;
+    int width = 30, fill = (int)((double)now / (double)total * width);
+    char cells[64];
+    for (int i = 0; i < width; i++)
+        cells[i] = i < fill ? '#' : '.';
+    cells[width] = '\0';
+    fprintf(stderr, "\r%s [%s] %3d%% %.1f/%.1f MiB ", ut > dt ? "up  " : "down", cells,
+            (int)((double)now * 100.0 / (double)total), (double)now / 1048576.0,
+            (double)total / 1048576.0);
+    fflush(stderr);
+    b->drawn = 1;
+    return 0;
+}
+
+/* ---- local files ------------------------------------------------------------------------- */
+
+typedef struct {
+    void *data;
+    size_t len;
+    int mapped;
+} input_t;
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t k = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += k;
+        len -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Reads a stream of unknown length (a pipe): the only place a buffer grows. */
+static int read_stream(int fd, input_t *in)
+{
+    size_t cap = 1u << 20, len = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return -1;
+    for (;;) {
+        if (len == cap) {
+            char *b = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                errno = ENOMEM;
+                return -1;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        ssize_t k = read(fd, buf + len, cap - len);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            free(buf);
+            errno = e;
+            return -1;
+        }
+        if (k == 0)
+            break;
+        len += (size_t)k;
+    }
+    in->data = buf;
+    in->len = len;
+    in->mapped = 0;
+    return 0;
+}
+
+/* Reads a regular file whole: mapped, or one malloc sized by fstat. */
+static int read_regular(int fd, size_t size, input_t *in)
+{
+    if (size == 0) {
+        in->data = NULL;
+        in->len = 0;
+        in->mapped = 0;
+        return 0;
+    }
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+        in->data = p;
+        in->len = size;
+        in->mapped = 1;
+        return 0;
+    }
+    char *buf = malloc(size);
+    if (!buf)
+        return -1;
+    size_t got = 0;
+    while (got < size) {
+        ssize_t k = read(fd, buf + got, size - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : EIO;
+            free(buf);
+            errno = e;
+            return -1;
+        }
+        got += (size_t)k;
+    }
+    in->data = buf;
+    in->len = size;
+    in->mapped = 0;
+    return 0;
+}
+
+static int input_load(const char *path, input_t *in)
+{
+    int fd = STDIN_FILENO, rc = -1;
+    struct stat st;
+
+    if (path && strcmp(path, "-") != 0) {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+    }
+    if (fstat(fd, &st) != 0)
+        goto close_fd;
+    if (S_ISREG(st.st_mode))
+        rc = read_regular(fd, (size_t)st.st_size, in);
+    else
+        rc = read_stream(fd, in);
+
+close_fd:
+    if (fd != STDIN_FILENO) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return rc;
+}
+
+static void input_release(input_t *in)
+{
+    if (in->mapped)
+        munmap(in->data, in->len);
+    else
+        free(in->data);
+    in->data = NULL;
+}
+
+static int output_open(const char *path)
+{
+    if (!path || strcmp(path, "-") == 0)
+        return STDOUT_FILENO;
+    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+/* ---- argument helpers -------------------------------------------------------------------- */
+
+static int parse_ms(const char *s, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "2,3", "[2,3]", "" or "[]" (a scalar). */
+static int parse_shape(const char *s, int *rank, int64_t shape[TF_MAX_RANK])
+{
+    char buf[512];
+    size_t n = strlen(s);
+    if (n >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, n + 1);
+    char *p = buf;
+    while (*p == ' ')
+        p++;
+    if (*p == '[') {
+        char *close_br = strrchr(p, ']');
+        if (!close_br)
+            return -1;
+        for (char *q = close_br + 1; *q; q++)
+            if (*q != ' ')
+                return -1;
+        *close_br = '\0';
+        p++;
+    }
+    int r = 0;
+    char *q = p;
+    while (*q == ' ')
+        q++;
+    if (*q == '\0') {
+        *rank = 0;
+        return 0;
+    }
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        if (*p < '0' || *p > '9' || r == TF_MAX_RANK)
+            return -1;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || v < 0)
+            return -1;
+        shape[r++] = v;
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p == '\0')
+            break;
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+    *rank = r;
+    return 0;
+}
+
+static void format_shape(const tf_tensor_t *t, char *buf, size_t size)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < t->rank && o < size; k++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%" PRId64, k ? "," : "", t->shape[k]);
+}
+
+/* The last path segment of url, without query or fragment, into buf. */
+static void last_segment(const char *url, char *buf, size_t size)
+{
+    const char *end = url + strcspn(url, "?#");
+    const char *p = end;
+    while (p > url && p[-1] != '/')
+        p--;
+    size_t n = (size_t)(end - p);
+    if (n >= size)
+        n = size - 1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+}
+
+/* ---- commands ---------------------------------------------------------------------------- */
+
+static int write_doc(int fd, const tf_doc_t *doc)
+{
+    void *hdr = NULL;
+    size_t hlen = 0;
+    if (tf_doc_encode_header(doc, &hdr, &hlen) != TF_OK)
+        return -1;
+    int rc = write_all(fd, hdr, hlen);
+    free(hdr);
+    for (size_t i = 0; rc == 0 && i < tf_doc_count(doc); i++) {
+        const tf_tensor_t *t = tf_doc_at(doc, i);
+        rc = write_all(fd, t->data, t->nbytes);
+    }
+    return rc;
+}
+
+static int cmd_get(tf_client_t *c, const opts_t *o, const char *url, const char *path)
+{
+    tf_doc_t *doc = NULL;
+    int rc = EXIT_OK;
+
+    tf_status_t st = tf_get(c, url, o->wait_ms, &doc);
+    bar_end();
+    if (st != TF_OK)
+        return request_failed(c, "get", url, st);
+    if (o->raw && tf_doc_count(doc) != 1) {
+        msg("get %s: --raw needs a one-tensor document, this one has %zu", url,
+            tf_doc_count(doc));
+        rc = EXIT_USAGE;
+        goto free_doc;
+    }
+    int fd = output_open(path);
+    if (fd < 0) {
+        msg("cannot create %s: %s", path, strerror(errno));
+        rc = EXIT_LOCAL;
+        goto free_doc;
+    }
+    int wrc;
+    if (o->raw) {
+        const tf_tensor_t *t = tf_doc_at(doc, 0);
+        wrc = write_all(fd, t->data, t->nbytes);
+        if (!o->quiet) {
+            char shape[256];
+            format_shape(t, shape, sizeof(shape));
+            fprintf(stderr, "name=%s dtype=%s shape=%s\n", t->name, tf_dtype_name(t->dtype),
+                    shape);
+        }
+    } else {
+        wrc = write_doc(fd, doc);
+    }
+    if (wrc != 0) {
+        msg("cannot write %s: %s", path && strcmp(path, "-") ? path : "stdout",
+            strerror(errno));
+        rc = EXIT_LOCAL;
+    }
+    if (fd != STDOUT_FILENO && close(fd) != 0 && rc == EXIT_OK) {
+        msg("cannot write %s: %s", path, strerror(errno));
+        rc = EXIT_LOCAL;
+    }
+
+free_doc:
+    tf_doc_free(doc);
+    return rc;
+}
+
+/* Builds the one-tensor document of a raw put from --dtype and --shape. */
+static int raw_doc(const opts_t *o, const char *url, const input_t *in, tf_doc_t **out)
+{
+    tf_dtype_t dt;
+    int rank = 0;
+    int64_t shape[TF_MAX_RANK];
+    char name[256];
+
+    if (tf_dtype_from_name(o->dtype, &dt) != TF_OK)
+        return usage_error("unknown dtype '%s'", o->dtype);
+    if (parse_shape(o->shape, &rank, shape) != 0)
+        return usage_error("bad shape '%s' (expected e.g. 2,3)", o->shape);
+    last_segment(url, name, sizeof(name));
+    if (!name[0])
+        return usage_error("cannot name the tensor: %s has no last path segment", url);
+    uint64_t want = tf_dtype_size(dt);
+    for (int k = 0; k < rank; k++) {
+        if (shape[k] != 0 && want > UINT64_MAX / (uint64_t)shape[k])
+            return usage_error("shape '%s' is too large", o->shape);
+        want *= (uint64_t)shape[k];
+    }
+    if (want != in->len) {
+        msg("input is %zu bytes but %s [%s] needs %" PRIu64, in->len, o->dtype, o->shape,
+            want);
+        return EXIT_USAGE;
+    }
+    tf_doc_t *doc = tf_doc_new();
+    if (!doc) {
+        msg("out of memory");
+        return EXIT_LOCAL;
+    }
+    tf_status_t st = tf_doc_add(doc, name, dt, rank, shape, in->data, in->len, TF_BORROW);
+    if (st != TF_OK) {
+        tf_doc_free(doc);
+        msg("cannot make a tensor named '%s': %s", name, tf_strerror(st));
+        return st == TF_ENOMEM ? EXIT_LOCAL : EXIT_USAGE;
+    }
+    *out = doc;
+    return EXIT_OK;
+}
+
+static int cmd_put(tf_client_t *c, const opts_t *o, const char *url, const char *path)
+{
+    input_t in = {0};
+    tf_doc_t *doc = NULL;
+    int rc;
+    const char *shown = path && strcmp(path, "-") ? path : "stdin";
+
+    if (input_load(path, &in) != 0) {
+        msg("cannot read %s: %s", shown, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    if (o->dtype) {
+        if ((rc = raw_doc(o, url, &in, &doc)) != EXIT_OK)
+            goto release_input;
+    } else {
+        tf_status_t st = tf_doc_decode(in.data, in.len, TF_BORROW, &doc);
+        if (st != TF_OK) {
+            msg("%s is not a valid safetensors document: %s (%s)", shown, tf_strerror(st),
+                tf_err_name(st));
+            rc = st == TF_ENOMEM ? EXIT_LOCAL : EXIT_USAGE;
+            goto release_input;
+        }
+    }
+    tf_status_t st = tf_put(c, url, doc);
+    bar_end();
+    if (st != TF_OK) {
+        rc = request_failed(c, "put", url, st);
+        goto free_doc;
+    }
+    rc = EXIT_OK;
+    if (!o->quiet) {
+        const tf_result_t *r = tf_client_last(c);
+        fprintf(stderr, "%s %s (%" PRIu64 " bytes)\n",
+                r->http_status == 201 ? "created" : "stored", url, r->bytes_sent);
+    }
+
+free_doc:
+    tf_doc_free(doc);
+release_input:
+    input_release(&in);
+    return rc;
+}
+
+static int cmd_rm(tf_client_t *c, const opts_t *o, const char *url)
+{
+    tf_status_t st = tf_delete(c, url);
+    if (st != TF_OK)
+        return request_failed(c, "rm", url, st);
+    if (!o->quiet)
+        fprintf(stderr, "removed %s\n", url);
+    return EXIT_OK;
+}
+
+static int cmd_ls(tf_client_t *c, const opts_t *o, const char *base)
+{
+    tf_entry_t *e = NULL;
+    size_t n = 0;
+
+    tf_status_t st = tf_list(c, base, &e, &n);
+    if (st != TF_OK)
+        return request_failed(c, "ls", base, st);
+    if (o->json) {
+        fputs("{\"tensors\":[", stdout);
+        for (size_t i = 0; i < n; i++) {
+            fputs(i ? ",{\"name\":" : "{\"name\":", stdout);
+            json_str(stdout, e[i].name);
+            printf(",\"bytes\":%" PRIu64 ",\"ntensors\":%zu}", e[i].bytes, e[i].ntensors);
+        }
+        fputs("]}\n", stdout);
+    } else {
+        int w = 4;
+        for (size_t i = 0; i < n; i++) {
+            size_t len = strlen(e[i].name);
+            if (len > (size_t)w)
+                w = len > 200 ? 200 : (int)len;
+        }
+        if (!o->quiet)
+            printf("%-*s %15s %8s\n", w, "NAME", "BYTES", "TENSORS");
+        for (size_t i = 0; i < n; i++)
+            printf("%-*s %15" PRIu64 " %8zu\n", w, e[i].name, e[i].bytes, e[i].ntensors);
+    }
+    tf_list_free(e, n);
+    if (fflush(stdout) != 0) {
+        msg("cannot write stdout: %s", strerror(errno));
+        return EXIT_LOCAL;
+    }
+    return EXIT_OK;
+}
+
+static int cmd_info(tf_client_t *c, const char *base)
+{
+    char *json = NULL;
+    tf_status_t st = tf_info(c, base, &json);
+    if (st != TF_OK)
+        return request_failed(c, "info", base, st);
+    size_t n = strlen(json);
+    fputs(json, stdout);
+    if (n == 0 || json[n - 1] != '\n')
+        fputc('\n', stdout);
+    free(json);
+    if (fflush(stdout) != 0) {
+        msg("cannot write stdout: %s", strerror(errno));
+        return EXIT_LOCAL;
+    }
+    return EXIT_OK;
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON };
+
+static const struct option long_opts[] = {
+    {"user", required_argument, NULL, 'u'},
+    {"request-id", required_argument, NULL, 'r'},
+    {"timeout", required_argument, NULL, 't'},
+    {"wait", required_argument, NULL, 'w'},
+    {"raw", no_argument, NULL, OPT_RAW},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"shape", required_argument, NULL, OPT_SHAPE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"stats", no_argument, NULL, 's'},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
+/* Parses options into o; returns -1 to continue, or an exit code. */
+static int parse_options(int argc, char **argv, opts_t *o)
+{
+    int ch;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, ":u:r:t:w:sqhV", long_opts, NULL)) != -1) {
+        switch (ch) {
+        case 'u': o->user = optarg; break;
+        case 'r': o->request_id = optarg; break;
+        case 't':
+            if (parse_ms(optarg, &o->timeout_ms) != 0)
+                return usage_error("bad --timeout '%s' (milliseconds)", optarg);
+            break;
+        case 'w':
+            if (parse_ms(optarg, &o->wait_ms) != 0)
+                return usage_error("bad --wait '%s' (milliseconds)", optarg);
+            break;
+        case OPT_RAW: o->raw = 1; break;
+        case OPT_DTYPE: o->dtype = optarg; break;
+        case OPT_SHAPE: o->shape = optarg; break;
+        case OPT_JSON: o->json = 1; break;
+        case 's': o->stats = 1; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': fputs(usage_text, stdout); return EXIT_OK;
+        case 'V': printf("tfetch %s\n", TF_VERSION); return EXIT_OK;
+        case ':': return usage_error("option '%s' needs an argument", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    return -1;
+}
+
+/* Checks the command's arguments and the options that apply to it only. */
+static int check_command(const char *cmd, int nargs, const opts_t *o)
+{
+    int max = strcmp(cmd, "get") == 0 || strcmp(cmd, "put") == 0 ? 2 : 1;
+    if (nargs < 1)
+        return usage_error("%s needs a URL", cmd);
+    if (nargs > max)
+        return usage_error("too many arguments for %s", cmd);
+    if (o->wait_ms > 0 && strcmp(cmd, "get") != 0)
+        return usage_error("--wait applies to get only");
+    if (o->raw && strcmp(cmd, "get") != 0)
+        return usage_error("--raw applies to get only");
+    if ((o->dtype || o->shape) && strcmp(cmd, "put") != 0)
+        return usage_error("--dtype and --shape apply to put only");
+    if (!o->dtype != !o->shape)
+        return usage_error("--dtype and --shape go together");
+    if (o->json && strcmp(cmd, "ls") != 0)
+        return usage_error("--json applies to ls only");
+    return -1;
+}
+
+static int run(const char *cmd, char **args, int nargs, const opts_t *o)
+{
+    tf_client_t *c = NULL;
+    int rc;
+
+    if (tf_client_new(&c) != TF_OK) {
+        msg("cannot create a client: out of memory");
+        return EXIT_LOCAL;
+    }
+    if (o->user && tf_client_set_user(c, o->user) != TF_OK) {
+        rc = usage_error("bad --user '%s' (expected [A-Za-z0-9._-]{1,128})", o->user);
+        goto free_client;
+    }
+    if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK) {
+        rc = usage_error("bad --request-id '%s' (expected [A-Za-z0-9._:-]{1,128})",
+                         o->request_id);
+        goto free_client;
+    }
+    if (o->timeout_ms >= 0)
+        tf_client_set_timeout(c, o->timeout_ms);
+    if (!o->quiet && isatty(STDERR_FILENO))
+        tf_client_set_progress(c, on_progress, &bar);
+
+    const char *file = nargs > 1 ? args[1] : NULL;
+    if (strcmp(cmd, "get") == 0)
+        rc = cmd_get(c, o, args[0], file);
+    else if (strcmp(cmd, "put") == 0)
+        rc = cmd_put(c, o, args[0], file);
+    else if (strcmp(cmd, "rm") == 0)
+        rc = cmd_rm(c, o, args[0]);
+    else if (strcmp(cmd, "ls") == 0)
+        rc = cmd_ls(c, o, args[0]);
+    else
+        rc = cmd_info(c, args[0]);
+    bar_end();
+    /* A request was made unless the command failed before reaching the network. */
+    if (o->stats && tf_client_last(c)->op[0])
+        print_stats(c);
+
+free_client:
+    tf_client_free(c);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o = {.timeout_ms = -1};
+
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    if (optind >= argc)
+        return usage_error("no command given");
+    const char *cmd = argv[optind];
+    static const char *const commands[] = {"get", "put", "rm", "ls", "info"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        known |= strcmp(cmd, commands[i]) == 0;
+    if (!known)
+        return usage_error("unknown command '%s'", cmd);
+    int nargs = argc - optind - 1;
+    if ((rc = check_command(cmd, nargs, &o)) >= 0)
+        return rc;
+    return run(cmd, argv + optind + 1, nargs, &o);
+}

@@ -1,1 +1,89 @@
-/* placeholder: daemon/main.c */
+/* main.c - tfetchd: the tensor transfer daemon's life story.
+ *
+ * Read the settings, block the signals every thread inherits, start serving, say so (stdout
+ * line + sd_notify READY=1), then sleep in sigtimedwait, waking to pet the systemd watchdog,
+ * until SIGTERM or SIGINT: stop accepting, finish the transfers in flight, exit 0.
+ * The main thread owns the server; the workers are the HTTP transport's.
+ */
+#include "config.h"
+#include "daemon/conf.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <time.h>
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#else
+static int sd_notify(int unset, const char *state) { (void)unset; (void)state; return 0; }
+static int sd_watchdog_enabled(int unset, uint64_t *usec) { (void)unset; (void)usec; return 0; }
+#endif
+
+int main(int argc, char **argv)
+{
+    tfd_config_t cfg;
+    tfd_config_defaults(&cfg);
+    int rc = tfd_config_load(&cfg, argc, argv);
+    if (rc != 0)
+        return rc > 0 ? EXIT_SUCCESS : 2;
+
+    /* Every thread started from here on inherits this mask; only sigtimedwait sees them. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    tfp_err_t err;
+    tfd_server_t *srv = tfd_server_start(&cfg, &err);
+    if (!srv) {
+        tfd_log(LOG_ERR, "cannot start: %s", err.msg);
+        return EXIT_FAILURE;
+    }
+    const char *host_fmt = strchr(cfg.listen, ':') ? "[%s]" : "%s";
+    char host[80];
+    snprintf(host, sizeof host, host_fmt, cfg.listen);
+    printf("listening on http://%s:%u\n", host, (unsigned)tfd_server_port(srv));
+    fflush(stdout);
+    tfd_log(LOG_NOTICE, "tfetchd %s serving on http://%s:%u (%u threads, store limit %llu "
+            "bytes%s%s)", PACKAGE_VERSION, host, (unsigned)tfd_server_port(srv), cfg.threads,
+            (unsigned long long)cfg.store_memory, cfg.config_file[0] ? ", config " : "",
+            cfg.config_file);
+    sd_notify(0, "READY=1\nSTATUS=serving");
+
+    uint64_t wd_usec = 0;
+    long tick_ms = 1000;
+    if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec / 2000 < (uint64_t)tick_ms)
+        tick_ms = (long)(wd_usec / 2000);
+    for (;;) {
+        struct timespec ts = {tick_ms / 1000, (tick_ms % 1000) * 1000000L};
+        int sig = sigtimedwait(&sigs, NULL, &ts);
+        if (wd_usec)
+            sd_notify(0, "WATCHDOG=1");
+        if (sig == SIGTERM || sig == SIGINT)
+            break;
+        if (sig == SIGHUP)
+            tfd_log(LOG_NOTICE, "SIGHUP: settings are read at start-up only; restart to apply");
+        if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+            tfd_log(LOG_ERR, "sigtimedwait: %s", strerror(errno));
+            break;
+        }
+    }
+
+    tfd_log(LOG_NOTICE, "stopping: no new connections; finishing transfers in flight (up to "
+            "%u s)", cfg.drain_timeout);
+    sd_notify(0, "STOPPING=1\nSTATUS=draining");
+    unsigned left = tfd_server_drain(srv, cfg.drain_timeout);
+    if (left)
+        tfd_log(LOG_WARNING, "drain timeout: closing %u requests still in flight", left);
+    tfd_server_free(srv);
+    tfd_log(LOG_NOTICE, "stopped");
+    return EXIT_SUCCESS;
+}

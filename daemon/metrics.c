@@ -1,1 +1,170 @@
-/* placeholder: daemon/metrics.c */
+/* metrics.c - fixed-size counter tables (route x status, route x code, route x bucket) of
+ * relaxed atomics, rendered on demand. No locks; any thread.
+ */
+#include "config.h"
+#include "daemon/metrics.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NSTATUS 600
+#define NCODES 64
+static const double buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define NBUCKETS (sizeof buckets / sizeof buckets[0])
+
+typedef atomic_uint_fast64_t ctr_t;
+
+struct tfd_metrics {
+    ctr_t requests[TFD_ROUTE_COUNT][NSTATUS];
+    ctr_t errors[TFD_ROUTE_COUNT][NCODES];
+    ctr_t bytes_in[TFD_ROUTE_COUNT], bytes_out[TFD_ROUTE_COUNT];
+    ctr_t hist[TFD_ROUTE_COUNT][NBUCKETS + 1];
+    ctr_t lat_sum_ns[TFD_ROUTE_COUNT];
+};
+
+const char *tfd_route_name(tfd_route_t r)
+{
+    static const char *names[] = {
+#define X(n, s) s,
+        TFD_ROUTE_MAP(X)
+#undef X
+    };
+    return (unsigned)r < TFD_ROUTE_COUNT ? names[r] : "other";
+}
+
+tfd_metrics_t *tfd_metrics_new(void) { return calloc(1, sizeof(tfd_metrics_t)); }
+void tfd_metrics_free(tfd_metrics_t *m) { free(m); }
+
+static void add(ctr_t *c, uint64_t v) { atomic_fetch_add_explicit(c, v, memory_order_relaxed); }
+static uint64_t get(ctr_t *c) { return atomic_load_explicit(c, memory_order_relaxed); }
+
+void tfd_metrics_record(tfd_metrics_t *m, tfd_route_t route, unsigned status, tfp_status_t code,
+                        uint64_t bytes_in, uint64_t bytes_out, double seconds)
+{
+    if ((unsigned)route >= TFD_ROUTE_COUNT)
+        route = TFD_ROUTE_OTHER;
+    add(&m->requests[route][status < NSTATUS ? status : 0], 1);
+    if (code != TFP_OK && -(int)code > 0 && -(int)code < NCODES)
+        add(&m->errors[route][-(int)code], 1);
+    add(&m->bytes_in[route], bytes_in);
+    add(&m->bytes_out[route], bytes_out);
+    size_t b = 0;
+    while (b < NBUCKETS && seconds > buckets[b])
+        b++;
+    add(&m->hist[route][b], 1);
+    add(&m->lat_sum_ns[route], seconds > 0 ? (uint64_t)(seconds * 1e9) : 0);
+}
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} out_t;
+
+static void outf(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void outf(out_t *o, const char *fmt, ...)
+{
+    if (o->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            o->failed = 1;
+            return;
+        }
+        if ((size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        size_t ncap = (o->cap + (size_t)n + 1) * 2;
+        char *nb = realloc(o->buf, ncap);
+        if (!nb) {
+            o->failed = 1;
+            return;
+        }
+        o->buf = nb;
+        o->cap = ncap;
+    }
+}
+
+char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
+{
+    out_t o = {malloc(16384), 0, 16384, 0};
+    if (!o.buf)
+        return NULL;
+    o.buf[0] = '\0';
+
+    outf(&o, "# HELP tfetch_requests_total Requests answered, by route and HTTP status.\n"
+             "# TYPE tfetch_requests_total counter\n");
+    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
+        for (int s = 0; s < NSTATUS; s++) {
+            uint64_t v = get(&m->requests[r][s]);
+            if (v)
+                outf(&o, "tfetch_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
+                     tfd_route_name(r), s, (unsigned long long)v);
+        }
+    outf(&o, "# HELP tfetch_errors_total Error answers, by route and error code.\n"
+             "# TYPE tfetch_errors_total counter\n");
+    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
+        for (int c = 1; c < NCODES; c++) {
+            uint64_t v = get(&m->errors[r][c]);
+            if (v)
+                outf(&o, "tfetch_errors_total{route=\"%s\",code=\"%s\"} %llu\n",
+                     tfd_route_name(r), tfp_status_name((tfp_status_t)-c), (unsigned long long)v);
+        }
+    outf(&o, "# HELP tfetch_received_bytes_total Request body bytes received, by route.\n"
+             "# TYPE tfetch_received_bytes_total counter\n");
+    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
+        outf(&o, "tfetch_received_bytes_total{route=\"%s\"} %llu\n", tfd_route_name(r),
+             (unsigned long long)get(&m->bytes_in[r]));
+    outf(&o, "# HELP tfetch_sent_bytes_total Response body bytes sent, by route.\n"
+             "# TYPE tfetch_sent_bytes_total counter\n");
+    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
+        outf(&o, "tfetch_sent_bytes_total{route=\"%s\"} %llu\n", tfd_route_name(r),
+             (unsigned long long)get(&m->bytes_out[r]));
+    outf(&o, "# HELP tfetch_request_duration_seconds Time from request headers to completion.\n"
+             "# TYPE tfetch_request_duration_seconds histogram\n");
+    for (int r = 0; r < TFD_ROUTE_COUNT; r++) {
+        uint64_t cum = 0;
+        for (size_t b = 0; b < NBUCKETS; b++) {
+            cum += get(&m->hist[r][b]);
+            outf(&o, "tfetch_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
+                 tfd_route_name(r), buckets[b], (unsigned long long)cum);
+        }
+        cum += get(&m->hist[r][NBUCKETS]);
+        outf(&o, "tfetch_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
+                 "tfetch_request_duration_seconds_sum{route=\"%s\"} %.9f\n"
+                 "tfetch_request_duration_seconds_count{route=\"%s\"} %llu\n",
+             tfd_route_name(r), (unsigned long long)cum, tfd_route_name(r),
+             (double)get(&m->lat_sum_ns[r]) / 1e9, tfd_route_name(r), (unsigned long long)cum);
+    }
+    outf(&o,
+         "# HELP tfetch_stored_tensors Documents in the store.\n"
+         "# TYPE tfetch_stored_tensors gauge\ntfetch_stored_tensors %llu\n"
+         "# HELP tfetch_stored_bytes Payload bytes in the store.\n"
+         "# TYPE tfetch_stored_bytes gauge\ntfetch_stored_bytes %llu\n"
+         "# HELP tfetch_store_reserved_bytes Bytes reserved by uploads in progress.\n"
+         "# TYPE tfetch_store_reserved_bytes gauge\ntfetch_store_reserved_bytes %llu\n"
+         "# HELP tfetch_store_limit_bytes The store's memory limit.\n"
+         "# TYPE tfetch_store_limit_bytes gauge\ntfetch_store_limit_bytes %llu\n"
+         "# HELP tfetch_inflight_requests Requests being served.\n"
+         "# TYPE tfetch_inflight_requests gauge\ntfetch_inflight_requests %u\n"
+         "# HELP tfetch_waiting_requests Long-polling GETs suspended.\n"
+         "# TYPE tfetch_waiting_requests gauge\ntfetch_waiting_requests %u\n",
+         (unsigned long long)g->stored_count, (unsigned long long)g->stored_bytes,
+         (unsigned long long)g->store_reserved, (unsigned long long)g->store_max, g->inflight,
+         g->waiters);
+    if (o.failed) {
+        free(o.buf);
+        return NULL;
+    }
+    *len = o.len;
+    return o.buf;
+}

@@ -1,1 +1,49 @@
-/* placeholder: daemon/metrics.h */
+/* metrics.h - tfetchd's counters, rendered in the Prometheus text format at /metrics.
+ *
+ * Requests by route and status, errors by route and wire code, body bytes in and out by route,
+ * and a latency histogram per route; gauges (stored bytes, inflight, waiters) are passed in
+ * at render time. Counters are relaxed atomics: any thread records, any thread renders.
+ */
+#ifndef TFD_METRICS_H
+#define TFD_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/status.h"
+
+#define TFD_ROUTE_MAP(X)          \
+    X(TENSOR_GET, "tensor_get")   \
+    X(TENSOR_PUT, "tensor_put")   \
+    X(TENSOR_DELETE, "tensor_delete") \
+    X(LIST, "list")               \
+    X(INFO, "info")               \
+    X(HEALTH, "healthz")          \
+    X(METRICS, "metrics")         \
+    X(OTHER, "other")
+
+typedef enum {
+#define X(n, s) TFD_ROUTE_##n,
+    TFD_ROUTE_MAP(X)
+#undef X
+    TFD_ROUTE_COUNT
+} tfd_route_t;
+
+const char *tfd_route_name(tfd_route_t r);
+
+typedef struct tfd_metrics tfd_metrics_t;
+
+typedef struct {
+    uint64_t stored_count, stored_bytes, store_reserved, store_max;
+    unsigned inflight, waiters;
+} tfd_gauges_t;
+
+tfd_metrics_t *tfd_metrics_new(void);
+void tfd_metrics_free(tfd_metrics_t *m);
+/* One finished request: its route, HTTP status, wire error code (TFP_OK if none), body bytes
+ * received and sent, and seconds from first byte of headers to completion. */
+void tfd_metrics_record(tfd_metrics_t *m, tfd_route_t route, unsigned status, tfp_status_t code,
+                        uint64_t bytes_in, uint64_t bytes_out, double seconds);
+/* Renders everything; malloc'd text. */
+char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len);
+
+#endif

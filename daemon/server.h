@@ -1,1 +1,22 @@
-/* placeholder: daemon/server.h */
+/* server.h - tfetchd's HTTP API: routes requests to the store, the waiters and the metrics.
+ *
+ * Owns the store, the waiters, the metrics and the HTTP transport for the daemon's lifetime.
+ * Created and drained by the main thread; requests run on the transport's worker threads.
+ */
+#ifndef TFD_SERVER_H
+#define TFD_SERVER_H
+
+#include <stdint.h>
+#include "daemon/conf.h"
+#include "proto/status.h"
+
+typedef struct tfd_server tfd_server_t;
+
+tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err);
+uint16_t tfd_server_port(const tfd_server_t *s);
+/* Stops accepting, answers long-polls with 503, and waits up to timeout_s for requests in
+ * flight to finish. Returns the number still in flight when it gave up (0: clean). */
+unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s);
+void tfd_server_free(tfd_server_t *s);      /* closes every connection */
+
+#endif

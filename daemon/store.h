@@ -1,1 +1,59 @@
-/* placeholder: daemon/store.h */
+/* store.h - the daemon's named-tensor store.
+ *
+ * Owns every stored document as a blob: the safetensors bytes (in one tfx_buf) and their
+ * parsed index. Readers get a reference that keeps the bytes alive until released, so a GET can
+ * stream a document while a PUT replaces the name: readers see the old or the new, never half.
+ * Memory is accounted in payload bytes against a limit; uploads reserve their size first so
+ * concurrent PUTs cannot overcommit. Thread-safe.
+ */
+#ifndef TFD_STORE_H
+#define TFD_STORE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/doc.h"
+
+typedef struct tfd_blob {
+    atomic_int refs;
+    uint8_t *base;                  /* tfx_buf holding the document */
+    size_t cap;
+    const uint8_t *data;            /* the safetensors bytes, inside base */
+    size_t len;
+    tfp_doc_t *doc;                 /* index; tensor data points into data */
+} tfd_blob_t;
+
+/* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
+ * of base and doc (also on failure). NULL on allocation failure. */
+tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t len,
+                         tfp_doc_t *doc);
+tfd_blob_t *tfd_blob_ref(tfd_blob_t *b);
+void tfd_blob_unref(tfd_blob_t *b);         /* NULL is a no-op; frees on the last ref */
+void tfd_blob_release(void *b);             /* tfd_blob_unref for release callbacks */
+
+typedef struct tfd_store tfd_store_t;
+
+tfd_store_t *tfd_store_new(uint64_t max_bytes);
+void tfd_store_free(tfd_store_t *s);
+
+/* A new reference to the blob stored under name, or NULL. */
+tfd_blob_t *tfd_store_get(tfd_store_t *s, const char *name);
+/* Reserves bytes for an upload to name, counting the document it would replace as freed.
+ * 0, or -1 if the store would exceed its limit. */
+int tfd_store_reserve(tfd_store_t *s, const char *name, uint64_t bytes);
+void tfd_store_unreserve(tfd_store_t *s, uint64_t bytes);
+/* Stores blob under name (taking the caller's reference), releasing `reserved` bytes of
+ * reservation. Returns 1 if it replaced a document, 0 if new, -1 if over the limit (then the
+ * blob is not stored and the caller keeps its reference) or out of memory. */
+int tfd_store_put(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved);
+/* 0, or -1 if absent. */
+int tfd_store_delete(tfd_store_t *s, const char *name);
+
+/* Calls fn for each stored document in name order, under the store's lock (fn must not call
+ * back into the store). */
+void tfd_store_each(tfd_store_t *s, void (*fn)(const char *name, const tfd_blob_t *b, void *arg),
+                    void *arg);
+void tfd_store_stats(tfd_store_t *s, uint64_t *count, uint64_t *bytes, uint64_t *reserved,
+                     uint64_t *max_bytes);
+
+#endif

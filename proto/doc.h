@@ -40,20 +40,33 @@ typedef struct {
 tfp_doc_t *tfp_doc_new(void);
 void tfp_doc_free(tfp_doc_t *doc);                /* NULL is a no-op */
 
-/* Element count and byte size of a shape, with overflow checks (TFP_ERANGE on overflow). */
+/* Element count and byte size of a shape, with overflow checks (TFP_ERANGE on overflow;
+ * a shape with a 0 dim counts 0 elements whatever its other dims). TFP_EINVAL for a rank
+ * outside 0..TFP_MAX_RANK or an unknown dtype. */
 tfp_status_t tfp_shape_count(int rank, const uint64_t *shape, uint64_t *count, tfp_err_t *err);
 tfp_status_t tfp_shape_nbytes(tfp_dtype_t dt, int rank, const uint64_t *shape,
                               uint64_t *nbytes, tfp_err_t *err);
 
 /* Appends a tensor (name copied, data borrowed). Checks the name is valid UTF-8 without NUL,
  * 1..TFP_MAX_NAME bytes, not "__metadata__", not already present; the rank; and that nbytes
- * matches dtype x shape. offset is left 0 (assigned by the encoder). */
+ * matches dtype x shape. offset is left 0 (assigned by the encoder). Dims above 2^53 are
+ * refused (TFP_ERANGE): JSON readers cannot represent them exactly. Other refusals are
+ * TFP_EINVAL. */
 tfp_status_t tfp_doc_add(tfp_doc_t *doc, const char *name, tfp_dtype_t dt, int rank,
                          const uint64_t *shape, const void *data, uint64_t nbytes,
                          tfp_err_t *err);
-/* Sets (or replaces) a metadata key; both strings copied. */
+/* Sets (or replaces) a metadata key; both strings copied. The key must be valid UTF-8 of at
+ * most TFP_MAX_NAME bytes, the value valid UTF-8. */
 tfp_status_t tfp_doc_set_meta(tfp_doc_t *doc, const char *key, const char *value,
                               tfp_err_t *err);
+/* As tfp_doc_add and tfp_doc_set_meta, but without the O(n) scan for an existing name or key
+ * (added with the implementation): for decoders, which check a whole header for duplicates
+ * at once. The caller guarantees uniqueness; everything else is still checked. */
+tfp_status_t tfp_doc_append(tfp_doc_t *doc, const char *name, tfp_dtype_t dt, int rank,
+                            const uint64_t *shape, const void *data, uint64_t nbytes,
+                            tfp_err_t *err);
+tfp_status_t tfp_doc_append_meta(tfp_doc_t *doc, const char *key, const char *value,
+                                 tfp_err_t *err);
 const tfp_tensor_t *tfp_doc_find(const tfp_doc_t *doc, const char *name);
 const char *tfp_doc_meta(const tfp_doc_t *doc, const char *key);
 

@@ -1,1 +1,63 @@
-/* placeholder: proto/ids.c */
+/* ids.c - validation of tensor names, route names, user ids and request ids, and the one
+ * strict decimal parser used for numbers in URLs and headers.
+ *
+ * Pure functions over NUL-terminated strings; no state; any thread.
+ */
+#include <string.h>
+
+#include "proto/ids.h"
+
+static int id_char(char c, int colon_ok)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-' || (colon_ok && c == ':');
+}
+
+/* 1 if s is 1..max characters, each an id character. */
+static int valid(const char *s, size_t max, int colon_ok)
+{
+    size_t n = 0;
+
+    if (s == NULL)
+        return 0;
+    for (; s[n] != '\0'; n++) {
+        if (n >= max || !id_char(s[n], colon_ok))
+            return 0;
+    }
+    return n > 0;
+}
+
+int tfp_name_valid(const char *s)
+{
+    if (!valid(s, TFP_MAX_TENSOR_NAME, 0))
+        return 0;
+    return strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+int tfp_user_id_valid(const char *s)
+{
+    return valid(s, TFP_MAX_USER_ID, 0);
+}
+
+int tfp_request_id_valid(const char *s)
+{
+    return valid(s, TFP_MAX_REQUEST_ID, 1);
+}
+
+int tfp_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (s == NULL || *s == '\0')
+        return -1;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        if (__builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v) || v > max)
+            return -1;
+    }
+    if (out != NULL)
+        *out = v;
+    return 0;
+}

@@ -1,1 +1,509 @@
-/* placeholder: proto/jsonread.c */
+/* jsonread.c - the strict JSON gate in front of cJSON, and the parsers for what a client
+ * reads from tfetchd: error bodies and the tensor listing.
+ *
+ * tfp_json_check holds JSON text to RFC 8259 before cJSON (which is lax) builds a tree, so
+ * every proto parser sees the same strict language; tfp_find_dup catches the duplicate keys
+ * cJSON keeps silently. Parsed trees live only inside one call. No state of its own; any
+ * thread (cJSON itself resets a global error slot on every parse - see the note in
+ * safetensors.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "proto/dtype.h"
+#include "proto/jsonread.h"
+#include "proto/jsonw.h"
+
+#define MAX_NUMBER_CHARS 63         /* cJSON 1.7.15 copies at most 63 chars of a number */
+#define MAX_EXACT (UINT64_C(1) << 53)
+
+/* ---- the strict checker -------------------------------------------------------------- */
+
+static tfp_status_t bad(tfp_err_t *err, size_t at, const char *what)
+{
+    return tfp_err_set(err, TFP_EPROTO, "invalid JSON at byte %zu: %s", at, what);
+}
+
+static size_t skip_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+        i++;
+    return i;
+}
+
+static int hex4(const char *s, size_t n, size_t i, unsigned *out)
+{
+    unsigned v = 0;
+
+    if (i > n || n - i < 4)
+        return -1;
+    for (int k = 0; k < 4; k++) {
+        char c = s[i + k];
+
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* s[*pos] is '"'; on success *pos is just past the closing quote. */
+static tfp_status_t scan_string(const char *s, size_t n, size_t *pos, tfp_err_t *err)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = *pos + 1;
+
+    for (;;) {
+        unsigned cp, lo;
+        size_t k;
+
+        if (i >= n)
+            return bad(err, *pos, "unterminated string");
+        if (u[i] == '"')
+            break;
+        if (u[i] < 0x20)
+            return bad(err, i, "raw control character in string");
+        if (u[i] >= 0x80) {
+            k = tfp_utf8_next(u + i, n - i, NULL);
+            if (k == 0)
+                return bad(err, i, "not valid UTF-8");
+            i += k;
+            continue;
+        }
+        if (u[i] != '\\') {
+            i++;
+            continue;
+        }
+        if (i + 1 >= n)
+            return bad(err, i, "unterminated string");
+        switch (s[i + 1]) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+            i += 2;
+            continue;
+        case 'u':
+            break;
+        default:
+            return bad(err, i, "invalid escape");
+        }
+        if (hex4(s, n, i + 2, &cp) != 0)
+            return bad(err, i, "invalid \\u escape");
+        if (cp == 0)
+            return bad(err, i, "\\u0000 is not allowed");
+        if (cp >= 0xDC00 && cp <= 0xDFFF)
+            return bad(err, i, "unpaired surrogate escape");
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (i + 7 >= n || s[i + 6] != '\\' || s[i + 7] != 'u' ||
+                hex4(s, n, i + 8, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+                return bad(err, i, "unpaired surrogate escape");
+            i += 12;
+            continue;
+        }
+        i += 6;
+    }
+    *pos = i + 1;
+    return TFP_OK;
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static tfp_status_t scan_number(const char *s, size_t n, size_t *pos, tfp_err_t *err)
+{
+    size_t i = *pos;
+
+    if (s[i] == '-')
+        i++;
+    if (i < n && s[i] == '0') {
+        i++;
+    } else if (i < n && s[i] >= '1' && s[i] <= '9') {
+        while (i < n && is_digit(s[i]))
+            i++;
+    } else {
+        return bad(err, *pos, "invalid number");
+    }
+    if (i < n && s[i] == '.') {
+        i++;
+        if (i >= n || !is_digit(s[i]))
+            return bad(err, *pos, "invalid number");
+        while (i < n && is_digit(s[i]))
+            i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-'))
+            i++;
+        if (i >= n || !is_digit(s[i]))
+            return bad(err, *pos, "invalid number");
+        while (i < n && is_digit(s[i]))
+            i++;
+    }
+    if (i - *pos > MAX_NUMBER_CHARS)
+        return bad(err, *pos, "number longer than 63 characters");
+    *pos = i;
+    return TFP_OK;
+}
+
+static int literal(const char *s, size_t n, size_t i, const char *word)
+{
+    size_t k = strlen(word);
+
+    return n - i >= k && memcmp(s + i, word, k) == 0;
+}
+
+/* After '{' or ',' inside an object: a key, then ':'. */
+static tfp_status_t scan_key(const char *s, size_t n, size_t *pos, tfp_err_t *err)
+{
+    size_t i = skip_ws(s, n, *pos);
+    tfp_status_t st;
+
+    if (i >= n || s[i] != '"')
+        return bad(err, i, "expected a string key");
+    st = scan_string(s, n, &i, err);
+    if (st != TFP_OK)
+        return st;
+    i = skip_ws(s, n, i);
+    if (i >= n || s[i] != ':')
+        return bad(err, i, "expected ':' after key");
+    *pos = i + 1;
+    return TFP_OK;
+}
+
+tfp_status_t tfp_json_check(const char *s, size_t n, size_t *end, tfp_err_t *err)
+{
+    char stack[TFP_JSON_MAX_DEPTH];             /* '{' or '[' per open container */
+    int depth = 0;
+    size_t i = 0;
+    tfp_status_t st;
+
+    if (s == NULL)
+        return bad(err, 0, "no text");
+    for (;;) {
+        /* a value starts here */
+        i = skip_ws(s, n, i);
+        if (i >= n)
+            return bad(err, i, "unexpected end of text");
+        if (s[i] == '{' || s[i] == '[') {
+            char open = s[i];
+
+            if (depth >= TFP_JSON_MAX_DEPTH)
+                return tfp_err_set(err, TFP_EPROTO,
+                                   "invalid JSON at byte %zu: nested deeper than %d", i,
+                                   TFP_JSON_MAX_DEPTH);
+            stack[depth++] = open;
+            i = skip_ws(s, n, i + 1);
+            if (i < n && s[i] == (open == '{' ? '}' : ']')) {
+                depth--;
+                i++;
+            } else if (open == '{') {
+                st = scan_key(s, n, &i, err);
+                if (st != TFP_OK)
+                    return st;
+                continue;
+            } else {
+                continue;
+            }
+        } else if (s[i] == '"') {
+            st = scan_string(s, n, &i, err);
+            if (st != TFP_OK)
+                return st;
+        } else if (s[i] == '-' || is_digit(s[i])) {
+            st = scan_number(s, n, &i, err);
+            if (st != TFP_OK)
+                return st;
+        } else if (literal(s, n, i, "true")) {
+            i += 4;
+        } else if (literal(s, n, i, "false")) {
+            i += 5;
+        } else if (literal(s, n, i, "null")) {
+            i += 4;
+        } else {
+            return bad(err, i, "expected a value");
+        }
+        /* after a value: close containers, or a comma then the next member */
+        for (;;) {
+            if (depth == 0) {
+                if (end != NULL)
+                    *end = i;
+                return TFP_OK;
+            }
+            i = skip_ws(s, n, i);
+            if (i >= n)
+                return bad(err, i, "unexpected end of text");
+            if (s[i] == ',') {
+                i++;
+                if (stack[depth - 1] == '{') {
+                    st = scan_key(s, n, &i, err);
+                    if (st != TFP_OK)
+                        return st;
+                }
+                break;
+            }
+            if (s[i] != (stack[depth - 1] == '{' ? '}' : ']'))
+                return bad(err, i, stack[depth - 1] == '{' ? "expected ',' or '}'"
+                                                           : "expected ',' or ']'");
+            depth--;
+            i++;
+        }
+    }
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *tfp_find_dup(const char **keys, size_t n)
+{
+    if (n < 2)
+        return NULL;
+    qsort(keys, n, sizeof *keys, cmp_str);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(keys[i - 1], keys[i]) == 0)
+            return keys[i];
+    }
+    return NULL;
+}
+
+/* ---- shared by the two parsers ------------------------------------------------------- */
+
+/* 1 if some object anywhere under item repeats a key, 0 if not, -1 out of memory. */
+static int has_dup(const cJSON *item)
+{
+    const cJSON *c;
+    size_t n = 0, i = 0;
+    const char **keys;
+    int r = 0;
+
+    for (c = item->child; c != NULL; c = c->next) {
+        int sub = has_dup(c);
+
+        if (sub != 0)
+            return sub;
+        n++;
+    }
+    if (!cJSON_IsObject(item) || n < 2)
+        return 0;
+    keys = malloc(n * sizeof *keys);
+    if (keys == NULL)
+        return -1;
+    for (c = item->child; c != NULL; c = c->next)
+        keys[i++] = c->string;
+    r = tfp_find_dup(keys, n) != NULL;
+    free(keys);
+    return r;
+}
+
+/* Checks, parses and dup-checks a whole body (JSON whitespace may follow the value). */
+static tfp_status_t parse_body(const char *body, size_t len, cJSON **out, tfp_err_t *err)
+{
+    size_t end;
+    cJSON *root;
+    tfp_status_t st;
+    int dup;
+
+    st = tfp_json_check(body, len, &end, err);
+    if (st != TFP_OK)
+        return st;
+    if (skip_ws(body, len, end) != len)
+        return tfp_err_set(err, TFP_EPROTO, "invalid JSON at byte %zu: text after the value",
+                           skip_ws(body, len, end));
+    root = cJSON_ParseWithLength(body, end);
+    if (root == NULL)
+        return tfp_err_set(err, TFP_ENOMEM, "out of memory parsing JSON");
+    dup = has_dup(root);
+    if (dup != 0) {
+        cJSON_Delete(root);
+        return dup < 0 ? tfp_err_set(err, TFP_ENOMEM, "out of memory parsing JSON")
+                       : tfp_err_set(err, TFP_EPROTO, "duplicate key in JSON object");
+    }
+    *out = root;
+    return TFP_OK;
+}
+
+static int get_u53(const cJSON *item, uint64_t *out)
+{
+    double d;
+
+    if (!cJSON_IsNumber(item))
+        return -1;
+    d = item->valuedouble;
+    if (!(d >= 0) || d > (double)MAX_EXACT || d != (double)(uint64_t)d)
+        return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+/* ---- error bodies -------------------------------------------------------------------- */
+
+/* Copies at most size-1 bytes, not splitting a UTF-8 character. */
+static void copy_trunc(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+
+    if (size == 0)
+        return;
+    if (n >= size) {
+        n = size - 1;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+int tfp_parse_error_body(const char *body, size_t len, tfp_status_t *code, char *msg,
+                         size_t msg_size)
+{
+    const cJSON *e, *c;
+    cJSON *root;
+    tfp_status_t st;
+
+    if (body == NULL || parse_body(body, len, &root, NULL) != TFP_OK)
+        return -1;
+    e = cJSON_GetObjectItemCaseSensitive(root, "error");
+    c = cJSON_GetObjectItemCaseSensitive(root, "code");
+    if (!cJSON_IsObject(root) || !cJSON_IsString(e) || !cJSON_IsString(c)) {
+        cJSON_Delete(root);
+        return -1;
+    }
+    if (tfp_status_from_name(c->valuestring, &st) != 0 || st == TFP_OK)
+        st = TFP_EINTERNAL;
+    if (code != NULL)
+        *code = st;
+    if (msg != NULL)
+        copy_trunc(msg, msg_size, e->valuestring);
+    cJSON_Delete(root);
+    return 0;
+}
+
+/* ---- the listing --------------------------------------------------------------------- */
+
+void tfp_listing_free(tfp_list_entry_t *entries, size_t n)
+{
+    if (entries == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(entries[i].name);
+    free(entries);
+}
+
+/* Validates one inner {"name", "dtype", "shape"} description. */
+static tfp_status_t check_tensor(const cJSON *t, size_t i, size_t j, tfp_err_t *err)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+    const cJSON *d;
+    int rank = 0;
+
+    if (!cJSON_IsObject(t))
+        return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu].tensors[%zu] is not an object",
+                           i, j);
+    if (!cJSON_IsString(name))
+        return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu].tensors[%zu].name is not a string",
+                           i, j);
+    if (!cJSON_IsString(dtype) ||
+        tfp_dtype_from_name(dtype->valuestring, strlen(dtype->valuestring), NULL) != 0)
+        return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu].tensors[%zu].dtype is not a known dtype",
+                           i, j);
+    if (!cJSON_IsArray(shape))
+        return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu].tensors[%zu].shape is not an array",
+                           i, j);
+    cJSON_ArrayForEach(d, shape) {
+        uint64_t v;
+
+        if (++rank > 8 || get_u53(d, &v) != 0)
+            return tfp_err_set(err, TFP_EPROTO,
+                               "listing: tensors[%zu].tensors[%zu].shape is not up to 8 dims of 0..2^53",
+                               i, j);
+    }
+    return TFP_OK;
+}
+
+static tfp_status_t read_entry(const cJSON *e, size_t i, tfp_list_entry_t *out, tfp_err_t *err)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(e, "bytes");
+    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(e, "tensors");
+    const cJSON *t;
+    size_t j = 0;
+    tfp_status_t st;
+
+    if (!cJSON_IsObject(e))
+        return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu] is not an object", i);
+    if (!cJSON_IsString(name) || name->valuestring[0] == '\0')
+        return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu].name is not a non-empty string", i);
+    if (get_u53(bytes, &out->bytes) != 0)
+        return tfp_err_set(err, TFP_EPROTO,
+                           "listing: tensors[%zu].bytes is not a non-negative integer", i);
+    if (!cJSON_IsArray(tensors))
+        return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu].tensors is not an array", i);
+    cJSON_ArrayForEach(t, tensors) {
+        st = check_tensor(t, i, j, err);
+        if (st != TFP_OK)
+            return st;
+        j++;
+    }
+    out->ntensors = j;
+    out->name = malloc(strlen(name->valuestring) + 1);
+    if (out->name == NULL)
+        return tfp_err_set(err, TFP_ENOMEM, "out of memory reading the listing");
+    strcpy(out->name, name->valuestring);
+    return TFP_OK;
+}
+
+tfp_status_t tfp_parse_listing(const char *body, size_t len, tfp_list_entry_t **entries,
+                               size_t *n, tfp_err_t *err)
+{
+    const cJSON *list, *e;
+    tfp_list_entry_t *out = NULL;
+    size_t count, i = 0;
+    cJSON *root;
+    tfp_status_t st;
+
+    if (body == NULL || entries == NULL || n == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "listing: no body or no output");
+    st = parse_body(body, len, &root, err);
+    if (st != TFP_OK)
+        return st;
+    list = cJSON_GetObjectItemCaseSensitive(root, "tensors");
+    if (!cJSON_IsObject(root) || !cJSON_IsArray(list)) {
+        st = tfp_err_set(err, TFP_EPROTO, "listing: not an object with a \"tensors\" array");
+        goto free_root;
+    }
+    count = (size_t)cJSON_GetArraySize(list);
+    if (count > 0) {
+        out = calloc(count, sizeof *out);
+        if (out == NULL) {
+            st = tfp_err_set(err, TFP_ENOMEM, "out of memory reading the listing");
+            goto free_root;
+        }
+    }
+    cJSON_ArrayForEach(e, list) {
+        st = read_entry(e, i, &out[i], err);
+        if (st != TFP_OK)
+            goto free_out;
+        i++;
+    }
+    cJSON_Delete(root);
+    *entries = out;
+    *n = count;
+    return TFP_OK;
+
+free_out:
+    tfp_listing_free(out, i);
+free_root:
+    cJSON_Delete(root);
+    return st;
+}

@@ -1,1 +1,976 @@
-/* placeholder: tests/check_client.c */
+/* check_client.c - unit tests of libtfetch that need no tfetchd: documents, status and dtype
+ * names, URL and argument errors, connection failures, and the HTTP mapping checked against
+ * a tiny canned-response server started in the test on port 0.
+ *
+ * Each canned server is one thread that accepts one connection, records the request and
+ * writes a fixed response; it is joined before the test ends. The end-to-end tests against
+ * the real daemon live in check_e2e.c.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client/tfetch.h"
+#include "proto/ids.h"
+#include "proto/status.h"
+#include "tests/suites.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static tf_doc_t *sample_doc(unsigned flags, float *w, int32_t *b)
+{
+    tf_doc_t *doc = tf_doc_new();
+    ck_assert_ptr_nonnull(doc);
+    int64_t ws[2] = {2, 3}, bs[1] = {4};
+    ck_assert_int_eq(tf_doc_add(doc, "w", TF_F32, 2, ws, w, 6 * sizeof(float), flags), TF_OK);
+    ck_assert_int_eq(tf_doc_add(doc, "b", TF_I32, 1, bs, b, 4 * sizeof(int32_t), flags), TF_OK);
+    ck_assert_int_eq(tf_doc_set_meta(doc, "format", "pt"), TF_OK);
+    return doc;
+}
+
+/* A port on 127.0.0.1 that nothing listens on: bound, read back, closed. */
+static int closed_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t len = sizeof(a);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* ---- the canned-response server ----------------------------------------------------------- */
+
+typedef struct {
+    int lfd;
+    int port;
+    char *response;                 /* the whole raw HTTP response */
+    size_t response_len;
+    char head[8192];                /* request line and headers as received */
+    uint8_t *body;                  /* request body as received */
+    size_t body_len;
+    pthread_t thread;
+    int joined;
+} canned_t;
+
+static size_t content_length(const char *head)
+{
+    const char *p = head;
+    while ((p = strchr(p, '\n')) != NULL) {
+        p++;
+        if (strncasecmp(p, "Content-Length:", 15) == 0)
+            return (size_t)strtoull(p + 15, NULL, 10);
+    }
+    return 0;
+}
+
+static void *canned_main(void *arg)
+{
+    canned_t *s = arg;
+    int fd = accept(s->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    size_t n = 0;
+    char *end = NULL;
+    while (!end && n + 1 < sizeof(s->head)) {
+        ssize_t k = read(fd, s->head + n, sizeof(s->head) - 1 - n);
+        if (k <= 0)
+            goto close_fd;
+        n += (size_t)k;
+        s->head[n] = '\0';
+        end = strstr(s->head, "\r\n\r\n");
+    }
+    if (!end)
+        goto close_fd;
+    size_t head_len = (size_t)(end - s->head) + 4;
+    size_t want = content_length(s->head);
+    s->body = malloc(want + 1);
+    size_t have = n - head_len;
+    memcpy(s->body, s->head + head_len, have);
+    s->head[head_len] = '\0';
+    while (have < want) {
+        ssize_t k = read(fd, s->body + have, want - have);
+        if (k <= 0)
+            break;
+        have += (size_t)k;
+    }
+    s->body_len = have;
+    for (size_t off = 0; off < s->response_len;) {
+        ssize_t k = send(fd, s->response + off, s->response_len - off, MSG_NOSIGNAL);
+        if (k <= 0)
+            break;
+        off += (size_t)k;
+    }
+    shutdown(fd, SHUT_WR);
+    /* Wait for the client to close, so that it reads the whole response first. */
+    char sink[256];
+    while (read(fd, sink, sizeof(sink)) > 0) {
+    }
+close_fd:
+    close(fd);
+    return NULL;
+}
+
+/* Starts a server that answers one request with status, extra headers and body. */
+static canned_t *canned_start(int status, const char *headers, const void *body, size_t len)
+{
+    canned_t *s = calloc(1, sizeof(*s));
+    ck_assert_ptr_nonnull(s);
+    s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(s->lfd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(s->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(s->lfd, 4), 0);
+    socklen_t alen = sizeof(a);
+    ck_assert_int_eq(getsockname(s->lfd, (struct sockaddr *)&a, &alen), 0);
+    s->port = ntohs(a.sin_port);
+
+    char head[1024];
+    int hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d X\r\n%sContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                      status, headers, len);
+    s->response = malloc((size_t)hl + len);
+    memcpy(s->response, head, (size_t)hl);
+    if (len)
+        memcpy(s->response + hl, body, len);
+    s->response_len = (size_t)hl + len;
+    ck_assert_int_eq(pthread_create(&s->thread, NULL, canned_main, s), 0);
+    return s;
+}
+
+/* Waits for the server to have answered (its recorded request is then readable). */
+static void canned_wait(canned_t *s)
+{
+    if (!s->joined)
+        pthread_join(s->thread, NULL);
+    s->joined = 1;
+}
+
+/* Waits for the server and frees it. */
+static void canned_join(canned_t *s)
+{
+    canned_wait(s);
+    close(s->lfd);
+    free(s->response);
+    free(s->body);
+    free(s);
+}
+
+static char *url_of(const canned_t *s, const char *path)
+{
+    char *u = malloc(256);
+    snprintf(u, 256, "http://127.0.0.1:%d%s", s->port, path);
+    return u;
+}
+
+/* ---- documents ---------------------------------------------------------------------------- */
+
+START_TEST(doc_add_find_at_meta)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *doc = sample_doc(TF_COPY, w, b);
+
+    ck_assert_uint_eq(tf_doc_count(doc), 2);
+    const tf_tensor_t *t0 = tf_doc_at(doc, 0);
+    ck_assert_str_eq(t0->name, "w");
+    ck_assert_int_eq(t0->dtype, TF_F32);
+    ck_assert_int_eq(t0->rank, 2);
+    ck_assert_int_eq(t0->shape[0], 2);
+    ck_assert_int_eq(t0->shape[1], 3);
+    ck_assert_uint_eq(t0->nbytes, sizeof(w));
+    ck_assert_mem_eq(t0->data, w, sizeof(w));
+    ck_assert_ptr_eq(tf_doc_find(doc, "w"), t0);
+    const tf_tensor_t *tb = tf_doc_find(doc, "b");
+    ck_assert_ptr_nonnull(tb);
+    ck_assert_ptr_eq(tf_doc_at(doc, 1), tb);
+    ck_assert_ptr_null(tf_doc_at(doc, 2));
+    ck_assert_ptr_null(tf_doc_find(doc, "nope"));
+    ck_assert_str_eq(tf_doc_meta(doc, "format"), "pt");
+    ck_assert_ptr_null(tf_doc_meta(doc, "absent"));
+    ck_assert_int_eq(tf_doc_set_meta(doc, "format", "np"), TF_OK);
+    ck_assert_str_eq(tf_doc_meta(doc, "format"), "np");
+    tf_doc_free(doc);
+}
+END_TEST
+
+START_TEST(doc_copy_vs_borrow)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *copied = sample_doc(TF_COPY, w, b);
+    tf_doc_t *borrowed = sample_doc(TF_BORROW, w, b);
+
+    ck_assert_ptr_ne(tf_doc_find(copied, "w")->data, w);
+    ck_assert_ptr_eq(tf_doc_find(borrowed, "w")->data, w);
+    w[0] = 42;
+    ck_assert_float_eq(((const float *)tf_doc_find(copied, "w")->data)[0], 1);
+    ck_assert_float_eq(((const float *)tf_doc_find(borrowed, "w")->data)[0], 42);
+    tf_doc_free(copied);
+    tf_doc_free(borrowed);
+}
+END_TEST
+
+START_TEST(doc_encode_decode_round_trip)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *doc = sample_doc(TF_BORROW, w, b);
+    int64_t none[1] = {0};
+    ck_assert_int_eq(tf_doc_add(doc, "empty", TF_U8, 1, none, NULL, 0, TF_COPY), TF_OK);
+    double pi = 3.25;
+    ck_assert_int_eq(tf_doc_add(doc, "scalar", TF_F64, 0, NULL, &pi, 8, TF_COPY), TF_OK);
+
+    void *buf = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(tf_doc_encode(doc, &buf, &len), TF_OK);
+    ck_assert_uint_gt(len, 8 + sizeof(w) + sizeof(b) + 8);
+
+    for (unsigned flags = TF_COPY; flags <= TF_BORROW; flags++) {
+        tf_doc_t *back = NULL;
+        ck_assert_int_eq(tf_doc_decode(buf, len, flags, &back), TF_OK);
+        ck_assert_uint_eq(tf_doc_count(back), 4);
+        const tf_tensor_t *tw = tf_doc_find(back, "w");
+        ck_assert_ptr_nonnull(tw);
+        ck_assert_int_eq(tw->dtype, TF_F32);
+        ck_assert_int_eq(tw->rank, 2);
+        ck_assert_int_eq(tw->shape[1], 3);
+        ck_assert_mem_eq(tw->data, w, sizeof(w));
+        const uint8_t *p = tw->data, *lo = buf, *hi = lo + len;
+        if (flags == TF_BORROW)
+            ck_assert(p >= lo && p < hi);
+        else
+            ck_assert(p < lo || p >= hi);
+        ck_assert_mem_eq(tf_doc_find(back, "b")->data, b, sizeof(b));
+        ck_assert_uint_eq(tf_doc_find(back, "empty")->nbytes, 0);
+        ck_assert_int_eq(tf_doc_find(back, "scalar")->rank, 0);
+        ck_assert_mem_eq(tf_doc_find(back, "scalar")->data, &pi, 8);
+        ck_assert_str_eq(tf_doc_meta(back, "format"), "pt");
+        tf_doc_free(back);
+    }
+    free(buf);
+    tf_doc_free(doc);
+}
+END_TEST
+
+START_TEST(doc_encode_header_then_data)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *doc = sample_doc(TF_COPY, w, b);
+    void *whole = NULL, *hdr = NULL;
+    size_t wlen = 0, hlen = 0;
+
+    ck_assert_int_eq(tf_doc_encode(doc, &whole, &wlen), TF_OK);
+    ck_assert_int_eq(tf_doc_encode_header(doc, &hdr, &hlen), TF_OK);
+    ck_assert_uint_eq(hlen % 8, 0);
+    ck_assert_uint_eq(wlen, hlen + sizeof(w) + sizeof(b));
+    ck_assert_mem_eq(whole, hdr, hlen);
+    ck_assert_mem_eq((uint8_t *)whole + hlen, w, sizeof(w));
+    ck_assert_mem_eq((uint8_t *)whole + hlen + sizeof(w), b, sizeof(b));
+    free(whole);
+    free(hdr);
+    tf_doc_free(doc);
+}
+END_TEST
+
+START_TEST(doc_add_rejects)
+{
+    float w[6] = {0};
+    int64_t s23[2] = {2, 3}, neg[2] = {-2, -3};
+    tf_doc_t *doc = tf_doc_new();
+
+    ck_assert_int_eq(tf_doc_add(doc, "w", TF_F32, 2, s23, w, sizeof(w), TF_COPY), TF_OK);
+    /* duplicate name */
+    ck_assert_int_eq(tf_doc_add(doc, "w", TF_F32, 2, s23, w, sizeof(w), TF_COPY), TF_EINVAL);
+    /* nbytes mismatch */
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, 2, s23, w, sizeof(w) - 4, TF_COPY),
+                     TF_EINVAL);
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F64, 2, s23, w, sizeof(w), TF_COPY), TF_EINVAL);
+    /* bad rank */
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, -1, s23, w, sizeof(w), TF_COPY), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, TF_MAX_RANK + 1, s23, w, sizeof(w), TF_COPY),
+                     TF_EINVAL);
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, 2, NULL, w, sizeof(w), TF_COPY), TF_EINVAL);
+    /* negative dims, bad dtype, missing data, bad flags, bad names */
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, 2, neg, w, sizeof(w), TF_COPY), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_add(doc, "x", (tf_dtype_t)99, 2, s23, w, sizeof(w), TF_COPY),
+                     TF_EINVAL);
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, 2, s23, NULL, sizeof(w), TF_COPY), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, 2, s23, w, sizeof(w), 7), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_add(doc, NULL, TF_F32, 2, s23, w, sizeof(w), TF_COPY), TF_EINVAL);
+    ck_assert_int_ne(tf_doc_add(doc, "", TF_F32, 2, s23, w, sizeof(w), TF_COPY), TF_OK);
+    ck_assert_int_ne(tf_doc_add(doc, "__metadata__", TF_F32, 2, s23, w, sizeof(w), TF_COPY),
+                     TF_OK);
+    ck_assert_int_eq(tf_doc_add(NULL, "x", TF_F32, 2, s23, w, sizeof(w), TF_COPY), TF_EINVAL);
+    /* a size that overflows */
+    int64_t huge[3] = {INT64_MAX, INT64_MAX, 4};
+    ck_assert_int_ne(tf_doc_add(doc, "x", TF_F32, 3, huge, w, sizeof(w), TF_COPY), TF_OK);
+    /* nothing was added by the failures */
+    ck_assert_uint_eq(tf_doc_count(doc), 1);
+    ck_assert_int_eq(tf_doc_set_meta(doc, NULL, "v"), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_set_meta(doc, "k", NULL), TF_EINVAL);
+    tf_doc_free(doc);
+}
+END_TEST
+
+START_TEST(doc_decode_rejects)
+{
+    static const char junk[] = "definitely not safetensors";
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_doc_decode(junk, sizeof(junk), TF_COPY, &doc), TF_EPROTO);
+    ck_assert_ptr_null(doc);
+    ck_assert_int_eq(tf_doc_decode(junk, 0, TF_BORROW, &doc), TF_EPROTO);
+    ck_assert_int_eq(tf_doc_decode(NULL, 5, TF_BORROW, &doc), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_decode(junk, sizeof(junk), 9, &doc), TF_EINVAL);
+
+    /* a valid document cut short */
+    float w[6] = {0};
+    int32_t b[4] = {0};
+    tf_doc_t *src = sample_doc(TF_COPY, w, b);
+    void *buf;
+    size_t len;
+    ck_assert_int_eq(tf_doc_encode(src, &buf, &len), TF_OK);
+    ck_assert_int_ne(tf_doc_decode(buf, len - 1, TF_BORROW, &doc), TF_OK);
+    ck_assert_int_ne(tf_doc_decode(buf, 7, TF_BORROW, &doc), TF_OK);
+    ck_assert_ptr_null(doc);
+    free(buf);
+    tf_doc_free(src);
+}
+END_TEST
+
+START_TEST(free_null_is_noop)
+{
+    tf_doc_free(NULL);
+    tf_client_free(NULL);
+    tf_list_free(NULL, 0);
+    ck_assert_uint_eq(tf_doc_count(NULL), 0);
+    ck_assert_ptr_null(tf_doc_at(NULL, 0));
+    ck_assert_ptr_null(tf_doc_find(NULL, "x"));
+    ck_assert_ptr_null(tf_client_last(NULL));
+}
+END_TEST
+
+/* ---- names -------------------------------------------------------------------------------- */
+
+static const struct {
+    tf_status_t st;
+    const char *name;
+    const char *text;
+} all_statuses[] = {
+#define X(n, v, s) {TF_##n, "TF_" #n, s},
+    TF_STATUS_MAP(X)
+#undef X
+};
+
+START_TEST(status_names_and_texts)
+{
+    size_t n = sizeof(all_statuses) / sizeof(all_statuses[0]);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(tf_err_name(all_statuses[i].st), all_statuses[i].name);
+        ck_assert_str_eq(tf_strerror(all_statuses[i].st), all_statuses[i].text);
+        ck_assert_uint_gt(strlen(tf_strerror(all_statuses[i].st)), 0);
+        for (size_t j = 0; j < i; j++)
+            ck_assert_int_ne(all_statuses[i].st, all_statuses[j].st);
+    }
+    ck_assert_str_eq(tf_err_name((tf_status_t)-999), "TF_EUNKNOWN");
+    ck_assert_str_eq(tf_strerror((tf_status_t)-999), "unknown status");
+    ck_assert_str_eq(tf_err_name((tf_status_t)7), "TF_EUNKNOWN");
+}
+END_TEST
+
+START_TEST(status_names_match_proto)
+{
+    /* The wire names the server sends map onto the same values here. */
+#define X(n, v, h, s)                                                    \
+    do {                                                                 \
+        ck_assert_int_eq((int)TF_##n, (int)TFP_##n);                     \
+        ck_assert_str_eq(tf_err_name(TF_##n), tfp_status_name(TFP_##n)); \
+    } while (0);
+    TFP_STATUS_MAP(X)
+#undef X
+}
+END_TEST
+
+START_TEST(dtype_names)
+{
+    static const struct {
+        tf_dtype_t dt;
+        const char *name;
+        size_t size;
+    } all[] = {
+        {TF_F64, "F64", 8}, {TF_F32, "F32", 4}, {TF_F16, "F16", 2}, {TF_BF16, "BF16", 2},
+        {TF_F8_E4M3, "F8_E4M3", 1}, {TF_F8_E5M2, "F8_E5M2", 1}, {TF_I64, "I64", 8},
+        {TF_I32, "I32", 4}, {TF_I16, "I16", 2}, {TF_I8, "I8", 1}, {TF_U64, "U64", 8},
+        {TF_U32, "U32", 4}, {TF_U16, "U16", 2}, {TF_U8, "U8", 1}, {TF_BOOL, "BOOL", 1},
+    };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        tf_dtype_t back;
+        ck_assert_str_eq(tf_dtype_name(all[i].dt), all[i].name);
+        ck_assert_uint_eq(tf_dtype_size(all[i].dt), all[i].size);
+        ck_assert_int_eq(tf_dtype_from_name(all[i].name, &back), TF_OK);
+        ck_assert_int_eq(back, all[i].dt);
+    }
+    tf_dtype_t dt = TF_U8;
+    ck_assert_ptr_null(tf_dtype_name((tf_dtype_t)15));
+    ck_assert_ptr_null(tf_dtype_name((tf_dtype_t)-1));
+    ck_assert_uint_eq(tf_dtype_size((tf_dtype_t)15), 0);
+    ck_assert_int_eq(tf_dtype_from_name("f32", &dt), TF_EINVAL);
+    ck_assert_int_eq(tf_dtype_from_name("F32 ", &dt), TF_EINVAL);
+    ck_assert_int_eq(tf_dtype_from_name("", &dt), TF_EINVAL);
+    ck_assert_int_eq(tf_dtype_from_name(NULL, &dt), TF_EINVAL);
+    ck_assert_int_eq(dt, TF_U8);
+}
+END_TEST
+
+/* ---- client without a server --------------------------------------------------------------- */
+
+START_TEST(client_bad_urls)
+{
+    static const char *const bad[] = {
+        "garbage", "", "ftp://127.0.0.1/v1/tensors/w", "http://", "://x", "http//x/y",
+        "file:///etc/passwd",
+    };
+    tf_client_t *c;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        tf_doc_t *doc = NULL;
+        ck_assert_msg(tf_get(c, bad[i], 0, &doc) == TF_EURL, "get %s", bad[i]);
+        ck_assert_ptr_null(doc);
+        const tf_result_t *r = tf_client_last(c);
+        ck_assert_int_eq(r->status, TF_EURL);
+        ck_assert_str_eq(r->op, "get");
+        ck_assert_int_eq(r->http_status, 0);
+        ck_assert_uint_gt(strlen(r->error), 0);
+    }
+    char *json = NULL;
+    tf_entry_t *e = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(tf_get(c, NULL, 0, &(tf_doc_t *){NULL}), TF_EURL);
+    ck_assert_int_eq(tf_delete(c, "nope"), TF_EURL);
+    ck_assert_int_eq(tf_list(c, "not a url", &e, &n), TF_EURL);
+    ck_assert_str_eq(tf_client_last(c)->op, "list");
+    ck_assert_int_eq(tf_info(c, "gopher://x", &json), TF_EURL);
+    ck_assert_str_eq(tf_client_last(c)->op, "info");
+    ck_assert_ptr_null(json);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(client_bad_arguments)
+{
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_new(NULL), TF_EINVAL);
+    ck_assert_int_eq(tf_fetch(c, "http://127.0.0.1:1/x", NULL, NULL), TF_EINVAL);
+    ck_assert_int_eq(tf_get(c, "http://127.0.0.1:1/x", 0, NULL), TF_EINVAL);
+    ck_assert_int_eq(tf_get(c, "http://127.0.0.1:1/x", -5, &doc), TF_EINVAL);
+    ck_assert_int_eq(tf_put(c, "http://127.0.0.1:1/x", NULL), TF_EINVAL);
+    ck_assert_int_eq(tf_list(c, "http://127.0.0.1:1", NULL, NULL), TF_EINVAL);
+    ck_assert_int_eq(tf_info(c, "http://127.0.0.1:1", NULL), TF_EINVAL);
+    ck_assert_int_eq(tf_get(NULL, "http://127.0.0.1:1/x", 0, &doc), TF_EINVAL);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(client_user_and_request_ids)
+{
+    tf_client_t *c;
+    char long_id[200];
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_user(c, "alice.B-1_2"), TF_OK);
+    ck_assert_int_eq(tf_client_set_user(c, "bad user"), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_user(c, ""), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_user(c, "a/b"), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_user(c, "x:y"), TF_EINVAL);
+    memset(long_id, 'u', 129);
+    long_id[129] = '\0';
+    ck_assert_int_eq(tf_client_set_user(c, long_id), TF_EINVAL);
+    long_id[128] = '\0';
+    ck_assert_int_eq(tf_client_set_user(c, long_id), TF_OK);
+    ck_assert_int_eq(tf_client_set_user(c, NULL), TF_OK);
+    ck_assert_int_eq(tf_client_set_user(NULL, "a"), TF_EINVAL);
+
+    ck_assert_int_eq(tf_client_set_request_id(c, "bad id"), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_request_id(c, "retry:42"), TF_OK);
+
+    /* The id set is used by the next request only; later ones get fresh unique ids. */
+    tf_doc_t *doc = NULL;
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", closed_port());
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
+    ck_assert_str_eq(tf_client_last(c)->request_id, "retry:42");
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
+    char first[129];
+    snprintf(first, sizeof(first), "%s", tf_client_last(c)->request_id);
+    ck_assert(tfp_request_id_valid(first));
+    ck_assert_str_ne(first, "retry:42");
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
+    ck_assert(tfp_request_id_valid(tf_client_last(c)->request_id));
+    ck_assert_str_ne(tf_client_last(c)->request_id, first);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(client_connection_refused)
+{
+    tf_client_t *c;
+    char url[64], base[64];
+    int port = closed_port();
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", port);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
+    ck_assert_ptr_null(doc);
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert_int_eq(r->status, TF_ECONNECT);
+    ck_assert_int_eq(r->http_status, 0);
+    ck_assert_str_eq(r->op, "get");
+    ck_assert_str_eq(r->transport, "http");
+    ck_assert(tfp_request_id_valid(r->request_id));
+    ck_assert_uint_gt(strlen(r->error), 0);
+    ck_assert_uint_eq(r->bytes_received, 0);
+    ck_assert(r->seconds >= 0.0 && r->seconds < 10.0);
+
+    float w[6] = {0};
+    int32_t b[4] = {0};
+    tf_doc_t *in = sample_doc(TF_BORROW, w, b);
+    ck_assert_int_eq(tf_put(c, url, in), TF_ECONNECT);
+    ck_assert_str_eq(tf_client_last(c)->op, "put");
+    ck_assert_int_eq(tf_fetch(c, url, in, &doc), TF_ECONNECT);
+    ck_assert_str_eq(tf_client_last(c)->op, "call");
+    ck_assert_int_eq(tf_fetch(c, url, NULL, &doc), TF_ECONNECT);
+    ck_assert_str_eq(tf_client_last(c)->op, "get");
+    ck_assert_int_eq(tf_fetch(c, url, in, NULL), TF_ECONNECT);
+    ck_assert_str_eq(tf_client_last(c)->op, "put");
+    ck_assert_int_eq(tf_delete(c, url), TF_ECONNECT);
+    ck_assert_str_eq(tf_client_last(c)->op, "delete");
+    tf_entry_t *e = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(tf_list(c, base, &e, &n), TF_ECONNECT);
+    char *json = NULL;
+    ck_assert_int_eq(tf_info(c, base, &json), TF_ECONNECT);
+    ck_assert_ptr_null(json);
+    tf_doc_free(in);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(client_timeout)
+{
+    /* A listener that never accepts: the connection completes, no answer ever comes. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    socklen_t len = sizeof(a);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", ntohs(a.sin_port));
+
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_client_set_timeout(c, 200);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ETIMEDOUT);
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert(r->seconds >= 0.15 && r->seconds < 5.0);
+    /* wait_ms lengthens the timeout by the wait */
+    ck_assert_int_eq(tf_get(c, url, 300, &doc), TF_ETIMEDOUT);
+    ck_assert(tf_client_last(c)->seconds >= 0.45);
+    tf_client_free(c);
+    close(fd);
+}
+END_TEST
+
+/* ---- client against canned responses -------------------------------------------------------- */
+
+START_TEST(http_get_decodes_and_sends_ids)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *src = sample_doc(TF_COPY, w, b);
+    void *body;
+    size_t blen;
+    ck_assert_int_eq(tf_doc_encode(src, &body, &blen), TF_OK);
+    canned_t *s = canned_start(200,
+                               "Content-Type: application/x-safetensors\r\n"
+                               "Tfetch-Request-Id: echoed-7\r\nTfetch-Transport: http\r\n",
+                               body, blen);
+    char *url = url_of(s, "/v1/tensors/w");
+
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_user(c, "alice"), TF_OK);
+    ck_assert_int_eq(tf_client_set_request_id(c, "req-1"), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 250, &doc), TF_OK);
+    canned_join(s);
+
+    ck_assert_uint_eq(tf_doc_count(doc), 2);
+    ck_assert_mem_eq(tf_doc_find(doc, "w")->data, w, sizeof(w));
+    ck_assert_str_eq(tf_doc_meta(doc, "format"), "pt");
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert_int_eq(r->status, TF_OK);
+    ck_assert_int_eq(r->http_status, 200);
+    ck_assert_str_eq(r->request_id, "echoed-7");
+    ck_assert_str_eq(r->transport, "http");
+    ck_assert_str_eq(r->op, "get");
+    ck_assert_uint_eq(r->bytes_received, blen);
+    ck_assert_str_eq(r->error, "");
+    tf_doc_free(doc);
+    tf_doc_free(src);
+    free(body);
+    free(url);
+    tf_client_free(c);
+}
+END_TEST
+
+/* The request the canned server recorded, checked in the test's thread. */
+START_TEST(http_request_headers_and_body)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *in = sample_doc(TF_BORROW, w, b);
+    void *expect;
+    size_t elen;
+    ck_assert_int_eq(tf_doc_encode(in, &expect, &elen), TF_OK);
+    canned_t *s = canned_start(201, "", NULL, 0);
+    char *url = url_of(s, "/v1/tensors/w");
+
+    tf_client_t *c;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_user(c, "bob"), TF_OK);
+    ck_assert_int_eq(tf_client_set_request_id(c, "put-1"), TF_OK);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert_int_eq(r->http_status, 201);
+    ck_assert_str_eq(r->request_id, "put-1");   /* not echoed: the one sent */
+    ck_assert_uint_eq(r->bytes_sent, elen);
+    canned_wait(s);
+
+    ck_assert_msg(strncmp(s->head, "PUT /v1/tensors/w HTTP/1.1\r\n", 28) == 0, "%s", s->head);
+    ck_assert_ptr_nonnull(strcasestr(s->head, "\r\nTfetch-User: bob\r\n"));
+    ck_assert_ptr_nonnull(strcasestr(s->head, "\r\nTfetch-Request-Id: put-1\r\n"));
+    ck_assert_ptr_nonnull(strcasestr(s->head, "\r\nContent-Type: application/x-safetensors\r\n"));
+    ck_assert_ptr_null(strcasestr(s->head, "100-continue"));
+    ck_assert_uint_eq(s->body_len, elen);
+    ck_assert_mem_eq(s->body, expect, elen);
+    canned_join(s);
+    free(expect);
+    free(url);
+    tf_doc_free(in);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(http_get_wait_query_and_generated_id)
+{
+    static const char err[] = "{\"error\":\"no such tensor: w\",\"code\":\"TF_ENOTFOUND\"}";
+    canned_t *s = canned_start(404, "Content-Type: application/json\r\n", err, strlen(err));
+    char *url = url_of(s, "/v1/tensors/w");
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 1500, &doc), TF_ENOTFOUND);
+    canned_wait(s);
+    ck_assert_msg(strncmp(s->head, "GET /v1/tensors/w?wait=1500 HTTP/1.1\r\n", 38) == 0, "%s",
+                  s->head);
+    const char *rid = strcasestr(s->head, "\r\nTfetch-Request-Id: ");
+    ck_assert_ptr_nonnull(rid);
+    ck_assert_ptr_null(strcasestr(s->head, "Tfetch-User"));
+    char sent[129];
+    ck_assert_int_eq(sscanf(rid + 21, "%128[^\r]", sent), 1);
+    ck_assert_str_eq(sent, tf_client_last(c)->request_id);
+
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert_int_eq(r->http_status, 404);
+    ck_assert_str_eq(r->error, "no such tensor: w");
+    ck_assert_ptr_null(doc);
+    canned_join(s);
+    free(url);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(http_error_codes_map_by_name)
+{
+    static const struct {
+        int http;
+        const char *code;
+        tf_status_t st;
+    } cases[] = {
+        {400, "TF_EPROTO", TF_EPROTO},     {413, "TF_ETOOBIG", TF_ETOOBIG},
+        {415, "TF_EMEDIATYPE", TF_EMEDIATYPE}, {503, "TF_EBUSY", TF_EBUSY},
+        {507, "TF_ENOSPACE", TF_ENOSPACE}, {500, "TF_EWHATEVER", TF_EINTERNAL},
+    };
+    tf_client_t *c;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[128];
+        int n = snprintf(body, sizeof(body), "{\"error\": \"boom %zu\", \"code\": \"%s\"}", i,
+                         cases[i].code);
+        canned_t *s = canned_start(cases[i].http, "Content-Type: application/json\r\n", body,
+                                   (size_t)n);
+        char *url = url_of(s, "/v1/tensors/x");
+        ck_assert_int_eq(tf_delete(c, url), cases[i].st);
+        canned_join(s);
+        const tf_result_t *r = tf_client_last(c);
+        ck_assert_int_eq(r->http_status, cases[i].http);
+        char want[32];
+        snprintf(want, sizeof(want), "boom %zu", i);
+        ck_assert_str_eq(r->error, want);
+        free(url);
+    }
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(http_non_json_error_is_ehttp)
+{
+    static const char html[] = "<html>Bad Gateway</html>\n";
+    canned_t *s = canned_start(502, "Content-Type: text/html\r\n", html, sizeof(html) - 1);
+    char *url = url_of(s, "/v1/tensors/x");
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_EHTTP);
+    canned_join(s);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 502);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "502"));
+    free(url);
+
+    /* An error status with no body at all */
+    s = canned_start(418, "", NULL, 0);
+    url = url_of(s, "/v1/tensors/x");
+    ck_assert_int_eq(tf_delete(c, url), TF_EHTTP);
+    canned_join(s);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "418"));
+    free(url);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(http_bad_body_is_eproto)
+{
+    static const char junk[] = "\x10\0\0\0\0\0\0\0{\"w\": 1}        ";
+    canned_t *s = canned_start(200, "Content-Type: application/x-safetensors\r\n", junk,
+                               sizeof(junk) - 1);
+    char *url = url_of(s, "/v1/tensors/w");
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_EPROTO);
+    canned_join(s);
+    ck_assert_ptr_null(doc);
+    ck_assert_int_eq(tf_client_last(c)->status, TF_EPROTO);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 200);
+    ck_assert_uint_gt(strlen(tf_client_last(c)->error), 0);
+    free(url);
+
+    /* an empty 200 is not a document either */
+    s = canned_start(200, "Content-Type: application/x-safetensors\r\n", NULL, 0);
+    url = url_of(s, "/v1/tensors/w");
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_EPROTO);
+    canned_join(s);
+    free(url);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(http_raw_response)
+{
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    canned_t *s = canned_start(200,
+                               "Content-Type: application/octet-stream\r\n"
+                               "Tfetch-Dtype: F32\r\nTfetch-Shape: 2,3\r\n",
+                               v, sizeof(v));
+    char *url = url_of(s, "/v1/tensors/act");
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_OK);
+    canned_join(s);
+    ck_assert_uint_eq(tf_doc_count(doc), 1);
+    const tf_tensor_t *t = tf_doc_find(doc, "act");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, TF_F32);
+    ck_assert_int_eq(t->rank, 2);
+    ck_assert_mem_eq(t->data, v, sizeof(v));
+    tf_doc_free(doc);
+    free(url);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(http_exchange_posts_doc)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *in = sample_doc(TF_BORROW, w, b);
+    void *body;
+    size_t blen;
+    ck_assert_int_eq(tf_doc_encode(in, &body, &blen), TF_OK);
+    canned_t *s = canned_start(200, "Content-Type: application/x-safetensors\r\n", body, blen);
+    char *url = url_of(s, "/v1/call/echo");
+    tf_client_t *c;
+    tf_doc_t *out = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_fetch(c, url, in, &out), TF_OK);
+    canned_wait(s);
+    ck_assert_msg(strncmp(s->head, "POST /v1/call/echo HTTP/1.1\r\n", 29) == 0, "%s", s->head);
+    ck_assert_uint_eq(s->body_len, blen);
+    ck_assert_mem_eq(s->body, body, blen);
+    ck_assert_str_eq(tf_client_last(c)->op, "call");
+    ck_assert_mem_eq(tf_doc_find(out, "b")->data, b, sizeof(b));
+    canned_join(s);
+    tf_doc_free(out);
+    tf_doc_free(in);
+    free(body);
+    free(url);
+    tf_client_free(c);
+}
+END_TEST
+
+START_TEST(http_list_and_info)
+{
+    static const char listing[] =
+        "{\"tensors\":[{\"name\":\"w\",\"bytes\":123,\"tensors\":[{\"name\":\"w\",\"dtype\":"
+        "\"F32\",\"shape\":[2,2]}]},{\"name\":\"pair\",\"bytes\":456,\"tensors\":[{\"name\":"
+        "\"a\",\"dtype\":\"U8\",\"shape\":[1]},{\"name\":\"b\",\"dtype\":\"U8\",\"shape\":[1]}]}]}";
+    canned_t *s = canned_start(200, "Content-Type: application/json\r\n", listing,
+                               sizeof(listing) - 1);
+    char *base = url_of(s, "/ignored/path?q=1");
+    tf_client_t *c;
+    tf_entry_t *e = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_list(c, base, &e, &n), TF_OK);
+    canned_wait(s);
+    ck_assert_msg(strncmp(s->head, "GET /v1/tensors HTTP/1.1\r\n", 26) == 0, "%s", s->head);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(e[0].name, "w");
+    ck_assert_uint_eq(e[0].bytes, 123);
+    ck_assert_uint_eq(e[0].ntensors, 1);
+    ck_assert_str_eq(e[1].name, "pair");
+    ck_assert_uint_eq(e[1].ntensors, 2);
+    tf_list_free(e, n);
+    canned_join(s);
+    free(base);
+
+    static const char info[] = "{\"version\":\"0.1.0\",\"transports\":[\"http\"]}";
+    s = canned_start(200, "Content-Type: application/json\r\n", info, sizeof(info) - 1);
+    base = url_of(s, "");
+    char *json = NULL;
+    ck_assert_int_eq(tf_info(c, base, &json), TF_OK);
+    canned_join(s);
+    ck_assert_str_eq(json, info);
+    free(json);
+    free(base);
+
+    /* a listing that is not one */
+    s = canned_start(200, "Content-Type: application/json\r\n", "[1,2]", 5);
+    base = url_of(s, "");
+    ck_assert_int_eq(tf_list(c, base, &e, &n), TF_EPROTO);
+    canned_join(s);
+    free(base);
+    tf_client_free(c);
+}
+END_TEST
+
+static int abort_progress(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void *ud)
+{
+    int *calls = ud;
+    (*calls)++;
+    return dn > 0;
+}
+
+START_TEST(http_progress_abort_and_max_body)
+{
+    size_t big = 4u << 20;
+    uint8_t *body = calloc(1, big);
+    canned_t *s = canned_start(200, "Content-Type: application/x-safetensors\r\n", body, big);
+    char *url = url_of(s, "/v1/tensors/big");
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    int calls = 0;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_client_set_progress(c, abort_progress, &calls);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECANCELED);
+    ck_assert_int_gt(calls, 0);
+    canned_join(s);
+    free(url);
+
+    tf_client_set_progress(c, NULL, NULL);
+    tf_client_set_max_body(c, 1u << 20);
+    s = canned_start(200, "Content-Type: application/x-safetensors\r\n", body, big);
+    url = url_of(s, "/v1/tensors/big");
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ETOOBIG);
+    canned_join(s);
+    ck_assert_ptr_null(doc);
+    free(url);
+    free(body);
+    tf_client_free(c);
+}
+END_TEST
+
+Suite *suite_client(void)
+{
+    Suite *s = suite_create("client");
+
+    TCase *docs = tcase_create("doc");
+    tcase_add_test(docs, doc_add_find_at_meta);
+    tcase_add_test(docs, doc_copy_vs_borrow);
+    tcase_add_test(docs, doc_encode_decode_round_trip);
+    tcase_add_test(docs, doc_encode_header_then_data);
+    tcase_add_test(docs, doc_add_rejects);
+    tcase_add_test(docs, doc_decode_rejects);
+    tcase_add_test(docs, free_null_is_noop);
+    suite_add_tcase(s, docs);
+
+    TCase *names = tcase_create("names");
+    tcase_add_test(names, status_names_and_texts);
+    tcase_add_test(names, status_names_match_proto);
+    tcase_add_test(names, dtype_names);
+    suite_add_tcase(s, names);
+
+    TCase *offline = tcase_create("offline");
+    tcase_add_test(offline, client_bad_urls);
+    tcase_add_test(offline, client_bad_arguments);
+    tcase_add_test(offline, client_user_and_request_ids);
+    tcase_add_test(offline, client_connection_refused);
+    tcase_add_test(offline, client_timeout);
+    tcase_set_timeout(offline, 30);
+    suite_add_tcase(s, offline);
+
+    TCase *http = tcase_create("http");
+    tcase_add_test(http, http_get_decodes_and_sends_ids);
+    tcase_add_test(http, http_request_headers_and_body);
+    tcase_add_test(http, http_get_wait_query_and_generated_id);
+    tcase_add_test(http, http_error_codes_map_by_name);
+    tcase_add_test(http, http_non_json_error_is_ehttp);
+    tcase_add_test(http, http_bad_body_is_eproto);
+    tcase_add_test(http, http_raw_response);
+    tcase_add_test(http, http_exchange_posts_doc);
+    tcase_add_test(http, http_list_and_info);
+    tcase_add_test(http, http_progress_abort_and_max_body);
+    tcase_set_timeout(http, 30);
+    suite_add_tcase(s, http);
+    return s;
+}

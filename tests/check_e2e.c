@@ -1,1 +1,603 @@
-/* placeholder: tests/check_e2e.c */
+/* check_e2e.c - end-to-end suite: the real tfetchd (port 0) driven by libtfetch and by the
+ * curl command line. Every endpoint, every dtype, long-poll, limits (413/431/507), JSON errors,
+ * malformed bodies, concurrency with checksummed data, and SIGTERM during a transfer.
+ * Each test starts its own daemon (Check forks per test), so tests share nothing.
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "tests/daemon_util.h"
+#include "client/tfetch.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static td_daemon_t D;
+static char out[1 << 16];
+
+static void start(const char *const *args)
+{
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+}
+
+static void stop_clean(void)
+{
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+}
+
+/* curl -s with extra args against a path; returns the HTTP status; the body lands in out. */
+static int curl(const char *args, const char *path)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "curl -sS -o /tmp/tf-e2e-body-%d -w '%%{http_code}' %s '%s%s'",
+             (int)getpid(), args, D.base, path);
+    char code[16];
+    int rc = td_run(cmd, code, sizeof code);
+    ck_assert_msg(rc == 0, "curl failed (%d): %s", rc, cmd);
+    snprintf(cmd, sizeof cmd, "cat /tmp/tf-e2e-body-%d", (int)getpid());
+    td_run(cmd, out, sizeof out);
+    return atoi(code);
+}
+
+static tf_client_t *client(void)
+{
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    return c;
+}
+
+/* ---- curl ------------------------------------------------------------------------------ */
+
+START_TEST(curl_raw_put_get_json_list_delete)
+{
+    start(NULL);
+    float v[6] = {1, 2, 3, 4, 5, 6.5f};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    char args[512];
+    snprintf(args, sizeof args, "-X PUT --data-binary @%s -H 'Content-Type: application/octet-stream' "
+             "-H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2,3'", f);
+    ck_assert_int_eq(curl(args, "/v1/tensors/w"), 201);
+    ck_assert_int_eq(curl(args, "/v1/tensors/w"), 204);        /* replaced */
+
+    ck_assert_int_eq(curl("-H 'Accept: application/json'", "/v1/tensors/w"), 200);
+    ck_assert_str_eq(out, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data\":[[1,2,3],[4,5,6.5]]}}");
+
+    ck_assert_int_eq(curl("-H 'Accept: application/octet-stream' -D /dev/stderr", "/v1/tensors/w"), 200);
+    ck_assert_int_eq(memcmp(out, v, sizeof v), 0);
+
+    /* Default: safetensors, readable by the library. */
+    ck_assert_int_eq(curl("", "/v1/tensors/w"), 200);
+    tf_doc_t *doc = NULL;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -sS %s/v1/tensors/w -o /tmp/tf-e2e-st-%d", D.base, (int)getpid());
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "/tmp/tf-e2e-st-%d", (int)getpid());
+    FILE *fp = fopen(cmd, "rb");
+    ck_assert_ptr_nonnull(fp);
+    static uint8_t st[4096];
+    size_t n = fread(st, 1, sizeof st, fp);
+    fclose(fp);
+    ck_assert_int_eq(tf_doc_decode(st, n, TF_COPY, &doc), TF_OK);
+    const tf_tensor_t *t = tf_doc_find(doc, "w");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, TF_F32);
+    ck_assert_int_eq(t->rank, 2);
+    ck_assert_int_eq(t->shape[0], 2);
+    ck_assert_int_eq(t->shape[1], 3);
+    ck_assert_int_eq(memcmp(t->data, v, sizeof v), 0);
+    tf_doc_free(doc);
+
+    ck_assert_int_eq(curl("", "/v1/tensors"), 200);
+    ck_assert_msg(strstr(out, "{\"name\":\"w\",\"bytes\":") != NULL, "listing: %s", out);
+    ck_assert_msg(strstr(out, "\"dtype\":\"F32\",\"shape\":[2,3]") != NULL, "listing: %s", out);
+
+    ck_assert_int_eq(curl("-X DELETE", "/v1/tensors/w"), 204);
+    ck_assert_int_eq(curl("-X DELETE", "/v1/tensors/w"), 404);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_ENOTFOUND\"") != NULL, "error body: %s", out);
+    ck_assert_int_eq(curl("", "/v1/tensors/w"), 404);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(curl_endpoints_and_errors)
+{
+    start(NULL);
+    ck_assert_int_eq(curl("", "/healthz"), 200);
+    ck_assert_str_eq(out, "ok\n");
+    ck_assert_int_eq(curl("", "/v1/info"), 200);
+    ck_assert_msg(strstr(out, "\"transports\":[\"http\"]") != NULL, "info: %s", out);
+    ck_assert_msg(strstr(out, "\"max_body\":") != NULL, "info: %s", out);
+    ck_assert_int_eq(curl("", "/nope"), 404);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_ENOTFOUND\"") != NULL, "%s", out);
+    ck_assert_int_eq(curl("-X POST -d x", "/v1/tensors"), 405);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_EMETHOD\"") != NULL, "%s", out);
+    ck_assert_int_eq(curl("", "/v1/tensors/bad%2Fname"), 400);
+    ck_assert_int_eq(curl("-H 'Tfetch-User: no spaces allowed'", "/v1/tensors"), 400);
+    ck_assert_msg(strstr(out, "Tfetch-User") != NULL, "%s", out);
+    ck_assert_int_eq(curl("-H 'Tfetch-Request-Id: bad id!'", "/v1/tensors"), 400);
+    ck_assert_int_eq(curl("-X PUT -H 'Content-Type: text/plain' -d hi", "/v1/tensors/x"), 415);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_EMEDIATYPE\"") != NULL, "%s", out);
+    /* Raw body whose size does not match its header. */
+    ck_assert_int_eq(curl("-X PUT -H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: F32' "
+                          "-H 'Tfetch-Shape: 4' --data-binary abc", "/v1/tensors/x"), 400);
+    ck_assert_int_eq(curl("-X PUT -H 'Tfetch-Dtype: F99' -H 'Tfetch-Shape: 1' --data-binary abcd",
+                          "/v1/tensors/x"), 400);
+    ck_assert_int_eq(curl("-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: -1' --data-binary a",
+                          "/v1/tensors/x"), 400);
+    /* Malformed safetensors: the message says what was wrong. */
+    const char bad[] = "\x10\0\0\0\0\0\0\0{\"a\":{\"dtype\":1}}";
+    const char *f = td_tmpfile(0, bad, sizeof bad - 1);
+    char args[256];
+    snprintf(args, sizeof args, "-X PUT -H 'Content-Type: application/x-safetensors' --data-binary @%s", f);
+    ck_assert_int_eq(curl(args, "/v1/tensors/x"), 400);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_EPROTO\"") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "dtype") != NULL, "message should name dtype: %s", out);
+    ck_assert_int_eq(curl("-X PUT --data-binary short", "/v1/tensors/x"), 400);
+    /* Nothing bad was stored. */
+    ck_assert_int_eq(curl("", "/v1/tensors/x"), 404);
+    /* Request ids are echoed; missing ones are made. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -sS -D - -o /dev/null -H 'Tfetch-Request-Id: abc-123' "
+             "-H 'Tfetch-User: alice' %s/healthz", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strcasestr(out, "Tfetch-Request-Id: abc-123") != NULL, "%s", out);
+    ck_assert_msg(strcasestr(out, "Tfetch-User: alice") != NULL, "%s", out);
+    ck_assert_msg(strcasestr(out, "Tfetch-Transport: http") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "curl -sS -D - -o /dev/null %s/healthz", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strcasestr(out, "Tfetch-Request-Id: tfd-") != NULL, "%s", out);
+    /* The metrics saw all of it. */
+    ck_assert_int_eq(curl("", "/metrics"), 200);
+    ck_assert_msg(strstr(out, "tfetch_requests_total{route=\"tensor_put\",status=\"415\"} 1") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "tfetch_errors_total{route=\"tensor_put\",code=\"TF_EPROTO\"}") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "tfetch_stored_tensors 0") != NULL, "%s", out);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(curl_limits)
+{
+    const char *args[] = {"--max-body", "4K", "--store-memory", "8K", "--max-header", "2K", NULL};
+    start(args);
+    static uint8_t big[6000];
+    const char *f = td_tmpfile(0, big, sizeof big);
+    char a[512];
+    /* 413 before the body is read: answered instead of 100-continue. */
+    snprintf(a, sizeof a, "-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 6000' --data-binary @%s", f);
+    ck_assert_int_eq(curl(a, "/v1/tensors/big"), 413);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_ETOOBIG\"") != NULL, "%s", out);
+    /* 413 for a chunked body that grows past the limit. */
+    snprintf(a, sizeof a, "-X PUT -H 'Transfer-Encoding: chunked' -H 'Content-Type: application/x-safetensors' "
+             "--data-binary @%s", f);
+    ck_assert_int_eq(curl(a, "/v1/tensors/big"), 413);
+    /* 507 once the store is full. */
+    const char *g = td_tmpfile(1, big, 3000);
+    snprintf(a, sizeof a, "-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 3000' --data-binary @%s", g);
+    ck_assert_int_eq(curl(a, "/v1/tensors/a"), 201);
+    ck_assert_int_eq(curl(a, "/v1/tensors/b"), 201);
+    ck_assert_int_eq(curl(a, "/v1/tensors/c"), 507);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_ENOSPACE\"") != NULL, "%s", out);
+    ck_assert_int_eq(curl(a, "/v1/tensors/a"), 204);            /* replacing fits */
+    ck_assert_int_eq(curl("-X DELETE", "/v1/tensors/b"), 204);
+    ck_assert_int_eq(curl(a, "/v1/tensors/c"), 201);            /* room again */
+    /* 431 for oversized headers. */
+    char h[3000];
+    memset(h, 'x', sizeof h);
+    memcpy(h, "-H 'X-Pad: ", 11);
+    strcpy(h + 2500, "'");
+    ck_assert_int_eq(curl(h, "/healthz"), 431);
+    /* JSON rendering limit. */
+    const char *args2[] = {"--json-max-elements", "4", NULL};
+    stop_clean();
+    start(args2);
+    snprintf(a, sizeof a, "-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 5' --data-binary @%s", g);
+    ck_assert_int_eq(curl("-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 5' --data-binary 12345", "/v1/tensors/five"), 201);
+    ck_assert_int_eq(curl("-H 'Accept: application/json'", "/v1/tensors/five"), 406);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_ENOTACCEPT\"") != NULL, "%s", out);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(curl_expect_100_continue)
+{
+    start(NULL);
+    static uint8_t body[2 << 20];
+    for (size_t i = 0; i < sizeof body; i++)
+        body[i] = (uint8_t)(i * 7);
+    const char *f = td_tmpfile(0, body, sizeof body);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -sS -v -o /dev/null -X PUT -H 'Expect: 100-continue' "
+             "-H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: %zu' --data-binary @%s %s/v1/tensors/e 2>&1",
+             sizeof body, f, D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "HTTP/1.1 100 Continue") != NULL, "no 100 Continue: %s", out);
+    ck_assert_msg(strstr(out, "HTTP/1.1 201") != NULL, "%s", out);
+    stop_clean();
+}
+END_TEST
+
+/* ---- libtfetch ------------------------------------------------------------------------- */
+
+static void fill(void *p, size_t n, unsigned seed)
+{
+    uint8_t *b = p;
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        b[i] = (uint8_t)x;
+    }
+}
+
+START_TEST(lib_every_dtype_round_trip)
+{
+    start(NULL);
+    tf_client_t *c = client();
+    tf_doc_t *in = tf_doc_new();
+    static uint8_t data[15][4 * 3 * 8];
+    for (int dt = TF_F64; dt <= TF_BOOL; dt++) {
+        int64_t shape[2] = {4, 3};
+        size_t n = 12 * tf_dtype_size((tf_dtype_t)dt);
+        fill(data[dt], n, (unsigned)dt);
+        if (dt == TF_BOOL)
+            for (size_t i = 0; i < n; i++)
+                data[dt][i] &= 1;
+        ck_assert_int_eq(tf_doc_add(in, tf_dtype_name((tf_dtype_t)dt), (tf_dtype_t)dt, 2, shape,
+                                    data[dt], n, TF_BORROW), TF_OK);
+    }
+    double scalar = 3.25;
+    ck_assert_int_eq(tf_doc_add(in, "scalar", TF_F64, 0, NULL, &scalar, 8, TF_BORROW), TF_OK);
+    int64_t zshape[2] = {0, 5};
+    ck_assert_int_eq(tf_doc_add(in, "empty", TF_F32, 2, zshape, NULL, 0, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_set_meta(in, "format", "pt"), TF_OK);
+
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/tensors/all", D.base);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 201);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(got), 17);
+    for (int dt = TF_F64; dt <= TF_BOOL; dt++) {
+        const tf_tensor_t *t = tf_doc_find(got, tf_dtype_name((tf_dtype_t)dt));
+        ck_assert_ptr_nonnull(t);
+        ck_assert_int_eq(t->dtype, dt);
+        ck_assert_int_eq(t->rank, 2);
+        ck_assert_int_eq(t->shape[0], 4);
+        ck_assert_int_eq(t->shape[1], 3);
+        ck_assert_uint_eq(t->nbytes, 12 * tf_dtype_size((tf_dtype_t)dt));
+        ck_assert_int_eq(memcmp(t->data, data[dt], t->nbytes), 0);
+    }
+    const tf_tensor_t *s = tf_doc_find(got, "scalar");
+    ck_assert_int_eq(s->rank, 0);
+    ck_assert_int_eq(memcmp(s->data, &scalar, 8), 0);
+    ck_assert_uint_eq(tf_doc_find(got, "empty")->nbytes, 0);
+    ck_assert_str_eq(tf_doc_meta(got, "format"), "pt");
+    tf_doc_free(got);
+
+    /* Shumai-style tf_fetch: no input = GET. */
+    got = NULL;
+    ck_assert_int_eq(tf_fetch(c, url, NULL, &got), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(got), 17);
+    tf_doc_free(got);
+
+    tf_entry_t *e = NULL;
+    size_t ne = 0;
+    ck_assert_int_eq(tf_list(c, D.base, &e, &ne), TF_OK);
+    ck_assert_uint_eq(ne, 1);
+    ck_assert_str_eq(e[0].name, "all");
+    ck_assert_uint_eq(e[0].ntensors, 17);
+    tf_list_free(e, ne);
+
+    char *info = NULL;
+    ck_assert_int_eq(tf_info(c, D.base, &info), TF_OK);
+    ck_assert_ptr_nonnull(strstr(info, "\"name\":\"tfetchd\""));
+    free(info);
+
+    ck_assert_int_eq(tf_delete(c, url), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ENOTFOUND);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 404);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "no tensor named 'all'"));
+    tf_doc_free(in);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(lib_ids_are_sent_and_echoed)
+{
+    start(NULL);
+    tf_client_t *c = client();
+    ck_assert_int_eq(tf_client_set_user(c, "bad user"), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_user(c, "alice"), TF_OK);
+    ck_assert_int_eq(tf_client_set_request_id(c, "req-42"), TF_OK);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/tensors/none", D.base);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ENOTFOUND);
+    ck_assert_str_eq(tf_client_last(c)->request_id, "req-42");
+    ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ENOTFOUND);      /* next one gets a fresh id */
+    ck_assert_str_ne(tf_client_last(c)->request_id, "req-42");
+    ck_assert_uint_gt(strlen(tf_client_last(c)->request_id), 0);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+typedef struct {
+    const char *url;
+    int delay_ms;
+} delayed_put_t;
+
+static void *put_later(void *arg)
+{
+    delayed_put_t *p = arg;
+    struct timespec ts = {p->delay_ms / 1000, (p->delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    tf_client_t *c = client();
+    tf_doc_t *d = tf_doc_new();
+    int32_t v = 77;
+    tf_doc_add(d, "v", TF_I32, 0, NULL, &v, 4, TF_COPY);
+    tf_status_t st = tf_put(c, p->url, d);
+    tf_doc_free(d);
+    tf_client_free(c);
+    return (void *)(intptr_t)st;
+}
+
+START_TEST(lib_long_poll)
+{
+    start(NULL);
+    tf_client_t *c = client();
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/tensors/later", D.base);
+    /* Times out: 404 after about the wait. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url, 300, &got), TF_ENOTFOUND);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    ck_assert_msg(waited >= 0.29, "returned after %.3f s, before the wait ran out", waited);
+
+    /* Many waiters, woken by one PUT; none holds a thread (more waiters than workers). */
+    enum { N = 8 };
+    pid_t kids[N];
+    for (int i = 0; i < N; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            tf_client_t *k = NULL;
+            tf_doc_t *g = NULL;
+            if (tf_client_new(&k) != TF_OK)
+                _exit(2);
+            tf_status_t st = tf_get(k, url, 20000, &g);
+            int ok = st == TF_OK && tf_doc_count(g) == 1 &&
+                     *(const int32_t *)tf_doc_find(g, "v")->data == 77;
+            _exit(ok ? 0 : 1);
+        }
+    }
+    delayed_put_t p = {url, 400};
+    pthread_t th;
+    pthread_create(&th, NULL, put_later, &p);
+    void *rv;
+    pthread_join(th, &rv);
+    ck_assert_int_eq((int)(intptr_t)rv, TF_OK);
+    for (int i = 0; i < N; i++) {
+        int st;
+        ck_assert_int_eq(waitpid(kids[i], &st, 0), kids[i]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "waiter %d failed", i);
+    }
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(lib_long_poll_answered_on_shutdown)
+{
+    start(NULL);
+    pid_t kid = fork();
+    if (kid == 0) {
+        tf_client_t *k = NULL;
+        tf_doc_t *g = NULL;
+        char url[256];
+        snprintf(url, sizeof url, "%s/v1/tensors/never", D.base);
+        if (tf_client_new(&k) != TF_OK)
+            _exit(2);
+        _exit(tf_get(k, url, 60000, &g) == TF_EBUSY ? 0 : 1);
+    }
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 5000), 0);
+    int st;
+    ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the waiter did not get a 503");
+}
+END_TEST
+
+/* SIGTERM while a slow upload is in flight: the upload completes, then the daemon exits 0. */
+START_TEST(sigterm_finishes_inflight_transfer)
+{
+    start(NULL);
+    static uint8_t body[256 << 10];
+    fill(body, sizeof body, 9);
+    const char *f = td_tmpfile(0, body, sizeof body);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -sS -o /dev/null -w '%%{http_code}' --limit-rate 256K -X PUT "
+             "-H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: %zu' --data-binary @%s %s/v1/tensors/slow",
+             sizeof body, f, D.base);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    kill(D.pid, SIGTERM);
+    char code[16] = "";
+    ck_assert_ptr_nonnull(fgets(code, sizeof code, p));
+    pclose(p);
+    ck_assert_str_eq(code, "201");
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* ---- concurrency ----------------------------------------------------------------------- */
+
+enum { WRITERS = 4, ROUNDS = 25, ELEMS = 16384 };
+
+typedef struct {
+    int id;
+    int failures;
+    char msg[256];
+} worker_t;
+
+/* Payload: [writer id, round, then data derived from both]; a reader can check any copy. */
+static void make_payload(uint32_t *p, uint32_t id, uint32_t round)
+{
+    p[0] = id;
+    p[1] = round;
+    for (uint32_t i = 2; i < ELEMS; i++)
+        p[i] = (id * 2654435761u) ^ (round * 40503u) ^ (i * 2246822519u);
+}
+
+static int payload_ok(const uint32_t *p)
+{
+    uint32_t want[ELEMS];
+    make_payload(want, p[0], p[1]);
+    return memcmp(want, p, sizeof want) == 0;
+}
+
+static void *worker(void *arg)
+{
+    worker_t *w = arg;
+    tf_client_t *c = NULL;
+    if (tf_client_new(&c) != TF_OK) {
+        w->failures++;
+        return NULL;
+    }
+    static __thread uint32_t buf[ELEMS];
+    char shared[256], own[256];
+    snprintf(shared, sizeof shared, "%s/v1/tensors/shared", D.base);
+    snprintf(own, sizeof own, "%s/v1/tensors/own%d", D.base, w->id);
+    for (int r = 0; r < ROUNDS; r++) {
+        make_payload(buf, (uint32_t)w->id, (uint32_t)r);
+        tf_doc_t *d = tf_doc_new();
+        int64_t shape[1] = {ELEMS};
+        tf_doc_add(d, "x", TF_U32, 1, shape, buf, sizeof buf, TF_BORROW);
+        if (tf_put(c, (r & 1) ? shared : own, d) != TF_OK) {
+            w->failures++;
+            snprintf(w->msg, sizeof w->msg, "put: %s", tf_client_last(c)->error);
+        }
+        tf_doc_free(d);
+        tf_doc_t *g = NULL;
+        tf_status_t st = tf_get(c, shared, 0, &g);
+        if (st == TF_OK) {
+            const tf_tensor_t *t = tf_doc_find(g, "x");
+            if (!t || t->nbytes != sizeof buf || !payload_ok(t->data)) {
+                w->failures++;
+                snprintf(w->msg, sizeof w->msg, "torn or mixed read of shared");
+            }
+        } else if (st != TF_ENOTFOUND) {
+            w->failures++;
+            snprintf(w->msg, sizeof w->msg, "get shared: %s", tf_strerror(st));
+        }
+        tf_doc_free(g);
+        g = NULL;
+        if (!(r & 1)) {
+            if (tf_get(c, own, 0, &g) != TF_OK) {
+                w->failures++;
+            } else {
+                const tf_tensor_t *t = tf_doc_find(g, "x");
+                const uint32_t *p = t ? t->data : NULL;
+                if (!p || p[0] != (uint32_t)w->id || p[1] != (uint32_t)r || !payload_ok(p)) {
+                    w->failures++;
+                    snprintf(w->msg, sizeof w->msg, "own tensor lost or mixed up");
+                }
+            }
+            tf_doc_free(g);
+        }
+    }
+    tf_client_free(c);
+    return NULL;
+}
+
+START_TEST(concurrent_clients_nothing_lost_or_torn)
+{
+    start(NULL);
+    pthread_t th[WRITERS];
+    worker_t w[WRITERS];
+    for (int i = 0; i < WRITERS; i++) {
+        w[i] = (worker_t){.id = i};
+        pthread_create(&th[i], NULL, worker, &w[i]);
+    }
+    for (int i = 0; i < WRITERS; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(w[i].failures == 0, "worker %d: %d failures (%s)", i, w[i].failures, w[i].msg);
+    }
+    /* Every own tensor holds its writer's last even round. */
+    tf_client_t *c = client();
+    for (int i = 0; i < WRITERS; i++) {
+        char url[256];
+        snprintf(url, sizeof url, "%s/v1/tensors/own%d", D.base, i);
+        tf_doc_t *g = NULL;
+        ck_assert_int_eq(tf_get(c, url, 0, &g), TF_OK);
+        const uint32_t *p = tf_doc_find(g, "x")->data;
+        ck_assert_uint_eq(p[0], (uint32_t)i);
+        ck_assert_uint_eq(p[1], ROUNDS - 1 - ((ROUNDS - 1) & 1));
+        tf_doc_free(g);
+    }
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+/* Garbage on the socket: the daemon answers or closes, and goes on serving. */
+START_TEST(hostile_requests_do_not_hurt)
+{
+    start(NULL);
+    char cmd[1024];
+    const char *junk[] = {
+        "GARBAGE\\r\\n\\r\\n",
+        "GET / HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: -5\\r\\n\\r\\n",
+        "PUT /v1/tensors/a HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 99999999999999999999\\r\\n\\r\\n",
+        "PUT /v1/tensors/a HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 100\\r\\n\\r\\nshort",
+        "PUT /v1/tensors/a HTTP/1.1\\r\\nHost: x\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\nzz\\r\\n",
+    };
+    for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+        snprintf(cmd, sizeof cmd, "printf '%s' | timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%u; "
+                 "cat >&3; timeout 1 cat <&3' >/dev/null 2>&1; true", junk[i], D.port);
+        td_run(cmd, NULL, 0);
+    }
+    ck_assert_int_eq(curl("", "/healthz"), 200);
+    ck_assert_int_eq(curl("", "/v1/tensors/a"), 404);             /* no half upload stored */
+    ck_assert_int_eq(curl("", "/metrics"), 200);
+    ck_assert_msg(strstr(out, "tfetch_store_reserved_bytes 0") != NULL, "reservation leaked: %s", out);
+    stop_clean();
+}
+END_TEST
+
+Suite *suite_e2e(void)
+{
+    Suite *s = suite_create("e2e");
+    TCase *tc = tcase_create("curl");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, curl_raw_put_get_json_list_delete);
+    tcase_add_test(tc, curl_endpoints_and_errors);
+    tcase_add_test(tc, curl_limits);
+    tcase_add_test(tc, curl_expect_100_continue);
+    tcase_add_test(tc, hostile_requests_do_not_hurt);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("libtfetch");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, lib_every_dtype_round_trip);
+    tcase_add_test(tc, lib_ids_are_sent_and_echoed);
+    tcase_add_test(tc, lib_long_poll);
+    tcase_add_test(tc, lib_long_poll_answered_on_shutdown);
+    tcase_add_test(tc, sigterm_finishes_inflight_transfer);
+    tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,1 +1,769 @@
-/* placeholder: transports/http_client.c */
+/* http_client.c - the HTTP client engine over libcurl's multi interface.
+ *
+ * Owns one CURLM per engine (its connection and DNS caches give keep-alive reuse per origin)
+ * and, per request, one CURL easy handle that is reset and reused when the request is started
+ * again. Request bodies stream from the caller's borrowed segments through a read callback;
+ * response bodies land in one buffer allocated from Content-Length (grown geometrically only
+ * when the length is unknown). All callbacks, libcurl's and ours, run on the thread that calls
+ * tfx_hc_poll / tfx_hc_drive / tfx_hc_cancel; an engine is used by one thread at a time.
+ * libcurl's global initialisation is done once per process, guarded by pthread_once.
+ */
+#include "config.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "transports/http_client.h"
+
+#define CONNECT_TIMEOUT_MS 10000L
+#define DOWNLOAD_BUFFER (512L * 1024)
+#define UPLOAD_BUFFER (2L * 1024 * 1024)
+#define UNKNOWN_LENGTH_START (64u * 1024)
+#define POLL_SLICE_MS 1000L
+
+typedef struct {
+    const uint8_t *ptr;
+    size_t len;
+} seg_t;
+
+struct tfx_req {
+    /* what to send */
+    char *method;
+    char *url;
+    struct curl_slist *headers;
+    seg_t *segs;
+    size_t nsegs, capsegs;
+    int has_body;
+    int expect_off;                 /* "Expect:" already appended to headers */
+    uint64_t body_total;
+    long timeout_ms;
+    size_t max_body;
+    tfx_progress_fn progress;
+    void *progress_ud;
+
+    /* upload cursor */
+    size_t seg_i;
+    size_t seg_off;
+
+    /* while running */
+    CURL *easy;                     /* kept across starts for reuse */
+    tfx_hc_t *hc;
+    int running;
+    tfx_done_fn done;
+    void *done_ud;
+    tfx_req_t *prev, *next;         /* the engine's running list */
+    struct timespec t0;
+    tfx_status_t write_err;         /* why the write callback refused data */
+
+    /* what came back */
+    tfx_resp_t resp;
+    size_t body_cap;
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+struct tfx_hc {
+    CURLM *multi;
+    tfx_req_t *running;             /* doubly linked list of started requests */
+    int nrunning;
+};
+
+/* ---- status --------------------------------------------------------------------------- */
+
+const char *tfx_strerror(tfx_status_t st)
+{
+    switch (st) {
+#define X(n, v, s) case TFX_##n: return s;
+        TFX_STATUS_MAP(X)
+#undef X
+    }
+    return "unknown status";
+}
+
+/* ---- libcurl global init ----------------------------------------------------------------- */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static int ensure_curl(void)
+{
+    pthread_once(&curl_once, curl_init);
+    return curl_init_rc == CURLE_OK ? 0 : -1;
+}
+
+static double elapsed_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+tfx_status_t tfx_req_new(tfx_req_t **out)
+{
+    if (!out)
+        return TFX_EINVAL;
+    tfx_req_t *req = calloc(1, sizeof(*req));
+    if (!req)
+        return TFX_ENOMEM;
+    *out = req;
+    return TFX_OK;
+}
+
+static void clear_response(tfx_req_t *req)
+{
+    free(req->resp.body);
+    memset(&req->resp, 0, sizeof(req->resp));
+    req->body_cap = 0;
+    req->errbuf[0] = '\0';
+    req->write_err = TFX_OK;
+}
+
+void tfx_req_reset(tfx_req_t *req)
+{
+    if (!req || req->running)
+        return;
+    free(req->method);
+    req->method = NULL;
+    free(req->url);
+    req->url = NULL;
+    curl_slist_free_all(req->headers);
+    req->headers = NULL;
+    req->expect_off = 0;
+    req->nsegs = 0;
+    req->has_body = 0;
+    req->body_total = 0;
+    req->timeout_ms = 0;
+    req->max_body = 0;
+    req->progress = NULL;
+    req->progress_ud = NULL;
+    clear_response(req);
+}
+
+void tfx_req_free(tfx_req_t *req)
+{
+    if (!req)
+        return;
+    if (req->running)
+        tfx_hc_cancel(req->hc, req);
+    tfx_req_reset(req);
+    free(req->segs);
+    if (req->easy)
+        curl_easy_cleanup(req->easy);
+    free(req);
+}
+
+static tfx_status_t replace_string(char **dst, const char *src)
+{
+    char *s = strdup(src);
+    if (!s)
+        return TFX_ENOMEM;
+    free(*dst);
+    *dst = s;
+    return TFX_OK;
+}
+
+tfx_status_t tfx_req_set_method(tfx_req_t *req, const char *method)
+{
+    if (!req || !method || !*method || req->running)
+        return TFX_EINVAL;
+    return replace_string(&req->method, method);
+}
+
+tfx_status_t tfx_req_set_url(tfx_req_t *req, const char *url)
+{
+    if (!req || !url || req->running)
+        return TFX_EINVAL;
+    return replace_string(&req->url, url);
+}
+
+tfx_status_t tfx_req_add_header(tfx_req_t *req, const char *name, const char *value)
+{
+    if (!req || !name || !value || req->running)
+        return TFX_EINVAL;
+    if (strpbrk(name, ":\r\n") || strpbrk(value, "\r\n"))
+        return TFX_EINVAL;
+    size_t n = strlen(name) + strlen(value) + 3;
+    char *line = malloc(n);
+    if (!line)
+        return TFX_ENOMEM;
+    /* "Name:" with nothing after it would tell libcurl to drop the header; "Name;" sends it
+     * empty. */
+    if (*value)
+        snprintf(line, n, "%s: %s", name, value);
+    else
+        snprintf(line, n, "%s;", name);
+    struct curl_slist *l = curl_slist_append(req->headers, line);
+    free(line);
+    if (!l)
+        return TFX_ENOMEM;
+    req->headers = l;
+    return TFX_OK;
+}
+
+tfx_status_t tfx_req_add_body(tfx_req_t *req, const void *ptr, size_t len)
+{
+    if (!req || (!ptr && len) || req->running)
+        return TFX_EINVAL;
+    if (req->nsegs == req->capsegs) {
+        size_t cap = req->capsegs ? req->capsegs * 2 : 8;
+        seg_t *s = realloc(req->segs, cap * sizeof(*s));
+        if (!s)
+            return TFX_ENOMEM;
+        req->segs = s;
+        req->capsegs = cap;
+    }
+    req->segs[req->nsegs].ptr = ptr;
+    req->segs[req->nsegs].len = len;
+    req->nsegs++;
+    req->has_body = 1;
+    req->body_total += len;
+    return TFX_OK;
+}
+
+void tfx_req_set_timeout(tfx_req_t *req, long timeout_ms)
+{
+    if (req)
+        req->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+void tfx_req_set_max_body(tfx_req_t *req, size_t max)
+{
+    if (req)
+        req->max_body = max;
+}
+
+void tfx_req_set_progress(tfx_req_t *req, tfx_progress_fn fn, void *user_data)
+{
+    if (req) {
+        req->progress = fn;
+        req->progress_ud = user_data;
+    }
+}
+
+const tfx_resp_t *tfx_req_response(const tfx_req_t *req)
+{
+    return req ? &req->resp : NULL;
+}
+
+const char *tfx_req_error(const tfx_req_t *req)
+{
+    return req ? req->errbuf : "";
+}
+
+uint8_t *tfx_req_take_body(tfx_req_t *req, size_t *len)
+{
+    if (!req || req->running)
+        return NULL;
+    uint8_t *b = req->resp.body;
+    if (len)
+        *len = req->resp.body_len;
+    req->resp.body = NULL;
+    req->resp.body_len = 0;
+    req->body_cap = 0;
+    return b;
+}
+
+int tfx_req_running(const tfx_req_t *req)
+{
+    return req ? req->running : 0;
+}
+
+/* ---- libcurl callbacks ------------------------------------------------------------------ */
+
+/* Copies a header value, trimmed, into a fixed field (truncating). */
+static void copy_value(char *dst, size_t size, const char *v, size_t n)
+{
+    while (n && (*v == ' ' || *v == '\t')) {
+        v++;
+        n--;
+    }
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\r' || v[n - 1] == '\n'))
+        n--;
+    if (n >= size)
+        n = size - 1;
+    memcpy(dst, v, n);
+    dst[n] = '\0';
+}
+
+static int header_is(const char *line, size_t name_len, const char *name)
+{
+    return strlen(name) == name_len && strncasecmp(line, name, name_len) == 0;
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
+{
+    tfx_req_t *req = ud;
+    size_t n = size * nitems;
+    tfx_resp_t *r = &req->resp;
+
+    if (n >= 5 && memcmp(line, "HTTP/", 5) == 0) {
+        /* A new status line (after a 1xx): forget what an interim response said. */
+        r->request_id[0] = r->transport[0] = r->content_type[0] = '\0';
+        r->dtype[0] = r->shape[0] = '\0';
+        return n;
+    }
+    const char *colon = memchr(line, ':', n);
+    if (!colon)
+        return n;
+    size_t name_len = (size_t)(colon - line);
+    const char *v = colon + 1;
+    size_t vlen = n - name_len - 1;
+    if (header_is(line, name_len, "Tfetch-Request-Id"))
+        copy_value(r->request_id, sizeof(r->request_id), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Transport"))
+        copy_value(r->transport, sizeof(r->transport), v, vlen);
+    else if (header_is(line, name_len, "Content-Type"))
+        copy_value(r->content_type, sizeof(r->content_type), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Dtype"))
+        copy_value(r->dtype, sizeof(r->dtype), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Shape"))
+        copy_value(r->shape, sizeof(r->shape), v, vlen);
+    return n;
+}
+
+/* Makes room for need bytes plus the NUL. */
+static int reserve_body(tfx_req_t *req, size_t need)
+{
+    if (need < req->body_cap)
+        return 0;
+    size_t cap = req->body_cap ? req->body_cap : UNKNOWN_LENGTH_START;
+    while (cap <= need) {
+        if (cap > SIZE_MAX / 2) {
+            cap = need + 1;
+            break;
+        }
+        cap *= 2;
+    }
+    uint8_t *b = realloc(req->resp.body, cap);
+    if (!b)
+        return -1;
+    req->resp.body = b;
+    req->body_cap = cap;
+    return 0;
+}
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    tfx_req_t *req = ud;
+    size_t n = size * nmemb;
+
+    if (!req->resp.body) {
+        /* First bytes: size the buffer from Content-Length when the server sent one. */
+        curl_off_t cl = -1;
+        if (curl_easy_getinfo(req->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK)
+            cl = -1;
+        if (cl >= 0) {
+            if ((uint64_t)cl >= SIZE_MAX || (req->max_body && (uint64_t)cl > req->max_body)) {
+                req->write_err = TFX_ETOOBIG;
+                return 0;
+            }
+            req->resp.body = malloc((size_t)cl + 1);
+            if (!req->resp.body) {
+                req->write_err = TFX_ENOMEM;
+                return 0;
+            }
+            req->body_cap = (size_t)cl + 1;
+        }
+    }
+    if (n > SIZE_MAX - 1 - req->resp.body_len ||
+        (req->max_body && req->resp.body_len + n > req->max_body)) {
+        req->write_err = TFX_ETOOBIG;
+        return 0;
+    }
+    if (reserve_body(req, req->resp.body_len + n) != 0) {
+        req->write_err = TFX_ENOMEM;
+        return 0;
+    }
+    memcpy(req->resp.body + req->resp.body_len, data, n);
+    req->resp.body_len += n;
+    req->resp.body[req->resp.body_len] = '\0';
+    return n;
+}
+
+static size_t on_read(char *dst, size_t size, size_t nitems, void *ud)
+{
+    tfx_req_t *req = ud;
+    size_t room = size * nitems, done = 0;
+
+    while (room > 0 && req->seg_i < req->nsegs) {
+        const seg_t *s = &req->segs[req->seg_i];
+        size_t left = s->len - req->seg_off;
+        size_t k = left < room ? left : room;
+        if (k) {
+            memcpy(dst + done, s->ptr + req->seg_off, k);
+            done += k;
+            room -= k;
+            req->seg_off += k;
+        }
+        if (req->seg_off == s->len) {
+            req->seg_i++;
+            req->seg_off = 0;
+        }
+    }
+    return done;
+}
+
+/* libcurl rewinds the upload when it resends on a fresh connection. */
+static int on_seek(void *ud, curl_off_t offset, int origin)
+{
+    tfx_req_t *req = ud;
+    if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > req->body_total)
+        return CURL_SEEKFUNC_CANTSEEK;
+    uint64_t left = (uint64_t)offset;
+    req->seg_i = 0;
+    req->seg_off = 0;
+    while (req->seg_i < req->nsegs && left >= req->segs[req->seg_i].len) {
+        left -= req->segs[req->seg_i].len;
+        req->seg_i++;
+    }
+    req->seg_off = (size_t)left;
+    return CURL_SEEKFUNC_OK;
+}
+
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    tfx_req_t *req = ud;
+    if (!req->progress)
+        return 0;
+    return req->progress((uint64_t)dlnow, (uint64_t)dltotal, (uint64_t)ulnow,
+                         (uint64_t)ultotal, req->progress_ud) ? 1 : 0;
+}
+
+/* ---- engine ----------------------------------------------------------------------------- */
+
+tfx_status_t tfx_hc_new(tfx_hc_t **out)
+{
+    if (!out)
+        return TFX_EINVAL;
+    if (ensure_curl() != 0)
+        return TFX_ENOMEM;
+    tfx_hc_t *hc = calloc(1, sizeof(*hc));
+    if (!hc)
+        return TFX_ENOMEM;
+    hc->multi = curl_multi_init();
+    if (!hc->multi)
+        goto free_hc;
+    curl_multi_setopt(hc->multi, CURLMOPT_MAXCONNECTS, 16L);
+    *out = hc;
+    return TFX_OK;
+
+free_hc:
+    free(hc);
+    return TFX_ENOMEM;
+}
+
+static void unlink_req(tfx_hc_t *hc, tfx_req_t *req)
+{
+    if (req->prev)
+        req->prev->next = req->next;
+    else
+        hc->running = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    req->prev = req->next = NULL;
+    hc->nrunning--;
+}
+
+static tfx_status_t map_curl(const tfx_req_t *req, CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_OK:
+        return TFX_OK;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+        return TFX_EURL;
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+        return TFX_ECONNECT;
+    case CURLE_OPERATION_TIMEDOUT:
+        return TFX_ETIMEDOUT;
+    case CURLE_ABORTED_BY_CALLBACK:
+        return TFX_ECANCELED;
+    case CURLE_OUT_OF_MEMORY:
+        return TFX_ENOMEM;
+    case CURLE_WRITE_ERROR:
+        return req->write_err != TFX_OK ? req->write_err : TFX_EIO;
+    default:
+        return TFX_EIO;
+    }
+}
+
+/* Detaches a finished (or canceled) request, records what came back and runs its callback.
+ * Nothing touches req after the callback: it may have freed it. */
+static void complete(tfx_hc_t *hc, tfx_req_t *req, tfx_status_t st)
+{
+    long code = 0;
+    curl_off_t up = 0;
+
+    curl_multi_remove_handle(hc->multi, req->easy);
+    unlink_req(hc, req);
+    if (curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK)
+        req->resp.status = code;
+    if (curl_easy_getinfo(req->easy, CURLINFO_SIZE_UPLOAD_T, &up) == CURLE_OK && up > 0)
+        req->resp.bytes_sent = (uint64_t)up;
+    req->resp.seconds = elapsed_since(&req->t0);
+    if (st == TFX_ECANCELED && !req->errbuf[0])
+        snprintf(req->errbuf, sizeof(req->errbuf), "request canceled");
+    req->running = 0;
+    req->hc = NULL;
+    tfx_done_fn done = req->done;
+    void *ud = req->done_ud;
+    req->done = NULL;
+    req->done_ud = NULL;
+    done(req, st, ud);
+}
+
+/* Completes every request libcurl reports finished. Returns 1 if target was among them. */
+static int dispatch(tfx_hc_t *hc, const tfx_req_t *target)
+{
+    int hit = 0, left;
+    CURLMsg *m;
+
+    while ((m = curl_multi_info_read(hc->multi, &left)) != NULL) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURLcode rc = m->data.result;
+        char *priv = NULL;
+        if (curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv) != CURLE_OK || !priv)
+            continue;
+        tfx_req_t *req = (tfx_req_t *)(void *)priv;
+        if (req == target)
+            hit = 1;
+        complete(hc, req, map_curl(req, rc));
+    }
+    return hit;
+}
+
+void tfx_hc_cancel(tfx_hc_t *hc, tfx_req_t *req)
+{
+    if (!hc || !req || !req->running || req->hc != hc)
+        return;
+    complete(hc, req, TFX_ECANCELED);
+}
+
+void tfx_hc_free(tfx_hc_t *hc)
+{
+    if (!hc)
+        return;
+    while (hc->running)
+        tfx_hc_cancel(hc, hc->running);
+    curl_multi_cleanup(hc->multi);
+    free(hc);
+}
+
+int tfx_hc_running(const tfx_hc_t *hc)
+{
+    return hc ? hc->nrunning : 0;
+}
+
+static void set_protocols(CURL *e)
+{
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+}
+
+static tfx_status_t configure(tfx_req_t *req)
+{
+    CURL *e = req->easy;
+    const char *method = req->method ? req->method : "GET";
+    int ok = 1;
+
+#define SET(opt, val) ok &= curl_easy_setopt(e, opt, val) == CURLE_OK
+    SET(CURLOPT_URL, req->url);
+    SET(CURLOPT_PRIVATE, (void *)req);
+    SET(CURLOPT_NOSIGNAL, 1L);
+    SET(CURLOPT_TCP_NODELAY, 1L);
+    SET(CURLOPT_TCP_KEEPALIVE, 1L);
+    SET(CURLOPT_ERRORBUFFER, req->errbuf);
+    SET(CURLOPT_BUFFERSIZE, DOWNLOAD_BUFFER);
+    SET(CURLOPT_HEADERFUNCTION, on_header);
+    SET(CURLOPT_HEADERDATA, (void *)req);
+    SET(CURLOPT_WRITEFUNCTION, on_write);
+    SET(CURLOPT_WRITEDATA, (void *)req);
+    long connect_ms = CONNECT_TIMEOUT_MS;
+    if (req->timeout_ms > 0 && req->timeout_ms < connect_ms)
+        connect_ms = req->timeout_ms;
+    SET(CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+    SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
+    if (req->progress) {
+        SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+        SET(CURLOPT_XFERINFODATA, (void *)req);
+        SET(CURLOPT_NOPROGRESS, 0L);
+    }
+    if (req->has_body) {
+        req->seg_i = 0;
+        req->seg_off = 0;
+        SET(CURLOPT_READFUNCTION, on_read);
+        SET(CURLOPT_READDATA, (void *)req);
+        SET(CURLOPT_SEEKFUNCTION, on_seek);
+        SET(CURLOPT_SEEKDATA, (void *)req);
+        SET(CURLOPT_UPLOAD_BUFFERSIZE, UPLOAD_BUFFER);
+        if (strcmp(method, "PUT") == 0) {
+            SET(CURLOPT_UPLOAD, 1L);
+            SET(CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->body_total);
+        } else {
+            SET(CURLOPT_POST, 1L);
+            SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_total);
+            if (strcmp(method, "POST") != 0)
+                SET(CURLOPT_CUSTOMREQUEST, method);
+        }
+    } else if (strcmp(method, "GET") == 0) {
+        SET(CURLOPT_HTTPGET, 1L);
+    } else if (strcmp(method, "HEAD") == 0) {
+        SET(CURLOPT_NOBODY, 1L);
+    } else {
+        SET(CURLOPT_CUSTOMREQUEST, method);
+    }
+    SET(CURLOPT_HTTPHEADER, req->headers);
+#undef SET
+    set_protocols(e);
+    return ok ? TFX_OK : TFX_EINVAL;
+}
+
+tfx_status_t tfx_hc_start(tfx_hc_t *hc, tfx_req_t *req, tfx_done_fn done, void *user_data)
+{
+    if (!hc || !req || !done || !req->url || req->running)
+        return TFX_EINVAL;
+    clear_response(req);
+    if (req->easy) {
+        curl_easy_reset(req->easy);
+    } else {
+        req->easy = curl_easy_init();
+        if (!req->easy)
+            return TFX_ENOMEM;
+    }
+    /* libcurl would otherwise wait up to a second for "100 Continue" before a big body. */
+    if (req->has_body && !req->expect_off) {
+        struct curl_slist *l = curl_slist_append(req->headers, "Expect:");
+        if (!l)
+            return TFX_ENOMEM;
+        req->headers = l;
+        req->expect_off = 1;
+    }
+    tfx_status_t st = configure(req);
+    if (st != TFX_OK)
+        return st;
+    clock_gettime(CLOCK_MONOTONIC, &req->t0);
+    if (curl_multi_add_handle(hc->multi, req->easy) != CURLM_OK)
+        return TFX_ENOMEM;
+    req->hc = hc;
+    req->running = 1;
+    req->done = done;
+    req->done_ud = user_data;
+    req->prev = NULL;
+    req->next = hc->running;
+    if (hc->running)
+        hc->running->prev = req;
+    hc->running = req;
+    hc->nrunning++;
+    return TFX_OK;
+}
+
+int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
+{
+    int still;
+
+    if (!hc)
+        return 0;
+    curl_multi_perform(hc->multi, &still);
+    dispatch(hc, NULL);
+    if (timeout_ms != 0 && hc->nrunning > 0) {
+        long wait = timeout_ms < 0 || timeout_ms > POLL_SLICE_MS ? POLL_SLICE_MS : timeout_ms;
+        curl_multi_poll(hc->multi, NULL, 0, (int)wait, NULL);
+        curl_multi_perform(hc->multi, &still);
+        dispatch(hc, NULL);
+    }
+    return hc->nrunning;
+}
+
+tfx_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_req_t *req, long timeout_ms)
+{
+    struct timespec t0;
+    int still;
+
+    if (!hc || !req)
+        return TFX_EINVAL;
+    if (!req->running)
+        return TFX_OK;
+    if (req->hc != hc)
+        return TFX_EINVAL;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (curl_multi_perform(hc->multi, &still) != CURLM_OK) {
+            /* The multi handle itself failed: nothing will complete req any more. */
+            snprintf(req->errbuf, sizeof(req->errbuf), "libcurl multi interface failed");
+            complete(hc, req, TFX_EIO);
+            return TFX_OK;
+        }
+        if (dispatch(hc, req))
+            return TFX_OK;
+        long wait = POLL_SLICE_MS;
+        if (timeout_ms >= 0) {
+            long left = timeout_ms - (long)(elapsed_since(&t0) * 1000.0);
+            if (left <= 0)
+                return TFX_EAGAIN;
+            if (left < wait)
+                wait = left;
+        }
+        curl_multi_poll(hc->multi, NULL, 0, (int)wait, NULL);
+    }
+}
+
+/* ---- URLs ------------------------------------------------------------------------------- */
+
+tfx_status_t tfx_url_build(const char *url, const char *path, const char *query, char **out)
+{
+    tfx_status_t st = TFX_EURL;
+    char *scheme = NULL, *host = NULL, *full = NULL;
+
+    if (!url || !out)
+        return TFX_EINVAL;
+    if (ensure_curl() != 0)
+        return TFX_ENOMEM;
+    CURLU *u = curl_url();
+    if (!u)
+        return TFX_ENOMEM;
+    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
+        goto free_url;
+    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
+        goto free_parts;
+    if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host)
+        goto free_parts;
+    curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0);
+    if (path) {
+        if (curl_url_set(u, CURLUPART_PATH, path, 0) != CURLUE_OK ||
+            curl_url_set(u, CURLUPART_QUERY, NULL, 0) != CURLUE_OK)
+            goto free_parts;
+    }
+    if (query && curl_url_set(u, CURLUPART_QUERY, query, CURLU_APPENDQUERY) != CURLUE_OK)
+        goto free_parts;
+    if (curl_url_get(u, CURLUPART_URL, &full, 0) != CURLUE_OK)
+        goto free_parts;
+    *out = strdup(full);
+    st = *out ? TFX_OK : TFX_ENOMEM;
+    curl_free(full);
+
+free_parts:
+    curl_free(host);
+    curl_free(scheme);
+free_url:
+    curl_url_cleanup(u);
+    return st;
+}

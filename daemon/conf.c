@@ -1,0 +1,301 @@
+/* conf.c - defaults, config file (inih) and command-line flags for tfetchd.
+ *
+ * Every setting has one table entry: its name (the long flag and the config key), where it is
+ * stored and how it is parsed, so flags, file keys and --help cannot drift apart.
+ * Main thread only, at start-up.
+ */
+#include "config.h"
+#include "daemon/conf.h"
+#include "daemon/log.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+enum kind { K_STR, K_UINT, K_SIZE, K_LEVEL };
+
+typedef struct {
+    const char *name;
+    enum kind kind;
+    size_t off;
+    size_t size;                    /* K_STR: buffer size; K_UINT: sizeof field */
+    const char *arg;                /* metavariable for --help */
+    const char *help;
+} opt_t;
+
+#define F(field) offsetof(tfd_config_t, field), sizeof(((tfd_config_t *)0)->field)
+
+static const opt_t opts[] = {
+    {"listen", K_STR, F(listen), "ADDR", "numeric address to listen on (default 127.0.0.1)"},
+    {"port", K_UINT, F(port), "N", "TCP port; 0 picks a free one (default 7070)"},
+    {"threads", K_UINT, F(threads), "N", "HTTP worker threads (default: CPU count, at least 2)"},
+    {"max-body", K_SIZE, F(max_body), "SIZE", "largest request body, else 413 (default 1G)"},
+    {"max-header", K_SIZE, F(max_header), "SIZE", "largest request header block, else 431 (default 16K)"},
+    {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of RAM)"},
+    {"max-connections", K_UINT, F(max_connections), "N", "open connections in total (default 1024)"},
+    {"max-per-ip", K_UINT, F(max_per_ip), "N", "open connections per client address; 0: no limit (default 256)"},
+    {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
+    {"conn-memory", K_SIZE, F(conn_memory), "SIZE", "buffer memory per connection (default 4M)"},
+    {"json-max-elements", K_SIZE, F(json_max_elems), "N", "largest tensor rendered for Accept: application/json (default 65536)"},
+    {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 300000)"},
+    {"max-waiters", K_UINT, F(max_waiters), "N", "long-polling GETs at once, else 503 (default 4096)"},
+    {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers (default 30)"},
+    {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
+};
+#define NOPTS (sizeof opts / sizeof opts[0])
+
+void tfd_config_defaults(tfd_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1");
+    cfg->port = TFD_DEFAULT_PORT;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cfg->threads = n > 2 ? (unsigned)n : 2;
+    cfg->max_body = 1ull << 30;
+    cfg->max_header = 16u << 10;
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    cfg->store_memory = (pages > 0 && psize > 0) ? (uint64_t)pages * (uint64_t)psize / 2
+                                                 : 4ull << 30;
+    cfg->max_connections = 1024;
+    cfg->max_per_ip = 256;
+    cfg->idle_timeout = 60;
+    cfg->conn_memory = 4u << 20;
+    cfg->json_max_elems = 65536;
+    cfg->max_wait_ms = 300000;
+    cfg->max_waiters = 4096;
+    cfg->drain_timeout = 30;
+    cfg->log_level = LOG_INFO;
+}
+
+int tfd_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B')                /* "1GiB", "1GB" */
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end)
+        return -1;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int parse_level(const char *s)
+{
+    static const struct { const char *n; int l; } lv[] = {
+        {"error", LOG_ERR}, {"warning", LOG_WARNING}, {"notice", LOG_NOTICE},
+        {"info", LOG_INFO}, {"debug", LOG_DEBUG},
+    };
+    for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
+        if (strcasecmp(s, lv[i].n) == 0)
+            return lv[i].l;
+    return -1;
+}
+
+/* Applies one setting; prints why on failure. where is "--flag" or "file:line". */
+static int apply(tfd_config_t *cfg, const opt_t *o, const char *val, const char *where)
+{
+    char *field = (char *)cfg + o->off;
+    uint64_t v;
+    switch (o->kind) {
+    case K_STR:
+        if (strlen(val) >= o->size) {
+            fprintf(stderr, "tfetchd: %s: %s is too long\n", where, o->name);
+            return -1;
+        }
+        memcpy(field, val, strlen(val) + 1);
+        return 0;
+    case K_UINT:
+        if (tfd_parse_size(val, &v) != 0 || v > (o->size == 4 ? UINT32_MAX : UINT64_MAX) ||
+            (strcmp(o->name, "port") == 0 && v > 65535)) {
+            fprintf(stderr, "tfetchd: %s: %s wants a non-negative integer, got '%s'\n", where,
+                    o->name, val);
+            return -1;
+        }
+        *(unsigned *)field = (unsigned)v;
+        return 0;
+    case K_SIZE:
+        if (tfd_parse_size(val, &v) != 0) {
+            fprintf(stderr, "tfetchd: %s: %s wants a size such as 512K, 64M or 1G, got '%s'\n",
+                    where, o->name, val);
+            return -1;
+        }
+        *(uint64_t *)field = v;
+        return 0;
+    case K_LEVEL: {
+        int l = parse_level(val);
+        if (l < 0) {
+            fprintf(stderr, "tfetchd: %s: log-level wants error, warning, notice, info or "
+                            "debug, got '%s'\n", where, val);
+            return -1;
+        }
+        *(int *)field = l;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+static const opt_t *find_opt(const char *name)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strcmp(opts[i].name, name) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+typedef struct {
+    tfd_config_t *cfg;
+    const char *path;
+    int failed;
+} ini_ctx_t;
+
+static int on_ini(void *user, const char *section, const char *name, const char *value)
+{
+    ini_ctx_t *c = user;
+    char where[600];
+    snprintf(where, sizeof where, "%s", c->path);
+    if (section[0] && strcmp(section, "tfetchd") != 0) {
+        fprintf(stderr, "tfetchd: %s: unknown section [%s]\n", where, section);
+        c->failed = 1;
+        return 0;
+    }
+    const opt_t *o = find_opt(name);
+    if (!o) {
+        fprintf(stderr, "tfetchd: %s: unknown setting '%s'\n", where, name);
+        c->failed = 1;
+        return 0;
+    }
+    if (apply(c->cfg, o, value, where) != 0) {
+        c->failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static int load_file(tfd_config_t *cfg, const char *path, int required)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (!required && errno == ENOENT)
+            return 0;
+        fprintf(stderr, "tfetchd: cannot read config file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    ini_ctx_t c = {cfg, path, 0};
+    int rc = ini_parse_file(f, on_ini, &c);
+    fclose(f);
+    if (c.failed)
+        return -1;
+    if (rc != 0) {
+        fprintf(stderr, "tfetchd: %s:%d: syntax error\n", path, rc);
+        return -1;
+    }
+    snprintf(cfg->config_file, sizeof cfg->config_file, "%s", path);
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: tfetchd [OPTION]...\n"
+            "Serve tensors over HTTP: GET/PUT/DELETE /v1/tensors/NAME, GET /v1/tensors,\n"
+            "/v1/info, /healthz, /metrics. Prints 'listening on http://ADDR:PORT' on stdout\n"
+            "when ready. SIGTERM stops accepting, finishes transfers in flight and exits 0.\n\n"
+            "  -c, --config FILE           config file (default %s, if it exists)\n",
+            TFD_DEFAULT_CONFIG);
+    for (size_t i = 0; i < NOPTS; i++) {
+        char lhs[64];
+        snprintf(lhs, sizeof lhs, "--%s %s", opts[i].name, opts[i].arg);
+        fprintf(out, "      %-26s%s\n", lhs, opts[i].help);
+    }
+    fprintf(out,
+            "  -h, --help                  show this help and exit\n"
+            "  -V, --version               show the version and exit\n\n"
+            "Config file keys are the long option names (`max-body = 1G`), optionally under a\n"
+            "[tfetchd] section; flags override the file. See tfetchd(8), tfetchd.conf(5).\n");
+}
+
+int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
+{
+    struct option lo[NOPTS + 4];
+    for (size_t i = 0; i < NOPTS; i++)
+        lo[i] = (struct option){opts[i].name, required_argument, NULL, 1000 + (int)i};
+    lo[NOPTS] = (struct option){"config", required_argument, NULL, 'c'};
+    lo[NOPTS + 1] = (struct option){"help", no_argument, NULL, 'h'};
+    lo[NOPTS + 2] = (struct option){"version", no_argument, NULL, 'V'};
+    lo[NOPTS + 3] = (struct option){NULL, 0, NULL, 0};
+
+    /* First pass: find --config, --help, --version; the file applies before other flags. */
+    const char *config = NULL;
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:hV", lo, NULL)) != -1) {
+        if (c == 'c')
+            config = optarg;
+        else if (c == 'h') {
+            usage(stdout);
+            return 1;
+        } else if (c == 'V') {
+            printf("tfetchd %s\n", PACKAGE_VERSION);
+            return 1;
+        }
+    }
+    if (load_file(cfg, config ? config : TFD_DEFAULT_CONFIG, config != NULL) != 0)
+        return -1;
+
+    opterr = 1;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:hV", lo, NULL)) != -1) {
+        if (c >= 1000 && c < 1000 + (int)NOPTS) {
+            char where[80];
+            snprintf(where, sizeof where, "--%s", opts[c - 1000].name);
+            if (apply(cfg, &opts[c - 1000], optarg, where) != 0)
+                return -1;
+        } else if (c != 'c') {
+            fprintf(stderr, "Try 'tfetchd --help'.\n");
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tfetchd: unexpected argument '%s'\nTry 'tfetchd --help'.\n",
+                argv[optind]);
+        return -1;
+    }
+    if (cfg->threads == 0 || cfg->threads > 256) {
+        fprintf(stderr, "tfetchd: --threads must be 1..256\n");
+        return -1;
+    }
+    if (cfg->max_connections == 0) {
+        fprintf(stderr, "tfetchd: --max-connections must be at least 1\n");
+        return -1;
+    }
+    if (cfg->conn_memory < 8192) {
+        fprintf(stderr, "tfetchd: --conn-memory must be at least 8K\n");
+        return -1;
+    }
+    tfd_log_set_level(cfg->log_level);
+    return 0;
+}

@@ -1,0 +1,42 @@
+/* conf.h - tfetchd's settings: embedded defaults, then the config file, then flags.
+ *
+ * The config file is INI (parsed by inih): `key = value` lines, optionally under a [tfetchd]
+ * section, keys spelled like the long flags ("max-body = 1G"). Sizes take K/M/G/T suffixes
+ * (powers of 1024). Read once at start-up on the main thread; read-only afterwards.
+ */
+#ifndef TFD_CONFIG_H
+#define TFD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TFD_DEFAULT_PORT 7070
+#define TFD_DEFAULT_CONFIG "/etc/tfetchd/tfetchd.conf"
+
+typedef struct {
+    char listen[64];
+    unsigned port;
+    unsigned threads;
+    uint64_t max_body;              /* bytes of one request body */
+    uint64_t max_header;            /* bytes of one request's headers */
+    uint64_t store_memory;          /* payload bytes the store may hold */
+    unsigned max_connections;
+    unsigned max_per_ip;
+    unsigned idle_timeout;          /* seconds */
+    uint64_t conn_memory;           /* MHD per-connection memory */
+    uint64_t json_max_elems;        /* Accept: application/json refused above this */
+    uint64_t max_wait_ms;           /* cap on ?wait= */
+    unsigned max_waiters;           /* long-polls suspended at once */
+    unsigned drain_timeout;         /* seconds SIGTERM waits for transfers */
+    int log_level;                  /* syslog priority */
+    char config_file[512];
+} tfd_config_t;
+
+void tfd_config_defaults(tfd_config_t *cfg);
+/* Applies argv (and the config file it names, or the default one if it exists).
+ * Returns 0 to run, 1 when --help/--version was printed (exit 0), -1 on error (printed). */
+int tfd_config_load(tfd_config_t *cfg, int argc, char **argv);
+/* "1G" -> 1073741824. 0 or -1. */
+int tfd_parse_size(const char *s, uint64_t *out);
+
+#endif
