@@ -329,8 +329,13 @@ END_TEST
 START_TEST(doc_decode_rejects)
 {
     static const char junk[] = "definitely not safetensors";
+    static const char bad_json[] = "\x08\0\0\0\0\0\0\0{\"w\": 1}";
     tf_doc_t *doc = NULL;
-    ck_assert_int_eq(tf_doc_decode(junk, sizeof(junk), TF_COPY, &doc), TF_EPROTO);
+    /* a header length far beyond the cap */
+    ck_assert_int_eq(tf_doc_decode(junk, sizeof(junk), TF_COPY, &doc), TF_ETOOBIG);
+    ck_assert_ptr_null(doc);
+    ck_assert_int_eq(tf_doc_decode(bad_json, sizeof(bad_json) - 1, TF_COPY, &doc), TF_EPROTO);
+    ck_assert_int_eq(tf_doc_decode(bad_json, sizeof(bad_json) - 1, TF_BORROW, &doc), TF_EPROTO);
     ck_assert_ptr_null(doc);
     ck_assert_int_eq(tf_doc_decode(junk, 0, TF_BORROW, &doc), TF_EPROTO);
     ck_assert_int_eq(tf_doc_decode(NULL, 5, TF_BORROW, &doc), TF_EINVAL);
