@@ -38,7 +38,7 @@
 
 struct tf_client {
     tfx_hc_t *hc;
-    tfx_req_t *req;                 /* reused by every blocking call */
+    tfx_hc_req_t *req;                 /* reused by every blocking call */
     char *user;                     /* Tfetch-User, or NULL */
     char next_rid[TFP_MAX_REQUEST_ID + 1];  /* "" when the client makes one */
     char rid_prefix[17];            /* 16 random hex digits */
@@ -75,9 +75,9 @@ tf_status_t tf_client_new(tf_client_t **out)
     tf_client_t *c = calloc(1, sizeof(*c));
     if (!c)
         return TF_ENOMEM;
-    if (tfx_hc_new(&c->hc) != TFX_OK)
+    if (tfx_hc_new(&c->hc) != TFX_HC_OK)
         goto free_client;
-    if (tfx_req_new(&c->req) != TFX_OK)
+    if (tfx_hc_req_new(&c->req) != TFX_HC_OK)
         goto free_engine;
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     make_rid_prefix(c->rid_prefix);
@@ -96,7 +96,7 @@ void tf_client_free(tf_client_t *c)
 {
     if (!c)
         return;
-    tfx_req_free(c->req);
+    tfx_hc_req_free(c->req);
     tfx_hc_free(c->hc);
     free(c->user);
     free(c);
@@ -196,19 +196,19 @@ static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
     return st;
 }
 
-static tf_status_t from_transport(tfx_status_t st)
+static tf_status_t from_transport(tfx_hc_status_t st)
 {
     switch (st) {
-    case TFX_OK: return TF_OK;
-    case TFX_ENOMEM: return TF_ENOMEM;
-    case TFX_EINVAL: return TF_EINVAL;
-    case TFX_EURL: return TF_EURL;
-    case TFX_ECONNECT: return TF_ECONNECT;
-    case TFX_ETIMEDOUT: return TF_ETIMEDOUT;
-    case TFX_ECANCELED: return TF_ECANCELED;
-    case TFX_ETOOBIG: return TF_ETOOBIG;
-    case TFX_EIO:
-    case TFX_EAGAIN:
+    case TFX_HC_OK: return TF_OK;
+    case TFX_HC_ENOMEM: return TF_ENOMEM;
+    case TFX_HC_EINVAL: return TF_EINVAL;
+    case TFX_HC_EURL: return TF_EURL;
+    case TFX_HC_ECONNECT: return TF_ECONNECT;
+    case TFX_HC_ETIMEDOUT: return TF_ETIMEDOUT;
+    case TFX_HC_ECANCELED: return TF_ECANCELED;
+    case TFX_HC_ETOOBIG: return TF_ETOOBIG;
+    case TFX_HC_EIO:
+    case TFX_HC_EAGAIN:
         break;
     }
     return TF_EIO;
@@ -228,7 +228,7 @@ static void body_excerpt(char *dst, size_t size, const uint8_t *body, size_t len
 }
 
 /* Turns a non-2xx response into a status: the server's JSON error when it sent one. */
-static tf_status_t http_error(tf_client_t *c, const tfx_resp_t *r)
+static tf_status_t http_error(tf_client_t *c, const tfx_hc_resp_t *r)
 {
     tfp_status_t code = TFP_EINTERNAL;
     char msg[sizeof(c->last.error)];
@@ -257,77 +257,77 @@ static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, vo
     return c->progress(dn, dt, un, ut, c->progress_ud);
 }
 
-static void on_done(tfx_req_t *req, tfx_status_t st, void *ud)
+static void on_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
 {
-    *(tfx_status_t *)ud = st;
+    *(tfx_hc_status_t *)ud = st;
 }
 
-/* Adds the document as the request body: its header, then each tensor's bytes, borrowed. */
-static tf_status_t add_doc_body(tf_client_t *c, const tf_doc_t *doc, void **hdr)
+/* Adds the document as the request body: its header, then each tensor's bytes, borrowed.
+ * *hdr (the encoded header) must outlive the request. */
+static tf_status_t add_doc_body(tf_client_t *c, tfx_hc_req_t *req, const tf_doc_t *doc,
+                                void **hdr)
 {
     size_t hlen = 0;
     tf_status_t st = tf_doc_encode_header(doc, hdr, &hlen);
     if (st != TF_OK)
         return fail(c, st, "cannot encode the document: %s", tf_strerror(st));
-    if (tfx_req_add_body(c->req, *hdr, hlen) != TFX_OK)
+    if (tfx_hc_req_add_body(req, *hdr, hlen) != TFX_HC_OK)
         return fail(c, TF_ENOMEM, NULL);
     for (size_t i = 0; i < tf_doc_count(doc); i++) {
         const tf_tensor_t *t = tf_doc_at(doc, i);
-        if (t->nbytes && tfx_req_add_body(c->req, t->data, t->nbytes) != TFX_OK)
+        if (t->nbytes && tfx_hc_req_add_body(req, t->data, t->nbytes) != TFX_HC_OK)
             return fail(c, TF_ENOMEM, NULL);
     }
     return TF_OK;
 }
 
-static tf_status_t set_headers(tf_client_t *c, const char *accept, int has_body)
+static tf_status_t set_headers(tf_client_t *c, tfx_hc_req_t *req, const char *accept,
+                               int has_body)
 {
     int bad = 0;
-    bad |= tfx_req_add_header(c->req, "Tfetch-Request-Id", c->last.request_id) != TFX_OK;
+    bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", c->last.request_id) != TFX_HC_OK;
     if (c->user)
-        bad |= tfx_req_add_header(c->req, "Tfetch-User", c->user) != TFX_OK;
+        bad |= tfx_hc_req_add_header(req, "Tfetch-User", c->user) != TFX_HC_OK;
     if (accept)
-        bad |= tfx_req_add_header(c->req, "Accept", accept) != TFX_OK;
+        bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
     if (has_body)
-        bad |= tfx_req_add_header(c->req, "Content-Type", MIME_SAFETENSORS) != TFX_OK;
+        bad |= tfx_hc_req_add_header(req, "Content-Type", MIME_SAFETENSORS) != TFX_HC_OK;
     return bad ? fail(c, TF_ENOMEM, NULL) : TF_OK;
 }
 
-/* Sends method url (with doc as the body when not NULL) and waits for the answer. Returns
- * TF_OK for a 2xx response, whose body stays in c->req. extra_ms lengthens the timeout (for
- * long polls). */
-static tf_status_t perform(tf_client_t *c, const char *method, const char *url,
-                           const tf_doc_t *doc, const char *accept, long extra_ms)
+/* Describes a request on req: method url, with doc as the body when not NULL, the client's
+ * ids, timeout (lengthened by extra_ms, for long polls), cap and progress callback. On
+ * success *hdr holds the encoded document header, to free after completion. */
+static tf_status_t prepare(tf_client_t *c, tfx_hc_req_t *req, const char *method,
+                           const char *url, const tf_doc_t *doc, const char *accept,
+                           long extra_ms, void **hdr)
 {
-    void *hdr = NULL;
-    tfx_status_t done = TFX_EAGAIN;
     tf_status_t st;
 
-    tfx_req_reset(c->req);
-    if (tfx_req_set_method(c->req, method) != TFX_OK || tfx_req_set_url(c->req, url) != TFX_OK) {
-        st = fail(c, TF_ENOMEM, NULL);
-        goto free_hdr;
-    }
-    if ((st = set_headers(c, accept, doc != NULL)) != TF_OK)
-        goto free_hdr;
-    if (doc && (st = add_doc_body(c, doc, &hdr)) != TF_OK)
-        goto free_hdr;
+    tfx_hc_req_reset(req);
+    if (tfx_hc_req_set_method(req, method) != TFX_HC_OK ||
+        tfx_hc_req_set_url(req, url) != TFX_HC_OK)
+        return fail(c, TF_ENOMEM, NULL);
+    if ((st = set_headers(c, req, accept, doc != NULL)) != TF_OK)
+        return st;
+    if (doc && (st = add_doc_body(c, req, doc, hdr)) != TF_OK)
+        return st;
     long timeout = c->timeout_ms;
     if (timeout > 0 && extra_ms > 0)
         timeout = extra_ms > LONG_MAX - timeout ? LONG_MAX : timeout + extra_ms;
-    tfx_req_set_timeout(c->req, timeout);
+    tfx_hc_req_set_timeout(req, timeout);
     if (c->max_body > 0)
-        tfx_req_set_max_body(c->req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
+        tfx_hc_req_set_max_body(req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
     if (c->progress)
-        tfx_req_set_progress(c->req, progress_tramp, c);
+        tfx_hc_req_set_progress(req, progress_tramp, c);
+    return TF_OK;
+}
 
-    tfx_status_t xst = tfx_hc_start(c->hc, c->req, on_done, &done);
-    if (xst != TFX_OK) {
-        st = fail(c, from_transport(xst), "cannot start the request: %s", tfx_strerror(xst));
-        goto free_hdr;
-    }
-    tfx_hc_drive(c->hc, c->req, -1);
-
-    const tfx_resp_t *r = tfx_req_response(c->req);
+/* Records a completed request in c->last and turns its outcome into a status: TF_OK for a
+ * 2xx response (whose body stays in req), else the transport's or the server's error. */
+static tf_status_t finish(tf_client_t *c, tfx_hc_req_t *req, tfx_hc_status_t done)
+{
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     c->last.http_status = (int)r->status;
     if (r->transport[0])
         snprintf(c->last.transport, sizeof(c->last.transport), "%s", r->transport);
@@ -337,14 +337,33 @@ static tf_status_t perform(tf_client_t *c, const char *method, const char *url,
     c->last.bytes_received = r->body_len;
     c->last.seconds = r->seconds;
 
-    if (done != TFX_OK) {
-        const char *why = tfx_req_error(c->req);
-        st = fail(c, from_transport(done), "%s", why[0] ? why : tfx_strerror(done));
-    } else if (r->status < 200 || r->status > 299) {
-        st = http_error(c, r);
-    } else {
-        st = TF_OK;
+    if (done != TFX_HC_OK) {
+        const char *why = tfx_hc_req_error(req);
+        return fail(c, from_transport(done), "%s", why[0] ? why : tfx_hc_strerror(done));
     }
+    if (r->status < 200 || r->status > 299)
+        return http_error(c, r);
+    return TF_OK;
+}
+
+/* The blocking request: prepare, start on the engine, drive the engine until it completes.
+ * Returns TF_OK for a 2xx response, whose body stays in c->req. */
+static tf_status_t perform(tf_client_t *c, const char *method, const char *url,
+                           const tf_doc_t *doc, const char *accept, long extra_ms)
+{
+    void *hdr = NULL;
+    tfx_hc_status_t done = TFX_HC_EAGAIN;
+    tf_status_t st;
+
+    if ((st = prepare(c, c->req, method, url, doc, accept, extra_ms, &hdr)) != TF_OK)
+        goto free_hdr;
+    tfx_hc_status_t xst = tfx_hc_start(c->hc, c->req, on_done, &done);
+    if (xst != TFX_HC_OK) {
+        st = fail(c, from_transport(xst), "cannot start the request: %s", tfx_hc_strerror(xst));
+        goto free_hdr;
+    }
+    tfx_hc_drive(c->hc, c->req, -1);
+    st = finish(c, c->req, done);
 
 free_hdr:
     free(hdr);
@@ -355,10 +374,10 @@ free_hdr:
 static tf_status_t build_url(tf_client_t *c, const char *url, const char *path,
                              const char *query, char **out)
 {
-    tfx_status_t xst = tfx_url_build(url, path, query, out);
-    if (xst == TFX_OK)
+    tfx_hc_status_t xst = tfx_hc_url_build(url, path, query, out);
+    if (xst == TFX_HC_OK)
         return TF_OK;
-    if (xst == TFX_ENOMEM)
+    if (xst == TFX_HC_ENOMEM)
         return fail(c, TF_ENOMEM, NULL);
     return fail(c, TF_EURL, "bad URL: %s", url ? url : "(null)");
 }
@@ -386,7 +405,7 @@ static int media_is(const char *content_type, const char *mime)
 
 /* A raw single-tensor response: the body is the tensor, described by the Tfetch-Dtype and
  * Tfetch-Shape headers; the tensor is named after the URL's last path segment. */
-static tf_status_t decode_raw(tf_client_t *c, const char *url, const tfx_resp_t *r,
+static tf_status_t decode_raw(tf_client_t *c, const char *url, const tfx_hc_resp_t *r,
                               tfp_doc_t **out)
 {
     tfp_dtype_t dt;
@@ -411,10 +430,11 @@ static tf_status_t decode_raw(tf_client_t *c, const char *url, const tfx_resp_t 
     return TF_OK;
 }
 
-/* Decodes the response in c->req into a document that takes over the body buffer. */
-static tf_status_t decode_response(tf_client_t *c, const char *url, tf_doc_t **out)
+/* Decodes the response in req into a document that takes over the body buffer. */
+static tf_status_t decode_response(tf_client_t *c, tfx_hc_req_t *req, const char *url,
+                                   tf_doc_t **out)
 {
-    const tfx_resp_t *r = tfx_req_response(c->req);
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     tfp_doc_t *d = NULL;
     tfp_err_t err;
     tf_status_t st;
@@ -429,7 +449,7 @@ static tf_status_t decode_response(tf_client_t *c, const char *url, tf_doc_t **o
         return fail(c, TF_EPROTO, "bad safetensors response: %s", err.msg);
     }
     /* The decoded tensors point into the body: hand the buffer to the document. */
-    uint8_t *body = tfx_req_take_body(c->req, NULL);
+    uint8_t *body = tfx_hc_req_take_body(req, NULL);
     st = tfi_doc_wrap(d, body, out);
     if (st != TF_OK) {
         tfp_doc_free(d);
@@ -458,7 +478,7 @@ tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out
         return st;
     st = perform(c, "GET", full, NULL, MIME_SAFETENSORS, wait_ms);
     if (st == TF_OK)
-        st = decode_response(c, full, out);
+        st = decode_response(c, c->req, full, out);
     free(full);
     return st;
 }
@@ -506,7 +526,7 @@ static tf_status_t call(tf_client_t *c, const char *url, const tf_doc_t *in, tf_
         return st;
     st = perform(c, "POST", full, in, MIME_SAFETENSORS, 0);
     if (st == TF_OK)
-        st = decode_response(c, full, out);
+        st = decode_response(c, c->req, full, out);
     free(full);
     return st;
 }
@@ -543,7 +563,7 @@ tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size
         return st;
     if ((st = perform(c, "GET", full, NULL, MIME_JSON, 0)) != TF_OK)
         goto free_url;
-    const tfx_resp_t *r = tfx_req_response(c->req);
+    const tfx_hc_resp_t *r = tfx_hc_req_response(c->req);
     if (!r->body || tfp_parse_listing((const char *)r->body, r->body_len, &pe, &pn, &err) !=
                         TFP_OK) {
         st = fail(c, TF_EPROTO, "bad listing: %s", r->body ? err.msg : "empty body");
@@ -599,7 +619,7 @@ tf_status_t tf_info(tf_client_t *c, const char *base, char **json)
     if ((st = build_url(c, base, "/v1/info", NULL, &full)) != TF_OK)
         return st;
     if ((st = perform(c, "GET", full, NULL, MIME_JSON, 0)) == TF_OK) {
-        char *body = (char *)tfx_req_take_body(c->req, NULL);
+        char *body = (char *)tfx_hc_req_take_body(c->req, NULL);
         if (!body)
             body = strdup("");
         if (!body)

@@ -14,6 +14,8 @@
 #include "client/internal.h"
 #include "proto/safetensors.h"
 
+_Static_assert(TF_MAX_RANK == TFP_MAX_RANK, "public and proto ranks differ");
+
 /* Zero-byte tensors point here rather than at NULL, so memcpy never sees a NULL source. */
 static const uint8_t empty_data[1];
 

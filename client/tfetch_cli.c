@@ -95,6 +95,7 @@ typedef struct {
 /* The progress bar on stderr (one transfer at a time). */
 typedef struct {
     int drawn;
+    int pct;                        /* the percentage last drawn */
     struct timespec last;
 } bar_t;
 
@@ -204,7 +205,7 @@ static int request_failed(const tf_client_t *c, const char *what, const char *ur
 {
     const tf_result_t *r = tf_client_last(c);
     const char *why = r->error[0] ? r->error : tf_strerror(st);
-    if (r->http_status)
+    if (r->http_status && strncmp(why, "HTTP ", 5) != 0)
         msg("%s %s: %s (%s, HTTP %d)", what, url, why, tf_err_name(st), r->http_status);
     else
         msg("%s %s: %s (%s)", what, url, why, tf_err_name(st));
@@ -227,18 +228,20 @@ static int on_progress(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void 
     if (total <= PROGRESS_MIN_BYTES)
         return 0;
     double t = now_s(), last = (double)b->last.tv_sec + (double)b->last.tv_nsec / 1e9;
-    if (b->drawn && t - last < 0.1 && now < total)
-        return 0;
-    clock_gettime(CLOCK_MONOTONIC, &b->last);
     if (now > total)
         now = total;
+    int pct = (int)((double)now * 100.0 / (double)total);
+    if (b->drawn && (pct == b->pct || (t - last < 0.1 && now < total)))
+        return 0;
+    clock_gettime(CLOCK_MONOTONIC, &b->last);
+    b->pct = pct;
     int width = 30, fill = (int)((double)now / (double)total * width);
     char cells[64];
     for (int i = 0; i < width; i++)
         cells[i] = i < fill ? '#' : '.';
     cells[width] = '\0';
     fprintf(stderr, "\r%s [%s] %3d%% %.1f/%.1f MiB ", ut > dt ? "up  " : "down", cells,
-            (int)((double)now * 100.0 / (double)total), (double)now / 1048576.0,
+            pct, (double)now / 1048576.0,
             (double)total / 1048576.0);
     fflush(stderr);
     b->drawn = 1;

@@ -219,9 +219,8 @@ static void begin_put(tfx_req_t *r, ctx_t *c)
         tfp_dtype_t dt;
         int rank;
         uint64_t dims[TFP_MAX_RANK];
-        uint64_t want = cl >= 0 ? (uint64_t)cl : 0;
-        if (tfp_raw_check(dtype, shape, want, &dt, &rank, dims, &err) != TFP_OK &&
-            (cl >= 0 || err.code != TFP_EPROTO)) {
+        uint64_t len = cl >= 0 ? (uint64_t)cl : TFP_RAW_LEN_UNKNOWN;
+        if (tfp_raw_check(dtype, shape, len, &dt, &rank, dims, &err) != TFP_OK) {
             fail(r, c, err.code, "%s", err.msg);
             return;
         }
@@ -262,8 +261,8 @@ static void handle_put(tfx_req_t *r, ctx_t *c)
     size_t len;
     tfx_req_body(r, &len);
     if (c->raw && len != c->raw_nbytes) {
-        fail(r, c, TFP_EPROTO, "raw body is %zu bytes but Tfetch-Dtype x Tfetch-Shape "
-             "make %llu", len, (unsigned long long)c->raw_nbytes);
+        fail(r, c, TFP_EUNPROC, "body is %zu bytes but Tfetch-Dtype x Tfetch-Shape need %llu",
+             len, (unsigned long long)c->raw_nbytes);
         return;
     }
     size_t cap;

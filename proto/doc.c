@@ -191,7 +191,7 @@ static tfp_status_t set_meta(tfp_doc_t *doc, const char *key, const char *value,
                              int check_dup, tfp_err_t *err)
 {
     size_t klen;
-    char *k = NULL, *v;
+    char *k, *v;
     tfp_meta_t *m;
 
     if (doc == NULL || key == NULL || value == NULL)
@@ -208,7 +208,7 @@ static tfp_status_t set_meta(tfp_doc_t *doc, const char *key, const char *value,
     m = check_dup ? find_meta(doc, key) : NULL;
     v = dup_str(value);
     if (v == NULL)
-        goto fail_value;
+        goto out_of_memory;
     if (m != NULL) {
         free(m->value);
         m->value = v;
@@ -216,19 +216,19 @@ static tfp_status_t set_meta(tfp_doc_t *doc, const char *key, const char *value,
     }
     k = dup_str(key);
     if (k == NULL)
-        goto fail_key;
+        goto free_value;
     if (grow((void **)&doc->meta, doc->nmeta, &doc->capmeta, sizeof *doc->meta) != 0)
-        goto fail_grow;
+        goto free_key;
     doc->meta[doc->nmeta].key = k;
     doc->meta[doc->nmeta].value = v;
     doc->nmeta++;
     return TFP_OK;
 
-fail_grow:
+free_key:
     free(k);
-fail_key:
+free_value:
     free(v);
-fail_value:
+out_of_memory:
     return tfp_err_set(err, TFP_ENOMEM, "out of memory setting metadata");
 }
 

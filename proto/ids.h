@@ -20,7 +20,8 @@ int tfp_name_valid(const char *s);          /* 1 if valid, 0 if not (NULL is inv
 int tfp_user_id_valid(const char *s);
 int tfp_request_id_valid(const char *s);
 
-/* Parses a non-negative decimal integer (no sign, no spaces, at most max). 0 or -1. */
+/* Parses a non-negative decimal integer (no sign, no spaces, at most max; leading zeros are
+ * fine). 0 and *out set, or -1 and *out untouched. */
 int tfp_parse_u64(const char *s, uint64_t max, uint64_t *out);
 
 #endif

@@ -26,8 +26,10 @@ tfp_status_t tfp_json_check(const char *s, size_t n, size_t *end, tfp_err_t *err
 const char *tfp_find_dup(const char **keys, size_t n);
 
 /* Parses {"error": "...", "code": "TF_E..."}. On success copies the message (truncated to
- * msg_size-1) and sets *code (TFP_EINTERNAL for an unknown code name). Returns 0, or -1 if
- * the body is not such an object. */
+ * msg_size-1, not splitting a UTF-8 character) and sets *code (TFP_EINTERNAL for an unknown
+ * code name, and for "TF_OK"). Returns 0, or -1 if the body is not such an object: both
+ * members must be strings; other members are ignored; strict JSON, no duplicate keys.
+ * Nothing is written on -1. */
 int tfp_parse_error_body(const char *body, size_t len, tfp_status_t *code, char *msg,
                          size_t msg_size);
 
@@ -38,7 +40,12 @@ typedef struct {
     size_t ntensors;
 } tfp_list_entry_t;
 
-/* Parses the listing {"tensors": [{"name": ..., "bytes": N, "tensors": [...]}, ...]}. */
+/* Parses the listing {"tensors": [{"name": ..., "bytes": N, "tensors": [...]}, ...]}.
+ * Each entry needs a non-empty "name", "bytes" an integer in 0..2^53 and "tensors" an array
+ * of {"name": string, "dtype": a known dtype, "shape": up to 8 integers}; ntensors is that
+ * array's length. Other members are ignored. TFP_EPROTO (naming the bad member, e.g.
+ * "listing: tensors[1].bytes is not a non-negative integer") or TFP_ENOMEM; outputs are set
+ * only on success (*entries NULL when *n is 0); free with tfp_listing_free. */
 tfp_status_t tfp_parse_listing(const char *body, size_t len, tfp_list_entry_t **entries,
                                size_t *n, tfp_err_t *err);
 void tfp_listing_free(tfp_list_entry_t *entries, size_t n);

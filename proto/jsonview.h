@@ -13,7 +13,10 @@
 #include "proto/doc.h"
 
 /* Renders doc (tensors must have data bound). Refuses (TFP_ENOTACCEPT) when the total
- * element count exceeds max_elems. *out is malloc'd, NUL-terminated; *len excludes the NUL. */
+ * element count exceeds max_elems, or the count of nested arrays does (a [1000000, 0] tensor
+ * has no elements but a million "[]"). TFP_EINVAL if a tensor's data is unbound or its nbytes
+ * does not match. *out is malloc'd, NUL-terminated; *len excludes the NUL. Compact output
+ * (no spaces), tensors in doc order, "__metadata__" last and only if there is metadata. */
 tfp_status_t tfp_jsonview_render(const tfp_doc_t *doc, uint64_t max_elems, char **out,
                                  size_t *len, tfp_err_t *err);
 

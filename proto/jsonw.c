@@ -89,15 +89,15 @@ static void put(tfp_jw_t *w, const char *s, size_t n)
         char *p;
 
         if (__builtin_add_overflow(w->len, n + 1, &need))
-            goto fail;
+            goto mark_failed;
         while (ncap < need) {
             if (ncap > SIZE_MAX / 2)
-                goto fail;
+                goto mark_failed;
             ncap *= 2;
         }
         p = realloc(w->buf, ncap);
         if (p == NULL)
-            goto fail;
+            goto mark_failed;
         w->buf = p;
         w->cap = ncap;
     }
@@ -106,7 +106,7 @@ static void put(tfp_jw_t *w, const char *s, size_t n)
     w->buf[w->len] = '\0';
     return;
 
-fail:
+mark_failed:
     w->failed = 1;
 }
 

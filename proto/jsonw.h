@@ -1,9 +1,11 @@
 /* jsonw.h - a small append-only JSON writer for the daemon's and tools' JSON output
  * (listings, /v1/info, errors, --stats lines).
  *
- * The writer tracks nesting and commas itself; strings are escaped per RFC 8259 and invalid
- * UTF-8 is replaced by U+FFFD, so output is always valid JSON. Allocation failure is sticky:
- * tfp_jw_finish then returns NULL. Not thread-safe; one writer per thread.
+ * The writer tracks nesting and commas itself; strings are escaped per RFC 8259 (quote and
+ * backslash with a backslash, every control character as \u00XX) and invalid UTF-8 is
+ * replaced by U+FFFD, one per offending byte, so output is always valid JSON. Allocation
+ * failure is sticky: tfp_jw_finish then returns NULL; so does nesting deeper than 63 levels
+ * or an end without a matching begin. Not thread-safe; one writer per thread.
  */
 #ifndef TFP_JSONW_H
 #define TFP_JSONW_H

@@ -120,7 +120,7 @@ tfp_status_t tfp_raw_check(const char *dtype_hdr, const char *shape_hdr, uint64_
     st = tfp_shape_nbytes(d, r, dims, &want, err);
     if (st != TFP_OK)
         return st;
-    if (want != body_len) {
+    if (body_len != TFP_RAW_LEN_UNKNOWN && want != body_len) {
         tfp_raw_format_shape(r, dims, text, sizeof text);
         return tfp_err_set(err, TFP_EUNPROC, "body is %llu bytes but %s x [%s] needs %llu",
                            (unsigned long long)body_len, tfp_dtype_name(d), text,

@@ -22,6 +22,7 @@
 #include "proto/ids.h"
 #include "proto/status.h"
 #include "tests/suites.h"
+#include "transports/http_client.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -935,6 +936,195 @@ START_TEST(http_progress_abort_and_max_body)
 }
 END_TEST
 
+/* ---- the HTTP engine under the client ------------------------------------------------------ */
+
+typedef struct {
+    int calls;
+    tfx_hc_status_t st;
+} done_t;
+
+static void count_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
+{
+    done_t *d = ud;
+    d->calls++;
+    d->st = st;
+}
+
+/* A listener that never accepts: requests to it stay in flight. */
+static int silent_listener(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    socklen_t len = sizeof(a);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+START_TEST(engine_callback_once_and_segments)
+{
+    canned_t *s = canned_start(200, "Tfetch-Shape: 2,3\r\nTfetch-Dtype: F32\r\n", "hello", 5);
+    char *url = url_of(s, "/v1/call/echo");
+    tfx_hc_t *hc;
+    tfx_hc_req_t *req;
+    done_t d = {0};
+    ck_assert_int_eq(tfx_hc_new(&hc), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&req), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_method(req, "POST"), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_url(req, url), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_body(req, "abc", 3), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_body(req, "", 0), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_body(req, "defgh", 5), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_header(req, "X-Test", "1"), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_header(req, "Bad\r\nName", "1"), TFX_HC_EINVAL);
+    ck_assert_int_eq(tfx_hc_start(hc, req, count_done, &d), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_running(req), 1);
+    ck_assert_int_eq(tfx_hc_start(hc, req, count_done, &d), TFX_HC_EINVAL);   /* already */
+    ck_assert_int_eq(tfx_hc_drive(hc, req, -1), TFX_HC_OK);
+    ck_assert_int_eq(d.calls, 1);
+    ck_assert_int_eq(d.st, TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_running(hc), 0);
+    ck_assert_int_eq(tfx_hc_drive(hc, req, -1), TFX_HC_OK);   /* done already: no second call */
+    ck_assert_int_eq(d.calls, 1);
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    ck_assert_int_eq(r->status, 200);
+    ck_assert_str_eq(r->shape, "2,3");
+    ck_assert_str_eq(r->dtype, "F32");
+    ck_assert_uint_eq(r->body_len, 5);
+    ck_assert_str_eq((const char *)r->body, "hello");
+    ck_assert_uint_eq(r->bytes_sent, 8);
+    canned_wait(s);
+    ck_assert_uint_eq(s->body_len, 8);
+    ck_assert_mem_eq(s->body, "abcdefgh", 8);
+    ck_assert_ptr_nonnull(strstr(s->head, "\r\nX-Test: 1\r\n"));
+    size_t len = 0;
+    uint8_t *body = tfx_hc_req_take_body(req, &len);
+    ck_assert_uint_eq(len, 5);
+    ck_assert_ptr_null(tfx_hc_req_response(req)->body);
+    free(body);
+    canned_join(s);
+    free(url);
+    tfx_hc_req_free(req);
+    tfx_hc_free(hc);
+}
+END_TEST
+
+START_TEST(engine_start_error_never_calls_back)
+{
+    tfx_hc_t *hc;
+    tfx_hc_req_t *req;
+    done_t d = {0};
+    ck_assert_int_eq(tfx_hc_new(&hc), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&req), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_start(hc, req, count_done, &d), TFX_HC_EINVAL);   /* no URL */
+    ck_assert_int_eq(tfx_hc_req_set_url(req, "http://127.0.0.1:1/"), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_start(hc, req, NULL, &d), TFX_HC_EINVAL);
+    ck_assert_int_eq(tfx_hc_poll(hc, 0), 0);
+    ck_assert_int_eq(d.calls, 0);
+    tfx_hc_req_free(req);
+    tfx_hc_free(hc);
+    tfx_hc_req_free(NULL);
+    tfx_hc_free(NULL);
+}
+END_TEST
+
+START_TEST(engine_cancel_drive_timeout_and_free)
+{
+    int port;
+    int lfd = silent_listener(&port);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", port);
+    tfx_hc_t *hc;
+    tfx_hc_req_t *a, *b;
+    done_t da = {0}, db = {0};
+    ck_assert_int_eq(tfx_hc_new(&hc), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&a), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&b), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_url(a, url), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_url(b, url), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_start(hc, a, count_done, &da), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_start(hc, b, count_done, &db), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_running(hc), 2);
+
+    ck_assert_int_eq(tfx_hc_drive(hc, a, 100), TFX_HC_EAGAIN);
+    ck_assert_int_eq(da.calls, 0);
+    tfx_hc_cancel(hc, a);
+    ck_assert_int_eq(da.calls, 1);
+    ck_assert_int_eq(da.st, TFX_HC_ECANCELED);
+    ck_assert_int_eq(tfx_hc_req_running(a), 0);
+    tfx_hc_cancel(hc, a);                   /* not running: a no-op */
+    ck_assert_int_eq(da.calls, 1);
+    ck_assert_int_eq(tfx_hc_poll(hc, 10), 1);
+
+    /* freeing the engine completes what is left, once */
+    tfx_hc_free(hc);
+    ck_assert_int_eq(db.calls, 1);
+    ck_assert_int_eq(db.st, TFX_HC_ECANCELED);
+    tfx_hc_req_free(a);
+    tfx_hc_req_free(b);
+    close(lfd);
+}
+END_TEST
+
+START_TEST(engine_two_at_once)
+{
+    canned_t *s1 = canned_start(200, "", "one", 3);
+    canned_t *s2 = canned_start(404, "", "two!", 4);
+    char *u1 = url_of(s1, "/a"), *u2 = url_of(s2, "/b");
+    tfx_hc_t *hc;
+    tfx_hc_req_t *r1, *r2;
+    done_t d1 = {0}, d2 = {0};
+    ck_assert_int_eq(tfx_hc_new(&hc), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&r1), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&r2), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_url(r1, u1), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_url(r2, u2), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_start(hc, r1, count_done, &d1), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_start(hc, r2, count_done, &d2), TFX_HC_OK);
+    for (int i = 0; i < 100 && tfx_hc_poll(hc, 100) > 0; i++) {
+    }
+    ck_assert_int_eq(d1.calls, 1);
+    ck_assert_int_eq(d2.calls, 1);
+    ck_assert_int_eq(d1.st, TFX_HC_OK);
+    ck_assert_int_eq(d2.st, TFX_HC_OK);        /* an HTTP error is not a transport error */
+    ck_assert_int_eq(tfx_hc_req_response(r1)->status, 200);
+    ck_assert_int_eq(tfx_hc_req_response(r2)->status, 404);
+    ck_assert_str_eq((const char *)tfx_hc_req_response(r2)->body, "two!");
+    canned_join(s1);
+    canned_join(s2);
+    free(u1);
+    free(u2);
+    tfx_hc_req_free(r1);
+    tfx_hc_req_free(r2);
+    tfx_hc_free(hc);
+}
+END_TEST
+
+START_TEST(engine_url_build)
+{
+    char *out = NULL;
+    ck_assert_int_eq(tfx_hc_url_build("http://h:1/v1/tensors/w", NULL, "wait=5", &out), TFX_HC_OK);
+    ck_assert_str_eq(out, "http://h:1/v1/tensors/w?wait=5");
+    free(out);
+    ck_assert_int_eq(tfx_hc_url_build("http://h:1/x?a=1#frag", NULL, "wait=5", &out), TFX_HC_OK);
+    ck_assert_str_eq(out, "http://h:1/x?a=1&wait=5");
+    free(out);
+    ck_assert_int_eq(tfx_hc_url_build("HTTPS://h/deep/path?q=1", "/v1/info", NULL, &out),
+                     TFX_HC_OK);
+    ck_assert_str_eq(out, "https://h/v1/info");
+    free(out);
+    ck_assert_int_eq(tfx_hc_url_build("h:1/x", NULL, NULL, &out), TFX_HC_EURL);
+    ck_assert_int_eq(tfx_hc_url_build("ftp://h/x", NULL, NULL, &out), TFX_HC_EURL);
+    ck_assert_int_eq(tfx_hc_url_build("http:///x", NULL, NULL, &out), TFX_HC_EURL);
+    ck_assert_int_eq(tfx_hc_url_build(NULL, NULL, NULL, &out), TFX_HC_EINVAL);
+    ck_assert_str_eq(tfx_hc_strerror(TFX_HC_EURL), "bad URL");
+    ck_assert_str_eq(tfx_hc_strerror((tfx_hc_status_t)99), "unknown status");
+}
+END_TEST
+
 Suite *suite_client(void)
 {
     Suite *s = suite_create("client");
@@ -977,5 +1167,14 @@ Suite *suite_client(void)
     tcase_add_test(http, http_progress_abort_and_max_body);
     tcase_set_timeout(http, 30);
     suite_add_tcase(s, http);
+
+    TCase *engine = tcase_create("engine");
+    tcase_add_test(engine, engine_callback_once_and_segments);
+    tcase_add_test(engine, engine_start_error_never_calls_back);
+    tcase_add_test(engine, engine_cancel_drive_timeout_and_free);
+    tcase_add_test(engine, engine_two_at_once);
+    tcase_add_test(engine, engine_url_build);
+    tcase_set_timeout(engine, 30);
+    suite_add_tcase(s, engine);
     return s;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "transports/http_client.h"
@@ -25,13 +26,15 @@
 #define UPLOAD_BUFFER (2L * 1024 * 1024)
 #define UNKNOWN_LENGTH_START (64u * 1024)
 #define POLL_SLICE_MS 1000L
+#define HUGE_BODY (4u << 20)
+#define HUGE_PAGE (2u << 20)
 
 typedef struct {
     const uint8_t *ptr;
     size_t len;
 } seg_t;
 
-struct tfx_req {
+struct tfx_hc_req {
     /* what to send */
     char *method;
     char *url;
@@ -43,7 +46,7 @@ struct tfx_req {
     uint64_t body_total;
     long timeout_ms;
     size_t max_body;
-    tfx_progress_fn progress;
+    tfx_hc_progress_fn progress;
     void *progress_ud;
 
     /* upload cursor */
@@ -54,31 +57,31 @@ struct tfx_req {
     CURL *easy;                     /* kept across starts for reuse */
     tfx_hc_t *hc;
     int running;
-    tfx_done_fn done;
+    tfx_hc_done_fn done;
     void *done_ud;
-    tfx_req_t *prev, *next;         /* the engine's running list */
+    tfx_hc_req_t *prev, *next;         /* the engine's running list */
     struct timespec t0;
-    tfx_status_t write_err;         /* why the write callback refused data */
+    tfx_hc_status_t write_err;         /* why the write callback refused data */
 
     /* what came back */
-    tfx_resp_t resp;
+    tfx_hc_resp_t resp;
     size_t body_cap;
     char errbuf[CURL_ERROR_SIZE];
 };
 
 struct tfx_hc {
     CURLM *multi;
-    tfx_req_t *running;             /* doubly linked list of started requests */
+    tfx_hc_req_t *running;             /* doubly linked list of started requests */
     int nrunning;
 };
 
 /* ---- status --------------------------------------------------------------------------- */
 
-const char *tfx_strerror(tfx_status_t st)
+const char *tfx_hc_strerror(tfx_hc_status_t st)
 {
     switch (st) {
-#define X(n, v, s) case TFX_##n: return s;
-        TFX_STATUS_MAP(X)
+#define X(n, v, s) case TFX_HC_##n: return s;
+        TFX_HC_STATUS_MAP(X)
 #undef X
     }
     return "unknown status";
@@ -109,27 +112,27 @@ static double elapsed_since(const struct timespec *t0)
 
 /* ---- requests --------------------------------------------------------------------------- */
 
-tfx_status_t tfx_req_new(tfx_req_t **out)
+tfx_hc_status_t tfx_hc_req_new(tfx_hc_req_t **out)
 {
     if (!out)
-        return TFX_EINVAL;
-    tfx_req_t *req = calloc(1, sizeof(*req));
+        return TFX_HC_EINVAL;
+    tfx_hc_req_t *req = calloc(1, sizeof(*req));
     if (!req)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     *out = req;
-    return TFX_OK;
+    return TFX_HC_OK;
 }
 
-static void clear_response(tfx_req_t *req)
+static void clear_response(tfx_hc_req_t *req)
 {
     free(req->resp.body);
     memset(&req->resp, 0, sizeof(req->resp));
     req->body_cap = 0;
     req->errbuf[0] = '\0';
-    req->write_err = TFX_OK;
+    req->write_err = TFX_HC_OK;
 }
 
-void tfx_req_reset(tfx_req_t *req)
+void tfx_hc_req_reset(tfx_hc_req_t *req)
 {
     if (!req || req->running)
         return;
@@ -150,53 +153,53 @@ void tfx_req_reset(tfx_req_t *req)
     clear_response(req);
 }
 
-void tfx_req_free(tfx_req_t *req)
+void tfx_hc_req_free(tfx_hc_req_t *req)
 {
     if (!req)
         return;
     if (req->running)
         tfx_hc_cancel(req->hc, req);
-    tfx_req_reset(req);
+    tfx_hc_req_reset(req);
     free(req->segs);
     if (req->easy)
         curl_easy_cleanup(req->easy);
     free(req);
 }
 
-static tfx_status_t replace_string(char **dst, const char *src)
+static tfx_hc_status_t replace_string(char **dst, const char *src)
 {
     char *s = strdup(src);
     if (!s)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     free(*dst);
     *dst = s;
-    return TFX_OK;
+    return TFX_HC_OK;
 }
 
-tfx_status_t tfx_req_set_method(tfx_req_t *req, const char *method)
+tfx_hc_status_t tfx_hc_req_set_method(tfx_hc_req_t *req, const char *method)
 {
     if (!req || !method || !*method || req->running)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     return replace_string(&req->method, method);
 }
 
-tfx_status_t tfx_req_set_url(tfx_req_t *req, const char *url)
+tfx_hc_status_t tfx_hc_req_set_url(tfx_hc_req_t *req, const char *url)
 {
     if (!req || !url || req->running)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     return replace_string(&req->url, url);
 }
 
-tfx_status_t tfx_req_add_header(tfx_req_t *req, const char *name, const char *value)
+tfx_hc_status_t tfx_hc_req_add_header(tfx_hc_req_t *req, const char *name, const char *value)
 {
     if (!req || !name || !value || req->running)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     if (strpbrk(name, ":\r\n") || strpbrk(value, "\r\n"))
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     size_t n = strlen(name) + strlen(value) + 3;
     char *line = malloc(n);
     if (!line)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     /* "Name:" with nothing after it would tell libcurl to drop the header; "Name;" sends it
      * empty. */
     if (*value)
@@ -206,20 +209,20 @@ tfx_status_t tfx_req_add_header(tfx_req_t *req, const char *name, const char *va
     struct curl_slist *l = curl_slist_append(req->headers, line);
     free(line);
     if (!l)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     req->headers = l;
-    return TFX_OK;
+    return TFX_HC_OK;
 }
 
-tfx_status_t tfx_req_add_body(tfx_req_t *req, const void *ptr, size_t len)
+tfx_hc_status_t tfx_hc_req_add_body(tfx_hc_req_t *req, const void *ptr, size_t len)
 {
     if (!req || (!ptr && len) || req->running)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     if (req->nsegs == req->capsegs) {
         size_t cap = req->capsegs ? req->capsegs * 2 : 8;
         seg_t *s = realloc(req->segs, cap * sizeof(*s));
         if (!s)
-            return TFX_ENOMEM;
+            return TFX_HC_ENOMEM;
         req->segs = s;
         req->capsegs = cap;
     }
@@ -228,22 +231,22 @@ tfx_status_t tfx_req_add_body(tfx_req_t *req, const void *ptr, size_t len)
     req->nsegs++;
     req->has_body = 1;
     req->body_total += len;
-    return TFX_OK;
+    return TFX_HC_OK;
 }
 
-void tfx_req_set_timeout(tfx_req_t *req, long timeout_ms)
+void tfx_hc_req_set_timeout(tfx_hc_req_t *req, long timeout_ms)
 {
     if (req)
         req->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
 }
 
-void tfx_req_set_max_body(tfx_req_t *req, size_t max)
+void tfx_hc_req_set_max_body(tfx_hc_req_t *req, size_t max)
 {
     if (req)
         req->max_body = max;
 }
 
-void tfx_req_set_progress(tfx_req_t *req, tfx_progress_fn fn, void *user_data)
+void tfx_hc_req_set_progress(tfx_hc_req_t *req, tfx_hc_progress_fn fn, void *user_data)
 {
     if (req) {
         req->progress = fn;
@@ -251,17 +254,17 @@ void tfx_req_set_progress(tfx_req_t *req, tfx_progress_fn fn, void *user_data)
     }
 }
 
-const tfx_resp_t *tfx_req_response(const tfx_req_t *req)
+const tfx_hc_resp_t *tfx_hc_req_response(const tfx_hc_req_t *req)
 {
     return req ? &req->resp : NULL;
 }
 
-const char *tfx_req_error(const tfx_req_t *req)
+const char *tfx_hc_req_error(const tfx_hc_req_t *req)
 {
     return req ? req->errbuf : "";
 }
 
-uint8_t *tfx_req_take_body(tfx_req_t *req, size_t *len)
+uint8_t *tfx_hc_req_take_body(tfx_hc_req_t *req, size_t *len)
 {
     if (!req || req->running)
         return NULL;
@@ -274,7 +277,7 @@ uint8_t *tfx_req_take_body(tfx_req_t *req, size_t *len)
     return b;
 }
 
-int tfx_req_running(const tfx_req_t *req)
+int tfx_hc_req_running(const tfx_hc_req_t *req)
 {
     return req ? req->running : 0;
 }
@@ -303,9 +306,9 @@ static int header_is(const char *line, size_t name_len, const char *name)
 
 static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
 {
-    tfx_req_t *req = ud;
+    tfx_hc_req_t *req = ud;
     size_t n = size * nitems;
-    tfx_resp_t *r = &req->resp;
+    tfx_hc_resp_t *r = &req->resp;
 
     if (n >= 5 && memcmp(line, "HTTP/", 5) == 0) {
         /* A new status line (after a 1xx): forget what an interim response said. */
@@ -332,8 +335,24 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
     return n;
 }
 
+/* A response buffer of n bytes that free() releases. Big ones are aligned to 2 MiB and
+ * offered transparent huge pages: first-touch page faults otherwise cost as much as the
+ * copy out of the socket. */
+static void *alloc_body(size_t n)
+{
+    if (n < HUGE_BODY)
+        return malloc(n);
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, n) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n & ~(size_t)(HUGE_PAGE - 1), MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 /* Makes room for need bytes plus the NUL. */
-static int reserve_body(tfx_req_t *req, size_t need)
+static int reserve_body(tfx_hc_req_t *req, size_t need)
 {
     if (need < req->body_cap)
         return 0;
@@ -355,7 +374,7 @@ static int reserve_body(tfx_req_t *req, size_t need)
 
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
-    tfx_req_t *req = ud;
+    tfx_hc_req_t *req = ud;
     size_t n = size * nmemb;
 
     if (!req->resp.body) {
@@ -365,12 +384,12 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
             cl = -1;
         if (cl >= 0) {
             if ((uint64_t)cl >= SIZE_MAX || (req->max_body && (uint64_t)cl > req->max_body)) {
-                req->write_err = TFX_ETOOBIG;
+                req->write_err = TFX_HC_ETOOBIG;
                 return 0;
             }
-            req->resp.body = malloc((size_t)cl + 1);
+            req->resp.body = alloc_body((size_t)cl + 1);
             if (!req->resp.body) {
-                req->write_err = TFX_ENOMEM;
+                req->write_err = TFX_HC_ENOMEM;
                 return 0;
             }
             req->body_cap = (size_t)cl + 1;
@@ -378,11 +397,11 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
     }
     if (n > SIZE_MAX - 1 - req->resp.body_len ||
         (req->max_body && req->resp.body_len + n > req->max_body)) {
-        req->write_err = TFX_ETOOBIG;
+        req->write_err = TFX_HC_ETOOBIG;
         return 0;
     }
     if (reserve_body(req, req->resp.body_len + n) != 0) {
-        req->write_err = TFX_ENOMEM;
+        req->write_err = TFX_HC_ENOMEM;
         return 0;
     }
     memcpy(req->resp.body + req->resp.body_len, data, n);
@@ -393,7 +412,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 
 static size_t on_read(char *dst, size_t size, size_t nitems, void *ud)
 {
-    tfx_req_t *req = ud;
+    tfx_hc_req_t *req = ud;
     size_t room = size * nitems, done = 0;
 
     while (room > 0 && req->seg_i < req->nsegs) {
@@ -417,7 +436,7 @@ static size_t on_read(char *dst, size_t size, size_t nitems, void *ud)
 /* libcurl rewinds the upload when it resends on a fresh connection. */
 static int on_seek(void *ud, curl_off_t offset, int origin)
 {
-    tfx_req_t *req = ud;
+    tfx_hc_req_t *req = ud;
     if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > req->body_total)
         return CURL_SEEKFUNC_CANTSEEK;
     uint64_t left = (uint64_t)offset;
@@ -434,7 +453,7 @@ static int on_seek(void *ud, curl_off_t offset, int origin)
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
 {
-    tfx_req_t *req = ud;
+    tfx_hc_req_t *req = ud;
     if (!req->progress)
         return 0;
     return req->progress((uint64_t)dlnow, (uint64_t)dltotal, (uint64_t)ulnow,
@@ -443,28 +462,28 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 
 /* ---- engine ----------------------------------------------------------------------------- */
 
-tfx_status_t tfx_hc_new(tfx_hc_t **out)
+tfx_hc_status_t tfx_hc_new(tfx_hc_t **out)
 {
     if (!out)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     if (ensure_curl() != 0)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     tfx_hc_t *hc = calloc(1, sizeof(*hc));
     if (!hc)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     hc->multi = curl_multi_init();
     if (!hc->multi)
         goto free_hc;
     curl_multi_setopt(hc->multi, CURLMOPT_MAXCONNECTS, 16L);
     *out = hc;
-    return TFX_OK;
+    return TFX_HC_OK;
 
 free_hc:
     free(hc);
-    return TFX_ENOMEM;
+    return TFX_HC_ENOMEM;
 }
 
-static void unlink_req(tfx_hc_t *hc, tfx_req_t *req)
+static void unlink_req(tfx_hc_t *hc, tfx_hc_req_t *req)
 {
     if (req->prev)
         req->prev->next = req->next;
@@ -476,34 +495,34 @@ static void unlink_req(tfx_hc_t *hc, tfx_req_t *req)
     hc->nrunning--;
 }
 
-static tfx_status_t map_curl(const tfx_req_t *req, CURLcode rc)
+static tfx_hc_status_t map_curl(const tfx_hc_req_t *req, CURLcode rc)
 {
     switch (rc) {
     case CURLE_OK:
-        return TFX_OK;
+        return TFX_HC_OK;
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
-        return TFX_EURL;
+        return TFX_HC_EURL;
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
-        return TFX_ECONNECT;
+        return TFX_HC_ECONNECT;
     case CURLE_OPERATION_TIMEDOUT:
-        return TFX_ETIMEDOUT;
+        return TFX_HC_ETIMEDOUT;
     case CURLE_ABORTED_BY_CALLBACK:
-        return TFX_ECANCELED;
+        return TFX_HC_ECANCELED;
     case CURLE_OUT_OF_MEMORY:
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     case CURLE_WRITE_ERROR:
-        return req->write_err != TFX_OK ? req->write_err : TFX_EIO;
+        return req->write_err != TFX_HC_OK ? req->write_err : TFX_HC_EIO;
     default:
-        return TFX_EIO;
+        return TFX_HC_EIO;
     }
 }
 
 /* Detaches a finished (or canceled) request, records what came back and runs its callback.
  * Nothing touches req after the callback: it may have freed it. */
-static void complete(tfx_hc_t *hc, tfx_req_t *req, tfx_status_t st)
+static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
 {
     long code = 0;
     curl_off_t up = 0;
@@ -515,11 +534,11 @@ static void complete(tfx_hc_t *hc, tfx_req_t *req, tfx_status_t st)
     if (curl_easy_getinfo(req->easy, CURLINFO_SIZE_UPLOAD_T, &up) == CURLE_OK && up > 0)
         req->resp.bytes_sent = (uint64_t)up;
     req->resp.seconds = elapsed_since(&req->t0);
-    if (st == TFX_ECANCELED && !req->errbuf[0])
+    if (st == TFX_HC_ECANCELED && !req->errbuf[0])
         snprintf(req->errbuf, sizeof(req->errbuf), "request canceled");
     req->running = 0;
     req->hc = NULL;
-    tfx_done_fn done = req->done;
+    tfx_hc_done_fn done = req->done;
     void *ud = req->done_ud;
     req->done = NULL;
     req->done_ud = NULL;
@@ -527,7 +546,7 @@ static void complete(tfx_hc_t *hc, tfx_req_t *req, tfx_status_t st)
 }
 
 /* Completes every request libcurl reports finished. Returns 1 if target was among them. */
-static int dispatch(tfx_hc_t *hc, const tfx_req_t *target)
+static int dispatch(tfx_hc_t *hc, const tfx_hc_req_t *target)
 {
     int hit = 0, left;
     CURLMsg *m;
@@ -539,7 +558,7 @@ static int dispatch(tfx_hc_t *hc, const tfx_req_t *target)
         char *priv = NULL;
         if (curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv) != CURLE_OK || !priv)
             continue;
-        tfx_req_t *req = (tfx_req_t *)(void *)priv;
+        tfx_hc_req_t *req = (tfx_hc_req_t *)(void *)priv;
         if (req == target)
             hit = 1;
         complete(hc, req, map_curl(req, rc));
@@ -547,11 +566,11 @@ static int dispatch(tfx_hc_t *hc, const tfx_req_t *target)
     return hit;
 }
 
-void tfx_hc_cancel(tfx_hc_t *hc, tfx_req_t *req)
+void tfx_hc_cancel(tfx_hc_t *hc, tfx_hc_req_t *req)
 {
     if (!hc || !req || !req->running || req->hc != hc)
         return;
-    complete(hc, req, TFX_ECANCELED);
+    complete(hc, req, TFX_HC_ECANCELED);
 }
 
 void tfx_hc_free(tfx_hc_t *hc)
@@ -578,7 +597,7 @@ static void set_protocols(CURL *e)
 #endif
 }
 
-static tfx_status_t configure(tfx_req_t *req)
+static tfx_hc_status_t configure(tfx_hc_req_t *req)
 {
     CURL *e = req->easy;
     const char *method = req->method ? req->method : "GET";
@@ -633,35 +652,35 @@ static tfx_status_t configure(tfx_req_t *req)
     SET(CURLOPT_HTTPHEADER, req->headers);
 #undef SET
     set_protocols(e);
-    return ok ? TFX_OK : TFX_EINVAL;
+    return ok ? TFX_HC_OK : TFX_HC_EINVAL;
 }
 
-tfx_status_t tfx_hc_start(tfx_hc_t *hc, tfx_req_t *req, tfx_done_fn done, void *user_data)
+tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn done, void *user_data)
 {
     if (!hc || !req || !done || !req->url || req->running)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     clear_response(req);
     if (req->easy) {
         curl_easy_reset(req->easy);
     } else {
         req->easy = curl_easy_init();
         if (!req->easy)
-            return TFX_ENOMEM;
+            return TFX_HC_ENOMEM;
     }
     /* libcurl would otherwise wait up to a second for "100 Continue" before a big body. */
     if (req->has_body && !req->expect_off) {
         struct curl_slist *l = curl_slist_append(req->headers, "Expect:");
         if (!l)
-            return TFX_ENOMEM;
+            return TFX_HC_ENOMEM;
         req->headers = l;
         req->expect_off = 1;
     }
-    tfx_status_t st = configure(req);
-    if (st != TFX_OK)
+    tfx_hc_status_t st = configure(req);
+    if (st != TFX_HC_OK)
         return st;
     clock_gettime(CLOCK_MONOTONIC, &req->t0);
     if (curl_multi_add_handle(hc->multi, req->easy) != CURLM_OK)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     req->hc = hc;
     req->running = 1;
     req->done = done;
@@ -672,7 +691,7 @@ tfx_status_t tfx_hc_start(tfx_hc_t *hc, tfx_req_t *req, tfx_done_fn done, void *
         hc->running->prev = req;
     hc->running = req;
     hc->nrunning++;
-    return TFX_OK;
+    return TFX_HC_OK;
 }
 
 int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
@@ -692,32 +711,32 @@ int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
     return hc->nrunning;
 }
 
-tfx_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_req_t *req, long timeout_ms)
+tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
 {
     struct timespec t0;
     int still;
 
     if (!hc || !req)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     if (!req->running)
-        return TFX_OK;
+        return TFX_HC_OK;
     if (req->hc != hc)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         if (curl_multi_perform(hc->multi, &still) != CURLM_OK) {
             /* The multi handle itself failed: nothing will complete req any more. */
             snprintf(req->errbuf, sizeof(req->errbuf), "libcurl multi interface failed");
-            complete(hc, req, TFX_EIO);
-            return TFX_OK;
+            complete(hc, req, TFX_HC_EIO);
+            return TFX_HC_OK;
         }
         if (dispatch(hc, req))
-            return TFX_OK;
+            return TFX_HC_OK;
         long wait = POLL_SLICE_MS;
         if (timeout_ms >= 0) {
             long left = timeout_ms - (long)(elapsed_since(&t0) * 1000.0);
             if (left <= 0)
-                return TFX_EAGAIN;
+                return TFX_HC_EAGAIN;
             if (left < wait)
                 wait = left;
         }
@@ -727,18 +746,22 @@ tfx_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_req_t *req, long timeout_ms)
 
 /* ---- URLs ------------------------------------------------------------------------------- */
 
-tfx_status_t tfx_url_build(const char *url, const char *path, const char *query, char **out)
+tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *query, char **out)
 {
-    tfx_status_t st = TFX_EURL;
+    tfx_hc_status_t st = TFX_HC_EURL;
     char *scheme = NULL, *host = NULL, *full = NULL;
 
     if (!url || !out)
-        return TFX_EINVAL;
+        return TFX_HC_EINVAL;
+    /* libcurl reads "http:///x" as host x; an empty authority is a bad URL here. */
+    const char *auth = strstr(url, "://");
+    if (!auth || auth[3] == '/' || auth[3] == '\0')
+        return TFX_HC_EURL;
     if (ensure_curl() != 0)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     CURLU *u = curl_url();
     if (!u)
-        return TFX_ENOMEM;
+        return TFX_HC_ENOMEM;
     if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
         goto free_url;
     if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
@@ -757,7 +780,7 @@ tfx_status_t tfx_url_build(const char *url, const char *path, const char *query,
     if (curl_url_get(u, CURLUPART_URL, &full, 0) != CURLUE_OK)
         goto free_parts;
     *out = strdup(full);
-    st = *out ? TFX_OK : TFX_ENOMEM;
+    st = *out ? TFX_HC_OK : TFX_HC_ENOMEM;
     curl_free(full);
 
 free_parts:

@@ -1,15 +1,16 @@
 /* http_client.h - the HTTP client engine: one libcurl multi handle driving many requests.
  *
  * A tfx_hc_t is a long-lived handle that owns a CURLM: its connection cache keeps
- * connections to each origin alive and reuses them, and it caches DNS answers. A tfx_req_t is
- * one request: method, URL, extra headers, a body given as borrowed (pointer, length)
- * segments that are streamed without being concatenated, and, once it completes, the response
- * (status, the headers tfetch cares about, and the body in one buffer sized from
- * Content-Length). Requests are started on an engine and complete through a callback that
- * runs exactly once on a successful start and never when the start fails. Nothing runs in the
- * background: callbacks run inside tfx_hc_poll / tfx_hc_drive / tfx_hc_cancel, on the calling
- * thread. An engine and its requests are used by one thread at a time. Blocking calls are
- * "start, then drive until done"; an async API is "start, then poll/drive later".
+ * connections to each origin alive and reuses them, and it caches DNS answers. A
+ * tfx_hc_req_t is one request: method, URL, extra headers, a body given as borrowed
+ * (pointer, length) segments streamed without being concatenated, and, once it completes,
+ * the response (status, the headers tfetch cares about, and the body in one buffer sized
+ * from Content-Length). Requests are started on an engine and complete through a callback
+ * that runs exactly once on a successful start and never when the start fails. Nothing runs
+ * in the background: callbacks run inside tfx_hc_poll / tfx_hc_drive / tfx_hc_cancel, on
+ * the calling thread. An engine and its requests are used by one thread at a time. Blocking
+ * calls are "start, then drive until done"; an async API is "start, then poll/drive later".
+ * Everything here is prefixed tfx_hc_ (the server side of transports/ owns tfx_req_*).
  */
 #ifndef TFX_HTTP_CLIENT_H
 #define TFX_HTTP_CLIENT_H
@@ -18,34 +19,34 @@
 #include <stdint.h>
 
 /* Outcomes decided by the transport (the HTTP status is reported separately). */
-#define TFX_STATUS_MAP(X)                                  \
-    X(OK,         0, "success")                            \
-    X(ENOMEM,     1, "out of memory")                      \
-    X(EINVAL,     2, "invalid argument")                   \
-    X(EURL,       3, "bad URL")                            \
-    X(ECONNECT,   4, "cannot connect")                     \
-    X(ETIMEDOUT,  5, "timed out")                          \
-    X(EIO,        6, "transfer failed")                    \
-    X(ECANCELED,  7, "canceled")                           \
-    X(ETOOBIG,    8, "response body too large")            \
+#define TFX_HC_STATUS_MAP(X)                                \
+    X(OK,         0, "success")                             \
+    X(ENOMEM,     1, "out of memory")                       \
+    X(EINVAL,     2, "invalid argument")                    \
+    X(EURL,       3, "bad URL")                             \
+    X(ECONNECT,   4, "cannot connect")                      \
+    X(ETIMEDOUT,  5, "timed out")                           \
+    X(EIO,        6, "transfer failed")                     \
+    X(ECANCELED,  7, "canceled")                            \
+    X(ETOOBIG,    8, "response body too large")             \
     X(EAGAIN,     9, "not finished yet")
 
 typedef enum {
-#define X(n, v, s) TFX_##n = (v),
-    TFX_STATUS_MAP(X)
+#define X(n, v, s) TFX_HC_##n = (v),
+    TFX_HC_STATUS_MAP(X)
 #undef X
-} tfx_status_t;
+} tfx_hc_status_t;
 
-const char *tfx_strerror(tfx_status_t st);
+const char *tfx_hc_strerror(tfx_hc_status_t st);
 
 typedef struct tfx_hc tfx_hc_t;
-typedef struct tfx_req tfx_req_t;
+typedef struct tfx_hc_req tfx_hc_req_t;
 
 /* Called once when a started request completes (successfully or not). The request is no
  * longer attached to the engine; the callback may free it. */
-typedef void (*tfx_done_fn)(tfx_req_t *req, tfx_status_t st, void *user_data);
-/* Transfer progress; return non-zero to abort the request (TFX_ECANCELED). */
-typedef int (*tfx_progress_fn)(uint64_t down_now, uint64_t down_total, uint64_t up_now,
+typedef void (*tfx_hc_done_fn)(tfx_hc_req_t *req, tfx_hc_status_t st, void *user_data);
+/* Transfer progress; return non-zero to abort the request (TFX_HC_ECANCELED). */
+typedef int (*tfx_hc_progress_fn)(uint64_t down_now, uint64_t down_total, uint64_t up_now,
                                uint64_t up_total, void *user_data);
 
 /* The response, filled in when the request completes. Header values are "" when absent. */
@@ -60,65 +61,65 @@ typedef struct {
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */
     double seconds;                 /* wall time from start to completion */
-} tfx_resp_t;
+} tfx_hc_resp_t;
 
 /* ---- engine -------------------------------------------------------------------------- */
 
 /* Creates an engine; initialises libcurl once per process on first use. */
-tfx_status_t tfx_hc_new(tfx_hc_t **out);
-/* Cancels every unfinished request (their callbacks run with TFX_ECANCELED), then frees. */
+tfx_hc_status_t tfx_hc_new(tfx_hc_t **out);
+/* Cancels every unfinished request (their callbacks run with TFX_HC_ECANCELED), then frees. */
 void tfx_hc_free(tfx_hc_t *hc);
-/* Starts req. On TFX_OK, done runs exactly once later; on an error it never runs. A request
+/* Starts req. On TFX_HC_OK, done runs exactly once later; on an error it never runs. A request
  * can be started once at a time; after completion it may be reset and started again. */
-tfx_status_t tfx_hc_start(tfx_hc_t *hc, tfx_req_t *req, tfx_done_fn done, void *user_data);
+tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn done, void *user_data);
 /* Does pending work and completes finished requests, waiting up to timeout_ms (0: don't
  * wait; -1: until something happens) for activity. Returns the number still running. */
 int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms);
-/* Runs the engine until req completes (TFX_OK, its callback has run) or timeout_ms passes
- * (TFX_EAGAIN; -1 waits for ever). Other requests progress meanwhile. */
-tfx_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_req_t *req, long timeout_ms);
-/* Stops an unfinished request now; its callback runs with TFX_ECANCELED before this returns.
+/* Runs the engine until req completes (TFX_HC_OK, its callback has run) or timeout_ms passes
+ * (TFX_HC_EAGAIN; -1 waits for ever). Other requests progress meanwhile. */
+tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms);
+/* Stops an unfinished request now; its callback runs with TFX_HC_ECANCELED before this returns.
  * A no-op for a request that is not running. */
-void tfx_hc_cancel(tfx_hc_t *hc, tfx_req_t *req);
+void tfx_hc_cancel(tfx_hc_t *hc, tfx_hc_req_t *req);
 /* Number of requests started and not yet completed. */
 int tfx_hc_running(const tfx_hc_t *hc);
 
 /* ---- requests ------------------------------------------------------------------------ */
 
-tfx_status_t tfx_req_new(tfx_req_t **out);
+tfx_hc_status_t tfx_hc_req_new(tfx_hc_req_t **out);
 /* Frees a request that is not running (a running one must be canceled first). */
-void tfx_req_free(tfx_req_t *req);
+void tfx_hc_req_free(tfx_hc_req_t *req);
 /* Clears method, URL, headers, body segments and response for reuse; keeps allocations. */
-void tfx_req_reset(tfx_req_t *req);
+void tfx_hc_req_reset(tfx_hc_req_t *req);
 
 /* "GET", "PUT", "POST", "DELETE", ... (copied). Default "GET". */
-tfx_status_t tfx_req_set_method(tfx_req_t *req, const char *method);
-tfx_status_t tfx_req_set_url(tfx_req_t *req, const char *url);       /* copied */
+tfx_hc_status_t tfx_hc_req_set_method(tfx_hc_req_t *req, const char *method);
+tfx_hc_status_t tfx_hc_req_set_url(tfx_hc_req_t *req, const char *url);       /* copied */
 /* Adds "Name: value" (copied). */
-tfx_status_t tfx_req_add_header(tfx_req_t *req, const char *name, const char *value);
+tfx_hc_status_t tfx_hc_req_add_header(tfx_hc_req_t *req, const char *name, const char *value);
 /* Appends a body segment (borrowed: it must live until completion). The body is the
  * segments in order; a request with any segment (even empty ones) has a body. */
-tfx_status_t tfx_req_add_body(tfx_req_t *req, const void *ptr, size_t len);
+tfx_hc_status_t tfx_hc_req_add_body(tfx_hc_req_t *req, const void *ptr, size_t len);
 /* Whole-request timeout (0: none). The connect timeout is min(10 s, this). */
-void tfx_req_set_timeout(tfx_req_t *req, long timeout_ms);
-/* Refuses a response body larger than max (TFX_ETOOBIG); 0: no cap. */
-void tfx_req_set_max_body(tfx_req_t *req, size_t max);
-void tfx_req_set_progress(tfx_req_t *req, tfx_progress_fn fn, void *user_data);
+void tfx_hc_req_set_timeout(tfx_hc_req_t *req, long timeout_ms);
+/* Refuses a response body larger than max (TFX_HC_ETOOBIG); 0: no cap. */
+void tfx_hc_req_set_max_body(tfx_hc_req_t *req, size_t max);
+void tfx_hc_req_set_progress(tfx_hc_req_t *req, tfx_hc_progress_fn fn, void *user_data);
 
 /* Valid after completion, until reset or free. */
-const tfx_resp_t *tfx_req_response(const tfx_req_t *req);
+const tfx_hc_resp_t *tfx_hc_req_response(const tfx_hc_req_t *req);
 /* The transport's own message for a failure ("" if none), e.g. libcurl's error text. */
-const char *tfx_req_error(const tfx_req_t *req);
+const char *tfx_hc_req_error(const tfx_hc_req_t *req);
 /* Hands the response body (malloc'd, NUL-terminated) to the caller; NULL if none. */
-uint8_t *tfx_req_take_body(tfx_req_t *req, size_t *len);
+uint8_t *tfx_hc_req_take_body(tfx_hc_req_t *req, size_t *len);
 /* 1 while started and not completed. */
-int tfx_req_running(const tfx_req_t *req);
+int tfx_hc_req_running(const tfx_hc_req_t *req);
 
 /* ---- URLs ---------------------------------------------------------------------------- */
 
 /* Checks url is an absolute http(s) URL with a host and builds a new one: path replaces the
  * path (and drops the query) when not NULL; query ("wait=100") is appended when not NULL.
- * *out is malloc'd. TFX_EURL for a malformed URL or another scheme. */
-tfx_status_t tfx_url_build(const char *url, const char *path, const char *query, char **out);
+ * *out is malloc'd. TFX_HC_EURL for a malformed URL or another scheme. */
+tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *query, char **out);
 
 #endif

@@ -57,7 +57,7 @@ struct tfx_req {
     size_t cap;                     /* of buf */
     uint64_t body_len;
     uint64_t body_seen;             /* including discarded bytes */
-    int body_failed;                /* 413/507 already queued */
+    tfp_status_t body_failed;       /* why the body is being drained, or TFP_OK */
 
     /* response */
     hdr_t *hdrs;
@@ -196,25 +196,39 @@ static int reserve_body(tfx_req_t *r, size_t more)
     return 0;
 }
 
-static void take_upload(tfx_req_t *r, const char *data, size_t n)
+/* Bodies that fail (too big, no memory) are drained and answered once complete: MHD cannot
+ * queue a response in the middle of an upload. A sender that keeps going far past the limit
+ * is disconnected instead (returns -1). */
+#define DRAIN_MAX (64ull << 20)
+
+static int take_upload(tfx_req_t *r, const char *data, size_t n)
 {
     r->body_seen += n;
-    if (!r->accept_body || r->body_failed)
-        return;                                     /* discard */
+    if (r->body_failed)
+        return r->body_seen - r->body_len > DRAIN_MAX ? -1 : 0;
+    if (!r->accept_body)
+        return 0;                                   /* discard */
     if (r->body_len + n > r->max_body) {
-        r->body_failed = 1;
-        tfx_respond_error(r, TFP_ETOOBIG, "request body exceeds the limit of %llu bytes",
-                          (unsigned long long)r->max_body);
-        return;
+        r->body_failed = TFP_ETOOBIG;
+        return 0;
     }
     if (reserve_body(r, n) != 0) {
-        r->body_failed = 1;
-        tfx_respond_error(r, TFP_ENOMEM, "cannot allocate %llu bytes for the request body",
-                          (unsigned long long)(r->body_len + n));
-        return;
+        r->body_failed = TFP_ENOMEM;
+        return 0;
     }
     memcpy(r->buf + r->headroom + r->body_len, data, n);
     r->body_len += n;
+    return 0;
+}
+
+static void answer_failed_body(tfx_req_t *r)
+{
+    if (r->body_failed == TFP_ETOOBIG)
+        tfx_respond_error(r, TFP_ETOOBIG, "request body exceeds the limit of %llu bytes",
+                          (unsigned long long)r->max_body);
+    else
+        tfx_respond_error(r, TFP_ENOMEM, "cannot allocate memory for a %llu-byte request body",
+                          (unsigned long long)r->body_seen);
 }
 
 /* ---- responses --------------------------------------------------------------------------- */
@@ -374,11 +388,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
-        take_upload(r, upload_data, *upload_data_size);
+        int rc = take_upload(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
-        return queue_pending(r);
+        return rc == 0 ? MHD_YES : MHD_NO;
     }
-    run_handle(r);
+    if (r->body_failed)
+        answer_failed_body(r);
+    else
+        run_handle(r);
     return queue_pending(r);
 }
 

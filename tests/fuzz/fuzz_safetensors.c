@@ -1,0 +1,84 @@
+/* fuzz_safetensors.c - libFuzzer harness for the safetensors decoder.
+ *
+ * Feeds each input to tfp_st_decode. A rejection must carry a parser status and a message;
+ * TFP_ENOMEM means cJSON refused text that tfp_json_check accepted (the fuzzer does not make
+ * malloc fail), so it aborts too. An accepted document is re-encoded and decoded again and
+ * must come back equal, and encoding that again must give the same bytes. Owns nothing
+ * between inputs; single-threaded. Build and run: see README.md beside it.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/safetensors.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void fail(const char *what, const tfp_err_t *err)
+{
+    fprintf(stderr, "fuzz_safetensors: %s (%s)\n", what, err != NULL ? err->msg : "");
+    abort();
+}
+
+static void same(const tfp_doc_t *a, const tfp_doc_t *b)
+{
+    if (a->n != b->n || a->nmeta != b->nmeta)
+        fail("tensor or metadata count changed", NULL);
+    for (size_t i = 0; i < a->n; i++) {
+        const tfp_tensor_t *x = &a->t[i], *y = &b->t[i];
+
+        if (strcmp(x->name, y->name) != 0 || x->dtype != y->dtype || x->rank != y->rank ||
+            x->nbytes != y->nbytes)
+            fail("tensor changed", NULL);
+        for (int d = 0; d < x->rank; d++) {
+            if (x->shape[d] != y->shape[d])
+                fail("shape changed", NULL);
+        }
+        if (x->nbytes > 0 && memcmp(x->data, y->data, (size_t)x->nbytes) != 0)
+            fail("data changed", NULL);
+    }
+    for (size_t i = 0; i < a->nmeta; i++) {
+        if (strcmp(a->meta[i].key, b->meta[i].key) != 0 ||
+            strcmp(a->meta[i].value, b->meta[i].value) != 0)
+            fail("metadata changed", NULL);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    tfp_doc_t *doc = NULL, *again = NULL, *third = NULL;
+    uint8_t *buf = NULL, *buf2 = NULL;
+    size_t len, len2;
+    tfp_err_t err;
+    tfp_status_t st;
+
+    st = tfp_st_decode(data, size, NULL, &doc, &err);
+    if (st != TFP_OK) {
+        if (doc != NULL)
+            fail("output set on failure", &err);
+        if (st != TFP_EPROTO && st != TFP_ETOOBIG && st != TFP_ERANGE)
+            fail("unexpected status", &err);
+        if (err.code != st || err.msg[0] == '\0')
+            fail("rejection without a message", &err);
+        return 0;
+    }
+    if (tfp_st_encode(doc, &buf, &len, &err) != TFP_OK)
+        fail("re-encoding failed", &err);
+    if (tfp_st_decode(buf, len, NULL, &again, &err) != TFP_OK)
+        fail("re-decoding failed", &err);
+    same(doc, again);
+    if (tfp_st_encode(again, &buf2, &len2, &err) != TFP_OK)
+        fail("second re-encoding failed", &err);
+    if (len != len2 || memcmp(buf, buf2, len) != 0)
+        fail("encoding is not stable", NULL);
+    if (tfp_st_decode(buf2, len2, NULL, &third, &err) != TFP_OK)
+        fail("third decode failed", &err);
+    same(again, third);
+    tfp_doc_free(third);
+    tfp_doc_free(again);
+    tfp_doc_free(doc);
+    free(buf2);
+    free(buf);
+    return 0;
+}
