@@ -452,6 +452,90 @@ START_TEST(sigterm_finishes_inflight_transfer)
 }
 END_TEST
 
+/* ---- the tfetch CLI -------------------------------------------------------------------- */
+
+static const char *cli(void)
+{
+    const char *p = getenv("TFETCH_CLI");
+    return p ? p : "./client/tfetch";
+}
+
+START_TEST(cli_put_get_ls_rm_and_exit_codes)
+{
+    start(NULL);
+    char cmd[1024];
+    uint16_t v[4] = {1, 2, 300, 4000};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    const char *back = "/tmp/tf-e2e-cli-back.bin";
+
+    snprintf(cmd, sizeof cmd, "%s -q put --dtype U16 --shape 2,2 %s/v1/tensors/u %s", cli(), D.base, f);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    /* --raw writes the bytes back; --stats prints one JSON line on stderr. */
+    snprintf(cmd, sizeof cmd, "%s --stats -r cli-1 get --raw %s/v1/tensors/u 2>&1 >%s", cli(), D.base, back);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"op\":\"get\"") && strstr(out, "\"transport\":\"http\"") &&
+                  strstr(out, "\"request_id\":\"cli-1\"") && strstr(out, "\"http_status\":200") &&
+                  strstr(out, "\"bytes\":"), "stats: %s", out);
+    snprintf(cmd, sizeof cmd, "cmp %s %s", f, back);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    /* A document round trip: get as safetensors, put under another name, compare raw. */
+    snprintf(cmd, sizeof cmd, "%s get %s/v1/tensors/u /tmp/tf-e2e-cli.st && %s -q put %s/v1/tensors/u2 "
+             "/tmp/tf-e2e-cli.st && curl -sS -H 'Accept: application/json' %s/v1/tensors/u2",
+             cli(), D.base, cli(), D.base, D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "{\"u\":{\"dtype\":\"U16\",\"shape\":[2,2],\"data\":[[1,2],[300,4000]]}}");
+    snprintf(cmd, sizeof cmd, "%s ls %s", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "u2") != NULL, "ls: %s", out);
+    snprintf(cmd, sizeof cmd, "%s info %s", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"name\":\"tfetchd\""));
+    snprintf(cmd, sizeof cmd, "%s -q rm %s/v1/tensors/u", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    /* Exit codes: 2 not found, 3 rejected, 1 usage, 5 no server. */
+    snprintf(cmd, sizeof cmd, "%s get %s/v1/tensors/u /dev/null 2>/dev/null", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 2);
+    snprintf(cmd, sizeof cmd, "%s -q put --dtype U16 --shape 3 %s/v1/tensors/u %s 2>/dev/null", cli(), D.base, f);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 1);                  /* caught before sending */
+    snprintf(cmd, sizeof cmd, "%s -q put --dtype U16 --shape 4 %s/v1/tensors/bad%%21name %s 2>&1", cli(), D.base, f);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 3);           /* refused by the server */
+    ck_assert_msg(strstr(out, "TF_EBADREQ") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s frobnicate %s 2>/dev/null", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 1);
+    snprintf(cmd, sizeof cmd, "printf junk | %s -q put %s/v1/tensors/j 2>/dev/null", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 1);
+    stop_clean();
+    snprintf(cmd, sizeof cmd, "%s get %s/v1/tensors/u /dev/null 2>/dev/null", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 5);
+}
+END_TEST
+
+/* Two tensors in one document: octet-stream cannot carry it (406), safetensors can. */
+START_TEST(lib_multi_tensor_doc_formats)
+{
+    start(NULL);
+    tf_client_t *c = client();
+    tf_doc_t *in = tf_doc_new();
+    int64_t s1[1] = {3};
+    int8_t a[3] = {-1, 0, 1};
+    uint16_t h[3] = {0x3c00, 0xc000, 0x7c00};           /* F16: 1, -2, +inf */
+    tf_doc_add(in, "a", TF_I8, 1, s1, a, sizeof a, TF_COPY);
+    tf_doc_add(in, "h", TF_F16, 1, s1, h, sizeof h, TF_COPY);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/tensors/pair", D.base);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    ck_assert_int_eq(curl("-H 'Accept: application/octet-stream'", "/v1/tensors/pair"), 406);
+    ck_assert_int_eq(curl("-H 'Accept: application/json'", "/v1/tensors/pair"), 200);
+    ck_assert_str_eq(out, "{\"a\":{\"dtype\":\"I8\",\"shape\":[3],\"data\":[-1,0,1]},"
+                          "\"h\":{\"dtype\":\"F16\",\"shape\":[3],\"data\":[1,-2,\"Infinity\"]}}");
+    ck_assert_int_eq(curl("-I", "/v1/tensors/pair"), 200);                /* HEAD */
+    ck_assert_int_eq(curl("-H 'Accept: text/html'", "/v1/tensors/pair"), 406);
+    tf_doc_free(in);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
 /* ---- concurrency ----------------------------------------------------------------------- */
 
 enum { WRITERS = 4, ROUNDS = 25, ELEMS = 16384 };
@@ -606,6 +690,11 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, lib_long_poll_answered_on_shutdown);
     tcase_add_test(tc, sigterm_finishes_inflight_transfer);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
+    tcase_add_test(tc, lib_multi_tensor_doc_formats);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cli");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, cli_put_get_ls_rm_and_exit_codes);
     suite_add_tcase(s, tc);
     return s;
 }
