@@ -31,6 +31,15 @@ int td_start(td_daemon_t *d, const char *const *extra)
         bin = "./daemon/tfetchd";
     const char *argv[64];
     int n = 0;
+    /* TFETCHD_WRAPPER="valgrind -q --error-exitcode=99": run the daemon under a tool. */
+    static char wrap[512];
+    const char *w = getenv("TFETCHD_WRAPPER");
+    if (w && *w) {
+        snprintf(wrap, sizeof wrap, "%s", w);
+        for (char *tok = strtok(wrap, " "); tok && n < 16; tok = strtok(NULL, " "))
+            argv[n++] = tok;
+    }
+    const char *exe = n ? argv[0] : bin;
     argv[n++] = bin;
     argv[n++] = "--port";
     argv[n++] = "0";
@@ -57,8 +66,8 @@ int td_start(td_daemon_t *d, const char *const *extra)
             dup2(err, 2);
         close(out[0]);
         close(out[1]);
-        execv(bin, (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+        execvp(exe, (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
     close(out[1]);
@@ -67,7 +76,7 @@ int td_start(td_daemon_t *d, const char *const *extra)
     size_t len = 0;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (len < sizeof line - 1 && ms_since(&t0) < 10000) {
+    while (len < sizeof line - 1 && ms_since(&t0) < 30000) {
         struct pollfd p = {out[0], POLLIN, 0};
         if (poll(&p, 1, 100) <= 0)
             continue;

@@ -16,7 +16,8 @@ typedef struct {
 } td_daemon_t;
 
 /* Starts $TFETCHD (or ./daemon/tfetchd) --port 0 --listen 127.0.0.1 plus the extra args
- * (NULL-terminated list). Returns 0, or -1 (the reason on stderr). */
+ * (NULL-terminated list), under $TFETCHD_WRAPPER if set (e.g. valgrind). Returns 0, or -1
+ * (the reason on stderr). */
 int td_start(td_daemon_t *d, const char *const *extra_args);
 /* Sends sig and waits (up to timeout_ms) for the exit; returns the exit status, 128+signal
  * if killed, or -1 on timeout (then it is SIGKILLed). */
