@@ -267,7 +267,7 @@ static void emit(const opts_t *o, const result_t *r)
 
     printf("{\"bench\":\"%s\",\"transport\":\"%s\",\"bytes\":%zu,\"wire_bytes\":%" PRIu64
            ",\"reps\":%d,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f"
-           ",\"gbps\":%.4f,\"mean_gbps\":%.4f,\"vs_memcpy\":%.4f}\n",
+           ",\"gbps\":%.6g,\"mean_gbps\":%.6g,\"vs_memcpy\":%.6g}\n",
            r->bench, r->transport, r->bytes, r->wire_bytes, r->reps, r->warmup, r->p50_us,
            r->p99_us, r->mean_us, r->gbps, r->mean_gbps, r->vs_memcpy);
     fflush(stdout);

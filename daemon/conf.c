@@ -40,7 +40,7 @@ static const opt_t opts[] = {
     {"max-connections", K_UINT, F(max_connections), "N", "open connections in total (default 1024)"},
     {"max-per-ip", K_UINT, F(max_per_ip), "N", "open connections per client address; 0: no limit (default 256)"},
     {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
-    {"conn-memory", K_SIZE, F(conn_memory), "SIZE", "buffer memory per connection (default 4M)"},
+    {"conn-memory", K_SIZE, F(conn_memory), "SIZE", "buffer memory per connection (default 64K)"},
     {"json-max-elements", K_SIZE, F(json_max_elems), "N", "largest tensor rendered for Accept: application/json (default 65536)"},
     {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 300000)"},
     {"max-waiters", K_UINT, F(max_waiters), "N", "long-polling GETs at once, else 503 (default 4096)"},
@@ -64,7 +64,7 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->max_connections = 1024;
     cfg->max_per_ip = 256;
     cfg->idle_timeout = 60;
-    cfg->conn_memory = 4u << 20;
+    cfg->conn_memory = 64u << 10;     /* MHD clears it per request: bigger costs small GETs */
     cfg->json_max_elems = 65536;
     cfg->max_wait_ms = 300000;
     cfg->max_waiters = 4096;
