@@ -28,6 +28,7 @@ static void start(const char *const *args)
 static void stop_clean(void)
 {
     ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    td_cleanup();
 }
 
 /* curl -s with extra args against a path; returns the HTTP status; the body lands in out. */
@@ -448,7 +449,7 @@ START_TEST(sigterm_finishes_inflight_transfer)
     ck_assert_ptr_nonnull(fgets(code, sizeof code, p));
     pclose(p);
     ck_assert_str_eq(code, "201");
-    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    stop_clean();
 }
 END_TEST
 
@@ -507,6 +508,8 @@ START_TEST(cli_put_get_ls_rm_and_exit_codes)
     stop_clean();
     snprintf(cmd, sizeof cmd, "%s get %s/v1/tensors/u /dev/null 2>/dev/null", cli(), D.base);
     ck_assert_int_eq(td_run(cmd, NULL, 0), 5);
+    unlink(back);
+    unlink("/tmp/tf-e2e-cli.st");
 }
 END_TEST
 

@@ -122,9 +122,10 @@ int td_stop(td_daemon_t *d, int sig, int timeout_ms)
         nanosleep(&ts, NULL);
     }
     d->pid = 0;
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    return 128 + WTERMSIG(st);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (rc == 0)
+        unlink(d->log_path);        /* kept when something went wrong */
+    return rc;
 }
 
 int td_run(const char *cmd, char *out, size_t cap)
@@ -175,4 +176,17 @@ const char *td_tmpfile(int slot, const void *data, size_t len)
     }
     fclose(f);
     return p;
+}
+
+void td_cleanup(void)
+{
+    char p[128];
+    for (int slot = 0; slot < 4; slot++) {
+        snprintf(p, sizeof p, "/tmp/tfetch-test-%d-%d.bin", (int)getpid(), slot);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "/tmp/tf-e2e-body-%d", (int)getpid());
+    unlink(p);
+    snprintf(p, sizeof p, "/tmp/tf-e2e-st-%d", (int)getpid());
+    unlink(p);
 }

@@ -32,4 +32,7 @@ const char *td_url(const td_daemon_t *d, const char *fmt, ...) __attribute__((fo
 /* A temporary file with the given bytes; returns its path (static storage, per slot 0..3). */
 const char *td_tmpfile(int slot, const void *data, size_t len);
 
+/* Removes this process's temporary files (td_tmpfile slots, curl bodies). */
+void td_cleanup(void);
+
 #endif
