@@ -42,9 +42,21 @@ static const opt_t opts[] = {
     {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
     {"conn-memory", K_SIZE, F(conn_memory), "SIZE", "buffer memory per connection (default 64K)"},
     {"json-max-elements", K_SIZE, F(json_max_elems), "N", "largest tensor rendered for Accept: application/json (default 65536)"},
-    {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 300000)"},
+    {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 60000)"},
     {"max-waiters", K_UINT, F(max_waiters), "N", "long-polling GETs at once, else 503 (default 4096)"},
     {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers (default 30)"},
+    {"body-memory", K_SIZE, F(body_memory), "SIZE", "request bodies held outside the store (calls), else 503 (default 2G)"},
+    {"min-upload-rate", K_SIZE, F(min_upload_rate), "SIZE", "bytes/s an upload must average after 10 s, else it is cut off; 0: none (default 16K)"},
+    {"session-ttl", K_UINT, F(session_ttl), "SEC", "seconds a user session lives unused (default 600)"},
+    {"max-sessions", K_UINT, F(max_sessions), "N", "user sessions at once; the least recently used idle one is evicted (default 10000)"},
+    {"session-user-memory", K_SIZE, F(session_user_memory), "SIZE", "state bytes one user session may hold (default 64M)"},
+    {"session-memory", K_SIZE, F(session_memory), "SIZE", "state bytes all sessions may hold (default 1G)"},
+    {"replay-window", K_UINT, F(replay_window), "SEC", "seconds an exchange answer is kept for retries with the same request id (default 300)"},
+    {"replay-entries", K_UINT, F(replay_entries), "N", "answers kept for retries (default 65536)"},
+    {"replay-memory", K_SIZE, F(replay_memory), "SIZE", "bytes of answers kept for retries (default 256M)"},
+    {"worker-lease", K_UINT, F(worker_lease_ms), "MS", "a worker that neither polls nor answers this long is dropped (default 5000)"},
+    {"max-workers", K_UINT, F(max_workers), "N", "worker processes at once (default 256)"},
+    {"worker-queue", K_UINT, F(worker_queue), "N", "calls waiting per worker, else 503 (default 1024)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -66,7 +78,19 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->idle_timeout = 60;
     cfg->conn_memory = 64u << 10;     /* MHD clears it per request: bigger costs small GETs */
     cfg->json_max_elems = 65536;
-    cfg->max_wait_ms = 300000;
+    cfg->max_wait_ms = 60000;       /* suspended requests are not idle-timed: keep this short */
+    cfg->body_memory = 2ull << 30;
+    cfg->min_upload_rate = 16u << 10;
+    cfg->session_ttl = 600;
+    cfg->max_sessions = 10000;
+    cfg->session_user_memory = 64u << 20;
+    cfg->session_memory = 1ull << 30;
+    cfg->replay_window = 300;
+    cfg->replay_entries = 65536;
+    cfg->replay_memory = 256u << 20;
+    cfg->worker_lease_ms = 5000;
+    cfg->max_workers = 256;
+    cfg->worker_queue = 1024;
     cfg->max_waiters = 4096;
     cfg->drain_timeout = 30;
     cfg->log_level = LOG_INFO;
@@ -290,6 +314,15 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
     }
     if (cfg->max_connections == 0) {
         fprintf(stderr, "tfetchd: --max-connections must be at least 1\n");
+        return -1;
+    }
+    if (cfg->worker_lease_ms < 200) {
+        fprintf(stderr, "tfetchd: --worker-lease must be at least 200 ms\n");
+        return -1;
+    }
+    if (cfg->max_sessions == 0 || cfg->max_workers == 0 || cfg->worker_queue == 0) {
+        fprintf(stderr, "tfetchd: --max-sessions, --max-workers and --worker-queue must be at "
+                        "least 1\n");
         return -1;
     }
     if (cfg->conn_memory < 8192) {

@@ -28,6 +28,18 @@ typedef struct {
     uint64_t max_wait_ms;           /* cap on ?wait= */
     unsigned max_waiters;           /* long-polls suspended at once */
     unsigned drain_timeout;         /* seconds SIGTERM waits for transfers */
+    uint64_t body_memory;           /* request bodies held outside the store */
+    uint64_t min_upload_rate;       /* bytes/s an upload must average after 10 s */
+    unsigned session_ttl;           /* seconds a session lives unused */
+    unsigned max_sessions;
+    uint64_t session_user_memory;   /* state bytes per session */
+    uint64_t session_memory;        /* state bytes in all sessions */
+    unsigned replay_window;         /* seconds answers are kept for retries */
+    unsigned replay_entries;
+    uint64_t replay_memory;
+    unsigned worker_lease_ms;
+    unsigned max_workers;
+    unsigned worker_queue;          /* calls waiting per worker */
     int log_level;                  /* syslog priority */
     char config_file[512];
 } tfd_config_t;

@@ -24,6 +24,15 @@ static int sd_notify(int unset, const char *state) { (void)unset; (void)state; r
 static int sd_watchdog_enabled(int unset, uint64_t *usec) { (void)unset; (void)usec; return 0; }
 #endif
 
+static int watchdog_on;
+
+/* Keeps systemd's watchdog fed while SIGTERM drains transfers. */
+static void pet_watchdog(void)
+{
+    if (watchdog_on)
+        sd_notify(0, "WATCHDOG=1");
+}
+
 int main(int argc, char **argv)
 {
     tfd_config_t cfg;
@@ -59,7 +68,7 @@ int main(int argc, char **argv)
     sd_notify(0, "READY=1\nSTATUS=serving");
 
     uint64_t wd_usec = 0;
-    long tick_ms = 1000;
+    long tick_ms = 250;                 /* housekeeping: worker leases, session expiry */
     if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec / 2000 < (uint64_t)tick_ms)
         tick_ms = (long)(wd_usec / 2000);
     for (;;) {
@@ -67,6 +76,7 @@ int main(int argc, char **argv)
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (wd_usec)
             sd_notify(0, "WATCHDOG=1");
+        tfd_server_tick(srv);
         if (sig == SIGTERM || sig == SIGINT)
             break;
         if (sig == SIGHUP)
@@ -80,7 +90,8 @@ int main(int argc, char **argv)
     tfd_log(LOG_NOTICE, "stopping: no new connections; finishing transfers in flight (up to "
             "%u s)", cfg.drain_timeout);
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
-    unsigned left = tfd_server_drain(srv, cfg.drain_timeout);
+    watchdog_on = wd_usec != 0;
+    unsigned left = tfd_server_drain(srv, cfg.drain_timeout, pet_watchdog);
     if (left)
         tfd_log(LOG_WARNING, "drain timeout: closing %u requests still in flight", left);
     tfd_server_free(srv);

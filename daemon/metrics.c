@@ -146,6 +146,34 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
              (double)get(&m->lat_sum_ns[r]) / 1e9, tfd_route_name(r), (unsigned long long)cum);
     }
     outf(&o,
+         "# HELP tfetch_store_retired_bytes Replaced or deleted documents still being read.\n"
+         "# TYPE tfetch_store_retired_bytes gauge\ntfetch_store_retired_bytes %llu\n"
+         "# HELP tfetch_body_bytes Request bodies held outside the store.\n"
+         "# TYPE tfetch_body_bytes gauge\ntfetch_body_bytes %llu\n"
+         "# HELP tfetch_sessions User sessions open.\n"
+         "# TYPE tfetch_sessions gauge\ntfetch_sessions %llu\n"
+         "# HELP tfetch_session_bytes State bytes held by sessions.\n"
+         "# TYPE tfetch_session_bytes gauge\ntfetch_session_bytes %llu\n"
+         "# HELP tfetch_session_evictions_total Sessions evicted to stay within limits.\n"
+         "# TYPE tfetch_session_evictions_total counter\ntfetch_session_evictions_total %llu\n"
+         "# HELP tfetch_session_expirations_total Sessions ended by their TTL.\n"
+         "# TYPE tfetch_session_expirations_total counter\ntfetch_session_expirations_total %llu\n"
+         "# HELP tfetch_session_rejections_total State or sessions refused over quota.\n"
+         "# TYPE tfetch_session_rejections_total counter\ntfetch_session_rejections_total %llu\n"
+         "# HELP tfetch_replay_entries Answers remembered for retries.\n"
+         "# TYPE tfetch_replay_entries gauge\ntfetch_replay_entries %llu\n"
+         "# HELP tfetch_replay_bytes Bytes of remembered answers.\n"
+         "# TYPE tfetch_replay_bytes gauge\ntfetch_replay_bytes %llu\n"
+         "# HELP tfetch_replay_hits_total Retries answered from memory.\n"
+         "# TYPE tfetch_replay_hits_total counter\ntfetch_replay_hits_total %llu\n"
+         "# HELP tfetch_workers Worker processes serving routes.\n"
+         "# TYPE tfetch_workers gauge\ntfetch_workers %u\n",
+         (unsigned long long)g->store_retired, (unsigned long long)g->body_bytes,
+         (unsigned long long)g->sessions.sessions, (unsigned long long)g->sessions.bytes,
+         (unsigned long long)g->sessions.evictions, (unsigned long long)g->sessions.expirations,
+         (unsigned long long)g->sessions.rejections, (unsigned long long)g->replay_entries,
+         (unsigned long long)g->replay_bytes, (unsigned long long)g->replay_hits, g->workers);
+    outf(&o,
          "# HELP tfetch_stored_tensors Documents in the store.\n"
          "# TYPE tfetch_stored_tensors gauge\ntfetch_stored_tensors %llu\n"
          "# HELP tfetch_stored_bytes Payload bytes in the store.\n"

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/status.h"
+#include "daemon/sessions.h"
 
 #define TFD_ROUTE_MAP(X)          \
     X(TENSOR_GET, "tensor_get")   \
@@ -19,6 +20,12 @@
     X(INFO, "info")               \
     X(HEALTH, "healthz")          \
     X(METRICS, "metrics")         \
+    X(CALL, "call")               \
+    X(SESSION, "session")         \
+    X(SHUMAI_GET, "shumai_get")   \
+    X(SHUMAI_CALL, "shumai_call") \
+    X(WORKER, "worker")           \
+    X(WORKER_POLL, "worker_poll") \
     X(OTHER, "other")
 
 typedef enum {
@@ -33,8 +40,11 @@ const char *tfd_route_name(tfd_route_t r);
 typedef struct tfd_metrics tfd_metrics_t;
 
 typedef struct {
-    uint64_t stored_count, stored_bytes, store_reserved, store_max;
-    unsigned inflight, waiters;
+    uint64_t stored_count, stored_bytes, store_retired, store_reserved, store_max;
+    unsigned inflight, waiters, workers;
+    uint64_t body_bytes;
+    tfd_sessions_stats_t sessions;
+    uint64_t replay_entries, replay_bytes, replay_hits;
 } tfd_gauges_t;
 
 tfd_metrics_t *tfd_metrics_new(void);

@@ -1,67 +1,29 @@
-/* server.c - tfetchd's HTTP API v1 for tensors.
+/* server.c - tfetchd's HTTP API: routing, the helpers every handler shares, and the server's
+ * life (start, tick, drain, free).
  *
  * Every request gets a context in begin (route, ids, timing), is routed when its headers are
- * in (rejections cost nothing: no body is read), handled when its body is complete, and
- * accounted in finish. PUT bodies land in one buffer sized from Content-Length; a raw
- * (octet-stream) PUT reserves room in front of the body for its safetensors header, so the
- * stored document is contiguous without copying the payload. GETs answer from the stored
- * blob itself (zero copy, reference-counted).
+ * in (rejections cost nothing: no body is read), handled when its body is complete (by the
+ * api_*.c handlers), and accounted in finish. Request bodies are charged before their buffers
+ * grow: PUTs against the store's limit, everything else against body-memory.
  *
- * Threads: handlers run on the transport's workers; the store, waiters and metrics are
- * thread-safe; a context belongs to one request.
+ * Threads: handlers run on the transport's workers; tick and drain on the main thread.
  */
 #include "config.h"
 #include "daemon/server.h"
+#include "daemon/api.h"
 #include "daemon/log.h"
-#include "daemon/metrics.h"
-#include "daemon/store.h"
-#include "daemon/waiters.h"
-#include "proto/http.h"
-#include "proto/ids.h"
-#include "proto/jsonview.h"
-#include "proto/jsonw.h"
 #include "proto/raw.h"
 #include "proto/safetensors.h"
+#include "proto/shumai.h"
 #include "transports/buf.h"
-#include "transports/http_server.h"
 
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
-
-struct tfd_server {
-    tfd_config_t cfg;
-    tfx_http_t *http;
-    tfd_store_t *store;
-    tfd_waiters_t *waiters;
-    tfd_metrics_t *metrics;
-    char id_prefix[17];
-    atomic_uint_fast64_t next_id;
-};
-
-typedef struct {
-    tfd_server_t *srv;
-    tfd_route_t route;
-    tfp_path_t path;
-    uint64_t start_ns;
-    tfp_status_t code;              /* the error answered, TFP_OK if none */
-    char name[TFP_MAX_TENSOR_NAME + 1];
-    char request_id[TFP_MAX_REQUEST_ID + 1];
-    char user[TFP_MAX_USER_ID + 1];
-    /* GET ?wait= */
-    tfd_waiter_t waiter;
-    /* PUT */
-    int raw;
-    uint8_t *raw_hdr;
-    size_t raw_hdr_len;
-    uint64_t raw_nbytes;
-    uint64_t reserved;
-} ctx_t;
 
 static uint64_t now_ns(void)
 {
@@ -70,9 +32,9 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...)
+/* ---- shared helpers --------------------------------------------------------------------- */
+
+void api_fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -83,277 +45,196 @@ static void fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...
     tfx_respond_error(r, code, "%s", msg);
 }
 
-static void respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text,
-                         size_t len)
+void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text, size_t len)
 {
     tfx_respond(r, status, ctype, text, len, free, text);
 }
 
-/* ---- GET -------------------------------------------------------------------------------- */
-
-static void serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
+void api_respond_json(tfx_req_t *r, ctx_t *c, tfp_jw_t *w)
 {
-    tfd_server_t *s = c->srv;
-    tfp_media_t want = tfp_accept_pick(tfx_req_header(r, "Accept"));
-    const tfp_doc_t *doc = b->doc;
-
-    if (want == TFP_MEDIA_OCTET) {
-        if (doc->n != 1) {
-            fail(r, c, TFP_ENOTACCEPT, "'%s' holds %zu tensors; application/octet-stream "
-                 "carries exactly one (ask for application/x-safetensors)", c->name, doc->n);
-            goto unref;
-        }
-        const tfp_tensor_t *t = &doc->t[0];
-        char shape[TFP_MAX_RANK * 21 + 1];
-        tfp_raw_format_shape(t->rank, t->shape, shape, sizeof shape);
-        tfx_req_add_header(r, "Tfetch-Dtype", tfp_dtype_name(t->dtype));
-        tfx_req_add_header(r, "Tfetch-Shape", shape);
-        tfx_req_add_header(r, "Tfetch-Name", t->name);
-        tfx_respond(r, 200, "application/octet-stream", t->data, (size_t)t->nbytes,
-                    tfd_blob_release, b);
+    size_t len;
+    char *text = tfp_jw_finish(w, &len);
+    if (!text) {
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
-    if (want == TFP_MEDIA_JSON) {
-        char *json;
-        size_t len;
-        tfp_err_t err;
-        if (tfp_jsonview_render(doc, s->cfg.json_max_elems, &json, &len, &err) != TFP_OK) {
-            fail(r, c, err.code, "%s", err.msg);
-            goto unref;
-        }
-        tfd_blob_unref(b);
-        respond_text(r, 200, "application/json", json, len);
-        return;
-    }
-    if (want == TFP_MEDIA_OTHER) {
-        fail(r, c, TFP_ENOTACCEPT, "Accept lists nothing tfetchd produces: use "
-             "application/x-safetensors, application/octet-stream or application/json");
-        goto unref;
-    }
-    tfx_respond(r, 200, "application/x-safetensors", b->data, b->len, tfd_blob_release, b);
-    return;
-unref:
-    tfd_blob_unref(b);
+    api_respond_text(r, 200, "application/json", text, len);
 }
 
-static int tensor_present(void *arg)
+void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b)
 {
-    ctx_t *c = arg;
-    tfd_blob_t *b = tfd_store_get(c->srv->store, c->name);
-    tfd_blob_unref(b);
-    return b != NULL;
+    tfx_respond(r, status, ctype, b->data, b->len, tfd_blob_release, b);
 }
 
-static void handle_get(tfx_req_t *r, ctx_t *c)
+tfd_blob_t *api_text_blob(char *text, size_t len)
 {
-    tfd_server_t *s = c->srv;
-    tfd_blob_t *b = tfd_store_get(s->store, c->name);
-    if (b) {
-        serve_blob(r, c, b);
-        return;
+    size_t cap;
+    uint8_t *buf = tfx_buf_alloc(len, &cap);
+    if (!buf) {
+        free(text);
+        return NULL;
     }
-    switch (c->waiter.state) {
-    case TFD_WAIT_SHUTDOWN:
-        fail(r, c, TFP_EBUSY, "the server is shutting down");
-        return;
-    case TFD_WAIT_EXPIRED:
-        fail(r, c, TFP_ENOTFOUND, "no tensor named '%s' (waited %llu ms)", c->name,
-             (unsigned long long)(c->waiter.deadline_ms - c->start_ns / 1000000u));
-        return;
-    default:
-        break;
-    }
-    if (c->waiter.deadline_ms == 0) {
-        fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
-        return;
-    }
-    int armed = tfd_waiters_arm(s->waiters, &c->waiter, tensor_present, c);
-    if (armed == 1) {
-        tfx_req_suspend(r);
-    } else if (armed == 0) {
-        c->waiter.state = TFD_WAIT_WOKEN;
-        b = tfd_store_get(s->store, c->name);
-        if (b)
-            serve_blob(r, c, b);
-        else                                        /* deleted again: wait once more */
-            tfx_req_suspend(r), tfx_req_resume(r);
-    } else if (armed == -1) {
-        fail(r, c, TFP_EBUSY, "too many waiting requests (max-waiters %u)", s->cfg.max_waiters);
-    } else {
-        fail(r, c, TFP_EBUSY, "the server is shutting down");
-    }
+    memcpy(buf, text, len);
+    free(text);
+    return tfd_blob_new(buf, cap, buf, len, NULL);
 }
 
-/* ---- PUT -------------------------------------------------------------------------------- */
-
-/* Headers in: decide the body's format and size, reserve store space. */
-static void begin_put(tfx_req_t *r, ctx_t *c)
+tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err)
 {
-    tfd_server_t *s = c->srv;
+    uint8_t *hdr;
+    size_t hdr_len;
+    if (tfp_st_encode_header(doc, &hdr, &hdr_len, err) != TFP_OK)
+        return NULL;
+    uint64_t total = hdr_len + tfp_doc_data_bytes(doc);
+    size_t cap;
+    uint8_t *buf = total <= SIZE_MAX ? tfx_buf_alloc((size_t)total, &cap) : NULL;
+    if (!buf) {
+        free(hdr);
+        tfp_err_set(err, TFP_ENOMEM, "out of memory for a %llu-byte answer",
+                    (unsigned long long)total);
+        return NULL;
+    }
+    memcpy(buf, hdr, hdr_len);
+    free(hdr);
+    for (size_t i = 0; i < doc->n; i++)     /* offsets follow doc order from 0 */
+        if (doc->t[i].nbytes)
+            memcpy(buf + hdr_len + doc->t[i].offset, doc->t[i].data, (size_t)doc->t[i].nbytes);
+    tfd_blob_t *b = tfd_blob_new(buf, cap, buf, (size_t)total, NULL);
+    if (!b)
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+    return b;
+}
+
+/* ---- bodies ----------------------------------------------------------------------------- */
+
+int api_begin_body(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max)
+{
     tfp_err_t err;
     int64_t cl = tfx_req_content_length(r);
     const char *dtype = tfx_req_header(r, "Tfetch-Dtype");
     const char *shape = tfx_req_header(r, "Tfetch-Shape");
     tfp_media_t ct = tfp_media_parse(tfx_req_header(r, "Content-Type"));
 
-    if (ct == TFP_MEDIA_OTHER || ct == TFP_MEDIA_JSON || ct == TFP_MEDIA_ANY) {
-        fail(r, c, TFP_EMEDIATYPE, "Content-Type must be application/x-safetensors, or "
-             "application/octet-stream with Tfetch-Dtype and Tfetch-Shape");
-        return;
+    if (ct == TFP_MEDIA_OTHER || ct == TFP_MEDIA_ANY || ct == TFP_MEDIA_JSON) {
+        api_fail(r, c, TFP_EMEDIATYPE, "Content-Type must be application/x-safetensors, or "
+                 "application/octet-stream with Tfetch-Dtype and Tfetch-Shape");
+        return -1;
     }
-    if (cl >= 0 && (uint64_t)cl > s->cfg.max_body) {
-        fail(r, c, TFP_ETOOBIG, "body of %lld bytes exceeds the limit of %llu bytes",
-             (long long)cl, (unsigned long long)s->cfg.max_body);
-        return;
+    if (cl >= 0 && (uint64_t)cl > max) {
+        api_fail(r, c, TFP_ETOOBIG, "body of %lld bytes exceeds the limit of %llu bytes",
+                 (long long)cl, (unsigned long long)max);
+        return -1;
     }
+    c->body_kind = BODY_SAFETENSORS;
+    if (c->path.kind == TFP_PATH_SHUMAI && !dtype && !shape && ct != TFP_MEDIA_SAFETENSORS)
+        c->body_kind = BODY_SHUMAI;
     if (dtype || shape) {
         if (ct == TFP_MEDIA_SAFETENSORS) {
-            fail(r, c, TFP_EBADREQ, "Tfetch-Dtype/Tfetch-Shape describe a raw body; "
-                 "a safetensors body carries its own header");
-            return;
-        }
-        if (!dtype || !shape) {
-            fail(r, c, TFP_EBADREQ, "a raw body needs both Tfetch-Dtype and Tfetch-Shape");
-            return;
+            api_fail(r, c, TFP_EBADREQ, "Tfetch-Dtype/Tfetch-Shape describe a raw body; "
+                     "a safetensors body carries its own header");
+            return -1;
         }
         tfp_dtype_t dt;
         int rank;
         uint64_t dims[TFP_MAX_RANK];
         uint64_t len = cl >= 0 ? (uint64_t)cl : TFP_RAW_LEN_UNKNOWN;
-        if (tfp_raw_check(dtype, shape, len, &dt, &rank, dims, &err) != TFP_OK) {
-            fail(r, c, err.code, "%s", err.msg);
-            return;
+        if (tfp_raw_check(dtype, shape, len, &dt, &rank, dims, &err) != TFP_OK ||
+            tfp_shape_nbytes(dt, rank, dims, &c->raw_nbytes, &err) != TFP_OK) {
+            api_fail(r, c, err.code, "%s", err.msg);
+            return -1;
         }
-        if (tfp_shape_nbytes(dt, rank, dims, &c->raw_nbytes, &err) != TFP_OK) {
-            fail(r, c, err.code, "%s", err.msg);
-            return;
-        }
-        if (c->raw_nbytes > s->cfg.max_body) {
-            fail(r, c, TFP_ETOOBIG, "a %s tensor of shape [%s] is %llu bytes, above the "
-                 "limit of %llu", dtype, shape, (unsigned long long)c->raw_nbytes,
-                 (unsigned long long)s->cfg.max_body);
-            return;
+        if (c->raw_nbytes > max) {
+            api_fail(r, c, TFP_ETOOBIG, "a %s tensor of shape [%s] is %llu bytes, above the "
+                     "limit of %llu", dtype, shape, (unsigned long long)c->raw_nbytes,
+                     (unsigned long long)max);
+            return -1;
         }
         tfp_doc_t *doc = tfp_doc_new();
-        if (!doc || tfp_doc_add(doc, c->name, dt, rank, dims, NULL, c->raw_nbytes, &err) != TFP_OK ||
+        if (!doc || tfp_doc_add(doc, raw_name, dt, rank, dims, NULL, c->raw_nbytes, &err) != TFP_OK ||
             tfp_st_encode_header(doc, &c->raw_hdr, &c->raw_hdr_len, &err) != TFP_OK) {
             tfp_doc_free(doc);
-            fail(r, c, doc ? err.code : TFP_ENOMEM, "%s", doc ? err.msg : "out of memory");
-            return;
+            api_fail(r, c, doc ? err.code : TFP_ENOMEM, "%s", doc ? err.msg : "out of memory");
+            return -1;
         }
         tfp_doc_free(doc);
-        c->raw = 1;
+        c->body_kind = BODY_RAW;
     }
-    uint64_t need = c->raw ? c->raw_hdr_len + c->raw_nbytes : (cl >= 0 ? (uint64_t)cl : 0);
-    if (need && tfd_store_reserve(s->store, c->name, need) != 0) {
-        fail(r, c, TFP_ENOSPACE, "storing %llu bytes would exceed the store's limit of %llu "
-             "bytes", (unsigned long long)need, (unsigned long long)s->cfg.store_memory);
-        return;
-    }
-    c->reserved = need;
-    tfx_req_accept_body(r, c->raw ? c->raw_hdr_len : 0, c->raw ? c->raw_nbytes : s->cfg.max_body);
+    tfx_req_accept_body(r, c->raw_hdr_len, c->body_kind == BODY_RAW ? c->raw_nbytes : max);
+    return 0;
 }
 
-static void handle_put(tfx_req_t *r, ctx_t *c)
+int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base_out, size_t *cap_out, size_t *len_out,
+                 tfp_doc_t **doc_out)
 {
-    tfd_server_t *s = c->srv;
     tfp_err_t err;
     size_t len;
     tfx_req_body(r, &len);
-    if (c->raw && len != c->raw_nbytes) {
-        fail(r, c, TFP_EUNPROC, "body is %zu bytes but Tfetch-Dtype x Tfetch-Shape need %llu",
-             len, (unsigned long long)c->raw_nbytes);
-        return;
+    if (c->body_kind == BODY_RAW && len != c->raw_nbytes) {
+        api_fail(r, c, TFP_EUNPROC, "body is %zu bytes but Tfetch-Dtype x Tfetch-Shape need %llu",
+                 len, (unsigned long long)c->raw_nbytes);
+        return -1;
     }
     size_t cap;
     uint8_t *base = tfx_req_take_body(r, &cap);
-    size_t headroom = c->raw ? c->raw_hdr_len : 0;
-    if (!base) {                                    /* empty body */
-        base = tfx_buf_alloc(headroom, &cap);
-        if (!base) {
-            fail(r, c, TFP_ENOMEM, "out of memory");
-            return;
-        }
+    if (!base && !(base = tfx_buf_alloc(c->raw_hdr_len, &cap))) {     /* empty body */
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+        return -1;
     }
-    if (c->raw)
+    if (c->body_kind == BODY_RAW)
         memcpy(base, c->raw_hdr, c->raw_hdr_len);
-    size_t doc_len = headroom + len;
+    size_t doc_len = c->raw_hdr_len + len;
     tfp_doc_t *doc = NULL;
-    if (tfp_st_decode(base, doc_len, NULL, &doc, &err) != TFP_OK) {
-        tfx_buf_free(base, cap);
-        fail(r, c, err.code, "%s", err.msg);
-        return;
+    if (c->body_kind == BODY_SHUMAI) {
+        tfp_shumai_msg_t msg;
+        if (tfp_shumai_decode(base, doc_len, 0, &msg, &err) != TFP_OK)
+            goto bad;
+        doc = msg.doc;
+        c->shumai_provenance = msg.provenance;
+        c->shumai_flags = msg.flags;
+        char user[TFP_SHUMAI_USER_SIZE];
+        if (tfp_shumai_provenance_to_user(msg.provenance, user))
+            snprintf(c->user, sizeof c->user, "%s", user);   /* Shumai's id is the user id */
+    } else if (tfp_st_decode(base, doc_len, NULL, &doc, &err) != TFP_OK) {
+        goto bad;
     }
-    tfd_blob_t *b = tfd_blob_new(base, cap, base, doc_len, doc);
-    if (!b) {
-        fail(r, c, TFP_ENOMEM, "out of memory");
-        return;
-    }
-    int rc = tfd_store_put(s->store, c->name, b, c->reserved);
-    c->reserved = 0;
-    if (rc < 0) {
-        tfd_blob_unref(b);
-        fail(r, c, TFP_ENOSPACE, "storing %zu bytes would exceed the store's limit of %llu "
-             "bytes", doc_len, (unsigned long long)s->cfg.store_memory);
-        return;
-    }
-    tfd_waiters_notify(s->waiters, c->name);
-    tfx_respond(r, rc == 1 ? 204 : 201, NULL, "", 0, NULL, NULL);
+    *base_out = base;
+    *cap_out = cap;
+    *len_out = doc_len;
+    *doc_out = doc;
+    return 0;
+bad:
+    tfx_buf_free(base, cap);
+    api_fail(r, c, err.code, "%s", err.msg);
+    return -1;
 }
 
-/* ---- listing, info, metrics ------------------------------------------------------------- */
-
-static void list_one(const char *name, const tfd_blob_t *b, void *arg)
+/* Approves a body buffer growing to total bytes. */
+static tfp_status_t on_body_grow(tfx_req_t *r, uint64_t total, void *arg)
 {
-    tfp_jw_t *w = arg;
-    tfp_jw_obj_begin(w);
-    tfp_jw_key(w, "name");
-    tfp_jw_str(w, name);
-    tfp_jw_key(w, "bytes");
-    tfp_jw_uint(w, b->len);
-    tfp_jw_key(w, "tensors");
-    tfp_jw_arr_begin(w);
-    for (size_t i = 0; i < b->doc->n; i++) {
-        const tfp_tensor_t *t = &b->doc->t[i];
-        tfp_jw_obj_begin(w);
-        tfp_jw_key(w, "name");
-        tfp_jw_str(w, t->name);
-        tfp_jw_key(w, "dtype");
-        tfp_jw_str(w, tfp_dtype_name(t->dtype));
-        tfp_jw_key(w, "shape");
-        tfp_jw_arr_begin(w);
-        for (int d = 0; d < t->rank; d++)
-            tfp_jw_uint(w, t->shape[d]);
-        tfp_jw_arr_end(w);
-        tfp_jw_obj_end(w);
+    tfd_server_t *s = arg;
+    ctx_t *c = tfx_req_ctx(r);
+    if (!c)
+        return TFP_EINTERNAL;
+    if (total <= c->charged)
+        return TFP_OK;
+    uint64_t delta = total - c->charged;
+    if (c->route == TFD_ROUTE_TENSOR_PUT) {
+        if (tfd_store_reserve(s->store, delta) != 0)
+            return TFP_ENOSPACE;
+        c->reserved += delta;
+    } else {
+        uint64_t was = atomic_fetch_add(&s->body_bytes, delta);
+        if (was + delta > s->cfg.body_memory) {
+            atomic_fetch_sub(&s->body_bytes, delta);
+            return TFP_EBUSY;
+        }
+        c->body_charged += delta;
     }
-    tfp_jw_arr_end(w);
-    tfp_jw_obj_end(w);
+    c->charged = total;
+    return TFP_OK;
 }
 
-static void respond_json(tfx_req_t *r, ctx_t *c, tfp_jw_t *w)
-{
-    size_t len;
-    char *text = tfp_jw_finish(w, &len);
-    if (!text) {
-        fail(r, c, TFP_ENOMEM, "out of memory");
-        return;
-    }
-    respond_text(r, 200, "application/json", text, len);
-}
-
-static void handle_list(tfx_req_t *r, ctx_t *c)
-{
-    tfp_jw_t w;
-    tfp_jw_init(&w);
-    tfp_jw_obj_begin(&w);
-    tfp_jw_key(&w, "tensors");
-    tfp_jw_arr_begin(&w);
-    tfd_store_each(c->srv->store, list_one, &w);
-    tfp_jw_arr_end(&w);
-    tfp_jw_obj_end(&w);
-    respond_json(r, c, &w);
-}
+/* ---- info, metrics ---------------------------------------------------------------------- */
 
 static void kv_uint(tfp_jw_t *w, const char *k, uint64_t v)
 {
@@ -361,11 +242,25 @@ static void kv_uint(tfp_jw_t *w, const char *k, uint64_t v)
     tfp_jw_uint(w, v);
 }
 
+static void info_route(const char *name, const tfd_route_ops_t *ops, void *arg)
+{
+    tfp_jw_t *w = arg;
+    tfp_jw_obj_begin(w);
+    tfp_jw_key(w, "name");
+    tfp_jw_str(w, name);
+    tfp_jw_key(w, "kind");
+    tfp_jw_str(w, ops->kind ? ops->kind : "");
+    tfp_jw_key(w, "stateful");
+    tfp_jw_bool(w, !ops->stateless);
+    tfp_jw_obj_end(w);
+}
+
 static void handle_info(tfx_req_t *r, ctx_t *c)
 {
-    const tfd_config_t *cfg = &c->srv->cfg;
-    uint64_t count, bytes, reserved, max;
-    tfd_store_stats(c->srv->store, &count, &bytes, &reserved, &max);
+    tfd_server_t *s = c->srv;
+    const tfd_config_t *cfg = &s->cfg;
+    tfd_store_stats_t st;
+    tfd_store_stats(s->store, &st);
     tfp_jw_t w;
     tfp_jw_init(&w);
     tfp_jw_obj_begin(&w);
@@ -397,6 +292,7 @@ static void handle_info(tfx_req_t *r, ctx_t *c)
     tfp_jw_str(&w, "application/x-safetensors");
     tfp_jw_str(&w, "application/octet-stream");
     tfp_jw_str(&w, "application/json");
+    tfp_jw_str(&w, "shumai");
     tfp_jw_arr_end(&w);
     tfp_jw_key(&w, "dtypes");
     tfp_jw_arr_begin(&w);
@@ -408,12 +304,22 @@ static void handle_info(tfx_req_t *r, ctx_t *c)
     tfp_jw_str(&w, "long-poll");
     tfp_jw_str(&w, "raw-body");
     tfp_jw_str(&w, "json-view");
+    tfp_jw_str(&w, "exchange");
+    tfp_jw_str(&w, "sessions");
+    tfp_jw_str(&w, "idempotent-retry");
+    tfp_jw_str(&w, "workers");
+    tfp_jw_str(&w, "shumai");
+    tfp_jw_arr_end(&w);
+    tfp_jw_key(&w, "routes");
+    tfp_jw_arr_begin(&w);
+    tfd_routes_each(s->routes, info_route, &w);
     tfp_jw_arr_end(&w);
     tfp_jw_key(&w, "limits");
     tfp_jw_obj_begin(&w);
     kv_uint(&w, "max_body", cfg->max_body);
     kv_uint(&w, "max_header", cfg->max_header);
     kv_uint(&w, "store_memory", cfg->store_memory);
+    kv_uint(&w, "body_memory", cfg->body_memory);
     kv_uint(&w, "max_connections", cfg->max_connections);
     kv_uint(&w, "max_per_ip", cfg->max_per_ip);
     kv_uint(&w, "idle_timeout_s", cfg->idle_timeout);
@@ -421,31 +327,48 @@ static void handle_info(tfx_req_t *r, ctx_t *c)
     kv_uint(&w, "max_wait_ms", cfg->max_wait_ms);
     kv_uint(&w, "max_waiters", cfg->max_waiters);
     kv_uint(&w, "max_rank", TFP_MAX_RANK);
+    kv_uint(&w, "session_ttl_s", cfg->session_ttl);
+    kv_uint(&w, "max_sessions", cfg->max_sessions);
+    kv_uint(&w, "session_user_memory", cfg->session_user_memory);
+    kv_uint(&w, "session_memory", cfg->session_memory);
+    kv_uint(&w, "replay_window_s", cfg->replay_window);
+    kv_uint(&w, "worker_lease_ms", cfg->worker_lease_ms);
     tfp_jw_obj_end(&w);
     tfp_jw_key(&w, "store");
     tfp_jw_obj_begin(&w);
-    kv_uint(&w, "tensors", count);
-    kv_uint(&w, "bytes", bytes);
-    kv_uint(&w, "reserved", reserved);
+    kv_uint(&w, "tensors", st.count);
+    kv_uint(&w, "bytes", st.bytes);
+    kv_uint(&w, "retired", st.retired);
+    kv_uint(&w, "reserved", st.reserved);
     tfp_jw_obj_end(&w);
     tfp_jw_obj_end(&w);
-    respond_json(r, c, &w);
+    api_respond_json(r, c, &w);
 }
 
 static void handle_metrics(tfx_req_t *r, ctx_t *c)
 {
     tfd_server_t *s = c->srv;
     tfd_gauges_t g = {0};
-    tfd_store_stats(s->store, &g.stored_count, &g.stored_bytes, &g.store_reserved, &g.store_max);
+    tfd_store_stats_t st;
+    tfd_store_stats(s->store, &st);
+    g.stored_count = st.count;
+    g.stored_bytes = st.bytes;
+    g.store_retired = st.retired;
+    g.store_reserved = st.reserved;
+    g.store_max = st.max_bytes;
     g.inflight = tfx_http_inflight(s->http);
     g.waiters = tfd_waiters_count(s->waiters);
+    g.body_bytes = atomic_load(&s->body_bytes);
+    tfd_sessions_stats(s->sessions, &g.sessions);
+    tfd_replay_stats(s->replay, &g.replay_entries, &g.replay_bytes, &g.replay_hits);
+    g.workers = tfd_workers_count(s->workers);
     size_t len;
     char *text = tfd_metrics_render(s->metrics, &g, &len);
     if (!text) {
-        fail(r, c, TFP_ENOMEM, "out of memory");
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
-    respond_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    api_respond_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
 }
 
 /* ---- routing ---------------------------------------------------------------------------- */
@@ -453,7 +376,7 @@ static void handle_metrics(tfx_req_t *r, ctx_t *c)
 static int method_is(tfx_req_t *r, const char *m) { return strcmp(tfx_req_method(r), m) == 0; }
 
 /* 1 if the method is in the comma-separated list, else answers 405 with Allow. */
-static int allow(tfx_req_t *r, ctx_t *c, const char *allowed)
+int allow_method(tfx_req_t *r, ctx_t *c, const char *allowed)
 {
     char list[64], tok[24];
     snprintf(list, sizeof list, ",%s,", allowed);
@@ -461,9 +384,16 @@ static int allow(tfx_req_t *r, ctx_t *c, const char *allowed)
     if (strstr(list, tok))
         return 1;
     tfx_req_add_header(r, "Allow", allowed);
-    fail(r, c, TFP_EMETHOD, "%s is not allowed on %s (allowed: %s)", tfx_req_method(r),
-         tfx_req_path(r), allowed);
+    api_fail(r, c, TFP_EMETHOD, "%s is not allowed on %s (allowed: %s)", tfx_req_method(r),
+             tfx_req_path(r), allowed);
     return 0;
+}
+
+/* Shumai: "GET /{name} fetches; POST (or any method with a body) /{name} is an exchange". */
+static int shumai_has_body(tfx_req_t *r)
+{
+    int64_t cl = tfx_req_content_length(r);
+    return cl > 0 || (cl < 0 && tfx_req_header(r, "Transfer-Encoding")) || method_is(r, "POST");
 }
 
 static tfd_route_t route_of(tfp_path_t p, tfx_req_t *r)
@@ -479,6 +409,13 @@ static tfd_route_t route_of(tfp_path_t p, tfx_req_t *r)
         if (method_is(r, "DELETE"))
             return TFD_ROUTE_TENSOR_DELETE;
         return TFD_ROUTE_TENSOR_GET;
+    case TFP_PATH_CALL: return TFD_ROUTE_CALL;
+    case TFP_PATH_SESSION_SELF: return TFD_ROUTE_SESSION;
+    case TFP_PATH_WORKERS:
+    case TFP_PATH_WORKER:
+    case TFP_PATH_WORKER_REPLY: return TFD_ROUTE_WORKER;
+    case TFP_PATH_WORKER_NEXT: return TFD_ROUTE_WORKER_POLL;
+    case TFP_PATH_SHUMAI: return shumai_has_body(r) ? TFD_ROUTE_SHUMAI_CALL : TFD_ROUTE_SHUMAI_GET;
     default: return TFD_ROUTE_OTHER;
     }
 }
@@ -490,6 +427,7 @@ static int take_ids(tfx_req_t *r, ctx_t *c)
     const char *user = tfx_req_header(r, "Tfetch-User");
     if (rid && tfp_request_id_valid(rid)) {
         snprintf(c->request_id, sizeof c->request_id, "%s", rid);
+        c->request_id_from_client = 1;
     } else {
         uint64_t n = atomic_fetch_add(&c->srv->next_id, 1);
         snprintf(c->request_id, sizeof c->request_id, "tfd-%s-%llu", c->srv->id_prefix,
@@ -498,17 +436,33 @@ static int take_ids(tfx_req_t *r, ctx_t *c)
     tfx_req_add_header(r, "Tfetch-Request-Id", c->request_id);
     tfx_req_add_header(r, "Tfetch-Transport", "http");
     if (rid && !tfp_request_id_valid(rid)) {
-        fail(r, c, TFP_EBADREQ, "Tfetch-Request-Id must match [A-Za-z0-9._:-]{1,128}");
+        api_fail(r, c, TFP_EBADREQ, "Tfetch-Request-Id must match [A-Za-z0-9._:-]{1,128}");
         return -1;
     }
     if (user) {
         if (!tfp_user_id_valid(user)) {
-            fail(r, c, TFP_EBADREQ, "Tfetch-User must match [A-Za-z0-9._-]{1,128}");
+            api_fail(r, c, TFP_EBADREQ, "Tfetch-User must match [A-Za-z0-9._-]{1,128}");
             return -1;
         }
         snprintf(c->user, sizeof c->user, "%s", user);
         tfx_req_add_header(r, "Tfetch-User", c->user);
     }
+    return 0;
+}
+
+/* ?wait=MS for GETs, capped by max-wait. 0, or -1 after answering 400. */
+static int take_wait(tfx_req_t *r, ctx_t *c, uint64_t cap)
+{
+    const char *wait = tfx_req_query(r, "wait");
+    uint64_t ms = 0;
+    if (wait && tfp_parse_u64(wait, UINT64_MAX / 2, &ms) != 0) {
+        api_fail(r, c, TFP_EBADREQ, "wait must be a number of milliseconds, got '%.32s'", wait);
+        return -1;
+    }
+    if (ms > cap)
+        ms = cap;
+    c->waiter.deadline_ms = ms ? tfd_now_ms() + ms : 0;
+    c->poll.deadline_ms = c->waiter.deadline_ms;
     return 0;
 }
 
@@ -522,45 +476,59 @@ static void on_begin(tfx_req_t *r, void *arg)
     }
     c->srv = s;
     c->start_ns = now_ns();
-    c->waiter.name = c->name;
+    c->name = c->path.name;
+    c->waiter.name = c->path.name;
     c->waiter.req = r;
+    c->poll.req = r;
     tfx_req_set_ctx(r, c);
-    c->path = tfp_path_parse(tfx_req_path(r), c->name, sizeof c->name);
-    c->route = route_of(c->path, r);
+    tfp_path_parse(tfx_req_path(r), &c->path);
+    c->route = route_of(c->path.kind, r);
     if (take_ids(r, c) != 0)
         return;
 
-    switch (c->path) {
+    switch (c->path.kind) {
     case TFP_PATH_UNKNOWN:
-        fail(r, c, TFP_ENOTFOUND, "no route for %s %s", tfx_req_method(r), tfx_req_path(r));
+        api_fail(r, c, TFP_ENOTFOUND, "no route for %s %s", tfx_req_method(r), tfx_req_path(r));
         return;
     case TFP_PATH_BAD_NAME:
-        fail(r, c, TFP_EBADREQ, "tensor names must match [A-Za-z0-9._-]{1,255} "
-             "(and not be '.' or '..')");
+        api_fail(r, c, TFP_EBADREQ, "names (of tensors, routes, workers, calls) must match "
+                 "[A-Za-z0-9._-]{1,255} and not be '.' or '..'");
         return;
     case TFP_PATH_HEALTHZ:
     case TFP_PATH_METRICS:
     case TFP_PATH_INFO:
     case TFP_PATH_TENSORS:
-        allow(r, c, "GET,HEAD");
+        allow_method(r, c, "GET,HEAD");
         return;
     case TFP_PATH_TENSOR:
-        if (!allow(r, c, "GET,HEAD,PUT,DELETE"))
+        if (!allow_method(r, c, "GET,HEAD,PUT,DELETE"))
             return;
-        if (method_is(r, "PUT")) {
-            begin_put(r, c);
-        } else if (method_is(r, "GET") || method_is(r, "HEAD")) {
-            const char *wait = tfx_req_query(r, "wait");
-            uint64_t ms = 0;
-            if (wait && tfp_parse_u64(wait, UINT64_MAX / 2, &ms) != 0) {
-                fail(r, c, TFP_EBADREQ, "wait must be a number of milliseconds, got '%.32s'",
-                     wait);
-                return;
-            }
-            if (ms > s->cfg.max_wait_ms)
-                ms = s->cfg.max_wait_ms;
-            c->waiter.deadline_ms = ms ? tfd_now_ms() + ms : 0;
-        }
+        if (method_is(r, "PUT"))
+            api_begin_put(r, c);
+        else if (method_is(r, "GET") || method_is(r, "HEAD"))
+            take_wait(r, c, s->cfg.max_wait_ms);
+        return;
+    case TFP_PATH_CALL:
+        if (allow_method(r, c, "POST"))
+            api_begin_call(r, c);
+        return;
+    case TFP_PATH_SESSION_SELF:
+        allow_method(r, c, "DELETE");
+        return;
+    case TFP_PATH_SHUMAI:
+        if (c->route == TFD_ROUTE_SHUMAI_CALL)
+            api_begin_call(r, c);
+        else
+            allow_method(r, c, "GET,HEAD,POST");
+        return;
+    case TFP_PATH_WORKER_NEXT:
+        if (allow_method(r, c, "GET"))
+            take_wait(r, c, s->cfg.worker_lease_ms / 2);
+        return;
+    case TFP_PATH_WORKERS:
+    case TFP_PATH_WORKER:
+    case TFP_PATH_WORKER_REPLY:
+        api_begin_workers(r, c);
         return;
     }
 }
@@ -576,17 +544,18 @@ static void on_handle(tfx_req_t *r, void *arg)
         return;
     case TFD_ROUTE_METRICS: handle_metrics(r, c); return;
     case TFD_ROUTE_INFO: handle_info(r, c); return;
-    case TFD_ROUTE_LIST: handle_list(r, c); return;
-    case TFD_ROUTE_TENSOR_GET: handle_get(r, c); return;
-    case TFD_ROUTE_TENSOR_PUT: handle_put(r, c); return;
-    case TFD_ROUTE_TENSOR_DELETE:
-        if (tfd_store_delete(c->srv->store, c->name) == 0)
-            tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
-        else
-            fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
-        return;
+    case TFD_ROUTE_LIST: api_handle_list(r, c); return;
+    case TFD_ROUTE_TENSOR_GET: api_handle_get(r, c); return;
+    case TFD_ROUTE_TENSOR_PUT: api_handle_put(r, c); return;
+    case TFD_ROUTE_TENSOR_DELETE: api_handle_delete(r, c); return;
+    case TFD_ROUTE_CALL:
+    case TFD_ROUTE_SHUMAI_CALL: api_handle_call(r, c); return;
+    case TFD_ROUTE_SHUMAI_GET: api_handle_shumai_get(r, c); return;
+    case TFD_ROUTE_SESSION: api_handle_session_end(r, c); return;
+    case TFD_ROUTE_WORKER:
+    case TFD_ROUTE_WORKER_POLL: api_handle_workers(r, c); return;
     default:
-        fail(r, c, TFP_ENOTFOUND, "no route for %s", tfx_req_path(r));
+        api_fail(r, c, TFP_ENOTFOUND, "no route for %s", tfx_req_path(r));
         return;
     }
 }
@@ -598,8 +567,12 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
     if (!c)
         return;
     tfd_waiters_disarm(s->waiters, &c->waiter);
+    api_finish_workers(r, c);
+    api_finish_call(r, c);
     if (c->reserved)
         tfd_store_unreserve(s->store, c->reserved);
+    if (c->body_charged)
+        atomic_fetch_sub(&s->body_bytes, c->body_charged);
     double secs = (double)(now_ns() - c->start_ns) / 1e9;
     unsigned status = tfx_req_status(r);
     uint64_t out = completed ? tfx_req_response_bytes(r) : 0;
@@ -630,10 +603,20 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         rnd = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
     snprintf(s->id_prefix, sizeof s->id_prefix, "%016llx", (unsigned long long)rnd);
     atomic_init(&s->next_id, 1);
+    atomic_init(&s->body_bytes, 0);
+    tfd_sessions_limits_t sl = {cfg->session_ttl, cfg->max_sessions, cfg->session_user_memory,
+                                cfg->session_memory};
+    tfd_replay_limits_t rl = {cfg->replay_window, cfg->replay_entries, cfg->replay_memory};
+    tfd_workers_limits_t wl = {cfg->worker_lease_ms, cfg->max_workers, cfg->worker_queue};
     s->store = tfd_store_new(cfg->store_memory);
     s->waiters = tfd_waiters_new(cfg->max_waiters);
     s->metrics = tfd_metrics_new();
-    if (!s->store || !s->waiters || !s->metrics) {
+    s->routes = tfd_routes_new();
+    s->sessions = tfd_sessions_new(&sl);
+    s->replay = tfd_replay_new(&rl);
+    s->workers = s->routes ? tfd_workers_new(s->routes, &wl) : NULL;
+    if (!s->store || !s->waiters || !s->metrics || !s->routes || !s->sessions || !s->replay ||
+        !s->workers || tfd_builtin_routes_add(s->routes) != 0) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto free_parts;
     }
@@ -646,13 +629,18 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .idle_timeout_s = cfg->idle_timeout,
         .conn_memory = (size_t)cfg->conn_memory,
         .max_header_bytes = (size_t)cfg->max_header,
+        .min_upload_rate = cfg->min_upload_rate,
     };
-    tfx_http_handlers_t h = {on_begin, on_handle, on_finish, s};
+    tfx_http_handlers_t h = {on_begin, on_handle, on_finish, on_body_grow, s};
     s->http = tfx_http_start(&hc, &h, err);
     if (!s->http)
         goto free_parts;
     return s;
 free_parts:
+    tfd_workers_free(s->workers);
+    tfd_replay_free(s->replay);
+    tfd_sessions_free(s->sessions);
+    tfd_routes_free(s->routes);
     tfd_metrics_free(s->metrics);
     tfd_waiters_free(s->waiters);
     tfd_store_free(s->store);
@@ -662,13 +650,37 @@ free_parts:
 
 uint16_t tfd_server_port(const tfd_server_t *s) { return tfx_http_port(s->http); }
 
-unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s)
+void tfd_server_tick(tfd_server_t *s)
+{
+    tfd_workers_tick(s->workers);
+    tfd_sessions_sweep(s->sessions);
+    tfd_replay_sweep(s->replay);
+}
+
+unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s, void (*tick)(void))
 {
     tfx_http_quiesce(s->http);
     tfd_waiters_shutdown(s->waiters);
+    tfd_workers_shutdown(s->workers);
+    tfd_replay_wake_all(s->replay);
     uint64_t deadline = tfd_now_ms() + (uint64_t)timeout_s * 1000u;
+    uint64_t idle_since = 0;
     unsigned n;
-    while ((n = tfx_http_inflight(s->http)) > 0 && tfd_now_ms() < deadline) {
+    /* Wait for requests in flight; then give keep-alive connections (told "Connection:
+     * close" from now on) a moment to go before closing whatever is left. */
+    for (;;) {
+        uint64_t now = tfd_now_ms();
+        n = tfx_http_inflight(s->http);
+        if (n == 0 && tfx_http_connections(s->http) == 0)
+            break;
+        if (n == 0 && !idle_since)
+            idle_since = now;
+        if (n != 0)
+            idle_since = 0;
+        if ((idle_since && now - idle_since >= 1000) || now >= deadline)
+            break;
+        if (tick)
+            tick();
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -680,6 +692,10 @@ void tfd_server_free(tfd_server_t *s)
     if (!s)
         return;
     tfx_http_stop(s->http);
+    tfd_workers_free(s->workers);
+    tfd_replay_free(s->replay);
+    tfd_sessions_free(s->sessions);
+    tfd_routes_free(s->routes);
     tfd_waiters_free(s->waiters);
     tfd_metrics_free(s->metrics);
     tfd_store_free(s->store);

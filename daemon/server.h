@@ -14,9 +14,13 @@ typedef struct tfd_server tfd_server_t;
 
 tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err);
 uint16_t tfd_server_port(const tfd_server_t *s);
-/* Stops accepting, answers long-polls with 503, and waits up to timeout_s for requests in
- * flight to finish. Returns the number still in flight when it gave up (0: clean). */
-unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s);
+/* Periodic housekeeping (worker leases, session and replay expiry): call a few times a
+ * second from the main thread. */
+void tfd_server_tick(tfd_server_t *s);
+/* Stops accepting, answers long-polls and pending worker calls with 503, and waits up to
+ * timeout_s for requests in flight to finish, calling tick (if not NULL) while it waits.
+ * Returns the number still in flight when it gave up (0: clean). */
+unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s, void (*tick)(void));
 void tfd_server_free(tfd_server_t *s);      /* closes every connection */
 
 #endif

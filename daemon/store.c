@@ -23,7 +23,14 @@ struct tfd_store {
     pthread_mutex_t lock;
     entry_t *table;
     uint64_t bytes, reserved, max_bytes, count;
+    uint64_t retired;
 };
+
+static void retire(tfd_store_t *s, tfd_blob_t *b)
+{
+    b->retired_in = s;
+    s->retired += b->len;
+}
 
 tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t len,
                          tfp_doc_t *doc)
@@ -40,6 +47,7 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
     b->data = data;
     b->len = len;
     b->doc = doc;
+    b->retired_in = NULL;
     return b;
 }
 
@@ -53,6 +61,11 @@ void tfd_blob_unref(tfd_blob_t *b)
 {
     if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
         return;
+    if (b->retired_in) {
+        pthread_mutex_lock(&b->retired_in->lock);
+        b->retired_in->retired -= b->len;
+        pthread_mutex_unlock(&b->retired_in->lock);
+    }
     tfx_buf_free(b->base, b->cap);
     tfp_doc_free(b->doc);
     free(b);
@@ -77,6 +90,7 @@ void tfd_store_free(tfd_store_t *s)
     entry_t *e, *tmp;
     HASH_ITER(hh, s->table, e, tmp) {
         HASH_DEL(s->table, e);
+        e->blob->retired_in = NULL;         /* the store goes first; readers are gone by now */
         tfd_blob_unref(e->blob);
         free(e->name);
         free(e);
@@ -101,18 +115,17 @@ tfd_blob_t *tfd_store_get(tfd_store_t *s, const char *name)
     return b;
 }
 
-/* Would adding `bytes` (replacing the entry e) fit? Caller holds the lock. */
-static int fits(const tfd_store_t *s, const entry_t *e, uint64_t bytes)
+/* Would `bytes` more fit? Caller holds the lock. */
+static int fits(const tfd_store_t *s, uint64_t bytes)
 {
-    uint64_t freed = e ? e->blob->len : 0;
-    uint64_t used = s->bytes + s->reserved - freed;
+    uint64_t used = s->bytes + s->retired + s->reserved;
     return bytes <= s->max_bytes && used <= s->max_bytes - bytes;
 }
 
-int tfd_store_reserve(tfd_store_t *s, const char *name, uint64_t bytes)
+int tfd_store_reserve(tfd_store_t *s, uint64_t bytes)
 {
     pthread_mutex_lock(&s->lock);
-    int ok = fits(s, find(s, name), bytes);
+    int ok = fits(s, bytes);
     if (ok)
         s->reserved += bytes;
     pthread_mutex_unlock(&s->lock);
@@ -133,13 +146,14 @@ int tfd_store_put(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t r
     pthread_mutex_lock(&s->lock);
     s->reserved -= reserved <= s->reserved ? reserved : s->reserved;
     entry_t *e = find(s, name);
-    if (!fits(s, e, blob->len)) {
+    if (!fits(s, blob->len)) {
         rc = -1;
         goto unlock;
     }
     if (e) {
         old = e->blob;
         s->bytes -= old->len;
+        retire(s, old);
         e->blob = blob;
         rc = 1;
     } else {
@@ -168,6 +182,7 @@ int tfd_store_delete(tfd_store_t *s, const char *name)
     if (e) {
         HASH_DEL(s->table, e);
         s->bytes -= e->blob->len;
+        retire(s, e->blob);
         s->count--;
     }
     pthread_mutex_unlock(&s->lock);
@@ -191,13 +206,13 @@ void tfd_store_each(tfd_store_t *s, void (*fn)(const char *, const tfd_blob_t *,
     pthread_mutex_unlock(&s->lock);
 }
 
-void tfd_store_stats(tfd_store_t *s, uint64_t *count, uint64_t *bytes, uint64_t *reserved,
-                     uint64_t *max_bytes)
+void tfd_store_stats(tfd_store_t *s, tfd_store_stats_t *st)
 {
     pthread_mutex_lock(&s->lock);
-    *count = s->count;
-    *bytes = s->bytes;
-    *reserved = s->reserved;
-    *max_bytes = s->max_bytes;
+    st->count = s->count;
+    st->bytes = s->bytes;
+    st->retired = s->retired;
+    st->reserved = s->reserved;
+    st->max_bytes = s->max_bytes;
     pthread_mutex_unlock(&s->lock);
 }

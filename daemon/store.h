@@ -3,8 +3,9 @@
  * Owns every stored document as a blob: the safetensors bytes (in one tfx_buf) and their
  * parsed index. Readers get a reference that keeps the bytes alive until released, so a GET can
  * stream a document while a PUT replaces the name: readers see the old or the new, never half.
- * Memory is accounted in payload bytes against a limit; uploads reserve their size first so
- * concurrent PUTs cannot overcommit. Thread-safe.
+ * Memory is accounted in payload bytes against a limit: stored documents, replaced ones that
+ * readers still hold, and reservations of uploads in progress (made before their bodies are
+ * read, so concurrent PUTs cannot overcommit). Thread-safe.
  */
 #ifndef TFD_STORE_H
 #define TFD_STORE_H
@@ -21,6 +22,7 @@ typedef struct tfd_blob {
     const uint8_t *data;            /* the safetensors bytes, inside base */
     size_t len;
     tfp_doc_t *doc;                 /* index; tensor data points into data */
+    struct tfd_store *retired_in;   /* set once replaced/deleted: counted until freed */
 } tfd_blob_t;
 
 /* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
@@ -38,9 +40,10 @@ void tfd_store_free(tfd_store_t *s);
 
 /* A new reference to the blob stored under name, or NULL. */
 tfd_blob_t *tfd_store_get(tfd_store_t *s, const char *name);
-/* Reserves bytes for an upload to name, counting the document it would replace as freed.
- * 0, or -1 if the store would exceed its limit. */
-int tfd_store_reserve(tfd_store_t *s, const char *name, uint64_t bytes);
+/* Reserves bytes for an upload. The document it may replace is not counted as freed: both
+ * live while the upload runs, and the old one until its last reader lets go. 0, or -1 if
+ * the store would exceed its limit. */
+int tfd_store_reserve(tfd_store_t *s, uint64_t bytes);
 void tfd_store_unreserve(tfd_store_t *s, uint64_t bytes);
 /* Stores blob under name (taking the caller's reference), releasing `reserved` bytes of
  * reservation. Returns 1 if it replaced a document, 0 if new, -1 if over the limit (then the
@@ -53,7 +56,13 @@ int tfd_store_delete(tfd_store_t *s, const char *name);
  * back into the store). */
 void tfd_store_each(tfd_store_t *s, void (*fn)(const char *name, const tfd_blob_t *b, void *arg),
                     void *arg);
-void tfd_store_stats(tfd_store_t *s, uint64_t *count, uint64_t *bytes, uint64_t *reserved,
-                     uint64_t *max_bytes);
+typedef struct {
+    uint64_t count;                 /* documents stored */
+    uint64_t bytes;                 /* their bytes */
+    uint64_t retired;               /* replaced or deleted documents still being read */
+    uint64_t reserved;              /* uploads in progress */
+    uint64_t max_bytes;
+} tfd_store_stats_t;
+void tfd_store_stats(tfd_store_t *s, tfd_store_stats_t *st);
 
 #endif

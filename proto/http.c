@@ -58,28 +58,75 @@ tfp_media_t tfp_accept_pick(const char *accept)
     return any_listed ? TFP_MEDIA_OTHER : TFP_MEDIA_NONE;
 }
 
-tfp_path_t tfp_path_parse(const char *path, char *name, size_t size)
+/* Copies one path segment (up to '/' or the end) into dst if it is a valid name. Returns
+ * the rest of the path (at the '/' or the NUL), or NULL if the segment is not a valid name. */
+static const char *segment(const char *p, char *dst, size_t size)
 {
-    static const char tensors[] = "/v1/tensors";
-    if (!path)
-        return TFP_PATH_UNKNOWN;
+    size_t n = strcspn(p, "/");
+    if (n == 0 || n >= size)
+        return NULL;
+    memcpy(dst, p, n);
+    dst[n] = '\0';
+    return tfp_name_valid(dst) ? p + n : NULL;
+}
+
+/* Matches "prefix/" at the start of path; returns what follows, or NULL. */
+static const char *prefixed(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return strncmp(path, prefix, n) == 0 && path[n] == '/' ? path + n + 1 : NULL;
+}
+
+static tfp_path_t classify_path(const char *path, tfp_path_info_t *o)
+{
+    const char *rest;
     if (strcmp(path, "/healthz") == 0)
         return TFP_PATH_HEALTHZ;
     if (strcmp(path, "/metrics") == 0)
         return TFP_PATH_METRICS;
     if (strcmp(path, "/v1/info") == 0)
         return TFP_PATH_INFO;
-    if (strncmp(path, tensors, sizeof tensors - 1) != 0)
-        return TFP_PATH_UNKNOWN;
-    const char *rest = path + sizeof tensors - 1;
-    if (rest[0] == '\0' || strcmp(rest, "/") == 0)
+    if (strcmp(path, "/v1/tensors") == 0 || strcmp(path, "/v1/tensors/") == 0)
         return TFP_PATH_TENSORS;
-    if (rest[0] != '/')
+    if (strcmp(path, "/v1/sessions/self") == 0)
+        return TFP_PATH_SESSION_SELF;
+    if (strcmp(path, "/v1/workers") == 0)
+        return TFP_PATH_WORKERS;
+    if ((rest = prefixed(path, "/v1/tensors"))) {
+        rest = segment(rest, o->name, sizeof o->name);
+        return rest && !*rest ? TFP_PATH_TENSOR : TFP_PATH_BAD_NAME;
+    }
+    if ((rest = prefixed(path, "/v1/call"))) {
+        rest = segment(rest, o->name, sizeof o->name);
+        return rest && !*rest ? TFP_PATH_CALL : TFP_PATH_BAD_NAME;
+    }
+    if ((rest = prefixed(path, "/v1/workers"))) {
+        rest = segment(rest, o->name, sizeof o->name);
+        if (!rest)
+            return TFP_PATH_BAD_NAME;
+        if (!*rest)
+            return TFP_PATH_WORKER;
+        if (strcmp(rest, "/next") == 0)
+            return TFP_PATH_WORKER_NEXT;
+        if ((rest = prefixed(rest, "/calls"))) {
+            rest = segment(rest, o->sub, sizeof o->sub);
+            return rest && !*rest ? TFP_PATH_WORKER_REPLY : TFP_PATH_BAD_NAME;
+        }
         return TFP_PATH_UNKNOWN;
-    rest++;
-    size_t n = strlen(rest);
-    if (n >= size || !tfp_name_valid(rest))
-        return TFP_PATH_BAD_NAME;
-    memcpy(name, rest, n + 1);
-    return TFP_PATH_TENSOR;
+    }
+    if (strncmp(path, "/v1/", 4) == 0 || strcmp(path, "/v1") == 0)
+        return TFP_PATH_UNKNOWN;
+    /* Shumai: a single valid name segment. */
+    if (path[0] == '/' && (rest = segment(path + 1, o->name, sizeof o->name)) && !*rest)
+        return TFP_PATH_SHUMAI;
+    return TFP_PATH_UNKNOWN;
+}
+
+tfp_path_t tfp_path_parse(const char *path, tfp_path_info_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = path ? classify_path(path, out) : TFP_PATH_UNKNOWN;
+    if (out->kind == TFP_PATH_UNKNOWN || out->kind == TFP_PATH_BAD_NAME)
+        out->name[0] = out->sub[0] = '\0';
+    return out->kind;
 }

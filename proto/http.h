@@ -24,18 +24,31 @@ tfp_media_t tfp_media_parse(const char *content_type);
  * TFP_MEDIA_OTHER when nothing listed is producible. */
 tfp_media_t tfp_accept_pick(const char *accept);
 
-/* Routes of the v1 API. */
+/* Routes of the API. */
 typedef enum {
     TFP_PATH_UNKNOWN = 0,
     TFP_PATH_HEALTHZ,               /* /healthz */
     TFP_PATH_METRICS,               /* /metrics */
     TFP_PATH_INFO,                  /* /v1/info */
     TFP_PATH_TENSORS,               /* /v1/tensors or /v1/tensors/ */
-    TFP_PATH_TENSOR,                /* /v1/tensors/NAME (NAME valid per tfp_name_valid) */
-    TFP_PATH_BAD_NAME               /* /v1/tensors/<something that is not a valid name> */
+    TFP_PATH_TENSOR,                /* /v1/tensors/NAME */
+    TFP_PATH_CALL,                  /* /v1/call/ROUTE */
+    TFP_PATH_SESSION_SELF,          /* /v1/sessions/self */
+    TFP_PATH_WORKERS,               /* /v1/workers */
+    TFP_PATH_WORKER,                /* /v1/workers/ID */
+    TFP_PATH_WORKER_NEXT,           /* /v1/workers/ID/next */
+    TFP_PATH_WORKER_REPLY,          /* /v1/workers/ID/calls/CALL */
+    TFP_PATH_SHUMAI,                /* /NAME: Shumai's tfetch (GET a tensor, POST a route) */
+    TFP_PATH_BAD_NAME               /* a known prefix followed by an invalid name */
 } tfp_path_t;
 
-/* Classifies path; for TFP_PATH_TENSOR copies the name into name (size >= 256). */
-tfp_path_t tfp_path_parse(const char *path, char *name, size_t size);
+typedef struct {
+    tfp_path_t kind;
+    char name[256];                 /* tensor, route or worker id; "" if none */
+    char sub[256];                  /* the call id of TFP_PATH_WORKER_REPLY */
+} tfp_path_info_t;
+
+/* Classifies path. Every name in it must match tfp_name_valid (else TFP_PATH_BAD_NAME). */
+tfp_path_t tfp_path_parse(const char *path, tfp_path_info_t *out);
 
 #endif

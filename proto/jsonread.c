@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "proto/dtype.h"
+#include "proto/ids.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 
@@ -506,4 +507,65 @@ free_out:
 free_root:
     cJSON_Delete(root);
     return st;
+}
+
+tfp_status_t tfp_parse_worker_routes(const char *body, size_t len, size_t max, char ***routes,
+                                     size_t *n, tfp_err_t *err)
+{
+    cJSON *root = NULL;
+    tfp_status_t st = parse_body(body, len, &root, err);
+    if (st != TFP_OK)
+        return st;
+    const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "routes")
+                                            : NULL;
+    size_t count = cJSON_IsArray(arr) ? (size_t)cJSON_GetArraySize(arr) : 0;
+    char **out = NULL;
+    size_t k = 0;
+    if (!cJSON_IsObject(root) || !cJSON_IsArray(arr)) {
+        st = tfp_err_set(err, TFP_EPROTO, "expected {\"routes\": [\"name\", ...]}");
+        goto done;
+    }
+    if (count == 0 || count > max) {
+        st = tfp_err_set(err, TFP_EPROTO, "\"routes\" must list 1 to %zu names, not %zu", max,
+                         count);
+        goto done;
+    }
+    for (const cJSON *c = root->child; c; c = c->next)
+        if (strcmp(c->string, "routes") != 0) {
+            st = tfp_err_set(err, TFP_EPROTO, "unknown key '%.64s'", c->string);
+            goto done;
+        }
+    if (!(out = calloc(count, sizeof *out))) {
+        st = tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (const cJSON *c = arr->child; c; c = c->next) {
+        if (!cJSON_IsString(c) || !tfp_name_valid(c->valuestring)) {
+            st = tfp_err_set(err, TFP_EPROTO, "route %zu is not a valid name "
+                             "([A-Za-z0-9._-]{1,255})", k);
+            goto done;
+        }
+        if (!(out[k] = strdup(c->valuestring))) {
+            st = tfp_err_set(err, TFP_ENOMEM, "out of memory");
+            goto done;
+        }
+        k++;
+    }
+    *routes = out;
+    *n = k;
+    out = NULL;
+done:
+    if (out)
+        tfp_strings_free(out, k);
+    cJSON_Delete(root);
+    return st;
+}
+
+void tfp_strings_free(char **v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
 }

@@ -50,4 +50,10 @@ tfp_status_t tfp_parse_listing(const char *body, size_t len, tfp_list_entry_t **
                                size_t *n, tfp_err_t *err);
 void tfp_listing_free(tfp_list_entry_t *entries, size_t n);
 
+/* Parses a worker registration {"routes": ["name", ...]}: 1..max valid names (tfp_name_valid),
+ * no other keys. *routes is a malloc'd array of malloc'd strings (tfp_strings_free). */
+tfp_status_t tfp_parse_worker_routes(const char *body, size_t len, size_t max, char ***routes,
+                                     size_t *n, tfp_err_t *err);
+void tfp_strings_free(char **v, size_t n);
+
 #endif

@@ -13,6 +13,7 @@ int main(void)
     SRunner *sr = srunner_create(suite_proto());
     srunner_add_suite(sr, suite_store());
     srunner_add_suite(sr, suite_client());
+    srunner_add_suite(sr, suite_shumai());
     srunner_add_suite(sr, suite_e2e());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -49,25 +49,37 @@ START_TEST(store_put_get_replace_delete)
     ck_assert_int_eq(tfd_store_put(s, "w", a, 0), 0);
     tfd_blob_t *got = tfd_store_get(s, "w");
     ck_assert_ptr_eq(got, a);
-    /* Replace while a reader holds the old one: the reader keeps intact bytes. */
-    ck_assert_int_eq(tfd_store_put(s, "w", make_blob("w", 50, 2), 0), 1);
+    /* Replace while a reader holds the old one: the reader keeps intact bytes, and they stay
+     * counted (retired) until it lets go. */
+    tfd_blob_t *b = make_blob("w", 50, 2);
+    size_t blen = b->len;
+    ck_assert_int_eq(tfd_store_put(s, "w", b, 0), 1);
     ck_assert_uint_eq(got->len, alen);
     ck_assert_uint_eq(got->doc->t[0].data[99], 1);
+    tfd_store_stats_t st;
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.bytes, blen);
+    ck_assert_uint_eq(st.retired, alen);
     tfd_blob_unref(got);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.retired, 0);
     got = tfd_store_get(s, "w");
     ck_assert_uint_eq(got->doc->t[0].nbytes, 50);
     ck_assert_uint_eq(got->doc->t[0].data[0], 2);
-    uint64_t count, bytes, reserved, max;
-    tfd_store_stats(s, &count, &bytes, &reserved, &max);
-    ck_assert_uint_eq(count, 1);
-    ck_assert_uint_eq(bytes, got->len);
-    tfd_blob_unref(got);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.count, 1);
+    ck_assert_uint_eq(st.bytes, got->len);
+    /* Delete while read: retired until released. */
     ck_assert_int_eq(tfd_store_delete(s, "w"), 0);
     ck_assert_int_eq(tfd_store_delete(s, "w"), -1);
     ck_assert_ptr_null(tfd_store_get(s, "w"));
-    tfd_store_stats(s, &count, &bytes, &reserved, &max);
-    ck_assert_uint_eq(count, 0);
-    ck_assert_uint_eq(bytes, 0);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.count, 0);
+    ck_assert_uint_eq(st.bytes, 0);
+    ck_assert_uint_eq(st.retired, blen);
+    tfd_blob_unref(got);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.retired, 0);
     tfd_store_free(s);
 }
 END_TEST
@@ -75,27 +87,27 @@ END_TEST
 START_TEST(store_limits_and_reservations)
 {
     tfd_store_t *s = tfd_store_new(1000);
-    ck_assert_int_eq(tfd_store_reserve(s, "a", 600), 0);
-    ck_assert_int_eq(tfd_store_reserve(s, "b", 600), -1);     /* 1200 > 1000 */
+    ck_assert_int_eq(tfd_store_reserve(s, 600), 0);
+    ck_assert_int_eq(tfd_store_reserve(s, 600), -1);          /* 1200 > 1000 */
     tfd_blob_t *a = make_blob("a", 400, 1);
     uint64_t alen = a->len;
     ck_assert_int_eq(tfd_store_put(s, "a", a, 600), 0);
-    uint64_t count, bytes, reserved, max;
-    tfd_store_stats(s, &count, &bytes, &reserved, &max);
-    ck_assert_uint_eq(reserved, 0);
-    ck_assert_uint_eq(bytes, alen);
-    /* Replacing "a" counts its bytes as freed. */
-    ck_assert_int_eq(tfd_store_reserve(s, "a", 900), 0);
-    tfd_store_unreserve(s, 900);
-    ck_assert_int_eq(tfd_store_reserve(s, "b", 900), -1);
+    tfd_store_stats_t st;
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.reserved, 0);
+    ck_assert_uint_eq(st.bytes, alen);
+    /* Replacing "a" needs room for both while the upload runs. */
+    ck_assert_int_eq(tfd_store_reserve(s, 1000 - alen), 0);
+    ck_assert_int_eq(tfd_store_reserve(s, 1), -1);
+    tfd_store_unreserve(s, 1000 - alen);
     /* A put over the limit leaves the store unchanged and the blob with the caller. */
     tfd_blob_t *big = make_blob("b", 900, 3);
     ck_assert_int_eq(tfd_store_put(s, "b", big, 0), -1);
     tfd_blob_unref(big);
     ck_assert_ptr_null(tfd_store_get(s, "b"));
-    tfd_store_stats(s, &count, &bytes, &reserved, &max);
-    ck_assert_uint_eq(count, 1);
-    ck_assert_uint_eq(bytes, alen);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.count, 1);
+    ck_assert_uint_eq(st.bytes, alen);
     tfd_store_free(s);
 }
 END_TEST
@@ -213,23 +225,38 @@ START_TEST(http_media_and_paths)
     ck_assert_int_eq(tfp_accept_pick("text/html"), TFP_MEDIA_OTHER);
     ck_assert_int_eq(tfp_accept_pick(" , "), TFP_MEDIA_NONE);
 
-    char name[256];
-    ck_assert_int_eq(tfp_path_parse("/healthz", name, sizeof name), TFP_PATH_HEALTHZ);
-    ck_assert_int_eq(tfp_path_parse("/metrics", name, sizeof name), TFP_PATH_METRICS);
-    ck_assert_int_eq(tfp_path_parse("/v1/info", name, sizeof name), TFP_PATH_INFO);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors", name, sizeof name), TFP_PATH_TENSORS);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/", name, sizeof name), TFP_PATH_TENSORS);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/layer.0_w-1", name, sizeof name), TFP_PATH_TENSOR);
-    ck_assert_str_eq(name, "layer.0_w-1");
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/a/b", name, sizeof name), TFP_PATH_BAD_NAME);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/..", name, sizeof name), TFP_PATH_BAD_NAME);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensorsX", name, sizeof name), TFP_PATH_UNKNOWN);
-    ck_assert_int_eq(tfp_path_parse("/", name, sizeof name), TFP_PATH_UNKNOWN);
+    tfp_path_info_t pi;
+    ck_assert_int_eq(tfp_path_parse("/healthz", &pi), TFP_PATH_HEALTHZ);
+    ck_assert_int_eq(tfp_path_parse("/metrics", &pi), TFP_PATH_METRICS);
+    ck_assert_int_eq(tfp_path_parse("/v1/info", &pi), TFP_PATH_INFO);
+    ck_assert_int_eq(tfp_path_parse("/v1/tensors", &pi), TFP_PATH_TENSORS);
+    ck_assert_int_eq(tfp_path_parse("/v1/tensors/", &pi), TFP_PATH_TENSORS);
+    ck_assert_int_eq(tfp_path_parse("/v1/tensors/layer.0_w-1", &pi), TFP_PATH_TENSOR);
+    ck_assert_str_eq(pi.name, "layer.0_w-1");
+    ck_assert_int_eq(tfp_path_parse("/v1/tensors/a/b", &pi), TFP_PATH_BAD_NAME);
+    ck_assert_int_eq(tfp_path_parse("/v1/tensors/..", &pi), TFP_PATH_BAD_NAME);
+    ck_assert_int_eq(tfp_path_parse("/v1/tensorsX", &pi), TFP_PATH_UNKNOWN);
+    ck_assert_int_eq(tfp_path_parse("/", &pi), TFP_PATH_UNKNOWN);
+    ck_assert_int_eq(tfp_path_parse("/v1/call/echo", &pi), TFP_PATH_CALL);
+    ck_assert_str_eq(pi.name, "echo");
+    ck_assert_int_eq(tfp_path_parse("/v1/call/", &pi), TFP_PATH_BAD_NAME);
+    ck_assert_int_eq(tfp_path_parse("/v1/sessions/self", &pi), TFP_PATH_SESSION_SELF);
+    ck_assert_int_eq(tfp_path_parse("/v1/workers", &pi), TFP_PATH_WORKERS);
+    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1", &pi), TFP_PATH_WORKER);
+    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1/next", &pi), TFP_PATH_WORKER_NEXT);
+    ck_assert_str_eq(pi.name, "w-1");
+    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1/calls/c7", &pi), TFP_PATH_WORKER_REPLY);
+    ck_assert_str_eq(pi.sub, "c7");
+    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1/bogus", &pi), TFP_PATH_UNKNOWN);
+    ck_assert_int_eq(tfp_path_parse("/v1/nothing", &pi), TFP_PATH_UNKNOWN);
+    ck_assert_int_eq(tfp_path_parse("/weights", &pi), TFP_PATH_SHUMAI);
+    ck_assert_str_eq(pi.name, "weights");
+    ck_assert_int_eq(tfp_path_parse("/a/b", &pi), TFP_PATH_UNKNOWN);
     char longname[300];
     memset(longname, 'a', sizeof longname);
     memcpy(longname, "/v1/tensors/", 12);
     longname[299] = '\0';
-    ck_assert_int_eq(tfp_path_parse(longname, name, sizeof name), TFP_PATH_BAD_NAME);
+    ck_assert_int_eq(tfp_path_parse(longname, &pi), TFP_PATH_BAD_NAME);
 }
 END_TEST
 

@@ -10,5 +10,6 @@ Suite *suite_proto(void);
 Suite *suite_store(void);
 Suite *suite_client(void);
 Suite *suite_e2e(void);
+Suite *suite_shumai(void);
 
 #endif

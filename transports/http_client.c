@@ -1,6 +1,8 @@
 /* http_client.c - the HTTP client engine over libcurl's multi interface.
  *
- * Owns one CURLM per engine (its connection and DNS caches give keep-alive reuse per origin)
+ * Owns one CURLM per engine (its connection and DNS caches give keep-alive reuse per origin;
+ * HTTP/1.1 has no usable pipelining, so concurrency is several connections per origin, capped
+ * by CURLMOPT_MAX_HOST_CONNECTIONS, with the requests beyond the cap queued inside libcurl)
  * and, per request, one CURL easy handle that is reset and reused when the request is started
  * again. Request bodies stream from the caller's borrowed segments through a read callback;
  * response bodies land in one buffer allocated from Content-Length (grown geometrically only
@@ -11,6 +13,7 @@
 #include "config.h"
 
 #include <curl/curl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,13 +477,23 @@ tfx_hc_status_t tfx_hc_new(tfx_hc_t **out)
     hc->multi = curl_multi_init();
     if (!hc->multi)
         goto free_hc;
-    curl_multi_setopt(hc->multi, CURLMOPT_MAXCONNECTS, 16L);
+    tfx_hc_set_max_host_connections(hc, TFX_HC_DEFAULT_HOST_CONNECTIONS);
     *out = hc;
     return TFX_HC_OK;
 
 free_hc:
     free(hc);
     return TFX_HC_ENOMEM;
+}
+
+tfx_hc_status_t tfx_hc_set_max_host_connections(tfx_hc_t *hc, long n)
+{
+    if (!hc || n < 1 || n > LONG_MAX / 4)
+        return TFX_HC_EINVAL;
+    if (curl_multi_setopt(hc->multi, CURLMOPT_MAX_HOST_CONNECTIONS, n) != CURLM_OK ||
+        curl_multi_setopt(hc->multi, CURLMOPT_MAXCONNECTS, 4 * n) != CURLM_OK)
+        return TFX_HC_EINVAL;
+    return TFX_HC_OK;
 }
 
 static void unlink_req(tfx_hc_t *hc, tfx_hc_req_t *req)
@@ -694,19 +707,44 @@ tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn don
     return TFX_HC_OK;
 }
 
-int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
+/* Completes every running request with TFX_HC_EIO: the multi handle itself failed, so
+ * nothing else would ever complete them. */
+static void fail_all(tfx_hc_t *hc)
+{
+    while (hc->running) {
+        tfx_hc_req_t *req = hc->running;
+        snprintf(req->errbuf, sizeof(req->errbuf), "libcurl multi interface failed");
+        complete(hc, req, TFX_HC_EIO);
+    }
+}
+
+/* One round of work: transfers, then the callbacks of what finished. */
+static void perform(tfx_hc_t *hc)
 {
     int still;
+    if (curl_multi_perform(hc->multi, &still) != CURLM_OK) {
+        fail_all(hc);
+        return;
+    }
+    dispatch(hc, NULL);
+}
 
+void tfx_hc_wait(tfx_hc_t *hc, long timeout_ms)
+{
+    if (!hc || hc->nrunning == 0 || timeout_ms == 0)
+        return;
+    long wait = timeout_ms < 0 || timeout_ms > POLL_SLICE_MS ? POLL_SLICE_MS : timeout_ms;
+    curl_multi_poll(hc->multi, NULL, 0, (int)wait, NULL);
+}
+
+int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
+{
     if (!hc)
         return 0;
-    curl_multi_perform(hc->multi, &still);
-    dispatch(hc, NULL);
+    perform(hc);
     if (timeout_ms != 0 && hc->nrunning > 0) {
-        long wait = timeout_ms < 0 || timeout_ms > POLL_SLICE_MS ? POLL_SLICE_MS : timeout_ms;
-        curl_multi_poll(hc->multi, NULL, 0, (int)wait, NULL);
-        curl_multi_perform(hc->multi, &still);
-        dispatch(hc, NULL);
+        tfx_hc_wait(hc, timeout_ms);
+        perform(hc);
     }
     return hc->nrunning;
 }

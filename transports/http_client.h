@@ -65,16 +65,27 @@ typedef struct {
 
 /* ---- engine -------------------------------------------------------------------------- */
 
-/* Creates an engine; initialises libcurl once per process on first use. */
+/* Creates an engine; initialises libcurl once per process on first use. It opens at most
+ * TFX_HC_DEFAULT_HOST_CONNECTIONS connections per origin; requests beyond that wait inside
+ * libcurl for a free one. */
+#define TFX_HC_DEFAULT_HOST_CONNECTIONS 16L
 tfx_hc_status_t tfx_hc_new(tfx_hc_t **out);
+/* Caps the connections the engine opens to one origin (n >= 1); the connection cache keeps
+ * up to 4 x n idle ones. Takes effect for connections opened from now on. */
+tfx_hc_status_t tfx_hc_set_max_host_connections(tfx_hc_t *hc, long n);
 /* Cancels every unfinished request (their callbacks run with TFX_HC_ECANCELED), then frees. */
 void tfx_hc_free(tfx_hc_t *hc);
 /* Starts req. On TFX_HC_OK, done runs exactly once later; on an error it never runs. A request
  * can be started once at a time; after completion it may be reset and started again. */
 tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn done, void *user_data);
 /* Does pending work and completes finished requests, waiting up to timeout_ms (0: don't
- * wait; -1: until something happens) for activity. Returns the number still running. */
+ * wait; -1: until something happens) for activity. Returns the number still running. If
+ * libcurl's multi interface itself fails, every running request completes with TFX_HC_EIO. */
 int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms);
+/* Only waits: returns when a running request's connection has activity, a libcurl timer is
+ * due, or timeout_ms passes (at most one second; -1: that second). Completes nothing: call
+ * tfx_hc_poll(hc, 0) next. Lets a caller check its own condition between the two. */
+void tfx_hc_wait(tfx_hc_t *hc, long timeout_ms);
 /* Runs the engine until req completes (TFX_HC_OK, its callback has run) or timeout_ms passes
  * (TFX_HC_EAGAIN; -1 waits for ever). Other requests progress meanwhile. */
 tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms);

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHUNKED_START (64u << 10)
@@ -33,6 +35,8 @@ struct tfx_http {
     tfx_http_handlers_t h;
     tfx_http_config_t cfg;
     atomic_uint inflight;
+    atomic_int draining;
+    MHD_socket quiesced_fd;         /* closed after MHD_stop_daemon (workers may still race it) */
     uint16_t port;
 };
 
@@ -58,6 +62,8 @@ struct tfx_req {
     uint64_t body_len;
     uint64_t body_seen;             /* including discarded bytes */
     tfp_status_t body_failed;       /* why the body is being drained, or TFP_OK */
+    uint64_t start_ms;
+    int deferred;                   /* an answer decided at begin waits for the body to drain */
 
     /* response */
     hdr_t *hdrs;
@@ -95,6 +101,9 @@ const char *tfx_req_query(const tfx_req_t *r, const char *key)
 
 int64_t tfx_req_content_length(const tfx_req_t *r)
 {
+    /* With Transfer-Encoding, MHD ignores (and does not check) Content-Length. */
+    if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return -1;
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (!cl)
@@ -164,12 +173,13 @@ uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap)
 }
 
 /* Makes room for `more` bytes after what has arrived: one allocation when the length is
- * known, geometric growth (copying) only for chunked bodies. */
-static int reserve_body(tfx_req_t *r, size_t more)
+ * known, geometric growth (copying) only for chunked bodies. The daemon's body_grow hook
+ * approves every growth first (memory accounting). TFP_OK or why not. */
+static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
 {
     uint64_t need = r->headroom + r->body_len + more;
     if (r->buf && need <= r->cap)
-        return 0;
+        return TFP_OK;
     int64_t cl = tfx_req_content_length(r);
     uint64_t want;
     if (!r->buf && cl >= 0)
@@ -182,38 +192,55 @@ static int reserve_body(tfx_req_t *r, size_t more)
     if (want < need)
         want = need;
     if (want > SIZE_MAX)
-        return -1;
+        return TFP_ENOMEM;
+    if (r->srv->h.body_grow) {
+        tfp_status_t st = r->srv->h.body_grow(r, want, r->srv->h.arg);
+        if (st != TFP_OK)
+            return st;
+    }
     size_t cap;
     uint8_t *nb = tfx_buf_alloc((size_t)want, &cap);
     if (!nb)
-        return -1;
+        return TFP_ENOMEM;
     if (r->buf) {
         memcpy(nb + r->headroom, r->buf + r->headroom, (size_t)r->body_len);
         tfx_buf_free(r->buf, r->cap);
     }
     r->buf = nb;
     r->cap = cap;
-    return 0;
+    return TFP_OK;
 }
 
 /* Bodies that fail (too big, no memory) are drained and answered once complete: MHD cannot
- * queue a response in the middle of an upload. A sender that keeps going far past the limit
- * is disconnected instead (returns -1). */
+ * queue a response in the middle of an upload, and closing with unread bytes would reset the
+ * connection before the client reads the answer. A sender that keeps going far past what we
+ * wanted, or that trickles below the rate floor, is disconnected instead (returns -1). */
 #define DRAIN_MAX (64ull << 20)
+#define RATE_GRACE_MS 10000u
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 static int take_upload(tfx_req_t *r, const char *data, size_t n)
 {
     r->body_seen += n;
-    if (r->body_failed)
-        return r->body_seen - r->body_len > DRAIN_MAX ? -1 : 0;
-    if (!r->accept_body)
-        return 0;                                   /* discard */
+    uint64_t rate = r->srv->cfg.min_upload_rate;
+    uint64_t el = now_ms() - r->start_ms;
+    if (rate && el > RATE_GRACE_MS && r->body_seen * 1000u / el < rate)
+        return -1;
+    if (r->deferred || r->body_failed || !r->accept_body)
+        return r->body_seen - r->body_len > DRAIN_MAX ? -1 : 0;   /* discard */
     if (r->body_len + n > r->max_body) {
         r->body_failed = TFP_ETOOBIG;
         return 0;
     }
-    if (reserve_body(r, n) != 0) {
-        r->body_failed = TFP_ENOMEM;
+    tfp_status_t st = reserve_body(r, n);
+    if (st != TFP_OK) {
+        r->body_failed = st;
         return 0;
     }
     memcpy(r->buf + r->headroom + r->body_len, data, n);
@@ -226,9 +253,21 @@ static void answer_failed_body(tfx_req_t *r)
     if (r->body_failed == TFP_ETOOBIG)
         tfx_respond_error(r, TFP_ETOOBIG, "request body exceeds the limit of %llu bytes",
                           (unsigned long long)r->max_body);
-    else
+    else if (r->body_failed == TFP_ENOMEM)
         tfx_respond_error(r, TFP_ENOMEM, "cannot allocate memory for a %llu-byte request body",
                           (unsigned long long)r->body_seen);
+    else
+        tfx_respond_error(r, r->body_failed, "no room for a %llu-byte request body: %s",
+                          (unsigned long long)r->body_seen, tfp_status_text(r->body_failed));
+}
+
+/* Will a body follow the headers? */
+static int body_pending(const tfx_req_t *r)
+{
+    if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return 1;
+    int64_t cl = tfx_req_content_length(r);
+    return cl > 0;
 }
 
 /* ---- responses --------------------------------------------------------------------------- */
@@ -282,6 +321,8 @@ void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const 
     }
     if (content_type)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (atomic_load(&r->srv->draining))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     for (hdr_t *h = r->hdrs; h; h = h->next)
         MHD_add_response_header(resp, h->name, h->value);
     r->resp = resp;
@@ -357,6 +398,12 @@ static void run_handle(tfx_req_t *r)
 
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
 
+static int expects_continue(const tfx_req_t *r)
+{
+    const char *e = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return e && strcasecmp(e, "100-continue") == 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -375,24 +422,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->path = url;
         pthread_mutex_init(&r->lock, NULL);
         *con_cls = r;
+        r->start_ms = now_ms();
         atomic_fetch_add(&s->inflight, 1);
-        if (s->cfg.max_header_bytes && tfx_req_header_bytes(r) > s->cfg.max_header_bytes)
+        if (atomic_load(&s->draining))
+            tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");
+        else if (s->cfg.max_header_bytes && tfx_req_header_bytes(r) > s->cfg.max_header_bytes)
             tfx_respond_error(r, TFP_EHEADERS, "request headers exceed %zu bytes",
                               s->cfg.max_header_bytes);
         else
             s->h.begin(r, s->h.arg);
+        /* An early answer to a client that did not ask "Expect: 100-continue" waits until its
+         * body is drained: closing on unread bytes would reset the connection first. */
+        if (r->resp && body_pending(r) && !expects_continue(r)) {
+            r->deferred = 1;
+            return MHD_YES;
+        }
         return queue_pending(r);
-    }
-    if (r->queued) {                                /* answered early: drop the rest */
-        *upload_data_size = 0;
-        return MHD_YES;
     }
     if (*upload_data_size) {
         int rc = take_upload(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return rc == 0 ? MHD_YES : MHD_NO;
     }
-    if (r->body_failed)
+    if (r->deferred)
+        ;                                           /* r->resp was decided at begin */
+    else if (r->body_failed)
         answer_failed_body(r);
     else
         run_handle(r);
@@ -433,8 +487,11 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
 {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    /* poll(), not epoll: MHD 0.9.75's quiesce with a thread pool on epoll can abort the
+     * process (it removes the listen socket from each worker's epoll set and panics on
+     * ENOENT). No TURBO: it skips shutdown(SHUT_WR) before closing, which turns an early
+     * answer into a connection reset. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, cfg->listen_addr, &a4->sin_addr) == 1) {
@@ -458,6 +515,8 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
     s->h = *h;
     s->cfg = *cfg;
     atomic_init(&s->inflight, 0);
+    atomic_init(&s->draining, 0);
+    s->quiesced_fd = MHD_INVALID_SOCKET;
 
     s->mhd = MHD_start_daemon(
         flags, cfg->port, NULL, NULL, on_request, s,
@@ -486,11 +545,17 @@ uint16_t tfx_http_port(const tfx_http_t *s) { return s->port; }
 
 unsigned tfx_http_inflight(const tfx_http_t *s) { return atomic_load(&s->inflight); }
 
+unsigned tfx_http_connections(const tfx_http_t *s)
+{
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di ? di->num_connections : 0;
+}
+
 void tfx_http_quiesce(tfx_http_t *s)
 {
-    MHD_socket fd = MHD_quiesce_daemon(s->mhd);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    atomic_store(&s->draining, 1);
+    s->quiesced_fd = MHD_quiesce_daemon(s->mhd);
 }
 
 void tfx_http_stop(tfx_http_t *s)
@@ -498,5 +563,7 @@ void tfx_http_stop(tfx_http_t *s)
     if (!s)
         return;
     MHD_stop_daemon(s->mhd);
+    if (s->quiesced_fd != MHD_INVALID_SOCKET)
+        close(s->quiesced_fd);
     free(s);
 }

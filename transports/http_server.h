@@ -29,6 +29,7 @@ typedef struct {
     unsigned idle_timeout_s;
     size_t conn_memory;             /* per-connection buffer memory (headers + read buffer) */
     size_t max_header_bytes;        /* sum of request header names and values */
+    uint64_t min_upload_rate;       /* bytes/s a body must average after 10 s; 0: no floor */
 } tfx_http_config_t;
 
 typedef struct {
@@ -36,6 +37,9 @@ typedef struct {
     void (*handle)(tfx_req_t *req, void *arg);
     /* completed: the response was sent in full. Runs once for every begin. */
     void (*finish)(tfx_req_t *req, int completed, void *arg);
+    /* Before an accepted body's buffer grows to `total` bytes: return 0 to allow it, or the
+     * status to answer with (the body is then drained and the request refused). Optional. */
+    tfp_status_t (*body_grow)(tfx_req_t *req, uint64_t total, void *arg);
     void *arg;
 } tfx_http_handlers_t;
 
@@ -43,10 +47,13 @@ typedef struct {
 tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers_t *h,
                            tfp_err_t *err);
 uint16_t tfx_http_port(const tfx_http_t *s);
-/* Stops accepting new connections; requests in flight go on. */
+/* Stops accepting new connections; requests in flight go on. From now on every response
+ * carries "Connection: close" and new requests on open connections get 503. */
 void tfx_http_quiesce(tfx_http_t *s);
 /* Requests between begin and finish right now. */
 unsigned tfx_http_inflight(const tfx_http_t *s);
+/* Open connections right now. */
+unsigned tfx_http_connections(const tfx_http_t *s);
 /* Closes every connection and frees the server. No request may be suspended. */
 void tfx_http_stop(tfx_http_t *s);
 

@@ -1,0 +1,245 @@
+/* api_calls.c - exchange: POST /v1/call/{route}, Shumai's GET/POST /{name}, and
+ * DELETE /v1/sessions/self.
+ *
+ * A call runs once its body is complete: the body is decoded (safetensors, raw or Shumai),
+ * a retry with a known request id is answered from the replay window instead of running
+ * again, the caller's session is opened for stateful routes, and the route runs. Routes that
+ * answer later (workers) leave the request suspended, holding no thread, until
+ * tfd_call_finish resumes it. Runs on the HTTP workers; see api.h.
+ */
+#include "config.h"
+#include "daemon/api.h"
+#include "daemon/log.h"
+#include "proto/shumai.h"
+#include "transports/buf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Shumai ---------------------------------------------------------------------------- */
+
+/* The reply Shumai expects: one F32 tensor carrying the caller's provenance. */
+static tfd_blob_t *shumai_blob(ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
+{
+    const tfp_tensor_t *t;
+    if (tfp_shumai_check_doc(doc, &t, err) != TFP_OK)
+        return NULL;
+    uint8_t hdr[TFP_SHUMAI_MAX_HEADER];
+    size_t hdr_len;
+    if (tfp_shumai_encode_header(t->rank, t->shape, c->shumai_provenance,
+                                 c->shumai_flags & TFP_SHUMAI_REQUIRES_GRAD, 0, hdr, sizeof hdr,
+                                 &hdr_len, err) != TFP_OK)
+        return NULL;
+    size_t cap;
+    uint8_t *buf = tfx_buf_alloc(hdr_len + (size_t)t->nbytes, &cap);
+    if (!buf) {
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    memcpy(buf, hdr, hdr_len);
+    if (t->nbytes)
+        memcpy(buf + hdr_len, t->data, (size_t)t->nbytes);
+    tfd_blob_t *b = tfd_blob_new(buf, cap, buf, hdr_len + (size_t)t->nbytes, NULL);
+    if (!b)
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+    return b;
+}
+
+void api_handle_shumai_get(tfx_req_t *r, ctx_t *c)
+{
+    tfd_blob_t *b = tfd_store_get(c->srv->store, c->name);
+    if (!b) {
+        api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
+        return;
+    }
+    tfp_err_t err;
+    c->shumai_provenance = TFP_SHUMAI_NO_PROVENANCE;
+    if (c->user[0] && tfp_shumai_user_to_provenance(c->user, &c->shumai_provenance, &err) != TFP_OK)
+        c->shumai_provenance = TFP_SHUMAI_NO_PROVENANCE;
+    tfd_blob_t *reply = shumai_blob(c, b->doc, &err);
+    tfd_blob_unref(b);
+    if (!reply) {
+        api_fail(r, c, err.code == TFP_ENOTACCEPT ? TFP_EUNPROC : err.code, "'%s': %s", c->name,
+                 err.msg);
+        return;
+    }
+    api_respond_blob(r, 200, "application/octet-stream", reply);
+}
+
+/* ---- calls ----------------------------------------------------------------------------- */
+
+void api_begin_call(tfx_req_t *r, ctx_t *c)
+{
+    api_begin_body(r, c, "tensor", c->srv->cfg.max_body);
+}
+
+static void on_call_finished(tfd_call_t *call, void *arg)
+{
+    tfx_req_t *r = arg;
+    ctx_t *c = tfx_req_ctx(r);
+    atomic_store(&c->call_done, 1);
+    tfx_req_resume(r);
+}
+
+/* Answers with the finished call's outputs or error, and remembers it for retries. */
+static void respond_call(tfx_req_t *r, ctx_t *c)
+{
+    tfd_call_t *call = c->call;
+    tfd_blob_t *b = NULL;
+    const char *ctype = c->body_kind == BODY_SHUMAI ? "application/octet-stream"
+                                                    : "application/x-safetensors";
+    unsigned status = 200;
+    tfp_err_t err;
+
+    if (call->status == TFP_OK) {
+        b = c->body_kind == BODY_SHUMAI ? shumai_blob(c, call->out, &err)
+                                        : api_encode_blob(call->out, &err);
+        if (!b)
+            tfd_call_fail(call, err.code == TFP_ENOTACCEPT ? TFP_EUNPROC : err.code,
+                          "route '%s' answered what the request's format cannot carry: %s",
+                          call->route, err.msg);
+    }
+    if (call->status != TFP_OK) {
+        size_t len;
+        char *json = tfp_error_json(call->status, call->msg, &len);
+        b = json ? api_text_blob(json, len) : NULL;
+        status = (unsigned)tfp_status_http(call->status);
+        ctype = "application/json";
+        c->code = call->status;
+    }
+    if (c->replay_owner) {
+        if (b)
+            tfd_replay_complete(c->srv->replay, c->user, c->request_id, status, ctype, b);
+        else
+            tfd_replay_abandon(c->srv->replay, c->user, c->request_id);
+        c->replay_owner = 0;
+    }
+    if (!b) {
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+        return;
+    }
+    api_respond_blob(r, status, ctype, b);
+}
+
+/* Looks the request id up in the replay window. 1 when the request was answered or
+ * suspended, 0 to go on and run the call. */
+static int replayed(tfx_req_t *r, ctx_t *c)
+{
+    if (!c->request_id_from_client)
+        return 0;
+    tfd_replay_answer_t ans;
+    switch (tfd_replay_begin(c->srv->replay, c->user, c->request_id, c->name, r, &ans)) {
+    case TFD_REPLAY_NEW:
+        c->replay_owner = 1;
+        return 0;
+    case TFD_REPLAY_DONE:
+        tfx_req_add_header(r, "Tfetch-Replayed", "1");
+        api_respond_blob(r, ans.status, ans.content_type, ans.body);
+        return 1;
+    case TFD_REPLAY_WAIT:
+        c->replay_waiting = 1;
+        tfx_req_suspend(r);
+        return 1;
+    case TFD_REPLAY_CONFLICT:
+        api_fail(r, c, TFP_EUNPROC, "request id '%s' was already used for another route",
+                 c->request_id);
+        return 1;
+    default:                                        /* full: run without a retry guarantee */
+        tfd_log(LOG_WARNING, "replay window full: request %s runs without retry protection",
+                c->request_id);
+        return 0;
+    }
+}
+
+void api_handle_call(tfx_req_t *r, ctx_t *c)
+{
+    tfd_server_t *s = c->srv;
+    if (c->call) {                                  /* resumed */
+        if (atomic_load(&c->call_done))
+            respond_call(r, c);
+        else
+            tfx_req_suspend(r);                     /* spurious wake-up */
+        return;
+    }
+    if (!c->call_in &&
+        api_body_doc(r, c, &c->call_base, &c->call_cap, &c->call_len, &c->call_in) != 0)
+        return;
+    if (replayed(r, c))
+        return;
+
+    tfd_route_ops_t ops;
+    if (tfd_routes_find(s->routes, c->name, &ops) != 0) {
+        api_fail(r, c, TFP_ENOTFOUND, "no route named '%s'", c->name);
+        goto abandon;
+    }
+    tfd_call_t *call = tfd_call_new(c->name, c->user, c->request_id, c->call_in);
+    if (!call) {
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+        goto abandon;
+    }
+    call->in_bytes = c->call_base;
+    call->in_len = c->call_len;
+    if (c->body_kind == BODY_SHUMAI) {
+        /* Workers read safetensors: re-encode the one tensor for them. */
+        tfp_err_t err;
+        if (strcmp(ops.kind, "worker") == 0 && !(c->call_st = api_encode_blob(c->call_in, &err))) {
+            tfd_call_free(call);
+            api_fail(r, c, err.code, "%s", err.msg);
+            goto abandon;
+        }
+        call->in_bytes = c->call_st ? c->call_st->data : NULL;
+        call->in_len = c->call_st ? c->call_st->len : 0;
+    }
+    call->on_finish = on_call_finished;
+    call->on_finish_arg = r;
+    call->sessions = s->sessions;
+    c->call = call;
+    if (!ops.stateless) {
+        call->session = tfd_sessions_acquire(s->sessions, c->user);
+        if (!call->session) {
+            tfd_call_fail(call, TFP_EBUSY, "too many user sessions (max-sessions %u, all in use)",
+                          s->cfg.max_sessions);
+            respond_call(r, c);
+            return;
+        }
+    }
+    int rc = ops.start(ops.arg, call);
+    if (rc == TFD_CALL_DONE) {
+        tfd_sessions_release(s->sessions, call->session);
+        call->session = NULL;
+        respond_call(r, c);
+    } else {
+        tfx_req_suspend(r);
+    }
+    return;
+abandon:
+    if (c->replay_owner) {
+        tfd_replay_abandon(s->replay, c->user, c->request_id);
+        c->replay_owner = 0;
+    }
+}
+
+void api_finish_call(tfx_req_t *r, ctx_t *c)
+{
+    tfd_server_t *s = c->srv;
+    if (c->replay_waiting)
+        tfd_replay_forget_waiter(s->replay, r);
+    tfd_blob_unref(c->call_st);
+    if (c->replay_owner)
+        tfd_replay_abandon(s->replay, c->user, c->request_id);
+    if (c->call) {
+        tfd_sessions_release(s->sessions, c->call->session);
+        tfd_call_free(c->call);
+    }
+    tfp_doc_free(c->call_in);
+    tfx_buf_free(c->call_base, c->call_cap);
+}
+
+void api_handle_session_end(tfx_req_t *r, ctx_t *c)
+{
+    if (tfd_sessions_end(c->srv->sessions, c->user) == 0)
+        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    else
+        api_fail(r, c, TFP_ENOTFOUND, "user '%s' has no session", c->user[0] ? c->user : "");
+}

@@ -1,0 +1,206 @@
+/* api_tensors.c - GET/PUT/DELETE /v1/tensors/{name} and the listing.
+ *
+ * PUT bodies land in one buffer sized from Content-Length; a raw (octet-stream) PUT reserves
+ * room in front of the body for its safetensors header, so the stored document is contiguous
+ * without copying the payload. GETs answer from the stored blob itself (zero copy,
+ * reference-counted); ?wait= long-polls through the waiters without holding a thread.
+ * Runs on the HTTP workers; see api.h.
+ */
+#include "config.h"
+#include "daemon/api.h"
+#include "proto/jsonview.h"
+#include "proto/raw.h"
+
+#include <string.h>
+
+static void serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
+{
+    tfp_media_t want = tfp_accept_pick(tfx_req_header(r, "Accept"));
+    const tfp_doc_t *doc = b->doc;
+
+    if (want == TFP_MEDIA_OCTET) {
+        if (doc->n != 1) {
+            api_fail(r, c, TFP_ENOTACCEPT, "'%s' holds %zu tensors; application/octet-stream "
+                     "carries exactly one (ask for application/x-safetensors)", c->name, doc->n);
+            goto unref;
+        }
+        const tfp_tensor_t *t = &doc->t[0];
+        char shape[TFP_MAX_RANK * 21 + 1];
+        tfp_raw_format_shape(t->rank, t->shape, shape, sizeof shape);
+        tfx_req_add_header(r, "Tfetch-Dtype", tfp_dtype_name(t->dtype));
+        tfx_req_add_header(r, "Tfetch-Shape", shape);
+        tfx_req_add_header(r, "Tfetch-Name", t->name);
+        tfx_respond(r, 200, "application/octet-stream", t->data, (size_t)t->nbytes,
+                    tfd_blob_release, b);
+        return;
+    }
+    if (want == TFP_MEDIA_JSON) {
+        char *json;
+        size_t len;
+        tfp_err_t err;
+        if (tfp_jsonview_render(doc, c->srv->cfg.json_max_elems, &json, &len, &err) != TFP_OK) {
+            api_fail(r, c, err.code, "%s", err.msg);
+            goto unref;
+        }
+        tfd_blob_unref(b);
+        api_respond_text(r, 200, "application/json", json, len);
+        return;
+    }
+    if (want == TFP_MEDIA_OTHER) {
+        api_fail(r, c, TFP_ENOTACCEPT, "Accept lists nothing tfetchd produces: use "
+                 "application/x-safetensors, application/octet-stream or application/json");
+        goto unref;
+    }
+    api_respond_blob(r, 200, "application/x-safetensors", b);
+    return;
+unref:
+    tfd_blob_unref(b);
+}
+
+static int tensor_present(void *arg)
+{
+    ctx_t *c = arg;
+    tfd_blob_t *b = tfd_store_get(c->srv->store, c->name);
+    tfd_blob_unref(b);
+    return b != NULL;
+}
+
+void api_handle_get(tfx_req_t *r, ctx_t *c)
+{
+    tfd_server_t *s = c->srv;
+    tfd_blob_t *b = tfd_store_get(s->store, c->name);
+    if (b) {
+        serve_blob(r, c, b);
+        return;
+    }
+    switch (c->waiter.state) {
+    case TFD_WAIT_SHUTDOWN:
+        api_fail(r, c, TFP_EBUSY, "the server is shutting down");
+        return;
+    case TFD_WAIT_EXPIRED:
+        api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s' (waited %llu ms)", c->name,
+                 (unsigned long long)(c->waiter.deadline_ms - c->start_ns / 1000000u));
+        return;
+    default:
+        break;
+    }
+    if (c->waiter.deadline_ms == 0) {
+        api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
+        return;
+    }
+    int armed = tfd_waiters_arm(s->waiters, &c->waiter, tensor_present, c);
+    if (armed == 1) {
+        tfx_req_suspend(r);
+    } else if (armed == 0) {
+        c->waiter.state = TFD_WAIT_WOKEN;
+        b = tfd_store_get(s->store, c->name);
+        if (b) {
+            serve_blob(r, c, b);
+        } else {                                    /* deleted again: wait once more */
+            tfx_req_suspend(r);
+            tfx_req_resume(r);
+        }
+    } else if (armed == -1) {
+        api_fail(r, c, TFP_EBUSY, "too many waiting requests (max-waiters %u)",
+                 s->cfg.max_waiters);
+    } else {
+        api_fail(r, c, TFP_EBUSY, "the server is shutting down");
+    }
+}
+
+/* Headers in: decide the body's layout and reserve store space for it. */
+void api_begin_put(tfx_req_t *r, ctx_t *c)
+{
+    tfd_server_t *s = c->srv;
+    if (api_begin_body(r, c, c->name, s->cfg.max_body) != 0)
+        return;
+    if (c->body_kind == BODY_SHUMAI || c->body_kind == BODY_JSON) {
+        api_fail(r, c, TFP_EMEDIATYPE, "Content-Type must be application/x-safetensors, or "
+                 "application/octet-stream with Tfetch-Dtype and Tfetch-Shape");
+        return;
+    }
+    int64_t cl = tfx_req_content_length(r);
+    uint64_t need = c->body_kind == BODY_RAW ? c->raw_hdr_len + c->raw_nbytes
+                                             : (cl >= 0 ? (uint64_t)cl : 0);
+    if (need && tfd_store_reserve(s->store, need) != 0) {
+        api_fail(r, c, TFP_ENOSPACE, "storing %llu bytes would exceed the store's limit of "
+                 "%llu bytes", (unsigned long long)need, (unsigned long long)s->cfg.store_memory);
+        return;
+    }
+    c->reserved = need;
+    c->charged = need;              /* on_body_grow reserves only what goes beyond */
+}
+
+void api_handle_put(tfx_req_t *r, ctx_t *c)
+{
+    tfd_server_t *s = c->srv;
+    uint8_t *base;
+    size_t cap, len;
+    tfp_doc_t *doc;
+    if (api_body_doc(r, c, &base, &cap, &len, &doc) != 0)
+        return;
+    tfd_blob_t *b = tfd_blob_new(base, cap, base, len, doc);
+    if (!b) {
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+        return;
+    }
+    int rc = tfd_store_put(s->store, c->name, b, c->reserved);
+    c->reserved = 0;
+    if (rc < 0) {
+        tfd_blob_unref(b);
+        api_fail(r, c, TFP_ENOSPACE, "storing %zu bytes would exceed the store's limit of %llu "
+                 "bytes", len, (unsigned long long)s->cfg.store_memory);
+        return;
+    }
+    tfd_waiters_notify(s->waiters, c->name);
+    tfx_respond(r, rc == 1 ? 204 : 201, NULL, "", 0, NULL, NULL);
+}
+
+void api_handle_delete(tfx_req_t *r, ctx_t *c)
+{
+    if (tfd_store_delete(c->srv->store, c->name) == 0)
+        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    else
+        api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
+}
+
+static void list_one(const char *name, const tfd_blob_t *b, void *arg)
+{
+    tfp_jw_t *w = arg;
+    tfp_jw_obj_begin(w);
+    tfp_jw_key(w, "name");
+    tfp_jw_str(w, name);
+    tfp_jw_key(w, "bytes");
+    tfp_jw_uint(w, b->len);
+    tfp_jw_key(w, "tensors");
+    tfp_jw_arr_begin(w);
+    for (size_t i = 0; i < b->doc->n; i++) {
+        const tfp_tensor_t *t = &b->doc->t[i];
+        tfp_jw_obj_begin(w);
+        tfp_jw_key(w, "name");
+        tfp_jw_str(w, t->name);
+        tfp_jw_key(w, "dtype");
+        tfp_jw_str(w, tfp_dtype_name(t->dtype));
+        tfp_jw_key(w, "shape");
+        tfp_jw_arr_begin(w);
+        for (int d = 0; d < t->rank; d++)
+            tfp_jw_uint(w, t->shape[d]);
+        tfp_jw_arr_end(w);
+        tfp_jw_obj_end(w);
+    }
+    tfp_jw_arr_end(w);
+    tfp_jw_obj_end(w);
+}
+
+void api_handle_list(tfx_req_t *r, ctx_t *c)
+{
+    tfp_jw_t w;
+    tfp_jw_init(&w);
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "tensors");
+    tfp_jw_arr_begin(&w);
+    tfd_store_each(c->srv->store, list_one, &w);
+    tfp_jw_arr_end(&w);
+    tfp_jw_obj_end(&w);
+    api_respond_json(r, c, &w);
+}

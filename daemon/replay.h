@@ -1,0 +1,59 @@
+/* replay.h - idempotent retries of exchange calls.
+ *
+ * A call that carries a client-chosen Tfetch-Request-Id is remembered under (user id, request
+ * id) for a bounded window (time, count, bytes): a retry with the same id gets the first
+ * answer back instead of running the route again, and a retry that arrives while the first is
+ * still running waits for it. Reusing an id for a different route is refused. The oldest
+ * answers are forgotten first when a bound is reached. Thread-safe.
+ */
+#ifndef TFD_REPLAY_H
+#define TFD_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/store.h"
+#include "transports/http_server.h"
+
+typedef struct tfd_replay tfd_replay_t;
+
+typedef struct {
+    unsigned window_s;
+    unsigned max_entries;
+    uint64_t max_bytes;
+} tfd_replay_limits_t;
+
+/* A remembered answer. */
+typedef struct {
+    unsigned status;
+    char content_type[48];
+    tfd_blob_t *body;               /* a reference: release with tfd_blob_unref */
+} tfd_replay_answer_t;
+
+enum { TFD_REPLAY_NEW, TFD_REPLAY_DONE, TFD_REPLAY_WAIT, TFD_REPLAY_CONFLICT, TFD_REPLAY_FULL };
+
+tfd_replay_t *tfd_replay_new(const tfd_replay_limits_t *lim);
+void tfd_replay_free(tfd_replay_t *r);
+
+/* Looks up (user, id) for route:
+ *   TFD_REPLAY_NEW       not seen: the caller runs the call, then tfd_replay_complete (or
+ *                        tfd_replay_abandon if it gave no answer to remember);
+ *   TFD_REPLAY_DONE      *ans holds the first answer (a new reference);
+ *   TFD_REPLAY_WAIT      the first is still running: req will be resumed when it completes
+ *                        (suspend it and look up again then);
+ *   TFD_REPLAY_CONFLICT  the id was used for another route;
+ *   TFD_REPLAY_FULL      too many calls running with ids to remember: run without. */
+int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const char *route,
+                     tfx_req_t *req, tfd_replay_answer_t *ans);
+/* Remembers the answer (takes a new reference to body) and wakes waiting retries. */
+void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, unsigned status,
+                         const char *content_type, tfd_blob_t *body);
+void tfd_replay_abandon(tfd_replay_t *r, const char *user, const char *id);
+/* A suspended waiter went away (its request ended): forget it. */
+void tfd_replay_forget_waiter(tfd_replay_t *r, tfx_req_t *req);
+/* Forgets answers older than the window. */
+void tfd_replay_sweep(tfd_replay_t *r);
+/* Wakes every waiter (shutdown). */
+void tfd_replay_wake_all(tfd_replay_t *r);
+void tfd_replay_stats(tfd_replay_t *r, uint64_t *entries, uint64_t *bytes, uint64_t *hits);
+
+#endif

@@ -1,0 +1,410 @@
+/* workers.c - worker processes serving routes over long-polls.
+ *
+ * One mutex guards everything: the workers, their queues of calls and their armed polls.
+ * A call is owned by its caller's request; this module only holds a pointer to it between
+ * queueing it and finishing it (tfd_call_finish), and every path that drops a worker finishes
+ * its calls first, so the pointer never outlives the call. The route table entry of a worker
+ * route carries the module itself as arg, never the worker, so a lookup racing a worker's
+ * departure finds no dangling pointer: start simply reports the route gone.
+ */
+#include "config.h"
+#include "daemon/workers.h"
+#include "daemon/waiters.h"
+#include "transports/buf.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+typedef struct pending {
+    struct pending *next;
+    tfd_call_t *call;
+    char id[TFD_CALL_ID_SIZE];
+    int assigned;                   /* handed to the worker by a poll */
+} pending_t;
+
+typedef struct worker {
+    struct worker *next;
+    char id[TFD_WORKER_ID_SIZE];
+    char **routes;
+    size_t nroutes;
+    uint64_t last_seen_ms;
+    pending_t *calls;               /* queued and assigned, oldest first */
+    size_t queued;
+    tfd_worker_poll_t *polls;       /* armed polls */
+} worker_t;
+
+struct tfd_workers {
+    pthread_mutex_t lock;
+    tfd_routes_t *routes;
+    tfd_workers_limits_t lim;
+    worker_t *list;
+    unsigned count;
+    uint64_t next_call, next_worker;
+    char prefix[9];
+    int stopping;
+};
+
+static worker_t *find_worker(tfd_workers_t *ws, const char *id)
+{
+    for (worker_t *w = ws->list; w; w = w->next)
+        if (strcmp(w->id, id) == 0)
+            return w;
+    return NULL;
+}
+
+static worker_t *worker_for_route(tfd_workers_t *ws, const char *route)
+{
+    for (worker_t *w = ws->list; w; w = w->next)
+        for (size_t i = 0; i < w->nroutes; i++)
+            if (strcmp(w->routes[i], route) == 0)
+                return w;
+    return NULL;
+}
+
+/* Fails a call with 503 and finishes it. Caller holds the lock; the call's on_finish only
+ * resumes its request. */
+static void fail_call(pending_t *p, const char *why)
+{
+    tfd_call_fail(p->call, TFP_EBUSY, "%s", why);
+    tfd_call_finish(p->call);
+    free(p);
+}
+
+static void wake_poll(tfd_worker_poll_t *p, int state)
+{
+    p->state = state;
+    tfx_req_resume(p->req);
+}
+
+/* Drops w: unregisters its routes, fails its calls, wakes its polls. Caller holds the lock. */
+static void drop_worker(tfd_workers_t *ws, worker_t *w, const char *why)
+{
+    for (worker_t **pw = &ws->list; *pw; pw = &(*pw)->next)
+        if (*pw == w) {
+            *pw = w->next;
+            break;
+        }
+    ws->count--;
+    for (size_t i = 0; i < w->nroutes; i++) {
+        tfd_routes_remove(ws->routes, w->routes[i], ws);
+        free(w->routes[i]);
+    }
+    free(w->routes);
+    char msg[256];
+    snprintf(msg, sizeof msg, "the worker serving this route %s", why);
+    while (w->calls) {
+        pending_t *p = w->calls;
+        w->calls = p->next;
+        fail_call(p, msg);
+    }
+    while (w->polls) {
+        tfd_worker_poll_t *p = w->polls;
+        w->polls = p->next;
+        wake_poll(p, TFD_POLL_GONE);
+    }
+    free(w);
+}
+
+/* ---- the route ops --------------------------------------------------------------------- */
+
+/* Gives the oldest unassigned call of w to poll p. Caller holds the lock. 1 if it did. */
+static int hand_out(worker_t *w, tfd_worker_poll_t *p)
+{
+    for (pending_t *c = w->calls; c; c = c->next) {
+        if (c->assigned)
+            continue;
+        uint8_t *copy = malloc(c->call->in_len ? c->call->in_len : 1);
+        if (!copy)
+            return 0;
+        memcpy(copy, c->call->in_bytes, c->call->in_len);
+        c->assigned = 1;
+        w->queued--;
+        p->body = copy;
+        p->len = c->call->in_len;
+        snprintf(p->call_id, sizeof p->call_id, "%s", c->id);
+        snprintf(p->route, sizeof p->route, "%s", c->call->route);
+        snprintf(p->user, sizeof p->user, "%s", c->call->user);
+        snprintf(p->request_id, sizeof p->request_id, "%s", c->call->request_id);
+        p->state = TFD_POLL_GOT;
+        return 1;
+    }
+    return 0;
+}
+
+static int worker_start(void *arg, tfd_call_t *call)
+{
+    tfd_workers_t *ws = arg;
+    pthread_mutex_lock(&ws->lock);
+    worker_t *w = worker_for_route(ws, call->route);
+    if (!w || ws->stopping) {
+        pthread_mutex_unlock(&ws->lock);
+        tfd_call_fail(call, TFP_EBUSY, "the worker serving route '%s' is gone", call->route);
+        return TFD_CALL_DONE;
+    }
+    if (w->queued >= ws->lim.max_queue) {
+        pthread_mutex_unlock(&ws->lock);
+        tfd_call_fail(call, TFP_EBUSY, "the worker serving route '%s' has %zu calls waiting",
+                      call->route, w->queued);
+        return TFD_CALL_DONE;
+    }
+    if (!call->in_bytes) {
+        pthread_mutex_unlock(&ws->lock);
+        tfd_call_fail(call, TFP_EINTERNAL, "no request document to forward");
+        return TFD_CALL_DONE;
+    }
+    pending_t *p = calloc(1, sizeof *p);
+    if (!p) {
+        pthread_mutex_unlock(&ws->lock);
+        tfd_call_fail(call, TFP_ENOMEM, "out of memory");
+        return TFD_CALL_DONE;
+    }
+    p->call = call;
+    snprintf(p->id, sizeof p->id, "c%llu", (unsigned long long)++ws->next_call);
+    pending_t **tail = &w->calls;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = p;
+    w->queued++;
+    /* An armed poll takes it at once. */
+    tfd_worker_poll_t *poll = w->polls;
+    if (poll && hand_out(w, poll)) {
+        w->polls = poll->next;
+        tfx_req_resume(poll->req);
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return TFD_CALL_PENDING;
+}
+
+/* ---- the API --------------------------------------------------------------------------- */
+
+tfd_workers_t *tfd_workers_new(tfd_routes_t *routes, const tfd_workers_limits_t *lim)
+{
+    tfd_workers_t *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    pthread_mutex_init(&ws->lock, NULL);
+    ws->routes = routes;
+    ws->lim = *lim;
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
+        rnd = (uint32_t)tfd_now_ms();
+    snprintf(ws->prefix, sizeof ws->prefix, "%08x", rnd);
+    return ws;
+}
+
+void tfd_workers_free(tfd_workers_t *ws)
+{
+    if (!ws)
+        return;
+    tfd_workers_shutdown(ws);
+    pthread_mutex_destroy(&ws->lock);
+    free(ws);
+}
+
+tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, size_t n,
+                                  char id[TFD_WORKER_ID_SIZE], tfp_err_t *err)
+{
+    static const tfd_route_ops_t proto_ops = {.start = worker_start, .kind = "worker",
+                                             .stateless = 1};
+    tfd_route_ops_t ops = proto_ops;
+    ops.arg = ws;
+    if (n == 0)
+        return tfp_err_set(err, TFP_EBADREQ, "a worker must serve at least one route");
+    worker_t *w = calloc(1, sizeof *w);
+    if (!w || !(w->routes = calloc(n, sizeof *w->routes))) {
+        free(w);
+        return tfp_err_set(err, TFP_ENOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&ws->lock);
+    tfp_status_t st = TFP_OK;
+    if (ws->stopping) {
+        st = tfp_err_set(err, TFP_EBUSY, "the server is shutting down");
+    } else if (ws->count >= ws->lim.max_workers) {
+        st = tfp_err_set(err, TFP_EBUSY, "too many workers (%u)", ws->lim.max_workers);
+    } else {
+        for (size_t i = 0; i < n && st == TFP_OK; i++) {
+            int rc = tfd_routes_add(ws->routes, routes[i], &ops);
+            if (rc == 0 && !(w->routes[w->nroutes] = strdup(routes[i]))) {
+                tfd_routes_remove(ws->routes, routes[i], ws);
+                rc = -3;
+            }
+            if (rc == 0)
+                w->nroutes++;
+            else if (rc == -1)
+                st = tfp_err_set(err, TFP_EUNPROC, "route '%s' is already served", routes[i]);
+            else if (rc == -2)
+                st = tfp_err_set(err, TFP_EBADREQ, "route name '%.64s' is not valid", routes[i]);
+            else
+                st = tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        }
+    }
+    if (st != TFP_OK) {
+        for (size_t i = 0; i < w->nroutes; i++) {
+            tfd_routes_remove(ws->routes, w->routes[i], ws);
+            free(w->routes[i]);
+        }
+        free(w->routes);
+        free(w);
+        pthread_mutex_unlock(&ws->lock);
+        return st;
+    }
+    snprintf(w->id, sizeof w->id, "w%s-%llu", ws->prefix, (unsigned long long)++ws->next_worker);
+    w->last_seen_ms = tfd_now_ms();
+    w->next = ws->list;
+    ws->list = w;
+    ws->count++;
+    memcpy(id, w->id, TFD_WORKER_ID_SIZE);
+    pthread_mutex_unlock(&ws->lock);
+    return TFP_OK;
+}
+
+int tfd_workers_unregister(tfd_workers_t *ws, const char *id)
+{
+    pthread_mutex_lock(&ws->lock);
+    worker_t *w = find_worker(ws, id);
+    if (w)
+        drop_worker(ws, w, "unregistered");
+    pthread_mutex_unlock(&ws->lock);
+    return w ? 0 : -1;
+}
+
+int tfd_workers_poll(tfd_workers_t *ws, const char *id, tfd_worker_poll_t *p)
+{
+    int rc;
+    pthread_mutex_lock(&ws->lock);
+    worker_t *w = find_worker(ws, id);
+    if (!w) {
+        p->state = TFD_POLL_GONE;
+        rc = -1;
+    } else {
+        w->last_seen_ms = tfd_now_ms();
+        if (hand_out(w, p)) {
+            rc = 1;
+        } else if (p->deadline_ms <= w->last_seen_ms) {
+            p->state = TFD_POLL_EMPTY;
+            rc = 1;
+        } else {
+            p->state = TFD_POLL_ARMED;
+            p->next = w->polls;
+            w->polls = p;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return rc;
+}
+
+/* Unlinks p from whichever worker holds it armed. Caller holds the lock. */
+static void disarm(tfd_workers_t *ws, tfd_worker_poll_t *p)
+{
+    for (worker_t *w = ws->list; w; w = w->next)
+        for (tfd_worker_poll_t **pp = &w->polls; *pp; pp = &(*pp)->next)
+            if (*pp == p) {
+                *pp = p->next;
+                return;
+            }
+}
+
+void tfd_workers_poll_done(tfd_workers_t *ws, tfd_worker_poll_t *p)
+{
+    pthread_mutex_lock(&ws->lock);
+    if (p->state == TFD_POLL_ARMED)
+        disarm(ws, p);
+    p->state = TFD_POLL_IDLE;
+    pthread_mutex_unlock(&ws->lock);
+    free(p->body);
+    p->body = NULL;
+}
+
+int tfd_workers_reply(tfd_workers_t *ws, const char *id, const char *call_id, tfp_status_t st,
+                      const char *msg, tfp_doc_t *doc, uint8_t *base, size_t cap)
+{
+    pthread_mutex_lock(&ws->lock);
+    worker_t *w = find_worker(ws, id);
+    pending_t *p = NULL;
+    if (w) {
+        w->last_seen_ms = tfd_now_ms();
+        for (pending_t **pp = &w->calls; *pp; pp = &(*pp)->next)
+            if (strcmp((*pp)->id, call_id) == 0 && (*pp)->assigned) {
+                p = *pp;
+                *pp = p->next;
+                break;
+            }
+    }
+    if (!p) {
+        pthread_mutex_unlock(&ws->lock);
+        tfp_doc_free(doc);
+        tfx_buf_free(base, cap);
+        return -1;
+    }
+    tfd_call_t *call = p->call;
+    free(p);
+    if (st != TFP_OK) {
+        tfd_call_fail(call, st, "%s", msg && *msg ? msg : tfp_status_text(st));
+    } else {
+        tfd_call_adopt(call, base, cap);
+        base = NULL;
+        for (size_t i = 0; doc && i < doc->n && call->status == TFP_OK; i++) {
+            const tfp_tensor_t *t = &doc->t[i];
+            tfd_call_output(call, t->name, t->dtype, t->rank, t->shape, t->data, t->nbytes,
+                            TFD_OUT_REF);
+        }
+        tfp_err_t err;
+        for (size_t i = 0; doc && i < doc->nmeta && call->status == TFP_OK; i++)
+            if (tfp_doc_set_meta(call->out, doc->meta[i].key, doc->meta[i].value, &err) != TFP_OK)
+                tfd_call_fail(call, err.code, "%s", err.msg);
+    }
+    tfd_call_finish(call);
+    pthread_mutex_unlock(&ws->lock);
+    tfp_doc_free(doc);
+    tfx_buf_free(base, cap);
+    return 0;
+}
+
+void tfd_workers_tick(tfd_workers_t *ws)
+{
+    uint64_t now = tfd_now_ms();
+    pthread_mutex_lock(&ws->lock);
+    worker_t *w = ws->list;
+    while (w) {
+        worker_t *next = w->next;
+        /* Polls past their deadline come back empty (and renew the lease when they do). */
+        tfd_worker_poll_t **pp = &w->polls;
+        while (*pp) {
+            tfd_worker_poll_t *p = *pp;
+            if (p->deadline_ms <= now) {
+                *pp = p->next;
+                wake_poll(p, TFD_POLL_EMPTY);
+            } else {
+                pp = &p->next;
+            }
+        }
+        if (!w->polls && now - w->last_seen_ms > ws->lim.lease_ms) {
+            char why[96];
+            snprintf(why, sizeof why, "stopped answering (no poll for %u ms)", ws->lim.lease_ms);
+            drop_worker(ws, w, why);
+        }
+        w = next;
+    }
+    pthread_mutex_unlock(&ws->lock);
+}
+
+void tfd_workers_shutdown(tfd_workers_t *ws)
+{
+    pthread_mutex_lock(&ws->lock);
+    ws->stopping = 1;
+    while (ws->list)
+        drop_worker(ws, ws->list, "is gone: the server is shutting down");
+    pthread_mutex_unlock(&ws->lock);
+}
+
+unsigned tfd_workers_count(tfd_workers_t *ws)
+{
+    pthread_mutex_lock(&ws->lock);
+    unsigned n = ws->count;
+    pthread_mutex_unlock(&ws->lock);
+    return n;
+}
