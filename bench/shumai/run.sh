@@ -1,0 +1,67 @@
+#!/bin/sh
+# run.sh - Shumai's client (sm.network.tfetch, @shumai/shumai 0.0.13, real code) round trips,
+# 16 B and 64 MiB, against tfetchd's echo route and against Shumai's own sm.network.serve
+# (real code with our stand-in tensor module: see tests/shumai/standins/), in one run, p50/p99.
+#
+# Not a test: run it by hand from the top of a built tree:  bench/shumai/run.sh
+# Needs the npm registry the first time (tests/shumai/setup.sh caches what it installs).
+# Loopback only; every step is time-bounded; both servers are stopped on any exit.
+# Environment: TFETCHD (default ./daemon/tfetchd), BENCH_BIG_N (default 10), BENCH_TINY_N
+# (default 1000), BENCH_BIG_MIB (default 64), BENCH_TIMEOUT (seconds, default 600), and what
+# setup.sh reads (TFETCH_SHUMAI_CACHE, ...). Exit status: 0 if every measurement ran.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+tfetchd=${TFETCHD:-./daemon/tfetchd}
+timeout_s=${BENCH_TIMEOUT:-600}
+
+say() { echo "shumai bench: $*" >&2; }
+[ -x "$tfetchd" ] || { say "no tfetchd at $tfetchd (build first, or set TFETCHD)"; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/tfetch-shumai-bench.XXXXXX") || exit 1
+pids=
+cleanup() {
+    for p in $pids; do kill -TERM "$p" 2>/dev/null; done
+    for p in $pids; do wait "$p" 2>/dev/null; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' HUP INT TERM
+
+"$top/tests/shumai/setup.sh" "$work/client" || { say "setup failed ($?)"; exit 1; }
+cp "$here/bench.ts" "$here/serve_stock.ts" "$work/client/"
+bun=$work/client/bun
+
+# Waits for "listening on http://127.0.0.1:PORT" in file $1 (written by pid $2).
+wait_url() {
+    i=0
+    while [ $i -lt 100 ]; do
+        u=$(sed -n 's|^listening on \(http://127\.0\.0\.1:[0-9][0-9]*\).*|\1|p' "$1" | head -n 1)
+        [ -n "$u" ] && { echo "$u"; return 0; }
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+"$tfetchd" --port 0 --listen 127.0.0.1 --config /dev/null > "$work/tfetchd.out" \
+    2> "$work/tfetchd.err" &
+pids="$pids $!"
+tf_url=$(wait_url "$work/tfetchd.out" $!) || { say "tfetchd did not start"; cat "$work/tfetchd.err" >&2; exit 1; }
+
+(cd "$work/client" && exec "$bun" run serve_stock.ts) > "$work/stock.out" 2> "$work/stock.err" &
+pids="$pids $!"
+st_url=$(wait_url "$work/stock.out" $!) || { say "Shumai's serve did not start"; cat "$work/stock.err" >&2; exit 1; }
+
+say "tfetchd $tf_url, Shumai serve $st_url; $(nproc) CPUs"
+(cd "$work/client" && exec timeout "$timeout_s" "$bun" run bench.ts \
+    "tfetchd=$tf_url/echo" "shumai-serve=$st_url/echo")
+rc=$?
+if [ $rc -ne 0 ]; then
+    say "some measurements failed ($rc); server logs:"
+    sed 's/^/  tfetchd: /' "$work/tfetchd.err" | tail -n 20 >&2
+    sed 's/^/  shumai serve: /' "$work/stock.err" | tail -n 20 >&2
+fi
+exit $rc
