@@ -97,8 +97,12 @@ int api_begin_body(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max);
  * hold the document's bytes at offset 0, *len of them. 0, or -1 after answering. */
 int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base, size_t *cap, size_t *len,
                  tfp_doc_t **doc);
-/* Encodes doc as safetensors into a new blob (one copy of the data). NULL if no memory. */
+/* Encodes doc as safetensors into a new blob (one copy of the data), indexed (b->doc).
+ * NULL on failure (err says why). */
 tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err);
+/* Answers 200 with a safetensors blob (b->doc indexes it) in the form Accept asks for:
+ * safetensors, JSON, or one tensor's raw bytes (or 406). Takes the reference. */
+void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b);
 /* Wraps malloc'd bytes in a blob. */
 tfd_blob_t *api_text_blob(char *text, size_t len);
 

@@ -119,7 +119,10 @@ static void respond_call(tfx_req_t *r, ctx_t *c)
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
-    api_respond_blob(r, status, ctype, b);
+    if (status == 200 && b->doc)
+        api_serve_blob(r, c, b);                    /* honours Accept: JSON, raw */
+    else
+        api_respond_blob(r, status, ctype, b);
 }
 
 /* Looks the request id up in the replay window. 1 when the request was answered or
@@ -135,7 +138,10 @@ static int replayed(tfx_req_t *r, ctx_t *c)
         return 0;
     case TFD_REPLAY_DONE:
         tfx_req_add_header(r, "Tfetch-Replayed", "1");
-        api_respond_blob(r, ans.status, ans.content_type, ans.body);
+        if (ans.status == 200 && ans.body->doc)
+            api_serve_blob(r, c, ans.body);
+        else
+            api_respond_blob(r, ans.status, ans.content_type, ans.body);
         return 1;
     case TFD_REPLAY_WAIT:
         c->replay_waiting = 1;

@@ -13,16 +13,19 @@
 
 #include <string.h>
 
-static void serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
+/* Answers with doc in the form Accept asks for when that is not safetensors: JSON, or one
+ * tensor's raw bytes (borrowed from doc: release(arg) runs once they are sent), or a 406.
+ * Returns 1 if it answered; 0 (release not called) when safetensors is wanted. */
+static int respond_view(tfx_req_t *r, ctx_t *c, const tfp_doc_t *doc,
+                        void (*release)(void *), void *arg)
 {
     tfp_media_t want = tfp_accept_pick(tfx_req_header(r, "Accept"));
-    const tfp_doc_t *doc = b->doc;
-
     if (want == TFP_MEDIA_OCTET) {
         if (doc->n != 1) {
-            api_fail(r, c, TFP_ENOTACCEPT, "'%s' holds %zu tensors; application/octet-stream "
-                     "carries exactly one (ask for application/x-safetensors)", c->name, doc->n);
-            goto unref;
+            api_fail(r, c, TFP_ENOTACCEPT, "the answer holds %zu tensors; "
+                     "application/octet-stream carries exactly one (ask for "
+                     "application/x-safetensors)", doc->n);
+            goto release;
         }
         const tfp_tensor_t *t = &doc->t[0];
         char shape[TFP_MAX_RANK * 21 + 1];
@@ -30,31 +33,35 @@ static void serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
         tfx_req_add_header(r, "Tfetch-Dtype", tfp_dtype_name(t->dtype));
         tfx_req_add_header(r, "Tfetch-Shape", shape);
         tfx_req_add_header(r, "Tfetch-Name", t->name);
-        tfx_respond(r, 200, "application/octet-stream", t->data, (size_t)t->nbytes,
-                    tfd_blob_release, b);
-        return;
+        tfx_respond(r, 200, "application/octet-stream", t->data, (size_t)t->nbytes, release, arg);
+        return 1;
     }
     if (want == TFP_MEDIA_JSON) {
         char *json;
         size_t len;
         tfp_err_t err;
-        if (tfp_jsonview_render(doc, c->srv->cfg.json_max_elems, &json, &len, &err) != TFP_OK) {
+        if (tfp_jsonview_render(doc, c->srv->cfg.json_max_elems, &json, &len, &err) != TFP_OK)
             api_fail(r, c, err.code, "%s", err.msg);
-            goto unref;
-        }
-        tfd_blob_unref(b);
-        api_respond_text(r, 200, "application/json", json, len);
-        return;
+        else
+            api_respond_text(r, 200, "application/json", json, len);
+        goto release;
     }
     if (want == TFP_MEDIA_OTHER) {
         api_fail(r, c, TFP_ENOTACCEPT, "Accept lists nothing tfetchd produces: use "
                  "application/x-safetensors, application/octet-stream or application/json");
-        goto unref;
+        goto release;
     }
-    api_respond_blob(r, 200, "application/x-safetensors", b);
-    return;
-unref:
-    tfd_blob_unref(b);
+    return 0;
+release:
+    if (release)
+        release(arg);
+    return 1;
+}
+
+void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
+{
+    if (!respond_view(r, c, b->doc, tfd_blob_release, b))
+        api_respond_blob(r, 200, "application/x-safetensors", b);
 }
 
 static int tensor_present(void *arg)
@@ -70,7 +77,7 @@ void api_handle_get(tfx_req_t *r, ctx_t *c)
     tfd_server_t *s = c->srv;
     tfd_blob_t *b = tfd_store_get(s->store, c->name);
     if (b) {
-        serve_blob(r, c, b);
+        api_serve_blob(r, c, b);
         return;
     }
     switch (c->waiter.state) {
@@ -95,7 +102,7 @@ void api_handle_get(tfx_req_t *r, ctx_t *c)
         c->waiter.state = TFD_WAIT_WOKEN;
         b = tfd_store_get(s->store, c->name);
         if (b) {
-            serve_blob(r, c, b);
+            api_serve_blob(r, c, b);
         } else {                                    /* deleted again: wait once more */
             tfx_req_suspend(r);
             tfx_req_resume(r);

@@ -99,7 +99,12 @@ tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err)
     for (size_t i = 0; i < doc->n; i++)     /* offsets follow doc order from 0 */
         if (doc->t[i].nbytes)
             memcpy(buf + hdr_len + doc->t[i].offset, doc->t[i].data, (size_t)doc->t[i].nbytes);
-    tfd_blob_t *b = tfd_blob_new(buf, cap, buf, (size_t)total, NULL);
+    tfp_doc_t *index = NULL;
+    if (tfp_st_decode(buf, (size_t)total, NULL, &index, err) != TFP_OK) {
+        tfx_buf_free(buf, cap);                 /* cannot happen: we just encoded it */
+        return NULL;
+    }
+    tfd_blob_t *b = tfd_blob_new(buf, cap, buf, (size_t)total, index);
     if (!b)
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
     return b;

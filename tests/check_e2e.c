@@ -541,6 +541,151 @@ START_TEST(lib_multi_tensor_doc_formats)
 }
 END_TEST
 
+/* ---- exchange, sessions, retries ------------------------------------------------------ */
+
+/* POSTs a raw I32 vector to a route as user (NULL: none) with request id rid (NULL: none);
+ * returns the HTTP status; out holds the body (JSON view requested). */
+static int call_i32(const char *route, const char *user, const char *rid, const int32_t *v,
+                    size_t n)
+{
+    const char *f = td_tmpfile(2, v, n * sizeof *v);
+    char args[1024];
+    int k = snprintf(args, sizeof args, "-X POST --data-binary @%s -H 'Tfetch-Dtype: I32' "
+                     "-H 'Tfetch-Shape: %zu' -H 'Accept: application/json'", f, n);
+    if (user)
+        k += snprintf(args + k, sizeof args - (size_t)k, " -H 'Tfetch-User: %s'", user);
+    if (rid)
+        snprintf(args + k, sizeof args - (size_t)k, " -H 'Tfetch-Request-Id: %s'", rid);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/call/%s", route);
+    return curl(args, path);
+}
+
+START_TEST(exchange_echo_curl_and_lib)
+{
+    start(NULL);
+    int32_t v[3] = {7, -8, 9};
+    ck_assert_int_eq(call_i32("echo", NULL, NULL, v, 3), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[3],\"data\":[7,-8,9]}}");
+    ck_assert_int_eq(call_i32("nope", NULL, NULL, v, 3), 404);
+    ck_assert_msg(strstr(out, "no route named 'nope'") != NULL, "%s", out);
+    ck_assert_int_eq(curl("", "/v1/call/echo"), 405);
+
+    /* libtfetch: a multi-tensor document with metadata comes back as sent. */
+    tf_client_t *c = client();
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    int64_t shape[2] = {2, 2};
+    double a[4] = {1.5, 2.5, -3, 1e300};
+    uint8_t b[5] = {1, 2, 3, 4, 5};
+    int64_t bs[1] = {5};
+    tf_doc_add(in, "a", TF_F64, 2, shape, a, sizeof a, TF_BORROW);
+    tf_doc_add(in, "b", TF_U8, 1, bs, b, sizeof b, TF_BORROW);
+    tf_doc_set_meta(in, "step", "12");
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/call/echo", D.base);
+    ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(got), 2);
+    ck_assert_int_eq(memcmp(tf_doc_find(got, "a")->data, a, sizeof a), 0);
+    ck_assert_int_eq(memcmp(tf_doc_find(got, "b")->data, b, sizeof b), 0);
+    ck_assert_str_eq(tf_doc_meta(got, "step"), "12");
+    tf_doc_free(got);
+    tf_doc_free(in);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(accumulate_per_user_isolation_and_end)
+{
+    start(NULL);
+    int32_t one[2] = {1, 10}, two[2] = {2, 20};
+    /* Two users interleaving get their own sums. */
+    ck_assert_int_eq(call_i32("accumulate", "alice", NULL, one, 2), 200);
+    ck_assert_int_eq(call_i32("accumulate", "bob", NULL, two, 2), 200);
+    ck_assert_int_eq(call_i32("accumulate", "alice", NULL, one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[2,20]}}");
+    ck_assert_int_eq(call_i32("accumulate", "bob", NULL, two, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[4,40]}}");
+    /* Requests without a user id share the anonymous session. */
+    ck_assert_int_eq(call_i32("accumulate", NULL, NULL, one, 2), 200);
+    ck_assert_int_eq(call_i32("accumulate", NULL, NULL, one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[2,20]}}");
+    /* A shape or dtype change is refused and leaves the sum alone. */
+    int32_t three[3] = {1, 1, 1};
+    ck_assert_int_eq(call_i32("accumulate", "alice", NULL, three, 3), 422);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_EUNPROC\"") != NULL, "%s", out);
+    ck_assert_int_eq(call_i32("accumulate", "alice", NULL, one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[3,30]}}");
+    /* Ending alice's session restarts her sum and leaves bob's. */
+    ck_assert_int_eq(curl("-X DELETE -H 'Tfetch-User: alice'", "/v1/sessions/self"), 204);
+    ck_assert_int_eq(curl("-X DELETE -H 'Tfetch-User: alice'", "/v1/sessions/self"), 404);
+    ck_assert_int_eq(call_i32("accumulate", "alice", NULL, one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[1,10]}}");
+    ck_assert_int_eq(call_i32("accumulate", "bob", NULL, two, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[6,60]}}");
+    stop_clean();
+}
+END_TEST
+
+START_TEST(sessions_ttl_quota_eviction)
+{
+    const char *args[] = {"--session-ttl", "1", "--max-sessions", "2",
+                          "--session-user-memory", "4K", NULL};
+    start(args);
+    int32_t one[2] = {1, 1};
+    ck_assert_int_eq(call_i32("accumulate", "u1", NULL, one, 2), 200);
+    ck_assert_int_eq(call_i32("accumulate", "u1", NULL, one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[2,2]}}");
+    /* TTL: after it, the sum starts again. */
+    struct timespec ts = {2, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(call_i32("accumulate", "u1", NULL, one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[1,1]}}");
+    /* Quota per user: a state above 4K is refused with 507. */
+    static int32_t big[2048];
+    ck_assert_int_eq(call_i32("accumulate", "u2", NULL, big, 2048), 507);
+    ck_assert_msg(strstr(out, "quota") != NULL, "%s", out);
+    /* Count: a third user evicts the least recently used idle session. */
+    ck_assert_int_eq(call_i32("accumulate", "u2", NULL, one, 2), 200);
+    ck_assert_int_eq(call_i32("accumulate", "u3", NULL, one, 2), 200);
+    ck_assert_int_eq(curl("", "/metrics"), 200);
+    ck_assert_msg(strstr(out, "tfetch_session_evictions_total 1") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "tfetch_session_expirations_total 1") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "tfetch_sessions 2") != NULL, "%s", out);
+    ck_assert_int_eq(call_i32("accumulate", "u1", NULL, one, 2), 200);   /* u1 was evicted */
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[1,1]}}");
+    stop_clean();
+}
+END_TEST
+
+START_TEST(retry_with_request_id_runs_once)
+{
+    start(NULL);
+    int32_t one[2] = {5, 6};
+    char cmd[1024];
+    /* The same request id twice: one execution, the same answer, marked as replayed. */
+    const char *f = td_tmpfile(2, one, sizeof one);
+    snprintf(cmd, sizeof cmd, "curl -sS -D - -o /dev/null -X POST --data-binary @%s -H 'Tfetch-Dtype: I32' "
+             "-H 'Tfetch-Shape: 2' -H 'Tfetch-User: dana' -H 'Tfetch-Request-Id: step-1' "
+             "%s/v1/call/accumulate", f, D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strcasestr(out, "Tfetch-Replayed") == NULL, "%s", out);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strcasestr(out, "Tfetch-Replayed: 1") != NULL, "%s", out);
+    ck_assert_int_eq(call_i32("accumulate", "dana", "step-2", one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[10,12]}}");
+    /* Same id from another user is another request. */
+    ck_assert_int_eq(call_i32("accumulate", "erin", "step-1", one, 2), 200);
+    ck_assert_str_eq(out, "{\"tensor\":{\"dtype\":\"I32\",\"shape\":[2],\"data\":[5,6]}}");
+    /* Reusing an id for another route is refused. */
+    ck_assert_int_eq(call_i32("echo", "dana", "step-1", one, 2), 422);
+    ck_assert_msg(strstr(out, "already used") != NULL, "%s", out);
+    ck_assert_int_eq(curl("", "/metrics"), 200);
+    ck_assert_msg(strstr(out, "tfetch_replay_hits_total 1") != NULL, "%s", out);
+    stop_clean();
+}
+END_TEST
+
 /* ---- concurrency ----------------------------------------------------------------------- */
 
 enum { WRITERS = 4, ROUNDS = 25, ELEMS = 16384 };
@@ -696,6 +841,13 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, sigterm_finishes_inflight_transfer);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
     tcase_add_test(tc, lib_multi_tensor_doc_formats);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("exchange");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, exchange_echo_curl_and_lib);
+    tcase_add_test(tc, accumulate_per_user_isolation_and_end);
+    tcase_add_test(tc, sessions_ttl_quota_eviction);
+    tcase_add_test(tc, retry_with_request_id_runs_once);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 60);
