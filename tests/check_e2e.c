@@ -686,6 +686,85 @@ START_TEST(retry_with_request_id_runs_once)
 }
 END_TEST
 
+/* Shumai's wire format against the daemon (the real Shumai client runs in tests/shumai.test). */
+START_TEST(shumai_wire_get_and_exchange)
+{
+    start(NULL);
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    char args[512];
+    snprintf(args, sizeof args, "-X PUT --data-binary @%s -H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2,3'", f);
+    ck_assert_int_eq(curl(args, "/v1/tensors/w"), 201);
+    int32_t iv[2] = {1, 2};
+    f = td_tmpfile(0, iv, sizeof iv);
+    snprintf(args, sizeof args, "-X PUT --data-binary @%s -H 'Tfetch-Dtype: I32' -H 'Tfetch-Shape: 2'", f);
+    ck_assert_int_eq(curl(args, "/v1/tensors/ids"), 201);
+
+    /* GET /w: Shumai bytes: ndim 2, provenance none, flags 0, 24 data bytes, no props. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -sS %s/w -o /tmp/tf-e2e-body-%d", D.base, (int)getpid());
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "/tmp/tf-e2e-body-%d", (int)getpid());
+    FILE *fp = fopen(cmd, "rb");
+    ck_assert_ptr_nonnull(fp);
+    int64_t words[7];
+    float data[6];
+    ck_assert_uint_eq(fread(words, 8, 7, fp), 7);
+    ck_assert_uint_eq(fread(data, 4, 6, fp), 6);
+    ck_assert_int_eq(fgetc(fp), EOF);
+    fclose(fp);
+    ck_assert_int_eq(words[0], 2);
+    ck_assert_int_eq(words[1], 0xffffffff);
+    ck_assert_int_eq(words[2], 0);
+    ck_assert_int_eq(words[3], 24);
+    ck_assert_int_eq(words[4], 0);
+    ck_assert_int_eq(words[5], 2);
+    ck_assert_int_eq(words[6], 3);
+    ck_assert_int_eq(memcmp(data, v, sizeof v), 0);
+    /* Non-F32 data is refused, not converted. */
+    ck_assert_int_eq(curl("", "/ids"), 422);
+    ck_assert_msg(strstr(out, "F32") != NULL, "%s", out);
+    ck_assert_int_eq(curl("", "/missing"), 404);
+
+    /* POST /echo with provenance 0xa1b2c3d4 and props: the reply echoes the provenance. */
+    uint8_t msg[40 + 8 + 8 + 22];
+    int64_t hdr[6] = {1, 0xa1b2c3d4, 1, 8, 22, 2};
+    float x[2] = {0.5f, -1.5f};
+    memcpy(msg, hdr, sizeof hdr);
+    memcpy(msg + 48, x, sizeof x);
+    memcpy(msg + 56, "{\"collectStats\":false}", 22);
+    f = td_tmpfile(1, msg, sizeof msg);
+    snprintf(cmd, sizeof cmd, "curl -sS -X POST --data-binary @%s -H 'Content-Type: application/octet-stream' "
+             "%s/echo -o /tmp/tf-e2e-body-%d", f, D.base, (int)getpid());
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "/tmp/tf-e2e-body-%d", (int)getpid());
+    fp = fopen(cmd, "rb");
+    ck_assert_ptr_nonnull(fp);
+    int64_t rw[6];
+    float rx[2];
+    ck_assert_uint_eq(fread(rw, 8, 6, fp), 6);
+    ck_assert_uint_eq(fread(rx, 4, 2, fp), 2);
+    fclose(fp);
+    ck_assert_int_eq(rw[0], 1);
+    ck_assert_int_eq(rw[1], 0xa1b2c3d4);
+    ck_assert_int_eq(rw[2], 1);                                  /* requires_grad kept */
+    ck_assert_int_eq(rw[3], 8);
+    ck_assert_int_eq(rw[5], 2);
+    ck_assert_int_eq(memcmp(rx, x, sizeof x), 0);
+    /* The provenance is the user id: accumulate keeps it per Shumai id. */
+    snprintf(cmd, sizeof cmd, "curl -sS -o /dev/null -X POST --data-binary @%s %s/accumulate", f, D.base);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    ck_assert_int_eq(call_i32("accumulate", "a1b2c3d4", NULL, iv, 2), 422);  /* F32 sum there */
+    /* A malformed Shumai body gets a clear 400. */
+    msg[0] = 99;
+    f = td_tmpfile(1, msg, sizeof msg);
+    snprintf(args, sizeof args, "-X POST --data-binary @%s", f);
+    ck_assert_int_eq(curl(args, "/echo"), 400);
+    ck_assert_msg(strstr(out, "ndim") != NULL, "%s", out);
+    stop_clean();
+}
+END_TEST
+
 /* ---- concurrency ----------------------------------------------------------------------- */
 
 enum { WRITERS = 4, ROUNDS = 25, ELEMS = 16384 };
@@ -848,6 +927,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, accumulate_per_user_isolation_and_end);
     tcase_add_test(tc, sessions_ttl_quota_eviction);
     tcase_add_test(tc, retry_with_request_id_runs_once);
+    tcase_add_test(tc, shumai_wire_get_and_exchange);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 60);
