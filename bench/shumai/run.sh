@@ -21,6 +21,7 @@ say() { echo "shumai bench: $*" >&2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tfetch-shumai-bench.XXXXXX") || exit 1
 pids=
+# shellcheck disable=SC2317  # called through the trap
 cleanup() {
     for p in $pids; do kill -TERM "$p" 2>/dev/null; done
     for p in $pids; do wait "$p" 2>/dev/null; done
@@ -32,6 +33,8 @@ trap 'exit 1' HUP INT TERM
 "$top/tests/shumai/setup.sh" "$work/client" || { say "setup failed ($?)"; exit 1; }
 cp "$here/bench.ts" "$here/serve_stock.ts" "$work/client/"
 bun=$work/client/bun
+BUN_RUNTIME_TRANSPILER_CACHE_PATH=0   # bun writes no cache outside the scratch dir
+export BUN_RUNTIME_TRANSPILER_CACHE_PATH
 
 # Waits for "listening on http://127.0.0.1:PORT" in file $1 (written by pid $2).
 wait_url() {
@@ -46,6 +49,8 @@ wait_url() {
     return 1
 }
 
+: > "$work/tfetchd.out"
+: > "$work/stock.out"
 "$tfetchd" --port 0 --listen 127.0.0.1 --config /dev/null > "$work/tfetchd.out" \
     2> "$work/tfetchd.err" &
 pids="$pids $!"

@@ -81,10 +81,12 @@ exec 9>&-
 got=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$cache/node_modules/@shumai/shumai/package.json" | head -n 1)
 [ "$got" = "$shumai_version" ] || die "cache holds @shumai/shumai $got, not $shumai_version"
 
-rm -rf "$scratch" && mkdir -p "$scratch/shumai/network" || die "cannot create $scratch"
+rm -rf "$scratch"
+mkdir -p "$scratch/shumai/network" || die "cannot create $scratch"
 for m in io tensor stats util module optim; do
-    mkdir -p "$scratch/shumai/$m" && cp "$here/standins/$m/index.ts" "$scratch/shumai/$m/" ||
+    if ! mkdir -p "$scratch/shumai/$m" || ! cp "$here/standins/$m/index.ts" "$scratch/shumai/$m/"; then
         die "cannot copy stand-in $m"
+    fi
 done
 for f in network/tensor.ts network/model.ts io/encode.ts; do
     cp "$shumai_src/$f" "$scratch/shumai/$f" || die "Shumai's $f is missing from the package"
