@@ -1,14 +1,24 @@
-/* client.c - tf_client_t and the blocking requests: tf_get, tf_put, tf_delete, tf_list,
- * tf_info and tf_fetch.
+/* client.c - tf_client_t and its requests: the asynchronous ones (tf_fetch_start, _test,
+ * _wait, _cancel, tf_client_run) and the blocking calls built on them (tf_get, tf_put,
+ * tf_delete, tf_fetch, tf_list, tf_info).
  *
  * A client owns one HTTP engine (transports/http_client: a libcurl multi handle whose
- * connection cache keeps connections to each origin alive) and one reusable request. Every
- * blocking call is "start the request on the engine, drive the engine until it completes",
- * so an async API is a thin layer over the same engine. Request bodies are sent straight from
- * the document's tensors (header + one segment per tensor, no concatenation); response bodies
- * become the storage of the returned document (decoded in place, no copy). The client also
- * keeps the user id, the request id for the next request, the timeout and the outcome of the
- * last request (tf_client_last). One thread at a time per client.
+ * connection cache keeps up to N connections to each origin alive) and a pool of idle engine
+ * requests (each keeps its curl easy handle for reuse). A tf_fetch_t is one request: it
+ * borrows an engine request while it runs and keeps its outcome (tf_result_t, the decoded
+ * reply) until its callback has run and, for a held handle, until tf_fetch_free. Every
+ * blocking call is "start a tf_fetch_t without a callback, drive the engine until it
+ * completes, take the reply", so there is one engine and two ways to drive it. Request
+ * bodies are sent straight from the document's tensors (header + one segment per tensor, no
+ * concatenation); response bodies become the storage of the returned document (decoded in
+ * place, no copy). Bodies are safetensors, or Shumai's format (one F32 tensor, proto's
+ * codec), per request.
+ *
+ * Callbacks run on the thread driving the client, from inside tfx_hc's dispatch (never inside
+ * a libcurl callback, so they may start and cancel requests); the client counts how deep it
+ * is in callbacks to refuse what would re-enter the engine (blocking calls, wait, run, free).
+ * The user's progress callback does run inside libcurl, and everything is refused there.
+ * One thread at a time per client.
  */
 #include "config.h"
 
@@ -29,25 +39,59 @@
 #include "proto/jsonread.h"
 #include "proto/raw.h"
 #include "proto/safetensors.h"
+#include "proto/shumai.h"
 #include "transports/http_client.h"
 
 #define DEFAULT_TIMEOUT_MS 60000L
+#define MAX_CONNECTIONS_CAP 4096L
+#define REQ_POOL_MAX 256
 #define MIME_SAFETENSORS "application/x-safetensors"
 #define MIME_JSON "application/json"
 #define MIME_RAW "application/octet-stream"
 
+/* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
+ * text rather than decoded as a document. */
+enum { OP_LIST = 100, OP_INFO = 101 };
+
 struct tf_client {
     tfx_hc_t *hc;
-    tfx_hc_req_t *req;                 /* reused by every blocking call */
+    tfx_hc_req_t *pool[REQ_POOL_MAX];  /* idle engine requests, reset */
+    size_t npool;
+    tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
+    size_t npending;                /* started and not completed */
+    int in_cb;                      /* depth of fetch callbacks running */
+    int in_engine;                  /* inside libcurl (the progress callback) */
+    int closing;                    /* tf_client_free is canceling what is pending */
     char *user;                     /* Tfetch-User, or NULL */
     char next_rid[TFP_MAX_REQUEST_ID + 1];  /* "" when the client makes one */
     char rid_prefix[17];            /* 16 random hex digits */
     uint64_t rid_seq;
     long timeout_ms;
     uint64_t max_body;
+    tf_format_t format;
     tf_progress_fn progress;
     void *progress_ud;
     tf_result_t last;
+};
+
+struct tf_fetch {
+    tf_client_t *c;                 /* NULL once the client is freed */
+    tf_fetch_t *prev, *next;        /* c->live */
+    tfx_hc_req_t *req;              /* while running */
+    tf_fetch_cb cb;
+    void *ud;
+    int op;                         /* tf_op_t or OP_LIST / OP_INFO */
+    tf_format_t format;             /* resolved: never TF_FORMAT_DEFAULT */
+    int held;                       /* the caller has the handle: freed by tf_fetch_free */
+    int done;                       /* completed; the callback has run or is running */
+    int freeing;                    /* tf_fetch_free was called */
+    int holds;                      /* frames using f (its callback, a wait): free after */
+    char *url;                      /* the URL requested */
+    void *hdr;                      /* the encoded body header, while running */
+    tf_result_t result;
+    tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
+    char *text;                     /* OP_LIST / OP_INFO: the reply body */
+    size_t text_len;
 };
 
 /* ---- handle ------------------------------------------------------------------------------ */
@@ -75,29 +119,34 @@ tf_status_t tf_client_new(tf_client_t **out)
     tf_client_t *c = calloc(1, sizeof(*c));
     if (!c)
         return TF_ENOMEM;
-    if (tfx_hc_new(&c->hc) != TFX_HC_OK)
-        goto free_client;
-    if (tfx_hc_req_new(&c->req) != TFX_HC_OK)
-        goto free_engine;
+    if (tfx_hc_new(&c->hc) != TFX_HC_OK) {
+        free(c);
+        return TF_ENOMEM;
+    }
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
+    c->format = TF_FORMAT_SAFETENSORS;
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     *out = c;
     return TF_OK;
-
-free_engine:
-    tfx_hc_free(c->hc);
-free_client:
-    free(c);
-    return TF_ENOMEM;
 }
 
 void tf_client_free(tf_client_t *c)
 {
-    if (!c)
+    if (!c || c->in_cb || c->in_engine || c->closing)
         return;
-    tfx_hc_req_free(c->req);
+    c->closing = 1;
+    /* Cancels every pending request: their callbacks run now, and return their engine
+     * requests to the pool. */
     tfx_hc_free(c->hc);
+    for (size_t i = 0; i < c->npool; i++)
+        tfx_hc_req_free(c->pool[i]);
+    /* Held handles outlive the client, detached. */
+    for (tf_fetch_t *f = c->live, *next; f; f = next) {
+        next = f->next;
+        f->c = NULL;
+        f->prev = f->next = NULL;
+    }
     free(c->user);
     free(c);
 }
@@ -155,45 +204,93 @@ void tf_client_set_max_body(tf_client_t *c, uint64_t max)
         c->max_body = max;
 }
 
+tf_status_t tf_client_set_max_connections(tf_client_t *c, long n)
+{
+    if (!c || n < 1 || n > MAX_CONNECTIONS_CAP || c->in_engine)
+        return TF_EINVAL;
+    return tfx_hc_set_max_host_connections(c->hc, n) == TFX_HC_OK ? TF_OK : TF_EINVAL;
+}
+
+static int format_valid(tf_format_t f)
+{
+    return f == TF_FORMAT_SAFETENSORS || f == TF_FORMAT_SHUMAI;
+}
+
+tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format)
+{
+    if (!c || !format_valid(format))
+        return TF_EINVAL;
+    c->format = format;
+    return TF_OK;
+}
+
 const tf_result_t *tf_client_last(const tf_client_t *c)
 {
     return c ? &c->last : NULL;
 }
 
-/* ---- the outcome of a request ------------------------------------------------------------ */
-
-/* Starts a new tf_client_last record for op and picks the request id it will carry. */
-static void begin(tf_client_t *c, const char *op)
+size_t tf_client_pending(const tf_client_t *c)
 {
-    memset(&c->last, 0, sizeof(c->last));
-    c->last.status = TF_OK;
-    snprintf(c->last.op, sizeof(c->last.op), "%s", op);
-    snprintf(c->last.transport, sizeof(c->last.transport), "http");
-    if (c->next_rid[0]) {
-        snprintf(c->last.request_id, sizeof(c->last.request_id), "%s", c->next_rid);
-        c->next_rid[0] = '\0';
-    } else {
-        snprintf(c->last.request_id, sizeof(c->last.request_id), "%s-%" PRIu64,
-                 c->rid_prefix, ++c->rid_seq);
+    return c ? c->npending : 0;
+}
+
+/* ---- outcomes ---------------------------------------------------------------------------- */
+
+static const char *op_name(int op)
+{
+    switch (op) {
+    case TF_OP_GET: return "get";
+    case TF_OP_PUT: return "put";
+    case TF_OP_DELETE: return "delete";
+    case TF_OP_EXCHANGE: return "call";
+    case OP_LIST: return "list";
+    case OP_INFO: return "info";
+    default: return "fetch";
     }
 }
 
-/* Records a failure (message printf-style, or the status text when fmt is NULL). */
-static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
+/* A fresh record for a request of op: the request id it will carry is the one given, else
+ * the client's next id (used up), else a new one. */
+static void new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
+{
+    memset(r, 0, sizeof(*r));
+    r->status = TF_EAGAIN;
+    snprintf(r->op, sizeof(r->op), "%s", op_name(op));
+    snprintf(r->transport, sizeof(r->transport), "http");
+    if (rid && tfp_request_id_valid(rid)) {
+        snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+    } else if (c->next_rid[0] && !rid) {
+        snprintf(r->request_id, sizeof(r->request_id), "%s", c->next_rid);
+        c->next_rid[0] = '\0';
+    } else {
+        snprintf(r->request_id, sizeof(r->request_id), "%s-%" PRIu64, c->rid_prefix,
+                 ++c->rid_seq);
+    }
+}
+
+/* Records a failure in r (message printf-style, or the status text when fmt is NULL). */
+static tf_status_t rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
+static tf_status_t rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
 {
-    c->last.status = st;
+    r->status = st;
     if (fmt) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->last.error, sizeof(c->last.error), fmt, ap);
+        vsnprintf(r->error, sizeof(r->error), fmt, ap);
         va_end(ap);
     } else {
-        snprintf(c->last.error, sizeof(c->last.error), "%s", tf_strerror(st));
+        snprintf(r->error, sizeof(r->error), "%s", tf_strerror(st));
     }
     return st;
+}
+
+/* Refuses a blocking call before it starts: tf_client_last says why. */
+static tf_status_t refuse(tf_client_t *c, int op, tf_status_t st, const char *msg)
+{
+    new_result(c, &c->last, op, NULL);
+    return rfail(&c->last, st, "%s", msg ? msg : tf_strerror(st));
 }
 
 static tf_status_t from_transport(tfx_hc_status_t st)
@@ -228,10 +325,10 @@ static void body_excerpt(char *dst, size_t size, const uint8_t *body, size_t len
 }
 
 /* Turns a non-2xx response into a status: the server's JSON error when it sent one. */
-static tf_status_t http_error(tf_client_t *c, const tfx_hc_resp_t *r)
+static tf_status_t http_error(tf_result_t *res, const tfx_hc_resp_t *r)
 {
     tfp_status_t code = TFP_EINTERNAL;
-    char msg[sizeof(c->last.error)];
+    char msg[sizeof(res->error)];
 
     if (r->body && r->body_len &&
         tfp_parse_error_body((const char *)r->body, r->body_len, &code, msg,
@@ -239,82 +336,211 @@ static tf_status_t http_error(tf_client_t *c, const tfx_hc_resp_t *r)
         tf_status_t st = tfi_from_proto(code);
         if (st == TF_OK)
             st = TF_EHTTP;
-        return fail(c, st, "%s", msg[0] ? msg : tf_strerror(st));
+        return rfail(res, st, "%s", msg[0] ? msg : tf_strerror(st));
     }
     char excerpt[160] = "";
     if (r->body)
         body_excerpt(excerpt, sizeof(excerpt), r->body, r->body_len);
     if (excerpt[0])
-        return fail(c, TF_EHTTP, "HTTP %ld: %s", r->status, excerpt);
-    return fail(c, TF_EHTTP, "HTTP %ld", r->status);
+        return rfail(res, TF_EHTTP, "HTTP %ld: %s", r->status, excerpt);
+    return rfail(res, TF_EHTTP, "HTTP %ld", r->status);
 }
 
-/* ---- one blocking request ---------------------------------------------------------------- */
+/* ---- Shumai's wire format ------------------------------------------------------------------ */
+/* The codec is proto's (proto/shumai.h); here is only what a client adds: the provenance it
+ * sends, the props stock Shumai sends, and what a reply's header becomes in the document. */
 
-static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void *ud)
+static const char shumai_props[] = "{\"collectStats\":false}";
+
+/* The provenance Shumai expects: the user id read as a hex number when it is one (Shumai's
+ * own ids are 8 hex digits), else none. */
+static int64_t shumai_provenance(const char *user)
 {
-    tf_client_t *c = ud;
-    return c->progress(dn, dt, un, ut, c->progress_ud);
+    int64_t prov;
+    tfp_err_t err;
+    if (!user || tfp_shumai_user_to_provenance(user, &prov, &err) != TFP_OK)
+        return TFP_SHUMAI_NO_PROVENANCE;
+    return prov;
 }
 
-static void on_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
+/* Refuses what Shumai's format cannot carry: anything but one F32 tensor. */
+static tf_status_t shumai_check(tf_result_t *res, const tf_doc_t *doc)
 {
-    *(tfx_hc_status_t *)ud = st;
+    tfp_err_t err;
+    if (tfp_shumai_check_doc(doc->d, NULL, &err) != TFP_OK)
+        return rfail(res, TF_EINVAL, "%s", err.msg);
+    return TF_OK;
 }
 
-/* Adds the document as the request body: its header, then each tensor's bytes, borrowed.
- * *hdr (the encoded header) must outlive the request. */
-static tf_status_t add_doc_body(tf_client_t *c, tfx_hc_req_t *req, const tf_doc_t *doc,
-                                void **hdr)
+/* Records what a reply's Shumai header said as metadata: "shumai.user" (the provenance as
+ * the user id Shumai prints; absent for none), "shumai.requires_grad" ("true" when set) and
+ * "shumai.props" (the props JSON, when any). */
+static tf_status_t shumai_meta(tfp_doc_t *d, const tfp_shumai_msg_t *m)
 {
-    size_t hlen = 0;
-    tf_status_t st = tf_doc_encode_header(doc, hdr, &hlen);
-    if (st != TF_OK)
-        return fail(c, st, "cannot encode the document: %s", tf_strerror(st));
-    if (tfx_hc_req_add_body(req, *hdr, hlen) != TFX_HC_OK)
-        return fail(c, TF_ENOMEM, NULL);
-    for (size_t i = 0; i < tf_doc_count(doc); i++) {
-        const tf_tensor_t *t = tf_doc_at(doc, i);
-        if (t->nbytes && tfx_hc_req_add_body(req, t->data, t->nbytes) != TFX_HC_OK)
-            return fail(c, TF_ENOMEM, NULL);
+    tfp_err_t err;
+    char user[TFP_SHUMAI_USER_SIZE];
+    if (tfp_shumai_provenance_to_user(m->provenance, user) &&
+        tfp_doc_set_meta(d, "shumai.user", user, &err) == TFP_ENOMEM)
+        return TF_ENOMEM;
+    if ((m->flags & TFP_SHUMAI_REQUIRES_GRAD) &&
+        tfp_doc_set_meta(d, "shumai.requires_grad", "true", &err) == TFP_ENOMEM)
+        return TF_ENOMEM;
+    if (m->props_len > 0) {
+        char *p = strndup(m->props, m->props_len);
+        if (!p)
+            return TF_ENOMEM;
+        tfp_status_t st = tfp_doc_set_meta(d, "shumai.props", p, &err);
+        free(p);
+        if (st == TFP_ENOMEM)
+            return TF_ENOMEM;
     }
     return TF_OK;
 }
 
-static tf_status_t set_headers(tf_client_t *c, tfx_hc_req_t *req, const char *accept,
-                               int has_body)
+/* Parses a Shumai body into a one-tensor document named "tensor" pointing into body. */
+static tf_status_t shumai_decode(tf_result_t *res, const uint8_t *body, size_t len,
+                                 tfp_doc_t **out)
 {
+    tfp_shumai_msg_t m;
+    tfp_err_t err;
+    tfp_status_t pst = tfp_shumai_decode(body, len, 0, &m, &err);
+    if (pst == TFP_ENOMEM)
+        return rfail(res, TF_ENOMEM, NULL);
+    if (pst != TFP_OK)
+        return rfail(res, TF_EPROTO, "bad shumai response: %s", err.msg);
+    if (shumai_meta(m.doc, &m) != TF_OK) {
+        tfp_shumai_msg_clear(&m);
+        return rfail(res, TF_ENOMEM, NULL);
+    }
+    *out = m.doc;
+    return TF_OK;
+}
+
+/* ---- engine requests ------------------------------------------------------------------------ */
+
+static tfx_hc_req_t *acquire_req(tf_client_t *c)
+{
+    if (c->npool > 0)
+        return c->pool[--c->npool];
+    tfx_hc_req_t *req = NULL;
+    return tfx_hc_req_new(&req) == TFX_HC_OK ? req : NULL;
+}
+
+static void release_req(tf_client_t *c, tfx_hc_req_t *req)
+{
+    tfx_hc_req_reset(req);
+    if (c->npool < REQ_POOL_MAX && !c->closing)
+        c->pool[c->npool++] = req;
+    else
+        tfx_hc_req_free(req);
+}
+
+static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void *ud)
+{
+    tf_client_t *c = ud;
+    if (!c->progress)
+        return 0;
+    c->in_engine++;
+    int rc = c->progress(dn, dt, un, ut, c->progress_ud);
+    c->in_engine--;
+    return rc;
+}
+
+/* Adds the document as a safetensors body: its header, then each tensor's bytes, borrowed. */
+static tf_status_t add_safetensors_body(tf_fetch_t *f, const tf_doc_t *doc)
+{
+    size_t hlen = 0;
+    tf_status_t st = tf_doc_encode_header(doc, &f->hdr, &hlen);
+    if (st != TF_OK)
+        return rfail(&f->result, st, "cannot encode the document: %s", tf_strerror(st));
+    if (tfx_hc_req_add_body(f->req, f->hdr, hlen) != TFX_HC_OK)
+        return rfail(&f->result, TF_ENOMEM, NULL);
+    for (size_t i = 0; i < tf_doc_count(doc); i++) {
+        const tf_tensor_t *t = tf_doc_at(doc, i);
+        if (t->nbytes && tfx_hc_req_add_body(f->req, t->data, t->nbytes) != TFX_HC_OK)
+            return rfail(&f->result, TF_ENOMEM, NULL);
+    }
+    return TF_OK;
+}
+
+/* Adds the document's one F32 tensor as a Shumai body: words and shape, data, props. */
+static tf_status_t add_shumai_body(tf_fetch_t *f, const tf_doc_t *doc)
+{
+    const tfp_tensor_t *t = NULL;
+    tfp_err_t err;
+    size_t hlen = 0;
+    if (tfp_shumai_check_doc(doc->d, &t, &err) != TFP_OK)
+        return rfail(&f->result, TF_EINVAL, "%s", err.msg);
+    if (!(f->hdr = malloc(TFP_SHUMAI_MAX_HEADER)))
+        return rfail(&f->result, TF_ENOMEM, NULL);
+    if (tfp_shumai_encode_header(t->rank, t->shape, shumai_provenance(f->c->user), 0,
+                                 sizeof(shumai_props) - 1, f->hdr, TFP_SHUMAI_MAX_HEADER, &hlen,
+                                 &err) != TFP_OK)
+        return rfail(&f->result, TF_EINVAL, "cannot encode for shumai: %s", err.msg);
+    if (tfx_hc_req_add_body(f->req, f->hdr, hlen) != TFX_HC_OK ||
+        (t->nbytes && tfx_hc_req_add_body(f->req, t->data, (size_t)t->nbytes) != TFX_HC_OK) ||
+        tfx_hc_req_add_body(f->req, shumai_props, sizeof(shumai_props) - 1) != TFX_HC_OK)
+        return rfail(&f->result, TF_ENOMEM, NULL);
+    return TF_OK;
+}
+
+static const char *method_of(int op)
+{
+    switch (op) {
+    case TF_OP_PUT: return "PUT";
+    case TF_OP_DELETE: return "DELETE";
+    case TF_OP_EXCHANGE: return "POST";
+    default: return "GET";
+    }
+}
+
+/* What the reply should be: a document in the request's format, or JSON. */
+static const char *accept_of(const tf_fetch_t *f)
+{
+    switch (f->op) {
+    case OP_LIST:
+    case OP_INFO:
+        return MIME_JSON;
+    case TF_OP_GET:
+    case TF_OP_EXCHANGE:
+        /* Stock Shumai sends no Accept; neither do we in its format. */
+        return f->format == TF_FORMAT_SHUMAI ? NULL : MIME_SAFETENSORS;
+    default:
+        return NULL;
+    }
+}
+
+/* Describes the request on f->req: method, URL, ids, body, timeout, cap, progress. */
+static tf_status_t prepare(tf_fetch_t *f, const tf_request_t *rq)
+{
+    tf_client_t *c = f->c;
+    tfx_hc_req_t *req = f->req;
+    const char *accept = accept_of(f);
     int bad = 0;
-    bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", c->last.request_id) != TFX_HC_OK;
+
+    bad |= tfx_hc_req_set_method(req, method_of(f->op)) != TFX_HC_OK;
+    bad |= tfx_hc_req_set_url(req, f->url) != TFX_HC_OK;
+    bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", f->result.request_id) != TFX_HC_OK;
     if (c->user)
         bad |= tfx_hc_req_add_header(req, "Tfetch-User", c->user) != TFX_HC_OK;
     if (accept)
         bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
-    if (has_body)
-        bad |= tfx_hc_req_add_header(req, "Content-Type", MIME_SAFETENSORS) != TFX_HC_OK;
-    return bad ? fail(c, TF_ENOMEM, NULL) : TF_OK;
-}
-
-/* Describes a request on req: method url, with doc as the body when not NULL, the client's
- * ids, timeout (lengthened by extra_ms, for long polls), cap and progress callback. On
- * success *hdr holds the encoded document header, to free after completion. */
-static tf_status_t prepare(tf_client_t *c, tfx_hc_req_t *req, const char *method,
-                           const char *url, const tf_doc_t *doc, const char *accept,
-                           long extra_ms, void **hdr)
-{
-    tf_status_t st;
-
-    tfx_hc_req_reset(req);
-    if (tfx_hc_req_set_method(req, method) != TFX_HC_OK ||
-        tfx_hc_req_set_url(req, url) != TFX_HC_OK)
-        return fail(c, TF_ENOMEM, NULL);
-    if ((st = set_headers(c, req, accept, doc != NULL)) != TF_OK)
-        return st;
-    if (doc && (st = add_doc_body(c, req, doc, hdr)) != TF_OK)
-        return st;
-    long timeout = c->timeout_ms;
-    if (timeout > 0 && extra_ms > 0)
-        timeout = extra_ms > LONG_MAX - timeout ? LONG_MAX : timeout + extra_ms;
+    if (rq->in)
+        bad |= tfx_hc_req_add_header(req, "Content-Type", f->format == TF_FORMAT_SHUMAI ?
+                                                              MIME_RAW : MIME_SAFETENSORS) !=
+               TFX_HC_OK;
+    if (bad)
+        return rfail(&f->result, TF_ENOMEM, NULL);
+    if (rq->in) {
+        tf_status_t st = f->format == TF_FORMAT_SHUMAI ? add_shumai_body(f, rq->in)
+                                                       : add_safetensors_body(f, rq->in);
+        if (st != TF_OK)
+            return st;
+    }
+    long timeout = rq->timeout_ms == 0 ? c->timeout_ms : rq->timeout_ms > 0 ? rq->timeout_ms
+                                                                            : 0;
+    if (timeout > 0 && rq->wait_ms > 0)
+        timeout = rq->wait_ms > LONG_MAX - timeout ? LONG_MAX : timeout + rq->wait_ms;
     tfx_hc_req_set_timeout(req, timeout);
     if (c->max_body > 0)
         tfx_hc_req_set_max_body(req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
@@ -323,64 +549,22 @@ static tf_status_t prepare(tf_client_t *c, tfx_hc_req_t *req, const char *method
     return TF_OK;
 }
 
-/* Records a completed request in c->last and turns its outcome into a status: TF_OK for a
- * 2xx response (whose body stays in req), else the transport's or the server's error. */
-static tf_status_t finish(tf_client_t *c, tfx_hc_req_t *req, tfx_hc_status_t done)
+/* The full URL of the request, recording TF_EURL when it is not an http(s) URL. */
+static tf_status_t build_url(tf_fetch_t *f, const char *url, long wait_ms)
 {
-    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
-    c->last.http_status = (int)r->status;
-    if (r->transport[0])
-        snprintf(c->last.transport, sizeof(c->last.transport), "%s", r->transport);
-    if (r->request_id[0])
-        snprintf(c->last.request_id, sizeof(c->last.request_id), "%s", r->request_id);
-    c->last.bytes_sent = r->bytes_sent;
-    c->last.bytes_received = r->body_len;
-    c->last.seconds = r->seconds;
-
-    if (done != TFX_HC_OK) {
-        const char *why = tfx_hc_req_error(req);
-        return fail(c, from_transport(done), "%s", why[0] ? why : tfx_hc_strerror(done));
-    }
-    if (r->status < 200 || r->status > 299)
-        return http_error(c, r);
-    return TF_OK;
-}
-
-/* The blocking request: prepare, start on the engine, drive the engine until it completes.
- * Returns TF_OK for a 2xx response, whose body stays in c->req. */
-static tf_status_t perform(tf_client_t *c, const char *method, const char *url,
-                           const tf_doc_t *doc, const char *accept, long extra_ms)
-{
-    void *hdr = NULL;
-    tfx_hc_status_t done = TFX_HC_EAGAIN;
-    tf_status_t st;
-
-    if ((st = prepare(c, c->req, method, url, doc, accept, extra_ms, &hdr)) != TF_OK)
-        goto free_hdr;
-    tfx_hc_status_t xst = tfx_hc_start(c->hc, c->req, on_done, &done);
-    if (xst != TFX_HC_OK) {
-        st = fail(c, from_transport(xst), "cannot start the request: %s", tfx_hc_strerror(xst));
-        goto free_hdr;
-    }
-    tfx_hc_drive(c->hc, c->req, -1);
-    st = finish(c, c->req, done);
-
-free_hdr:
-    free(hdr);
-    return st;
-}
-
-/* Builds the URL for a request, recording TF_EURL when it is not an http(s) URL. */
-static tf_status_t build_url(tf_client_t *c, const char *url, const char *path,
-                             const char *query, char **out)
-{
-    tfx_hc_status_t xst = tfx_hc_url_build(url, path, query, out);
+    const char *path = f->op == OP_LIST ? "/v1/tensors" : f->op == OP_INFO ? "/v1/info" : NULL;
+    char query[40];
+    if (wait_ms > 0)
+        snprintf(query, sizeof(query), "wait=%ld", wait_ms);
+    tfx_hc_status_t xst = tfx_hc_url_build(url, path, wait_ms > 0 ? query : NULL, &f->url);
     if (xst == TFX_HC_OK)
         return TF_OK;
     if (xst == TFX_HC_ENOMEM)
-        return fail(c, TF_ENOMEM, NULL);
-    return fail(c, TF_EURL, "bad URL: %s", url ? url : "(null)");
+        return rfail(&f->result, TF_ENOMEM, NULL);
+    return rfail(&f->result, TF_EURL, "bad URL: %s", url ? url : "(null)");
 }
+
+/* ---- decoding replies ------------------------------------------------------------------- */
 
 /* The last path segment of url (without query or fragment) into buf; "" if none. */
 static void last_segment(const char *url, char *buf, size_t size)
@@ -405,7 +589,7 @@ static int media_is(const char *content_type, const char *mime)
 
 /* A raw single-tensor response: the body is the tensor, described by the Tfetch-Dtype and
  * Tfetch-Shape headers; the tensor is named after the URL's last path segment. */
-static tf_status_t decode_raw(tf_client_t *c, const char *url, const tfx_hc_resp_t *r,
+static tf_status_t decode_raw(tf_result_t *res, const char *url, const tfx_hc_resp_t *r,
                               tfp_doc_t **out)
 {
     tfp_dtype_t dt;
@@ -415,24 +599,25 @@ static tf_status_t decode_raw(tf_client_t *c, const char *url, const tfx_hc_resp
     char name[TFP_MAX_TENSOR_NAME + 1];
 
     if (tfp_raw_check(r->dtype, r->shape, r->body_len, &dt, &rank, shape, &err) != TFP_OK)
-        return fail(c, TF_EPROTO, "bad raw response: %s", err.msg);
+        return rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
     last_segment(url, name, sizeof(name));
     if (!tfp_name_valid(name))
         snprintf(name, sizeof(name), "tensor");
     tfp_doc_t *d = tfp_doc_new();
     if (!d)
-        return fail(c, TF_ENOMEM, NULL);
+        return rfail(res, TF_ENOMEM, NULL);
     if (tfp_doc_add(d, name, dt, rank, shape, r->body, r->body_len, &err) != TFP_OK) {
         tfp_doc_free(d);
-        return fail(c, TF_EPROTO, "bad raw response: %s", err.msg);
+        return rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
     }
     *out = d;
     return TF_OK;
 }
 
-/* Decodes the response in req into a document that takes over the body buffer. */
-static tf_status_t decode_response(tf_client_t *c, tfx_hc_req_t *req, const char *url,
-                                   tf_doc_t **out)
+/* Decodes the response in req into f->doc, which takes over the body buffer. The
+ * Content-Type decides when it names safetensors or a raw tensor; else the request's
+ * format does. */
+static tf_status_t decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
 {
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     tfp_doc_t *d = NULL;
@@ -440,94 +625,397 @@ static tf_status_t decode_response(tf_client_t *c, tfx_hc_req_t *req, const char
     tf_status_t st;
 
     if (!r->body || r->body_len == 0)
-        return fail(c, TF_EPROTO, "empty response body");
+        return rfail(&f->result, TF_EPROTO, "empty response body");
     if (media_is(r->content_type, MIME_RAW) && r->dtype[0]) {
-        st = decode_raw(c, url, r, &d);
-        if (st != TF_OK)
+        if ((st = decode_raw(&f->result, f->url, r, &d)) != TF_OK)
+            return st;
+    } else if (f->format == TF_FORMAT_SHUMAI && !media_is(r->content_type, MIME_SAFETENSORS)) {
+        if ((st = shumai_decode(&f->result, r->body, r->body_len, &d)) != TF_OK)
             return st;
     } else if (tfp_st_decode(r->body, r->body_len, NULL, &d, &err) != TFP_OK) {
-        return fail(c, TF_EPROTO, "bad safetensors response: %s", err.msg);
+        return rfail(&f->result, TF_EPROTO, "bad safetensors response: %s", err.msg);
     }
     /* The decoded tensors point into the body: hand the buffer to the document. */
     uint8_t *body = tfx_hc_req_take_body(req, NULL);
-    st = tfi_doc_wrap(d, body, out);
+    st = tfi_doc_wrap(d, body, &f->doc);
     if (st != TF_OK) {
         tfp_doc_free(d);
         free(body);
-        return fail(c, st, NULL);
+        return rfail(&f->result, st, NULL);
     }
     return TF_OK;
 }
 
-/* ---- the operations ---------------------------------------------------------------------- */
+/* Records a completed request in f->result and decodes its reply: TF_OK for a 2xx response
+ * (whose body becomes f->doc or f->text), else the transport's or the server's error. */
+static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
+{
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    tf_result_t *res = &f->result;
+
+    res->http_status = (int)r->status;
+    if (r->transport[0])
+        snprintf(res->transport, sizeof(res->transport), "%s", r->transport);
+    if (r->request_id[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
+    res->bytes_sent = r->bytes_sent;
+    res->bytes_received = r->body_len;
+    res->seconds = r->seconds;
+
+    if (done != TFX_HC_OK) {
+        const char *why = tfx_hc_req_error(req);
+        rfail(res, from_transport(done), "%s", why[0] ? why : tfx_hc_strerror(done));
+        return;
+    }
+    if (r->status < 200 || r->status > 299) {
+        http_error(res, r);
+        return;
+    }
+    res->status = TF_OK;
+    if (f->op == TF_OP_GET || f->op == TF_OP_EXCHANGE) {
+        decode_doc(f, req);
+    } else if (f->op == OP_LIST || f->op == OP_INFO) {
+        f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
+        if (!f->text && !(f->text = strdup("")))
+            rfail(res, TF_ENOMEM, NULL);
+    }
+}
+
+/* ---- handles ------------------------------------------------------------------------------ */
+
+static void link_fetch(tf_client_t *c, tf_fetch_t *f)
+{
+    f->prev = NULL;
+    f->next = c->live;
+    if (c->live)
+        c->live->prev = f;
+    c->live = f;
+}
+
+static void unlink_fetch(tf_client_t *c, tf_fetch_t *f)
+{
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        c->live = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    f->prev = f->next = NULL;
+}
+
+static void destroy(tf_fetch_t *f)
+{
+    if (f->c)
+        unlink_fetch(f->c, f);
+    tf_doc_free(f->doc);
+    free(f->text);
+    free(f->url);
+    free(f->hdr);
+    free(f);
+}
+
+/* Frees f once nobody needs it: completed, not held by a frame, and not (or no longer)
+ * held by the caller. */
+static void settle(tf_fetch_t *f)
+{
+    if (f->done && f->holds == 0 && (!f->held || f->freeing))
+        destroy(f);
+}
+
+/* The engine's completion: record, decode, give the engine request back, run the callback. */
+static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
+{
+    tf_fetch_t *f = ud;
+    tf_client_t *c = f->c;
+
+    finish(f, req, xst);
+    f->req = NULL;
+    release_req(c, req);
+    free(f->hdr);
+    f->hdr = NULL;
+    f->done = 1;
+    c->npending--;
+    if (f->cb) {
+        tf_doc_t *doc = f->doc;
+        f->doc = NULL;
+        f->holds++;
+        c->in_cb++;
+        f->cb(f, f->result.status, doc, &f->result, f->ud);
+        c->in_cb--;
+        f->holds--;
+    }
+    settle(f);
+}
+
+/* Checks a request description before anything is allocated; failures land in res. */
+static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, int op,
+                                 tf_format_t format, tf_result_t *res)
+{
+    if (c->closing)
+        return rfail(res, TF_EINVAL, "the client is being freed");
+    if (c->in_engine)
+        return rfail(res, TF_EINVAL, "no libtfetch calls inside a progress callback");
+    if (!format_valid(format))
+        return rfail(res, TF_EINVAL, "unknown format %d", (int)format);
+    if (rq->request_id && (!tfp_request_id_valid(rq->request_id) ||
+                           strlen(rq->request_id) > TFP_MAX_REQUEST_ID))
+        return rfail(res, TF_EINVAL, "bad request id (expected [A-Za-z0-9._:-]{1,128})");
+    int needs_doc = op == TF_OP_PUT || op == TF_OP_EXCHANGE;
+    if (needs_doc && !rq->in)
+        return rfail(res, TF_EINVAL, "%s needs a document to send", op_name(op));
+    if (!needs_doc && rq->in)
+        return rfail(res, TF_EINVAL, "%s sends no document", op_name(op));
+    if (rq->wait_ms < 0 || (rq->wait_ms > 0 && op != TF_OP_GET))
+        return rfail(res, TF_EINVAL, "wait_ms must be >= 0, and applies to get only");
+    if (format == TF_FORMAT_SHUMAI && op == TF_OP_PUT)
+        return rfail(res, TF_EINVAL,
+                     "the shumai format has no put (exchange, or use the safetensors format)");
+    if (format == TF_FORMAT_SHUMAI && op == TF_OP_EXCHANGE)
+        return shumai_check(res, rq->in);
+    return TF_OK;
+}
+
+/* tf_fetch_start for any operation, the internal ones included. */
+static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_cb cb,
+                               void *ud, tf_fetch_t **out)
+{
+    tf_result_t res;
+    tf_fetch_t *f;
+    tf_status_t st;
+    tf_format_t format = rq->format != TF_FORMAT_DEFAULT ? rq->format : c->format;
+
+    new_result(c, &res, op, rq->request_id);
+    if ((st = check_request(c, rq, op, format, &res)) != TF_OK)
+        goto refuse;
+    if (!(f = calloc(1, sizeof(*f)))) {
+        st = rfail(&res, TF_ENOMEM, NULL);
+        goto refuse;
+    }
+    f->c = c;
+    f->cb = cb;
+    f->ud = ud;
+    f->op = op;
+    f->format = format;
+    f->held = out != NULL;
+    f->result = res;
+    if ((st = build_url(f, rq->url, rq->wait_ms)) != TF_OK)
+        goto free_fetch;
+    if (!(f->req = acquire_req(c))) {
+        st = rfail(&f->result, TF_ENOMEM, NULL);
+        goto free_fetch;
+    }
+    if ((st = prepare(f, rq)) != TF_OK)
+        goto release;
+    tfx_hc_status_t xst = tfx_hc_start(c->hc, f->req, on_req_done, f);
+    if (xst != TFX_HC_OK) {
+        st = rfail(&f->result, from_transport(xst), "cannot start the request: %s",
+                   tfx_hc_strerror(xst));
+        goto release;
+    }
+    link_fetch(c, f);
+    c->npending++;
+    if (out)
+        *out = f;
+    return TF_OK;
+
+release:
+    release_req(c, f->req);
+free_fetch:
+    res = f->result;
+    free(f->url);
+    free(f->hdr);
+    free(f);
+refuse:
+    c->last = res;
+    return st;
+}
+
+tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
+                           void *user_data, tf_fetch_t **out)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!rq)
+        return refuse(c, -1, TF_EINVAL, "no request description");
+    int op = (int)rq->op;
+    if (op < TF_OP_GET || op > TF_OP_EXCHANGE)
+        return refuse(c, -1, TF_EINVAL, "unknown operation");
+    if (!cb && !out)
+        return refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
+    return start_fetch(c, rq, op, cb, user_data, out);
+}
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)(t.tv_sec - t0->tv_sec) * 1000L + (long)(t.tv_nsec - t0->tv_nsec) / 1000000L;
+}
+
+/* Drives the engine until f completes (or, f NULL, until nothing is pending) or timeout_ms
+ * passes (-1: no limit; 0: one pass without waiting). */
+static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        tfx_hc_poll(c->hc, 0);
+        if (f ? f->done : c->npending == 0)
+            return;
+        if (tfx_hc_running(c->hc) == 0)
+            return;                     /* nothing left that could complete it */
+        long wait = -1;
+        if (timeout_ms >= 0) {
+            wait = timeout_ms - ms_since(&t0);
+            if (wait <= 0)
+                return;
+        }
+        tfx_hc_wait(c->hc, wait);
+    }
+}
+
+tf_status_t tf_fetch_test(tf_fetch_t *f)
+{
+    if (!f)
+        return TF_EINVAL;
+    tf_client_t *c = f->c;
+    if (!f->done && c && !c->in_cb && !c->in_engine) {
+        f->holds++;
+        drive(c, f, 0);
+        f->holds--;
+    }
+    tf_status_t st = f->done ? f->result.status : TF_EAGAIN;
+    settle(f);
+    return st;
+}
+
+tf_status_t tf_fetch_wait(tf_fetch_t *f, long timeout_ms)
+{
+    if (!f)
+        return TF_EINVAL;
+    tf_client_t *c = f->c;
+    if (c && (c->in_cb || c->in_engine))
+        return TF_EINVAL;
+    if (!f->done && c) {
+        f->holds++;
+        drive(c, f, timeout_ms < 0 ? -1 : timeout_ms);
+        f->holds--;
+    }
+    tf_status_t st = f->done ? f->result.status : TF_EAGAIN;
+    settle(f);
+    return st;
+}
+
+tf_status_t tf_fetch_cancel(tf_fetch_t *f)
+{
+    if (!f)
+        return TF_EINVAL;
+    if (f->done || !f->c)
+        return TF_OK;
+    if (f->c->in_engine)
+        return TF_EINVAL;
+    f->holds++;
+    tfx_hc_cancel(f->c->hc, f->req);
+    f->holds--;
+    settle(f);
+    return TF_OK;
+}
+
+const tf_result_t *tf_fetch_result(const tf_fetch_t *f)
+{
+    return f ? &f->result : NULL;
+}
+
+tf_doc_t *tf_fetch_take_doc(tf_fetch_t *f)
+{
+    if (!f)
+        return NULL;
+    tf_doc_t *doc = f->doc;
+    f->doc = NULL;
+    return doc;
+}
+
+void tf_fetch_free(tf_fetch_t *f)
+{
+    if (!f || f->freeing)
+        return;
+    f->freeing = 1;
+    if (!f->done && f->c && !f->c->in_engine) {
+        f->holds++;
+        tfx_hc_cancel(f->c->hc, f->req);
+        f->holds--;
+    }
+    settle(f);
+}
+
+tf_status_t tf_client_run(tf_client_t *c, long timeout_ms)
+{
+    if (!c || c->in_cb || c->in_engine)
+        return TF_EINVAL;
+    if (c->npending > 0)
+        drive(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
+    return c->npending == 0 ? TF_OK : TF_EAGAIN;
+}
+
+/* ---- the blocking calls --------------------------------------------------------------------- */
+
+/* Starts rq without a callback and drives the engine until it completes. tf_client_last
+ * then holds its outcome. *out is the completed handle (to free) whenever it started. */
+static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_t **out)
+{
+    if (c->in_cb || c->in_engine)
+        return refuse(c, op, TF_EINVAL,
+                      "blocking calls are not allowed inside a callback (start a request)");
+    tf_fetch_t *f = NULL;
+    tf_status_t st = start_fetch(c, rq, op, NULL, NULL, &f);
+    if (st != TF_OK)
+        return st;
+    f->holds++;
+    drive(c, f, -1);
+    f->holds--;
+    if (!f->done)                       /* cannot happen: the engine completes what it runs */
+        tf_fetch_cancel(f);
+    c->last = f->result;
+    *out = f;
+    return f->result.status;
+}
 
 tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out)
 {
-    char *full = NULL;
-    char query[40];
-    tf_status_t st;
-
     if (!c)
         return TF_EINVAL;
-    begin(c, "get");
-    if (!out || wait_ms < 0)
-        return fail(c, TF_EINVAL, NULL);
-    if (wait_ms > 0)
-        snprintf(query, sizeof(query), "wait=%ld", wait_ms);
-    if ((st = build_url(c, url, NULL, wait_ms > 0 ? query : NULL, &full)) != TF_OK)
-        return st;
-    st = perform(c, "GET", full, NULL, MIME_SAFETENSORS, wait_ms);
+    if (!out)
+        return refuse(c, TF_OP_GET, TF_EINVAL, NULL);
+    tf_request_t rq = {.op = TF_OP_GET, .url = url, .wait_ms = wait_ms};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_GET, &f);
     if (st == TF_OK)
-        st = decode_response(c, c->req, full, out);
-    free(full);
+        *out = tf_fetch_take_doc(f);
+    tf_fetch_free(f);
     return st;
 }
 
 tf_status_t tf_put(tf_client_t *c, const char *url, const tf_doc_t *in)
 {
-    char *full = NULL;
-    tf_status_t st;
-
     if (!c)
         return TF_EINVAL;
-    begin(c, "put");
     if (!in)
-        return fail(c, TF_EINVAL, NULL);
-    if ((st = build_url(c, url, NULL, NULL, &full)) != TF_OK)
-        return st;
-    st = perform(c, "PUT", full, in, NULL, 0);
-    free(full);
+        return refuse(c, TF_OP_PUT, TF_EINVAL, NULL);
+    tf_request_t rq = {.op = TF_OP_PUT, .url = url, .in = in};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_PUT, &f);
+    tf_fetch_free(f);
     return st;
 }
 
 tf_status_t tf_delete(tf_client_t *c, const char *url)
 {
-    char *full = NULL;
-    tf_status_t st;
-
     if (!c)
         return TF_EINVAL;
-    begin(c, "delete");
-    if ((st = build_url(c, url, NULL, NULL, &full)) != TF_OK)
-        return st;
-    st = perform(c, "DELETE", full, NULL, NULL, 0);
-    free(full);
-    return st;
-}
-
-/* POST in to url and decode the reply: an exchange with the route the URL names. */
-static tf_status_t call(tf_client_t *c, const char *url, const tf_doc_t *in, tf_doc_t **out)
-{
-    char *full = NULL;
-    tf_status_t st;
-
-    begin(c, "call");
-    if ((st = build_url(c, url, NULL, NULL, &full)) != TF_OK)
-        return st;
-    st = perform(c, "POST", full, in, MIME_SAFETENSORS, 0);
-    if (st == TF_OK)
-        st = decode_response(c, c->req, full, out);
-    free(full);
+    tf_request_t rq = {.op = TF_OP_DELETE, .url = url};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_DELETE, &f);
+    tf_fetch_free(f);
     return st;
 }
 
@@ -536,64 +1024,84 @@ tf_status_t tf_fetch(tf_client_t *c, const char *url, const tf_doc_t *in, tf_doc
     if (!c)
         return TF_EINVAL;
     if (!in && !out) {
-        begin(c, "fetch");
-        return fail(c, TF_EINVAL, "tf_fetch needs a document to send or a place for one");
+        refuse(c, -1, TF_EINVAL, "tf_fetch needs a document to send or a place for one");
+        return TF_EINVAL;
     }
     if (!in)
         return tf_get(c, url, 0, out);
     if (!out)
         return tf_put(c, url, in);
-    return call(c, url, in, out);
+    tf_request_t rq = {.op = TF_OP_EXCHANGE, .url = url, .in = in};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_EXCHANGE, &f);
+    if (st == TF_OK)
+        *out = tf_fetch_take_doc(f);
+    tf_fetch_free(f);
+    return st;
 }
 
-tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size_t *n)
-{
-    char *full = NULL;
-    tfp_list_entry_t *pe = NULL;
-    size_t pn = 0;
-    tfp_err_t err;
-    tf_status_t st;
+/* Records a failure of a completed blocking call in tf_client_last. */
+static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-    if (!c)
-        return TF_EINVAL;
-    begin(c, "list");
-    if (!entries || !n)
-        return fail(c, TF_EINVAL, NULL);
-    if ((st = build_url(c, base, "/v1/tensors", NULL, &full)) != TF_OK)
-        return st;
-    if ((st = perform(c, "GET", full, NULL, MIME_JSON, 0)) != TF_OK)
-        goto free_url;
-    const tfx_hc_resp_t *r = tfx_hc_req_response(c->req);
-    if (!r->body || tfp_parse_listing((const char *)r->body, r->body_len, &pe, &pn, &err) !=
-                        TFP_OK) {
-        st = fail(c, TF_EPROTO, "bad listing: %s", r->body ? err.msg : "empty body");
-        goto free_url;
+static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
+{
+    c->last.status = st;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->last.error, sizeof(c->last.error), fmt, ap);
+        va_end(ap);
+    } else {
+        snprintf(c->last.error, sizeof(c->last.error), "%s", tf_strerror(st));
     }
+    return st;
+}
+
+/* Copies the listing into the public entries. */
+static tf_status_t copy_listing(tf_client_t *c, const tfp_list_entry_t *pe, size_t pn,
+                                tf_entry_t **entries, size_t *n)
+{
     tf_entry_t *e = NULL;
-    if (pn > 0) {
-        e = calloc(pn, sizeof(*e));
-        if (!e) {
-            st = fail(c, TF_ENOMEM, NULL);
-            goto free_listing;
-        }
-    }
+    if (pn > 0 && !(e = calloc(pn, sizeof(*e))))
+        return fail(c, TF_ENOMEM, NULL);
     for (size_t i = 0; i < pn; i++) {
         e[i].name = strdup(pe[i].name ? pe[i].name : "");
         if (!e[i].name) {
             tf_list_free(e, i);
-            st = fail(c, TF_ENOMEM, NULL);
-            goto free_listing;
+            return fail(c, TF_ENOMEM, NULL);
         }
         e[i].bytes = pe[i].bytes;
         e[i].ntensors = pe[i].ntensors;
     }
     *entries = e;
     *n = pn;
+    return TF_OK;
+}
 
-free_listing:
+tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size_t *n)
+{
+    tfp_list_entry_t *pe = NULL;
+    size_t pn = 0;
+    tfp_err_t err;
+
+    if (!c)
+        return TF_EINVAL;
+    if (!entries || !n)
+        return refuse(c, OP_LIST, TF_EINVAL, NULL);
+    tf_request_t rq = {.url = base};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, OP_LIST, &f);
+    if (st != TF_OK)
+        goto free_fetch;
+    if (tfp_parse_listing(f->text, f->text_len, &pe, &pn, &err) != TFP_OK) {
+        st = fail(c, TF_EPROTO, "bad listing: %s", f->text_len ? err.msg : "empty body");
+        goto free_fetch;
+    }
+    st = copy_listing(c, pe, pn, entries, n);
     tfp_listing_free(pe, pn);
-free_url:
-    free(full);
+free_fetch:
+    tf_fetch_free(f);
     return st;
 }
 
@@ -608,25 +1116,17 @@ void tf_list_free(tf_entry_t *entries, size_t n)
 
 tf_status_t tf_info(tf_client_t *c, const char *base, char **json)
 {
-    char *full = NULL;
-    tf_status_t st;
-
     if (!c)
         return TF_EINVAL;
-    begin(c, "info");
     if (!json)
-        return fail(c, TF_EINVAL, NULL);
-    if ((st = build_url(c, base, "/v1/info", NULL, &full)) != TF_OK)
-        return st;
-    if ((st = perform(c, "GET", full, NULL, MIME_JSON, 0)) == TF_OK) {
-        char *body = (char *)tfx_hc_req_take_body(c->req, NULL);
-        if (!body)
-            body = strdup("");
-        if (!body)
-            st = fail(c, TF_ENOMEM, NULL);
-        else
-            *json = body;
+        return refuse(c, OP_INFO, TF_EINVAL, NULL);
+    tf_request_t rq = {.url = base};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, OP_INFO, &f);
+    if (st == TF_OK) {
+        *json = f->text;
+        f->text = NULL;
     }
-    free(full);
+    tf_fetch_free(f);
     return st;
 }

@@ -5,9 +5,16 @@
  * tf_doc_t is a document: one or more named tensors plus string metadata, the unit every
  * request sends or receives (safetensors on the wire).
  *
+ * Requests are blocking calls (tf_get, tf_put, ...) or asynchronous ones (tf_fetch_start:
+ * a tf_fetch_t, one request with one callback, like a libuv request). Both run on one engine:
+ * a blocking call is "start, then drive until this request completes".
+ *
  * Threads: a client may be used by one thread at a time (use one client per thread, or
- * serialise calls). Docs are plain data, owned by one thread at a time. Nothing here keeps
- * global state besides libcurl's one-time initialisation, done on the first tf_client_new.
+ * serialise calls). Nothing runs in the background: requests progress, and callbacks run,
+ * only on the thread driving the client, inside tf_fetch_test, tf_fetch_wait, tf_client_run,
+ * tf_fetch_cancel, tf_fetch_free, tf_client_free or a blocking call. Docs are plain data,
+ * owned by one thread at a time. Nothing here keeps global state besides libcurl's one-time
+ * initialisation, done on the first tf_client_new.
  *
  * Ownership: every _free(NULL) is a no-op. Returned `const char *` strings are borrowed from
  * the object that returned them and live until it is freed or the next call on it. Data passed
@@ -51,7 +58,8 @@ extern "C" {
     X(EIO,         -34, "transfer failed")                                 \
     X(EHTTP,       -35, "unexpected HTTP status")                          \
     X(ECANCELED,   -36, "canceled")                                        \
-    X(EURL,        -37, "bad URL")
+    X(EURL,        -37, "bad URL")                                         \
+    X(EAGAIN,      -38, "not finished yet")
 
 typedef enum {
 #define X(n, v, s) TF_##n = (v),
@@ -135,6 +143,9 @@ typedef int (*tf_progress_fn)(uint64_t down_now, uint64_t down_total, uint64_t u
                               uint64_t up_total, void *user_data);
 
 tf_status_t tf_client_new(tf_client_t **out);
+/* Cancels the requests still pending (their callbacks run, with TF_ECANCELED), then frees.
+ * Handles still held stay valid for tf_fetch_result, tf_fetch_take_doc and tf_fetch_free.
+ * Does nothing when called from inside a callback. */
 void tf_client_free(tf_client_t *c);
 /* The user id sent as Tfetch-User on every request (NULL: none). Validated. A server that
  * calls another server forwards the id it received by setting it here. */
@@ -147,8 +158,27 @@ void tf_client_set_timeout(tf_client_t *c, long timeout_ms);
 void tf_client_set_progress(tf_client_t *c, tf_progress_fn fn, void *user_data);
 /* Refuses response bodies larger than max bytes (TF_ETOOBIG; 0: no cap, the default). */
 void tf_client_set_max_body(tf_client_t *c, uint64_t max);
-/* The outcome of the last request (borrowed; valid until the next request or free). */
+/* The outcome of the last blocking request, or why the last tf_fetch_start failed
+ * (borrowed; valid until the next request or free). Asynchronous requests report through
+ * their callback and tf_fetch_result instead. */
 const tf_result_t *tf_client_last(const tf_client_t *c);
+/* At most n connections (1..4096; default 16) to each origin. Requests beyond that wait,
+ * queued, for a free connection (HTTP/1.1 cannot pipeline). TF_EINVAL when out of range. */
+tf_status_t tf_client_set_max_connections(tf_client_t *c, long n);
+
+/* Body formats. TF_FORMAT_SAFETENSORS (the default): application/x-safetensors, any
+ * document. TF_FORMAT_SHUMAI: stock Shumai's sm.network.tfetch body, one F32 tensor (named
+ * "tensor" when received): little-endian int64 ndim, provenance (the user id when it is 1-16
+ * hex digits, else 0xffffffff), flags, tensor bytes, props bytes; int64 shape[ndim]; the F32
+ * data; props JSON. Gets and exchanges only (no put). A response is decoded by its
+ * Content-Type when that says safetensors or raw (Tfetch-Dtype), else in the request's format. */
+typedef enum {
+    TF_FORMAT_DEFAULT = 0,          /* in a tf_request_t: the client's format */
+    TF_FORMAT_SAFETENSORS = 1,
+    TF_FORMAT_SHUMAI = 2,
+} tf_format_t;
+/* The format of the client's requests from now on (TF_EINVAL for another value). */
+tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
 
 /* Shumai's tfetch: in == NULL: GET url into *out; out == NULL: PUT in to url;
  * both: exchange (POST in, the reply into *out). */
@@ -170,6 +200,117 @@ tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size
 void tf_list_free(tf_entry_t *entries, size_t n);
 /* GET base/v1/info as JSON text (malloc'd, NUL-terminated; free() it). */
 tf_status_t tf_info(tf_client_t *c, const char *base, char **json);
+
+/* ---- asynchronous requests ------------------------------------------------------------- */
+
+/* What a request does. EXCHANGE POSTs a document to a route (http://host:port/v1/call/NAME)
+ * and decodes the reply; its tf_result_t op is "call". */
+typedef enum {
+    TF_OP_GET = 1,                  /* url -> doc */
+    TF_OP_PUT = 2,                  /* in -> url */
+    TF_OP_DELETE = 3,
+    TF_OP_EXCHANGE = 4,             /* in -> url -> doc */
+} tf_op_t;
+
+/* One request, described. Zero-initialise it (designated initialisers) and set what applies;
+ * everything is read during tf_fetch_start except in, which is borrowed until the callback
+ * has run (its tensors are sent from where they are, not copied). */
+typedef struct {
+    tf_op_t op;
+    const char *url;                /* http://host:port/v1/tensors/NAME, /v1/call/ROUTE, ... */
+    const tf_doc_t *in;             /* PUT and EXCHANGE: the document to send; else NULL */
+    long wait_ms;                   /* GET: long-poll up to wait_ms for the tensor (0: no) */
+    long timeout_ms;                /* 0: the client's; > 0: this many ms; < 0: none */
+    tf_format_t format;             /* TF_FORMAT_DEFAULT: the client's */
+    const char *request_id;         /* NULL: the client's next id (see set_request_id) */
+} tf_request_t;
+
+/* A request in flight: started by tf_fetch_start, completed exactly once. */
+typedef struct tf_fetch tf_fetch_t;
+
+/* Runs exactly once per started request, on the thread driving the client, when it succeeds,
+ * fails, times out or is canceled (status TF_ECANCELED). doc is the decoded reply of a GET or
+ * EXCHANGE that succeeded, else NULL; the callback owns it (tf_doc_free it, or keep it).
+ * result (op, transport, bytes, seconds, request id, HTTP status, message) is borrowed from
+ * f. Inside the callback: starting requests, tf_fetch_cancel, tf_fetch_free, tf_fetch_test
+ * and the client setters are fine; blocking calls, tf_fetch_wait and tf_client_run return
+ * TF_EINVAL; tf_client_free does nothing. */
+typedef void (*tf_fetch_cb)(tf_fetch_t *f, tf_status_t status, tf_doc_t *doc,
+                            const tf_result_t *result, void *user_data);
+
+/* Starts a request and returns at once. On TF_OK, cb runs exactly once later; on an error it
+ * never runs, and tf_client_last(c) says why. out == NULL: fire and forget (f is freed after
+ * cb returns; cb is required). out != NULL: *out is the handle, valid until tf_fetch_free
+ * (even after completion; cb may be NULL, the reply then waits in the handle). Any number of
+ * requests may be in flight on one client. */
+tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
+                           void *user_data, tf_fetch_t **out);
+/* Drives the client once without waiting (inside a callback, only looks) and returns f's
+ * final status once it has completed (its callback has run), TF_EAGAIN while it has not. */
+tf_status_t tf_fetch_test(tf_fetch_t *f);
+/* Drives the client until f completes or timeout_ms passes (-1: no limit; 0: as
+ * tf_fetch_test); other requests' callbacks may run meanwhile. Returns f's final status, or
+ * TF_EAGAIN if it is still running; TF_EINVAL inside a callback. */
+tf_status_t tf_fetch_wait(tf_fetch_t *f, long timeout_ms);
+/* Cancels f: if it is still running its callback runs now, with TF_ECANCELED, before this
+ * returns. After completion a harmless no-op. TF_OK; TF_EINVAL for NULL. */
+tf_status_t tf_fetch_cancel(tf_fetch_t *f);
+/* The request's outcome (borrowed from f). Before completion status is TF_EAGAIN. */
+const tf_result_t *tf_fetch_result(const tf_fetch_t *f);
+/* The reply document of a request started without a callback, once (then NULL). */
+tf_doc_t *tf_fetch_take_doc(tf_fetch_t *f);
+/* Releases a handle from tf_fetch_start(..., &f): cancels it first if it is still running
+ * (its callback runs with TF_ECANCELED). From inside f's own callback it is freed when the
+ * callback returns. NULL is a no-op. */
+void tf_fetch_free(tf_fetch_t *f);
+
+/* Drives the client until no request is pending (TF_OK) or timeout_ms passes (TF_EAGAIN;
+ * -1: no limit; 0: one pass without waiting). TF_EINVAL inside a callback. */
+tf_status_t tf_client_run(tf_client_t *c, long timeout_ms);
+/* Requests started on c and not yet completed. */
+size_t tf_client_pending(const tf_client_t *c);
+
+/* ---- workers: serving routes from this process ------------------------------------------ */
+
+/* A worker registers routes with a tfetchd and answers their calls (POST /v1/call/{route}
+ * by anyone), the C form of Shumai's `serve`. It has its own connections (no tf_client) and
+ * runs its handler on the thread that calls tf_worker_serve. If the worker stops polling
+ * and answering for the server's lease (tf_worker_lease_ms, 5 s by default), the server
+ * drops it and its callers get 503: a handler must answer within the lease. */
+typedef struct tf_worker tf_worker_t;
+
+/* What a call carries besides its tensors (borrowed for the handler's duration). */
+typedef struct {
+    const char *route;
+    const char *user;               /* the caller's user id, "" if none */
+    const char *request_id;         /* the caller's request id */
+    const char *call_id;            /* the server's id for this call */
+} tf_call_t;
+
+/* Answers one call: return TF_OK and set *out to a new document (the library sends and frees
+ * it; NULL answers an empty document), or return a server-side error status (TF_EUNPROC,
+ * TF_EBADREQ, TF_EINTERNAL, ...) with a message in errmsg (errmsg_size bytes) that the caller
+ * receives. `in` is borrowed for the call. */
+typedef tf_status_t (*tf_worker_fn)(const tf_call_t *call, const tf_doc_t *in, tf_doc_t **out,
+                                    char *errmsg, size_t errmsg_size, void *user_data);
+
+/* Registers routes[0..n) at base (http://host:port) to be answered by fn. Fails with the
+ * server's status (e.g. TF_EUNPROC when a route is already served). */
+tf_status_t tf_worker_new(const char *base, const char *const *routes, size_t n,
+                          tf_worker_fn fn, void *user_data, tf_worker_t **out);
+/* Serves calls for up to timeout_ms (< 0: until tf_worker_stop). Returns TF_OK when stopped or
+ * timed out, or the error that ended serving (the server unreachable for longer than the
+ * lease). If the server dropped the worker (its lease ran out), it registers again. */
+tf_status_t tf_worker_serve(tf_worker_t *w, long timeout_ms);
+/* Makes tf_worker_serve return after the current poll (at most half the lease). Safe to call
+ * from a signal handler or another thread. */
+void tf_worker_stop(tf_worker_t *w);
+/* The id the server gave this worker (borrowed). */
+const char *tf_worker_id(const tf_worker_t *w);
+/* The server's lease in milliseconds. */
+long tf_worker_lease_ms(const tf_worker_t *w);
+/* Unregisters (its pending calls fail with 503) and frees. NULL is a no-op. */
+void tf_worker_free(tf_worker_t *w);
 
 #ifdef __cplusplus
 }

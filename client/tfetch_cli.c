@@ -1,10 +1,15 @@
-/* tfetch_cli.c - the tfetch command: get, put, rm, ls and info against a tfetchd, from a shell.
+/* tfetch_cli.c - the tfetch command: get, put, call, rm, ls and info against a tfetchd, from a
+ * shell.
  *
  * Uses only the public libtfetch API (client/tfetch.h), like curl's tool over libcurl. Owns
- * one client for the life of the process, the input file mapping (or buffer) for put and the
- * output file for get. Single-threaded. Exit codes are part of the interface (see usage and
- * tfetch(1)): 0 ok, 1 usage or invalid input, 2 not found, 3 rejected by the server (4xx),
- * 4 server or protocol error, 5 connection/timeout/transfer error, 6 local I/O error.
+ * one client for the life of the process. get, put, call and rm run as a batch of jobs over
+ * the asynchronous API: up to --parallel requests in flight, each job's input file mapped
+ * (or read) when it starts and released when it completes, each reply written out by its
+ * callback, the next job started from there. ls and info are single blocking calls.
+ * Single-threaded. Exit codes are part of the interface (see usage and tfetch(1)): 0 ok, 1
+ * usage or invalid input, 2 not found, 3 rejected by the server (4xx), 4 server or protocol
+ * error, 5 connection/timeout/transfer error, 6 local I/O error; with several requests, the
+ * code of the first one (in argument order) that failed.
  */
 #include "config.h"
 
@@ -37,40 +42,58 @@ enum {
 #define PROGRESS_MIN_BYTES (1024u * 1024u)
 
 static const char usage_text[] =
-    "Usage: tfetch [OPTIONS] COMMAND URL [FILE]\n"
+    "Usage: tfetch [OPTIONS] COMMAND ARGS...\n"
     "Move tensors to and from a tfetchd server (safetensors documents over HTTP).\n"
     "\n"
     "Commands:\n"
     "  get URL [FILE]   fetch the document at URL (http://HOST:PORT/v1/tensors/NAME) and\n"
     "                   write it as safetensors to FILE, or to stdout when FILE is absent or -\n"
+    "  get -d DIR URL...\n"
+    "                   fetch each URL into DIR/NAME.safetensors (NAME: the URL's last path\n"
+    "                   segment; DIR/NAME.raw with --raw)\n"
     "  put URL [FILE]   store the safetensors document read from FILE (or stdin) at URL;\n"
     "                   with --dtype and --shape, FILE holds one raw tensor instead, stored\n"
     "                   under the last path segment of URL\n"
-    "  rm URL           delete the tensor at URL\n"
+    "  put URL FILE URL FILE...\n"
+    "                   store each FILE at the URL before it\n"
+    "  call URL [FILE]  exchange: POST the document read from FILE (or stdin) to a route\n"
+    "                   (http://HOST:PORT/v1/call/ROUTE) and write the reply to stdout\n"
+    "  call -d DIR URL FILE URL FILE...\n"
+    "                   one exchange per pair, each reply into DIR/STEM.safetensors (STEM:\n"
+    "                   FILE's name without directory and extension)\n"
+    "  rm URL...        delete the tensor at each URL\n"
     "  ls BASE          list the stored tensors of the server at BASE (http://HOST:PORT)\n"
     "  info BASE        print the server's /v1/info JSON\n"
     "\n"
     "Options:\n"
     "  -u, --user ID          send ID as the user id (Tfetch-User), [A-Za-z0-9._-]{1,128}\n"
-    "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the request\n"
+    "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the (first)\n"
+    "                         request\n"
     "  -t, --timeout MS       whole-request timeout in milliseconds (0: none; default 60000)\n"
     "  -w, --wait MS          get: wait up to MS milliseconds for the tensor to appear\n"
-    "      --raw              get: write the single tensor's raw bytes (C order) instead of\n"
-    "                         a document, and print its name, dtype and shape to stderr\n"
-    "      --dtype DT         put: the raw tensor's dtype (F64 F32 F16 BF16 F8_E4M3 F8_E5M2\n"
-    "                         I64 I32 I16 I8 U64 U32 U16 U8 BOOL)\n"
-    "      --shape DIMS       put: the raw tensor's shape, e.g. 2,3 (\"\" for a scalar)\n"
+    "  -P, --parallel N       get, put, call, rm: up to N requests in flight at once, over up\n"
+    "                         to N connections per server (1..1024; default 1)\n"
+    "  -d, --dir DIR          get, call: write each reply into DIR (created if missing)\n"
+    "  -f, --format FMT       body format: safetensors (default) or shumai (stock Shumai's\n"
+    "                         sm.network.tfetch format: one F32 tensor; get and call only)\n"
+    "      --raw              get, call: write the single tensor's raw bytes (C order)\n"
+    "                         instead of a document, and print its name, dtype and shape to\n"
+    "                         stderr\n"
+    "      --dtype DT         put, call: the input is one raw tensor of this dtype (F64 F32\n"
+    "                         F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL)\n"
+    "      --shape DIMS       put, call: the raw tensor's shape, e.g. 2,3 (\"\" for a scalar)\n"
     "      --json             ls: print the listing as JSON\n"
-    "  -s, --stats            after each request print one JSON line to stderr:\n"
-    "                         {\"op\",\"transport\",\"bytes\",\"seconds\",\"request_id\",\n"
-    "                         \"http_status\",\"status\"}\n"
+    "  -s, --stats            after the requests print one JSON line per request to stderr\n"
+    "                         (in argument order): {\"op\",\"transport\",\"bytes\",\"seconds\",\n"
+    "                         \"request_id\",\"http_status\",\"status\"}\n"
     "  -q, --quiet            print nothing but results and errors (no progress bar)\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
-    "A progress bar is drawn on stderr when it is a terminal and a transfer exceeds 1 MiB.\n"
+    "A progress bar is drawn on stderr when it is a terminal, one request is made and its\n"
+    "transfer exceeds 1 MiB. With several requests, each failure is reported as it happens.\n"
     "\n"
-    "Exit status:\n"
+    "Exit status (with several requests: that of the first failed one, in argument order):\n"
     "  0  success\n"
     "  1  usage error or invalid input (bad option, URL, dtype, shape or file contents)\n"
     "  2  not found (no such tensor, HTTP 404)\n"
@@ -84,6 +107,9 @@ typedef struct {
     const char *request_id;
     long timeout_ms;                /* -1: library default */
     long wait_ms;
+    long parallel;                  /* 0: not given (1) */
+    const char *dir;
+    const char *format;
     int raw;
     const char *dtype;
     const char *shape;
@@ -157,9 +183,8 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void print_stats(const tf_client_t *c)
+static void print_stats(const tf_result_t *r)
 {
-    const tf_result_t *r = tf_client_last(c);
     fputs("{\"op\":", stderr);
     json_str(stderr, r->op);
     fputs(",\"transport\":", stderr);
@@ -200,10 +225,9 @@ static int exit_for(tf_status_t st, int http_status)
 }
 
 /* Reports a failed request (once) and returns its exit code. */
-static int request_failed(const tf_client_t *c, const char *what, const char *url,
+static int request_failed(const tf_result_t *r, const char *what, const char *url,
                           tf_status_t st)
 {
-    const tf_result_t *r = tf_client_last(c);
     const char *why = r->error[0] ? r->error : tf_strerror(st);
     if (r->http_status && strncmp(why, "HTTP ", 5) != 0)
         msg("%s %s: %s (%s, HTTP %d)", what, url, why, tf_err_name(st), r->http_status);
@@ -382,13 +406,6 @@ static void input_release(input_t *in)
     in->data = NULL;
 }
 
-static int output_open(const char *path)
-{
-    if (!path || strcmp(path, "-") == 0)
-        return STDOUT_FILENO;
-    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-}
-
 /* ---- argument helpers -------------------------------------------------------------------- */
 
 static int parse_ms(const char *s, long *out)
@@ -477,7 +494,7 @@ static void last_segment(const char *url, char *buf, size_t size)
     buf[n] = '\0';
 }
 
-/* ---- commands ---------------------------------------------------------------------------- */
+/* ---- documents out and in --------------------------------------------------------------- */
 
 static int write_doc(int fd, const tf_doc_t *doc)
 {
@@ -494,26 +511,25 @@ static int write_doc(int fd, const tf_doc_t *doc)
     return rc;
 }
 
-static int cmd_get(tf_client_t *c, const opts_t *o, const char *url, const char *path)
+/* Writes a reply to path (stdout when NULL or "-"): the document, or with --raw its one
+ * tensor's bytes (and name, dtype, shape on stderr). Nothing is created when it cannot be
+ * written as asked. */
+static int write_reply(const opts_t *o, const char *what, const char *url, const tf_doc_t *doc,
+                       const char *path)
 {
-    tf_doc_t *doc = NULL;
+    int to_stdout = !path || strcmp(path, "-") == 0;
     int rc = EXIT_OK;
 
-    tf_status_t st = tf_get(c, url, o->wait_ms, &doc);
-    bar_end();
-    if (st != TF_OK)
-        return request_failed(c, "get", url, st);
     if (o->raw && tf_doc_count(doc) != 1) {
-        msg("get %s: --raw needs a one-tensor document, this one has %zu", url,
+        msg("%s %s: --raw needs a one-tensor document, this one has %zu", what, url,
             tf_doc_count(doc));
-        rc = EXIT_USAGE;
-        goto free_doc;
+        return EXIT_USAGE;
     }
-    int fd = output_open(path);
+    int fd = to_stdout ? STDOUT_FILENO : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                                              0644);
     if (fd < 0) {
         msg("cannot create %s: %s", path, strerror(errno));
-        rc = EXIT_LOCAL;
-        goto free_doc;
+        return EXIT_LOCAL;
     }
     int wrc;
     if (o->raw) {
@@ -522,6 +538,7 @@ static int cmd_get(tf_client_t *c, const opts_t *o, const char *url, const char 
         if (!o->quiet) {
             char shape[256];
             format_shape(t, shape, sizeof(shape));
+            bar_end();
             fprintf(stderr, "name=%s dtype=%s shape=%s\n", t->name, tf_dtype_name(t->dtype),
                     shape);
         }
@@ -529,21 +546,17 @@ static int cmd_get(tf_client_t *c, const opts_t *o, const char *url, const char 
         wrc = write_doc(fd, doc);
     }
     if (wrc != 0) {
-        msg("cannot write %s: %s", path && strcmp(path, "-") ? path : "stdout",
-            strerror(errno));
+        msg("cannot write %s: %s", to_stdout ? "stdout" : path, strerror(errno));
         rc = EXIT_LOCAL;
     }
-    if (fd != STDOUT_FILENO && close(fd) != 0 && rc == EXIT_OK) {
+    if (!to_stdout && close(fd) != 0 && rc == EXIT_OK) {
         msg("cannot write %s: %s", path, strerror(errno));
         rc = EXIT_LOCAL;
     }
-
-free_doc:
-    tf_doc_free(doc);
     return rc;
 }
 
-/* Builds the one-tensor document of a raw put from --dtype and --shape. */
+/* Builds the one-tensor document of a raw input from --dtype and --shape. */
 static int raw_doc(const opts_t *o, const char *url, const input_t *in, tf_doc_t **out)
 {
     tf_dtype_t dt;
@@ -584,58 +597,254 @@ static int raw_doc(const opts_t *o, const char *url, const input_t *in, tf_doc_t
     return EXIT_OK;
 }
 
-static int cmd_put(tf_client_t *c, const opts_t *o, const char *url, const char *path)
+/* Reads path (stdin for NULL or "-") into in and makes the document to send: the file
+ * itself (safetensors, borrowed) or, with --dtype, one raw tensor. */
+static int load_doc(const opts_t *o, const char *url, const char *path, input_t *in,
+                    tf_doc_t **doc)
 {
-    input_t in = {0};
-    tf_doc_t *doc = NULL;
-    int rc;
     const char *shown = path && strcmp(path, "-") ? path : "stdin";
+    int rc;
 
-    if (input_load(path, &in) != 0) {
+    if (input_load(path, in) != 0) {
         msg("cannot read %s: %s", shown, strerror(errno));
         return EXIT_LOCAL;
     }
     if (o->dtype) {
-        if ((rc = raw_doc(o, url, &in, &doc)) != EXIT_OK)
-            goto release_input;
+        if ((rc = raw_doc(o, url, in, doc)) != EXIT_OK)
+            input_release(in);
+        return rc;
+    }
+    tf_status_t st = tf_doc_decode(in->data, in->len, TF_BORROW, doc);
+    if (st != TF_OK) {
+        msg("%s is not a valid safetensors document: %s (%s)", shown, tf_strerror(st),
+            tf_err_name(st));
+        input_release(in);
+        return st == TF_ENOMEM ? EXIT_LOCAL : EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* ---- get, put, call and rm: a batch of requests in flight ---------------------------------- */
+
+typedef enum { CMD_GET, CMD_PUT, CMD_CALL, CMD_RM } cmd_t;
+
+typedef struct batch batch_t;
+
+typedef struct {
+    batch_t *b;
+    const char *url;
+    const char *in_path;            /* put, call: the input (NULL or "-": stdin) */
+    char *out_path;                 /* get, call: the output (NULL: stdout) */
+    input_t in;
+    tf_doc_t *doc;                  /* what is sent, while in flight */
+    tf_result_t result;
+    int has_result;                 /* a request was made (or refused by the library) */
+    int rc;
+} job_t;
+
+struct batch {
+    tf_client_t *c;
+    const opts_t *o;
+    cmd_t cmd;
+    job_t *jobs;
+    size_t njobs, next;
+    size_t inflight, window;
+};
+
+static const char *const cmd_names[] = {"get", "put", "call", "rm"};
+
+static void release_input(job_t *j)
+{
+    tf_doc_free(j->doc);
+    j->doc = NULL;
+    if (j->in.data || j->in.len)
+        input_release(&j->in);
+    memset(&j->in, 0, sizeof(j->in));
+}
+
+static void start_more(batch_t *b);
+
+/* A request of the batch completed: report it, write its reply, start the next ones. */
+static void job_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *r,
+                     void *ud)
+{
+    job_t *j = ud;
+    batch_t *b = j->b;
+    const char *what = cmd_names[b->cmd];
+
+    j->result = *r;
+    j->has_result = 1;
+    b->inflight--;
+    if (b->njobs == 1)
+        bar_end();
+    if (st != TF_OK) {
+        j->rc = request_failed(r, what, j->url, st);
+    } else if (b->cmd == CMD_GET || b->cmd == CMD_CALL) {
+        j->rc = write_reply(b->o, what, j->url, doc, j->out_path);
+    } else if (!b->o->quiet && b->cmd == CMD_PUT) {
+        fprintf(stderr, "%s %s (%" PRIu64 " bytes)\n",
+                r->http_status == 201 ? "created" : "stored", j->url, r->bytes_sent);
+    } else if (!b->o->quiet) {
+        fprintf(stderr, "removed %s\n", j->url);
+    }
+    tf_doc_free(doc);
+    release_input(j);
+    start_more(b);
+}
+
+static void start_job(batch_t *b, job_t *j)
+{
+    static const tf_op_t ops[] = {TF_OP_GET, TF_OP_PUT, TF_OP_EXCHANGE, TF_OP_DELETE};
+    tf_request_t rq = {.op = ops[b->cmd], .url = j->url};
+
+    if (b->cmd == CMD_PUT || b->cmd == CMD_CALL) {
+        if ((j->rc = load_doc(b->o, j->url, j->in_path, &j->in, &j->doc)) != EXIT_OK)
+            return;
+        rq.in = j->doc;
+    }
+    if (b->cmd == CMD_GET)
+        rq.wait_ms = b->o->wait_ms;
+    tf_status_t st = tf_fetch_start(b->c, &rq, job_done, j, NULL);
+    if (st != TF_OK) {
+        j->result = *tf_client_last(b->c);
+        j->has_result = 1;
+        j->rc = request_failed(&j->result, cmd_names[b->cmd], j->url, st);
+        release_input(j);
+        return;
+    }
+    b->inflight++;
+}
+
+/* Starts jobs until the window is full (called again from each completion). */
+static void start_more(batch_t *b)
+{
+    while (b->inflight < b->window && b->next < b->njobs)
+        start_job(b, &b->jobs[b->next++]);
+}
+
+/* ---- naming the outputs of --dir ------------------------------------------------------------ */
+
+/* DIR/STEM.safetensors (or .raw). */
+static char *join_out(const char *dir, const char *stem, int raw)
+{
+    size_t n = strlen(dir) + strlen(stem) + 16;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s.%s", dir, stem, raw ? "raw" : "safetensors");
+    return p;
+}
+
+/* The stem of an output: get names it after the URL's last path segment, call after its
+ * input file (without directory and extension; "stdin" for standard input). */
+static int out_stem(cmd_t cmd, const char *url, const char *in_path, char *stem, size_t size)
+{
+    if (cmd == CMD_GET) {
+        last_segment(url, stem, size);
+    } else if (!in_path || strcmp(in_path, "-") == 0) {
+        snprintf(stem, size, "stdin");
     } else {
-        tf_status_t st = tf_doc_decode(in.data, in.len, TF_BORROW, &doc);
-        if (st != TF_OK) {
-            msg("%s is not a valid safetensors document: %s (%s)", shown, tf_strerror(st),
-                tf_err_name(st));
-            rc = st == TF_ENOMEM ? EXIT_LOCAL : EXIT_USAGE;
-            goto release_input;
+        const char *base = strrchr(in_path, '/');
+        snprintf(stem, size, "%s", base ? base + 1 : in_path);
+        char *dot = strrchr(stem, '.');
+        if (dot && dot != stem)
+            *dot = '\0';
+    }
+    return stem[0] && strcmp(stem, ".") != 0 && strcmp(stem, "..") != 0 ? 0 : -1;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Names every job's output under --dir, refusing two jobs that would write one file. */
+static int name_outputs(batch_t *b)
+{
+    const opts_t *o = b->o;
+    char stem[256];
+
+    if (mkdir(o->dir, 0777) != 0 && errno != EEXIST) {
+        msg("cannot create %s: %s", o->dir, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    char **names = malloc(b->njobs * sizeof(*names));
+    if (!names) {
+        msg("out of memory");
+        return EXIT_LOCAL;
+    }
+    for (size_t i = 0; i < b->njobs; i++) {
+        job_t *j = &b->jobs[i];
+        if (out_stem(b->cmd, j->url, j->in_path, stem, sizeof(stem)) != 0) {
+            free(names);
+            return usage_error("cannot name the output of %s", j->url);
+        }
+        if (!(j->out_path = join_out(o->dir, stem, o->raw))) {
+            free(names);
+            msg("out of memory");
+            return EXIT_LOCAL;
+        }
+        names[i] = j->out_path;
+    }
+    qsort(names, b->njobs, sizeof(*names), cmp_str);
+    for (size_t i = 1; i < b->njobs; i++) {
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            int rc = usage_error("two replies would both be written to %s", names[i]);
+            free(names);
+            return rc;
         }
     }
-    tf_status_t st = tf_put(c, url, doc);
-    bar_end();
-    if (st != TF_OK) {
-        rc = request_failed(c, "put", url, st);
-        goto free_doc;
-    }
-    rc = EXIT_OK;
-    if (!o->quiet) {
-        const tf_result_t *r = tf_client_last(c);
-        fprintf(stderr, "%s %s (%" PRIu64 " bytes)\n",
-                r->http_status == 201 ? "created" : "stored", url, r->bytes_sent);
-    }
+    free(names);
+    return EXIT_OK;
+}
 
-free_doc:
-    tf_doc_free(doc);
-release_input:
-    input_release(&in);
+/* Runs get, put, call or rm over its arguments: URLs, or URL FILE pairs. */
+static int cmd_batch(tf_client_t *c, const opts_t *o, cmd_t cmd, char **args, int nargs)
+{
+    int pairs = cmd == CMD_PUT || cmd == CMD_CALL;
+    size_t n = (size_t)nargs;                 /* rm URL..., get --dir DIR URL... */
+    if (pairs)
+        n = nargs == 1 ? 1 : (size_t)nargs / 2;   /* put/call URL [FILE] [URL FILE]... */
+    else if (cmd == CMD_GET && !o->dir)
+        n = 1;                                    /* get URL [FILE] */
+    batch_t b = {.c = c, .o = o, .cmd = cmd, .njobs = n};
+    int rc = EXIT_OK;
+
+    b.window = o->parallel > 0 ? (size_t)o->parallel : 1;
+    if (!(b.jobs = calloc(n, sizeof(*b.jobs)))) {
+        msg("out of memory");
+        return EXIT_LOCAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        job_t *j = &b.jobs[i];
+        j->b = &b;
+        j->url = args[pairs ? 2 * i : i];
+        if (pairs)
+            j->in_path = 2 * i + 1 < (size_t)nargs ? args[2 * i + 1] : NULL;
+    }
+    if (cmd == CMD_GET && !o->dir && nargs == 2 && strcmp(args[1], "-") != 0)
+        b.jobs[0].out_path = strdup(args[1]);
+    if (o->dir && (rc = name_outputs(&b)) != EXIT_OK)
+        goto free_jobs;
+
+    start_more(&b);
+    while (tf_client_pending(c) > 0)
+        tf_client_run(c, -1);
+    bar_end();
+
+    for (size_t i = 0; i < n; i++) {
+        if (o->stats && b.jobs[i].has_result)
+            print_stats(&b.jobs[i].result);
+        if (rc == EXIT_OK)
+            rc = b.jobs[i].rc;
+    }
+free_jobs:
+    for (size_t i = 0; i < n; i++)
+        free(b.jobs[i].out_path);
+    free(b.jobs);
     return rc;
 }
 
-static int cmd_rm(tf_client_t *c, const opts_t *o, const char *url)
-{
-    tf_status_t st = tf_delete(c, url);
-    if (st != TF_OK)
-        return request_failed(c, "rm", url, st);
-    if (!o->quiet)
-        fprintf(stderr, "removed %s\n", url);
-    return EXIT_OK;
-}
+/* ---- ls and info -------------------------------------------------------------------------- */
 
 static int cmd_ls(tf_client_t *c, const opts_t *o, const char *base)
 {
@@ -644,7 +853,7 @@ static int cmd_ls(tf_client_t *c, const opts_t *o, const char *base)
 
     tf_status_t st = tf_list(c, base, &e, &n);
     if (st != TF_OK)
-        return request_failed(c, "ls", base, st);
+        return request_failed(tf_client_last(c), "ls", base, st);
     if (o->json) {
         fputs("{\"tensors\":[", stdout);
         for (size_t i = 0; i < n; i++) {
@@ -678,7 +887,7 @@ static int cmd_info(tf_client_t *c, const char *base)
     char *json = NULL;
     tf_status_t st = tf_info(c, base, &json);
     if (st != TF_OK)
-        return request_failed(c, "info", base, st);
+        return request_failed(tf_client_last(c), "info", base, st);
     size_t n = strlen(json);
     fputs(json, stdout);
     if (n == 0 || json[n - 1] != '\n')
@@ -700,6 +909,9 @@ static const struct option long_opts[] = {
     {"request-id", required_argument, NULL, 'r'},
     {"timeout", required_argument, NULL, 't'},
     {"wait", required_argument, NULL, 'w'},
+    {"parallel", required_argument, NULL, 'P'},
+    {"dir", required_argument, NULL, 'd'},
+    {"format", required_argument, NULL, 'f'},
     {"raw", no_argument, NULL, OPT_RAW},
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"shape", required_argument, NULL, OPT_SHAPE},
@@ -716,7 +928,7 @@ static int parse_options(int argc, char **argv, opts_t *o)
 {
     int ch;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":u:r:t:w:sqhV", long_opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":u:r:t:w:P:d:f:sqhV", long_opts, NULL)) != -1) {
         switch (ch) {
         case 'u': o->user = optarg; break;
         case 'r': o->request_id = optarg; break;
@@ -727,6 +939,16 @@ static int parse_options(int argc, char **argv, opts_t *o)
         case 'w':
             if (parse_ms(optarg, &o->wait_ms) != 0)
                 return usage_error("bad --wait '%s' (milliseconds)", optarg);
+            break;
+        case 'P':
+            if (parse_ms(optarg, &o->parallel) != 0 || o->parallel < 1 || o->parallel > 1024)
+                return usage_error("bad --parallel '%s' (1..1024)", optarg);
+            break;
+        case 'd': o->dir = optarg; break;
+        case 'f':
+            if (strcmp(optarg, "safetensors") != 0 && strcmp(optarg, "shumai") != 0)
+                return usage_error("unknown --format '%s' (safetensors or shumai)", optarg);
+            o->format = optarg;
             break;
         case OPT_RAW: o->raw = 1; break;
         case OPT_DTYPE: o->dtype = optarg; break;
@@ -743,24 +965,80 @@ static int parse_options(int argc, char **argv, opts_t *o)
     return -1;
 }
 
-/* Checks the command's arguments and the options that apply to it only. */
-static int check_command(const char *cmd, int nargs, const opts_t *o)
+static int is(const char *cmd, const char *name)
 {
-    int max = strcmp(cmd, "get") == 0 || strcmp(cmd, "put") == 0 ? 2 : 1;
+    return strcmp(cmd, name) == 0;
+}
+
+/* Checks the number of arguments of a command. */
+static int check_args(const char *cmd, char **args, int nargs, const opts_t *o)
+{
     if (nargs < 1)
         return usage_error("%s needs a URL", cmd);
-    if (nargs > max)
-        return usage_error("too many arguments for %s", cmd);
-    if (o->wait_ms > 0 && strcmp(cmd, "get") != 0)
+    if (is(cmd, "ls") || is(cmd, "info")) {
+        if (nargs > 1)
+            return usage_error("too many arguments for %s", cmd);
+    } else if (is(cmd, "get")) {
+        if (!o->dir && nargs > 2)
+            return usage_error("get with several URLs needs --dir");
+    } else if (is(cmd, "put") || is(cmd, "call")) {
+        if (nargs > 2 && nargs % 2 != 0)
+            return usage_error("%s takes URL FILE pairs", cmd);
+        if (is(cmd, "call") && !o->dir && nargs > 2)
+            return usage_error("call with several pairs needs --dir");
+        if (is(cmd, "call") && o->dir && nargs < 2)
+            return usage_error("call --dir takes URL FILE pairs");
+        int stdin_uses = nargs == 1;
+        for (int i = 1; i < nargs; i += 2)
+            stdin_uses += strcmp(args[i], "-") == 0;
+        if (stdin_uses > 1)
+            return usage_error("standard input (-) can be read only once");
+    }
+    return -1;
+}
+
+/* Checks the command's arguments and the options that apply to it only. */
+static int check_command(const char *cmd, char **args, int nargs, const opts_t *o)
+{
+    int batch = is(cmd, "get") || is(cmd, "put") || is(cmd, "call") || is(cmd, "rm");
+    int rc = check_args(cmd, args, nargs, o);
+    if (rc >= 0)
+        return rc;
+    if (o->wait_ms > 0 && !is(cmd, "get"))
         return usage_error("--wait applies to get only");
-    if (o->raw && strcmp(cmd, "get") != 0)
-        return usage_error("--raw applies to get only");
-    if ((o->dtype || o->shape) && strcmp(cmd, "put") != 0)
-        return usage_error("--dtype and --shape apply to put only");
+    if (o->raw && !is(cmd, "get") && !is(cmd, "call"))
+        return usage_error("--raw applies to get and call only");
+    if ((o->dtype || o->shape) && !is(cmd, "put") && !is(cmd, "call"))
+        return usage_error("--dtype and --shape apply to put and call only");
     if (!o->dtype != !o->shape)
         return usage_error("--dtype and --shape go together");
-    if (o->json && strcmp(cmd, "ls") != 0)
+    if (o->json && !is(cmd, "ls"))
         return usage_error("--json applies to ls only");
+    if (o->dir && !is(cmd, "get") && !is(cmd, "call"))
+        return usage_error("--dir applies to get and call only");
+    if (o->parallel && !batch)
+        return usage_error("--parallel applies to get, put, call and rm only");
+    if (o->format && is(o->format, "shumai") && !is(cmd, "get") && !is(cmd, "call"))
+        return usage_error("--format shumai applies to get and call only");
+    return -1;
+}
+
+/* Sets the client up from the options; returns -1 to continue, or an exit code. */
+static int configure(tf_client_t *c, const opts_t *o, int one_request)
+{
+    if (o->user && tf_client_set_user(c, o->user) != TF_OK)
+        return usage_error("bad --user '%s' (expected [A-Za-z0-9._-]{1,128})", o->user);
+    if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK)
+        return usage_error("bad --request-id '%s' (expected [A-Za-z0-9._:-]{1,128})",
+                           o->request_id);
+    if (o->timeout_ms >= 0)
+        tf_client_set_timeout(c, o->timeout_ms);
+    if (o->parallel > 0 && tf_client_set_max_connections(c, o->parallel) != TF_OK)
+        return usage_error("bad --parallel %ld", o->parallel);
+    if (o->format && is(o->format, "shumai"))
+        tf_client_set_format(c, TF_FORMAT_SHUMAI);
+    if (!o->quiet && one_request && isatty(STDERR_FILENO))
+        tf_client_set_progress(c, on_progress, &bar);
     return -1;
 }
 
@@ -773,35 +1051,24 @@ static int run(const char *cmd, char **args, int nargs, const opts_t *o)
         msg("cannot create a client: out of memory");
         return EXIT_LOCAL;
     }
-    if (o->user && tf_client_set_user(c, o->user) != TF_OK) {
-        rc = usage_error("bad --user '%s' (expected [A-Za-z0-9._-]{1,128})", o->user);
+    int pairs = is(cmd, "put") || is(cmd, "call");
+    int one = nargs == 1 || (nargs == 2 && (pairs || !o->dir));
+    if ((rc = configure(c, o, one)) >= 0)
         goto free_client;
-    }
-    if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK) {
-        rc = usage_error("bad --request-id '%s' (expected [A-Za-z0-9._:-]{1,128})",
-                         o->request_id);
-        goto free_client;
-    }
-    if (o->timeout_ms >= 0)
-        tf_client_set_timeout(c, o->timeout_ms);
-    if (!o->quiet && isatty(STDERR_FILENO))
-        tf_client_set_progress(c, on_progress, &bar);
 
-    const char *file = nargs > 1 ? args[1] : NULL;
-    if (strcmp(cmd, "get") == 0)
-        rc = cmd_get(c, o, args[0], file);
-    else if (strcmp(cmd, "put") == 0)
-        rc = cmd_put(c, o, args[0], file);
-    else if (strcmp(cmd, "rm") == 0)
-        rc = cmd_rm(c, o, args[0]);
-    else if (strcmp(cmd, "ls") == 0)
+    if (is(cmd, "ls")) {
         rc = cmd_ls(c, o, args[0]);
-    else
+    } else if (is(cmd, "info")) {
         rc = cmd_info(c, args[0]);
+    } else {
+        cmd_t k = is(cmd, "get") ? CMD_GET : is(cmd, "put") ? CMD_PUT
+                                           : is(cmd, "call") ? CMD_CALL : CMD_RM;
+        rc = cmd_batch(c, o, k, args, nargs);
+    }
     bar_end();
     /* A request was made unless the command failed before reaching the network. */
-    if (o->stats && tf_client_last(c)->op[0])
-        print_stats(c);
+    if (o->stats && (is(cmd, "ls") || is(cmd, "info")) && tf_client_last(c)->op[0])
+        print_stats(tf_client_last(c));
 
 free_client:
     tf_client_free(c);
@@ -818,14 +1085,14 @@ int main(int argc, char **argv)
     if (optind >= argc)
         return usage_error("no command given");
     const char *cmd = argv[optind];
-    static const char *const commands[] = {"get", "put", "rm", "ls", "info"};
+    static const char *const commands[] = {"get", "put", "call", "rm", "ls", "info"};
     int known = 0;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         known |= strcmp(cmd, commands[i]) == 0;
     if (!known)
         return usage_error("unknown command '%s'", cmd);
     int nargs = argc - optind - 1;
-    if ((rc = check_command(cmd, nargs, &o)) >= 0)
+    if ((rc = check_command(cmd, argv + optind + 1, nargs, &o)) >= 0)
         return rc;
     return run(cmd, argv + optind + 1, nargs, &o);
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "daemon/conf.h"
 #include "daemon/metrics.h"
+#include "daemon/plugins.h"
 #include "daemon/replay.h"
 #include "daemon/routes.h"
 #include "daemon/sessions.h"
@@ -34,6 +35,7 @@ struct tfd_server {
     tfd_sessions_t *sessions;
     tfd_replay_t *replay;
     tfd_workers_t *workers;
+    tfd_plugins_t *plugins;                 /* loaded after the built-in routes */
     char id_prefix[17];
     atomic_uint_fast64_t next_id;
     atomic_uint_fast64_t body_bytes;        /* request bodies held outside the store */

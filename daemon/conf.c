@@ -17,13 +17,14 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum kind { K_STR, K_UINT, K_SIZE, K_LEVEL };
+enum kind { K_STR, K_UINT, K_SIZE, K_LEVEL, K_LIST };
 
 typedef struct {
     const char *name;
     enum kind kind;
     size_t off;
-    size_t size;                    /* K_STR: buffer size; K_UINT: sizeof field */
+    size_t size;                    /* K_STR: buffer size; K_UINT: sizeof field; K_LIST: a
+                                     * tfd_strlist_t (repeatable) */
     const char *arg;                /* metavariable for --help */
     const char *help;
 } opt_t;
@@ -58,6 +59,7 @@ static const opt_t opts[] = {
     {"max-workers", K_UINT, F(max_workers), "N", "worker processes at once (default 256)"},
     {"worker-queue", K_UINT, F(worker_queue), "N", "calls waiting per worker, else 503 (default 1024)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
+    {"plugin", K_LIST, F(plugins), "PATH", "load routes from a plugin shared object (\"PATH [ARGS]\"); repeatable, up to 16; see tfetch-plugin(3)"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 
@@ -177,6 +179,24 @@ static int apply(tfd_config_t *cfg, const opt_t *o, const char *val, const char 
         *(int *)field = l;
         return 0;
     }
+    case K_LIST: {
+        tfd_strlist_t *list = (tfd_strlist_t *)field;
+        if (!*val) {
+            fprintf(stderr, "tfetchd: %s: %s wants a value\n", where, o->name);
+            return -1;
+        }
+        if (list->n == TFD_MAX_PLUGINS) {
+            fprintf(stderr, "tfetchd: %s: at most %d %s settings\n", where, TFD_MAX_PLUGINS,
+                    o->name);
+            return -1;
+        }
+        if (strlen(val) >= sizeof list->v[0]) {
+            fprintf(stderr, "tfetchd: %s: %s is too long\n", where, o->name);
+            return -1;
+        }
+        memcpy(list->v[list->n++], val, strlen(val) + 1);
+        return 0;
+    }
     }
     return -1;
 }
@@ -258,7 +278,8 @@ static void usage(FILE *out)
             "  -h, --help                  show this help and exit\n"
             "  -V, --version               show the version and exit\n\n"
             "Config file keys are the long option names (`max-body = 1G`), optionally under a\n"
-            "[tfetchd] section; flags override the file. See tfetchd(8), tfetchd.conf(5).\n");
+            "[tfetchd] section; flags override the file (--plugin flags replace the file's\n"
+            "plugin lines). See tfetchd(8), tfetchd.conf(5).\n");
 }
 
 int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
@@ -292,11 +313,17 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
 
     opterr = 1;
     optind = 1;
+    int listed[NOPTS] = {0};        /* a repeatable flag replaces the file's list */
     while ((c = getopt_long(argc, argv, "c:hV", lo, NULL)) != -1) {
         if (c >= 1000 && c < 1000 + (int)NOPTS) {
+            const opt_t *o = &opts[c - 1000];
             char where[80];
-            snprintf(where, sizeof where, "--%s", opts[c - 1000].name);
-            if (apply(cfg, &opts[c - 1000], optarg, where) != 0)
+            snprintf(where, sizeof where, "--%s", o->name);
+            if (o->kind == K_LIST && !listed[c - 1000]) {
+                ((tfd_strlist_t *)((char *)cfg + o->off))->n = 0;
+                listed[c - 1000] = 1;
+            }
+            if (apply(cfg, o, optarg, where) != 0)
                 return -1;
         } else if (c != 'c') {
             fprintf(stderr, "Try 'tfetchd --help'.\n");

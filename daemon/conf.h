@@ -2,7 +2,8 @@
  *
  * The config file is INI (parsed by inih): `key = value` lines, optionally under a [tfetchd]
  * section, keys spelled like the long flags ("max-body = 1G"). Sizes take K/M/G/T suffixes
- * (powers of 1024). Read once at start-up on the main thread; read-only afterwards.
+ * (powers of 1024). A repeatable key (plugin) collects one value per line; flags of that name
+ * replace the file's list. Read once at start-up on the main thread; read-only afterwards.
  */
 #ifndef TFD_CONFIG_H
 #define TFD_CONFIG_H
@@ -12,6 +13,13 @@
 
 #define TFD_DEFAULT_PORT 7070
 #define TFD_DEFAULT_CONFIG "/etc/tfetchd/tfetchd.conf"
+#define TFD_MAX_PLUGINS 16
+
+/* A repeatable setting's values, in the order given. */
+typedef struct {
+    unsigned n;
+    char v[TFD_MAX_PLUGINS][512];
+} tfd_strlist_t;
 
 typedef struct {
     char listen[64];
@@ -41,6 +49,7 @@ typedef struct {
     unsigned max_workers;
     unsigned worker_queue;          /* calls waiting per worker */
     int log_level;                  /* syslog priority */
+    tfd_strlist_t plugins;          /* "PATH [ARGS]" of each plugin, in load order */
     char config_file[512];
 } tfd_config_t;
 

@@ -625,6 +625,8 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto free_parts;
     }
+    if (!(s->plugins = tfd_plugins_start(s->routes, cfg, err)))
+        goto free_parts;
     tfx_http_config_t hc = {
         .listen_addr = cfg->listen,
         .port = (uint16_t)cfg->port,
@@ -645,6 +647,7 @@ free_parts:
     tfd_workers_free(s->workers);
     tfd_replay_free(s->replay);
     tfd_sessions_free(s->sessions);
+    tfd_plugins_free(s->plugins);       /* after the sessions: their states use its code */
     tfd_routes_free(s->routes);
     tfd_metrics_free(s->metrics);
     tfd_waiters_free(s->waiters);
@@ -700,6 +703,7 @@ void tfd_server_free(tfd_server_t *s)
     tfd_workers_free(s->workers);
     tfd_replay_free(s->replay);
     tfd_sessions_free(s->sessions);
+    tfd_plugins_free(s->plugins);       /* after the sessions: their states use its code */
     tfd_routes_free(s->routes);
     tfd_waiters_free(s->waiters);
     tfd_metrics_free(s->metrics);

@@ -569,3 +569,26 @@ void tfp_strings_free(char **v, size_t n)
         free(v[i]);
     free(v);
 }
+
+tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t id_size,
+                                  uint64_t *lease_ms, tfp_err_t *err)
+{
+    cJSON *root = NULL;
+    tfp_status_t st = parse_body(body, len, &root, err);
+    if (st != TFP_OK)
+        return st;
+    const cJSON *w = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "worker")
+                                          : NULL;
+    const cJSON *l = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "lease_ms")
+                                          : NULL;
+    uint64_t lease;
+    if (!cJSON_IsString(w) || !tfp_name_valid(w->valuestring) ||
+        strlen(w->valuestring) >= id_size || get_u53(l, &lease) != 0 || lease == 0) {
+        st = tfp_err_set(err, TFP_EPROTO, "expected {\"worker\": ID, \"lease_ms\": N}");
+    } else {
+        memcpy(id, w->valuestring, strlen(w->valuestring) + 1);
+        *lease_ms = lease;
+    }
+    cJSON_Delete(root);
+    return st;
+}

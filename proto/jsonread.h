@@ -55,5 +55,8 @@ void tfp_listing_free(tfp_list_entry_t *entries, size_t n);
 tfp_status_t tfp_parse_worker_routes(const char *body, size_t len, size_t max, char ***routes,
                                      size_t *n, tfp_err_t *err);
 void tfp_strings_free(char **v, size_t n);
+/* Parses the answer to a worker registration {"worker": ID, "lease_ms": N}. */
+tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t id_size,
+                                  uint64_t *lease_ms, tfp_err_t *err);
 
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/tfetch.h"
@@ -1103,6 +1104,26 @@ START_TEST(engine_two_at_once)
 }
 END_TEST
 
+START_TEST(engine_connection_cap_and_wait)
+{
+    tfx_hc_t *hc;
+    ck_assert_int_eq(tfx_hc_new(&hc), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_set_max_host_connections(hc, 0), TFX_HC_EINVAL);
+    ck_assert_int_eq(tfx_hc_set_max_host_connections(hc, -3), TFX_HC_EINVAL);
+    ck_assert_int_eq(tfx_hc_set_max_host_connections(NULL, 4), TFX_HC_EINVAL);
+    ck_assert_int_eq(tfx_hc_set_max_host_connections(hc, 1), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_set_max_host_connections(hc, 64), TFX_HC_OK);
+    /* nothing running: waiting returns at once instead of sleeping out the timeout */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tfx_hc_wait(hc, 5000);
+    tfx_hc_wait(NULL, 5000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 2);
+    tfx_hc_free(hc);
+}
+END_TEST
+
 START_TEST(engine_url_build)
 {
     char *out = NULL;
@@ -1173,6 +1194,7 @@ Suite *suite_client(void)
     tcase_add_test(engine, engine_start_error_never_calls_back);
     tcase_add_test(engine, engine_cancel_drive_timeout_and_free);
     tcase_add_test(engine, engine_two_at_once);
+    tcase_add_test(engine, engine_connection_cap_and_wait);
     tcase_add_test(engine, engine_url_build);
     tcase_set_timeout(engine, 30);
     suite_add_tcase(s, engine);

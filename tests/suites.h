@@ -11,5 +11,7 @@ Suite *suite_store(void);
 Suite *suite_client(void);
 Suite *suite_e2e(void);
 Suite *suite_shumai(void);
+Suite *suite_async(void);
+Suite *suite_plugins(void);
 
 #endif

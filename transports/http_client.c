@@ -317,6 +317,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         /* A new status line (after a 1xx): forget what an interim response said. */
         r->request_id[0] = r->transport[0] = r->content_type[0] = '\0';
         r->dtype[0] = r->shape[0] = '\0';
+        r->call_id[0] = r->route[0] = r->call_user[0] = r->call_request_id[0] = '\0';
         return n;
     }
     const char *colon = memchr(line, ':', n);
@@ -335,6 +336,14 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         copy_value(r->dtype, sizeof(r->dtype), v, vlen);
     else if (header_is(line, name_len, "Tfetch-Shape"))
         copy_value(r->shape, sizeof(r->shape), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Call"))
+        copy_value(r->call_id, sizeof(r->call_id), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Route"))
+        copy_value(r->route, sizeof(r->route), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Call-User"))
+        copy_value(r->call_user, sizeof(r->call_user), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Call-Request-Id"))
+        copy_value(r->call_request_id, sizeof(r->call_request_id), v, vlen);
     return n;
 }
 

@@ -57,6 +57,10 @@ typedef struct {
     char content_type[128];         /* Content-Type */
     char dtype[32];                 /* Tfetch-Dtype */
     char shape[256];                /* Tfetch-Shape */
+    char call_id[32];               /* Tfetch-Call (a worker's poll) */
+    char route[256];                /* Tfetch-Route */
+    char call_user[129];            /* Tfetch-Call-User */
+    char call_request_id[129];      /* Tfetch-Call-Request-Id */
     uint8_t *body;                  /* owned by the request; always NUL-terminated */
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */
