@@ -71,6 +71,12 @@ static tf_status_t http_status(const tfx_hc_resp_t *r)
     return TF_EHTTP;
 }
 
+static void step_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
+{
+    (void)req;
+    *(tfx_hc_status_t *)ud = st;
+}
+
 /* Runs one request on w->req: method, path (under base), optional query, body segments.
  * Returns the transport's status; the response is in w->req. */
 static tf_status_t step(tf_worker_t *w, const char *method, const char *path, const char *query,
@@ -92,10 +98,11 @@ static tf_status_t step(tf_worker_t *w, const char *method, const char *path, co
     if (st != TFX_HC_OK)
         return from_transport(st);
     tfx_hc_req_set_timeout(w->req, timeout_ms);
-    st = tfx_hc_start(w->hc, w->req, NULL, NULL);
+    tfx_hc_status_t done = TFX_HC_EAGAIN;
+    st = tfx_hc_start(w->hc, w->req, step_done, &done);
     if (st == TFX_HC_OK)
-        st = tfx_hc_drive(w->hc, w->req, -1);
-    return from_transport(st);
+        st = tfx_hc_drive(w->hc, w->req, -1);   /* until done (the request has a timeout) */
+    return from_transport(st == TFX_HC_OK ? done : st);
 }
 
 static tf_status_t do_register(tf_worker_t *w)

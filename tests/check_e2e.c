@@ -765,6 +765,177 @@ START_TEST(shumai_wire_get_and_exchange)
 }
 END_TEST
 
+/* ---- worker routes ------------------------------------------------------------------- */
+
+/* double: F32 x2, answering with the caller's ids as metadata; refuse: a 422 with a message;
+ * slow: never answers in time. */
+static tf_status_t worker_fn(const tf_call_t *call, const tf_doc_t *in, tf_doc_t **reply,
+                             char *errmsg, size_t errmsg_size, void *ud)
+{
+    (void)ud;
+    if (strcmp(call->route, "refuse") == 0) {
+        snprintf(errmsg, errmsg_size, "refused by the worker for %s", call->user);
+        return TF_EUNPROC;
+    }
+    if (strcmp(call->route, "slow") == 0) {
+        FILE *f = fopen(getenv("TF_TEST_MARK"), "w");
+        if (f)
+            fclose(f);
+        sleep(30);
+    }
+    const tf_tensor_t *t = tf_doc_at(in, 0);
+    if (!t || t->dtype != TF_F32)
+        return TF_EUNPROC;
+    size_t n = t->nbytes / 4;
+    float *v = malloc(t->nbytes ? t->nbytes : 1);
+    for (size_t i = 0; i < n; i++)
+        v[i] = ((const float *)t->data)[i] * 2;
+    tf_doc_t *d = tf_doc_new();
+    tf_doc_add(d, t->name, TF_F32, t->rank, t->shape, v, t->nbytes, TF_COPY);
+    free(v);
+    tf_doc_set_meta(d, "user", call->user);
+    tf_doc_set_meta(d, "request", call->request_id);
+    *reply = d;
+    return TF_OK;
+}
+
+static pid_t start_worker(const char *const *routes, size_t n)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGTERM, SIG_DFL);       /* Check's handler would signal the whole group */
+        tf_worker_t *w = NULL;
+        if (tf_worker_new(D.base, routes, n, worker_fn, NULL, &w) != TF_OK)
+            _exit(3);
+        tf_status_t st = tf_worker_serve(w, 60000);
+        tf_worker_free(w);
+        _exit(st == TF_OK ? 0 : 4);
+    }
+    /* Wait until the routes show up. */
+    for (int i = 0; i < 200; i++) {
+        curl("", "/v1/info");
+        if (strstr(out, "\"kind\":\"worker\""))
+            return pid;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    ck_abort_msg("the worker did not register");
+    return -1;
+}
+
+START_TEST(worker_routes_serve_calls)
+{
+    const char *args[] = {"--worker-lease", "1000", NULL};
+    start(args);
+    const char *routes[] = {"double", "refuse"};
+    pid_t wpid = start_worker(routes, 2);
+    tf_client_t *c = client();
+    tf_client_set_user(c, "frank");
+    tf_client_set_request_id(c, "job-9");
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    float v[3] = {1, 2.5f, -4};
+    int64_t shape[1] = {3};
+    tf_doc_add(in, "x", TF_F32, 1, shape, v, sizeof v, TF_BORROW);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/call/double", D.base);
+    ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_OK);
+    const float *r = tf_doc_find(got, "x")->data;
+    ck_assert(r[0] == 2 && r[1] == 5 && r[2] == -8);
+    ck_assert_str_eq(tf_doc_meta(got, "user"), "frank");
+    ck_assert_str_eq(tf_doc_meta(got, "request"), "job-9");
+    tf_doc_free(got);
+    got = NULL;
+    /* The worker's error reaches the caller as it was given. */
+    snprintf(url, sizeof url, "%s/v1/call/refuse", D.base);
+    ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_EUNPROC);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 422);
+    ck_assert_str_eq(tf_client_last(c)->error, "refused by the worker for frank");
+    /* Many calls in a row through one worker. */
+    snprintf(url, sizeof url, "%s/v1/call/double", D.base);
+    for (int i = 0; i < 50; i++) {
+        v[0] = (float)i;
+        ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_OK);
+        ck_assert(((const float *)tf_doc_find(got, "x")->data)[0] == 2.0f * (float)i);
+        tf_doc_free(got);
+        got = NULL;
+    }
+    /* The worker leaves: its routes go, callers get 404. */
+    kill(wpid, SIGTERM);
+    int st;
+    waitpid(wpid, &st, 0);
+    struct timespec ts = {1, 500 * 1000000L};
+    nanosleep(&ts, NULL);                   /* the lease runs out */
+    ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_ENOTFOUND);
+    tf_doc_free(in);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(worker_killed_mid_request_gives_503)
+{
+    const char *args[] = {"--worker-lease", "1000", NULL};
+    start(args);
+    char mark[128];
+    snprintf(mark, sizeof mark, "/tmp/tf-e2e-mark-%d", (int)getpid());
+    unlink(mark);
+    setenv("TF_TEST_MARK", mark, 1);
+    const char *routes[] = {"slow"};
+    pid_t wpid = start_worker(routes, 1);
+    /* Kill the worker once the call is in its hands. */
+    pid_t killer = fork();
+    if (killer == 0) {
+        for (int i = 0; i < 500 && access(mark, F_OK) != 0; i++) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        kill(wpid, SIGKILL);
+        _exit(0);
+    }
+    tf_client_t *c = client();
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    float v[1] = {1};
+    int64_t shape[1] = {1};
+    tf_doc_add(in, "x", TF_F32, 1, shape, v, sizeof v, TF_BORROW);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/call/slow", D.base);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_EBUSY);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    ck_assert_int_eq(tf_client_last(c)->http_status, 503);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "stopped answering") != NULL, "%s",
+                  tf_client_last(c)->error);
+    ck_assert_msg(secs < 5.0, "the caller waited %.2f s for a dead worker", secs);
+    ck_assert_int_eq(access(mark, F_OK), 0);            /* the worker had the call */
+    int st;
+    waitpid(killer, &st, 0);
+    waitpid(wpid, &st, 0);
+    ck_assert(WIFSIGNALED(st));
+    unlink(mark);
+    tf_doc_free(in);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(worker_protocol_refusals)
+{
+    start(NULL);
+    ck_assert_int_eq(curl("-X POST -H 'Content-Type: application/json' -d '{\"routes\":[]}'", "/v1/workers"), 400);
+    ck_assert_int_eq(curl("-X POST -H 'Content-Type: application/json' -d '{\"routes\":[\"echo\"]}'", "/v1/workers"), 422);
+    ck_assert_msg(strstr(out, "already served") != NULL, "%s", out);
+    ck_assert_int_eq(curl("-X POST -H 'Content-Type: application/json' -d '{\"routes\":[\"a/b\"]}'", "/v1/workers"), 400);
+    ck_assert_int_eq(curl("-X POST -H 'Content-Type: application/json' -d 'nope'", "/v1/workers"), 400);
+    ck_assert_int_eq(curl("", "/v1/workers/nobody/next?wait=10"), 404);
+    ck_assert_int_eq(curl("-X POST -H 'Content-Type: application/json' -d '{\"error\":\"x\",\"code\":\"TF_EUNPROC\"}'",
+                          "/v1/workers/nobody/calls/c1"), 404);
+    ck_assert_int_eq(curl("-X DELETE", "/v1/workers/nobody"), 404);
+    stop_clean();
+}
+END_TEST
+
 /* ---- concurrency ----------------------------------------------------------------------- */
 
 enum { WRITERS = 4, ROUNDS = 25, ELEMS = 16384 };
@@ -928,6 +1099,12 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, sessions_ttl_quota_eviction);
     tcase_add_test(tc, retry_with_request_id_runs_once);
     tcase_add_test(tc, shumai_wire_get_and_exchange);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("workers");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, worker_routes_serve_calls);
+    tcase_add_test(tc, worker_killed_mid_request_gives_503);
+    tcase_add_test(tc, worker_protocol_refusals);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 60);
