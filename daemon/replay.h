@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/store.h"
-#include "transports/http_server.h"
+#include "transports/req.h"
 
 typedef struct tfd_replay tfd_replay_t;
 

@@ -9,7 +9,7 @@
 #define TFD_WAITERS_H
 
 #include <stdint.h>
-#include "transports/http_server.h"
+#include "transports/req.h"
 
 enum { TFD_WAIT_IDLE, TFD_WAIT_ARMED, TFD_WAIT_WOKEN, TFD_WAIT_EXPIRED, TFD_WAIT_SHUTDOWN };
 

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/routes.h"
-#include "transports/http_server.h"
+#include "transports/req.h"
 
 typedef struct tfd_workers tfd_workers_t;
 

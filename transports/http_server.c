@@ -11,6 +11,7 @@
  */
 #include "config.h"
 #include "transports/http_server.h"
+#include "transports/req_int.h"
 #include "transports/buf.h"
 #include "proto/jsonw.h"
 
@@ -40,71 +41,44 @@ struct tfx_http {
     uint16_t port;
 };
 
-typedef struct hdr {
-    struct hdr *next;
-    char *name, *value;
-} hdr_t;
-
 enum { RUNNING, SUSPENDED };
 
-struct tfx_req {
+/* An HTTP request: the generic part first (req_int.h), then what MHD needs. */
+typedef struct {
+    tfx_req_t base;
     tfx_http_t *srv;
     struct MHD_Connection *conn;
-    const char *method, *path;      /* MHD-owned, valid for the request */
-    void *ctx;
-
-    /* body */
-    int accept_body;
-    size_t headroom;
-    uint64_t max_body;
-    uint8_t *buf;
-    size_t cap;                     /* of buf */
-    uint64_t body_len;
-    uint64_t body_seen;             /* including discarded bytes */
-    tfp_status_t body_failed;       /* why the body is being drained, or TFP_OK */
+    struct MHD_Response *resp;      /* decided, not yet queued */
+    int queued;
     uint64_t start_ms;
     int deferred;                   /* an answer decided at begin waits for the body to drain */
-
-    /* response */
-    hdr_t *hdrs;
-    struct MHD_Response *resp;
-    unsigned status;
-    uint64_t resp_len;
-    int queued;
-
     /* suspension */
     pthread_mutex_t lock;
     int state;
-    int want_suspend;
     int wake_pending;
-};
+} http_req_t;
+
+#define HR(r) ((http_req_t *)(r))
 
 /* ---- request accessors ------------------------------------------------------------------ */
 
-const char *tfx_req_method(const tfx_req_t *r) { return r->method; }
-const char *tfx_req_path(const tfx_req_t *r) { return r->path; }
-void tfx_req_set_ctx(tfx_req_t *r, void *ctx) { r->ctx = ctx; }
-void *tfx_req_ctx(const tfx_req_t *r) { return r->ctx; }
-unsigned tfx_req_status(const tfx_req_t *r) { return r->status; }
-uint64_t tfx_req_response_bytes(const tfx_req_t *r) { return r->resp_len; }
-uint64_t tfx_req_body_bytes(const tfx_req_t *r) { return r->body_seen; }
 
-const char *tfx_req_header(const tfx_req_t *r, const char *name)
+static const char *http_header(const tfx_req_t *r, const char *name)
 {
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+    return MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND, name);
 }
 
-const char *tfx_req_query(const tfx_req_t *r, const char *key)
+static const char *http_query(const tfx_req_t *r, const char *key)
 {
-    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+    return MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
-int64_t tfx_req_content_length(const tfx_req_t *r)
+static int64_t http_content_length(const tfx_req_t *r)
 {
     /* With Transfer-Encoding, MHD ignores (and does not check) Content-Length. */
-    if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+    if (MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return -1;
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+    const char *cl = MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (!cl)
         return -1;
@@ -117,11 +91,11 @@ int64_t tfx_req_content_length(const tfx_req_t *r)
     return (int64_t)v;
 }
 
-const char *tfx_req_peer(const tfx_req_t *r)
+static const char *http_peer(const tfx_req_t *r)
 {
     static __thread char buf[INET6_ADDRSTRLEN];
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        MHD_get_connection_info(HR(r)->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     buf[0] = '\0';
     if (!ci || !ci->client_addr)
         return buf;
@@ -141,40 +115,17 @@ static enum MHD_Result sum_header(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
-size_t tfx_req_header_bytes(const tfx_req_t *r)
+static size_t http_header_bytes(const tfx_req_t *r)
 {
     size_t sum = 0;
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, sum_header, &sum);
+    MHD_get_connection_values(HR(r)->conn, MHD_HEADER_KIND, sum_header, &sum);
     return sum;
 }
 
 /* ---- bodies ------------------------------------------------------------------------------ */
 
-void tfx_req_accept_body(tfx_req_t *r, size_t headroom, uint64_t max)
-{
-    r->accept_body = 1;
-    r->headroom = headroom;
-    r->max_body = max;
-}
-
-const uint8_t *tfx_req_body(const tfx_req_t *r, size_t *len)
-{
-    *len = r->buf ? (size_t)r->body_len : 0;
-    return r->buf ? r->buf + r->headroom : NULL;
-}
-
-uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap)
-{
-    uint8_t *b = r->buf;
-    *cap = r->cap;
-    r->buf = NULL;
-    r->cap = 0;
-    return b;
-}
-
 /* Makes room for `more` bytes after what has arrived: one allocation when the length is
- * known, geometric growth (copying) only for chunked bodies. The daemon's body_grow hook
- * approves every growth first (memory accounting). TFP_OK or why not. */
+ * known, geometric growth (copying) only for chunked bodies. */
 static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
 {
     uint64_t need = r->headroom + r->body_len + more;
@@ -191,24 +142,7 @@ static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
     }
     if (want < need)
         want = need;
-    if (want > SIZE_MAX)
-        return TFP_ENOMEM;
-    if (r->srv->h.body_grow) {
-        tfp_status_t st = r->srv->h.body_grow(r, want, r->srv->h.arg);
-        if (st != TFP_OK)
-            return st;
-    }
-    size_t cap;
-    uint8_t *nb = tfx_buf_alloc((size_t)want, &cap);
-    if (!nb)
-        return TFP_ENOMEM;
-    if (r->buf) {
-        memcpy(nb + r->headroom, r->buf + r->headroom, (size_t)r->body_len);
-        tfx_buf_free(r->buf, r->cap);
-    }
-    r->buf = nb;
-    r->cap = cap;
-    return TFP_OK;
+    return tfx_req_grow_body(r, want);
 }
 
 /* Bodies that fail (too big, no memory) are drained and answered once complete: MHD cannot
@@ -228,11 +162,11 @@ static uint64_t now_ms(void)
 static int take_upload(tfx_req_t *r, const char *data, size_t n)
 {
     r->body_seen += n;
-    uint64_t rate = r->srv->cfg.min_upload_rate;
-    uint64_t el = now_ms() - r->start_ms;
+    uint64_t rate = HR(r)->srv->cfg.min_upload_rate;
+    uint64_t el = now_ms() - HR(r)->start_ms;
     if (rate && el > RATE_GRACE_MS && r->body_seen * 1000u / el < rate)
         return -1;
-    if (r->deferred || r->body_failed || !r->accept_body)
+    if (HR(r)->deferred || r->body_failed || !r->accept_body)
         return r->body_seen - r->body_len > DRAIN_MAX ? -1 : 0;   /* discard */
     if (r->body_len + n > r->max_body) {
         r->body_failed = TFP_ETOOBIG;
@@ -264,7 +198,8 @@ static void answer_failed_body(tfx_req_t *r)
 /* Will a body follow the headers? */
 static int body_pending(const tfx_req_t *r)
 {
-    if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+    if (MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND,
+                                    MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return 1;
     int64_t cl = tfx_req_content_length(r);
     return cl > 0;
@@ -272,42 +207,10 @@ static int body_pending(const tfx_req_t *r)
 
 /* ---- responses --------------------------------------------------------------------------- */
 
-void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value)
+static void http_respond(tfx_req_t *r, unsigned status, const char *content_type,
+                         const void *body, size_t len, void (*release)(void *), void *release_arg)
 {
-    hdr_t *h = calloc(1, sizeof *h);
-    if (!h)
-        return;
-    h->name = strdup(name);
-    h->value = strdup(value);
-    if (!h->name || !h->value) {
-        free(h->name);
-        free(h->value);
-        free(h);
-        return;
-    }
-    h->next = r->hdrs;
-    r->hdrs = h;
-}
-
-static void free_headers(tfx_req_t *r)
-{
-    while (r->hdrs) {
-        hdr_t *n = r->hdrs->next;
-        free(r->hdrs->name);
-        free(r->hdrs->value);
-        free(r->hdrs);
-        r->hdrs = n;
-    }
-}
-
-void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const void *body,
-                 size_t len, void (*release)(void *), void *release_arg)
-{
-    if (r->resp || r->queued) {                     /* a second answer: keep the first */
-        if (release)
-            release(release_arg);
-        return;
-    }
+    http_req_t *hr = HR(r);
     struct MHD_Response *resp;
     if (release)
         resp = MHD_create_response_from_buffer_with_free_callback_cls(len, (void *)body,
@@ -321,86 +224,78 @@ void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const 
     }
     if (content_type)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    if (atomic_load(&r->srv->draining))
+    if (atomic_load(&hr->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    for (hdr_t *h = r->hdrs; h; h = h->next)
+    for (tfx_hdr_t *h = r->hdrs; h; h = h->next)
         MHD_add_response_header(resp, h->name, h->value);
-    r->resp = resp;
-    r->status = status;
-    r->resp_len = len;
+    hr->resp = resp;
 }
 
-void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
+static enum MHD_Result queue_pending(http_req_t *hr)
 {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    size_t len = 0;
-    char *body = tfp_error_json(code, msg, &len);
-    if (!body) {
-        static const char oom[] = "{\"error\":\"out of memory\",\"code\":\"TF_ENOMEM\"}\n";
-        tfx_respond(r, 500, "application/json", oom, sizeof oom - 1, NULL, NULL);
-        return;
-    }
-    int http = tfp_status_http(code);
-    tfx_respond(r, http > 0 ? (unsigned)http : 500, "application/json", body, len, free, body);
-}
-
-static enum MHD_Result queue_pending(tfx_req_t *r)
-{
-    if (!r->resp)
+    if (!hr->resp)
         return MHD_YES;
-    enum MHD_Result ok = MHD_queue_response(r->conn, r->status, r->resp);
-    MHD_destroy_response(r->resp);
-    r->resp = NULL;
-    r->queued = 1;
+    enum MHD_Result ok = MHD_queue_response(hr->conn, hr->base.status, hr->resp);
+    MHD_destroy_response(hr->resp);
+    hr->resp = NULL;
+    hr->queued = 1;
     return ok;
 }
 
 /* ---- suspension -------------------------------------------------------------------------- */
 
-void tfx_req_suspend(tfx_req_t *r) { r->want_suspend = 1; }
-
-void tfx_req_resume(tfx_req_t *r)
+static void http_resume(tfx_req_t *r)
 {
-    pthread_mutex_lock(&r->lock);
-    if (r->state == SUSPENDED) {
-        r->state = RUNNING;
-        MHD_resume_connection(r->conn);
+    http_req_t *hr = HR(r);
+    pthread_mutex_lock(&hr->lock);
+    if (hr->state == SUSPENDED) {
+        hr->state = RUNNING;
+        MHD_resume_connection(hr->conn);
     } else {
-        r->wake_pending = 1;
+        hr->wake_pending = 1;
     }
-    pthread_mutex_unlock(&r->lock);
+    pthread_mutex_unlock(&hr->lock);
 }
 
 /* Runs handle until it responds or suspends with no wake-up pending. */
-static void run_handle(tfx_req_t *r)
+static void run_handle(http_req_t *hr)
 {
+    tfx_req_t *r = &hr->base;
     for (;;) {
         r->want_suspend = 0;
-        r->srv->h.handle(r, r->srv->h.arg);
-        if (!r->want_suspend || r->resp)
+        hr->srv->h.handle(r, hr->srv->h.arg);
+        if (!r->want_suspend || r->answered)
             return;
-        pthread_mutex_lock(&r->lock);
-        if (r->wake_pending) {
-            r->wake_pending = 0;
-            pthread_mutex_unlock(&r->lock);
+        pthread_mutex_lock(&hr->lock);
+        if (hr->wake_pending) {
+            hr->wake_pending = 0;
+            pthread_mutex_unlock(&hr->lock);
             continue;
         }
-        r->state = SUSPENDED;
-        MHD_suspend_connection(r->conn);
-        pthread_mutex_unlock(&r->lock);
+        hr->state = SUSPENDED;
+        MHD_suspend_connection(hr->conn);
+        pthread_mutex_unlock(&hr->lock);
         return;
     }
 }
+
+static const tfx_req_ops_t http_ops = {
+    .name = "http",
+    .header = http_header,
+    .query = http_query,
+    .content_length = http_content_length,
+    .peer = http_peer,
+    .header_bytes = http_header_bytes,
+    .respond = http_respond,
+    .resume = http_resume,
+};
 
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
 
 static int expects_continue(const tfx_req_t *r)
 {
-    const char *e = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    const char *e = MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_EXPECT);
     return e && strcasecmp(e, "100-continue") == 0;
 }
 
@@ -410,19 +305,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls)
 {
     tfx_http_t *s = cls;
-    tfx_req_t *r = *con_cls;
+    http_req_t *hr = *con_cls;
 
-    if (!r) {
-        r = calloc(1, sizeof *r);
-        if (!r)
+    if (!hr) {
+        hr = calloc(1, sizeof *hr);
+        if (!hr)
             return MHD_NO;
-        r->srv = s;
-        r->conn = conn;
+        tfx_req_t *r = &hr->base;
+        r->ops = &http_ops;
+        r->h = &s->h;
         r->method = method;
         r->path = url;
-        pthread_mutex_init(&r->lock, NULL);
-        *con_cls = r;
-        r->start_ms = now_ms();
+        hr->srv = s;
+        hr->conn = conn;
+        pthread_mutex_init(&hr->lock, NULL);
+        *con_cls = hr;
+        hr->start_ms = now_ms();
         atomic_fetch_add(&s->inflight, 1);
         if (atomic_load(&s->draining))
             tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");
@@ -433,40 +331,40 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             s->h.begin(r, s->h.arg);
         /* An early answer to a client that did not ask "Expect: 100-continue" waits until its
          * body is drained: closing on unread bytes would reset the connection first. */
-        if (r->resp && body_pending(r) && !expects_continue(r)) {
-            r->deferred = 1;
+        if (hr->resp && body_pending(r) && !expects_continue(r)) {
+            hr->deferred = 1;
             return MHD_YES;
         }
-        return queue_pending(r);
+        return queue_pending(hr);
     }
+    tfx_req_t *r = &hr->base;
     if (*upload_data_size) {
         int rc = take_upload(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return rc == 0 ? MHD_YES : MHD_NO;
     }
-    if (r->deferred)
-        ;                                           /* r->resp was decided at begin */
+    if (hr->deferred)
+        ;                                           /* the answer was decided at begin */
     else if (r->body_failed)
         answer_failed_body(r);
     else
-        run_handle(r);
-    return queue_pending(r);
+        run_handle(hr);
+    return queue_pending(hr);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     tfx_http_t *s = cls;
-    tfx_req_t *r = *con_cls;
-    if (!r)
+    http_req_t *hr = *con_cls;
+    if (!hr)
         return;
-    s->h.finish(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->h.arg);
-    if (r->resp)
-        MHD_destroy_response(r->resp);
-    free_headers(r);
-    tfx_buf_free(r->buf, r->cap);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
+    s->h.finish(&hr->base, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->h.arg);
+    if (hr->resp)
+        MHD_destroy_response(hr->resp);
+    tfx_req_release(&hr->base);
+    pthread_mutex_destroy(&hr->lock);
+    free(hr);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
 }

@@ -1,0 +1,143 @@
+/* req.c - the transport-independent half of tfx_req_t: accessors, the body buffer, response
+ * headers, and dispatch to the transport's functions. Threads: as req.h.
+ */
+#include "config.h"
+#include "transports/req_int.h"
+#include "transports/buf.h"
+#include "proto/jsonw.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *tfx_req_transport(const tfx_req_t *r) { return r->ops->name; }
+const char *tfx_req_method(const tfx_req_t *r) { return r->method; }
+const char *tfx_req_path(const tfx_req_t *r) { return r->path; }
+void tfx_req_set_ctx(tfx_req_t *r, void *ctx) { r->ctx = ctx; }
+void *tfx_req_ctx(const tfx_req_t *r) { return r->ctx; }
+unsigned tfx_req_status(const tfx_req_t *r) { return r->status; }
+uint64_t tfx_req_response_bytes(const tfx_req_t *r) { return r->resp_len; }
+uint64_t tfx_req_body_bytes(const tfx_req_t *r) { return r->body_seen; }
+
+const char *tfx_req_header(const tfx_req_t *r, const char *name) { return r->ops->header(r, name); }
+const char *tfx_req_query(const tfx_req_t *r, const char *key) { return r->ops->query(r, key); }
+int64_t tfx_req_content_length(const tfx_req_t *r) { return r->ops->content_length(r); }
+const char *tfx_req_peer(const tfx_req_t *r) { return r->ops->peer(r); }
+size_t tfx_req_header_bytes(const tfx_req_t *r) { return r->ops->header_bytes(r); }
+void tfx_req_resume(tfx_req_t *r) { r->ops->resume(r); }
+void tfx_req_suspend(tfx_req_t *r) { r->want_suspend = 1; }
+
+void tfx_req_accept_body(tfx_req_t *r, size_t headroom, uint64_t max)
+{
+    r->accept_body = 1;
+    r->headroom = headroom;
+    r->max_body = max;
+}
+
+const uint8_t *tfx_req_body(const tfx_req_t *r, size_t *len)
+{
+    *len = r->buf ? (size_t)r->body_len : 0;
+    return r->buf ? r->buf + r->headroom : NULL;
+}
+
+uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap)
+{
+    uint8_t *b = r->buf;
+    *cap = r->cap;
+    r->buf = NULL;
+    r->cap = 0;
+    return b;
+}
+
+tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total)
+{
+    if (total > SIZE_MAX)
+        return TFP_ENOMEM;
+    if (r->h->body_grow) {
+        tfp_status_t st = r->h->body_grow(r, total, r->h->arg);
+        if (st != TFP_OK)
+            return st;
+    }
+    size_t cap;
+    uint8_t *nb = tfx_buf_alloc((size_t)total, &cap);
+    if (!nb)
+        return TFP_ENOMEM;
+    if (r->buf) {
+        memcpy(nb + r->headroom, r->buf + r->headroom, (size_t)r->body_len);
+        tfx_buf_free(r->buf, r->cap);
+    }
+    r->buf = nb;
+    r->cap = cap;
+    return TFP_OK;
+}
+
+void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value)
+{
+    tfx_hdr_t *h = calloc(1, sizeof *h);
+    if (!h)
+        return;
+    h->name = strdup(name);
+    h->value = strdup(value);
+    if (!h->name || !h->value) {
+        free(h->name);
+        free(h->value);
+        free(h);
+        return;
+    }
+    h->next = r->hdrs;
+    r->hdrs = h;
+}
+
+void tfx_req_release(tfx_req_t *r)
+{
+    while (r->hdrs) {
+        tfx_hdr_t *n = r->hdrs->next;
+        free(r->hdrs->name);
+        free(r->hdrs->value);
+        free(r->hdrs);
+        r->hdrs = n;
+    }
+    tfx_buf_free(r->buf, r->cap);
+    r->buf = NULL;
+    r->cap = 0;
+}
+
+void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const void *body,
+                 size_t len, void (*release)(void *), void *release_arg)
+{
+    if (r->answered) {                              /* a second answer: keep the first */
+        if (release)
+            release(release_arg);
+        return;
+    }
+    r->answered = 1;
+    r->status = status;
+    r->resp_len = len;
+    r->ops->respond(r, status, content_type, body, len, release, release_arg);
+}
+
+void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->ops->respond_error && !r->answered) {
+        r->answered = 1;
+        r->status = (unsigned)tfp_status_http(code);
+        r->resp_len = 0;
+        r->ops->respond_error(r, code, msg);
+        return;
+    }
+    size_t len = 0;
+    char *body = tfp_error_json(code, msg, &len);
+    if (!body) {
+        static const char oom[] = "{\"error\":\"out of memory\",\"code\":\"TF_ENOMEM\"}\n";
+        tfx_respond(r, 500, "application/json", oom, sizeof oom - 1, NULL, NULL);
+        return;
+    }
+    int http = tfp_status_http(code);
+    tfx_respond(r, http > 0 ? (unsigned)http : 500, "application/json", body, len, free, body);
+}

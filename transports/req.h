@@ -1,0 +1,77 @@
+/* req.h - one request to tfetchd, whatever carried it: the interface the daemon's handlers
+ * program against. HTTP (transports/http_server.c) and UCX (transports/ucx_server.c) each
+ * implement it with a table of functions (tfx_req_ops_t), like redis's connection types, so
+ * one set of handlers serves both.
+ *
+ * A request goes through three calls of tfx_handlers_t: begin (headers are in: reject at
+ * once, or accept a body into a buffer sized from its length), handle (the body is complete:
+ * respond, or suspend until woken) and finish (the request is over; free state). Responses
+ * point at the caller's memory and call its release function when sent.
+ *
+ * Threads: the transport's threads run the handlers; tfx_req_* calls other than
+ * tfx_req_resume are valid only inside them, for that request.
+ */
+#ifndef TFX_REQ_H
+#define TFX_REQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/status.h"
+
+typedef struct tfx_req tfx_req_t;
+
+typedef struct {
+    void (*begin)(tfx_req_t *req, void *arg);
+    void (*handle)(tfx_req_t *req, void *arg);
+    /* completed: the response was sent in full. Runs once for every begin. */
+    void (*finish)(tfx_req_t *req, int completed, void *arg);
+    /* Before an accepted body's buffer grows to `total` bytes: return 0 to allow it, or the
+     * status to answer with (the body is then drained and the request refused). Optional. */
+    tfp_status_t (*body_grow)(tfx_req_t *req, uint64_t total, void *arg);
+    void *arg;
+} tfx_handlers_t;
+
+/* The transport a request came by: "http" or "ucx". */
+const char *tfx_req_transport(const tfx_req_t *r);
+
+const char *tfx_req_method(const tfx_req_t *r);
+const char *tfx_req_path(const tfx_req_t *r);              /* decoded path, no query */
+const char *tfx_req_header(const tfx_req_t *r, const char *name);   /* NULL if absent */
+const char *tfx_req_query(const tfx_req_t *r, const char *key);     /* NULL if absent */
+int64_t tfx_req_content_length(const tfx_req_t *r);        /* -1 if unknown (chunked) */
+const char *tfx_req_peer(const tfx_req_t *r);              /* "127.0.0.1" */
+/* Sum of header names and values received. */
+size_t tfx_req_header_bytes(const tfx_req_t *r);
+
+/* In begin: accept a body of at most max bytes, received at offset headroom of a tfx_buf.
+ * Without this call a body is read and discarded. A body above max gets a 413. */
+void tfx_req_accept_body(tfx_req_t *r, size_t headroom, uint64_t max);
+/* In handle: the body received (NULL, 0 if none). */
+const uint8_t *tfx_req_body(const tfx_req_t *r, size_t *len);
+/* In handle: takes the buffer holding the body: *base is the tfx_buf (free with
+ * tfx_buf_free(*base, *cap)); the body starts at *base + headroom. */
+uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap);
+
+void tfx_req_set_ctx(tfx_req_t *r, void *ctx);
+void *tfx_req_ctx(const tfx_req_t *r);
+
+/* Adds a response header (copied). Call before tfx_respond. */
+void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value);
+/* Responds with body (borrowed until release(release_arg) runs; release may be NULL for
+ * static data). The transport always calls release exactly once, even on failure. */
+void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const void *body,
+                 size_t len, void (*release)(void *), void *release_arg);
+/* Responds with a JSON error body {"error": ..., "code": ...}. */
+void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The status of the response queued (0 if none yet). */
+unsigned tfx_req_status(const tfx_req_t *r);
+uint64_t tfx_req_response_bytes(const tfx_req_t *r);
+uint64_t tfx_req_body_bytes(const tfx_req_t *r);           /* request body bytes received */
+
+/* In handle: don't respond now; handle runs again after tfx_req_resume. */
+void tfx_req_suspend(tfx_req_t *r);
+/* Any thread: wakes a request that suspended (or is about to). Safe to call more than once. */
+void tfx_req_resume(tfx_req_t *r);
+
+#endif

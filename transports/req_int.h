@@ -1,0 +1,62 @@
+/* req_int.h - the inside of tfx_req_t, shared by the transports that implement it (not by
+ * the daemon). A transport's request embeds this struct first and fills ops; the generic
+ * parts (accessors, bodies, response headers, suspension flag) live in req.c.
+ * Threads: as req.h.
+ */
+#ifndef TFX_REQ_INT_H
+#define TFX_REQ_INT_H
+
+#include "transports/req.h"
+
+typedef struct tfx_hdr {
+    struct tfx_hdr *next;
+    char *name, *value;
+} tfx_hdr_t;
+
+typedef struct {
+    const char *name;               /* "http", "ucx" */
+    const char *(*header)(const tfx_req_t *r, const char *name);
+    const char *(*query)(const tfx_req_t *r, const char *key);
+    int64_t (*content_length)(const tfx_req_t *r);
+    const char *(*peer)(const tfx_req_t *r);
+    size_t (*header_bytes)(const tfx_req_t *r);
+    void (*respond)(tfx_req_t *r, unsigned status, const char *content_type, const void *body,
+                    size_t len, void (*release)(void *), void *release_arg);
+    /* Optional: an error the transport carries natively (else a JSON body via respond). */
+    void (*respond_error)(tfx_req_t *r, tfp_status_t code, const char *msg);
+    void (*resume)(tfx_req_t *r);
+} tfx_req_ops_t;
+
+struct tfx_req {
+    const tfx_req_ops_t *ops;
+    const tfx_handlers_t *h;
+    const char *method, *path;      /* owned by the transport, valid for the request */
+    void *ctx;
+
+    /* body */
+    int accept_body;
+    size_t headroom;
+    uint64_t max_body;
+    uint8_t *buf;
+    size_t cap;                     /* of buf */
+    uint64_t body_len;
+    uint64_t body_seen;             /* including discarded bytes */
+    tfp_status_t body_failed;       /* why the body is being drained, or TFP_OK */
+
+    /* response */
+    tfx_hdr_t *hdrs;
+    unsigned status;
+    uint64_t resp_len;
+    int answered;
+
+    int want_suspend;
+};
+
+/* Makes room in r->buf for `total` bytes after the headroom (one allocation when the
+ * length is known; growing copies what arrived), after the handlers' body_grow approved it.
+ * TFP_OK or why not. */
+tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total);
+/* Frees the response headers and the body buffer. */
+void tfx_req_release(tfx_req_t *r);
+
+#endif
