@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # run.sh - runs tfetch's benchmarks: tfetch-bench with its default sizes (memcpy baseline, PUT
-# and GET of 8 B .. 256 MiB over HTTP through libtfetch), then, if wrk is installed, 16-byte
-# GETs under `wrk -t2 -c64 -d10s` against a tfetchd of its own. Builds nothing (run `make`
-# first). Loopback traffic only; every step has a time limit, and the daemon it starts is
-# stopped on any exit. Arguments are passed to tfetch-bench (e.g. --reps 3).
+# and GET of 8 B .. 256 MiB over HTTP through libtfetch, then exchanges of 8 B and 4 MiB with
+# the echo route, one at a time and 64 in flight), then, if wrk is installed, 16-byte GETs
+# under `wrk -t2 -c64 -d10s` against a tfetchd of its own, then, if bun and Shumai are already
+# in tests/shumai/setup.sh's cache, bench/shumai/run.sh: Shumai's client round trips (8 B and
+# 4 MiB, one at a time and 64 in flight) against tfetchd and against stock Shumai's serve.
+# Builds nothing (run `make` first) and installs nothing (the Shumai step is skipped when the
+# cache is not ready: run tests/shumai/setup.sh DIR once, with the npm registry, to fill it).
+# Loopback traffic only; every step has a time limit, and the daemons it starts are stopped
+# on any exit. Arguments are passed to tfetch-bench (e.g. --reps 3).
 #
 # Environment: TFETCHD (default ./daemon/tfetchd), TFETCH_BENCH (default ./bench/tfetch-bench),
 # BENCH_JSON (a file to which the JSON lines are also written), BENCH_TIMEOUT (seconds, default
-# 600), WRK_DURATION (default 10s). Paths are relative to the top of the tree.
+# 600, per step), WRK_DURATION (default 10s), BENCH_SHUMAI (0: skip the Shumai step), and for
+# that step BENCH_TINY_BYTES (default here 8), BENCH_BIG_MIB (4), BENCH_TINY_N (1000),
+# BENCH_BIG_N (50), BENCH_INFLIGHT (64), BENCH_INFLIGHT_TINY_N (5000), BENCH_INFLIGHT_BIG_N
+# (640) and TFETCH_SHUMAI_CACHE, TFETCH_SHUMAI_BUN, TFETCH_SHUMAI_VERSION (see
+# tests/shumai/setup.sh). Paths are relative to the top of the tree.
+# Output: JSON lines on stdout (tfetch-bench's, wrk's); tables and messages on stderr.
 # Exit status: 0 if every measurement ran, 1 otherwise. Targets missed are reported, not failed.
 set -euo pipefail
 
@@ -27,12 +37,7 @@ TARGET_RPS=40000         # 16 B GETs, wrk -t2 -c64
 tmp=$(mktemp -d /tmp/tfetch-run.XXXXXX)
 daemon_pid=
 child_pid=
-# shellcheck disable=SC2317  # called through the trap
-cleanup() {
-    if [ -n "$child_pid" ]; then
-        kill -TERM "$child_pid" 2>/dev/null || true      # timeout(1) passes it on
-        wait "$child_pid" 2>/dev/null || true
-    fi
+stop_daemon() {
     if [ -n "$daemon_pid" ]; then
         kill -TERM "$daemon_pid" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
@@ -40,6 +45,14 @@ cleanup() {
         wait "$daemon_pid" 2>/dev/null || true
         daemon_pid=
     fi
+}
+# shellcheck disable=SC2317  # called through the trap
+cleanup() {
+    if [ -n "$child_pid" ]; then
+        kill -TERM "$child_pid" 2>/dev/null || true      # timeout(1) passes it on
+        wait "$child_pid" 2>/dev/null || true
+    fi
+    stop_daemon
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -91,72 +104,119 @@ for op in get put; do
 done
 
 # ---- 2. wrk: 16 B GETs ------------------------------------------------------------------
-if ! command -v wrk >/dev/null 2>&1; then
-    say "== wrk not installed (apt install wrk): skipping the 16 B GET req/s figure =="
-    exit "$status"
-fi
-for tool in curl timeout; do
-    command -v "$tool" >/dev/null 2>&1 || { say "run.sh: $tool is needed for the wrk step"; exit 1; }
-done
-say "== wrk -t2 -c64 -d$WRK_DURATION: GET of a 16-byte tensor =="
+# Returns 0 if it ran (or was skipped), 1 if it failed.
+wrk_step() {
+    if ! command -v wrk >/dev/null 2>&1; then
+        say "== wrk not installed (apt install wrk): skipping the 16 B GET req/s figure =="
+        return 0
+    fi
+    for tool in curl timeout; do
+        command -v "$tool" >/dev/null 2>&1 || { say "run.sh: $tool is needed for the wrk step"; return 1; }
+    done
+    say "== wrk -t2 -c64 -d$WRK_DURATION: GET of a 16-byte tensor =="
 
-"$TFETCHD" --port 0 --listen 127.0.0.1 --max-body 1G --store-memory 4G \
-    >"$tmp/tfetchd.out" 2>"$tmp/tfetchd.err" &
-daemon_pid=$!
-port=
-for _ in $(seq 150); do
-    port=$(sed -nE 's|.*listening on [a-z]+://[^ ]*:([0-9]+).*|\1|p' "$tmp/tfetchd.out" | head -n1)
-    [ -n "$port" ] && break
-    kill -0 "$daemon_pid" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$port" ]; then
-    say "run.sh: $TFETCHD did not print 'listening on http://ADDR:PORT'; its stderr:"
-    tail -n 20 "$tmp/tfetchd.err" >&2 || true
-    exit 1
-fi
-url=http://127.0.0.1:$port/v1/tensors/tiny
+    "$TFETCHD" --port 0 --listen 127.0.0.1 --max-body 1G --store-memory 4G \
+        >"$tmp/tfetchd.out" 2>"$tmp/tfetchd.err" &
+    daemon_pid=$!
+    port=
+    for _ in $(seq 150); do
+        port=$(sed -nE 's|.*listening on [a-z]+://[^ ]*:([0-9]+).*|\1|p' "$tmp/tfetchd.out" | head -n1)
+        [ -n "$port" ] && break
+        kill -0 "$daemon_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then
+        say "run.sh: $TFETCHD did not print 'listening on http://ADDR:PORT'; its stderr:"
+        tail -n 20 "$tmp/tfetchd.err" >&2 || true
+        return 1
+    fi
+    url=http://127.0.0.1:$port/v1/tensors/tiny
 
-printf '0123456789abcdef' >"$tmp/tiny.bin"
-if ! code=$(curl -sS --max-time 10 -o "$tmp/put.out" -w '%{http_code}' -X PUT \
-        --data-binary @"$tmp/tiny.bin" -H 'Content-Type: application/octet-stream' \
-        -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 16' "$url") || [ "${code:0:1}" != 2 ]; then
-    say "run.sh: PUT $url failed (HTTP ${code:-none}): $(head -c 300 "$tmp/put.out" 2>/dev/null)"
-    exit 1
-fi
-if ! code=$(curl -sS --max-time 10 -o "$tmp/get.out" -w '%{http_code}' "$url") ||
-        [ "$code" != 200 ]; then
-    say "run.sh: GET $url failed (HTTP ${code:-none})"
-    exit 1
-fi
+    printf '0123456789abcdef' >"$tmp/tiny.bin"
+    if ! code=$(curl -sS --max-time 10 -o "$tmp/put.out" -w '%{http_code}' -X PUT \
+            --data-binary @"$tmp/tiny.bin" -H 'Content-Type: application/octet-stream' \
+            -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 16' "$url") || [ "${code:0:1}" != 2 ]; then
+        say "run.sh: PUT $url failed (HTTP ${code:-none}): $(head -c 300 "$tmp/put.out" 2>/dev/null)"
+        return 1
+    fi
+    if ! code=$(curl -sS --max-time 10 -o "$tmp/get.out" -w '%{http_code}' "$url") ||
+            [ "$code" != 200 ]; then
+        say "run.sh: GET $url failed (HTTP ${code:-none})"
+        return 1
+    fi
 
-wrk_s=$(( ${WRK_DURATION%s} + 30 ))
-if ! run_bounded timeout --kill-after=5 "$wrk_s" wrk -t2 -c64 -d"$WRK_DURATION" "$url" \
-        >"$tmp/wrk.out" 2>&1; then
-    say "run.sh: wrk failed or ran past ${wrk_s}s"
+    wrk_s=$(( ${WRK_DURATION%s} + 30 ))
+    if ! run_bounded timeout --kill-after=5 "$wrk_s" wrk -t2 -c64 -d"$WRK_DURATION" "$url" \
+            >"$tmp/wrk.out" 2>&1; then
+        say "run.sh: wrk failed or ran past ${wrk_s}s"
+        cat "$tmp/wrk.out" >&2
+        return 1
+    fi
     cat "$tmp/wrk.out" >&2
-    exit 1
-fi
-cat "$tmp/wrk.out" >&2
-rps=$(sed -nE 's/^Requests\/sec:[[:space:]]*([0-9.]+).*/\1/p' "$tmp/wrk.out")
-bad=$(sed -nE 's/.*Non-2xx or 3xx responses:[[:space:]]*([0-9]+).*/\1/p' "$tmp/wrk.out")
-errs=$(sed -nE 's/.*Socket errors:(.*)/\1/p' "$tmp/wrk.out")
-if [ -z "$rps" ]; then
-    say "run.sh: no Requests/sec in wrk's output"
-    exit 1
-fi
-printf '{"bench":"wrk-get","transport":"http","bytes":16,"threads":2,"connections":64,"duration":"%s","req_per_s":%s,"non_2xx":%s}\n' \
-    "$WRK_DURATION" "$rps" "${bad:-0}" | tee -a "$tmp/wrk.jsonl"
-[ -n "${BENCH_JSON:-}" ] && cat "$tmp/wrk.jsonl" >>"$BENCH_JSON"
-if [ -n "$errs" ]; then
-    say "run.sh: warning: wrk saw socket errors:$errs"
-fi
-if [ -n "$bad" ]; then
-    say "run.sh: $bad responses were not 2xx: the req/s figure is not valid"
-    status=1
-elif awk -v r="$rps" -v t="$TARGET_RPS" 'BEGIN { exit !(r >= t) }'; then
-    say "target: 16 B GET >= $TARGET_RPS req/s (wrk -t2 -c64): met ($rps req/s)"
+    rps=$(sed -nE 's/^Requests\/sec:[[:space:]]*([0-9.]+).*/\1/p' "$tmp/wrk.out")
+    bad=$(sed -nE 's/.*Non-2xx or 3xx responses:[[:space:]]*([0-9]+).*/\1/p' "$tmp/wrk.out")
+    errs=$(sed -nE 's/.*Socket errors:(.*)/\1/p' "$tmp/wrk.out")
+    if [ -z "$rps" ]; then
+        say "run.sh: no Requests/sec in wrk's output"
+        return 1
+    fi
+    printf '{"bench":"wrk-get","transport":"http","bytes":16,"threads":2,"connections":64,"duration":"%s","req_per_s":%s,"non_2xx":%s}\n' \
+        "$WRK_DURATION" "$rps" "${bad:-0}" | tee -a "$tmp/wrk.jsonl"
+    [ -n "${BENCH_JSON:-}" ] && cat "$tmp/wrk.jsonl" >>"$BENCH_JSON"
+    if [ -n "$errs" ]; then
+        say "run.sh: warning: wrk saw socket errors:$errs"
+    fi
+    if [ -n "$bad" ]; then
+        say "run.sh: $bad responses were not 2xx: the req/s figure is not valid"
+        return 1
+    elif awk -v r="$rps" -v t="$TARGET_RPS" 'BEGIN { exit !(r >= t) }'; then
+        say "target: 16 B GET >= $TARGET_RPS req/s (wrk -t2 -c64): met ($rps req/s)"
+    else
+        say "target: 16 B GET >= $TARGET_RPS req/s (wrk -t2 -c64): NOT met ($rps req/s)"
+    fi
+    return 0
+}
+wrk_step || status=1
+stop_daemon
+
+# ---- 3. Shumai's client: tfetchd vs stock Shumai serve ----------------------------------
+# Runs bench/shumai/run.sh only when tests/shumai/setup.sh would find everything in its cache
+# (the same test as setup.sh's, with its defaults), so that nothing is downloaded from here.
+shumai_ready() {
+    local cache key b
+    if [ -n "${TFETCH_SHUMAI_CACHE:-}" ]; then cache=$TFETCH_SHUMAI_CACHE
+    elif [ -n "${XDG_CACHE_HOME:-}" ]; then cache=$XDG_CACHE_HOME/tfetch-shumai
+    elif [ -n "${HOME:-}" ]; then cache=$HOME/.cache/tfetch-shumai
+    else cache=$(pwd)/shumai-cache
+    fi
+    key="${TFETCH_SHUMAI_BUN:-bun@1.4.5}+@shumai/shumai@${TFETCH_SHUMAI_VERSION:-0.0.13}"
+    command -v npm >/dev/null 2>&1 || { why="npm is not installed (setup.sh needs it)"; return 1; }
+    [ "$(cat "$cache/installed" 2>/dev/null)" = "$key" ] ||
+        { why="$cache does not hold $key"; return 1; }
+    [ -f "$cache/node_modules/@shumai/shumai/shumai/network/tensor.ts" ] ||
+        { why="no @shumai/shumai in $cache"; return 1; }
+    for b in "$cache"/node_modules/@oven/bun-*/bin/bun; do
+        [ -x "$b" ] && "$b" --version >/dev/null 2>&1 && return 0
+    done
+    why="no runnable bun in $cache"
+    return 1
+}
+why=
+if [ "${BENCH_SHUMAI:-1}" = 0 ]; then
+    say "== BENCH_SHUMAI=0: skipping Shumai's client (bench/shumai/run.sh) =="
+elif ! shumai_ready; then
+    say "== skipping Shumai's client (bench/shumai/run.sh): $why; fill the cache once with"
+    say "   tests/shumai/setup.sh \$(mktemp -d) (needs the npm registry) =="
 else
-    say "target: 16 B GET >= $TARGET_RPS req/s (wrk -t2 -c64): NOT met ($rps req/s)"
+    say "== Shumai's client (sm.network.tfetch): tfetchd vs stock Shumai serve, echo round trips =="
+    export BENCH_TINY_BYTES=${BENCH_TINY_BYTES:-8} BENCH_BIG_MIB=${BENCH_BIG_MIB:-4}
+    export BENCH_TINY_N=${BENCH_TINY_N:-1000} BENCH_BIG_N=${BENCH_BIG_N:-50}
+    export BENCH_INFLIGHT=${BENCH_INFLIGHT:-64} BENCH_INFLIGHT_TINY_N=${BENCH_INFLIGHT_TINY_N:-5000}
+    export BENCH_INFLIGHT_BIG_N=${BENCH_INFLIGHT_BIG_N:-640} BENCH_TIMEOUT TFETCHD
+    # its table goes to stderr with the others: stdout carries JSON lines only
+    if ! run_bounded timeout --kill-after=10 $((BENCH_TIMEOUT + 120)) bench/shumai/run.sh >&2; then
+        say "run.sh: bench/shumai/run.sh failed or ran past $((BENCH_TIMEOUT + 120))s"
+        status=1
+    fi
 fi
 exit "$status"

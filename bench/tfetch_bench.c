@@ -4,13 +4,18 @@
  * already touched), then PUT and GET over HTTP of one-tensor documents of each requested size,
  * driven through the public libtfetch API (client/tfetch.h) and libc only, each with warm-up
  * and N timed repetitions, reporting p50/p99 latency, throughput (payload bytes / p50 time, and
- * the mean throughput) and the ratio of that throughput to the same run's memcpy. The target is
- * either a running daemon (--url) or a tfetchd this program spawns on a free loopback port and
- * stops (SIGTERM, waitpid) at the end. Before timing, one PUT and one GET per size are compared
- * byte for byte, and the last timed GET is compared again, so a fast wrong answer is an error,
- * never a figure. Output: one JSON line per measurement on stdout, the human table on stderr
- * (--json: JSON lines only). Exit status 0 if every measurement succeeded, 1 if any failed,
- * 2 on a usage error.
+ * the mean throughput) and the ratio of that throughput to the same run's memcpy. Then
+ * exchanges (POST /v1/call/echo, the daemon's built-in echo route) of each exchange size: one
+ * at a time (blocking tf_fetch with in and out), and with --inflight requests kept in flight
+ * on one client through the async API (tf_fetch_start; each completion starts the next), the
+ * latter reporting per-request latency (start to callback) and req/s and GB/s over the wall
+ * time. The target is either a running daemon (--url) or a tfetchd this program spawns on a
+ * free loopback port and stops (SIGTERM, waitpid) at the end. Before timing, one PUT and one
+ * GET per size (one exchange per exchange size) are compared byte for byte, and the last timed
+ * GET or exchange reply is compared again, so a fast wrong answer is an error, never a figure.
+ * Output: one JSON line per measurement on stdout, the human table on stderr (--json: JSON
+ * lines only). Exit status 0 if every measurement succeeded, 1 if any failed, 2 on a usage
+ * error.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -47,8 +52,12 @@
 #define MAX_SIZES 32
 #define MAX_DAEMON_ARGS 32
 #define TENSOR_NAME "data"
+#define INFLIGHT_DEFAULT 64
+#define MAX_INFLIGHT 4096
+#define ECHO_PATH "/v1/call/echo"
 
 static const char *const default_sizes = "8,64K,4M,64M,256M";
+static const char *const default_xsizes = "8,4M";
 
 typedef struct {
     const char *url;                            /* --url; NULL: spawn tfetchd */
@@ -57,6 +66,10 @@ typedef struct {
     int ndaemon_args;
     size_t sizes[MAX_SIZES];
     int nsizes;
+    size_t xsizes[MAX_SIZES];                   /* exchange sizes */
+    int nxsizes;                                /* 0: no exchanges */
+    int inflight;                               /* 0: no async exchanges */
+    int inflight_reps;                          /* 0: by size */
     int reps;                                   /* 0: by size */
     int warmup;                                 /* -1: by size */
     int memcpy_reps;
@@ -66,7 +79,10 @@ typedef struct {
 
 /* One measurement: what the JSON line and the table row say. */
 typedef struct {
-    const char *bench;          /* "memcpy", "put", "get" */
+    const char *bench;          /* "memcpy", "put", "get", "exchange" */
+    int inflight;               /* exchange: requests in flight (1, or --inflight); else 0 */
+    double wall_s;              /* exchange: wall time of the timed requests */
+    double req_per_s;           /* exchange: 1 / p50 with 1 in flight, else reps / wall_s */
     char transport[32];
     size_t bytes;               /* payload bytes per operation */
     uint64_t wire_bytes;        /* body bytes on the wire (last rep), 0 for memcpy */
@@ -75,8 +91,8 @@ typedef struct {
     double p50_us;
     double p99_us;
     double mean_us;
-    double gbps;                /* bytes / p50 */
-    double mean_gbps;           /* bytes * reps / total time */
+    double gbps;                /* bytes / p50; exchange in flight: bytes * reps / wall_s */
+    double mean_gbps;           /* bytes * reps / total time (sum of the latencies) */
     double vs_memcpy;           /* gbps / this run's memcpy gbps */
 } result_t;
 
@@ -87,7 +103,7 @@ typedef struct {
     int died;                   /* it ended on its own during the run */
 } daemon_t;
 
-enum { OP_PUT, OP_GET };
+enum { OP_PUT, OP_GET, OP_EXCHANGE };
 
 static volatile sig_atomic_t g_daemon_pid;     /* for the signal handler */
 static char g_log_path[64];                     /* for the signal handler */
@@ -162,23 +178,23 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
-static int parse_sizes(const char *list, opts_t *o)
+static int parse_sizes(const char *list, size_t *sizes, int *nsizes)
 {
     char *copy = strdup(list), *save = NULL, *tok;
     int rc = 0;
 
     if (!copy)
         return -1;
-    o->nsizes = 0;
+    *nsizes = 0;
     for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->nsizes == MAX_SIZES || parse_size(tok, &o->sizes[o->nsizes]) != 0) {
+        if (*nsizes == MAX_SIZES || parse_size(tok, &sizes[*nsizes]) != 0) {
             rc = -1;
             break;
         }
-        o->nsizes++;
+        (*nsizes)++;
     }
     free(copy);
-    return rc == 0 && o->nsizes > 0 ? 0 : -1;
+    return rc == 0 && *nsizes > 0 ? 0 : -1;
 }
 
 static int parse_int(const char *s, long min, long max, long *out)
@@ -203,6 +219,22 @@ static int default_reps(size_t n)
     if (n <= 64 * MIB)
         return 10;
     return 4;
+}
+
+/* Requests timed with --inflight in flight: enough for a p99 of the whole pipeline. */
+static int default_inflight_reps(size_t n, int inflight)
+{
+    int k;
+
+    if (n <= 64 * KIB)
+        k = 10000;
+    else if (n <= 4 * MIB)
+        k = 640;
+    else if (n <= 64 * MIB)
+        k = 64;
+    else
+        k = 16;
+    return k > 4 * inflight ? k : 4 * inflight;
 }
 
 static int default_warmup(size_t n)
@@ -263,29 +295,39 @@ static void summarise(double *t, int n, size_t bytes, double memcpy_gbps, result
 
 static void emit(const opts_t *o, const result_t *r)
 {
-    char sz[32], rps[32];
+    char sz[32], rps[32], inflight[16];
 
     printf("{\"bench\":\"%s\",\"transport\":\"%s\",\"bytes\":%zu,\"wire_bytes\":%" PRIu64
            ",\"reps\":%d,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f"
-           ",\"gbps\":%.6g,\"mean_gbps\":%.6g,\"vs_memcpy\":%.6g}\n",
+           ",\"gbps\":%.6g,\"mean_gbps\":%.6g,\"vs_memcpy\":%.6g",
            r->bench, r->transport, r->bytes, r->wire_bytes, r->reps, r->warmup, r->p50_us,
            r->p99_us, r->mean_us, r->gbps, r->mean_gbps, r->vs_memcpy);
+    if (r->inflight > 0)
+        printf(",\"inflight\":%d,\"wall_s\":%.6f,\"req_per_s\":%.1f", r->inflight, r->wall_s,
+               r->req_per_s);
+    printf("}\n");
     fflush(stdout);
     if (o->json_only)
         return;
     if (!g_table_started) {
-        fprintf(stderr, "%-7s %-9s %-10s %5s %12s %12s %9s %9s %8s %10s\n", "bench", "transport",
-                "size", "reps", "p50 us", "p99 us", "GB/s p50", "GB/s mean", "x memcpy",
-                "req/s p50");
+        fprintf(stderr, "%-8s %4s %-9s %-10s %5s %12s %12s %9s %9s %8s %10s\n", "bench", "infl",
+                "transport", "size", "reps", "p50 us", "p99 us", "GB/s", "GB/s mean",
+                "x memcpy", "req/s");
         g_table_started = 1;
     }
-    if (r->wire_bytes > 0 && r->p50_us > 0)
+    if (r->req_per_s > 0)
+        snprintf(rps, sizeof rps, "%.0f", r->req_per_s);
+    else if (r->wire_bytes > 0 && r->p50_us > 0)
         snprintf(rps, sizeof rps, "%.0f", 1e6 / r->p50_us);
     else
         snprintf(rps, sizeof rps, "-");
-    fprintf(stderr, "%-7s %-9s %-10s %5d %12.1f %12.1f %9.3f %9.3f %8.3f %10s\n", r->bench,
-            r->transport, fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us, r->p99_us,
-            r->gbps, r->mean_gbps, r->vs_memcpy, rps);
+    if (r->inflight > 0)
+        snprintf(inflight, sizeof inflight, "%d", r->inflight);
+    else
+        snprintf(inflight, sizeof inflight, "%s", r->wire_bytes > 0 ? "1" : "-");
+    fprintf(stderr, "%-8s %4s %-9s %-10s %5d %12.1f %12.1f %9.3f %9.3f %8.3f %10s\n", r->bench,
+            inflight, r->transport, fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us,
+            r->p99_us, r->gbps, r->mean_gbps, r->vs_memcpy, rps);
     fflush(stderr);
 }
 
@@ -620,7 +662,8 @@ static int verify_doc(const tf_doc_t *doc, const unsigned char *want, size_t n, 
     return -1;
 }
 
-/* One timed request; a GET's document is kept in *keep if keep is given, else freed. */
+/* One timed request; a GET's or an exchange's reply is kept in *keep if keep is given, else
+ * freed. */
 static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc,
                             double *secs, tf_doc_t **keep)
 {
@@ -628,7 +671,12 @@ static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_do
     tf_status_t st;
     double t0 = now_s();
 
-    st = op == OP_PUT ? tf_put(c, url, doc) : tf_get(c, url, 0, &got);
+    if (op == OP_PUT)
+        st = tf_put(c, url, doc);
+    else if (op == OP_GET)
+        st = tf_get(c, url, 0, &got);
+    else
+        st = tf_fetch(c, url, doc, &got);       /* in and out: an exchange */
     *secs = now_s() - t0;
     if (keep && st == TF_OK)
         *keep = got;
@@ -637,13 +685,17 @@ static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_do
     return st;
 }
 
-/* Warm-up then reps timed requests; fills r. For a GET, the last reply is verified. */
+/* Warm-up then reps timed requests, one at a time; fills r. For a GET or an exchange, the last
+ * reply is verified. */
 static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc,
                     const unsigned char *want, size_t n, int warmup, int reps,
                     double memcpy_gbps, result_t *r)
 {
-    const char *name = op == OP_PUT ? "put" : "get", *verb = op == OP_PUT ? "PUT" : "GET";
-    double *t = calloc((size_t)reps, sizeof *t), dummy;
+    static const char *const names[] = {"put", "get", "exchange"};
+    static const char *const verbs[] = {"PUT", "GET", "exchange (POST)"};
+    const char *name = names[op], *verb = verbs[op];
+    int keeps = op != OP_PUT;
+    double *t = calloc((size_t)reps, sizeof *t), dummy, start;
     const tf_result_t *last;
     tf_doc_t *got = NULL;
     tf_status_t st;
@@ -662,27 +714,34 @@ static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc
             goto out;
         }
     }
+    start = now_s();
     for (i = 0; i < reps; i++) {
         tf_doc_free(got);
         got = NULL;
-        st = timed_op(c, op, url, doc, &t[i], op == OP_GET && i == reps - 1 ? &got : NULL);
+        st = timed_op(c, op, url, doc, &t[i], keeps && i == reps - 1 ? &got : NULL);
         if (st != TF_OK) {
             report_failure(c, verb, what, st);
             goto out;
         }
     }
+    start = now_s() - start;                    /* now the wall time of the timed reps */
     last = tf_client_last(c);
-    if (op == OP_GET && verify_doc(got, want, n, why, sizeof why) != 0) {
-        errorf("GET %s: the last timed GET returned wrong data: %s", what, why);
+    if (keeps && verify_doc(got, want, n, why, sizeof why) != 0) {
+        errorf("%s %s: the last timed %s returned wrong data: %s", verb, what, name, why);
         goto out;
     }
     memset(r, 0, sizeof *r);
     r->bench = name;
     snprintf(r->transport, sizeof r->transport, "%s",
              last && last->transport[0] ? last->transport : "unknown");
-    r->wire_bytes = last ? (op == OP_PUT ? last->bytes_sent : last->bytes_received) : 0;
+    r->wire_bytes = last ? (op == OP_GET ? last->bytes_received : last->bytes_sent) : 0;
     r->warmup = warmup;
     summarise(t, reps, n, memcpy_gbps, r);
+    if (op == OP_EXCHANGE) {
+        r->inflight = 1;
+        r->wall_s = start;
+        r->req_per_s = r->p50_us > 0 ? 1e6 / r->p50_us : 0;
+    }
     rc = 0;
 out:
     tf_doc_free(got);
@@ -755,13 +814,278 @@ out:
     return failures;
 }
 
+/* ---- exchanges ------------------------------------------------------------------------ */
+
+/* A pipeline of exchanges kept `inflight` deep on one client through the async API: each
+ * completion (callback) starts the next request until `total` have been started. */
+typedef struct xpipe xpipe_t;
+
+typedef struct {
+    xpipe_t *p;
+    double t0;                  /* when tf_fetch_start was called */
+    double secs;                /* start to callback */
+} xreq_t;
+
+struct xpipe {
+    tf_client_t *c;
+    tf_request_t rq;
+    const unsigned char *want;
+    size_t n;
+    int total, started, done;
+    xreq_t *reqs;               /* [total], in start order */
+    tf_doc_t *last;             /* the reply of the request that completed last */
+    int failed;
+    char error[768];            /* the first failure */
+    char transport[32];
+    uint64_t wire_bytes;        /* request body bytes of the last request */
+};
+
+/* Cheap enough to run on every reply inside the timing: one U8 tensor of n bytes whose first
+ * and last (up to) 64 bytes are right. The last reply is compared in full afterwards. */
+static int quick_check(const tf_doc_t *doc, const unsigned char *want, size_t n, char *why,
+                       size_t cap)
+{
+    const tf_tensor_t *t = doc && tf_doc_count(doc) == 1 ? tf_doc_find(doc, TENSOR_NAME) : NULL;
+    size_t k = n < 64 ? n : 64;
+    const unsigned char *got;
+
+    if (!t || t->dtype != TF_U8 || t->nbytes != n || (n > 0 && !t->data))
+        return verify_doc(doc, want, n, why, cap);     /* says what is wrong */
+    got = t->data;
+    if (memcmp(got, want, k) != 0 || memcmp(got + n - k, want + n - k, k) != 0)
+        return verify_doc(doc, want, n, why, cap);
+    return 0;
+}
+
+static void xpipe_fail(xpipe_t *p, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (p->failed++)
+        return;                                 /* keep the first */
+    va_start(ap, fmt);
+    vsnprintf(p->error, sizeof p->error, fmt, ap);
+    va_end(ap);
+}
+
+static void on_exchange(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *res,
+                        void *user_data);
+
+static void xpipe_start_one(xpipe_t *p)
+{
+    xreq_t *x = &p->reqs[p->started];
+    const tf_result_t *r;
+    tf_status_t st;
+
+    x->p = p;
+    x->t0 = now_s();
+    st = tf_fetch_start(p->c, &p->rq, on_exchange, x, NULL);
+    if (st != TF_OK) {
+        r = tf_client_last(p->c);
+        xpipe_fail(p, "tf_fetch_start of request %d: %s (%s)%s%s", p->started + 1,
+                   tf_err_name(st), tf_strerror(st), r && r->error[0] ? ": " : "",
+                   r ? r->error : "");
+        return;
+    }
+    p->started++;
+}
+
+static void on_exchange(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *res,
+                        void *user_data)
+{
+    xreq_t *x = user_data;
+    xpipe_t *p = x->p;
+    char why[256];
+
+    (void)f;
+    x->secs = now_s() - x->t0;
+    p->done++;
+    if (st != TF_OK) {
+        xpipe_fail(p, "request %d: %s (%s), HTTP %d%s%s", (int)(x - p->reqs) + 1,
+                   tf_err_name(st), tf_strerror(st), res ? res->http_status : 0,
+                   res && res->error[0] ? ": " : "", res ? res->error : "");
+        tf_doc_free(doc);
+        return;
+    }
+    if (quick_check(doc, p->want, p->n, why, sizeof why) != 0) {
+        xpipe_fail(p, "request %d returned wrong data: %s", (int)(x - p->reqs) + 1, why);
+        tf_doc_free(doc);
+        return;
+    }
+    if (p->done == p->total) {
+        tf_doc_free(p->last);
+        p->last = doc;                          /* verified in full once the clock stops */
+        if (res) {
+            snprintf(p->transport, sizeof p->transport, "%s", res->transport);
+            p->wire_bytes = res->bytes_sent;
+        }
+    } else {
+        tf_doc_free(doc);
+    }
+    if (!p->failed && p->started < p->total)
+        xpipe_start_one(p);                     /* keep the pipeline full */
+}
+
+/* Runs total exchanges, inflight at a time; *wall is from the first start to the last
+ * completion. 0 on success, else the failure is in p->error. */
+static int xpipe_run(xpipe_t *p, int total, int inflight, double *wall)
+{
+    double t0;
+    tf_status_t st;
+    int k;
+
+    p->total = total;
+    p->started = p->done = p->failed = 0;
+    p->error[0] = '\0';
+    tf_doc_free(p->last);
+    p->last = NULL;
+    memset(p->reqs, 0, (size_t)total * sizeof *p->reqs);
+    t0 = now_s();
+    for (k = 0; k < inflight && k < total && !p->failed; k++)
+        xpipe_start_one(p);
+    st = tf_client_run(p->c, -1);
+    *wall = now_s() - t0;
+    if (st != TF_OK)
+        xpipe_fail(p, "tf_client_run: %s (%s)", tf_err_name(st), tf_strerror(st));
+    if (!p->failed && p->done != total)
+        xpipe_fail(p, "%d of %d requests completed", p->done, total);
+    return p->failed ? -1 : 0;
+}
+
+/* inflight exchanges kept in flight through the async API: warm-up (two rounds) untimed,
+ * then reps timed ones. Latency per request from tf_fetch_start to its callback; throughput
+ * over the wall time. */
+static int bench_inflight(const opts_t *o, tf_client_t *c, const char *url, const tf_doc_t *doc,
+                          const unsigned char *want, size_t n, int reps, double memcpy_gbps,
+                          result_t *r)
+{
+    xpipe_t p;
+    char what[640], sz[32], why[256];
+    int inflight = o->inflight, warmup = 2 * o->inflight, i, rc = -1;
+    double *t = calloc((size_t)reps, sizeof *t), wall;
+    tf_status_t st;
+
+    memset(&p, 0, sizeof p);
+    p.c = c;
+    p.rq.op = TF_OP_EXCHANGE;
+    p.rq.url = url;
+    p.rq.in = doc;
+    p.want = want;
+    p.n = n;
+    p.reqs = calloc((size_t)(reps > warmup ? reps : warmup), sizeof *p.reqs);
+    snprintf(what, sizeof what, "%s (%s, %d in flight)", url, fmt_size(n, sz, sizeof sz),
+             inflight);
+    if (!t || !p.reqs) {
+        errorf("%s: out of memory", what);
+        goto out;
+    }
+    /* HTTP/1.1 does not pipeline: one connection per request in flight. */
+    st = tf_client_set_max_connections(c, inflight);
+    if (st != TF_OK) {
+        errorf("%s: tf_client_set_max_connections(%d): %s", what, inflight, tf_strerror(st));
+        goto out;
+    }
+    if (xpipe_run(&p, warmup, inflight, &wall) != 0) {
+        errorf("exchange %s, warm-up: %s", what, p.error);
+        goto out;
+    }
+    if (xpipe_run(&p, reps, inflight, &wall) != 0) {
+        errorf("exchange %s: %s", what, p.error);
+        goto out;
+    }
+    if (verify_doc(p.last, want, n, why, sizeof why) != 0) {
+        errorf("exchange %s: the last reply returned wrong data: %s", what, why);
+        goto out;
+    }
+    for (i = 0; i < reps; i++)
+        t[i] = p.reqs[i].secs;
+    memset(r, 0, sizeof *r);
+    r->bench = "exchange";
+    snprintf(r->transport, sizeof r->transport, "%s", p.transport[0] ? p.transport : "unknown");
+    r->wire_bytes = p.wire_bytes;
+    r->warmup = warmup;
+    summarise(t, reps, n, memcpy_gbps, r);
+    r->inflight = inflight;
+    r->wall_s = wall;
+    r->req_per_s = wall > 0 ? reps / wall : 0;
+    r->gbps = wall > 0 ? (double)n * reps / wall / 1e9 : 0;   /* each way */
+    r->vs_memcpy = memcpy_gbps > 0 ? r->gbps / memcpy_gbps : 0;
+    rc = 0;
+out:
+    tf_client_set_max_connections(c, 16);       /* the library's default again */
+    tf_doc_free(p.last);
+    free(p.reqs);
+    free(t);
+    return rc;
+}
+
+/* Exchanges of one U8 tensor of n bytes with the echo route: one at a time, then --inflight
+ * at a time. Returns failures. */
+static int bench_xsize(const opts_t *o, tf_client_t *c, const char *base, size_t n,
+                       double memcpy_gbps)
+{
+    char url[512], what[640], sz[32], why[256];
+    int64_t shape[1] = {(int64_t)n};
+    int reps = o->reps > 0 ? o->reps : default_reps(n);
+    int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
+    int xreps = o->inflight_reps > 0 ? o->inflight_reps : default_inflight_reps(n, o->inflight);
+    unsigned char *buf = malloc(n);
+    tf_doc_t *doc = NULL, *got = NULL;
+    tf_status_t st;
+    result_t r;
+    int failures = o->inflight > 0 ? 2 : 1;
+
+    snprintf(url, sizeof url, "%s%s", base, ECHO_PATH);
+    snprintf(what, sizeof what, "%s (%s)", url, fmt_size(n, sz, sizeof sz));
+    if (!buf || !(doc = tf_doc_new())) {
+        errorf("%s: out of memory", what);
+        goto out;
+    }
+    fill_pattern(buf, n, n ^ 0x5eed);           /* touched before anything is timed */
+    st = tf_doc_add(doc, TENSOR_NAME, TF_U8, 1, shape, buf, n, TF_BORROW);
+    if (st != TF_OK) {
+        errorf("%s: tf_doc_add: %s", what, tf_strerror(st));
+        goto out;
+    }
+
+    /* Correctness first: the echo must be what was sent, byte for byte. */
+    st = tf_fetch(c, url, doc, &got);
+    if (st != TF_OK) {
+        report_failure(c, "first exchange with", what, st);
+        goto out;
+    }
+    if (verify_doc(got, buf, n, why, sizeof why) != 0) {
+        errorf("exchange %s: the first reply was wrong: %s", what, why);
+        goto out;
+    }
+
+    failures = 0;
+    if (bench_op(c, OP_EXCHANGE, url, doc, buf, n, warmup, reps, memcpy_gbps, &r) == 0)
+        emit(o, &r);
+    else
+        failures++;
+    if (o->inflight > 0) {
+        if (bench_inflight(o, c, url, doc, buf, n, xreps, memcpy_gbps, &r) == 0)
+            emit(o, &r);
+        else
+            failures++;
+    }
+out:
+    tf_doc_free(got);
+    tf_doc_free(doc);
+    free(buf);
+    return failures;
+}
+
 /* ---- main ----------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
     fprintf(f,
         "usage: tfetch-bench [options]\n"
-        "Measures memcpy, then PUT and GET of one-tensor documents over HTTP via libtfetch.\n"
+        "Measures memcpy, then PUT and GET of one-tensor documents over HTTP via libtfetch,\n"
+        "then exchanges with the daemon's echo route (POST /v1/call/echo), one at a time and\n"
+        "--inflight at a time through the async API.\n"
         "JSON lines (one per measurement) go to stdout, the human table to stderr.\n"
         "\n"
         "  --url URL           benchmark the daemon at URL (http://HOST:PORT) instead of\n"
@@ -772,14 +1096,22 @@ static void usage(FILE *f)
         "  --tfetchd-arg ARG   append ARG to the spawned tfetchd's arguments (repeatable)\n"
         "  --sizes LIST        document sizes, comma-separated, K/M/G binary suffixes\n"
         "                      (default %s)\n"
-        "  --reps N            timed repetitions per size (default by size: 200 up to 64K,\n"
-        "                      50 up to 4M, 10 up to 64M, 4 above)\n"
+        "  --exchange-sizes LIST  exchange sizes, as --sizes (default %s; none: no\n"
+        "                      exchanges)\n"
+        "  --inflight N        exchanges kept in flight on one client, one connection each\n"
+        "                      (default %d; 0: only one at a time)\n"
+        "  --inflight-reps N   timed exchanges with --inflight in flight (default by size:\n"
+        "                      10000 up to 64K, 640 up to 4M, 64 up to 64M, 16 above; at\n"
+        "                      least 4 x --inflight); 2 x --inflight untimed ones first\n"
+        "  --reps N            timed repetitions per size, one at a time (default by size:\n"
+        "                      200 up to 64K, 50 up to 4M, 10 up to 64M, 4 above)\n"
         "  --warmup N          untimed repetitions first (default by size: 20, 5, 2, 1)\n"
         "  --memcpy-reps N     memcpy baseline repetitions (default %d)\n"
         "  --timeout-ms MS     per-request timeout (default %ld; 0: none)\n"
         "  --json              JSON lines only (no table)\n"
         "  -h, --help          this text\n",
-        default_sizes, MEMCPY_REPS_DEFAULT, TIMEOUT_MS_DEFAULT);
+        default_sizes, default_xsizes, INFLIGHT_DEFAULT, MEMCPY_REPS_DEFAULT,
+        TIMEOUT_MS_DEFAULT);
 }
 
 static int parse_args(int argc, char **argv, opts_t *o)
@@ -793,14 +1125,18 @@ static int parse_args(int argc, char **argv, opts_t *o)
     o->warmup = -1;
     o->memcpy_reps = MEMCPY_REPS_DEFAULT;
     o->timeout_ms = TIMEOUT_MS_DEFAULT;
-    parse_sizes(default_sizes, o);
+    o->inflight = INFLIGHT_DEFAULT;
+    parse_sizes(default_sizes, o->sizes, &o->nsizes);
+    parse_sizes(default_xsizes, o->xsizes, &o->nxsizes);
 
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = strcmp(a, "--url") == 0 || strcmp(a, "--tfetchd") == 0 ||
                     strcmp(a, "--tfetchd-arg") == 0 || strcmp(a, "--sizes") == 0 ||
                     strcmp(a, "--reps") == 0 || strcmp(a, "--warmup") == 0 ||
-                    strcmp(a, "--memcpy-reps") == 0 || strcmp(a, "--timeout-ms") == 0;
+                    strcmp(a, "--memcpy-reps") == 0 || strcmp(a, "--timeout-ms") == 0 ||
+                    strcmp(a, "--exchange-sizes") == 0 || strcmp(a, "--inflight") == 0 ||
+                    strcmp(a, "--inflight-reps") == 0;
 
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
@@ -830,10 +1166,24 @@ static int parse_args(int argc, char **argv, opts_t *o)
             }
             o->daemon_args[o->ndaemon_args++] = val;
         } else if (strcmp(a, "--sizes") == 0) {
-            if (parse_sizes(val, o) != 0) {
+            if (parse_sizes(val, o->sizes, &o->nsizes) != 0) {
                 errorf("bad --sizes '%s' (e.g. 8,64K,4M; at most %d)", val, MAX_SIZES);
                 return -1;
             }
+        } else if (strcmp(a, "--exchange-sizes") == 0) {
+            if (strcmp(val, "none") == 0) {
+                o->nxsizes = 0;
+            } else if (parse_sizes(val, o->xsizes, &o->nxsizes) != 0) {
+                errorf("bad --exchange-sizes '%s' (e.g. 8,4M, or none; at most %d)", val,
+                       MAX_SIZES);
+                return -1;
+            }
+        } else if (strcmp(a, "--inflight") == 0) {
+            if (parse_int(val, 0, MAX_INFLIGHT, &v) != 0) {
+                errorf("bad %s '%s' (0..%d)", a, val, MAX_INFLIGHT);
+                return -1;
+            }
+            o->inflight = (int)v;
         } else if (strcmp(a, "--timeout-ms") == 0) {
             if (parse_int(val, 0, 24L * 3600 * 1000, &v) != 0) {
                 errorf("bad %s '%s'", a, val);
@@ -847,6 +1197,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             }
             if (strcmp(a, "--reps") == 0)
                 o->reps = (int)v;
+            else if (strcmp(a, "--inflight-reps") == 0)
+                o->inflight_reps = (int)v;
             else if (strcmp(a, "--warmup") == 0)
                 o->warmup = (int)v;
             else
@@ -900,10 +1252,18 @@ int main(int argc, char **argv)
     for (i = 0; i < o.nsizes; i++) {
         failures += bench_size(&o, c, base, o.sizes[i], mc.gbps);
         if (!daemon_alive(&d)) {
-            failures += 2 * (o.nsizes - i - 1);
+            failures += 2 * (o.nsizes - i - 1) + (o.inflight > 0 ? 2 : 1) * o.nxsizes;
+            goto done;
+        }
+    }
+    for (i = 0; i < o.nxsizes; i++) {
+        failures += bench_xsize(&o, c, base, o.xsizes[i], mc.gbps);
+        if (!daemon_alive(&d)) {
+            failures += (o.inflight > 0 ? 2 : 1) * (o.nxsizes - i - 1);
             break;
         }
     }
+done:
     tf_client_free(c);
 stop:
     if (daemon_stop(&d, 0) != 0)

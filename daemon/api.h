@@ -35,6 +35,7 @@ struct tfd_server {
     tfd_sessions_t *sessions;
     tfd_replay_t *replay;
     tfd_workers_t *workers;
+    struct tfd_upgrade *upgrade;
     tfd_plugins_t *plugins;                 /* loaded after the built-in routes */
     char id_prefix[17];
     atomic_uint_fast64_t next_id;

@@ -17,7 +17,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum kind { K_STR, K_UINT, K_SIZE, K_LEVEL, K_LIST };
+enum kind { K_STR, K_UINT, K_SIZE, K_LEVEL, K_LIST, K_BOOL };
 
 typedef struct {
     const char *name;
@@ -58,6 +58,8 @@ static const opt_t opts[] = {
     {"worker-lease", K_UINT, F(worker_lease_ms), "MS", "a worker that neither polls nor answers this long is dropped (default 5000)"},
     {"max-workers", K_UINT, F(max_workers), "N", "worker processes at once (default 256)"},
     {"worker-queue", K_UINT, F(worker_queue), "N", "calls waiting per worker, else 503 (default 1024)"},
+    {"ucx", K_BOOL, F(ucx), "on|off", "offer clients the upgrade to UCX (shared memory, RDMA, TCP) (default on)"},
+    {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
     {"plugin", K_LIST, F(plugins), "PATH", "load routes from a plugin shared object (\"PATH [ARGS]\"); repeatable, up to 16; see tfetch-plugin(3)"},
 };
@@ -91,6 +93,8 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->replay_entries = 65536;
     cfg->replay_memory = 256u << 20;
     cfg->worker_lease_ms = 5000;
+    cfg->ucx = 1;
+    cfg->upgrade_token_ttl_ms = 10000;
     cfg->max_workers = 256;
     cfg->worker_queue = 1024;
     cfg->max_waiters = 4096;
@@ -178,6 +182,16 @@ static int apply(tfd_config_t *cfg, const opt_t *o, const char *val, const char 
         }
         *(int *)field = l;
         return 0;
+    }
+    case K_BOOL: {
+        static const char *yes[] = {"on", "yes", "true", "1"}, *no[] = {"off", "no", "false", "0"};
+        for (size_t i = 0; i < 4; i++)
+            if (strcasecmp(val, yes[i]) == 0 || strcasecmp(val, no[i]) == 0) {
+                *(unsigned *)field = strcasecmp(val, yes[i]) == 0;
+                return 0;
+            }
+        fprintf(stderr, "tfetchd: %s: %s wants on or off, got '%s'\n", where, o->name, val);
+        return -1;
     }
     case K_LIST: {
         tfd_strlist_t *list = (tfd_strlist_t *)field;

@@ -48,6 +48,8 @@ typedef struct {
     unsigned worker_lease_ms;
     unsigned max_workers;
     unsigned worker_queue;          /* calls waiting per worker */
+    unsigned ucx;                   /* 1: offer the UCX upgrade (when built with UCX) */
+    unsigned upgrade_token_ttl_ms;
     int log_level;                  /* syslog priority */
     tfd_strlist_t plugins;          /* "PATH [ARGS]" of each plugin, in load order */
     char config_file[512];

@@ -26,6 +26,7 @@
     X(SHUMAI_CALL, "shumai_call") \
     X(WORKER, "worker")           \
     X(WORKER_POLL, "worker_poll") \
+    X(UPGRADE, "upgrade")         \
     X(OTHER, "other")
 
 typedef enum {

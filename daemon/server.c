@@ -12,6 +12,7 @@
 #include "daemon/server.h"
 #include "daemon/api.h"
 #include "daemon/log.h"
+#include "daemon/upgrade.h"
 #include "proto/raw.h"
 #include "proto/safetensors.h"
 #include "proto/shumai.h"
@@ -275,9 +276,13 @@ static void handle_info(tfx_req_t *r, ctx_t *c)
     tfp_jw_str(&w, PACKAGE_VERSION);
     tfp_jw_key(&w, "api");
     tfp_jw_str(&w, "v1");
+    const char *why;
+    int ucx = tfd_upgrade_enabled(s->upgrade, &why);
     tfp_jw_key(&w, "transports");
     tfp_jw_arr_begin(&w);
     tfp_jw_str(&w, "http");
+    if (ucx)
+        tfp_jw_str(&w, "ucx");
     tfp_jw_arr_end(&w);
     tfp_jw_key(&w, "ucx");
     tfp_jw_obj_begin(&w);
@@ -288,9 +293,11 @@ static void handle_info(tfx_req_t *r, ctx_t *c)
     tfp_jw_bool(&w, 0);
 #endif
     tfp_jw_key(&w, "enabled");
-    tfp_jw_bool(&w, 0);
-    tfp_jw_key(&w, "reason");
-    tfp_jw_str(&w, "the UCX upgrade is not implemented in this version");
+    tfp_jw_bool(&w, ucx);
+    if (!ucx) {
+        tfp_jw_key(&w, "reason");
+        tfp_jw_str(&w, why);
+    }
     tfp_jw_obj_end(&w);
     tfp_jw_key(&w, "formats");
     tfp_jw_arr_begin(&w);
@@ -338,6 +345,7 @@ static void handle_info(tfx_req_t *r, ctx_t *c)
     kv_uint(&w, "session_memory", cfg->session_memory);
     kv_uint(&w, "replay_window_s", cfg->replay_window);
     kv_uint(&w, "worker_lease_ms", cfg->worker_lease_ms);
+    kv_uint(&w, "upgrade_token_ttl_ms", cfg->upgrade_token_ttl_ms);
     tfp_jw_obj_end(&w);
     tfp_jw_key(&w, "store");
     tfp_jw_obj_begin(&w);
@@ -420,6 +428,7 @@ static tfd_route_t route_of(tfp_path_t p, tfx_req_t *r)
     case TFP_PATH_WORKER:
     case TFP_PATH_WORKER_REPLY: return TFD_ROUTE_WORKER;
     case TFP_PATH_WORKER_NEXT: return TFD_ROUTE_WORKER_POLL;
+    case TFP_PATH_UPGRADE: return TFD_ROUTE_UPGRADE;
     case TFP_PATH_SHUMAI: return shumai_has_body(r) ? TFD_ROUTE_SHUMAI_CALL : TFD_ROUTE_SHUMAI_GET;
     default: return TFD_ROUTE_OTHER;
     }
@@ -439,7 +448,9 @@ static int take_ids(tfx_req_t *r, ctx_t *c)
                  (unsigned long long)n);
     }
     tfx_req_add_header(r, "Tfetch-Request-Id", c->request_id);
-    tfx_req_add_header(r, "Tfetch-Transport", "http");
+    tfx_req_add_header(r, "Tfetch-Transport", tfx_req_transport(r));
+    if (tfd_upgrade_enabled(c->srv->upgrade, NULL))
+        tfx_req_add_header(r, "Tfetch-Upgrade", "ucx");
     if (rid && !tfp_request_id_valid(rid)) {
         api_fail(r, c, TFP_EBADREQ, "Tfetch-Request-Id must match [A-Za-z0-9._:-]{1,128}");
         return -1;
@@ -535,6 +546,10 @@ static void on_begin(tfx_req_t *r, void *arg)
     case TFP_PATH_WORKER_REPLY:
         api_begin_workers(r, c);
         return;
+    case TFP_PATH_UPGRADE:
+        if (allow_method(r, c, "POST"))
+            tfx_req_accept_body(r, 0, 4096);
+        return;
     }
 }
 
@@ -559,6 +574,7 @@ static void on_handle(tfx_req_t *r, void *arg)
     case TFD_ROUTE_SESSION: api_handle_session_end(r, c); return;
     case TFD_ROUTE_WORKER:
     case TFD_ROUTE_WORKER_POLL: api_handle_workers(r, c); return;
+    case TFD_ROUTE_UPGRADE: tfd_upgrade_handle(c->srv->upgrade, r); return;
     default:
         api_fail(r, c, TFP_ENOTFOUND, "no route for %s", tfx_req_path(r));
         return;
@@ -638,12 +654,18 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .max_header_bytes = (size_t)cfg->max_header,
         .min_upload_rate = cfg->min_upload_rate,
     };
-    tfx_http_handlers_t h = {on_begin, on_handle, on_finish, on_body_grow, s};
+    tfx_handlers_t h = {on_begin, on_handle, on_finish, on_body_grow, s};
+    s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, &h);
+    if (!s->upgrade) {
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        goto free_parts;
+    }
     s->http = tfx_http_start(&hc, &h, err);
     if (!s->http)
         goto free_parts;
     return s;
 free_parts:
+    tfd_upgrade_free(s->upgrade);
     tfd_workers_free(s->workers);
     tfd_replay_free(s->replay);
     tfd_sessions_free(s->sessions);
@@ -668,6 +690,7 @@ void tfd_server_tick(tfd_server_t *s)
 unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s, void (*tick)(void))
 {
     tfx_http_quiesce(s->http);
+    tfd_upgrade_quiesce(s->upgrade);
     tfd_waiters_shutdown(s->waiters);
     tfd_workers_shutdown(s->workers);
     tfd_replay_wake_all(s->replay);
@@ -678,7 +701,7 @@ unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s, void (*tick)(void
      * close" from now on) a moment to go before closing whatever is left. */
     for (;;) {
         uint64_t now = tfd_now_ms();
-        n = tfx_http_inflight(s->http);
+        n = tfx_http_inflight(s->http) + tfd_upgrade_inflight(s->upgrade);
         if (n == 0 && tfx_http_connections(s->http) == 0)
             break;
         if (n == 0 && !idle_since)
@@ -700,6 +723,7 @@ void tfd_server_free(tfd_server_t *s)
     if (!s)
         return;
     tfx_http_stop(s->http);
+    tfd_upgrade_free(s->upgrade);
     tfd_workers_free(s->workers);
     tfd_replay_free(s->replay);
     tfd_sessions_free(s->sessions);

@@ -92,6 +92,8 @@ static tfp_path_t classify_path(const char *path, tfp_path_info_t *o)
         return TFP_PATH_SESSION_SELF;
     if (strcmp(path, "/v1/workers") == 0)
         return TFP_PATH_WORKERS;
+    if (strcmp(path, "/v1/upgrade") == 0)
+        return TFP_PATH_UPGRADE;
     if ((rest = prefixed(path, "/v1/tensors"))) {
         rest = segment(rest, o->name, sizeof o->name);
         return rest && !*rest ? TFP_PATH_TENSOR : TFP_PATH_BAD_NAME;

@@ -38,6 +38,7 @@ typedef enum {
     TFP_PATH_WORKER,                /* /v1/workers/ID */
     TFP_PATH_WORKER_NEXT,           /* /v1/workers/ID/next */
     TFP_PATH_WORKER_REPLY,          /* /v1/workers/ID/calls/CALL */
+    TFP_PATH_UPGRADE,               /* /v1/upgrade */
     TFP_PATH_SHUMAI,                /* /NAME: Shumai's tfetch (GET a tensor, POST a route) */
     TFP_PATH_BAD_NAME               /* a known prefix followed by an invalid name */
 } tfp_path_t;

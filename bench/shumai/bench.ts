@@ -1,17 +1,29 @@
 // bench.ts - Shumai client round trips: Shumai's own tfetch(url, tensor) (shumai/network/
 // tensor.ts, unmodified) against one or more echo endpoints, timed from the call to the
 // decoded reply (encodeBinary's copy, HTTP both ways, decodeBinary). Prints p50/p99 per
-// target and size. Runs from a scratch directory laid out by tests/shumai/setup.sh.
+// target and size, one round trip at a time and, with BENCH_INFLIGHT=N, also with N round
+// trips kept in flight (N async loops, each awaiting its tfetch before starting the next; a
+// round trip is timed from its call to its decoded reply, throughput over the wall time).
+// Runs from a scratch directory laid out by tests/shumai/setup.sh.
 //
 //   bun run bench.ts NAME=URL [NAME=URL ...]       URL: the echo route, e.g. http://h:p/echo
-// Environment: BENCH_BIG_N (64 MiB round trips, default 10), BENCH_TINY_N (16-byte round
-// trips, default 1000), BENCH_BIG_MIB (default 64).
+// Environment: BENCH_BIG_N (big round trips, default 10), BENCH_TINY_N (tiny round trips,
+// default 1000), BENCH_BIG_MIB (big size, default 64), BENCH_TINY_BYTES (tiny size, a
+// multiple of 4, default 16), BENCH_INFLIGHT (round trips in flight; default 0: one at a
+// time only), BENCH_INFLIGHT_TINY_N (default 5000), BENCH_INFLIGHT_BIG_N (default 4 x
+// BENCH_INFLIGHT; memory: about 3 x BENCH_INFLIGHT x the big size).
 import { tfetch } from './shumai/network/tensor'
 import * as sm from './shumai/tensor'
 
 const bigN = Number(process.env.BENCH_BIG_N || 10)
 const tinyN = Number(process.env.BENCH_TINY_N || 1000)
 const bigMiB = Number(process.env.BENCH_BIG_MIB || 64)
+const tinyBytes = Number(process.env.BENCH_TINY_BYTES || 16)
+const inflight = Number(process.env.BENCH_INFLIGHT || 0)
+const inflightTinyN = Number(process.env.BENCH_INFLIGHT_TINY_N || 5000)
+const inflightBigN = Number(process.env.BENCH_INFLIGHT_BIG_N || 4 * inflight)
+if (!(tinyBytes >= 4 && tinyBytes % 4 === 0)) throw `BENCH_TINY_BYTES=${tinyBytes}: want a multiple of 4 (F32)`
+if (!(inflight >= 0 && Number.isInteger(inflight))) throw `BENCH_INFLIGHT=${inflight}: want an integer >= 0`
 
 function pct(sorted: number[], p: number): number {
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))
@@ -20,6 +32,18 @@ function pct(sorted: number[], p: number): number {
 
 function fmt(ms: number): string {
   return ms >= 100 ? `${(ms / 1000).toFixed(3)} s` : ms >= 1 ? `${ms.toFixed(2)} ms` : `${(ms * 1000).toFixed(0)} us`
+}
+
+function sizeLabel(bytes: number): string {
+  return bytes >= 1048576 && bytes % 1048576 === 0 ? `${bytes / 1048576} MiB` : `${bytes} B`
+}
+
+function spotCheck(r: sm.Tensor, want: Float32Array) {
+  const got = r.toFloat32Array()
+  for (let k = 0; k < want.length; k += Math.max(1, want.length >> 10)) {
+    if (got[k] !== want[k]) throw `reply differs at element ${k}`
+  }
+  if (got[want.length - 1] !== want[want.length - 1]) throw `reply differs at element ${want.length - 1}`
 }
 
 async function measure(url: string, t: sm.Tensor, n: number, warm: number) {
@@ -35,16 +59,49 @@ async function measure(url: string, t: sm.Tensor, n: number, warm: number) {
     }
     const dt = performance.now() - t0
     if (!r || r.elements !== want.length) throw `reply has ${r ? r.elements : 0} elements, want ${want.length}`
-    if (i === 0) {
-      const got = r.toFloat32Array()
-      for (let k = 0; k < want.length; k += Math.max(1, want.length >> 10)) {
-        if (got[k] !== want[k]) throw `reply differs at element ${k}`
-      }
-    }
+    if (i === 0) spotCheck(r, want)
     if (i >= warm) times.push(dt)
   }
   times.sort((a, b) => a - b)
-  return { p50: pct(times, 50), p99: pct(times, 99), n }
+  return { p50: pct(times, 50), p99: pct(times, 99), n, wall: 0 }
+}
+
+// n round trips, `depth` in flight: depth loops share a counter; each starts its next round
+// trip when its previous one has been decoded.
+async function pipeline(url: string, t: sm.Tensor, want: Float32Array, n: number, depth: number) {
+  const times: number[] = []
+  let next = 0
+  let checked = false
+  const loop = async () => {
+    while (next < n) {
+      const i = next++
+      const t0 = performance.now()
+      let r: sm.Tensor
+      try {
+        r = await tfetch(url, t)
+      } catch (e) {
+        throw `round trip ${i + 1} of ${n}: ${e}`
+      }
+      const dt = performance.now() - t0
+      if (!r || r.elements !== want.length) throw `reply has ${r ? r.elements : 0} elements, want ${want.length}`
+      if (!checked) {
+        checked = true
+        spotCheck(r, want)
+      }
+      times.push(dt)
+    }
+  }
+  const w0 = performance.now()
+  await Promise.all(Array.from({ length: Math.min(depth, n) }, loop))
+  return { times, wall: performance.now() - w0 }
+}
+
+async function measureInflight(url: string, t: sm.Tensor, n: number, depth: number) {
+  const want = t.toFloat32Array()
+  await pipeline(url, t, want, 2 * depth, depth) // warm-up: opens the connections
+  const { times, wall } = await pipeline(url, t, want, n, depth)
+  times.sort((a, b) => a - b)
+  return { p50: pct(times, 50), p99: pct(times, 99), n, wall }
 }
 
 const targets = process.argv.slice(2).map((a) => {
@@ -59,22 +116,30 @@ if (!targets.length) {
 
 const bigElems = (bigMiB * 1048576) / 4
 const big = sm.tensor(Float32Array.from({ length: bigElems }, (_, i) => i & 0xffff)).reshape([bigElems / 1024, 1024])
-const tiny = sm.tensor(Float32Array.of(1, 2, 3, 4))
-const rows: string[][] = [['target', 'size', 'n', 'p50', 'p99', 'MB/s at p50']]
+const tiny = sm.tensor(Float32Array.from({ length: tinyBytes / 4 }, (_, i) => i + 1))
+// MB/s counts both directions (a round trip moves the bytes twice): 2 x bytes / p50 one at a
+// time, 2 x bytes x n / wall time with several in flight. req/s: 1 / p50, or n / wall time.
+const rows: string[][] = [['target', 'size', 'in flight', 'n', 'p50', 'p99', 'req/s', 'MB/s (both ways)']]
 let failures = 0
 for (const [name, url] of targets) {
-  for (const [label, t, n, warm, bytes] of [
-    ['16 B', tiny, tinyN, 20, 16],
-    [`${bigMiB} MiB`, big, bigN, 1, bigMiB * 1048576]
-  ] as [string, sm.Tensor, number, number, number][]) {
+  for (const [depth, t, n, warm, bytes] of [
+    [1, tiny, tinyN, 20, tinyBytes],
+    [1, big, bigN, 1, bigMiB * 1048576],
+    [inflight, tiny, inflightTinyN, 0, tinyBytes],
+    [inflight, big, inflightBigN, 0, bigMiB * 1048576]
+  ] as [number, sm.Tensor, number, number, number][]) {
+    if (depth < 1 || n < 1) continue
+    const label = sizeLabel(bytes)
     try {
-      const r = await measure(url, t, n, warm)
-      // a round trip moves the bytes twice
-      const mbps = ((2 * bytes) / (r.p50 / 1000) / 1e6).toFixed(bytes > 1e6 ? 0 : 3)
-      rows.push([name, label, String(r.n), fmt(r.p50), fmt(r.p99), mbps])
+      const r = depth === 1 ? await measure(url, t, n, warm) : await measureInflight(url, t, n, depth)
+      const secs = depth === 1 ? r.p50 / 1000 : r.wall / 1000
+      const count = depth === 1 ? 1 : r.n
+      const mbps = ((2 * bytes * count) / secs / 1e6).toFixed(bytes > 1e6 ? 0 : 3)
+      const rps = (count / secs).toFixed(0)
+      rows.push([name, label, String(depth), String(r.n), fmt(r.p50), fmt(r.p99), rps, mbps])
     } catch (e) {
       failures++
-      rows.push([name, label, '-', 'failed', String(e).slice(0, 160), ''])
+      rows.push([name, label, String(depth), '-', 'failed', String(e).slice(0, 160), '', ''])
     }
   }
 }

@@ -1,14 +1,18 @@
 #!/bin/sh
 # run.sh - Shumai's client (sm.network.tfetch, @shumai/shumai 0.0.13, real code) round trips,
-# 16 B and 64 MiB, against tfetchd's echo route and against Shumai's own sm.network.serve
-# (real code with our stand-in tensor module: see tests/shumai/standins/), in one run, p50/p99.
+# 16 B and 64 MiB by default, against tfetchd's echo route and against Shumai's own
+# sm.network.serve (real code with our stand-in tensor module: see tests/shumai/standins/), in
+# one run, p50/p99; with BENCH_INFLIGHT=N also N round trips in flight (bench/run.sh runs it
+# with 8 B, 4 MiB and 64 in flight).
 #
 # Not a test: run it by hand from the top of a built tree:  bench/shumai/run.sh
 # Needs the npm registry the first time (tests/shumai/setup.sh caches what it installs).
 # Loopback only; every step is time-bounded; both servers are stopped on any exit.
 # Environment: TFETCHD (default ./daemon/tfetchd), BENCH_BIG_N (default 10), BENCH_TINY_N
-# (default 1000), BENCH_BIG_MIB (default 64), BENCH_TIMEOUT (seconds, default 600), and what
-# setup.sh reads (TFETCH_SHUMAI_CACHE, ...). Exit status: 0 if every measurement ran.
+# (default 1000), BENCH_BIG_MIB (default 64), BENCH_TINY_BYTES (default 16), BENCH_INFLIGHT
+# (default 0: one at a time only), BENCH_INFLIGHT_TINY_N (default 5000), BENCH_INFLIGHT_BIG_N
+# (default 4 x BENCH_INFLIGHT), BENCH_TIMEOUT (seconds, default 600), and what setup.sh reads
+# (TFETCH_SHUMAI_CACHE, ...). Exit status: 0 if every measurement ran.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)

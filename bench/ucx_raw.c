@@ -1,0 +1,2014 @@
+/* ucx_raw.c - ucx-raw, the raw UCX active-message ceiling for tfetch's UCX transport.
+ *
+ * No tfetch code: a client sends a request as one UCP active message (a small fixed header plus
+ * N payload bytes) to a server, which receives it into a buffer it allocated and touched
+ * beforehand (eager: copied from the data pointer; rendezvous: ucp_am_recv_data_nbx straight
+ * into the buffer) and answers with a header-only ack. The client times request -> ack round
+ * trips (warm-up first) and reports p50/p99 latency and payload/p50 throughput, next to a
+ * memcpy baseline from the same run. A "chunked" variant sends a large payload as several
+ * messages (default 4 MiB) all in flight at once, acked once when the last byte has landed.
+ *
+ * Connection is by worker address, as tfetch's upgrade does for same-host peers: the server
+ * hands its ucp_worker_query() address blob to the client (through a pipe when this program
+ * forks both, a file or hex string otherwise); the client creates its endpoint with
+ * UCP_EP_PARAM_FIELD_REMOTE_ADDRESS and sends with UCP_AM_SEND_FLAG_REPLY, and the server
+ * answers on the reply_ep that arrives with each message. The endpoint's lanes (from
+ * ucp_ep_print_info) say which transports carried it: "ucx/sysv+cma", "ucx/tcp", ...
+ *
+ * Default run: a memcpy baseline, then server/client pairs (separate processes, forked) for
+ * default UCX_TLS and UCX_TLS=tcp, with UCP_ERR_HANDLING_MODE_NONE, and UCX_TLS default with
+ * UCP_ERR_HANDLING_MODE_PEER. --experiments runs the questions bench/README.md answers:
+ * NET_ONLY worker addresses, sleeping progress (ucp_worker_get_efd/ucp_worker_arm), thread
+ * modes with a progress thread, and a server that dies (SIGKILL) mid-request.
+ *
+ * Correctness before speed: for each size the server first receives into a poisoned buffer and
+ * checks every byte; before the last timed repetition it poisons the buffer again and checks it
+ * after. A mismatch fails that measurement.
+ *
+ * Output: one JSON line per measurement on stdout, the human table on stderr (--json: no
+ * table). Exit status 0 if everything ran, 1 if anything failed, 2 on a usage error.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <ucp/api/ucp.h>
+
+#define KIB ((size_t)1024)
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+
+#define MEMCPY_BYTES (64 * MIB)
+#define MEMCPY_REPS 20
+#define MAX_SIZES 16
+#define MAX_CONFIGS 40
+#define TIMEOUT_MS_DEFAULT 30000L
+#define KILL_WAIT_MS_DEFAULT 30000L
+#define PAIR_SLACK_S 60             /* a pair's limit: its own deadlines plus this */
+#define ADDR_MAX 65536
+
+#define AM_REQ 17
+#define AM_ACK 18
+#define HDR_MAGIC 0x74667578u       /* "tfux" */
+
+static const char *const default_sizes = "8,64K,4M,64M,256M";
+static const char *const default_chunked = "64M,256M";
+
+enum { OP_HELLO = 1, OP_DATA, OP_POISON, OP_CHECK, OP_QUIT, OP_DIE };
+enum { F_VERIFY = 1 };
+enum { ST_OK = 0, ST_BAD_HDR = 1, ST_NO_MEM = 2, ST_MISMATCH = 3, ST_RECV_ERR = 4 };
+
+/* Request header: what every AM_REQ carries. */
+typedef struct {
+    uint32_t magic;
+    uint16_t op;
+    uint16_t flags;
+    uint64_t id;            /* request id; the chunks of one request share it */
+    uint64_t total;         /* payload bytes of the whole request */
+    uint64_t offset;        /* where this message's payload goes */
+    uint64_t seed;          /* pattern seed (OP_CHECK, F_VERIFY) */
+} req_hdr_t;
+
+/* Ack header: the whole AM_ACK (no payload). */
+typedef struct {
+    uint32_t magic;
+    int32_t status;         /* ST_* */
+    uint64_t id;
+    uint64_t bytes;         /* payload bytes the server received for this id */
+    uint32_t nrndv;         /* messages that came by rendezvous */
+    uint32_t neager;        /* messages that came eagerly */
+} ack_hdr_t;
+
+enum { TM_SINGLE, TM_SERIALIZED, TM_MULTI };
+
+/* One server/client pair's setup. */
+typedef struct {
+    char name[40];
+    const char *tls;        /* UCX_TLS for both; NULL: the environment's (default "all") */
+    int err_peer;           /* UCP_ERR_HANDLING_MODE_PEER instead of NONE */
+    int net_only;           /* server address from UCP_WORKER_ADDRESS_FLAG_NET_ONLY */
+    int wakeup;             /* UCP_FEATURE_WAKEUP; sleep in epoll on the worker's efd */
+    int thread_mode;        /* TM_* for the client's worker */
+    int progress_thread;    /* client: a progress thread owns the worker, main thread posts */
+    int kill_test;          /* the server SIGKILLs itself on receiving the request */
+    size_t sizes[MAX_SIZES];
+    int nsizes;
+    size_t chunked[MAX_SIZES];  /* sizes also sent in chunks */
+    int nchunked;
+} config_t;
+
+typedef struct {
+    int reps;               /* 0: by size */
+    int warmup;             /* -1: by size */
+    size_t chunk;
+    long timeout_ms;
+    long kill_wait_ms;
+    int json_only;
+    int info;               /* print ucp_ep_print_info / ucp_worker_print_info text */
+    double memcpy_gbps;
+} opts_t;
+
+typedef struct {
+    const char *bench;
+    const config_t *cfg;
+    const char *variant;
+    char transport[64];
+    const char *proto;
+    size_t bytes;
+    size_t chunk;
+    int reps;
+    int warmup;
+    double p50_us, p99_us, mean_us, gbps, mean_gbps, vs_memcpy;
+} result_t;
+
+static volatile unsigned char g_sink;
+static int g_table_started;
+
+/* ---- small helpers -------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void errorf(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("ucx-raw: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static const char *fmt_size(size_t n, char *buf, size_t cap)
+{
+    if (n >= GIB && n % GIB == 0)
+        snprintf(buf, cap, "%zu GiB", n / GIB);
+    else if (n >= MIB && n % MIB == 0)
+        snprintf(buf, cap, "%zu MiB", n / MIB);
+    else if (n >= KIB && n % KIB == 0)
+        snprintf(buf, cap, "%zu KiB", n / KIB);
+    else
+        snprintf(buf, cap, "%zu B", n);
+    return buf;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v, mult = 1;
+
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (end == s || errno != 0 || v == 0 || *s == '-')
+        return -1;
+    if (*end == 'k' || *end == 'K')
+        mult = KIB;
+    else if (*end == 'm' || *end == 'M')
+        mult = MIB;
+    else if (*end == 'g' || *end == 'G')
+        mult = GIB;
+    if (mult != 1)
+        end++;
+    if (mult != 1 && (strcmp(end, "iB") == 0 || strcmp(end, "ib") == 0))
+        end += 2;
+    else if (strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
+        end++;
+    if (*end != '\0' || v > SIZE_MAX / mult)
+        return -1;
+    *out = (size_t)(v * mult);
+    return 0;
+}
+
+/* "" or "none" gives an empty list. */
+static int parse_sizes(const char *list, size_t *sizes, int *n)
+{
+    char *copy, *save = NULL, *tok;
+    int rc = 0;
+
+    *n = 0;
+    if (!*list || strcmp(list, "none") == 0)
+        return 0;
+    if (!(copy = strdup(list)))
+        return -1;
+    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_SIZES || parse_size(tok, &sizes[*n]) != 0) {
+            rc = -1;
+            break;
+        }
+        (*n)++;
+    }
+    free(copy);
+    return rc;
+}
+
+static int parse_long(const char *s, long min, long max, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int default_reps(size_t n)
+{
+    if (n <= 64 * KIB)
+        return 1000;
+    if (n <= 4 * MIB)
+        return 100;
+    if (n <= 64 * MIB)
+        return 20;
+    return 6;
+}
+
+static int default_warmup(size_t n)
+{
+    if (n <= 64 * KIB)
+        return 100;
+    if (n <= 4 * MIB)
+        return 10;
+    if (n <= 64 * MIB)
+        return 3;
+    return 1;
+}
+
+/* The pattern tfetch-bench uses (xorshift64 over 8-byte words), from byte 0 of a request. */
+static void fill_pattern(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t x = (seed * 0x9E3779B97F4A7C15ull) | 1;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+    for (; i < n; i++)
+        p[i] = (unsigned char)(x >> (8 * (i % 8)));
+}
+
+/* 0 if p[0..n) is fill_pattern(seed), else -1. */
+static int check_pattern(const unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t x = (seed * 0x9E3779B97F4A7C15ull) | 1, y;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(&y, p + i, 8);
+        if (y != x)
+            return -1;
+    }
+    for (; i < n; i++)
+        if (p[i] != (unsigned char)(x >> (8 * (i % 8))))
+            return -1;
+    return 0;
+}
+
+/* Page-aligned, written (so no page fault is timed). */
+static unsigned char *alloc_touched(size_t n, int byte)
+{
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    memset(p, byte, n);
+    return p;
+}
+
+static void free_touched(unsigned char *p, size_t n)
+{
+    if (p)
+        munmap(p, n ? n : 1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void summarise(double *t, int n, size_t bytes, double memcpy_gbps, result_t *r)
+{
+    double sum = 0, p50;
+    int i, k99;
+
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    for (i = 0; i < n; i++)
+        sum += t[i];
+    p50 = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    k99 = (int)((99L * n + 99) / 100) - 1;
+    r->reps = n;
+    r->bytes = bytes;
+    r->p50_us = p50 * 1e6;
+    r->p99_us = t[k99] * 1e6;
+    r->mean_us = sum / n * 1e6;
+    r->gbps = p50 > 0 ? (double)bytes / p50 / 1e9 : 0;
+    r->mean_gbps = sum > 0 ? (double)bytes * n / sum / 1e9 : 0;
+    r->vs_memcpy = memcpy_gbps > 0 ? r->gbps / memcpy_gbps : 0;
+}
+
+static const char *tm_name(int tm)
+{
+    return tm == TM_MULTI ? "multi" : tm == TM_SERIALIZED ? "serialized" : "single";
+}
+
+static ucs_thread_mode_t tm_ucs(int tm)
+{
+    return tm == TM_MULTI ? UCS_THREAD_MODE_MULTI
+         : tm == TM_SERIALIZED ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
+}
+
+static const char *ucs_tm_name(ucs_thread_mode_t tm)
+{
+    return tm == UCS_THREAD_MODE_MULTI ? "multi"
+         : tm == UCS_THREAD_MODE_SERIALIZED ? "serialized" : "single";
+}
+
+/* ---- output --------------------------------------------------------------------------- */
+
+static void json_config(const config_t *c)
+{
+    printf("\"config\":\"%s\",\"tls\":\"%s\",\"err_mode\":\"%s\",\"net_only\":%d,\"wakeup\":%d,"
+           "\"thread_mode\":\"%s\",\"progress_thread\":%d", c->name, c->tls ? c->tls : "default",
+           c->err_peer ? "peer" : "none", c->net_only, c->wakeup, tm_name(c->thread_mode),
+           c->progress_thread);
+}
+
+static void emit(const opts_t *o, const result_t *r)
+{
+    char sz[32];
+
+    printf("{\"bench\":\"%s\",", r->bench);
+    if (r->cfg) {
+        json_config(r->cfg);
+        printf(",\"variant\":\"%s\",\"transport\":\"%s\",\"proto\":\"%s\",\"chunk\":%zu,",
+               r->variant, r->transport, r->proto, r->chunk);
+    } else {
+        printf("\"transport\":\"%s\",", r->transport);
+    }
+    printf("\"bytes\":%zu,\"reps\":%d,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+           "\"mean_us\":%.3f,\"gbps\":%.6g,\"mean_gbps\":%.6g,\"vs_memcpy\":%.6g}\n",
+           r->bytes, r->reps, r->warmup, r->p50_us, r->p99_us, r->mean_us, r->gbps,
+           r->mean_gbps, r->vs_memcpy);
+    fflush(stdout);
+    if (o->json_only)
+        return;
+    if (!g_table_started) {
+        fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5s %10s %10s %8s %8s\n", "config",
+                "variant", "transport", "proto", "size", "reps", "p50 us", "p99 us",
+                "GB/s p50", "x memcpy");
+        g_table_started = 1;
+    }
+    fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5d %10.2f %10.2f %8.3f %8.3f\n",
+            r->cfg ? r->cfg->name : r->bench, r->cfg ? r->variant : "-", r->transport,
+            r->cfg ? r->proto : "-", fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us,
+            r->p99_us, r->gbps, r->vs_memcpy);
+    fflush(stderr);
+}
+
+static int bench_memcpy(result_t *r)
+{
+    size_t n = MEMCPY_BYTES;
+    unsigned char *src = alloc_touched(n, 1), *dst = alloc_touched(n, 2);
+    double t[MEMCPY_REPS];
+    int i, rc = -1;
+
+    if (!src || !dst) {
+        errorf("memcpy baseline: out of memory");
+        goto out;
+    }
+    memcpy(dst, src, n);
+    for (i = 0; i < MEMCPY_REPS; i++) {
+        double t0 = now_s();
+        memcpy(dst, src, n);
+        t[i] = now_s() - t0;
+        g_sink ^= dst[(size_t)i * 4099 % n];
+    }
+    memset(r, 0, sizeof *r);
+    r->bench = "memcpy";
+    snprintf(r->transport, sizeof r->transport, "none");
+    summarise(t, MEMCPY_REPS, n, 0, r);
+    r->vs_memcpy = 1.0;
+    rc = 0;
+out:
+    free_touched(src, n);
+    free_touched(dst, n);
+    return rc;
+}
+
+/* ---- UCX setup shared by both sides --------------------------------------------------- */
+
+typedef struct {
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    int efd;                    /* ucp_worker_get_efd (wakeup) */
+    int epfd;                   /* an epoll set holding efd */
+} ucx_t;
+
+static int ucx_open(ucx_t *u, const config_t *c, int thread_mode, const char *who)
+{
+    ucp_config_t *conf = NULL;
+    ucp_params_t pp;
+    ucp_worker_params_t wp;
+    ucs_status_t st;
+    struct epoll_event ev;
+
+    memset(u, 0, sizeof *u);
+    u->efd = u->epfd = -1;
+    st = ucp_config_read(NULL, NULL, &conf);
+    if (st != UCS_OK) {
+        errorf("%s: ucp_config_read: %s", who, ucs_status_string(st));
+        return -1;
+    }
+    if (c->tls && (st = ucp_config_modify(conf, "TLS", c->tls)) != UCS_OK) {
+        errorf("%s: UCX_TLS=%s: %s", who, c->tls, ucs_status_string(st));
+        ucp_config_release(conf);
+        return -1;
+    }
+    memset(&pp, 0, sizeof pp);
+    pp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    pp.features = UCP_FEATURE_AM | (c->wakeup ? UCP_FEATURE_WAKEUP : 0);
+    pp.mt_workers_shared = 0;
+    st = ucp_init(&pp, conf, &u->ctx);
+    ucp_config_release(conf);
+    if (st != UCS_OK) {
+        errorf("%s: ucp_init: %s", who, ucs_status_string(st));
+        return -1;
+    }
+    memset(&wp, 0, sizeof wp);
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = tm_ucs(thread_mode);
+    st = ucp_worker_create(u->ctx, &wp, &u->w);
+    if (st != UCS_OK) {
+        errorf("%s: ucp_worker_create: %s", who, ucs_status_string(st));
+        ucp_cleanup(u->ctx);
+        u->ctx = NULL;
+        return -1;
+    }
+    if (c->wakeup) {
+        st = ucp_worker_get_efd(u->w, &u->efd);
+        if (st != UCS_OK) {
+            errorf("%s: ucp_worker_get_efd: %s", who, ucs_status_string(st));
+            return -1;
+        }
+        u->epfd = epoll_create1(EPOLL_CLOEXEC);
+        memset(&ev, 0, sizeof ev);
+        ev.events = EPOLLIN;
+        if (u->epfd < 0 || epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->efd, &ev) != 0) {
+            errorf("%s: epoll: %s", who, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void ucx_close(ucx_t *u)
+{
+    if (u->epfd >= 0)
+        close(u->epfd);
+    if (u->w)
+        ucp_worker_destroy(u->w);
+    if (u->ctx)
+        ucp_cleanup(u->ctx);
+    memset(u, 0, sizeof *u);
+    u->efd = u->epfd = -1;
+}
+
+/* Sleeps on the worker's efd if nothing is pending (wakeup mode): 1 slept or armed-and-woke,
+ * 0 must progress more, -1 error. */
+static int ucx_sleep(ucx_t *u, int timeout_ms, unsigned long *sleeps)
+{
+    struct epoll_event ev;
+    ucs_status_t st = ucp_worker_arm(u->w);
+    int n;
+
+    if (st == UCS_ERR_BUSY)
+        return 0;
+    if (st != UCS_OK) {
+        errorf("ucp_worker_arm: %s", ucs_status_string(st));
+        return -1;
+    }
+    do
+        n = epoll_wait(u->epfd, &ev, 1, timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (sleeps)
+        (*sleeps)++;
+    return 1;
+}
+
+/* ---- server --------------------------------------------------------------------------- */
+
+typedef struct {
+    ucx_t u;
+    const config_t *cfg;
+    unsigned char *buf;
+    size_t cap;
+    uint64_t cur_id;            /* request being assembled */
+    uint64_t total;
+    uint64_t got;
+    uint32_t nrndv, neager;
+    int32_t status;
+    int verify;
+    uint64_t seed;
+    int ack_ready;              /* an ack (ack) is due on reply_ep */
+    ack_hdr_t ack;
+    ucp_ep_h reply_ep;
+    void *ack_req;              /* an ack send not complete yet */
+    int quit;
+    int printed_ep;
+    int info;
+} server_t;
+
+static void srv_finish_if_done(server_t *s)
+{
+    if (s->got < s->total || s->ack_ready)
+        return;
+    if (s->status == ST_OK && s->verify && check_pattern(s->buf, s->total, s->seed) != 0)
+        s->status = ST_MISMATCH;
+    s->ack.magic = HDR_MAGIC;
+    s->ack.status = s->status;
+    s->ack.id = s->cur_id;
+    s->ack.bytes = s->got;
+    s->ack.nrndv = s->nrndv;
+    s->ack.neager = s->neager;
+    s->ack_ready = 1;
+}
+
+static void srv_recv_cb(void *req, ucs_status_t st, size_t length, void *user_data)
+{
+    server_t *s = user_data;
+
+    if (st != UCS_OK && s->status == ST_OK)
+        s->status = ST_RECV_ERR;
+    s->got += length ? length : 0;
+    ucp_request_free(req);
+    srv_finish_if_done(s);
+}
+
+/* Makes buf hold at least n bytes, written with 0xA5 (untimed: the first request of a size). */
+static int srv_reserve(server_t *s, size_t n)
+{
+    if (n <= s->cap)
+        return 0;
+    free_touched(s->buf, s->cap);
+    s->cap = 0;
+    if (!(s->buf = alloc_touched(n, 0xA5)))
+        return -1;
+    s->cap = n;
+    return 0;
+}
+
+/* A new request: resets the assembly and, for control ops, does the op. */
+static void srv_begin(server_t *s, const req_hdr_t *h)
+{
+    s->cur_id = h->id;
+    s->total = h->total;
+    s->got = 0;
+    s->nrndv = s->neager = 0;
+    s->status = ST_OK;
+    s->verify = (h->flags & F_VERIFY) != 0;
+    s->seed = h->seed;
+    if (h->op == OP_DATA && srv_reserve(s, h->total) != 0)
+        s->status = ST_NO_MEM;
+}
+
+static ucs_status_t srv_req_cb(void *arg, const void *header, size_t header_length, void *data,
+                               size_t length, const ucp_am_recv_param_t *param)
+{
+    server_t *s = arg;
+    req_hdr_t h;
+    ucp_request_param_t rp;
+    void *r;
+
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+        s->reply_ep = param->reply_ep;
+    if (header_length != sizeof h) {
+        errorf("server: request header of %zu bytes", header_length);
+        return UCS_OK;
+    }
+    memcpy(&h, header, sizeof h);
+    if (h.magic != HDR_MAGIC) {
+        errorf("server: bad magic");
+        return UCS_OK;
+    }
+    if (h.op == OP_DIE) {
+        /* The kill test: die here, with the request (and, for rendezvous, its data) not taken. */
+        raise(SIGKILL);
+    }
+    if (h.id != s->cur_id)
+        srv_begin(s, &h);
+    switch (h.op) {
+    case OP_HELLO:
+        break;
+    case OP_QUIT:
+        s->quit = 1;
+        break;
+    case OP_POISON:
+        if (srv_reserve(s, h.total) != 0)
+            s->status = ST_NO_MEM;
+        else
+            memset(s->buf, 0xA5, h.total);
+        s->total = 0;
+        break;
+    case OP_CHECK:
+        if (h.total > s->cap || check_pattern(s->buf, h.total, h.seed) != 0)
+            s->status = ST_MISMATCH;
+        s->total = 0;
+        break;
+    case OP_DATA:
+        if (s->status != ST_OK || h.offset > s->cap || length > s->cap - h.offset) {
+            if (s->status == ST_OK)
+                s->status = ST_BAD_HDR;
+            s->got += length;
+            srv_finish_if_done(s);
+            return UCS_OK;      /* rendezvous: drops it; the sender completes with UCS_OK */
+        }
+        if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+            s->nrndv++;
+            memset(&rp, 0, sizeof rp);
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                              UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+            rp.cb.recv_am = srv_recv_cb;
+            rp.user_data = s;
+            rp.memory_type = UCS_MEMORY_TYPE_HOST;
+            /* The request is freed in srv_recv_cb, never before it completes: freeing an
+             * unfinished ucp_am_recv_data_nbx request hangs the rendezvous (UCX 1.13). */
+            r = ucp_am_recv_data_nbx(s->u.w, data, s->buf + h.offset, length, &rp);
+            if (UCS_PTR_IS_ERR(r)) {
+                errorf("server: ucp_am_recv_data_nbx: %s",
+                       ucs_status_string(UCS_PTR_STATUS(r)));
+                s->status = ST_RECV_ERR;
+                s->got += length;
+            } else if (r == NULL) {
+                s->got += length;
+            }
+        } else {
+            s->neager++;
+            memcpy(s->buf + h.offset, data, length);
+            s->got += length;
+        }
+        break;
+    default:
+        s->status = ST_BAD_HDR;
+        break;
+    }
+    srv_finish_if_done(s);
+    return UCS_OK;
+}
+
+static void srv_ack_cb(void *req, ucs_status_t st, void *user_data)
+{
+    server_t *s = user_data;
+
+    if (st != UCS_OK)
+        errorf("server: ack send: %s", ucs_status_string(st));
+    ucp_request_free(req);
+    s->ack_req = NULL;
+}
+
+static void print_ep_info(const char *who, ucp_ep_h ep)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    if (!f)
+        return;
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    fprintf(stderr, "--- %s: ucp_ep_print_info ---\n%s---\n", who, text ? text : "");
+    free(text);
+}
+
+/* Sends the due ack if the previous one has completed. */
+static int srv_send_ack(server_t *s)
+{
+    ucp_request_param_t p;
+    void *r;
+
+    if (!s->ack_ready || s->ack_req || !s->reply_ep)
+        return 0;
+    if (s->info && !s->printed_ep) {
+        print_ep_info("server reply_ep", s->reply_ep);
+        s->printed_ep = 1;
+    }
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = srv_ack_cb;
+    p.user_data = s;
+    s->ack_ready = 0;
+    r = ucp_am_send_nbx(s->reply_ep, AM_ACK, &s->ack, sizeof s->ack, NULL, 0, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+        errorf("server: ack send: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        return -1;
+    }
+    s->ack_req = r;
+    return 0;
+}
+
+/* Runs a server until a client says OP_QUIT (or idle_s passes without a message; 0: never).
+ * Its worker address goes to addr_fd (length-prefixed) or, if addr_fd < 0, to addr_file or
+ * stdout as hex. */
+static int run_server(const config_t *c, const opts_t *o, int addr_fd, const char *addr_file,
+                      double idle_s)
+{
+    server_t s;
+    ucp_worker_attr_t wa;
+    ucp_am_handler_param_t hp;
+    ucs_status_t st;
+    uint32_t len32;
+    double last = now_s();
+    unsigned long sleeps = 0, spins = 0;
+    int rc = 1;
+    size_t i;
+
+    memset(&s, 0, sizeof s);
+    s.cfg = c;
+    s.info = o->info;
+    s.cur_id = UINT64_MAX;
+    if (ucx_open(&s.u, c, TM_SINGLE, "server") != 0)
+        goto out;
+    memset(&hp, 0, sizeof hp);
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    hp.id = AM_REQ;
+    hp.cb = srv_req_cb;
+    hp.arg = &s;
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+    if ((st = ucp_worker_set_am_recv_handler(s.u.w, &hp)) != UCS_OK) {
+        errorf("server: ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
+        goto out;
+    }
+    memset(&wa, 0, sizeof wa);
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS |
+                    (c->net_only ? UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS : 0);
+    wa.address_flags = c->net_only ? UCP_WORKER_ADDRESS_FLAG_NET_ONLY : 0;
+    if ((st = ucp_worker_query(s.u.w, &wa)) != UCS_OK) {
+        errorf("server: ucp_worker_query: %s", ucs_status_string(st));
+        goto out;
+    }
+    if (o->info)
+        ucp_worker_print_info(s.u.w, stderr);
+    if (addr_fd >= 0) {
+        len32 = (uint32_t)wa.address_length;
+        if (write(addr_fd, &len32, sizeof len32) != (ssize_t)sizeof len32 ||
+            write(addr_fd, wa.address, wa.address_length) != (ssize_t)wa.address_length) {
+            errorf("server: writing the address: %s", strerror(errno));
+            ucp_worker_release_address(s.u.w, wa.address);
+            goto out;
+        }
+        close(addr_fd);
+    } else {
+        FILE *f = addr_file ? fopen(addr_file, "w") : stdout;
+        if (!f) {
+            errorf("server: %s: %s", addr_file, strerror(errno));
+            ucp_worker_release_address(s.u.w, wa.address);
+            goto out;
+        }
+        for (i = 0; i < wa.address_length; i++)
+            fprintf(f, "%02x", ((const unsigned char *)wa.address)[i]);
+        fputc('\n', f);
+        if (f != stdout)
+            fclose(f);
+        else
+            fflush(stdout);
+    }
+    ucp_worker_release_address(s.u.w, wa.address);
+
+    while (!(s.quit && !s.ack_ready && !s.ack_req)) {
+        unsigned n = ucp_worker_progress(s.u.w);
+        if (srv_send_ack(&s) != 0)
+            goto out;
+        if (n) {
+            last = now_s();
+            continue;
+        }
+        if (c->wakeup) {
+            if (ucx_sleep(&s.u, 1000, &sleeps) < 0)
+                goto out;
+        }
+        if (idle_s > 0 && (c->wakeup || (++spins & 0xffff) == 0) && now_s() - last > idle_s) {
+            errorf("server: no message for %.0f s, giving up", idle_s);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    /* The reply endpoints are UCX's; the worker takes them down with it. */
+    ucx_close(&s.u);
+    free_touched(s.buf, s.cap);
+    return rc;
+}
+
+/* ---- client --------------------------------------------------------------------------- */
+
+typedef struct {
+    ucx_t u;
+    const config_t *cfg;
+    const opts_t *o;
+    ucp_ep_h ep;
+    ucs_thread_mode_t granted;
+    char transport[64];
+    char lanes[1024];           /* JSON array body */
+    char am_send[160];          /* the protocol thresholds line */
+    uint64_t next_id;
+    /* state of the request in flight; written by callbacks (maybe on the progress thread) */
+    atomic_int acked;
+    ack_hdr_t ack;
+    atomic_int sends_done;
+    atomic_int send_status;     /* first error status of a send */
+    atomic_int ep_failed;
+    atomic_int ep_status;
+    double ep_fail_t;
+    double send_done_t;
+    /* progress thread */
+    pthread_t pt;
+    int pt_running;
+    atomic_int pt_stop;
+    pthread_mutex_t wlock;      /* SERIALIZED: our own lock around every worker call */
+    pthread_mutex_t mtx;        /* with cv: the main thread waits for callbacks */
+    pthread_cond_t cv;
+    /* the buffer sent */
+    unsigned char *buf;
+    size_t cap;
+    req_hdr_t *hdrs;
+    size_t nhdrs;
+    unsigned long sleeps;
+} client_t;
+
+static void cli_wake(client_t *c)
+{
+    if (!c->cfg->progress_thread)
+        return;
+    pthread_mutex_lock(&c->mtx);
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mtx);
+}
+
+static ucs_status_t cli_ack_cb(void *arg, const void *header, size_t header_length, void *data,
+                               size_t length, const ucp_am_recv_param_t *param)
+{
+    client_t *c = arg;
+
+    (void)data;
+    (void)length;
+    (void)param;
+    if (header_length == sizeof c->ack) {
+        memcpy(&c->ack, header, sizeof c->ack);
+        atomic_store(&c->acked, 1);
+    } else {
+        errorf("client: ack header of %zu bytes", header_length);
+    }
+    cli_wake(c);
+    return UCS_OK;
+}
+
+static void cli_send_cb(void *req, ucs_status_t st, void *user_data)
+{
+    client_t *c = user_data;
+    int expect = UCS_OK;
+
+    if (st != UCS_OK)
+        atomic_compare_exchange_strong(&c->send_status, &expect, (int)st);
+    ucp_request_free(req);
+    c->send_done_t = now_s();
+    atomic_fetch_add(&c->sends_done, 1);
+    cli_wake(c);
+}
+
+static void cli_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    client_t *c = arg;
+
+    (void)ep;
+    c->ep_fail_t = now_s();
+    atomic_store(&c->ep_status, (int)st);
+    atomic_store(&c->ep_failed, 1);
+    cli_wake(c);
+}
+
+static void *cli_progress_main(void *arg)
+{
+    client_t *c = arg;
+    int ser = c->cfg->thread_mode != TM_MULTI;
+    unsigned n;
+    ucs_status_t st;
+    struct epoll_event ev;
+
+    while (!atomic_load(&c->pt_stop)) {
+        if (ser)
+            pthread_mutex_lock(&c->wlock);
+        n = ucp_worker_progress(c->u.w);
+        st = UCS_ERR_BUSY;
+        if (!n && c->cfg->wakeup)
+            st = ucp_worker_arm(c->u.w);
+        if (ser)
+            pthread_mutex_unlock(&c->wlock);
+        if (st == UCS_OK) {
+            while (epoll_wait(c->u.epfd, &ev, 1, 100) < 0 && errno == EINTR)
+                ;
+            c->sleeps++;
+        }
+    }
+    return NULL;
+}
+
+static void cli_lock(client_t *c)
+{
+    if (c->cfg->progress_thread && c->cfg->thread_mode != TM_MULTI)
+        pthread_mutex_lock(&c->wlock);
+}
+
+static void cli_unlock(client_t *c)
+{
+    if (c->cfg->progress_thread && c->cfg->thread_mode != TM_MULTI)
+        pthread_mutex_unlock(&c->wlock);
+    if (c->cfg->progress_thread && c->cfg->wakeup)
+        ucp_worker_signal(c->u.w);      /* the progress thread may be asleep */
+}
+
+/* Waits until the request in flight is acked and all its sends are complete (0), the endpoint
+ * fails or a send fails (-1; ep_failed/send_status say which), or the deadline passes (-2).
+ * With stop_on_error 0, keeps waiting through errors until the deadline or the ack. */
+static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
+{
+    unsigned long spins = 0;
+
+    for (;;) {
+        if (atomic_load(&c->acked) && atomic_load(&c->sends_done) >= nsends)
+            return 0;
+        if (stop_on_error && (atomic_load(&c->ep_failed) || atomic_load(&c->send_status)))
+            return -1;
+        if (c->cfg->progress_thread) {
+            struct timespec ts;
+            double t = now_s();
+            if (t > deadline)
+                return -2;
+            pthread_mutex_lock(&c->mtx);
+            if (!(atomic_load(&c->acked) && atomic_load(&c->sends_done) >= nsends) &&
+                !atomic_load(&c->ep_failed) && !atomic_load(&c->send_status)) {
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 50 * 1000 * 1000;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&c->cv, &c->mtx, &ts);
+            }
+            pthread_mutex_unlock(&c->mtx);
+            continue;
+        }
+        if (ucp_worker_progress(c->u.w))
+            continue;
+        if (c->cfg->wakeup) {
+            if (ucx_sleep(&c->u, 100, &c->sleeps) < 0)
+                return -1;
+            if (now_s() > deadline)
+                return -2;
+        } else if ((++spins & 0x3ff) == 0 && now_s() > deadline) {
+            return -2;
+        }
+    }
+}
+
+/* Posts one request of n bytes from c->buf (chunk 0: one message; else messages of chunk bytes,
+ * all in flight) and waits for its ack. Returns 0 and *ack, or -1 with a reason printed. */
+static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_t chunk,
+                       uint64_t seed, ack_hdr_t *ack)
+{
+    size_t pieces = chunk && n > chunk ? (n + chunk - 1) / chunk : 1, i;
+    ucp_request_param_t p;
+    uint64_t id = ++c->next_id;
+    int rc;
+    void *r;
+
+    if (pieces > c->nhdrs) {
+        req_hdr_t *h = realloc(c->hdrs, pieces * sizeof *h);
+        if (!h) {
+            errorf("client: out of memory");
+            return -1;
+        }
+        c->hdrs = h;
+        c->nhdrs = pieces;
+    }
+    atomic_store(&c->acked, 0);
+    atomic_store(&c->sends_done, 0);
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.cb.send = cli_send_cb;
+    p.user_data = c;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    cli_lock(c);
+    for (i = 0; i < pieces; i++) {
+        size_t off = pieces > 1 ? i * chunk : 0;
+        size_t len = pieces > 1 && n - off > chunk ? chunk : n - off;
+        req_hdr_t *h = &c->hdrs[i];
+        h->magic = HDR_MAGIC;
+        h->op = op;
+        h->flags = flags;
+        h->id = id;
+        h->total = n;
+        h->offset = off;
+        h->seed = seed;
+        r = ucp_am_send_nbx(c->ep, AM_REQ, h, sizeof *h, op == OP_DATA || op == OP_DIE ?
+                            c->buf + off : NULL, op == OP_DATA || op == OP_DIE ? len : 0, &p);
+        if (UCS_PTR_IS_ERR(r)) {
+            cli_unlock(c);
+            errorf("client: ucp_am_send_nbx: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+            /* the ones posted before complete on their own; wait for them so that none
+             * refers to hdrs or buf after we return */
+            cli_wait(c, (int)i, now_s() + 5, 0);
+            return -1;
+        }
+        if (r == NULL)
+            atomic_fetch_add(&c->sends_done, 1);
+    }
+    cli_unlock(c);
+    rc = cli_wait(c, (int)pieces, now_s() + (double)c->o->timeout_ms / 1000, 1);
+    if (rc == -2) {
+        errorf("client: no ack within %ld ms (op %u, %zu bytes)", c->o->timeout_ms, op, n);
+        return -1;
+    }
+    if (rc != 0) {
+        errorf("client: request failed: %s",
+               atomic_load(&c->ep_failed) ? ucs_status_string(atomic_load(&c->ep_status))
+                                          : ucs_status_string(atomic_load(&c->send_status)));
+        return -1;
+    }
+    *ack = c->ack;
+    if (ack->magic != HDR_MAGIC || ack->id != id) {
+        errorf("client: ack for request %" PRIu64 ", expected %" PRIu64, ack->id, id);
+        return -1;
+    }
+    if (ack->status != ST_OK) {
+        errorf("client: server says %s (op %u, %zu bytes)",
+               ack->status == ST_MISMATCH ? "the data differs from what was sent"
+               : ack->status == ST_NO_MEM ? "out of memory"
+               : ack->status == ST_RECV_ERR ? "receive failed" : "bad request", op, n);
+        return -1;
+    }
+    if ((op == OP_DATA) && ack->bytes != n) {
+        errorf("client: server received %" PRIu64 " of %zu bytes", ack->bytes, n);
+        return -1;
+    }
+    return 0;
+}
+
+/* Appends word to the comma-separated list if it is not there yet. */
+static void list_add(char *list, size_t cap, const char *word)
+{
+    size_t wl = strlen(word), n = strlen(list);
+    const char *p = list;
+
+    while (*p) {
+        size_t k = strcspn(p, ",");
+        if (k == wl && !strncmp(p, word, wl))
+            return;
+        p += k + (p[k] == ',');
+    }
+    snprintf(list + n, cap - n, "%s%s", n ? "," : "", word);
+}
+
+/* Appends s to the JSON text at out (cap bytes, *len used) as a string, quotes made safe. */
+static void json_append_str(char *out, size_t cap, size_t *len, const char *str)
+{
+    size_t n = *len;
+
+    if (n + 4 >= cap)
+        return;
+    if (n)
+        out[n++] = ',';
+    out[n++] = '"';
+    for (; *str && n + 2 < cap; str++)
+        out[n++] = *str == '"' || *str == '\\' ? '\'' : *str;
+    out[n++] = '"';
+    out[n] = '\0';
+    *len = n;
+}
+
+/* Reads ucp_ep_print_info text (UCX 1.13). The lines that matter look like
+ *   #                 lane[0]:  3:sysv/memory.0 md[2]    -> md[2]/sysv/sysdev[255] am am_bw#0
+ *   #                 lane[1]:  5:cma/memory.0 md[4]     -> md[4]/cma/sysdev[255] rma_bw#0
+ *   #                 am_send: 0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)
+ * i.e. "lane[i]: <rsc>:<tl>/<dev> md[..] -> md[..]/<tl>/sysdev[..] <usage words>", the usage
+ * words being am, am_bw#k, rma_bw#k, rma, amo, keepalive, wireup, ... Fills lanes (a JSON
+ * array body, one string per lane line), am_send (that line), and tr: "ucx/" + the transports
+ * of the "am" lanes, then "+" each transport of an rma_bw/am_bw lane not already named
+ * ("ucx/sysv+cma", "ucx/posix+cma", "ucx/tcp"). */
+static void parse_ep_info(const char *text, char *lanes, size_t lcap, char *am_send,
+                          size_t acap, char *tr, size_t tcap)
+{
+    char am[64] = "", bulk[64] = "", extra[64] = "";
+    const char *line = text;
+    size_t lo = 0;
+
+    lanes[0] = '\0';
+    am_send[0] = '\0';
+    while (line && *line) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[512], tl[32] = "", *lp, *p, *save = NULL, *tok;
+        int is_am = 0, is_bulk = 0;
+
+        if (len >= sizeof buf)
+            len = sizeof buf - 1;
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        line = nl ? nl + 1 : NULL;
+        while (len > 0 && (buf[len - 1] == ' ' || buf[len - 1] == '\t'))
+            buf[--len] = '\0';
+        if ((p = strstr(buf, "am_send:"))) {
+            p += strlen("am_send:");
+            snprintf(am_send, acap, "%s", p + strspn(p, " "));
+            continue;
+        }
+        if (!(lp = strstr(buf, "lane[")))
+            continue;
+        json_append_str(lanes, lcap, &lo, lp);
+        /* <rsc index>:<tl>/<dev> */
+        if (!(p = strchr(lp, ':')) || !(p = strchr(p + 1, ':')))
+            continue;
+        p++;
+        snprintf(tl, sizeof tl, "%.*s", (int)strcspn(p, "/ "), p);
+        /* usage words: after the remote "md[..]/tl/sysdev[..]" */
+        if (!(p = strstr(p, "->")) || !(p = strchr(p + 3, ' ')))
+            continue;
+        for (tok = strtok_r(p, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+            if (!strcmp(tok, "am"))
+                is_am = 1;
+            else if (!strncmp(tok, "rma_bw", 6) || !strncmp(tok, "am_bw", 5))
+                is_bulk = 1;
+        }
+        if (is_am)
+            list_add(am, sizeof am, tl);
+        if (is_bulk)
+            list_add(bulk, sizeof bulk, tl);
+    }
+    for (line = bulk; *line;) {
+        size_t k = strcspn(line, ",");
+        char word[32];
+        snprintf(word, sizeof word, "%.*s", (int)k, line);
+        line += k + (line[k] == ',');
+        if (!strstr(am, word))      /* names are distinct enough: sysv, posix, cma, tcp, ... */
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "+%s", word);
+    }
+    snprintf(tr, tcap, "ucx/%s%s", am[0] ? am : "?", extra);
+}
+
+static void cli_describe_ep(client_t *c)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    snprintf(c->transport, sizeof c->transport, "ucx/?");
+    if (!f)
+        return;
+    cli_lock(c);
+    ucp_ep_print_info(c->ep, f);
+    cli_unlock(c);
+    fclose(f);
+    if (text) {
+        parse_ep_info(text, c->lanes, sizeof c->lanes, c->am_send, sizeof c->am_send,
+                      c->transport, sizeof c->transport);
+        if (c->o->info)
+            fprintf(stderr, "--- client ep (%s): ucp_ep_print_info ---\n%s---\n", c->cfg->name,
+                    text);
+    }
+    free(text);
+}
+
+static int cli_connect(client_t *c, const void *addr, size_t addr_len)
+{
+    ucp_ep_params_t ep;
+    ucp_am_handler_param_t hp;
+    ucp_worker_attr_t wa;
+    ucs_status_t st;
+
+    memset(&hp, 0, sizeof hp);
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    hp.id = AM_ACK;
+    hp.cb = cli_ack_cb;
+    hp.arg = c;
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+    if ((st = ucp_worker_set_am_recv_handler(c->u.w, &hp)) != UCS_OK) {
+        errorf("client: ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
+        return -1;
+    }
+    memset(&wa, 0, sizeof wa);
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+    c->granted = ucp_worker_query(c->u.w, &wa) == UCS_OK ? wa.thread_mode
+                                                         : UCS_THREAD_MODE_SINGLE;
+    if (c->o->info)
+        ucp_worker_print_info(c->u.w, stderr);
+    memset(&ep, 0, sizeof ep);
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = addr;
+    ep.err_mode = c->cfg->err_peer ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    if (c->cfg->err_peer) {
+        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.err_handler.cb = cli_ep_err_cb;
+        ep.err_handler.arg = c;
+    }
+    (void)addr_len;
+    if ((st = ucp_ep_create(c->u.w, &ep, &c->ep)) != UCS_OK) {
+        errorf("client: ucp_ep_create: %s", ucs_status_string(st));
+        c->ep = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void cli_close(client_t *c, int force)
+{
+    ucp_request_param_t p;
+    void *r;
+    double deadline = now_s() + 2;
+
+    if (c->pt_running) {
+        atomic_store(&c->pt_stop, 1);
+        ucp_worker_signal(c->u.w);
+        pthread_join(c->pt, NULL);
+        c->pt_running = 0;
+    }
+    if (c->ep) {
+        memset(&p, 0, sizeof p);
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        r = ucp_ep_close_nbx(c->ep, &p);
+        if (r && !UCS_PTR_IS_ERR(r)) {
+            while (ucp_request_check_status(r) == UCS_INPROGRESS && now_s() < deadline)
+                ucp_worker_progress(c->u.w);
+            if (ucp_request_check_status(r) == UCS_INPROGRESS)
+                errorf("client: endpoint close still in progress after 2 s; leaving it");
+            else
+                ucp_request_free(r);
+        }
+        c->ep = NULL;
+    }
+}
+
+/* One size, one variant: verify, warm up, time. 0 ok. */
+static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
+{
+    const opts_t *o = c->o;
+    int reps = o->reps > 0 ? o->reps : default_reps(n);
+    int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
+    double *t = calloc((size_t)reps, sizeof *t);
+    ack_hdr_t ack;
+    result_t r;
+    uint32_t nrndv = 0, neager = 0;
+    int i;
+    char sz[32];
+
+    if (!t)
+        return -1;
+    /* correctness first: into a poisoned buffer, every byte checked */
+    if (cli_request(c, OP_POISON, 0, n, 0, 0, &ack) != 0 ||
+        cli_request(c, OP_DATA, F_VERIFY, n, chunk, n, &ack) != 0) {
+        errorf("%s %s %s: the verification request failed", c->cfg->name, variant,
+               fmt_size(n, sz, sizeof sz));
+        free(t);
+        return -1;
+    }
+    for (i = 0; i < warmup; i++)
+        if (cli_request(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
+            goto fail;
+    for (i = 0; i < reps; i++) {
+        double t0;
+        if (i == reps - 1 && cli_request(c, OP_POISON, 0, n, 0, 0, &ack) != 0)
+            goto fail;
+        t0 = now_s();
+        if (cli_request(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
+            goto fail;
+        t[i] = now_s() - t0;
+        nrndv += ack.nrndv;
+        neager += ack.neager;
+    }
+    if (cli_request(c, OP_CHECK, 0, n, 0, n, &ack) != 0) {
+        errorf("%s %s %s: the last timed request's data was wrong", c->cfg->name, variant,
+               fmt_size(n, sz, sizeof sz));
+        free(t);
+        return -1;
+    }
+    memset(&r, 0, sizeof r);
+    r.bench = "ucx-am";
+    r.cfg = c->cfg;
+    r.variant = variant;
+    snprintf(r.transport, sizeof r.transport, "%s", c->transport);
+    r.proto = nrndv && neager ? "mixed" : nrndv ? "rndv" : "eager";
+    r.chunk = chunk;
+    r.warmup = warmup;
+    summarise(t, reps, n, o->memcpy_gbps, &r);
+    emit(o, &r);
+    free(t);
+    return 0;
+fail:
+    errorf("%s %s %s: a timed request failed", c->cfg->name, variant, fmt_size(n, sz, sizeof sz));
+    free(t);
+    return -1;
+}
+
+static const char *status_name(int st)
+{
+    return st == UCS_OK ? "OK" : ucs_status_string((ucs_status_t)st);
+}
+
+/* The server dies (SIGKILL) on receiving a request of n bytes; what does the client see? */
+static int cli_kill_test(client_t *c, size_t n)
+{
+    double t0, deadline, t_send = -1, t_ep = -1;
+    ucp_request_param_t p;
+    ack_hdr_t ack;
+    req_hdr_t *h;
+    const char *outcome;
+    char sz[32];
+    void *r;
+    int rc, nsends = 1;
+
+    /* a full round trip first, so that the endpoint is wired up */
+    if (cli_request(c, OP_HELLO, 0, 0, 0, 0, &ack) != 0)
+        return -1;
+    if (!c->hdrs && !(c->hdrs = calloc(1, sizeof *c->hdrs)))
+        return -1;
+    c->nhdrs = c->nhdrs ? c->nhdrs : 1;
+    h = &c->hdrs[0];
+    memset(h, 0, sizeof *h);
+    h->magic = HDR_MAGIC;
+    h->op = OP_DIE;
+    h->id = ++c->next_id;
+    h->total = n;
+    atomic_store(&c->acked, 0);
+    atomic_store(&c->sends_done, 0);
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.cb.send = cli_send_cb;
+    p.user_data = c;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    t0 = now_s();
+    c->send_done_t = -1;
+    cli_lock(c);
+    r = ucp_am_send_nbx(c->ep, AM_REQ, h, sizeof *h, c->buf, n, &p);
+    cli_unlock(c);
+    if (UCS_PTR_IS_ERR(r)) {
+        atomic_store(&c->send_status, (int)UCS_PTR_STATUS(r));
+        c->send_done_t = now_s();
+        nsends = 0;
+    } else if (r == NULL) {
+        c->send_done_t = now_s();
+        atomic_fetch_add(&c->sends_done, 1);
+    }
+    deadline = t0 + (double)c->o->kill_wait_ms / 1000;
+    /* wait for the ack that cannot come: until the endpoint fails (PEER) or the deadline */
+    for (;;) {
+        rc = cli_wait(c, nsends, deadline, 0);
+        if (rc != 0 || atomic_load(&c->ep_failed) || now_s() > deadline)
+            break;
+    }
+    if (c->send_done_t >= 0 && atomic_load(&c->sends_done) >= 1)
+        t_send = c->send_done_t - t0;
+    if (atomic_load(&c->ep_failed))
+        t_ep = c->ep_fail_t - t0;
+    /* keep going a little after an ep error so a send completion can still be seen */
+    if (t_ep >= 0 && atomic_load(&c->sends_done) < nsends) {
+        cli_wait(c, nsends, now_s() + 1, 0);
+        if (atomic_load(&c->sends_done) >= 1)
+            t_send = c->send_done_t - t0;
+    }
+    if (atomic_load(&c->acked))
+        outcome = "acked?!";
+    else if (t_ep >= 0)
+        outcome = "error-callback";
+    else if (atomic_load(&c->send_status))
+        outcome = "send-error";
+    else
+        outcome = "hang";
+    printf("{\"bench\":\"ucx-kill\",");
+    json_config(c->cfg);
+    printf(",\"transport\":\"%s\",\"bytes\":%zu,\"outcome\":\"%s\",\"ep_error\":\"%s\","
+           "\"ep_error_ms\":%.1f,\"send_status\":\"%s\",\"send_done_ms\":%.1f,\"waited_ms\":%ld}\n",
+           c->transport, n, outcome,
+           t_ep >= 0 ? status_name(atomic_load(&c->ep_status)) : "none", t_ep >= 0 ? t_ep * 1e3 : -1,
+           t_send >= 0 ? status_name(atomic_load(&c->send_status)) : "pending",
+           t_send >= 0 ? t_send * 1e3 : -1, c->o->kill_wait_ms);
+    fflush(stdout);
+    if (!c->o->json_only) {
+        fprintf(stderr, "kill test %-14s %-13s %-8s: %s; ep error: %s", c->cfg->name,
+                c->transport, fmt_size(n, sz, sizeof sz), outcome,
+                t_ep >= 0 ? status_name(atomic_load(&c->ep_status)) : "none");
+        if (t_ep >= 0)
+            fprintf(stderr, " after %.1f ms", t_ep * 1e3);
+        fprintf(stderr, "; send: %s", t_send >= 0 ? status_name(atomic_load(&c->send_status))
+                                                  : "still pending");
+        if (t_send >= 0)
+            fprintf(stderr, " after %.1f ms", t_send * 1e3);
+        fprintf(stderr, " (waited up to %ld ms)\n", c->o->kill_wait_ms);
+    }
+    return 0;
+}
+
+/* Runs the client side of config c against the server whose worker address is addr. */
+static int run_client(const config_t *c, const opts_t *o, const void *addr, size_t addr_len)
+{
+    client_t cl;
+    ack_hdr_t ack;
+    size_t maxn = 8;
+    int i, failures = 0, pt_ok = 0;
+    double t0;
+
+    memset(&cl, 0, sizeof cl);
+    cl.cfg = c;
+    cl.o = o;
+    pthread_mutex_init(&cl.wlock, NULL);
+    pthread_mutex_init(&cl.mtx, NULL);
+    pthread_cond_init(&cl.cv, NULL);
+    for (i = 0; i < c->nsizes; i++)
+        if (c->sizes[i] > maxn)
+            maxn = c->sizes[i];
+    for (i = 0; i < c->nchunked; i++)
+        if (c->chunked[i] > maxn)
+            maxn = c->chunked[i];
+    if (!(cl.buf = alloc_touched(maxn, 0))) {
+        errorf("client: out of memory (%zu bytes)", maxn);
+        return 1;
+    }
+    cl.cap = maxn;
+    fill_pattern(cl.buf, maxn, 0);      /* re-filled per size below; touched now */
+    if (ucx_open(&cl.u, c, c->thread_mode, "client") != 0 ||
+        cli_connect(&cl, addr, addr_len) != 0) {
+        failures++;
+        goto out;
+    }
+    if (c->progress_thread) {
+        if (pthread_create(&cl.pt, NULL, cli_progress_main, &cl) != 0) {
+            errorf("client: pthread_create failed");
+            failures++;
+            goto out;
+        }
+        cl.pt_running = 1;
+    }
+    pt_ok = 1;
+    t0 = now_s();
+    if (cli_request(&cl, OP_HELLO, 0, 0, 0, 0, &ack) != 0) {
+        errorf("%s: the first round trip failed", c->name);
+        failures++;
+        goto out;
+    }
+    cli_describe_ep(&cl);
+    printf("{\"bench\":\"ucx-ep\",");
+    json_config(c);
+    printf(",\"thread_mode_granted\":\"%s\",\"transport\":\"%s\",\"connect_ms\":%.3f,"
+           "\"lanes\":[%s],\"am_send\":\"%s\"}\n", ucs_tm_name(cl.granted), cl.transport,
+           (now_s() - t0) * 1e3, cl.lanes, cl.am_send);
+    fflush(stdout);
+    if (!o->json_only)
+        fprintf(stderr, "%s: %s (thread mode %s; am_send %s)\n", c->name, cl.transport,
+                ucs_tm_name(cl.granted), cl.am_send);
+    if (c->kill_test) {
+        for (i = 0; i < c->nsizes && i < 1; i++) {
+            fill_pattern(cl.buf, c->sizes[i], c->sizes[i]);
+            if (cli_kill_test(&cl, c->sizes[i]) != 0)
+                failures++;
+        }
+        /* the peer is gone: force-close where allowed; with err mode NONE just leave */
+        if (c->err_peer)
+            cli_close(&cl, 1);
+        else if (cl.pt_running) {
+            atomic_store(&cl.pt_stop, 1);
+            ucp_worker_signal(cl.u.w);
+            pthread_join(cl.pt, NULL);
+            cl.pt_running = 0;
+        }
+        fflush(stdout);
+        fflush(stderr);
+        _exit(failures ? 1 : 0);        /* no UCX teardown against a dead peer */
+    }
+    for (i = 0; i < c->nsizes; i++) {
+        fill_pattern(cl.buf, c->sizes[i], c->sizes[i]);
+        if (cli_bench(&cl, c->sizes[i], 0, "single") != 0)
+            failures++;
+    }
+    for (i = 0; i < c->nchunked; i++) {
+        if (c->chunked[i] <= o->chunk)
+            continue;
+        fill_pattern(cl.buf, c->chunked[i], c->chunked[i]);
+        if (cli_bench(&cl, c->chunked[i], o->chunk, "chunked") != 0)
+            failures++;
+    }
+    if (cli_request(&cl, OP_QUIT, 0, 0, 0, 0, &ack) != 0)
+        failures++;
+out:
+    if (pt_ok || cl.ep)
+        cli_close(&cl, 0);
+    ucx_close(&cl.u);
+    free_touched(cl.buf, cl.cap);
+    free(cl.hdrs);
+    return failures ? 1 : 0;
+}
+
+/* ---- pairs: a server and a client, forked ---------------------------------------------- */
+
+static int read_full(int fd, void *buf, size_t n, int timeout_ms)
+{
+    size_t got = 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+    while (got < n) {
+        ssize_t k;
+        int pr = poll(&pfd, 1, timeout_ms);
+        if (pr <= 0)
+            return -1;
+        k = read(fd, (char *)buf + got, n - got);
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* Waits for pid until deadline (then SIGKILLs it); returns its wait status, -1 if killed. */
+static int wait_child(pid_t pid, double deadline, int *status)
+{
+    for (;;) {
+        pid_t w = waitpid(pid, status, WNOHANG);
+        if (w == pid)
+            return 0;
+        if (w < 0 && errno != EINTR)
+            return -1;
+        if (now_s() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, status, 0);
+            return -1;
+        }
+        usleep(2000);
+    }
+}
+
+static void child_setup(void)
+{
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+}
+
+static double pair_limit_s(const config_t *c, const opts_t *o)
+{
+    if (c->kill_test)
+        return (double)(o->kill_wait_ms + 2 * o->timeout_ms) / 1000 + PAIR_SLACK_S;
+    return 120 + PAIR_SLACK_S;
+}
+
+static int run_pair(const config_t *c, const opts_t *o)
+{
+    int pfd[2];
+    pid_t spid, cpid;
+    uint32_t len = 0;
+    unsigned char *addr = NULL;
+    int status = 0, failures = 0;
+    double deadline = now_s() + pair_limit_s(c, o);
+
+    fflush(stdout);
+    fflush(stderr);
+    if (pipe(pfd) != 0) {
+        errorf("pipe: %s", strerror(errno));
+        return 1;
+    }
+    spid = fork();
+    if (spid < 0) {
+        errorf("fork: %s", strerror(errno));
+        return 1;
+    }
+    if (spid == 0) {
+        int rc;
+        child_setup();
+        close(pfd[0]);
+        rc = run_server(c, o, pfd[1], NULL, pair_limit_s(c, o));
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    close(pfd[1]);
+    if (read_full(pfd[0], &len, sizeof len, 30000) != 0 || len == 0 || len > ADDR_MAX ||
+        !(addr = malloc(len)) || read_full(pfd[0], addr, len, 30000) != 0) {
+        errorf("%s: no worker address from the server", c->name);
+        close(pfd[0]);
+        kill(spid, SIGKILL);
+        waitpid(spid, &status, 0);
+        free(addr);
+        return 1;
+    }
+    close(pfd[0]);
+    cpid = fork();
+    if (cpid < 0) {
+        errorf("fork: %s", strerror(errno));
+        kill(spid, SIGKILL);
+        waitpid(spid, &status, 0);
+        free(addr);
+        return 1;
+    }
+    if (cpid == 0) {
+        int rc;
+        child_setup();
+        rc = run_client(c, o, addr, len);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    free(addr);
+    if (wait_child(cpid, deadline, &status) != 0) {
+        errorf("%s: the client did not finish in time (killed)", c->name);
+        failures++;
+    } else if (WIFSIGNALED(status)) {
+        errorf("%s: the client was killed by signal %d (%s)", c->name, WTERMSIG(status),
+               strsignal(WTERMSIG(status)));
+        if (c->kill_test) {
+            printf("{\"bench\":\"ucx-kill\",");
+            json_config(c);
+            printf(",\"bytes\":%zu,\"outcome\":\"client-killed-by-signal-%d\"}\n", c->sizes[0],
+                   WTERMSIG(status));
+            fflush(stdout);
+        }
+        failures++;
+    } else if (WEXITSTATUS(status) != 0) {
+        failures++;
+    }
+    if (wait_child(spid, now_s() + (c->kill_test ? 1 : 10), &status) != 0) {
+        if (!c->kill_test) {
+            errorf("%s: the server did not exit (killed)", c->name);
+            failures++;
+        }
+    } else if (c->kill_test) {
+        if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+            errorf("%s: the server should have died by SIGKILL", c->name);
+            failures++;
+        }
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        errorf("%s: the server failed (wait status %d)", c->name, status);
+        failures++;
+    }
+    return failures;
+}
+
+/* ---- plans ---------------------------------------------------------------------------- */
+
+static config_t *add_config(config_t *plan, int *n, const char *name, const char *tls,
+                            int err_peer, const char *sizes, const char *chunked)
+{
+    config_t *c = &plan[(*n)++];
+
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->tls = tls;
+    c->err_peer = err_peer;
+    parse_sizes(sizes, c->sizes, &c->nsizes);
+    parse_sizes(chunked, c->chunked, &c->nchunked);
+    return c;
+}
+
+static int plan_default(config_t *plan, const char *sizes, const char *chunked)
+{
+    int n = 0;
+
+    add_config(plan, &n, "shm", NULL, 0, sizes, chunked);
+    add_config(plan, &n, "tcp", "tcp", 0, sizes, chunked);
+    add_config(plan, &n, "shm-errpeer", NULL, 1, "8,64M", "64M");
+    add_config(plan, &n, "tcp-errpeer", "tcp", 1, "8,64M", "");
+    return n;
+}
+
+static int plan_experiments(config_t *plan)
+{
+    int n = 0;
+    config_t *c;
+    static const char *const kill_tls[2] = {NULL, "tcp"};
+    int i, e, k;
+
+    /* (b) NET_ONLY worker address */
+    c = add_config(plan, &n, "netonly", NULL, 0, "8,64M", "");
+    c->net_only = 1;
+    /* (c) sleeping progress on the worker's efd, both sides */
+    c = add_config(plan, &n, "busy", NULL, 0, "8,64K,64M", "");
+    c = add_config(plan, &n, "wakeup", NULL, 0, "8,64K,64M", "");
+    c->wakeup = 1;
+    c = add_config(plan, &n, "wakeup-tcp", "tcp", 0, "8,64M", "");
+    c->wakeup = 1;
+    /* (e) thread modes */
+    c = add_config(plan, &n, "tm-serialized", NULL, 0, "8,64M", "");
+    c->thread_mode = TM_SERIALIZED;
+    c = add_config(plan, &n, "tm-multi", NULL, 0, "8,64M", "");
+    c->thread_mode = TM_MULTI;
+    c = add_config(plan, &n, "pt-multi", NULL, 0, "8,64M", "");
+    c->thread_mode = TM_MULTI;
+    c->progress_thread = 1;
+    c = add_config(plan, &n, "pt-serialized", NULL, 0, "8,64M", "");
+    c->thread_mode = TM_SERIALIZED;
+    c->progress_thread = 1;
+    c = add_config(plan, &n, "pt-multi-wake", NULL, 0, "8,64M", "");
+    c->thread_mode = TM_MULTI;
+    c->progress_thread = 1;
+    c->wakeup = 1;
+    /* (d) the server dies mid-request */
+    for (i = 0; i < 2; i++)
+        for (e = 0; e < 2; e++)
+            for (k = 0; k < 2; k++) {
+                char name[40];
+                snprintf(name, sizeof name, "kill-%s-%s", i ? "tcp" : "shm", e ? "peer" : "none");
+                c = add_config(plan, &n, name, kill_tls[i], e, k ? "64M" : "8", "");
+                c->kill_test = 1;
+            }
+    return n;
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: ucx-raw [options]                 fork server+client pairs (the default plan)\n"
+        "       ucx-raw --experiments [options]   the README's question experiments\n"
+        "       ucx-raw --server [--addr-file F] [setup options]\n"
+        "       ucx-raw --client ADDR|@FILE [setup options] [options]\n"
+        "Raw UCX active-message request/ack round trips: the ceiling for tfetch's UCX transport.\n"
+        "JSON lines go to stdout, the human table to stderr.\n"
+        "\n"
+        "Plans: default = shm (UCX_TLS from the environment, default all), tcp (UCX_TLS=tcp),\n"
+        "  shm-errpeer and tcp-errpeer (UCP_ERR_HANDLING_MODE_PEER: 8 B, 64 MiB).\n"
+        "  Any setup option below runs that one setup instead.\n"
+        "\n"
+        "Setup options:\n"
+        "  --tls LIST          UCX_TLS for both sides (e.g. tcp, sysv,cma)\n"
+        "  --err-mode none|peer  the client endpoint's error handling mode\n"
+        "  --net-only          the server's address with UCP_WORKER_ADDRESS_FLAG_NET_ONLY\n"
+        "  --wakeup            UCP_FEATURE_WAKEUP; both sides sleep on ucp_worker_get_efd\n"
+        "  --thread-mode single|serialized|multi   the client worker's thread mode\n"
+        "  --progress-thread   client: a thread progresses the worker, the main thread posts\n"
+        "                      (serialized: under our own mutex; multi: UCX's lock)\n"
+        "  --kill-test         the server SIGKILLs itself on the (first size's) request\n"
+        "Options:\n"
+        "  --sizes LIST        payload sizes (default %s; K/M/G binary)\n"
+        "  --chunked LIST      sizes also sent as chunks in flight (default %s; none)\n"
+        "  --chunk SIZE        chunk size (default 4M)\n"
+        "  --reps N, --warmup N  timed/untimed repetitions (default by size)\n"
+        "  --timeout-ms MS     per request (default %ld)\n"
+        "  --kill-wait-ms MS   how long the kill test waits for an error (default %ld)\n"
+        "  --info              print ucp_worker_print_info and ucp_ep_print_info text\n"
+        "  --json              JSON lines only\n",
+        default_sizes, default_chunked, TIMEOUT_MS_DEFAULT, KILL_WAIT_MS_DEFAULT);
+}
+
+static int read_addr(const char *arg, unsigned char **out, size_t *len)
+{
+    char *text = NULL;
+    size_t cap = 0, n, i;
+    unsigned char *a;
+
+    if (arg[0] == '@') {
+        FILE *f = fopen(arg + 1, "r");
+        ssize_t k;
+        if (!f) {
+            errorf("%s: %s", arg + 1, strerror(errno));
+            return -1;
+        }
+        k = getline(&text, &cap, f);
+        fclose(f);
+        if (k <= 0) {
+            free(text);
+            errorf("%s: empty", arg + 1);
+            return -1;
+        }
+    } else if (!(text = strdup(arg))) {
+        return -1;
+    }
+    n = strcspn(text, "\r\n");
+    if (n == 0 || n % 2 || !(a = malloc(n / 2))) {
+        errorf("bad address (hex expected)");
+        free(text);
+        return -1;
+    }
+    for (i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(text + 2 * i, "%2x", &v) != 1) {
+            errorf("bad address (hex expected)");
+            free(a);
+            free(text);
+            return -1;
+        }
+        a[i] = (unsigned char)v;
+    }
+    free(text);
+    *out = a;
+    *len = n / 2;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static config_t plan[MAX_CONFIGS];
+    opts_t o;
+    config_t one;
+    result_t mc;
+    const char *sizes = default_sizes, *chunked = default_chunked, *client_addr = NULL;
+    const char *addr_file = NULL;
+    int server = 0, experiments = 0, setup = 0, sizes_given = 0, chunked_given = 0;
+    int i, nplan = 0, failures = 0;
+    long v;
+
+    memset(&o, 0, sizeof o);
+    o.warmup = -1;
+    o.chunk = 4 * MIB;
+    o.timeout_ms = TIMEOUT_MS_DEFAULT;
+    o.kill_wait_ms = KILL_WAIT_MS_DEFAULT;
+    memset(&one, 0, sizeof one);
+    snprintf(one.name, sizeof one.name, "one");
+
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VAL()                                          \
+        do {                                                \
+            if (!val) {                                     \
+                errorf("%s needs a value", a);              \
+                return 2;                                   \
+            }                                               \
+            i++;                                            \
+        } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            o.json_only = 1;
+        } else if (!strcmp(a, "--info")) {
+            o.info = 1;
+        } else if (!strcmp(a, "--experiments")) {
+            experiments = 1;
+        } else if (!strcmp(a, "--server")) {
+            server = 1;
+        } else if (!strcmp(a, "--client")) {
+            NEED_VAL();
+            client_addr = val;
+        } else if (!strcmp(a, "--addr-file")) {
+            NEED_VAL();
+            addr_file = val;
+        } else if (!strcmp(a, "--tls")) {
+            NEED_VAL();
+            one.tls = val;
+            setup = 1;
+        } else if (!strcmp(a, "--err-mode")) {
+            NEED_VAL();
+            if (strcmp(val, "none") && strcmp(val, "peer")) {
+                errorf("--err-mode none|peer");
+                return 2;
+            }
+            one.err_peer = !strcmp(val, "peer");
+            setup = 1;
+        } else if (!strcmp(a, "--net-only")) {
+            one.net_only = setup = 1;
+        } else if (!strcmp(a, "--wakeup")) {
+            one.wakeup = setup = 1;
+        } else if (!strcmp(a, "--progress-thread")) {
+            one.progress_thread = setup = 1;
+        } else if (!strcmp(a, "--kill-test")) {
+            one.kill_test = setup = 1;
+        } else if (!strcmp(a, "--thread-mode")) {
+            NEED_VAL();
+            if (!strcmp(val, "single"))
+                one.thread_mode = TM_SINGLE;
+            else if (!strcmp(val, "serialized"))
+                one.thread_mode = TM_SERIALIZED;
+            else if (!strcmp(val, "multi"))
+                one.thread_mode = TM_MULTI;
+            else {
+                errorf("--thread-mode single|serialized|multi");
+                return 2;
+            }
+            setup = 1;
+        } else if (!strcmp(a, "--sizes")) {
+            NEED_VAL();
+            sizes = val;
+            sizes_given = 1;
+        } else if (!strcmp(a, "--chunked")) {
+            NEED_VAL();
+            chunked = val;
+            chunked_given = 1;
+        } else if (!strcmp(a, "--chunk")) {
+            NEED_VAL();
+            if (parse_size(val, &o.chunk) != 0) {
+                errorf("bad --chunk '%s'", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--reps") || !strcmp(a, "--warmup") ||
+                   !strcmp(a, "--timeout-ms") || !strcmp(a, "--kill-wait-ms")) {
+            NEED_VAL();
+            if (parse_long(val, !strcmp(a, "--reps") ? 1 : 0, 100000000L, &v) != 0) {
+                errorf("bad %s '%s'", a, val);
+                return 2;
+            }
+            if (!strcmp(a, "--reps"))
+                o.reps = (int)v;
+            else if (!strcmp(a, "--warmup"))
+                o.warmup = (int)v;
+            else if (!strcmp(a, "--timeout-ms"))
+                o.timeout_ms = v ? v : 24L * 3600 * 1000;
+            else
+                o.kill_wait_ms = v;
+        } else {
+            errorf("unknown option '%s' (try --help)", a);
+            return 2;
+        }
+#undef NEED_VAL
+    }
+    {
+        size_t tmp[MAX_SIZES];
+        int nt;
+        if (parse_sizes(sizes, tmp, &nt) != 0 || nt == 0 || parse_sizes(chunked, tmp, &nt) != 0) {
+            errorf("bad --sizes/--chunked (e.g. 8,64K,4M; at most %d)", MAX_SIZES);
+            return 2;
+        }
+    }
+    if (one.tls && !strcmp(one.tls, "default"))
+        one.tls = NULL;
+    parse_sizes(sizes, one.sizes, &one.nsizes);
+    parse_sizes(chunked, one.chunked, &one.nchunked);
+    if (one.kill_test && !sizes_given) {
+        one.sizes[0] = 64 * MIB;
+        one.nsizes = 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    if (server)
+        return run_server(&one, &o, -1, addr_file, 0);
+
+    if (bench_memcpy(&mc) != 0)
+        return 1;
+    o.memcpy_gbps = mc.gbps;
+    emit(&o, &mc);
+
+    if (client_addr) {
+        unsigned char *addr;
+        size_t len;
+        int rc;
+        if (read_addr(client_addr, &addr, &len) != 0)
+            return 2;
+        rc = run_client(&one, &o, addr, len);
+        free(addr);
+        return rc;
+    }
+    if (setup || sizes_given || chunked_given) {
+        if (!setup)
+            snprintf(one.name, sizeof one.name, "%s", one.tls ? one.tls : "default");
+        plan[0] = one;
+        nplan = 1;
+        if (!setup && !experiments) {       /* sizes only: the default plan with these sizes */
+            nplan = plan_default(plan, sizes, chunked);
+        }
+    } else if (experiments) {
+        nplan = plan_experiments(plan);
+    } else {
+        nplan = plan_default(plan, sizes, chunked);
+    }
+    if (experiments && setup)
+        errorf("--experiments ignored: a setup option was given");
+    for (i = 0; i < nplan; i++) {
+        if (!o.json_only)
+            fprintf(stderr, "== %s\n", plan[i].name);
+        failures += run_pair(&plan[i], &o);
+    }
+    if (failures)
+        errorf("%d failure(s)", failures);
+    return failures ? 1 : 0;
+}

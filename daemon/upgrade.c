@@ -1,0 +1,249 @@
+/* upgrade.c - POST /v1/upgrade and the UCX transport's admission tokens.
+ *
+ * Tokens live in a small array under a mutex (a few per client connection; expired ones are
+ * reclaimed as new ones are issued). The UCX progress thread verifies HELLOs through
+ * verify_hello; HTTP workers issue tokens. Built without UCX, every upgrade is refused with
+ * that reason and the daemon serves HTTP alone.
+ */
+#include "config.h"
+#include "daemon/upgrade.h"
+#include "daemon/log.h"
+#include "daemon/waiters.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
+#ifdef HAVE_UCX
+#include "transports/ucx_server.h"
+#endif
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define MAX_TOKENS 4096
+
+typedef struct {
+    char token[TFP_UP_TOKEN_LEN + 1];
+    uint64_t expires_ms;
+    tfp_up_host_t host;             /* who asked */
+} token_t;
+
+struct tfd_upgrade {
+    pthread_mutex_t lock;
+    token_t *tokens;
+    size_t ntokens;
+    unsigned ttl_ms;
+    tfp_up_host_t self;
+    char why[256];                  /* why UCX is off, "" when on */
+    tfd_upgrade_stats_t st;
+#ifdef HAVE_UCX
+    tfx_ucx_t *ucx;
+#endif
+};
+
+static void drop_expired(tfd_upgrade_t *up, uint64_t now)
+{
+    for (size_t i = 0; i < up->ntokens;)
+        if (up->tokens[i].expires_ms <= now)
+            up->tokens[i] = up->tokens[--up->ntokens];
+        else
+            i++;
+}
+
+#ifdef HAVE_UCX
+static int verify_hello(const char *token, const char *identity, char *why, size_t why_size,
+                        void *arg)
+{
+    tfd_upgrade_t *up = arg;
+    tfp_up_host_t who;
+    tfp_err_t err;
+    int rc = -1;
+    if (tfp_up_ident_parse(identity, strlen(identity), &who, &err) != TFP_OK) {
+        snprintf(why, why_size, "HELLO: %.200s", err.msg);
+        goto out;
+    }
+    pthread_mutex_lock(&up->lock);
+    drop_expired(up, tfd_now_ms());
+    size_t i;
+    for (i = 0; i < up->ntokens; i++)
+        if (strcmp(up->tokens[i].token, token) == 0)
+            break;
+    if (i == up->ntokens) {
+        snprintf(why, why_size, "unknown, expired or already used token");
+    } else if (strcmp(up->tokens[i].host.boot_id, who.boot_id) != 0 ||
+               strcmp(up->tokens[i].host.netns, who.netns) != 0) {
+        snprintf(why, why_size, "the token was issued to another peer");
+    } else {
+        up->tokens[i] = up->tokens[--up->ntokens];       /* single use */
+        rc = 0;
+    }
+    pthread_mutex_unlock(&up->lock);
+out:
+    pthread_mutex_lock(&up->lock);
+    if (rc == 0)
+        up->st.accepted++;
+    else
+        up->st.refused++;
+    pthread_mutex_unlock(&up->lock);
+    if (rc != 0)
+        tfd_log(LOG_NOTICE, "ucx: HELLO refused: %s", why);
+    return rc;
+}
+#endif
+
+tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_handlers_t *h)
+{
+    tfd_upgrade_t *up = calloc(1, sizeof *up);
+    if (!up)
+        return NULL;
+    pthread_mutex_init(&up->lock, NULL);
+    up->ttl_ms = token_ttl_ms;
+    tfp_err_t err;
+    if (tfx_hostid_get(&up->self, &err) != TFP_OK) {
+        snprintf(up->why, sizeof up->why, "cannot tell this host's identity: %.200s", err.msg);
+        return up;
+    }
+#ifdef HAVE_UCX
+    if (!enable) {
+        snprintf(up->why, sizeof up->why, "UCX is turned off (--ucx off)");
+        return up;
+    }
+    tfx_ucx_config_t cfg = {verify_hello, up};
+    up->ucx = tfx_ucx_start(&cfg, h, &err);
+    if (!up->ucx) {
+        snprintf(up->why, sizeof up->why, "UCX did not start: %.200s", err.msg);
+        tfd_log(LOG_WARNING, "%s; serving HTTP only", up->why);
+    }
+#else
+    (void)enable;
+    (void)h;
+    snprintf(up->why, sizeof up->why, "this tfetchd was built without UCX");
+#endif
+    return up;
+}
+
+int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why)
+{
+    if (why)
+        *why = up->why;
+    return up->why[0] == '\0';
+}
+
+static void refuse(tfx_req_t *r, const char *reason)
+{
+    tfp_up_resp_t resp = {0};
+    snprintf(resp.reason, sizeof resp.reason, "%s", reason);
+    char *json;
+    size_t len;
+    tfp_err_t err;
+    if (tfp_up_resp_build(&resp, &json, &len, &err) != TFP_OK) {
+        tfx_respond_error(r, err.code, "%s", err.msg);
+        return;
+    }
+    tfx_respond(r, 200, "application/json", json, len, free, json);
+}
+
+void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
+{
+    size_t len;
+    const uint8_t *body = tfx_req_body(r, &len);
+    tfp_up_req_t req;
+    tfp_err_t err;
+    if (tfp_up_req_parse((const char *)body, len, &req, &err) != TFP_OK) {
+        tfx_respond_error(r, err.code, "upgrade request: %s", err.msg);
+        return;
+    }
+    if (up->why[0]) {
+        refuse(r, up->why);
+        return;
+    }
+#ifdef HAVE_UCX
+    tfp_up_resp_t resp = {0};
+    resp.upgraded = 1;
+    resp.same_host = tfp_up_host_same(&up->self, &req.host);
+    resp.server_pid = up->self.pid;
+    resp.expires_ms = up->ttl_ms;
+    uint8_t rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) {
+        tfx_respond_error(r, TFP_EINTERNAL, "no randomness for a token");
+        return;
+    }
+    for (int i = 0; i < 16; i++)
+        snprintf(resp.token + 2 * i, 3, "%02x", rnd[i]);
+    if (tfx_ucx_address(up->ucx, !resp.same_host, &resp.worker_address,
+                        &resp.worker_address_len) != 0) {
+        tfx_respond_error(r, TFP_ENOMEM, "out of memory");
+        return;
+    }
+    pthread_mutex_lock(&up->lock);
+    drop_expired(up, tfd_now_ms());
+    int full = up->ntokens >= MAX_TOKENS;
+    if (!full) {
+        token_t *nt = realloc(up->tokens, (up->ntokens + 1) * sizeof *nt);
+        if (nt) {
+            up->tokens = nt;
+            token_t *t = &up->tokens[up->ntokens++];
+            memcpy(t->token, resp.token, sizeof t->token);
+            t->expires_ms = tfd_now_ms() + up->ttl_ms;
+            t->host = req.host;
+            up->st.issued++;
+        } else {
+            full = 1;
+        }
+    }
+    pthread_mutex_unlock(&up->lock);
+    if (full) {
+        free(resp.worker_address);
+        tfx_respond_error(r, TFP_EBUSY, "too many upgrades pending");
+        return;
+    }
+    char *json;
+    tfp_status_t st = tfp_up_resp_build(&resp, &json, &len, &err);
+    free(resp.worker_address);
+    if (st != TFP_OK) {
+        tfx_respond_error(r, err.code, "%s", err.msg);
+        return;
+    }
+    tfx_respond(r, 200, "application/json", json, len, free, json);
+#endif
+}
+
+void tfd_upgrade_quiesce(tfd_upgrade_t *up)
+{
+#ifdef HAVE_UCX
+    if (up->ucx)
+        tfx_ucx_quiesce(up->ucx);
+#else
+    (void)up;
+#endif
+}
+
+unsigned tfd_upgrade_inflight(tfd_upgrade_t *up)
+{
+#ifdef HAVE_UCX
+    return up->ucx ? tfx_ucx_inflight(up->ucx) : 0;
+#else
+    (void)up;
+    return 0;
+#endif
+}
+
+void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
+{
+    pthread_mutex_lock(&up->lock);
+    *st = up->st;
+    pthread_mutex_unlock(&up->lock);
+}
+
+void tfd_upgrade_free(tfd_upgrade_t *up)
+{
+    if (!up)
+        return;
+#ifdef HAVE_UCX
+    tfx_ucx_stop(up->ucx);
+#endif
+    free(up->tokens);
+    pthread_mutex_destroy(&up->lock);
+    free(up);
+}

@@ -1,0 +1,34 @@
+/* upgrade.h - the UCX side of tfetchd: starting it, POST /v1/upgrade, and the one-time
+ * tokens that admit a client's UCX endpoint.
+ *
+ * A token is 128 random bits, single-use, short-lived (upgrade-token-ttl) and bound to the
+ * host identity (boot id + network namespace) the client declared when it asked; HELLO must
+ * present both. Same-host clients get the worker address with every transport (shared
+ * memory, CMA); others get the network-only address. Thread-safe.
+ */
+#ifndef TFD_UPGRADE_H
+#define TFD_UPGRADE_H
+
+#include <stdint.h>
+#include "transports/req.h"
+
+typedef struct tfd_upgrade tfd_upgrade_t;
+struct tfd_config;
+
+typedef struct {
+    uint64_t issued, accepted, refused;
+} tfd_upgrade_stats_t;
+
+/* Starts UCX serving with handlers h, when built with UCX and enabled. Never NULL on memory:
+ * when UCX is off or fails, tfd_upgrade_enabled says no and why. */
+tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_handlers_t *h);
+int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
+/* POST /v1/upgrade (the body is complete). */
+void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r);
+void tfd_upgrade_quiesce(tfd_upgrade_t *up);
+unsigned tfd_upgrade_inflight(tfd_upgrade_t *up);
+void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st);
+/* Stops UCX (after HTTP has stopped) and frees. NULL is a no-op. */
+void tfd_upgrade_free(tfd_upgrade_t *up);
+
+#endif

@@ -1,0 +1,322 @@
+/* ucxframe.c - encoder and strict decoder of the UCX active-message header (ucxframe.h).
+ *
+ * One rule checker serves both directions: the decoder first checks what only raw bytes can
+ * get wrong (length, magic, version, reserved bytes, string lengths, NUL bytes), copies the
+ * strings out and then runs the same checker the encoder runs, reporting TFP_EPROTO where
+ * the encoder reports TFP_EINVAL. Fields are read and written byte by byte in little-endian
+ * order, so alignment and host byte order never matter. No state; any thread.
+ */
+#include <string.h>
+
+#include "proto/jsonw.h"
+#include "proto/ucxframe.h"
+#include "proto/upgrade.h"
+
+#define WHAT "ucx frame"
+
+/* ---- little-endian fields ------------------------------------------------------------ */
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+/* ---- ops and statuses ---------------------------------------------------------------- */
+
+const char *tfp_uf_op_name(int op)
+{
+    switch (op) {
+    case TFP_UF_HELLO: return "HELLO";
+    case TFP_UF_HELLO_ACK: return "HELLO_ACK";
+    case TFP_UF_GET: return "GET";
+    case TFP_UF_PUT: return "PUT";
+    case TFP_UF_DELETE: return "DELETE";
+    case TFP_UF_CALL: return "CALL";
+    case TFP_UF_REPLY: return "REPLY";
+    case TFP_UF_BYE: return "BYE";
+    }
+    return "?";
+}
+
+static int op_known(int op)
+{
+    return op >= TFP_UF_HELLO && op <= TFP_UF_BYE;
+}
+
+int tfp_uf_op_is_reply(int op)
+{
+    return op == TFP_UF_HELLO_ACK || op == TFP_UF_REPLY;
+}
+
+/* Ops that name a tensor or route, and must. */
+static int op_needs_name(int op)
+{
+    return op == TFP_UF_GET || op == TFP_UF_PUT || op == TFP_UF_DELETE || op == TFP_UF_CALL;
+}
+
+/* Ops that may carry an empty request id. */
+static int op_id_optional(int op)
+{
+    return op == TFP_UF_HELLO || op == TFP_UF_HELLO_ACK || op == TFP_UF_BYE;
+}
+
+/* Ops whose body_len may be non-zero. */
+static int op_has_body(int op)
+{
+    return op == TFP_UF_PUT || op == TFP_UF_CALL || op == TFP_UF_REPLY;
+}
+
+static int status_known(int64_t v)
+{
+    switch (v) {
+#define X(n, val, h, s) case (val):
+        TFP_STATUS_MAP(X)
+#undef X
+        return 1;
+    }
+    return 0;
+}
+
+void tfp_uf_init(tfp_uf_hdr_t *h, tfp_uf_op_t op, uint64_t seq)
+{
+    if (h == NULL)
+        return;
+    memset(h, 0, sizeof *h);
+    h->op = op;
+    h->seq = seq;
+}
+
+/* ---- the rules ----------------------------------------------------------------------- */
+
+static tfp_status_t check_strings(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
+{
+    int op = (int)h->op;
+    const char *on = tfp_uf_op_name(op);
+    size_t nmsg;
+    tfp_status_t st;
+    tfp_err_t sub;
+
+    if (memchr(h->request_id, '\0', sizeof h->request_id) == NULL ||
+        memchr(h->user, '\0', sizeof h->user) == NULL ||
+        memchr(h->name, '\0', sizeof h->name) == NULL ||
+        memchr(h->msg, '\0', sizeof h->msg) == NULL)
+        return tfp_err_set(err, code, WHAT ": a string field is not NUL-terminated");
+    if (h->request_id[0] == '\0') {
+        if (!op_id_optional(op))
+            return tfp_err_set(err, code, WHAT ": request id is missing (required on %s)", on);
+    } else if (!tfp_request_id_valid(h->request_id)) {
+        return tfp_err_set(err, code, WHAT ": request id is not [A-Za-z0-9._:-]{1,128}");
+    }
+    if (op == TFP_UF_HELLO && h->user[0] != '\0')
+        return tfp_err_set(err, code, WHAT ": user must be empty on HELLO");
+    if (h->user[0] != '\0' && !tfp_user_id_valid(h->user))
+        return tfp_err_set(err, code, WHAT ": user is not [A-Za-z0-9._-]{1,128}");
+    if (op == TFP_UF_HELLO) {
+        if (!tfp_up_token_valid(h->name))
+            return tfp_err_set(err, code, WHAT ": HELLO token is not %d lowercase hex "
+                               "characters", TFP_UP_TOKEN_LEN);
+    } else if (h->name[0] == '\0') {
+        if (op_needs_name(op))
+            return tfp_err_set(err, code, WHAT ": name is missing (required on %s)", on);
+    } else if (!tfp_name_valid(h->name)) {
+        return tfp_err_set(err, code, WHAT ": name is not [A-Za-z0-9._-]{1,255}");
+    }
+    nmsg = strlen(h->msg);
+    if (!tfp_utf8_valid(h->msg, nmsg))
+        return tfp_err_set(err, code, WHAT ": msg is not valid UTF-8");
+    if (op == TFP_UF_HELLO) {
+        tfp_up_host_t host;
+
+        st = tfp_up_ident_parse(h->msg, nmsg, &host, &sub);
+        if (st != TFP_OK)
+            return tfp_err_set(err, code, WHAT ": HELLO msg is not \"boot_id netns\" (%s)",
+                               sub.msg);
+    }
+    return TFP_OK;
+}
+
+static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
+{
+    int op = (int)h->op;
+    const char *on = tfp_uf_op_name(op);
+    tfp_status_t st;
+
+    if (!op_known(op))
+        return tfp_err_set(err, code, WHAT ": unknown op %d", op);
+    if ((h->flags & ~TFP_UF_F_REPLY_HAS_BODY) != 0)
+        return tfp_err_set(err, code, WHAT ": flags 0x%04x has unknown bits", h->flags);
+    st = check_strings(h, code, err);
+    if (st != TFP_OK)
+        return st;
+    if (tfp_uf_op_is_reply(op)) {
+        if (!status_known(h->status))
+            return tfp_err_set(err, code, WHAT ": status %d is not a known status",
+                               (int)h->status);
+    } else if (h->status != TFP_OK) {
+        return tfp_err_set(err, code, WHAT ": status %d on a request (%s) must be 0",
+                           (int)h->status, on);
+    }
+    if (h->wait_ms != 0 && op != TFP_UF_GET)
+        return tfp_err_set(err, code, WHAT ": wait_ms %u on %s (only GET waits)",
+                           (unsigned)h->wait_ms, on);
+    if (h->body_len != 0 && !op_has_body(op))
+        return tfp_err_set(err, code, WHAT ": body_len %llu on %s (which has no body)",
+                           (unsigned long long)h->body_len, on);
+    if (op != TFP_UF_REPLY) {
+        if (h->flags & TFP_UF_F_REPLY_HAS_BODY)
+            return tfp_err_set(err, code, WHAT ": flag REPLY_HAS_BODY on %s", on);
+    } else {
+        if (h->body_len != 0 && h->status != TFP_OK)
+            return tfp_err_set(err, code, WHAT ": body_len %llu on a failed REPLY (%s)",
+                               (unsigned long long)h->body_len, tfp_status_name(h->status));
+        if (((h->flags & TFP_UF_F_REPLY_HAS_BODY) != 0) != (h->body_len != 0))
+            return tfp_err_set(err, code, WHAT ": flag REPLY_HAS_BODY is %s but body_len is "
+                               "%llu", (h->flags & TFP_UF_F_REPLY_HAS_BODY) ? "set" : "clear",
+                               (unsigned long long)h->body_len);
+    }
+    return TFP_OK;
+}
+
+tfp_status_t tfp_uf_check(const tfp_uf_hdr_t *h, tfp_err_t *err)
+{
+    if (h == NULL)
+        return tfp_err_set(err, TFP_EINVAL, WHAT ": no header");
+    return check(h, TFP_EINVAL, err);
+}
+
+/* ---- encode -------------------------------------------------------------------------- */
+
+tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
+                           tfp_err_t *err)
+{
+    size_t nid, nuser, nname, nmsg, total;
+    uint8_t *p = buf;
+    tfp_status_t st;
+
+    if (h == NULL || buf == NULL || len == NULL)
+        return tfp_err_set(err, TFP_EINVAL, WHAT ": no header, buffer or length");
+    st = check(h, TFP_EINVAL, err);
+    if (st != TFP_OK)
+        return st;
+    nid = strlen(h->request_id);
+    nuser = strlen(h->user);
+    nname = strlen(h->name);
+    nmsg = strlen(h->msg);
+    total = TFP_UF_FIXED + nid + nuser + nname + nmsg;
+    if (size < total)
+        return tfp_err_set(err, TFP_EINVAL, WHAT ": buffer of %zu bytes is too small for %zu",
+                           size, total);
+    put_le(p + 0, TFP_UF_MAGIC, 4);
+    p[4] = TFP_UF_VERSION;
+    p[5] = (uint8_t)h->op;
+    put_le(p + 6, h->flags, 2);
+    put_le(p + 8, h->seq, 8);
+    put_le(p + 16, (uint32_t)(int32_t)h->status, 4);
+    put_le(p + 20, h->wait_ms, 4);
+    put_le(p + 24, h->body_len, 8);
+    p[32] = (uint8_t)nid;
+    p[33] = (uint8_t)nuser;
+    p[34] = (uint8_t)nname;
+    p[35] = 0;
+    put_le(p + 36, nmsg, 2);
+    put_le(p + 38, 0, 2);
+    p += TFP_UF_FIXED;
+    memcpy(p, h->request_id, nid);
+    p += nid;
+    memcpy(p, h->user, nuser);
+    p += nuser;
+    memcpy(p, h->name, nname);
+    p += nname;
+    memcpy(p, h->msg, nmsg);
+    *len = total;
+    return TFP_OK;
+}
+
+/* ---- decode -------------------------------------------------------------------------- */
+
+/* Copies one string field out of the frame: n bytes, no NUL among them. */
+static tfp_status_t take(const uint8_t **p, size_t n, char *dst, const char *field,
+                         tfp_err_t *err)
+{
+    if (memchr(*p, '\0', n) != NULL)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": %s contains a NUL byte", field);
+    memcpy(dst, *p, n);
+    dst[n] = '\0';
+    *p += n;
+    return TFP_OK;
+}
+
+tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_err_t *err)
+{
+    const uint8_t *p = buf;
+    size_t nid, nuser, nname, nmsg, total;
+    uint64_t magic;
+    tfp_uf_hdr_t h;
+    tfp_status_t st;
+
+    if (out == NULL || (buf == NULL && len > 0))
+        return tfp_err_set(err, TFP_EINVAL, WHAT ": no buffer or no output");
+    if (len < TFP_UF_FIXED)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is shorter than the %d-byte "
+                           "fixed header", len, TFP_UF_FIXED);
+    magic = get_le(p, 4);
+    if (magic != TFP_UF_MAGIC)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": bad magic 0x%08llx (want 0x%08x, \"TFU1\")",
+                           (unsigned long long)magic, TFP_UF_MAGIC);
+    if (p[4] != TFP_UF_VERSION)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": version %u is not %d", p[4],
+                           TFP_UF_VERSION);
+    if (!op_known(p[5]))
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": unknown op %u", p[5]);
+    if (p[35] != 0)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": reserved byte is %u, not 0", p[35]);
+    if (get_le(p + 38, 2) != 0)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": reserved2 is %u, not 0",
+                           (unsigned)get_le(p + 38, 2));
+    nid = p[32];
+    nuser = p[33];
+    nname = p[34];
+    nmsg = (size_t)get_le(p + 36, 2);
+    if (nid > TFP_MAX_REQUEST_ID)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": request id length %zu is over %d", nid,
+                           TFP_MAX_REQUEST_ID);
+    if (nuser > TFP_MAX_USER_ID)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": user length %zu is over %d", nuser,
+                           TFP_MAX_USER_ID);
+    if (nmsg > TFP_UF_MAX_MSG)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": msg length %zu is over %d", nmsg,
+                           TFP_UF_MAX_MSG);
+    total = TFP_UF_FIXED + nid + nuser + nname + nmsg;
+    if (len != total)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes, but the header says %zu "
+                           "(40 + strings)", len, total);
+
+    memset(&h, 0, sizeof h);
+    h.op = (tfp_uf_op_t)p[5];
+    h.flags = (uint16_t)get_le(p + 6, 2);
+    h.seq = get_le(p + 8, 8);
+    h.status = (tfp_status_t)(int32_t)(uint32_t)get_le(p + 16, 4);
+    h.wait_ms = (uint32_t)get_le(p + 20, 4);
+    h.body_len = get_le(p + 24, 8);
+    p += TFP_UF_FIXED;
+    if ((st = take(&p, nid, h.request_id, "request id", err)) != TFP_OK ||
+        (st = take(&p, nuser, h.user, "user", err)) != TFP_OK ||
+        (st = take(&p, nname, h.name, "name", err)) != TFP_OK ||
+        (st = take(&p, nmsg, h.msg, "msg", err)) != TFP_OK)
+        return st;
+    st = check(&h, TFP_EPROTO, err);
+    if (st != TFP_OK)
+        return st;
+    *out = h;
+    return TFP_OK;
+}

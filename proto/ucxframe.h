@@ -1,0 +1,111 @@
+/* ucxframe.h - the fixed binary header of tfetch's UCX active messages.
+ *
+ * Every UCX active message tfetch sends carries this header in the AM header; a body (the
+ * same safetensors document HTTP carries) travels in the AM data. Wire layout, little-endian,
+ * 40 fixed bytes then the strings back to back, no terminators:
+ *
+ *   off size field
+ *     0   4  magic      0x31554654 ("TFU1" as bytes)
+ *     4   1  version    1
+ *     5   1  op         tfp_uf_op_t
+ *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, the others 0
+ *     8   8  seq        the client's request number, echoed in the reply
+ *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
+ *    20   4  wait_ms    GET long-poll in milliseconds, else 0
+ *    24   8  body_len   payload bytes carried in the AM data
+ *    32   1  id_len     request id      (0..128)
+ *    33   1  user_len   user id         (0..128)
+ *    34   1  name_len   tensor or route name, or the HELLO token (0..255)
+ *    35   1  reserved   0
+ *    36   2  msg_len    message: UTF-8, no NUL (0..512)
+ *    38   2  reserved2  0
+ *    40      request_id, user, name, msg
+ *
+ * Ops and what each may carry (a decoder refuses anything else; an encoder the same):
+ *   HELLO      first message on a new endpoint: name = the one-time token (32 lowercase hex,
+ *              from POST /v1/upgrade), user empty, msg = the client's host identity
+ *              "boot_id netns" (tfp_up_ident_format), request id empty or valid
+ *   HELLO_ACK  the server's answer to HELLO (a reply)
+ *   GET        name = tensor; wait_ms = long-poll (the only op that may set it)
+ *   PUT        name = tensor; body_len = the document's size
+ *   DELETE     name = tensor
+ *   CALL       name = route (exchange); body_len = the request document's size
+ *   REPLY      the answer to GET/PUT/DELETE/CALL, same request id; status; flag
+ *              REPLY_HAS_BODY set exactly when body_len > 0, which only an OK reply may have;
+ *              msg = an error message
+ *   BYE        either side is closing the endpoint
+ * Requests (HELLO, GET, PUT, DELETE, CALL, BYE) have status 0; replies (HELLO_ACK, REPLY) a
+ * known tfp_status_t. The request id is required (tfp_request_id_valid) except on HELLO,
+ * HELLO_ACK and BYE, where it may be empty. The user is empty or tfp_user_id_valid (HELLO:
+ * empty). The name is required (tfp_name_valid) on GET, PUT, DELETE and CALL, empty or valid
+ * on HELLO_ACK, REPLY and BYE. body_len is 0 on HELLO, HELLO_ACK, GET, DELETE and BYE.
+ *
+ * Decoding copies the strings into the NUL-terminated fixed buffers of tfp_uf_hdr_t (all are
+ * small and bounded), so a decoded header does not borrow the receive buffer and can outlive
+ * it. Pure functions, no I/O, no state; any thread.
+ */
+#ifndef TFP_UCXFRAME_H
+#define TFP_UCXFRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/ids.h"
+#include "proto/status.h"
+
+#define TFP_UF_MAGIC 0x31554654u            /* 'T' 'F' 'U' '1' in little-endian order */
+#define TFP_UF_VERSION 1
+#define TFP_UF_FIXED 40                     /* bytes before the strings */
+#define TFP_UF_MAX_MSG 512
+/* The largest header an encoder writes or a decoder accepts. */
+#define TFP_UF_MAX_HEADER \
+    (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME + TFP_UF_MAX_MSG)
+
+#define TFP_UF_F_REPLY_HAS_BODY 0x0001u
+
+typedef enum {
+    TFP_UF_HELLO = 1,
+    TFP_UF_HELLO_ACK = 2,
+    TFP_UF_GET = 3,
+    TFP_UF_PUT = 4,
+    TFP_UF_DELETE = 5,
+    TFP_UF_CALL = 6,
+    TFP_UF_REPLY = 7,
+    TFP_UF_BYE = 8
+} tfp_uf_op_t;
+
+typedef struct {
+    tfp_uf_op_t op;
+    uint16_t flags;
+    uint64_t seq;
+    tfp_status_t status;
+    uint32_t wait_ms;
+    uint64_t body_len;
+    char request_id[TFP_MAX_REQUEST_ID + 1];    /* NUL-terminated; "" for none */
+    char user[TFP_MAX_USER_ID + 1];
+    char name[TFP_MAX_TENSOR_NAME + 1];
+    char msg[TFP_UF_MAX_MSG + 1];
+} tfp_uf_hdr_t;
+
+/* Zeroes *h and sets op and seq: the rest is filled in by the caller. */
+void tfp_uf_init(tfp_uf_hdr_t *h, tfp_uf_op_t op, uint64_t seq);
+
+/* "HELLO", "GET", ...; "?" for a value that is no op. Static strings. */
+const char *tfp_uf_op_name(int op);
+/* 1 for HELLO_ACK and REPLY, 0 for the requests and for unknown values. */
+int tfp_uf_op_is_reply(int op);
+
+/* Checks every field against the rules above: TFP_OK, or TFP_EINVAL with a message naming
+ * the field. (The encoder runs this; a decoded header always passes it.) */
+tfp_status_t tfp_uf_check(const tfp_uf_hdr_t *h, tfp_err_t *err);
+
+/* Writes h into buf[0..size) (size TFP_UF_MAX_HEADER is always enough) and sets *len to the
+ * bytes written. TFP_EINVAL, naming the field, if h breaks a rule or buf is too small; buf
+ * and *len are then untouched. */
+tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
+                           tfp_err_t *err);
+
+/* Decodes exactly len bytes (the whole AM header: trailing bytes are refused). TFP_OK and
+ * *out set, or TFP_EPROTO with a message naming what was wrong and *out untouched. */
+tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_err_t *err);
+
+#endif

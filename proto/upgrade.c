@@ -1,0 +1,725 @@
+/* upgrade.c - builders and strict parsers for the POST /v1/upgrade JSON, host identity
+ * checks, and base64.
+ *
+ * Builders write through the JSON writer (proto/jsonw.h); parsers hold the text to RFC 8259
+ * with tfp_json_check before cJSON builds a tree, then walk every member of every object
+ * against a table of known keys, so unknown and duplicate keys are refused by name. Base64 is
+ * written here rather than taken from a library: proto links nothing but cJSON, and the
+ * common implementations decode leniently (whitespace, missing padding, non-zero trailing
+ * bits), while a strict decoder gives each address exactly one spelling. Parsed trees live
+ * only inside one call. No state; any thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "proto/jsonread.h"
+#include "proto/jsonw.h"
+#include "proto/upgrade.h"
+
+#define MAX_TRANSPORTS 8
+#define MAX_NETNS_DIGITS 20
+
+/* ---- host identity ------------------------------------------------------------------- */
+
+static int is_lower_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+int tfp_up_boot_id_valid(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    for (int i = 0; i < TFP_UP_BOOT_ID_LEN; i++) {
+        int dash = i == 8 || i == 13 || i == 18 || i == 23;
+
+        if (s[i] == '\0' || (dash ? s[i] != '-' : !is_lower_hex(s[i])))
+            return 0;
+    }
+    return s[TFP_UP_BOOT_ID_LEN] == '\0';
+}
+
+int tfp_up_netns_valid(const char *s)
+{
+    size_t i = 5, digits = 0;
+
+    if (s == NULL || strncmp(s, "net:[", 5) != 0)
+        return 0;
+    while (is_digit(s[i]) && digits <= MAX_NETNS_DIGITS) {
+        i++;
+        digits++;
+    }
+    return digits >= 1 && digits <= MAX_NETNS_DIGITS && s[i] == ']' && s[i + 1] == '\0';
+}
+
+int tfp_up_token_valid(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    for (int i = 0; i < TFP_UP_TOKEN_LEN; i++) {
+        if (!is_lower_hex(s[i]))
+            return 0;                       /* also stops at the NUL of a short token */
+    }
+    return s[TFP_UP_TOKEN_LEN] == '\0';
+}
+
+/* NUL within size bytes: the field is a terminated string. */
+static int terminated(const char *s, size_t size)
+{
+    return memchr(s, '\0', size) != NULL;
+}
+
+tfp_status_t tfp_up_host_check(const tfp_up_host_t *h, tfp_err_t *err)
+{
+    if (h == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "host identity: none given");
+    if (!terminated(h->boot_id, sizeof h->boot_id) || !tfp_up_boot_id_valid(h->boot_id))
+        return tfp_err_set(err, TFP_EINVAL,
+                           "host identity: boot_id is not a 36-character lowercase uuid");
+    if (!terminated(h->netns, sizeof h->netns) || !tfp_up_netns_valid(h->netns))
+        return tfp_err_set(err, TFP_EINVAL, "host identity: netns is not \"net:[N]\"");
+    if (h->pid < 1 || h->pid > TFP_UP_MAX_PID)
+        return tfp_err_set(err, TFP_EINVAL, "host identity: pid %lld is not in 1..%d",
+                           (long long)h->pid, TFP_UP_MAX_PID);
+    return TFP_OK;
+}
+
+int tfp_up_host_same(const tfp_up_host_t *a, const tfp_up_host_t *b)
+{
+    if (a == NULL || b == NULL || !tfp_up_boot_id_valid(a->boot_id) ||
+        !tfp_up_netns_valid(a->netns))
+        return 0;
+    return strcmp(a->boot_id, b->boot_id) == 0 && strcmp(a->netns, b->netns) == 0;
+}
+
+tfp_status_t tfp_up_ident_format(const tfp_up_host_t *h, char *buf, size_t size,
+                                 tfp_err_t *err)
+{
+    size_t nb, nn;
+
+    if (h == NULL || buf == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "host identity: no identity or no buffer");
+    if (!terminated(h->boot_id, sizeof h->boot_id) || !tfp_up_boot_id_valid(h->boot_id))
+        return tfp_err_set(err, TFP_EINVAL,
+                           "host identity: boot_id is not a 36-character lowercase uuid");
+    if (!terminated(h->netns, sizeof h->netns) || !tfp_up_netns_valid(h->netns))
+        return tfp_err_set(err, TFP_EINVAL, "host identity: netns is not \"net:[N]\"");
+    nb = strlen(h->boot_id);
+    nn = strlen(h->netns);
+    if (size < nb + 1 + nn + 1)
+        return tfp_err_set(err, TFP_EINVAL, "host identity: buffer of %zu bytes is too small",
+                           size);
+    memcpy(buf, h->boot_id, nb);
+    buf[nb] = ' ';
+    memcpy(buf + nb + 1, h->netns, nn + 1);
+    return TFP_OK;
+}
+
+tfp_status_t tfp_up_ident_parse(const char *s, size_t n, tfp_up_host_t *out, tfp_err_t *err)
+{
+    tfp_up_host_t h;
+    size_t nn;
+
+    if (s == NULL || out == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "host identity: no text or no output");
+    if (n < TFP_UP_BOOT_ID_LEN + 1 || s[TFP_UP_BOOT_ID_LEN] != ' ')
+        return tfp_err_set(err, TFP_EPROTO,
+                           "host identity: not \"boot_id netns\" (no space after 36 characters)");
+    memset(&h, 0, sizeof h);
+    memcpy(h.boot_id, s, TFP_UP_BOOT_ID_LEN);
+    if (!tfp_up_boot_id_valid(h.boot_id))
+        return tfp_err_set(err, TFP_EPROTO,
+                           "host identity: boot_id is not a 36-character lowercase uuid");
+    nn = n - TFP_UP_BOOT_ID_LEN - 1;
+    if (nn > TFP_UP_MAX_NETNS || memchr(s + TFP_UP_BOOT_ID_LEN + 1, '\0', nn) != NULL)
+        return tfp_err_set(err, TFP_EPROTO, "host identity: netns is not \"net:[N]\"");
+    memcpy(h.netns, s + TFP_UP_BOOT_ID_LEN + 1, nn);
+    if (!tfp_up_netns_valid(h.netns))
+        return tfp_err_set(err, TFP_EPROTO, "host identity: netns is not \"net:[N]\"");
+    *out = h;
+    return TFP_OK;
+}
+
+/* ---- base64 -------------------------------------------------------------------------- */
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t tfp_up_b64_len(size_t n)
+{
+    return (n / 3 + (n % 3 != 0)) * 4;
+}
+
+char *tfp_up_b64_encode(const void *src, size_t n, size_t *out_len)
+{
+    const uint8_t *p = src;
+    size_t len, i, o = 0;
+    char *out;
+
+    if (n / 3 >= (SIZE_MAX - 1) / 4 - 1 || (n > 0 && src == NULL))
+        return NULL;
+    len = tfp_up_b64_len(n);
+    out = malloc(len + 1);
+    if (out == NULL)
+        return NULL;
+    for (i = 0; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+
+        out[o++] = B64[v >> 18];
+        out[o++] = B64[(v >> 12) & 63];
+        out[o++] = B64[(v >> 6) & 63];
+        out[o++] = B64[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)p[i] << 16;
+
+        out[o++] = B64[v >> 18];
+        out[o++] = B64[(v >> 12) & 63];
+        out[o++] = '=';
+        out[o++] = '=';
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
+
+        out[o++] = B64[v >> 18];
+        out[o++] = B64[(v >> 12) & 63];
+        out[o++] = B64[(v >> 6) & 63];
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+    if (out_len != NULL)
+        *out_len = o;
+    return out;
+}
+
+static int b64_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+tfp_status_t tfp_up_b64_decode(const char *s, size_t n, size_t max, uint8_t **out,
+                               size_t *out_len, tfp_err_t *err)
+{
+    size_t pad = 0, dlen, o = 0;
+    uint8_t *buf;
+
+    if ((s == NULL && n > 0) || out == NULL || out_len == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "base64: no text or no output");
+    if (n % 4 != 0)
+        return tfp_err_set(err, TFP_EPROTO, "base64: length %zu is not a multiple of 4", n);
+    if (n > 0 && s[n - 1] == '=')
+        pad = s[n - 2] == '=' ? 2 : 1;
+    dlen = n / 4 * 3 - pad;
+    if (dlen > max)
+        return tfp_err_set(err, TFP_ETOOBIG, "base64: decodes to %zu bytes, more than %zu",
+                           dlen, max);
+    for (size_t i = 0; i < n - pad; i++) {
+        if (b64_value(s[i]) < 0)
+            return tfp_err_set(err, TFP_EPROTO, "base64: invalid character at offset %zu", i);
+    }
+    if (pad > 0) {
+        /* the unused low bits of the last data character must be zero */
+        int last = b64_value(s[n - pad - 1]);
+
+        if ((pad == 1 && (last & 3) != 0) || (pad == 2 && (last & 15) != 0))
+            return tfp_err_set(err, TFP_EPROTO,
+                               "base64: non-zero padding bits at offset %zu", n - pad - 1);
+    }
+    buf = malloc(dlen > 0 ? dlen : 1);
+    if (buf == NULL)
+        return tfp_err_set(err, TFP_ENOMEM, "base64: out of memory");
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = 0;
+        int k;
+
+        for (k = 0; k < 4; k++) {
+            int c = s[i + k] == '=' ? 0 : b64_value(s[i + k]);
+
+            v = v << 6 | (uint32_t)c;
+        }
+        buf[o++] = (uint8_t)(v >> 16);
+        if (o < dlen)
+            buf[o++] = (uint8_t)(v >> 8);
+        if (o < dlen)
+            buf[o++] = (uint8_t)v;
+    }
+    *out = buf;
+    *out_len = dlen;
+    return TFP_OK;
+}
+
+/* ---- shared by the parsers ----------------------------------------------------------- */
+
+/* Re-sets err as "what: <its message>" with code (err->msg is copied first: tfp_err_set may
+ * not read the buffer it writes). */
+static tfp_status_t prefixed(tfp_err_t *err, tfp_status_t code, const char *what)
+{
+    char inner[sizeof err->msg];
+
+    if (err == NULL)
+        return code;
+    memcpy(inner, err->msg, sizeof inner);
+    inner[sizeof inner - 1] = '\0';
+    return tfp_err_set(err, code, "%s: %s", what, inner);
+}
+
+/* Copies up to 48 bytes of a key for a message, printable ASCII only ('?' for the rest). */
+static const char *printable(const char *s, char *buf, size_t size)
+{
+    size_t i;
+
+    for (i = 0; s[i] != '\0' && i + 4 < size; i++)
+        buf[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    if (s[i] != '\0') {
+        memcpy(buf + i, "...", 3);
+        i += 3;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+static int json_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Strict check, size bound, parse; the root must be an object. what names the document. */
+static tfp_status_t parse_object(const char *what, const char *body, size_t len, size_t max,
+                                 cJSON **out, tfp_err_t *err)
+{
+    size_t end;
+    cJSON *root;
+    tfp_status_t st;
+
+    if (body == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "%s: no body", what);
+    if (len > max)
+        return tfp_err_set(err, TFP_ETOOBIG, "%s: body of %zu bytes is over the %zu-byte limit",
+                           what, len, max);
+    st = tfp_json_check(body, len, &end, err);
+    if (st != TFP_OK)
+        return prefixed(err, st, what);
+    for (size_t i = end; i < len; i++) {
+        if (!json_ws(body[i]))
+            return tfp_err_set(err, TFP_EPROTO, "%s: text after the JSON value at byte %zu",
+                               what, i);
+    }
+    root = cJSON_ParseWithLength(body, end);
+    if (root == NULL)
+        return tfp_err_set(err, TFP_ENOMEM, "%s: out of memory parsing JSON", what);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return tfp_err_set(err, TFP_EPROTO, "%s: not a JSON object", what);
+    }
+    *out = root;
+    return TFP_OK;
+}
+
+/* Matches every member of obj against keys[0..n) (n <= 16): found[i] gets member i. An
+ * unknown or repeated key is refused by name; missing ones are the caller's to judge. */
+static tfp_status_t members(const char *what, const cJSON *obj, const char *const *keys,
+                            size_t n, const cJSON **found, tfp_err_t *err)
+{
+    char kb[56];
+
+    for (size_t i = 0; i < n; i++)
+        found[i] = NULL;
+    for (const cJSON *c = obj->child; c != NULL; c = c->next) {
+        size_t i;
+
+        for (i = 0; i < n && strcmp(c->string, keys[i]) != 0; i++)
+            ;
+        if (i == n)
+            return tfp_err_set(err, TFP_EPROTO, "%s: unknown key \"%s\"", what,
+                               printable(c->string, kb, sizeof kb));
+        if (found[i] != NULL)
+            return tfp_err_set(err, TFP_EPROTO, "%s: duplicate key \"%s\"", what, keys[i]);
+        found[i] = c;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (found[i] == NULL)
+            return tfp_err_set(err, TFP_EPROTO, "%s: missing \"%s\"", what, keys[i]);
+    }
+    return TFP_OK;
+}
+
+/* An integer in lo..hi (hi <= 2^53), or -1. */
+static int get_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out)
+{
+    double d;
+
+    if (!cJSON_IsNumber(item))
+        return -1;
+    d = item->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
+        return -1;
+    *out = (int64_t)d;
+    return 0;
+}
+
+/* A string of at most max bytes copied into dst (size > max), or -1. */
+static int get_str(const cJSON *item, char *dst, size_t max)
+{
+    size_t n;
+
+    if (!cJSON_IsString(item))
+        return -1;
+    n = strlen(item->valuestring);
+    if (n > max)
+        return -1;
+    memcpy(dst, item->valuestring, n + 1);
+    return 0;
+}
+
+/* ---- request ------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} TRANSPORTS[] = {
+    { "ucx", TFP_UP_T_UCX },
+};
+
+static const char *policy_name(tfp_up_policy_t p)
+{
+    switch (p) {
+    case TFP_UP_POLICY_AUTO: return "auto";
+    case TFP_UP_POLICY_UCX: return "ucx";
+    }
+    return NULL;
+}
+
+tfp_status_t tfp_up_req_build(const tfp_up_req_t *req, char **json, size_t *len,
+                              tfp_err_t *err)
+{
+    tfp_status_t st;
+    tfp_jw_t w;
+    char *out;
+
+    if (req == NULL || json == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "upgrade request: no request or no output");
+    if (req->transports == 0 || (req->transports & ~TFP_UP_T_ALL) != 0)
+        return tfp_err_set(err, TFP_EINVAL,
+                           "upgrade request: transports 0x%x is empty or has unknown bits",
+                           req->transports);
+    if (policy_name(req->policy) == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "upgrade request: unknown policy %d",
+                           (int)req->policy);
+    st = tfp_up_host_check(&req->host, err);
+    if (st != TFP_OK)
+        return st;
+    tfp_jw_init(&w);
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "transports");
+    tfp_jw_arr_begin(&w);
+    for (size_t i = 0; i < sizeof TRANSPORTS / sizeof TRANSPORTS[0]; i++) {
+        if (req->transports & TRANSPORTS[i].bit)
+            tfp_jw_str(&w, TRANSPORTS[i].name);
+    }
+    tfp_jw_arr_end(&w);
+    tfp_jw_key(&w, "host");
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "boot_id");
+    tfp_jw_str(&w, req->host.boot_id);
+    tfp_jw_key(&w, "netns");
+    tfp_jw_str(&w, req->host.netns);
+    tfp_jw_key(&w, "pid");
+    tfp_jw_int(&w, req->host.pid);
+    tfp_jw_obj_end(&w);
+    tfp_jw_key(&w, "policy");
+    tfp_jw_str(&w, policy_name(req->policy));
+    tfp_jw_obj_end(&w);
+    out = tfp_jw_finish(&w, len);
+    if (out == NULL)
+        return tfp_err_set(err, TFP_ENOMEM, "upgrade request: out of memory");
+    *json = out;
+    return TFP_OK;
+}
+
+static tfp_status_t read_transports(const cJSON *arr, unsigned *out, tfp_err_t *err)
+{
+    const char *what = "upgrade request";
+    unsigned bits = 0;
+    size_t k = 0;
+    char kb[56];
+
+    if (!cJSON_IsArray(arr))
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"transports\" is not an array", what);
+    for (const cJSON *c = arr->child; c != NULL; c = c->next, k++) {
+        size_t i;
+
+        if (k >= MAX_TRANSPORTS)
+            return tfp_err_set(err, TFP_EPROTO, "%s: \"transports\" lists more than %d names",
+                               what, MAX_TRANSPORTS);
+        if (!cJSON_IsString(c))
+            return tfp_err_set(err, TFP_EPROTO, "%s: transports[%zu] is not a string", what, k);
+        for (i = 0; i < sizeof TRANSPORTS / sizeof TRANSPORTS[0]; i++) {
+            if (strcmp(c->valuestring, TRANSPORTS[i].name) == 0)
+                break;
+        }
+        if (i == sizeof TRANSPORTS / sizeof TRANSPORTS[0])
+            return tfp_err_set(err, TFP_EPROTO, "%s: transports[%zu] \"%s\" is not a known "
+                               "transport (ucx)", what, k,
+                               printable(c->valuestring, kb, sizeof kb));
+        if (bits & TRANSPORTS[i].bit)
+            return tfp_err_set(err, TFP_EPROTO, "%s: transports[%zu] \"%s\" is listed twice",
+                               what, k, TRANSPORTS[i].name);
+        bits |= TRANSPORTS[i].bit;
+    }
+    if (bits == 0)
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"transports\" is empty", what);
+    *out = bits;
+    return TFP_OK;
+}
+
+static tfp_status_t read_host(const cJSON *obj, tfp_up_host_t *out, tfp_err_t *err)
+{
+    static const char *const keys[] = { "boot_id", "netns", "pid" };
+    const cJSON *f[3];
+    tfp_status_t st;
+
+    if (!cJSON_IsObject(obj))
+        return tfp_err_set(err, TFP_EPROTO, "upgrade request: \"host\" is not an object");
+    st = members("upgrade request: host", obj, keys, 3, f, err);
+    if (st != TFP_OK)
+        return st;
+    if (get_str(f[0], out->boot_id, TFP_UP_BOOT_ID_LEN) != 0 ||
+        !tfp_up_boot_id_valid(out->boot_id))
+        return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.boot_id is not a "
+                           "36-character lowercase uuid");
+    if (get_str(f[1], out->netns, TFP_UP_MAX_NETNS) != 0 || !tfp_up_netns_valid(out->netns))
+        return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.netns is not \"net:[N]\"");
+    if (get_int(f[2], 1, TFP_UP_MAX_PID, &out->pid) != 0)
+        return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.pid is not an integer in "
+                           "1..%d", TFP_UP_MAX_PID);
+    return TFP_OK;
+}
+
+tfp_status_t tfp_up_req_parse(const char *body, size_t len, tfp_up_req_t *out,
+                              tfp_err_t *err)
+{
+    static const char *const keys[] = { "transports", "host", "policy" };
+    const cJSON *f[3];
+    tfp_up_req_t r;
+    cJSON *root;
+    tfp_status_t st;
+
+    if (out == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "upgrade request: no output");
+    st = parse_object("upgrade request", body, len, TFP_UP_MAX_REQ_JSON, &root, err);
+    if (st != TFP_OK)
+        return st;
+    memset(&r, 0, sizeof r);
+    st = members("upgrade request", root, keys, 3, f, err);
+    if (st == TFP_OK)
+        st = read_transports(f[0], &r.transports, err);
+    if (st == TFP_OK)
+        st = read_host(f[1], &r.host, err);
+    if (st == TFP_OK) {
+        if (cJSON_IsString(f[2]) && strcmp(f[2]->valuestring, "auto") == 0)
+            r.policy = TFP_UP_POLICY_AUTO;
+        else if (cJSON_IsString(f[2]) && strcmp(f[2]->valuestring, "ucx") == 0)
+            r.policy = TFP_UP_POLICY_UCX;
+        else
+            st = tfp_err_set(err, TFP_EPROTO,
+                             "upgrade request: \"policy\" is not \"auto\" or \"ucx\"");
+    }
+    cJSON_Delete(root);
+    if (st == TFP_OK)
+        *out = r;
+    return st;
+}
+
+/* ---- response ------------------------------------------------------------------------ */
+
+void tfp_up_resp_clear(tfp_up_resp_t *resp)
+{
+    if (resp == NULL)
+        return;
+    free(resp->worker_address);
+    memset(resp, 0, sizeof *resp);
+}
+
+static tfp_status_t check_ucx_resp(const tfp_up_resp_t *r, tfp_err_t *err)
+{
+    const char *what = "upgrade response";
+
+    if (!terminated(r->token, sizeof r->token) || !tfp_up_token_valid(r->token))
+        return tfp_err_set(err, TFP_EINVAL, "%s: token is not %d lowercase hex characters",
+                           what, TFP_UP_TOKEN_LEN);
+    if (r->expires_ms < 1 || r->expires_ms > TFP_UP_MAX_EXPIRES_MS)
+        return tfp_err_set(err, TFP_EINVAL, "%s: expires_ms %llu is not in 1..%d", what,
+                           (unsigned long long)r->expires_ms, TFP_UP_MAX_EXPIRES_MS);
+    if (r->worker_address == NULL || r->worker_address_len < 1 ||
+        r->worker_address_len > TFP_UP_MAX_ADDR)
+        return tfp_err_set(err, TFP_EINVAL, "%s: worker address of %zu bytes is not 1..%d",
+                           what, r->worker_address_len, TFP_UP_MAX_ADDR);
+    if (r->same_host != 0 && r->same_host != 1)
+        return tfp_err_set(err, TFP_EINVAL, "%s: same_host %d is not 0 or 1", what,
+                           r->same_host);
+    if (r->server_pid < 1 || r->server_pid > TFP_UP_MAX_PID)
+        return tfp_err_set(err, TFP_EINVAL, "%s: server_pid %lld is not in 1..%d", what,
+                           (long long)r->server_pid, TFP_UP_MAX_PID);
+    return TFP_OK;
+}
+
+/* n is strnlen(reason, TFP_UP_MAX_REASON + 1). */
+static tfp_status_t check_reason(const char *reason, size_t n, tfp_status_t code,
+                                 tfp_err_t *err)
+{
+    if (n < 1 || n > TFP_UP_MAX_REASON || !tfp_utf8_valid(reason, n))
+        return tfp_err_set(err, code, "upgrade response: reason is not 1..%d bytes of UTF-8",
+                           TFP_UP_MAX_REASON);
+    return TFP_OK;
+}
+
+tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *len,
+                               tfp_err_t *err)
+{
+    tfp_status_t st;
+    tfp_jw_t w;
+    char *b64 = NULL, *out;
+    size_t b64_len = 0;
+
+    if (resp == NULL || json == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "upgrade response: no response or no output");
+    if (resp->upgraded != 0 && resp->upgraded != 1)
+        return tfp_err_set(err, TFP_EINVAL, "upgrade response: upgraded %d is not 0 or 1",
+                           resp->upgraded);
+    if (resp->upgraded)
+        st = check_ucx_resp(resp, err);
+    else
+        st = check_reason(resp->reason, strnlen(resp->reason, sizeof resp->reason), TFP_EINVAL,
+                          err);
+    if (st != TFP_OK)
+        return st;
+    if (resp->upgraded) {
+        b64 = tfp_up_b64_encode(resp->worker_address, resp->worker_address_len, &b64_len);
+        if (b64 == NULL)
+            return tfp_err_set(err, TFP_ENOMEM, "upgrade response: out of memory");
+    }
+    tfp_jw_init(&w);
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "transport");
+    if (resp->upgraded) {
+        tfp_jw_str(&w, "ucx");
+        tfp_jw_key(&w, "token");
+        tfp_jw_str(&w, resp->token);
+        tfp_jw_key(&w, "expires_ms");
+        tfp_jw_uint(&w, resp->expires_ms);
+        tfp_jw_key(&w, "worker_address");
+        tfp_jw_strn(&w, b64, b64_len);
+        tfp_jw_key(&w, "same_host");
+        tfp_jw_bool(&w, resp->same_host);
+        tfp_jw_key(&w, "server_pid");
+        tfp_jw_int(&w, resp->server_pid);
+    } else {
+        tfp_jw_str(&w, "http");
+        tfp_jw_key(&w, "reason");
+        tfp_jw_str(&w, resp->reason);
+    }
+    tfp_jw_obj_end(&w);
+    free(b64);
+    out = tfp_jw_finish(&w, len);
+    if (out == NULL)
+        return tfp_err_set(err, TFP_ENOMEM, "upgrade response: out of memory");
+    *json = out;
+    return TFP_OK;
+}
+
+static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t *err)
+{
+    static const char *const keys[] = { "transport", "token", "expires_ms", "worker_address",
+                                        "same_host", "server_pid" };
+    const char *what = "upgrade response";
+    const cJSON *f[6];
+    int64_t v;
+    tfp_status_t st;
+
+    st = members(what, root, keys, 6, f, err);
+    if (st != TFP_OK)
+        return st;
+    if (get_str(f[1], r->token, TFP_UP_TOKEN_LEN) != 0 || !tfp_up_token_valid(r->token))
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"token\" is not %d lowercase hex characters",
+                           what, TFP_UP_TOKEN_LEN);
+    if (get_int(f[2], 1, TFP_UP_MAX_EXPIRES_MS, &v) != 0)
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"expires_ms\" is not an integer in 1..%d",
+                           what, TFP_UP_MAX_EXPIRES_MS);
+    r->expires_ms = (uint64_t)v;
+    if (!cJSON_IsBool(f[4]))
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"same_host\" is not true or false", what);
+    r->same_host = cJSON_IsTrue(f[4]);
+    if (get_int(f[5], 1, TFP_UP_MAX_PID, &r->server_pid) != 0)
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"server_pid\" is not an integer in 1..%d",
+                           what, TFP_UP_MAX_PID);
+    if (!cJSON_IsString(f[3]))
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"worker_address\" is not a string", what);
+    st = tfp_up_b64_decode(f[3]->valuestring, strlen(f[3]->valuestring), TFP_UP_MAX_ADDR,
+                           &r->worker_address, &r->worker_address_len, err);
+    if (st != TFP_OK)
+        return prefixed(err, st, "upgrade response: \"worker_address\"");
+    if (r->worker_address_len == 0) {
+        free(r->worker_address);
+        r->worker_address = NULL;
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"worker_address\" is empty", what);
+    }
+    return TFP_OK;
+}
+
+tfp_status_t tfp_up_resp_parse(const char *body, size_t len, tfp_up_resp_t *out,
+                               tfp_err_t *err)
+{
+    static const char *const refusal_keys[] = { "transport", "reason" };
+    const char *what = "upgrade response";
+    const cJSON *t, *f[2];
+    tfp_up_resp_t r;
+    cJSON *root;
+    tfp_status_t st;
+
+    if (out == NULL)
+        return tfp_err_set(err, TFP_EINVAL, "%s: no output", what);
+    st = parse_object(what, body, len, TFP_UP_MAX_RESP_JSON, &root, err);
+    if (st != TFP_OK)
+        return st;
+    memset(&r, 0, sizeof r);
+    t = cJSON_GetObjectItemCaseSensitive(root, "transport");
+    if (cJSON_IsString(t) && strcmp(t->valuestring, "ucx") == 0) {
+        r.upgraded = 1;
+        st = read_ucx_resp(root, &r, err);
+    } else if (cJSON_IsString(t) && strcmp(t->valuestring, "http") == 0) {
+        st = members(what, root, refusal_keys, 2, f, err);
+        if (st == TFP_OK && (!cJSON_IsString(f[1]) ||
+                             check_reason(f[1]->valuestring, strlen(f[1]->valuestring),
+                                          TFP_EPROTO, err) != TFP_OK))
+            st = tfp_err_set(err, TFP_EPROTO, "%s: \"reason\" is not 1..%d bytes of UTF-8",
+                             what, TFP_UP_MAX_REASON);
+        if (st == TFP_OK)
+            memcpy(r.reason, f[1]->valuestring, strlen(f[1]->valuestring) + 1);
+    } else if (t == NULL) {
+        st = tfp_err_set(err, TFP_EPROTO, "%s: missing \"transport\"", what);
+    } else {
+        st = tfp_err_set(err, TFP_EPROTO, "%s: \"transport\" is not \"ucx\" or \"http\"", what);
+    }
+    cJSON_Delete(root);
+    if (st != TFP_OK) {
+        free(r.worker_address);
+        return st;
+    }
+    *out = r;
+    return TFP_OK;
+}

@@ -1,0 +1,132 @@
+/* upgrade.h - the JSON of POST /v1/upgrade (transport negotiation), the host identity it
+ * carries, and the base64 used for the server's UCX worker address.
+ *
+ * The client builds a request naming the transports it has, its host identity (boot_id,
+ * network namespace, pid: same-host peers are recognised by equal boot_id and netns) and its
+ * policy; the server parses it and answers either with how to connect over UCX (a one-time
+ * token, its lifetime, the worker address in base64, whether the peers share a host, the
+ * server's pid) or with a refusal that keeps the client on HTTP and says why. Every parser is
+ * strict: RFC 8259 JSON (proto/jsonread.h), no unknown or duplicate keys, every member of the
+ * right type and within bounds; a rejection returns TFP_EPROTO (TFP_ETOOBIG for an oversize
+ * body, TFP_ENOMEM) with a message naming the member. Builders refuse the same invalid values
+ * with TFP_EINVAL. Pure functions, no I/O (reading this process's identity lives in
+ * transports/hostid.h); any thread.
+ */
+#ifndef TFP_UPGRADE_H
+#define TFP_UPGRADE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/status.h"
+
+#define TFP_UP_BOOT_ID_LEN 36               /* 8-4-4-4-12 lowercase hex */
+#define TFP_UP_MAX_NETNS 32                 /* "net:[N]", N decimal, at most 20 digits */
+#define TFP_UP_MAX_PID INT32_MAX            /* pids are 1..TFP_UP_MAX_PID */
+#define TFP_UP_TOKEN_LEN 32                 /* lowercase hex */
+#define TFP_UP_MAX_EXPIRES_MS 600000        /* tokens live 1 ms .. 10 min */
+#define TFP_UP_MAX_ADDR 65536               /* decoded worker address bytes, 1..this */
+#define TFP_UP_MAX_REASON 512               /* bytes of a refusal's reason, UTF-8 */
+#define TFP_UP_MAX_REQ_JSON 4096            /* largest request body a parser takes */
+#define TFP_UP_MAX_RESP_JSON (128 * 1024)   /* largest response body a parser takes */
+/* The HELLO identity "boot_id netns" (proto/ucxframe.h): at most this many bytes. */
+#define TFP_UP_MAX_IDENT (TFP_UP_BOOT_ID_LEN + 1 + TFP_UP_MAX_NETNS)
+
+/* ---- host identity ------------------------------------------------------------------- */
+
+typedef struct {
+    char boot_id[TFP_UP_BOOT_ID_LEN + 1];   /* /proc/sys/kernel/random/boot_id, no newline */
+    char netns[TFP_UP_MAX_NETNS + 1];       /* readlink /proc/self/ns/net: "net:[4026531840]" */
+    int64_t pid;                            /* 1..TFP_UP_MAX_PID */
+} tfp_up_host_t;
+
+/* 1 if valid, 0 if not (NULL is invalid). A boot id is exactly 36 characters: lowercase hex
+ * in groups of 8-4-4-4-12 joined by '-'. A netns is "net:[" 1..20 decimal digits "]". */
+int tfp_up_boot_id_valid(const char *s);
+int tfp_up_netns_valid(const char *s);
+/* 1 if the token is exactly TFP_UP_TOKEN_LEN lowercase hex characters. */
+int tfp_up_token_valid(const char *s);
+/* Checks all three fields of a host identity; TFP_EINVAL naming the bad one. */
+tfp_status_t tfp_up_host_check(const tfp_up_host_t *h, tfp_err_t *err);
+/* 1 if both identities name the same kernel and network namespace (pids may differ). */
+int tfp_up_host_same(const tfp_up_host_t *a, const tfp_up_host_t *b);
+
+/* The identity a UCX HELLO carries in its msg: "boot_id netns" (one space; no pid).
+ * tfp_up_ident_format writes it NUL-terminated into buf (size >= TFP_UP_MAX_IDENT + 1),
+ * TFP_EINVAL if the identity is invalid or buf too small. tfp_up_ident_parse reads s[0..n)
+ * into out->boot_id and out->netns (out->pid set to 0), TFP_EPROTO naming the bad part; out
+ * is written only on success. */
+tfp_status_t tfp_up_ident_format(const tfp_up_host_t *h, char *buf, size_t size,
+                                 tfp_err_t *err);
+tfp_status_t tfp_up_ident_parse(const char *s, size_t n, tfp_up_host_t *out, tfp_err_t *err);
+
+/* ---- request ------------------------------------------------------------------------- */
+
+#define TFP_UP_T_UCX 0x1u                   /* "ucx"; the only transport so far */
+#define TFP_UP_T_ALL TFP_UP_T_UCX
+
+typedef enum {
+    TFP_UP_POLICY_AUTO = 0,                 /* "auto": upgrade if possible, else HTTP */
+    TFP_UP_POLICY_UCX = 1                   /* "ucx": strict, fail rather than fall back */
+} tfp_up_policy_t;
+
+typedef struct {
+    unsigned transports;                    /* TFP_UP_T_* bits, at least one */
+    tfp_up_host_t host;
+    tfp_up_policy_t policy;
+} tfp_up_req_t;
+
+/* {"transports": ["ucx"], "host": {"boot_id": ..., "netns": ..., "pid": N},
+ *  "policy": "auto"|"ucx"}. build: *json is malloc'd, NUL-terminated, *len (if not NULL) its
+ * length; TFP_EINVAL for an invalid field, TFP_ENOMEM. parse: every member required, no
+ * others; "transports" is 1..8 distinct known names; at most TFP_UP_MAX_REQ_JSON bytes
+ * (JSON whitespace may follow the object). *out is written only on success. */
+tfp_status_t tfp_up_req_build(const tfp_up_req_t *req, char **json, size_t *len,
+                              tfp_err_t *err);
+tfp_status_t tfp_up_req_parse(const char *body, size_t len, tfp_up_req_t *out,
+                              tfp_err_t *err);
+
+/* ---- response ------------------------------------------------------------------------ */
+
+typedef struct {
+    int upgraded;                           /* 1: "transport": "ucx"; 0: refusal, "http" */
+    /* when upgraded */
+    char token[TFP_UP_TOKEN_LEN + 1];
+    uint64_t expires_ms;                    /* 1..TFP_UP_MAX_EXPIRES_MS */
+    uint8_t *worker_address;                /* 1..TFP_UP_MAX_ADDR bytes: borrowed by build,
+                                             * malloc'd by parse (tfp_up_resp_clear frees) */
+    size_t worker_address_len;
+    int same_host;                          /* 0 or 1 */
+    int64_t server_pid;                     /* 1..TFP_UP_MAX_PID */
+    /* when refused */
+    char reason[TFP_UP_MAX_REASON + 1];     /* 1..TFP_UP_MAX_REASON bytes of UTF-8 */
+} tfp_up_resp_t;
+
+/* Success: {"transport": "ucx", "token": ..., "expires_ms": N, "worker_address": "<base64>",
+ * "same_host": bool, "server_pid": N}; refusal: {"transport": "http", "reason": "..."}.
+ * build writes only the members of its kind (the others are ignored); parse requires exactly
+ * those members, at most TFP_UP_MAX_RESP_JSON bytes, and zeroes the unused ones. On success
+ * the parsed worker_address is the caller's to free, through tfp_up_resp_clear; on failure
+ * *out is untouched. */
+tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *len,
+                               tfp_err_t *err);
+tfp_status_t tfp_up_resp_parse(const char *body, size_t len, tfp_up_resp_t *out,
+                               tfp_err_t *err);
+/* Frees a parsed worker_address and zeroes *resp. NULL is a no-op. */
+void tfp_up_resp_clear(tfp_up_resp_t *resp);
+
+/* ---- base64 (RFC 4648 section 4: standard alphabet, '=' padding) -------------------- */
+
+/* 4 * ceil(n / 3): the encoded length of n bytes (without the NUL). */
+size_t tfp_up_b64_len(size_t n);
+/* Returns the malloc'd NUL-terminated encoding of src[0..n) (n may be 0), *out_len (if not
+ * NULL) its length; NULL if out of memory or the length would overflow. */
+char *tfp_up_b64_encode(const void *src, size_t n, size_t *out_len);
+/* Strict decoding of s[0..n): a multiple of 4 characters, alphabet only (no whitespace, no
+ * URL-safe '-' '_'), '=' only as the last one or two, and the unused bits of the last group
+ * zero (so every byte string has exactly one accepted encoding). At most max decoded bytes
+ * (TFP_ETOOBIG beyond). *out is malloc'd (non-NULL even for 0 bytes), *out_len its length;
+ * both set only on success. TFP_EPROTO with the offset of the bad character. */
+tfp_status_t tfp_up_b64_decode(const char *s, size_t n, size_t max, uint8_t **out,
+                               size_t *out_len, tfp_err_t *err);
+
+#endif

@@ -1,0 +1,738 @@
+/* ucx_server.c - tfetchd's UCX transport: a worker, its progress thread, and tfx_req_t for
+ * requests that arrive as active messages.
+ *
+ * The progress thread is the only one that touches UCX. It sleeps in epoll on the worker's
+ * event fd (armed with ucp_worker_arm) and is woken by UCX or by ucp_worker_signal when
+ * another thread queues work (a resumed request). Active-message callbacks never call back
+ * into UCX: they decode the frame, check the endpoint's HELLO, run the handlers' begin and
+ * queue the request; the loop then receives rendezvous bodies straight into the accepted
+ * buffer (ucp_am_recv_data_nbx; such receives are never abandoned, since freeing one that is
+ * unfinished hangs the rendezvous), runs handle, and sends answers zero-copy from the
+ * handlers' memory, releasing it when the send completes.
+ *
+ * Threads: the progress thread, plus tfx_req_resume from anywhere (queue under qlock).
+ */
+#include "config.h"
+#include "transports/ucx_server.h"
+#include "transports/req_int.h"
+#include "transports/buf.h"
+#include "proto/ucxframe.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+enum { Q_NONE, Q_RECV, Q_READY, Q_SEND };
+enum { S_NEW, S_RECEIVING, S_RUNNING, S_SUSPENDED, S_SENDING, S_DONE };
+
+typedef struct ucx_req {
+    tfx_req_t base;
+    tfx_ucx_t *u;
+    struct ucx_req *qnext;          /* in a queue */
+    struct ucx_req *lprev, *lnext;  /* u->live */
+    int queued_as;                  /* Q_*: what the loop does next */
+    int state;                      /* S_* */
+    int wake_pending;
+    ucp_ep_h ep;
+    tfp_uf_hdr_t in;
+    char path[TFP_MAX_TENSOR_NAME + 32];
+    char wait[16];
+    void *rndv_desc;
+    size_t rndv_len;
+    /* the answer */
+    uint8_t hdr[TFP_UF_MAX_HEADER];
+    size_t hdr_len;
+    const void *body;
+    size_t body_len;
+    void (*release)(void *);
+    void *release_arg;
+} ucx_req_t;
+
+#define UR(r) ((ucx_req_t *)(r))
+
+struct tfx_ucx {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    tfx_handlers_t h;
+    tfx_ucx_config_t cfg;
+    pthread_t thread;
+    int epfd, efd;
+    pthread_mutex_t qlock;          /* remote: queued from other threads */
+    ucx_req_t *rq_head, *rq_tail;
+    ucx_req_t *lq_head, *lq_tail;   /* local: queued by the progress thread itself */
+    ucx_req_t *live;
+    atomic_int stopping, draining;
+    atomic_uint inflight;
+    ucp_ep_h *auth;                 /* endpoints that presented a valid token */
+    size_t nauth, capauth;
+    ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
+    size_t nclose, capclose;
+    uint8_t *addr_all, *addr_net;   /* this worker's addresses, fetched once at start */
+    size_t addr_all_len, addr_net_len;
+    pthread_mutex_t slock;
+    tfx_ucx_stats_t st;
+};
+
+/* ---- queues ----------------------------------------------------------------------------- */
+
+static void push(ucx_req_t **head, ucx_req_t **tail, ucx_req_t *q)
+{
+    q->qnext = NULL;
+    if (*tail)
+        (*tail)->qnext = q;
+    else
+        *head = q;
+    *tail = q;
+}
+
+static ucx_req_t *pop(ucx_req_t **head, ucx_req_t **tail)
+{
+    ucx_req_t *q = *head;
+    if (q) {
+        *head = q->qnext;
+        if (!*head)
+            *tail = NULL;
+    }
+    return q;
+}
+
+/* On the progress thread. */
+static void queue_local(ucx_req_t *q, int what)
+{
+    q->queued_as = what;
+    push(&q->u->lq_head, &q->u->lq_tail, q);
+}
+
+/* ---- endpoints -------------------------------------------------------------------------- */
+
+static int is_authed(tfx_ucx_t *u, ucp_ep_h ep)
+{
+    for (size_t i = 0; i < u->nauth; i++)
+        if (u->auth[i] == ep)
+            return 1;
+    return 0;
+}
+
+static void set_authed(tfx_ucx_t *u, ucp_ep_h ep, int on)
+{
+    for (size_t i = 0; i < u->nauth; i++)
+        if (u->auth[i] == ep) {
+            if (!on)
+                u->auth[i] = u->auth[--u->nauth];
+            return;
+        }
+    if (!on)
+        return;
+    if (u->nauth == u->capauth) {
+        size_t ncap = u->capauth ? u->capauth * 2 : 16;
+        ucp_ep_h *n = realloc(u->auth, ncap * sizeof *n);
+        if (!n)
+            return;
+        u->auth = n;
+        u->capauth = ncap;
+    }
+    u->auth[u->nauth++] = ep;
+}
+
+static void count(tfx_ucx_t *u, uint64_t *field)
+{
+    pthread_mutex_lock(&u->slock);
+    (*field)++;
+    pthread_mutex_unlock(&u->slock);
+}
+
+/* Drops an endpoint that spoke before presenting a token: closed by the loop, outside the
+ * active-message callback. */
+static void close_ep(tfx_ucx_t *u, ucp_ep_h ep)
+{
+    set_authed(u, ep, 0);
+    for (size_t i = 0; i < u->nclose; i++)
+        if (u->to_close[i] == ep)
+            return;
+    if (u->nclose == u->capclose) {
+        size_t ncap = u->capclose ? u->capclose * 2 : 8;
+        ucp_ep_h *n = realloc(u->to_close, ncap * sizeof *n);
+        if (!n)
+            return;
+        u->to_close = n;
+        u->capclose = ncap;
+    }
+    u->to_close[u->nclose++] = ep;
+}
+
+static void close_pending_eps(tfx_ucx_t *u)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    for (size_t i = 0; i < u->nclose; i++) {
+        void *rq = ucp_ep_close_nbx(u->to_close[i], &p);
+        if (rq && !UCS_PTR_IS_ERR(rq))
+            ucp_request_free(rq);       /* completes on its own; nobody waits for it */
+    }
+    u->nclose = 0;
+}
+
+/* A small message (HELLO_ACK) sent and forgotten. */
+typedef struct {
+    uint8_t hdr[TFP_UF_MAX_HEADER];
+} small_msg_t;
+
+static void small_done(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    free(user_data);
+    ucp_request_free(request);
+}
+
+static void send_small(tfx_ucx_t *u, ucp_ep_h ep, const tfp_uf_hdr_t *h)
+{
+    small_msg_t *m = malloc(sizeof *m);
+    size_t len;
+    tfp_err_t err;
+    if (!m || tfp_uf_encode(h, m->hdr, sizeof m->hdr, &len, &err) != TFP_OK) {
+        free(m);
+        return;
+    }
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.send = small_done, .user_data = m};
+    void *rq = ucp_am_send_nbx(ep, TFX_UCX_AM_REPLY, m->hdr, len, NULL, 0, &p);
+    if (!UCS_PTR_IS_PTR(rq))
+        free(m);                        /* done at once, or failed */
+    (void)u;
+}
+
+/* ---- tfx_req_t over UCX ----------------------------------------------------------------- */
+
+static const char *ucx_header(const tfx_req_t *r, const char *name)
+{
+    const ucx_req_t *q = (const ucx_req_t *)r;
+    if (strcasecmp(name, "Tfetch-User") == 0)
+        return q->in.user[0] ? q->in.user : NULL;
+    if (strcasecmp(name, "Tfetch-Request-Id") == 0)
+        return q->in.request_id[0] ? q->in.request_id : NULL;
+    if (strcasecmp(name, "Content-Type") == 0)
+        return q->in.body_len ? "application/x-safetensors" : NULL;
+    return NULL;
+}
+
+static const char *ucx_query(const tfx_req_t *r, const char *key)
+{
+    const ucx_req_t *q = (const ucx_req_t *)r;
+    if (strcmp(key, "wait") == 0 && q->wait[0])
+        return q->wait;
+    return NULL;
+}
+
+static int64_t ucx_content_length(const tfx_req_t *r)
+{
+    return (int64_t)((const ucx_req_t *)r)->in.body_len;
+}
+
+static const char *ucx_peer(const tfx_req_t *r) { (void)r; return "ucx"; }
+static size_t ucx_header_bytes(const tfx_req_t *r) { (void)r; return 0; }
+
+/* Encodes the REPLY frame: status, the HTTP-equivalent status in wait_ms, msg. */
+static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const char *msg,
+                       size_t body_len)
+{
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_REPLY, q->in.seq);
+    h.status = code;
+    h.wait_ms = http;
+    h.body_len = body_len;
+    h.flags = body_len ? TFP_UF_F_REPLY_HAS_BODY : 0;
+    snprintf(h.request_id, sizeof h.request_id, "%s", q->in.request_id);
+    if (msg)
+        snprintf(h.msg, sizeof h.msg, "%s", msg);
+    tfp_err_t err;
+    if (tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK) {
+        h.msg[0] = '\0';                /* a message that does not encode is left out */
+        tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err);
+    }
+}
+
+static void ucx_respond(tfx_req_t *r, unsigned status, const char *content_type,
+                        const void *body, size_t len, void (*release)(void *), void *release_arg)
+{
+    (void)content_type;
+    ucx_req_t *q = UR(r);
+    make_reply(q, status, TFP_OK, NULL, len);
+    q->body = body;
+    q->body_len = len;
+    q->release = release;
+    q->release_arg = release_arg;
+    queue_local(q, Q_SEND);
+}
+
+static void ucx_respond_error(tfx_req_t *r, tfp_status_t code, const char *msg)
+{
+    ucx_req_t *q = UR(r);
+    int http = tfp_status_http(code);
+    make_reply(q, http > 0 ? (unsigned)http : 500, code, msg, 0);
+    q->body = NULL;
+    q->body_len = 0;
+    queue_local(q, Q_SEND);
+}
+
+static void ucx_resume(tfx_req_t *r)
+{
+    ucx_req_t *q = UR(r);
+    tfx_ucx_t *u = q->u;
+    pthread_mutex_lock(&u->qlock);
+    if (q->state == S_SUSPENDED) {
+        q->state = S_RUNNING;
+        q->queued_as = Q_READY;
+        push(&u->rq_head, &u->rq_tail, q);
+        pthread_mutex_unlock(&u->qlock);
+        ucp_worker_signal(u->worker);
+        return;
+    }
+    q->wake_pending = 1;
+    pthread_mutex_unlock(&u->qlock);
+}
+
+static const tfx_req_ops_t ucx_ops = {
+    .name = "ucx",
+    .header = ucx_header,
+    .query = ucx_query,
+    .content_length = ucx_content_length,
+    .peer = ucx_peer,
+    .header_bytes = ucx_header_bytes,
+    .respond = ucx_respond,
+    .respond_error = ucx_respond_error,
+    .resume = ucx_resume,
+};
+
+/* ---- request life ----------------------------------------------------------------------- */
+
+static void free_req(ucx_req_t *q, int completed)
+{
+    tfx_ucx_t *u = q->u;
+    if (q->release) {
+        q->release(q->release_arg);
+        q->release = NULL;
+    }
+    u->h.finish(&q->base, completed, u->h.arg);
+    if (q->lprev)
+        q->lprev->lnext = q->lnext;
+    else
+        u->live = q->lnext;
+    if (q->lnext)
+        q->lnext->lprev = q->lprev;
+    tfx_req_release(&q->base);
+    free(q);
+    atomic_fetch_sub(&u->inflight, 1);
+}
+
+static void send_done(void *request, ucs_status_t status, void *user_data)
+{
+    ucx_req_t *q = user_data;
+    ucp_request_free(request);
+    q->state = S_DONE;
+    free_req(q, status == UCS_OK);
+}
+
+static void do_send(ucx_req_t *q)
+{
+    q->state = S_SENDING;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.send = send_done, .user_data = q};
+    void *rq = ucp_am_send_nbx(q->ep, TFX_UCX_AM_REPLY, q->hdr, q->hdr_len, q->body,
+                               q->body_len, &p);
+    if (UCS_PTR_IS_PTR(rq))
+        return;                         /* send_done frees q */
+    q->state = S_DONE;
+    free_req(q, rq == NULL);
+}
+
+/* Runs handle until it answers or suspends with no wake-up pending. */
+static void run_handle(ucx_req_t *q)
+{
+    tfx_ucx_t *u = q->u;
+    tfx_req_t *r = &q->base;
+    for (;;) {
+        q->state = S_RUNNING;
+        r->want_suspend = 0;
+        u->h.handle(r, u->h.arg);
+        if (r->answered || !r->want_suspend)
+            return;
+        pthread_mutex_lock(&u->qlock);
+        if (q->wake_pending) {
+            q->wake_pending = 0;
+            pthread_mutex_unlock(&u->qlock);
+            continue;
+        }
+        q->state = S_SUSPENDED;
+        pthread_mutex_unlock(&u->qlock);
+        return;
+    }
+}
+
+static void recv_done(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    ucx_req_t *q = user_data;
+    ucp_request_free(request);
+    if (status != UCS_OK) {
+        tfx_respond_error(&q->base, TFP_EPROTO, "receiving the body failed: %s",
+                          ucs_status_string(status));
+        return;
+    }
+    q->base.body_len = length;
+    q->base.body_seen = length;
+    queue_local(q, Q_READY);
+}
+
+/* Starts the rendezvous receive into the accepted buffer. */
+static void do_recv(ucx_req_t *q)
+{
+    tfx_ucx_t *u = q->u;
+    tfx_req_t *r = &q->base;
+    void *desc = q->rndv_desc;
+    q->rndv_desc = NULL;
+    tfp_status_t st = tfx_req_grow_body(r, r->headroom + q->rndv_len);
+    if (st != TFP_OK) {
+        ucp_am_data_release(u->worker, desc);
+        tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", q->rndv_len,
+                          tfp_status_text(st));
+        return;
+    }
+    q->state = S_RECEIVING;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA |
+                                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+                             .cb.recv_am = recv_done, .user_data = q};
+    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->buf + r->headroom, q->rndv_len, &p);
+    if (UCS_PTR_IS_ERR(rq))
+        tfx_respond_error(r, TFP_EPROTO, "cannot receive the body: %s",
+                          ucs_status_string(UCS_PTR_STATUS(rq)));
+}
+
+static const char *method_of(tfp_uf_op_t op)
+{
+    switch (op) {
+    case TFP_UF_GET: return "GET";
+    case TFP_UF_PUT: return "PUT";
+    case TFP_UF_DELETE: return "DELETE";
+    case TFP_UF_CALL: return "POST";
+    default: return "?";
+    }
+}
+
+static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param)
+{
+    tfx_ucx_t *u = arg;
+    ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    tfp_uf_hdr_t h;
+    tfp_err_t err;
+
+    if (!ep || tfp_uf_decode(header, header_length, &h, &err) != TFP_OK ||
+        tfp_uf_op_is_reply(h.op) || h.body_len != length) {
+        count(u, &u->st.dropped);
+        if (ep && !is_authed(u, ep))
+            close_ep(u, ep);
+        return UCS_OK;                  /* dropping a rendezvous descriptor releases it */
+    }
+    if (h.op == TFP_UF_HELLO) {
+        char why[256] = "";
+        tfp_uf_hdr_t ack;
+        tfp_uf_init(&ack, TFP_UF_HELLO_ACK, h.seq);
+        if (u->cfg.verify_hello(h.name, h.msg, why, sizeof why, u->cfg.verify_arg) == 0) {
+            set_authed(u, ep, 1);
+            count(u, &u->st.hellos);
+        } else {
+            ack.status = TFP_EBADREQ;
+            snprintf(ack.msg, sizeof ack.msg, "%s", why[0] ? why : "token refused");
+            count(u, &u->st.hellos_refused);
+        }
+        send_small(u, ep, &ack);
+        return UCS_OK;
+    }
+    if (!is_authed(u, ep)) {
+        count(u, &u->st.dropped);
+        close_ep(u, ep);
+        return UCS_OK;
+    }
+    if (h.op == TFP_UF_BYE) {
+        set_authed(u, ep, 0);
+        return UCS_OK;
+    }
+
+    ucx_req_t *q = calloc(1, sizeof *q);
+    if (!q)
+        return UCS_OK;                  /* the client times out and falls back to HTTP */
+    q->u = u;
+    q->ep = ep;
+    q->in = h;
+    tfx_req_t *r = &q->base;
+    r->ops = &ucx_ops;
+    r->h = &u->h;
+    r->method = method_of(h.op);
+    snprintf(q->path, sizeof q->path, "%s%s", h.op == TFP_UF_CALL ? "/v1/call/" : "/v1/tensors/",
+             h.name);
+    r->path = q->path;
+    if (h.op == TFP_UF_GET && h.wait_ms)
+        snprintf(q->wait, sizeof q->wait, "%u", (unsigned)h.wait_ms);
+    q->lnext = u->live;
+    if (u->live)
+        u->live->lprev = q;
+    u->live = q;
+    atomic_fetch_add(&u->inflight, 1);
+    count(u, &u->st.requests);
+
+    if (atomic_load(&u->draining))
+        tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");
+    else
+        u->h.begin(r, u->h.arg);
+    if (r->answered)
+        return UCS_OK;                  /* refused at begin: the body is dropped */
+    if (length && r->accept_body) {
+        if (length > r->max_body) {
+            tfx_respond_error(r, TFP_ETOOBIG, "request body exceeds the limit of %llu bytes",
+                              (unsigned long long)r->max_body);
+            return UCS_OK;
+        }
+        if (rndv) {
+            q->rndv_desc = data;
+            q->rndv_len = length;
+            queue_local(q, Q_RECV);
+            return UCS_INPROGRESS;      /* the descriptor is ours until do_recv */
+        }
+        tfp_status_t st = tfx_req_grow_body(r, r->headroom + length);
+        if (st != TFP_OK) {
+            tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", length,
+                              tfp_status_text(st));
+            return UCS_OK;
+        }
+        memcpy(r->buf + r->headroom, data, length);
+        r->body_len = length;
+        r->body_seen = length;
+    }
+    queue_local(q, Q_READY);
+    return UCS_OK;
+}
+
+/* ---- the progress thread ---------------------------------------------------------------- */
+
+/* Runs what the callbacks and other threads queued. Returns how many it ran. */
+static unsigned run_queues(tfx_ucx_t *u)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&u->qlock);
+    while (u->rq_head) {
+        ucx_req_t *q = pop(&u->rq_head, &u->rq_tail);
+        push(&u->lq_head, &u->lq_tail, q);
+    }
+    pthread_mutex_unlock(&u->qlock);
+    if (u->nclose) {
+        close_pending_eps(u);
+        n++;
+    }
+    ucx_req_t *q;
+    while ((q = pop(&u->lq_head, &u->lq_tail))) {
+        n++;
+        switch (q->queued_as) {
+        case Q_RECV: do_recv(q); break;
+        case Q_READY:
+            if (!q->base.answered)
+                run_handle(q);
+            break;
+        case Q_SEND: do_send(q); break;
+        default: break;
+        }
+    }
+    return n;
+}
+
+static void *progress_main(void *arg)
+{
+    tfx_ucx_t *u = arg;
+    struct timespec t_stop = {0, 0};
+    for (;;) {
+        unsigned n = 0;
+        while (ucp_worker_progress(u->worker))
+            n++;
+        n += run_queues(u);
+        if (atomic_load(&u->stopping)) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (!t_stop.tv_sec)
+                t_stop = now;
+            /* Sends to a client that died may never complete: give up after 2 s. */
+            if (atomic_load(&u->inflight) == 0 || now.tv_sec - t_stop.tv_sec >= 2)
+                break;
+        }
+        if (n)
+            continue;
+        ucs_status_t st = ucp_worker_arm(u->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        struct epoll_event ev;
+        epoll_wait(u->epfd, &ev, 1, st == UCS_OK ? 100 : 1);
+    }
+    return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+/* Copies the worker's address (all transports, or network ones only) into *out. */
+static int query_address(ucp_worker_h w, int net_only, uint8_t **out, size_t *len)
+{
+    ucp_worker_attr_t a = {.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS |
+                                         UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS,
+                           .address_flags = net_only ? UCP_WORKER_ADDRESS_FLAG_NET_ONLY : 0};
+    if (ucp_worker_query(w, &a) != UCS_OK)
+        return -1;
+    *out = malloc(a.address_length);
+    if (*out)
+        memcpy(*out, a.address, a.address_length);
+    *len = a.address_length;
+    ucp_worker_release_address(w, a.address);
+    return *out ? 0 : -1;
+}
+
+tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, tfp_err_t *err)
+{
+    tfx_ucx_t *u = calloc(1, sizeof *u);
+    if (!u) {
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    u->h = *h;
+    u->cfg = *cfg;
+    u->epfd = -1;
+    pthread_mutex_init(&u->qlock, NULL);
+    pthread_mutex_init(&u->slock, NULL);
+    atomic_init(&u->stopping, 0);
+    atomic_init(&u->draining, 0);
+    atomic_init(&u->inflight, 0);
+
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX configuration: %s", ucs_status_string(st));
+        goto free_u;
+    }
+    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                       .name = "tfetchd"};
+    st = ucp_init(&pp, config, &u->ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX init: %s", ucs_status_string(st));
+        goto free_u;
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    st = ucp_worker_create(u->ctx, &wp, &u->worker);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX worker: %s", ucs_status_string(st));
+        goto cleanup_ctx;
+    }
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = TFX_UCX_AM_REQUEST, .cb = on_am, .arg = u, .flags = UCP_AM_FLAG_WHOLE_MSG};
+    st = ucp_worker_set_am_recv_handler(u->worker, &hp);
+    if (st == UCS_OK)
+        st = ucp_worker_get_efd(u->worker, &u->efd);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX worker setup: %s", ucs_status_string(st));
+        goto destroy_worker;
+    }
+    if (query_address(u->worker, 0, &u->addr_all, &u->addr_all_len) != 0 ||
+        query_address(u->worker, 1, &u->addr_net, &u->addr_net_len) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "cannot read the UCX worker's address");
+        goto destroy_worker;
+    }
+    u->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = u->efd};
+    if (u->epfd < 0 || epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->efd, &ev) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "epoll: %s", strerror(errno));
+        goto close_epoll;
+    }
+    if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "cannot start the UCX progress thread");
+        goto close_epoll;
+    }
+    return u;
+close_epoll:
+    if (u->epfd >= 0)
+        close(u->epfd);
+destroy_worker:
+    free(u->addr_all);
+    free(u->addr_net);
+    ucp_worker_destroy(u->worker);
+cleanup_ctx:
+    ucp_cleanup(u->ctx);
+free_u:
+    pthread_mutex_destroy(&u->qlock);
+    pthread_mutex_destroy(&u->slock);
+    free(u);
+    return NULL;
+}
+
+int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len)
+{
+    const uint8_t *src = net_only ? u->addr_net : u->addr_all;
+    size_t n = net_only ? u->addr_net_len : u->addr_all_len;
+    uint8_t *copy = malloc(n);
+    if (!copy)
+        return -1;
+    memcpy(copy, src, n);
+    *addr = copy;
+    *len = n;
+    return 0;
+}
+
+void tfx_ucx_quiesce(tfx_ucx_t *u) { atomic_store(&u->draining, 1); }
+
+unsigned tfx_ucx_inflight(tfx_ucx_t *u) { return atomic_load(&u->inflight); }
+
+void tfx_ucx_stats(tfx_ucx_t *u, tfx_ucx_stats_t *st)
+{
+    pthread_mutex_lock(&u->slock);
+    *st = u->st;
+    pthread_mutex_unlock(&u->slock);
+}
+
+void tfx_ucx_stop(tfx_ucx_t *u)
+{
+    if (!u)
+        return;
+    atomic_store(&u->draining, 1);
+    atomic_store(&u->stopping, 1);
+    ucp_worker_signal(u->worker);
+    pthread_join(u->thread, NULL);
+    /* Whatever is left never finished (its client died). Release held descriptors, let the
+     * worker cancel what UCX still has, then account for the rest and free it. */
+    for (ucx_req_t *q = u->live; q; q = q->lnext)
+        if (q->rndv_desc) {
+            ucp_am_data_release(u->worker, q->rndv_desc);
+            q->rndv_desc = NULL;
+        }
+    close_pending_eps(u);
+    ucp_worker_destroy(u->worker);
+    while (u->live)
+        free_req(u->live, 0);
+    close(u->epfd);
+    ucp_cleanup(u->ctx);
+    free(u->auth);
+    free(u->to_close);
+    free(u->addr_all);
+    free(u->addr_net);
+    pthread_mutex_destroy(&u->qlock);
+    pthread_mutex_destroy(&u->slock);
+    free(u);
+}

@@ -1,0 +1,53 @@
+/* ucx_server.h - tfetchd's UCX side: requests arriving as UCX active messages, served by the
+ * same handlers as HTTP (transports/req.h).
+ *
+ * A client that upgraded (POST /v1/upgrade) connects to this worker's address and must first
+ * send HELLO with the one-time token it was given; messages from an endpoint that has not
+ * done so are dropped and the endpoint is closed. A request is an active message whose
+ * header is a tfp_uf frame (proto/ucxframe.h) and whose data is the safetensors document;
+ * large bodies arrive by rendezvous straight into the buffer the handlers accept, and answers
+ * are sent from the handlers' memory (a stored blob) without copying.
+ *
+ * Threads: one progress thread owns the UCX worker and runs the handlers of UCX requests;
+ * tfx_req_resume from any thread queues the request back to it.
+ */
+#ifndef TFX_UCX_SERVER_H
+#define TFX_UCX_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/status.h"
+#include "transports/req.h"
+
+/* Active message ids. */
+#define TFX_UCX_AM_REQUEST 11
+#define TFX_UCX_AM_REPLY 12
+
+typedef struct tfx_ucx tfx_ucx_t;
+
+typedef struct {
+    /* Checks a HELLO: the token and the identity ("boot_id netns") the client claims.
+     * 0 to accept; otherwise fills why. Runs on the progress thread. */
+    int (*verify_hello)(const char *token, const char *identity, char *why, size_t why_size,
+                        void *arg);
+    void *verify_arg;
+} tfx_ucx_config_t;
+
+typedef struct {
+    uint64_t hellos, hellos_refused, dropped, requests;
+} tfx_ucx_stats_t;
+
+/* Creates the UCX context and worker and starts the progress thread. NULL with err set when
+ * UCX cannot start (the daemon then serves HTTP only and says why). */
+tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, tfp_err_t *err);
+/* The worker address for a client: all transports (same host) or network ones only.
+ * malloc'd. 0, or -1. */
+int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len);
+/* Refuses new requests (503); those in flight go on. */
+void tfx_ucx_quiesce(tfx_ucx_t *u);
+unsigned tfx_ucx_inflight(tfx_ucx_t *u);
+void tfx_ucx_stats(tfx_ucx_t *u, tfx_ucx_stats_t *st);
+/* Stops the progress thread and frees everything. No request may be suspended. */
+void tfx_ucx_stop(tfx_ucx_t *u);
+
+#endif
