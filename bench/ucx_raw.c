@@ -64,7 +64,7 @@
 #define MAX_SIZES 16
 #define MAX_CONFIGS 40
 #define TIMEOUT_MS_DEFAULT 30000L
-#define KILL_WAIT_MS_DEFAULT 30000L
+#define KILL_WAIT_MS_DEFAULT 10000L
 #define PAIR_SLACK_S 60             /* a pair's limit: its own deadlines plus this */
 #define ADDR_MAX 65536
 
@@ -98,9 +98,12 @@ typedef struct {
     uint64_t bytes;         /* payload bytes the server received for this id */
     uint32_t nrndv;         /* messages that came by rendezvous */
     uint32_t neager;        /* messages that came eagerly */
+    uint64_t cpu_ns;        /* the server process's CPU time so far */
+    uint64_t sleeps;        /* times the server has slept in epoll so far */
 } ack_hdr_t;
 
 enum { TM_SINGLE, TM_SERIALIZED, TM_MULTI };
+enum { PT_NONE, PT_LOCK, PT_QUEUE };
 
 /* One server/client pair's setup. */
 typedef struct {
@@ -110,8 +113,10 @@ typedef struct {
     int net_only;           /* server address from UCP_WORKER_ADDRESS_FLAG_NET_ONLY */
     int wakeup;             /* UCP_FEATURE_WAKEUP; sleep in epoll on the worker's efd */
     int thread_mode;        /* TM_* for the client's worker */
-    int progress_thread;    /* client: a progress thread owns the worker, main thread posts */
+    int progress_thread;    /* PT_*: client: a progress thread progresses the worker; the main
+                             * thread posts (PT_LOCK) or hands the sends to it (PT_QUEUE) */
     int kill_test;          /* the server SIGKILLs itself on receiving the request */
+    int expect_fail;        /* the endpoint is expected not to connect (shown, not failed) */
     size_t sizes[MAX_SIZES];
     int nsizes;
     size_t chunked[MAX_SIZES];  /* sizes also sent in chunks */
@@ -140,6 +145,8 @@ typedef struct {
     int reps;
     int warmup;
     double p50_us, p99_us, mean_us, gbps, mean_gbps, vs_memcpy;
+    double cli_cpu_us, srv_cpu_us;      /* CPU time per timed request, each process */
+    double cli_sleeps, srv_sleeps;      /* epoll sleeps per timed request */
 } result_t;
 
 static volatile unsigned char g_sink;
@@ -339,6 +346,18 @@ static void summarise(double *t, int n, size_t bytes, double memcpy_gbps, result
     r->vs_memcpy = memcpy_gbps > 0 ? r->gbps / memcpy_gbps : 0;
 }
 
+static const char *pt_name(int pt)
+{
+    return pt == PT_QUEUE ? "queue" : pt == PT_LOCK ? "lock" : "none";
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static const char *tm_name(int tm)
 {
     return tm == TM_MULTI ? "multi" : tm == TM_SERIALIZED ? "serialized" : "single";
@@ -361,20 +380,22 @@ static const char *ucs_tm_name(ucs_thread_mode_t tm)
 static void json_config(const config_t *c)
 {
     printf("\"config\":\"%s\",\"tls\":\"%s\",\"err_mode\":\"%s\",\"net_only\":%d,\"wakeup\":%d,"
-           "\"thread_mode\":\"%s\",\"progress_thread\":%d", c->name, c->tls ? c->tls : "default",
-           c->err_peer ? "peer" : "none", c->net_only, c->wakeup, tm_name(c->thread_mode),
-           c->progress_thread);
+           "\"thread_mode\":\"%s\",\"progress_thread\":\"%s\"", c->name,
+           c->tls ? c->tls : "default", c->err_peer ? "peer" : "none", c->net_only, c->wakeup,
+           tm_name(c->thread_mode), pt_name(c->progress_thread));
 }
 
 static void emit(const opts_t *o, const result_t *r)
 {
-    char sz[32];
+    char sz[32], cpu[32];
 
     printf("{\"bench\":\"%s\",", r->bench);
     if (r->cfg) {
         json_config(r->cfg);
-        printf(",\"variant\":\"%s\",\"transport\":\"%s\",\"proto\":\"%s\",\"chunk\":%zu,",
-               r->variant, r->transport, r->proto, r->chunk);
+        printf(",\"variant\":\"%s\",\"transport\":\"%s\",\"proto\":\"%s\",\"chunk\":%zu,"
+               "\"cli_cpu_us\":%.3f,\"srv_cpu_us\":%.3f,\"cli_sleeps\":%.3f,\"srv_sleeps\":%.3f,",
+               r->variant, r->transport, r->proto, r->chunk, r->cli_cpu_us, r->srv_cpu_us,
+               r->cli_sleeps, r->srv_sleeps);
     } else {
         printf("\"transport\":\"%s\",", r->transport);
     }
@@ -386,15 +407,20 @@ static void emit(const opts_t *o, const result_t *r)
     if (o->json_only)
         return;
     if (!g_table_started) {
-        fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5s %10s %10s %8s %8s\n", "config",
+        fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5s %10s %10s %8s %8s %9s\n", "config",
                 "variant", "transport", "proto", "size", "reps", "p50 us", "p99 us",
-                "GB/s p50", "x memcpy");
+                "GB/s p50", "x memcpy", "cpu% c/s");
         g_table_started = 1;
     }
-    fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5d %10.2f %10.2f %8.3f %8.3f\n",
+    if (r->cfg && r->mean_us > 0)
+        snprintf(cpu, sizeof cpu, "%.0f/%.0f", 100 * r->cli_cpu_us / r->mean_us,
+                 100 * r->srv_cpu_us / r->mean_us);
+    else
+        snprintf(cpu, sizeof cpu, "-");
+    fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5d %10.2f %10.2f %8.3f %8.3f %9s\n",
             r->cfg ? r->cfg->name : r->bench, r->cfg ? r->variant : "-", r->transport,
             r->cfg ? r->proto : "-", fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us,
-            r->p99_us, r->gbps, r->vs_memcpy);
+            r->p99_us, r->gbps, r->vs_memcpy, cpu);
     fflush(stderr);
 }
 
@@ -549,6 +575,7 @@ typedef struct {
     int quit;
     int printed_ep;
     int info;
+    unsigned long sleeps;
 } server_t;
 
 static void srv_finish_if_done(server_t *s)
@@ -563,6 +590,8 @@ static void srv_finish_if_done(server_t *s)
     s->ack.bytes = s->got;
     s->ack.nrndv = s->nrndv;
     s->ack.neager = s->neager;
+    s->ack.cpu_ns = (uint64_t)(cpu_s() * 1e9);
+    s->ack.sleeps = s->sleeps;
     s->ack_ready = 1;
 }
 
@@ -750,7 +779,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
     ucs_status_t st;
     uint32_t len32;
     double last = now_s();
-    unsigned long sleeps = 0, spins = 0;
+    unsigned long spins = 0;
     int rc = 1;
     size_t i;
 
@@ -816,7 +845,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
             continue;
         }
         if (c->wakeup) {
-            if (ucx_sleep(&s.u, 1000, &sleeps) < 0)
+            if (ucx_sleep(&s.u, 1000, &s.sleeps) < 0)
                 goto out;
         }
         if (idle_s > 0 && (c->wakeup || (++spins & 0xffff) == 0) && now_s() - last > idle_s) {
@@ -844,7 +873,13 @@ typedef struct {
     char lanes[1024];           /* JSON array body */
     char am_send[160];          /* the protocol thresholds line */
     uint64_t next_id;
-    /* state of the request in flight; written by callbacks (maybe on the progress thread) */
+    /* the request in flight: prepared by the main thread, posted by cli_post */
+    req_hdr_t *hdrs;
+    size_t nhdrs;               /* capacity */
+    size_t npieces;             /* messages of the request in flight */
+    atomic_int job;             /* PT_QUEUE: the progress thread is to post it */
+    atomic_int posted;          /* messages posted (-1: not yet) */
+    /* written by callbacks (maybe on the progress thread) */
     atomic_int acked;
     ack_hdr_t ack;
     atomic_int sends_done;
@@ -857,20 +892,18 @@ typedef struct {
     pthread_t pt;
     int pt_running;
     atomic_int pt_stop;
-    pthread_mutex_t wlock;      /* SERIALIZED: our own lock around every worker call */
+    pthread_mutex_t wlock;      /* SERIALIZED + PT_LOCK: our own lock around worker calls */
     pthread_mutex_t mtx;        /* with cv: the main thread waits for callbacks */
     pthread_cond_t cv;
     /* the buffer sent */
     unsigned char *buf;
     size_t cap;
-    req_hdr_t *hdrs;
-    size_t nhdrs;
     unsigned long sleeps;
 } client_t;
 
 static void cli_wake(client_t *c)
 {
-    if (!c->cfg->progress_thread)
+    if (c->cfg->progress_thread == PT_NONE)
         return;
     pthread_mutex_lock(&c->mtx);
     pthread_cond_broadcast(&c->cv);
@@ -919,10 +952,48 @@ static void cli_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     cli_wake(c);
 }
 
+/* Posts the c->npieces messages prepared in c->hdrs. The caller owns the worker (single
+ * thread, our lock, UCX's lock in MULTI, or it is the progress thread). On a failed post,
+ * records the status in send_status and stops. Sets c->posted. */
+static void cli_post(client_t *c)
+{
+    ucp_request_param_t p;
+    size_t i;
+    void *r;
+
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.cb.send = cli_send_cb;
+    p.user_data = c;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    for (i = 0; i < c->npieces; i++) {
+        const req_hdr_t *h = &c->hdrs[i];
+        int payload = h->op == OP_DATA || h->op == OP_DIE;
+        size_t len = h->total - h->offset;
+
+        if (c->npieces > 1 && i + 1 < c->npieces)
+            len = c->hdrs[i + 1].offset - h->offset;
+        r = ucp_am_send_nbx(c->ep, AM_REQ, h, sizeof *h, payload ? c->buf + h->offset : NULL,
+                            payload ? len : 0, &p);
+        if (UCS_PTR_IS_ERR(r)) {
+            int expect = UCS_OK;
+            atomic_compare_exchange_strong(&c->send_status, &expect, (int)UCS_PTR_STATUS(r));
+            break;
+        }
+        if (r == NULL) {
+            c->send_done_t = now_s();
+            atomic_fetch_add(&c->sends_done, 1);
+        }
+    }
+    atomic_store(&c->posted, (int)i);
+}
+
 static void *cli_progress_main(void *arg)
 {
     client_t *c = arg;
-    int ser = c->cfg->thread_mode != TM_MULTI;
+    int ser = c->cfg->progress_thread == PT_LOCK && c->cfg->thread_mode != TM_MULTI;
     unsigned n;
     ucs_status_t st;
     struct epoll_event ev;
@@ -930,13 +1001,18 @@ static void *cli_progress_main(void *arg)
     while (!atomic_load(&c->pt_stop)) {
         if (ser)
             pthread_mutex_lock(&c->wlock);
+        if (atomic_load(&c->job)) {             /* PT_QUEUE: post for the main thread */
+            atomic_store(&c->job, 0);
+            cli_post(c);
+        }
         n = ucp_worker_progress(c->u.w);
         st = UCS_ERR_BUSY;
         if (!n && c->cfg->wakeup)
             st = ucp_worker_arm(c->u.w);
         if (ser)
             pthread_mutex_unlock(&c->wlock);
-        if (st == UCS_OK) {
+        if (st == UCS_OK && !atomic_load(&c->job) && !atomic_load(&c->pt_stop)) {
+            /* ucp_worker_signal (after a post or a job) wakes it */
             while (epoll_wait(c->u.epfd, &ev, 1, 100) < 0 && errno == EINTR)
                 ;
             c->sleeps++;
@@ -947,21 +1023,21 @@ static void *cli_progress_main(void *arg)
 
 static void cli_lock(client_t *c)
 {
-    if (c->cfg->progress_thread && c->cfg->thread_mode != TM_MULTI)
+    if (c->cfg->progress_thread == PT_LOCK && c->cfg->thread_mode != TM_MULTI)
         pthread_mutex_lock(&c->wlock);
 }
 
 static void cli_unlock(client_t *c)
 {
-    if (c->cfg->progress_thread && c->cfg->thread_mode != TM_MULTI)
+    if (c->cfg->progress_thread == PT_LOCK && c->cfg->thread_mode != TM_MULTI)
         pthread_mutex_unlock(&c->wlock);
-    if (c->cfg->progress_thread && c->cfg->wakeup)
+    if (c->cfg->progress_thread != PT_NONE && c->cfg->wakeup)
         ucp_worker_signal(c->u.w);      /* the progress thread may be asleep */
 }
 
-/* Waits until the request in flight is acked and all its sends are complete (0), the endpoint
- * fails or a send fails (-1; ep_failed/send_status say which), or the deadline passes (-2).
- * With stop_on_error 0, keeps waiting through errors until the deadline or the ack. */
+/* Waits until the request in flight is acked and nsends sends are complete (0), the endpoint
+ * fails or a send fails (-1), or the deadline passes (-2). With stop_on_error 0, keeps waiting
+ * through errors until the deadline or the ack. */
 static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
 {
     unsigned long spins = 0;
@@ -971,10 +1047,9 @@ static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
             return 0;
         if (stop_on_error && (atomic_load(&c->ep_failed) || atomic_load(&c->send_status)))
             return -1;
-        if (c->cfg->progress_thread) {
+        if (c->cfg->progress_thread != PT_NONE) {
             struct timespec ts;
-            double t = now_s();
-            if (t > deadline)
+            if (now_s() > deadline)
                 return -2;
             pthread_mutex_lock(&c->mtx);
             if (!(atomic_load(&c->acked) && atomic_load(&c->sends_done) >= nsends) &&
@@ -1003,70 +1078,73 @@ static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
     }
 }
 
-/* Posts one request of n bytes from c->buf (chunk 0: one message; else messages of chunk bytes,
- * all in flight) and waits for its ack. Returns 0 and *ack, or -1 with a reason printed. */
-static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_t chunk,
-                       uint64_t seed, ack_hdr_t *ack)
+/* Prepares a request of n bytes from c->buf (chunk 0: one message; else messages of chunk
+ * bytes, all in flight) in c->hdrs; returns its id, 0 if out of memory. */
+static uint64_t cli_prepare(client_t *c, uint16_t op, uint16_t flags, size_t n, size_t chunk,
+                            uint64_t seed)
 {
     size_t pieces = chunk && n > chunk ? (n + chunk - 1) / chunk : 1, i;
-    ucp_request_param_t p;
     uint64_t id = ++c->next_id;
-    int rc;
-    void *r;
 
     if (pieces > c->nhdrs) {
         req_hdr_t *h = realloc(c->hdrs, pieces * sizeof *h);
         if (!h) {
             errorf("client: out of memory");
-            return -1;
+            return 0;
         }
         c->hdrs = h;
         c->nhdrs = pieces;
     }
-    atomic_store(&c->acked, 0);
-    atomic_store(&c->sends_done, 0);
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-    p.cb.send = cli_send_cb;
-    p.user_data = c;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.memory_type = UCS_MEMORY_TYPE_HOST;
-    cli_lock(c);
     for (i = 0; i < pieces; i++) {
-        size_t off = pieces > 1 ? i * chunk : 0;
-        size_t len = pieces > 1 && n - off > chunk ? chunk : n - off;
         req_hdr_t *h = &c->hdrs[i];
+        memset(h, 0, sizeof *h);
         h->magic = HDR_MAGIC;
         h->op = op;
         h->flags = flags;
         h->id = id;
         h->total = n;
-        h->offset = off;
+        h->offset = pieces > 1 ? i * chunk : 0;
         h->seed = seed;
-        r = ucp_am_send_nbx(c->ep, AM_REQ, h, sizeof *h, op == OP_DATA || op == OP_DIE ?
-                            c->buf + off : NULL, op == OP_DATA || op == OP_DIE ? len : 0, &p);
-        if (UCS_PTR_IS_ERR(r)) {
-            cli_unlock(c);
-            errorf("client: ucp_am_send_nbx: %s", ucs_status_string(UCS_PTR_STATUS(r)));
-            /* the ones posted before complete on their own; wait for them so that none
-             * refers to hdrs or buf after we return */
-            cli_wait(c, (int)i, now_s() + 5, 0);
-            return -1;
-        }
-        if (r == NULL)
-            atomic_fetch_add(&c->sends_done, 1);
     }
-    cli_unlock(c);
-    rc = cli_wait(c, (int)pieces, now_s() + (double)c->o->timeout_ms / 1000, 1);
-    if (rc == -2) {
-        errorf("client: no ack within %ld ms (op %u, %zu bytes)", c->o->timeout_ms, op, n);
+    c->npieces = pieces;
+    atomic_store(&c->acked, 0);
+    atomic_store(&c->sends_done, 0);
+    atomic_store(&c->posted, -1);
+    return id;
+}
+
+/* Sends one request (see cli_prepare) and waits for its ack. Returns 0 and *ack, or -1 with
+ * the reason printed. */
+static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_t chunk,
+                       uint64_t seed, ack_hdr_t *ack)
+{
+    uint64_t id = cli_prepare(c, op, flags, n, chunk, seed);
+    int rc;
+
+    if (!id)
         return -1;
+    if (c->cfg->progress_thread == PT_QUEUE) {
+        atomic_store(&c->job, 1);
+        if (c->cfg->wakeup)
+            ucp_worker_signal(c->u.w);
+    } else {
+        cli_lock(c);
+        cli_post(c);
+        cli_unlock(c);
     }
+    rc = cli_wait(c, (int)c->npieces, now_s() + (double)c->o->timeout_ms / 1000, 1);
     if (rc != 0) {
-        errorf("client: request failed: %s",
-               atomic_load(&c->ep_failed) ? ucs_status_string(atomic_load(&c->ep_status))
-                                          : ucs_status_string(atomic_load(&c->send_status)));
+        if (rc == -2)
+            errorf("client: no ack within %ld ms (op %u, %zu bytes)", c->o->timeout_ms, op, n);
+        else
+            errorf("client: request failed: %s", atomic_load(&c->ep_failed)
+                   ? ucs_status_string((ucs_status_t)atomic_load(&c->ep_status))
+                   : ucs_status_string((ucs_status_t)atomic_load(&c->send_status)));
+        /* the messages posted still refer to hdrs and buf: let them finish (bounded) */
+        double until = now_s() + 5;
+        while (atomic_load(&c->posted) < 0 && now_s() < until)
+            usleep(1000);
+        cli_wait(c, atomic_load(&c->posted), now_s() + 2, 0);
         return -1;
     }
     *ack = c->ack;
@@ -1081,7 +1159,7 @@ static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_
                : ack->status == ST_RECV_ERR ? "receive failed" : "bad request", op, n);
         return -1;
     }
-    if ((op == OP_DATA) && ack->bytes != n) {
+    if (op == OP_DATA && ack->bytes != n) {
         errorf("client: server received %" PRIu64 " of %zu bytes", ack->bytes, n);
         return -1;
     }
@@ -1290,7 +1368,8 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     int reps = o->reps > 0 ? o->reps : default_reps(n);
     int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
     double *t = calloc((size_t)reps, sizeof *t);
-    ack_hdr_t ack;
+    double cli_cpu = 0, srv_cpu = 0, cli_sleeps = 0, srv_sleeps = 0;
+    ack_hdr_t ack, prev;
     result_t r;
     uint32_t nrndv = 0, neager = 0;
     int i;
@@ -1310,13 +1389,22 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
         if (cli_request(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
             goto fail;
     for (i = 0; i < reps; i++) {
-        double t0;
+        double t0, c0;
+        unsigned long s0;
+        /* the last timed one lands in a poisoned buffer and is checked after */
         if (i == reps - 1 && cli_request(c, OP_POISON, 0, n, 0, 0, &ack) != 0)
             goto fail;
+        prev = ack;
+        s0 = c->sleeps;
+        c0 = cpu_s();
         t0 = now_s();
         if (cli_request(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
             goto fail;
         t[i] = now_s() - t0;
+        cli_cpu += cpu_s() - c0;
+        cli_sleeps += (double)(c->sleeps - s0);
+        srv_cpu += (double)(ack.cpu_ns - prev.cpu_ns) * 1e-9;
+        srv_sleeps += (double)(ack.sleeps - prev.sleeps);
         nrndv += ack.nrndv;
         neager += ack.neager;
     }
@@ -1334,6 +1422,10 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     r.proto = nrndv && neager ? "mixed" : nrndv ? "rndv" : "eager";
     r.chunk = chunk;
     r.warmup = warmup;
+    r.cli_cpu_us = cli_cpu / reps * 1e6;
+    r.srv_cpu_us = srv_cpu / reps * 1e6;
+    r.cli_sleeps = cli_sleeps / reps;
+    r.srv_sleeps = srv_sleeps / reps;
     summarise(t, reps, n, o->memcpy_gbps, &r);
     emit(o, &r);
     free(t);
@@ -1349,68 +1441,40 @@ static const char *status_name(int st)
     return st == UCS_OK ? "OK" : ucs_status_string((ucs_status_t)st);
 }
 
-/* The server dies (SIGKILL) on receiving a request of n bytes; what does the client see? */
+/* The server dies (SIGKILL) on receiving a request of n bytes (before it takes the data of a
+ * rendezvous); what does the client see, and when? Then: what does a new request see? */
 static int cli_kill_test(client_t *c, size_t n)
 {
     double t0, deadline, t_send = -1, t_ep = -1;
-    ucp_request_param_t p;
     ack_hdr_t ack;
-    req_hdr_t *h;
-    const char *outcome;
-    char sz[32];
-    void *r;
-    int rc, nsends = 1;
+    const char *outcome, *probe;
+    char sz[32], probe_buf[96];
+    int nsends, send_st, ep_st, immediate;
 
     /* a full round trip first, so that the endpoint is wired up */
     if (cli_request(c, OP_HELLO, 0, 0, 0, 0, &ack) != 0)
         return -1;
-    if (!c->hdrs && !(c->hdrs = calloc(1, sizeof *c->hdrs)))
+    if (!cli_prepare(c, OP_DIE, 0, n, 0, 0))
         return -1;
-    c->nhdrs = c->nhdrs ? c->nhdrs : 1;
-    h = &c->hdrs[0];
-    memset(h, 0, sizeof *h);
-    h->magic = HDR_MAGIC;
-    h->op = OP_DIE;
-    h->id = ++c->next_id;
-    h->total = n;
-    atomic_store(&c->acked, 0);
-    atomic_store(&c->sends_done, 0);
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
-    p.cb.send = cli_send_cb;
-    p.user_data = c;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    t0 = now_s();
     c->send_done_t = -1;
-    cli_lock(c);
-    r = ucp_am_send_nbx(c->ep, AM_REQ, h, sizeof *h, c->buf, n, &p);
-    cli_unlock(c);
-    if (UCS_PTR_IS_ERR(r)) {
-        atomic_store(&c->send_status, (int)UCS_PTR_STATUS(r));
-        c->send_done_t = now_s();
-        nsends = 0;
-    } else if (r == NULL) {
-        c->send_done_t = now_s();
-        atomic_fetch_add(&c->sends_done, 1);
-    }
+    t0 = now_s();
+    cli_post(c);
+    nsends = atomic_load(&c->posted);
+    immediate = atomic_load(&c->sends_done) >= 1;  /* ucp_am_send_nbx returned NULL */
     deadline = t0 + (double)c->o->kill_wait_ms / 1000;
     /* wait for the ack that cannot come: until the endpoint fails (PEER) or the deadline */
-    for (;;) {
-        rc = cli_wait(c, nsends, deadline, 0);
-        if (rc != 0 || atomic_load(&c->ep_failed) || now_s() > deadline)
-            break;
-    }
-    if (c->send_done_t >= 0 && atomic_load(&c->sends_done) >= 1)
-        t_send = c->send_done_t - t0;
+    while (cli_wait(c, nsends, deadline, 1) == 0 && !atomic_load(&c->ep_failed) &&
+           now_s() < deadline)
+        ;
     if (atomic_load(&c->ep_failed))
         t_ep = c->ep_fail_t - t0;
-    /* keep going a little after an ep error so a send completion can still be seen */
-    if (t_ep >= 0 && atomic_load(&c->sends_done) < nsends) {
+    /* after an endpoint error, a little longer so the send's own completion shows */
+    if (t_ep >= 0 && atomic_load(&c->sends_done) < nsends)
         cli_wait(c, nsends, now_s() + 1, 0);
-        if (atomic_load(&c->sends_done) >= 1)
-            t_send = c->send_done_t - t0;
-    }
+    if (atomic_load(&c->sends_done) >= 1 || atomic_load(&c->send_status))
+        t_send = c->send_done_t - t0;
+    send_st = atomic_load(&c->send_status);
+    ep_st = atomic_load(&c->ep_status);
     if (atomic_load(&c->acked))
         outcome = "acked?!";
     else if (t_ep >= 0)
@@ -1419,26 +1483,50 @@ static int cli_kill_test(client_t *c, size_t n)
         outcome = "send-error";
     else
         outcome = "hang";
+
+    /* a new 8 B request on the same endpoint, 2 s to answer */
+    {
+        int before_ep = atomic_load(&c->ep_failed), rc;
+        if (!cli_prepare(c, OP_HELLO, 0, 0, 0, 0))
+            return -1;
+        atomic_store(&c->send_status, UCS_OK);
+        cli_post(c);
+        rc = cli_wait(c, atomic_load(&c->posted), now_s() + 2, 1);
+        if (atomic_load(&c->posted) < 1 || atomic_load(&c->send_status))
+            snprintf(probe_buf, sizeof probe_buf, "send error: %s",
+                     status_name(atomic_load(&c->send_status)));
+        else if (rc == 0)
+            snprintf(probe_buf, sizeof probe_buf, "acked?!");
+        else if (!before_ep && atomic_load(&c->ep_failed))
+            snprintf(probe_buf, sizeof probe_buf, "ep error: %s",
+                     status_name(atomic_load(&c->ep_status)));
+        else
+            snprintf(probe_buf, sizeof probe_buf, "no answer in 2 s (send %s)",
+                     atomic_load(&c->sends_done) >= 1 ? "completed" : "pending");
+        probe = probe_buf;
+    }
+
     printf("{\"bench\":\"ucx-kill\",");
     json_config(c->cfg);
     printf(",\"transport\":\"%s\",\"bytes\":%zu,\"outcome\":\"%s\",\"ep_error\":\"%s\","
-           "\"ep_error_ms\":%.1f,\"send_status\":\"%s\",\"send_done_ms\":%.1f,\"waited_ms\":%ld}\n",
-           c->transport, n, outcome,
-           t_ep >= 0 ? status_name(atomic_load(&c->ep_status)) : "none", t_ep >= 0 ? t_ep * 1e3 : -1,
-           t_send >= 0 ? status_name(atomic_load(&c->send_status)) : "pending",
-           t_send >= 0 ? t_send * 1e3 : -1, c->o->kill_wait_ms);
+           "\"ep_error_ms\":%.1f,\"send_status\":\"%s\",\"send_done_ms\":%.1f,"
+           "\"send_immediate\":%d,\"waited_ms\":%ld,\"next_request\":\"%s\"}\n",
+           c->transport, n, outcome, t_ep >= 0 ? status_name(ep_st) : "none",
+           t_ep >= 0 ? t_ep * 1e3 : -1, t_send >= 0 ? status_name(send_st) : "pending",
+           t_send >= 0 ? t_send * 1e3 : -1, immediate, c->o->kill_wait_ms, probe);
     fflush(stdout);
     if (!c->o->json_only) {
-        fprintf(stderr, "kill test %-14s %-13s %-8s: %s; ep error: %s", c->cfg->name,
+        fprintf(stderr, "kill %-14s %-13s %-7s: %s; ep error: %s", c->cfg->name,
                 c->transport, fmt_size(n, sz, sizeof sz), outcome,
-                t_ep >= 0 ? status_name(atomic_load(&c->ep_status)) : "none");
+                t_ep >= 0 ? status_name(ep_st) : "none");
         if (t_ep >= 0)
             fprintf(stderr, " after %.1f ms", t_ep * 1e3);
-        fprintf(stderr, "; send: %s", t_send >= 0 ? status_name(atomic_load(&c->send_status))
-                                                  : "still pending");
-        if (t_send >= 0)
+        fprintf(stderr, "; send: %s", t_send >= 0 ? status_name(send_st) : "still pending");
+        if (immediate)
+            fprintf(stderr, " at once");
+        else if (t_send >= 0)
             fprintf(stderr, " after %.1f ms", t_send * 1e3);
-        fprintf(stderr, " (waited up to %ld ms)\n", c->o->kill_wait_ms);
+        fprintf(stderr, " (waited %ld ms); next request: %s\n", c->o->kill_wait_ms, probe);
     }
     return 0;
 }
@@ -1449,7 +1537,7 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
     client_t cl;
     ack_hdr_t ack;
     size_t maxn = 8;
-    int i, failures = 0, pt_ok = 0;
+    int i, failures = 0;
     double t0;
 
     memset(&cl, 0, sizeof cl);
@@ -1469,13 +1557,22 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         return 1;
     }
     cl.cap = maxn;
-    fill_pattern(cl.buf, maxn, 0);      /* re-filled per size below; touched now */
-    if (ucx_open(&cl.u, c, c->thread_mode, "client") != 0 ||
-        cli_connect(&cl, addr, addr_len) != 0) {
+    if (ucx_open(&cl.u, c, c->thread_mode, "client") != 0) {
         failures++;
         goto out;
     }
-    if (c->progress_thread) {
+    if (cli_connect(&cl, addr, addr_len) != 0) {
+        printf("{\"bench\":\"ucx-ep\",");
+        json_config(c);
+        printf(",\"transport\":\"none\",\"error\":\"ucp_ep_create failed\"}\n");
+        fflush(stdout);
+        if (!o->json_only)
+            fprintf(stderr, "%s: no endpoint (ucp_ep_create failed)%s\n", c->name,
+                    c->expect_fail ? ", as expected" : "");
+        failures += !c->expect_fail;
+        goto out;
+    }
+    if (c->progress_thread != PT_NONE) {
         if (pthread_create(&cl.pt, NULL, cli_progress_main, &cl) != 0) {
             errorf("client: pthread_create failed");
             failures++;
@@ -1483,7 +1580,6 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         }
         cl.pt_running = 1;
     }
-    pt_ok = 1;
     t0 = now_s();
     if (cli_request(&cl, OP_HELLO, 0, 0, 0, 0, &ack) != 0) {
         errorf("%s: the first round trip failed", c->name);
@@ -1501,20 +1597,9 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         fprintf(stderr, "%s: %s (thread mode %s; am_send %s)\n", c->name, cl.transport,
                 ucs_tm_name(cl.granted), cl.am_send);
     if (c->kill_test) {
-        for (i = 0; i < c->nsizes && i < 1; i++) {
-            fill_pattern(cl.buf, c->sizes[i], c->sizes[i]);
-            if (cli_kill_test(&cl, c->sizes[i]) != 0)
-                failures++;
-        }
-        /* the peer is gone: force-close where allowed; with err mode NONE just leave */
-        if (c->err_peer)
-            cli_close(&cl, 1);
-        else if (cl.pt_running) {
-            atomic_store(&cl.pt_stop, 1);
-            ucp_worker_signal(cl.u.w);
-            pthread_join(cl.pt, NULL);
-            cl.pt_running = 0;
-        }
+        fill_pattern(cl.buf, c->sizes[0], c->sizes[0]);
+        if (cli_kill_test(&cl, c->sizes[0]) != 0)
+            failures++;
         fflush(stdout);
         fflush(stderr);
         _exit(failures ? 1 : 0);        /* no UCX teardown against a dead peer */
@@ -1534,8 +1619,7 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
     if (cli_request(&cl, OP_QUIT, 0, 0, 0, 0, &ack) != 0)
         failures++;
 out:
-    if (pt_ok || cl.ep)
-        cli_close(&cl, 0);
+    cli_close(&cl, 0);
     ucx_close(&cl.u);
     free_touched(cl.buf, cl.cap);
     free(cl.hdrs);
@@ -1600,7 +1684,7 @@ static int run_pair(const config_t *c, const opts_t *o)
     pid_t spid, cpid;
     uint32_t len = 0;
     unsigned char *addr = NULL;
-    int status = 0, failures = 0;
+    int status = 0, failures = 0, client_ok = 0;
     double deadline = now_s() + pair_limit_s(c, o);
 
     fflush(stdout);
@@ -1667,9 +1751,13 @@ static int run_pair(const config_t *c, const opts_t *o)
         failures++;
     } else if (WEXITSTATUS(status) != 0) {
         failures++;
+    } else {
+        client_ok = 1;
     }
-    if (wait_child(spid, now_s() + (c->kill_test ? 1 : 10), &status) != 0) {
-        if (!c->kill_test) {
+    /* a client that finished well told the server to quit; otherwise it is not waited for */
+    if (wait_child(spid, now_s() + (c->kill_test || !client_ok || c->expect_fail ? 1 : 10),
+                   &status) != 0) {
+        if (!c->kill_test && client_ok && !c->expect_fail) {
             errorf("%s: the server did not exit (killed)", c->name);
             failures++;
         }
@@ -1719,29 +1807,39 @@ static int plan_experiments(config_t *plan)
     static const char *const kill_tls[2] = {NULL, "tcp"};
     int i, e, k;
 
+    /* (a) PEER error handling with shared memory only: no transport qualifies */
+    c = add_config(plan, &n, "shmonly-peer", "sysv,posix,cma", 1, "8", "");
+    c->expect_fail = 1;
     /* (b) NET_ONLY worker address */
     c = add_config(plan, &n, "netonly", NULL, 0, "8,64M", "");
     c->net_only = 1;
     /* (c) sleeping progress on the worker's efd, both sides */
-    c = add_config(plan, &n, "busy", NULL, 0, "8,64K,64M", "");
+    add_config(plan, &n, "busy", NULL, 0, "8,64K,64M", "");
     c = add_config(plan, &n, "wakeup", NULL, 0, "8,64K,64M", "");
+    c->wakeup = 1;
+    c = add_config(plan, &n, "wakeup-posix", "posix,cma", 0, "8,64M", "");
     c->wakeup = 1;
     c = add_config(plan, &n, "wakeup-tcp", "tcp", 0, "8,64M", "");
     c->wakeup = 1;
-    /* (e) thread modes */
+    /* (e) thread modes; a progress thread owning the worker */
     c = add_config(plan, &n, "tm-serialized", NULL, 0, "8,64M", "");
     c->thread_mode = TM_SERIALIZED;
     c = add_config(plan, &n, "tm-multi", NULL, 0, "8,64M", "");
     c->thread_mode = TM_MULTI;
-    c = add_config(plan, &n, "pt-multi", NULL, 0, "8,64M", "");
+    c = add_config(plan, &n, "pt-lock-multi", NULL, 0, "8,64M", "");
     c->thread_mode = TM_MULTI;
-    c->progress_thread = 1;
-    c = add_config(plan, &n, "pt-serialized", NULL, 0, "8,64M", "");
+    c->progress_thread = PT_LOCK;
+    c = add_config(plan, &n, "pt-lock-ser", NULL, 0, "8,64M", "");
     c->thread_mode = TM_SERIALIZED;
-    c->progress_thread = 1;
-    c = add_config(plan, &n, "pt-multi-wake", NULL, 0, "8,64M", "");
+    c->progress_thread = PT_LOCK;
+    c = add_config(plan, &n, "pt-queue", NULL, 0, "8,64M", "");
+    c->progress_thread = PT_QUEUE;
+    c = add_config(plan, &n, "pt-lock-m-wake", NULL, 0, "8,64M", "");
     c->thread_mode = TM_MULTI;
-    c->progress_thread = 1;
+    c->progress_thread = PT_LOCK;
+    c->wakeup = 1;
+    c = add_config(plan, &n, "pt-queue-wake", NULL, 0, "8,64M", "");
+    c->progress_thread = PT_QUEUE;
     c->wakeup = 1;
     /* (d) the server dies mid-request */
     for (i = 0; i < 2; i++)
@@ -1777,8 +1875,9 @@ static void usage(FILE *f)
         "  --net-only          the server's address with UCP_WORKER_ADDRESS_FLAG_NET_ONLY\n"
         "  --wakeup            UCP_FEATURE_WAKEUP; both sides sleep on ucp_worker_get_efd\n"
         "  --thread-mode single|serialized|multi   the client worker's thread mode\n"
-        "  --progress-thread   client: a thread progresses the worker, the main thread posts\n"
-        "                      (serialized: under our own mutex; multi: UCX's lock)\n"
+        "  --progress-thread lock|queue   client: a thread progresses the worker; the main\n"
+        "                      thread posts the sends itself (lock: under our mutex, or UCX's\n"
+        "                      lock with --thread-mode multi) or hands them to it (queue)\n"
         "  --kill-test         the server SIGKILLs itself on the (first size's) request\n"
         "Options:\n"
         "  --sizes LIST        payload sizes (default %s; K/M/G binary)\n"
@@ -1901,7 +2000,16 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--wakeup")) {
             one.wakeup = setup = 1;
         } else if (!strcmp(a, "--progress-thread")) {
-            one.progress_thread = setup = 1;
+            NEED_VAL();
+            if (!strcmp(val, "lock"))
+                one.progress_thread = PT_LOCK;
+            else if (!strcmp(val, "queue"))
+                one.progress_thread = PT_QUEUE;
+            else {
+                errorf("--progress-thread lock|queue");
+                return 2;
+            }
+            setup = 1;
         } else if (!strcmp(a, "--kill-test")) {
             one.kill_test = setup = 1;
         } else if (!strcmp(a, "--thread-mode")) {
@@ -1960,6 +2068,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (one.progress_thread == PT_LOCK && one.thread_mode == TM_SINGLE)
+        one.thread_mode = TM_SERIALIZED;    /* two threads, one at a time: that is SERIALIZED */
+    if (one.kill_test)
+        one.progress_thread = PT_NONE;
     if (one.tls && !strcmp(one.tls, "default"))
         one.tls = NULL;
     parse_sizes(sizes, one.sizes, &one.nsizes);

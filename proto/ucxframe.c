@@ -166,9 +166,14 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
         return tfp_err_set(err, code, WHAT ": status %d on a request (%s) must be 0",
                            (int)h->status, on);
     }
-    if (h->wait_ms != 0 && op != TFP_UF_GET)
+    if (op == TFP_UF_REPLY || op == TFP_UF_HELLO_ACK) {
+        if (h->wait_ms != 0 && (h->wait_ms < 100 || h->wait_ms > 599))
+            return tfp_err_set(err, code, WHAT ": %s carries HTTP status %u in wait_ms, not "
+                               "100..599", on, (unsigned)h->wait_ms);
+    } else if (h->wait_ms != 0 && op != TFP_UF_GET) {
         return tfp_err_set(err, code, WHAT ": wait_ms %u on %s (only GET waits)",
                            (unsigned)h->wait_ms, on);
+    }
     if (h->body_len != 0 && !op_has_body(op))
         return tfp_err_set(err, code, WHAT ": body_len %llu on %s (which has no body)",
                            (unsigned long long)h->body_len, on);

@@ -11,7 +11,8 @@
  *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, the others 0
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
- *    20   4  wait_ms    GET long-poll in milliseconds, else 0
+ *    20   4  wait_ms    GET long-poll in milliseconds; in REPLY and HELLO_ACK the
+ *                      HTTP-equivalent status (100..599, or 0); else 0
  *    24   8  body_len   payload bytes carried in the AM data
  *    32   1  id_len     request id      (0..128)
  *    33   1  user_len   user id         (0..128)

@@ -1,0 +1,791 @@
+/* ucx_client.c - the client side of tfetch's UCX transport (see ucx_client.h).
+ *
+ * The progress thread owns the UCX worker. The caller's thread queues commands (connect,
+ * start, close) under `lock` and signals the worker; the thread runs them, progresses UCX,
+ * and queues finished requests for the caller, calling wake() so the caller's poll returns.
+ * A request is finished only when both its send and its reply are done (its body segments
+ * are borrowed until then), or when its connection is closed and UCX has given back every
+ * operation. A request past its deadline breaks its connection: the endpoint is closed with
+ * FORCE, which makes UCX complete every operation on it with an error; receives are never
+ * abandoned while unfinished (that hangs the rendezvous).
+ */
+#include "config.h"
+#include "transports/ucx_client.h"
+#include "transports/ucx_server.h"      /* the active message ids */
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+enum { CMD_CONNECT, CMD_START, CMD_CLOSE };
+
+struct tfx_ucxc_conn {
+    tfx_ucxc_t *u;
+    ucp_ep_h ep;
+    int same_host;
+    atomic_int broken;
+    int closed;                     /* the endpoint was closed */
+    int refs;                       /* the caller's + one per live request (thread only) */
+    char transport[48];
+    /* connect handshake (thread, then the caller under lock) */
+    uint64_t hello_seq;
+    int hello_state;                /* 0 waiting, 1 accepted, -1 failed */
+    char why[256];
+};
+
+struct tfx_ucxc_req {
+    tfx_ucxc_t *u;
+    tfx_ucxc_conn_t *conn;
+    void *ud;
+    struct tfx_ucxc_req *prev, *next;   /* live (thread) */
+    struct tfx_ucxc_req *qnext;         /* done queue */
+    tfp_uf_hdr_t hdr;
+    uint8_t hbuf[TFP_UF_MAX_HEADER];
+    size_t hlen;
+    ucp_dt_iov_t *iov;
+    size_t niov;
+    uint64_t deadline_ms;
+    struct timespec t0;
+    int sending, receiving, replied;
+    void *rndv_desc;
+    size_t rndv_len;
+    tfx_ucxc_result_t res;
+};
+
+typedef struct cmd {
+    struct cmd *next;
+    int kind;
+    tfx_ucxc_conn_t *conn;
+    tfx_ucxc_req_t *req;
+    /* connect */
+    uint8_t *addr;
+    size_t addr_len;
+    char token[64];
+    char identity[96];
+    uint64_t deadline_ms;
+} cmd_t;
+
+struct tfx_ucxc {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    pthread_t thread;
+    int epfd, efd;
+    void (*wake)(void *);
+    void *wake_arg;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    cmd_t *cmd_head, *cmd_tail;
+    tfx_ucxc_req_t *done_head, *done_tail;
+    tfx_ucxc_req_t *live;           /* thread only */
+    tfx_ucxc_conn_t **conns;        /* thread only: connections with their handshakes */
+    size_t nconns, capconns;
+    uint64_t next_seq;
+    int stopping;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- on the progress thread --------------------------------------------------------------- */
+
+static void conn_unref(tfx_ucxc_conn_t *c)
+{
+    tfx_ucxc_t *u = c->u;
+    pthread_mutex_lock(&u->lock);
+    int last = --c->refs == 0;
+    if (last)
+        for (size_t i = 0; i < u->nconns; i++)
+            if (u->conns[i] == c) {
+                u->conns[i] = u->conns[--u->nconns];
+                break;
+            }
+    pthread_mutex_unlock(&u->lock);
+    if (last)
+        free(c);
+}
+
+static void close_ep(tfx_ucxc_conn_t *c)
+{
+    if (c->closed || !c->ep)
+        return;
+    c->closed = 1;
+    atomic_store(&c->broken, 1);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *rq = ucp_ep_close_nbx(c->ep, &p);
+    if (rq && !UCS_PTR_IS_ERR(rq))
+        ucp_request_free(rq);
+}
+
+/* Moves a request whose operations are all done to the done queue. */
+static void maybe_complete(tfx_ucxc_req_t *r)
+{
+    tfx_ucxc_t *u = r->u;
+    if (r->sending || r->receiving || (!r->replied && r->res.transport_status == TFP_OK))
+        return;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        u->live = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
+    conn_unref(r->conn);
+    r->conn = NULL;
+    pthread_mutex_lock(&u->lock);
+    r->qnext = NULL;
+    if (u->done_tail)
+        u->done_tail->qnext = r;
+    else
+        u->done_head = r;
+    u->done_tail = r;
+    pthread_mutex_unlock(&u->lock);
+    if (u->wake)
+        u->wake(u->wake_arg);
+}
+
+static void fail_req(tfx_ucxc_req_t *r, tfp_status_t st, const char *why)
+{
+    if (r->res.transport_status == TFP_OK && !r->replied) {
+        r->res.transport_status = st;
+        snprintf(r->res.why, sizeof r->res.why, "%s", why);
+    }
+}
+
+/* Breaks a connection: every request on it fails; UCX gives their operations back. */
+static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why)
+{
+    for (tfx_ucxc_req_t *r = c->u->live, *n; r; r = n) {
+        n = r->next;
+        if (r->conn == c)
+            fail_req(r, st, why);
+    }
+    if (c->hello_state == 0) {
+        c->hello_state = -1;
+        snprintf(c->why, sizeof c->why, "%s", why);
+    }
+    close_ep(c);
+    for (tfx_ucxc_req_t *r = c->u->live, *n; r; r = n) {
+        n = r->next;
+        if (r->conn == c)
+            maybe_complete(r);
+    }
+}
+
+static tfx_ucxc_req_t *find_req(tfx_ucxc_t *u, uint64_t seq)
+{
+    for (tfx_ucxc_req_t *r = u->live; r; r = r->next)
+        if (r->hdr.seq == seq)
+            return r;
+    return NULL;
+}
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    tfx_ucxc_req_t *r = user_data;
+    ucp_request_free(request);
+    r->sending = 0;
+    if (status != UCS_OK)
+        fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
+    maybe_complete(r);
+}
+
+static void recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    tfx_ucxc_req_t *r = user_data;
+    ucp_request_free(request);
+    r->receiving = 0;
+    if (status == UCS_OK) {
+        r->res.body_len = length;
+        r->replied = 1;
+    } else {
+        fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
+    }
+    maybe_complete(r);
+}
+
+/* Reply bodies: malloc'd (the caller frees them with free()); big ones get huge pages. */
+static uint8_t *alloc_body(size_t n)
+{
+    if (n < (2u << 20))
+        return malloc(n ? n : 1);
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)2 << 20, n) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
+{
+    void *desc = r->rndv_desc;
+    r->rndv_desc = NULL;
+    if (r->conn->closed) {
+        ucp_am_data_release(u->worker, desc);
+        r->receiving = 0;
+        maybe_complete(r);
+        return;
+    }
+    r->res.body = alloc_body(r->rndv_len);
+    if (!r->res.body) {
+        ucp_am_data_release(u->worker, desc);
+        fail_req(r, TFP_ENOMEM, "out of memory for the reply");
+        r->receiving = 0;
+        maybe_complete(r);
+        return;
+    }
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA |
+                                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+                             .cb.recv_am = recv_cb, .user_data = r};
+    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->res.body, r->rndv_len, &p);
+    if (UCS_PTR_IS_ERR(rq)) {
+        fail_req(r, TFP_EINTERNAL, ucs_status_string(UCS_PTR_STATUS(rq)));
+        r->receiving = 0;
+        maybe_complete(r);
+    }
+}
+
+/* Names the transports of the connection's lanes from ucp_ep_print_info's report. */
+static void describe(tfx_ucxc_conn_t *c)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    snprintf(c->transport, sizeof c->transport, "ucx");
+    if (!f)
+        return;
+    ucp_ep_print_info(c->ep, f);
+    fclose(f);
+    static const char *names[] = {"sysv", "posix", "cma", "xpmem", "knem", "cuda_ipc",
+                                  "rc_mlx5", "rc_verbs", "dc_mlx5", "ud_mlx5", "ud_verbs",
+                                  "tcp", "self"};
+    size_t k = strlen(c->transport);
+    char sep = '/';
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char pat[32];
+        snprintf(pat, sizeof pat, "%s/", names[i]);
+        if (text && strstr(text, pat) && k + strlen(names[i]) + 2 < sizeof c->transport) {
+            k += (size_t)snprintf(c->transport + k, sizeof c->transport - k, "%c%s", sep,
+                                  names[i]);
+            sep = '+';
+        }
+    }
+    free(text);
+}
+
+static ucs_status_t on_reply(void *arg, const void *header, size_t header_length, void *data,
+                             size_t length, const ucp_am_recv_param_t *param)
+{
+    tfx_ucxc_t *u = arg;
+    tfp_uf_hdr_t h;
+    tfp_err_t err;
+    if (tfp_uf_decode(header, header_length, &h, &err) != TFP_OK || !tfp_uf_op_is_reply(h.op))
+        return UCS_OK;                                  /* not ours: drop */
+    if (h.op == TFP_UF_HELLO_ACK) {
+        pthread_mutex_lock(&u->lock);
+        for (size_t i = 0; i < u->nconns; i++) {
+            tfx_ucxc_conn_t *c = u->conns[i];
+            if (c->hello_seq == h.seq && c->hello_state == 0) {
+                if (h.status == TFP_OK)
+                    describe(c);        /* on the thread that owns the worker */
+                else
+                    snprintf(c->why, sizeof c->why, "the server refused the HELLO: %.200s",
+                             h.msg);
+                c->hello_state = h.status == TFP_OK ? 1 : -1;
+                pthread_cond_broadcast(&u->cond);
+            }
+        }
+        pthread_mutex_unlock(&u->lock);
+        return UCS_OK;
+    }
+    tfx_ucxc_req_t *r = find_req(u, h.seq);
+    if (!r || r->replied || r->receiving || h.body_len != length)
+        return UCS_OK;
+    r->res.reply = h;
+    if (length == 0) {
+        r->replied = 1;
+        maybe_complete(r);
+        return UCS_OK;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        r->rndv_desc = data;
+        r->rndv_len = length;
+        r->receiving = 1;
+        return UCS_INPROGRESS;                          /* received by the loop */
+    }
+    r->res.body = alloc_body(length);
+    if (!r->res.body) {
+        fail_req(r, TFP_ENOMEM, "out of memory for the reply");
+    } else {
+        memcpy(r->res.body, data, length);
+        r->res.body_len = length;
+        r->replied = 1;
+    }
+    maybe_complete(r);
+    return UCS_OK;
+}
+
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    tfx_ucxc_conn_t *c = arg;
+    (void)ep;
+    char why[128];
+    snprintf(why, sizeof why, "the UCX connection failed: %s", ucs_status_string(status));
+    break_conn(c, TFP_EINTERNAL, why);
+}
+
+static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
+{
+    tfx_ucxc_conn_t *c = cm->conn;
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)cm->addr,
+        /* PEER mode makes UCX 1.13 pick only TCP on one host (measured); keep it for others. */
+        .err_mode = c->same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ep_error, .arg = c},
+    };
+    ucs_status_t st = ucp_ep_create(u->worker, &ep, &c->ep);
+    if (st != UCS_OK) {
+        c->ep = NULL;
+        pthread_mutex_lock(&u->lock);
+        c->hello_state = -1;
+        snprintf(c->why, sizeof c->why, "cannot create the UCX endpoint: %s",
+                 ucs_status_string(st));
+        pthread_cond_broadcast(&u->cond);
+        pthread_mutex_unlock(&u->lock);
+        return;
+    }
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_HELLO, ++u->next_seq);
+    snprintf(h.name, sizeof h.name, "%s", cm->token);
+    snprintf(h.msg, sizeof h.msg, "%s", cm->identity);
+    c->hello_seq = h.seq;
+    static uint8_t hbuf[TFP_UF_MAX_HEADER];      /* thread only; copied by an eager send */
+    size_t hlen;
+    tfp_err_t err;
+    if (tfp_uf_encode(&h, hbuf, sizeof hbuf, &hlen, &err) != TFP_OK) {
+        pthread_mutex_lock(&u->lock);
+        c->hello_state = -1;
+        snprintf(c->why, sizeof c->why, "HELLO: %.200s", err.msg);
+        pthread_cond_broadcast(&u->cond);
+        pthread_mutex_unlock(&u->lock);
+        return;
+    }
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
+    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, hbuf, hlen, NULL, 0, &p);
+    if (UCS_PTR_IS_PTR(rq)) {
+        /* Wait for the send here: hbuf is reused. An eager header-only send is quick. */
+        while (ucp_request_check_status(rq) == UCS_INPROGRESS && now_ms() < cm->deadline_ms)
+            ucp_worker_progress(u->worker);
+        if (ucp_request_check_status(rq) == UCS_INPROGRESS)
+            ucp_request_cancel(u->worker, rq);
+        while (ucp_request_check_status(rq) == UCS_INPROGRESS)
+            ucp_worker_progress(u->worker);
+        ucp_request_free(rq);
+    }
+}
+
+static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
+{
+    tfx_ucxc_conn_t *c = r->conn;
+    r->prev = NULL;
+    r->next = u->live;
+    if (u->live)
+        u->live->prev = r;
+    u->live = r;
+    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    if (atomic_load(&c->broken) || c->closed) {
+        fail_req(r, TFP_EBUSY, "the UCX connection is broken");
+        maybe_complete(r);
+        return;
+    }
+    r->hdr.seq = ++u->next_seq;
+    tfp_err_t err;
+    if (tfp_uf_encode(&r->hdr, r->hbuf, sizeof r->hbuf, &r->hlen, &err) != TFP_OK) {
+        fail_req(r, TFP_EINVAL, err.msg);
+        maybe_complete(r);
+        return;
+    }
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA |
+                                             UCP_OP_ATTR_FIELD_FLAGS |
+                                             UCP_OP_ATTR_FIELD_DATATYPE,
+                             .cb.send = send_cb, .user_data = r,
+                             .flags = UCP_AM_SEND_FLAG_REPLY,
+                             .datatype = ucp_dt_make_iov()};
+    r->sending = 1;
+    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, r->hbuf, r->hlen, r->iov, r->niov, &p);
+    if (!UCS_PTR_IS_PTR(rq)) {
+        r->sending = 0;
+        if (UCS_PTR_IS_ERR(rq))
+            fail_req(r, TFP_EINTERNAL, ucs_status_string(UCS_PTR_STATUS(rq)));
+        maybe_complete(r);
+    }
+}
+
+/* Runs queued commands and expired deadlines. Returns how much it did. */
+static unsigned run_cmds(tfx_ucxc_t *u)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&u->lock);
+    cmd_t *list = u->cmd_head;
+    u->cmd_head = u->cmd_tail = NULL;
+    pthread_mutex_unlock(&u->lock);
+    while (list) {
+        cmd_t *cm = list;
+        list = cm->next;
+        n++;
+        switch (cm->kind) {
+        case CMD_CONNECT: do_connect(u, cm); break;
+        case CMD_START: do_start(u, cm->req); break;
+        case CMD_CLOSE:
+            break_conn(cm->conn, TFP_EBUSY, "the connection was closed");
+            conn_unref(cm->conn);
+            break;
+        }
+        free(cm->addr);
+        free(cm);
+    }
+    for (tfx_ucxc_req_t *r = u->live; r; r = r->next)
+        if (r->rndv_desc) {
+            start_rndv(u, r);
+            n++;
+            break;                      /* the list may have changed */
+        }
+    uint64_t now = now_ms();
+    for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
+        next = r->next;
+        if (r->deadline_ms && now >= r->deadline_ms && r->conn && !r->conn->closed) {
+            char why[128];
+            snprintf(why, sizeof why, "no UCX reply within %llu ms",
+                     (unsigned long long)(r->deadline_ms - ((uint64_t)r->t0.tv_sec * 1000u +
+                                                             (uint64_t)r->t0.tv_nsec / 1000000u)));
+            break_conn(r->conn, TFP_EINTERNAL, why);
+            n++;
+            break;
+        }
+    }
+    return n;
+}
+
+static void *progress_main(void *arg)
+{
+    tfx_ucxc_t *u = arg;
+    for (;;) {
+        unsigned n = 0;
+        while (ucp_worker_progress(u->worker))
+            n++;
+        n += run_cmds(u);
+        pthread_mutex_lock(&u->lock);
+        int stop = u->stopping && !u->cmd_head;
+        pthread_mutex_unlock(&u->lock);
+        if (stop)
+            break;
+        if (n)
+            continue;
+        ucs_status_t st = ucp_worker_arm(u->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        struct epoll_event ev;
+        epoll_wait(u->epfd, &ev, 1, st == UCS_OK ? 50 : 1);
+    }
+    return NULL;
+}
+
+/* ---- the caller's side -------------------------------------------------------------------- */
+
+static void post(tfx_ucxc_t *u, cmd_t *cm)
+{
+    pthread_mutex_lock(&u->lock);
+    cm->next = NULL;
+    if (u->cmd_tail)
+        u->cmd_tail->next = cm;
+    else
+        u->cmd_head = cm;
+    u->cmd_tail = cm;
+    pthread_mutex_unlock(&u->lock);
+    ucp_worker_signal(u->worker);
+}
+
+tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err)
+{
+    tfx_ucxc_t *u = calloc(1, sizeof *u);
+    if (!u) {
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    u->wake = wake;
+    u->wake_arg = wake_arg;
+    u->epfd = -1;
+    pthread_mutex_init(&u->lock, NULL);
+    pthread_cond_init(&u->cond, NULL);
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX configuration: %s", ucs_status_string(st));
+        goto free_u;
+    }
+    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                       .name = "libtfetch"};
+    st = ucp_init(&pp, config, &u->ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX init: %s", ucs_status_string(st));
+        goto free_u;
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    st = ucp_worker_create(u->ctx, &wp, &u->worker);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX worker: %s", ucs_status_string(st));
+        goto cleanup_ctx;
+    }
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = TFX_UCX_AM_REPLY, .cb = on_reply, .arg = u, .flags = UCP_AM_FLAG_WHOLE_MSG};
+    st = ucp_worker_set_am_recv_handler(u->worker, &hp);
+    if (st == UCS_OK)
+        st = ucp_worker_get_efd(u->worker, &u->efd);
+    if (st != UCS_OK) {
+        tfp_err_set(err, TFP_EINTERNAL, "UCX worker setup: %s", ucs_status_string(st));
+        goto destroy_worker;
+    }
+    u->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = u->efd};
+    if (u->epfd < 0 || epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->efd, &ev) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "epoll: %s", strerror(errno));
+        goto close_epoll;
+    }
+    if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "cannot start the UCX progress thread");
+        goto close_epoll;
+    }
+    return u;
+close_epoll:
+    if (u->epfd >= 0)
+        close(u->epfd);
+destroy_worker:
+    ucp_worker_destroy(u->worker);
+cleanup_ctx:
+    ucp_cleanup(u->ctx);
+free_u:
+    pthread_mutex_destroy(&u->lock);
+    pthread_cond_destroy(&u->cond);
+    free(u);
+    return NULL;
+}
+
+tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
+                              int same_host, const char *token, const char *identity,
+                              long timeout_ms, tfx_ucxc_conn_t **out, char *why,
+                              size_t why_size)
+{
+    tfx_ucxc_conn_t *c = calloc(1, sizeof *c);
+    cmd_t *cm = calloc(1, sizeof *cm);
+    if (!c || !cm || !(cm->addr = malloc(addr_len ? addr_len : 1))) {
+        free(c);
+        if (cm)
+            free(cm->addr);
+        free(cm);
+        snprintf(why, why_size, "out of memory");
+        return TFP_ENOMEM;
+    }
+    c->u = u;
+    c->same_host = same_host;
+    c->refs = 1;                    /* the caller's */
+    atomic_init(&c->broken, 0);
+    memcpy(cm->addr, addr, addr_len);
+    cm->addr_len = addr_len;
+    cm->kind = CMD_CONNECT;
+    cm->conn = c;
+    snprintf(cm->token, sizeof cm->token, "%s", token ? token : "");
+    snprintf(cm->identity, sizeof cm->identity, "%s", identity ? identity : "");
+    cm->deadline_ms = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 2000);
+    uint64_t deadline = cm->deadline_ms;
+
+    /* Registered with the thread before the command runs, so the ACK finds it. */
+    pthread_mutex_lock(&u->lock);
+    if (u->nconns == u->capconns) {
+        size_t ncap = u->capconns ? u->capconns * 2 : 8;
+        tfx_ucxc_conn_t **n = realloc(u->conns, ncap * sizeof *n);
+        if (!n) {
+            pthread_mutex_unlock(&u->lock);
+            free(c);
+            free(cm->addr);
+            free(cm);
+            snprintf(why, why_size, "out of memory");
+            return TFP_ENOMEM;
+        }
+        u->conns = n;
+        u->capconns = ncap;
+    }
+    u->conns[u->nconns++] = c;
+    pthread_mutex_unlock(&u->lock);
+    post(u, cm);
+
+    pthread_mutex_lock(&u->lock);
+    while (c->hello_state == 0 && now_ms() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&u->cond, &u->lock, &ts);
+    }
+    int state = c->hello_state;
+    if (state == 0) {
+        c->hello_state = -1;
+        snprintf(c->why, sizeof c->why, "no answer to HELLO within %ld ms (UCX unreachable?)",
+                 timeout_ms);
+    }
+    snprintf(why, why_size, "%s", c->why);
+    pthread_mutex_unlock(&u->lock);
+    if (state != 1) {
+        tfx_ucxc_conn_close(c);
+        return state == 0 ? TFP_EBUSY : TFP_EBADREQ;
+    }
+    *out = c;
+    return TFP_OK;
+}
+
+const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c) { return c->transport; }
+
+int tfx_ucxc_conn_broken(const tfx_ucxc_conn_t *c) { return atomic_load(&c->broken); }
+
+void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c)
+{
+    if (!c)
+        return;
+    cmd_t *cm = calloc(1, sizeof *cm);
+    if (!cm) {
+        atomic_store(&c->broken, 1);    /* leaks the endpoint rather than racing the thread */
+        return;
+    }
+    cm->kind = CMD_CLOSE;
+    cm->conn = c;
+    post(c->u, cm);
+}
+
+tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
+                            const void *const *segs, const size_t *lens, size_t nsegs,
+                            long timeout_ms, void *user_data, tfx_ucxc_req_t **out)
+{
+    if (atomic_load(&c->broken))
+        return TFP_EBUSY;
+    tfx_ucxc_req_t *r = calloc(1, sizeof *r);
+    cmd_t *cm = calloc(1, sizeof *cm);
+    if (!r || !cm || !(r->iov = calloc(nsegs ? nsegs : 1, sizeof *r->iov))) {
+        if (r)
+            free(r->iov);
+        free(r);
+        free(cm);
+        return TFP_ENOMEM;
+    }
+    r->u = c->u;
+    r->conn = c;
+    r->ud = user_data;
+    r->hdr = *hdr;
+    size_t total = 0;
+    for (size_t i = 0; i < nsegs; i++) {
+        if (!lens[i])
+            continue;
+        r->iov[r->niov].buffer = (void *)segs[i];
+        r->iov[r->niov].length = lens[i];
+        r->niov++;
+        total += lens[i];
+    }
+    r->hdr.body_len = total;
+    r->res.bytes_sent = total;
+    r->deadline_ms = timeout_ms > 0 ? now_ms() + (uint64_t)timeout_ms : 0;
+    cm->kind = CMD_START;
+    cm->req = r;
+    pthread_mutex_lock(&c->u->lock);
+    c->refs++;                      /* dropped by the thread when r completes */
+    pthread_mutex_unlock(&c->u->lock);
+    post(c->u, cm);
+    *out = r;
+    return TFP_OK;
+}
+
+tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u)
+{
+    pthread_mutex_lock(&u->lock);
+    tfx_ucxc_req_t *r = u->done_head;
+    if (r) {
+        u->done_head = r->qnext;
+        if (!u->done_head)
+            u->done_tail = NULL;
+    }
+    pthread_mutex_unlock(&u->lock);
+    return r;
+}
+
+void *tfx_ucxc_req_user_data(const tfx_ucxc_req_t *r) { return r->ud; }
+
+tfx_ucxc_result_t *tfx_ucxc_req_result(tfx_ucxc_req_t *r) { return &r->res; }
+
+void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
+{
+    if (!r)
+        return;
+    free(r->res.body);
+    free(r->iov);
+    free(r);
+}
+
+void tfx_ucxc_free(tfx_ucxc_t *u)
+{
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->lock);
+    u->stopping = 1;
+    pthread_mutex_unlock(&u->lock);
+    ucp_worker_signal(u->worker);
+    pthread_join(u->thread, NULL);
+    /* Close what is left; UCX returns every operation while the worker goes. */
+    for (size_t i = 0; i < u->nconns; i++)
+        close_ep(u->conns[i]);
+    for (int i = 0; i < 100 && u->live; i++)
+        ucp_worker_progress(u->worker);
+    ucp_worker_destroy(u->worker);
+    ucp_cleanup(u->ctx);
+    close(u->epfd);
+    while (u->live) {
+        tfx_ucxc_req_t *r = u->live;
+        u->live = r->next;
+        tfx_ucxc_req_free(r);
+    }
+    tfx_ucxc_req_t *r;
+    while ((r = tfx_ucxc_next(u)))
+        tfx_ucxc_req_free(r);
+    for (size_t i = 0; i < u->nconns; i++)
+        free(u->conns[i]);
+    free(u->conns);
+    pthread_mutex_destroy(&u->lock);
+    pthread_cond_destroy(&u->cond);
+    free(u);
+}

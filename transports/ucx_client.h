@@ -1,0 +1,73 @@
+/* ucx_client.h - the client side of tfetch's UCX transport.
+ *
+ * A tfx_ucxc_t owns a UCX context, a worker and the progress thread that alone touches them.
+ * The caller's thread hands it work (connect, requests) through a queue and gets completions
+ * back through another queue, announced by a wake-up function it supplies (libtfetch passes
+ * curl_multi_wakeup, so one poll loop sleeps on both HTTP and UCX). A connection is one UCX
+ * endpoint to a server's worker address, admitted by a HELLO carrying the upgrade token. A
+ * request is one active message (a tfp_uf frame plus the body segments, sent without
+ * concatenating them); its reply lands in a buffer the client allocates (rendezvous for large
+ * ones). A request that does not complete in time breaks its connection: every request on it
+ * fails (so the caller can retry over HTTP) and the endpoint is closed.
+ *
+ * Threads: any one thread at a time calls these functions for a given tfx_ucxc_t (the
+ * thread driving the client); the progress thread is internal.
+ */
+#ifndef TFX_UCX_CLIENT_H
+#define TFX_UCX_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/status.h"
+#include "proto/ucxframe.h"
+
+typedef struct tfx_ucxc tfx_ucxc_t;
+typedef struct tfx_ucxc_conn tfx_ucxc_conn_t;
+typedef struct tfx_ucxc_req tfx_ucxc_req_t;
+
+/* Starts the context, worker and progress thread. wake(arg) is called from the progress
+ * thread whenever a completion is queued. NULL with err set if UCX cannot start. */
+tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err);
+/* Closes every connection (requests fail with TFP_EBUSY... and are completed), stops the
+ * thread, frees. Completions not yet taken are dropped: call after draining. NULL: no-op. */
+void tfx_ucxc_free(tfx_ucxc_t *u);
+
+/* Connects to a server worker address and presents token (HELLO with identity "boot_id
+ * netns"). Blocks up to timeout_ms. same_host selects UCX's error handling: none on one host
+ * (PEER mode makes UCX fall back to TCP there), peer failure detection across hosts.
+ * TFP_OK and *out, or a status with why filled (refused token, unreachable, timeout). */
+tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
+                              int same_host, const char *token, const char *identity,
+                              long timeout_ms, tfx_ucxc_conn_t **out, char *why,
+                              size_t why_size);
+/* What carries the connection, e.g. "ucx/sysv+cma" or "ucx/tcp" (borrowed). */
+const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c);
+/* 1 once the connection failed (a request timed out, the peer went away). */
+int tfx_ucxc_conn_broken(const tfx_ucxc_conn_t *c);
+/* Closes the connection; its unfinished requests complete with TFP_EBUSY. */
+void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c);
+
+/* Result of a completed request (valid until tfx_ucxc_req_free). */
+typedef struct {
+    tfp_status_t transport_status;  /* TFP_OK when a reply arrived; else why not */
+    char why[256];                  /* transport failure text */
+    tfp_uf_hdr_t reply;             /* the server's REPLY frame (status, HTTP status in wait_ms) */
+    uint8_t *body;                  /* malloc'd reply body (free() it), or NULL */
+    size_t body_len;
+    uint64_t bytes_sent;
+    double seconds;
+} tfx_ucxc_result_t;
+
+/* Starts a request: hdr (op, seq ignored: the client numbers requests), the body as nsegs
+ * borrowed segments (they must live until completion), a timeout for the whole exchange.
+ * On TFP_OK the request completes exactly once, later, and is returned by tfx_ucxc_next. */
+tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
+                            const void *const *segs, const size_t *lens, size_t nsegs,
+                            long timeout_ms, void *user_data, tfx_ucxc_req_t **out);
+/* The next completed request, or NULL. */
+tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u);
+void *tfx_ucxc_req_user_data(const tfx_ucxc_req_t *r);
+tfx_ucxc_result_t *tfx_ucxc_req_result(tfx_ucxc_req_t *r);
+void tfx_ucxc_req_free(tfx_ucxc_req_t *r);
+
+#endif
