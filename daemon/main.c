@@ -9,6 +9,7 @@
 #include "daemon/conf.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "transports/buf.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -95,6 +96,7 @@ int main(int argc, char **argv)
     if (left)
         tfd_log(LOG_WARNING, "drain timeout: closing %u requests still in flight", left);
     tfd_server_free(srv);
+    tfx_buf_trim();
     tfd_log(LOG_NOTICE, "stopped");
     return EXIT_SUCCESS;
 }

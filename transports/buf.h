@@ -2,8 +2,8 @@
  *
  * Large bodies (>= 2 MiB) are mapped directly and asked for transparent huge pages, so the one
  * write that fills them faults 2 MiB at a time instead of 4 KiB (first touch of a fresh 64 MiB
- * buffer costs ~200 ms in 4 KiB pages here); small ones come from malloc. Never zeroed, never
- * touched before the caller writes them. Any thread.
+ * buffer costs ~200 ms in 4 KiB pages here); freed ones are reused for the same size from a
+ * bounded cache; small ones come from malloc. Never zeroed. Any thread.
  */
 #ifndef TFX_BUF_H
 #define TFX_BUF_H
@@ -13,6 +13,12 @@
 /* Returns a buffer of at least size bytes (size 0 allowed), or NULL. *cap gets the usable size
  * to pass back to tfx_buf_free. */
 void *tfx_buf_alloc(size_t size, size_t *cap);
+/* Returns the buffer: small ones to malloc, large ones to the reuse cache when it has room
+ * (at most TFX_BUF_CACHE_MAX bytes, fully faulted in), else to the kernel. */
 void tfx_buf_free(void *p, size_t cap);          /* NULL is a no-op */
+/* Gives every cached buffer back to the kernel (at exit, or under memory pressure). */
+void tfx_buf_trim(void);
+
+#define TFX_BUF_CACHE_MAX ((size_t)512 << 20)
 
 #endif
