@@ -27,7 +27,7 @@
  *              from POST /v1/upgrade), user empty, msg = the client's host identity
  *              "boot_id netns" (tfp_up_ident_format), request id empty or valid
  *   HELLO_ACK  the server's answer to HELLO (a reply)
- *   GET        name = tensor; wait_ms = long-poll (the only op that may set it)
+ *   GET        name = tensor; wait_ms = long-poll (the only request that may set it)
  *   PUT        name = tensor; body_len = the document's size
  *   DELETE     name = tensor
  *   CALL       name = route (exchange); body_len = the request document's size

@@ -460,12 +460,12 @@ static tfp_status_t read_transports(const cJSON *arr, unsigned *out, tfp_err_t *
 
     if (!cJSON_IsArray(arr))
         return tfp_err_set(err, TFP_EPROTO, "%s: \"transports\" is not an array", what);
+    if (cJSON_GetArraySize(arr) > MAX_TRANSPORTS)
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"transports\" lists more than %d names",
+                           what, MAX_TRANSPORTS);
     for (const cJSON *c = arr->child; c != NULL; c = c->next, k++) {
         size_t i;
 
-        if (k >= MAX_TRANSPORTS)
-            return tfp_err_set(err, TFP_EPROTO, "%s: \"transports\" lists more than %d names",
-                               what, MAX_TRANSPORTS);
         if (!cJSON_IsString(c))
             return tfp_err_set(err, TFP_EPROTO, "%s: transports[%zu] is not a string", what, k);
         for (i = 0; i < sizeof TRANSPORTS / sizeof TRANSPORTS[0]; i++) {

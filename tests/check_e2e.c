@@ -111,7 +111,7 @@ START_TEST(curl_endpoints_and_errors)
     ck_assert_int_eq(curl("", "/healthz"), 200);
     ck_assert_str_eq(out, "ok\n");
     ck_assert_int_eq(curl("", "/v1/info"), 200);
-    ck_assert_msg(strstr(out, "\"transports\":[\"http\"]") != NULL, "info: %s", out);
+    ck_assert_msg(strstr(out, "\"transports\":[\"http\"") != NULL, "info: %s", out);
     ck_assert_msg(strstr(out, "\"max_body\":") != NULL, "info: %s", out);
     ck_assert_int_eq(curl("", "/nope"), 404);
     ck_assert_msg(strstr(out, "\"code\":\"TF_ENOTFOUND\"") != NULL, "%s", out);

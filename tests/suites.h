@@ -13,5 +13,6 @@ Suite *suite_e2e(void);
 Suite *suite_shumai(void);
 Suite *suite_async(void);
 Suite *suite_plugins(void);
+Suite *suite_ucxproto(void);
 
 #endif

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "transports/ucx_client.h"
 #include "transports/ucx_server.h"      /* the active message ids */
+#include "transports/ucx_common.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -74,10 +75,9 @@ typedef struct cmd {
 } cmd_t;
 
 struct tfx_ucxc {
-    ucp_context_h ctx;
-    ucp_worker_h worker;
+    tfx_ucx_base_t base;
+    ucp_worker_h worker;            /* = base.worker */
     pthread_t thread;
-    int epfd, efd;
     void (*wake)(void *);
     void *wake_arg;
     pthread_mutex_t lock;
@@ -501,13 +501,8 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&u->lock);
         if (stop)
             break;
-        if (n)
-            continue;
-        ucs_status_t st = ucp_worker_arm(u->worker);
-        if (st == UCS_ERR_BUSY)
-            continue;
-        struct epoll_event ev;
-        epoll_wait(u->epfd, &ev, 1, st == UCS_OK ? 50 : 1);
+        if (!n)
+            tfx_ucx_base_sleep(&u->base, 50);
     }
     return NULL;
 }
@@ -536,60 +531,17 @@ tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err
     }
     u->wake = wake;
     u->wake_arg = wake_arg;
-    u->epfd = -1;
     pthread_mutex_init(&u->lock, NULL);
     pthread_cond_init(&u->cond, NULL);
-    ucp_config_t *config;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX configuration: %s", ucs_status_string(st));
+    if (tfx_ucx_base_open(&u->base, "libtfetch", TFX_UCX_AM_REPLY, on_reply, u, err) != TFP_OK)
         goto free_u;
-    }
-    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-                       .name = "libtfetch"};
-    st = ucp_init(&pp, config, &u->ctx);
-    ucp_config_release(config);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX init: %s", ucs_status_string(st));
-        goto free_u;
-    }
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    st = ucp_worker_create(u->ctx, &wp, &u->worker);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX worker: %s", ucs_status_string(st));
-        goto cleanup_ctx;
-    }
-    ucp_am_handler_param_t hp = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                      UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-        .id = TFX_UCX_AM_REPLY, .cb = on_reply, .arg = u, .flags = UCP_AM_FLAG_WHOLE_MSG};
-    st = ucp_worker_set_am_recv_handler(u->worker, &hp);
-    if (st == UCS_OK)
-        st = ucp_worker_get_efd(u->worker, &u->efd);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX worker setup: %s", ucs_status_string(st));
-        goto destroy_worker;
-    }
-    u->epfd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = u->efd};
-    if (u->epfd < 0 || epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->efd, &ev) != 0) {
-        tfp_err_set(err, TFP_EINTERNAL, "epoll: %s", strerror(errno));
-        goto close_epoll;
-    }
+    u->worker = u->base.worker;
     if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot start the UCX progress thread");
-        goto close_epoll;
+        tfx_ucx_base_close(&u->base);
+        goto free_u;
     }
     return u;
-close_epoll:
-    if (u->epfd >= 0)
-        close(u->epfd);
-destroy_worker:
-    ucp_worker_destroy(u->worker);
-cleanup_ctx:
-    ucp_cleanup(u->ctx);
 free_u:
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->cond);
@@ -771,9 +723,7 @@ void tfx_ucxc_free(tfx_ucxc_t *u)
         close_ep(u->conns[i]);
     for (int i = 0; i < 100 && u->live; i++)
         ucp_worker_progress(u->worker);
-    ucp_worker_destroy(u->worker);
-    ucp_cleanup(u->ctx);
-    close(u->epfd);
+    tfx_ucx_base_close(&u->base);
     while (u->live) {
         tfx_ucxc_req_t *r = u->live;
         u->live = r->next;

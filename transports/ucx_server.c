@@ -17,6 +17,7 @@
 #include "transports/req_int.h"
 #include "transports/buf.h"
 #include "proto/ucxframe.h"
+#include "transports/ucx_common.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -59,12 +60,11 @@ typedef struct ucx_req {
 #define UR(r) ((ucx_req_t *)(r))
 
 struct tfx_ucx {
-    ucp_context_h ctx;
-    ucp_worker_h worker;
+    tfx_ucx_base_t base;
+    ucp_worker_h worker;            /* = base.worker */
     tfx_handlers_t h;
     tfx_ucx_config_t cfg;
     pthread_t thread;
-    int epfd, efd;
     pthread_mutex_t qlock;          /* remote: queued from other threads */
     ucx_req_t *rq_head, *rq_tail;
     ucx_req_t *lq_head, *lq_tail;   /* local: queued by the progress thread itself */
@@ -573,13 +573,8 @@ static void *progress_main(void *arg)
             if (atomic_load(&u->inflight) == 0 || now.tv_sec - t_stop.tv_sec >= 2)
                 break;
         }
-        if (n)
-            continue;
-        ucs_status_t st = ucp_worker_arm(u->worker);
-        if (st == UCS_ERR_BUSY)
-            continue;
-        struct epoll_event ev;
-        epoll_wait(u->epfd, &ev, 1, st == UCS_OK ? 100 : 1);
+        if (!n)
+            tfx_ucx_base_sleep(&u->base, 100);
     }
     return NULL;
 }
@@ -611,71 +606,29 @@ tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, t
     }
     u->h = *h;
     u->cfg = *cfg;
-    u->epfd = -1;
     pthread_mutex_init(&u->qlock, NULL);
     pthread_mutex_init(&u->slock, NULL);
     atomic_init(&u->stopping, 0);
     atomic_init(&u->draining, 0);
     atomic_init(&u->inflight, 0);
 
-    ucp_config_t *config;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX configuration: %s", ucs_status_string(st));
+    if (tfx_ucx_base_open(&u->base, "tfetchd", TFX_UCX_AM_REQUEST, on_am, u, err) != TFP_OK)
         goto free_u;
-    }
-    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-                       .name = "tfetchd"};
-    st = ucp_init(&pp, config, &u->ctx);
-    ucp_config_release(config);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX init: %s", ucs_status_string(st));
-        goto free_u;
-    }
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    st = ucp_worker_create(u->ctx, &wp, &u->worker);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX worker: %s", ucs_status_string(st));
-        goto cleanup_ctx;
-    }
-    ucp_am_handler_param_t hp = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                      UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-        .id = TFX_UCX_AM_REQUEST, .cb = on_am, .arg = u, .flags = UCP_AM_FLAG_WHOLE_MSG};
-    st = ucp_worker_set_am_recv_handler(u->worker, &hp);
-    if (st == UCS_OK)
-        st = ucp_worker_get_efd(u->worker, &u->efd);
-    if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX worker setup: %s", ucs_status_string(st));
-        goto destroy_worker;
-    }
+    u->worker = u->base.worker;
     if (query_address(u->worker, 0, &u->addr_all, &u->addr_all_len) != 0 ||
         query_address(u->worker, 1, &u->addr_net, &u->addr_net_len) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot read the UCX worker's address");
-        goto destroy_worker;
-    }
-    u->epfd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = u->efd};
-    if (u->epfd < 0 || epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->efd, &ev) != 0) {
-        tfp_err_set(err, TFP_EINTERNAL, "epoll: %s", strerror(errno));
-        goto close_epoll;
+        goto close_base;
     }
     if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot start the UCX progress thread");
-        goto close_epoll;
+        goto close_base;
     }
     return u;
-close_epoll:
-    if (u->epfd >= 0)
-        close(u->epfd);
-destroy_worker:
+close_base:
     free(u->addr_all);
     free(u->addr_net);
-    ucp_worker_destroy(u->worker);
-cleanup_ctx:
-    ucp_cleanup(u->ctx);
+    tfx_ucx_base_close(&u->base);
 free_u:
     pthread_mutex_destroy(&u->qlock);
     pthread_mutex_destroy(&u->slock);
@@ -724,10 +677,10 @@ void tfx_ucx_stop(tfx_ucx_t *u)
         }
     close_pending_eps(u);
     ucp_worker_destroy(u->worker);
+    u->base.worker = NULL;
     while (u->live)
         free_req(u->live, 0);
-    close(u->epfd);
-    ucp_cleanup(u->ctx);
+    tfx_ucx_base_close(&u->base);
     free(u->auth);
     free(u->to_close);
     free(u->addr_all);
