@@ -19,7 +19,7 @@
  * default UCX_TLS and UCX_TLS=tcp, with UCP_ERR_HANDLING_MODE_NONE, and UCX_TLS default with
  * UCP_ERR_HANDLING_MODE_PEER. --experiments runs the questions bench/README.md answers:
  * NET_ONLY worker addresses, sleeping progress (ucp_worker_get_efd/ucp_worker_arm), thread
- * modes with a progress thread, and a server that dies (SIGKILL) mid-request.
+ * modes with a progress thread, and a server, or a client, that dies (SIGKILL) mid-request.
  *
  * Correctness before speed: for each size the server first receives into a poisoned buffer and
  * checks every byte; before the last timed repetition it poisons the buffer again and checks it
@@ -65,7 +65,8 @@
 #define MAX_CONFIGS 40
 #define TIMEOUT_MS_DEFAULT 30000L
 #define KILL_WAIT_MS_DEFAULT 10000L
-#define PAIR_SLACK_S 60             /* a pair's limit: its own deadlines plus this */
+#define PAIR_SLACK_S 30             /* a pair's limit: its own deadlines plus this */
+#define MAX_SECONDS_DEFAULT 100     /* a plan's limit (--experiments: 400) */
 #define ADDR_MAX 65536
 
 #define AM_REQ 17
@@ -102,6 +103,9 @@ typedef struct {
     uint64_t sleeps;        /* times the server has slept in epoll so far */
 } ack_hdr_t;
 
+_Static_assert(sizeof(req_hdr_t) == 40, "request header layout");
+_Static_assert(sizeof(ack_hdr_t) == 48, "ack header layout");
+
 enum { TM_SINGLE, TM_SERIALIZED, TM_MULTI };
 enum { PT_NONE, PT_LOCK, PT_QUEUE };
 
@@ -109,6 +113,8 @@ enum { PT_NONE, PT_LOCK, PT_QUEUE };
 typedef struct {
     char name[40];
     const char *tls;        /* UCX_TLS for both; NULL: the environment's (default "all") */
+    const char *opt_name;   /* one more UCX setting for both (ucp_config_modify), e.g. */
+    const char *opt_value;  /* "USE_MT_MUTEX", "y"; NULL: none */
     int err_peer;           /* UCP_ERR_HANDLING_MODE_PEER instead of NONE */
     int net_only;           /* server address from UCP_WORKER_ADDRESS_FLAG_NET_ONLY */
     int wakeup;             /* UCP_FEATURE_WAKEUP; sleep in epoll on the worker's efd */
@@ -116,6 +122,7 @@ typedef struct {
     int progress_thread;    /* PT_*: client: a progress thread progresses the worker; the main
                              * thread posts (PT_LOCK) or hands the sends to it (PT_QUEUE) */
     int kill_test;          /* the server SIGKILLs itself on receiving the request */
+    int kill_client;        /* the client SIGKILLs itself right after posting the request */
     int expect_fail;        /* the endpoint is expected not to connect (shown, not failed) */
     size_t sizes[MAX_SIZES];
     int nsizes;
@@ -129,9 +136,12 @@ typedef struct {
     size_t chunk;
     long timeout_ms;
     long kill_wait_ms;
+    int kill_close;         /* the kill test's endpoint close: 0 FORCE with PEER, flush with
+                             * NONE (what UCX allows); 1 FORCE; 2 flush */
     int json_only;
     int info;               /* print ucp_ep_print_info / ucp_worker_print_info text */
     double memcpy_gbps;
+    long max_seconds;       /* the whole plan's time limit; 0: by plan */
 } opts_t;
 
 typedef struct {
@@ -146,10 +156,25 @@ typedef struct {
     int warmup;
     double p50_us, p99_us, mean_us, gbps, mean_gbps, vs_memcpy;
     double cli_cpu_us, srv_cpu_us;      /* CPU time per timed request, each process */
+    double loop_us;                     /* wall time of the timed loop per request */
     double cli_sleeps, srv_sleeps;      /* epoll sleeps per timed request */
 } result_t;
 
 static volatile unsigned char g_sink;
+/* The JSON lines' stream: the original stdout. UCX 1.13 writes its log lines ("UCX ERROR ...")
+ * to stdout unless UCX_LOG_FILE says otherwise, so main points fd 1 at stderr and keeps the
+ * real stdout here. */
+static FILE *g_json;
+
+/* printf to g_json, the JSON lines' stream. */
+__attribute__((format(printf, 1, 2))) static void jprint(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vfprintf(g_json, fmt, ap);
+    va_end(ap);
+}
 static int g_table_started;
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -379,7 +404,9 @@ static const char *ucs_tm_name(ucs_thread_mode_t tm)
 
 static void json_config(const config_t *c)
 {
-    printf("\"config\":\"%s\",\"tls\":\"%s\",\"err_mode\":\"%s\",\"net_only\":%d,\"wakeup\":%d,"
+    if (c->opt_name)
+        jprint("\"ucx_%s\":\"%s\",", c->opt_name, c->opt_value);
+    jprint("\"config\":\"%s\",\"tls\":\"%s\",\"err_mode\":\"%s\",\"net_only\":%d,\"wakeup\":%d,"
            "\"thread_mode\":\"%s\",\"progress_thread\":\"%s\"", c->name,
            c->tls ? c->tls : "default", c->err_peer ? "peer" : "none", c->net_only, c->wakeup,
            tm_name(c->thread_mode), pt_name(c->progress_thread));
@@ -389,21 +416,21 @@ static void emit(const opts_t *o, const result_t *r)
 {
     char sz[32], cpu[32];
 
-    printf("{\"bench\":\"%s\",", r->bench);
+    jprint("{\"bench\":\"%s\",", r->bench);
     if (r->cfg) {
         json_config(r->cfg);
-        printf(",\"variant\":\"%s\",\"transport\":\"%s\",\"proto\":\"%s\",\"chunk\":%zu,"
-               "\"cli_cpu_us\":%.3f,\"srv_cpu_us\":%.3f,\"cli_sleeps\":%.3f,\"srv_sleeps\":%.3f,",
-               r->variant, r->transport, r->proto, r->chunk, r->cli_cpu_us, r->srv_cpu_us,
-               r->cli_sleeps, r->srv_sleeps);
+        jprint(",\"variant\":\"%s\",\"transport\":\"%s\",\"proto\":\"%s\",\"chunk\":%zu,"
+               "\"cli_cpu_us\":%.3f,\"srv_cpu_us\":%.3f,\"loop_us\":%.3f,\"cli_sleeps\":%.3f,"
+               "\"srv_sleeps\":%.3f,", r->variant, r->transport, r->proto, r->chunk,
+               r->cli_cpu_us, r->srv_cpu_us, r->loop_us, r->cli_sleeps, r->srv_sleeps);
     } else {
-        printf("\"transport\":\"%s\",", r->transport);
+        jprint("\"transport\":\"%s\",", r->transport);
     }
-    printf("\"bytes\":%zu,\"reps\":%d,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+    jprint("\"bytes\":%zu,\"reps\":%d,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
            "\"mean_us\":%.3f,\"gbps\":%.6g,\"mean_gbps\":%.6g,\"vs_memcpy\":%.6g}\n",
            r->bytes, r->reps, r->warmup, r->p50_us, r->p99_us, r->mean_us, r->gbps,
            r->mean_gbps, r->vs_memcpy);
-    fflush(stdout);
+    fflush(g_json);
     if (o->json_only)
         return;
     if (!g_table_started) {
@@ -412,9 +439,9 @@ static void emit(const opts_t *o, const result_t *r)
                 "GB/s p50", "x memcpy", "cpu% c/s");
         g_table_started = 1;
     }
-    if (r->cfg && r->mean_us > 0)
-        snprintf(cpu, sizeof cpu, "%.0f/%.0f", 100 * r->cli_cpu_us / r->mean_us,
-                 100 * r->srv_cpu_us / r->mean_us);
+    if (r->cfg && r->loop_us > 0)
+        snprintf(cpu, sizeof cpu, "%.0f/%.0f", 100 * r->cli_cpu_us / r->loop_us,
+                 100 * r->srv_cpu_us / r->loop_us);
     else
         snprintf(cpu, sizeof cpu, "-");
     fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5d %10.2f %10.2f %8.3f %8.3f %9s\n",
@@ -480,6 +507,11 @@ static int ucx_open(ucx_t *u, const config_t *c, int thread_mode, const char *wh
     }
     if (c->tls && (st = ucp_config_modify(conf, "TLS", c->tls)) != UCS_OK) {
         errorf("%s: UCX_TLS=%s: %s", who, c->tls, ucs_status_string(st));
+        ucp_config_release(conf);
+        return -1;
+    }
+    if (c->opt_name && (st = ucp_config_modify(conf, c->opt_name, c->opt_value)) != UCS_OK) {
+        errorf("%s: UCX_%s=%s: %s", who, c->opt_name, c->opt_value, ucs_status_string(st));
         ucp_config_release(conf);
         return -1;
     }
@@ -568,7 +600,7 @@ typedef struct {
     int32_t status;
     int verify;
     uint64_t seed;
-    int ack_ready;              /* an ack (ack) is due on reply_ep */
+    int ack_ready;              /* ack is due on reply_ep */
     ack_hdr_t ack;
     ucp_ep_h reply_ep;
     void *ack_req;              /* an ack send not complete yet */
@@ -576,7 +608,22 @@ typedef struct {
     int printed_ep;
     int info;
     unsigned long sleeps;
+    double req_t;               /* when the request being assembled began */
+    int recv_failed;            /* a receive completed with an error: the peer is gone */
+    ucs_status_t recv_status;
+    double recv_fail_t;
 } server_t;
+
+static void srv_recv_failed(server_t *s, ucs_status_t st)
+{
+    if (!s->recv_failed) {
+        s->recv_failed = 1;
+        s->recv_status = st;
+        s->recv_fail_t = now_s();
+    }
+    if (s->status == ST_OK)
+        s->status = ST_RECV_ERR;
+}
 
 static void srv_finish_if_done(server_t *s)
 {
@@ -599,9 +646,13 @@ static void srv_recv_cb(void *req, ucs_status_t st, size_t length, void *user_da
 {
     server_t *s = user_data;
 
-    if (st != UCS_OK && s->status == ST_OK)
-        s->status = ST_RECV_ERR;
-    s->got += length ? length : 0;
+    if (st != UCS_OK) {
+        /* the length may not be known: fail the whole request now */
+        srv_recv_failed(s, st);
+        s->got = s->total;
+    } else {
+        s->got += length;
+    }
     ucp_request_free(req);
     srv_finish_if_done(s);
 }
@@ -622,6 +673,7 @@ static int srv_reserve(server_t *s, size_t n)
 /* A new request: resets the assembly and, for control ops, does the op. */
 static void srv_begin(server_t *s, const req_hdr_t *h)
 {
+    s->req_t = now_s();
     s->cur_id = h->id;
     s->total = h->total;
     s->got = 0;
@@ -696,9 +748,7 @@ static ucs_status_t srv_req_cb(void *arg, const void *header, size_t header_leng
              * unfinished ucp_am_recv_data_nbx request hangs the rendezvous (UCX 1.13). */
             r = ucp_am_recv_data_nbx(s->u.w, data, s->buf + h.offset, length, &rp);
             if (UCS_PTR_IS_ERR(r)) {
-                errorf("server: ucp_am_recv_data_nbx: %s",
-                       ucs_status_string(UCS_PTR_STATUS(r)));
-                s->status = ST_RECV_ERR;
+                srv_recv_failed(s, UCS_PTR_STATUS(r));
                 s->got += length;
             } else if (r == NULL) {
                 s->got += length;
@@ -749,6 +799,15 @@ static int srv_send_ack(server_t *s)
 
     if (!s->ack_ready || s->ack_req || !s->reply_ep)
         return 0;
+    if (s->status == ST_RECV_ERR) {
+        /* The receive failed, so the peer is most likely gone, and with
+         * UCP_ERR_HANDLING_MODE_PEER UCX 1.13 has then released the reply endpoint:
+         * ucp_am_send_nbx on it crashed (SIGSEGV). No ack, and forget the endpoint. */
+        errorf("server: a receive failed (%s); no ack", ucs_status_string(s->recv_status));
+        s->ack_ready = 0;
+        s->reply_ep = NULL;
+        return 0;
+    }
     if (s->info && !s->printed_ep) {
         print_ep_info("server reply_ep", s->reply_ep);
         s->printed_ep = 1;
@@ -765,6 +824,27 @@ static int srv_send_ack(server_t *s)
     }
     s->ack_req = r;
     return 0;
+}
+
+/* The kill-client test, from the server's side: did the receive fail, and when? */
+static void srv_report_client_kill(const server_t *s, const opts_t *o)
+{
+    const char *outcome = s->recv_failed ? "recv-error"
+                          : s->cur_id <= 1 ? "no-request" /* only the HELLO came */
+                          : s->got >= s->total ? "completed" : "hang";
+    double ms = ((s->recv_failed ? s->recv_fail_t : now_s()) - s->req_t) * 1e3;
+
+    jprint("{\"bench\":\"ucx-client-kill\",");
+    json_config(s->cfg);
+    jprint(",\"bytes\":%" PRIu64 ",\"received\":%" PRIu64 ",\"outcome\":\"%s\","
+           "\"recv_status\":\"%s\",\"after_ms\":%.1f,\"waited_ms\":%ld}\n", s->total, s->got,
+           outcome, s->recv_failed ? ucs_status_string(s->recv_status) : "none", ms,
+           o->kill_wait_ms);
+    fflush(g_json);
+    if (!o->json_only)
+        fprintf(stderr, "client-kill %-14s server: %s%s%s after %.1f ms (%" PRIu64 " of %" PRIu64
+                " bytes)\n", s->cfg->name, outcome, s->recv_failed ? ": " : "",
+                s->recv_failed ? ucs_status_string(s->recv_status) : "", ms, s->got, s->total);
 }
 
 /* Runs a server until a client says OP_QUIT (or idle_s passes without a message; 0: never).
@@ -820,7 +900,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
         }
         close(addr_fd);
     } else {
-        FILE *f = addr_file ? fopen(addr_file, "w") : stdout;
+        FILE *f = addr_file ? fopen(addr_file, "w") : g_json;
         if (!f) {
             errorf("server: %s: %s", addr_file, strerror(errno));
             ucp_worker_release_address(s.u.w, wa.address);
@@ -829,10 +909,10 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
         for (i = 0; i < wa.address_length; i++)
             fprintf(f, "%02x", ((const unsigned char *)wa.address)[i]);
         fputc('\n', f);
-        if (f != stdout)
+        if (f != g_json)
             fclose(f);
         else
-            fflush(stdout);
+            fflush(g_json);
     }
     ucp_worker_release_address(s.u.w, wa.address);
 
@@ -840,6 +920,12 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
         unsigned n = ucp_worker_progress(s.u.w);
         if (srv_send_ack(&s) != 0)
             goto out;
+        if (c->kill_client && (s.recv_failed || (s.req_t > 0 &&
+                               now_s() - s.req_t > (double)o->kill_wait_ms / 1000))) {
+            srv_report_client_kill(&s, o);
+            rc = 0;
+            goto out;
+        }
         if (n) {
             last = now_s();
             continue;
@@ -1113,6 +1199,19 @@ static uint64_t cli_prepare(client_t *c, uint16_t op, uint16_t flags, size_t n, 
     return id;
 }
 
+/* After a failed request: the messages posted still refer to hdrs and buf, so let them
+ * complete, until the deadline (a send to a dead peer may never complete). */
+static void cli_drain(client_t *c, double deadline)
+{
+    while ((atomic_load(&c->posted) < 0 ||
+            atomic_load(&c->sends_done) < atomic_load(&c->posted)) && now_s() < deadline) {
+        if (c->cfg->progress_thread == PT_NONE)
+            ucp_worker_progress(c->u.w);
+        else
+            usleep(1000);
+    }
+}
+
 /* Sends one request (see cli_prepare) and waits for its ack. Returns 0 and *ack, or -1 with
  * the reason printed. */
 static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_t chunk,
@@ -1140,11 +1239,7 @@ static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_
             errorf("client: request failed: %s", atomic_load(&c->ep_failed)
                    ? ucs_status_string((ucs_status_t)atomic_load(&c->ep_status))
                    : ucs_status_string((ucs_status_t)atomic_load(&c->send_status)));
-        /* the messages posted still refer to hdrs and buf: let them finish (bounded) */
-        double until = now_s() + 5;
-        while (atomic_load(&c->posted) < 0 && now_s() < until)
-            usleep(1000);
-        cli_wait(c, atomic_load(&c->posted), now_s() + 2, 0);
+        cli_drain(c, now_s() + 2);
         return -1;
     }
     *ack = c->ack;
@@ -1210,7 +1305,7 @@ static void json_append_str(char *out, size_t cap, size_t *len, const char *str)
 static void parse_ep_info(const char *text, char *lanes, size_t lcap, char *am_send,
                           size_t acap, char *tr, size_t tcap)
 {
-    char am[64] = "", bulk[64] = "", extra[64] = "";
+    char am[28] = "", bulk[28] = "", extra[28] = "";
     const char *line = text;
     size_t lo = 0;
 
@@ -1257,12 +1352,17 @@ static void parse_ep_info(const char *text, char *lanes, size_t lcap, char *am_s
             list_add(bulk, sizeof bulk, tl);
     }
     for (line = bulk; *line;) {
-        size_t k = strcspn(line, ",");
+        size_t k = strcspn(line, ","), el = strlen(extra), wl;
         char word[32];
+
         snprintf(word, sizeof word, "%.*s", (int)k, line);
         line += k + (line[k] == ',');
-        if (!strstr(am, word))      /* names are distinct enough: sysv, posix, cma, tcp, ... */
-            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "+%s", word);
+        wl = strlen(word);
+        /* names are distinct enough for strstr: sysv, posix, cma, tcp, ... */
+        if (!strstr(am, word) && el + 1 + wl < sizeof extra) {
+            extra[el] = '+';
+            memcpy(extra + el + 1, word, wl + 1);
+        }
     }
     snprintf(tr, tcap, "ucx/%s%s", am[0] ? am : "?", extra);
 }
@@ -1340,7 +1440,8 @@ static void cli_close(client_t *c, int force)
 
     if (c->pt_running) {
         atomic_store(&c->pt_stop, 1);
-        ucp_worker_signal(c->u.w);
+        if (c->cfg->wakeup)
+            ucp_worker_signal(c->u.w);
         pthread_join(c->pt, NULL);
         c->pt_running = 0;
     }
@@ -1368,8 +1469,9 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     int reps = o->reps > 0 ? o->reps : default_reps(n);
     int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
     double *t = calloc((size_t)reps, sizeof *t);
-    double cli_cpu = 0, srv_cpu = 0, cli_sleeps = 0, srv_sleeps = 0;
-    ack_hdr_t ack, prev;
+    double c0, c1, w0, wall;
+    unsigned long s0, s1;
+    ack_hdr_t ack, first, last;
     result_t r;
     uint32_t nrndv = 0, neager = 0;
     int i;
@@ -1388,26 +1490,27 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     for (i = 0; i < warmup; i++)
         if (cli_request(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
             goto fail;
+    /* CPU and sleeps: over the whole timed loop, each process (the server's from its acks) */
+    first = ack;
+    s0 = c->sleeps;
+    c0 = cpu_s();
+    w0 = now_s();
     for (i = 0; i < reps; i++) {
-        double t0, c0;
-        unsigned long s0;
+        double t0;
         /* the last timed one lands in a poisoned buffer and is checked after */
         if (i == reps - 1 && cli_request(c, OP_POISON, 0, n, 0, 0, &ack) != 0)
             goto fail;
-        prev = ack;
-        s0 = c->sleeps;
-        c0 = cpu_s();
         t0 = now_s();
         if (cli_request(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
             goto fail;
         t[i] = now_s() - t0;
-        cli_cpu += cpu_s() - c0;
-        cli_sleeps += (double)(c->sleeps - s0);
-        srv_cpu += (double)(ack.cpu_ns - prev.cpu_ns) * 1e-9;
-        srv_sleeps += (double)(ack.sleeps - prev.sleeps);
         nrndv += ack.nrndv;
         neager += ack.neager;
     }
+    wall = now_s() - w0;
+    c1 = cpu_s();
+    s1 = c->sleeps;
+    last = ack;
     if (cli_request(c, OP_CHECK, 0, n, 0, n, &ack) != 0) {
         errorf("%s %s %s: the last timed request's data was wrong", c->cfg->name, variant,
                fmt_size(n, sz, sizeof sz));
@@ -1422,10 +1525,11 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     r.proto = nrndv && neager ? "mixed" : nrndv ? "rndv" : "eager";
     r.chunk = chunk;
     r.warmup = warmup;
-    r.cli_cpu_us = cli_cpu / reps * 1e6;
-    r.srv_cpu_us = srv_cpu / reps * 1e6;
-    r.cli_sleeps = cli_sleeps / reps;
-    r.srv_sleeps = srv_sleeps / reps;
+    r.cli_cpu_us = (c1 - c0) / reps * 1e6;
+    r.srv_cpu_us = (double)(last.cpu_ns - first.cpu_ns) * 1e-9 / reps * 1e6;
+    r.cli_sleeps = (double)(s1 - s0) / reps;
+    r.srv_sleeps = (double)(last.sleeps - first.sleeps) / reps;
+    r.loop_us = wall / reps * 1e6;
     summarise(t, reps, n, o->memcpy_gbps, &r);
     emit(o, &r);
     free(t);
@@ -1448,8 +1552,8 @@ static int cli_kill_test(client_t *c, size_t n)
     double t0, deadline, t_send = -1, t_ep = -1;
     ack_hdr_t ack;
     const char *outcome, *probe;
-    char sz[32], probe_buf[96];
-    int nsends, send_st, ep_st, immediate;
+    char sz[32], probe_buf[96], close_buf[128];
+    int nsends, send_st, ep_st, immediate, outstanding;
 
     /* a full round trip first, so that the endpoint is wired up */
     if (cli_request(c, OP_HELLO, 0, 0, 0, 0, &ack) != 0)
@@ -1505,16 +1609,60 @@ static int cli_kill_test(client_t *c, size_t n)
                      atomic_load(&c->sends_done) >= 1 ? "completed" : "pending");
         probe = probe_buf;
     }
+    /* sends not complete yet: the killed request's and the probe's */
+    outstanding = (nsends - (t_send >= 0 ? nsends : 0)) +
+                  (atomic_load(&c->posted) - atomic_load(&c->sends_done));
 
-    printf("{\"bench\":\"ucx-kill\",");
+    /* then close the endpoint (--kill-close), 3 s at most */
+    {
+        ucp_request_param_t cp;
+        double tc = now_s(), until = tc + 3, tdone;
+        int force = c->o->kill_close ? c->o->kill_close == 1 : c->cfg->err_peer;
+        int done0 = atomic_load(&c->sends_done);
+        ucs_status_t cst;
+        void *r;
+
+        atomic_store(&c->send_status, UCS_OK);
+        memset(&cp, 0, sizeof cp);
+        cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        cp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        r = ucp_ep_close_nbx(c->ep, &cp);
+        c->ep = NULL;
+        if (UCS_PTR_IS_ERR(r)) {
+            cst = UCS_PTR_STATUS(r);
+        } else if (r == NULL) {
+            cst = UCS_OK;
+        } else {
+            while ((cst = ucp_request_check_status(r)) == UCS_INPROGRESS && now_s() < until)
+                ucp_worker_progress(c->u.w);
+            if (cst != UCS_INPROGRESS)
+                ucp_request_free(r);
+        }
+        tdone = now_s();
+        while (now_s() < tdone + 0.2)   /* let completions of cancelled sends arrive */
+            ucp_worker_progress(c->u.w);
+        if (cst == UCS_INPROGRESS)
+            snprintf(close_buf, sizeof close_buf, "%s close: still in progress after 3 s",
+                     force ? "force" : "flush");
+        else
+            snprintf(close_buf, sizeof close_buf, "%s close: %s %s%.1f ms",
+                     force ? "force" : "flush", status_name(cst),
+                     r && !UCS_PTR_IS_ERR(r) ? "after " : "at once, ", (tdone - tc) * 1e3);
+        snprintf(close_buf + strlen(close_buf), sizeof close_buf - strlen(close_buf),
+                 "; %d of %d pending sends completed (%s)",
+                 atomic_load(&c->sends_done) - done0, outstanding,
+                 status_name(atomic_load(&c->send_status)));
+    }
+
+    jprint("{\"bench\":\"ucx-kill\",");
     json_config(c->cfg);
-    printf(",\"transport\":\"%s\",\"bytes\":%zu,\"outcome\":\"%s\",\"ep_error\":\"%s\","
+    jprint(",\"transport\":\"%s\",\"bytes\":%zu,\"outcome\":\"%s\",\"ep_error\":\"%s\","
            "\"ep_error_ms\":%.1f,\"send_status\":\"%s\",\"send_done_ms\":%.1f,"
-           "\"send_immediate\":%d,\"waited_ms\":%ld,\"next_request\":\"%s\"}\n",
+           "\"send_immediate\":%d,\"waited_ms\":%ld,\"next_request\":\"%s\",\"close\":\"%s\"}\n",
            c->transport, n, outcome, t_ep >= 0 ? status_name(ep_st) : "none",
            t_ep >= 0 ? t_ep * 1e3 : -1, t_send >= 0 ? status_name(send_st) : "pending",
-           t_send >= 0 ? t_send * 1e3 : -1, immediate, c->o->kill_wait_ms, probe);
-    fflush(stdout);
+           t_send >= 0 ? t_send * 1e3 : -1, immediate, c->o->kill_wait_ms, probe, close_buf);
+    fflush(g_json);
     if (!c->o->json_only) {
         fprintf(stderr, "kill %-14s %-13s %-7s: %s; ep error: %s", c->cfg->name,
                 c->transport, fmt_size(n, sz, sizeof sz), outcome,
@@ -1526,7 +1674,8 @@ static int cli_kill_test(client_t *c, size_t n)
             fprintf(stderr, " at once");
         else if (t_send >= 0)
             fprintf(stderr, " after %.1f ms", t_send * 1e3);
-        fprintf(stderr, " (waited %ld ms); next request: %s\n", c->o->kill_wait_ms, probe);
+        fprintf(stderr, " (waited %ld ms); next request: %s; %s\n", c->o->kill_wait_ms, probe,
+                close_buf);
     }
     return 0;
 }
@@ -1562,10 +1711,10 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         goto out;
     }
     if (cli_connect(&cl, addr, addr_len) != 0) {
-        printf("{\"bench\":\"ucx-ep\",");
+        jprint("{\"bench\":\"ucx-ep\",");
         json_config(c);
-        printf(",\"transport\":\"none\",\"error\":\"ucp_ep_create failed\"}\n");
-        fflush(stdout);
+        jprint(",\"transport\":\"none\",\"error\":\"ucp_ep_create failed\"}\n");
+        fflush(g_json);
         if (!o->json_only)
             fprintf(stderr, "%s: no endpoint (ucp_ep_create failed)%s\n", c->name,
                     c->expect_fail ? ", as expected" : "");
@@ -1587,22 +1736,49 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         goto out;
     }
     cli_describe_ep(&cl);
-    printf("{\"bench\":\"ucx-ep\",");
+    jprint("{\"bench\":\"ucx-ep\",");
     json_config(c);
-    printf(",\"thread_mode_granted\":\"%s\",\"transport\":\"%s\",\"connect_ms\":%.3f,"
+    jprint(",\"thread_mode_granted\":\"%s\",\"transport\":\"%s\",\"connect_ms\":%.3f,"
            "\"lanes\":[%s],\"am_send\":\"%s\"}\n", ucs_tm_name(cl.granted), cl.transport,
            (now_s() - t0) * 1e3, cl.lanes, cl.am_send);
-    fflush(stdout);
+    fflush(g_json);
     if (!o->json_only)
         fprintf(stderr, "%s: %s (thread mode %s; am_send %s)\n", c->name, cl.transport,
                 ucs_tm_name(cl.granted), cl.am_send);
+    if (c->kill_client) {
+        /* post the request, give it 2 ms to get going, die; the server reports */
+        double t1;
+        fill_pattern(cl.buf, c->sizes[0], c->sizes[0]);
+        if (!cli_prepare(&cl, OP_DATA, 0, c->sizes[0], 0, c->sizes[0]))
+            _exit(1);
+        cli_post(&cl);
+        for (t1 = now_s(); now_s() - t1 < 0.002;)
+            ucp_worker_progress(cl.u.w);
+        fflush(g_json);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
     if (c->kill_test) {
         fill_pattern(cl.buf, c->sizes[0], c->sizes[0]);
-        if (cli_kill_test(&cl, c->sizes[0]) != 0)
+        if (cli_kill_test(&cl, c->sizes[0]) != 0) {
             failures++;
-        fflush(stdout);
+        } else {
+            /* and the worker: does destroying it hang with a dead peer? (SIGALRM if so) */
+            double td = now_s();
+            fflush(g_json);
+            alarm(5);
+            ucx_close(&cl.u);
+            alarm(0);
+            jprint("{\"bench\":\"ucx-kill-teardown\",");
+            json_config(c);
+            jprint(",\"worker_destroy_ms\":%.1f}\n", (now_s() - td) * 1e3);
+            if (!o->json_only)
+                fprintf(stderr, "kill %-14s worker destroyed in %.1f ms\n", c->name,
+                        (now_s() - td) * 1e3);
+        }
+        fflush(g_json);
         fflush(stderr);
-        _exit(failures ? 1 : 0);        /* no UCX teardown against a dead peer */
+        _exit(failures ? 1 : 0);
     }
     for (i = 0; i < c->nsizes; i++) {
         fill_pattern(cl.buf, c->sizes[i], c->sizes[i]);
@@ -1673,12 +1849,12 @@ static void child_setup(void)
 
 static double pair_limit_s(const config_t *c, const opts_t *o)
 {
-    if (c->kill_test)
+    if (c->kill_test || c->kill_client)
         return (double)(o->kill_wait_ms + 2 * o->timeout_ms) / 1000 + PAIR_SLACK_S;
     return 120 + PAIR_SLACK_S;
 }
 
-static int run_pair(const config_t *c, const opts_t *o)
+static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
 {
     int pfd[2];
     pid_t spid, cpid;
@@ -1687,7 +1863,10 @@ static int run_pair(const config_t *c, const opts_t *o)
     int status = 0, failures = 0, client_ok = 0;
     double deadline = now_s() + pair_limit_s(c, o);
 
-    fflush(stdout);
+    if (deadline > run_deadline)
+        deadline = run_deadline;
+
+    fflush(g_json);
     fflush(stderr);
     if (pipe(pfd) != 0) {
         errorf("pipe: %s", strerror(errno));
@@ -1703,7 +1882,7 @@ static int run_pair(const config_t *c, const opts_t *o)
         child_setup();
         close(pfd[0]);
         rc = run_server(c, o, pfd[1], NULL, pair_limit_s(c, o));
-        fflush(stdout);
+        fflush(g_json);
         fflush(stderr);
         _exit(rc);
     }
@@ -1730,7 +1909,7 @@ static int run_pair(const config_t *c, const opts_t *o)
         int rc;
         child_setup();
         rc = run_client(c, o, addr, len);
-        fflush(stdout);
+        fflush(g_json);
         fflush(stderr);
         _exit(rc);
     }
@@ -1738,15 +1917,17 @@ static int run_pair(const config_t *c, const opts_t *o)
     if (wait_child(cpid, deadline, &status) != 0) {
         errorf("%s: the client did not finish in time (killed)", c->name);
         failures++;
+    } else if (c->kill_client && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+        /* as planned; the server says what it saw */
     } else if (WIFSIGNALED(status)) {
         errorf("%s: the client was killed by signal %d (%s)", c->name, WTERMSIG(status),
                strsignal(WTERMSIG(status)));
         if (c->kill_test) {
-            printf("{\"bench\":\"ucx-kill\",");
+            jprint("{\"bench\":\"ucx-kill\",");
             json_config(c);
-            printf(",\"bytes\":%zu,\"outcome\":\"client-killed-by-signal-%d\"}\n", c->sizes[0],
-                   WTERMSIG(status));
-            fflush(stdout);
+            jprint(",\"bytes\":%zu,\"outcome\":\"client-killed-by-signal-%d%s\"}\n", c->sizes[0],
+                   WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (teardown hung 5 s)" : "");
+            fflush(g_json);
         }
         failures++;
     } else if (WEXITSTATUS(status) != 0) {
@@ -1755,6 +1936,24 @@ static int run_pair(const config_t *c, const opts_t *o)
         client_ok = 1;
     }
     /* a client that finished well told the server to quit; otherwise it is not waited for */
+    if (c->kill_client) {
+        if (wait_child(spid, now_s() + (double)o->kill_wait_ms / 1000 + 10, &status) != 0) {
+            errorf("%s: the server did not report (killed)", c->name);
+            failures++;
+        } else if (WIFSIGNALED(status)) {
+            errorf("%s: the server died by signal %d (%s)", c->name, WTERMSIG(status),
+                   strsignal(WTERMSIG(status)));
+            jprint("{\"bench\":\"ucx-client-kill\",");
+            json_config(c);
+            jprint(",\"bytes\":%zu,\"outcome\":\"server-died-by-signal-%d\"}\n", c->sizes[0],
+                   WTERMSIG(status));
+            fflush(g_json);
+            failures++;
+        } else if (WEXITSTATUS(status) != 0) {
+            failures++;
+        }
+        return failures;
+    }
     if (wait_child(spid, now_s() + (c->kill_test || !client_ok || c->expect_fail ? 1 : 10),
                    &status) != 0) {
         if (!c->kill_test && client_ok && !c->expect_fail) {
@@ -1829,6 +2028,11 @@ static int plan_experiments(config_t *plan)
     c = add_config(plan, &n, "pt-lock-multi", NULL, 0, "8,64M", "");
     c->thread_mode = TM_MULTI;
     c->progress_thread = PT_LOCK;
+    c = add_config(plan, &n, "pt-lock-m-mutex", NULL, 0, "8,64M", "");
+    c->thread_mode = TM_MULTI;
+    c->progress_thread = PT_LOCK;
+    c->opt_name = "USE_MT_MUTEX";
+    c->opt_value = "y";
     c = add_config(plan, &n, "pt-lock-ser", NULL, 0, "8,64M", "");
     c->thread_mode = TM_SERIALIZED;
     c->progress_thread = PT_LOCK;
@@ -1841,6 +2045,14 @@ static int plan_experiments(config_t *plan)
     c = add_config(plan, &n, "pt-queue-wake", NULL, 0, "8,64M", "");
     c->progress_thread = PT_QUEUE;
     c->wakeup = 1;
+    /* (d) the client dies mid-request (the server's view) */
+    for (i = 0; i < 2; i++)
+        for (e = 0; e < 2; e++) {
+            char name[40];
+            snprintf(name, sizeof name, "ckill-%s-%s", i ? "tcp" : "shm", e ? "peer" : "none");
+            c = add_config(plan, &n, name, kill_tls[i], e, "64M", "");
+            c->kill_client = 1;
+        }
     /* (d) the server dies mid-request */
     for (i = 0; i < 2; i++)
         for (e = 0; e < 2; e++)
@@ -1879,6 +2091,8 @@ static void usage(FILE *f)
         "                      thread posts the sends itself (lock: under our mutex, or UCX's\n"
         "                      lock with --thread-mode multi) or hands them to it (queue)\n"
         "  --kill-test         the server SIGKILLs itself on the (first size's) request\n"
+        "  --kill-client       the client SIGKILLs itself 2 ms after posting that request;\n"
+        "                      the server reports what it saw within --kill-wait-ms\n"
         "Options:\n"
         "  --sizes LIST        payload sizes (default %s; K/M/G binary)\n"
         "  --chunked LIST      sizes also sent as chunks in flight (default %s; none)\n"
@@ -1886,9 +2100,14 @@ static void usage(FILE *f)
         "  --reps N, --warmup N  timed/untimed repetitions (default by size)\n"
         "  --timeout-ms MS     per request (default %ld)\n"
         "  --kill-wait-ms MS   how long the kill test waits for an error (default %ld)\n"
+        "  --kill-close force|flush   how the kill test closes its endpoint (default: force\n"
+        "                      with --err-mode peer, flush with none)\n"
+        "  --max-seconds S     time limit for all setups together; setups not started by then\n"
+        "                      fail (default %d; --experiments: 400)\n"
         "  --info              print ucp_worker_print_info and ucp_ep_print_info text\n"
         "  --json              JSON lines only\n",
-        default_sizes, default_chunked, TIMEOUT_MS_DEFAULT, KILL_WAIT_MS_DEFAULT);
+        default_sizes, default_chunked, TIMEOUT_MS_DEFAULT, KILL_WAIT_MS_DEFAULT,
+        MAX_SECONDS_DEFAULT);
 }
 
 static int read_addr(const char *arg, unsigned char **out, size_t *len)
@@ -1946,6 +2165,7 @@ int main(int argc, char **argv)
     const char *addr_file = NULL;
     int server = 0, experiments = 0, setup = 0, sizes_given = 0, chunked_given = 0;
     int i, nplan = 0, failures = 0;
+    double run_deadline;
     long v;
 
     memset(&o, 0, sizeof o);
@@ -2012,6 +2232,15 @@ int main(int argc, char **argv)
             setup = 1;
         } else if (!strcmp(a, "--kill-test")) {
             one.kill_test = setup = 1;
+        } else if (!strcmp(a, "--kill-client")) {
+            one.kill_client = setup = 1;
+        } else if (!strcmp(a, "--kill-close")) {
+            NEED_VAL();
+            if (strcmp(val, "force") && strcmp(val, "flush")) {
+                errorf("--kill-close force|flush");
+                return 2;
+            }
+            o.kill_close = !strcmp(val, "force") ? 1 : 2;
         } else if (!strcmp(a, "--thread-mode")) {
             NEED_VAL();
             if (!strcmp(val, "single"))
@@ -2039,6 +2268,13 @@ int main(int argc, char **argv)
                 errorf("bad --chunk '%s'", val);
                 return 2;
             }
+        } else if (!strcmp(a, "--max-seconds")) {
+            NEED_VAL();
+            if (parse_long(val, 1, 86400, &v) != 0) {
+                errorf("bad --max-seconds '%s'", val);
+                return 2;
+            }
+            o.max_seconds = v;
         } else if (!strcmp(a, "--reps") || !strcmp(a, "--warmup") ||
                    !strcmp(a, "--timeout-ms") || !strcmp(a, "--kill-wait-ms")) {
             NEED_VAL();
@@ -2070,17 +2306,29 @@ int main(int argc, char **argv)
     }
     if (one.progress_thread == PT_LOCK && one.thread_mode == TM_SINGLE)
         one.thread_mode = TM_SERIALIZED;    /* two threads, one at a time: that is SERIALIZED */
-    if (one.kill_test)
+    if (one.kill_test || one.kill_client)
         one.progress_thread = PT_NONE;
+    if (one.kill_test && one.kill_client) {
+        errorf("--kill-test and --kill-client: one at a time");
+        return 2;
+    }
     if (one.tls && !strcmp(one.tls, "default"))
         one.tls = NULL;
     parse_sizes(sizes, one.sizes, &one.nsizes);
     parse_sizes(chunked, one.chunked, &one.nchunked);
-    if (one.kill_test && !sizes_given) {
+    if ((one.kill_test || one.kill_client) && !sizes_given) {
         one.sizes[0] = 64 * MIB;
         one.nsizes = 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    {
+        int fd = dup(STDOUT_FILENO);
+        if (fd < 0 || !(g_json = fdopen(fd, "w")) || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+            errorf("setting up stdout: %s", strerror(errno));
+            return 1;
+        }
+        setvbuf(stdout, NULL, _IOLBF, 0);
+    }
 
     if (server)
         return run_server(&one, &o, -1, addr_file, 0);
@@ -2115,10 +2363,17 @@ int main(int argc, char **argv)
     }
     if (experiments && setup)
         errorf("--experiments ignored: a setup option was given");
+    run_deadline = now_s() + (double)(o.max_seconds ? o.max_seconds
+                                      : experiments && !setup ? 400 : MAX_SECONDS_DEFAULT);
     for (i = 0; i < nplan; i++) {
+        if (now_s() >= run_deadline) {
+            errorf("time limit reached (--max-seconds): %d setup(s) not run", nplan - i);
+            failures += nplan - i;
+            break;
+        }
         if (!o.json_only)
             fprintf(stderr, "== %s\n", plan[i].name);
-        failures += run_pair(&plan[i], &o);
+        failures += run_pair(&plan[i], &o, run_deadline);
     }
     if (failures)
         errorf("%d failure(s)", failures);

@@ -56,6 +56,7 @@ struct tfx_ucxc_req {
     uint64_t deadline_ms;
     struct timespec t0;
     int sending, receiving, replied;
+    int orphan;                     /* handed back early; freed when UCX lets go of it */
     void *rndv_desc;
     size_t rndv_len;
     tfx_ucxc_result_t res;
@@ -130,23 +131,8 @@ static void close_ep(tfx_ucxc_conn_t *c)
 }
 
 /* Moves a request whose operations are all done to the done queue. */
-static void maybe_complete(tfx_ucxc_req_t *r)
+static void queue_done(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
 {
-    tfx_ucxc_t *u = r->u;
-    if (r->sending || r->receiving || (!r->replied && r->res.transport_status == TFP_OK))
-        return;
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        u->live = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    r->prev = r->next = NULL;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    r->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
-    conn_unref(r->conn);
-    r->conn = NULL;
     pthread_mutex_lock(&u->lock);
     r->qnext = NULL;
     if (u->done_tail)
@@ -159,6 +145,66 @@ static void maybe_complete(tfx_ucxc_req_t *r)
         u->wake(u->wake_arg);
 }
 
+static void maybe_complete(tfx_ucxc_req_t *r)
+{
+    tfx_ucxc_t *u = r->u;
+    if (r->sending || r->receiving || (!r->replied && r->res.transport_status == TFP_OK))
+        return;
+    if (r->orphan) {                /* its caller already has a failure; UCX is done now */
+        if (r->prev)
+            r->prev->next = r->next;
+        else
+            u->live = r->next;
+        if (r->next)
+            r->next->prev = r->prev;
+        free(r->res.body);
+        free(r->iov);
+        free(r);
+        return;
+    }
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        u->live = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
+    conn_unref(r->conn);
+    r->conn = NULL;
+    queue_done(u, r);
+}
+
+/* A failed request whose operations UCX may never give back (without peer failure detection,
+ * on one host, a dead peer's operations neither complete nor can be force-closed, measured):
+ * the caller gets a copy of the failure now; the original stays with UCX as an orphan and is
+ * freed if its operations ever finish. On one host the peer pulls the request's bytes itself
+ * (CMA) and eager data was copied at send time, so the caller may reuse its memory. */
+static void hand_back_early(tfx_ucxc_req_t *r)
+{
+    tfx_ucxc_t *u = r->u;
+    if (r->orphan || !(r->sending || r->receiving))
+        return;
+    tfx_ucxc_req_t *copy = calloc(1, sizeof *copy);
+    if (!copy)
+        return;                     /* it completes if UCX ever lets go */
+    copy->u = u;
+    copy->ud = r->ud;
+    copy->hdr = r->hdr;
+    copy->res = r->res;
+    copy->res.body = NULL;
+    copy->res.body_len = 0;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    copy->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
+    r->orphan = 1;
+    conn_unref(r->conn);            /* the orphan keeps no connection alive */
+    r->conn = NULL;
+    queue_done(u, copy);
+}
+
 static void fail_req(tfx_ucxc_req_t *r, tfp_status_t st, const char *why)
 {
     if (r->res.transport_status == TFP_OK && !r->replied) {
@@ -167,10 +213,14 @@ static void fail_req(tfx_ucxc_req_t *r, tfp_status_t st, const char *why)
     }
 }
 
-/* Breaks a connection: every request on it fails; UCX gives their operations back. */
+/* Breaks a connection: every request on it fails. With peer failure detection (between
+ * hosts) UCX gives their operations back; on one host it may not, so they are handed back
+ * early (hand_back_early). */
 static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why)
 {
-    for (tfx_ucxc_req_t *r = c->u->live, *n; r; r = n) {
+    tfx_ucxc_t *u = c->u;
+    int same_host = c->same_host;
+    for (tfx_ucxc_req_t *r = u->live, *n; r; r = n) {
         n = r->next;
         if (r->conn == c)
             fail_req(r, st, why);
@@ -179,18 +229,28 @@ static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why)
         c->hello_state = -1;
         snprintf(c->why, sizeof c->why, "%s", why);
     }
+    pthread_mutex_lock(&u->lock);
+    c->refs++;                      /* keep c while its requests let go of it */
+    pthread_mutex_unlock(&u->lock);
     close_ep(c);
-    for (tfx_ucxc_req_t *r = c->u->live, *n; r; r = n) {
+    for (tfx_ucxc_req_t *r = u->live, *n; r; r = n) {
         n = r->next;
         if (r->conn == c)
             maybe_complete(r);
     }
+    if (same_host)
+        for (tfx_ucxc_req_t *r = u->live, *n; r; r = n) {
+            n = r->next;
+            if (r->conn == c)
+                hand_back_early(r);
+        }
+    conn_unref(c);
 }
 
 static tfx_ucxc_req_t *find_req(tfx_ucxc_t *u, uint64_t seq)
 {
     for (tfx_ucxc_req_t *r = u->live; r; r = r->next)
-        if (r->hdr.seq == seq)
+        if (r->hdr.seq == seq && !r->orphan)
             return r;
     return NULL;
 }
@@ -237,7 +297,7 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
 {
     void *desc = r->rndv_desc;
     r->rndv_desc = NULL;
-    if (r->conn->closed) {
+    if (r->orphan || r->conn->closed) {
         ucp_am_data_release(u->worker, desc);
         r->receiving = 0;
         maybe_complete(r);
@@ -475,7 +535,8 @@ static unsigned run_cmds(tfx_ucxc_t *u)
     uint64_t now = now_ms();
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
-        if (r->deadline_ms && now >= r->deadline_ms && r->conn && !r->conn->closed) {
+        if (r->deadline_ms && now >= r->deadline_ms && !r->orphan && r->conn &&
+            !r->conn->closed) {
             char why[128];
             snprintf(why, sizeof why, "no UCX reply within %llu ms",
                      (unsigned long long)(r->deadline_ms - ((uint64_t)r->t0.tv_sec * 1000u +
