@@ -75,6 +75,7 @@ typedef struct {
     int memcpy_reps;
     long timeout_ms;
     int json_only;
+    char transports[64];                        /* --transports: "http,ucx" */
 } opts_t;
 
 /* One measurement: what the JSON line and the table row say. */
@@ -1108,6 +1109,9 @@ static void usage(FILE *f)
         "  --warmup N          untimed repetitions first (default by size: 20, 5, 2, 1)\n"
         "  --memcpy-reps N     memcpy baseline repetitions (default %d)\n"
         "  --timeout-ms MS     per-request timeout (default %ld; 0: none)\n"
+        "  --transports LIST   transports to measure, in order: http, ucx (default\n"
+        "                      http,ucx; ucx is skipped, saying why, when the daemon or the\n"
+        "                      library cannot upgrade)\n"
         "  --json              JSON lines only (no table)\n"
         "  -h, --help          this text\n",
         default_sizes, default_xsizes, INFLIGHT_DEFAULT, MEMCPY_REPS_DEFAULT,
@@ -1128,6 +1132,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     o->inflight = INFLIGHT_DEFAULT;
     parse_sizes(default_sizes, o->sizes, &o->nsizes);
     parse_sizes(default_xsizes, o->xsizes, &o->nxsizes);
+    snprintf(o->transports, sizeof o->transports, "http,ucx");
 
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1136,7 +1141,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
                     strcmp(a, "--reps") == 0 || strcmp(a, "--warmup") == 0 ||
                     strcmp(a, "--memcpy-reps") == 0 || strcmp(a, "--timeout-ms") == 0 ||
                     strcmp(a, "--exchange-sizes") == 0 || strcmp(a, "--inflight") == 0 ||
-                    strcmp(a, "--inflight-reps") == 0;
+                    strcmp(a, "--inflight-reps") == 0 || strcmp(a, "--transports") == 0;
 
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
@@ -1144,6 +1149,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
         }
         if (strcmp(a, "--json") == 0) {
             o->json_only = 1;
+            continue;
+        }
+        if (strcmp(a, "--transports") == 0 && val) {
+            snprintf(o->transports, sizeof o->transports, "%s", val);
+            i++;
             continue;
         }
         if (!takes) {
@@ -1242,29 +1252,45 @@ int main(int argc, char **argv)
         fprintf(stderr, "tfetchd %s (pid %ld) at %s\n", o.tfetchd, (long)d.pid, base);
     }
 
-    st = tf_client_new(&c);
-    if (st != TF_OK) {
-        errorf("tf_client_new: %s", tf_strerror(st));
-        failures++;
-        goto stop;
-    }
-    tf_client_set_timeout(c, o.timeout_ms);
-    for (i = 0; i < o.nsizes; i++) {
-        failures += bench_size(&o, c, base, o.sizes[i], mc.gbps);
-        if (!daemon_alive(&d)) {
-            failures += 2 * (o.nsizes - i - 1) + (o.inflight > 0 ? 2 : 1) * o.nxsizes;
-            goto done;
+    char list[64];
+    snprintf(list, sizeof list, "%s", o.transports);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int ucx = strcmp(t, "ucx") == 0;
+        if (!ucx && strcmp(t, "http") != 0) {
+            errorf("unknown transport '%s' in --transports (http, ucx)", t);
+            failures++;
+            continue;
         }
-    }
-    for (i = 0; i < o.nxsizes; i++) {
-        failures += bench_xsize(&o, c, base, o.xsizes[i], mc.gbps);
-        if (!daemon_alive(&d)) {
-            failures += (o.inflight > 0 ? 2 : 1) * (o.nxsizes - i - 1);
-            break;
+        st = tf_client_new(&c);
+        if (st != TF_OK) {
+            errorf("tf_client_new: %s", tf_strerror(st));
+            failures++;
+            goto stop;
         }
+        tf_client_set_timeout(c, o.timeout_ms);
+        tf_client_set_transport(c, ucx ? TF_TRANSPORT_UCX : TF_TRANSPORT_HTTP);
+        if (ucx && tf_client_upgrade(c, base) != TF_OK) {
+            fprintf(stderr, "ucx: skipped: %s\n", tf_client_last(c)->error);
+            tf_client_free(c);
+            continue;
+        }
+        for (i = 0; i < o.nsizes; i++) {
+            failures += bench_size(&o, c, base, o.sizes[i], mc.gbps);
+            if (!daemon_alive(&d)) {
+                failures += 2 * (o.nsizes - i - 1) + (o.inflight > 0 ? 2 : 1) * o.nxsizes;
+                tf_client_free(c);
+                goto stop;
+            }
+        }
+        for (i = 0; i < o.nxsizes; i++) {
+            failures += bench_xsize(&o, c, base, o.xsizes[i], mc.gbps);
+            if (!daemon_alive(&d)) {
+                failures += (o.inflight > 0 ? 2 : 1) * (o.nxsizes - i - 1);
+                break;
+            }
+        }
+        tf_client_free(c);
     }
-done:
-    tf_client_free(c);
 stop:
     if (daemon_stop(&d, 0) != 0)
         failures++;

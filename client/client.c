@@ -19,6 +19,17 @@
  * is in callbacks to refuse what would re-enter the engine (blocking calls, wait, run, free).
  * The user's progress callback does run inside libcurl, and everything is refused there.
  * One thread at a time per client.
+ *
+ * UCX (when built with it): each origin the client talks to has a record (whether its
+ * responses offer UCX, its connection, why there is none, a backoff). A request UCX can carry
+ * is sent over the origin's connection, negotiated when the request starts if the policy
+ * allows (POST /v1/upgrade on a private engine, then transports/ucx_client's connect); its
+ * completion comes back through tfx_ucxc_next, which the driving thread drains after every
+ * wait of the HTTP engine (the UCX progress thread ends that wait with tfx_hc_wakeup), and is
+ * recorded like an HTTP response before the same completion path runs the callback. A UCX
+ * transport failure drops the connection and, under policy auto, restarts the request over
+ * HTTP with the same request id. tf_fetch_t holds either an engine request (HTTP) or a UCX
+ * request, never both.
  */
 #include "config.h"
 
@@ -40,7 +51,13 @@
 #include "proto/raw.h"
 #include "proto/safetensors.h"
 #include "proto/shumai.h"
+#include "proto/ucxframe.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
 #include "transports/http_client.h"
+#ifdef HAVE_UCX
+#include "transports/ucx_client.h"
+#endif
 
 #define DEFAULT_TIMEOUT_MS 60000L
 #define MAX_CONNECTIONS_CAP 4096L
@@ -48,17 +65,51 @@
 #define MIME_SAFETENSORS "application/x-safetensors"
 #define MIME_JSON "application/json"
 #define MIME_RAW "application/octet-stream"
+#define UPGRADE_TIMEOUT_MS 2000L        /* POST /v1/upgrade */
+#define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
+#define BACKOFF_MIN_MS 1000L            /* after a failed upgrade, doubling ... */
+#define BACKOFF_MAX_MS 60000L           /* ... up to this */
+#define CLOSE_DRAIN_MS 5000L            /* tf_client_free waits this long for UCX requests */
 
 /* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
  * text rather than decoded as a document. */
-enum { OP_LIST = 100, OP_INFO = 101 };
+enum { OP_LIST = 100, OP_INFO = 101, OP_UPGRADE = 102 };
+
+/* What the client knows of one origin (scheme://host:port): whether its server offers UCX,
+ * its UCX connection, and why there is none. Kept for the client's life. */
+typedef struct origin {
+    struct origin *next;
+    char *key;                      /* "http://127.0.0.1:8000" (tfx_hc_url_split) */
+    int offered;                    /* the last response's Tfetch-Upgrade: 1 ucx, 0 no, -1 ? */
+    char why[160];                  /* why there is no UCX connection; "" when none known */
+    uint64_t retry_at;              /* CLOCK_MONOTONIC ms: no upgrade attempt before */
+    long backoff_ms;                /* the wait after the next failure; 0 after a success */
+    int want_upgrade;               /* a request inside a callback asked: negotiate when the
+                                     * client is next driven */
+    tf_transport_t want_policy;
+#ifdef HAVE_UCX
+    tfx_ucxc_conn_t *conn;          /* the connection, or NULL */
+    uint64_t conn_gen;              /* counts connections made, to tell them apart */
+    char transport[32];             /* what carries conn: "ucx/sysv+cma" */
+#endif
+} origin_t;
 
 struct tf_client {
     tfx_hc_t *hc;
     tfx_hc_req_t *pool[REQ_POOL_MAX];  /* idle engine requests, reset */
     size_t npool;
     tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
-    size_t npending;                /* started and not completed */
+    size_t npending;                /* started and not completed (over either transport) */
+    tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
+    origin_t *origins;
+#ifdef HAVE_UCX
+    tfx_ucxc_t *ucx;                /* started at the first upgrade */
+    char ucx_dead[160];             /* why UCX cannot start in this process; "" if it can */
+    size_t nucx;                    /* requests in flight over UCX */
+    int want_upgrades;              /* some origin has want_upgrade set */
+    tfp_up_host_t host;             /* this host's identity, read once */
+    int have_host;
+#endif
     int in_cb;                      /* depth of fetch callbacks running */
     int in_engine;                  /* inside libcurl (the progress callback) */
     int closing;                    /* tf_client_free is canceling what is pending */
@@ -92,6 +143,22 @@ struct tf_fetch {
     tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
     char *text;                     /* OP_LIST / OP_INFO: the reply body */
     size_t text_len;
+    /* what the request is, kept for a retry over HTTP */
+    const tf_doc_t *in;             /* borrowed until the callback has run */
+    long wait_ms;
+    long total_ms;                  /* the whole request's time limit, wait included; 0 none */
+    tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
+    origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
+    char name[TFP_MAX_TENSOR_NAME + 1];  /* the tensor or route, when UCX can carry it */
+    struct timespec t0;             /* when it started */
+    int tried_ucx;                  /* went over UCX first (then maybe HTTP) */
+#ifdef HAVE_UCX
+    tfx_ucxc_req_t *ureq;           /* while in flight over UCX */
+    uint64_t conn_gen;              /* the connection it went over */
+    const void **segs;              /* the body's segments, lent to UCX until completion */
+    size_t *lens;
+    int canceled;                   /* canceled while over UCX: completes with TF_ECANCELED */
+#endif
 };
 
 /* ---- handle ------------------------------------------------------------------------------ */
@@ -112,6 +179,17 @@ static void make_rid_prefix(char out[17])
         snprintf(out + 2 * i, 3, "%02x", r[i]);
 }
 
+/* TFETCH_TRANSPORT=auto|http|ucx; anything else (or nothing): auto. */
+static tf_transport_t transport_from_env(void)
+{
+    const char *v = getenv("TFETCH_TRANSPORT");
+    if (v && strcasecmp(v, "http") == 0)
+        return TF_TRANSPORT_HTTP;
+    if (v && strcasecmp(v, "ucx") == 0)
+        return TF_TRANSPORT_UCX;
+    return TF_TRANSPORT_AUTO;
+}
+
 tf_status_t tf_client_new(tf_client_t **out)
 {
     if (!out)
@@ -125,19 +203,23 @@ tf_status_t tf_client_new(tf_client_t **out)
     }
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     c->format = TF_FORMAT_SAFETENSORS;
+    c->transport = transport_from_env();
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     *out = c;
     return TF_OK;
 }
 
+static void close_ucx(tf_client_t *c);
+
 void tf_client_free(tf_client_t *c)
 {
     if (!c || c->in_cb || c->in_engine || c->closing)
         return;
     c->closing = 1;
-    /* Cancels every pending request: their callbacks run now, and return their engine
-     * requests to the pool. */
+    /* Cancels every pending request: their callbacks run now (UCX ones once the transport
+     * has given their buffers back), and return their engine requests to the pool. */
+    close_ucx(c);
     tfx_hc_free(c->hc);
     for (size_t i = 0; i < c->npool; i++)
         tfx_hc_req_free(c->pool[i]);
@@ -145,7 +227,13 @@ void tf_client_free(tf_client_t *c)
     for (tf_fetch_t *f = c->live, *next; f; f = next) {
         next = f->next;
         f->c = NULL;
+        f->origin = NULL;
         f->prev = f->next = NULL;
+    }
+    for (origin_t *o = c->origins, *next; o; o = next) {
+        next = o->next;
+        free(o->key);
+        free(o);
     }
     free(c->user);
     free(c);
@@ -224,6 +312,19 @@ tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format)
     return TF_OK;
 }
 
+static int transport_valid(tf_transport_t t)
+{
+    return t == TF_TRANSPORT_AUTO || t == TF_TRANSPORT_HTTP || t == TF_TRANSPORT_UCX;
+}
+
+tf_status_t tf_client_set_transport(tf_client_t *c, tf_transport_t transport)
+{
+    if (!c || !transport_valid(transport))
+        return TF_EINVAL;
+    c->transport = transport;
+    return TF_OK;
+}
+
 const tf_result_t *tf_client_last(const tf_client_t *c)
 {
     return c ? &c->last : NULL;
@@ -245,6 +346,7 @@ static const char *op_name(int op)
     case TF_OP_EXCHANGE: return "call";
     case OP_LIST: return "list";
     case OP_INFO: return "info";
+    case OP_UPGRADE: return "upgrade";
     default: return "fetch";
     }
 }
@@ -324,26 +426,31 @@ static void body_excerpt(char *dst, size_t size, const uint8_t *body, size_t len
     dst[o] = '\0';
 }
 
-/* Turns a non-2xx response into a status: the server's JSON error when it sent one. */
-static tf_status_t http_error(tf_result_t *res, const tfx_hc_resp_t *r)
+/* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when
+ * it sent one. */
+static tf_status_t error_body(tf_result_t *res, long status, const uint8_t *body, size_t len)
 {
     tfp_status_t code = TFP_EINTERNAL;
     char msg[sizeof(res->error)];
 
-    if (r->body && r->body_len &&
-        tfp_parse_error_body((const char *)r->body, r->body_len, &code, msg,
-                             sizeof(msg)) == 0) {
+    if (body && len &&
+        tfp_parse_error_body((const char *)body, len, &code, msg, sizeof(msg)) == 0) {
         tf_status_t st = tfi_from_proto(code);
         if (st == TF_OK)
             st = TF_EHTTP;
         return rfail(res, st, "%s", msg[0] ? msg : tf_strerror(st));
     }
     char excerpt[160] = "";
-    if (r->body)
-        body_excerpt(excerpt, sizeof(excerpt), r->body, r->body_len);
+    if (body)
+        body_excerpt(excerpt, sizeof(excerpt), body, len);
     if (excerpt[0])
-        return rfail(res, TF_EHTTP, "HTTP %ld: %s", r->status, excerpt);
-    return rfail(res, TF_EHTTP, "HTTP %ld", r->status);
+        return rfail(res, TF_EHTTP, "HTTP %ld: %s", status, excerpt);
+    return rfail(res, TF_EHTTP, "HTTP %ld", status);
+}
+
+static tf_status_t http_error(tf_result_t *res, const tfx_hc_resp_t *r)
+{
+    return error_body(res, r->status, r->body, r->body_len);
 }
 
 /* ---- Shumai's wire format ------------------------------------------------------------------ */
@@ -510,8 +617,9 @@ static const char *accept_of(const tf_fetch_t *f)
     }
 }
 
-/* Describes the request on f->req: method, URL, ids, body, timeout, cap, progress. */
-static tf_status_t prepare(tf_fetch_t *f, const tf_request_t *rq)
+/* Describes the request on f->req: method, URL, ids, body, timeout (0: none), cap,
+ * progress. */
+static tf_status_t prepare(tf_fetch_t *f, long timeout)
 {
     tf_client_t *c = f->c;
     tfx_hc_req_t *req = f->req;
@@ -525,22 +633,20 @@ static tf_status_t prepare(tf_fetch_t *f, const tf_request_t *rq)
         bad |= tfx_hc_req_add_header(req, "Tfetch-User", c->user) != TFX_HC_OK;
     if (accept)
         bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
-    if (rq->in)
+    if (f->in)
         bad |= tfx_hc_req_add_header(req, "Content-Type", f->format == TF_FORMAT_SHUMAI ?
                                                               MIME_RAW : MIME_SAFETENSORS) !=
                TFX_HC_OK;
     if (bad)
         return rfail(&f->result, TF_ENOMEM, NULL);
-    if (rq->in) {
-        tf_status_t st = f->format == TF_FORMAT_SHUMAI ? add_shumai_body(f, rq->in)
-                                                       : add_safetensors_body(f, rq->in);
+    if (f->in) {
+        free(f->hdr);
+        f->hdr = NULL;
+        tf_status_t st = f->format == TF_FORMAT_SHUMAI ? add_shumai_body(f, f->in)
+                                                       : add_safetensors_body(f, f->in);
         if (st != TF_OK)
             return st;
     }
-    long timeout = rq->timeout_ms == 0 ? c->timeout_ms : rq->timeout_ms > 0 ? rq->timeout_ms
-                                                                            : 0;
-    if (timeout > 0 && rq->wait_ms > 0)
-        timeout = rq->wait_ms > LONG_MAX - timeout ? LONG_MAX : timeout + rq->wait_ms;
     tfx_hc_req_set_timeout(req, timeout);
     if (c->max_body > 0)
         tfx_hc_req_set_max_body(req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
@@ -646,6 +752,35 @@ static tf_status_t decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
     return TF_OK;
 }
 
+/* 1 if a Tfetch-Upgrade value lists ucx (a comma-separated list of tokens). */
+static int offers_ucx(const char *v)
+{
+    for (const char *p = v; *p;) {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, " \t,");
+        if (n == 3 && strncasecmp(p, "ucx", 3) == 0)
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
+static long remaining_ms(const tf_fetch_t *f)
+{
+    if (f->total_ms <= 0)
+        return 0;
+    long left = f->total_ms - (long)(seconds_since(&f->t0) * 1000.0);
+    return left > 0 ? left : 1;
+}
+
 /* Records a completed request in f->result and decodes its reply: TF_OK for a 2xx response
  * (whose body becomes f->doc or f->text), else the transport's or the server's error. */
 static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
@@ -654,13 +789,15 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     tf_result_t *res = &f->result;
 
     res->http_status = (int)r->status;
+    if (f->origin && r->status > 0)
+        f->origin->offered = offers_ucx(r->upgrade);
     if (r->transport[0])
         snprintf(res->transport, sizeof(res->transport), "%s", r->transport);
     if (r->request_id[0])
         snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
-    res->seconds = r->seconds;
+    res->seconds = f->tried_ucx ? seconds_since(&f->t0) : r->seconds;
 
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
@@ -722,15 +859,9 @@ static void settle(tf_fetch_t *f)
         destroy(f);
 }
 
-/* The engine's completion: record, decode, give the engine request back, run the callback. */
-static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
+/* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
+static void complete_fetch(tf_client_t *c, tf_fetch_t *f)
 {
-    tf_fetch_t *f = ud;
-    tf_client_t *c = f->c;
-
-    finish(f, req, xst);
-    f->req = NULL;
-    release_req(c, req);
     free(f->hdr);
     f->hdr = NULL;
     f->done = 1;
@@ -747,9 +878,719 @@ static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
     settle(f);
 }
 
+/* The HTTP engine's completion: record, decode, give the engine request back, complete. */
+static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
+{
+    tf_fetch_t *f = ud;
+    tf_client_t *c = f->c;
+
+    finish(f, req, xst);
+    f->req = NULL;
+    release_req(c, req);
+    complete_fetch(c, f);
+}
+
+/* Starts f over HTTP (timeout 0: none). On failure f->result says why and f holds no engine
+ * request. */
+static tf_status_t start_http(tf_client_t *c, tf_fetch_t *f, long timeout)
+{
+    tf_status_t st;
+    snprintf(f->result.transport, sizeof(f->result.transport), "http");
+    if (!(f->req = acquire_req(c)))
+        return rfail(&f->result, TF_ENOMEM, NULL);
+    if ((st = prepare(f, timeout)) != TF_OK)
+        goto release;
+    tfx_hc_status_t xst = tfx_hc_start(c->hc, f->req, on_req_done, f);
+    if (xst != TFX_HC_OK) {
+        st = rfail(&f->result, from_transport(xst), "cannot start the request: %s",
+                   tfx_hc_strerror(xst));
+        goto release;
+    }
+    return TF_OK;
+
+release:
+    release_req(c, f->req);
+    f->req = NULL;
+    return st;
+}
+
+/* ---- origins and the upgrade to UCX ------------------------------------------------------ */
+/* Every request notes its origin (scheme://host:port); every HTTP response from it says
+ * whether its server offers UCX (Tfetch-Upgrade). Under policy auto a request UCX can carry
+ * negotiates once the server offered it; under policy ucx at once. Negotiating is
+ * synchronous, at the start of a request and never inside a callback: POST /v1/upgrade on a
+ * private engine (so no other request's callback runs meanwhile), then a UCX connection
+ * presenting the one-time token, both with short timeouts. A failure is remembered with its
+ * reason and a backoff; a connection is kept for the client's life unless it fails. */
+
+#ifdef HAVE_UCX
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+#endif
+
+static origin_t *origin_find(const tf_client_t *c, const char *key)
+{
+    for (origin_t *o = c->origins; o; o = o->next)
+        if (strcmp(o->key, key) == 0)
+            return o;
+    return NULL;
+}
+
+/* The client's record of an origin, made on first sight; NULL when out of memory. */
+static origin_t *origin_get(tf_client_t *c, const char *key)
+{
+    origin_t *o = origin_find(c, key);
+    if (o)
+        return o;
+    if (!(o = calloc(1, sizeof(*o))))
+        return NULL;
+    if (!(o->key = strdup(key))) {
+        free(o);
+        return NULL;
+    }
+    o->offered = -1;
+    o->next = c->origins;
+    c->origins = o;
+    return o;
+}
+
+/* Notes f's origin and, when UCX could carry f, the tensor or route it names (f->name).
+ * Returns why UCX cannot carry f, or NULL. */
+static const char *analyse_url(tf_client_t *c, tf_fetch_t *f, const char *url)
+{
+    char *key = NULL, *path = NULL;
+    int query = 0;
+    const char *why = NULL;
+
+    if (tfx_hc_url_split(url, &key, &path, &query) != TFX_HC_OK)
+        return "out of memory";
+    f->origin = origin_get(c, key);
+    if (f->op == OP_LIST || f->op == OP_INFO) {
+        why = "listings and server info travel over HTTP";
+    } else if (f->format != TF_FORMAT_SAFETENSORS) {
+        why = "the Shumai format travels over HTTP";
+    } else if (query) {
+        why = "URLs with a query travel over HTTP";
+    } else {
+        const char *prefix = f->op == TF_OP_EXCHANGE ? "/v1/call/" : "/v1/tensors/";
+        size_t n = strlen(prefix);
+        if (strncmp(path, prefix, n) == 0 && tfp_name_valid(path + n) &&
+            strlen(path + n) < sizeof(f->name))
+            snprintf(f->name, sizeof(f->name), "%s", path + n);
+        else
+            why = f->op == TF_OP_EXCHANGE
+                      ? "only exchanges with /v1/call/ROUTE travel over UCX"
+                      : "only requests to /v1/tensors/NAME travel over UCX";
+    }
+    if (!why && !f->origin)
+        why = "out of memory";
+    free(key);
+    free(path);
+    return why;
+}
+
+/* UCX cannot carry f (for the reason why): under policy auto it goes over HTTP, the reason
+ * recorded as its fallback; under policy ucx it fails (TF_ECONNECT). */
+static tf_status_t no_ucx(tf_fetch_t *f, const char *why)
+{
+    if (f->policy == TF_TRANSPORT_UCX)
+        return rfail(&f->result, TF_ECONNECT, "no UCX connection (transport policy ucx): %s",
+                     why);
+    snprintf(f->result.fallback, sizeof(f->result.fallback), "%s", why);
+    return TF_OK;
+}
+
+#ifdef HAVE_UCX
+/* From the UCX progress thread: a completion is queued; end the driving thread's wait. */
+static void ucx_wake(void *arg)
+{
+    tfx_hc_wakeup(arg);
+}
+
+/* Records why o has no UCX connection, and when to try again (the backoff doubles). */
+static void up_failed(origin_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void up_failed(origin_t *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->why, sizeof(o->why), fmt, ap);
+    va_end(ap);
+    if (o->backoff_ms <= 0)
+        o->backoff_ms = BACKOFF_MIN_MS;
+    else if ((o->backoff_ms *= 2) > BACKOFF_MAX_MS)
+        o->backoff_ms = BACKOFF_MAX_MS;
+    o->retry_at = now_ms() + (uint64_t)o->backoff_ms;
+}
+
+/* Closes o's connection: its unfinished requests complete with a transport failure. */
+static void drop_conn(origin_t *o)
+{
+    if (o->conn) {
+        tfx_ucxc_conn_close(o->conn);
+        o->conn = NULL;
+        o->transport[0] = '\0';
+    }
+}
+
+static void up_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
+{
+    (void)req;
+    *(tfx_hc_status_t *)ud = st;
+}
+
+/* Records what a non-200 answer to POST /v1/upgrade says. */
+static void up_http_error(origin_t *o, const tfx_hc_resp_t *r)
+{
+    tfp_status_t code;
+    char msg[128] = "";
+    if (r->body && r->body_len)
+        tfp_parse_error_body((const char *)r->body, r->body_len, &code, msg, sizeof(msg));
+    if (r->status == 404 || r->status == 405)
+        up_failed(o, "the server does not offer UCX (POST /v1/upgrade: HTTP %ld)", r->status);
+    else
+        up_failed(o, "the upgrade failed: HTTP %ld%s%s", r->status, msg[0] ? ": " : "", msg);
+}
+
+/* POST origin/v1/upgrade: 0 and *resp filled when the server offers a connection, else -1
+ * with o->why set. */
+static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, tfp_up_resp_t *resp)
+{
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .host = c->host,
+                      .policy = policy == TF_TRANSPORT_UCX ? TFP_UP_POLICY_UCX
+                                                           : TFP_UP_POLICY_AUTO};
+    tfx_hc_status_t done = TFX_HC_EAGAIN;
+    tfx_hc_t *hc = NULL;
+    tfx_hc_req_t *req = NULL;
+    char *json = NULL, *url = NULL;
+    size_t len = 0;
+    tfp_err_t err;
+    int rc = -1;
+
+    if (tfp_up_req_build(&q, &json, &len, &err) != TFP_OK) {
+        up_failed(o, "cannot ask for an upgrade: %s", err.msg);
+        return -1;
+    }
+    size_t ulen = strlen(o->key) + sizeof("/v1/upgrade");
+    if (!(url = malloc(ulen)) || tfx_hc_new(&hc) != TFX_HC_OK ||
+        tfx_hc_req_new(&req) != TFX_HC_OK) {
+        up_failed(o, "out of memory");
+        goto out;
+    }
+    snprintf(url, ulen, "%s/v1/upgrade", o->key);
+    if (tfx_hc_req_set_method(req, "POST") != TFX_HC_OK ||
+        tfx_hc_req_set_url(req, url) != TFX_HC_OK ||
+        tfx_hc_req_add_header(req, "Content-Type", MIME_JSON) != TFX_HC_OK ||
+        tfx_hc_req_add_header(req, "Accept", MIME_JSON) != TFX_HC_OK ||
+        tfx_hc_req_add_body(req, json, len) != TFX_HC_OK) {
+        up_failed(o, "out of memory");
+        goto out;
+    }
+    tfx_hc_req_set_timeout(req, UPGRADE_TIMEOUT_MS);
+    tfx_hc_req_set_max_body(req, TFP_UP_MAX_RESP_JSON);
+    if (tfx_hc_start(hc, req, up_done, &done) != TFX_HC_OK) {
+        up_failed(o, "cannot ask for an upgrade: out of memory");
+        goto out;
+    }
+    tfx_hc_drive(hc, req, -1);          /* the request's own timeout bounds it */
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    if (r->status > 0)
+        o->offered = offers_ucx(r->upgrade);
+    if (done != TFX_HC_OK) {
+        const char *why = tfx_hc_req_error(req);
+        up_failed(o, "POST /v1/upgrade failed: %s", why[0] ? why : tfx_hc_strerror(done));
+    } else if (r->status != 200) {
+        up_http_error(o, r);
+    } else if (tfp_up_resp_parse((const char *)r->body, r->body_len, resp, &err) != TFP_OK) {
+        up_failed(o, "bad answer to POST /v1/upgrade: %s", err.msg);
+    } else if (!resp->upgraded) {
+        o->offered = 0;
+        up_failed(o, "the server does not offer UCX: %s", resp->reason);
+    } else {
+        rc = 0;
+    }
+out:
+    tfx_hc_req_free(req);
+    tfx_hc_free(hc);
+    free(url);
+    free(json);
+    return rc;
+}
+
+/* Negotiates and connects o: 0 with o->conn, or -1 with o->why (and a backoff). */
+static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
+{
+    tfp_up_resp_t resp;
+    tfp_err_t err;
+    char ident[TFP_UP_MAX_IDENT + 1];
+    char why[256] = "";
+    int rc = -1;
+
+    if (!c->have_host) {
+        if (tfx_hostid_get(&c->host, &err) != TFP_OK) {
+            up_failed(o, "cannot tell this host's identity: %s", err.msg);
+            return -1;
+        }
+        c->have_host = 1;
+    }
+    memset(&resp, 0, sizeof(resp));
+    if (ask_upgrade(c, o, policy, &resp) != 0)
+        return -1;
+    if (!c->ucx && !(c->ucx = tfx_ucxc_new(ucx_wake, c->hc, &err))) {
+        snprintf(c->ucx_dead, sizeof(c->ucx_dead), "UCX does not start in this process: %.120s",
+                 err.msg);
+        up_failed(o, "%s", c->ucx_dead);
+        goto clear;
+    }
+    if (tfp_up_ident_format(&c->host, ident, sizeof(ident), &err) != TFP_OK) {
+        up_failed(o, "cannot tell this host's identity: %s", err.msg);
+        goto clear;
+    }
+    tfx_ucxc_conn_t *conn = NULL;
+    tfp_status_t st = tfx_ucxc_connect(c->ucx, resp.worker_address, resp.worker_address_len,
+                                       resp.same_host, resp.token, ident,
+                                       UCX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
+    if (st != TFP_OK) {
+        up_failed(o, "cannot connect over UCX: %s", why[0] ? why : tfp_status_text(st));
+        goto clear;
+    }
+    o->conn = conn;
+    o->conn_gen++;
+    snprintf(o->transport, sizeof(o->transport), "%s", tfx_ucxc_conn_transport(conn));
+    o->why[0] = '\0';
+    o->backoff_ms = 0;
+    o->retry_at = 0;
+    rc = 0;
+clear:
+    tfp_up_resp_clear(&resp);
+    return rc;
+}
+#endif
+
+/* Negotiates for the origins that requests started inside callbacks found unconnected.
+ * Called when the client is driven, outside callbacks. */
+static void upgrade_wanted(tf_client_t *c)
+{
+#ifdef HAVE_UCX
+    if (!c->want_upgrades || c->in_cb || c->in_engine || c->closing)
+        return;
+    c->want_upgrades = 0;
+    for (origin_t *o = c->origins; o; o = o->next) {
+        if (!o->want_upgrade)
+            continue;
+        o->want_upgrade = 0;
+        if (!o->conn && !c->ucx_dead[0] && !(o->retry_at && now_ms() < o->retry_at))
+            upgrade(c, o, o->want_policy);
+    }
+#else
+    (void)c;
+#endif
+}
+
+/* Decides how f travels: *via_ucx = 1 over its origin's UCX connection (made now when that
+ * is needed and allowed), else 0 with the reason in f->result.fallback. Under policy ucx,
+ * what would fall back fails instead: the status is returned and recorded in f->result. */
+static tf_status_t choose(tf_client_t *c, tf_fetch_t *f, const char *url, int *via_ucx)
+{
+    *via_ucx = 0;
+    const char *why = analyse_url(c, f, url);
+    if (f->policy == TF_TRANSPORT_HTTP)
+        return TF_OK;
+    if (why) {
+        /* Not a fallback: UCX never carries these, whatever the policy. */
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "%s", why);
+        return TF_OK;
+    }
+#ifndef HAVE_UCX
+    return no_ucx(f, "this libtfetch was built without UCX");
+#else
+    origin_t *o = f->origin;
+    int strict = f->policy == TF_TRANSPORT_UCX;
+    if (o->conn && tfx_ucxc_conn_broken(o->conn)) {
+        drop_conn(o);
+        up_failed(o, "the UCX connection failed");
+    }
+    if (o->conn) {
+        *via_ucx = 1;
+        return TF_OK;
+    }
+    if (c->ucx_dead[0])
+        return no_ucx(f, c->ucx_dead);
+    if (!strict && strncmp(o->key, "https:", 6) == 0)
+        return no_ucx(f, "the server is reached over https, and UCX is not encrypted");
+    if (!strict && o->offered < 0)
+        return no_ucx(f, "the server has not offered UCX yet (a first request goes over HTTP)");
+    if (!strict && o->offered == 0)
+        return no_ucx(f, strncmp(o->why, "the server does not offer UCX", 29) == 0
+                             ? o->why : "the server does not offer UCX");
+    if (o->retry_at && now_ms() < o->retry_at)
+        return no_ucx(f, o->why);
+    if (c->in_cb || c->in_engine) {
+        /* Negotiating blocks: not inside a callback. The client does it when next driven. */
+        if (!o->want_upgrade) {
+            o->want_upgrade = 1;
+            o->want_policy = f->policy;
+            c->want_upgrades = 1;
+        }
+        return no_ucx(f, "the UCX connection is not made yet (a request started inside a "
+                         "callback does not wait for it)");
+    }
+    if (upgrade(c, o, f->policy) != 0)
+        return no_ucx(f, o->why);
+    *via_ucx = 1;
+    return TF_OK;
+#endif
+}
+
+tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
+{
+    char *key = NULL, *path = NULL;
+    int query;
+    if (!c)
+        return TF_EINVAL;
+    if (c->in_cb || c->in_engine || c->closing)
+        return refuse(c, OP_UPGRADE, TF_EINVAL,
+                      "tf_client_upgrade is not allowed inside a callback");
+    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
+    if (xst != TFX_HC_OK)
+        return refuse(c, OP_UPGRADE, xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL,
+                      xst == TFX_HC_ENOMEM ? NULL : "bad URL");
+    origin_t *o = origin_get(c, key);
+    free(key);
+    free(path);
+    if (!o)
+        return refuse(c, OP_UPGRADE, TF_ENOMEM, NULL);
+#ifndef HAVE_UCX
+    return refuse(c, OP_UPGRADE, TF_ECONNECT, "this libtfetch was built without UCX");
+#else
+    if (o->conn && tfx_ucxc_conn_broken(o->conn)) {
+        drop_conn(o);
+        up_failed(o, "the UCX connection failed");
+    }
+    new_result(c, &c->last, OP_UPGRADE, NULL);
+    if (!o->conn) {
+        const char *why = c->ucx_dead[0]                           ? c->ucx_dead
+                          : o->retry_at && now_ms() < o->retry_at ? o->why
+                          : upgrade(c, o, TF_TRANSPORT_UCX) != 0  ? o->why
+                                                                  : NULL;
+        if (why)
+            return rfail(&c->last, TF_ECONNECT, "%s", why);
+    }
+    c->last.status = TF_OK;
+    snprintf(c->last.transport, sizeof(c->last.transport), "%s", o->transport);
+    return TF_OK;
+#endif
+}
+
+tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transport_info_t *out)
+{
+    char *key = NULL, *path = NULL;
+    int query;
+    if (!c || !out)
+        return TF_EINVAL;
+    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
+    if (xst != TFX_HC_OK)
+        return xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL;
+    const origin_t *o = origin_find(c, key);
+    free(key);
+    free(path);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->transport, sizeof(out->transport), "http");
+    out->offered = o ? o->offered : -1;
+#ifdef HAVE_UCX
+    if (o && o->conn && !tfx_ucxc_conn_broken(o->conn)) {
+        snprintf(out->transport, sizeof(out->transport), "%s", o->transport);
+        return TF_OK;
+    }
+    uint64_t now = now_ms();
+    if (o && o->retry_at > now)
+        out->retry_ms = (long)(o->retry_at - now);
+    if (c->ucx_dead[0])
+        snprintf(out->reason, sizeof(out->reason), "%s", c->ucx_dead);
+    else if (o && o->conn)
+        snprintf(out->reason, sizeof(out->reason), "the UCX connection failed");
+    else if (o && o->why[0])
+        snprintf(out->reason, sizeof(out->reason), "%s", o->why);
+    else if (o && o->offered == 0)
+        snprintf(out->reason, sizeof(out->reason), "the server does not offer UCX");
+#else
+    snprintf(out->reason, sizeof(out->reason), "this libtfetch was built without UCX");
+#endif
+    return TF_OK;
+}
+
+/* ---- requests over UCX --------------------------------------------------------------------- */
+/* A request UCX can carry is one active message: a tfp_uf frame (op, request id, user, name,
+ * wait) and the document as its encoded safetensors header plus each tensor's bytes, lent to
+ * the transport until it completes. Completions come back through tfx_ucxc_next, drained by
+ * the driving thread after every wait of the engine (the progress thread wakes it), and are
+ * recorded as HTTP's would be: the server's status, its HTTP status (carried in wait_ms), its
+ * message, the reply decoded in place. A transport failure drops the connection (with a
+ * backoff) and, under policy auto, sends the request again over HTTP with the same id. */
+
+static size_t ucx_running(const tf_client_t *c)
+{
+#ifdef HAVE_UCX
+    return c->nucx;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
+#ifdef HAVE_UCX
+static tfp_uf_op_t frame_op(int op)
+{
+    switch (op) {
+    case TF_OP_PUT: return TFP_UF_PUT;
+    case TF_OP_DELETE: return TFP_UF_DELETE;
+    case TF_OP_EXCHANGE: return TFP_UF_CALL;
+    default: return TFP_UF_GET;
+    }
+}
+
+static void free_segs(tf_fetch_t *f)
+{
+    free(f->segs);
+    free(f->lens);
+    f->segs = NULL;
+    f->lens = NULL;
+}
+
+/* Sends f over its origin's connection. On failure f->result says why. */
+static tf_status_t start_ucx(tf_client_t *c, tf_fetch_t *f)
+{
+    origin_t *o = f->origin;
+    tfp_uf_hdr_t h;
+    size_t nsegs = 0;
+
+    tfp_uf_init(&h, frame_op(f->op), 0);
+    snprintf(h.request_id, sizeof(h.request_id), "%s", f->result.request_id);
+    if (c->user)
+        snprintf(h.user, sizeof(h.user), "%s", c->user);
+    snprintf(h.name, sizeof(h.name), "%s", f->name);
+    if (f->op == TF_OP_GET && f->wait_ms > 0)
+        h.wait_ms = f->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)f->wait_ms;
+    if (f->in) {
+        size_t hlen = 0, n = tf_doc_count(f->in) + 1;
+        tf_status_t st = tf_doc_encode_header(f->in, &f->hdr, &hlen);
+        if (st != TF_OK)
+            return rfail(&f->result, st, "cannot encode the document: %s", tf_strerror(st));
+        f->segs = calloc(n, sizeof(*f->segs));
+        f->lens = calloc(n, sizeof(*f->lens));
+        if (!f->segs || !f->lens) {
+            free_segs(f);
+            return rfail(&f->result, TF_ENOMEM, NULL);
+        }
+        f->segs[nsegs] = f->hdr;
+        f->lens[nsegs++] = hlen;
+        h.body_len = hlen;
+        for (size_t i = 0; i + 1 < n; i++) {
+            const tf_tensor_t *t = tf_doc_at(f->in, i);
+            if (t->nbytes) {
+                f->segs[nsegs] = t->data;
+                f->lens[nsegs++] = t->nbytes;
+                h.body_len += t->nbytes;
+            }
+        }
+    }
+    tfp_status_t st = tfx_ucxc_start(o->conn, &h, f->segs, f->lens, nsegs, remaining_ms(f), f,
+                                     &f->ureq);
+    if (st != TFP_OK) {
+        free_segs(f);
+        f->ureq = NULL;
+        return rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
+                     tfp_status_text(st));
+    }
+    f->conn_gen = o->conn_gen;
+    f->tried_ucx = 1;
+    snprintf(f->result.transport, sizeof(f->result.transport), "%s", o->transport);
+    c->nucx++;
+    return TF_OK;
+}
+
+/* 1 if a transport failure's text says it ran out of time. */
+static int is_timeout(const char *why)
+{
+    return strstr(why, "timed out") || strstr(why, "timeout") || strstr(why, "Timeout") ||
+           strstr(why, "no UCX reply within");
+}
+
+/* The transport failed f (why): drop the connection it went over, then retry over HTTP
+ * (policy auto, time permitting) or fail. */
+static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
+{
+    origin_t *o = f->origin;
+    tf_result_t *res = &f->result;
+    if (o && o->conn && o->conn_gen == f->conn_gen) {
+        drop_conn(o);
+        up_failed(o, "the UCX connection failed: %s", why);
+    }
+    if (f->policy != TF_TRANSPORT_AUTO) {
+        rfail(res, is_timeout(why) ? TF_ETIMEDOUT : TF_EIO,
+              "over %s: %s (transport policy ucx: not retried over HTTP)", res->transport, why);
+        complete_fetch(c, f);
+        return;
+    }
+    long timeout = 0;
+    if (f->total_ms > 0) {
+        timeout = f->total_ms - (long)(seconds_since(&f->t0) * 1000.0);
+        if (timeout <= 0) {
+            rfail(res, TF_ETIMEDOUT, "timed out over %s: %s", res->transport, why);
+            complete_fetch(c, f);
+            return;
+        }
+    }
+    snprintf(res->fallback, sizeof(res->fallback), "UCX failed (%.120s); retried over HTTP",
+             why);
+    if (start_http(c, f, timeout) != TF_OK)
+        complete_fetch(c, f);
+}
+
+/* Records a UCX reply in f as an HTTP response would be, decoding a document. */
+static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
+                      uint8_t **body)
+{
+    tf_result_t *res = &f->result;
+    tf_status_t st = tfi_from_proto(u->reply.status);
+    tfp_err_t err;
+    tfp_doc_t *d = NULL;
+
+    res->http_status = (int)u->reply.wait_ms;
+    if (u->reply.request_id[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", u->reply.request_id);
+    res->bytes_received = u->body_len;
+    if (st != TF_OK) {
+        rfail(res, st, "%s", u->reply.msg[0] ? u->reply.msg : tf_strerror(st));
+        return;
+    }
+    if (res->http_status < 200 || res->http_status > 299) {
+        /* An answer passed on as it was given (a worker's error): its body says what. */
+        error_body(res, res->http_status, *body, u->body_len);
+        return;
+    }
+    if (c->max_body > 0 && u->body_len > c->max_body) {
+        rfail(res, TF_ETOOBIG, "the response body (%zu bytes) exceeds the cap of %" PRIu64
+              " bytes", u->body_len, c->max_body);
+        return;
+    }
+    res->status = TF_OK;
+    if (f->op != TF_OP_GET && f->op != TF_OP_EXCHANGE)
+        return;
+    if (!*body || u->body_len == 0) {
+        rfail(res, TF_EPROTO, "empty response body");
+    } else if (tfp_st_decode(*body, u->body_len, NULL, &d, &err) != TFP_OK) {
+        rfail(res, TF_EPROTO, "bad safetensors response: %s", err.msg);
+    } else if ((st = tfi_doc_wrap(d, *body, &f->doc)) != TF_OK) {
+        tfp_doc_free(d);
+        rfail(res, st, NULL);
+    } else {
+        *body = NULL;                   /* the document's storage now */
+    }
+}
+
+/* A UCX request of f completed. */
+static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
+{
+    tfx_ucxc_result_t *u = tfx_ucxc_req_result(ur);
+    uint8_t *body = u->body;
+    u->body = NULL;
+    f->ureq = NULL;
+    c->nucx--;
+    free_segs(f);
+    f->result.bytes_sent = u->bytes_sent;
+    f->result.seconds = seconds_since(&f->t0);
+    if (f->canceled || c->closing) {
+        rfail(&f->result, TF_ECANCELED, "request canceled");
+    } else if (u->transport_status != TFP_OK) {
+        char why[sizeof(u->why)];
+        snprintf(why, sizeof(why), "%s",
+                 u->why[0] ? u->why : tfp_status_text(u->transport_status));
+        free(body);
+        tfx_ucxc_req_free(ur);
+        ucx_failed(c, f, why);
+        return;
+    } else {
+        ucx_reply(c, f, u, &body);
+    }
+    free(body);
+    tfx_ucxc_req_free(ur);
+    complete_fetch(c, f);
+}
+#endif
+
+/* Cancels f if it is in flight over UCX: it completes, with TF_ECANCELED, once the
+ * transport gives its buffers back. 1 if it was, 0 if f is not over UCX. */
+static int ucx_cancel(tf_fetch_t *f)
+{
+#ifdef HAVE_UCX
+    if (f->ureq) {
+        f->canceled = 1;
+        return 1;
+    }
+#else
+    (void)f;
+#endif
+    return 0;
+}
+
+/* Completes the requests UCX finished (their callbacks run here). */
+static void ucx_drain(tf_client_t *c)
+{
+#ifdef HAVE_UCX
+    tfx_ucxc_req_t *ur;
+    while (c->ucx && (ur = tfx_ucxc_next(c->ucx)))
+        ucx_done(c, tfx_ucxc_req_user_data(ur), ur);
+#else
+    (void)c;
+#endif
+}
+
+/* tf_client_free: closes every UCX connection, completes their requests (canceled), stops
+ * the transport. */
+static void close_ucx(tf_client_t *c)
+{
+#ifdef HAVE_UCX
+    if (!c->ucx)
+        return;
+    for (origin_t *o = c->origins; o; o = o->next)
+        drop_conn(o);
+    uint64_t t0 = now_ms();
+    for (;;) {
+        ucx_drain(c);
+        if (c->nucx == 0 || now_ms() - t0 >= (uint64_t)CLOSE_DRAIN_MS)
+            break;
+        tfx_hc_wait(c->hc, 100);
+    }
+    tfx_ucxc_free(c->ucx);
+    c->ucx = NULL;
+    /* What the transport never gave back: stopped now, it no longer reads the buffers. A
+     * callback may free other handles, so the search starts over after each one. */
+    while (c->nucx > 0) {
+        tf_fetch_t *f = c->live;
+        while (f && !f->ureq)
+            f = f->next;
+        if (!f)
+            break;
+        f->ureq = NULL;
+        c->nucx--;
+        free_segs(f);
+        rfail(&f->result, TF_ECANCELED, "request canceled (the client was freed)");
+        f->result.seconds = seconds_since(&f->t0);
+        complete_fetch(c, f);
+    }
+#else
+    (void)c;
+#endif
+}
+
 /* Checks a request description before anything is allocated; failures land in res. */
 static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, int op,
-                                 tf_format_t format, tf_result_t *res)
+                                 tf_format_t format, tf_transport_t policy, tf_result_t *res)
 {
     if (c->closing)
         return rfail(res, TF_EINVAL, "the client is being freed");
@@ -757,6 +1598,8 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
         return rfail(res, TF_EINVAL, "no libtfetch calls inside a progress callback");
     if (!format_valid(format))
         return rfail(res, TF_EINVAL, "unknown format %d", (int)format);
+    if (!transport_valid(policy))
+        return rfail(res, TF_EINVAL, "unknown transport %d", (int)policy);
     if (rq->request_id && (!tfp_request_id_valid(rq->request_id) ||
                            strlen(rq->request_id) > TFP_MAX_REQUEST_ID))
         return rfail(res, TF_EINVAL, "bad request id (expected [A-Za-z0-9._:-]{1,128})");
@@ -775,6 +1618,15 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
     return TF_OK;
 }
 
+/* The whole request's time limit in ms, a long-poll's wait included; 0: none. */
+static long request_timeout(const tf_client_t *c, const tf_request_t *rq)
+{
+    long t = rq->timeout_ms == 0 ? c->timeout_ms : rq->timeout_ms > 0 ? rq->timeout_ms : 0;
+    if (t > 0 && rq->wait_ms > 0)
+        t = rq->wait_ms > LONG_MAX - t ? LONG_MAX : t + rq->wait_ms;
+    return t;
+}
+
 /* tf_fetch_start for any operation, the internal ones included. */
 static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_cb cb,
                                void *ud, tf_fetch_t **out)
@@ -783,9 +1635,11 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     tf_fetch_t *f;
     tf_status_t st;
     tf_format_t format = rq->format != TF_FORMAT_DEFAULT ? rq->format : c->format;
+    tf_transport_t policy = rq->transport != TF_TRANSPORT_DEFAULT ? rq->transport : c->transport;
+    int via_ucx = 0;
 
     new_result(c, &res, op, rq->request_id);
-    if ((st = check_request(c, rq, op, format, &res)) != TF_OK)
+    if ((st = check_request(c, rq, op, format, policy, &res)) != TF_OK)
         goto refuse;
     if (!(f = calloc(1, sizeof(*f)))) {
         st = rfail(&res, TF_ENOMEM, NULL);
@@ -796,30 +1650,36 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     f->ud = ud;
     f->op = op;
     f->format = format;
+    f->policy = policy;
     f->held = out != NULL;
     f->result = res;
+    f->in = rq->in;
+    f->wait_ms = rq->wait_ms;
+    f->total_ms = request_timeout(c, rq);
+    clock_gettime(CLOCK_MONOTONIC, &f->t0);
     if ((st = build_url(f, rq->url, rq->wait_ms)) != TF_OK)
         goto free_fetch;
-    if (!(f->req = acquire_req(c))) {
-        st = rfail(&f->result, TF_ENOMEM, NULL);
+    if ((st = choose(c, f, rq->url, &via_ucx)) != TF_OK)
         goto free_fetch;
+#ifdef HAVE_UCX
+    if (via_ucx && (st = start_ucx(c, f)) != TF_OK) {
+        if (f->policy == TF_TRANSPORT_UCX)
+            goto free_fetch;
+        /* Under policy auto the request goes over HTTP instead, saying why. */
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "%.159s", f->result.error);
+        f->result.error[0] = '\0';
+        f->result.status = TF_EAGAIN;
+        via_ucx = 0;
     }
-    if ((st = prepare(f, rq)) != TF_OK)
-        goto release;
-    tfx_hc_status_t xst = tfx_hc_start(c->hc, f->req, on_req_done, f);
-    if (xst != TFX_HC_OK) {
-        st = rfail(&f->result, from_transport(xst), "cannot start the request: %s",
-                   tfx_hc_strerror(xst));
-        goto release;
-    }
+#endif
+    if (!via_ucx && (st = start_http(c, f, remaining_ms(f))) != TF_OK)
+        goto free_fetch;
     link_fetch(c, f);
     c->npending++;
     if (out)
         *out = f;
     return TF_OK;
 
-release:
-    release_req(c, f->req);
 free_fetch:
     res = f->result;
     free(f->url);
@@ -859,10 +1719,12 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
+        upgrade_wanted(c);
         tfx_hc_poll(c->hc, 0);
+        ucx_drain(c);
         if (f ? f->done : c->npending == 0)
             return;
-        if (tfx_hc_running(c->hc) == 0)
+        if (tfx_hc_running(c->hc) == 0 && ucx_running(c) == 0)
             return;                     /* nothing left that could complete it */
         long wait = -1;
         if (timeout_ms >= 0) {
@@ -914,6 +1776,8 @@ tf_status_t tf_fetch_cancel(tf_fetch_t *f)
         return TF_OK;
     if (f->c->in_engine)
         return TF_EINVAL;
+    if (ucx_cancel(f))
+        return TF_OK;
     f->holds++;
     tfx_hc_cancel(f->c->hc, f->req);
     f->holds--;
@@ -940,7 +1804,7 @@ void tf_fetch_free(tf_fetch_t *f)
     if (!f || f->freeing)
         return;
     f->freeing = 1;
-    if (!f->done && f->c && !f->c->in_engine) {
+    if (!f->done && f->c && !f->c->in_engine && !ucx_cancel(f)) {
         f->holds++;
         tfx_hc_cancel(f->c->hc, f->req);
         f->holds--;

@@ -10,9 +10,11 @@
  * a blocking call is "start, then drive until this request completes".
  *
  * Threads: a client may be used by one thread at a time (use one client per thread, or
- * serialise calls). Nothing runs in the background: requests progress, and callbacks run,
- * only on the thread driving the client, inside tf_fetch_test, tf_fetch_wait, tf_client_run,
- * tf_fetch_cancel, tf_fetch_free, tf_client_free or a blocking call. Docs are plain data,
+ * serialise calls). Callbacks run only on the thread driving the client, inside
+ * tf_fetch_test, tf_fetch_wait, tf_client_run, tf_fetch_cancel, tf_fetch_free,
+ * tf_client_free or a blocking call. Nothing of the caller's runs in the background; a
+ * client that upgraded to UCX owns one progress thread (the transport's own, started at its
+ * first upgrade) that moves UCX traffic and wakes the driving thread. Docs are plain data,
  * owned by one thread at a time. Nothing here keeps global state besides libcurl's one-time
  * initialisation, done on the first tf_client_new.
  *
@@ -130,15 +132,20 @@ typedef struct {
     tf_status_t status;
     int http_status;                /* 0 if no response arrived */
     char request_id[129];           /* the id the server echoed (or the one sent) */
-    char transport[32];             /* what carried it: "http" */
-    char op[16];                    /* "get", "put", "delete", "list", "info", "call" */
+    char transport[32];             /* what carried it: "http", "ucx/sysv+cma", ... */
+    char op[16];                    /* "get", "put", "delete", "list", "info", "call",
+                                     * "upgrade" (tf_client_upgrade) */
     uint64_t bytes_sent;            /* request body bytes */
     uint64_t bytes_received;        /* response body bytes */
     double seconds;                 /* wall time of the request */
     char error[256];                /* the server's or client's message; "" on success */
+    char fallback[160];             /* why it went over HTTP although the transport policy
+                                     * allowed UCX; "" when it did not fall back (it went
+                                     * over UCX, or the policy is http) */
 } tf_result_t;
 
-/* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). */
+/* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). Called for
+ * transfers over HTTP only (not over UCX). */
 typedef int (*tf_progress_fn)(uint64_t down_now, uint64_t down_total, uint64_t up_now,
                               uint64_t up_total, void *user_data);
 
@@ -179,6 +186,60 @@ typedef enum {
 } tf_format_t;
 /* The format of the client's requests from now on (TF_EINVAL for another value). */
 tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
+
+/* Transports. Requests start over HTTP; a client whose policy allows it upgrades each
+ * origin (scheme, host, port) that offers it (the Tfetch-Upgrade response header) to UCX
+ * (shared memory and CMA on one host; RDMA or TCP between hosts) and sends every following
+ * request UCX can carry over it, with no change to the caller's code: get, put, delete and
+ * exchange in the safetensors format to URLs of the form /v1/tensors/NAME and /v1/call/NAME
+ * (list, info, the Shumai format and other URLs always travel over HTTP). Every result says
+ * what carried the request (tf_result_t transport, e.g. "ucx/sysv+cma" or "http") and, when
+ * it went over HTTP although UCX was allowed, why (tf_result_t fallback).
+ *   TF_TRANSPORT_AUTO (the default): upgrade when both sides can, else HTTP. The first
+ *     request to an origin goes over HTTP; once a response offered UCX, the next request
+ *     negotiates (POST /v1/upgrade, then a UCX connection; up to ~4 s when the server is
+ *     slow; tf_client_upgrade negotiates before the first request). A failed upgrade is
+ *     retried after a backoff (1 s doubling to 60 s); a request whose UCX connection fails
+ *     is retried once over HTTP with the same request id, time permitting.
+ *   TF_TRANSPORT_HTTP: HTTP only.
+ *   TF_TRANSPORT_UCX: strict: requests UCX can carry fail (TF_ECONNECT when no connection
+ *     can be made, TF_EIO / TF_ETIMEDOUT when it fails mid-request) rather than fall back;
+ *     the first request to an origin negotiates at once.
+ * Negotiation happens when a request starts, on the calling thread, never inside a
+ * callback: a request started inside a callback uses the connection already made, or HTTP
+ * (under TF_TRANSPORT_UCX it then fails with TF_ECONNECT), and the client negotiates the
+ * next time it is driven outside callbacks. tf_client_new reads the
+ * environment variable TFETCH_TRANSPORT (auto, http or ucx; other values are ignored). */
+typedef enum {
+    TF_TRANSPORT_DEFAULT = 0,       /* in a tf_request_t: the client's */
+    TF_TRANSPORT_AUTO = 1,
+    TF_TRANSPORT_HTTP = 2,
+    TF_TRANSPORT_UCX = 3,
+} tf_transport_t;
+/* The policy of the client's requests from now on (TF_EINVAL for another value). */
+tf_status_t tf_client_set_transport(tf_client_t *c, tf_transport_t transport);
+
+/* Negotiates the upgrade of url's origin now, as the first request under TF_TRANSPORT_UCX
+ * would, whether or not the server has offered it: for callers that know they will talk to
+ * a tfetchd and want UCX from their first request under TF_TRANSPORT_AUTO. Blocks (a few
+ * ms on one host; at most about 4 s). TF_OK once connected (or already); TF_ECONNECT when
+ * no connection can be made now (also during the backoff after a failure), the reason in
+ * tf_client_last's error and tf_client_transport_info; TF_EURL; TF_EINVAL inside a callback.
+ * Requests under TF_TRANSPORT_AUTO then fall back to HTTP as usual. */
+tf_status_t tf_client_upgrade(tf_client_t *c, const char *url);
+
+/* What a client knows of one origin's transports. */
+typedef struct {
+    char transport[32];             /* what carries the next request UCX can carry:
+                                     * "ucx/..." when connected, else "http" */
+    char reason[160];               /* why not UCX (the last failure, or the server's
+                                     * refusal); "" when connected or nothing is known */
+    int offered;                    /* 1: the server's last response offered UCX; 0: it did
+                                     * not; -1: no response seen yet */
+    long retry_ms;                  /* after a failure: ms before the next attempt; else 0 */
+} tf_transport_info_t;
+/* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL. */
+tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transport_info_t *out);
 
 /* Shumai's tfetch: in == NULL: GET url into *out; out == NULL: PUT in to url;
  * both: exchange (POST in, the reply into *out). */
@@ -223,6 +284,7 @@ typedef struct {
     long timeout_ms;                /* 0: the client's; > 0: this many ms; < 0: none */
     tf_format_t format;             /* TF_FORMAT_DEFAULT: the client's */
     const char *request_id;         /* NULL: the client's next id (see set_request_id) */
+    tf_transport_t transport;       /* TF_TRANSPORT_DEFAULT: the client's policy */
 } tf_request_t;
 
 /* A request in flight: started by tf_fetch_start, completed exactly once. */
@@ -253,7 +315,10 @@ tf_status_t tf_fetch_test(tf_fetch_t *f);
  * TF_EAGAIN if it is still running; TF_EINVAL inside a callback. */
 tf_status_t tf_fetch_wait(tf_fetch_t *f, long timeout_ms);
 /* Cancels f: if it is still running its callback runs now, with TF_ECANCELED, before this
- * returns. After completion a harmless no-op. TF_OK; TF_EINVAL for NULL. */
+ * returns. A request in flight over UCX cannot be stopped midway (its buffers are lent to
+ * the transport until it completes): its callback runs with TF_ECANCELED once it completes,
+ * from a later tf_fetch_test, tf_fetch_wait, tf_client_run, blocking call or tf_client_free,
+ * and the reply is discarded. After completion a harmless no-op. TF_OK; TF_EINVAL for NULL. */
 tf_status_t tf_fetch_cancel(tf_fetch_t *f);
 /* The request's outcome (borrowed from f). Before completion status is TF_EAGAIN. */
 const tf_result_t *tf_fetch_result(const tf_fetch_t *f);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -43,7 +44,8 @@ enum {
 
 static const char usage_text[] =
     "Usage: tfetch [OPTIONS] COMMAND ARGS...\n"
-    "Move tensors to and from a tfetchd server (safetensors documents over HTTP).\n"
+    "Move tensors to and from a tfetchd server (safetensors documents over HTTP, or UCX\n"
+    "when the server offers it).\n"
     "\n"
     "Commands:\n"
     "  get URL [FILE]   fetch the document at URL (http://HOST:PORT/v1/tensors/NAME) and\n"
@@ -83,9 +85,16 @@ static const char usage_text[] =
     "                         F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL)\n"
     "      --shape DIMS       put, call: the raw tensor's shape, e.g. 2,3 (\"\" for a scalar)\n"
     "      --json             ls: print the listing as JSON\n"
+    "      --transport POLICY auto: negotiate UCX with the server before the first request\n"
+    "                         and fall back to HTTP (saying why) when it cannot be had;\n"
+    "                         http: HTTP only; ucx: UCX or fail. Default: $TFETCH_TRANSPORT,\n"
+    "                         else the library's: the first request over HTTP, UCX from the\n"
+    "                         next one when the server offers it. ls, info and --format\n"
+    "                         shumai always use HTTP\n"
     "  -s, --stats            after the requests print one JSON line per request to stderr\n"
     "                         (in argument order): {\"op\",\"transport\",\"bytes\",\"seconds\",\n"
-    "                         \"request_id\",\"http_status\",\"status\"}\n"
+    "                         \"request_id\",\"http_status\",\"status\",\"fallback\"}\n"
+    "                         (fallback: why it went over HTTP when UCX was allowed)\n"
     "  -q, --quiet            print nothing but results and errors (no progress bar)\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
@@ -114,6 +123,7 @@ typedef struct {
     const char *dtype;
     const char *shape;
     int json;
+    const char *transport;
     int stats;
     int quiet;
 } opts_t;
@@ -194,6 +204,8 @@ static void print_stats(const tf_result_t *r)
     json_str(stderr, r->request_id);
     fprintf(stderr, ",\"http_status\":%d,\"status\":", r->http_status);
     json_str(stderr, tf_err_name(r->status));
+    fputs(",\"fallback\":", stderr);
+    json_str(stderr, r->fallback);
     fputs("}\n", stderr);
 }
 
@@ -902,7 +914,7 @@ static int cmd_info(tf_client_t *c, const char *base)
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON };
+enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
@@ -916,6 +928,7 @@ static const struct option long_opts[] = {
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"shape", required_argument, NULL, OPT_SHAPE},
     {"json", no_argument, NULL, OPT_JSON},
+    {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"stats", no_argument, NULL, 's'},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
@@ -954,6 +967,12 @@ static int parse_options(int argc, char **argv, opts_t *o)
         case OPT_DTYPE: o->dtype = optarg; break;
         case OPT_SHAPE: o->shape = optarg; break;
         case OPT_JSON: o->json = 1; break;
+        case OPT_TRANSPORT:
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "http") != 0 &&
+                strcmp(optarg, "ucx") != 0)
+                return usage_error("unknown --transport '%s' (auto, http or ucx)", optarg);
+            o->transport = optarg;
+            break;
         case 's': o->stats = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
@@ -1037,6 +1056,10 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
         return usage_error("bad --parallel %ld", o->parallel);
     if (o->format && is(o->format, "shumai"))
         tf_client_set_format(c, TF_FORMAT_SHUMAI);
+    if (o->transport)
+        tf_client_set_transport(c, is(o->transport, "ucx")    ? TF_TRANSPORT_UCX
+                                   : is(o->transport, "http") ? TF_TRANSPORT_HTTP
+                                                              : TF_TRANSPORT_AUTO);
     if (!o->quiet && one_request && isatty(STDERR_FILENO))
         tf_client_set_progress(c, on_progress, &bar);
     return -1;
@@ -1055,6 +1078,14 @@ static int run(const char *cmd, char **args, int nargs, const opts_t *o)
     int one = nargs == 1 || (nargs == 2 && (pairs || !o->dir));
     if ((rc = configure(c, o, one)) >= 0)
         goto free_client;
+
+    /* An explicit auto or ucx wants UCX from the first request on: by itself the library
+     * upgrades a server only once a response has offered it. A failure here is reported by
+     * the requests (they fall back, or fail under ucx, saying why). */
+    const char *policy = o->transport ? o->transport : getenv("TFETCH_TRANSPORT");
+    if (policy && (strcasecmp(policy, "auto") == 0 || strcasecmp(policy, "ucx") == 0) &&
+        !is(cmd, "ls") && !is(cmd, "info") && !(o->format && is(o->format, "shumai")))
+        tf_client_upgrade(c, args[0]);
 
     if (is(cmd, "ls")) {
         rc = cmd_ls(c, o, args[0]);

@@ -42,7 +42,7 @@ struct tfd_upgrade {
 #endif
 };
 
-static void drop_expired(tfd_upgrade_t *up, uint64_t now)
+static __attribute__((unused)) void drop_expired(tfd_upgrade_t *up, uint64_t now)
 {
     for (size_t i = 0; i < up->ntokens;)
         if (up->tokens[i].expires_ms <= now)

@@ -17,6 +17,7 @@ int main(void)
     srunner_add_suite(sr, suite_async());
     srunner_add_suite(sr, suite_plugins());
     srunner_add_suite(sr, suite_ucxproto());
+    srunner_add_suite(sr, suite_ucx());
     srunner_add_suite(sr, suite_e2e());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -14,5 +14,6 @@ Suite *suite_shumai(void);
 Suite *suite_async(void);
 Suite *suite_plugins(void);
 Suite *suite_ucxproto(void);
+Suite *suite_ucx(void);
 
 #endif

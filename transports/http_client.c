@@ -318,6 +318,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         r->request_id[0] = r->transport[0] = r->content_type[0] = '\0';
         r->dtype[0] = r->shape[0] = '\0';
         r->call_id[0] = r->route[0] = r->call_user[0] = r->call_request_id[0] = '\0';
+        r->upgrade[0] = '\0';
         return n;
     }
     const char *colon = memchr(line, ':', n);
@@ -344,6 +345,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         copy_value(r->call_user, sizeof(r->call_user), v, vlen);
     else if (header_is(line, name_len, "Tfetch-Call-Request-Id"))
         copy_value(r->call_request_id, sizeof(r->call_request_id), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Upgrade"))
+        copy_value(r->upgrade, sizeof(r->upgrade), v, vlen);
     return n;
 }
 
@@ -740,10 +743,16 @@ static void perform(tfx_hc_t *hc)
 
 void tfx_hc_wait(tfx_hc_t *hc, long timeout_ms)
 {
-    if (!hc || hc->nrunning == 0 || timeout_ms == 0)
+    if (!hc || timeout_ms == 0)
         return;
     long wait = timeout_ms < 0 || timeout_ms > POLL_SLICE_MS ? POLL_SLICE_MS : timeout_ms;
     curl_multi_poll(hc->multi, NULL, 0, (int)wait, NULL);
+}
+
+void tfx_hc_wakeup(tfx_hc_t *hc)
+{
+    if (hc)
+        curl_multi_wakeup(hc->multi);
 }
 
 int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
@@ -831,6 +840,62 @@ tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *
     curl_free(full);
 
 free_parts:
+    curl_free(host);
+    curl_free(scheme);
+free_url:
+    curl_url_cleanup(u);
+    return st;
+}
+
+tfx_hc_status_t tfx_hc_url_split(const char *url, char **origin, char **path, int *has_query)
+{
+    tfx_hc_status_t st = TFX_HC_EURL;
+    char *scheme = NULL, *host = NULL, *port = NULL, *p = NULL, *q = NULL;
+
+    if (!url || !origin || !path || !has_query)
+        return TFX_HC_EINVAL;
+    const char *auth = strstr(url, "://");
+    if (!auth || auth[3] == '/' || auth[3] == '\0')
+        return TFX_HC_EURL;
+    if (ensure_curl() != 0)
+        return TFX_HC_ENOMEM;
+    CURLU *u = curl_url();
+    if (!u)
+        return TFX_HC_ENOMEM;
+    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
+        goto free_url;
+    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
+        goto free_parts;
+    if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK)
+        goto free_parts;
+    if (curl_url_get(u, CURLUPART_PATH, &p, 0) != CURLUE_OK)
+        goto free_parts;
+    CURLUcode qrc = curl_url_get(u, CURLUPART_QUERY, &q, 0);
+    for (char *c = scheme; *c; c++)
+        *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+    for (char *c = host; *c; c++)
+        *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+    size_t n = strlen(scheme) + strlen(host) + strlen(port) + 5;
+    char *o = malloc(n);
+    char *pp = strdup(p && *p ? p : "/");
+    if (!o || !pp) {
+        free(o);
+        free(pp);
+        st = TFX_HC_ENOMEM;
+        goto free_parts;
+    }
+    snprintf(o, n, "%s://%s:%s", scheme, host, port);
+    *origin = o;
+    *path = pp;
+    *has_query = qrc == CURLUE_OK && q != NULL;
+    st = TFX_HC_OK;
+
+free_parts:
+    curl_free(q);
+    curl_free(p);
+    curl_free(port);
     curl_free(host);
     curl_free(scheme);
 free_url:

@@ -61,6 +61,7 @@ typedef struct {
     char route[256];                /* Tfetch-Route */
     char call_user[129];            /* Tfetch-Call-User */
     char call_request_id[129];      /* Tfetch-Call-Request-Id */
+    char upgrade[32];               /* Tfetch-Upgrade: what the server can upgrade to */
     uint8_t *body;                  /* owned by the request; always NUL-terminated */
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */
@@ -87,9 +88,14 @@ tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn don
  * libcurl's multi interface itself fails, every running request completes with TFX_HC_EIO. */
 int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms);
 /* Only waits: returns when a running request's connection has activity, a libcurl timer is
- * due, or timeout_ms passes (at most one second; -1: that second). Completes nothing: call
+ * due, tfx_hc_wakeup is called, or timeout_ms passes (at most one second; -1: that second).
+ * Waits even when no request is running (for a wake-up). Completes nothing: call
  * tfx_hc_poll(hc, 0) next. Lets a caller check its own condition between the two. */
 void tfx_hc_wait(tfx_hc_t *hc, long timeout_ms);
+/* Makes the current or the next tfx_hc_wait (or a poll's wait) return at once. The one
+ * function here that any thread may call, while the engine exists (curl_multi_wakeup). Lets
+ * another source of completions (the UCX progress thread) share the engine's sleep. */
+void tfx_hc_wakeup(tfx_hc_t *hc);
 /* Runs the engine until req completes (TFX_HC_OK, its callback has run) or timeout_ms passes
  * (TFX_HC_EAGAIN; -1 waits for ever). Other requests progress meanwhile. */
 tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms);
@@ -136,5 +142,10 @@ int tfx_hc_req_running(const tfx_hc_req_t *req);
  * path (and drops the query) when not NULL; query ("wait=100") is appended when not NULL.
  * *out is malloc'd. TFX_HC_EURL for a malformed URL or another scheme. */
 tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *query, char **out);
+/* Splits an absolute http(s) URL into its origin, "scheme://host:port" (lowercase scheme and
+ * host, the port always written, the default one included) and its path ("/" when empty),
+ * both malloc'd; *has_query is 1 when the URL has a query. The outputs are set only on
+ * success. TFX_HC_EURL as tfx_hc_url_build. */
+tfx_hc_status_t tfx_hc_url_split(const char *url, char **origin, char **path, int *has_query);
 
 #endif

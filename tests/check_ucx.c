@@ -1,0 +1,1455 @@
+/* check_ucx.c - libtfetch over UCX against the real tfetchd: the upgrade (HTTP first, then UCX
+ * from the next request on; strict and http policies; a server that does not offer it),
+ * every operation and dtype over UCX, a 256 MiB tensor, a thousand exchanges in flight,
+ * cancel and free with UCX requests pending, the admission of UCX endpoints (one-time,
+ * short-lived, peer-bound tokens; frames without one), and faults (the daemon killed
+ * mid-request, a connection lost and the request retried over HTTP with the same id).
+ *
+ * Each test starts its own daemon ($TFETCHD, port 0). Built without UCX, only the client's
+ * answers without it are checked (auto falls back, ucx fails, both saying why); the rest is
+ * skipped with a message. Runs in one process too (CK_FORK=no): every test frees what it made.
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "tests/daemon_util.h"
+#include "client/tfetch.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef HAVE_UCX
+#include <ucp/api/ucp.h>
+#include "proto/ucxframe.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
+#include "transports/http_client.h"
+#include "transports/ucx_client.h"
+#include "transports/ucx_server.h"
+#endif
+
+Suite *suite_ucx(void);                /* registered in tests/suites.h */
+
+static td_daemon_t D;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+#ifdef HAVE_UCX
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+#endif
+
+/* 1 when $TFETCHD is set (make check sets it); else says why the test is skipped. */
+static int have_daemon(const char *test)
+{
+    if (getenv("TFETCHD"))
+        return 1;
+    fprintf(stderr, "%s: TFETCHD not set, skipped\n", test);
+    return 0;
+}
+
+static void start(const char *const *args)
+{
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+}
+
+static void stop(void)
+{
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    td_cleanup();
+}
+
+static tf_client_t *client(tf_transport_t policy)
+{
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(c, policy), TF_OK);
+    return c;
+}
+
+static const char *url(const char *fmt, const char *name)
+{
+    static char bufs[4][512];
+    static int k;
+    char *b = bufs[k++ & 3];
+    int n = snprintf(b, 512, "%s", D.base);
+    snprintf(b + n, 512 - (size_t)n, fmt, name);
+    return b;
+}
+
+/* A one-tensor F32 document "name" of n values base, base + 1, ... (copied). */
+static tf_doc_t *f32_doc(const char *name, int n, float base)
+{
+    float v[64];
+    ck_assert_int_le(n, 64);
+    for (int i = 0; i < n; i++)
+        v[i] = base + (float)i;
+    int64_t shape[1] = {n};
+    tf_doc_t *doc = tf_doc_new();
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_int_eq(tf_doc_add(doc, name, TF_F32, 1, shape, v, (size_t)n * sizeof(float),
+                                TF_COPY), TF_OK);
+    return doc;
+}
+
+#ifdef HAVE_UCX
+/* Same tensors (names, dtypes, shapes, bytes) in the same order. */
+static int docs_equal(const tf_doc_t *a, const tf_doc_t *b)
+{
+    if (!a || !b || tf_doc_count(a) != tf_doc_count(b))
+        return 0;
+    for (size_t i = 0; i < tf_doc_count(a); i++) {
+        const tf_tensor_t *x = tf_doc_at(a, i), *y = tf_doc_at(b, i);
+        if (strcmp(x->name, y->name) != 0 || x->dtype != y->dtype || x->rank != y->rank ||
+            x->nbytes != y->nbytes ||
+            memcmp(x->shape, y->shape, sizeof(x->shape[0]) * (size_t)x->rank) != 0 ||
+            (x->nbytes && memcmp(x->data, y->data, x->nbytes) != 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* The transport string of a request that went over shared memory on this host. */
+static void assert_shm(const char *transport)
+{
+    ck_assert_msg(strncmp(transport, "ucx/", 4) == 0 &&
+                      (strstr(transport, "sysv") || strstr(transport, "posix")),
+                  "expected UCX over shared memory, got '%s'", transport);
+}
+
+static void assert_ucx_result(const tf_result_t *r)
+{
+    assert_shm(r->transport);
+    ck_assert_msg(r->fallback[0] == '\0', "unexpected fallback: %s", r->fallback);
+}
+
+/* Number of times needle occurs in the file at path. */
+static int count_in_file(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, needle))
+            n++;
+    fclose(f);
+    return n;
+}
+#endif
+
+/* ---- without UCX: the client says why ------------------------------------------------------ */
+
+#ifndef HAVE_UCX
+START_TEST(noucx_auto_falls_back_ucx_fails)
+{
+    if (!have_daemon("noucx_auto_falls_back_ucx_fails"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    tf_doc_t *d = f32_doc("w", 4, 1);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), d), TF_OK);
+        ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    }
+    ck_assert_msg(strstr(tf_client_last(c)->fallback, "without UCX"), "fallback: %s",
+                  tf_client_last(c)->fallback);
+    tf_transport_info_t ti;
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_str_eq(ti.transport, "http");
+    ck_assert_msg(strstr(ti.reason, "without UCX"), "reason: %s", ti.reason);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_ECONNECT);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "without UCX"), "error: %s",
+                  tf_client_last(c)->error);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_UCX), TF_OK);
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), d), TF_ECONNECT);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "without UCX"), "error: %s",
+                  tf_client_last(c)->error);
+    /* list and info are HTTP's, whatever the policy */
+    char *json = NULL;
+    ck_assert_int_eq(tf_info(c, D.base, &json), TF_OK);
+    free(json);
+    tf_doc_free(d);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+#else
+
+/* ---- the upgrade ----------------------------------------------------------------------------- */
+
+/* Skips (1) when the daemon's UCX did not start here: /v1/info says why. */
+static int ucx_unavailable(tf_client_t *c, const char *test)
+{
+    char *json = NULL;
+    ck_assert_int_eq(tf_info(c, D.base, &json), TF_OK);
+    int off = strstr(json, "\"ucx\":{\"compiled\":true,\"enabled\":true") == NULL;
+    if (off)
+        fprintf(stderr, "%s: tfetchd's UCX is not available here (%s), skipped\n", test, json);
+    free(json);
+    return off;
+}
+
+START_TEST(ucx_upgrade_after_first_request)
+{
+    if (!have_daemon("ucx_upgrade_after_first_request"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    tf_transport_info_t ti;
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_str_eq(ti.transport, "http");
+    ck_assert_int_eq(ti.offered, -1);
+    tf_doc_t *d = f32_doc("w", 8, 1), *got = NULL;
+    ck_assert_int_eq(tf_client_upgrade(c, "mailto:x"), TF_EURL);
+    /* The first request goes over HTTP and learns that the server offers UCX. */
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), d), TF_OK);
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert_str_eq(r->transport, "http");
+    ck_assert_int_eq(r->http_status, 201);
+    ck_assert_msg(strstr(r->fallback, "not offered UCX yet"), "fallback: %s", r->fallback);
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_int_eq(ti.offered, 1);
+    /* Every following one goes over UCX, shared memory on one host. */
+    ck_assert_int_eq(tf_client_set_request_id(c, "second-1"), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+    r = tf_client_last(c);
+    assert_ucx_result(r);
+    ck_assert_int_eq(r->http_status, 200);
+    ck_assert_str_eq(r->request_id, "second-1");
+    ck_assert_str_eq(r->op, "get");
+    ck_assert_uint_gt(r->bytes_received, 32);
+    ck_assert(r->seconds > 0.0);
+    ck_assert(docs_equal(got, d));
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    assert_shm(ti.transport);
+    ck_assert_str_eq(ti.reason, "");
+    ck_assert_int_eq(ti.retry_ms, 0);
+    /* Any URL of the same origin names it; another origin is unknown. */
+    ck_assert_int_eq(tf_client_transport_info(c, url("/v1/tensors/%s", "w"), &ti), TF_OK);
+    assert_shm(ti.transport);
+    ck_assert_int_eq(tf_client_transport_info(c, "http://127.0.0.1:1/", &ti), TF_OK);
+    ck_assert_str_eq(ti.transport, "http");
+    ck_assert_int_eq(ti.offered, -1);
+    ck_assert_int_eq(tf_client_transport_info(c, "ftp://x/", &ti), TF_EURL);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);          /* already connected */
+    ck_assert_str_eq(tf_client_last(c)->op, "upgrade");
+    assert_shm(tf_client_last(c)->transport);
+    tf_client_free(c);
+    /* tf_client_upgrade: UCX from the very first request under auto. */
+    c = client(TF_TRANSPORT_AUTO);
+    ck_assert_int_eq(tf_client_upgrade(c, url("/v1/tensors/%s", "w")), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    tf_doc_free(got);
+    /* list, info and the Shumai format stay on HTTP and say so. */
+    tf_entry_t *e = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(tf_list(c, D.base, &e, &n), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    ck_assert_msg(strstr(tf_client_last(c)->fallback, "HTTP"), "%s",
+                  tf_client_last(c)->fallback);
+    tf_list_free(e, n);
+    ck_assert_int_eq(tf_client_set_format(c, TF_FORMAT_SHUMAI), TF_OK);
+    ck_assert_int_eq(tf_fetch(c, url("/%s", "echo"), d, &got), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    ck_assert_msg(strstr(tf_client_last(c)->fallback, "Shumai"), "%s",
+                  tf_client_last(c)->fallback);
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* Strict: the first request negotiates at once; http never upgrades. */
+START_TEST(ucx_policies)
+{
+    if (!have_daemon("ucx_policies"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_UCX);
+    if (ucx_unavailable(c, "ucx_policies")) {
+        tf_client_free(c);
+        stop();
+        return;
+    }
+    tf_doc_t *d = f32_doc("p", 4, 0), *got = NULL;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "p"), d), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    /* A request may choose its own policy. */
+    tf_request_t rq = {.op = TF_OP_GET, .url = url("/v1/tensors/%s", "p"),
+                       .transport = TF_TRANSPORT_HTTP};
+    tf_fetch_t *f = NULL;
+    ck_assert_int_eq(tf_fetch_start(c, &rq, NULL, NULL, &f), TF_OK);
+    ck_assert_int_eq(tf_fetch_wait(f, 10000), TF_OK);
+    ck_assert_str_eq(tf_fetch_result(f)->transport, "http");
+    ck_assert_str_eq(tf_fetch_result(f)->fallback, "");
+    got = tf_fetch_take_doc(f);
+    ck_assert(docs_equal(got, d));
+    tf_doc_free(got);
+    tf_fetch_free(f);
+    rq.transport = (tf_transport_t)42;
+    ck_assert_int_eq(tf_fetch_start(c, &rq, NULL, NULL, &f), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_DEFAULT), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_transport(NULL, TF_TRANSPORT_AUTO), TF_EINVAL);
+    tf_client_free(c);
+
+    /* http stays http, with no fallback reason: nothing fell back. */
+    c = client(TF_TRANSPORT_HTTP);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "p"), 0, &got), TF_OK);
+        ck_assert_str_eq(tf_client_last(c)->transport, "http");
+        ck_assert_str_eq(tf_client_last(c)->fallback, "");
+        tf_doc_free(got);
+    }
+    tf_transport_info_t ti;
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_str_eq(ti.transport, "http");
+    ck_assert_int_eq(ti.offered, 1);
+    tf_client_free(c);
+
+    /* TFETCH_TRANSPORT sets a new client's policy. */
+    setenv("TFETCH_TRANSPORT", "http", 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    unsetenv("TFETCH_TRANSPORT");
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "p"), 0, &got), TF_OK);
+        ck_assert_str_eq(tf_client_last(c)->transport, "http");
+        tf_doc_free(got);
+    }
+    tf_client_free(c);
+    setenv("TFETCH_TRANSPORT", "ucx", 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    unsetenv("TFETCH_TRANSPORT");
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "p"), 0, &got), TF_OK);
+    assert_shm(tf_client_last(c)->transport);
+    tf_doc_free(got);
+    tf_client_free(c);
+    tf_doc_free(d);
+    stop();
+}
+END_TEST
+
+typedef struct {
+    tf_client_t *c;
+    tf_fetch_t *second;
+    int calls;
+    tf_status_t st;
+    tf_result_t res;
+} chain_t;
+
+static void chained_cb(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *r,
+                       void *ud)
+{
+    chain_t *ch = ud;
+    (void)f;
+    ch->calls++;
+    ch->st = st;
+    ch->res = *r;
+    tf_doc_free(doc);
+}
+
+static void first_cb(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *r,
+                     void *ud)
+{
+    chain_t *ch = ud;
+    (void)f;
+    (void)r;
+    ck_assert_int_eq(st, TF_OK);
+    tf_doc_free(doc);
+    /* Inside a callback nothing negotiates: this one goes over HTTP and says why. */
+    tf_request_t rq = {.op = TF_OP_GET, .url = url("/v1/tensors/%s", "cb")};
+    ck_assert_int_eq(tf_fetch_start(ch->c, &rq, chained_cb, ch, &ch->second), TF_OK);
+}
+
+START_TEST(ucx_callback_does_not_negotiate)
+{
+    if (!have_daemon("ucx_callback_does_not_negotiate"))
+        return;
+    start(NULL);
+    chain_t ch = {.c = client(TF_TRANSPORT_AUTO)};
+    tf_doc_t *d = f32_doc("cb", 3, 0);
+    tf_request_t rq = {.op = TF_OP_PUT, .url = url("/v1/tensors/%s", "cb"), .in = d};
+    ck_assert_int_eq(tf_fetch_start(ch.c, &rq, first_cb, &ch, NULL), TF_OK);
+    ck_assert_int_eq(tf_client_run(ch.c, 10000), TF_OK);
+    ck_assert_int_eq(ch.calls, 1);
+    ck_assert_int_eq(ch.st, TF_OK);
+    ck_assert_str_eq(ch.res.transport, "http");
+    ck_assert_msg(strstr(ch.res.fallback, "inside a callback"), "fallback: %s",
+                  ch.res.fallback);
+    tf_fetch_free(ch.second);
+    /* Outside, the next request negotiates. */
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(ch.c, url("/v1/tensors/%s", "cb"), 0, &got), TF_OK);
+    assert_ucx_result(tf_client_last(ch.c));
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_client_free(ch.c);
+    stop();
+}
+END_TEST
+
+/* tfetchd --ucx off: auto falls back and says the server does not offer UCX; ucx fails. */
+START_TEST(ucx_server_without_ucx)
+{
+    if (!have_daemon("ucx_server_without_ucx"))
+        return;
+    const char *args[] = {"--ucx", "off", NULL};
+    start(args);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    tf_doc_t *d = f32_doc("off", 4, 0), *got = NULL;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "off"), d), TF_OK);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "off"), 0, &got), TF_OK);
+        const tf_result_t *r = tf_client_last(c);
+        ck_assert_str_eq(r->transport, "http");
+        ck_assert_msg(strstr(r->fallback, "server does not offer UCX"), "fallback: %s",
+                      r->fallback);
+        tf_doc_free(got);
+    }
+    tf_transport_info_t ti;
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_str_eq(ti.transport, "http");
+    ck_assert_int_eq(ti.offered, 0);
+    ck_assert_msg(strstr(ti.reason, "server"), "reason: %s", ti.reason);
+    tf_client_free(c);
+
+    /* Asking explicitly: refused, with the server's reason. */
+    c = client(TF_TRANSPORT_AUTO);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_ECONNECT);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "--ucx off"), "%s", tf_client_last(c)->error);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "off"), 0, &got), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    ck_assert_msg(strstr(tf_client_last(c)->fallback, "--ucx off"), "%s",
+                  tf_client_last(c)->fallback);
+    tf_doc_free(got);
+    tf_client_free(c);
+    /* Strict: the negotiation is refused, with the server's reason, and nothing is sent. */
+    c = client(TF_TRANSPORT_UCX);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "off"), 0, &got), TF_ECONNECT);
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert_msg(strstr(r->error, "policy ucx") && strstr(r->error, "does not offer UCX") &&
+                      strstr(r->error, "--ucx off"), "error: %s", r->error);
+    /* Within the backoff it fails at once, with the same reason. */
+    double t0 = now_s();
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "off"), d), TF_ECONNECT);
+    ck_assert(now_s() - t0 < 0.5);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "--ucx off"), "error: %s",
+                  tf_client_last(c)->error);
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_int_gt(ti.retry_ms, 0);
+    ck_assert_int_le(ti.retry_ms, 1000);
+    /* An asynchronous start fails the same way, and its callback never runs. */
+    tf_request_t rq = {.op = TF_OP_GET, .url = url("/v1/tensors/%s", "off")};
+    tf_fetch_t *f = NULL;
+    ck_assert_int_eq(tf_fetch_start(c, &rq, NULL, NULL, &f), TF_ECONNECT);
+    ck_assert_ptr_null(f);
+    ck_assert_uint_eq(tf_client_pending(c), 0);
+    /* list and info are HTTP's whatever the policy. */
+    char *json = NULL;
+    ck_assert_int_eq(tf_info(c, D.base, &json), TF_OK);
+    ck_assert_msg(strstr(json, "--ucx off"), "%s", json);
+    free(json);
+    tf_client_free(c);
+    tf_doc_free(d);
+    stop();
+}
+END_TEST
+
+static const char *cli(void)
+{
+    const char *p = getenv("TFETCH_CLI");
+    return p ? p : "./client/tfetch";
+}
+
+/* tfetch --transport and --stats. A batch's jobs start from callbacks: the first goes over
+ * HTTP, the second too (the connection is made after it started), the third over UCX. */
+START_TEST(ucx_cli_transport)
+{
+    if (!have_daemon("ucx_cli_transport"))
+        return;
+    start(NULL);
+    char in[64], cmd[4096], out[8192];
+    float v[4] = {1, 2, 3, 4};
+    snprintf(in, sizeof in, "%s", td_tmpfile(0, v, sizeof v));
+    snprintf(cmd, sizeof cmd,
+             "%s -q --stats put --dtype F32 --shape 4 %s %s %s %s %s %s 2>&1 >/dev/null", cli(),
+             url("/v1/tensors/%s", "c1"), in, url("/v1/tensors/%s", "c2"), in,
+             url("/v1/tensors/%s", "c3"), in);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    char *second = strstr(out, "\n{"), *third = second ? strstr(second + 1, "\n{") : NULL;
+    ck_assert_msg(strncmp(out, "{\"op\":\"put\",\"transport\":\"http\"", 30) == 0 &&
+                      strstr(out, "not offered UCX yet") && second && third &&
+                      strstr(second, "\"transport\":\"http\"") &&
+                      strstr(third, "\"transport\":\"ucx/") &&
+                      strstr(third, "\"fallback\":\"\""), "stats: %s", out);
+    /* An explicit --transport auto negotiates before the first request. */
+    snprintf(cmd, sizeof cmd, "%s --transport auto --stats get --raw %s 2>&1 >/dev/null",
+             cli(), url("/v1/tensors/%s", "c3"));
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"transport\":\"ucx/") && strstr(out, "\"fallback\":\"\""),
+                  "stats: %s", out);
+    snprintf(cmd, sizeof cmd, "TFETCH_TRANSPORT=auto %s --stats get --raw %s 2>&1 >/dev/null",
+             cli(), url("/v1/tensors/%s", "c3"));
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"transport\":\"ucx/"), "stats: %s", out);
+    snprintf(cmd, sizeof cmd, "%s --transport ucx --stats rm %s 2>&1", cli(),
+             url("/v1/tensors/%s", "c1"));
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"transport\":\"ucx/"), "stats: %s", out);
+    snprintf(cmd, sizeof cmd, "%s --transport http --stats rm %s 2>&1", cli(),
+             url("/v1/tensors/%s", "c2"));
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"transport\":\"http\"") && strstr(out, "\"fallback\":\"\""),
+                  "stats: %s", out);
+    snprintf(cmd, sizeof cmd, "%s --transport fast ls %s 2>&1", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 1);
+    ck_assert_msg(strstr(out, "--transport"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s --help", cli());
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "--transport POLICY"), "%s", out);
+    stop();
+    /* Strict against a server without UCX: exit status 5, saying why. */
+    const char *args[] = {"--ucx", "off", NULL};
+    start(args);
+    snprintf(cmd, sizeof cmd, "%s --transport ucx get %s 2>&1 >/dev/null", cli(),
+             url("/v1/tensors/%s", "x"));
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 5);
+    ck_assert_msg(strstr(out, "does not offer UCX"), "%s", out);
+    /* auto: HTTP, saying why */
+    snprintf(cmd, sizeof cmd, "%s --transport auto --stats rm %s 2>&1 >/dev/null", cli(),
+             url("/v1/tensors/%s", "x"));
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "\"transport\":\"http\"") &&
+                      strstr(out, "\"fallback\":\"the server does not offer UCX"), "%s", out);
+    stop();
+}
+END_TEST
+
+/* ---- every operation over UCX ----------------------------------------------------------------- */
+
+/* A client already upgraded to UCX on D. */
+static tf_client_t *ucx_client(void)
+{
+    tf_client_t *c = client(TF_TRANSPORT_UCX);
+    char *json = NULL;
+    ck_assert_int_eq(tf_info(c, D.base, &json), TF_OK);
+    free(json);
+    return c;
+}
+
+static tf_doc_t *exchange(tf_client_t *c, const char *route, const tf_doc_t *in,
+                          tf_status_t want)
+{
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_fetch(c, url("/v1/call/%s", route), in, &got), want);
+    assert_shm(tf_client_last(c)->transport);
+    return got;
+}
+
+START_TEST(ucx_every_op)
+{
+    if (!have_daemon("ucx_every_op"))
+        return;
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    tf_doc_t *d = f32_doc("w", 6, 1), *d2 = f32_doc("w", 6, 100), *got = NULL;
+    ck_assert_int_eq(tf_doc_set_meta(d, "note", "over ucx"), TF_OK);
+    /* put: 201 new, 204 replaced */
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), d), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    ck_assert_int_eq(tf_client_last(c)->http_status, 201);
+    ck_assert_str_eq(tf_client_last(c)->op, "put");
+    ck_assert_uint_gt(tf_client_last(c)->bytes_sent, 24);
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), d2), TF_OK);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 204);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+    ck_assert(docs_equal(got, d2));
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), d), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+    ck_assert(docs_equal(got, d));
+    ck_assert_str_eq(tf_doc_meta(got, "note"), "over ucx");
+    tf_doc_free(got);
+    got = NULL;
+    /* what HTTP also sees */
+    tf_client_t *h = client(TF_TRANSPORT_HTTP);
+    ck_assert_int_eq(tf_get(h, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+    ck_assert(docs_equal(got, d));
+    tf_doc_free(got);
+    got = NULL;
+    /* errors: the server's status, HTTP status and message */
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "nope"), 0, &got), TF_ENOTFOUND);
+    ck_assert_ptr_null(got);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 404);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "nope"), "%s", tf_client_last(c)->error);
+    assert_shm(tf_client_last(c)->transport);
+    ck_assert_int_eq(tf_get(h, url("/v1/tensors/%s", "nope"), 0, &got), TF_ENOTFOUND);
+    ck_assert_int_eq(tf_fetch(c, url("/v1/call/%s", "no-such-route"), d, &got), TF_ENOTFOUND);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 404);
+    /* delete: 204, then 404 */
+    ck_assert_int_eq(tf_delete(c, url("/v1/tensors/%s", "w")), TF_OK);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 204);
+    assert_ucx_result(tf_client_last(c));
+    ck_assert_int_eq(tf_delete(c, url("/v1/tensors/%s", "w")), TF_ENOTFOUND);
+    ck_assert_int_eq(tf_get(h, url("/v1/tensors/%s", "w"), 0, &got), TF_ENOTFOUND);
+
+    /* exchange: echo returns tensors and metadata */
+    tf_doc_t *multi = tf_doc_new();
+    int64_t s2[2] = {2, 3};
+    int32_t iv[6] = {1, -2, 3, -4, 5, -6};
+    uint8_t bv[1] = {7};
+    ck_assert_int_eq(tf_doc_add(multi, "a", TF_I32, 2, s2, iv, sizeof iv, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_add(multi, "b", TF_U8, 0, NULL, bv, 1, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_set_meta(multi, "k", "v"), TF_OK);
+    got = exchange(c, "echo", multi, TF_OK);
+    ck_assert(docs_equal(got, multi));
+    ck_assert_str_eq(tf_doc_meta(got, "k"), "v");
+    ck_assert_str_eq(tf_client_last(c)->op, "call");
+    ck_assert_int_eq(tf_client_last(c)->http_status, 200);
+    tf_doc_free(got);
+
+    /* accumulate: per user; the user id travels in the frame */
+    tf_doc_t *one = f32_doc("acc", 3, 1);   /* 1 2 3 */
+    ck_assert_int_eq(tf_client_set_user(c, "alice"), TF_OK);
+    tf_doc_free(exchange(c, "accumulate", one, TF_OK));
+    got = exchange(c, "accumulate", one, TF_OK);
+    const float *sum = tf_doc_find(got, "acc")->data;
+    ck_assert(sum[0] == 2 && sum[1] == 4 && sum[2] == 6);
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_client_set_user(c, "bob"), TF_OK);
+    got = exchange(c, "accumulate", one, TF_OK);
+    sum = tf_doc_find(got, "acc")->data;
+    ck_assert(sum[0] == 1 && sum[1] == 2 && sum[2] == 3);
+    tf_doc_free(got);
+    /* the same over HTTP: alice's state is alice's whichever transport carries her calls */
+    ck_assert_int_eq(tf_client_set_user(h, "alice"), TF_OK);
+    ck_assert_int_eq(tf_fetch(h, url("/v1/call/%s", "accumulate"), one, &got), TF_OK);
+    sum = tf_doc_find(got, "acc")->data;
+    ck_assert(sum[0] == 3 && sum[1] == 6 && sum[2] == 9);
+    tf_doc_free(got);
+    /* a retry with the same request id gets the first answer, and the route does not run */
+    ck_assert_int_eq(tf_client_set_user(c, "alice"), TF_OK);
+    ck_assert_int_eq(tf_client_set_request_id(c, "acc-replay-1"), TF_OK);
+    got = exchange(c, "accumulate", one, TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->request_id, "acc-replay-1");
+    sum = tf_doc_find(got, "acc")->data;
+    ck_assert(sum[0] == 4 && sum[1] == 8 && sum[2] == 12);
+    tf_doc_free(got);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(tf_client_set_request_id(c, "acc-replay-1"), TF_OK);
+        got = exchange(c, "accumulate", one, TF_OK);
+        sum = tf_doc_find(got, "acc")->data;
+        ck_assert(sum[0] == 4 && sum[1] == 8 && sum[2] == 12);
+        tf_doc_free(got);
+    }
+    /* ... also when the retry comes over HTTP (a fallback keeps the id) */
+    ck_assert_int_eq(tf_client_set_request_id(h, "acc-replay-1"), TF_OK);
+    ck_assert_int_eq(tf_fetch(h, url("/v1/call/%s", "accumulate"), one, &got), TF_OK);
+    sum = tf_doc_find(got, "acc")->data;
+    ck_assert(sum[0] == 4 && sum[1] == 8 && sum[2] == 12);
+    tf_doc_free(got);
+    got = exchange(c, "accumulate", one, TF_OK);     /* a new id runs it */
+    sum = tf_doc_find(got, "acc")->data;
+    ck_assert(sum[0] == 5 && sum[1] == 10 && sum[2] == 15);
+    tf_doc_free(got);
+    /* a name sent again with another shape: 422, sums unchanged */
+    tf_doc_t *bad = f32_doc("acc", 2, 1);
+    got = exchange(c, "accumulate", bad, TF_EUNPROC);
+    ck_assert_ptr_null(got);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 422);
+    ck_assert_msg(tf_client_last(c)->error[0], "no message");
+    tf_doc_free(bad);
+    /* the response cap applies over UCX too */
+    tf_client_set_max_body(c, 16);
+    ck_assert_int_eq(tf_fetch(c, url("/v1/call/%s", "echo"), multi, &got), TF_ETOOBIG);
+    ck_assert_ptr_null(got);
+    tf_client_set_max_body(c, 0);
+
+    tf_doc_free(one);
+    tf_doc_free(multi);
+    tf_doc_free(d);
+    tf_doc_free(d2);
+    tf_client_free(h);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+typedef struct {
+    int calls;
+    tf_status_t st;
+    tf_doc_t *doc;
+    tf_result_t res;
+} rec_t;
+
+static void rec_cb(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *r, void *ud)
+{
+    rec_t *x = ud;
+    (void)f;
+    x->calls++;
+    x->st = st;
+    x->res = *r;
+    tf_doc_free(x->doc);
+    x->doc = doc;
+}
+
+/* Long-polls, cancel and free with UCX requests in flight. */
+START_TEST(ucx_long_poll_cancel_free)
+{
+    if (!have_daemon("ucx_long_poll_cancel_free"))
+        return;
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    tf_doc_t *d = f32_doc("later", 4, 3);
+    /* A GET that waits for the tensor, completed by a PUT on the same connection. */
+    rec_t g = {0}, p = {0};
+    tf_request_t rg = {.op = TF_OP_GET, .url = url("/v1/tensors/%s", "later"), .wait_ms = 5000};
+    ck_assert_int_eq(tf_fetch_start(c, &rg, rec_cb, &g, NULL), TF_OK);
+    ck_assert_uint_eq(tf_client_pending(c), 1);
+    ck_assert_int_eq(tf_client_run(c, 200), TF_EAGAIN);
+    ck_assert_int_eq(g.calls, 0);
+    tf_request_t rp = {.op = TF_OP_PUT, .url = url("/v1/tensors/%s", "later"), .in = d};
+    ck_assert_int_eq(tf_fetch_start(c, &rp, rec_cb, &p, NULL), TF_OK);
+    ck_assert_uint_eq(tf_client_pending(c), 2);
+    double t0 = now_s();
+    ck_assert_int_eq(tf_client_run(c, 10000), TF_OK);
+    ck_assert(now_s() - t0 < 3.0);
+    ck_assert_int_eq(p.calls, 1);
+    ck_assert_int_eq(p.st, TF_OK);
+    ck_assert_int_eq(g.calls, 1);
+    ck_assert_int_eq(g.st, TF_OK);
+    assert_ucx_result(&g.res);
+    ck_assert(docs_equal(g.doc, d));
+    tf_doc_free(g.doc);
+    /* A long poll that runs out: 404. */
+    rg.url = url("/v1/tensors/%s", "never");
+    rg.wait_ms = 300;
+    memset(&g, 0, sizeof g);
+    ck_assert_int_eq(tf_fetch_start(c, &rg, rec_cb, &g, NULL), TF_OK);
+    ck_assert_int_eq(tf_client_run(c, 10000), TF_OK);
+    ck_assert_int_eq(g.st, TF_ENOTFOUND);
+    ck_assert_int_eq(g.res.http_status, 404);
+    assert_shm(g.res.transport);
+
+    /* Cancel: the callback runs, with TF_ECANCELED, once UCX hands the request back. */
+    rg.wait_ms = 800;
+    memset(&g, 0, sizeof g);
+    tf_fetch_t *f = NULL;
+    ck_assert_int_eq(tf_fetch_start(c, &rg, rec_cb, &g, &f), TF_OK);
+    ck_assert_int_eq(tf_fetch_cancel(f), TF_OK);
+    ck_assert_int_eq(g.calls, 0);
+    ck_assert_int_eq(tf_fetch_test(f), TF_EAGAIN);
+    ck_assert_int_eq(tf_fetch_wait(f, 10000), TF_ECANCELED);
+    ck_assert_int_eq(g.calls, 1);
+    ck_assert_int_eq(g.st, TF_ECANCELED);
+    ck_assert_ptr_null(g.doc);
+    ck_assert_int_eq(tf_fetch_cancel(f), TF_OK);    /* after completion: harmless */
+    ck_assert_int_eq(g.calls, 1);
+    tf_fetch_free(f);
+    /* Freeing a handle in flight cancels it; the callback still runs exactly once. */
+    memset(&g, 0, sizeof g);
+    ck_assert_int_eq(tf_fetch_start(c, &rg, rec_cb, &g, &f), TF_OK);
+    tf_fetch_free(f);
+    ck_assert_int_eq(tf_client_run(c, 10000), TF_OK);
+    ck_assert_int_eq(g.calls, 1);
+    ck_assert_int_eq(g.st, TF_ECANCELED);
+
+    /* Freeing the client with UCX requests pending: their callbacks run (canceled), soon. */
+    rg.wait_ms = 20000;
+    memset(&g, 0, sizeof g);
+    rec_t held = {0};
+    ck_assert_int_eq(tf_fetch_start(c, &rg, rec_cb, &g, NULL), TF_OK);
+    ck_assert_int_eq(tf_fetch_start(c, &rg, rec_cb, &held, &f), TF_OK);
+    ck_assert_int_eq(tf_client_run(c, 100), TF_EAGAIN);
+    t0 = now_s();
+    tf_client_free(c);
+    ck_assert_msg(now_s() - t0 < 3.0, "tf_client_free took %.3f s", now_s() - t0);
+    ck_assert_int_eq(g.calls, 1);
+    ck_assert_int_eq(g.st, TF_ECANCELED);
+    ck_assert_int_eq(held.calls, 1);
+    ck_assert_int_eq(tf_fetch_result(f)->status, TF_ECANCELED);
+    ck_assert_int_eq(tf_fetch_test(f), TF_ECANCELED);
+    tf_fetch_free(f);
+    tf_doc_free(d);
+    stop();
+}
+END_TEST
+
+START_TEST(ucx_every_dtype_round_trips)
+{
+    if (!have_daemon("ucx_every_dtype_round_trips"))
+        return;
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    static const tf_dtype_t all[] = {TF_F64, TF_F32, TF_F16, TF_BF16, TF_F8_E4M3, TF_F8_E5M2,
+                                     TF_I64, TF_I32, TF_I16, TF_I8, TF_U64, TF_U32, TF_U16,
+                                     TF_U8, TF_BOOL};
+    tf_doc_t *every = tf_doc_new();
+    uint8_t buf[16][7 * 5 * 8];
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+        tf_dtype_t dt = all[k];
+        size_t es = tf_dtype_size(dt);
+        int64_t shape[2] = {7, 5};
+        for (size_t i = 0; i < sizeof buf[k]; i++)
+            buf[k][i] = dt == TF_BOOL ? (uint8_t)(i % 2) : (uint8_t)(i * 31 + k);
+        tf_doc_t *one = tf_doc_new();
+        ck_assert_int_eq(tf_doc_add(one, tf_dtype_name(dt), dt, 2, shape, buf[k], 35 * es,
+                                    TF_BORROW), TF_OK);
+        ck_assert_int_eq(tf_doc_add(every, tf_dtype_name(dt), dt, 2, shape, buf[k], 35 * es,
+                                    TF_BORROW), TF_OK);
+        ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", tf_dtype_name(dt)), one), TF_OK);
+        assert_ucx_result(tf_client_last(c));
+        tf_doc_t *got = NULL;
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", tf_dtype_name(dt)), 0, &got), TF_OK);
+        ck_assert_msg(docs_equal(got, one), "%s", tf_dtype_name(dt));
+        tf_doc_free(got);
+        tf_doc_free(one);
+    }
+    /* scalars, empty tensors and many tensors in one document */
+    double scalar = 2.5;
+    int64_t zero[3] = {4, 0, 2};
+    ck_assert_int_eq(tf_doc_add(every, "scalar", TF_F64, 0, NULL, &scalar, 8, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_add(every, "empty", TF_F32, 3, zero, NULL, 0, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "every"), every), TF_OK);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "every"), 0, &got), TF_OK);
+    ck_assert(docs_equal(got, every));
+    tf_doc_free(got);
+    got = exchange(c, "echo", every, TF_OK);
+    ck_assert(docs_equal(got, every));
+    tf_doc_free(got);
+    tf_doc_free(every);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+#define BIG_BYTES (256u << 20)
+
+/* A 256 MiB tensor there and back over UCX, checked word for word. */
+START_TEST(ucx_big_tensor)
+{
+    if (!have_daemon("ucx_big_tensor"))
+        return;
+    const char *args[] = {"--max-body", "1073741824", NULL};
+    start(args);
+    tf_client_t *c = ucx_client();
+    uint64_t *v = malloc(BIG_BYTES);
+    ck_assert_ptr_nonnull(v);
+    size_t n = BIG_BYTES / 8;
+    for (size_t i = 0; i < n; i++)
+        v[i] = i * 0x9e3779b97f4a7c15ull;
+    int64_t shape[1] = {(int64_t)n};
+    tf_doc_t *d = tf_doc_new(), *got = NULL;
+    ck_assert_int_eq(tf_doc_add(d, "big", TF_U64, 1, shape, v, BIG_BYTES, TF_BORROW), TF_OK);
+    double t0 = now_s();
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "big"), d), TF_OK);
+    double put_s = now_s() - t0;
+    assert_ucx_result(tf_client_last(c));
+    ck_assert_uint_ge(tf_client_last(c)->bytes_sent, BIG_BYTES);
+    t0 = now_s();
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "big"), 0, &got), TF_OK);
+    double get_s = now_s() - t0;
+    assert_ucx_result(tf_client_last(c));
+    ck_assert_uint_ge(tf_client_last(c)->bytes_received, BIG_BYTES);
+    const tf_tensor_t *t = tf_doc_find(got, "big");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->nbytes, BIG_BYTES);
+    const uint64_t *w = t->data;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += w[i] != i * 0x9e3779b97f4a7c15ull;
+    ck_assert_uint_eq(bad, 0);
+    fprintf(stderr, "ucx_big_tensor: 256 MiB over %s: put %.3f s (%.2f GB/s), get %.3f s "
+            "(%.2f GB/s)\n", tf_client_last(c)->transport, put_s, BIG_BYTES / put_s / 1e9,
+            get_s, BIG_BYTES / get_s / 1e9);
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_delete(c, url("/v1/tensors/%s", "big")), TF_OK);
+    tf_doc_free(d);
+    free(v);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+#define IN_FLIGHT 1000
+
+typedef struct {
+    int calls, ok, ucx;
+    int match[IN_FLIGHT];
+} many_t;
+
+typedef struct {
+    many_t *m;
+    int i;
+} slot_t;
+
+static void many_cb(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *r,
+                    void *ud)
+{
+    slot_t *s = ud;
+    (void)f;
+    s->m->calls++;
+    if (st == TF_OK) {
+        s->m->ok++;
+        const tf_tensor_t *t = tf_doc_find(doc, "x");
+        const float *v = t ? t->data : NULL;
+        s->m->match[s->i] = v && t->nbytes == 16 && v[0] == (float)s->i &&
+                            v[3] == (float)s->i + 3;
+    }
+    if (strncmp(r->transport, "ucx/", 4) == 0)
+        s->m->ucx++;
+    tf_doc_free(doc);
+}
+
+/* IN_FLIGHT echo exchanges started at once on c, run to completion; returns the seconds. */
+static double thousand(tf_client_t *c, many_t *m, slot_t *slots, tf_doc_t **docs)
+{
+    memset(m, 0, sizeof *m);
+    double t0 = now_s();
+    for (int i = 0; i < IN_FLIGHT; i++) {
+        slots[i] = (slot_t){m, i};
+        tf_request_t rq = {.op = TF_OP_EXCHANGE, .url = url("/v1/call/%s", "echo"),
+                           .in = docs[i]};
+        ck_assert_int_eq(tf_fetch_start(c, &rq, many_cb, &slots[i], NULL), TF_OK);
+    }
+    ck_assert_uint_le(tf_client_pending(c), IN_FLIGHT);
+    ck_assert_int_eq(tf_client_run(c, 120000), TF_OK);
+    double s = now_s() - t0;
+    ck_assert_int_eq(m->calls, IN_FLIGHT);
+    ck_assert_int_eq(m->ok, IN_FLIGHT);
+    for (int i = 0; i < IN_FLIGHT; i++)
+        ck_assert_msg(m->match[i], "exchange %d came back wrong", i);
+    return s;
+}
+
+START_TEST(ucx_thousand_in_flight)
+{
+    if (!have_daemon("ucx_thousand_in_flight"))
+        return;
+    start(NULL);
+    static many_t m;
+    static slot_t slots[IN_FLIGHT];
+    static tf_doc_t *docs[IN_FLIGHT];
+    for (int i = 0; i < IN_FLIGHT; i++)
+        docs[i] = f32_doc("x", 4, (float)i);
+    tf_client_t *c = ucx_client();
+    ck_assert_int_eq(tf_client_set_user(c, "many"), TF_OK);
+    double s_ucx = thousand(c, &m, slots, docs);
+    ck_assert_int_eq(m.ucx, IN_FLIGHT);
+    tf_client_free(c);
+    /* the same over HTTP, for the figure */
+    c = client(TF_TRANSPORT_HTTP);
+    double s_http = thousand(c, &m, slots, docs);
+    ck_assert_int_eq(m.ucx, 0);
+    tf_client_free(c);
+    fprintf(stderr, "ucx_thousand_in_flight: %d exchanges started at once: UCX %.3f s "
+            "(%.0f/s), HTTP %.3f s (%.0f/s)\n", IN_FLIGHT, s_ucx, IN_FLIGHT / s_ucx, s_http,
+            IN_FLIGHT / s_http);
+    for (int i = 0; i < IN_FLIGHT; i++)
+        tf_doc_free(docs[i]);
+    stop();
+}
+END_TEST
+
+/* ---- admission: tokens -------------------------------------------------------------------- */
+
+static void hc_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
+{
+    (void)req;
+    *(tfx_hc_status_t *)ud = st;
+}
+
+/* POST /v1/upgrade claiming identity h; the server's offer into *resp. */
+static void post_upgrade(const tfp_up_host_t *h, tfp_up_resp_t *resp)
+{
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .host = *h, .policy = TFP_UP_POLICY_UCX};
+    char *json = NULL, u[256];
+    size_t len = 0;
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
+    tfx_hc_t *hc = NULL;
+    tfx_hc_req_t *req = NULL;
+    ck_assert_int_eq(tfx_hc_new(&hc), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&req), TFX_HC_OK);
+    snprintf(u, sizeof u, "%s/v1/upgrade", D.base);
+    ck_assert_int_eq(tfx_hc_req_set_method(req, "POST"), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_url(req, u), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_header(req, "Content-Type", "application/json"), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_body(req, json, len), TFX_HC_OK);
+    tfx_hc_req_set_timeout(req, 10000);
+    tfx_hc_status_t st = TFX_HC_EAGAIN;
+    ck_assert_int_eq(tfx_hc_start(hc, req, hc_done, &st), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_drive(hc, req, -1), TFX_HC_OK);
+    ck_assert_int_eq(st, TFX_HC_OK);
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    ck_assert_int_eq(r->status, 200);
+    ck_assert_str_eq(r->upgrade, "ucx");
+    memset(resp, 0, sizeof *resp);
+    ck_assert_int_eq(tfp_up_resp_parse((const char *)r->body, r->body_len, resp, &err), TFP_OK);
+    ck_assert_int_eq(resp->upgraded, 1);
+    tfx_hc_req_free(req);
+    tfx_hc_free(hc);
+    free(json);
+}
+
+/* Connects with token and the identity of h; TFP_OK or the refusal, its reason in why. */
+static tfp_status_t try_hello(tfx_ucxc_t *u, const tfp_up_resp_t *resp, const char *token,
+                              const tfp_up_host_t *h, char *why, size_t why_size)
+{
+    char ident[TFP_UP_MAX_IDENT + 1];
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_up_ident_format(h, ident, sizeof ident, &err), TFP_OK);
+    tfx_ucxc_conn_t *conn = NULL;
+    why[0] = '\0';
+    tfp_status_t st = tfx_ucxc_connect(u, resp->worker_address, resp->worker_address_len,
+                                       resp->same_host, token, ident, 5000, &conn, why,
+                                       why_size);
+    if (st == TFP_OK) {
+        ck_assert_ptr_nonnull(conn);
+        tfx_ucxc_conn_close(conn);
+    }
+    return st;
+}
+
+START_TEST(ucx_hello_tokens)
+{
+    if (!have_daemon("ucx_hello_tokens"))
+        return;
+    const char *args[] = {"--upgrade-token-ttl", "200", NULL};
+    start(args);
+    tfp_up_host_t me, other;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    other = me;
+    other.boot_id[0] = other.boot_id[0] == 'a' ? 'b' : 'a';     /* another host */
+    tfx_ucxc_t *u = tfx_ucxc_new(NULL, NULL, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfp_up_resp_t resp;
+    char why[256];
+
+    /* a real token, used once: accepted; used again: refused */
+    post_upgrade(&me, &resp);
+    ck_assert_int_eq(resp.same_host, 1);
+    ck_assert_int_eq(resp.expires_ms, 200);
+    ck_assert_int_eq(try_hello(u, &resp, resp.token, &me, why, sizeof why), TFP_OK);
+    ck_assert_int_ne(try_hello(u, &resp, resp.token, &me, why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "refused") && strstr(why, "already used"), "reused: %s", why);
+    tfp_up_resp_clear(&resp);
+    /* expired: past --upgrade-token-ttl */
+    post_upgrade(&me, &resp);
+    sleep_ms(400);
+    ck_assert_int_ne(try_hello(u, &resp, resp.token, &me, why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "refused") && strstr(why, "expired"), "expired: %s", why);
+    tfp_up_resp_clear(&resp);
+    /* another peer presenting my token */
+    post_upgrade(&me, &resp);
+    ck_assert_int_ne(try_hello(u, &resp, resp.token, &other, why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "refused") && strstr(why, "another peer"), "foreign: %s", why);
+    tfp_up_resp_clear(&resp);
+    /* a token the server never issued */
+    post_upgrade(&me, &resp);
+    ck_assert_int_ne(try_hello(u, &resp, "0123456789abcdef0123456789abcdef", &me, why,
+                               sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "refused") && strstr(why, "unknown"), "wrong: %s", why);
+    /* no token at all: not even sent (the frame requires one; see ucx_raw_frames for the
+     * server's side) */
+    ck_assert_int_ne(try_hello(u, &resp, "", &me, why, sizeof why), TFP_OK);
+    ck_assert_msg(why[0], "missing: no reason");
+    tfp_up_resp_clear(&resp);
+    tfx_ucxc_free(u);
+    /* The daemon logged each refusal. */
+    ck_assert_int_eq(count_in_file(D.log_path, "HELLO refused"), 4);
+    ck_assert_int_eq(count_in_file(D.log_path, "another peer"), 1);
+    stop();
+}
+END_TEST
+
+/* ---- admission: frames without a token, raw UCX ---------------------------------------------- */
+
+typedef struct {
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    int acks, acks_ok, replies;
+} raw_t;
+
+static ucs_status_t raw_on_reply(void *arg, const void *header, size_t header_length,
+                                 void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_t *r = arg;
+    tfp_uf_hdr_t h;
+    tfp_err_t err;
+    (void)data;
+    (void)length;
+    (void)param;
+    if (tfp_uf_decode(header, header_length, &h, &err) != TFP_OK)
+        return UCS_OK;
+    if (h.op == TFP_UF_HELLO_ACK) {
+        r->acks++;
+        r->acks_ok += h.status == TFP_OK;
+    } else {
+        r->replies++;
+    }
+    return UCS_OK;
+}
+
+static void raw_open(raw_t *r)
+{
+    memset(r, 0, sizeof *r);
+    ucp_config_t *cfg;
+    ck_assert_int_eq(ucp_config_read(NULL, NULL, &cfg), UCS_OK);
+    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ck_assert_int_eq(ucp_init(&pp, cfg, &r->ctx), UCS_OK);
+    ucp_config_release(cfg);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ck_assert_int_eq(ucp_worker_create(r->ctx, &wp, &r->w), UCS_OK);
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = TFX_UCX_AM_REPLY, .cb = raw_on_reply, .arg = r};
+    ck_assert_int_eq(ucp_worker_set_am_recv_handler(r->w, &hp), UCS_OK);
+}
+
+static ucp_ep_h raw_ep(raw_t *r, const tfp_up_resp_t *resp)
+{
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                          .address = (const ucp_address_t *)resp->worker_address,
+                          .err_mode = UCP_ERR_HANDLING_MODE_NONE};
+    ucp_ep_h h = NULL;
+    ck_assert_int_eq(ucp_ep_create(r->w, &ep, &h), UCS_OK);
+    return h;
+}
+
+/* Sends one active message (header only) and progresses until it is out. */
+static void raw_send(raw_t *r, ucp_ep_h ep, const void *hdr, size_t len)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
+    void *rq = ucp_am_send_nbx(ep, TFX_UCX_AM_REQUEST, hdr, len, NULL, 0, &p);
+    ck_assert(!UCS_PTR_IS_ERR(rq));
+    if (UCS_PTR_IS_PTR(rq)) {
+        while (ucp_request_check_status(rq) == UCS_INPROGRESS)
+            ucp_worker_progress(r->w);
+        ucp_request_free(rq);
+    }
+}
+
+/* Progresses for ms milliseconds (replies are counted by raw_on_reply). */
+static void raw_progress(raw_t *r, long ms)
+{
+    double end = now_s() + (double)ms / 1000.0;
+    while (now_s() < end)
+        if (!ucp_worker_progress(r->w))
+            sleep_ms(1);
+}
+
+static void raw_close(raw_t *r, ucp_ep_h ep)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *rq = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(rq)) {
+        while (ucp_request_check_status(rq) == UCS_INPROGRESS)
+            ucp_worker_progress(r->w);
+        ucp_request_free(rq);
+    }
+}
+
+static size_t encode(const tfp_uf_hdr_t *h, uint8_t *buf)
+{
+    size_t len = 0;
+    tfp_err_t err;
+    ck_assert_msg(tfp_uf_encode(h, buf, TFP_UF_MAX_HEADER, &len, &err) == TFP_OK, "%s",
+                  err.msg);
+    return len;
+}
+
+/* A GET frame for tensor "t". */
+static size_t get_frame(uint8_t *buf)
+{
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_GET, 77);
+    snprintf(h.request_id, sizeof h.request_id, "raw-get");
+    snprintf(h.name, sizeof h.name, "t");
+    return encode(&h, buf);
+}
+
+START_TEST(ucx_raw_frames)
+{
+    if (!have_daemon("ucx_raw_frames"))
+        return;
+    start(NULL);
+    tfp_up_host_t me;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    char ident[TFP_UP_MAX_IDENT + 1];
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    tfp_up_resp_t resp;
+    post_upgrade(&me, &resp);
+    raw_t r;
+    raw_open(&r);
+    uint8_t get[TFP_UF_MAX_HEADER], hello[TFP_UF_MAX_HEADER], bare[TFP_UF_MAX_HEADER];
+    size_t get_len = get_frame(get);
+
+    /* A request before any HELLO: dropped, no answer. */
+    ucp_ep_h ep = raw_ep(&r, &resp);
+    raw_send(&r, ep, get, get_len);
+    raw_progress(&r, 300);
+    ck_assert_int_eq(r.replies, 0);
+    raw_close(&r, ep);
+
+    /* A HELLO without a token (name_len 0, the token's bytes cut out): no HELLO_ACK, and
+     * the endpoint stays unadmitted. */
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_HELLO, 5);
+    snprintf(h.name, sizeof h.name, "%s", resp.token);
+    snprintf(h.msg, sizeof h.msg, "%s", ident);
+    size_t hello_len = encode(&h, hello);
+    ck_assert_uint_eq(hello[34], TFP_UP_TOKEN_LEN);          /* name_len */
+    memcpy(bare, hello, TFP_UF_FIXED);
+    bare[34] = 0;
+    memcpy(bare + TFP_UF_FIXED, hello + TFP_UF_FIXED + TFP_UP_TOKEN_LEN,
+           hello_len - TFP_UF_FIXED - TFP_UP_TOKEN_LEN);
+    ep = raw_ep(&r, &resp);
+    raw_send(&r, ep, bare, hello_len - TFP_UP_TOKEN_LEN);
+    raw_progress(&r, 300);
+    ck_assert_int_eq(r.acks, 0);
+    raw_send(&r, ep, get, get_len);
+    raw_progress(&r, 300);
+    ck_assert_int_eq(r.replies, 0);
+    raw_close(&r, ep);
+
+    /* The same harness with the real token: admitted, and the GET is answered (404). */
+    ep = raw_ep(&r, &resp);
+    raw_send(&r, ep, hello, hello_len);
+    for (int i = 0; i < 50 && r.acks == 0; i++)
+        raw_progress(&r, 100);
+    ck_assert_int_eq(r.acks, 1);
+    ck_assert_int_eq(r.acks_ok, 1);
+    raw_send(&r, ep, get, get_len);
+    for (int i = 0; i < 50 && r.replies == 0; i++)
+        raw_progress(&r, 100);
+    ck_assert_int_eq(r.replies, 1);
+    raw_close(&r, ep);
+
+    ucp_worker_destroy(r.w);
+    ucp_cleanup(r.ctx);
+    tfp_up_resp_clear(&resp);
+    stop();
+}
+END_TEST
+
+/* ---- faults --------------------------------------------------------------------------------- */
+
+/* tfetchd killed (SIGKILL) with requests in flight over UCX, under policy auto and ucx:
+ * each completes, failed, within its time limit; the next request fails fast; the client
+ * frees at once. big: a 64 MiB put in flight too (a rendezvous the dead peer never ends). */
+static void killed_mid_request(int big)
+{
+    for (int strict = 0; strict < 2; strict++) {
+        start(NULL);
+        tf_client_t *c = ucx_client();
+        if (!strict)
+            ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_AUTO), TF_OK);
+        tf_client_set_timeout(c, 1500);
+        size_t nbig = 64u << 20;
+        uint8_t *v = calloc(1, nbig);
+        ck_assert_ptr_nonnull(v);
+        int64_t shape[1] = {(int64_t)nbig};
+        tf_doc_t *d = tf_doc_new(), *small = f32_doc("s", 4, 0);
+        ck_assert_int_eq(tf_doc_add(d, "big", TF_U8, 1, shape, v, nbig, TF_BORROW), TF_OK);
+        rec_t g = {0}, p = {0}, x = {0};
+        tf_request_t rg = {.op = TF_OP_GET, .url = url("/v1/tensors/%s", "never"),
+                           .wait_ms = 1000};
+        tf_request_t rp = {.op = TF_OP_PUT, .url = url("/v1/tensors/%s", "big"), .in = d};
+        tf_request_t rx = {.op = TF_OP_EXCHANGE, .url = url("/v1/call/%s", "echo"),
+                           .in = small};
+        ck_assert_int_eq(tf_fetch_start(c, &rg, rec_cb, &g, NULL), TF_OK);
+        if (big)
+            ck_assert_int_eq(tf_fetch_start(c, &rp, rec_cb, &p, NULL), TF_OK);
+        kill(D.pid, SIGKILL);
+        waitpid(D.pid, NULL, 0);
+        ck_assert_int_eq(tf_fetch_start(c, &rx, rec_cb, &x, NULL), TF_OK);
+        double t0 = now_s();
+        ck_assert_msg(tf_client_run(c, 10000) == TF_OK, "%zu requests still pending after 10 s",
+                      tf_client_pending(c));
+        double took = now_s() - t0;
+        ck_assert_msg(took < 4.0, "took %.3f s", took);
+        rec_t *all[2] = {&g, &x};
+        for (int k = 0; k < 2; k++) {
+            rec_t *r = all[k];
+            ck_assert_int_eq(r->calls, 1);
+            ck_assert_msg(r->st == TF_ETIMEDOUT || r->st == TF_EIO || r->st == TF_ECONNECT,
+                          "%s: %s", tf_err_name(r->st), r->res.error);
+            ck_assert_msg(r->res.error[0], "no message");
+            if (strict)
+                ck_assert_msg(strstr(r->res.error, "policy ucx"), "%s", r->res.error);
+            tf_doc_free(r->doc);
+        }
+        if (big)
+            ck_assert_int_eq(p.calls, 1);       /* it may have completed before the kill */
+        fprintf(stderr, "ucx_daemon_killed (%s%s): get %s after %.3f s: %s\n",
+                strict ? "ucx" : "auto", big ? ", 64 MiB put" : "", tf_err_name(g.st), took,
+                g.res.error);
+        /* the next request fails fast: HTTP cannot connect, or (strict) the backoff */
+        tf_doc_t *got = NULL;
+        t0 = now_s();
+        tf_status_t st = tf_get(c, url("/v1/tensors/%s", "big"), 0, &got);
+        ck_assert_msg(st == TF_ECONNECT, "%s: %s", tf_err_name(st), tf_client_last(c)->error);
+        ck_assert(now_s() - t0 < 1.0);
+        tf_transport_info_t ti;
+        ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+        ck_assert_str_eq(ti.transport, "http");
+        ck_assert_msg(strstr(ti.reason, "UCX connection failed"), "%s", ti.reason);
+        t0 = now_s();
+        tf_client_free(c);
+        ck_assert(now_s() - t0 < 1.0);
+        tf_doc_free(small);
+        tf_doc_free(d);
+        free(v);
+        unlink(D.log_path);
+        D.pid = 0;
+        td_cleanup();
+    }
+}
+
+START_TEST(ucx_daemon_killed_mid_request)
+{
+    if (have_daemon("ucx_daemon_killed_mid_request"))
+        killed_mid_request(0);
+}
+END_TEST
+
+START_TEST(ucx_daemon_killed_mid_put)
+{
+    if (have_daemon("ucx_daemon_killed_mid_put"))
+        killed_mid_request(1);
+}
+END_TEST
+
+/* The daemon dies and another takes its port: a request whose UCX connection breaks goes
+ * again over HTTP with the same request id, and the origin upgrades anew after the backoff. */
+START_TEST(ucx_connection_lost_retried_over_http)
+{
+    if (!have_daemon("ucx_connection_lost_retried_over_http"))
+        return;
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_AUTO), TF_OK);
+    tf_doc_t *d = f32_doc("x", 4, 7), *got = NULL;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "x"), d), TF_OK);
+    assert_shm(tf_client_last(c)->transport);
+    char port[16];
+    snprintf(port, sizeof port, "%u", D.port);
+    kill(D.pid, SIGKILL);
+    waitpid(D.pid, NULL, 0);
+    unlink(D.log_path);
+    const char *args[] = {"--port", port, NULL};
+    start(args);
+    ck_assert_uint_eq(D.port, (unsigned)atoi(port));
+    /* Two requests over the dead connection: the short one's deadline breaks it, and the
+     * long one is retried over HTTP at once, keeping its id. */
+    rec_t shortr = {0}, longr = {0};
+    tf_request_t rs = {.op = TF_OP_EXCHANGE, .url = url("/v1/call/%s", "echo"), .in = d,
+                       .timeout_ms = 200, .request_id = "short-1"};
+    tf_request_t rl = {.op = TF_OP_EXCHANGE, .url = url("/v1/call/%s", "echo"), .in = d,
+                       .timeout_ms = 20000, .request_id = "long-1"};
+    ck_assert_int_eq(tf_fetch_start(c, &rs, rec_cb, &shortr, NULL), TF_OK);
+    ck_assert_int_eq(tf_fetch_start(c, &rl, rec_cb, &longr, NULL), TF_OK);
+    double t0 = now_s();
+    ck_assert_int_eq(tf_client_run(c, 30000), TF_OK);
+    ck_assert_msg(now_s() - t0 < 5.0, "took %.3f s", now_s() - t0);
+    ck_assert_int_eq(longr.calls, 1);
+    ck_assert_msg(longr.st == TF_OK, "%s: %s", tf_err_name(longr.st), longr.res.error);
+    ck_assert_str_eq(longr.res.transport, "http");
+    ck_assert_str_eq(longr.res.request_id, "long-1");
+    ck_assert_msg(strstr(longr.res.fallback, "retried over HTTP"), "%s", longr.res.fallback);
+    ck_assert(docs_equal(longr.doc, d));
+    tf_doc_free(longr.doc);
+    ck_assert_int_eq(shortr.calls, 1);
+    tf_doc_free(shortr.doc);
+    /* Within the backoff: HTTP, saying why; after it, UCX again (to the new daemon). */
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "x"), d), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    ck_assert_msg(strstr(tf_client_last(c)->fallback, "UCX connection failed"), "%s",
+                  tf_client_last(c)->fallback);
+    tf_doc_free(got);
+    tf_transport_info_t ti;
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_int_gt(ti.retry_ms, 0);
+    sleep_ms(ti.retry_ms + 50);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "x"), 0, &got), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+#endif
+
+Suite *suite_ucx(void)
+{
+    Suite *s = suite_create("ucx");
+#ifndef HAVE_UCX
+    fputs("ucx: libtfetch was built without UCX: only its answers without it are tested\n",
+          stderr);
+    TCase *no = tcase_create("noucx");
+    tcase_add_test(no, noucx_auto_falls_back_ucx_fails);
+    tcase_set_timeout(no, 60);
+    suite_add_tcase(s, no);
+#else
+    TCase *up = tcase_create("upgrade");
+    tcase_add_test(up, ucx_upgrade_after_first_request);
+    tcase_add_test(up, ucx_policies);
+    tcase_add_test(up, ucx_callback_does_not_negotiate);
+    tcase_add_test(up, ucx_server_without_ucx);
+    tcase_add_test(up, ucx_cli_transport);
+    tcase_set_timeout(up, 60);
+    suite_add_tcase(s, up);
+
+    TCase *ops = tcase_create("ops");
+    tcase_add_test(ops, ucx_every_op);
+    tcase_add_test(ops, ucx_long_poll_cancel_free);
+    tcase_add_test(ops, ucx_every_dtype_round_trips);
+    tcase_add_test(ops, ucx_big_tensor);
+    tcase_add_test(ops, ucx_thousand_in_flight);
+    tcase_set_timeout(ops, 300);
+    suite_add_tcase(s, ops);
+
+    TCase *adm = tcase_create("admission");
+    tcase_add_test(adm, ucx_hello_tokens);
+    tcase_add_test(adm, ucx_raw_frames);
+    tcase_set_timeout(adm, 60);
+    suite_add_tcase(s, adm);
+
+    TCase *faults = tcase_create("faults");
+    tcase_add_test(faults, ucx_daemon_killed_mid_request);
+    tcase_add_test(faults, ucx_daemon_killed_mid_put);
+    tcase_add_test(faults, ucx_connection_lost_retried_over_http);
+    tcase_set_timeout(faults, 120);
+    suite_add_tcase(s, faults);
+#endif
+    return s;
+}
