@@ -167,12 +167,27 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# HELP tfetch_replay_hits_total Retries answered from memory.\n"
          "# TYPE tfetch_replay_hits_total counter\ntfetch_replay_hits_total %llu\n"
          "# HELP tfetch_workers Worker processes serving routes.\n"
-         "# TYPE tfetch_workers gauge\ntfetch_workers %u\n",
+         "# TYPE tfetch_workers gauge\ntfetch_workers %u\n"
+         "# HELP tfetch_ucx_enabled 1 when the UCX upgrade is offered.\n"
+         "# TYPE tfetch_ucx_enabled gauge\ntfetch_ucx_enabled %d\n"
+         "# HELP tfetch_upgrades_total Upgrade tokens issued (POST /v1/upgrade).\n"
+         "# TYPE tfetch_upgrades_total counter\ntfetch_upgrades_total %llu\n"
+         "# HELP tfetch_ucx_hellos_total UCX endpoints that presented a token, by outcome.\n"
+         "# TYPE tfetch_ucx_hellos_total counter\n"
+         "tfetch_ucx_hellos_total{result=\"accepted\"} %llu\n"
+         "tfetch_ucx_hellos_total{result=\"refused\"} %llu\n"
+         "# HELP tfetch_ucx_dropped_total UCX messages dropped (malformed, or before HELLO).\n"
+         "# TYPE tfetch_ucx_dropped_total counter\ntfetch_ucx_dropped_total %llu\n"
+         "# HELP tfetch_ucx_requests_total Requests that arrived over UCX.\n"
+         "# TYPE tfetch_ucx_requests_total counter\ntfetch_ucx_requests_total %llu\n",
          (unsigned long long)g->store_retired, (unsigned long long)g->body_bytes,
          (unsigned long long)g->sessions.sessions, (unsigned long long)g->sessions.bytes,
          (unsigned long long)g->sessions.evictions, (unsigned long long)g->sessions.expirations,
          (unsigned long long)g->sessions.rejections, (unsigned long long)g->replay_entries,
-         (unsigned long long)g->replay_bytes, (unsigned long long)g->replay_hits, g->workers);
+         (unsigned long long)g->replay_bytes, (unsigned long long)g->replay_hits, g->workers,
+         g->ucx_enabled, (unsigned long long)g->upgrades_issued,
+         (unsigned long long)g->hellos_accepted, (unsigned long long)g->hellos_refused,
+         (unsigned long long)g->ucx_dropped, (unsigned long long)g->ucx_requests);
     outf(&o,
          "# HELP tfetch_stored_tensors Documents in the store.\n"
          "# TYPE tfetch_stored_tensors gauge\ntfetch_stored_tensors %llu\n"

@@ -46,6 +46,8 @@ typedef struct {
     uint64_t body_bytes;
     tfd_sessions_stats_t sessions;
     uint64_t replay_entries, replay_bytes, replay_hits;
+    int ucx_enabled;
+    uint64_t upgrades_issued, hellos_accepted, hellos_refused, ucx_dropped, ucx_requests;
 } tfd_gauges_t;
 
 tfd_metrics_t *tfd_metrics_new(void);

@@ -375,6 +375,14 @@ static void handle_metrics(tfx_req_t *r, ctx_t *c)
     tfd_sessions_stats(s->sessions, &g.sessions);
     tfd_replay_stats(s->replay, &g.replay_entries, &g.replay_bytes, &g.replay_hits);
     g.workers = tfd_workers_count(s->workers);
+    tfd_upgrade_stats_t us;
+    tfd_upgrade_stats(s->upgrade, &us);
+    g.ucx_enabled = tfd_upgrade_enabled(s->upgrade, NULL);
+    g.upgrades_issued = us.issued;
+    g.hellos_accepted = us.accepted;
+    g.hellos_refused = us.refused;
+    g.ucx_dropped = us.dropped;
+    g.ucx_requests = us.requests;
     size_t len;
     char *text = tfd_metrics_render(s->metrics, &g, &len);
     if (!text) {

@@ -234,6 +234,14 @@ void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
     pthread_mutex_lock(&up->lock);
     *st = up->st;
     pthread_mutex_unlock(&up->lock);
+#ifdef HAVE_UCX
+    if (up->ucx) {
+        tfx_ucx_stats_t us;
+        tfx_ucx_stats(up->ucx, &us);
+        st->dropped = us.dropped;
+        st->requests = us.requests;
+    }
+#endif
 }
 
 void tfd_upgrade_free(tfd_upgrade_t *up)

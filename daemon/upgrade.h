@@ -16,7 +16,8 @@ typedef struct tfd_upgrade tfd_upgrade_t;
 struct tfd_config;
 
 typedef struct {
-    uint64_t issued, accepted, refused;
+    uint64_t issued, accepted, refused;     /* tokens; HELLOs */
+    uint64_t dropped, requests;             /* UCX messages */
 } tfd_upgrade_stats_t;
 
 /* Starts UCX serving with handlers h, when built with UCX and enabled. Never NULL on memory:
