@@ -103,6 +103,48 @@ for op in get put; do
     fi
 done
 
+# ---- 1b. the raw UCX ceiling, and tfetch over UCX against it and HTTP ------------------
+# Reads a field of the first JSON line of bench, transport prefix and bytes:
+# tfield FILE BENCH TRANSPORT-PREFIX BYTES NAME.
+tfield() {
+    { grep -E "^\{\"bench\":\"$2\",\"transport\":\"$3[^\"]*\",.*\"bytes\":$4," "$1" || true; } |
+        head -n1 | sed -nE "s/.*\"$5\":\"?([^,\"}]*).*/\1/p"
+}
+UCX_RAW=${UCX_RAW:-./bench/ucx-raw}
+if [ -x "$UCX_RAW" ] && grep -q '"transport":"ucx' "$tmp/bench.jsonl"; then
+    say "== ucx-raw: our own UCX active-message request/ack, one host (the ceiling) =="
+    if run_bounded timeout --kill-after=10 120 "$UCX_RAW" --sizes 8,4M,64M,256M \
+            >"$tmp/raw.jsonl" 2>"$tmp/raw.err"; then
+        cat "$tmp/raw.jsonl"
+        [ -n "${BENCH_JSON:-}" ] && cat "$tmp/raw.jsonl" >>"$BENCH_JSON"
+        raw=$({ grep -E '"bench":"ucx-am","config":"shm".*"variant":"single".*"bytes":67108864,' \
+                "$tmp/raw.jsonl" || true; } | head -n1 | sed -nE 's/.*"gbps":([^,}]*).*/\1/p')
+        for op in get put; do
+            u=$(tfield "$tmp/bench.jsonl" "$op" ucx 67108864 gbps)
+            h=$(tfield "$tmp/bench.jsonl" "$op" http 67108864 gbps)
+            if [ -n "$u" ] && [ -n "$raw" ] && [ -n "$h" ]; then
+                awk -v u="$u" -v r="$raw" -v h="$h" -v op="${op^^}" 'BEGIN {
+                    printf "target: %s 64 MiB over UCX >= 0.8x raw UCX: %s (%.2fx: %.2f vs %.2f GB/s)\n",
+                        op, (u >= 0.8 * r ? "met" : "NOT met"), u / r, u, r
+                    printf "target: %s 64 MiB over UCX >= 3x HTTP: %s (%.2fx: %.2f vs %.2f GB/s)\n",
+                        op, (u >= 3 * h ? "met" : "NOT met"), u / h, u, h }' >&2
+            else
+                say "target: ${op^^} 64 MiB over UCX vs raw UCX and HTTP: not measured"
+            fi
+        done
+        x=$(tfield "$tmp/bench.jsonl" exchange ucx 8 p50_us)
+        if [ -n "$x" ]; then
+            awk -v x="$x" 'BEGIN { printf "target: 8 B exchange p50 over UCX <= 15 us: %s (%.1f us)\n",
+                (x <= 15 ? "met" : "NOT met"), x }' >&2
+        fi
+    else
+        say "run.sh: ucx-raw failed: $(tail -3 "$tmp/raw.err")"
+        status=1
+    fi
+else
+    say "== ucx-raw: skipped (not built, or tfetch-bench measured no UCX) =="
+fi
+
 # ---- 2. wrk: 16 B GETs ------------------------------------------------------------------
 # Returns 0 if it ran (or was skipped), 1 if it failed.
 wrk_step() {

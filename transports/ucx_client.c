@@ -552,6 +552,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
 static void *progress_main(void *arg)
 {
     tfx_ucxc_t *u = arg;
+    struct timespec last_work = {0, 0};
     for (;;) {
         unsigned n = 0;
         while (ucp_worker_progress(u->worker))
@@ -562,8 +563,16 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&u->lock);
         if (stop)
             break;
-        if (!n)
-            tfx_ucx_base_sleep(&u->base, 50);
+        if (n) {
+            clock_gettime(CLOCK_MONOTONIC, &last_work);
+            continue;
+        }
+        struct timespec now_ts;
+        clock_gettime(CLOCK_MONOTONIC, &now_ts);
+        if ((now_ts.tv_sec - last_work.tv_sec) * 1000000000L +
+                (now_ts.tv_nsec - last_work.tv_nsec) < TFX_UCX_SPIN_NS)
+            continue;                   /* spin a little before sleeping */
+        tfx_ucx_base_sleep(&u->base, 50);
     }
     return NULL;
 }

@@ -21,5 +21,9 @@ tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_
 void tfx_ucx_base_close(tfx_ucx_base_t *b);
 /* Arms the worker and sleeps up to timeout_ms for an event (returns at once if busy). */
 void tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms);
+/* After work, a progress loop keeps polling this long before it sleeps: waking a sleeping
+ * thread costs tens of microseconds here, more than a whole small round trip over shared
+ * memory (1-3 us), so replies that follow quickly are caught without a wake-up. */
+#define TFX_UCX_SPIN_NS 200000L
 
 #endif

@@ -563,6 +563,7 @@ static void *progress_main(void *arg)
 {
     tfx_ucx_t *u = arg;
     struct timespec t_stop = {0, 0};
+    struct timespec last_work = {0, 0};
     for (;;) {
         unsigned n = 0;
         while (ucp_worker_progress(u->worker))
@@ -577,8 +578,16 @@ static void *progress_main(void *arg)
             if (atomic_load(&u->inflight) == 0 || now.tv_sec - t_stop.tv_sec >= 2)
                 break;
         }
-        if (!n)
-            tfx_ucx_base_sleep(&u->base, 100);
+        if (n) {
+            clock_gettime(CLOCK_MONOTONIC, &last_work);
+            continue;
+        }
+        struct timespec now_ts;
+        clock_gettime(CLOCK_MONOTONIC, &now_ts);
+        if ((now_ts.tv_sec - last_work.tv_sec) * 1000000000L +
+                (now_ts.tv_nsec - last_work.tv_nsec) < TFX_UCX_SPIN_NS)
+            continue;                   /* spin a little before sleeping */
+        tfx_ucx_base_sleep(&u->base, 100);
     }
     return NULL;
 }
