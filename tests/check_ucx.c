@@ -1348,6 +1348,82 @@ START_TEST(ucx_daemon_killed_mid_put)
 }
 END_TEST
 
+/* A client (the tfetch CLI, a process of its own: UCX does not survive fork) killed by
+ * SIGKILL at points during a 256 MiB UCX put: tfetchd goes on serving, over UCX and HTTP,
+ * and the store holds only complete documents (the old one, or the whole new one). */
+START_TEST(ucx_client_killed_mid_put)
+{
+    if (!have_daemon("ucx_client_killed_mid_put"))
+        return;
+    const char *cli = getenv("TFETCH_CLI");
+    if (!cli) {
+        fprintf(stderr, "ucx_client_killed_mid_put: skipped: TFETCH_CLI is not set\n");
+        return;
+    }
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    tf_doc_t *old = f32_doc("w", 8, 1), *got = NULL;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), old), TF_OK);
+    assert_shm(tf_client_last(c)->transport);
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/tf-ucx-big-%d.bin", (int)getpid());
+    size_t n = 256u << 20;
+    uint8_t *v = malloc(n);
+    ck_assert_ptr_nonnull(v);
+    memset(v, 0x5a, n);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(v, 1, n, f), n);
+    fclose(f);
+    free(v);
+    int kept_old = 0, got_new = 0;
+    long delays_ms[] = {60, 120, 180, 260};
+    for (size_t k = 0; k < sizeof delays_ms / sizeof delays_ms[0]; k++) {
+        pid_t kid = fork();
+        if (kid == 0) {
+            signal(SIGTERM, SIG_DFL);
+            char shape[32];
+            snprintf(shape, sizeof shape, "%zu", n);
+            execl(cli, cli, "-q", "--transport", "ucx", "put", "--dtype", "U8", "--shape", shape,
+                  url("/v1/tensors/%s", "w"), path, (char *)NULL);
+            _exit(127);
+        }
+        sleep_ms(delays_ms[k]);
+        kill(kid, SIGKILL);
+        int st;
+        waitpid(kid, &st, 0);
+        /* The daemon answers, over UCX and HTTP, and what it stores is whole. */
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+        assert_shm(tf_client_last(c)->transport);
+        const tf_tensor_t *t = tf_doc_find(got, "w");
+        ck_assert_ptr_nonnull(t);
+        if (t->dtype == TF_F32) {
+            ck_assert(docs_equal(got, old));            /* the old document, untouched */
+            kept_old++;
+        } else {
+            ck_assert_uint_eq(t->nbytes, n);            /* the new one, complete */
+            for (size_t i = 0; i < t->nbytes; i += 4096)
+                ck_assert_uint_eq(((const uint8_t *)t->data)[i], 0x5a);
+            got_new++;
+            ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), old), TF_OK);
+        }
+        tf_doc_free(got);
+        got = NULL;
+        tf_client_t *h = client(TF_TRANSPORT_HTTP);
+        char *json = NULL;
+        ck_assert_int_eq(tf_info(h, D.base, &json), TF_OK);
+        free(json);
+        tf_client_free(h);
+    }
+    fprintf(stderr, "ucx_client_killed_mid_put: %d kills left the old document, %d came after "
+            "the new one was whole\n", kept_old, got_new);
+    unlink(path);
+    tf_doc_free(old);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 /* The daemon dies and another takes its port: a request whose UCX connection breaks goes
  * again over HTTP with the same request id, and the origin upgrades anew after the backoff. */
 START_TEST(ucx_connection_lost_retried_over_http)
@@ -1447,6 +1523,7 @@ Suite *suite_ucx(void)
     TCase *faults = tcase_create("faults");
     tcase_add_test(faults, ucx_daemon_killed_mid_request);
     tcase_add_test(faults, ucx_daemon_killed_mid_put);
+    tcase_add_test(faults, ucx_client_killed_mid_put);
     tcase_add_test(faults, ucx_connection_lost_retried_over_http);
     tcase_set_timeout(faults, 120);
     suite_add_tcase(s, faults);
