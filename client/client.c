@@ -1158,6 +1158,8 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
         up_failed(o, "cannot connect over UCX: %s", why[0] ? why : tfp_status_text(st));
         goto clear;
     }
+    if (resp.same_host)
+        tfx_ucxc_conn_watch_pid(conn, (long)resp.server_pid);
     o->conn = conn;
     o->conn_gen++;
     snprintf(o->transport, sizeof(o->transport), "%s", tfx_ucxc_conn_transport(conn));

@@ -15,6 +15,7 @@
 #include "transports/ucx_common.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ struct tfx_ucxc_conn {
     int closed;                     /* the endpoint was closed */
     int refs;                       /* the caller's + one per live request (thread only) */
     char transport[48];
+    atomic_long peer_pid;           /* the server's pid on this host, to notice its death */
     /* connect handshake (thread, then the caller under lock) */
     uint64_t hello_seq;
     int hello_state;                /* 0 waiting, 1 accepted, -1 failed */
@@ -90,6 +92,7 @@ struct tfx_ucxc {
     size_t nconns, capconns;
     uint64_t next_seq;
     int stopping;
+    uint64_t last_pid_check_ms;     /* thread only */
 };
 
 static uint64_t now_ms(void)
@@ -503,6 +506,33 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     }
 }
 
+/* On one host there is no peer failure detection (see connect): every 100 ms, a connection
+ * with requests in flight whose server process is gone is broken at once, instead of at
+ * the requests' deadlines. */
+static void check_peers(tfx_ucxc_t *u)
+{
+    uint64_t now = now_ms();
+    if (!u->live || now - u->last_pid_check_ms < 100)
+        return;
+    u->last_pid_check_ms = now;
+    tfx_ucxc_conn_t *dead[16];
+    size_t ndead = 0;
+    pthread_mutex_lock(&u->lock);
+    for (size_t i = 0; i < u->nconns && ndead < 16; i++) {
+        tfx_ucxc_conn_t *c = u->conns[i];
+        long pid = atomic_load(&c->peer_pid);
+        if (pid > 0 && !c->closed && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            dead[ndead++] = c;
+    }
+    pthread_mutex_unlock(&u->lock);
+    for (size_t i = 0; i < ndead; i++) {           /* only this thread frees connections */
+        char why[96];
+        snprintf(why, sizeof why, "the server process (pid %ld) is gone",
+                 atomic_load(&dead[i]->peer_pid));
+        break_conn(dead[i], TFP_EINTERNAL, why);
+    }
+}
+
 /* Runs queued commands and expired deadlines. Returns how much it did. */
 static unsigned run_cmds(tfx_ucxc_t *u)
 {
@@ -532,6 +562,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
             n++;
             break;                      /* the list may have changed */
         }
+    check_peers(u);
     uint64_t now = now_ms();
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
@@ -638,6 +669,7 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     c->same_host = same_host;
     c->refs = 1;                    /* the caller's */
     atomic_init(&c->broken, 0);
+    atomic_init(&c->peer_pid, 0);
     memcpy(cm->addr, addr, addr_len);
     cm->addr_len = addr_len;
     cm->kind = CMD_CONNECT;
@@ -695,6 +727,11 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
 }
 
 const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c) { return c->transport; }
+
+void tfx_ucxc_conn_watch_pid(tfx_ucxc_conn_t *c, long pid)
+{
+    atomic_store(&c->peer_pid, pid);
+}
 
 int tfx_ucxc_conn_broken(const tfx_ucxc_conn_t *c) { return atomic_load(&c->broken); }
 

@@ -42,6 +42,9 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
                               size_t why_size);
 /* What carries the connection, e.g. "ucx/sysv+cma" or "ucx/tcp" (borrowed). */
 const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c);
+/* The server runs on this host as pid: the connection breaks within ~100 ms of its death
+ * (UCX itself cannot tell on one host). */
+void tfx_ucxc_conn_watch_pid(tfx_ucxc_conn_t *c, long pid);
 /* 1 once the connection failed (a request timed out, the peer went away). */
 int tfx_ucxc_conn_broken(const tfx_ucxc_conn_t *c);
 /* Closes the connection; its unfinished requests complete with TFP_EBUSY. */
