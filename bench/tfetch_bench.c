@@ -38,11 +38,8 @@
 #include <sys/prctl.h>
 #endif
 
+#include "bench/common.h"
 #include "client/tfetch.h"
-
-#define KIB ((size_t)1024)
-#define MIB (KIB * 1024)
-#define GIB (MIB * 1024)
 
 #define MEMCPY_BYTES (64 * MIB)
 #define MEMCPY_REPS_DEFAULT 20
@@ -58,6 +55,11 @@
 
 static const char *const default_sizes = "8,64K,4M,64M,256M";
 static const char *const default_xsizes = "8,4M";
+/* Timed and warm-up repetitions by size (bench_by_size: <= 64 KiB, <= 4 MiB, <= 64 MiB, more). */
+static const int reps_by_size[4] = {200, 50, 10, 4};
+static const int warmup_by_size[4] = {20, 5, 2, 1};
+
+const char *const bench_prog = "tfetch-bench";
 
 typedef struct {
     const char *url;                            /* --url; NULL: spawn tfetchd */
@@ -113,113 +115,12 @@ static int g_table_started;
 
 /* ---- small helpers -------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void errorf(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("tfetch-bench: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
 static void report_failure(const tf_client_t *c, const char *verb, const char *what,
                            tf_status_t st)
 {
     const tf_result_t *r = tf_client_last(c);
-    errorf("%s %s: %s (%s), HTTP %d%s%s", verb, what, tf_err_name(st), tf_strerror(st),
-           r ? r->http_status : 0, r && r->error[0] ? ": " : "", r ? r->error : "");
-}
-
-static const char *fmt_size(size_t n, char *buf, size_t cap)
-{
-    if (n >= GIB && n % GIB == 0)
-        snprintf(buf, cap, "%zu GiB", n / GIB);
-    else if (n >= MIB && n % MIB == 0)
-        snprintf(buf, cap, "%zu MiB", n / MIB);
-    else if (n >= KIB && n % KIB == 0)
-        snprintf(buf, cap, "%zu KiB", n / KIB);
-    else
-        snprintf(buf, cap, "%zu B", n);
-    return buf;
-}
-
-/* "8", "64K", "64KiB", "4M", "1G" (binary multiples), no zero. */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v, mult = 1;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || v == 0 || *s == '-')
-        return -1;
-    if (*end == 'k' || *end == 'K')
-        mult = KIB;
-    else if (*end == 'm' || *end == 'M')
-        mult = MIB;
-    else if (*end == 'g' || *end == 'G')
-        mult = GIB;
-    if (mult != 1)
-        end++;
-    if (mult != 1 && (strcmp(end, "iB") == 0 || strcmp(end, "ib") == 0))
-        end += 2;
-    else if (strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
-        end++;
-    if (*end != '\0' || v > SIZE_MAX / mult)
-        return -1;
-    *out = (size_t)(v * mult);
-    return 0;
-}
-
-static int parse_sizes(const char *list, size_t *sizes, int *nsizes)
-{
-    char *copy = strdup(list), *save = NULL, *tok;
-    int rc = 0;
-
-    if (!copy)
-        return -1;
-    *nsizes = 0;
-    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*nsizes == MAX_SIZES || parse_size(tok, &sizes[*nsizes]) != 0) {
-            rc = -1;
-            break;
-        }
-        (*nsizes)++;
-    }
-    free(copy);
-    return rc == 0 && *nsizes > 0 ? 0 : -1;
-}
-
-static int parse_int(const char *s, long min, long max, long *out)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno != 0 || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int default_reps(size_t n)
-{
-    if (n <= 64 * KIB)
-        return 200;
-    if (n <= 4 * MIB)
-        return 50;
-    if (n <= 64 * MIB)
-        return 10;
-    return 4;
+    bench_errorf("%s %s: %s (%s), HTTP %d%s%s", verb, what, tf_err_name(st), tf_strerror(st),
+                 r ? r->http_status : 0, r && r->error[0] ? ": " : "", r ? r->error : "");
 }
 
 /* Requests timed with --inflight in flight: enough for a p99 of the whole pipeline. */
@@ -238,54 +139,16 @@ static int default_inflight_reps(size_t n, int inflight)
     return k > 4 * inflight ? k : 4 * inflight;
 }
 
-static int default_warmup(size_t n)
-{
-    if (n <= 64 * KIB)
-        return 20;
-    if (n <= 4 * MIB)
-        return 5;
-    if (n <= 64 * MIB)
-        return 2;
-    return 1;
-}
-
-/* A size- and position-dependent pattern (xorshift64), so a misplaced or stale byte shows. */
-static void fill_pattern(unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t x = (seed * 0x9E3779B97F4A7C15ull) | 1;
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < n; i++)
-        p[i] = (unsigned char)(x >> (8 * (i % 8)));
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Fills the timing fields of r from n samples (seconds); sorts t. */
 static void summarise(double *t, int n, size_t bytes, double memcpy_gbps, result_t *r)
 {
-    double sum = 0, p50;
-    int i, k99;
+    double p50, p99, sum;
 
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    for (i = 0; i < n; i++)
-        sum += t[i];
-    p50 = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-    k99 = (int)((99L * n + 99) / 100) - 1;      /* nearest rank: ceil(0.99 n) - 1 */
+    bench_percentiles(t, n, &p50, &p99, &sum);
     r->reps = n;
     r->bytes = bytes;
     r->p50_us = p50 * 1e6;
-    r->p99_us = t[k99] * 1e6;
+    r->p99_us = p99 * 1e6;
     r->mean_us = sum / n * 1e6;
     r->gbps = p50 > 0 ? (double)bytes / p50 / 1e9 : 0;
     r->mean_gbps = sum > 0 ? (double)bytes * n / sum / 1e9 : 0;
@@ -327,7 +190,7 @@ static void emit(const opts_t *o, const result_t *r)
     else
         snprintf(inflight, sizeof inflight, "%s", r->wire_bytes > 0 ? "1" : "-");
     fprintf(stderr, "%-8s %4s %-9s %-10s %5d %12.1f %12.1f %9.3f %9.3f %8.3f %10s\n", r->bench,
-            inflight, r->transport, fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us,
+            inflight, r->transport, bench_fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us,
             r->p99_us, r->gbps, r->mean_gbps, r->vs_memcpy, rps);
     fflush(stderr);
 }
@@ -342,18 +205,18 @@ static int bench_memcpy(const opts_t *o, result_t *r)
     int i, rc = -1;
 
     if (!src || !dst || !t) {
-        errorf("memcpy: out of memory");
+        bench_errorf("memcpy: out of memory");
         goto out;
     }
-    fill_pattern(src, n, 1);
+    bench_fill_pattern(src, n, 1);
     memset(dst, 0, n);                          /* touched: no page faults in the timing */
     memcpy(dst, src, n);                        /* warm-up */
     for (i = 0; i < o->memcpy_reps; i++) {
         double t0;
         src[(size_t)i * 4099 % n] ^= 1;
-        t0 = now_s();
+        t0 = bench_now_s();
         memcpy(dst, src, n);
-        t[i] = now_s() - t0;
+        t[i] = bench_now_s() - t0;
         g_sink ^= dst[(size_t)i * 8191 % n];
     }
     memset(r, 0, sizeof *r);
@@ -435,7 +298,7 @@ static int daemon_alive(daemon_t *d)
     if (waitpid(d->pid, &status, WNOHANG) != d->pid)
         return 1;
     describe_exit(status, how, sizeof how);
-    errorf("tfetchd (pid %ld) %s during the run", (long)d->pid, how);
+    bench_errorf("tfetchd (pid %ld) %s during the run", (long)d->pid, how);
     d->pid = 0;
     d->died = 1;
     g_daemon_pid = 0;
@@ -447,13 +310,13 @@ static long read_port(int fd, int timeout_ms)
 {
     char line[512];
     size_t len = 0;
-    double deadline = now_s() + timeout_ms / 1000.0;
+    double deadline = bench_now_s() + timeout_ms / 1000.0;
 
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         char *nl, *p, *colon;
         ssize_t got;
-        int left = (int)((deadline - now_s()) * 1000);
+        int left = (int)((deadline - bench_now_s()) * 1000);
 
         if (left <= 0)
             return -ETIMEDOUT;
@@ -505,19 +368,19 @@ static int daemon_start(daemon_t *d, const opts_t *o, char *base, size_t cap)
     memset(d, 0, sizeof *d);
     d->out_fd = -1;
     if (strchr(o->tfetchd, '/') && access(o->tfetchd, X_OK) != 0) {
-        errorf("no runnable tfetchd at %s (%s): build it with make, or pass --tfetchd PATH, "
-               "$TFETCHD or --url URL", o->tfetchd, strerror(errno));
+        bench_errorf("no runnable tfetchd at %s (%s): build it with make, or pass --tfetchd PATH, "
+                     "$TFETCHD or --url URL", o->tfetchd, strerror(errno));
         return -1;
     }
     snprintf(d->log_path, sizeof d->log_path, "/tmp/tfetch-bench-tfetchd.XXXXXX");
     log_fd = mkstemp(d->log_path);
     if (log_fd < 0) {
-        errorf("mkstemp: %s", strerror(errno));
+        bench_errorf("mkstemp: %s", strerror(errno));
         return -1;
     }
     memcpy(g_log_path, d->log_path, sizeof g_log_path);
     if (pipe2(p, O_CLOEXEC) != 0) {
-        errorf("pipe: %s", strerror(errno));
+        bench_errorf("pipe: %s", strerror(errno));
         goto undo_log;
     }
     argv[argc++] = o->tfetchd;
@@ -536,7 +399,7 @@ static int daemon_start(daemon_t *d, const opts_t *o, char *base, size_t cap)
     fflush(NULL);
     d->pid = fork();
     if (d->pid < 0) {
-        errorf("fork: %s", strerror(errno));
+        bench_errorf("fork: %s", strerror(errno));
         goto undo_pipe;
     }
     if (d->pid == 0) {
@@ -556,8 +419,9 @@ static int daemon_start(daemon_t *d, const opts_t *o, char *base, size_t cap)
 
     port = read_port(d->out_fd, DAEMON_START_MS);
     if (port < 0) {
-        errorf("%s did not print 'listening on http://ADDR:PORT' within %d ms: %s", o->tfetchd,
-               DAEMON_START_MS, port == -EPIPE ? "its stdout closed" : strerror((int)-port));
+        bench_errorf("%s did not print 'listening on http://ADDR:PORT' within %d ms: %s",
+                     o->tfetchd, DAEMON_START_MS,
+                     port == -EPIPE ? "its stdout closed" : strerror((int)-port));
         return -1;                              /* the caller stops it and shows the log */
     }
     snprintf(base, cap, "http://127.0.0.1:%ld", port);
@@ -583,8 +447,8 @@ static int daemon_stop(daemon_t *d, int show)
 
     if (d->pid > 0) {
         kill(d->pid, SIGTERM);
-        deadline = now_s() + DAEMON_STOP_MS / 1000.0;
-        while (!reaped && now_s() < deadline) {
+        deadline = bench_now_s() + DAEMON_STOP_MS / 1000.0;
+        while (!reaped && bench_now_s() < deadline) {
             pid_t w = waitpid(d->pid, &status, WNOHANG);
             if (w == d->pid)
                 reaped = 1;
@@ -594,13 +458,13 @@ static int daemon_stop(daemon_t *d, int show)
                 nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
         }
         if (!reaped) {
-            errorf("tfetchd (pid %ld) ignored SIGTERM for %d ms; killing it", (long)d->pid,
-                   DAEMON_STOP_MS);
+            bench_errorf("tfetchd (pid %ld) ignored SIGTERM for %d ms; killing it", (long)d->pid,
+                         DAEMON_STOP_MS);
             kill(d->pid, SIGKILL);
             waitpid(d->pid, &status, 0);
             clean = 0;
         } else if (!describe_exit(status, how, sizeof how)) {
-            errorf("tfetchd (pid %ld) %s when stopped", (long)d->pid, how);
+            bench_errorf("tfetchd (pid %ld) %s when stopped", (long)d->pid, how);
             clean = 0;
         }
         d->pid = 0;
@@ -615,7 +479,7 @@ static int daemon_stop(daemon_t *d, int show)
         g_log_path[0] = '\0';
         if (!clean || show) {
             show_log(d);
-            errorf("tfetchd's log kept at %s", d->log_path);
+            bench_errorf("tfetchd's log kept at %s", d->log_path);
         } else {
             unlink(d->log_path);
         }
@@ -670,7 +534,7 @@ static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_do
 {
     tf_doc_t *got = NULL;
     tf_status_t st;
-    double t0 = now_s();
+    double t0 = bench_now_s();
 
     if (op == OP_PUT)
         st = tf_put(c, url, doc);
@@ -678,7 +542,7 @@ static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_do
         st = tf_get(c, url, 0, &got);
     else
         st = tf_fetch(c, url, doc, &got);       /* in and out: an exchange */
-    *secs = now_s() - t0;
+    *secs = bench_now_s() - t0;
     if (keep && st == TF_OK)
         *keep = got;
     else
@@ -689,8 +553,8 @@ static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_do
 /* Warm-up then reps timed requests, one at a time; fills r. For a GET or an exchange, the last
  * reply is verified. */
 static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc,
-                    const unsigned char *want, size_t n, int warmup, int reps,
-                    double memcpy_gbps, result_t *r)
+                          const unsigned char *want, size_t n, int warmup, int reps,
+                          double memcpy_gbps, result_t *r)
 {
     static const char *const names[] = {"put", "get", "exchange"};
     static const char *const verbs[] = {"PUT", "GET", "exchange (POST)"};
@@ -703,9 +567,9 @@ static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc
     char what[640], sz[32], why[256];
     int i, rc = -1;
 
-    snprintf(what, sizeof what, "%s (%s)", url, fmt_size(n, sz, sizeof sz));
+    snprintf(what, sizeof what, "%s (%s)", url, bench_fmt_size(n, sz, sizeof sz));
     if (!t) {
-        errorf("%s: out of memory", what);
+        bench_errorf("%s: out of memory", what);
         return -1;
     }
     for (i = 0; i < warmup; i++) {
@@ -715,7 +579,7 @@ static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc
             goto out;
         }
     }
-    start = now_s();
+    start = bench_now_s();
     for (i = 0; i < reps; i++) {
         tf_doc_free(got);
         got = NULL;
@@ -725,10 +589,10 @@ static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc
             goto out;
         }
     }
-    start = now_s() - start;                    /* now the wall time of the timed reps */
+    start = bench_now_s() - start;              /* now the wall time of the timed reps */
     last = tf_client_last(c);
     if (keeps && verify_doc(got, want, n, why, sizeof why) != 0) {
-        errorf("%s %s: the last timed %s returned wrong data: %s", verb, what, name, why);
+        bench_errorf("%s %s: the last timed %s returned wrong data: %s", verb, what, name, why);
         goto out;
     }
     memset(r, 0, sizeof *r);
@@ -752,12 +616,12 @@ out:
 
 /* PUT and GET of one U8 tensor of n bytes under /v1/tensors/bench-N. Returns failures. */
 static int bench_size(const opts_t *o, tf_client_t *c, const char *base, size_t n,
-                      double memcpy_gbps)
+                            double memcpy_gbps)
 {
     char url[512], what[640], sz[32], why[256];
     int64_t shape[1] = {(int64_t)n};
-    int reps = o->reps > 0 ? o->reps : default_reps(n);
-    int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
+    int reps = o->reps > 0 ? o->reps : bench_by_size(n, reps_by_size);
+    int warmup = o->warmup >= 0 ? o->warmup : bench_by_size(n, warmup_by_size);
     unsigned char *buf = malloc(n);
     tf_doc_t *doc = NULL, *got = NULL;
     tf_status_t st;
@@ -765,15 +629,15 @@ static int bench_size(const opts_t *o, tf_client_t *c, const char *base, size_t 
     int failures = 2;
 
     snprintf(url, sizeof url, "%s/v1/tensors/bench-%zu", base, n);
-    snprintf(what, sizeof what, "%s (%s)", url, fmt_size(n, sz, sizeof sz));
+    snprintf(what, sizeof what, "%s (%s)", url, bench_fmt_size(n, sz, sizeof sz));
     if (!buf || !(doc = tf_doc_new())) {
-        errorf("%s: out of memory", what);
+        bench_errorf("%s: out of memory", what);
         goto out;
     }
-    fill_pattern(buf, n, n);                    /* touched before anything is timed */
+    bench_fill_pattern(buf, n, n);              /* touched before anything is timed */
     st = tf_doc_add(doc, TENSOR_NAME, TF_U8, 1, shape, buf, n, TF_BORROW);
     if (st != TF_OK) {
-        errorf("%s: tf_doc_add: %s", what, tf_strerror(st));
+        bench_errorf("%s: tf_doc_add: %s", what, tf_strerror(st));
         goto out;
     }
 
@@ -789,7 +653,7 @@ static int bench_size(const opts_t *o, tf_client_t *c, const char *base, size_t 
         goto out;
     }
     if (verify_doc(got, buf, n, why, sizeof why) != 0) {
-        errorf("GET %s: the first GET after PUT returned wrong data: %s", what, why);
+        bench_errorf("GET %s: the first GET after PUT returned wrong data: %s", what, why);
         goto out;
     }
     tf_doc_free(got);
@@ -879,7 +743,7 @@ static void xpipe_start_one(xpipe_t *p)
     tf_status_t st;
 
     x->p = p;
-    x->t0 = now_s();
+    x->t0 = bench_now_s();
     st = tf_fetch_start(p->c, &p->rq, on_exchange, x, NULL);
     if (st != TF_OK) {
         r = tf_client_last(p->c);
@@ -899,7 +763,7 @@ static void on_exchange(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
     char why[256];
 
     (void)f;
-    x->secs = now_s() - x->t0;
+    x->secs = bench_now_s() - x->t0;
     p->done++;
     if (st != TF_OK) {
         xpipe_fail(p, "request %d: %s (%s), HTTP %d%s%s", (int)(x - p->reqs) + 1,
@@ -941,11 +805,11 @@ static int xpipe_run(xpipe_t *p, int total, int inflight, double *wall)
     tf_doc_free(p->last);
     p->last = NULL;
     memset(p->reqs, 0, (size_t)total * sizeof *p->reqs);
-    t0 = now_s();
+    t0 = bench_now_s();
     for (k = 0; k < inflight && k < total && !p->failed; k++)
         xpipe_start_one(p);
     st = tf_client_run(p->c, -1);
-    *wall = now_s() - t0;
+    *wall = bench_now_s() - t0;
     if (st != TF_OK)
         xpipe_fail(p, "tf_client_run: %s (%s)", tf_err_name(st), tf_strerror(st));
     if (!p->failed && p->done != total)
@@ -957,8 +821,8 @@ static int xpipe_run(xpipe_t *p, int total, int inflight, double *wall)
  * then reps timed ones. Latency per request from tf_fetch_start to its callback; throughput
  * over the wall time. */
 static int bench_inflight(const opts_t *o, tf_client_t *c, const char *url, const tf_doc_t *doc,
-                          const unsigned char *want, size_t n, int reps, double memcpy_gbps,
-                          result_t *r)
+                                const unsigned char *want, size_t n, int reps, double memcpy_gbps,
+                                result_t *r)
 {
     xpipe_t p;
     char what[640], sz[32], why[256];
@@ -974,28 +838,28 @@ static int bench_inflight(const opts_t *o, tf_client_t *c, const char *url, cons
     p.want = want;
     p.n = n;
     p.reqs = calloc((size_t)(reps > warmup ? reps : warmup), sizeof *p.reqs);
-    snprintf(what, sizeof what, "%s (%s, %d in flight)", url, fmt_size(n, sz, sizeof sz),
+    snprintf(what, sizeof what, "%s (%s, %d in flight)", url, bench_fmt_size(n, sz, sizeof sz),
              inflight);
     if (!t || !p.reqs) {
-        errorf("%s: out of memory", what);
+        bench_errorf("%s: out of memory", what);
         goto out;
     }
     /* HTTP/1.1 does not pipeline: one connection per request in flight. */
     st = tf_client_set_max_connections(c, inflight);
     if (st != TF_OK) {
-        errorf("%s: tf_client_set_max_connections(%d): %s", what, inflight, tf_strerror(st));
+        bench_errorf("%s: tf_client_set_max_connections(%d): %s", what, inflight, tf_strerror(st));
         goto out;
     }
     if (xpipe_run(&p, warmup, inflight, &wall) != 0) {
-        errorf("exchange %s, warm-up: %s", what, p.error);
+        bench_errorf("exchange %s, warm-up: %s", what, p.error);
         goto out;
     }
     if (xpipe_run(&p, reps, inflight, &wall) != 0) {
-        errorf("exchange %s: %s", what, p.error);
+        bench_errorf("exchange %s: %s", what, p.error);
         goto out;
     }
     if (verify_doc(p.last, want, n, why, sizeof why) != 0) {
-        errorf("exchange %s: the last reply returned wrong data: %s", what, why);
+        bench_errorf("exchange %s: the last reply returned wrong data: %s", what, why);
         goto out;
     }
     for (i = 0; i < reps; i++)
@@ -1023,12 +887,12 @@ out:
 /* Exchanges of one U8 tensor of n bytes with the echo route: one at a time, then --inflight
  * at a time. Returns failures. */
 static int bench_xsize(const opts_t *o, tf_client_t *c, const char *base, size_t n,
-                       double memcpy_gbps)
+                             double memcpy_gbps)
 {
     char url[512], what[640], sz[32], why[256];
     int64_t shape[1] = {(int64_t)n};
-    int reps = o->reps > 0 ? o->reps : default_reps(n);
-    int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
+    int reps = o->reps > 0 ? o->reps : bench_by_size(n, reps_by_size);
+    int warmup = o->warmup >= 0 ? o->warmup : bench_by_size(n, warmup_by_size);
     int xreps = o->inflight_reps > 0 ? o->inflight_reps : default_inflight_reps(n, o->inflight);
     unsigned char *buf = malloc(n);
     tf_doc_t *doc = NULL, *got = NULL;
@@ -1037,15 +901,15 @@ static int bench_xsize(const opts_t *o, tf_client_t *c, const char *base, size_t
     int failures = o->inflight > 0 ? 2 : 1;
 
     snprintf(url, sizeof url, "%s%s", base, ECHO_PATH);
-    snprintf(what, sizeof what, "%s (%s)", url, fmt_size(n, sz, sizeof sz));
+    snprintf(what, sizeof what, "%s (%s)", url, bench_fmt_size(n, sz, sizeof sz));
     if (!buf || !(doc = tf_doc_new())) {
-        errorf("%s: out of memory", what);
+        bench_errorf("%s: out of memory", what);
         goto out;
     }
-    fill_pattern(buf, n, n ^ 0x5eed);           /* touched before anything is timed */
+    bench_fill_pattern(buf, n, n ^ 0x5eed);     /* touched before anything is timed */
     st = tf_doc_add(doc, TENSOR_NAME, TF_U8, 1, shape, buf, n, TF_BORROW);
     if (st != TF_OK) {
-        errorf("%s: tf_doc_add: %s", what, tf_strerror(st));
+        bench_errorf("%s: tf_doc_add: %s", what, tf_strerror(st));
         goto out;
     }
 
@@ -1056,7 +920,7 @@ static int bench_xsize(const opts_t *o, tf_client_t *c, const char *base, size_t
         goto out;
     }
     if (verify_doc(got, buf, n, why, sizeof why) != 0) {
-        errorf("exchange %s: the first reply was wrong: %s", what, why);
+        bench_errorf("exchange %s: the first reply was wrong: %s", what, why);
         goto out;
     }
 
@@ -1130,8 +994,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
     o->memcpy_reps = MEMCPY_REPS_DEFAULT;
     o->timeout_ms = TIMEOUT_MS_DEFAULT;
     o->inflight = INFLIGHT_DEFAULT;
-    parse_sizes(default_sizes, o->sizes, &o->nsizes);
-    parse_sizes(default_xsizes, o->xsizes, &o->nxsizes);
+    bench_parse_sizes(default_sizes, o->sizes, &o->nsizes, MAX_SIZES, 0);
+    bench_parse_sizes(default_xsizes, o->xsizes, &o->nxsizes, MAX_SIZES, 0);
     snprintf(o->transports, sizeof o->transports, "http,ucx");
 
     for (i = 1; i < argc; i++) {
@@ -1157,11 +1021,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
             continue;
         }
         if (!takes) {
-            errorf("unknown option '%s' (try --help)", a);
+            bench_errorf("unknown option '%s' (try --help)", a);
             return -1;
         }
         if (!val) {
-            errorf("%s needs a value", a);
+            bench_errorf("%s needs a value", a);
             return -1;
         }
         i++;
@@ -1171,38 +1035,38 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->tfetchd = val;
         } else if (strcmp(a, "--tfetchd-arg") == 0) {
             if (o->ndaemon_args == MAX_DAEMON_ARGS) {
-                errorf("too many --tfetchd-arg (at most %d)", MAX_DAEMON_ARGS);
+                bench_errorf("too many --tfetchd-arg (at most %d)", MAX_DAEMON_ARGS);
                 return -1;
             }
             o->daemon_args[o->ndaemon_args++] = val;
         } else if (strcmp(a, "--sizes") == 0) {
-            if (parse_sizes(val, o->sizes, &o->nsizes) != 0) {
-                errorf("bad --sizes '%s' (e.g. 8,64K,4M; at most %d)", val, MAX_SIZES);
+            if (bench_parse_sizes(val, o->sizes, &o->nsizes, MAX_SIZES, 0) != 0) {
+                bench_errorf("bad --sizes '%s' (e.g. 8,64K,4M; at most %d)", val, MAX_SIZES);
                 return -1;
             }
         } else if (strcmp(a, "--exchange-sizes") == 0) {
             if (strcmp(val, "none") == 0) {
                 o->nxsizes = 0;
-            } else if (parse_sizes(val, o->xsizes, &o->nxsizes) != 0) {
-                errorf("bad --exchange-sizes '%s' (e.g. 8,4M, or none; at most %d)", val,
-                       MAX_SIZES);
+            } else if (bench_parse_sizes(val, o->xsizes, &o->nxsizes, MAX_SIZES, 0) != 0) {
+                bench_errorf("bad --exchange-sizes '%s' (e.g. 8,4M, or none; at most %d)", val,
+                             MAX_SIZES);
                 return -1;
             }
         } else if (strcmp(a, "--inflight") == 0) {
-            if (parse_int(val, 0, MAX_INFLIGHT, &v) != 0) {
-                errorf("bad %s '%s' (0..%d)", a, val, MAX_INFLIGHT);
+            if (bench_parse_long(val, 0, MAX_INFLIGHT, &v) != 0) {
+                bench_errorf("bad %s '%s' (0..%d)", a, val, MAX_INFLIGHT);
                 return -1;
             }
             o->inflight = (int)v;
         } else if (strcmp(a, "--timeout-ms") == 0) {
-            if (parse_int(val, 0, 24L * 3600 * 1000, &v) != 0) {
-                errorf("bad %s '%s'", a, val);
+            if (bench_parse_long(val, 0, 24L * 3600 * 1000, &v) != 0) {
+                bench_errorf("bad %s '%s'", a, val);
                 return -1;
             }
             o->timeout_ms = v;
         } else {
-            if (parse_int(val, strcmp(a, "--warmup") == 0 ? 0 : 1, 1000000, &v) != 0) {
-                errorf("bad %s '%s'", a, val);
+            if (bench_parse_long(val, strcmp(a, "--warmup") == 0 ? 0 : 1, 1000000, &v) != 0) {
+                bench_errorf("bad %s '%s'", a, val);
                 return -1;
             }
             if (strcmp(a, "--reps") == 0)
@@ -1257,13 +1121,13 @@ int main(int argc, char **argv)
     for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int ucx = strcmp(t, "ucx") == 0;
         if (!ucx && strcmp(t, "http") != 0) {
-            errorf("unknown transport '%s' in --transports (http, ucx)", t);
+            bench_errorf("unknown transport '%s' in --transports (http, ucx)", t);
             failures++;
             continue;
         }
         st = tf_client_new(&c);
         if (st != TF_OK) {
-            errorf("tf_client_new: %s", tf_strerror(st));
+            bench_errorf("tf_client_new: %s", tf_strerror(st));
             failures++;
             goto stop;
         }
@@ -1295,6 +1159,6 @@ stop:
     if (daemon_stop(&d, 0) != 0)
         failures++;
     if (failures)
-        errorf("%d measurement(s) failed", failures);
+        bench_errorf("%d measurement(s) failed", failures);
     return failures ? 1 : 0;
 }

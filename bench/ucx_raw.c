@@ -55,9 +55,7 @@
 
 #include <ucp/api/ucp.h>
 
-#define KIB ((size_t)1024)
-#define MIB (KIB * 1024)
-#define GIB (MIB * 1024)
+#include "bench/common.h"
 
 #define MEMCPY_BYTES (64 * MIB)
 #define MEMCPY_REPS 20
@@ -75,6 +73,11 @@
 
 static const char *const default_sizes = "8,64K,4M,64M,256M";
 static const char *const default_chunked = "64M,256M";
+/* Timed and warm-up repetitions by size (bench_by_size: <= 64 KiB, <= 4 MiB, <= 64 MiB, more). */
+static const int reps_by_size[4] = {1000, 100, 20, 6};
+static const int warmup_by_size[4] = {100, 10, 3, 1};
+
+const char *const bench_prog = "ucx-raw";
 
 enum { OP_HELLO = 1, OP_DATA, OP_POISON, OP_CHECK, OP_QUIT, OP_DIE };
 enum { F_VERIFY = 1 };
@@ -179,137 +182,7 @@ static int g_table_started;
 
 /* ---- small helpers -------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void errorf(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("ucx-raw: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-static const char *fmt_size(size_t n, char *buf, size_t cap)
-{
-    if (n >= GIB && n % GIB == 0)
-        snprintf(buf, cap, "%zu GiB", n / GIB);
-    else if (n >= MIB && n % MIB == 0)
-        snprintf(buf, cap, "%zu MiB", n / MIB);
-    else if (n >= KIB && n % KIB == 0)
-        snprintf(buf, cap, "%zu KiB", n / KIB);
-    else
-        snprintf(buf, cap, "%zu B", n);
-    return buf;
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v, mult = 1;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || v == 0 || *s == '-')
-        return -1;
-    if (*end == 'k' || *end == 'K')
-        mult = KIB;
-    else if (*end == 'm' || *end == 'M')
-        mult = MIB;
-    else if (*end == 'g' || *end == 'G')
-        mult = GIB;
-    if (mult != 1)
-        end++;
-    if (mult != 1 && (strcmp(end, "iB") == 0 || strcmp(end, "ib") == 0))
-        end += 2;
-    else if (strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
-        end++;
-    if (*end != '\0' || v > SIZE_MAX / mult)
-        return -1;
-    *out = (size_t)(v * mult);
-    return 0;
-}
-
-/* "" or "none" gives an empty list. */
-static int parse_sizes(const char *list, size_t *sizes, int *n)
-{
-    char *copy, *save = NULL, *tok;
-    int rc = 0;
-
-    *n = 0;
-    if (!*list || strcmp(list, "none") == 0)
-        return 0;
-    if (!(copy = strdup(list)))
-        return -1;
-    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == MAX_SIZES || parse_size(tok, &sizes[*n]) != 0) {
-            rc = -1;
-            break;
-        }
-        (*n)++;
-    }
-    free(copy);
-    return rc;
-}
-
-static int parse_long(const char *s, long min, long max, long *out)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno != 0 || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int default_reps(size_t n)
-{
-    if (n <= 64 * KIB)
-        return 1000;
-    if (n <= 4 * MIB)
-        return 100;
-    if (n <= 64 * MIB)
-        return 20;
-    return 6;
-}
-
-static int default_warmup(size_t n)
-{
-    if (n <= 64 * KIB)
-        return 100;
-    if (n <= 4 * MIB)
-        return 10;
-    if (n <= 64 * MIB)
-        return 3;
-    return 1;
-}
-
-/* The pattern tfetch-bench uses (xorshift64 over 8-byte words), from byte 0 of a request. */
-static void fill_pattern(unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t x = (seed * 0x9E3779B97F4A7C15ull) | 1;
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < n; i++)
-        p[i] = (unsigned char)(x >> (8 * (i % 8)));
-}
-
-/* 0 if p[0..n) is fill_pattern(seed), else -1. */
+/* 0 if p[0..n) is bench_fill_pattern(seed), else -1. */
 static int check_pattern(const unsigned char *p, size_t n, uint64_t seed)
 {
     uint64_t x = (seed * 0x9E3779B97F4A7C15ull) | 1, y;
@@ -345,26 +218,15 @@ static void free_touched(unsigned char *p, size_t n)
         munmap(p, n ? n : 1);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void summarise(double *t, int n, size_t bytes, double memcpy_gbps, result_t *r)
 {
-    double sum = 0, p50;
-    int i, k99;
+    double p50, p99, sum;
 
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    for (i = 0; i < n; i++)
-        sum += t[i];
-    p50 = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-    k99 = (int)((99L * n + 99) / 100) - 1;
+    bench_percentiles(t, n, &p50, &p99, &sum);
     r->reps = n;
     r->bytes = bytes;
     r->p50_us = p50 * 1e6;
-    r->p99_us = t[k99] * 1e6;
+    r->p99_us = p99 * 1e6;
     r->mean_us = sum / n * 1e6;
     r->gbps = p50 > 0 ? (double)bytes / p50 / 1e9 : 0;
     r->mean_gbps = sum > 0 ? (double)bytes * n / sum / 1e9 : 0;
@@ -446,7 +308,7 @@ static void emit(const opts_t *o, const result_t *r)
         snprintf(cpu, sizeof cpu, "-");
     fprintf(stderr, "%-14s %-8s %-13s %-6s %-8s %5d %10.2f %10.2f %8.3f %8.3f %9s\n",
             r->cfg ? r->cfg->name : r->bench, r->cfg ? r->variant : "-", r->transport,
-            r->cfg ? r->proto : "-", fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us,
+            r->cfg ? r->proto : "-", bench_fmt_size(r->bytes, sz, sizeof sz), r->reps, r->p50_us,
             r->p99_us, r->gbps, r->vs_memcpy, cpu);
     fflush(stderr);
 }
@@ -459,14 +321,14 @@ static int bench_memcpy(result_t *r)
     int i, rc = -1;
 
     if (!src || !dst) {
-        errorf("memcpy baseline: out of memory");
+        bench_errorf("memcpy baseline: out of memory");
         goto out;
     }
     memcpy(dst, src, n);
     for (i = 0; i < MEMCPY_REPS; i++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         memcpy(dst, src, n);
-        t[i] = now_s() - t0;
+        t[i] = bench_now_s() - t0;
         g_sink ^= dst[(size_t)i * 4099 % n];
     }
     memset(r, 0, sizeof *r);
@@ -502,16 +364,16 @@ static int ucx_open(ucx_t *u, const config_t *c, int thread_mode, const char *wh
     u->efd = u->epfd = -1;
     st = ucp_config_read(NULL, NULL, &conf);
     if (st != UCS_OK) {
-        errorf("%s: ucp_config_read: %s", who, ucs_status_string(st));
+        bench_errorf("%s: ucp_config_read: %s", who, ucs_status_string(st));
         return -1;
     }
     if (c->tls && (st = ucp_config_modify(conf, "TLS", c->tls)) != UCS_OK) {
-        errorf("%s: UCX_TLS=%s: %s", who, c->tls, ucs_status_string(st));
+        bench_errorf("%s: UCX_TLS=%s: %s", who, c->tls, ucs_status_string(st));
         ucp_config_release(conf);
         return -1;
     }
     if (c->opt_name && (st = ucp_config_modify(conf, c->opt_name, c->opt_value)) != UCS_OK) {
-        errorf("%s: UCX_%s=%s: %s", who, c->opt_name, c->opt_value, ucs_status_string(st));
+        bench_errorf("%s: UCX_%s=%s: %s", who, c->opt_name, c->opt_value, ucs_status_string(st));
         ucp_config_release(conf);
         return -1;
     }
@@ -522,7 +384,7 @@ static int ucx_open(ucx_t *u, const config_t *c, int thread_mode, const char *wh
     st = ucp_init(&pp, conf, &u->ctx);
     ucp_config_release(conf);
     if (st != UCS_OK) {
-        errorf("%s: ucp_init: %s", who, ucs_status_string(st));
+        bench_errorf("%s: ucp_init: %s", who, ucs_status_string(st));
         return -1;
     }
     memset(&wp, 0, sizeof wp);
@@ -530,7 +392,7 @@ static int ucx_open(ucx_t *u, const config_t *c, int thread_mode, const char *wh
     wp.thread_mode = tm_ucs(thread_mode);
     st = ucp_worker_create(u->ctx, &wp, &u->w);
     if (st != UCS_OK) {
-        errorf("%s: ucp_worker_create: %s", who, ucs_status_string(st));
+        bench_errorf("%s: ucp_worker_create: %s", who, ucs_status_string(st));
         ucp_cleanup(u->ctx);
         u->ctx = NULL;
         return -1;
@@ -538,14 +400,14 @@ static int ucx_open(ucx_t *u, const config_t *c, int thread_mode, const char *wh
     if (c->wakeup) {
         st = ucp_worker_get_efd(u->w, &u->efd);
         if (st != UCS_OK) {
-            errorf("%s: ucp_worker_get_efd: %s", who, ucs_status_string(st));
+            bench_errorf("%s: ucp_worker_get_efd: %s", who, ucs_status_string(st));
             return -1;
         }
         u->epfd = epoll_create1(EPOLL_CLOEXEC);
         memset(&ev, 0, sizeof ev);
         ev.events = EPOLLIN;
         if (u->epfd < 0 || epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->efd, &ev) != 0) {
-            errorf("%s: epoll: %s", who, strerror(errno));
+            bench_errorf("%s: epoll: %s", who, strerror(errno));
             return -1;
         }
     }
@@ -575,7 +437,7 @@ static int ucx_sleep(ucx_t *u, int timeout_ms, unsigned long *sleeps)
     if (st == UCS_ERR_BUSY)
         return 0;
     if (st != UCS_OK) {
-        errorf("ucp_worker_arm: %s", ucs_status_string(st));
+        bench_errorf("ucp_worker_arm: %s", ucs_status_string(st));
         return -1;
     }
     do
@@ -619,7 +481,7 @@ static void srv_recv_failed(server_t *s, ucs_status_t st)
     if (!s->recv_failed) {
         s->recv_failed = 1;
         s->recv_status = st;
-        s->recv_fail_t = now_s();
+        s->recv_fail_t = bench_now_s();
     }
     if (s->status == ST_OK)
         s->status = ST_RECV_ERR;
@@ -673,7 +535,7 @@ static int srv_reserve(server_t *s, size_t n)
 /* A new request: resets the assembly and, for control ops, does the op. */
 static void srv_begin(server_t *s, const req_hdr_t *h)
 {
-    s->req_t = now_s();
+    s->req_t = bench_now_s();
     s->cur_id = h->id;
     s->total = h->total;
     s->got = 0;
@@ -696,12 +558,12 @@ static ucs_status_t srv_req_cb(void *arg, const void *header, size_t header_leng
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
         s->reply_ep = param->reply_ep;
     if (header_length != sizeof h) {
-        errorf("server: request header of %zu bytes", header_length);
+        bench_errorf("server: request header of %zu bytes", header_length);
         return UCS_OK;
     }
     memcpy(&h, header, sizeof h);
     if (h.magic != HDR_MAGIC) {
-        errorf("server: bad magic");
+        bench_errorf("server: bad magic");
         return UCS_OK;
     }
     if (h.op == OP_DIE) {
@@ -772,7 +634,7 @@ static void srv_ack_cb(void *req, ucs_status_t st, void *user_data)
     server_t *s = user_data;
 
     if (st != UCS_OK)
-        errorf("server: ack send: %s", ucs_status_string(st));
+        bench_errorf("server: ack send: %s", ucs_status_string(st));
     ucp_request_free(req);
     s->ack_req = NULL;
 }
@@ -803,7 +665,7 @@ static int srv_send_ack(server_t *s)
         /* The receive failed, so the peer is most likely gone, and with
          * UCP_ERR_HANDLING_MODE_PEER UCX 1.13 has then released the reply endpoint:
          * ucp_am_send_nbx on it crashed (SIGSEGV). No ack, and forget the endpoint. */
-        errorf("server: a receive failed (%s); no ack", ucs_status_string(s->recv_status));
+        bench_errorf("server: a receive failed (%s); no ack", ucs_status_string(s->recv_status));
         s->ack_ready = 0;
         s->reply_ep = NULL;
         return 0;
@@ -819,7 +681,7 @@ static int srv_send_ack(server_t *s)
     s->ack_ready = 0;
     r = ucp_am_send_nbx(s->reply_ep, AM_ACK, &s->ack, sizeof s->ack, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        errorf("server: ack send: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        bench_errorf("server: ack send: %s", ucs_status_string(UCS_PTR_STATUS(r)));
         return -1;
     }
     s->ack_req = r;
@@ -832,7 +694,7 @@ static void srv_report_client_kill(const server_t *s, const opts_t *o)
     const char *outcome = s->recv_failed ? "recv-error"
                           : s->cur_id <= 1 ? "no-request" /* only the HELLO came */
                           : s->got >= s->total ? "completed" : "hang";
-    double ms = ((s->recv_failed ? s->recv_fail_t : now_s()) - s->req_t) * 1e3;
+    double ms = ((s->recv_failed ? s->recv_fail_t : bench_now_s()) - s->req_t) * 1e3;
 
     jprint("{\"bench\":\"ucx-client-kill\",");
     json_config(s->cfg);
@@ -858,7 +720,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
     ucp_am_handler_param_t hp;
     ucs_status_t st;
     uint32_t len32;
-    double last = now_s();
+    double last = bench_now_s();
     unsigned long spins = 0;
     int rc = 1;
     size_t i;
@@ -877,7 +739,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
     hp.arg = &s;
     hp.flags = UCP_AM_FLAG_WHOLE_MSG;
     if ((st = ucp_worker_set_am_recv_handler(s.u.w, &hp)) != UCS_OK) {
-        errorf("server: ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
+        bench_errorf("server: ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
         goto out;
     }
     memset(&wa, 0, sizeof wa);
@@ -885,7 +747,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
                     (c->net_only ? UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS : 0);
     wa.address_flags = c->net_only ? UCP_WORKER_ADDRESS_FLAG_NET_ONLY : 0;
     if ((st = ucp_worker_query(s.u.w, &wa)) != UCS_OK) {
-        errorf("server: ucp_worker_query: %s", ucs_status_string(st));
+        bench_errorf("server: ucp_worker_query: %s", ucs_status_string(st));
         goto out;
     }
     if (o->info)
@@ -894,7 +756,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
         len32 = (uint32_t)wa.address_length;
         if (write(addr_fd, &len32, sizeof len32) != (ssize_t)sizeof len32 ||
             write(addr_fd, wa.address, wa.address_length) != (ssize_t)wa.address_length) {
-            errorf("server: writing the address: %s", strerror(errno));
+            bench_errorf("server: writing the address: %s", strerror(errno));
             ucp_worker_release_address(s.u.w, wa.address);
             goto out;
         }
@@ -902,7 +764,7 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
     } else {
         FILE *f = addr_file ? fopen(addr_file, "w") : g_json;
         if (!f) {
-            errorf("server: %s: %s", addr_file, strerror(errno));
+            bench_errorf("server: %s: %s", addr_file, strerror(errno));
             ucp_worker_release_address(s.u.w, wa.address);
             goto out;
         }
@@ -921,21 +783,21 @@ static int run_server(const config_t *c, const opts_t *o, int addr_fd, const cha
         if (srv_send_ack(&s) != 0)
             goto out;
         if (c->kill_client && (s.recv_failed || (s.req_t > 0 &&
-                               now_s() - s.req_t > (double)o->kill_wait_ms / 1000))) {
+                               bench_now_s() - s.req_t > (double)o->kill_wait_ms / 1000))) {
             srv_report_client_kill(&s, o);
             rc = 0;
             goto out;
         }
         if (n) {
-            last = now_s();
+            last = bench_now_s();
             continue;
         }
         if (c->wakeup) {
             if (ucx_sleep(&s.u, 1000, &s.sleeps) < 0)
                 goto out;
         }
-        if (idle_s > 0 && (c->wakeup || (++spins & 0xffff) == 0) && now_s() - last > idle_s) {
-            errorf("server: no message for %.0f s, giving up", idle_s);
+        if (idle_s > 0 && (c->wakeup || (++spins & 0xffff) == 0) && bench_now_s() - last > idle_s) {
+            bench_errorf("server: no message for %.0f s, giving up", idle_s);
             goto out;
         }
     }
@@ -1008,7 +870,7 @@ static ucs_status_t cli_ack_cb(void *arg, const void *header, size_t header_leng
         memcpy(&c->ack, header, sizeof c->ack);
         atomic_store(&c->acked, 1);
     } else {
-        errorf("client: ack header of %zu bytes", header_length);
+        bench_errorf("client: ack header of %zu bytes", header_length);
     }
     cli_wake(c);
     return UCS_OK;
@@ -1022,7 +884,7 @@ static void cli_send_cb(void *req, ucs_status_t st, void *user_data)
     if (st != UCS_OK)
         atomic_compare_exchange_strong(&c->send_status, &expect, (int)st);
     ucp_request_free(req);
-    c->send_done_t = now_s();
+    c->send_done_t = bench_now_s();
     atomic_fetch_add(&c->sends_done, 1);
     cli_wake(c);
 }
@@ -1032,7 +894,7 @@ static void cli_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     client_t *c = arg;
 
     (void)ep;
-    c->ep_fail_t = now_s();
+    c->ep_fail_t = bench_now_s();
     atomic_store(&c->ep_status, (int)st);
     atomic_store(&c->ep_failed, 1);
     cli_wake(c);
@@ -1069,7 +931,7 @@ static void cli_post(client_t *c)
             break;
         }
         if (r == NULL) {
-            c->send_done_t = now_s();
+            c->send_done_t = bench_now_s();
             atomic_fetch_add(&c->sends_done, 1);
         }
     }
@@ -1135,7 +997,7 @@ static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
             return -1;
         if (c->cfg->progress_thread != PT_NONE) {
             struct timespec ts;
-            if (now_s() > deadline)
+            if (bench_now_s() > deadline)
                 return -2;
             pthread_mutex_lock(&c->mtx);
             if (!(atomic_load(&c->acked) && atomic_load(&c->sends_done) >= nsends) &&
@@ -1156,9 +1018,9 @@ static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
         if (c->cfg->wakeup) {
             if (ucx_sleep(&c->u, 100, &c->sleeps) < 0)
                 return -1;
-            if (now_s() > deadline)
+            if (bench_now_s() > deadline)
                 return -2;
-        } else if ((++spins & 0x3ff) == 0 && now_s() > deadline) {
+        } else if ((++spins & 0x3ff) == 0 && bench_now_s() > deadline) {
             return -2;
         }
     }
@@ -1175,7 +1037,7 @@ static uint64_t cli_prepare(client_t *c, uint16_t op, uint16_t flags, size_t n, 
     if (pieces > c->nhdrs) {
         req_hdr_t *h = realloc(c->hdrs, pieces * sizeof *h);
         if (!h) {
-            errorf("client: out of memory");
+            bench_errorf("client: out of memory");
             return 0;
         }
         c->hdrs = h;
@@ -1204,7 +1066,7 @@ static uint64_t cli_prepare(client_t *c, uint16_t op, uint16_t flags, size_t n, 
 static void cli_drain(client_t *c, double deadline)
 {
     while ((atomic_load(&c->posted) < 0 ||
-            atomic_load(&c->sends_done) < atomic_load(&c->posted)) && now_s() < deadline) {
+            atomic_load(&c->sends_done) < atomic_load(&c->posted)) && bench_now_s() < deadline) {
         if (c->cfg->progress_thread == PT_NONE)
             ucp_worker_progress(c->u.w);
         else
@@ -1231,31 +1093,32 @@ static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_
         cli_post(c);
         cli_unlock(c);
     }
-    rc = cli_wait(c, (int)c->npieces, now_s() + (double)c->o->timeout_ms / 1000, 1);
+    rc = cli_wait(c, (int)c->npieces, bench_now_s() + (double)c->o->timeout_ms / 1000, 1);
     if (rc != 0) {
         if (rc == -2)
-            errorf("client: no ack within %ld ms (op %u, %zu bytes)", c->o->timeout_ms, op, n);
+            bench_errorf("client: no ack within %ld ms (op %u, %zu bytes)", c->o->timeout_ms, op,
+                         n);
         else
-            errorf("client: request failed: %s", atomic_load(&c->ep_failed)
-                   ? ucs_status_string((ucs_status_t)atomic_load(&c->ep_status))
-                   : ucs_status_string((ucs_status_t)atomic_load(&c->send_status)));
-        cli_drain(c, now_s() + 2);
+            bench_errorf("client: request failed: %s", atomic_load(&c->ep_failed)
+                         ? ucs_status_string((ucs_status_t)atomic_load(&c->ep_status))
+                         : ucs_status_string((ucs_status_t)atomic_load(&c->send_status)));
+        cli_drain(c, bench_now_s() + 2);
         return -1;
     }
     *ack = c->ack;
     if (ack->magic != HDR_MAGIC || ack->id != id) {
-        errorf("client: ack for request %" PRIu64 ", expected %" PRIu64, ack->id, id);
+        bench_errorf("client: ack for request %" PRIu64 ", expected %" PRIu64, ack->id, id);
         return -1;
     }
     if (ack->status != ST_OK) {
-        errorf("client: server says %s (op %u, %zu bytes)",
-               ack->status == ST_MISMATCH ? "the data differs from what was sent"
-               : ack->status == ST_NO_MEM ? "out of memory"
-               : ack->status == ST_RECV_ERR ? "receive failed" : "bad request", op, n);
+        bench_errorf("client: server says %s (op %u, %zu bytes)",
+                     ack->status == ST_MISMATCH ? "the data differs from what was sent"
+                     : ack->status == ST_NO_MEM ? "out of memory"
+                     : ack->status == ST_RECV_ERR ? "receive failed" : "bad request", op, n);
         return -1;
     }
     if (op == OP_DATA && ack->bytes != n) {
-        errorf("client: server received %" PRIu64 " of %zu bytes", ack->bytes, n);
+        bench_errorf("client: server received %" PRIu64 " of %zu bytes", ack->bytes, n);
         return -1;
     }
     return 0;
@@ -1405,7 +1268,7 @@ static int cli_connect(client_t *c, const void *addr, size_t addr_len)
     hp.arg = c;
     hp.flags = UCP_AM_FLAG_WHOLE_MSG;
     if ((st = ucp_worker_set_am_recv_handler(c->u.w, &hp)) != UCS_OK) {
-        errorf("client: ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
+        bench_errorf("client: ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
         return -1;
     }
     memset(&wa, 0, sizeof wa);
@@ -1425,7 +1288,7 @@ static int cli_connect(client_t *c, const void *addr, size_t addr_len)
     }
     (void)addr_len;
     if ((st = ucp_ep_create(c->u.w, &ep, &c->ep)) != UCS_OK) {
-        errorf("client: ucp_ep_create: %s", ucs_status_string(st));
+        bench_errorf("client: ucp_ep_create: %s", ucs_status_string(st));
         c->ep = NULL;
         return -1;
     }
@@ -1436,7 +1299,7 @@ static void cli_close(client_t *c, int force)
 {
     ucp_request_param_t p;
     void *r;
-    double deadline = now_s() + 2;
+    double deadline = bench_now_s() + 2;
 
     if (c->pt_running) {
         atomic_store(&c->pt_stop, 1);
@@ -1451,10 +1314,10 @@ static void cli_close(client_t *c, int force)
         p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         r = ucp_ep_close_nbx(c->ep, &p);
         if (r && !UCS_PTR_IS_ERR(r)) {
-            while (ucp_request_check_status(r) == UCS_INPROGRESS && now_s() < deadline)
+            while (ucp_request_check_status(r) == UCS_INPROGRESS && bench_now_s() < deadline)
                 ucp_worker_progress(c->u.w);
             if (ucp_request_check_status(r) == UCS_INPROGRESS)
-                errorf("client: endpoint close still in progress after 2 s; leaving it");
+                bench_errorf("client: endpoint close still in progress after 2 s; leaving it");
             else
                 ucp_request_free(r);
         }
@@ -1466,8 +1329,8 @@ static void cli_close(client_t *c, int force)
 static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
 {
     const opts_t *o = c->o;
-    int reps = o->reps > 0 ? o->reps : default_reps(n);
-    int warmup = o->warmup >= 0 ? o->warmup : default_warmup(n);
+    int reps = o->reps > 0 ? o->reps : bench_by_size(n, reps_by_size);
+    int warmup = o->warmup >= 0 ? o->warmup : bench_by_size(n, warmup_by_size);
     double *t = calloc((size_t)reps, sizeof *t);
     double c0, c1, w0, wall;
     unsigned long s0, s1;
@@ -1482,8 +1345,8 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     /* correctness first: into a poisoned buffer, every byte checked */
     if (cli_request(c, OP_POISON, 0, n, 0, 0, &ack) != 0 ||
         cli_request(c, OP_DATA, F_VERIFY, n, chunk, n, &ack) != 0) {
-        errorf("%s %s %s: the verification request failed", c->cfg->name, variant,
-               fmt_size(n, sz, sizeof sz));
+        bench_errorf("%s %s %s: the verification request failed", c->cfg->name, variant,
+                     bench_fmt_size(n, sz, sizeof sz));
         free(t);
         return -1;
     }
@@ -1494,26 +1357,26 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     first = ack;
     s0 = c->sleeps;
     c0 = cpu_s();
-    w0 = now_s();
+    w0 = bench_now_s();
     for (i = 0; i < reps; i++) {
         double t0;
         /* the last timed one lands in a poisoned buffer and is checked after */
         if (i == reps - 1 && cli_request(c, OP_POISON, 0, n, 0, 0, &ack) != 0)
             goto fail;
-        t0 = now_s();
+        t0 = bench_now_s();
         if (cli_request(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
             goto fail;
-        t[i] = now_s() - t0;
+        t[i] = bench_now_s() - t0;
         nrndv += ack.nrndv;
         neager += ack.neager;
     }
-    wall = now_s() - w0;
+    wall = bench_now_s() - w0;
     c1 = cpu_s();
     s1 = c->sleeps;
     last = ack;
     if (cli_request(c, OP_CHECK, 0, n, 0, n, &ack) != 0) {
-        errorf("%s %s %s: the last timed request's data was wrong", c->cfg->name, variant,
-               fmt_size(n, sz, sizeof sz));
+        bench_errorf("%s %s %s: the last timed request's data was wrong", c->cfg->name, variant,
+                     bench_fmt_size(n, sz, sizeof sz));
         free(t);
         return -1;
     }
@@ -1535,7 +1398,8 @@ static int cli_bench(client_t *c, size_t n, size_t chunk, const char *variant)
     free(t);
     return 0;
 fail:
-    errorf("%s %s %s: a timed request failed", c->cfg->name, variant, fmt_size(n, sz, sizeof sz));
+    bench_errorf("%s %s %s: a timed request failed", c->cfg->name, variant,
+                 bench_fmt_size(n, sz, sizeof sz));
     free(t);
     return -1;
 }
@@ -1561,20 +1425,20 @@ static int cli_kill_test(client_t *c, size_t n)
     if (!cli_prepare(c, OP_DIE, 0, n, 0, 0))
         return -1;
     c->send_done_t = -1;
-    t0 = now_s();
+    t0 = bench_now_s();
     cli_post(c);
     nsends = atomic_load(&c->posted);
     immediate = atomic_load(&c->sends_done) >= 1;  /* ucp_am_send_nbx returned NULL */
     deadline = t0 + (double)c->o->kill_wait_ms / 1000;
     /* wait for the ack that cannot come: until the endpoint fails (PEER) or the deadline */
     while (cli_wait(c, nsends, deadline, 1) == 0 && !atomic_load(&c->ep_failed) &&
-           now_s() < deadline)
+           bench_now_s() < deadline)
         ;
     if (atomic_load(&c->ep_failed))
         t_ep = c->ep_fail_t - t0;
     /* after an endpoint error, a little longer so the send's own completion shows */
     if (t_ep >= 0 && atomic_load(&c->sends_done) < nsends)
-        cli_wait(c, nsends, now_s() + 1, 0);
+        cli_wait(c, nsends, bench_now_s() + 1, 0);
     if (atomic_load(&c->sends_done) >= 1 || atomic_load(&c->send_status))
         t_send = c->send_done_t - t0;
     send_st = atomic_load(&c->send_status);
@@ -1595,7 +1459,7 @@ static int cli_kill_test(client_t *c, size_t n)
             return -1;
         atomic_store(&c->send_status, UCS_OK);
         cli_post(c);
-        rc = cli_wait(c, atomic_load(&c->posted), now_s() + 2, 1);
+        rc = cli_wait(c, atomic_load(&c->posted), bench_now_s() + 2, 1);
         if (atomic_load(&c->posted) < 1 || atomic_load(&c->send_status))
             snprintf(probe_buf, sizeof probe_buf, "send error: %s",
                      status_name(atomic_load(&c->send_status)));
@@ -1616,7 +1480,7 @@ static int cli_kill_test(client_t *c, size_t n)
     /* then close the endpoint (--kill-close), 3 s at most */
     {
         ucp_request_param_t cp;
-        double tc = now_s(), until = tc + 3, tdone;
+        double tc = bench_now_s(), until = tc + 3, tdone;
         int force = c->o->kill_close ? c->o->kill_close == 1 : c->cfg->err_peer;
         int done0 = atomic_load(&c->sends_done);
         ucs_status_t cst;
@@ -1633,13 +1497,13 @@ static int cli_kill_test(client_t *c, size_t n)
         } else if (r == NULL) {
             cst = UCS_OK;
         } else {
-            while ((cst = ucp_request_check_status(r)) == UCS_INPROGRESS && now_s() < until)
+            while ((cst = ucp_request_check_status(r)) == UCS_INPROGRESS && bench_now_s() < until)
                 ucp_worker_progress(c->u.w);
             if (cst != UCS_INPROGRESS)
                 ucp_request_free(r);
         }
-        tdone = now_s();
-        while (now_s() < tdone + 0.2)   /* let completions of cancelled sends arrive */
+        tdone = bench_now_s();
+        while (bench_now_s() < tdone + 0.2)   /* let completions of cancelled sends arrive */
             ucp_worker_progress(c->u.w);
         if (cst == UCS_INPROGRESS)
             snprintf(close_buf, sizeof close_buf, "%s close: still in progress after 3 s",
@@ -1665,7 +1529,7 @@ static int cli_kill_test(client_t *c, size_t n)
     fflush(g_json);
     if (!c->o->json_only) {
         fprintf(stderr, "kill %-14s %-13s %-7s: %s; ep error: %s", c->cfg->name,
-                c->transport, fmt_size(n, sz, sizeof sz), outcome,
+                c->transport, bench_fmt_size(n, sz, sizeof sz), outcome,
                 t_ep >= 0 ? status_name(ep_st) : "none");
         if (t_ep >= 0)
             fprintf(stderr, " after %.1f ms", t_ep * 1e3);
@@ -1702,7 +1566,7 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         if (c->chunked[i] > maxn)
             maxn = c->chunked[i];
     if (!(cl.buf = alloc_touched(maxn, 0))) {
-        errorf("client: out of memory (%zu bytes)", maxn);
+        bench_errorf("client: out of memory (%zu bytes)", maxn);
         return 1;
     }
     cl.cap = maxn;
@@ -1723,15 +1587,15 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
     }
     if (c->progress_thread != PT_NONE) {
         if (pthread_create(&cl.pt, NULL, cli_progress_main, &cl) != 0) {
-            errorf("client: pthread_create failed");
+            bench_errorf("client: pthread_create failed");
             failures++;
             goto out;
         }
         cl.pt_running = 1;
     }
-    t0 = now_s();
+    t0 = bench_now_s();
     if (cli_request(&cl, OP_HELLO, 0, 0, 0, 0, &ack) != 0) {
-        errorf("%s: the first round trip failed", c->name);
+        bench_errorf("%s: the first round trip failed", c->name);
         failures++;
         goto out;
     }
@@ -1740,7 +1604,7 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
     json_config(c);
     jprint(",\"thread_mode_granted\":\"%s\",\"transport\":\"%s\",\"connect_ms\":%.3f,"
            "\"lanes\":[%s],\"am_send\":\"%s\"}\n", ucs_tm_name(cl.granted), cl.transport,
-           (now_s() - t0) * 1e3, cl.lanes, cl.am_send);
+           (bench_now_s() - t0) * 1e3, cl.lanes, cl.am_send);
     fflush(g_json);
     if (!o->json_only)
         fprintf(stderr, "%s: %s (thread mode %s; am_send %s)\n", c->name, cl.transport,
@@ -1748,47 +1612,47 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
     if (c->kill_client) {
         /* post the request, give it 2 ms to get going, die; the server reports */
         double t1;
-        fill_pattern(cl.buf, c->sizes[0], c->sizes[0]);
+        bench_fill_pattern(cl.buf, c->sizes[0], c->sizes[0]);
         if (!cli_prepare(&cl, OP_DATA, 0, c->sizes[0], 0, c->sizes[0]))
             _exit(1);
         cli_post(&cl);
-        for (t1 = now_s(); now_s() - t1 < 0.002;)
+        for (t1 = bench_now_s(); bench_now_s() - t1 < 0.002;)
             ucp_worker_progress(cl.u.w);
         fflush(g_json);
         fflush(stderr);
         raise(SIGKILL);
     }
     if (c->kill_test) {
-        fill_pattern(cl.buf, c->sizes[0], c->sizes[0]);
+        bench_fill_pattern(cl.buf, c->sizes[0], c->sizes[0]);
         if (cli_kill_test(&cl, c->sizes[0]) != 0) {
             failures++;
         } else {
             /* and the worker: does destroying it hang with a dead peer? (SIGALRM if so) */
-            double td = now_s();
+            double td = bench_now_s();
             fflush(g_json);
             alarm(5);
             ucx_close(&cl.u);
             alarm(0);
             jprint("{\"bench\":\"ucx-kill-teardown\",");
             json_config(c);
-            jprint(",\"worker_destroy_ms\":%.1f}\n", (now_s() - td) * 1e3);
+            jprint(",\"worker_destroy_ms\":%.1f}\n", (bench_now_s() - td) * 1e3);
             if (!o->json_only)
                 fprintf(stderr, "kill %-14s worker destroyed in %.1f ms\n", c->name,
-                        (now_s() - td) * 1e3);
+                        (bench_now_s() - td) * 1e3);
         }
         fflush(g_json);
         fflush(stderr);
         _exit(failures ? 1 : 0);
     }
     for (i = 0; i < c->nsizes; i++) {
-        fill_pattern(cl.buf, c->sizes[i], c->sizes[i]);
+        bench_fill_pattern(cl.buf, c->sizes[i], c->sizes[i]);
         if (cli_bench(&cl, c->sizes[i], 0, "single") != 0)
             failures++;
     }
     for (i = 0; i < c->nchunked; i++) {
         if (c->chunked[i] <= o->chunk)
             continue;
-        fill_pattern(cl.buf, c->chunked[i], c->chunked[i]);
+        bench_fill_pattern(cl.buf, c->chunked[i], c->chunked[i]);
         if (cli_bench(&cl, c->chunked[i], o->chunk, "chunked") != 0)
             failures++;
     }
@@ -1831,7 +1695,7 @@ static int wait_child(pid_t pid, double deadline, int *status)
             return 0;
         if (w < 0 && errno != EINTR)
             return -1;
-        if (now_s() > deadline) {
+        if (bench_now_s() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, status, 0);
             return -1;
@@ -1861,7 +1725,7 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     uint32_t len = 0;
     unsigned char *addr = NULL;
     int status = 0, failures = 0, client_ok = 0;
-    double deadline = now_s() + pair_limit_s(c, o);
+    double deadline = bench_now_s() + pair_limit_s(c, o);
 
     if (deadline > run_deadline)
         deadline = run_deadline;
@@ -1869,12 +1733,12 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     fflush(g_json);
     fflush(stderr);
     if (pipe(pfd) != 0) {
-        errorf("pipe: %s", strerror(errno));
+        bench_errorf("pipe: %s", strerror(errno));
         return 1;
     }
     spid = fork();
     if (spid < 0) {
-        errorf("fork: %s", strerror(errno));
+        bench_errorf("fork: %s", strerror(errno));
         return 1;
     }
     if (spid == 0) {
@@ -1889,7 +1753,7 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     close(pfd[1]);
     if (read_full(pfd[0], &len, sizeof len, 30000) != 0 || len == 0 || len > ADDR_MAX ||
         !(addr = malloc(len)) || read_full(pfd[0], addr, len, 30000) != 0) {
-        errorf("%s: no worker address from the server", c->name);
+        bench_errorf("%s: no worker address from the server", c->name);
         close(pfd[0]);
         kill(spid, SIGKILL);
         waitpid(spid, &status, 0);
@@ -1899,7 +1763,7 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     close(pfd[0]);
     cpid = fork();
     if (cpid < 0) {
-        errorf("fork: %s", strerror(errno));
+        bench_errorf("fork: %s", strerror(errno));
         kill(spid, SIGKILL);
         waitpid(spid, &status, 0);
         free(addr);
@@ -1915,13 +1779,13 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     }
     free(addr);
     if (wait_child(cpid, deadline, &status) != 0) {
-        errorf("%s: the client did not finish in time (killed)", c->name);
+        bench_errorf("%s: the client did not finish in time (killed)", c->name);
         failures++;
     } else if (c->kill_client && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
         /* as planned; the server says what it saw */
     } else if (WIFSIGNALED(status)) {
-        errorf("%s: the client was killed by signal %d (%s)", c->name, WTERMSIG(status),
-               strsignal(WTERMSIG(status)));
+        bench_errorf("%s: the client was killed by signal %d (%s)", c->name, WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
         if (c->kill_test) {
             jprint("{\"bench\":\"ucx-kill\",");
             json_config(c);
@@ -1937,12 +1801,12 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     }
     /* a client that finished well told the server to quit; otherwise it is not waited for */
     if (c->kill_client) {
-        if (wait_child(spid, now_s() + (double)o->kill_wait_ms / 1000 + 10, &status) != 0) {
-            errorf("%s: the server did not report (killed)", c->name);
+        if (wait_child(spid, bench_now_s() + (double)o->kill_wait_ms / 1000 + 10, &status) != 0) {
+            bench_errorf("%s: the server did not report (killed)", c->name);
             failures++;
         } else if (WIFSIGNALED(status)) {
-            errorf("%s: the server died by signal %d (%s)", c->name, WTERMSIG(status),
-                   strsignal(WTERMSIG(status)));
+            bench_errorf("%s: the server died by signal %d (%s)", c->name, WTERMSIG(status),
+                         strsignal(WTERMSIG(status)));
             jprint("{\"bench\":\"ucx-client-kill\",");
             json_config(c);
             jprint(",\"bytes\":%zu,\"outcome\":\"server-died-by-signal-%d\"}\n", c->sizes[0],
@@ -1954,19 +1818,19 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
         }
         return failures;
     }
-    if (wait_child(spid, now_s() + (c->kill_test || !client_ok || c->expect_fail ? 1 : 10),
+    if (wait_child(spid, bench_now_s() + (c->kill_test || !client_ok || c->expect_fail ? 1 : 10),
                    &status) != 0) {
         if (!c->kill_test && client_ok && !c->expect_fail) {
-            errorf("%s: the server did not exit (killed)", c->name);
+            bench_errorf("%s: the server did not exit (killed)", c->name);
             failures++;
         }
     } else if (c->kill_test) {
         if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-            errorf("%s: the server should have died by SIGKILL", c->name);
+            bench_errorf("%s: the server should have died by SIGKILL", c->name);
             failures++;
         }
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        errorf("%s: the server failed (wait status %d)", c->name, status);
+        bench_errorf("%s: the server failed (wait status %d)", c->name, status);
         failures++;
     }
     return failures;
@@ -1983,8 +1847,8 @@ static config_t *add_config(config_t *plan, int *n, const char *name, const char
     snprintf(c->name, sizeof c->name, "%s", name);
     c->tls = tls;
     c->err_peer = err_peer;
-    parse_sizes(sizes, c->sizes, &c->nsizes);
-    parse_sizes(chunked, c->chunked, &c->nchunked);
+    bench_parse_sizes(sizes, c->sizes, &c->nsizes, MAX_SIZES, 1);
+    bench_parse_sizes(chunked, c->chunked, &c->nchunked, MAX_SIZES, 1);
     return c;
 }
 
@@ -2120,14 +1984,14 @@ static int read_addr(const char *arg, unsigned char **out, size_t *len)
         FILE *f = fopen(arg + 1, "r");
         ssize_t k;
         if (!f) {
-            errorf("%s: %s", arg + 1, strerror(errno));
+            bench_errorf("%s: %s", arg + 1, strerror(errno));
             return -1;
         }
         k = getline(&text, &cap, f);
         fclose(f);
         if (k <= 0) {
             free(text);
-            errorf("%s: empty", arg + 1);
+            bench_errorf("%s: empty", arg + 1);
             return -1;
         }
     } else if (!(text = strdup(arg))) {
@@ -2135,14 +1999,14 @@ static int read_addr(const char *arg, unsigned char **out, size_t *len)
     }
     n = strcspn(text, "\r\n");
     if (n == 0 || n % 2 || !(a = malloc(n / 2))) {
-        errorf("bad address (hex expected)");
+        bench_errorf("bad address (hex expected)");
         free(text);
         return -1;
     }
     for (i = 0; i < n / 2; i++) {
         unsigned v;
         if (sscanf(text + 2 * i, "%2x", &v) != 1) {
-            errorf("bad address (hex expected)");
+            bench_errorf("bad address (hex expected)");
             free(a);
             free(text);
             return -1;
@@ -2181,7 +2045,7 @@ int main(int argc, char **argv)
 #define NEED_VAL()                                          \
         do {                                                \
             if (!val) {                                     \
-                errorf("%s needs a value", a);              \
+                bench_errorf("%s needs a value", a);              \
                 return 2;                                   \
             }                                               \
             i++;                                            \
@@ -2210,7 +2074,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--err-mode")) {
             NEED_VAL();
             if (strcmp(val, "none") && strcmp(val, "peer")) {
-                errorf("--err-mode none|peer");
+                bench_errorf("--err-mode none|peer");
                 return 2;
             }
             one.err_peer = !strcmp(val, "peer");
@@ -2226,7 +2090,7 @@ int main(int argc, char **argv)
             else if (!strcmp(val, "queue"))
                 one.progress_thread = PT_QUEUE;
             else {
-                errorf("--progress-thread lock|queue");
+                bench_errorf("--progress-thread lock|queue");
                 return 2;
             }
             setup = 1;
@@ -2237,7 +2101,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--kill-close")) {
             NEED_VAL();
             if (strcmp(val, "force") && strcmp(val, "flush")) {
-                errorf("--kill-close force|flush");
+                bench_errorf("--kill-close force|flush");
                 return 2;
             }
             o.kill_close = !strcmp(val, "force") ? 1 : 2;
@@ -2250,7 +2114,7 @@ int main(int argc, char **argv)
             else if (!strcmp(val, "multi"))
                 one.thread_mode = TM_MULTI;
             else {
-                errorf("--thread-mode single|serialized|multi");
+                bench_errorf("--thread-mode single|serialized|multi");
                 return 2;
             }
             setup = 1;
@@ -2264,22 +2128,22 @@ int main(int argc, char **argv)
             chunked_given = 1;
         } else if (!strcmp(a, "--chunk")) {
             NEED_VAL();
-            if (parse_size(val, &o.chunk) != 0) {
-                errorf("bad --chunk '%s'", val);
+            if (bench_parse_size(val, &o.chunk) != 0) {
+                bench_errorf("bad --chunk '%s'", val);
                 return 2;
             }
         } else if (!strcmp(a, "--max-seconds")) {
             NEED_VAL();
-            if (parse_long(val, 1, 86400, &v) != 0) {
-                errorf("bad --max-seconds '%s'", val);
+            if (bench_parse_long(val, 1, 86400, &v) != 0) {
+                bench_errorf("bad --max-seconds '%s'", val);
                 return 2;
             }
             o.max_seconds = v;
         } else if (!strcmp(a, "--reps") || !strcmp(a, "--warmup") ||
                    !strcmp(a, "--timeout-ms") || !strcmp(a, "--kill-wait-ms")) {
             NEED_VAL();
-            if (parse_long(val, !strcmp(a, "--reps") ? 1 : 0, 100000000L, &v) != 0) {
-                errorf("bad %s '%s'", a, val);
+            if (bench_parse_long(val, !strcmp(a, "--reps") ? 1 : 0, 100000000L, &v) != 0) {
+                bench_errorf("bad %s '%s'", a, val);
                 return 2;
             }
             if (!strcmp(a, "--reps"))
@@ -2291,7 +2155,7 @@ int main(int argc, char **argv)
             else
                 o.kill_wait_ms = v;
         } else {
-            errorf("unknown option '%s' (try --help)", a);
+            bench_errorf("unknown option '%s' (try --help)", a);
             return 2;
         }
 #undef NEED_VAL
@@ -2299,8 +2163,9 @@ int main(int argc, char **argv)
     {
         size_t tmp[MAX_SIZES];
         int nt;
-        if (parse_sizes(sizes, tmp, &nt) != 0 || nt == 0 || parse_sizes(chunked, tmp, &nt) != 0) {
-            errorf("bad --sizes/--chunked (e.g. 8,64K,4M; at most %d)", MAX_SIZES);
+        if (bench_parse_sizes(sizes, tmp, &nt, MAX_SIZES, 1) != 0 || nt == 0 ||
+            bench_parse_sizes(chunked, tmp, &nt, MAX_SIZES, 1) != 0) {
+            bench_errorf("bad --sizes/--chunked (e.g. 8,64K,4M; at most %d)", MAX_SIZES);
             return 2;
         }
     }
@@ -2309,13 +2174,13 @@ int main(int argc, char **argv)
     if (one.kill_test || one.kill_client)
         one.progress_thread = PT_NONE;
     if (one.kill_test && one.kill_client) {
-        errorf("--kill-test and --kill-client: one at a time");
+        bench_errorf("--kill-test and --kill-client: one at a time");
         return 2;
     }
     if (one.tls && !strcmp(one.tls, "default"))
         one.tls = NULL;
-    parse_sizes(sizes, one.sizes, &one.nsizes);
-    parse_sizes(chunked, one.chunked, &one.nchunked);
+    bench_parse_sizes(sizes, one.sizes, &one.nsizes, MAX_SIZES, 1);
+    bench_parse_sizes(chunked, one.chunked, &one.nchunked, MAX_SIZES, 1);
     if ((one.kill_test || one.kill_client) && !sizes_given) {
         one.sizes[0] = 64 * MIB;
         one.nsizes = 1;
@@ -2324,7 +2189,7 @@ int main(int argc, char **argv)
     {
         int fd = dup(STDOUT_FILENO);
         if (fd < 0 || !(g_json = fdopen(fd, "w")) || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
-            errorf("setting up stdout: %s", strerror(errno));
+            bench_errorf("setting up stdout: %s", strerror(errno));
             return 1;
         }
         setvbuf(stdout, NULL, _IOLBF, 0);
@@ -2362,12 +2227,12 @@ int main(int argc, char **argv)
         nplan = plan_default(plan, sizes, chunked);
     }
     if (experiments && setup)
-        errorf("--experiments ignored: a setup option was given");
-    run_deadline = now_s() + (double)(o.max_seconds ? o.max_seconds
-                                      : experiments && !setup ? 400 : MAX_SECONDS_DEFAULT);
+        bench_errorf("--experiments ignored: a setup option was given");
+    run_deadline = bench_now_s() + (double)(o.max_seconds ? o.max_seconds
+                                            : experiments && !setup ? 400 : MAX_SECONDS_DEFAULT);
     for (i = 0; i < nplan; i++) {
-        if (now_s() >= run_deadline) {
-            errorf("time limit reached (--max-seconds): %d setup(s) not run", nplan - i);
+        if (bench_now_s() >= run_deadline) {
+            bench_errorf("time limit reached (--max-seconds): %d setup(s) not run", nplan - i);
             failures += nplan - i;
             break;
         }
@@ -2376,6 +2241,6 @@ int main(int argc, char **argv)
         failures += run_pair(&plan[i], &o, run_deadline);
     }
     if (failures)
-        errorf("%d failure(s)", failures);
+        bench_errorf("%d failure(s)", failures);
     return failures ? 1 : 0;
 }
