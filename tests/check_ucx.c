@@ -1290,7 +1290,15 @@ static void killed_mid_request(int big)
             ck_assert_int_eq(tf_fetch_start(c, &rp, rec_cb, &p, NULL), TF_OK);
         kill(D.pid, SIGKILL);
         waitpid(D.pid, NULL, 0);
-        ck_assert_int_eq(tf_fetch_start(c, &rx, rec_cb, &x, NULL), TF_OK);
+        tf_status_t sx = tf_fetch_start(c, &rx, rec_cb, &x, NULL);
+        if (sx != TF_OK) {
+            /* The client may already have seen the server's death (it watches the pid):
+             * under ucx the start itself then fails, saying why. */
+            ck_assert_msg(strict && sx == TF_ECONNECT, "%s", tf_err_name(sx));
+            x.calls = 1;
+            x.st = sx;
+            x.res = *tf_client_last(c);
+        }
         double t0 = now_s();
         ck_assert_msg(tf_client_run(c, 10000) == TF_OK, "%zu requests still pending after 10 s",
                       tf_client_pending(c));
@@ -1392,16 +1400,20 @@ START_TEST(ucx_client_killed_mid_put)
         kill(kid, SIGKILL);
         int st;
         waitpid(kid, &st, 0);
-        /* The daemon answers and what it stores is whole. A fresh client under auto: if the
-         * dead client left the shared-memory path unusable (seen now and then: see the
-         * note in doc/PROTOCOL.md section 8), it falls back to HTTP within its timeout. */
-        tf_client_t *a = client(TF_TRANSPORT_AUTO);
+        /* The daemon answers over HTTP and what it stores is whole. Whether its UCX path
+         * still answers is reported, not asserted: now and then a client killed mid-put
+         * leaves the shared-memory path stalled (see doc/PROTOCOL.md section 8), and a
+         * stalled UCX worker can block a client's own teardown, so it is asked from a
+         * separate, time-limited process. */
+        tf_client_t *a = client(TF_TRANSPORT_HTTP);
         tf_client_set_timeout(a, 5000);
-        tf_client_upgrade(a, D.base);
         ck_assert_int_eq(tf_get(a, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
-        if (strncmp(tf_client_last(a)->transport, "ucx", 3) == 0)
-            over_ucx++;
         tf_client_free(a);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "timeout -s KILL 8 %s -q --transport ucx --timeout 3000 get "
+                 "'%s' /dev/null 2>/dev/null", cli, url("/v1/tensors/%s", "w"));
+        if (system(cmd) == 0)
+            over_ucx++;
         const tf_tensor_t *t = tf_doc_find(got, "w");
         ck_assert_ptr_nonnull(t);
         if (t->dtype == TF_F32) {
@@ -1425,7 +1437,7 @@ START_TEST(ucx_client_killed_mid_put)
         tf_client_free(h);
     }
     fprintf(stderr, "ucx_client_killed_mid_put: %d kills left the old document, %d came after "
-            "the new one was whole; %d of the checks after them went over UCX\n", kept_old,
+            "the new one was whole; UCX answered after %d of them\n", kept_old,
             got_new, over_ucx);
     unlink(path);
     tf_doc_free(old);
