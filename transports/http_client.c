@@ -802,14 +802,11 @@ tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
 
 /* ---- URLs ------------------------------------------------------------------------------- */
 
-tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *query, char **out)
+/* Parses url into *out, checking what both URL functions need: an http(s) scheme and a
+ * non-empty host (libcurl reads "http:///x" as host x: an empty authority is refused here).
+ * On success *scheme and *host are set (curl_free them) and *out must be cleaned up. */
+static tfx_hc_status_t open_url(const char *url, CURLU **out, char **scheme, char **host)
 {
-    tfx_hc_status_t st = TFX_HC_EURL;
-    char *scheme = NULL, *host = NULL, *full = NULL;
-
-    if (!url || !out)
-        return TFX_HC_EINVAL;
-    /* libcurl reads "http:///x" as host x; an empty authority is a bad URL here. */
     const char *auth = strstr(url, "://");
     if (!auth || auth[3] == '/' || auth[3] == '\0')
         return TFX_HC_EURL;
@@ -818,13 +815,31 @@ tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *
     CURLU *u = curl_url();
     if (!u)
         return TFX_HC_ENOMEM;
-    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
-        goto free_url;
-    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-        (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
-        goto free_parts;
-    if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host)
-        goto free_parts;
+    *scheme = *host = NULL;
+    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, scheme, 0) != CURLUE_OK ||
+        (strcasecmp(*scheme, "http") != 0 && strcasecmp(*scheme, "https") != 0) ||
+        curl_url_get(u, CURLUPART_HOST, host, 0) != CURLUE_OK || !**host) {
+        curl_free(*host);
+        curl_free(*scheme);
+        curl_url_cleanup(u);
+        return TFX_HC_EURL;
+    }
+    *out = u;
+    return TFX_HC_OK;
+}
+
+tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *query, char **out)
+{
+    tfx_hc_status_t st = TFX_HC_EURL;
+    char *scheme = NULL, *host = NULL, *full = NULL;
+
+    if (!url || !out)
+        return TFX_HC_EINVAL;
+    CURLU *u;
+    if ((st = open_url(url, &u, &scheme, &host)) != TFX_HC_OK)
+        return st;
+    st = TFX_HC_EURL;
     curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0);
     if (path) {
         if (curl_url_set(u, CURLUPART_PATH, path, 0) != CURLUE_OK ||
@@ -842,7 +857,6 @@ tfx_hc_status_t tfx_hc_url_build(const char *url, const char *path, const char *
 free_parts:
     curl_free(host);
     curl_free(scheme);
-free_url:
     curl_url_cleanup(u);
     return st;
 }
@@ -854,21 +868,11 @@ tfx_hc_status_t tfx_hc_url_split(const char *url, char **origin, char **path, in
 
     if (!url || !origin || !path || !has_query)
         return TFX_HC_EINVAL;
-    const char *auth = strstr(url, "://");
-    if (!auth || auth[3] == '/' || auth[3] == '\0')
-        return TFX_HC_EURL;
-    if (ensure_curl() != 0)
-        return TFX_HC_ENOMEM;
-    CURLU *u = curl_url();
-    if (!u)
-        return TFX_HC_ENOMEM;
-    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
-        goto free_url;
-    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-        (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
-        goto free_parts;
-    if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host ||
-        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK)
+    CURLU *u;
+    if ((st = open_url(url, &u, &scheme, &host)) != TFX_HC_OK)
+        return st;
+    st = TFX_HC_EURL;
+    if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK)
         goto free_parts;
     if (curl_url_get(u, CURLUPART_PATH, &p, 0) != CURLUE_OK)
         goto free_parts;
@@ -898,7 +902,6 @@ free_parts:
     curl_free(port);
     curl_free(host);
     curl_free(scheme);
-free_url:
     curl_url_cleanup(u);
     return st;
 }
