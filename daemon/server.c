@@ -248,6 +248,15 @@ static void kv_uint(tfp_jw_t *w, const char *k, uint64_t v)
     tfp_jw_uint(w, v);
 }
 
+static void kv_strs(tfp_jw_t *w, const char *k, const char *const *v, size_t n)
+{
+    tfp_jw_key(w, k);
+    tfp_jw_arr_begin(w);
+    for (size_t i = 0; i < n; i++)
+        tfp_jw_str(w, v[i]);
+    tfp_jw_arr_end(w);
+}
+
 static void info_route(const char *name, const tfd_route_ops_t *ops, void *arg)
 {
     tfp_jw_t *w = arg;
@@ -299,29 +308,19 @@ static void handle_info(tfx_req_t *r, ctx_t *c)
         tfp_jw_str(&w, why);
     }
     tfp_jw_obj_end(&w);
-    tfp_jw_key(&w, "formats");
-    tfp_jw_arr_begin(&w);
-    tfp_jw_str(&w, "application/x-safetensors");
-    tfp_jw_str(&w, "application/octet-stream");
-    tfp_jw_str(&w, "application/json");
-    tfp_jw_str(&w, "shumai");
-    tfp_jw_arr_end(&w);
+    static const char *const formats[] = {"application/x-safetensors",
+                                          "application/octet-stream", "application/json",
+                                          "shumai"};
+    kv_strs(&w, "formats", formats, sizeof formats / sizeof formats[0]);
     tfp_jw_key(&w, "dtypes");
     tfp_jw_arr_begin(&w);
     for (int d = 0; d < TFP_DTYPE_COUNT; d++)
         tfp_jw_str(&w, tfp_dtype_name((tfp_dtype_t)d));
     tfp_jw_arr_end(&w);
-    tfp_jw_key(&w, "features");
-    tfp_jw_arr_begin(&w);
-    tfp_jw_str(&w, "long-poll");
-    tfp_jw_str(&w, "raw-body");
-    tfp_jw_str(&w, "json-view");
-    tfp_jw_str(&w, "exchange");
-    tfp_jw_str(&w, "sessions");
-    tfp_jw_str(&w, "idempotent-retry");
-    tfp_jw_str(&w, "workers");
-    tfp_jw_str(&w, "shumai");
-    tfp_jw_arr_end(&w);
+    static const char *const features[] = {"long-poll", "raw-body", "json-view", "exchange",
+                                           "sessions", "idempotent-retry", "workers",
+                                           "shumai"};
+    kv_strs(&w, "features", features, sizeof features / sizeof features[0]);
     tfp_jw_key(&w, "routes");
     tfp_jw_arr_begin(&w);
     tfd_routes_each(s->routes, info_route, &w);
