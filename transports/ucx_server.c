@@ -240,14 +240,14 @@ static int64_t ucx_content_length(const tfx_req_t *r)
 static const char *ucx_peer(const tfx_req_t *r) { (void)r; return "ucx"; }
 static size_t ucx_header_bytes(const tfx_req_t *r) { (void)r; return 0; }
 
-/* Encodes the REPLY frame: status, the HTTP-equivalent status in wait_ms, msg. */
+/* Encodes the REPLY frame: status, the HTTP-equivalent status, msg. */
 static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const char *msg,
                        size_t body_len)
 {
     tfp_uf_hdr_t h;
     tfp_uf_init(&h, TFP_UF_REPLY, q->in.seq);
     h.status = code;
-    h.wait_ms = http;
+    h.http = (uint16_t)http;
     h.body_len = body_len;
     h.flags = body_len ? TFP_UF_F_REPLY_HAS_BODY : 0;
     snprintf(h.request_id, sizeof h.request_id, "%s", q->in.request_id);
