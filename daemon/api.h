@@ -43,24 +43,21 @@ struct tfd_server {
 };
 typedef struct tfd_server tfd_server_t;
 
-/* How a request body is laid out. */
-enum { BODY_SAFETENSORS, BODY_RAW, BODY_SHUMAI, BODY_JSON };
+struct tfd_endpoint;
 
 typedef struct {
     tfd_server_t *srv;
-    tfd_route_t route;
-    tfp_path_info_t path;
+    const tfp_op_t *op;             /* what the request asks for (the transport's) */
+    const struct tfd_endpoint *ep;  /* its row in the endpoint table */
     uint64_t start_ns;
     tfp_status_t code;              /* the error answered, TFP_OK if none */
-    const char *name;               /* = path.name */
+    const char *name;               /* = op->name */
     char request_id[TFP_MAX_REQUEST_ID + 1];
     int request_id_from_client;
     char user[TFP_MAX_USER_ID + 1];
     /* body */
-    int body_kind;                  /* BODY_* */
-    uint8_t *raw_hdr;               /* BODY_RAW: the safetensors header placed in front */
+    uint8_t *raw_hdr;               /* TFP_BODY_RAW: the safetensors header placed in front */
     size_t raw_hdr_len;
-    uint64_t raw_nbytes;
     uint64_t charged;               /* body bytes approved by on_body_grow */
     uint64_t reserved;              /* PUT: store reservation still held */
     uint64_t body_charged;          /* other bodies: charged to srv->body_bytes */
@@ -84,8 +81,6 @@ typedef struct {
 /* Answers r with a JSON error and records the code for the metrics. */
 void api_fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* 1 if the request's method is in the comma-separated list, else answers 405 with Allow. */
-int allow_method(tfx_req_t *r, ctx_t *c, const char *allowed);
 /* Responds with malloc'd text (freed after sending). */
 void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text, size_t len);
 /* Finishes w and responds 200 application/json. */
@@ -93,9 +88,10 @@ void api_respond_json(tfx_req_t *r, ctx_t *c, tfp_jw_t *w);
 /* Responds with a blob's bytes (takes the reference). */
 void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b);
 
-/* In begin: decides the body's layout from Content-Type / Tfetch-Dtype / Tfetch-Shape and
- * accepts it (max bytes). raw_name names the tensor of a raw body. 0, or -1 after answering. */
-int api_begin_body(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max);
+/* In begin: accepts the document body the operation describes (safetensors, raw, Shumai),
+ * at most max bytes; a raw body gets its safetensors header made, naming the tensor
+ * raw_name. 0, or -1 after answering. */
+int api_begin_doc(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max);
 /* In handle: the body as a decoded document. Takes the body buffer: *base and *cap (a tfx_buf)
  * hold the document's bytes at offset 0, *len of them. 0, or -1 after answering. */
 int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base, size_t *cap, size_t *len,
@@ -112,18 +108,20 @@ tfd_blob_t *api_text_blob(char *text, size_t len);
 /* Handlers. begin_* run when headers are in, handle_* when the body is complete. */
 void api_begin_put(tfx_req_t *r, ctx_t *c);
 void api_handle_get(tfx_req_t *r, ctx_t *c);
+void api_finish_get(tfx_req_t *r, ctx_t *c);
 void api_handle_put(tfx_req_t *r, ctx_t *c);
 void api_handle_delete(tfx_req_t *r, ctx_t *c);
 void api_handle_list(tfx_req_t *r, ctx_t *c);
 
-void api_begin_call(tfx_req_t *r, ctx_t *c);
 void api_handle_call(tfx_req_t *r, ctx_t *c);
 void api_handle_session_end(tfx_req_t *r, ctx_t *c);
 void api_handle_shumai_get(tfx_req_t *r, ctx_t *c);
 void api_finish_call(tfx_req_t *r, ctx_t *c);
 
-void api_begin_workers(tfx_req_t *r, ctx_t *c);
-void api_handle_workers(tfx_req_t *r, ctx_t *c);
-void api_finish_workers(tfx_req_t *r, ctx_t *c);
+void api_handle_register(tfx_req_t *r, ctx_t *c);
+void api_handle_leave(tfx_req_t *r, ctx_t *c);
+void api_handle_poll(tfx_req_t *r, ctx_t *c);
+void api_handle_reply(tfx_req_t *r, ctx_t *c);
+void api_finish_poll(tfx_req_t *r, ctx_t *c);
 
 #endif

@@ -69,11 +69,6 @@ void api_handle_shumai_get(tfx_req_t *r, ctx_t *c)
 
 /* ---- calls ----------------------------------------------------------------------------- */
 
-void api_begin_call(tfx_req_t *r, ctx_t *c)
-{
-    api_begin_body(r, c, "tensor", c->srv->cfg.max_body);
-}
-
 static void on_call_finished(tfd_call_t *call, void *arg)
 {
     tfx_req_t *r = arg;
@@ -82,47 +77,46 @@ static void on_call_finished(tfd_call_t *call, void *arg)
     tfx_req_resume(r);
 }
 
-/* Answers with the finished call's outputs or error, and remembers it for retries. */
+/* Answers with the finished call's outputs, or its failure (code and message), and
+ * remembers the answer for retries. */
 static void respond_call(tfx_req_t *r, ctx_t *c)
 {
     tfd_call_t *call = c->call;
-    tfd_blob_t *b = NULL;
-    const char *ctype = c->body_kind == BODY_SHUMAI ? "application/octet-stream"
-                                                    : "application/x-safetensors";
-    unsigned status = 200;
+    tfd_replay_answer_t ans = {.status = 200, .code = TFP_OK};
+    int shumai = c->op->body.kind == TFP_BODY_SHUMAI;
     tfp_err_t err;
 
+    snprintf(ans.content_type, sizeof ans.content_type, "%s",
+             shumai ? "application/octet-stream" : "application/x-safetensors");
     if (call->status == TFP_OK) {
-        b = c->body_kind == BODY_SHUMAI ? shumai_blob(c, call->out, &err)
-                                        : api_encode_blob(call->out, &err);
-        if (!b)
+        ans.body = shumai ? shumai_blob(c, call->out, &err) : api_encode_blob(call->out, &err);
+        if (!ans.body)
             tfd_call_fail(call, err.code == TFP_ENOTACCEPT ? TFP_EUNPROC : err.code,
                           "route '%s' answered what the request's format cannot carry: %s",
                           call->route, err.msg);
     }
     if (call->status != TFP_OK) {
-        size_t len;
-        char *json = tfp_error_json(call->status, call->msg, &len);
-        b = json ? api_text_blob(json, len) : NULL;
-        status = (unsigned)tfp_status_http(call->status);
-        ctype = "application/json";
+        ans.code = call->status;
+        ans.status = (unsigned)tfp_status_http(call->status);
+        ans.content_type[0] = '\0';
+        snprintf(ans.msg, sizeof ans.msg, "%s", call->msg);
         c->code = call->status;
     }
     if (c->replay_owner) {
-        if (b)
-            tfd_replay_complete(c->srv->replay, c->user, c->request_id, status, ctype, b);
+        if (ans.body || ans.code != TFP_OK)
+            tfd_replay_complete(c->srv->replay, c->user, c->request_id, &ans);
         else
             tfd_replay_abandon(c->srv->replay, c->user, c->request_id);
         c->replay_owner = 0;
     }
-    if (!b) {
+    if (ans.code != TFP_OK)
+        tfx_respond_error(r, ans.code, "%s", ans.msg);
+    else if (!ans.body)
         api_fail(r, c, TFP_ENOMEM, "out of memory");
-        return;
-    }
-    if (status == 200 && b->doc)
-        api_serve_blob(r, c, b);                    /* honours Accept: JSON, raw */
+    else if (ans.body->doc)
+        api_serve_blob(r, c, ans.body);             /* honours Accept: JSON, raw */
     else
-        api_respond_blob(r, status, ctype, b);
+        api_respond_blob(r, ans.status, ans.content_type, ans.body);
 }
 
 /* Looks the request id up in the replay window. 1 when the request was answered or
@@ -138,7 +132,9 @@ static int replayed(tfx_req_t *r, ctx_t *c)
         return 0;
     case TFD_REPLAY_DONE:
         tfx_req_add_header(r, "Tfetch-Replayed", "1");
-        if (ans.status == 200 && ans.body->doc)
+        if (ans.code != TFP_OK)
+            tfx_respond_error(r, ans.code, "%s", ans.msg);  /* counted once, when it ran */
+        else if (ans.body->doc)
             api_serve_blob(r, c, ans.body);
         else
             api_respond_blob(r, ans.status, ans.content_type, ans.body);
@@ -186,7 +182,7 @@ void api_handle_call(tfx_req_t *r, ctx_t *c)
     }
     call->in_bytes = c->call_base;
     call->in_len = c->call_len;
-    if (c->body_kind == BODY_SHUMAI) {
+    if (c->op->body.kind == TFP_BODY_SHUMAI) {
         /* Workers read safetensors: re-encode the one tensor for them. */
         tfp_err_t err;
         if (strcmp(ops.kind, "worker") == 0 && !(c->call_st = api_encode_blob(c->call_in, &err))) {

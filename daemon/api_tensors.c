@@ -19,7 +19,7 @@
 static int respond_view(tfx_req_t *r, ctx_t *c, const tfp_doc_t *doc,
                         void (*release)(void *), void *arg)
 {
-    tfp_media_t want = tfp_accept_pick(tfx_req_header(r, "Accept"));
+    tfp_media_t want = c->op->accept;
     if (want == TFP_MEDIA_OCTET) {
         if (doc->n != 1) {
             api_fail(r, c, TFP_ENOTACCEPT, "the answer holds %zu tensors; "
@@ -115,20 +115,19 @@ void api_handle_get(tfx_req_t *r, ctx_t *c)
     }
 }
 
-/* Headers in: decide the body's layout and reserve store space for it. */
+void api_finish_get(tfx_req_t *r, ctx_t *c)
+{
+    (void)r;
+    tfd_waiters_disarm(c->srv->waiters, &c->waiter);
+}
+
+/* The body is accepted: reserve store space for it. */
 void api_begin_put(tfx_req_t *r, ctx_t *c)
 {
     tfd_server_t *s = c->srv;
-    if (api_begin_body(r, c, c->name, s->cfg.max_body) != 0)
-        return;
-    if (c->body_kind == BODY_SHUMAI || c->body_kind == BODY_JSON) {
-        api_fail(r, c, TFP_EMEDIATYPE, "Content-Type must be application/x-safetensors, or "
-                 "application/octet-stream with Tfetch-Dtype and Tfetch-Shape");
-        return;
-    }
-    int64_t cl = tfx_req_content_length(r);
-    uint64_t need = c->body_kind == BODY_RAW ? c->raw_hdr_len + c->raw_nbytes
-                                             : (cl >= 0 ? (uint64_t)cl : 0);
+    const tfp_op_body_t *body = &c->op->body;
+    uint64_t need = body->kind == TFP_BODY_RAW ? c->raw_hdr_len + body->nbytes
+                                               : (body->length >= 0 ? (uint64_t)body->length : 0);
     if (need && tfd_store_reserve(s->store, need) != 0) {
         api_fail(r, c, TFP_ENOSPACE, "storing %llu bytes would exceed the store's limit of "
                  "%llu bytes", (unsigned long long)need, (unsigned long long)s->cfg.store_memory);

@@ -21,36 +21,8 @@
 #include <string.h>
 
 #define MAX_ROUTES_PER_WORKER 256
-#define MAX_REGISTRATION (64u << 10)
 
-void api_begin_workers(tfx_req_t *r, ctx_t *c)
-{
-    switch (c->path.kind) {
-    case TFP_PATH_WORKERS:
-        if (allow_method(r, c, "POST"))
-            tfx_req_accept_body(r, 0, MAX_REGISTRATION);
-        return;
-    case TFP_PATH_WORKER:
-        allow_method(r, c, "DELETE");
-        return;
-    case TFP_PATH_WORKER_REPLY: {
-        if (!allow_method(r, c, "POST"))
-            return;
-        tfp_media_t ct = tfp_media_parse(tfx_req_header(r, "Content-Type"));
-        if (ct == TFP_MEDIA_JSON) {
-            c->body_kind = BODY_JSON;
-            tfx_req_accept_body(r, 0, MAX_REGISTRATION);
-        } else {
-            api_begin_body(r, c, "tensor", c->srv->cfg.max_body);
-        }
-        return;
-    }
-    default:
-        return;
-    }
-}
-
-static void handle_register(tfx_req_t *r, ctx_t *c)
+void api_handle_register(tfx_req_t *r, ctx_t *c)
 {
     size_t len;
     const uint8_t *body = tfx_req_body(r, &len);
@@ -87,7 +59,7 @@ static void handle_register(tfx_req_t *r, ctx_t *c)
     api_respond_text(r, 201, "application/json", text, len);
 }
 
-static void handle_poll(tfx_req_t *r, ctx_t *c)
+void api_handle_poll(tfx_req_t *r, ctx_t *c)
 {
     tfd_worker_poll_t *p = &c->poll;
     if (p->state == TFD_POLL_IDLE || p->state == TFD_POLL_ARMED) {
@@ -120,11 +92,11 @@ static void handle_poll(tfx_req_t *r, ctx_t *c)
     }
 }
 
-static void handle_reply(tfx_req_t *r, ctx_t *c)
+void api_handle_reply(tfx_req_t *r, ctx_t *c)
 {
     tfd_workers_t *ws = c->srv->workers;
     int rc;
-    if (c->body_kind == BODY_JSON) {
+    if (c->op->body.kind == TFP_BODY_JSON) {
         size_t len;
         const uint8_t *body = tfx_req_body(r, &len);
         tfp_status_t code;
@@ -135,49 +107,32 @@ static void handle_reply(tfx_req_t *r, ctx_t *c)
                      "\"code\": \"TF_E...\"}");
             return;
         }
-        rc = tfd_workers_reply(ws, c->name, c->path.sub, code, msg, NULL, NULL, 0);
+        rc = tfd_workers_reply(ws, c->name, c->op->sub, code, msg, NULL, NULL, 0);
     } else {
         uint8_t *base;
         size_t cap, len;
         tfp_doc_t *doc;
         if (api_body_doc(r, c, &base, &cap, &len, &doc) != 0)
             return;
-        rc = tfd_workers_reply(ws, c->name, c->path.sub, TFP_OK, NULL, doc, base, cap);
+        rc = tfd_workers_reply(ws, c->name, c->op->sub, TFP_OK, NULL, doc, base, cap);
     }
     if (rc == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "worker '%s' has no call '%s' in hand (it timed out, "
-                 "or its caller's lease ended)", c->name, c->path.sub);
+                 "or its caller's lease ended)", c->name, c->op->sub);
 }
 
-void api_handle_workers(tfx_req_t *r, ctx_t *c)
+void api_handle_leave(tfx_req_t *r, ctx_t *c)
 {
-    switch (c->path.kind) {
-    case TFP_PATH_WORKERS:
-        handle_register(r, c);
-        return;
-    case TFP_PATH_WORKER:
-        if (tfd_workers_unregister(c->srv->workers, c->name) == 0)
-            tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
-        else
-            api_fail(r, c, TFP_ENOTFOUND, "no worker '%s'", c->name);
-        return;
-    case TFP_PATH_WORKER_NEXT:
-        handle_poll(r, c);
-        return;
-    case TFP_PATH_WORKER_REPLY:
-        handle_reply(r, c);
-        return;
-    default:
-        api_fail(r, c, TFP_ENOTFOUND, "no route for %s", tfx_req_path(r));
-        return;
-    }
+    if (tfd_workers_unregister(c->srv->workers, c->name) == 0)
+        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    else
+        api_fail(r, c, TFP_ENOTFOUND, "no worker '%s'", c->name);
 }
 
-void api_finish_workers(tfx_req_t *r, ctx_t *c)
+void api_finish_poll(tfx_req_t *r, ctx_t *c)
 {
     (void)r;
-    if (c->path.kind == TFP_PATH_WORKER_NEXT)
-        tfd_workers_poll_done(c->srv->workers, &c->poll);
+    tfd_workers_poll_done(c->srv->workers, &c->poll);
 }

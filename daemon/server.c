@@ -113,59 +113,22 @@ tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err)
 
 /* ---- bodies ----------------------------------------------------------------------------- */
 
-int api_begin_body(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max)
+int api_begin_doc(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max)
 {
-    tfp_err_t err;
-    int64_t cl = tfx_req_content_length(r);
-    const char *dtype = tfx_req_header(r, "Tfetch-Dtype");
-    const char *shape = tfx_req_header(r, "Tfetch-Shape");
-    tfp_media_t ct = tfp_media_parse(tfx_req_header(r, "Content-Type"));
-
-    if (ct == TFP_MEDIA_OTHER || ct == TFP_MEDIA_ANY || ct == TFP_MEDIA_JSON) {
-        api_fail(r, c, TFP_EMEDIATYPE, "Content-Type must be application/x-safetensors, or "
-                 "application/octet-stream with Tfetch-Dtype and Tfetch-Shape");
-        return -1;
-    }
-    if (cl >= 0 && (uint64_t)cl > max) {
-        api_fail(r, c, TFP_ETOOBIG, "body of %lld bytes exceeds the limit of %llu bytes",
-                 (long long)cl, (unsigned long long)max);
-        return -1;
-    }
-    c->body_kind = BODY_SAFETENSORS;
-    if (c->path.kind == TFP_PATH_SHUMAI && !dtype && !shape && ct != TFP_MEDIA_SAFETENSORS)
-        c->body_kind = BODY_SHUMAI;
-    if (dtype || shape) {
-        if (ct == TFP_MEDIA_SAFETENSORS) {
-            api_fail(r, c, TFP_EBADREQ, "Tfetch-Dtype/Tfetch-Shape describe a raw body; "
-                     "a safetensors body carries its own header");
-            return -1;
-        }
-        tfp_dtype_t dt;
-        int rank;
-        uint64_t dims[TFP_MAX_RANK];
-        uint64_t len = cl >= 0 ? (uint64_t)cl : TFP_RAW_LEN_UNKNOWN;
-        if (tfp_raw_check(dtype, shape, len, &dt, &rank, dims, &err) != TFP_OK ||
-            tfp_shape_nbytes(dt, rank, dims, &c->raw_nbytes, &err) != TFP_OK) {
-            api_fail(r, c, err.code, "%s", err.msg);
-            return -1;
-        }
-        if (c->raw_nbytes > max) {
-            api_fail(r, c, TFP_ETOOBIG, "a %s tensor of shape [%s] is %llu bytes, above the "
-                     "limit of %llu", dtype, shape, (unsigned long long)c->raw_nbytes,
-                     (unsigned long long)max);
-            return -1;
-        }
+    const tfp_op_body_t *body = &c->op->body;
+    if (body->kind == TFP_BODY_RAW) {
+        tfp_err_t err;
         tfp_doc_t *doc = tfp_doc_new();
-        if (!doc || tfp_doc_add(doc, raw_name, dt, rank, dims, NULL, c->raw_nbytes, &err) != TFP_OK ||
+        if (!doc || tfp_doc_add(doc, raw_name, body->dtype, body->rank, body->shape, NULL,
+                                body->nbytes, &err) != TFP_OK ||
             tfp_st_encode_header(doc, &c->raw_hdr, &c->raw_hdr_len, &err) != TFP_OK) {
             tfp_doc_free(doc);
             api_fail(r, c, doc ? err.code : TFP_ENOMEM, "%s", doc ? err.msg : "out of memory");
             return -1;
         }
         tfp_doc_free(doc);
-        c->body_kind = BODY_RAW;
     }
-    tfx_req_accept_body(r, c->raw_hdr_len, c->body_kind == BODY_RAW ? c->raw_nbytes : max);
+    tfx_req_accept_body(r, c->raw_hdr_len, body->kind == TFP_BODY_RAW ? body->nbytes : max);
     return 0;
 }
 
@@ -175,9 +138,10 @@ int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base_out, size_t *cap_out, si
     tfp_err_t err;
     size_t len;
     tfx_req_body(r, &len);
-    if (c->body_kind == BODY_RAW && len != c->raw_nbytes) {
+    tfp_body_kind_t kind = c->op->body.kind;
+    if (kind == TFP_BODY_RAW && len != c->op->body.nbytes) {
         api_fail(r, c, TFP_EUNPROC, "body is %zu bytes but Tfetch-Dtype x Tfetch-Shape need %llu",
-                 len, (unsigned long long)c->raw_nbytes);
+                 len, (unsigned long long)c->op->body.nbytes);
         return -1;
     }
     size_t cap;
@@ -186,11 +150,11 @@ int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base_out, size_t *cap_out, si
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return -1;
     }
-    if (c->body_kind == BODY_RAW)
+    if (kind == TFP_BODY_RAW)
         memcpy(base, c->raw_hdr, c->raw_hdr_len);
     size_t doc_len = c->raw_hdr_len + len;
     tfp_doc_t *doc = NULL;
-    if (c->body_kind == BODY_SHUMAI) {
+    if (kind == TFP_BODY_SHUMAI) {
         tfp_shumai_msg_t msg;
         if (tfp_shumai_decode(base, doc_len, 0, &msg, &err) != TFP_OK)
             goto bad;
@@ -212,32 +176,6 @@ bad:
     tfx_buf_free(base, cap);
     api_fail(r, c, err.code, "%s", err.msg);
     return -1;
-}
-
-/* Approves a body buffer growing to total bytes. */
-static tfp_status_t on_body_grow(tfx_req_t *r, uint64_t total, void *arg)
-{
-    tfd_server_t *s = arg;
-    ctx_t *c = tfx_req_ctx(r);
-    if (!c)
-        return TFP_EINTERNAL;
-    if (total <= c->charged)
-        return TFP_OK;
-    uint64_t delta = total - c->charged;
-    if (c->route == TFD_ROUTE_TENSOR_PUT) {
-        if (tfd_store_reserve(s->store, delta) != 0)
-            return TFP_ENOSPACE;
-        c->reserved += delta;
-    } else {
-        uint64_t was = atomic_fetch_add(&s->body_bytes, delta);
-        if (was + delta > s->cfg.body_memory) {
-            atomic_fetch_sub(&s->body_bytes, delta);
-            return TFP_EBUSY;
-        }
-        c->body_charged += delta;
-    }
-    c->charged = total;
-    return TFP_OK;
 }
 
 /* ---- info, metrics ---------------------------------------------------------------------- */
@@ -391,63 +329,127 @@ static void handle_metrics(tfx_req_t *r, ctx_t *c)
     api_respond_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
 }
 
-/* ---- routing ---------------------------------------------------------------------------- */
+/* ---- the endpoint table ------------------------------------------------------------------ */
 
-static int method_is(tfx_req_t *r, const char *m) { return strcmp(tfx_req_method(r), m) == 0; }
+/* What a row's body field allows. */
+enum {
+    EP_DOC = 1,                     /* a document (safetensors, raw, Shumai) up to max-body */
+    EP_JSON = 2,                    /* a JSON document up to the row's json_max */
+    EP_TO_STORE = 4                 /* the document is charged to the store (a raw tensor
+                                     * takes the operation's name), not to body-memory */
+};
 
-/* 1 if the method is in the comma-separated list, else answers 405 with Allow. */
-int allow_method(tfx_req_t *r, ctx_t *c, const char *allowed)
+/* One operation's endpoint: its name in the metrics and logs, what body it takes, and its
+ * handlers (begin: the body is accepted, before it arrives; handle: the body is in; finish:
+ * the request is over). begin and finish may be NULL. */
+struct tfd_endpoint {
+    tfd_route_t metric;
+    unsigned body;                  /* EP_* */
+    uint32_t json_max;
+    void (*begin)(tfx_req_t *r, ctx_t *c);
+    void (*handle)(tfx_req_t *r, ctx_t *c);
+    void (*finish)(tfx_req_t *r, ctx_t *c);
+};
+
+#define MAX_REGISTRATION (64u << 10)
+#define MAX_UPGRADE 4096u
+
+static void begin_wait(ctx_t *c, uint64_t cap)
 {
-    char list[64], tok[24];
-    snprintf(list, sizeof list, ",%s,", allowed);
-    snprintf(tok, sizeof tok, ",%.16s,", tfx_req_method(r));
-    if (strstr(list, tok))
-        return 1;
-    tfx_req_add_header(r, "Allow", allowed);
-    api_fail(r, c, TFP_EMETHOD, "%s is not allowed on %s (allowed: %s)", tfx_req_method(r),
-             tfx_req_path(r), allowed);
-    return 0;
+    uint64_t ms = c->op->wait_ms < cap ? c->op->wait_ms : cap;
+    c->waiter.deadline_ms = ms ? tfd_now_ms() + ms : 0;
+    c->poll.deadline_ms = c->waiter.deadline_ms;
 }
 
-/* Shumai: "GET /{name} fetches; POST (or any method with a body) /{name} is an exchange". */
-static int shumai_has_body(tfx_req_t *r)
+static void begin_get(tfx_req_t *r, ctx_t *c)
 {
-    int64_t cl = tfx_req_content_length(r);
-    return cl > 0 || (cl < 0 && tfx_req_header(r, "Transfer-Encoding")) || method_is(r, "POST");
+    (void)r;
+    begin_wait(c, c->srv->cfg.max_wait_ms);
 }
 
-static tfd_route_t route_of(tfp_path_t p, tfx_req_t *r)
+static void begin_poll(tfx_req_t *r, ctx_t *c)
 {
-    switch (p) {
-    case TFP_PATH_HEALTHZ: return TFD_ROUTE_HEALTH;
-    case TFP_PATH_METRICS: return TFD_ROUTE_METRICS;
-    case TFP_PATH_INFO: return TFD_ROUTE_INFO;
-    case TFP_PATH_TENSORS: return TFD_ROUTE_LIST;
-    case TFP_PATH_TENSOR:
-        if (method_is(r, "PUT"))
-            return TFD_ROUTE_TENSOR_PUT;
-        if (method_is(r, "DELETE"))
-            return TFD_ROUTE_TENSOR_DELETE;
-        return TFD_ROUTE_TENSOR_GET;
-    case TFP_PATH_CALL: return TFD_ROUTE_CALL;
-    case TFP_PATH_SESSION_SELF: return TFD_ROUTE_SESSION;
-    case TFP_PATH_WORKERS:
-    case TFP_PATH_WORKER:
-    case TFP_PATH_WORKER_REPLY: return TFD_ROUTE_WORKER;
-    case TFP_PATH_WORKER_NEXT: return TFD_ROUTE_WORKER_POLL;
-    case TFP_PATH_UPGRADE: return TFD_ROUTE_UPGRADE;
-    case TFP_PATH_SHUMAI: return shumai_has_body(r) ? TFD_ROUTE_SHUMAI_CALL : TFD_ROUTE_SHUMAI_GET;
-    default: return TFD_ROUTE_OTHER;
+    (void)r;
+    begin_wait(c, c->srv->cfg.worker_lease_ms / 2);
+}
+
+static void handle_none(tfx_req_t *r, ctx_t *c)
+{
+    api_fail(r, c, TFP_ENOTFOUND, "no such operation");
+}
+
+static void handle_health(tfx_req_t *r, ctx_t *c)
+{
+    (void)c;
+    tfx_respond(r, 200, "text/plain", "ok\n", 3, NULL, NULL);
+}
+
+static void handle_upgrade(tfx_req_t *r, ctx_t *c)
+{
+    tfd_upgrade_handle(c->srv->upgrade, r);
+}
+
+static const struct tfd_endpoint endpoints[TFP_OP_COUNT] = {
+    [TFP_OP_NONE] = {TFD_ROUTE_OTHER, 0, 0, NULL, handle_none, NULL},
+    [TFP_OP_HEALTH] = {TFD_ROUTE_HEALTH, 0, 0, NULL, handle_health, NULL},
+    [TFP_OP_METRICS] = {TFD_ROUTE_METRICS, 0, 0, NULL, handle_metrics, NULL},
+    [TFP_OP_INFO] = {TFD_ROUTE_INFO, 0, 0, NULL, handle_info, NULL},
+    [TFP_OP_TENSOR_LIST] = {TFD_ROUTE_LIST, 0, 0, NULL, api_handle_list, NULL},
+    [TFP_OP_TENSOR_GET] = {TFD_ROUTE_TENSOR_GET, 0, 0, begin_get, api_handle_get,
+                           api_finish_get},
+    [TFP_OP_TENSOR_PUT] = {TFD_ROUTE_TENSOR_PUT, EP_DOC | EP_TO_STORE, 0, api_begin_put,
+                           api_handle_put, NULL},
+    [TFP_OP_TENSOR_DELETE] = {TFD_ROUTE_TENSOR_DELETE, 0, 0, NULL, api_handle_delete, NULL},
+    [TFP_OP_CALL] = {TFD_ROUTE_CALL, EP_DOC, 0, NULL, api_handle_call, api_finish_call},
+    [TFP_OP_SESSION_END] = {TFD_ROUTE_SESSION, 0, 0, NULL, api_handle_session_end, NULL},
+    [TFP_OP_WORKER_REGISTER] = {TFD_ROUTE_WORKER, EP_JSON, MAX_REGISTRATION, NULL,
+                                api_handle_register, NULL},
+    [TFP_OP_WORKER_LEAVE] = {TFD_ROUTE_WORKER, 0, 0, NULL, api_handle_leave, NULL},
+    [TFP_OP_WORKER_POLL] = {TFD_ROUTE_WORKER_POLL, 0, 0, begin_poll, api_handle_poll,
+                            api_finish_poll},
+    [TFP_OP_WORKER_REPLY] = {TFD_ROUTE_WORKER, EP_DOC | EP_JSON, MAX_REGISTRATION, NULL,
+                             api_handle_reply, NULL},
+    [TFP_OP_UPGRADE] = {TFD_ROUTE_UPGRADE, EP_JSON, MAX_UPGRADE, NULL, handle_upgrade, NULL},
+    [TFP_OP_SHUMAI_GET] = {TFD_ROUTE_SHUMAI_GET, 0, 0, NULL, api_handle_shumai_get, NULL},
+    [TFP_OP_SHUMAI_CALL] = {TFD_ROUTE_SHUMAI_CALL, EP_DOC, 0, NULL, api_handle_call,
+                            api_finish_call},
+};
+
+/* ---- the transports' handlers ------------------------------------------------------------ */
+
+/* Approves a body buffer growing to total bytes. */
+static tfp_status_t on_body_grow(tfx_req_t *r, uint64_t total, void *arg)
+{
+    tfd_server_t *s = arg;
+    ctx_t *c = tfx_req_ctx(r);
+    if (!c)
+        return TFP_EINTERNAL;
+    if (total <= c->charged)
+        return TFP_OK;
+    uint64_t delta = total - c->charged;
+    if (c->ep->body & EP_TO_STORE) {
+        if (tfd_store_reserve(s->store, delta) != 0)
+            return TFP_ENOSPACE;
+        c->reserved += delta;
+    } else {
+        uint64_t was = atomic_fetch_add(&s->body_bytes, delta);
+        if (was + delta > s->cfg.body_memory) {
+            atomic_fetch_sub(&s->body_bytes, delta);
+            return TFP_EBUSY;
+        }
+        c->body_charged += delta;
     }
+    c->charged = total;
+    return TFP_OK;
 }
 
-/* Validates and echoes Tfetch-User and Tfetch-Request-Id. 0, or -1 after answering 400. */
-static int take_ids(tfx_req_t *r, ctx_t *c)
+/* Takes the user and request ids (making one up when the client chose none) and echoes them
+ * with the transport, as response headers. */
+static void take_ids(tfx_req_t *r, ctx_t *c)
 {
-    const char *rid = tfx_req_header(r, "Tfetch-Request-Id");
-    const char *user = tfx_req_header(r, "Tfetch-User");
-    if (rid && tfp_request_id_valid(rid)) {
-        snprintf(c->request_id, sizeof c->request_id, "%s", rid);
+    const tfp_op_who_t *who = &c->op->who;
+    if (who->request_id[0]) {
+        snprintf(c->request_id, sizeof c->request_id, "%s", who->request_id);
         c->request_id_from_client = 1;
     } else {
         uint64_t n = atomic_fetch_add(&c->srv->next_id, 1);
@@ -458,35 +460,29 @@ static int take_ids(tfx_req_t *r, ctx_t *c)
     tfx_req_add_header(r, "Tfetch-Transport", tfx_req_transport(r));
     if (tfd_upgrade_enabled(c->srv->upgrade, NULL))
         tfx_req_add_header(r, "Tfetch-Upgrade", "ucx");
-    if (rid && !tfp_request_id_valid(rid)) {
-        api_fail(r, c, TFP_EBADREQ, "Tfetch-Request-Id must match [A-Za-z0-9._:-]{1,128}");
-        return -1;
-    }
-    if (user) {
-        if (!tfp_user_id_valid(user)) {
-            api_fail(r, c, TFP_EBADREQ, "Tfetch-User must match [A-Za-z0-9._-]{1,128}");
-            return -1;
-        }
-        snprintf(c->user, sizeof c->user, "%s", user);
+    if (who->user[0]) {
+        snprintf(c->user, sizeof c->user, "%s", who->user);
         tfx_req_add_header(r, "Tfetch-User", c->user);
     }
-    return 0;
 }
 
-/* ?wait=MS for GETs, capped by max-wait. 0, or -1 after answering 400. */
-static int take_wait(tfx_req_t *r, ctx_t *c, uint64_t cap)
+/* Accepts the body the operation describes, as its endpoint allows. 0, or -1 after
+ * answering. */
+static int begin_body(tfx_req_t *r, ctx_t *c)
 {
-    const char *wait = tfx_req_query(r, "wait");
-    uint64_t ms = 0;
-    if (wait && tfp_parse_u64(wait, UINT64_MAX / 2, &ms) != 0) {
-        api_fail(r, c, TFP_EBADREQ, "wait must be a number of milliseconds, got '%.32s'", wait);
-        return -1;
+    switch (c->op->body.kind) {
+    case TFP_BODY_NONE:
+        return 0;
+    case TFP_BODY_JSON:
+        if (c->ep->body & EP_JSON)
+            tfx_req_accept_body(r, 0, c->ep->json_max);
+        return 0;
+    default:
+        if (!(c->ep->body & EP_DOC))
+            return 0;
+        return api_begin_doc(r, c, (c->ep->body & EP_TO_STORE) ? c->name : "tensor",
+                             c->srv->cfg.max_body);
     }
-    if (ms > cap)
-        ms = cap;
-    c->waiter.deadline_ms = ms ? tfd_now_ms() + ms : 0;
-    c->poll.deadline_ms = c->waiter.deadline_ms;
-    return 0;
 }
 
 static void on_begin(tfx_req_t *r, void *arg)
@@ -497,95 +493,34 @@ static void on_begin(tfx_req_t *r, void *arg)
         tfx_respond_error(r, TFP_ENOMEM, "out of memory");
         return;
     }
+    const tfp_op_t *op = tfx_req_op(r);
     c->srv = s;
+    c->op = op;
+    c->ep = &endpoints[(unsigned)op->kind < TFP_OP_COUNT ? op->kind : TFP_OP_NONE];
     c->start_ns = now_ns();
-    c->name = c->path.name;
-    c->waiter.name = c->path.name;
+    c->name = op->name;
+    c->waiter.name = op->name;
     c->waiter.req = r;
     c->poll.req = r;
     tfx_req_set_ctx(r, c);
-    tfp_path_parse(tfx_req_path(r), &c->path);
-    c->route = route_of(c->path.kind, r);
-    if (take_ids(r, c) != 0)
-        return;
-
-    switch (c->path.kind) {
-    case TFP_PATH_UNKNOWN:
-        api_fail(r, c, TFP_ENOTFOUND, "no route for %s %s", tfx_req_method(r), tfx_req_path(r));
-        return;
-    case TFP_PATH_BAD_NAME:
-        api_fail(r, c, TFP_EBADREQ, "names (of tensors, routes, workers, calls) must match "
-                 "[A-Za-z0-9._-]{1,255} and not be '.' or '..'");
-        return;
-    case TFP_PATH_HEALTHZ:
-    case TFP_PATH_METRICS:
-    case TFP_PATH_INFO:
-    case TFP_PATH_TENSORS:
-        allow_method(r, c, "GET,HEAD");
-        return;
-    case TFP_PATH_TENSOR:
-        if (!allow_method(r, c, "GET,HEAD,PUT,DELETE"))
-            return;
-        if (method_is(r, "PUT"))
-            api_begin_put(r, c);
-        else if (method_is(r, "GET") || method_is(r, "HEAD"))
-            take_wait(r, c, s->cfg.max_wait_ms);
-        return;
-    case TFP_PATH_CALL:
-        if (allow_method(r, c, "POST"))
-            api_begin_call(r, c);
-        return;
-    case TFP_PATH_SESSION_SELF:
-        allow_method(r, c, "DELETE");
-        return;
-    case TFP_PATH_SHUMAI:
-        if (c->route == TFD_ROUTE_SHUMAI_CALL)
-            api_begin_call(r, c);
-        else
-            allow_method(r, c, "GET,HEAD,POST");
-        return;
-    case TFP_PATH_WORKER_NEXT:
-        if (allow_method(r, c, "GET"))
-            take_wait(r, c, s->cfg.worker_lease_ms / 2);
-        return;
-    case TFP_PATH_WORKERS:
-    case TFP_PATH_WORKER:
-    case TFP_PATH_WORKER_REPLY:
-        api_begin_workers(r, c);
-        return;
-    case TFP_PATH_UPGRADE:
-        if (allow_method(r, c, "POST"))
-            tfx_req_accept_body(r, 0, 4096);
+    take_ids(r, c);
+    const tfp_op_err_t *e = tfx_req_op_error(r);
+    if (e->code != TFP_OK) {
+        api_fail(r, c, e->code, "%s", e->msg);
         return;
     }
+    if (begin_body(r, c) != 0)
+        return;
+    if (c->ep->begin)
+        c->ep->begin(r, c);
 }
 
 static void on_handle(tfx_req_t *r, void *arg)
 {
+    (void)arg;
     ctx_t *c = tfx_req_ctx(r);
-    if (!c)
-        return;
-    switch (c->route) {
-    case TFD_ROUTE_HEALTH:
-        tfx_respond(r, 200, "text/plain", "ok\n", 3, NULL, NULL);
-        return;
-    case TFD_ROUTE_METRICS: handle_metrics(r, c); return;
-    case TFD_ROUTE_INFO: handle_info(r, c); return;
-    case TFD_ROUTE_LIST: api_handle_list(r, c); return;
-    case TFD_ROUTE_TENSOR_GET: api_handle_get(r, c); return;
-    case TFD_ROUTE_TENSOR_PUT: api_handle_put(r, c); return;
-    case TFD_ROUTE_TENSOR_DELETE: api_handle_delete(r, c); return;
-    case TFD_ROUTE_CALL:
-    case TFD_ROUTE_SHUMAI_CALL: api_handle_call(r, c); return;
-    case TFD_ROUTE_SHUMAI_GET: api_handle_shumai_get(r, c); return;
-    case TFD_ROUTE_SESSION: api_handle_session_end(r, c); return;
-    case TFD_ROUTE_WORKER:
-    case TFD_ROUTE_WORKER_POLL: api_handle_workers(r, c); return;
-    case TFD_ROUTE_UPGRADE: tfd_upgrade_handle(c->srv->upgrade, r); return;
-    default:
-        api_fail(r, c, TFP_ENOTFOUND, "no route for %s", tfx_req_path(r));
-        return;
-    }
+    if (c)
+        c->ep->handle(r, c);
 }
 
 static void on_finish(tfx_req_t *r, int completed, void *arg)
@@ -594,9 +529,8 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
     ctx_t *c = tfx_req_ctx(r);
     if (!c)
         return;
-    tfd_waiters_disarm(s->waiters, &c->waiter);
-    api_finish_workers(r, c);
-    api_finish_call(r, c);
+    if (c->ep->finish)
+        c->ep->finish(r, c);
     if (c->reserved)
         tfd_store_unreserve(s->store, c->reserved);
     if (c->body_charged)
@@ -604,13 +538,16 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
     double secs = (double)(now_ns() - c->start_ns) / 1e9;
     unsigned status = tfx_req_status(r);
     uint64_t out = completed ? tfx_req_response_bytes(r) : 0;
-    tfd_metrics_record(s->metrics, c->route, status, c->code, tfx_req_body_bytes(r), out, secs);
+    const char *what = tfp_op_name(c->op->kind);
+    tfd_metrics_record(s->metrics, c->ep->metric, status, c->code, tfx_req_body_bytes(r), out,
+                       secs);
     if (!completed)
-        tfd_log(LOG_INFO, "%s %s: connection closed before the response was sent (status %u, "
-                "request %s)", tfx_req_method(r), tfx_req_path(r), status, c->request_id);
-    tfd_log(LOG_DEBUG, "%s %s %u %llu+%llu bytes %.6fs user=%s request=%s", tfx_req_method(r),
-            tfx_req_path(r), status, (unsigned long long)tfx_req_body_bytes(r),
-            (unsigned long long)out, secs, c->user[0] ? c->user : "-", c->request_id);
+        tfd_log(LOG_INFO, "%s %s '%s': connection closed before the response was sent (status "
+                "%u, request %s)", tfx_req_transport(r), what, c->name, status, c->request_id);
+    tfd_log(LOG_DEBUG, "%s %s '%s' %u %llu+%llu bytes %.6fs user=%s request=%s",
+            tfx_req_transport(r), what, c->name, status,
+            (unsigned long long)tfx_req_body_bytes(r), (unsigned long long)out, secs,
+            c->user[0] ? c->user : "-", c->request_id);
     free(c->raw_hdr);
     free(c);
     tfx_req_set_ctx(r, NULL);
@@ -660,9 +597,10 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .conn_memory = (size_t)cfg->conn_memory,
         .max_header_bytes = (size_t)cfg->max_header,
         .min_upload_rate = cfg->min_upload_rate,
+        .max_body = cfg->max_body,
     };
     tfx_handlers_t h = {on_begin, on_handle, on_finish, on_body_grow, s};
-    s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, &h);
+    s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
     if (!s->upgrade) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto free_parts;

@@ -92,7 +92,8 @@ out:
 }
 #endif
 
-tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_handlers_t *h)
+tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
+                                 const tfx_handlers_t *h)
 {
     tfd_upgrade_t *up = calloc(1, sizeof *up);
     if (!up)
@@ -109,7 +110,7 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_ha
         snprintf(up->why, sizeof up->why, "UCX is turned off (--ucx off)");
         return up;
     }
-    tfx_ucx_config_t cfg = {verify_hello, up};
+    tfx_ucx_config_t cfg = {verify_hello, up, max_body};
     up->ucx = tfx_ucx_start(&cfg, h, &err);
     if (!up->ucx) {
         snprintf(up->why, sizeof up->why, "UCX did not start: %.200s", err.msg);
@@ -117,6 +118,7 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_ha
     }
 #else
     (void)enable;
+    (void)max_body;
     (void)h;
     snprintf(up->why, sizeof up->why, "this tfetchd was built without UCX");
 #endif

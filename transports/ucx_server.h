@@ -4,7 +4,9 @@
  * A client that upgraded (POST /v1/upgrade) connects to this worker's address and must first
  * send HELLO with the one-time token it was given; messages from an endpoint that has not
  * done so are dropped and the endpoint is closed. A request is an active message whose
- * header is a tfp_uf frame (proto/ucxframe.h) and whose data is the safetensors document;
+ * header is a tfp_uf frame (proto/ucxframe.h), read straight into the request's operation
+ * (no path or headers), and whose data is the safetensors document; answers and failures
+ * are REPLY frames (status, HTTP-equivalent status, message);
  * large bodies arrive by rendezvous straight into the buffer the handlers accept, and answers
  * are sent from the handlers' memory (a stored blob) without copying.
  *
@@ -31,6 +33,7 @@ typedef struct {
     int (*verify_hello)(const char *token, const char *identity, char *why, size_t why_size,
                         void *arg);
     void *verify_arg;
+    uint64_t max_body;              /* the largest request document (larger: 413 at once) */
 } tfx_ucx_config_t;
 
 typedef struct {
