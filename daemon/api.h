@@ -1,10 +1,11 @@
-/* api.h - what the daemon's HTTP API handlers share: the server's parts, the per-request
- * context, and the helpers every handler uses (errors, bodies, JSON, blobs). Internal to
- * daemon/; the handlers live in api_tensors.c, api_calls.c and api_workers.c, the routing in
- * server.c.
+/* api.h - what the daemon's endpoint handlers share: their view of the daemon (tfd_api_t:
+ * the parts they serve requests from, nothing of the server's life), the per-request
+ * context, and the helpers every handler uses (api_common.c: failures, bodies, JSON, blobs).
+ * Internal to daemon/; the handlers live in api_tensors.c, api_calls.c, api_workers.c and
+ * api_info.c, the table that runs them in router.c, the server's life in server.c.
  *
- * Threads: handlers run on the HTTP transport's workers; everything in tfd_server is
- * thread-safe; a context belongs to one request.
+ * Threads: handlers run on the transports' threads (MHD's pool, the UCX progress thread);
+ * every part in tfd_api_t is thread-safe; a context belongs to one request.
  */
 #ifndef TFD_API_H
 #define TFD_API_H
@@ -13,40 +14,39 @@
 #include <stdint.h>
 #include "daemon/conf.h"
 #include "daemon/metrics.h"
-#include "daemon/plugins.h"
 #include "daemon/replay.h"
 #include "daemon/routes.h"
 #include "daemon/sessions.h"
 #include "daemon/store.h"
 #include "daemon/waiters.h"
 #include "daemon/workers.h"
-#include "proto/http.h"
+#include "proto/op.h"
 #include "proto/ids.h"
 #include "proto/jsonw.h"
-#include "transports/http_server.h"
+#include "transports/req.h"
 
-struct tfd_server {
-    tfd_config_t cfg;
-    tfx_http_t *http;
+struct tfd_upgrade;
+
+/* The handlers' view of the daemon, set up by the server before its transports start. */
+typedef struct {
+    const tfd_config_t *cfg;
     tfd_store_t *store;
     tfd_waiters_t *waiters;
     tfd_metrics_t *metrics;
-    tfd_routes_t *routes;
+    tfd_routes_t *routes;                   /* exchange routes */
     tfd_sessions_t *sessions;
     tfd_replay_t *replay;
-    tfd_workers_t *workers;
-    struct tfd_upgrade *upgrade;
-    tfd_plugins_t *plugins;                 /* loaded after the built-in routes */
-    char id_prefix[17];
-    atomic_uint_fast64_t next_id;
-    atomic_uint_fast64_t body_bytes;        /* request bodies held outside the store */
-};
-typedef struct tfd_server tfd_server_t;
+    tfd_workers_t *workers;                 /* worker processes */
+    struct tfd_upgrade *upgrade;            /* the UCX side and its tokens */
+    /* Fills the gauges only the server knows (requests in flight, body memory held). */
+    void (*gauges)(void *arg, tfd_gauges_t *g);
+    void *gauges_arg;
+} tfd_api_t;
 
 struct tfd_endpoint;
 
 typedef struct {
-    tfd_server_t *srv;
+    const tfd_api_t *api;
     const tfp_op_t *op;             /* what the request asks for (the transport's) */
     const struct tfd_endpoint *ep;  /* its row in the endpoint table */
     uint64_t start_ns;
@@ -58,9 +58,9 @@ typedef struct {
     /* body */
     uint8_t *raw_hdr;               /* TFP_BODY_RAW: the safetensors header placed in front */
     size_t raw_hdr_len;
-    uint64_t charged;               /* body bytes approved by on_body_grow */
+    uint64_t charged;               /* body bytes approved by the router's body_grow */
     uint64_t reserved;              /* PUT: store reservation still held */
-    uint64_t body_charged;          /* other bodies: charged to srv->body_bytes */
+    uint64_t body_charged;          /* other bodies: charged to the router's body memory */
     /* GET ?wait= and worker polls */
     tfd_waiter_t waiter;
     /* calls */
@@ -102,10 +102,13 @@ tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err);
 /* Answers 200 with a safetensors blob (b->doc indexes it) in the form Accept asks for:
  * safetensors, JSON, or one tensor's raw bytes (or 406). Takes the reference. */
 void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b);
-/* Wraps malloc'd bytes in a blob. */
-tfd_blob_t *api_text_blob(char *text, size_t len);
+/* Handlers, run by the endpoint table (router.c). begin_* run once the body is accepted
+ * (before it arrives), handle_* when it is complete, finish_* when the request is over. */
+void api_handle_health(tfx_req_t *r, ctx_t *c);
+void api_handle_metrics(tfx_req_t *r, ctx_t *c);
+void api_handle_info(tfx_req_t *r, ctx_t *c);
+void api_handle_upgrade(tfx_req_t *r, ctx_t *c);
 
-/* Handlers. begin_* run when headers are in, handle_* when the body is complete. */
 void api_begin_put(tfx_req_t *r, ctx_t *c);
 void api_handle_get(tfx_req_t *r, ctx_t *c);
 void api_finish_get(tfx_req_t *r, ctx_t *c);

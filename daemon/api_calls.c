@@ -48,7 +48,7 @@ static tfd_blob_t *shumai_blob(ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
 
 void api_handle_shumai_get(tfx_req_t *r, ctx_t *c)
 {
-    tfd_blob_t *b = tfd_store_get(c->srv->store, c->name);
+    tfd_blob_t *b = tfd_store_get(c->api->store, c->name);
     if (!b) {
         api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
         return;
@@ -104,9 +104,9 @@ static void respond_call(tfx_req_t *r, ctx_t *c)
     }
     if (c->replay_owner) {
         if (ans.body || ans.code != TFP_OK)
-            tfd_replay_complete(c->srv->replay, c->user, c->request_id, &ans);
+            tfd_replay_complete(c->api->replay, c->user, c->request_id, &ans);
         else
-            tfd_replay_abandon(c->srv->replay, c->user, c->request_id);
+            tfd_replay_abandon(c->api->replay, c->user, c->request_id);
         c->replay_owner = 0;
     }
     if (ans.code != TFP_OK)
@@ -126,7 +126,7 @@ static int replayed(tfx_req_t *r, ctx_t *c)
     if (!c->request_id_from_client)
         return 0;
     tfd_replay_answer_t ans;
-    switch (tfd_replay_begin(c->srv->replay, c->user, c->request_id, c->name, r, &ans)) {
+    switch (tfd_replay_begin(c->api->replay, c->user, c->request_id, c->name, r, &ans)) {
     case TFD_REPLAY_NEW:
         c->replay_owner = 1;
         return 0;
@@ -156,7 +156,7 @@ static int replayed(tfx_req_t *r, ctx_t *c)
 
 void api_handle_call(tfx_req_t *r, ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     if (c->call) {                                  /* resumed */
         if (atomic_load(&c->call_done))
             respond_call(r, c);
@@ -201,7 +201,7 @@ void api_handle_call(tfx_req_t *r, ctx_t *c)
         call->session = tfd_sessions_acquire(s->sessions, c->user);
         if (!call->session) {
             tfd_call_fail(call, TFP_EBUSY, "too many user sessions (max-sessions %u, all in use)",
-                          s->cfg.max_sessions);
+                          s->cfg->max_sessions);
             respond_call(r, c);
             return;
         }
@@ -224,7 +224,7 @@ abandon:
 
 void api_finish_call(tfx_req_t *r, ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     if (c->replay_waiting)
         tfd_replay_forget_waiter(s->replay, r);
     tfd_blob_unref(c->call_st);
@@ -240,7 +240,7 @@ void api_finish_call(tfx_req_t *r, ctx_t *c)
 
 void api_handle_session_end(tfx_req_t *r, ctx_t *c)
 {
-    if (tfd_sessions_end(c->srv->sessions, c->user) == 0)
+    if (tfd_sessions_end(c->api->sessions, c->user) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "user '%s' has no session", c->user[0] ? c->user : "");

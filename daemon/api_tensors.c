@@ -40,7 +40,7 @@ static int respond_view(tfx_req_t *r, ctx_t *c, const tfp_doc_t *doc,
         char *json;
         size_t len;
         tfp_err_t err;
-        if (tfp_jsonview_render(doc, c->srv->cfg.json_max_elems, &json, &len, &err) != TFP_OK)
+        if (tfp_jsonview_render(doc, c->api->cfg->json_max_elems, &json, &len, &err) != TFP_OK)
             api_fail(r, c, err.code, "%s", err.msg);
         else
             api_respond_text(r, 200, "application/json", json, len);
@@ -67,14 +67,14 @@ void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
 static int tensor_present(void *arg)
 {
     ctx_t *c = arg;
-    tfd_blob_t *b = tfd_store_get(c->srv->store, c->name);
+    tfd_blob_t *b = tfd_store_get(c->api->store, c->name);
     tfd_blob_unref(b);
     return b != NULL;
 }
 
 void api_handle_get(tfx_req_t *r, ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     tfd_blob_t *b = tfd_store_get(s->store, c->name);
     if (b) {
         api_serve_blob(r, c, b);
@@ -109,7 +109,7 @@ void api_handle_get(tfx_req_t *r, ctx_t *c)
         }
     } else if (armed == -1) {
         api_fail(r, c, TFP_EBUSY, "too many waiting requests (max-waiters %u)",
-                 s->cfg.max_waiters);
+                 s->cfg->max_waiters);
     } else {
         api_fail(r, c, TFP_EBUSY, "the server is shutting down");
     }
@@ -118,19 +118,19 @@ void api_handle_get(tfx_req_t *r, ctx_t *c)
 void api_finish_get(tfx_req_t *r, ctx_t *c)
 {
     (void)r;
-    tfd_waiters_disarm(c->srv->waiters, &c->waiter);
+    tfd_waiters_disarm(c->api->waiters, &c->waiter);
 }
 
 /* The body is accepted: reserve store space for it. */
 void api_begin_put(tfx_req_t *r, ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     const tfp_op_body_t *body = &c->op->body;
     uint64_t need = body->kind == TFP_BODY_RAW ? c->raw_hdr_len + body->nbytes
                                                : (body->length >= 0 ? (uint64_t)body->length : 0);
     if (need && tfd_store_reserve(s->store, need) != 0) {
         api_fail(r, c, TFP_ENOSPACE, "storing %llu bytes would exceed the store's limit of "
-                 "%llu bytes", (unsigned long long)need, (unsigned long long)s->cfg.store_memory);
+                 "%llu bytes", (unsigned long long)need, (unsigned long long)s->cfg->store_memory);
         return;
     }
     c->reserved = need;
@@ -139,7 +139,7 @@ void api_begin_put(tfx_req_t *r, ctx_t *c)
 
 void api_handle_put(tfx_req_t *r, ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     uint8_t *base;
     size_t cap, len;
     tfp_doc_t *doc;
@@ -155,7 +155,7 @@ void api_handle_put(tfx_req_t *r, ctx_t *c)
     if (rc < 0) {
         tfd_blob_unref(b);
         api_fail(r, c, TFP_ENOSPACE, "storing %zu bytes would exceed the store's limit of %llu "
-                 "bytes", len, (unsigned long long)s->cfg.store_memory);
+                 "bytes", len, (unsigned long long)s->cfg->store_memory);
         return;
     }
     tfd_waiters_notify(s->waiters, c->name);
@@ -164,7 +164,7 @@ void api_handle_put(tfx_req_t *r, ctx_t *c)
 
 void api_handle_delete(tfx_req_t *r, ctx_t *c)
 {
-    if (tfd_store_delete(c->srv->store, c->name) == 0)
+    if (tfd_store_delete(c->api->store, c->name) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
@@ -205,7 +205,7 @@ void api_handle_list(tfx_req_t *r, ctx_t *c)
     tfp_jw_obj_begin(&w);
     tfp_jw_key(&w, "tensors");
     tfp_jw_arr_begin(&w);
-    tfd_store_each(c->srv->store, list_one, &w);
+    tfd_store_each(c->api->store, list_one, &w);
     tfp_jw_arr_end(&w);
     tfp_jw_obj_end(&w);
     api_respond_json(r, c, &w);

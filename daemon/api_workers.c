@@ -35,7 +35,7 @@ void api_handle_register(tfx_req_t *r, ctx_t *c)
         return;
     }
     char id[TFD_WORKER_ID_SIZE];
-    tfp_status_t st = tfd_workers_register(c->srv->workers, (const char *const *)routes, n, id,
+    tfp_status_t st = tfd_workers_register(c->api->workers, (const char *const *)routes, n, id,
                                            &err);
     tfp_strings_free(routes, n);
     if (st != TFP_OK) {
@@ -48,11 +48,11 @@ void api_handle_register(tfx_req_t *r, ctx_t *c)
     tfp_jw_key(&w, "worker");
     tfp_jw_str(&w, id);
     tfp_jw_key(&w, "lease_ms");
-    tfp_jw_uint(&w, c->srv->cfg.worker_lease_ms);
+    tfp_jw_uint(&w, c->api->cfg->worker_lease_ms);
     tfp_jw_obj_end(&w);
     char *text = tfp_jw_finish(&w, &len);
     if (!text) {
-        tfd_workers_unregister(c->srv->workers, id);
+        tfd_workers_unregister(c->api->workers, id);
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
@@ -63,7 +63,7 @@ void api_handle_poll(tfx_req_t *r, ctx_t *c)
 {
     tfd_worker_poll_t *p = &c->poll;
     if (p->state == TFD_POLL_IDLE || p->state == TFD_POLL_ARMED) {
-        int rc = tfd_workers_poll(c->srv->workers, c->name, p);
+        int rc = tfd_workers_poll(c->api->workers, c->name, p);
         if (rc == 0) {
             tfx_req_suspend(r);
             return;
@@ -94,7 +94,7 @@ void api_handle_poll(tfx_req_t *r, ctx_t *c)
 
 void api_handle_reply(tfx_req_t *r, ctx_t *c)
 {
-    tfd_workers_t *ws = c->srv->workers;
+    tfd_workers_t *ws = c->api->workers;
     int rc;
     if (c->op->body.kind == TFP_BODY_JSON) {
         size_t len;
@@ -125,7 +125,7 @@ void api_handle_reply(tfx_req_t *r, ctx_t *c)
 
 void api_handle_leave(tfx_req_t *r, ctx_t *c)
 {
-    if (tfd_workers_unregister(c->srv->workers, c->name) == 0)
+    if (tfd_workers_unregister(c->api->workers, c->name) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "no worker '%s'", c->name);
@@ -134,5 +134,5 @@ void api_handle_leave(tfx_req_t *r, ctx_t *c)
 void api_finish_poll(tfx_req_t *r, ctx_t *c)
 {
     (void)r;
-    tfd_workers_poll_done(c->srv->workers, &c->poll);
+    tfd_workers_poll_done(c->api->workers, &c->poll);
 }
