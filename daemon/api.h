@@ -43,12 +43,12 @@ typedef struct {
     void *gauges_arg;
 } tfd_api_t;
 
-struct tfd_endpoint;
+struct tfd_endpoint_spec;
 
 typedef struct {
     const tfd_api_t *api;
     const tfp_op_t *op;             /* what the request asks for (the transport's) */
-    const struct tfd_endpoint *ep;  /* its row in the endpoint table */
+    const struct tfd_endpoint_spec *ep;  /* its row in the endpoint table */
     uint64_t start_ns;
     tfp_status_t code;              /* the error answered, TFP_OK if none */
     const char *name;               /* = op->name */
@@ -76,55 +76,55 @@ typedef struct {
     uint64_t shumai_flags;
     /* worker polls */
     tfd_worker_poll_t poll;
-} ctx_t;
+} tfd_ctx_t;
 
 /* Answers r with a JSON error and records the code for the metrics. */
-void api_fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...)
+void api_fail(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Responds with malloc'd text (freed after sending). */
 void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text, size_t len);
 /* Finishes w and responds 200 application/json. */
-void api_respond_json(tfx_req_t *r, ctx_t *c, tfp_jw_t *w);
+void api_respond_json(tfx_req_t *r, tfd_ctx_t *c, tfp_jw_t *w);
 /* Responds with a blob's bytes (takes the reference). */
 void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b);
 
 /* In begin: accepts the document body the operation describes (safetensors, raw, Shumai),
  * at most max bytes; a raw body gets its safetensors header made, naming the tensor
  * raw_name. 0, or -1 after answering. */
-int api_begin_doc(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max);
+int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max);
 /* In handle: the body as a decoded document. Takes the body buffer: *base and *cap (a tfx_buf)
  * hold the document's bytes at offset 0, *len of them. 0, or -1 after answering. */
-int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base, size_t *cap, size_t *len,
+int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base, size_t *cap, size_t *len,
                  tfp_doc_t **doc);
 /* Encodes doc as safetensors into a new blob (one copy of the data), indexed (b->doc).
  * NULL on failure (err says why). */
 tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err);
 /* Answers 200 with a safetensors blob (b->doc indexes it) in the form Accept asks for:
  * safetensors, JSON, or one tensor's raw bytes (or 406). Takes the reference. */
-void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b);
+void api_serve_blob(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b);
 /* Handlers, run by the endpoint table (router.c). begin_* run once the body is accepted
  * (before it arrives), handle_* when it is complete, finish_* when the request is over. */
-void api_handle_health(tfx_req_t *r, ctx_t *c);
-void api_handle_metrics(tfx_req_t *r, ctx_t *c);
-void api_handle_info(tfx_req_t *r, ctx_t *c);
-void api_handle_upgrade(tfx_req_t *r, ctx_t *c);
+void api_handle_health(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_info(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_upgrade(tfx_req_t *r, tfd_ctx_t *c);
 
-void api_begin_put(tfx_req_t *r, ctx_t *c);
-void api_handle_get(tfx_req_t *r, ctx_t *c);
-void api_finish_get(tfx_req_t *r, ctx_t *c);
-void api_handle_put(tfx_req_t *r, ctx_t *c);
-void api_handle_delete(tfx_req_t *r, ctx_t *c);
-void api_handle_list(tfx_req_t *r, ctx_t *c);
+void api_begin_put(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_get(tfx_req_t *r, tfd_ctx_t *c);
+void api_finish_get(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_put(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_delete(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_list(tfx_req_t *r, tfd_ctx_t *c);
 
-void api_handle_call(tfx_req_t *r, ctx_t *c);
-void api_handle_session_end(tfx_req_t *r, ctx_t *c);
-void api_handle_shumai_get(tfx_req_t *r, ctx_t *c);
-void api_finish_call(tfx_req_t *r, ctx_t *c);
+void api_handle_call(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_session_end(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_shumai_get(tfx_req_t *r, tfd_ctx_t *c);
+void api_finish_call(tfx_req_t *r, tfd_ctx_t *c);
 
-void api_handle_register(tfx_req_t *r, ctx_t *c);
-void api_handle_leave(tfx_req_t *r, ctx_t *c);
-void api_handle_poll(tfx_req_t *r, ctx_t *c);
-void api_handle_reply(tfx_req_t *r, ctx_t *c);
-void api_finish_poll(tfx_req_t *r, ctx_t *c);
+void api_handle_register(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_leave(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_poll(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c);
+void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c);
 
 #endif

@@ -5,7 +5,7 @@
  * a retry with a known request id is answered from the replay window instead of running
  * again, the caller's session is opened for stateful routes, and the route runs. Routes that
  * answer later (workers) leave the request suspended, holding no thread, until
- * tfd_call_finish resumes it. Runs on the HTTP workers; see api.h.
+ * tfd_call_finish resumes it. Runs on the transports' threads; see api.h.
  */
 #include "config.h"
 #include "daemon/api.h"
@@ -20,7 +20,7 @@
 /* ---- Shumai ---------------------------------------------------------------------------- */
 
 /* The reply Shumai expects: one F32 tensor carrying the caller's provenance. */
-static tfd_blob_t *shumai_blob(ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
+static tfd_blob_t *shumai_blob(tfd_ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
 {
     const tfp_tensor_t *t;
     if (tfp_shumai_check_doc(doc, &t, err) != TFP_OK)
@@ -46,7 +46,7 @@ static tfd_blob_t *shumai_blob(ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
     return b;
 }
 
-void api_handle_shumai_get(tfx_req_t *r, ctx_t *c)
+void api_handle_shumai_get(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_blob_t *b = tfd_store_get(c->api->store, c->name);
     if (!b) {
@@ -72,14 +72,14 @@ void api_handle_shumai_get(tfx_req_t *r, ctx_t *c)
 static void on_call_finished(tfd_call_t *call, void *arg)
 {
     tfx_req_t *r = arg;
-    ctx_t *c = tfx_req_ctx(r);
+    tfd_ctx_t *c = tfx_req_ctx(r);
     atomic_store(&c->call_done, 1);
     tfx_req_resume(r);
 }
 
 /* Answers with the finished call's outputs, or its failure (code and message), and
  * remembers the answer for retries. */
-static void respond_call(tfx_req_t *r, ctx_t *c)
+static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_call_t *call = c->call;
     tfd_replay_answer_t ans = {.status = 200, .code = TFP_OK};
@@ -121,7 +121,7 @@ static void respond_call(tfx_req_t *r, ctx_t *c)
 
 /* Looks the request id up in the replay window. 1 when the request was answered or
  * suspended, 0 to go on and run the call. */
-static int replayed(tfx_req_t *r, ctx_t *c)
+static int replayed(tfx_req_t *r, tfd_ctx_t *c)
 {
     if (!c->request_id_from_client)
         return 0;
@@ -154,7 +154,7 @@ static int replayed(tfx_req_t *r, ctx_t *c)
     }
 }
 
-void api_handle_call(tfx_req_t *r, ctx_t *c)
+void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     if (c->call) {                                  /* resumed */
@@ -222,7 +222,7 @@ abandon:
     }
 }
 
-void api_finish_call(tfx_req_t *r, ctx_t *c)
+void api_finish_call(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     if (c->replay_waiting)
@@ -238,7 +238,7 @@ void api_finish_call(tfx_req_t *r, ctx_t *c)
     tfx_buf_free(c->call_base, c->call_cap);
 }
 
-void api_handle_session_end(tfx_req_t *r, ctx_t *c)
+void api_handle_session_end(tfx_req_t *r, tfd_ctx_t *c)
 {
     if (tfd_sessions_end(c->api->sessions, c->user) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);

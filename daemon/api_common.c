@@ -17,7 +17,7 @@
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
-void api_fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...)
+void api_fail(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t code, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -33,7 +33,7 @@ void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *te
     tfx_respond(r, status, ctype, text, len, free, text);
 }
 
-void api_respond_json(tfx_req_t *r, ctx_t *c, tfp_jw_t *w)
+void api_respond_json(tfx_req_t *r, tfd_ctx_t *c, tfp_jw_t *w)
 {
     size_t len;
     char *text = tfp_jw_finish(w, &len);
@@ -82,7 +82,7 @@ tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err)
 
 /* ---- bodies ----------------------------------------------------------------------------- */
 
-int api_begin_doc(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max)
+int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max)
 {
     const tfp_op_body_t *body = &c->op->body;
     if (body->kind == TFP_BODY_RAW) {
@@ -101,7 +101,7 @@ int api_begin_doc(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max)
     return 0;
 }
 
-int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base_out, size_t *cap_out, size_t *len_out,
+int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out, size_t *len_out,
                  tfp_doc_t **doc_out)
 {
     tfp_err_t err;

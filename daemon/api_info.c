@@ -10,13 +10,13 @@
 
 #include <stdlib.h>
 
-void api_handle_health(tfx_req_t *r, ctx_t *c)
+void api_handle_health(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)c;
     tfx_respond(r, 200, "text/plain", "ok\n", 3, NULL, NULL);
 }
 
-void api_handle_upgrade(tfx_req_t *r, ctx_t *c)
+void api_handle_upgrade(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_upgrade_handle(c->api->upgrade, r);
 }
@@ -49,7 +49,7 @@ static void info_route(const char *name, const tfd_route_ops_t *ops, void *arg)
     tfp_jw_obj_end(w);
 }
 
-void api_handle_info(tfx_req_t *r, ctx_t *c)
+void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     const tfd_config_t *cfg = s->cfg;
@@ -136,7 +136,7 @@ void api_handle_info(tfx_req_t *r, ctx_t *c)
     api_respond_json(r, c, &w);
 }
 
-void api_handle_metrics(tfx_req_t *r, ctx_t *c)
+void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     tfd_gauges_t g = {0};

@@ -4,7 +4,7 @@
  * room in front of the body for its safetensors header, so the stored document is contiguous
  * without copying the payload. GETs answer from the stored blob itself (zero copy,
  * reference-counted); ?wait= long-polls through the waiters without holding a thread.
- * Runs on the HTTP workers; see api.h.
+ * Runs on the transports' threads; see api.h.
  */
 #include "config.h"
 #include "daemon/api.h"
@@ -16,7 +16,7 @@
 /* Answers with doc in the form Accept asks for when that is not safetensors: JSON, or one
  * tensor's raw bytes (borrowed from doc: release(arg) runs once they are sent), or a 406.
  * Returns 1 if it answered; 0 (release not called) when safetensors is wanted. */
-static int respond_view(tfx_req_t *r, ctx_t *c, const tfp_doc_t *doc,
+static int respond_view(tfx_req_t *r, tfd_ctx_t *c, const tfp_doc_t *doc,
                         void (*release)(void *), void *arg)
 {
     tfp_media_t want = c->op->accept;
@@ -58,7 +58,7 @@ release:
     return 1;
 }
 
-void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
+void api_serve_blob(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
 {
     if (!respond_view(r, c, b->doc, tfd_blob_release, b))
         api_respond_blob(r, 200, "application/x-safetensors", b);
@@ -66,13 +66,13 @@ void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
 
 static int tensor_present(void *arg)
 {
-    ctx_t *c = arg;
+    tfd_ctx_t *c = arg;
     tfd_blob_t *b = tfd_store_get(c->api->store, c->name);
     tfd_blob_unref(b);
     return b != NULL;
 }
 
-void api_handle_get(tfx_req_t *r, ctx_t *c)
+void api_handle_get(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     tfd_blob_t *b = tfd_store_get(s->store, c->name);
@@ -115,14 +115,14 @@ void api_handle_get(tfx_req_t *r, ctx_t *c)
     }
 }
 
-void api_finish_get(tfx_req_t *r, ctx_t *c)
+void api_finish_get(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)r;
     tfd_waiters_disarm(c->api->waiters, &c->waiter);
 }
 
 /* The body is accepted: reserve store space for it. */
-void api_begin_put(tfx_req_t *r, ctx_t *c)
+void api_begin_put(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     const tfp_op_body_t *body = &c->op->body;
@@ -137,7 +137,7 @@ void api_begin_put(tfx_req_t *r, ctx_t *c)
     c->charged = need;              /* on_body_grow reserves only what goes beyond */
 }
 
-void api_handle_put(tfx_req_t *r, ctx_t *c)
+void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     uint8_t *base;
@@ -162,7 +162,7 @@ void api_handle_put(tfx_req_t *r, ctx_t *c)
     tfx_respond(r, rc == 1 ? 204 : 201, NULL, "", 0, NULL, NULL);
 }
 
-void api_handle_delete(tfx_req_t *r, ctx_t *c)
+void api_handle_delete(tfx_req_t *r, tfd_ctx_t *c)
 {
     if (tfd_store_delete(c->api->store, c->name) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
@@ -198,7 +198,7 @@ static void list_one(const char *name, const tfd_blob_t *b, void *arg)
     tfp_jw_obj_end(w);
 }
 
-void api_handle_list(tfx_req_t *r, ctx_t *c)
+void api_handle_list(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfp_jw_t w;
     tfp_jw_init(&w);

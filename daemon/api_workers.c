@@ -8,7 +8,7 @@
  *                                         {"error", "code"} passed on to the caller -> 204
  *   DELETE /v1/workers/{id}               leave; calls in its hands fail with 503 -> 204
  *
- * Runs on the HTTP workers; see api.h.
+ * Runs on the transports' threads; see api.h.
  */
 #include "config.h"
 #include "daemon/api.h"
@@ -22,7 +22,7 @@
 
 #define MAX_ROUTES_PER_WORKER 256
 
-void api_handle_register(tfx_req_t *r, ctx_t *c)
+void api_handle_register(tfx_req_t *r, tfd_ctx_t *c)
 {
     size_t len;
     const uint8_t *body = tfx_req_body(r, &len);
@@ -59,7 +59,7 @@ void api_handle_register(tfx_req_t *r, ctx_t *c)
     api_respond_text(r, 201, "application/json", text, len);
 }
 
-void api_handle_poll(tfx_req_t *r, ctx_t *c)
+void api_handle_poll(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_worker_poll_t *p = &c->poll;
     if (p->state == TFD_POLL_IDLE || p->state == TFD_POLL_ARMED) {
@@ -92,7 +92,7 @@ void api_handle_poll(tfx_req_t *r, ctx_t *c)
     }
 }
 
-void api_handle_reply(tfx_req_t *r, ctx_t *c)
+void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_workers_t *ws = c->api->workers;
     int rc;
@@ -123,7 +123,7 @@ void api_handle_reply(tfx_req_t *r, ctx_t *c)
                  "or its caller's lease ended)", c->name, c->op->sub);
 }
 
-void api_handle_leave(tfx_req_t *r, ctx_t *c)
+void api_handle_leave(tfx_req_t *r, tfd_ctx_t *c)
 {
     if (tfd_workers_unregister(c->api->workers, c->name) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
@@ -131,7 +131,7 @@ void api_handle_leave(tfx_req_t *r, ctx_t *c)
         api_fail(r, c, TFP_ENOTFOUND, "no worker '%s'", c->name);
 }
 
-void api_finish_poll(tfx_req_t *r, ctx_t *c)
+void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)r;
     tfd_workers_poll_done(c->api->workers, &c->poll);

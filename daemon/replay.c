@@ -4,6 +4,7 @@
  */
 #include "config.h"
 #include "daemon/replay.h"
+#include "transports/clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -34,13 +35,6 @@ struct tfd_replay {
     entry_t *map;
     uint64_t entries, bytes, hits, running;
 };
-
-static time_t now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
-}
 
 static char *make_key(const char *user, const char *id)
 {
@@ -143,7 +137,7 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
     } else {
         e->key = key;
         key = NULL;
-        e->at = now_s();
+        e->at = (time_t)tfx_now_s();
         HASH_ADD_KEYPTR(hh, r->map, e->key, strlen(e->key), e);
         r->entries++;
         r->running++;
@@ -173,7 +167,7 @@ void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id,
     if (e) {
         e->done = 1;
         r->running--;
-        e->at = now_s();
+        e->at = (time_t)tfx_now_s();
         e->ans = *ans;
         e->ans.body = ans->body ? tfd_blob_ref(ans->body) : NULL;
         e->bytes = ans->body ? ans->body->len : strlen(ans->msg);
@@ -212,7 +206,7 @@ out:
 
 void tfd_replay_sweep(tfd_replay_t *r)
 {
-    time_t cutoff = now_s() - (time_t)r->lim.window_s;
+    time_t cutoff = (time_t)tfx_now_s() - (time_t)r->lim.window_s;
     pthread_mutex_lock(&r->lock);
     entry_t *e, *tmp;
     HASH_ITER(hh, r->map, e, tmp) {

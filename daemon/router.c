@@ -32,68 +32,69 @@ enum {
                                      * takes the operation's name), not to body-memory */
 };
 
-/* One operation's endpoint: its name in the metrics and logs, what body it takes, and its
- * handlers (begin: the body is accepted, before it arrives; handle: the body is in; finish:
- * the request is over). begin and finish may be NULL. */
-struct tfd_endpoint {
-    tfd_route_t metric;
+/* One operation's endpoint: its name in the metrics, what body it takes, and its handlers
+ * (begin: the body is accepted, before it arrives; handle: the body is in; finish: the
+ * request is over). begin and finish may be NULL. Which HTTP methods reach an operation is
+ * HTTP's business and lives with its paths (proto/http.c); UCX names operations directly. */
+struct tfd_endpoint_spec {
+    tfd_endpoint_t id;              /* its name in the metrics */
     unsigned body;                  /* EP_* */
     uint32_t json_max;
-    void (*begin)(tfx_req_t *r, ctx_t *c);
-    void (*handle)(tfx_req_t *r, ctx_t *c);
-    void (*finish)(tfx_req_t *r, ctx_t *c);
+    void (*begin)(tfx_req_t *r, tfd_ctx_t *c);
+    void (*handle)(tfx_req_t *r, tfd_ctx_t *c);
+    void (*finish)(tfx_req_t *r, tfd_ctx_t *c);
 };
 
 #define MAX_REGISTRATION (64u << 10)
 #define MAX_UPGRADE 4096u
 
-static void begin_wait(ctx_t *c, uint64_t cap)
+static void begin_wait(tfd_ctx_t *c, uint64_t cap)
 {
     uint64_t ms = c->op->wait_ms < cap ? c->op->wait_ms : cap;
     c->waiter.deadline_ms = ms ? tfx_now_ms() + ms : 0;
     c->poll.deadline_ms = c->waiter.deadline_ms;
 }
 
-static void begin_get(tfx_req_t *r, ctx_t *c)
+static void begin_get(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)r;
     begin_wait(c, c->api->cfg->max_wait_ms);
 }
 
-static void begin_poll(tfx_req_t *r, ctx_t *c)
+static void begin_poll(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)r;
     begin_wait(c, c->api->cfg->worker_lease_ms / 2);
 }
 
-static void handle_none(tfx_req_t *r, ctx_t *c)
+static void handle_none(tfx_req_t *r, tfd_ctx_t *c)
 {
     api_fail(r, c, TFP_ENOTFOUND, "no such operation");
 }
 
-static const struct tfd_endpoint endpoints[TFP_OP_COUNT] = {
-    [TFP_OP_NONE] = {TFD_ROUTE_OTHER, 0, 0, NULL, handle_none, NULL},
-    [TFP_OP_HEALTH] = {TFD_ROUTE_HEALTH, 0, 0, NULL, api_handle_health, NULL},
-    [TFP_OP_METRICS] = {TFD_ROUTE_METRICS, 0, 0, NULL, api_handle_metrics, NULL},
-    [TFP_OP_INFO] = {TFD_ROUTE_INFO, 0, 0, NULL, api_handle_info, NULL},
-    [TFP_OP_TENSOR_LIST] = {TFD_ROUTE_LIST, 0, 0, NULL, api_handle_list, NULL},
-    [TFP_OP_TENSOR_GET] = {TFD_ROUTE_TENSOR_GET, 0, 0, begin_get, api_handle_get,
+static const struct tfd_endpoint_spec endpoints[TFP_OP_COUNT] = {
+    [TFP_OP_NONE] = {TFD_EP_OTHER, 0, 0, NULL, handle_none, NULL},
+    [TFP_OP_HEALTH] = {TFD_EP_HEALTH, 0, 0, NULL, api_handle_health, NULL},
+    [TFP_OP_METRICS] = {TFD_EP_METRICS, 0, 0, NULL, api_handle_metrics, NULL},
+    [TFP_OP_INFO] = {TFD_EP_INFO, 0, 0, NULL, api_handle_info, NULL},
+    [TFP_OP_TENSOR_LIST] = {TFD_EP_LIST, 0, 0, NULL, api_handle_list, NULL},
+    [TFP_OP_TENSOR_GET] = {TFD_EP_TENSOR_GET, 0, 0, begin_get, api_handle_get,
                            api_finish_get},
-    [TFP_OP_TENSOR_PUT] = {TFD_ROUTE_TENSOR_PUT, EP_DOC | EP_TO_STORE, 0, api_begin_put,
+    [TFP_OP_TENSOR_PUT] = {TFD_EP_TENSOR_PUT, EP_DOC | EP_TO_STORE, 0, api_begin_put,
                            api_handle_put, NULL},
-    [TFP_OP_TENSOR_DELETE] = {TFD_ROUTE_TENSOR_DELETE, 0, 0, NULL, api_handle_delete, NULL},
-    [TFP_OP_CALL] = {TFD_ROUTE_CALL, EP_DOC, 0, NULL, api_handle_call, api_finish_call},
-    [TFP_OP_SESSION_END] = {TFD_ROUTE_SESSION, 0, 0, NULL, api_handle_session_end, NULL},
-    [TFP_OP_WORKER_REGISTER] = {TFD_ROUTE_WORKER, EP_JSON, MAX_REGISTRATION, NULL,
+    [TFP_OP_TENSOR_DELETE] = {TFD_EP_TENSOR_DELETE, 0, 0, NULL, api_handle_delete, NULL},
+    [TFP_OP_CALL] = {TFD_EP_CALL, EP_DOC, 0, NULL, api_handle_call, api_finish_call},
+    [TFP_OP_SESSION_END] = {TFD_EP_SESSION, 0, 0, NULL, api_handle_session_end, NULL},
+    [TFP_OP_WORKER_REGISTER] = {TFD_EP_WORKER, EP_JSON, MAX_REGISTRATION, NULL,
                                 api_handle_register, NULL},
-    [TFP_OP_WORKER_LEAVE] = {TFD_ROUTE_WORKER, 0, 0, NULL, api_handle_leave, NULL},
-    [TFP_OP_WORKER_POLL] = {TFD_ROUTE_WORKER_POLL, 0, 0, begin_poll, api_handle_poll,
+    [TFP_OP_WORKER_LEAVE] = {TFD_EP_WORKER, 0, 0, NULL, api_handle_leave, NULL},
+    [TFP_OP_WORKER_POLL] = {TFD_EP_WORKER_POLL, 0, 0, begin_poll, api_handle_poll,
                             api_finish_poll},
-    [TFP_OP_WORKER_REPLY] = {TFD_ROUTE_WORKER, EP_DOC | EP_JSON, MAX_REGISTRATION, NULL,
+    [TFP_OP_WORKER_REPLY] = {TFD_EP_WORKER, EP_DOC | EP_JSON, MAX_REGISTRATION, NULL,
                              api_handle_reply, NULL},
-    [TFP_OP_UPGRADE] = {TFD_ROUTE_UPGRADE, EP_JSON, MAX_UPGRADE, NULL, api_handle_upgrade, NULL},
-    [TFP_OP_SHUMAI_GET] = {TFD_ROUTE_SHUMAI_GET, 0, 0, NULL, api_handle_shumai_get, NULL},
-    [TFP_OP_SHUMAI_CALL] = {TFD_ROUTE_SHUMAI_CALL, EP_DOC, 0, NULL, api_handle_call,
+    [TFP_OP_UPGRADE] = {TFD_EP_UPGRADE, EP_JSON, MAX_UPGRADE, NULL, api_handle_upgrade, NULL},
+    [TFP_OP_SHUMAI_GET] = {TFD_EP_SHUMAI_GET, 0, 0, NULL, api_handle_shumai_get, NULL},
+    [TFP_OP_SHUMAI_CALL] = {TFD_EP_SHUMAI_CALL, EP_DOC, 0, NULL, api_handle_call,
                             api_finish_call},
 };
 
@@ -110,7 +111,7 @@ struct tfd_router {
 static tfp_status_t on_body_grow(tfx_req_t *r, uint64_t total, void *arg)
 {
     tfd_router_t *rt = arg;
-    ctx_t *c = tfx_req_ctx(r);
+    tfd_ctx_t *c = tfx_req_ctx(r);
     if (!c)
         return TFP_EINTERNAL;
     if (total <= c->charged)
@@ -134,7 +135,7 @@ static tfp_status_t on_body_grow(tfx_req_t *r, uint64_t total, void *arg)
 
 /* Takes the user and request ids (making one up when the client chose none) and echoes them
  * with the transport, as response headers. */
-static void take_ids(tfd_router_t *rt, tfx_req_t *r, ctx_t *c)
+static void take_ids(tfd_router_t *rt, tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfp_op_who_t *who = &c->op->who;
     if (who->request_id[0]) {
@@ -157,7 +158,7 @@ static void take_ids(tfd_router_t *rt, tfx_req_t *r, ctx_t *c)
 
 /* Accepts the body the operation describes, as its endpoint allows. 0, or -1 after
  * answering. */
-static int begin_body(tfx_req_t *r, ctx_t *c)
+static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
 {
     switch (c->op->body.kind) {
     case TFP_BODY_NONE:
@@ -177,7 +178,7 @@ static int begin_body(tfx_req_t *r, ctx_t *c)
 static void on_begin(tfx_req_t *r, void *arg)
 {
     tfd_router_t *rt = arg;
-    ctx_t *c = calloc(1, sizeof *c);
+    tfd_ctx_t *c = calloc(1, sizeof *c);
     if (!c) {
         tfx_respond_error(r, TFP_ENOMEM, "out of memory");
         return;
@@ -207,7 +208,7 @@ static void on_begin(tfx_req_t *r, void *arg)
 static void on_handle(tfx_req_t *r, void *arg)
 {
     (void)arg;
-    ctx_t *c = tfx_req_ctx(r);
+    tfd_ctx_t *c = tfx_req_ctx(r);
     if (c)
         c->ep->handle(r, c);
 }
@@ -215,7 +216,7 @@ static void on_handle(tfx_req_t *r, void *arg)
 static void on_finish(tfx_req_t *r, int completed, void *arg)
 {
     tfd_router_t *rt = arg;
-    ctx_t *c = tfx_req_ctx(r);
+    tfd_ctx_t *c = tfx_req_ctx(r);
     if (!c)
         return;
     if (c->ep->finish)
@@ -228,7 +229,7 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
     unsigned status = tfx_req_status(r);
     uint64_t out = completed ? tfx_req_response_bytes(r) : 0;
     const char *what = tfp_op_name(c->op->kind);
-    tfd_metrics_record(rt->api->metrics, c->ep->metric, status, c->code, tfx_req_body_bytes(r), out,
+    tfd_metrics_record(rt->api->metrics, c->ep->id, status, c->code, tfx_req_body_bytes(r), out,
                        secs);
     if (!completed)
         tfd_log(LOG_INFO, "%s %s '%s': connection closed before the response was sent (status "

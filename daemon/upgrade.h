@@ -3,7 +3,7 @@
  *
  * A token is 128 random bits, single-use, short-lived (upgrade-token-ttl) and bound to the
  * host identity (boot id + network namespace) the client declared when it asked; HELLO must
- * present both. Same-host clients get the worker address with every transport (shared
+ * present both. Same-host clients get the UCX worker address with every transport (shared
  * memory, CMA); others get the network-only address. Thread-safe.
  */
 #ifndef TFD_UPGRADE_H

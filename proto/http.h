@@ -17,7 +17,7 @@ tfp_media_t tfp_media_parse(const char *content_type);
  * TFP_MEDIA_OTHER when nothing listed is producible. */
 tfp_media_t tfp_accept_pick(const char *accept);
 
-/* Routes of the API. */
+/* Paths of the API. */
 typedef enum {
     TFP_PATH_UNKNOWN = 0,
     TFP_PATH_HEALTHZ,               /* /healthz */

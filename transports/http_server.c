@@ -3,11 +3,11 @@
  * Owns the MHD daemon and one tfx_req_t per request (created on MHD's first callback, freed
  * in its completion notice). The request line and headers become the request's operation
  * once, on the first callback (tfp_http_op_parse); failures render as a status line and a
- * JSON error body {"error", "code"} (with Allow on a 405). Bodies land in one tfx_buf sized from Content-Length; chunked
- * bodies grow geometrically up to the accepted maximum. Responses are queued after each
- * callback returns, so handlers never call MHD themselves. Suspension is guarded by a per-
- * request mutex so that a wake-up arriving before MHD has suspended the connection is not
- * lost: handle simply runs again.
+ * JSON error body {"error", "code"} (with Allow on a 405). Bodies land in one tfx_buf sized
+ * from Content-Length; chunked bodies grow geometrically up to the accepted maximum.
+ * Responses are queued after each callback returns, so handlers never call MHD themselves.
+ * Suspension is guarded by a per-request mutex so that a wake-up arriving before MHD has
+ * suspended the connection is not lost: handle simply runs again.
  *
  * Threads: MHD's thread pool runs every callback; tfx_req_resume may come from any thread.
  */
@@ -15,6 +15,7 @@
 #include "transports/http_server.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 #include "proto/http.h"
 #include "proto/jsonw.h"
 
@@ -153,18 +154,11 @@ static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
 #define DRAIN_MAX (64ull << 20)
 #define RATE_GRACE_MS 10000u
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static int take_upload(tfx_req_t *r, const char *data, size_t n)
 {
     r->body_seen += n;
     uint64_t rate = HR(r)->srv->cfg.min_upload_rate;
-    uint64_t el = now_ms() - HR(r)->start_ms;
+    uint64_t el = tfx_now_ms() - HR(r)->start_ms;
     if (rate && el > RATE_GRACE_MS && r->body_seen * 1000u / el < rate)
         return -1;
     if (HR(r)->deferred || r->body_failed || !r->accept_body)
@@ -329,7 +323,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->conn = conn;
         pthread_mutex_init(&hr->lock, NULL);
         *con_cls = hr;
-        hr->start_ms = now_ms();
+        hr->start_ms = tfx_now_ms();
         atomic_fetch_add(&s->inflight, 1);
         parse_op(r, method, url);
         if (atomic_load(&s->draining))

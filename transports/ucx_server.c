@@ -74,7 +74,7 @@ struct tfx_ucx {
     size_t nauth, capauth;
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
-    uint8_t *addr_all, *addr_net;   /* this worker's addresses, fetched once at start */
+    uint8_t *addr_all, *addr_net;   /* this UCX worker's addresses, fetched once at start */
     size_t addr_all_len, addr_net_len;
     pthread_mutex_t slock;
     tfx_ucx_stats_t st;
