@@ -1330,7 +1330,7 @@ tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transpo
  * wait) and the document as its encoded safetensors header plus each tensor's bytes, lent to
  * the transport until it completes. Completions come back through tfx_ucxc_next, drained by
  * the driving thread after every wait of the engine (the progress thread wakes it), and are
- * recorded as HTTP's would be: the server's status, its HTTP status (carried in wait_ms), its
+ * recorded as HTTP's would be: the server's status, its HTTP status (the frame's http), its
  * message, the reply decoded in place. A transport failure drops the connection (with a
  * backoff) and, under policy auto, sends the request again over HTTP with the same id. */
 
@@ -1462,7 +1462,7 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     tfp_err_t err;
     tfp_doc_t *d = NULL;
 
-    res->http_status = (int)u->reply.wait_ms;
+    res->http_status = (int)u->reply.http;
     if (u->reply.request_id[0])
         snprintf(res->request_id, sizeof(res->request_id), "%s", u->reply.request_id);
     res->bytes_received = u->body_len;

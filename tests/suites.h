@@ -7,6 +7,7 @@
 #include <check.h>
 
 Suite *suite_proto(void);
+Suite *suite_op(void);
 Suite *suite_store(void);
 Suite *suite_client(void);
 Suite *suite_e2e(void);
