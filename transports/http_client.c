@@ -78,18 +78,6 @@ struct tfx_hc {
     int nrunning;
 };
 
-/* ---- status --------------------------------------------------------------------------- */
-
-const char *tfx_hc_strerror(tfx_hc_status_t st)
-{
-    switch (st) {
-#define X(n, v, s) case TFX_HC_##n: return s;
-        TFX_HC_STATUS_MAP(X)
-#undef X
-    }
-    return "unknown status";
-}
-
 /* ---- libcurl global init ----------------------------------------------------------------- */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
