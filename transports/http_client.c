@@ -19,18 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "transports/http_client.h"
+#include "transports/buf.h"
 
 #define CONNECT_TIMEOUT_MS 10000L
 #define DOWNLOAD_BUFFER (512L * 1024)
 #define UPLOAD_BUFFER (2L * 1024 * 1024)
 #define UNKNOWN_LENGTH_START (64u * 1024)
 #define POLL_SLICE_MS 1000L
-#define HUGE_BODY (4u << 20)
-#define HUGE_PAGE (2u << 20)
 
 typedef struct {
     const uint8_t *ptr;
@@ -338,22 +336,6 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
     return n;
 }
 
-/* A response buffer of n bytes that free() releases. Big ones are aligned to 2 MiB and
- * offered transparent huge pages: first-touch page faults otherwise cost as much as the
- * copy out of the socket. */
-static void *alloc_body(size_t n)
-{
-    if (n < HUGE_BODY)
-        return malloc(n);
-    void *p = NULL;
-    if (posix_memalign(&p, HUGE_PAGE, n) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, n & ~(size_t)(HUGE_PAGE - 1), MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
 /* Makes room for need bytes plus the NUL. */
 static int reserve_body(tfx_hc_req_t *req, size_t need)
 {
@@ -390,7 +372,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
                 req->write_err = TFX_HC_ETOOBIG;
                 return 0;
             }
-            req->resp.body = alloc_body((size_t)cl + 1);
+            req->resp.body = tfx_buf_malloc((size_t)cl + 1);   /* free()d by the caller */
             if (!req->resp.body) {
                 req->write_err = TFX_HC_ENOMEM;
                 return 0;

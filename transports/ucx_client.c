@@ -13,6 +13,7 @@
 #include "transports/ucx_client.h"
 #include "transports/ucx_server.h"      /* the active message ids */
 #include "transports/ucx_common.h"
+#include "transports/buf.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -22,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -282,20 +282,6 @@ static void recv_cb(void *request, ucs_status_t status, size_t length, void *use
     maybe_complete(r);
 }
 
-/* Reply bodies: malloc'd (the caller frees them with free()); big ones get huge pages. */
-static uint8_t *alloc_body(size_t n)
-{
-    if (n < (2u << 20))
-        return malloc(n ? n : 1);
-    void *p = NULL;
-    if (posix_memalign(&p, (size_t)2 << 20, n) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n, MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
 static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
 {
     void *desc = r->rndv_desc;
@@ -306,7 +292,7 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
         maybe_complete(r);
         return;
     }
-    r->res.body = alloc_body(r->rndv_len);
+    r->res.body = tfx_buf_malloc(r->rndv_len);
     if (!r->res.body) {
         ucp_am_data_release(u->worker, desc);
         fail_req(r, TFP_ENOMEM, "out of memory for the reply");
@@ -394,7 +380,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
         r->receiving = 1;
         return UCS_INPROGRESS;                          /* received by the loop */
     }
-    r->res.body = alloc_body(length);
+    r->res.body = tfx_buf_malloc(length);
     if (!r->res.body) {
         fail_req(r, TFP_ENOMEM, "out of memory for the reply");
     } else {
