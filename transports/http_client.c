@@ -23,6 +23,7 @@
 
 #include "transports/http_client.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 
 #define CONNECT_TIMEOUT_MS 10000L
 #define DOWNLOAD_BUFFER (512L * 1024)
@@ -61,7 +62,7 @@ struct tfx_hc_req {
     tfx_hc_done_fn done;
     void *done_ud;
     tfx_hc_req_t *prev, *next;         /* the engine's running list */
-    struct timespec t0;
+    uint64_t t0_ns;                 /* tfx_now_ns() at the start */
     tfx_hc_status_t write_err;         /* why the write callback refused data */
 
     /* what came back */
@@ -90,13 +91,6 @@ static int ensure_curl(void)
 {
     pthread_once(&curl_once, curl_init);
     return curl_init_rc == CURLE_OK ? 0 : -1;
-}
-
-static double elapsed_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -528,7 +522,7 @@ static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
         req->resp.status = code;
     if (curl_easy_getinfo(req->easy, CURLINFO_SIZE_UPLOAD_T, &up) == CURLE_OK && up > 0)
         req->resp.bytes_sent = (uint64_t)up;
-    req->resp.seconds = elapsed_since(&req->t0);
+    req->resp.seconds = tfx_since_s(req->t0_ns);
     if (st == TFX_HC_ECANCELED && !req->errbuf[0])
         snprintf(req->errbuf, sizeof(req->errbuf), "request canceled");
     req->running = 0;
@@ -673,7 +667,7 @@ tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn don
     tfx_hc_status_t st = configure(req);
     if (st != TFX_HC_OK)
         return st;
-    clock_gettime(CLOCK_MONOTONIC, &req->t0);
+    req->t0_ns = tfx_now_ns();
     if (curl_multi_add_handle(hc->multi, req->easy) != CURLM_OK)
         return TFX_HC_ENOMEM;
     req->hc = hc;
@@ -739,7 +733,7 @@ int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
 
 tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
 {
-    struct timespec t0;
+    uint64_t t0_ns;
     int still;
 
     if (!hc || !req)
@@ -748,7 +742,7 @@ tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
         return TFX_HC_OK;
     if (req->hc != hc)
         return TFX_HC_EINVAL;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0_ns = tfx_now_ns();
     for (;;) {
         if (curl_multi_perform(hc->multi, &still) != CURLM_OK) {
             /* The multi handle itself failed: nothing will complete req any more. */
@@ -760,7 +754,7 @@ tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
             return TFX_HC_OK;
         long wait = POLL_SLICE_MS;
         if (timeout_ms >= 0) {
-            long left = timeout_ms - (long)(elapsed_since(&t0) * 1000.0);
+            long left = timeout_ms - (long)(tfx_since_s(t0_ns) * 1000.0);
             if (left <= 0)
                 return TFX_HC_EAGAIN;
             if (left < wait)

@@ -13,6 +13,7 @@
 #include "transports/http_server.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 #include "proto/jsonw.h"
 
 #include <arpa/inet.h>
@@ -152,18 +153,11 @@ static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
 #define DRAIN_MAX (64ull << 20)
 #define RATE_GRACE_MS 10000u
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static int take_upload(tfx_req_t *r, const char *data, size_t n)
 {
     r->body_seen += n;
     uint64_t rate = HR(r)->srv->cfg.min_upload_rate;
-    uint64_t el = now_ms() - HR(r)->start_ms;
+    uint64_t el = tfx_now_ms() - HR(r)->start_ms;
     if (rate && el > RATE_GRACE_MS && r->body_seen * 1000u / el < rate)
         return -1;
     if (HR(r)->deferred || r->body_failed || !r->accept_body)
@@ -320,7 +314,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->conn = conn;
         pthread_mutex_init(&hr->lock, NULL);
         *con_cls = hr;
-        hr->start_ms = now_ms();
+        hr->start_ms = tfx_now_ms();
         atomic_fetch_add(&s->inflight, 1);
         if (atomic_load(&s->draining))
             tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");

@@ -14,6 +14,7 @@
 #include "transports/ucx_server.h"      /* the active message ids */
 #include "transports/ucx_common.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -56,7 +57,7 @@ struct tfx_ucxc_req {
     ucp_dt_iov_t *iov;
     size_t niov;
     uint64_t deadline_ms;
-    struct timespec t0;
+    uint64_t t0_ns;                 /* tfx_now_ns() when it started */
     int sending, receiving, replied;
     int orphan;                     /* handed back early; freed when UCX lets go of it */
     void *rndv_desc;
@@ -94,13 +95,6 @@ struct tfx_ucxc {
     int stopping;
     uint64_t last_pid_check_ms;     /* thread only */
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* ---- on the progress thread --------------------------------------------------------------- */
 
@@ -172,9 +166,7 @@ static void maybe_complete(tfx_ucxc_req_t *r)
     if (r->next)
         r->next->prev = r->prev;
     r->prev = r->next = NULL;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    r->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
+    r->res.seconds = tfx_since_s(r->t0_ns);
     conn_unref(r->conn);
     r->conn = NULL;
     queue_done(u, r);
@@ -199,9 +191,7 @@ static void hand_back_early(tfx_ucxc_req_t *r)
     copy->res = r->res;
     copy->res.body = NULL;
     copy->res.body_len = 0;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    copy->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
+    copy->res.seconds = tfx_since_s(r->t0_ns);
     r->orphan = 1;
     conn_unref(r->conn);            /* the orphan keeps no connection alive */
     r->conn = NULL;
@@ -444,7 +434,7 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
     void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, hbuf, hlen, NULL, 0, &p);
     if (UCS_PTR_IS_PTR(rq)) {
         /* Wait for the send here: hbuf is reused. An eager header-only send is quick. */
-        while (ucp_request_check_status(rq) == UCS_INPROGRESS && now_ms() < cm->deadline_ms)
+        while (ucp_request_check_status(rq) == UCS_INPROGRESS && tfx_now_ms() < cm->deadline_ms)
             ucp_worker_progress(u->worker);
         if (ucp_request_check_status(rq) == UCS_INPROGRESS)
             ucp_request_cancel(u->worker, rq);
@@ -462,7 +452,7 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     if (u->live)
         u->live->prev = r;
     u->live = r;
-    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    r->t0_ns = tfx_now_ns();
     if (atomic_load(&c->broken) || c->closed) {
         fail_req(r, TFP_EBUSY, "the UCX connection is broken");
         maybe_complete(r);
@@ -497,7 +487,7 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
  * the requests' deadlines. */
 static void check_peers(tfx_ucxc_t *u)
 {
-    uint64_t now = now_ms();
+    uint64_t now = tfx_now_ms();
     if (!u->live || now - u->last_pid_check_ms < 100)
         return;
     u->last_pid_check_ms = now;
@@ -549,15 +539,14 @@ static unsigned run_cmds(tfx_ucxc_t *u)
             break;                      /* the list may have changed */
         }
     check_peers(u);
-    uint64_t now = now_ms();
+    uint64_t now = tfx_now_ms();
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
         if (r->deadline_ms && now >= r->deadline_ms && !r->orphan && r->conn &&
             !r->conn->closed) {
             char why[128];
             snprintf(why, sizeof why, "no UCX reply within %llu ms",
-                     (unsigned long long)(r->deadline_ms - ((uint64_t)r->t0.tv_sec * 1000u +
-                                                             (uint64_t)r->t0.tv_nsec / 1000000u)));
+                     (unsigned long long)(r->deadline_ms - r->t0_ns / 1000000u));
             break_conn(r->conn, TFP_EINTERNAL, why);
             n++;
             break;
@@ -569,7 +558,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
 static void *progress_main(void *arg)
 {
     tfx_ucxc_t *u = arg;
-    struct timespec last_work = {0, 0};
+    uint64_t last_work_ns = 0;
     for (;;) {
         unsigned n = 0;
         while (ucp_worker_progress(u->worker))
@@ -581,13 +570,10 @@ static void *progress_main(void *arg)
         if (stop)
             break;
         if (n) {
-            clock_gettime(CLOCK_MONOTONIC, &last_work);
+            last_work_ns = tfx_now_ns();
             continue;
         }
-        struct timespec now_ts;
-        clock_gettime(CLOCK_MONOTONIC, &now_ts);
-        if ((now_ts.tv_sec - last_work.tv_sec) * 1000000000L +
-                (now_ts.tv_nsec - last_work.tv_nsec) < TFX_UCX_SPIN_NS)
+        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS)
             continue;                   /* spin a little before sleeping */
         tfx_ucx_base_sleep(&u->base, 50);
     }
@@ -662,7 +648,7 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     cm->conn = c;
     snprintf(cm->token, sizeof cm->token, "%s", token ? token : "");
     snprintf(cm->identity, sizeof cm->identity, "%s", identity ? identity : "");
-    cm->deadline_ms = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 2000);
+    cm->deadline_ms = tfx_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 2000);
     uint64_t deadline = cm->deadline_ms;
 
     /* Registered with the thread before the command runs, so the ACK finds it. */
@@ -686,14 +672,8 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     post(u, cm);
 
     pthread_mutex_lock(&u->lock);
-    while (c->hello_state == 0 && now_ms() < deadline) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+    while (c->hello_state == 0 && tfx_now_ms() < deadline) {
+        struct timespec ts = tfx_deadline_rt(20);
         pthread_cond_timedwait(&u->cond, &u->lock, &ts);
     }
     int state = c->hello_state;
@@ -765,7 +745,7 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     }
     r->hdr.body_len = total;
     r->res.bytes_sent = total;
-    r->deadline_ms = timeout_ms > 0 ? now_ms() + (uint64_t)timeout_ms : 0;
+    r->deadline_ms = timeout_ms > 0 ? tfx_now_ms() + (uint64_t)timeout_ms : 0;
     cm->kind = CMD_START;
     cm->req = r;
     pthread_mutex_lock(&c->u->lock);

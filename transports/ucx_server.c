@@ -16,6 +16,7 @@
 #include "transports/ucx_server.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 #include "proto/ucxframe.h"
 #include "transports/ucx_common.h"
 
@@ -562,30 +563,26 @@ static unsigned run_queues(tfx_ucx_t *u)
 static void *progress_main(void *arg)
 {
     tfx_ucx_t *u = arg;
-    struct timespec t_stop = {0, 0};
-    struct timespec last_work = {0, 0};
+    uint64_t t_stop_ns = 0;
+    uint64_t last_work_ns = 0;
     for (;;) {
         unsigned n = 0;
         while (ucp_worker_progress(u->worker))
             n++;
         n += run_queues(u);
         if (atomic_load(&u->stopping)) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if (!t_stop.tv_sec)
-                t_stop = now;
+            uint64_t now = tfx_now_ns();
+            if (!t_stop_ns)
+                t_stop_ns = now;
             /* Sends to a client that died may never complete: give up after 2 s. */
-            if (atomic_load(&u->inflight) == 0 || now.tv_sec - t_stop.tv_sec >= 2)
+            if (atomic_load(&u->inflight) == 0 || now - t_stop_ns >= 2000000000u)
                 break;
         }
         if (n) {
-            clock_gettime(CLOCK_MONOTONIC, &last_work);
+            last_work_ns = tfx_now_ns();
             continue;
         }
-        struct timespec now_ts;
-        clock_gettime(CLOCK_MONOTONIC, &now_ts);
-        if ((now_ts.tv_sec - last_work.tv_sec) * 1000000000L +
-                (now_ts.tv_nsec - last_work.tv_nsec) < TFX_UCX_SPIN_NS)
+        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS)
             continue;                   /* spin a little before sleeping */
         tfx_ucx_base_sleep(&u->base, 100);
     }
