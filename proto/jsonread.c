@@ -16,6 +16,7 @@
 #include "proto/ids.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
+#include "proto/utf8.h"
 
 #define MAX_NUMBER_CHARS 63         /* cJSON 1.7.15 copies at most 63 chars of a number */
 #define MAX_EXACT (UINT64_C(1) << 53)
@@ -350,15 +351,11 @@ static int get_u53(const cJSON *item, uint64_t *out)
 /* Copies at most size-1 bytes, not splitting a UTF-8 character. */
 static void copy_trunc(char *dst, size_t size, const char *src)
 {
-    size_t n = strlen(src);
+    size_t n;
 
     if (size == 0)
         return;
-    if (n >= size) {
-        n = size - 1;
-        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
-            n--;
-    }
+    n = tfp_utf8_cut(src, strlen(src), size - 1);
     memcpy(dst, src, n);
     dst[n] = '\0';
 }

@@ -19,6 +19,7 @@
 #include "proto/jsonw.h"
 #include "proto/raw.h"
 #include "proto/safetensors.h"
+#include "proto/utf8.h"
 
 #define MAX_EXACT (UINT64_C(1) << 53)
 #define SHOW_MAX 64                 /* bytes of a name quoted in a message */
@@ -48,13 +49,10 @@ static void store_le64(uint8_t *p, uint64_t v)
 /* A name short enough to quote in a 256-byte message, cut at a character boundary. */
 static const char *show(const char *name, char buf[SHOW_MAX + 4])
 {
-    size_t n = strlen(name);
+    size_t len = strlen(name), n = tfp_utf8_cut(name, len, SHOW_MAX);
 
-    if (n <= SHOW_MAX)
+    if (n == len)
         return name;
-    n = SHOW_MAX;
-    while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
-        n--;
     memcpy(buf, name, n);
     memcpy(buf + n, "...", 4);
     return buf;

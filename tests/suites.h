@@ -15,5 +15,6 @@ Suite *suite_async(void);
 Suite *suite_plugins(void);
 Suite *suite_ucxproto(void);
 Suite *suite_ucx(void);
+Suite *suite_utf8(void);
 
 #endif
