@@ -555,28 +555,37 @@ static unsigned run_cmds(tfx_ucxc_t *u)
     return n;
 }
 
+static unsigned loop_run(void *arg) { return run_cmds(arg); }
+
+static int loop_stopping(void *arg)
+{
+    tfx_ucxc_t *u = arg;
+    pthread_mutex_lock(&u->lock);
+    int stopping = u->stopping;
+    pthread_mutex_unlock(&u->lock);
+    return stopping;
+}
+
+/* Commands posted before the stop still run (a close among them). */
+static int loop_drained(void *arg)
+{
+    tfx_ucxc_t *u = arg;
+    pthread_mutex_lock(&u->lock);
+    int drained = u->cmd_head == NULL;
+    pthread_mutex_unlock(&u->lock);
+    return drained;
+}
+
+/* The progress thread: the shared loop (ucx_common.h), waking at least every 50 ms for the
+ * requests' deadlines and the 100 ms check for a dead server (check_peers). */
 static void *progress_main(void *arg)
 {
     tfx_ucxc_t *u = arg;
-    uint64_t last_work_ns = 0;
-    for (;;) {
-        unsigned n = 0;
-        while (ucp_worker_progress(u->worker))
-            n++;
-        n += run_cmds(u);
-        pthread_mutex_lock(&u->lock);
-        int stop = u->stopping && !u->cmd_head;
-        pthread_mutex_unlock(&u->lock);
-        if (stop)
-            break;
-        if (n) {
-            last_work_ns = tfx_now_ns();
-            continue;
-        }
-        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS)
-            continue;                   /* spin a little before sleeping */
-        tfx_ucx_base_sleep(&u->base, 50);
-    }
+    const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
+                                 .drained = loop_drained, .drain_max_ns = 0, .sleep_ms = 50,
+                                 .arg = u};
+
+    tfx_ucx_loop_run(&u->base, &loop);
     return NULL;
 }
 

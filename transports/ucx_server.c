@@ -560,32 +560,22 @@ static unsigned run_queues(tfx_ucx_t *u)
     return n;
 }
 
+static unsigned loop_run(void *arg) { return run_queues(arg); }
+
+static int loop_stopping(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->stopping); }
+
+static int loop_drained(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->inflight) == 0; }
+
+/* The progress thread: the shared loop (ucx_common.h). Once stopped it finishes the replies in
+ * flight, but sends to a client that died may never complete: it gives up after 2 s. */
 static void *progress_main(void *arg)
 {
     tfx_ucx_t *u = arg;
-    uint64_t t_stop_ns = 0;
-    uint64_t last_work_ns = 0;
-    for (;;) {
-        unsigned n = 0;
-        while (ucp_worker_progress(u->worker))
-            n++;
-        n += run_queues(u);
-        if (atomic_load(&u->stopping)) {
-            uint64_t now = tfx_now_ns();
-            if (!t_stop_ns)
-                t_stop_ns = now;
-            /* Sends to a client that died may never complete: give up after 2 s. */
-            if (atomic_load(&u->inflight) == 0 || now - t_stop_ns >= 2000000000u)
-                break;
-        }
-        if (n) {
-            last_work_ns = tfx_now_ns();
-            continue;
-        }
-        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS)
-            continue;                   /* spin a little before sleeping */
-        tfx_ucx_base_sleep(&u->base, 100);
-    }
+    const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
+                                 .drained = loop_drained, .drain_max_ns = 2000000000u,
+                                 .sleep_ms = 100, .arg = u};
+
+    tfx_ucx_loop_run(&u->base, &loop);
     return NULL;
 }
 
