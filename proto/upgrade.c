@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "proto/base64.h"
+#include "proto/cjson.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 #include "proto/upgrade.h"
+#include "proto/utf8.h"
 
 #define MAX_TRANSPORTS 8
 #define MAX_NETNS_DIGITS 20
@@ -148,19 +148,6 @@ tfp_status_t tfp_up_ident_parse(const char *s, size_t n, tfp_up_host_t *out, tfp
 
 /* ---- shared by the parsers ----------------------------------------------------------- */
 
-/* Re-sets err as "what: <its message>" with code (err->msg is copied first: tfp_err_set may
- * not read the buffer it writes). */
-static tfp_status_t prefixed(tfp_err_t *err, tfp_status_t code, const char *what)
-{
-    char inner[sizeof err->msg];
-
-    if (err == NULL)
-        return code;
-    memcpy(inner, err->msg, sizeof inner);
-    inner[sizeof inner - 1] = '\0';
-    return tfp_err_set(err, code, "%s: %s", what, inner);
-}
-
 /* Copies up to 48 bytes of a key for a message, printable ASCII only ('?' for the rest). */
 static const char *printable(const char *s, char *buf, size_t size)
 {
@@ -176,17 +163,12 @@ static const char *printable(const char *s, char *buf, size_t size)
     return buf;
 }
 
-static int json_ws(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-/* Strict check, size bound, parse; the root must be an object. what names the document. */
+/* Size bound, strict check and parse; the root must be an object. what names the document. */
 static tfp_status_t parse_object(const char *what, const char *body, size_t len, size_t max,
                                  cJSON **out, tfp_err_t *err)
 {
-    size_t end;
-    cJSON *root;
+    size_t end = 0, i;
+    cJSON *root = NULL;
     tfp_status_t st;
 
     if (body == NULL)
@@ -194,20 +176,16 @@ static tfp_status_t parse_object(const char *what, const char *body, size_t len,
     if (len > max)
         return tfp_err_set(err, TFP_ETOOBIG, "%s: body of %zu bytes is over the %zu-byte limit",
                            what, len, max);
-    st = tfp_json_check(body, len, &end, err);
+    st = tfp_cj_parse(body, len, 0, &root, &end, err);
     if (st != TFP_OK)
-        return prefixed(err, st, what);
-    for (size_t i = end; i < len; i++) {
-        if (!json_ws(body[i]))
-            return tfp_err_set(err, TFP_EPROTO, "%s: text after the JSON value at byte %zu",
-                               what, i);
-    }
-    root = cJSON_ParseWithLength(body, end);
-    if (root == NULL)
-        return tfp_err_set(err, TFP_ENOMEM, "%s: out of memory parsing JSON", what);
-    if (!cJSON_IsObject(root)) {
+        return tfp_cj_prefix(err, st, what);
+    if ((i = tfp_cj_skip_ws(body, len, end)) != len)
+        st = tfp_err_set(err, TFP_EPROTO, "%s: text after the JSON value at byte %zu", what, i);
+    else if (!cJSON_IsObject(root))
+        st = tfp_err_set(err, TFP_EPROTO, "%s: not a JSON object", what);
+    if (st != TFP_OK) {
         cJSON_Delete(root);
-        return tfp_err_set(err, TFP_EPROTO, "%s: not a JSON object", what);
+        return st;
     }
     *out = root;
     return TFP_OK;
@@ -241,31 +219,14 @@ static tfp_status_t members(const char *what, const cJSON *obj, const char *cons
     return TFP_OK;
 }
 
-/* An integer in lo..hi (hi <= 2^53), or -1. */
+/* An integer in lo..hi (lo >= 0, hi <= 2^53), or -1. */
 static int get_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out)
 {
-    double d;
+    uint64_t v;
 
-    if (!cJSON_IsNumber(item))
+    if (tfp_cj_uint(item, (uint64_t)lo, (uint64_t)hi, &v) != 0)
         return -1;
-    d = item->valuedouble;
-    if (!(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
-        return -1;
-    *out = (int64_t)d;
-    return 0;
-}
-
-/* A string of at most max bytes copied into dst (size > max), or -1. */
-static int get_str(const cJSON *item, char *dst, size_t max)
-{
-    size_t n;
-
-    if (!cJSON_IsString(item))
-        return -1;
-    n = strlen(item->valuestring);
-    if (n > max)
-        return -1;
-    memcpy(dst, item->valuestring, n + 1);
+    *out = (int64_t)v;
     return 0;
 }
 
@@ -381,11 +342,11 @@ static tfp_status_t read_host(const cJSON *obj, tfp_up_host_t *out, tfp_err_t *e
     st = members("upgrade request: host", obj, keys, 3, f, err);
     if (st != TFP_OK)
         return st;
-    if (get_str(f[0], out->boot_id, TFP_UP_BOOT_ID_LEN) != 0 ||
+    if (tfp_cj_str(f[0], out->boot_id, TFP_UP_BOOT_ID_LEN) != 0 ||
         !tfp_up_boot_id_valid(out->boot_id))
         return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.boot_id is not a "
                            "36-character lowercase uuid");
-    if (get_str(f[1], out->netns, TFP_UP_MAX_NETNS) != 0 || !tfp_up_netns_valid(out->netns))
+    if (tfp_cj_str(f[1], out->netns, TFP_UP_MAX_NETNS) != 0 || !tfp_up_netns_valid(out->netns))
         return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.netns is not \"net:[N]\"");
     if (get_int(f[2], 1, TFP_UP_MAX_PID, &out->pid) != 0)
         return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.pid is not an integer in "
@@ -537,7 +498,7 @@ static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t
     st = members(what, root, keys, 6, f, err);
     if (st != TFP_OK)
         return st;
-    if (get_str(f[1], r->token, TFP_UP_TOKEN_LEN) != 0 || !tfp_up_token_valid(r->token))
+    if (tfp_cj_str(f[1], r->token, TFP_UP_TOKEN_LEN) != 0 || !tfp_up_token_valid(r->token))
         return tfp_err_set(err, TFP_EPROTO, "%s: \"token\" is not %d lowercase hex characters",
                            what, TFP_UP_TOKEN_LEN);
     if (get_int(f[2], 1, TFP_UP_MAX_EXPIRES_MS, &v) != 0)
@@ -555,7 +516,7 @@ static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t
     st = tfp_b64_decode(f[3]->valuestring, strlen(f[3]->valuestring), TFP_UP_MAX_ADDR,
                            &r->worker_address, &r->worker_address_len, err);
     if (st != TFP_OK)
-        return prefixed(err, st, "upgrade response: \"worker_address\"");
+        return tfp_cj_prefix(err, st, "upgrade response: \"worker_address\"");
     if (r->worker_address_len == 0) {
         free(r->worker_address);
         r->worker_address = NULL;
