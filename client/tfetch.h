@@ -1,4 +1,4 @@
-/* tfetch.h - libtfetch, the C client of tfetchd. The only installed header.
+/* tfetch.h - libtfetch, the C client of tfetchd. Its one header (with tfetch-status.h).
  *
  * A tf_client_t is a long-lived handle: it keeps connections to each origin alive and reuses
  * them, and carries the defaults (user id, timeout) for the requests made through it. A
@@ -35,38 +35,16 @@ extern "C" {
 #define TF_VERSION "0.1.0"
 #define TF_MAX_RANK 8
 
-/* One status type for everything. Server-side codes arrive on the wire as their names
- * ("TF_ENOTFOUND") and keep the same values here; the rest are decided by the client. */
-#define TF_STATUS_MAP(X)                                                   \
-    X(OK,            0, "success")                                         \
-    X(ENOMEM,       -1, "out of memory")                                   \
-    X(EINVAL,       -2, "invalid argument")                                \
-    X(EBADREQ,      -3, "bad request")                                     \
-    X(EPROTO,       -4, "malformed message")                               \
-    X(ENOTFOUND,    -5, "no such tensor")                                  \
-    X(EMETHOD,      -6, "method not allowed")                              \
-    X(ENOTACCEPT,   -7, "cannot render in the accepted format")            \
-    X(ETOOBIG,      -8, "payload too large")                               \
-    X(EMEDIATYPE,   -9, "unsupported media type")                          \
-    X(EUNPROC,     -10, "unprocessable tensor")                            \
-    X(EHEADERS,    -11, "request headers too large")                       \
-    X(EBUSY,       -12, "server busy")                                     \
-    X(ENOSPACE,    -13, "store is full")                                   \
-    X(EINTERNAL,   -14, "internal error")                                  \
-    X(ERANGE,      -15, "value out of range")                              \
-    X(ELENGTH,     -16, "length required")                                 \
-    X(ECONNECT,    -32, "cannot connect")                                  \
-    X(ETIMEDOUT,   -33, "timed out")                                       \
-    X(EIO,         -34, "transfer failed")                                 \
-    X(EHTTP,       -35, "unexpected HTTP status")                          \
-    X(ECANCELED,   -36, "canceled")                                        \
-    X(EURL,        -37, "bad URL")                                         \
-    X(EAGAIN,      -38, "not finished yet")
+/* One status type for everything, generated from the one table of codes, TF_STATUS_MAP
+ * (X(name, value, http, text)) in tfetch-status.h, installed beside this header. Server-side
+ * codes arrive on the wire as their names ("TF_ENOTFOUND") and keep the same values here; the
+ * rest are decided by the client. */
+#include "tfetch-status.h"
 
 typedef enum {
-#define X(n, v, s) TF_##n = (v),
-    TF_STATUS_MAP(X)
-#undef X
+#define TF_STATUS_ENUM_(n, v, h, s) TF_##n = (v),
+    TF_STATUS_MAP(TF_STATUS_ENUM_)
+#undef TF_STATUS_ENUM_
 } tf_status_t;
 
 const char *tf_strerror(tf_status_t st);   /* static text, "unknown status" if unknown */

@@ -11,6 +11,7 @@
 #include "proto/jsonw.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
+#include "proto/utf8.h"
 
 #define WHAT "ucx frame"
 

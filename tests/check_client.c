@@ -377,7 +377,7 @@ static const struct {
     const char *name;
     const char *text;
 } all_statuses[] = {
-#define X(n, v, s) {TF_##n, "TF_" #n, s},
+#define X(n, v, h, s) {TF_##n, "TF_" #n, s},
     TF_STATUS_MAP(X)
 #undef X
 };

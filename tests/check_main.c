@@ -12,6 +12,8 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     SRunner *sr = srunner_create(suite_proto());
     srunner_add_suite(sr, suite_op());
+    srunner_add_suite(sr, suite_utf8());
+    srunner_add_suite(sr, suite_base64());
     srunner_add_suite(sr, suite_store());
     srunner_add_suite(sr, suite_client());
     srunner_add_suite(sr, suite_shumai());

@@ -16,5 +16,7 @@ Suite *suite_async(void);
 Suite *suite_plugins(void);
 Suite *suite_ucxproto(void);
 Suite *suite_ucx(void);
+Suite *suite_utf8(void);
+Suite *suite_base64(void);
 
 #endif

@@ -17,6 +17,7 @@
 #include "transports/ucx_server.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 #include "proto/ucxframe.h"
 #include "transports/ucx_common.h"
 
@@ -527,36 +528,22 @@ static unsigned run_queues(tfx_ucx_t *u)
     return n;
 }
 
+static unsigned loop_run(void *arg) { return run_queues(arg); }
+
+static int loop_stopping(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->stopping); }
+
+static int loop_drained(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->inflight) == 0; }
+
+/* The progress thread: the shared loop (ucx_common.h). Once stopped it finishes the replies in
+ * flight, but sends to a client that died may never complete: it gives up after 2 s. */
 static void *progress_main(void *arg)
 {
     tfx_ucx_t *u = arg;
-    struct timespec t_stop = {0, 0};
-    struct timespec last_work = {0, 0};
-    for (;;) {
-        unsigned n = 0;
-        while (ucp_worker_progress(u->worker))
-            n++;
-        n += run_queues(u);
-        if (atomic_load(&u->stopping)) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if (!t_stop.tv_sec)
-                t_stop = now;
-            /* Sends to a client that died may never complete: give up after 2 s. */
-            if (atomic_load(&u->inflight) == 0 || now.tv_sec - t_stop.tv_sec >= 2)
-                break;
-        }
-        if (n) {
-            clock_gettime(CLOCK_MONOTONIC, &last_work);
-            continue;
-        }
-        struct timespec now_ts;
-        clock_gettime(CLOCK_MONOTONIC, &now_ts);
-        if ((now_ts.tv_sec - last_work.tv_sec) * 1000000000L +
-                (now_ts.tv_nsec - last_work.tv_nsec) < TFX_UCX_SPIN_NS)
-            continue;                   /* spin a little before sleeping */
-        tfx_ucx_base_sleep(&u->base, 100);
-    }
+    const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
+                                 .drained = loop_drained, .drain_max_ns = 2000000000u,
+                                 .sleep_ms = 100, .arg = u};
+
+    tfx_ucx_loop_run(&u->base, &loop);
     return NULL;
 }
 
