@@ -1,20 +1,36 @@
-/* internal.h - libtfetch's private types, shared by client/doc.c and client/client.c.
+/* internal.h - libtfetch's private types, shared by the files of client/ (not installed).
  *
  * A tf_doc wraps a proto document (names, shapes, metadata) plus the storage that keeps its
  * tensors' bytes alive: per-tensor copies (TF_COPY) and/or one whole buffer the tensors point
  * into (a received response body, or a copied encoded document). The public tf_tensor_t
- * views are kept in a parallel array so tf_doc_at can hand out stable pointers. Same threading
- * as the public objects: one thread at a time per doc or client. Not installed.
+ * views are kept in a parallel array so tf_doc_at can hand out stable pointers.
+ *
+ * A tf_client (client.c) owns the HTTP engine, the origins it has seen (upgrade.c) and the
+ * requests in flight; a tf_fetch (fetch.c) is one request, carried by the HTTP path
+ * (http.c) or the UCX path (ucx.c), its outcome recorded and its reply decoded by result.c.
+ * Same threading as the public objects: one thread at a time per doc or client.
  */
 #ifndef TF_CLIENT_INTERNAL_H
 #define TF_CLIENT_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "client/tfetch.h"
 #include "proto/doc.h"
+#include "proto/ids.h"
 #include "proto/status.h"
+#include "proto/upgrade.h"
+#include "transports/http_client.h"
+#ifdef HAVE_UCX
+#include "transports/ucx_client.h"
+#endif
+
+#define REQ_POOL_MAX 256
+#define MIME_SAFETENSORS "application/x-safetensors"
+#define MIME_JSON "application/json"
+#define MIME_RAW "application/octet-stream"
 
 struct tf_doc {
     tfp_doc_t *d;                   /* the model; tensor data pointers are borrowed */
@@ -22,6 +38,97 @@ struct tf_doc {
     void **copies;                  /* copies[i]: TF_COPY storage for tensor i, or NULL */
     size_t cap;                     /* capacity of views and copies */
     void *buf;                      /* whole buffer the tensors point into, or NULL */
+};
+
+/* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
+ * text rather than decoded as a document. */
+enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102 };
+
+
+/* What the client knows of one origin (scheme://host:port): whether its server offers UCX,
+ * its UCX connection, and why there is none. Kept for the client's life. */
+typedef struct origin {
+    struct origin *next;
+    char *key;                      /* "http://127.0.0.1:8000" (tfx_hc_url_split) */
+    int offered;                    /* the last response's Tfetch-Upgrade: 1 ucx, 0 no, -1 ? */
+    char why[160];                  /* why there is no UCX connection; "" when none known */
+    uint64_t retry_at;              /* CLOCK_MONOTONIC ms: no upgrade attempt before */
+    long backoff_ms;                /* the wait after the next failure; 0 after a success */
+    int want_upgrade;               /* a request inside a callback asked: negotiate when the
+                                     * client is next driven */
+    tf_transport_t want_policy;
+#ifdef HAVE_UCX
+    tfx_ucxc_conn_t *conn;          /* the connection, or NULL */
+    uint64_t conn_gen;              /* counts connections made, to tell them apart */
+    char transport[32];             /* what carries conn: "ucx/sysv+cma" */
+#endif
+} origin_t;
+
+struct tf_client {
+    tfx_hc_t *hc;
+    tfx_hc_req_t *pool[REQ_POOL_MAX];  /* idle engine requests, reset */
+    size_t npool;
+    tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
+    size_t npending;                /* started and not completed (over either transport) */
+    tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
+    origin_t *origins;
+#ifdef HAVE_UCX
+    tfx_ucxc_t *ucx;                /* started at the first upgrade */
+    char ucx_dead[160];             /* why UCX cannot start in this process; "" if it can */
+    size_t nucx;                    /* requests in flight over UCX */
+    int want_upgrades;              /* some origin has want_upgrade set */
+    tfp_up_host_t host;             /* this host's identity, read once */
+    int have_host;
+#endif
+    int in_cb;                      /* depth of fetch callbacks running */
+    int in_engine;                  /* inside libcurl (the progress callback) */
+    int closing;                    /* tf_client_free is canceling what is pending */
+    char *user;                     /* Tfetch-User, or NULL */
+    char next_rid[TFP_MAX_REQUEST_ID + 1];  /* "" when the client makes one */
+    char rid_prefix[17];            /* 16 random hex digits */
+    uint64_t rid_seq;
+    long timeout_ms;
+    uint64_t max_body;
+    tf_format_t format;
+    tf_progress_fn progress;
+    void *progress_ud;
+    tf_result_t last;
+};
+
+struct tf_fetch {
+    tf_client_t *c;                 /* NULL once the client is freed */
+    tf_fetch_t *prev, *next;        /* c->live */
+    tfx_hc_req_t *req;              /* while running */
+    tf_fetch_cb cb;
+    void *ud;
+    int op;                         /* tf_op_t or TFI_OP_LIST / TFI_OP_INFO */
+    tf_format_t format;             /* resolved: never TF_FORMAT_DEFAULT */
+    int held;                       /* the caller has the handle: freed by tf_fetch_free */
+    int done;                       /* completed; the callback has run or is running */
+    int freeing;                    /* tf_fetch_free was called */
+    int holds;                      /* frames using f (its callback, a wait): free after */
+    char *url;                      /* the URL requested */
+    void *hdr;                      /* the encoded body header, while running */
+    tf_result_t result;
+    tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
+    char *text;                     /* TFI_OP_LIST / TFI_OP_INFO: the reply body */
+    size_t text_len;
+    /* what the request is, kept for a retry over HTTP */
+    const tf_doc_t *in;             /* borrowed until the callback has run */
+    long wait_ms;
+    long total_ms;                  /* the whole request's time limit, wait included; 0 none */
+    tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
+    origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
+    char name[TFP_MAX_TENSOR_NAME + 1];  /* the tensor or route, when UCX can carry it */
+    struct timespec t0;             /* when it started */
+    int tried_ucx;                  /* went over UCX first (then maybe HTTP) */
+#ifdef HAVE_UCX
+    tfx_ucxc_req_t *ureq;           /* while in flight over UCX */
+    uint64_t conn_gen;              /* the connection it went over */
+    const void **segs;              /* the body's segments, lent to UCX until completion */
+    size_t *lens;
+    int canceled;                   /* canceled while over UCX: completes with TF_ECANCELED */
+#endif
 };
 
 /* Internal functions use the tfi_ prefix: they cross files inside libtfetch but are not
@@ -36,5 +143,70 @@ static inline tf_status_t tfi_from_proto(tfp_status_t st)
 {
     return (tf_status_t)st;
 }
+
+/* client.c: the handle */
+int tfi_format_valid(tf_format_t f);
+int tfi_transport_valid(tf_transport_t t);
+
+/* result.c: outcomes, decoding replies, Shumai's wire format */
+const char *tfi_op_name(int op);
+/* A fresh record for a request of op: the request id it will carry is the one given, else
+ * the client's next id (used up), else a new one. */
+void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid);
+/* Records a failure in r (message printf-style, or the status text when fmt is NULL). */
+tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Refuses a blocking call before it starts: tf_client_last says why. */
+tf_status_t tfi_refuse(tf_client_t *c, int op, tf_status_t st, const char *msg);
+/* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when
+ * it sent one. */
+tf_status_t tfi_error_body(tf_result_t *res, long status, const uint8_t *body, size_t len);
+/* The provenance Shumai expects for a user id. */
+int64_t tfi_shumai_provenance(const char *user);
+/* Refuses what Shumai's format cannot carry: anything but one F32 tensor. */
+tf_status_t tfi_shumai_check(tf_result_t *res, const tf_doc_t *doc);
+/* Decodes the response in req into f->doc, which takes over the body buffer. */
+tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req);
+
+/* http.c: the HTTP path */
+/* The full URL of the request, recording TF_EURL when it is not an http(s) URL. */
+tf_status_t tfi_build_url(tf_fetch_t *f, const char *url, long wait_ms);
+/* Starts f over HTTP (timeout 0: none). On failure f->result says why and f holds no engine
+ * request. */
+tf_status_t tfi_start_http(tf_client_t *c, tf_fetch_t *f, long timeout);
+
+/* fetch.c: the request's life */
+double tfi_seconds_since(const struct timespec *t0);
+/* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
+long tfi_remaining_ms(const tf_fetch_t *f);
+/* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
+void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f);
+
+/* upgrade.c: origins and the per-origin upgrade policy */
+/* 1 if a Tfetch-Upgrade value lists ucx (a comma-separated list of tokens). */
+int tfi_offers_ucx(const char *v);
+/* Negotiates for the origins that requests started inside callbacks found unconnected. */
+void tfi_upgrade_wanted(tf_client_t *c);
+/* Decides how f travels: *via_ucx = 1 over its origin's UCX connection, else 0. */
+tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url, int *via_ucx);
+#ifdef HAVE_UCX
+/* Records why o has no UCX connection, and when to try again (the backoff doubles). */
+void tfi_up_failed(origin_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Closes o's connection: its unfinished requests complete with a transport failure. */
+void tfi_drop_conn(origin_t *o);
+#endif
+
+/* ucx.c: the UCX path */
+size_t tfi_ucx_running(const tf_client_t *c);
+#ifdef HAVE_UCX
+/* Sends f over its origin's connection. On failure f->result says why. */
+tf_status_t tfi_ucx_start(tf_client_t *c, tf_fetch_t *f);
+#endif
+/* Cancels f if it is in flight over UCX. 1 if it was, 0 if f is not over UCX. */
+int tfi_ucx_cancel(tf_fetch_t *f);
+/* Completes the requests UCX finished (their callbacks run here). */
+void tfi_ucx_drain(tf_client_t *c);
+/* tf_client_free: closes every UCX connection, completes their requests (canceled). */
+void tfi_ucx_close(tf_client_t *c);
 
 #endif

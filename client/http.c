@@ -1,0 +1,267 @@
+/* http.c - the HTTP path: a request rendered onto an engine request of transports/http_client
+ * (method, URL, ids and Accept headers, the body sent straight from the document's tensors:
+ * header + one segment per tensor, no concatenation), started on the client's engine, and
+ * its response recorded and decoded when the engine completes it.
+ *
+ * The engine's completions run on the thread driving the client, from inside tfx_hc's
+ * dispatch (never inside a libcurl callback, so they may start and cancel requests). The
+ * user's progress callback does run inside libcurl, and everything is refused there
+ * (c->in_engine).
+ */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+#include "proto/shumai.h"
+
+static const char shumai_props[] = "{\"collectStats\":false}";
+
+static tf_status_t from_transport(tfx_hc_status_t st)
+{
+    switch (st) {
+    case TFX_HC_OK: return TF_OK;
+    case TFX_HC_ENOMEM: return TF_ENOMEM;
+    case TFX_HC_EINVAL: return TF_EINVAL;
+    case TFX_HC_EURL: return TF_EURL;
+    case TFX_HC_ECONNECT: return TF_ECONNECT;
+    case TFX_HC_ETIMEDOUT: return TF_ETIMEDOUT;
+    case TFX_HC_ECANCELED: return TF_ECANCELED;
+    case TFX_HC_ETOOBIG: return TF_ETOOBIG;
+    case TFX_HC_EIO:
+    case TFX_HC_EAGAIN:
+        break;
+    }
+    return TF_EIO;
+}
+
+static tf_status_t http_error(tf_result_t *res, const tfx_hc_resp_t *r)
+{
+    return tfi_error_body(res, r->status, r->body, r->body_len);
+}
+
+/* ---- engine requests ------------------------------------------------------------------------ */
+
+static tfx_hc_req_t *acquire_req(tf_client_t *c)
+{
+    if (c->npool > 0)
+        return c->pool[--c->npool];
+    tfx_hc_req_t *req = NULL;
+    return tfx_hc_req_new(&req) == TFX_HC_OK ? req : NULL;
+}
+
+static void release_req(tf_client_t *c, tfx_hc_req_t *req)
+{
+    tfx_hc_req_reset(req);
+    if (c->npool < REQ_POOL_MAX && !c->closing)
+        c->pool[c->npool++] = req;
+    else
+        tfx_hc_req_free(req);
+}
+
+static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void *ud)
+{
+    tf_client_t *c = ud;
+    if (!c->progress)
+        return 0;
+    c->in_engine++;
+    int rc = c->progress(dn, dt, un, ut, c->progress_ud);
+    c->in_engine--;
+    return rc;
+}
+
+/* Adds the document as a safetensors body: its header, then each tensor's bytes, borrowed. */
+static tf_status_t add_safetensors_body(tf_fetch_t *f, const tf_doc_t *doc)
+{
+    size_t hlen = 0;
+    tf_status_t st = tf_doc_encode_header(doc, &f->hdr, &hlen);
+    if (st != TF_OK)
+        return tfi_rfail(&f->result, st, "cannot encode the document: %s", tf_strerror(st));
+    if (tfx_hc_req_add_body(f->req, f->hdr, hlen) != TFX_HC_OK)
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    for (size_t i = 0; i < tf_doc_count(doc); i++) {
+        const tf_tensor_t *t = tf_doc_at(doc, i);
+        if (t->nbytes && tfx_hc_req_add_body(f->req, t->data, t->nbytes) != TFX_HC_OK)
+            return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    }
+    return TF_OK;
+}
+
+/* Adds the document's one F32 tensor as a Shumai body: words and shape, data, props. */
+static tf_status_t add_shumai_body(tf_fetch_t *f, const tf_doc_t *doc)
+{
+    const tfp_tensor_t *t = NULL;
+    tfp_err_t err;
+    size_t hlen = 0;
+    if (tfp_shumai_check_doc(doc->d, &t, &err) != TFP_OK)
+        return tfi_rfail(&f->result, TF_EINVAL, "%s", err.msg);
+    if (!(f->hdr = malloc(TFP_SHUMAI_MAX_HEADER)))
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    if (tfp_shumai_encode_header(t->rank, t->shape, tfi_shumai_provenance(f->c->user), 0,
+                                 sizeof(shumai_props) - 1, f->hdr, TFP_SHUMAI_MAX_HEADER, &hlen,
+                                 &err) != TFP_OK)
+        return tfi_rfail(&f->result, TF_EINVAL, "cannot encode for shumai: %s", err.msg);
+    if (tfx_hc_req_add_body(f->req, f->hdr, hlen) != TFX_HC_OK ||
+        (t->nbytes && tfx_hc_req_add_body(f->req, t->data, (size_t)t->nbytes) != TFX_HC_OK) ||
+        tfx_hc_req_add_body(f->req, shumai_props, sizeof(shumai_props) - 1) != TFX_HC_OK)
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    return TF_OK;
+}
+
+static const char *method_of(int op)
+{
+    switch (op) {
+    case TF_OP_PUT: return "PUT";
+    case TF_OP_DELETE: return "DELETE";
+    case TF_OP_EXCHANGE: return "POST";
+    default: return "GET";
+    }
+}
+
+/* What the reply should be: a document in the request's format, or JSON. */
+static const char *accept_of(const tf_fetch_t *f)
+{
+    switch (f->op) {
+    case TFI_OP_LIST:
+    case TFI_OP_INFO:
+        return MIME_JSON;
+    case TF_OP_GET:
+    case TF_OP_EXCHANGE:
+        /* Stock Shumai sends no Accept; neither do we in its format. */
+        return f->format == TF_FORMAT_SHUMAI ? NULL : MIME_SAFETENSORS;
+    default:
+        return NULL;
+    }
+}
+
+/* Describes the request on f->req: method, URL, ids, body, timeout (0: none), cap,
+ * progress. */
+static tf_status_t prepare(tf_fetch_t *f, long timeout)
+{
+    tf_client_t *c = f->c;
+    tfx_hc_req_t *req = f->req;
+    const char *accept = accept_of(f);
+    int bad = 0;
+
+    bad |= tfx_hc_req_set_method(req, method_of(f->op)) != TFX_HC_OK;
+    bad |= tfx_hc_req_set_url(req, f->url) != TFX_HC_OK;
+    bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", f->result.request_id) != TFX_HC_OK;
+    if (c->user)
+        bad |= tfx_hc_req_add_header(req, "Tfetch-User", c->user) != TFX_HC_OK;
+    if (accept)
+        bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
+    if (f->in)
+        bad |= tfx_hc_req_add_header(req, "Content-Type", f->format == TF_FORMAT_SHUMAI ?
+                                                              MIME_RAW : MIME_SAFETENSORS) !=
+               TFX_HC_OK;
+    if (bad)
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    if (f->in) {
+        free(f->hdr);
+        f->hdr = NULL;
+        tf_status_t st = f->format == TF_FORMAT_SHUMAI ? add_shumai_body(f, f->in)
+                                                       : add_safetensors_body(f, f->in);
+        if (st != TF_OK)
+            return st;
+    }
+    tfx_hc_req_set_timeout(req, timeout);
+    if (c->max_body > 0)
+        tfx_hc_req_set_max_body(req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
+    if (c->progress)
+        tfx_hc_req_set_progress(req, progress_tramp, c);
+    return TF_OK;
+}
+
+/* The full URL of the request, recording TF_EURL when it is not an http(s) URL. */
+tf_status_t tfi_build_url(tf_fetch_t *f, const char *url, long wait_ms)
+{
+    const char *path = f->op == TFI_OP_LIST   ? "/v1/tensors"
+                       : f->op == TFI_OP_INFO ? "/v1/info"
+                                              : NULL;
+    char query[40];
+    if (wait_ms > 0)
+        snprintf(query, sizeof(query), "wait=%ld", wait_ms);
+    tfx_hc_status_t xst = tfx_hc_url_build(url, path, wait_ms > 0 ? query : NULL, &f->url);
+    if (xst == TFX_HC_OK)
+        return TF_OK;
+    if (xst == TFX_HC_ENOMEM)
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", url ? url : "(null)");
+}
+
+/* Records a completed request in f->result and decodes its reply: TF_OK for a 2xx response
+ * (whose body becomes f->doc or f->text), else the transport's or the server's error. */
+static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
+{
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    tf_result_t *res = &f->result;
+
+    res->http_status = (int)r->status;
+    if (f->origin && r->status > 0)
+        f->origin->offered = tfi_offers_ucx(r->upgrade);
+    if (r->transport[0])
+        snprintf(res->transport, sizeof(res->transport), "%s", r->transport);
+    if (r->request_id[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
+    res->bytes_sent = r->bytes_sent;
+    res->bytes_received = r->body_len;
+    res->seconds = f->tried_ucx ? tfi_seconds_since(&f->t0) : r->seconds;
+
+    if (done != TFX_HC_OK) {
+        const char *why = tfx_hc_req_error(req);
+        tfi_rfail(res, from_transport(done), "%s", why[0] ? why : tfx_hc_strerror(done));
+        return;
+    }
+    if (r->status < 200 || r->status > 299) {
+        http_error(res, r);
+        return;
+    }
+    res->status = TF_OK;
+    if (f->op == TF_OP_GET || f->op == TF_OP_EXCHANGE) {
+        tfi_decode_doc(f, req);
+    } else if (f->op == TFI_OP_LIST || f->op == TFI_OP_INFO) {
+        f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
+        if (!f->text && !(f->text = strdup("")))
+            tfi_rfail(res, TF_ENOMEM, NULL);
+    }
+}
+
+
+/* The HTTP engine's completion: record, decode, give the engine request back, complete. */
+static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
+{
+    tf_fetch_t *f = ud;
+    tf_client_t *c = f->c;
+
+    finish(f, req, xst);
+    f->req = NULL;
+    release_req(c, req);
+    tfi_complete_fetch(c, f);
+}
+
+/* Starts f over HTTP (timeout 0: none). On failure f->result says why and f holds no engine
+ * request. */
+tf_status_t tfi_start_http(tf_client_t *c, tf_fetch_t *f, long timeout)
+{
+    tf_status_t st;
+    snprintf(f->result.transport, sizeof(f->result.transport), "http");
+    if (!(f->req = acquire_req(c)))
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    if ((st = prepare(f, timeout)) != TF_OK)
+        goto release;
+    tfx_hc_status_t xst = tfx_hc_start(c->hc, f->req, on_req_done, f);
+    if (xst != TFX_HC_OK) {
+        st = tfi_rfail(&f->result, from_transport(xst), "cannot start the request: %s",
+                       tfx_hc_strerror(xst));
+        goto release;
+    }
+    return TF_OK;
+
+release:
+    release_req(c, f->req);
+    f->req = NULL;
+    return st;
+}

@@ -1,0 +1,297 @@
+/* ucx.c - the UCX path: a request UCX can carry sent over its origin's connection
+ * (transports/ucx_client), its completion drained and recorded like an HTTP response, a
+ * transport failure turned into a retry over HTTP (policy auto) or a failure, and the
+ * transport's teardown when the client is freed.
+ *
+ * Completions come back through tfx_ucxc_next, which the driving thread drains after every
+ * wait of the HTTP engine (the UCX progress thread ends that wait with tfx_hc_wakeup).
+ * tf_fetch_t holds either an engine request (HTTP) or a UCX request, never both.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/internal.h"
+#include "proto/safetensors.h"
+#include "proto/ucxframe.h"
+
+#define CLOSE_DRAIN_MS 5000L            /* tf_client_free waits this long for UCX requests */
+
+#ifdef HAVE_UCX
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+#endif
+
+/* ---- requests over UCX --------------------------------------------------------------------- */
+/* A request UCX can carry is one active message: a tfp_uf frame (op, request id, user, name,
+ * wait) and the document as its encoded safetensors header plus each tensor's bytes, lent to
+ * the transport until it completes. Completions come back through tfx_ucxc_next, drained by
+ * the driving thread after every wait of the engine (the progress thread wakes it), and are
+ * recorded as HTTP's would be: the server's status, its HTTP status (carried in wait_ms), its
+ * message, the reply decoded in place. A transport failure drops the connection (with a
+ * backoff) and, under policy auto, sends the request again over HTTP with the same id. */
+
+size_t tfi_ucx_running(const tf_client_t *c)
+{
+#ifdef HAVE_UCX
+    return c->nucx;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
+#ifdef HAVE_UCX
+static tfp_uf_op_t frame_op(int op)
+{
+    switch (op) {
+    case TF_OP_PUT: return TFP_UF_PUT;
+    case TF_OP_DELETE: return TFP_UF_DELETE;
+    case TF_OP_EXCHANGE: return TFP_UF_CALL;
+    default: return TFP_UF_GET;
+    }
+}
+
+static void free_segs(tf_fetch_t *f)
+{
+    free(f->segs);
+    free(f->lens);
+    f->segs = NULL;
+    f->lens = NULL;
+}
+
+/* Sends f over its origin's connection. On failure f->result says why. */
+tf_status_t tfi_ucx_start(tf_client_t *c, tf_fetch_t *f)
+{
+    origin_t *o = f->origin;
+    tfp_uf_hdr_t h;
+    size_t nsegs = 0;
+
+    tfp_uf_init(&h, frame_op(f->op), 0);
+    snprintf(h.request_id, sizeof(h.request_id), "%s", f->result.request_id);
+    if (c->user)
+        snprintf(h.user, sizeof(h.user), "%s", c->user);
+    snprintf(h.name, sizeof(h.name), "%s", f->name);
+    if (f->op == TF_OP_GET && f->wait_ms > 0)
+        h.wait_ms = f->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)f->wait_ms;
+    if (f->in) {
+        size_t hlen = 0, n = tf_doc_count(f->in) + 1;
+        tf_status_t st = tf_doc_encode_header(f->in, &f->hdr, &hlen);
+        if (st != TF_OK)
+            return tfi_rfail(&f->result, st, "cannot encode the document: %s", tf_strerror(st));
+        f->segs = calloc(n, sizeof(*f->segs));
+        f->lens = calloc(n, sizeof(*f->lens));
+        if (!f->segs || !f->lens) {
+            free_segs(f);
+            return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+        }
+        f->segs[nsegs] = f->hdr;
+        f->lens[nsegs++] = hlen;
+        h.body_len = hlen;
+        for (size_t i = 0; i + 1 < n; i++) {
+            const tf_tensor_t *t = tf_doc_at(f->in, i);
+            if (t->nbytes) {
+                f->segs[nsegs] = t->data;
+                f->lens[nsegs++] = t->nbytes;
+                h.body_len += t->nbytes;
+            }
+        }
+    }
+    tfp_status_t st = tfx_ucxc_start(o->conn, &h, f->segs, f->lens, nsegs, tfi_remaining_ms(f), f,
+                                     &f->ureq);
+    if (st != TFP_OK) {
+        free_segs(f);
+        f->ureq = NULL;
+        return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
+                         tfp_status_text(st));
+    }
+    f->conn_gen = o->conn_gen;
+    f->tried_ucx = 1;
+    snprintf(f->result.transport, sizeof(f->result.transport), "%s", o->transport);
+    c->nucx++;
+    return TF_OK;
+}
+
+/* 1 if a transport failure's text says it ran out of time. */
+static int is_timeout(const char *why)
+{
+    return strstr(why, "timed out") || strstr(why, "timeout") || strstr(why, "Timeout") ||
+           strstr(why, "no UCX reply within");
+}
+
+/* The transport failed f (why): drop the connection it went over, then retry over HTTP
+ * (policy auto, time permitting) or fail. */
+static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
+{
+    origin_t *o = f->origin;
+    tf_result_t *res = &f->result;
+    if (o && o->conn && o->conn_gen == f->conn_gen) {
+        tfi_drop_conn(o);
+        tfi_up_failed(o, "the UCX connection failed: %s", why);
+    }
+    if (f->policy != TF_TRANSPORT_AUTO) {
+        tfi_rfail(res, is_timeout(why) ? TF_ETIMEDOUT : TF_EIO,
+                  "over %s: %s (transport policy ucx: not retried over HTTP)", res->transport, why);
+        tfi_complete_fetch(c, f);
+        return;
+    }
+    long timeout = 0;
+    if (f->total_ms > 0) {
+        timeout = f->total_ms - (long)(tfi_seconds_since(&f->t0) * 1000.0);
+        if (timeout <= 0) {
+            tfi_rfail(res, TF_ETIMEDOUT, "timed out over %s: %s", res->transport, why);
+            tfi_complete_fetch(c, f);
+            return;
+        }
+    }
+    snprintf(res->fallback, sizeof(res->fallback), "UCX failed (%.120s); retried over HTTP",
+             why);
+    if (tfi_start_http(c, f, timeout) != TF_OK)
+        tfi_complete_fetch(c, f);
+}
+
+/* Records a UCX reply in f as an HTTP response would be, decoding a document. */
+static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
+                      uint8_t **body)
+{
+    tf_result_t *res = &f->result;
+    tf_status_t st = tfi_from_proto(u->reply.status);
+    tfp_err_t err;
+    tfp_doc_t *d = NULL;
+
+    res->http_status = (int)u->reply.wait_ms;
+    if (u->reply.request_id[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", u->reply.request_id);
+    res->bytes_received = u->body_len;
+    if (st != TF_OK) {
+        tfi_rfail(res, st, "%s", u->reply.msg[0] ? u->reply.msg : tf_strerror(st));
+        return;
+    }
+    if (res->http_status < 200 || res->http_status > 299) {
+        /* An answer passed on as it was given (a worker's error): its body says what. */
+        tfi_error_body(res, res->http_status, *body, u->body_len);
+        return;
+    }
+    if (c->max_body > 0 && u->body_len > c->max_body) {
+        tfi_rfail(res, TF_ETOOBIG, "the response body (%zu bytes) exceeds the cap of %" PRIu64
+                  " bytes", u->body_len, c->max_body);
+        return;
+    }
+    res->status = TF_OK;
+    if (f->op != TF_OP_GET && f->op != TF_OP_EXCHANGE)
+        return;
+    if (!*body || u->body_len == 0) {
+        tfi_rfail(res, TF_EPROTO, "empty response body");
+    } else if (tfp_st_decode(*body, u->body_len, NULL, &d, &err) != TFP_OK) {
+        tfi_rfail(res, TF_EPROTO, "bad safetensors response: %s", err.msg);
+    } else if ((st = tfi_doc_wrap(d, *body, &f->doc)) != TF_OK) {
+        tfp_doc_free(d);
+        tfi_rfail(res, st, NULL);
+    } else {
+        *body = NULL;                   /* the document's storage now */
+    }
+}
+
+/* A UCX request of f completed. */
+static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
+{
+    tfx_ucxc_result_t *u = tfx_ucxc_req_result(ur);
+    uint8_t *body = u->body;
+    u->body = NULL;
+    f->ureq = NULL;
+    c->nucx--;
+    free_segs(f);
+    f->result.bytes_sent = u->bytes_sent;
+    f->result.seconds = tfi_seconds_since(&f->t0);
+    if (f->canceled || c->closing) {
+        tfi_rfail(&f->result, TF_ECANCELED, "request canceled");
+    } else if (u->transport_status != TFP_OK) {
+        char why[sizeof(u->why)];
+        snprintf(why, sizeof(why), "%s",
+                 u->why[0] ? u->why : tfp_status_text(u->transport_status));
+        free(body);
+        tfx_ucxc_req_free(ur);
+        ucx_failed(c, f, why);
+        return;
+    } else {
+        ucx_reply(c, f, u, &body);
+    }
+    free(body);
+    tfx_ucxc_req_free(ur);
+    tfi_complete_fetch(c, f);
+}
+#endif
+
+/* Cancels f if it is in flight over UCX: it completes, with TF_ECANCELED, once the
+ * transport gives its buffers back. 1 if it was, 0 if f is not over UCX. */
+int tfi_ucx_cancel(tf_fetch_t *f)
+{
+#ifdef HAVE_UCX
+    if (f->ureq) {
+        f->canceled = 1;
+        return 1;
+    }
+#else
+    (void)f;
+#endif
+    return 0;
+}
+
+/* Completes the requests UCX finished (their callbacks run here). */
+void tfi_ucx_drain(tf_client_t *c)
+{
+#ifdef HAVE_UCX
+    tfx_ucxc_req_t *ur;
+    while (c->ucx && (ur = tfx_ucxc_next(c->ucx)))
+        ucx_done(c, tfx_ucxc_req_user_data(ur), ur);
+#else
+    (void)c;
+#endif
+}
+
+/* tf_client_free: closes every UCX connection, completes their requests (canceled), stops
+ * the transport. */
+void tfi_ucx_close(tf_client_t *c)
+{
+#ifdef HAVE_UCX
+    if (!c->ucx)
+        return;
+    for (origin_t *o = c->origins; o; o = o->next)
+        tfi_drop_conn(o);
+    uint64_t t0 = now_ms();
+    for (;;) {
+        tfi_ucx_drain(c);
+        if (c->nucx == 0 || now_ms() - t0 >= (uint64_t)CLOSE_DRAIN_MS)
+            break;
+        tfx_hc_wait(c->hc, 100);
+    }
+    tfx_ucxc_free(c->ucx);
+    c->ucx = NULL;
+    /* What the transport never gave back: stopped now, it no longer reads the buffers. A
+     * callback may free other handles, so the search starts over after each one. */
+    while (c->nucx > 0) {
+        tf_fetch_t *f = c->live;
+        while (f && !f->ureq)
+            f = f->next;
+        if (!f)
+            break;
+        f->ureq = NULL;
+        c->nucx--;
+        free_segs(f);
+        tfi_rfail(&f->result, TF_ECANCELED, "request canceled (the client was freed)");
+        f->result.seconds = tfi_seconds_since(&f->t0);
+        tfi_complete_fetch(c, f);
+    }
+#else
+    (void)c;
+#endif
+}
