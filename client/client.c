@@ -60,10 +60,20 @@ tf_status_t tf_client_new(tf_client_t **out)
     tf_client_t *c = calloc(1, sizeof(*c));
     if (!c)
         return TF_ENOMEM;
-    if (tfx_hc_new(&c->hc) != TFX_HC_OK) {
-        free(c);
-        return TF_ENOMEM;
+    c->transports[c->ntransports++] = &tfi_http;
+    if (tfi_ucx)
+        c->transports[c->ntransports++] = tfi_ucx;
+    for (size_t i = 0; i < c->ntransports; i++) {
+        if (c->transports[i]->open && c->transports[i]->open(c) != 0) {
+            while (i-- > 0)
+                c->transports[i]->close(c);
+            free(c);
+            return TF_ENOMEM;
+        }
     }
+    c->up = tfi_ucx;
+    if (!c->up)
+        snprintf(c->up_dead, sizeof(c->up_dead), "this libtfetch was built without UCX");
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     c->format = TF_FORMAT_SAFETENSORS;
     c->transport = transport_from_env();
@@ -78,12 +88,10 @@ void tf_client_free(tf_client_t *c)
     if (!c || c->in_cb || c->in_engine || c->closing)
         return;
     c->closing = 1;
-    /* Cancels every pending request: their callbacks run now (UCX ones once the transport
-     * has given their buffers back), and return their engine requests to the pool. */
-    tfi_ucx_close(c);
-    tfx_hc_free(c->hc);
-    for (size_t i = 0; i < c->npool; i++)
-        tfx_hc_req_free(c->pool[i]);
+    /* Cancels every pending request, the transports in reverse order: their callbacks run now
+     * (UCX ones once the transport has given their buffers back). */
+    for (size_t i = c->ntransports; i-- > 0;)
+        c->transports[i]->close(c);
     /* Held handles outlive the client, detached. */
     for (tf_fetch_t *f = c->live, *next; f; f = next) {
         next = f->next;
@@ -157,7 +165,7 @@ tf_status_t tf_client_set_max_connections(tf_client_t *c, long n)
 {
     if (!c || n < 1 || n > MAX_CONNECTIONS_CAP || c->in_engine)
         return TF_EINVAL;
-    return tfx_hc_set_max_host_connections(c->hc, n) == TFX_HC_OK ? TF_OK : TF_EINVAL;
+    return tfi_set_max_connections(c, n);
 }
 
 int tfi_format_valid(tf_format_t f)

@@ -150,7 +150,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     tf_status_t st;
     tf_format_t format = rq->format != TF_FORMAT_DEFAULT ? rq->format : c->format;
     tf_transport_t policy = rq->transport != TF_TRANSPORT_DEFAULT ? rq->transport : c->transport;
-    int via_ucx = 0;
+    const tfi_transport_t *via = &tfi_http;
 
     tfi_new_result(c, &res, op, rq->request_id);
     if ((st = check_request(c, rq, op, format, policy, &res)) != TF_OK)
@@ -173,20 +173,17 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     clock_gettime(CLOCK_MONOTONIC, &f->t0);
     if ((st = tfi_build_url(f, rq->url, rq->wait_ms)) != TF_OK)
         goto free_fetch;
-    if ((st = tfi_choose(c, f, rq->url, &via_ucx)) != TF_OK)
+    if ((st = tfi_choose(c, f, rq->url, &via)) != TF_OK)
         goto free_fetch;
-#ifdef HAVE_UCX
-    if (via_ucx && (st = tfi_ucx_start(c, f)) != TF_OK) {
-        if (f->policy == TF_TRANSPORT_UCX)
-            goto free_fetch;
+    st = via->start(c, f);
+    if (st != TF_OK && via != &tfi_http && f->policy != TF_TRANSPORT_UCX) {
         /* Under policy auto the request goes over HTTP instead, saying why. */
         snprintf(f->result.fallback, sizeof(f->result.fallback), "%.159s", f->result.error);
         f->result.error[0] = '\0';
         f->result.status = TF_EAGAIN;
-        via_ucx = 0;
+        st = tfi_http.start(c, f);
     }
-#endif
-    if (!via_ucx && (st = tfi_start_http(c, f, tfi_remaining_ms(f))) != TF_OK)
+    if (st != TF_OK)
         goto free_fetch;
     link_fetch(c, f);
     c->npending++;
@@ -226,7 +223,7 @@ static long ms_since(const struct timespec *t0)
     return (long)(t.tv_sec - t0->tv_sec) * 1000L + (long)(t.tv_nsec - t0->tv_nsec) / 1000000L;
 }
 
-/* Drives the engine until f completes (or, f NULL, until nothing is pending) or timeout_ms
+/* Drives the client's transports until f completes (or, f NULL, until nothing is pending) or timeout_ms
  * passes (-1: no limit; 0: one pass without waiting). */
 static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
 {
@@ -234,11 +231,14 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         tfi_upgrade_wanted(c);
-        tfx_hc_poll(c->hc, 0);
-        tfi_ucx_drain(c);
+        size_t running = 0;
+        for (size_t i = 0; i < c->ntransports; i++)
+            c->transports[i]->drain(c);
         if (f ? f->done : c->npending == 0)
             return;
-        if (tfx_hc_running(c->hc) == 0 && tfi_ucx_running(c) == 0)
+        for (size_t i = 0; i < c->ntransports; i++)
+            running += c->transports[i]->running(c);
+        if (running == 0)
             return;                     /* nothing left that could complete it */
         long wait = -1;
         if (timeout_ms >= 0) {
@@ -246,7 +246,7 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
             if (wait <= 0)
                 return;
         }
-        tfx_hc_wait(c->hc, wait);
+        tfi_wait(c, wait);
     }
 }
 
@@ -290,10 +290,9 @@ tf_status_t tf_fetch_cancel(tf_fetch_t *f)
         return TF_OK;
     if (f->c->in_engine)
         return TF_EINVAL;
-    if (tfi_ucx_cancel(f))
-        return TF_OK;
     f->holds++;
-    tfx_hc_cancel(f->c->hc, f->req);
+    if (f->via)
+        f->via->cancel(f->c, f);
     f->holds--;
     settle(f);
     return TF_OK;
@@ -318,9 +317,9 @@ void tf_fetch_free(tf_fetch_t *f)
     if (!f || f->freeing)
         return;
     f->freeing = 1;
-    if (!f->done && f->c && !f->c->in_engine && !tfi_ucx_cancel(f)) {
+    if (!f->done && f->c && !f->c->in_engine && f->via) {
         f->holds++;
-        tfx_hc_cancel(f->c->hc, f->req);
+        f->via->cancel(f->c, f);
         f->holds--;
     }
     settle(f);

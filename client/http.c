@@ -208,7 +208,7 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
         snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
-    res->seconds = f->tried_ucx ? tfi_seconds_since(&f->t0) : r->seconds;
+    res->seconds = f->tried_up ? tfi_seconds_since(&f->t0) : r->seconds;
 
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
@@ -229,7 +229,6 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     }
 }
 
-
 /* The HTTP engine's completion: record, decode, give the engine request back, complete. */
 static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
 {
@@ -238,19 +237,20 @@ static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
 
     finish(f, req, xst);
     f->req = NULL;
+    f->via = NULL;
     release_req(c, req);
     tfi_complete_fetch(c, f);
 }
 
-/* Starts f over HTTP (timeout 0: none). On failure f->result says why and f holds no engine
- * request. */
-tf_status_t tfi_start_http(tf_client_t *c, tf_fetch_t *f, long timeout)
+/* Starts f over HTTP, within what is left of its time limit. On failure f->result says why
+ * and f holds no engine request. */
+static tf_status_t http_start(tf_client_t *c, tf_fetch_t *f)
 {
     tf_status_t st;
     snprintf(f->result.transport, sizeof(f->result.transport), "http");
     if (!(f->req = acquire_req(c)))
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    if ((st = prepare(f, timeout)) != TF_OK)
+    if ((st = prepare(f, tfi_remaining_ms(f))) != TF_OK)
         goto release;
     tfx_hc_status_t xst = tfx_hc_start(c->hc, f->req, on_req_done, f);
     if (xst != TFX_HC_OK) {
@@ -258,10 +258,70 @@ tf_status_t tfi_start_http(tf_client_t *c, tf_fetch_t *f, long timeout)
                        tfx_hc_strerror(xst));
         goto release;
     }
+    f->via = &tfi_http;
     return TF_OK;
 
 release:
     release_req(c, f->req);
     f->req = NULL;
     return st;
+}
+
+/* ---- the transport ------------------------------------------------------------------------ */
+
+static int http_open(tf_client_t *c)
+{
+    return tfx_hc_new(&c->hc) == TFX_HC_OK ? 0 : -1;
+}
+
+/* The engine completes a canceled request at once: its callback runs inside. */
+static void http_cancel(tf_client_t *c, tf_fetch_t *f)
+{
+    tfx_hc_cancel(c->hc, f->req);
+}
+
+static void http_drain(tf_client_t *c)
+{
+    tfx_hc_poll(c->hc, 0);
+}
+
+static size_t http_running(const tf_client_t *c)
+{
+    return tfx_hc_running(c->hc);
+}
+
+/* Frees the engine (what is pending completes, canceled, and gives its engine request back
+ * to the pool), then the pool. */
+static void http_close(tf_client_t *c)
+{
+    tfx_hc_free(c->hc);
+    c->hc = NULL;
+    for (size_t i = 0; i < c->npool; i++)
+        tfx_hc_req_free(c->pool[i]);
+    c->npool = 0;
+}
+
+const tfi_transport_t tfi_http = {
+    .name = "http",
+    .open = http_open,
+    .start = http_start,
+    .cancel = http_cancel,
+    .drain = http_drain,
+    .running = http_running,
+    .close = http_close,
+};
+
+void tfi_wait(tf_client_t *c, long ms)
+{
+    tfx_hc_wait(c->hc, ms);
+}
+
+void tfi_wakeup(tf_client_t *c)
+{
+    tfx_hc_wakeup(c->hc);
+}
+
+tf_status_t tfi_set_max_connections(tf_client_t *c, long n)
+{
+    return tfx_hc_set_max_host_connections(c->hc, n) == TFX_HC_OK ? TF_OK : TF_EINVAL;
 }

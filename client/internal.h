@@ -5,9 +5,10 @@
  * into (a received response body, or a copied encoded document). The public tf_tensor_t
  * views are kept in a parallel array so tf_doc_at can hand out stable pointers.
  *
- * A tf_client (client.c) owns the HTTP engine, the origins it has seen (upgrade.c) and the
- * requests in flight; a tf_fetch (fetch.c) is one request, carried by the HTTP path
- * (http.c) or the UCX path (ucx.c), its outcome recorded and its reply decoded by result.c.
+ * A tf_client (client.c) owns its transports (a table of functions each: http.c's, and
+ * ucx.c's when built with UCX), the origins it has seen (upgrade.c) and the requests in
+ * flight; a tf_fetch (fetch.c) is one request, carried by one transport at a time, its
+ * outcome recorded and its reply decoded by result.c. No file but ucx.c knows UCX.
  * Same threading as the public objects: one thread at a time per doc or client.
  */
 #ifndef TF_CLIENT_INTERNAL_H
@@ -23,9 +24,6 @@
 #include "proto/status.h"
 #include "proto/upgrade.h"
 #include "transports/http_client.h"
-#ifdef HAVE_UCX
-#include "transports/ucx_client.h"
-#endif
 
 #define REQ_POOL_MAX 256
 #define MIME_SAFETENSORS "application/x-safetensors"
@@ -45,10 +43,52 @@ struct tf_doc {
 enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102 };
 
 
+/* A transport of the client: how a request travels once the client has chosen it. One table
+ * of functions per transport, as redis' connection.h has per connection type: http.c's
+ * (tfi_http, always there) and, when built with UCX, ucx.c's (tfi_ucx, NULL otherwise),
+ * reached by an upgrade. The client lists them in c->transports, HTTP first, drives them in
+ * that order and closes them in the reverse one. A new transport is a new file with its
+ * table, added to that list in tf_client_new. All run on the thread driving the client. */
+typedef struct origin origin_t;
+
+typedef struct tfi_transport {
+    const char *name;
+    /* Creates the transport's per-client state (NULL: none needed). 0, or -1. */
+    int (*open)(tf_client_t *c);
+    /* Sends f, which it then carries (f->via). TF_OK, or a status with f->result saying why
+     * (f then carries nothing). */
+    tf_status_t (*start)(tf_client_t *c, tf_fetch_t *f);
+    /* Stops f, which it carries: f completes now with TF_ECANCELED or, when the transport
+     * still holds f's buffers, once it gives them back. */
+    void (*cancel)(tf_client_t *c, tf_fetch_t *f);
+    /* Completes what it has finished, without waiting (callbacks run here). */
+    void (*drain)(tf_client_t *c);
+    /* Requests in flight over it. */
+    size_t (*running)(const tf_client_t *c);
+    /* tf_client_free: completes what it still carries (canceled) and frees its state. */
+    void (*close)(tf_client_t *c);
+
+    /* Transports reached by an upgrade (NULL for HTTP): one connection per origin. */
+    /* Connects o with the server's answer to POST /v1/upgrade, starting the transport in
+     * this process first if needed (when it cannot start, c->up_dead says why): 0 with
+     * o->conn and o->transport set, or -1 with o->why set (tfi_up_failed). */
+    int (*connect)(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp);
+    /* 1 once o's connection failed (a request timed out, the peer went away). */
+    int (*broken)(const origin_t *o);
+    /* Closes o's connection: its unfinished requests complete with a transport failure. */
+    void (*disconnect)(origin_t *o);
+} tfi_transport_t;
+
+#define TFI_MAX_TRANSPORTS 4
+
+extern const tfi_transport_t tfi_http;
+extern const tfi_transport_t *const tfi_ucx;    /* NULL when built without UCX */
+
 /* What the client knows of one origin (scheme://host:port): whether its server offers UCX,
- * its UCX connection, and why there is none. Kept for the client's life. */
-typedef struct origin {
-    struct origin *next;
+ * its connection over the transport an upgrade reaches, and why there is none. Kept for the
+ * client's life. */
+struct origin {
+    origin_t *next;
     char *key;                      /* "http://127.0.0.1:8000" (tfx_hc_url_split) */
     int offered;                    /* the last response's Tfetch-Upgrade: 1 ucx, 0 no, -1 ? */
     char why[160];                  /* why there is no UCX connection; "" when none known */
@@ -57,29 +97,28 @@ typedef struct origin {
     int want_upgrade;               /* a request inside a callback asked: negotiate when the
                                      * client is next driven */
     tf_transport_t want_policy;
-#ifdef HAVE_UCX
-    tfx_ucxc_conn_t *conn;          /* the connection, or NULL */
+    void *conn;                     /* the connection (c->up's: tfx_ucxc_conn_t), or NULL */
     uint64_t conn_gen;              /* counts connections made, to tell them apart */
     char transport[32];             /* what carries conn: "ucx/sysv+cma" */
-#endif
-} origin_t;
+};
 
 struct tf_client {
-    tfx_hc_t *hc;
+    tfx_hc_t *hc;                   /* the HTTP engine (http.c) */
     tfx_hc_req_t *pool[REQ_POOL_MAX];  /* idle engine requests, reset */
     size_t npool;
+    const tfi_transport_t *transports[TFI_MAX_TRANSPORTS];  /* tfi_http first */
+    size_t ntransports;
+    const tfi_transport_t *up;      /* what an upgrade reaches (tfi_ucx), or NULL */
+    void *up_state;                 /* its per-client state, started at the first upgrade */
+    size_t nup;                     /* requests in flight over it */
+    char up_dead[160];              /* why it cannot start in this process; "" if it can */
     tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
     size_t npending;                /* started and not completed (over either transport) */
     tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
     origin_t *origins;
-#ifdef HAVE_UCX
-    tfx_ucxc_t *ucx;                /* started at the first upgrade */
-    char ucx_dead[160];             /* why UCX cannot start in this process; "" if it can */
-    size_t nucx;                    /* requests in flight over UCX */
     int want_upgrades;              /* some origin has want_upgrade set */
     tfp_up_host_t host;             /* this host's identity, read once */
     int have_host;
-#endif
     int in_cb;                      /* depth of fetch callbacks running */
     int in_engine;                  /* inside libcurl (the progress callback) */
     int closing;                    /* tf_client_free is canceling what is pending */
@@ -98,7 +137,9 @@ struct tf_client {
 struct tf_fetch {
     tf_client_t *c;                 /* NULL once the client is freed */
     tf_fetch_t *prev, *next;        /* c->live */
-    tfx_hc_req_t *req;              /* while running */
+    const tfi_transport_t *via;     /* what carries it while it runs, else NULL */
+    tfx_hc_req_t *req;              /* over HTTP: the engine request */
+    void *treq;                     /* over an upgraded transport: its request */
     tf_fetch_cb cb;
     void *ud;
     int op;                         /* tf_op_t or TFI_OP_LIST / TFI_OP_INFO */
@@ -121,14 +162,13 @@ struct tf_fetch {
     origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
     char name[TFP_MAX_TENSOR_NAME + 1];  /* the tensor or route, when UCX can carry it */
     struct timespec t0;             /* when it started */
-    int tried_ucx;                  /* went over UCX first (then maybe HTTP) */
-#ifdef HAVE_UCX
-    tfx_ucxc_req_t *ureq;           /* while in flight over UCX */
+    int tried_up;                   /* went over an upgraded transport first (then maybe HTTP) */
     uint64_t conn_gen;              /* the connection it went over */
-    const void **segs;              /* the body's segments, lent to UCX until completion */
+    const void **segs;              /* the body's segments, lent to the transport until
+                                     * completion */
     size_t *lens;
-    int canceled;                   /* canceled while over UCX: completes with TF_ECANCELED */
-#endif
+    int canceled;                   /* canceled while the transport holds its buffers:
+                                     * completes with TF_ECANCELED */
 };
 
 /* Internal functions use the tfi_ prefix: they cross files inside libtfetch but are not
@@ -168,12 +208,14 @@ tf_status_t tfi_shumai_check(tf_result_t *res, const tf_doc_t *doc);
 /* Decodes the response in req into f->doc, which takes over the body buffer. */
 tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req);
 
-/* http.c: the HTTP path */
+/* http.c: the HTTP path; its engine is the client's one poll loop */
 /* The full URL of the request, recording TF_EURL when it is not an http(s) URL. */
 tf_status_t tfi_build_url(tf_fetch_t *f, const char *url, long wait_ms);
-/* Starts f over HTTP (timeout 0: none). On failure f->result says why and f holds no engine
- * request. */
-tf_status_t tfi_start_http(tf_client_t *c, tf_fetch_t *f, long timeout);
+/* Sleeps until the engine has work or another transport calls tfi_wakeup (ms -1: no limit). */
+void tfi_wait(tf_client_t *c, long ms);
+/* Ends tfi_wait early. Any thread. */
+void tfi_wakeup(tf_client_t *c);
+tf_status_t tfi_set_max_connections(tf_client_t *c, long n);
 
 /* fetch.c: the request's life */
 double tfi_seconds_since(const struct timespec *t0);
@@ -187,26 +229,10 @@ void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f);
 int tfi_offers_ucx(const char *v);
 /* Negotiates for the origins that requests started inside callbacks found unconnected. */
 void tfi_upgrade_wanted(tf_client_t *c);
-/* Decides how f travels: *via_ucx = 1 over its origin's UCX connection, else 0. */
-tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url, int *via_ucx);
-#ifdef HAVE_UCX
+/* Decides how f travels: *via is tfi_http or the origin's upgraded transport (connected). */
+tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url,
+                       const tfi_transport_t **via);
 /* Records why o has no UCX connection, and when to try again (the backoff doubles). */
 void tfi_up_failed(origin_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Closes o's connection: its unfinished requests complete with a transport failure. */
-void tfi_drop_conn(origin_t *o);
-#endif
-
-/* ucx.c: the UCX path */
-size_t tfi_ucx_running(const tf_client_t *c);
-#ifdef HAVE_UCX
-/* Sends f over its origin's connection. On failure f->result says why. */
-tf_status_t tfi_ucx_start(tf_client_t *c, tf_fetch_t *f);
-#endif
-/* Cancels f if it is in flight over UCX. 1 if it was, 0 if f is not over UCX. */
-int tfi_ucx_cancel(tf_fetch_t *f);
-/* Completes the requests UCX finished (their callbacks run here). */
-void tfi_ucx_drain(tf_client_t *c);
-/* tf_client_free: closes every UCX connection, completes their requests (canceled). */
-void tfi_ucx_close(tf_client_t *c);
 
 #endif

@@ -1,14 +1,22 @@
-/* ucx.c - the UCX path: a request UCX can carry sent over its origin's connection
- * (transports/ucx_client), its completion drained and recorded like an HTTP response, a
- * transport failure turned into a retry over HTTP (policy auto) or a failure, and the
- * transport's teardown when the client is freed.
+/* ucx.c - the UCX path, the client's transport reached by an upgrade (tfi_ucx): each
+ * origin's connection (transports/ucx_client, made with the server's answer to POST
+ * /v1/upgrade), a request UCX can carry sent over it, its completion drained and recorded
+ * like an HTTP response, a transport failure turned into a retry over HTTP (policy auto) or
+ * a failure, and the transport's teardown when the client is freed. The only file of
+ * client/ that knows UCX: built without it, tfi_ucx is NULL and the client behaves as one
+ * whose UCX cannot start.
  *
- * Completions come back through tfx_ucxc_next, which the driving thread drains after every
- * wait of the HTTP engine (the UCX progress thread ends that wait with tfx_hc_wakeup).
- * tf_fetch_t holds either an engine request (HTTP) or a UCX request, never both.
+ * The transport (a UCX context, worker and progress thread) starts at the client's first
+ * upgrade. Completions come back through tfx_ucxc_next, which the driving thread drains
+ * after every wait of the HTTP engine (the UCX progress thread ends that wait with
+ * tfi_wakeup). A tf_fetch_t holds either an engine request (HTTP) or a UCX request
+ * (f->treq), never both.
  */
 #include "config.h"
 
+#include "client/internal.h"
+
+#ifdef HAVE_UCX
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,20 +24,75 @@
 #include <string.h>
 #include <time.h>
 
-#include "client/internal.h"
 #include "proto/safetensors.h"
 #include "proto/ucxframe.h"
+#include "transports/ucx_client.h"
 
+#define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
 #define CLOSE_DRAIN_MS 5000L            /* tf_client_free waits this long for UCX requests */
 
-#ifdef HAVE_UCX
 static uint64_t now_ms(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
-#endif
+
+/* ---- connections --------------------------------------------------------------------------- */
+
+/* From the UCX progress thread: a completion is queued; end the driving thread's wait. */
+static void ucx_wake(void *arg)
+{
+    tfi_wakeup(arg);
+}
+
+/* Starts the transport at the first upgrade, then connects o presenting the server's
+ * one-time token. */
+static int ucx_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
+{
+    tfp_err_t err;
+    char ident[TFP_UP_MAX_IDENT + 1];
+    char why[256] = "";
+
+    if (!c->up_state && !(c->up_state = tfx_ucxc_new(ucx_wake, c, &err))) {
+        snprintf(c->up_dead, sizeof(c->up_dead), "UCX does not start in this process: %.120s",
+                 err.msg);
+        tfi_up_failed(o, "%s", c->up_dead);
+        return -1;
+    }
+    if (tfp_up_ident_format(&c->host, ident, sizeof(ident), &err) != TFP_OK) {
+        tfi_up_failed(o, "cannot tell this host's identity: %s", err.msg);
+        return -1;
+    }
+    tfx_ucxc_conn_t *conn = NULL;
+    tfp_status_t st = tfx_ucxc_connect(c->up_state, resp->worker_address,
+                                       resp->worker_address_len, resp->same_host, resp->token,
+                                       ident, UCX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
+    if (st != TFP_OK) {
+        tfi_up_failed(o, "cannot connect over UCX: %s", why[0] ? why : tfp_status_text(st));
+        return -1;
+    }
+    if (resp->same_host)
+        tfx_ucxc_conn_watch_pid(conn, (long)resp->server_pid);
+    o->conn = conn;
+    snprintf(o->transport, sizeof(o->transport), "%s", tfx_ucxc_conn_transport(conn));
+    return 0;
+}
+
+static int ucx_broken(const origin_t *o)
+{
+    return tfx_ucxc_conn_broken(o->conn);
+}
+
+/* Closes o's connection: its unfinished requests complete with a transport failure. */
+static void ucx_disconnect(origin_t *o)
+{
+    if (o->conn) {
+        tfx_ucxc_conn_close(o->conn);
+        o->conn = NULL;
+        o->transport[0] = '\0';
+    }
+}
 
 /* ---- requests over UCX --------------------------------------------------------------------- */
 /* A request UCX can carry is one active message: a tfp_uf frame (op, request id, user, name,
@@ -40,17 +103,6 @@ static uint64_t now_ms(void)
  * message, the reply decoded in place. A transport failure drops the connection (with a
  * backoff) and, under policy auto, sends the request again over HTTP with the same id. */
 
-size_t tfi_ucx_running(const tf_client_t *c)
-{
-#ifdef HAVE_UCX
-    return c->nucx;
-#else
-    (void)c;
-    return 0;
-#endif
-}
-
-#ifdef HAVE_UCX
 static tfp_uf_op_t frame_op(int op)
 {
     switch (op) {
@@ -70,7 +122,7 @@ static void free_segs(tf_fetch_t *f)
 }
 
 /* Sends f over its origin's connection. On failure f->result says why. */
-tf_status_t tfi_ucx_start(tf_client_t *c, tf_fetch_t *f)
+static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
 {
     origin_t *o = f->origin;
     tfp_uf_hdr_t h;
@@ -106,18 +158,20 @@ tf_status_t tfi_ucx_start(tf_client_t *c, tf_fetch_t *f)
             }
         }
     }
+    tfx_ucxc_req_t *ur = NULL;
     tfp_status_t st = tfx_ucxc_start(o->conn, &h, f->segs, f->lens, nsegs, tfi_remaining_ms(f), f,
-                                     &f->ureq);
+                                     &ur);
     if (st != TFP_OK) {
         free_segs(f);
-        f->ureq = NULL;
         return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
                          tfp_status_text(st));
     }
+    f->treq = ur;
     f->conn_gen = o->conn_gen;
-    f->tried_ucx = 1;
+    f->tried_up = 1;
+    f->via = tfi_ucx;
     snprintf(f->result.transport, sizeof(f->result.transport), "%s", o->transport);
-    c->nucx++;
+    c->nup++;
     return TF_OK;
 }
 
@@ -135,7 +189,7 @@ static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
     origin_t *o = f->origin;
     tf_result_t *res = &f->result;
     if (o && o->conn && o->conn_gen == f->conn_gen) {
-        tfi_drop_conn(o);
+        ucx_disconnect(o);
         tfi_up_failed(o, "the UCX connection failed: %s", why);
     }
     if (f->policy != TF_TRANSPORT_AUTO) {
@@ -144,9 +198,8 @@ static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
         tfi_complete_fetch(c, f);
         return;
     }
-    long timeout = 0;
     if (f->total_ms > 0) {
-        timeout = f->total_ms - (long)(tfi_seconds_since(&f->t0) * 1000.0);
+        long timeout = f->total_ms - (long)(tfi_seconds_since(&f->t0) * 1000.0);
         if (timeout <= 0) {
             tfi_rfail(res, TF_ETIMEDOUT, "timed out over %s: %s", res->transport, why);
             tfi_complete_fetch(c, f);
@@ -155,7 +208,7 @@ static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
     }
     snprintf(res->fallback, sizeof(res->fallback), "UCX failed (%.120s); retried over HTTP",
              why);
-    if (tfi_start_http(c, f, timeout) != TF_OK)
+    if (tfi_http.start(c, f) != TF_OK)
         tfi_complete_fetch(c, f);
 }
 
@@ -207,8 +260,9 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
     tfx_ucxc_result_t *u = tfx_ucxc_req_result(ur);
     uint8_t *body = u->body;
     u->body = NULL;
-    f->ureq = NULL;
-    c->nucx--;
+    f->treq = NULL;
+    f->via = NULL;
+    c->nup--;
     free_segs(f);
     f->result.bytes_sent = u->bytes_sent;
     f->result.seconds = tfi_seconds_since(&f->t0);
@@ -229,69 +283,77 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
     tfx_ucxc_req_free(ur);
     tfi_complete_fetch(c, f);
 }
-#endif
 
-/* Cancels f if it is in flight over UCX: it completes, with TF_ECANCELED, once the
- * transport gives its buffers back. 1 if it was, 0 if f is not over UCX. */
-int tfi_ucx_cancel(tf_fetch_t *f)
+/* ---- the transport ------------------------------------------------------------------------ */
+
+/* The transport holds f's buffers until it completes: f completes then, with TF_ECANCELED. */
+static void ucx_cancel(tf_client_t *c, tf_fetch_t *f)
 {
-#ifdef HAVE_UCX
-    if (f->ureq) {
-        f->canceled = 1;
-        return 1;
-    }
-#else
-    (void)f;
-#endif
-    return 0;
+    (void)c;
+    f->canceled = 1;
 }
 
 /* Completes the requests UCX finished (their callbacks run here). */
-void tfi_ucx_drain(tf_client_t *c)
+static void ucx_drain(tf_client_t *c)
 {
-#ifdef HAVE_UCX
     tfx_ucxc_req_t *ur;
-    while (c->ucx && (ur = tfx_ucxc_next(c->ucx)))
+    while (c->up_state && (ur = tfx_ucxc_next(c->up_state)))
         ucx_done(c, tfx_ucxc_req_user_data(ur), ur);
-#else
-    (void)c;
-#endif
+}
+
+static size_t ucx_running(const tf_client_t *c)
+{
+    return c->nup;
 }
 
 /* tf_client_free: closes every UCX connection, completes their requests (canceled), stops
  * the transport. */
-void tfi_ucx_close(tf_client_t *c)
+static void ucx_close(tf_client_t *c)
 {
-#ifdef HAVE_UCX
-    if (!c->ucx)
+    if (!c->up_state)
         return;
     for (origin_t *o = c->origins; o; o = o->next)
-        tfi_drop_conn(o);
+        ucx_disconnect(o);
     uint64_t t0 = now_ms();
     for (;;) {
-        tfi_ucx_drain(c);
-        if (c->nucx == 0 || now_ms() - t0 >= (uint64_t)CLOSE_DRAIN_MS)
+        ucx_drain(c);
+        if (c->nup == 0 || now_ms() - t0 >= (uint64_t)CLOSE_DRAIN_MS)
             break;
-        tfx_hc_wait(c->hc, 100);
+        tfi_wait(c, 100);
     }
-    tfx_ucxc_free(c->ucx);
-    c->ucx = NULL;
+    tfx_ucxc_free(c->up_state);
+    c->up_state = NULL;
     /* What the transport never gave back: stopped now, it no longer reads the buffers. A
      * callback may free other handles, so the search starts over after each one. */
-    while (c->nucx > 0) {
+    while (c->nup > 0) {
         tf_fetch_t *f = c->live;
-        while (f && !f->ureq)
+        while (f && !f->treq)
             f = f->next;
         if (!f)
             break;
-        f->ureq = NULL;
-        c->nucx--;
+        f->treq = NULL;
+        f->via = NULL;
+        c->nup--;
         free_segs(f);
         tfi_rfail(&f->result, TF_ECANCELED, "request canceled (the client was freed)");
         f->result.seconds = tfi_seconds_since(&f->t0);
         tfi_complete_fetch(c, f);
     }
-#else
-    (void)c;
-#endif
 }
+
+static const tfi_transport_t ucx_transport = {
+    .name = "ucx",
+    .start = ucx_start,
+    .cancel = ucx_cancel,
+    .drain = ucx_drain,
+    .running = ucx_running,
+    .close = ucx_close,
+    .connect = ucx_connect,
+    .broken = ucx_broken,
+    .disconnect = ucx_disconnect,
+};
+
+const tfi_transport_t *const tfi_ucx = &ucx_transport;
+#else
+const tfi_transport_t *const tfi_ucx = NULL;
+#endif

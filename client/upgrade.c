@@ -21,7 +21,6 @@
 #include "transports/hostid.h"
 
 #define UPGRADE_TIMEOUT_MS 2000L        /* POST /v1/upgrade */
-#define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
 #define BACKOFF_MIN_MS 1000L            /* after a failed upgrade, doubling ... */
 #define BACKOFF_MAX_MS 60000L           /* ... up to this */
 
@@ -34,14 +33,12 @@
  * presenting the one-time token, both with short timeouts. A failure is remembered with its
  * reason and a backoff; a connection is kept for the client's life unless it fails. */
 
-#ifdef HAVE_UCX
 static uint64_t now_ms(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
-#endif
 
 static origin_t *origin_find(const tf_client_t *c, const char *key)
 {
@@ -115,13 +112,6 @@ static tf_status_t no_ucx(tf_fetch_t *f, const char *why)
     return TF_OK;
 }
 
-#ifdef HAVE_UCX
-/* From the UCX progress thread: a completion is queued; end the driving thread's wait. */
-static void ucx_wake(void *arg)
-{
-    tfx_hc_wakeup(arg);
-}
-
 void tfi_up_failed(origin_t *o, const char *fmt, ...)
 {
     va_list ap;
@@ -135,13 +125,12 @@ void tfi_up_failed(origin_t *o, const char *fmt, ...)
     o->retry_at = now_ms() + (uint64_t)o->backoff_ms;
 }
 
-/* Closes o's connection: its unfinished requests complete with a transport failure. */
-void tfi_drop_conn(origin_t *o)
+/* o's connection failed: closes it, remembering why. */
+static void drop_broken(tf_client_t *c, origin_t *o)
 {
-    if (o->conn) {
-        tfx_ucxc_conn_close(o->conn);
-        o->conn = NULL;
-        o->transport[0] = '\0';
+    if (o->conn && c->up->broken(o)) {
+        c->up->disconnect(o);
+        tfi_up_failed(o, "the UCX connection failed");
     }
 }
 
@@ -234,8 +223,6 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
 {
     tfp_up_resp_t resp;
     tfp_err_t err;
-    char ident[TFP_UP_MAX_IDENT + 1];
-    char why[256] = "";
     int rc = -1;
 
     if (!c->have_host) {
@@ -248,29 +235,9 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
     memset(&resp, 0, sizeof(resp));
     if (ask_upgrade(c, o, policy, &resp) != 0)
         return -1;
-    if (!c->ucx && !(c->ucx = tfx_ucxc_new(ucx_wake, c->hc, &err))) {
-        snprintf(c->ucx_dead, sizeof(c->ucx_dead), "UCX does not start in this process: %.120s",
-                 err.msg);
-        tfi_up_failed(o, "%s", c->ucx_dead);
+    if (c->up->connect(c, o, &resp) != 0)
         goto clear;
-    }
-    if (tfp_up_ident_format(&c->host, ident, sizeof(ident), &err) != TFP_OK) {
-        tfi_up_failed(o, "cannot tell this host's identity: %s", err.msg);
-        goto clear;
-    }
-    tfx_ucxc_conn_t *conn = NULL;
-    tfp_status_t st = tfx_ucxc_connect(c->ucx, resp.worker_address, resp.worker_address_len,
-                                       resp.same_host, resp.token, ident,
-                                       UCX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
-    if (st != TFP_OK) {
-        tfi_up_failed(o, "cannot connect over UCX: %s", why[0] ? why : tfp_status_text(st));
-        goto clear;
-    }
-    if (resp.same_host)
-        tfx_ucxc_conn_watch_pid(conn, (long)resp.server_pid);
-    o->conn = conn;
     o->conn_gen++;
-    snprintf(o->transport, sizeof(o->transport), "%s", tfx_ucxc_conn_transport(conn));
     o->why[0] = '\0';
     o->backoff_ms = 0;
     o->retry_at = 0;
@@ -279,13 +246,11 @@ clear:
     tfp_up_resp_clear(&resp);
     return rc;
 }
-#endif
 
 /* Negotiates for the origins that requests started inside callbacks found unconnected.
  * Called when the client is driven, outside callbacks. */
 void tfi_upgrade_wanted(tf_client_t *c)
 {
-#ifdef HAVE_UCX
     if (!c->want_upgrades || c->in_cb || c->in_engine || c->closing)
         return;
     c->want_upgrades = 0;
@@ -293,20 +258,19 @@ void tfi_upgrade_wanted(tf_client_t *c)
         if (!o->want_upgrade)
             continue;
         o->want_upgrade = 0;
-        if (!o->conn && !c->ucx_dead[0] && !(o->retry_at && now_ms() < o->retry_at))
+        if (!o->conn && !c->up_dead[0] && !(o->retry_at && now_ms() < o->retry_at))
             upgrade(c, o, o->want_policy);
     }
-#else
-    (void)c;
-#endif
 }
 
-/* Decides how f travels: *via_ucx = 1 over its origin's UCX connection (made now when that
- * is needed and allowed), else 0 with the reason in f->result.fallback. Under policy ucx,
- * what would fall back fails instead: the status is returned and recorded in f->result. */
-tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url, int *via_ucx)
+/* Decides how f travels: *via = c->up over its origin's connection (made now when that is
+ * needed and allowed), else tfi_http with the reason in f->result.fallback. Under policy
+ * ucx, what would fall back fails instead: the status is returned and recorded in
+ * f->result. A client built without UCX is one whose UCX cannot start (c->up_dead). */
+tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url,
+                       const tfi_transport_t **via)
 {
-    *via_ucx = 0;
+    *via = &tfi_http;
     const char *why = analyse_url(c, f, url);
     if (f->policy == TF_TRANSPORT_HTTP)
         return TF_OK;
@@ -315,21 +279,15 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url, int *via_
         snprintf(f->result.fallback, sizeof(f->result.fallback), "%s", why);
         return TF_OK;
     }
-#ifndef HAVE_UCX
-    return no_ucx(f, "this libtfetch was built without UCX");
-#else
     origin_t *o = f->origin;
     int strict = f->policy == TF_TRANSPORT_UCX;
-    if (o->conn && tfx_ucxc_conn_broken(o->conn)) {
-        tfi_drop_conn(o);
-        tfi_up_failed(o, "the UCX connection failed");
-    }
+    drop_broken(c, o);
     if (o->conn) {
-        *via_ucx = 1;
+        *via = c->up;
         return TF_OK;
     }
-    if (c->ucx_dead[0])
-        return no_ucx(f, c->ucx_dead);
+    if (c->up_dead[0])
+        return no_ucx(f, c->up_dead);
     if (!strict && strncmp(o->key, "https:", 6) == 0)
         return no_ucx(f, "the server is reached over https, and UCX is not encrypted");
     if (!strict && o->offered < 0)
@@ -351,9 +309,8 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url, int *via_
     }
     if (upgrade(c, o, f->policy) != 0)
         return no_ucx(f, o->why);
-    *via_ucx = 1;
+    *via = c->up;
     return TF_OK;
-#endif
 }
 
 tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
@@ -374,16 +331,10 @@ tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
     free(path);
     if (!o)
         return tfi_refuse(c, TFI_OP_UPGRADE, TF_ENOMEM, NULL);
-#ifndef HAVE_UCX
-    return tfi_refuse(c, TFI_OP_UPGRADE, TF_ECONNECT, "this libtfetch was built without UCX");
-#else
-    if (o->conn && tfx_ucxc_conn_broken(o->conn)) {
-        tfi_drop_conn(o);
-        tfi_up_failed(o, "the UCX connection failed");
-    }
+    drop_broken(c, o);
     tfi_new_result(c, &c->last, TFI_OP_UPGRADE, NULL);
     if (!o->conn) {
-        const char *why = c->ucx_dead[0]                           ? c->ucx_dead
+        const char *why = c->up_dead[0]                            ? c->up_dead
                           : o->retry_at && now_ms() < o->retry_at ? o->why
                           : upgrade(c, o, TF_TRANSPORT_UCX) != 0  ? o->why
                                                                   : NULL;
@@ -393,7 +344,6 @@ tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
     c->last.status = TF_OK;
     snprintf(c->last.transport, sizeof(c->last.transport), "%s", o->transport);
     return TF_OK;
-#endif
 }
 
 tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transport_info_t *out)
@@ -411,25 +361,21 @@ tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transpo
     memset(out, 0, sizeof(*out));
     snprintf(out->transport, sizeof(out->transport), "http");
     out->offered = o ? o->offered : -1;
-#ifdef HAVE_UCX
-    if (o && o->conn && !tfx_ucxc_conn_broken(o->conn)) {
+    if (o && o->conn && !c->up->broken(o)) {
         snprintf(out->transport, sizeof(out->transport), "%s", o->transport);
         return TF_OK;
     }
     uint64_t now = now_ms();
     if (o && o->retry_at > now)
         out->retry_ms = (long)(o->retry_at - now);
-    if (c->ucx_dead[0])
-        snprintf(out->reason, sizeof(out->reason), "%s", c->ucx_dead);
+    if (c->up_dead[0])
+        snprintf(out->reason, sizeof(out->reason), "%s", c->up_dead);
     else if (o && o->conn)
         snprintf(out->reason, sizeof(out->reason), "the UCX connection failed");
     else if (o && o->why[0])
         snprintf(out->reason, sizeof(out->reason), "%s", o->why);
     else if (o && o->offered == 0)
         snprintf(out->reason, sizeof(out->reason), "the server does not offer UCX");
-#else
-    snprintf(out->reason, sizeof(out->reason), "this libtfetch was built without UCX");
-#endif
     return TF_OK;
 }
 
