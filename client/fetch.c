@@ -69,8 +69,8 @@ static void destroy(tf_fetch_t *f)
         unlink_fetch(f->c, f);
     tf_doc_free(f->doc);
     free(f->text);
-    free(f->url);
-    free(f->hdr);
+    tfi_body_free(&f->op);
+    free(f->op.url);
     free(f);
 }
 
@@ -85,8 +85,7 @@ static void settle(tf_fetch_t *f)
 /* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
 void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
 {
-    free(f->hdr);
-    f->hdr = NULL;
+    tfi_body_free(&f->op);
     f->done = 1;
     c->npending--;
     if (f->cb) {
@@ -141,6 +140,40 @@ static long request_timeout(const tf_client_t *c, const tf_request_t *rq)
     return t;
 }
 
+/* Builds f's operation from the URL and the request: the URL's origin (noted by the
+ * client) and the tensor or route its path names, the user and request id it carries, the
+ * body. Records TF_EURL when the URL is not an absolute http(s) URL. */
+static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *rq, int kind,
+                            tf_format_t format)
+{
+    tfi_op_t *op = &f->op;
+    char *key = NULL, *path = NULL;
+
+    op->kind = kind;
+    op->format = format;
+    op->body = rq->in;
+    op->wait_ms = rq->wait_ms;
+    snprintf(op->request_id, sizeof(op->request_id), "%s", f->result.request_id);
+    snprintf(op->user, sizeof(op->user), "%s", c->user ? c->user : "");
+    tfx_hc_status_t xst = tfx_hc_url_split(rq->url, &key, &path, &op->query);
+    if (xst == TFX_HC_ENOMEM || (xst == TFX_HC_OK && !(op->url = strdup(rq->url)))) {
+        free(key);
+        free(path);
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    }
+    if (xst != TFX_HC_OK)
+        return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", rq->url ? rq->url : "(null)");
+    f->origin = tfi_origin_get(c, key);
+    const char *prefix = kind == TF_OP_EXCHANGE ? "/v1/call/" : "/v1/tensors/";
+    size_t n = strlen(prefix);
+    if ((kind >= TF_OP_GET && kind <= TF_OP_EXCHANGE) && strncmp(path, prefix, n) == 0 &&
+        tfp_name_valid(path + n) && strlen(path + n) < sizeof(op->name))
+        snprintf(op->name, sizeof(op->name), "%s", path + n);
+    free(key);
+    free(path);
+    return TF_OK;
+}
+
 /* tf_fetch_start for any operation, the internal ones included. */
 static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_cb cb,
                                void *ud, tf_fetch_t **out)
@@ -162,18 +195,16 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     f->c = c;
     f->cb = cb;
     f->ud = ud;
-    f->op = op;
-    f->format = format;
     f->policy = policy;
     f->held = out != NULL;
     f->result = res;
-    f->in = rq->in;
-    f->wait_ms = rq->wait_ms;
     f->total_ms = request_timeout(c, rq);
     clock_gettime(CLOCK_MONOTONIC, &f->t0);
-    if ((st = tfi_build_url(f, rq->url, rq->wait_ms)) != TF_OK)
+    if ((st = build_op(c, f, rq, op, format)) != TF_OK)
         goto free_fetch;
-    if ((st = tfi_choose(c, f, rq->url, &via)) != TF_OK)
+    if ((st = tfi_choose(c, f, &via)) != TF_OK)
+        goto free_fetch;
+    if ((st = tfi_body_render(&f->op, &f->result)) != TF_OK)
         goto free_fetch;
     st = via->start(c, f);
     if (st != TF_OK && via != &tfi_http && f->policy != TF_TRANSPORT_UCX) {
@@ -193,8 +224,8 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
 
 free_fetch:
     res = f->result;
-    free(f->url);
-    free(f->hdr);
+    tfi_body_free(&f->op);
+    free(f->op.url);
     free(f);
 refuse:
     c->last = res;

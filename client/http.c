@@ -1,7 +1,9 @@
-/* http.c - the HTTP path: a request rendered onto an engine request of transports/http_client
- * (method, URL, ids and Accept headers, the body sent straight from the document's tensors:
- * header + one segment per tensor, no concatenation), started on the client's engine, and
- * its response recorded and decoded when the engine completes it.
+/* http.c - the HTTP path (tfi_http): a request's operation rendered onto an engine request
+ * of transports/http_client (method, URL, request id, user and Accept headers, the rendered
+ * body's segments sent from where they are, no concatenation), started on the client's
+ * engine, and its response recorded and decoded when the engine completes it. The engine
+ * (a libcurl multi handle) is also the client's one poll loop: tfi_wait sleeps on it, and
+ * other transports end that sleep with tfi_wakeup.
  *
  * The engine's completions run on the thread driving the client, from inside tfx_hc's
  * dispatch (never inside a libcurl callback, so they may start and cancel requests). The
@@ -16,9 +18,6 @@
 #include <string.h>
 
 #include "client/internal.h"
-#include "proto/shumai.h"
-
-static const char shumai_props[] = "{\"collectStats\":false}";
 
 static tf_status_t from_transport(tfx_hc_status_t st)
 {
@@ -73,44 +72,6 @@ static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, vo
     return rc;
 }
 
-/* Adds the document as a safetensors body: its header, then each tensor's bytes, borrowed. */
-static tf_status_t add_safetensors_body(tf_fetch_t *f, const tf_doc_t *doc)
-{
-    size_t hlen = 0;
-    tf_status_t st = tf_doc_encode_header(doc, &f->hdr, &hlen);
-    if (st != TF_OK)
-        return tfi_rfail(&f->result, st, "cannot encode the document: %s", tf_strerror(st));
-    if (tfx_hc_req_add_body(f->req, f->hdr, hlen) != TFX_HC_OK)
-        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    for (size_t i = 0; i < tf_doc_count(doc); i++) {
-        const tf_tensor_t *t = tf_doc_at(doc, i);
-        if (t->nbytes && tfx_hc_req_add_body(f->req, t->data, t->nbytes) != TFX_HC_OK)
-            return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    }
-    return TF_OK;
-}
-
-/* Adds the document's one F32 tensor as a Shumai body: words and shape, data, props. */
-static tf_status_t add_shumai_body(tf_fetch_t *f, const tf_doc_t *doc)
-{
-    const tfp_tensor_t *t = NULL;
-    tfp_err_t err;
-    size_t hlen = 0;
-    if (tfp_shumai_check_doc(doc->d, &t, &err) != TFP_OK)
-        return tfi_rfail(&f->result, TF_EINVAL, "%s", err.msg);
-    if (!(f->hdr = malloc(TFP_SHUMAI_MAX_HEADER)))
-        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    if (tfp_shumai_encode_header(t->rank, t->shape, tfi_shumai_provenance(f->c->user), 0,
-                                 sizeof(shumai_props) - 1, f->hdr, TFP_SHUMAI_MAX_HEADER, &hlen,
-                                 &err) != TFP_OK)
-        return tfi_rfail(&f->result, TF_EINVAL, "cannot encode for shumai: %s", err.msg);
-    if (tfx_hc_req_add_body(f->req, f->hdr, hlen) != TFX_HC_OK ||
-        (t->nbytes && tfx_hc_req_add_body(f->req, t->data, (size_t)t->nbytes) != TFX_HC_OK) ||
-        tfx_hc_req_add_body(f->req, shumai_props, sizeof(shumai_props) - 1) != TFX_HC_OK)
-        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    return TF_OK;
-}
-
 static const char *method_of(int op)
 {
     switch (op) {
@@ -122,74 +83,76 @@ static const char *method_of(int op)
 }
 
 /* What the reply should be: a document in the request's format, or JSON. */
-static const char *accept_of(const tf_fetch_t *f)
+static const char *accept_of(const tfi_op_t *op)
 {
-    switch (f->op) {
+    switch (op->kind) {
     case TFI_OP_LIST:
     case TFI_OP_INFO:
         return MIME_JSON;
     case TF_OP_GET:
     case TF_OP_EXCHANGE:
         /* Stock Shumai sends no Accept; neither do we in its format. */
-        return f->format == TF_FORMAT_SHUMAI ? NULL : MIME_SAFETENSORS;
+        return op->format == TF_FORMAT_SHUMAI ? NULL : MIME_SAFETENSORS;
     default:
         return NULL;
     }
 }
 
-/* Describes the request on f->req: method, URL, ids, body, timeout (0: none), cap,
- * progress. */
+/* The URL HTTP asks: the caller's, with the path of a listing or the server info, and the
+ * long-poll's wait as a query. Recording TF_EURL when it is not an http(s) URL. */
+static tf_status_t render_url(tf_fetch_t *f, char **out)
+{
+    const tfi_op_t *op = &f->op;
+    const char *path = op->kind == TFI_OP_LIST   ? "/v1/tensors"
+                       : op->kind == TFI_OP_INFO ? "/v1/info"
+                                                 : NULL;
+    char query[40];
+    if (op->wait_ms > 0)
+        snprintf(query, sizeof(query), "wait=%ld", op->wait_ms);
+    tfx_hc_status_t xst = tfx_hc_url_build(op->url, path, op->wait_ms > 0 ? query : NULL, out);
+    if (xst == TFX_HC_OK)
+        return TF_OK;
+    if (xst == TFX_HC_ENOMEM)
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", op->url);
+}
+
+/* Renders f's operation on f->req: method, URL, ids, Accept, the body's type and segments,
+ * timeout (0: none), cap, progress. */
 static tf_status_t prepare(tf_fetch_t *f, long timeout)
 {
     tf_client_t *c = f->c;
+    const tfi_op_t *op = &f->op;
     tfx_hc_req_t *req = f->req;
-    const char *accept = accept_of(f);
+    const char *accept = accept_of(op);
+    char *url = NULL;
     int bad = 0;
+    tf_status_t st;
 
-    bad |= tfx_hc_req_set_method(req, method_of(f->op)) != TFX_HC_OK;
-    bad |= tfx_hc_req_set_url(req, f->url) != TFX_HC_OK;
-    bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", f->result.request_id) != TFX_HC_OK;
-    if (c->user)
-        bad |= tfx_hc_req_add_header(req, "Tfetch-User", c->user) != TFX_HC_OK;
+    if ((st = render_url(f, &url)) != TF_OK)
+        return st;
+    bad |= tfx_hc_req_set_method(req, method_of(op->kind)) != TFX_HC_OK;
+    bad |= tfx_hc_req_set_url(req, url) != TFX_HC_OK;
+    free(url);
+    bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", op->request_id) != TFX_HC_OK;
+    if (op->user[0])
+        bad |= tfx_hc_req_add_header(req, "Tfetch-User", op->user) != TFX_HC_OK;
     if (accept)
         bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
-    if (f->in)
-        bad |= tfx_hc_req_add_header(req, "Content-Type", f->format == TF_FORMAT_SHUMAI ?
+    if (op->body)
+        bad |= tfx_hc_req_add_header(req, "Content-Type", op->format == TF_FORMAT_SHUMAI ?
                                                               MIME_RAW : MIME_SAFETENSORS) !=
                TFX_HC_OK;
+    for (size_t i = 0; i < op->nsegs; i++)
+        bad |= tfx_hc_req_add_body(req, op->segs[i], op->lens[i]) != TFX_HC_OK;
     if (bad)
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    if (f->in) {
-        free(f->hdr);
-        f->hdr = NULL;
-        tf_status_t st = f->format == TF_FORMAT_SHUMAI ? add_shumai_body(f, f->in)
-                                                       : add_safetensors_body(f, f->in);
-        if (st != TF_OK)
-            return st;
-    }
     tfx_hc_req_set_timeout(req, timeout);
     if (c->max_body > 0)
         tfx_hc_req_set_max_body(req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
     if (c->progress)
         tfx_hc_req_set_progress(req, progress_tramp, c);
     return TF_OK;
-}
-
-/* The full URL of the request, recording TF_EURL when it is not an http(s) URL. */
-tf_status_t tfi_build_url(tf_fetch_t *f, const char *url, long wait_ms)
-{
-    const char *path = f->op == TFI_OP_LIST   ? "/v1/tensors"
-                       : f->op == TFI_OP_INFO ? "/v1/info"
-                                              : NULL;
-    char query[40];
-    if (wait_ms > 0)
-        snprintf(query, sizeof(query), "wait=%ld", wait_ms);
-    tfx_hc_status_t xst = tfx_hc_url_build(url, path, wait_ms > 0 ? query : NULL, &f->url);
-    if (xst == TFX_HC_OK)
-        return TF_OK;
-    if (xst == TFX_HC_ENOMEM)
-        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", url ? url : "(null)");
 }
 
 /* Records a completed request in f->result and decodes its reply: TF_OK for a 2xx response
@@ -220,9 +183,9 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
         return;
     }
     res->status = TF_OK;
-    if (f->op == TF_OP_GET || f->op == TF_OP_EXCHANGE) {
+    if (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_EXCHANGE) {
         tfi_decode_doc(f, req);
-    } else if (f->op == TFI_OP_LIST || f->op == TFI_OP_INFO) {
+    } else if (f->op.kind == TFI_OP_LIST || f->op.kind == TFI_OP_INFO) {
         f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
         if (!f->text && !(f->text = strdup("")))
             tfi_rfail(res, TF_ENOMEM, NULL);

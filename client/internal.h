@@ -51,6 +51,30 @@ enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102 };
  * table, added to that list in tf_client_new. All run on the thread driving the client. */
 typedef struct origin origin_t;
 
+/* What a request asks for, built once from its URL and tf_request_t when it starts (fetch.c)
+ * and kept until it completes; each transport renders it its own way (http.c: a method, a
+ * URL and headers; ucx.c: a frame), so a retry over HTTP is the same request. The body is
+ * rendered once too, in the request's format (result.c), as segments that borrow the
+ * document's tensors. */
+typedef struct {
+    int kind;                       /* tf_op_t or TFI_OP_LIST / TFI_OP_INFO */
+    tf_format_t format;             /* resolved: never TF_FORMAT_DEFAULT */
+    char *url;                      /* the caller's URL (a copy) */
+    int query;                      /* the URL has a query */
+    char name[TFP_MAX_TENSOR_NAME + 1];  /* what the path names: the tensor of
+                                     * /v1/tensors/NAME (get, put, delete) or the route of
+                                     * /v1/call/NAME (exchange); "" when neither */
+    long wait_ms;                   /* get: long-poll up to wait_ms (0: no) */
+    char user[TFP_MAX_USER_ID + 1]; /* the client's user id when it started; "" for none */
+    char request_id[TFP_MAX_REQUEST_ID + 1];
+    const tf_doc_t *body;           /* put, exchange: borrowed until completion; else NULL */
+    void *hdr;                      /* the rendered body: its encoded header (malloc'd), */
+    const void **segs;              /* then segs[0..nsegs) (segs[0] is hdr), lent to the */
+    size_t *lens;                   /* transport until the request completes */
+    size_t nsegs;
+    uint64_t body_len;              /* sum of lens */
+} tfi_op_t;
+
 typedef struct tfi_transport {
     const char *name;
     /* Creates the transport's per-client state (NULL: none needed). 0, or -1. */
@@ -142,31 +166,21 @@ struct tf_fetch {
     void *treq;                     /* over an upgraded transport: its request */
     tf_fetch_cb cb;
     void *ud;
-    int op;                         /* tf_op_t or TFI_OP_LIST / TFI_OP_INFO */
-    tf_format_t format;             /* resolved: never TF_FORMAT_DEFAULT */
+    tfi_op_t op;                    /* what it asks for */
     int held;                       /* the caller has the handle: freed by tf_fetch_free */
     int done;                       /* completed; the callback has run or is running */
     int freeing;                    /* tf_fetch_free was called */
     int holds;                      /* frames using f (its callback, a wait): free after */
-    char *url;                      /* the URL requested */
-    void *hdr;                      /* the encoded body header, while running */
     tf_result_t result;
     tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
     char *text;                     /* TFI_OP_LIST / TFI_OP_INFO: the reply body */
     size_t text_len;
-    /* what the request is, kept for a retry over HTTP */
-    const tf_doc_t *in;             /* borrowed until the callback has run */
-    long wait_ms;
     long total_ms;                  /* the whole request's time limit, wait included; 0 none */
     tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
     origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
-    char name[TFP_MAX_TENSOR_NAME + 1];  /* the tensor or route, when UCX can carry it */
     struct timespec t0;             /* when it started */
     int tried_up;                   /* went over an upgraded transport first (then maybe HTTP) */
     uint64_t conn_gen;              /* the connection it went over */
-    const void **segs;              /* the body's segments, lent to the transport until
-                                     * completion */
-    size_t *lens;
     int canceled;                   /* canceled while the transport holds its buffers:
                                      * completes with TF_ECANCELED */
 };
@@ -201,16 +215,16 @@ tf_status_t tfi_refuse(tf_client_t *c, int op, tf_status_t st, const char *msg);
 /* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when
  * it sent one. */
 tf_status_t tfi_error_body(tf_result_t *res, long status, const uint8_t *body, size_t len);
-/* The provenance Shumai expects for a user id. */
-int64_t tfi_shumai_provenance(const char *user);
 /* Refuses what Shumai's format cannot carry: anything but one F32 tensor. */
 tf_status_t tfi_shumai_check(tf_result_t *res, const tf_doc_t *doc);
 /* Decodes the response in req into f->doc, which takes over the body buffer. */
 tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req);
+/* Renders op->body in op->format as op's segments. On failure res says why. */
+tf_status_t tfi_body_render(tfi_op_t *op, tf_result_t *res);
+/* Frees the rendered body (the segments, not the document). */
+void tfi_body_free(tfi_op_t *op);
 
 /* http.c: the HTTP path; its engine is the client's one poll loop */
-/* The full URL of the request, recording TF_EURL when it is not an http(s) URL. */
-tf_status_t tfi_build_url(tf_fetch_t *f, const char *url, long wait_ms);
 /* Sleeps until the engine has work or another transport calls tfi_wakeup (ms -1: no limit). */
 void tfi_wait(tf_client_t *c, long ms);
 /* Ends tfi_wait early. Any thread. */
@@ -225,13 +239,15 @@ long tfi_remaining_ms(const tf_fetch_t *f);
 void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f);
 
 /* upgrade.c: origins and the per-origin upgrade policy */
+/* The client's record of an origin ("http://host:port"), made on first sight; NULL when out
+ * of memory. */
+origin_t *tfi_origin_get(tf_client_t *c, const char *key);
 /* 1 if a Tfetch-Upgrade value lists ucx (a comma-separated list of tokens). */
 int tfi_offers_ucx(const char *v);
 /* Negotiates for the origins that requests started inside callbacks found unconnected. */
 void tfi_upgrade_wanted(tf_client_t *c);
 /* Decides how f travels: *via is tfi_http or the origin's upgraded transport (connected). */
-tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url,
-                       const tfi_transport_t **via);
+tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **via);
 /* Records why o has no UCX connection, and when to try again (the backoff doubles). */
 void tfi_up_failed(origin_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

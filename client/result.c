@@ -118,7 +118,7 @@ tf_status_t tfi_error_body(tf_result_t *res, long status, const uint8_t *body, s
 
 /* The provenance Shumai expects: the user id read as a hex number when it is one (Shumai's
  * own ids are 8 hex digits), else none. */
-int64_t tfi_shumai_provenance(const char *user)
+static int64_t shumai_provenance(const char *user)
 {
     int64_t prov;
     tfp_err_t err;
@@ -135,6 +135,8 @@ tf_status_t tfi_shumai_check(tf_result_t *res, const tf_doc_t *doc)
         return tfi_rfail(res, TF_EINVAL, "%s", err.msg);
     return TF_OK;
 }
+
+static const char shumai_props[] = "{\"collectStats\":false}";
 
 /* Records what a reply's Shumai header said as metadata: "shumai.user" (the provenance as
  * the user id Shumai prints; absent for none), "shumai.requires_grad" ("true" when set) and
@@ -243,9 +245,9 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
     if (!r->body || r->body_len == 0)
         return tfi_rfail(&f->result, TF_EPROTO, "empty response body");
     if (media_is(r->content_type, MIME_RAW) && r->dtype[0]) {
-        if ((st = decode_raw(&f->result, f->url, r, &d)) != TF_OK)
+        if ((st = decode_raw(&f->result, f->op.url, r, &d)) != TF_OK)
             return st;
-    } else if (f->format == TF_FORMAT_SHUMAI && !media_is(r->content_type, MIME_SAFETENSORS)) {
+    } else if (f->op.format == TF_FORMAT_SHUMAI && !media_is(r->content_type, MIME_SAFETENSORS)) {
         if ((st = shumai_decode(&f->result, r->body, r->body_len, &d)) != TF_OK)
             return st;
     } else if (tfp_st_decode(r->body, r->body_len, NULL, &d, &err) != TFP_OK) {
@@ -260,4 +262,86 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
         return tfi_rfail(&f->result, st, NULL);
     }
     return TF_OK;
+}
+
+/* ---- request bodies ------------------------------------------------------------------------ */
+
+/* The document as a safetensors body: its header, then each tensor's bytes, borrowed. */
+static tf_status_t render_safetensors(tfi_op_t *op, tf_result_t *res)
+{
+    size_t hlen = 0;
+    tf_status_t st = tf_doc_encode_header(op->body, &op->hdr, &hlen);
+    if (st != TF_OK)
+        return tfi_rfail(res, st, "cannot encode the document: %s", tf_strerror(st));
+    op->segs[op->nsegs] = op->hdr;
+    op->lens[op->nsegs++] = hlen;
+    for (size_t i = 0; i < tf_doc_count(op->body); i++) {
+        const tf_tensor_t *t = tf_doc_at(op->body, i);
+        if (t->nbytes) {
+            op->segs[op->nsegs] = t->data;
+            op->lens[op->nsegs++] = t->nbytes;
+        }
+    }
+    return TF_OK;
+}
+
+/* The document's one F32 tensor as a Shumai body: words and shape, data, props. */
+static tf_status_t render_shumai(tfi_op_t *op, tf_result_t *res)
+{
+    const tfp_tensor_t *t = NULL;
+    tfp_err_t err;
+    size_t hlen = 0;
+    if (tfp_shumai_check_doc(op->body->d, &t, &err) != TFP_OK)
+        return tfi_rfail(res, TF_EINVAL, "%s", err.msg);
+    if (!(op->hdr = malloc(TFP_SHUMAI_MAX_HEADER)))
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    if (tfp_shumai_encode_header(t->rank, t->shape,
+                                 shumai_provenance(op->user[0] ? op->user : NULL), 0,
+                                 sizeof(shumai_props) - 1, op->hdr, TFP_SHUMAI_MAX_HEADER, &hlen,
+                                 &err) != TFP_OK)
+        return tfi_rfail(res, TF_EINVAL, "cannot encode for shumai: %s", err.msg);
+    op->segs[op->nsegs] = op->hdr;
+    op->lens[op->nsegs++] = hlen;
+    if (t->nbytes) {
+        op->segs[op->nsegs] = t->data;
+        op->lens[op->nsegs++] = (size_t)t->nbytes;
+    }
+    op->segs[op->nsegs] = shumai_props;
+    op->lens[op->nsegs++] = sizeof(shumai_props) - 1;
+    return TF_OK;
+}
+
+tf_status_t tfi_body_render(tfi_op_t *op, tf_result_t *res)
+{
+    if (!op->body)
+        return TF_OK;
+    size_t n = tf_doc_count(op->body) + 3;     /* header, tensors; Shumai: 3 in all */
+    op->segs = calloc(n, sizeof(*op->segs));
+    op->lens = calloc(n, sizeof(*op->lens));
+    if (!op->segs || !op->lens) {
+        tfi_body_free(op);
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    }
+    tf_status_t st = op->format == TF_FORMAT_SHUMAI ? render_shumai(op, res)
+                                                    : render_safetensors(op, res);
+    if (st != TF_OK) {
+        tfi_body_free(op);
+        return st;
+    }
+    op->body_len = 0;
+    for (size_t i = 0; i < op->nsegs; i++)
+        op->body_len += op->lens[i];
+    return TF_OK;
+}
+
+void tfi_body_free(tfi_op_t *op)
+{
+    free(op->hdr);
+    free(op->segs);
+    free(op->lens);
+    op->hdr = NULL;
+    op->segs = NULL;
+    op->lens = NULL;
+    op->nsegs = 0;
+    op->body_len = 0;
 }

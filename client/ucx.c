@@ -95,9 +95,9 @@ static void ucx_disconnect(origin_t *o)
 }
 
 /* ---- requests over UCX --------------------------------------------------------------------- */
-/* A request UCX can carry is one active message: a tfp_uf frame (op, request id, user, name,
- * wait) and the document as its encoded safetensors header plus each tensor's bytes, lent to
- * the transport until it completes. Completions come back through tfx_ucxc_next, drained by
+/* A request UCX can carry is one active message: its operation rendered as a tfp_uf frame
+ * (op, request id, user, name, wait) and the rendered body's segments (the encoded
+ * safetensors header plus each tensor's bytes), lent to the transport until it completes. Completions come back through tfx_ucxc_next, drained by
  * the driving thread after every wait of the engine (the progress thread wakes it), and are
  * recorded as HTTP's would be: the server's status, its HTTP status (carried in wait_ms), its
  * message, the reply decoded in place. A transport failure drops the connection (with a
@@ -113,59 +113,27 @@ static tfp_uf_op_t frame_op(int op)
     }
 }
 
-static void free_segs(tf_fetch_t *f)
-{
-    free(f->segs);
-    free(f->lens);
-    f->segs = NULL;
-    f->lens = NULL;
-}
-
-/* Sends f over its origin's connection. On failure f->result says why. */
+/* Renders f's operation as a frame (op, request id, user, name, wait) and sends it over its
+ * origin's connection with the body's segments. On failure f->result says why. */
 static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
 {
+    const tfi_op_t *op = &f->op;
     origin_t *o = f->origin;
     tfp_uf_hdr_t h;
-    size_t nsegs = 0;
 
-    tfp_uf_init(&h, frame_op(f->op), 0);
-    snprintf(h.request_id, sizeof(h.request_id), "%s", f->result.request_id);
-    if (c->user)
-        snprintf(h.user, sizeof(h.user), "%s", c->user);
-    snprintf(h.name, sizeof(h.name), "%s", f->name);
-    if (f->op == TF_OP_GET && f->wait_ms > 0)
-        h.wait_ms = f->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)f->wait_ms;
-    if (f->in) {
-        size_t hlen = 0, n = tf_doc_count(f->in) + 1;
-        tf_status_t st = tf_doc_encode_header(f->in, &f->hdr, &hlen);
-        if (st != TF_OK)
-            return tfi_rfail(&f->result, st, "cannot encode the document: %s", tf_strerror(st));
-        f->segs = calloc(n, sizeof(*f->segs));
-        f->lens = calloc(n, sizeof(*f->lens));
-        if (!f->segs || !f->lens) {
-            free_segs(f);
-            return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-        }
-        f->segs[nsegs] = f->hdr;
-        f->lens[nsegs++] = hlen;
-        h.body_len = hlen;
-        for (size_t i = 0; i + 1 < n; i++) {
-            const tf_tensor_t *t = tf_doc_at(f->in, i);
-            if (t->nbytes) {
-                f->segs[nsegs] = t->data;
-                f->lens[nsegs++] = t->nbytes;
-                h.body_len += t->nbytes;
-            }
-        }
-    }
+    tfp_uf_init(&h, frame_op(op->kind), 0);
+    snprintf(h.request_id, sizeof(h.request_id), "%s", op->request_id);
+    snprintf(h.user, sizeof(h.user), "%s", op->user);
+    snprintf(h.name, sizeof(h.name), "%s", op->name);
+    if (op->kind == TF_OP_GET && op->wait_ms > 0)
+        h.wait_ms = op->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)op->wait_ms;
+    h.body_len = op->body_len;
     tfx_ucxc_req_t *ur = NULL;
-    tfp_status_t st = tfx_ucxc_start(o->conn, &h, f->segs, f->lens, nsegs, tfi_remaining_ms(f), f,
-                                     &ur);
-    if (st != TFP_OK) {
-        free_segs(f);
+    tfp_status_t st = tfx_ucxc_start(o->conn, &h, op->segs, op->lens, op->nsegs,
+                                     tfi_remaining_ms(f), f, &ur);
+    if (st != TFP_OK)
         return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
                          tfp_status_text(st));
-    }
     f->treq = ur;
     f->conn_gen = o->conn_gen;
     f->tried_up = 1;
@@ -240,7 +208,7 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
         return;
     }
     res->status = TF_OK;
-    if (f->op != TF_OP_GET && f->op != TF_OP_EXCHANGE)
+    if (f->op.kind != TF_OP_GET && f->op.kind != TF_OP_EXCHANGE)
         return;
     if (!*body || u->body_len == 0) {
         tfi_rfail(res, TF_EPROTO, "empty response body");
@@ -263,7 +231,6 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
     f->treq = NULL;
     f->via = NULL;
     c->nup--;
-    free_segs(f);
     f->result.bytes_sent = u->bytes_sent;
     f->result.seconds = tfi_seconds_since(&f->t0);
     if (f->canceled || c->closing) {
@@ -334,7 +301,6 @@ static void ucx_close(tf_client_t *c)
         f->treq = NULL;
         f->via = NULL;
         c->nup--;
-        free_segs(f);
         tfi_rfail(&f->result, TF_ECANCELED, "request canceled (the client was freed)");
         f->result.seconds = tfi_seconds_since(&f->t0);
         tfi_complete_fetch(c, f);

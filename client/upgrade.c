@@ -48,8 +48,7 @@ static origin_t *origin_find(const tf_client_t *c, const char *key)
     return NULL;
 }
 
-/* The client's record of an origin, made on first sight; NULL when out of memory. */
-static origin_t *origin_get(tf_client_t *c, const char *key)
+origin_t *tfi_origin_get(tf_client_t *c, const char *key)
 {
     origin_t *o = origin_find(c, key);
     if (o)
@@ -66,39 +65,20 @@ static origin_t *origin_get(tf_client_t *c, const char *key)
     return o;
 }
 
-/* Notes f's origin and, when UCX could carry f, the tensor or route it names (f->name).
- * Returns why UCX cannot carry f, or NULL. */
-static const char *analyse_url(tf_client_t *c, tf_fetch_t *f, const char *url)
+/* Why UCX cannot carry op, or NULL when it can: UCX carries get, put, delete and exchange
+ * in the safetensors format, of the tensor or route the URL names, with no query. */
+static const char *why_not_ucx(const tfi_op_t *op)
 {
-    char *key = NULL, *path = NULL;
-    int query = 0;
-    const char *why = NULL;
-
-    if (tfx_hc_url_split(url, &key, &path, &query) != TFX_HC_OK)
-        return "out of memory";
-    f->origin = origin_get(c, key);
-    if (f->op == TFI_OP_LIST || f->op == TFI_OP_INFO) {
-        why = "listings and server info travel over HTTP";
-    } else if (f->format != TF_FORMAT_SAFETENSORS) {
-        why = "the Shumai format travels over HTTP";
-    } else if (query) {
-        why = "URLs with a query travel over HTTP";
-    } else {
-        const char *prefix = f->op == TF_OP_EXCHANGE ? "/v1/call/" : "/v1/tensors/";
-        size_t n = strlen(prefix);
-        if (strncmp(path, prefix, n) == 0 && tfp_name_valid(path + n) &&
-            strlen(path + n) < sizeof(f->name))
-            snprintf(f->name, sizeof(f->name), "%s", path + n);
-        else
-            why = f->op == TF_OP_EXCHANGE
-                      ? "only exchanges with /v1/call/ROUTE travel over UCX"
-                      : "only requests to /v1/tensors/NAME travel over UCX";
-    }
-    if (!why && !f->origin)
-        why = "out of memory";
-    free(key);
-    free(path);
-    return why;
+    if (op->kind == TFI_OP_LIST || op->kind == TFI_OP_INFO)
+        return "listings and server info travel over HTTP";
+    if (op->format != TF_FORMAT_SAFETENSORS)
+        return "the Shumai format travels over HTTP";
+    if (op->query)
+        return "URLs with a query travel over HTTP";
+    if (!op->name[0])
+        return op->kind == TF_OP_EXCHANGE ? "only exchanges with /v1/call/ROUTE travel over UCX"
+                                          : "only requests to /v1/tensors/NAME travel over UCX";
+    return NULL;
 }
 
 /* UCX cannot carry f (for the reason why): under policy auto it goes over HTTP, the reason
@@ -267,11 +247,12 @@ void tfi_upgrade_wanted(tf_client_t *c)
  * needed and allowed), else tfi_http with the reason in f->result.fallback. Under policy
  * ucx, what would fall back fails instead: the status is returned and recorded in
  * f->result. A client built without UCX is one whose UCX cannot start (c->up_dead). */
-tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const char *url,
-                       const tfi_transport_t **via)
+tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **via)
 {
     *via = &tfi_http;
-    const char *why = analyse_url(c, f, url);
+    const char *why = why_not_ucx(&f->op);
+    if (!why && !f->origin)
+        why = "out of memory";
     if (f->policy == TF_TRANSPORT_HTTP)
         return TF_OK;
     if (why) {
@@ -326,7 +307,7 @@ tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
     if (xst != TFX_HC_OK)
         return tfi_refuse(c, TFI_OP_UPGRADE, xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL,
                           xst == TFX_HC_ENOMEM ? NULL : "bad URL");
-    origin_t *o = origin_get(c, key);
+    origin_t *o = tfi_origin_get(c, key);
     free(key);
     free(path);
     if (!o)
