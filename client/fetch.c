@@ -20,24 +20,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "client/internal.h"
 #include "proto/jsonread.h"
-
-double tfi_seconds_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
 
 /* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
 long tfi_remaining_ms(const tf_fetch_t *f)
 {
     if (f->total_ms <= 0)
         return 0;
-    long left = f->total_ms - (long)(tfi_seconds_since(&f->t0) * 1000.0);
+    long left = f->total_ms - (long)(tfx_since_s(f->t0_ns) * 1000.0);
     return left > 0 ? left : 1;
 }
 
@@ -199,7 +191,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     f->held = out != NULL;
     f->result = res;
     f->total_ms = request_timeout(c, rq);
-    clock_gettime(CLOCK_MONOTONIC, &f->t0);
+    f->t0_ns = tfx_now_ns();
     if ((st = build_op(c, f, rq, op, format)) != TF_OK)
         goto free_fetch;
     if ((st = tfi_choose(c, f, &via)) != TF_OK)
@@ -247,19 +239,11 @@ tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb c
     return start_fetch(c, rq, op, cb, user_data, out);
 }
 
-static long ms_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)(t.tv_sec - t0->tv_sec) * 1000L + (long)(t.tv_nsec - t0->tv_nsec) / 1000000L;
-}
-
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending) or timeout_ms
  * passes (-1: no limit; 0: one pass without waiting). */
 static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
 {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = tfx_now_ms();
     for (;;) {
         tfi_upgrade_wanted(c);
         size_t running = 0;
@@ -273,7 +257,7 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
             return;                     /* nothing left that could complete it */
         long wait = -1;
         if (timeout_ms >= 0) {
-            wait = timeout_ms - ms_since(&t0);
+            wait = timeout_ms - (long)(tfx_now_ms() - t0);
             if (wait <= 0)
                 return;
         }

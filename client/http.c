@@ -171,7 +171,7 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
         snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
-    res->seconds = f->tried_up ? tfi_seconds_since(&f->t0) : r->seconds;
+    res->seconds = f->tried_up ? tfx_since_s(f->t0_ns) : r->seconds;
 
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);

@@ -16,13 +16,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "client/tfetch.h"
 #include "proto/doc.h"
 #include "proto/ids.h"
 #include "proto/status.h"
 #include "proto/upgrade.h"
+#include "transports/clock.h"
 #include "transports/http_client.h"
 
 #define REQ_POOL_MAX 256
@@ -178,7 +178,7 @@ struct tf_fetch {
     long total_ms;                  /* the whole request's time limit, wait included; 0 none */
     tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
     origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
-    struct timespec t0;             /* when it started */
+    uint64_t t0_ns;                 /* when it started (tfx_now_ns) */
     int tried_up;                   /* went over an upgraded transport first (then maybe HTTP) */
     uint64_t conn_gen;              /* the connection it went over */
     int canceled;                   /* canceled while the transport holds its buffers:
@@ -232,7 +232,6 @@ void tfi_wakeup(tf_client_t *c);
 tf_status_t tfi_set_max_connections(tf_client_t *c, long n);
 
 /* fetch.c: the request's life */
-double tfi_seconds_since(const struct timespec *t0);
 /* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
 long tfi_remaining_ms(const tf_fetch_t *f);
 /* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "proto/safetensors.h"
 #include "proto/ucxframe.h"
@@ -30,13 +29,6 @@
 
 #define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
 #define CLOSE_DRAIN_MS 5000L            /* tf_client_free waits this long for UCX requests */
-
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
 
 /* ---- connections --------------------------------------------------------------------------- */
 
@@ -167,7 +159,7 @@ static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
         return;
     }
     if (f->total_ms > 0) {
-        long timeout = f->total_ms - (long)(tfi_seconds_since(&f->t0) * 1000.0);
+        long timeout = f->total_ms - (long)(tfx_since_s(f->t0_ns) * 1000.0);
         if (timeout <= 0) {
             tfi_rfail(res, TF_ETIMEDOUT, "timed out over %s: %s", res->transport, why);
             tfi_complete_fetch(c, f);
@@ -232,7 +224,7 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
     f->via = NULL;
     c->nup--;
     f->result.bytes_sent = u->bytes_sent;
-    f->result.seconds = tfi_seconds_since(&f->t0);
+    f->result.seconds = tfx_since_s(f->t0_ns);
     if (f->canceled || c->closing) {
         tfi_rfail(&f->result, TF_ECANCELED, "request canceled");
     } else if (u->transport_status != TFP_OK) {
@@ -281,10 +273,10 @@ static void ucx_close(tf_client_t *c)
         return;
     for (origin_t *o = c->origins; o; o = o->next)
         ucx_disconnect(o);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = tfx_now_ms();
     for (;;) {
         ucx_drain(c);
-        if (c->nup == 0 || now_ms() - t0 >= (uint64_t)CLOSE_DRAIN_MS)
+        if (c->nup == 0 || tfx_now_ms() - t0 >= (uint64_t)CLOSE_DRAIN_MS)
             break;
         tfi_wait(c, 100);
     }
@@ -302,7 +294,7 @@ static void ucx_close(tf_client_t *c)
         f->via = NULL;
         c->nup--;
         tfi_rfail(&f->result, TF_ECANCELED, "request canceled (the client was freed)");
-        f->result.seconds = tfi_seconds_since(&f->t0);
+        f->result.seconds = tfx_since_s(f->t0_ns);
         tfi_complete_fetch(c, f);
     }
 }

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "client/internal.h"
 #include "proto/jsonread.h"
@@ -32,13 +31,6 @@
  * private engine (so no other request's callback runs meanwhile), then a UCX connection
  * presenting the one-time token, both with short timeouts. A failure is remembered with its
  * reason and a backoff; a connection is kept for the client's life unless it fails. */
-
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
 
 static origin_t *origin_find(const tf_client_t *c, const char *key)
 {
@@ -102,7 +94,7 @@ void tfi_up_failed(origin_t *o, const char *fmt, ...)
         o->backoff_ms = BACKOFF_MIN_MS;
     else if ((o->backoff_ms *= 2) > BACKOFF_MAX_MS)
         o->backoff_ms = BACKOFF_MAX_MS;
-    o->retry_at = now_ms() + (uint64_t)o->backoff_ms;
+    o->retry_at = tfx_now_ms() + (uint64_t)o->backoff_ms;
 }
 
 /* o's connection failed: closes it, remembering why. */
@@ -238,7 +230,7 @@ void tfi_upgrade_wanted(tf_client_t *c)
         if (!o->want_upgrade)
             continue;
         o->want_upgrade = 0;
-        if (!o->conn && !c->up_dead[0] && !(o->retry_at && now_ms() < o->retry_at))
+        if (!o->conn && !c->up_dead[0] && !(o->retry_at && tfx_now_ms() < o->retry_at))
             upgrade(c, o, o->want_policy);
     }
 }
@@ -276,7 +268,7 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     if (!strict && o->offered == 0)
         return no_ucx(f, strncmp(o->why, "the server does not offer UCX", 29) == 0
                              ? o->why : "the server does not offer UCX");
-    if (o->retry_at && now_ms() < o->retry_at)
+    if (o->retry_at && tfx_now_ms() < o->retry_at)
         return no_ucx(f, o->why);
     if (c->in_cb || c->in_engine) {
         /* Negotiating blocks: not inside a callback. The client does it when next driven. */
@@ -316,7 +308,7 @@ tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
     tfi_new_result(c, &c->last, TFI_OP_UPGRADE, NULL);
     if (!o->conn) {
         const char *why = c->up_dead[0]                            ? c->up_dead
-                          : o->retry_at && now_ms() < o->retry_at ? o->why
+                          : o->retry_at && tfx_now_ms() < o->retry_at ? o->why
                           : upgrade(c, o, TF_TRANSPORT_UCX) != 0  ? o->why
                                                                   : NULL;
         if (why)
@@ -346,7 +338,7 @@ tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transpo
         snprintf(out->transport, sizeof(out->transport), "%s", o->transport);
         return TF_OK;
     }
-    uint64_t now = now_ms();
+    uint64_t now = tfx_now_ms();
     if (o && o->retry_at > now)
         out->retry_ms = (long)(o->retry_at - now);
     if (c->up_dead[0])
