@@ -231,16 +231,23 @@ tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb c
         return TF_EINVAL;
     if (!rq)
         return tfi_refuse(c, -1, TF_EINVAL, "no request description");
-    int op = (int)rq->op;
+    /* The caller's struct may be shorter (an older header) or longer (a newer one). */
+    tf_request_t r;
+    if (tfi_struct_in(&r, sizeof(r), rq, rq->size, TFI_REQUEST_SIZE_0_1) != TF_OK)
+        return tfi_refuse(c, -1, TF_EINVAL,
+                          rq->size > sizeof(r)
+                              ? "tf_request_t sets a field this libtfetch does not know"
+                              : "bad tf_request_t size (set it with TF_REQUEST_INIT, or 0)");
+    int op = (int)r.op;
     if (op < TF_OP_GET || op > TF_OP_EXCHANGE)
         return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
-    return start_fetch(c, rq, op, cb, user_data, out);
+    return start_fetch(c, &r, op, cb, user_data, out);
 }
 
-/* Drives the client's transports until f completes (or, f NULL, until nothing is pending) or timeout_ms
- * passes (-1: no limit; 0: one pass without waiting). */
+/* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
+ * or timeout_ms passes (-1: no limit; 0: one pass without waiting). */
 static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
 {
     uint64_t t0 = tfx_now_ms();

@@ -198,6 +198,20 @@ static inline tf_status_t tfi_from_proto(tfp_status_t st)
     return (tf_status_t)st;
 }
 
+/* library.c: versioned structs (see tfetch.h). The size of the 0.1 layout of each: where its
+ * last 0.1 field ends (fields added later go after it). */
+#define TFI_REQUEST_SIZE_0_1 (offsetof(tf_request_t, transport) + sizeof(tf_transport_t))
+#define TFI_TRANSPORT_INFO_SIZE_0_1 (offsetof(tf_transport_info_t, retry_ms) + sizeof(long))
+/* Reads a caller's versioned struct src of size bytes (0: min) into dst, this library's
+ * struct of dst_size bytes: what the caller's lacks is zero. TF_EINVAL when size is below min,
+ * or when the caller's struct is longer and a byte past dst_size is not zero (a field this
+ * library does not know, set). */
+tf_status_t tfi_struct_in(void *dst, size_t dst_size, const void *src, size_t size,
+                          size_t min);
+/* How many bytes of this library's struct (have bytes) go into a caller's of size bytes (0:
+ * min); 0 when size is below min. */
+size_t tfi_struct_out_size(size_t size, size_t have, size_t min);
+
 /* client.c: the handle */
 int tfi_format_valid(tf_format_t f);
 int tfi_transport_valid(tf_transport_t t);

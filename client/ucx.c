@@ -89,11 +89,12 @@ static void ucx_disconnect(origin_t *o)
 /* ---- requests over UCX --------------------------------------------------------------------- */
 /* A request UCX can carry is one active message: its operation rendered as a tfp_uf frame
  * (op, request id, user, name, wait) and the rendered body's segments (the encoded
- * safetensors header plus each tensor's bytes), lent to the transport until it completes. Completions come back through tfx_ucxc_next, drained by
- * the driving thread after every wait of the engine (the progress thread wakes it), and are
- * recorded as HTTP's would be: the server's status, its HTTP status (carried in wait_ms), its
- * message, the reply decoded in place. A transport failure drops the connection (with a
- * backoff) and, under policy auto, sends the request again over HTTP with the same id. */
+ * safetensors header plus each tensor's bytes), lent to the transport until it completes.
+ * Completions come back through tfx_ucxc_next, drained by the driving thread after every
+ * wait of the engine (the progress thread wakes it), and are recorded as HTTP's would be:
+ * the server's status, its HTTP status (carried in wait_ms), its message, the reply decoded
+ * in place. A transport failure drops the connection (with a backoff) and, under policy
+ * auto, sends the request again over HTTP with the same id and body. */
 
 static tfp_uf_op_t frame_op(int op)
 {

@@ -319,24 +319,15 @@ tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
     return TF_OK;
 }
 
-tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transport_info_t *out)
+static void fill_transport_info(const tf_client_t *c, const origin_t *o,
+                                tf_transport_info_t *out)
 {
-    char *key = NULL, *path = NULL;
-    int query;
-    if (!c || !out)
-        return TF_EINVAL;
-    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
-    if (xst != TFX_HC_OK)
-        return xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL;
-    const origin_t *o = origin_find(c, key);
-    free(key);
-    free(path);
     memset(out, 0, sizeof(*out));
     snprintf(out->transport, sizeof(out->transport), "http");
     out->offered = o ? o->offered : -1;
     if (o && o->conn && !c->up->broken(o)) {
         snprintf(out->transport, sizeof(out->transport), "%s", o->transport);
-        return TF_OK;
+        return;
     }
     uint64_t now = tfx_now_ms();
     if (o && o->retry_at > now)
@@ -349,6 +340,28 @@ tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transpo
         snprintf(out->reason, sizeof(out->reason), "%s", o->why);
     else if (o && o->offered == 0)
         snprintf(out->reason, sizeof(out->reason), "the server does not offer UCX");
+}
+
+tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transport_info_t *out)
+{
+    char *key = NULL, *path = NULL;
+    int query;
+    if (!c || !out)
+        return TF_EINVAL;
+    /* The caller's struct may be shorter (an older header): fill only what it has. */
+    size_t n = tfi_struct_out_size(out->size, sizeof(*out), TFI_TRANSPORT_INFO_SIZE_0_1);
+    if (n == 0)
+        return TF_EINVAL;
+    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
+    if (xst != TFX_HC_OK)
+        return xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL;
+    const origin_t *o = origin_find(c, key);
+    free(key);
+    free(path);
+    tf_transport_info_t ti;
+    fill_transport_info(c, o, &ti);
+    ti.size = n;
+    memcpy(out, &ti, n);
     return TF_OK;
 }
 
