@@ -42,13 +42,6 @@ struct tf_doc {
  * text rather than decoded as a document. */
 enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102 };
 
-
-/* A transport of the client: how a request travels once the client has chosen it. One table
- * of functions per transport, as redis' connection.h has per connection type: http.c's
- * (tfi_http, always there) and, when built with UCX, ucx.c's (tfi_ucx, NULL otherwise),
- * reached by an upgrade. The client lists them in c->transports, HTTP first, drives them in
- * that order and closes them in the reverse one. A new transport is a new file with its
- * table, added to that list in tf_client_new. All run on the thread driving the client. */
 typedef struct origin origin_t;
 
 /* What a request asks for, built once from its URL and tf_request_t when it starts (fetch.c)
@@ -75,6 +68,12 @@ typedef struct {
     uint64_t body_len;              /* sum of lens */
 } tfi_op_t;
 
+/* A transport of the client: how a request travels once the client has chosen it. One table
+ * of functions per transport, as redis' connection.h has per connection type: http.c's
+ * (tfi_http, always there) and, when built with UCX, ucx.c's (tfi_ucx, NULL otherwise),
+ * reached by an upgrade. The client lists them in c->transports, HTTP first, drives them in
+ * that order and closes them in the reverse one. A new transport is a new file with its
+ * table, added to that list in tf_client_new. All run on the thread driving the client. */
 typedef struct tfi_transport {
     const char *name;
     /* Creates the transport's per-client state (NULL: none needed). 0, or -1. */
