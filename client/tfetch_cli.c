@@ -516,7 +516,7 @@ static int write_doc(int fd, const tf_doc_t *doc)
     if (tf_doc_encode_header(doc, &hdr, &hlen) != TF_OK)
         return -1;
     int rc = write_all(fd, hdr, hlen);
-    free(hdr);
+    tf_free(hdr);
     for (size_t i = 0; rc == 0 && i < tf_doc_count(doc); i++) {
         const tf_tensor_t *t = tf_doc_at(doc, i);
         rc = write_all(fd, t->data, t->nbytes);
@@ -905,7 +905,7 @@ static int cmd_info(tf_client_t *c, const char *base)
     fputs(json, stdout);
     if (n == 0 || json[n - 1] != '\n')
         fputc('\n', stdout);
-    free(json);
+    tf_free(json);
     if (fflush(stdout) != 0) {
         msg("cannot write stdout: %s", strerror(errno));
         return EXIT_LOCAL;
@@ -977,7 +977,7 @@ static int parse_options(int argc, char **argv, opts_t *o)
         case 's': o->stats = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
-        case 'V': printf("tfetch %s\n", TF_VERSION); return EXIT_OK;
+        case 'V': printf("tfetch %s (libtfetch %s)\n", TF_VERSION, tf_version()); return EXIT_OK;
         case ':': return usage_error("option '%s' needs an argument", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
