@@ -1,4 +1,4 @@
-/* common.h - small helpers shared by the benchmark programs (tfetch-bench, ucx-raw).
+/* common.h - small helpers shared by the benchmark programs (tfetch-bench, ucx-raw, ucx-probe).
  *
  * Monotonic time, an error printer prefixed with the program's name, size formatting and
  * parsing ("8", "64K", "4MiB", "1G"; lists "8,64K,4M"), integer option parsing, the size-tiered
