@@ -10,7 +10,15 @@
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    SRunner *sr = srunner_create(suite_proto());
+    SRunner *sr = srunner_create(suite_status());
+    srunner_add_suite(sr, suite_dtype());
+    srunner_add_suite(sr, suite_doc());
+    srunner_add_suite(sr, suite_safetensors());
+    srunner_add_suite(sr, suite_raw());
+    srunner_add_suite(sr, suite_jsonview());
+    srunner_add_suite(sr, suite_jsonw());
+    srunner_add_suite(sr, suite_jsonread());
+    srunner_add_suite(sr, suite_ids());
     srunner_add_suite(sr, suite_store());
     srunner_add_suite(sr, suite_client());
     srunner_add_suite(sr, suite_shumai());

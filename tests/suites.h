@@ -6,7 +6,15 @@
 
 #include <check.h>
 
-Suite *suite_proto(void);
+Suite *suite_status(void);
+Suite *suite_dtype(void);
+Suite *suite_doc(void);
+Suite *suite_safetensors(void);
+Suite *suite_raw(void);
+Suite *suite_jsonview(void);
+Suite *suite_jsonw(void);
+Suite *suite_jsonread(void);
+Suite *suite_ids(void);
 Suite *suite_store(void);
 Suite *suite_client(void);
 Suite *suite_e2e(void);
