@@ -20,6 +20,9 @@ int main(void)
     srunner_add_suite(sr, suite_jsonread());
     srunner_add_suite(sr, suite_ids());
     srunner_add_suite(sr, suite_store());
+    srunner_add_suite(sr, suite_conf());
+    srunner_add_suite(sr, suite_metrics());
+    srunner_add_suite(sr, suite_http());
     srunner_add_suite(sr, suite_client());
     srunner_add_suite(sr, suite_shumai());
     srunner_add_suite(sr, suite_async());
