@@ -207,9 +207,9 @@ int bench_memcpy(result_t *r)
     }
     memcpy(dst, src, n);
     for (i = 0; i < MEMCPY_REPS; i++) {
-        double t0 = bench_now_s();
+        double t0 = tfx_now_s();
         memcpy(dst, src, n);
-        t[i] = bench_now_s() - t0;
+        t[i] = tfx_now_s() - t0;
         g_sink ^= dst[(size_t)i * 4099 % n];
     }
     memset(r, 0, sizeof *r);
@@ -358,7 +358,7 @@ static void srv_recv_failed(server_t *s, ucs_status_t st)
     if (!s->recv_failed) {
         s->recv_failed = 1;
         s->recv_status = st;
-        s->recv_fail_t = bench_now_s();
+        s->recv_fail_t = tfx_now_s();
     }
     if (s->status == ST_OK)
         s->status = ST_RECV_ERR;
@@ -412,7 +412,7 @@ static int srv_reserve(server_t *s, size_t n)
 /* A new request: resets the assembly and, for control ops, does the op. */
 static void srv_begin(server_t *s, const req_hdr_t *h)
 {
-    s->req_t = bench_now_s();
+    s->req_t = tfx_now_s();
     s->cur_id = h->id;
     s->total = h->total;
     s->got = 0;
@@ -573,7 +573,7 @@ int run_server(const config_t *c, const opts_t *o, int addr_fd, const char *addr
     ucp_am_handler_param_t hp;
     ucs_status_t st;
     uint32_t len32;
-    double last = bench_now_s();
+    double last = tfx_now_s();
     unsigned long spins = 0;
     int rc = 1;
     size_t i;
@@ -644,14 +644,14 @@ int run_server(const config_t *c, const opts_t *o, int addr_fd, const char *addr
             }
         }
         if (n) {
-            last = bench_now_s();
+            last = tfx_now_s();
             continue;
         }
         if (c->wakeup) {
             if (ucx_sleep(&s.u, 1000, &s.sleeps) < 0)
                 goto out;
         }
-        if (idle_s > 0 && (c->wakeup || (++spins & 0xffff) == 0) && bench_now_s() - last > idle_s) {
+        if (idle_s > 0 && (c->wakeup || (++spins & 0xffff) == 0) && tfx_now_s() - last > idle_s) {
             bench_errorf("server: no message for %.0f s, giving up", idle_s);
             goto out;
         }
@@ -900,20 +900,20 @@ int ucxb_measure(const config_t *cfg, const opts_t *o, request_fn_t req, void *c
     first = ack;
     s0 = (sleeps ? *sleeps : 0);
     c0 = cpu_s();
-    w0 = bench_now_s();
+    w0 = tfx_now_s();
     for (i = 0; i < reps; i++) {
         double t0;
         /* the last timed one lands in a poisoned buffer and is checked after */
         if (i == reps - 1 && req(c, OP_POISON, 0, n, 0, 0, &ack) != 0)
             goto fail;
-        t0 = bench_now_s();
+        t0 = tfx_now_s();
         if (req(c, OP_DATA, 0, n, chunk, n, &ack) != 0)
             goto fail;
-        t[i] = bench_now_s() - t0;
+        t[i] = tfx_now_s() - t0;
         nrndv += ack.nrndv;
         neager += ack.neager;
     }
-    wall = bench_now_s() - w0;
+    wall = tfx_now_s() - w0;
     c1 = cpu_s();
     s1 = (sleeps ? *sleeps : 0);
     last = ack;
@@ -977,7 +977,7 @@ int wait_child(pid_t pid, double deadline, int *status)
             return 0;
         if (w < 0 && errno != EINTR)
             return -1;
-        if (bench_now_s() > deadline) {
+        if (tfx_now_s() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, status, 0);
             return -1;
@@ -1118,7 +1118,7 @@ void close_ep(ucp_worker_h w, ucp_ep_h ep, int force)
 {
     ucp_request_param_t p;
     void *r;
-    double deadline = bench_now_s() + 2;
+    double deadline = tfx_now_s() + 2;
 
     if (!ep)
         return;
@@ -1127,7 +1127,7 @@ void close_ep(ucp_worker_h w, ucp_ep_h ep, int force)
     p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     r = ucp_ep_close_nbx(ep, &p);
     if (r && !UCS_PTR_IS_ERR(r)) {
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && bench_now_s() < deadline)
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && tfx_now_s() < deadline)
             ucp_worker_progress(w);
         if (ucp_request_check_status(r) == UCS_INPROGRESS)
             bench_errorf("client: endpoint close still in progress after 2 s; leaving it");
@@ -1156,7 +1156,7 @@ int run_plan(const config_t *plan, int nplan, const opts_t *o, double run_deadli
     int i, failures = 0;
 
     for (i = 0; i < nplan; i++) {
-        if (bench_now_s() >= run_deadline) {
+        if (tfx_now_s() >= run_deadline) {
             bench_errorf("time limit reached (--max-seconds): %d setup(s) not run", nplan - i);
             failures += nplan - i;
             break;

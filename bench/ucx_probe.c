@@ -70,13 +70,13 @@ static int srv_report_client_kill(const server_view_t *s, const config_t *c, con
     const char *outcome;
     double ms;
 
-    if (!(s->recv_failed || (s->req_t > 0 && bench_now_s() - s->req_t >
+    if (!(s->recv_failed || (s->req_t > 0 && tfx_now_s() - s->req_t >
                                                  (double)o->kill_wait_ms / 1000)))
         return 0;
     outcome = s->recv_failed ? "recv-error"
                           : s->id <= 1 ? "no-request" /* only the HELLO came */
                           : s->got >= s->total ? "completed" : "hang";
-    ms = ((s->recv_failed ? s->recv_fail_t : bench_now_s()) - s->req_t) * 1e3;
+    ms = ((s->recv_failed ? s->recv_fail_t : tfx_now_s()) - s->req_t) * 1e3;
 
     jprint("{\"bench\":\"ucx-client-kill\",");
     json_config(c);
@@ -170,7 +170,7 @@ static void cli_send_cb(void *req, ucs_status_t st, void *user_data)
     if (st != UCS_OK)
         atomic_compare_exchange_strong(&c->send_status, &expect, (int)st);
     ucp_request_free(req);
-    c->send_done_t = bench_now_s();
+    c->send_done_t = tfx_now_s();
     atomic_fetch_add(&c->sends_done, 1);
     cli_wake(c);
 }
@@ -180,7 +180,7 @@ static void cli_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     client_t *c = arg;
 
     (void)ep;
-    c->ep_fail_t = bench_now_s();
+    c->ep_fail_t = tfx_now_s();
     atomic_store(&c->ep_status, (int)st);
     atomic_store(&c->ep_failed, 1);
     cli_wake(c);
@@ -197,7 +197,7 @@ static void cli_post(client_t *c)
     if (err != UCS_OK)
         atomic_compare_exchange_strong(&c->send_status, &expect, err);
     if (immediate) {
-        c->send_done_t = bench_now_s();
+        c->send_done_t = tfx_now_s();
         atomic_fetch_add(&c->sends_done, immediate);
     }
     atomic_store(&c->posted, (int)i);
@@ -262,17 +262,12 @@ static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
             return -1;
         if (c->cfg->progress_thread != PT_NONE) {
             struct timespec ts;
-            if (bench_now_s() > deadline)
+            if (tfx_now_s() > deadline)
                 return -2;
             pthread_mutex_lock(&c->mtx);
             if (!(atomic_load(&c->acked) && atomic_load(&c->sends_done) >= nsends) &&
                 !atomic_load(&c->ep_failed) && !atomic_load(&c->send_status)) {
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 50 * 1000 * 1000;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
+                ts = tfx_deadline_rt(50);
                 pthread_cond_timedwait(&c->cv, &c->mtx, &ts);
             }
             pthread_mutex_unlock(&c->mtx);
@@ -283,9 +278,9 @@ static int cli_wait(client_t *c, int nsends, double deadline, int stop_on_error)
         if (c->cfg->wakeup) {
             if (ucx_sleep(&c->u, 100, &c->sleeps) < 0)
                 return -1;
-            if (bench_now_s() > deadline)
+            if (tfx_now_s() > deadline)
                 return -2;
-        } else if ((++spins & 0x3ff) == 0 && bench_now_s() > deadline) {
+        } else if ((++spins & 0x3ff) == 0 && tfx_now_s() > deadline) {
             return -2;
         }
     }
@@ -313,7 +308,7 @@ static uint64_t cli_prepare(client_t *c, uint16_t op, uint16_t flags, size_t n, 
 static void cli_drain(client_t *c, double deadline)
 {
     while ((atomic_load(&c->posted) < 0 ||
-            atomic_load(&c->sends_done) < atomic_load(&c->posted)) && bench_now_s() < deadline) {
+            atomic_load(&c->sends_done) < atomic_load(&c->posted)) && tfx_now_s() < deadline) {
         if (c->cfg->progress_thread == PT_NONE)
             ucp_worker_progress(c->u.w);
         else
@@ -340,7 +335,7 @@ static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_
         cli_post(c);
         cli_unlock(c);
     }
-    rc = cli_wait(c, (int)c->npieces, bench_now_s() + (double)c->o->timeout_ms / 1000, 1);
+    rc = cli_wait(c, (int)c->npieces, tfx_now_s() + (double)c->o->timeout_ms / 1000, 1);
     if (rc != 0) {
         if (rc == -2)
             bench_errorf("client: no ack within %ld ms (op %u, %zu bytes)", c->o->timeout_ms, op,
@@ -349,7 +344,7 @@ static int cli_request(client_t *c, uint16_t op, uint16_t flags, size_t n, size_
             bench_errorf("client: request failed: %s", atomic_load(&c->ep_failed)
                          ? ucs_status_string((ucs_status_t)atomic_load(&c->ep_status))
                          : ucs_status_string((ucs_status_t)atomic_load(&c->send_status)));
-        cli_drain(c, bench_now_s() + 2);
+        cli_drain(c, tfx_now_s() + 2);
         return -1;
     }
     *ack = c->ack;
@@ -417,20 +412,20 @@ static int cli_kill_test(client_t *c, size_t n)
     if (!cli_prepare(c, OP_DIE, 0, n, 0, 0))
         return -1;
     c->send_done_t = -1;
-    t0 = bench_now_s();
+    t0 = tfx_now_s();
     cli_post(c);
     nsends = atomic_load(&c->posted);
     immediate = atomic_load(&c->sends_done) >= 1;  /* ucp_am_send_nbx returned NULL */
     deadline = t0 + (double)c->o->kill_wait_ms / 1000;
     /* wait for the ack that cannot come: until the endpoint fails (PEER) or the deadline */
     while (cli_wait(c, nsends, deadline, 1) == 0 && !atomic_load(&c->ep_failed) &&
-           bench_now_s() < deadline)
+           tfx_now_s() < deadline)
         ;
     if (atomic_load(&c->ep_failed))
         t_ep = c->ep_fail_t - t0;
     /* after an endpoint error, a little longer so the send's own completion shows */
     if (t_ep >= 0 && atomic_load(&c->sends_done) < nsends)
-        cli_wait(c, nsends, bench_now_s() + 1, 0);
+        cli_wait(c, nsends, tfx_now_s() + 1, 0);
     if (atomic_load(&c->sends_done) >= 1 || atomic_load(&c->send_status))
         t_send = c->send_done_t - t0;
     send_st = atomic_load(&c->send_status);
@@ -451,7 +446,7 @@ static int cli_kill_test(client_t *c, size_t n)
             return -1;
         atomic_store(&c->send_status, UCS_OK);
         cli_post(c);
-        rc = cli_wait(c, atomic_load(&c->posted), bench_now_s() + 2, 1);
+        rc = cli_wait(c, atomic_load(&c->posted), tfx_now_s() + 2, 1);
         if (atomic_load(&c->posted) < 1 || atomic_load(&c->send_status))
             snprintf(probe_buf, sizeof probe_buf, "send error: %s",
                      status_name(atomic_load(&c->send_status)));
@@ -472,7 +467,7 @@ static int cli_kill_test(client_t *c, size_t n)
     /* then close the endpoint (--kill-close), 3 s at most */
     {
         ucp_request_param_t cp;
-        double tc = bench_now_s(), until = tc + 3, tdone;
+        double tc = tfx_now_s(), until = tc + 3, tdone;
         int force = c->o->kill_close ? c->o->kill_close == 1 : c->cfg->err_peer;
         int done0 = atomic_load(&c->sends_done);
         ucs_status_t cst;
@@ -489,13 +484,13 @@ static int cli_kill_test(client_t *c, size_t n)
         } else if (r == NULL) {
             cst = UCS_OK;
         } else {
-            while ((cst = ucp_request_check_status(r)) == UCS_INPROGRESS && bench_now_s() < until)
+            while ((cst = ucp_request_check_status(r)) == UCS_INPROGRESS && tfx_now_s() < until)
                 ucp_worker_progress(c->u.w);
             if (cst != UCS_INPROGRESS)
                 ucp_request_free(r);
         }
-        tdone = bench_now_s();
-        while (bench_now_s() < tdone + 0.2)   /* let completions of cancelled sends arrive */
+        tdone = tfx_now_s();
+        while (tfx_now_s() < tdone + 0.2)   /* let completions of cancelled sends arrive */
             ucp_worker_progress(c->u.w);
         if (cst == UCS_INPROGRESS)
             snprintf(close_buf, sizeof close_buf, "%s close: still in progress after 3 s",
@@ -579,14 +574,14 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         }
         cl.pt_running = 1;
     }
-    t0 = bench_now_s();
+    t0 = tfx_now_s();
     if (cli_request(&cl, OP_HELLO, 0, 0, 0, 0, &ack) != 0) {
         bench_errorf("%s: the first round trip failed", c->name);
         failures++;
         goto out;
     }
     cli_describe_ep(&cl);
-    emit_ep(c, o, cl.granted, cl.transport, (bench_now_s() - t0) * 1e3, cl.lanes, cl.am_send);
+    emit_ep(c, o, cl.granted, cl.transport, (tfx_now_s() - t0) * 1e3, cl.lanes, cl.am_send);
     if (c->kill_client) {
         /* post the request, give it 2 ms to get going, die; the server reports */
         double t1;
@@ -594,7 +589,7 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
         if (!cli_prepare(&cl, OP_DATA, 0, c->sizes[0], 0, c->sizes[0]))
             _exit(1);
         cli_post(&cl);
-        for (t1 = bench_now_s(); bench_now_s() - t1 < 0.002;)
+        for (t1 = tfx_now_s(); tfx_now_s() - t1 < 0.002;)
             ucp_worker_progress(cl.u.w);
         fflush(ucxb_json());
         fflush(stderr);
@@ -606,17 +601,17 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr, size
             failures++;
         } else {
             /* and the worker: does destroying it hang with a dead peer? (SIGALRM if so) */
-            double td = bench_now_s();
+            double td = tfx_now_s();
             fflush(ucxb_json());
             alarm(5);
             ucx_close(&cl.u);
             alarm(0);
             jprint("{\"bench\":\"ucx-kill-teardown\",");
             json_config(c);
-            jprint(",\"worker_destroy_ms\":%.1f}\n", (bench_now_s() - td) * 1e3);
+            jprint(",\"worker_destroy_ms\":%.1f}\n", (tfx_now_s() - td) * 1e3);
             if (!o->json_only)
                 fprintf(stderr, "kill %-14s worker destroyed in %.1f ms\n", c->name,
-                        (bench_now_s() - td) * 1e3);
+                        (tfx_now_s() - td) * 1e3);
         }
         fflush(ucxb_json());
         fflush(stderr);
@@ -659,7 +654,7 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     uint32_t len = 0;
     unsigned char *addr = NULL;
     int status = 0, failures = 0, client_ok = 0;
-    double deadline = bench_now_s() + pair_limit_s(c, o);
+    double deadline = tfx_now_s() + pair_limit_s(c, o);
 
     if (deadline > run_deadline)
         deadline = run_deadline;
@@ -706,7 +701,7 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
     }
     /* a client that finished well told the server to quit; otherwise it is not waited for */
     if (c->kill_client) {
-        if (wait_child(spid, bench_now_s() + (double)o->kill_wait_ms / 1000 + 10, &status) != 0) {
+        if (wait_child(spid, tfx_now_s() + (double)o->kill_wait_ms / 1000 + 10, &status) != 0) {
             bench_errorf("%s: the server did not report (killed)", c->name);
             failures++;
         } else if (WIFSIGNALED(status)) {
@@ -723,7 +718,7 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
         }
         return failures;
     }
-    if (wait_child(spid, bench_now_s() + (c->kill_test || !client_ok || c->expect_fail ? 1 : 10),
+    if (wait_child(spid, tfx_now_s() + (c->kill_test || !client_ok || c->expect_fail ? 1 : 10),
                    &status) != 0) {
         if (!c->kill_test && client_ok && !c->expect_fail) {
             bench_errorf("%s: the server did not exit (killed)", c->name);
@@ -1096,7 +1091,7 @@ int main(int argc, char **argv)
         nplan = plan_experiments(plan);
         experiments = 1;
     }
-    run_deadline = bench_now_s() + (double)(o.max_seconds ? o.max_seconds
+    run_deadline = tfx_now_s() + (double)(o.max_seconds ? o.max_seconds
                                             : experiments ? 400 : MAX_SECONDS_DEFAULT);
     return run_plan(plan, nplan, &o, run_deadline, run_pair);
 }

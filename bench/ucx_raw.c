@@ -121,7 +121,7 @@ static int cli_wait(client_t *c, int nsends, double deadline)
     while (!(c->acked && c->sends_done >= nsends)) {
         if (c->ep_failed || c->send_status)
             return -1;
-        if (!ucp_worker_progress(c->u.w) && (++spins & 0x3ff) == 0 && bench_now_s() > deadline)
+        if (!ucp_worker_progress(c->u.w) && (++spins & 0x3ff) == 0 && tfx_now_s() > deadline)
             return -2;
     }
     return 0;
@@ -143,7 +143,7 @@ static int cli_request(void *arg, uint16_t op, uint16_t flags, size_t n, size_t 
     c->sends_done = 0;
     posted = post_hdrs(c->ep, c->hdrs, pieces, c->buf, cli_send_cb, c, &c->sends_done,
                        &c->send_status);
-    rc = cli_wait(c, (int)pieces, bench_now_s() + (double)c->o->timeout_ms / 1000);
+    rc = cli_wait(c, (int)pieces, tfx_now_s() + (double)c->o->timeout_ms / 1000);
     if (rc != 0) {
         if (rc == -2)
             bench_errorf("client: no ack within %ld ms (op %u, %zu bytes)", c->o->timeout_ms, op,
@@ -152,8 +152,8 @@ static int cli_request(void *arg, uint16_t op, uint16_t flags, size_t n, size_t 
             bench_errorf("client: request failed: %s", ucs_status_string(
                          c->ep_failed ? c->ep_status : (ucs_status_t)c->send_status));
         /* the messages posted still refer to hdrs and buf: let them complete (2 s at most) */
-        drain_until = bench_now_s() + 2;
-        while (c->sends_done < (int)posted && bench_now_s() < drain_until)
+        drain_until = tfx_now_s() + 2;
+        while (c->sends_done < (int)posted && tfx_now_s() < drain_until)
             ucp_worker_progress(c->u.w);
         return -1;
     }
@@ -189,7 +189,7 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr)
         failures++;
         goto out;
     }
-    t0 = bench_now_s();
+    t0 = tfx_now_s();
     if (cli_request(&cl, OP_HELLO, 0, 0, 0, 0, &ack) != 0) {
         bench_errorf("%s: the first round trip failed", c->name);
         failures++;
@@ -197,7 +197,7 @@ static int run_client(const config_t *c, const opts_t *o, const void *addr)
     }
     describe_ep(cl.ep, c->name, o->info, cl.transport, sizeof cl.transport, cl.lanes,
                 sizeof cl.lanes, cl.am_send, sizeof cl.am_send);
-    emit_ep(c, o, UCS_THREAD_MODE_SINGLE, cl.transport, (bench_now_s() - t0) * 1e3, cl.lanes,
+    emit_ep(c, o, UCS_THREAD_MODE_SINGLE, cl.transport, (tfx_now_s() - t0) * 1e3, cl.lanes,
             cl.am_send);
     for (i = 0; i < c->nsizes; i++) {
         bench_fill_pattern(cl.buf, c->sizes[i], c->sizes[i]);
@@ -227,7 +227,7 @@ out:
 
 static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
 {
-    double limit = 120 + PAIR_SLACK_S, deadline = bench_now_s() + limit;
+    double limit = 120 + PAIR_SLACK_S, deadline = tfx_now_s() + limit;
     unsigned char *addr;
     uint32_t len;
     pid_t spid, cpid;
@@ -265,7 +265,7 @@ static int run_pair(const config_t *c, const opts_t *o, double run_deadline)
         failures++;
     }
     /* a client that finished well told the server to quit; otherwise it is not waited for */
-    if (wait_child(spid, bench_now_s() + (failures ? 1 : 10), &status) != 0) {
+    if (wait_child(spid, tfx_now_s() + (failures ? 1 : 10), &status) != 0) {
         if (!failures) {
             bench_errorf("%s: the server did not exit (killed)", c->name);
             failures++;
@@ -419,6 +419,6 @@ int main(int argc, char **argv)
     o.memcpy_gbps = mc.gbps;
     emit(&o, &mc);
 
-    run_deadline = bench_now_s() + (double)(o.max_seconds ? o.max_seconds : MAX_SECONDS_DEFAULT);
+    run_deadline = tfx_now_s() + (double)(o.max_seconds ? o.max_seconds : MAX_SECONDS_DEFAULT);
     return run_plan(plan, nplan, &o, run_deadline, run_pair);
 }

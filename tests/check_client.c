@@ -22,6 +22,7 @@
 #include "client/tfetch.h"
 #include "proto/ids.h"
 #include "proto/status.h"
+#include "tests/fixtures.h"
 #include "tests/suites.h"
 #include "transports/http_client.h"
 
@@ -36,20 +37,6 @@ static tf_doc_t *sample_doc(unsigned flags, float *w, int32_t *b)
     ck_assert_int_eq(tf_doc_add(doc, "b", TF_I32, 1, bs, b, 4 * sizeof(int32_t), flags), TF_OK);
     ck_assert_int_eq(tf_doc_set_meta(doc, "format", "pt"), TF_OK);
     return doc;
-}
-
-/* A port on 127.0.0.1 that nothing listens on: bound, read back, closed. */
-static int closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 /* ---- the canned-response server ----------------------------------------------------------- */
@@ -517,7 +504,7 @@ START_TEST(client_user_and_request_ids)
     /* The id set is used by the next request only; later ones get fresh unique ids. */
     tf_doc_t *doc = NULL;
     char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", closed_port());
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", td_closed_port());
     ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
     ck_assert_str_eq(tf_client_last(c)->request_id, "retry:42");
     ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
@@ -536,7 +523,7 @@ START_TEST(client_connection_refused)
 {
     tf_client_t *c;
     char url[64], base[64];
-    int port = closed_port();
+    int port = td_closed_port();
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", port);
     snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
     ck_assert_int_eq(tf_client_new(&c), TF_OK);
