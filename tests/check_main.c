@@ -27,7 +27,9 @@ int main(void)
     srunner_add_suite(sr, suite_shumai());
     srunner_add_suite(sr, suite_async());
     srunner_add_suite(sr, suite_plugins());
-    srunner_add_suite(sr, suite_ucxproto());
+    srunner_add_suite(sr, suite_ucxframe());
+    srunner_add_suite(sr, suite_upgrade());
+    srunner_add_suite(sr, suite_hostid());
     srunner_add_suite(sr, suite_ucx());
     srunner_add_suite(sr, suite_e2e());
     srunner_run_all(sr, CK_NORMAL);

@@ -287,3 +287,42 @@ int td_closed_port(void)
     close(fd);
     return ntohs(a.sin_port);
 }
+
+/* ---- seeded randomness and strings for the wire-format suites ---------------------- */
+
+uint64_t rnd_state;
+
+uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state >> 12;
+    rnd_state ^= rnd_state << 25;
+    rnd_state ^= rnd_state >> 27;
+    return rnd_state * UINT64_C(2685821657736338717);
+}
+
+size_t rnd_below(size_t n)
+{
+    return (size_t)(rnd() % n);
+}
+
+
+/* Random well-formed UTF-8 of at most max bytes, no NUL. */
+void rnd_utf8(char *dst, size_t max)
+{
+    static const char *const pieces[] = { "a", "Z", " ", "\"", "\\", "\x01", "\x7f",
+                                          "\xc3\xa9", "\xdf\xbf", "\xe2\x82\xac",
+                                          "\xef\xbf\xbd", "\xf0\x9f\x98\x80",
+                                          "\xf4\x8f\xbf\xbf" };
+    size_t n = 0, target = rnd_below(max + 1);
+
+    while (n < target) {
+        const char *p = pieces[rnd_below(sizeof pieces / sizeof pieces[0])];
+        size_t k = strlen(p);
+
+        if (n + k > max)
+            break;
+        memcpy(dst + n, p, k);
+        n += k;
+    }
+    dst[n] = '\0';
+}

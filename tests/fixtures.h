@@ -10,6 +10,7 @@
 #define TF_TESTS_FIXTURES_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -56,5 +57,14 @@ void td_cleanup(void);
 /* A port on 127.0.0.1 that nothing listens on: bound, read back, closed. Aborts (the test
  * fails with SIGABRT) if the socket calls fail. */
 int td_closed_port(void);
+
+/* Seeded randomness and strings for the wire-format suites (check_ucxframe.c,
+ * check_upgrade.c): xorshift64*, reproducible from the rnd_state a test sets. */
+extern uint64_t rnd_state;
+uint64_t rnd(void);
+/* A draw in [0, n). */
+size_t rnd_below(size_t n);
+/* Random well-formed UTF-8 of at most max bytes, no NUL, into dst (max + 1 bytes). */
+void rnd_utf8(char *dst, size_t max);
 
 #endif

@@ -24,7 +24,9 @@ Suite *suite_e2e(void);
 Suite *suite_shumai(void);
 Suite *suite_async(void);
 Suite *suite_plugins(void);
-Suite *suite_ucxproto(void);
+Suite *suite_ucxframe(void);
+Suite *suite_upgrade(void);
+Suite *suite_hostid(void);
 Suite *suite_ucx(void);
 
 #endif
