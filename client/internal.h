@@ -1,10 +1,15 @@
-/* internal.h - libtfetch's private types, shared by client/doc.c and client/client.c.
+/* internal.h - libtfetch's private types, shared by the files of client/ (not installed).
  *
  * A tf_doc wraps a proto document (names, shapes, metadata) plus the storage that keeps its
  * tensors' bytes alive: per-tensor copies (TF_COPY) and/or one whole buffer the tensors point
  * into (a received response body, or a copied encoded document). The public tf_tensor_t
- * views are kept in a parallel array so tf_doc_at can hand out stable pointers. Same threading
- * as the public objects: one thread at a time per doc or client. Not installed.
+ * views are kept in a parallel array so tf_doc_at can hand out stable pointers.
+ *
+ * A tf_client (client.c) owns its transports (a table of functions each: http.c's, and
+ * ucx.c's when built with UCX), the origins it has seen (upgrade.c) and the requests in
+ * flight; a tf_fetch (fetch.c) is one request, carried by one transport at a time, its
+ * outcome recorded and its reply decoded by result.c. No file but ucx.c knows UCX.
+ * Same threading as the public objects: one thread at a time per doc or client.
  */
 #ifndef TF_CLIENT_INTERNAL_H
 #define TF_CLIENT_INTERNAL_H
@@ -14,7 +19,16 @@
 
 #include "client/tfetch.h"
 #include "proto/doc.h"
+#include "proto/ids.h"
 #include "proto/status.h"
+#include "proto/upgrade.h"
+#include "transports/clock.h"
+#include "transports/http_client.h"
+
+#define REQ_POOL_MAX 256
+#define MIME_SAFETENSORS "application/x-safetensors"
+#define MIME_JSON "application/json"
+#define MIME_RAW "application/octet-stream"
 
 struct tf_doc {
     tfp_doc_t *d;                   /* the model; tensor data pointers are borrowed */
@@ -22,6 +36,152 @@ struct tf_doc {
     void **copies;                  /* copies[i]: TF_COPY storage for tensor i, or NULL */
     size_t cap;                     /* capacity of views and copies */
     void *buf;                      /* whole buffer the tensors point into, or NULL */
+};
+
+/* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
+ * text rather than decoded as a document. */
+enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102 };
+
+typedef struct origin origin_t;
+
+/* What a request asks for, built once from its URL and tf_request_t when it starts (fetch.c)
+ * and kept until it completes; each transport renders it its own way (http.c: a method, a
+ * URL and headers; ucx.c: a frame), so a retry over HTTP is the same request. The body is
+ * rendered once too, in the request's format (result.c), as segments that borrow the
+ * document's tensors. */
+typedef struct {
+    int kind;                       /* tf_op_t or TFI_OP_LIST / TFI_OP_INFO */
+    tf_format_t format;             /* resolved: never TF_FORMAT_DEFAULT */
+    char *url;                      /* the caller's URL (a copy) */
+    int query;                      /* the URL has a query */
+    char name[TFP_MAX_TENSOR_NAME + 1];  /* what the path names: the tensor of
+                                     * /v1/tensors/NAME (get, put, delete) or the route of
+                                     * /v1/call/NAME (exchange); "" when neither */
+    long wait_ms;                   /* get: long-poll up to wait_ms (0: no) */
+    char user[TFP_MAX_USER_ID + 1]; /* the client's user id when it started; "" for none */
+    char request_id[TFP_MAX_REQUEST_ID + 1];
+    const tf_doc_t *body;           /* put, exchange: borrowed until completion; else NULL */
+    void *hdr;                      /* the rendered body: its encoded header (malloc'd), */
+    const void **segs;              /* then segs[0..nsegs) (segs[0] is hdr), lent to the */
+    size_t *lens;                   /* transport until the request completes */
+    size_t nsegs;
+    uint64_t body_len;              /* sum of lens */
+} tfi_op_t;
+
+/* A transport of the client: how a request travels once the client has chosen it. One table
+ * of functions per transport, as redis' connection.h has per connection type: http.c's
+ * (tfi_http, always there) and, when built with UCX, ucx.c's (tfi_ucx, NULL otherwise),
+ * reached by an upgrade. The client lists them in c->transports, HTTP first, drives them in
+ * that order and closes them in the reverse one. A new transport is a new file with its
+ * table, added to that list in tf_client_new. All run on the thread driving the client. */
+typedef struct tfi_transport {
+    const char *name;
+    /* Creates the transport's per-client state (NULL: none needed). 0, or -1. */
+    int (*open)(tf_client_t *c);
+    /* Sends f, which it then carries (f->via). TF_OK, or a status with f->result saying why
+     * (f then carries nothing). */
+    tf_status_t (*start)(tf_client_t *c, tf_fetch_t *f);
+    /* Stops f, which it carries: f completes now with TF_ECANCELED or, when the transport
+     * still holds f's buffers, once it gives them back. */
+    void (*cancel)(tf_client_t *c, tf_fetch_t *f);
+    /* Completes what it has finished, without waiting (callbacks run here). */
+    void (*drain)(tf_client_t *c);
+    /* Requests in flight over it. */
+    size_t (*running)(const tf_client_t *c);
+    /* tf_client_free: completes what it still carries (canceled) and frees its state. */
+    void (*close)(tf_client_t *c);
+
+    /* Transports reached by an upgrade (NULL for HTTP): one connection per origin. */
+    /* Connects o with the server's answer to POST /v1/upgrade, starting the transport in
+     * this process first if needed (when it cannot start, c->up_dead says why): 0 with
+     * o->conn and o->transport set, or -1 with o->why set (tfi_up_failed). */
+    int (*connect)(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp);
+    /* 1 once o's connection failed (a request timed out, the peer went away). */
+    int (*broken)(const origin_t *o);
+    /* Closes o's connection: its unfinished requests complete with a transport failure. */
+    void (*disconnect)(origin_t *o);
+} tfi_transport_t;
+
+#define TFI_MAX_TRANSPORTS 4
+
+extern const tfi_transport_t tfi_http;
+extern const tfi_transport_t *const tfi_ucx;    /* NULL when built without UCX */
+
+/* What the client knows of one origin (scheme://host:port): whether its server offers UCX,
+ * its connection over the transport an upgrade reaches, and why there is none. Kept for the
+ * client's life. */
+struct origin {
+    origin_t *next;
+    char *key;                      /* "http://127.0.0.1:8000" (tfx_hc_url_split) */
+    int offered;                    /* the last response's Tfetch-Upgrade: 1 ucx, 0 no, -1 ? */
+    char why[160];                  /* why there is no UCX connection; "" when none known */
+    uint64_t retry_at;              /* CLOCK_MONOTONIC ms: no upgrade attempt before */
+    long backoff_ms;                /* the wait after the next failure; 0 after a success */
+    int want_upgrade;               /* a request inside a callback asked: negotiate when the
+                                     * client is next driven */
+    tf_transport_t want_policy;
+    void *conn;                     /* the connection (c->up's: tfx_ucxc_conn_t), or NULL */
+    uint64_t conn_gen;              /* counts connections made, to tell them apart */
+    char transport[32];             /* what carries conn: "ucx/sysv+cma" */
+};
+
+struct tf_client {
+    tfx_hc_t *hc;                   /* the HTTP engine (http.c) */
+    tfx_hc_req_t *pool[REQ_POOL_MAX];  /* idle engine requests, reset */
+    size_t npool;
+    const tfi_transport_t *transports[TFI_MAX_TRANSPORTS];  /* tfi_http first */
+    size_t ntransports;
+    const tfi_transport_t *up;      /* what an upgrade reaches (tfi_ucx), or NULL */
+    void *up_state;                 /* its per-client state, started at the first upgrade */
+    size_t nup;                     /* requests in flight over it */
+    char up_dead[160];              /* why it cannot start in this process; "" if it can */
+    tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
+    size_t npending;                /* started and not completed (over either transport) */
+    tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
+    origin_t *origins;
+    int want_upgrades;              /* some origin has want_upgrade set */
+    tfp_up_host_t host;             /* this host's identity, read once */
+    int have_host;
+    int in_cb;                      /* depth of fetch callbacks running */
+    int in_engine;                  /* inside libcurl (the progress callback) */
+    int closing;                    /* tf_client_free is canceling what is pending */
+    char *user;                     /* Tfetch-User, or NULL */
+    char next_rid[TFP_MAX_REQUEST_ID + 1];  /* "" when the client makes one */
+    char rid_prefix[17];            /* 16 random hex digits */
+    uint64_t rid_seq;
+    long timeout_ms;
+    uint64_t max_body;
+    tf_format_t format;
+    tf_progress_fn progress;
+    void *progress_ud;
+    tf_result_t last;
+};
+
+struct tf_fetch {
+    tf_client_t *c;                 /* NULL once the client is freed */
+    tf_fetch_t *prev, *next;        /* c->live */
+    const tfi_transport_t *via;     /* what carries it while it runs, else NULL */
+    tfx_hc_req_t *req;              /* over HTTP: the engine request */
+    void *treq;                     /* over an upgraded transport: its request */
+    tf_fetch_cb cb;
+    void *ud;
+    tfi_op_t op;                    /* what it asks for */
+    int held;                       /* the caller has the handle: freed by tf_fetch_free */
+    int done;                       /* completed; the callback has run or is running */
+    int freeing;                    /* tf_fetch_free was called */
+    int holds;                      /* frames using f (its callback, a wait): free after */
+    tf_result_t result;
+    tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
+    char *text;                     /* TFI_OP_LIST / TFI_OP_INFO: the reply body */
+    size_t text_len;
+    long total_ms;                  /* the whole request's time limit, wait included; 0 none */
+    tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
+    origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
+    uint64_t t0_ns;                 /* when it started (tfx_now_ns) */
+    int tried_up;                   /* went over an upgraded transport first (then maybe HTTP) */
+    uint64_t conn_gen;              /* the connection it went over */
+    int canceled;                   /* canceled while the transport holds its buffers:
+                                     * completes with TF_ECANCELED */
 };
 
 /* Internal functions use the tfi_ prefix: they cross files inside libtfetch but are not
@@ -36,5 +196,71 @@ static inline tf_status_t tfi_from_proto(tfp_status_t st)
 {
     return (tf_status_t)st;
 }
+
+/* library.c: versioned structs (see tfetch.h). The size of the 0.1 layout of each: where its
+ * last 0.1 field ends (fields added later go after it). */
+#define TFI_REQUEST_SIZE_0_1 (offsetof(tf_request_t, transport) + sizeof(tf_transport_t))
+#define TFI_TRANSPORT_INFO_SIZE_0_1 (offsetof(tf_transport_info_t, retry_ms) + sizeof(long))
+/* Reads a caller's versioned struct src of size bytes (0: min) into dst, this library's
+ * struct of dst_size bytes: what the caller's lacks is zero. TF_EINVAL when size is below min,
+ * or when the caller's struct is longer and a byte past dst_size is not zero (a field this
+ * library does not know, set). */
+tf_status_t tfi_struct_in(void *dst, size_t dst_size, const void *src, size_t size,
+                          size_t min);
+/* How many bytes of this library's struct (have bytes) go into a caller's of size bytes (0:
+ * min); 0 when size is below min. */
+size_t tfi_struct_out_size(size_t size, size_t have, size_t min);
+
+/* client.c: the handle */
+int tfi_format_valid(tf_format_t f);
+int tfi_transport_valid(tf_transport_t t);
+
+/* result.c: outcomes, decoding replies, Shumai's wire format */
+const char *tfi_op_name(int op);
+/* A fresh record for a request of op: the request id it will carry is the one given, else
+ * the client's next id (used up), else a new one. */
+void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid);
+/* Records a failure in r (message printf-style, or the status text when fmt is NULL). */
+tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Refuses a blocking call before it starts: tf_client_last says why. */
+tf_status_t tfi_refuse(tf_client_t *c, int op, tf_status_t st, const char *msg);
+/* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when
+ * it sent one. */
+tf_status_t tfi_error_body(tf_result_t *res, long status, const uint8_t *body, size_t len);
+/* Refuses what Shumai's format cannot carry: anything but one F32 tensor. */
+tf_status_t tfi_shumai_check(tf_result_t *res, const tf_doc_t *doc);
+/* Decodes the response in req into f->doc, which takes over the body buffer. */
+tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req);
+/* Renders op->body in op->format as op's segments. On failure res says why. */
+tf_status_t tfi_body_render(tfi_op_t *op, tf_result_t *res);
+/* Frees the rendered body (the segments, not the document). */
+void tfi_body_free(tfi_op_t *op);
+
+/* http.c: the HTTP path; its engine is the client's one poll loop */
+/* Sleeps until the engine has work or another transport calls tfi_wakeup (ms -1: no limit). */
+void tfi_wait(tf_client_t *c, long ms);
+/* Ends tfi_wait early. Any thread. */
+void tfi_wakeup(tf_client_t *c);
+tf_status_t tfi_set_max_connections(tf_client_t *c, long n);
+
+/* fetch.c: the request's life */
+/* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
+long tfi_remaining_ms(const tf_fetch_t *f);
+/* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
+void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f);
+
+/* upgrade.c: origins and the per-origin upgrade policy */
+/* The client's record of an origin ("http://host:port"), made on first sight; NULL when out
+ * of memory. */
+origin_t *tfi_origin_get(tf_client_t *c, const char *key);
+/* 1 if a Tfetch-Upgrade value lists ucx (a comma-separated list of tokens). */
+int tfi_offers_ucx(const char *v);
+/* Negotiates for the origins that requests started inside callbacks found unconnected. */
+void tfi_upgrade_wanted(tf_client_t *c);
+/* Decides how f travels: *via is tfi_http or the origin's upgraded transport (connected). */
+tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **via);
+/* Records why o has no UCX connection, and when to try again (the backoff doubles). */
+void tfi_up_failed(origin_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -1,9 +1,9 @@
 /* status.c - libtfetch's status and dtype names: tf_strerror, tf_err_name and the dtype
  * helpers.
  *
- * Everything is generated from the X-macros in client/tfetch.h (statuses) and proto/dtype.h
- * (dtype sizes and names), so names, texts and values cannot drift. Static data only; any
- * thread.
+ * Everything is generated from the X-macros in proto/tfetch-status.h (statuses, through
+ * tfetch.h's TF_STATUS_MAP) and proto/dtype.h (dtype sizes and names), so names, texts and
+ * values cannot drift. Static data only; any thread.
  */
 #include "config.h"
 
@@ -11,13 +11,9 @@
 
 #include "client/tfetch.h"
 #include "proto/dtype.h"
-#include "proto/status.h"
 
-/* Server statuses arrive by name and are returned by value: every proto status must have
- * the same value here, and so must every dtype. */
-#define X(n, v, h, s) _Static_assert((int)TF_##n == (int)TFP_##n, "status " #n " differs");
-TFP_STATUS_MAP(X)
-#undef X
+/* Statuses share one table with proto; dtypes are written out in tfetch.h, so every one must
+ * have proto's value. */
 #define X(n, v) _Static_assert((int)TF_##n == (int)TFP_##n, "dtype " #n " differs from proto");
 TF_DTYPE_MAP(X)
 #undef X
@@ -25,7 +21,7 @@ TF_DTYPE_MAP(X)
 const char *tf_strerror(tf_status_t st)
 {
     switch (st) {
-#define X(n, v, s) case TF_##n: return s;
+#define X(n, v, h, s) case TF_##n: return s;
         TF_STATUS_MAP(X)
 #undef X
     }
@@ -35,7 +31,7 @@ const char *tf_strerror(tf_status_t st)
 const char *tf_err_name(tf_status_t st)
 {
     switch (st) {
-#define X(n, v, s) case TF_##n: return "TF_" #n;
+#define X(n, v, h, s) case TF_##n: return "TF_" #n;
         TF_STATUS_MAP(X)
 #undef X
     }

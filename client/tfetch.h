@@ -1,4 +1,4 @@
-/* tfetch.h - libtfetch, the C client of tfetchd. The only installed header.
+/* tfetch.h - libtfetch, the C client of tfetchd. Its one header (with tfetch-status.h).
  *
  * A tf_client_t is a long-lived handle: it keeps connections to each origin alive and reuses
  * them, and carries the defaults (user id, timeout) for the requests made through it. A
@@ -20,7 +20,16 @@
  *
  * Ownership: every _free(NULL) is a no-op. Returned `const char *` strings are borrowed from
  * the object that returned them and live until it is freed or the next call on it. Data passed
- * to tf_doc_add is copied (TF_COPY) or borrowed (TF_BORROW: it must outlive the doc).
+ * to tf_doc_add is copied (TF_COPY) or borrowed (TF_BORROW: it must outlive the doc). Memory
+ * the library allocates for the caller (tf_doc_encode, tf_doc_encode_header, tf_info) is
+ * released with tf_free; listings with tf_list_free.
+ *
+ * Versioned structs: a struct the caller allocates and the library reads or fills
+ * (tf_request_t, tf_transport_info_t) starts with `size_t size`, the struct's size as the
+ * caller compiled it, so a library with more fields never reads or writes past an older
+ * caller's struct. Set it with the type's _INIT macro (TF_REQUEST_INIT), or leave it 0: 0
+ * means the fields of libtfetch 0.1, which are all the fields of this header. A field added
+ * later is used only when size covers it.
  */
 #ifndef TFETCH_H
 #define TFETCH_H
@@ -32,41 +41,21 @@
 extern "C" {
 #endif
 
+/* The version of this header, and of the package: configure reads it from here
+ * (configure.ac), so the two cannot differ. tf_version() is the library's at run time. */
 #define TF_VERSION "0.1.0"
 #define TF_MAX_RANK 8
 
-/* One status type for everything. Server-side codes arrive on the wire as their names
- * ("TF_ENOTFOUND") and keep the same values here; the rest are decided by the client. */
-#define TF_STATUS_MAP(X)                                                   \
-    X(OK,            0, "success")                                         \
-    X(ENOMEM,       -1, "out of memory")                                   \
-    X(EINVAL,       -2, "invalid argument")                                \
-    X(EBADREQ,      -3, "bad request")                                     \
-    X(EPROTO,       -4, "malformed message")                               \
-    X(ENOTFOUND,    -5, "no such tensor")                                  \
-    X(EMETHOD,      -6, "method not allowed")                              \
-    X(ENOTACCEPT,   -7, "cannot render in the accepted format")            \
-    X(ETOOBIG,      -8, "payload too large")                               \
-    X(EMEDIATYPE,   -9, "unsupported media type")                          \
-    X(EUNPROC,     -10, "unprocessable tensor")                            \
-    X(EHEADERS,    -11, "request headers too large")                       \
-    X(EBUSY,       -12, "server busy")                                     \
-    X(ENOSPACE,    -13, "store is full")                                   \
-    X(EINTERNAL,   -14, "internal error")                                  \
-    X(ERANGE,      -15, "value out of range")                              \
-    X(ELENGTH,     -16, "length required")                                 \
-    X(ECONNECT,    -32, "cannot connect")                                  \
-    X(ETIMEDOUT,   -33, "timed out")                                       \
-    X(EIO,         -34, "transfer failed")                                 \
-    X(EHTTP,       -35, "unexpected HTTP status")                          \
-    X(ECANCELED,   -36, "canceled")                                        \
-    X(EURL,        -37, "bad URL")                                         \
-    X(EAGAIN,      -38, "not finished yet")
+/* One status type for everything, generated from the one table of codes, TF_STATUS_MAP
+ * (X(name, value, http, text)) in tfetch-status.h, installed beside this header. Server-side
+ * codes arrive on the wire as their names ("TF_ENOTFOUND") and keep the same values here; the
+ * rest are decided by the client. */
+#include "tfetch-status.h"
 
 typedef enum {
-#define X(n, v, s) TF_##n = (v),
-    TF_STATUS_MAP(X)
-#undef X
+#define TF_STATUS_ENUM_(n, v, h, s) TF_##n = (v),
+    TF_STATUS_MAP(TF_STATUS_ENUM_)
+#undef TF_STATUS_ENUM_
 } tf_status_t;
 
 const char *tf_strerror(tf_status_t st);   /* static text, "unknown status" if unknown */
@@ -87,6 +76,15 @@ typedef enum {
 const char *tf_dtype_name(tf_dtype_t dt);             /* "F32"; NULL if out of range */
 size_t tf_dtype_size(tf_dtype_t dt);                  /* bytes per element; 0 if invalid */
 tf_status_t tf_dtype_from_name(const char *name, tf_dtype_t *out);
+
+/* ---- the library -------------------------------------------------------------------------- */
+
+/* The version of libtfetch running (static "0.1.0"), which may differ from TF_VERSION, the
+ * version of the header a program was compiled with. */
+const char *tf_version(void);
+/* Releases memory the library allocated for the caller (tf_doc_encode, tf_doc_encode_header,
+ * tf_info). NULL is a no-op. */
+void tf_free(void *p);
 
 /* ---- documents ------------------------------------------------------------------------ */
 
@@ -114,11 +112,11 @@ const tf_tensor_t *tf_doc_at(const tf_doc_t *doc, size_t i);       /* NULL if ou
 const tf_tensor_t *tf_doc_find(const tf_doc_t *doc, const char *name);
 tf_status_t tf_doc_set_meta(tf_doc_t *doc, const char *key, const char *value);
 const char *tf_doc_meta(const tf_doc_t *doc, const char *key);     /* NULL if absent */
-/* Serialises to safetensors in one malloc'd buffer (free() it). */
+/* Serialises to safetensors in one allocated buffer (tf_free it). */
 tf_status_t tf_doc_encode(const tf_doc_t *doc, void **buf, size_t *len);
 /* Serialises only the safetensors header (the 8-byte length and the JSON, padded); the
  * document is that header followed by each tensor's data in tf_doc_at order. Lets a caller
- * write or send a document without copying its tensors (writev). malloc'd (free() it). */
+ * write or send a document without copying its tensors (writev). Allocated (tf_free it). */
 tf_status_t tf_doc_encode_header(const tf_doc_t *doc, void **hdr, size_t *len);
 /* Parses safetensors (strictly). TF_COPY copies buf; TF_BORROW keeps pointers into it. */
 tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t **out);
@@ -228,8 +226,11 @@ tf_status_t tf_client_set_transport(tf_client_t *c, tf_transport_t transport);
  * Requests under TF_TRANSPORT_AUTO then fall back to HTTP as usual. */
 tf_status_t tf_client_upgrade(tf_client_t *c, const char *url);
 
-/* What a client knows of one origin's transports. */
+/* What a client knows of one origin's transports. A versioned struct (see the top): set size
+ * (TF_TRANSPORT_INFO_INIT) or leave it 0 for the 0.1 fields; on return it is the number of
+ * bytes the library filled. */
 typedef struct {
+    size_t size;                    /* sizeof(tf_transport_info_t), or 0: the 0.1 fields */
     char transport[32];             /* what carries the next request UCX can carry:
                                      * "ucx/..." when connected, else "http" */
     char reason[160];               /* why not UCX (the last failure, or the server's
@@ -238,7 +239,9 @@ typedef struct {
                                      * not; -1: no response seen yet */
     long retry_ms;                  /* after a failure: ms before the next attempt; else 0 */
 } tf_transport_info_t;
-/* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL. */
+#define TF_TRANSPORT_INFO_INIT { .size = sizeof(tf_transport_info_t) }
+/* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL;
+ * TF_EINVAL when out->size is neither 0 nor at least the 0.1 struct's. */
 tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transport_info_t *out);
 
 /* Shumai's tfetch: in == NULL: GET url into *out; out == NULL: PUT in to url;
@@ -259,7 +262,7 @@ typedef struct {
 } tf_entry_t;
 tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size_t *n);
 void tf_list_free(tf_entry_t *entries, size_t n);
-/* GET base/v1/info as JSON text (malloc'd, NUL-terminated; free() it). */
+/* GET base/v1/info as JSON text (allocated, NUL-terminated; tf_free it). */
 tf_status_t tf_info(tf_client_t *c, const char *base, char **json);
 
 /* ---- asynchronous requests ------------------------------------------------------------- */
@@ -273,10 +276,12 @@ typedef enum {
     TF_OP_EXCHANGE = 4,             /* in -> url -> doc */
 } tf_op_t;
 
-/* One request, described. Zero-initialise it (designated initialisers) and set what applies;
- * everything is read during tf_fetch_start except in, which is borrowed until the callback
- * has run (its tensors are sent from where they are, not copied). */
+/* One request, described. Zero-initialise it (designated initialisers, or TF_REQUEST_INIT)
+ * and set what applies; everything is read during tf_fetch_start except in, which is borrowed
+ * until the callback has run (its tensors are sent from where they are, not copied). A
+ * versioned struct (see the top): size 0 reads the 0.1 fields. */
 typedef struct {
+    size_t size;                    /* sizeof(tf_request_t), or 0: the 0.1 fields */
     tf_op_t op;
     const char *url;                /* http://host:port/v1/tensors/NAME, /v1/call/ROUTE, ... */
     const tf_doc_t *in;             /* PUT and EXCHANGE: the document to send; else NULL */
@@ -286,6 +291,7 @@ typedef struct {
     const char *request_id;         /* NULL: the client's next id (see set_request_id) */
     tf_transport_t transport;       /* TF_TRANSPORT_DEFAULT: the client's policy */
 } tf_request_t;
+#define TF_REQUEST_INIT { .size = sizeof(tf_request_t) }
 
 /* A request in flight: started by tf_fetch_start, completed exactly once. */
 typedef struct tf_fetch tf_fetch_t;
@@ -301,10 +307,11 @@ typedef void (*tf_fetch_cb)(tf_fetch_t *f, tf_status_t status, tf_doc_t *doc,
                             const tf_result_t *result, void *user_data);
 
 /* Starts a request and returns at once. On TF_OK, cb runs exactly once later; on an error it
- * never runs, and tf_client_last(c) says why. out == NULL: fire and forget (f is freed after
- * cb returns; cb is required). out != NULL: *out is the handle, valid until tf_fetch_free
- * (even after completion; cb may be NULL, the reply then waits in the handle). Any number of
- * requests may be in flight on one client. */
+ * never runs, and tf_client_last(c) says why (TF_EINVAL also for a bad rq->size, or a struct
+ * longer than this library's that sets a field it does not know). out == NULL: fire and
+ * forget (f is freed after cb returns; cb is required). out != NULL: *out is the handle,
+ * valid until tf_fetch_free (even after completion; cb may be NULL, the reply then waits in
+ * the handle). Any number of requests may be in flight on one client. */
 tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
                            void *user_data, tf_fetch_t **out);
 /* Drives the client once without waiting (inside a callback, only looks) and returns f's

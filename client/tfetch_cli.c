@@ -85,7 +85,8 @@ static const char usage_text[] =
     "                         F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL)\n"
     "      --shape DIMS       put, call: the raw tensor's shape, e.g. 2,3 (\"\" for a scalar)\n"
     "      --json             ls: print the listing as JSON\n"
-    "      --transport POLICY auto: negotiate UCX with the server before the first request\n"
+    "      --transport POLICY\n"
+    "                         auto: negotiate UCX with the server before the first request\n"
     "                         and fall back to HTTP (saying why) when it cannot be had;\n"
     "                         http: HTTP only; ucx: UCX or fail. Default: $TFETCH_TRANSPORT,\n"
     "                         else the library's: the first request over HTTP, UCX from the\n"
@@ -515,7 +516,7 @@ static int write_doc(int fd, const tf_doc_t *doc)
     if (tf_doc_encode_header(doc, &hdr, &hlen) != TF_OK)
         return -1;
     int rc = write_all(fd, hdr, hlen);
-    free(hdr);
+    tf_free(hdr);
     for (size_t i = 0; rc == 0 && i < tf_doc_count(doc); i++) {
         const tf_tensor_t *t = tf_doc_at(doc, i);
         rc = write_all(fd, t->data, t->nbytes);
@@ -904,7 +905,7 @@ static int cmd_info(tf_client_t *c, const char *base)
     fputs(json, stdout);
     if (n == 0 || json[n - 1] != '\n')
         fputc('\n', stdout);
-    free(json);
+    tf_free(json);
     if (fflush(stdout) != 0) {
         msg("cannot write stdout: %s", strerror(errno));
         return EXIT_LOCAL;
@@ -976,7 +977,7 @@ static int parse_options(int argc, char **argv, opts_t *o)
         case 's': o->stats = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
-        case 'V': printf("tfetch %s\n", TF_VERSION); return EXIT_OK;
+        case 'V': printf("tfetch %s (libtfetch %s)\n", TF_VERSION, tf_version()); return EXIT_OK;
         case ':': return usage_error("option '%s' needs an argument", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }

@@ -20,6 +20,7 @@
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 #include "proto/safetensors.h"
+#include "transports/clock.h"
 #include "transports/http_client.h"
 
 #define STEP_SLACK_MS 10000L        /* beyond a poll's wait, for the network */
@@ -37,13 +38,6 @@ struct tf_worker {
     long lease_ms;
     volatile sig_atomic_t stop;
 };
-
-static long ms_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)(t.tv_sec - t0->tv_sec) * 1000L + (t.tv_nsec - t0->tv_nsec) / 1000000L;
-}
 
 static tf_status_t from_transport(tfx_hc_status_t st)
 {
@@ -272,14 +266,13 @@ tf_status_t tf_worker_serve(tf_worker_t *w, long timeout_ms)
 {
     if (!w)
         return TF_EINVAL;
-    struct timespec t0, lost_since;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = tfx_now_ms(), lost_since = 0;
     int lost = 0;
     char path[128], query[32];
     snprintf(path, sizeof path, "/v1/workers/%s/next", w->id);
     w->stop = 0;
     while (!w->stop) {
-        long left = timeout_ms < 0 ? w->lease_ms : timeout_ms - ms_since(&t0);
+        long left = timeout_ms < 0 ? w->lease_ms : timeout_ms - (long)(tfx_now_ms() - t0);
         if (left <= 0)
             return TF_OK;
         long wait = w->lease_ms / 2 < left ? w->lease_ms / 2 : left;
@@ -290,8 +283,8 @@ tf_status_t tf_worker_serve(tf_worker_t *w, long timeout_ms)
             /* The server is unreachable: keep trying for a lease, then give up. */
             if (!lost) {
                 lost = 1;
-                clock_gettime(CLOCK_MONOTONIC, &lost_since);
-            } else if (ms_since(&lost_since) > w->lease_ms) {
+                lost_since = tfx_now_ms();
+            } else if ((long)(tfx_now_ms() - lost_since) > w->lease_ms) {
                 return st;
             }
             struct timespec ts = {0, 100 * 1000000L};

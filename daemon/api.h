@@ -1,10 +1,11 @@
-/* api.h - what the daemon's HTTP API handlers share: the server's parts, the per-request
- * context, and the helpers every handler uses (errors, bodies, JSON, blobs). Internal to
- * daemon/; the handlers live in api_tensors.c, api_calls.c and api_workers.c, the routing in
- * server.c.
+/* api.h - what the daemon's endpoint handlers share: their view of the daemon (tfd_api_t:
+ * the parts they serve requests from, nothing of the server's life), the per-request
+ * context, and the helpers every handler uses (api_common.c: failures, bodies, JSON, blobs).
+ * Internal to daemon/; the handlers live in api_tensors.c, api_calls.c, api_workers.c and
+ * api_info.c, the table that runs them in router.c, the server's life in server.c.
  *
- * Threads: handlers run on the HTTP transport's workers; everything in tfd_server is
- * thread-safe; a context belongs to one request.
+ * Threads: handlers run on the transports' threads (MHD's pool, the UCX progress thread);
+ * every part in tfd_api_t is thread-safe; a context belongs to one request.
  */
 #ifndef TFD_API_H
 #define TFD_API_H
@@ -13,57 +14,53 @@
 #include <stdint.h>
 #include "daemon/conf.h"
 #include "daemon/metrics.h"
-#include "daemon/plugins.h"
 #include "daemon/replay.h"
 #include "daemon/routes.h"
 #include "daemon/sessions.h"
 #include "daemon/store.h"
 #include "daemon/waiters.h"
 #include "daemon/workers.h"
-#include "proto/http.h"
+#include "proto/op.h"
 #include "proto/ids.h"
 #include "proto/jsonw.h"
-#include "transports/http_server.h"
+#include "transports/req.h"
 
-struct tfd_server {
-    tfd_config_t cfg;
-    tfx_http_t *http;
+struct tfd_upgrade;
+
+/* The handlers' view of the daemon, set up by the server before its transports start. */
+typedef struct {
+    const tfd_config_t *cfg;
     tfd_store_t *store;
     tfd_waiters_t *waiters;
     tfd_metrics_t *metrics;
-    tfd_routes_t *routes;
+    tfd_routes_t *routes;                   /* exchange routes */
     tfd_sessions_t *sessions;
     tfd_replay_t *replay;
-    tfd_workers_t *workers;
-    struct tfd_upgrade *upgrade;
-    tfd_plugins_t *plugins;                 /* loaded after the built-in routes */
-    char id_prefix[17];
-    atomic_uint_fast64_t next_id;
-    atomic_uint_fast64_t body_bytes;        /* request bodies held outside the store */
-};
-typedef struct tfd_server tfd_server_t;
+    tfd_workers_t *workers;                 /* worker processes */
+    struct tfd_upgrade *upgrade;            /* the UCX side and its tokens */
+    /* Fills the gauges only the server knows (requests in flight, body memory held). */
+    void (*gauges)(void *arg, tfd_gauges_t *g);
+    void *gauges_arg;
+} tfd_api_t;
 
-/* How a request body is laid out. */
-enum { BODY_SAFETENSORS, BODY_RAW, BODY_SHUMAI, BODY_JSON };
+struct tfd_endpoint_spec;
 
 typedef struct {
-    tfd_server_t *srv;
-    tfd_route_t route;
-    tfp_path_info_t path;
+    const tfd_api_t *api;
+    const tfp_op_t *op;             /* what the request asks for (the transport's) */
+    const struct tfd_endpoint_spec *ep;  /* its row in the endpoint table */
     uint64_t start_ns;
     tfp_status_t code;              /* the error answered, TFP_OK if none */
-    const char *name;               /* = path.name */
+    const char *name;               /* = op->name */
     char request_id[TFP_MAX_REQUEST_ID + 1];
     int request_id_from_client;
     char user[TFP_MAX_USER_ID + 1];
     /* body */
-    int body_kind;                  /* BODY_* */
-    uint8_t *raw_hdr;               /* BODY_RAW: the safetensors header placed in front */
+    uint8_t *raw_hdr;               /* TFP_BODY_RAW: the safetensors header placed in front */
     size_t raw_hdr_len;
-    uint64_t raw_nbytes;
-    uint64_t charged;               /* body bytes approved by on_body_grow */
+    uint64_t charged;               /* body bytes approved by the router's body_grow */
     uint64_t reserved;              /* PUT: store reservation still held */
-    uint64_t body_charged;          /* other bodies: charged to srv->body_bytes */
+    uint64_t body_charged;          /* other bodies: charged to the router's body memory */
     /* GET ?wait= and worker polls */
     tfd_waiter_t waiter;
     /* calls */
@@ -79,51 +76,55 @@ typedef struct {
     uint64_t shumai_flags;
     /* worker polls */
     tfd_worker_poll_t poll;
-} ctx_t;
+} tfd_ctx_t;
 
 /* Answers r with a JSON error and records the code for the metrics. */
-void api_fail(tfx_req_t *r, ctx_t *c, tfp_status_t code, const char *fmt, ...)
+void api_fail(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* 1 if the request's method is in the comma-separated list, else answers 405 with Allow. */
-int allow_method(tfx_req_t *r, ctx_t *c, const char *allowed);
 /* Responds with malloc'd text (freed after sending). */
 void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text, size_t len);
 /* Finishes w and responds 200 application/json. */
-void api_respond_json(tfx_req_t *r, ctx_t *c, tfp_jw_t *w);
+void api_respond_json(tfx_req_t *r, tfd_ctx_t *c, tfp_jw_t *w);
 /* Responds with a blob's bytes (takes the reference). */
 void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b);
 
-/* In begin: decides the body's layout from Content-Type / Tfetch-Dtype / Tfetch-Shape and
- * accepts it (max bytes). raw_name names the tensor of a raw body. 0, or -1 after answering. */
-int api_begin_body(tfx_req_t *r, ctx_t *c, const char *raw_name, uint64_t max);
+/* In begin: accepts the document body the operation describes (safetensors, raw, Shumai),
+ * at most max bytes; a raw body gets its safetensors header made, naming the tensor
+ * raw_name. 0, or -1 after answering. */
+int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max);
 /* In handle: the body as a decoded document. Takes the body buffer: *base and *cap (a tfx_buf)
  * hold the document's bytes at offset 0, *len of them. 0, or -1 after answering. */
-int api_body_doc(tfx_req_t *r, ctx_t *c, uint8_t **base, size_t *cap, size_t *len,
+int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base, size_t *cap, size_t *len,
                  tfp_doc_t **doc);
 /* Encodes doc as safetensors into a new blob (one copy of the data), indexed (b->doc).
  * NULL on failure (err says why). */
 tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err);
 /* Answers 200 with a safetensors blob (b->doc indexes it) in the form Accept asks for:
  * safetensors, JSON, or one tensor's raw bytes (or 406). Takes the reference. */
-void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b);
-/* Wraps malloc'd bytes in a blob. */
-tfd_blob_t *api_text_blob(char *text, size_t len);
+void api_serve_blob(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b);
+/* Handlers, run by the endpoint table (router.c). begin_* run once the body is accepted
+ * (before it arrives), handle_* when it is complete, finish_* when the request is over. */
+void api_handle_health(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_info(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_upgrade(tfx_req_t *r, tfd_ctx_t *c);
 
-/* Handlers. begin_* run when headers are in, handle_* when the body is complete. */
-void api_begin_put(tfx_req_t *r, ctx_t *c);
-void api_handle_get(tfx_req_t *r, ctx_t *c);
-void api_handle_put(tfx_req_t *r, ctx_t *c);
-void api_handle_delete(tfx_req_t *r, ctx_t *c);
-void api_handle_list(tfx_req_t *r, ctx_t *c);
+void api_begin_put(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_get(tfx_req_t *r, tfd_ctx_t *c);
+void api_finish_get(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_put(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_delete(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_list(tfx_req_t *r, tfd_ctx_t *c);
 
-void api_begin_call(tfx_req_t *r, ctx_t *c);
-void api_handle_call(tfx_req_t *r, ctx_t *c);
-void api_handle_session_end(tfx_req_t *r, ctx_t *c);
-void api_handle_shumai_get(tfx_req_t *r, ctx_t *c);
-void api_finish_call(tfx_req_t *r, ctx_t *c);
+void api_handle_call(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_session_end(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_shumai_get(tfx_req_t *r, tfd_ctx_t *c);
+void api_finish_call(tfx_req_t *r, tfd_ctx_t *c);
 
-void api_begin_workers(tfx_req_t *r, ctx_t *c);
-void api_handle_workers(tfx_req_t *r, ctx_t *c);
-void api_finish_workers(tfx_req_t *r, ctx_t *c);
+void api_handle_register(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_leave(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_poll(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c);
+void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c);
 
 #endif

@@ -5,7 +5,7 @@
  * a retry with a known request id is answered from the replay window instead of running
  * again, the caller's session is opened for stateful routes, and the route runs. Routes that
  * answer later (workers) leave the request suspended, holding no thread, until
- * tfd_call_finish resumes it. Runs on the HTTP workers; see api.h.
+ * tfd_call_finish resumes it. Runs on the transports' threads; see api.h.
  */
 #include "config.h"
 #include "daemon/api.h"
@@ -20,7 +20,7 @@
 /* ---- Shumai ---------------------------------------------------------------------------- */
 
 /* The reply Shumai expects: one F32 tensor carrying the caller's provenance. */
-static tfd_blob_t *shumai_blob(ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
+static tfd_blob_t *shumai_blob(tfd_ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
 {
     const tfp_tensor_t *t;
     if (tfp_shumai_check_doc(doc, &t, err) != TFP_OK)
@@ -46,9 +46,9 @@ static tfd_blob_t *shumai_blob(ctx_t *c, const tfp_doc_t *doc, tfp_err_t *err)
     return b;
 }
 
-void api_handle_shumai_get(tfx_req_t *r, ctx_t *c)
+void api_handle_shumai_get(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfd_blob_t *b = tfd_store_get(c->srv->store, c->name);
+    tfd_blob_t *b = tfd_store_get(c->api->store, c->name);
     if (!b) {
         api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
         return;
@@ -69,76 +69,72 @@ void api_handle_shumai_get(tfx_req_t *r, ctx_t *c)
 
 /* ---- calls ----------------------------------------------------------------------------- */
 
-void api_begin_call(tfx_req_t *r, ctx_t *c)
-{
-    api_begin_body(r, c, "tensor", c->srv->cfg.max_body);
-}
-
 static void on_call_finished(tfd_call_t *call, void *arg)
 {
     tfx_req_t *r = arg;
-    ctx_t *c = tfx_req_ctx(r);
+    tfd_ctx_t *c = tfx_req_ctx(r);
     atomic_store(&c->call_done, 1);
     tfx_req_resume(r);
 }
 
-/* Answers with the finished call's outputs or error, and remembers it for retries. */
-static void respond_call(tfx_req_t *r, ctx_t *c)
+/* Answers with the finished call's outputs, or its failure (code and message), and
+ * remembers the answer for retries. */
+static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_call_t *call = c->call;
-    tfd_blob_t *b = NULL;
-    const char *ctype = c->body_kind == BODY_SHUMAI ? "application/octet-stream"
-                                                    : "application/x-safetensors";
-    unsigned status = 200;
+    tfd_replay_answer_t ans = {.status = 200, .code = TFP_OK};
+    int shumai = c->op->body.kind == TFP_BODY_SHUMAI;
     tfp_err_t err;
 
+    snprintf(ans.content_type, sizeof ans.content_type, "%s",
+             shumai ? "application/octet-stream" : "application/x-safetensors");
     if (call->status == TFP_OK) {
-        b = c->body_kind == BODY_SHUMAI ? shumai_blob(c, call->out, &err)
-                                        : api_encode_blob(call->out, &err);
-        if (!b)
+        ans.body = shumai ? shumai_blob(c, call->out, &err) : api_encode_blob(call->out, &err);
+        if (!ans.body)
             tfd_call_fail(call, err.code == TFP_ENOTACCEPT ? TFP_EUNPROC : err.code,
                           "route '%s' answered what the request's format cannot carry: %s",
                           call->route, err.msg);
     }
     if (call->status != TFP_OK) {
-        size_t len;
-        char *json = tfp_error_json(call->status, call->msg, &len);
-        b = json ? api_text_blob(json, len) : NULL;
-        status = (unsigned)tfp_status_http(call->status);
-        ctype = "application/json";
+        ans.code = call->status;
+        ans.status = (unsigned)tfp_status_http(call->status);
+        ans.content_type[0] = '\0';
+        snprintf(ans.msg, sizeof ans.msg, "%s", call->msg);
         c->code = call->status;
     }
     if (c->replay_owner) {
-        if (b)
-            tfd_replay_complete(c->srv->replay, c->user, c->request_id, status, ctype, b);
+        if (ans.body || ans.code != TFP_OK)
+            tfd_replay_complete(c->api->replay, c->user, c->request_id, &ans);
         else
-            tfd_replay_abandon(c->srv->replay, c->user, c->request_id);
+            tfd_replay_abandon(c->api->replay, c->user, c->request_id);
         c->replay_owner = 0;
     }
-    if (!b) {
+    if (ans.code != TFP_OK)
+        tfx_respond_error(r, ans.code, "%s", ans.msg);
+    else if (!ans.body)
         api_fail(r, c, TFP_ENOMEM, "out of memory");
-        return;
-    }
-    if (status == 200 && b->doc)
-        api_serve_blob(r, c, b);                    /* honours Accept: JSON, raw */
+    else if (ans.body->doc)
+        api_serve_blob(r, c, ans.body);             /* honours Accept: JSON, raw */
     else
-        api_respond_blob(r, status, ctype, b);
+        api_respond_blob(r, ans.status, ans.content_type, ans.body);
 }
 
 /* Looks the request id up in the replay window. 1 when the request was answered or
  * suspended, 0 to go on and run the call. */
-static int replayed(tfx_req_t *r, ctx_t *c)
+static int replayed(tfx_req_t *r, tfd_ctx_t *c)
 {
     if (!c->request_id_from_client)
         return 0;
     tfd_replay_answer_t ans;
-    switch (tfd_replay_begin(c->srv->replay, c->user, c->request_id, c->name, r, &ans)) {
+    switch (tfd_replay_begin(c->api->replay, c->user, c->request_id, c->name, r, &ans)) {
     case TFD_REPLAY_NEW:
         c->replay_owner = 1;
         return 0;
     case TFD_REPLAY_DONE:
         tfx_req_add_header(r, "Tfetch-Replayed", "1");
-        if (ans.status == 200 && ans.body->doc)
+        if (ans.code != TFP_OK)
+            tfx_respond_error(r, ans.code, "%s", ans.msg);  /* counted once, when it ran */
+        else if (ans.body->doc)
             api_serve_blob(r, c, ans.body);
         else
             api_respond_blob(r, ans.status, ans.content_type, ans.body);
@@ -158,9 +154,9 @@ static int replayed(tfx_req_t *r, ctx_t *c)
     }
 }
 
-void api_handle_call(tfx_req_t *r, ctx_t *c)
+void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     if (c->call) {                                  /* resumed */
         if (atomic_load(&c->call_done))
             respond_call(r, c);
@@ -186,7 +182,7 @@ void api_handle_call(tfx_req_t *r, ctx_t *c)
     }
     call->in_bytes = c->call_base;
     call->in_len = c->call_len;
-    if (c->body_kind == BODY_SHUMAI) {
+    if (c->op->body.kind == TFP_BODY_SHUMAI) {
         /* Workers read safetensors: re-encode the one tensor for them. */
         tfp_err_t err;
         if (strcmp(ops.kind, "worker") == 0 && !(c->call_st = api_encode_blob(c->call_in, &err))) {
@@ -205,7 +201,7 @@ void api_handle_call(tfx_req_t *r, ctx_t *c)
         call->session = tfd_sessions_acquire(s->sessions, c->user);
         if (!call->session) {
             tfd_call_fail(call, TFP_EBUSY, "too many user sessions (max-sessions %u, all in use)",
-                          s->cfg.max_sessions);
+                          s->cfg->max_sessions);
             respond_call(r, c);
             return;
         }
@@ -226,9 +222,9 @@ abandon:
     }
 }
 
-void api_finish_call(tfx_req_t *r, ctx_t *c)
+void api_finish_call(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     if (c->replay_waiting)
         tfd_replay_forget_waiter(s->replay, r);
     tfd_blob_unref(c->call_st);
@@ -242,9 +238,9 @@ void api_finish_call(tfx_req_t *r, ctx_t *c)
     tfx_buf_free(c->call_base, c->call_cap);
 }
 
-void api_handle_session_end(tfx_req_t *r, ctx_t *c)
+void api_handle_session_end(tfx_req_t *r, tfd_ctx_t *c)
 {
-    if (tfd_sessions_end(c->srv->sessions, c->user) == 0)
+    if (tfd_sessions_end(c->api->sessions, c->user) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "user '%s' has no session", c->user[0] ? c->user : "");

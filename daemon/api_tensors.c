@@ -4,7 +4,7 @@
  * room in front of the body for its safetensors header, so the stored document is contiguous
  * without copying the payload. GETs answer from the stored blob itself (zero copy,
  * reference-counted); ?wait= long-polls through the waiters without holding a thread.
- * Runs on the HTTP workers; see api.h.
+ * Runs on the transports' threads; see api.h.
  */
 #include "config.h"
 #include "daemon/api.h"
@@ -16,10 +16,10 @@
 /* Answers with doc in the form Accept asks for when that is not safetensors: JSON, or one
  * tensor's raw bytes (borrowed from doc: release(arg) runs once they are sent), or a 406.
  * Returns 1 if it answered; 0 (release not called) when safetensors is wanted. */
-static int respond_view(tfx_req_t *r, ctx_t *c, const tfp_doc_t *doc,
+static int respond_view(tfx_req_t *r, tfd_ctx_t *c, const tfp_doc_t *doc,
                         void (*release)(void *), void *arg)
 {
-    tfp_media_t want = tfp_accept_pick(tfx_req_header(r, "Accept"));
+    tfp_media_t want = c->op->accept;
     if (want == TFP_MEDIA_OCTET) {
         if (doc->n != 1) {
             api_fail(r, c, TFP_ENOTACCEPT, "the answer holds %zu tensors; "
@@ -40,7 +40,7 @@ static int respond_view(tfx_req_t *r, ctx_t *c, const tfp_doc_t *doc,
         char *json;
         size_t len;
         tfp_err_t err;
-        if (tfp_jsonview_render(doc, c->srv->cfg.json_max_elems, &json, &len, &err) != TFP_OK)
+        if (tfp_jsonview_render(doc, c->api->cfg->json_max_elems, &json, &len, &err) != TFP_OK)
             api_fail(r, c, err.code, "%s", err.msg);
         else
             api_respond_text(r, 200, "application/json", json, len);
@@ -58,7 +58,7 @@ release:
     return 1;
 }
 
-void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
+void api_serve_blob(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
 {
     if (!respond_view(r, c, b->doc, tfd_blob_release, b))
         api_respond_blob(r, 200, "application/x-safetensors", b);
@@ -66,15 +66,15 @@ void api_serve_blob(tfx_req_t *r, ctx_t *c, tfd_blob_t *b)
 
 static int tensor_present(void *arg)
 {
-    ctx_t *c = arg;
-    tfd_blob_t *b = tfd_store_get(c->srv->store, c->name);
+    tfd_ctx_t *c = arg;
+    tfd_blob_t *b = tfd_store_get(c->api->store, c->name);
     tfd_blob_unref(b);
     return b != NULL;
 }
 
-void api_handle_get(tfx_req_t *r, ctx_t *c)
+void api_handle_get(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     tfd_blob_t *b = tfd_store_get(s->store, c->name);
     if (b) {
         api_serve_blob(r, c, b);
@@ -109,38 +109,37 @@ void api_handle_get(tfx_req_t *r, ctx_t *c)
         }
     } else if (armed == -1) {
         api_fail(r, c, TFP_EBUSY, "too many waiting requests (max-waiters %u)",
-                 s->cfg.max_waiters);
+                 s->cfg->max_waiters);
     } else {
         api_fail(r, c, TFP_EBUSY, "the server is shutting down");
     }
 }
 
-/* Headers in: decide the body's layout and reserve store space for it. */
-void api_begin_put(tfx_req_t *r, ctx_t *c)
+void api_finish_get(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
-    if (api_begin_body(r, c, c->name, s->cfg.max_body) != 0)
-        return;
-    if (c->body_kind == BODY_SHUMAI || c->body_kind == BODY_JSON) {
-        api_fail(r, c, TFP_EMEDIATYPE, "Content-Type must be application/x-safetensors, or "
-                 "application/octet-stream with Tfetch-Dtype and Tfetch-Shape");
-        return;
-    }
-    int64_t cl = tfx_req_content_length(r);
-    uint64_t need = c->body_kind == BODY_RAW ? c->raw_hdr_len + c->raw_nbytes
-                                             : (cl >= 0 ? (uint64_t)cl : 0);
+    (void)r;
+    tfd_waiters_disarm(c->api->waiters, &c->waiter);
+}
+
+/* The body is accepted: reserve store space for it. */
+void api_begin_put(tfx_req_t *r, tfd_ctx_t *c)
+{
+    const tfd_api_t *s = c->api;
+    const tfp_op_body_t *body = &c->op->body;
+    uint64_t need = body->kind == TFP_BODY_RAW ? c->raw_hdr_len + body->nbytes
+                                               : (body->length >= 0 ? (uint64_t)body->length : 0);
     if (need && tfd_store_reserve(s->store, need) != 0) {
         api_fail(r, c, TFP_ENOSPACE, "storing %llu bytes would exceed the store's limit of "
-                 "%llu bytes", (unsigned long long)need, (unsigned long long)s->cfg.store_memory);
+                 "%llu bytes", (unsigned long long)need, (unsigned long long)s->cfg->store_memory);
         return;
     }
     c->reserved = need;
     c->charged = need;              /* on_body_grow reserves only what goes beyond */
 }
 
-void api_handle_put(tfx_req_t *r, ctx_t *c)
+void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfd_server_t *s = c->srv;
+    const tfd_api_t *s = c->api;
     uint8_t *base;
     size_t cap, len;
     tfp_doc_t *doc;
@@ -156,16 +155,16 @@ void api_handle_put(tfx_req_t *r, ctx_t *c)
     if (rc < 0) {
         tfd_blob_unref(b);
         api_fail(r, c, TFP_ENOSPACE, "storing %zu bytes would exceed the store's limit of %llu "
-                 "bytes", len, (unsigned long long)s->cfg.store_memory);
+                 "bytes", len, (unsigned long long)s->cfg->store_memory);
         return;
     }
     tfd_waiters_notify(s->waiters, c->name);
     tfx_respond(r, rc == 1 ? 204 : 201, NULL, "", 0, NULL, NULL);
 }
 
-void api_handle_delete(tfx_req_t *r, ctx_t *c)
+void api_handle_delete(tfx_req_t *r, tfd_ctx_t *c)
 {
-    if (tfd_store_delete(c->srv->store, c->name) == 0)
+    if (tfd_store_delete(c->api->store, c->name) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
@@ -199,14 +198,14 @@ static void list_one(const char *name, const tfd_blob_t *b, void *arg)
     tfp_jw_obj_end(w);
 }
 
-void api_handle_list(tfx_req_t *r, ctx_t *c)
+void api_handle_list(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfp_jw_t w;
     tfp_jw_init(&w);
     tfp_jw_obj_begin(&w);
     tfp_jw_key(&w, "tensors");
     tfp_jw_arr_begin(&w);
-    tfd_store_each(c->srv->store, list_one, &w);
+    tfd_store_each(c->api->store, list_one, &w);
     tfp_jw_arr_end(&w);
     tfp_jw_obj_end(&w);
     api_respond_json(r, c, &w);

@@ -8,7 +8,7 @@
  *                                         {"error", "code"} passed on to the caller -> 204
  *   DELETE /v1/workers/{id}               leave; calls in its hands fail with 503 -> 204
  *
- * Runs on the HTTP workers; see api.h.
+ * Runs on the transports' threads; see api.h.
  */
 #include "config.h"
 #include "daemon/api.h"
@@ -21,36 +21,8 @@
 #include <string.h>
 
 #define MAX_ROUTES_PER_WORKER 256
-#define MAX_REGISTRATION (64u << 10)
 
-void api_begin_workers(tfx_req_t *r, ctx_t *c)
-{
-    switch (c->path.kind) {
-    case TFP_PATH_WORKERS:
-        if (allow_method(r, c, "POST"))
-            tfx_req_accept_body(r, 0, MAX_REGISTRATION);
-        return;
-    case TFP_PATH_WORKER:
-        allow_method(r, c, "DELETE");
-        return;
-    case TFP_PATH_WORKER_REPLY: {
-        if (!allow_method(r, c, "POST"))
-            return;
-        tfp_media_t ct = tfp_media_parse(tfx_req_header(r, "Content-Type"));
-        if (ct == TFP_MEDIA_JSON) {
-            c->body_kind = BODY_JSON;
-            tfx_req_accept_body(r, 0, MAX_REGISTRATION);
-        } else {
-            api_begin_body(r, c, "tensor", c->srv->cfg.max_body);
-        }
-        return;
-    }
-    default:
-        return;
-    }
-}
-
-static void handle_register(tfx_req_t *r, ctx_t *c)
+void api_handle_register(tfx_req_t *r, tfd_ctx_t *c)
 {
     size_t len;
     const uint8_t *body = tfx_req_body(r, &len);
@@ -63,7 +35,7 @@ static void handle_register(tfx_req_t *r, ctx_t *c)
         return;
     }
     char id[TFD_WORKER_ID_SIZE];
-    tfp_status_t st = tfd_workers_register(c->srv->workers, (const char *const *)routes, n, id,
+    tfp_status_t st = tfd_workers_register(c->api->workers, (const char *const *)routes, n, id,
                                            &err);
     tfp_strings_free(routes, n);
     if (st != TFP_OK) {
@@ -76,22 +48,22 @@ static void handle_register(tfx_req_t *r, ctx_t *c)
     tfp_jw_key(&w, "worker");
     tfp_jw_str(&w, id);
     tfp_jw_key(&w, "lease_ms");
-    tfp_jw_uint(&w, c->srv->cfg.worker_lease_ms);
+    tfp_jw_uint(&w, c->api->cfg->worker_lease_ms);
     tfp_jw_obj_end(&w);
     char *text = tfp_jw_finish(&w, &len);
     if (!text) {
-        tfd_workers_unregister(c->srv->workers, id);
+        tfd_workers_unregister(c->api->workers, id);
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
     api_respond_text(r, 201, "application/json", text, len);
 }
 
-static void handle_poll(tfx_req_t *r, ctx_t *c)
+void api_handle_poll(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_worker_poll_t *p = &c->poll;
     if (p->state == TFD_POLL_IDLE || p->state == TFD_POLL_ARMED) {
-        int rc = tfd_workers_poll(c->srv->workers, c->name, p);
+        int rc = tfd_workers_poll(c->api->workers, c->name, p);
         if (rc == 0) {
             tfx_req_suspend(r);
             return;
@@ -120,11 +92,11 @@ static void handle_poll(tfx_req_t *r, ctx_t *c)
     }
 }
 
-static void handle_reply(tfx_req_t *r, ctx_t *c)
+void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfd_workers_t *ws = c->srv->workers;
+    tfd_workers_t *ws = c->api->workers;
     int rc;
-    if (c->body_kind == BODY_JSON) {
+    if (c->op->body.kind == TFP_BODY_JSON) {
         size_t len;
         const uint8_t *body = tfx_req_body(r, &len);
         tfp_status_t code;
@@ -135,49 +107,32 @@ static void handle_reply(tfx_req_t *r, ctx_t *c)
                      "\"code\": \"TF_E...\"}");
             return;
         }
-        rc = tfd_workers_reply(ws, c->name, c->path.sub, code, msg, NULL, NULL, 0);
+        rc = tfd_workers_reply(ws, c->name, c->op->sub, code, msg, NULL, NULL, 0);
     } else {
         uint8_t *base;
         size_t cap, len;
         tfp_doc_t *doc;
         if (api_body_doc(r, c, &base, &cap, &len, &doc) != 0)
             return;
-        rc = tfd_workers_reply(ws, c->name, c->path.sub, TFP_OK, NULL, doc, base, cap);
+        rc = tfd_workers_reply(ws, c->name, c->op->sub, TFP_OK, NULL, doc, base, cap);
     }
     if (rc == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "worker '%s' has no call '%s' in hand (it timed out, "
-                 "or its caller's lease ended)", c->name, c->path.sub);
+                 "or its caller's lease ended)", c->name, c->op->sub);
 }
 
-void api_handle_workers(tfx_req_t *r, ctx_t *c)
+void api_handle_leave(tfx_req_t *r, tfd_ctx_t *c)
 {
-    switch (c->path.kind) {
-    case TFP_PATH_WORKERS:
-        handle_register(r, c);
-        return;
-    case TFP_PATH_WORKER:
-        if (tfd_workers_unregister(c->srv->workers, c->name) == 0)
-            tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
-        else
-            api_fail(r, c, TFP_ENOTFOUND, "no worker '%s'", c->name);
-        return;
-    case TFP_PATH_WORKER_NEXT:
-        handle_poll(r, c);
-        return;
-    case TFP_PATH_WORKER_REPLY:
-        handle_reply(r, c);
-        return;
-    default:
-        api_fail(r, c, TFP_ENOTFOUND, "no route for %s", tfx_req_path(r));
-        return;
-    }
+    if (tfd_workers_unregister(c->api->workers, c->name) == 0)
+        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    else
+        api_fail(r, c, TFP_ENOTFOUND, "no worker '%s'", c->name);
 }
 
-void api_finish_workers(tfx_req_t *r, ctx_t *c)
+void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)r;
-    if (c->path.kind == TFP_PATH_WORKER_NEXT)
-        tfd_workers_poll_done(c->srv->workers, &c->poll);
+    tfd_workers_poll_done(c->api->workers, &c->poll);
 }

@@ -34,10 +34,10 @@ typedef struct {
 static const opt_t opts[] = {
     {"listen", K_STR, F(listen), "ADDR", "numeric address to listen on (default 127.0.0.1)"},
     {"port", K_UINT, F(port), "N", "TCP port; 0 picks a free one (default 7070)"},
-    {"threads", K_UINT, F(threads), "N", "HTTP worker threads (default: CPU count, at least 2)"},
+    {"threads", K_UINT, F(threads), "N", "HTTP worker threads (default: the CPU count, at least 2)"},
     {"max-body", K_SIZE, F(max_body), "SIZE", "largest request body, else 413 (default 1G)"},
     {"max-header", K_SIZE, F(max_header), "SIZE", "largest request header block, else 431 (default 16K)"},
-    {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of RAM)"},
+    {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of physical memory)"},
     {"max-connections", K_UINT, F(max_connections), "N", "open connections in total (default 1024)"},
     {"max-per-ip", K_UINT, F(max_per_ip), "N", "open connections per client address; 0: no limit (default 256)"},
     {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
@@ -280,20 +280,28 @@ static void usage(FILE *out)
             "Usage: tfetchd [OPTION]...\n"
             "Serve tensors over HTTP: GET/PUT/DELETE /v1/tensors/NAME, GET /v1/tensors,\n"
             "/v1/info, /healthz, /metrics. Prints 'listening on http://ADDR:PORT' on stdout\n"
-            "when ready. SIGTERM stops accepting, finishes transfers in flight and exits 0.\n\n"
-            "  -c, --config FILE           config file (default %s, if it exists)\n",
+            "when ready. SIGTERM stops accepting, finishes transfers in flight and exits 0.\n\n");
+    /* The help column starts two spaces after the longest "--name ARG", so none collide. */
+    int w = (int)strlen("--version");
+    for (size_t i = 0; i < NOPTS; i++) {
+        int n = (int)(strlen(opts[i].name) + strlen(opts[i].arg) + 3);
+        w = n > w ? n : w;
+    }
+    fprintf(out, "  -c, %-*sconfig file (default %s, if it exists)\n", w + 2, "--config FILE",
             TFD_DEFAULT_CONFIG);
     for (size_t i = 0; i < NOPTS; i++) {
         char lhs[64];
         snprintf(lhs, sizeof lhs, "--%s %s", opts[i].name, opts[i].arg);
-        fprintf(out, "      %-26s%s\n", lhs, opts[i].help);
+        fprintf(out, "      %-*s%s\n", w + 2, lhs, opts[i].help);
     }
+    fprintf(out, "  -h, %-*sshow this help and exit\n", w + 2, "--help");
+    fprintf(out, "  -V, %-*sshow the version and exit\n\n", w + 2, "--version");
     fprintf(out,
-            "  -h, --help                  show this help and exit\n"
-            "  -V, --version               show the version and exit\n\n"
             "Config file keys are the long option names (`max-body = 1G`), optionally under a\n"
             "[tfetchd] section; flags override the file (--plugin flags replace the file's\n"
-            "plugin lines). See tfetchd(8), tfetchd.conf(5).\n");
+            "plugin lines). See tfetchd(8), tfetchd.conf(5).\n\n"
+            "There is no authentication yet: a --listen address other than loopback exposes\n"
+            "every tensor and route to anyone who can reach it.\n");
 }
 
 int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)

@@ -12,7 +12,9 @@
 #include <stdint.h>
 
 #define TFD_DEFAULT_PORT 7070
-#define TFD_DEFAULT_CONFIG "/etc/tfetchd/tfetchd.conf"
+/* $(sysconfdir)/tfetchd/tfetchd.conf: TFD_SYSCONFDIR comes from Makefile.am, so the daemon
+ * looks where make install put the file (/etc/tfetchd/tfetchd.conf with --sysconfdir=/etc). */
+#define TFD_DEFAULT_CONFIG TFD_SYSCONFDIR "/tfetchd/tfetchd.conf"
 #define TFD_MAX_PLUGINS 16
 
 /* A repeatable setting's values, in the order given. */

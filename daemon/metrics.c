@@ -1,4 +1,4 @@
-/* metrics.c - fixed-size counter tables (route x status, route x code, route x bucket) of
+/* metrics.c - fixed-size counter tables (endpoint x status, endpoint x code, endpoint x bucket) of
  * relaxed atomics, rendered on demand. No locks; any thread.
  */
 #include "config.h"
@@ -19,21 +19,21 @@ static const double buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 
 typedef atomic_uint_fast64_t ctr_t;
 
 struct tfd_metrics {
-    ctr_t requests[TFD_ROUTE_COUNT][NSTATUS];
-    ctr_t errors[TFD_ROUTE_COUNT][NCODES];
-    ctr_t bytes_in[TFD_ROUTE_COUNT], bytes_out[TFD_ROUTE_COUNT];
-    ctr_t hist[TFD_ROUTE_COUNT][NBUCKETS + 1];
-    ctr_t lat_sum_ns[TFD_ROUTE_COUNT];
+    ctr_t requests[TFD_EP_COUNT][NSTATUS];
+    ctr_t errors[TFD_EP_COUNT][NCODES];
+    ctr_t bytes_in[TFD_EP_COUNT], bytes_out[TFD_EP_COUNT];
+    ctr_t hist[TFD_EP_COUNT][NBUCKETS + 1];
+    ctr_t lat_sum_ns[TFD_EP_COUNT];
 };
 
-const char *tfd_route_name(tfd_route_t r)
+const char *tfd_endpoint_name(tfd_endpoint_t ep)
 {
     static const char *names[] = {
 #define X(n, s) s,
-        TFD_ROUTE_MAP(X)
+        TFD_ENDPOINT_MAP(X)
 #undef X
     };
-    return (unsigned)r < TFD_ROUTE_COUNT ? names[r] : "other";
+    return (unsigned)ep < TFD_EP_COUNT ? names[ep] : "other";
 }
 
 tfd_metrics_t *tfd_metrics_new(void) { return calloc(1, sizeof(tfd_metrics_t)); }
@@ -42,21 +42,21 @@ void tfd_metrics_free(tfd_metrics_t *m) { free(m); }
 static void add(ctr_t *c, uint64_t v) { atomic_fetch_add_explicit(c, v, memory_order_relaxed); }
 static uint64_t get(ctr_t *c) { return atomic_load_explicit(c, memory_order_relaxed); }
 
-void tfd_metrics_record(tfd_metrics_t *m, tfd_route_t route, unsigned status, tfp_status_t code,
+void tfd_metrics_record(tfd_metrics_t *m, tfd_endpoint_t ep, unsigned status, tfp_status_t code,
                         uint64_t bytes_in, uint64_t bytes_out, double seconds)
 {
-    if ((unsigned)route >= TFD_ROUTE_COUNT)
-        route = TFD_ROUTE_OTHER;
-    add(&m->requests[route][status < NSTATUS ? status : 0], 1);
+    if ((unsigned)ep >= TFD_EP_COUNT)
+        ep = TFD_EP_OTHER;
+    add(&m->requests[ep][status < NSTATUS ? status : 0], 1);
     if (code != TFP_OK && -(int)code > 0 && -(int)code < NCODES)
-        add(&m->errors[route][-(int)code], 1);
-    add(&m->bytes_in[route], bytes_in);
-    add(&m->bytes_out[route], bytes_out);
+        add(&m->errors[ep][-(int)code], 1);
+    add(&m->bytes_in[ep], bytes_in);
+    add(&m->bytes_out[ep], bytes_out);
     size_t b = 0;
     while (b < NBUCKETS && seconds > buckets[b])
         b++;
-    add(&m->hist[route][b], 1);
-    add(&m->lat_sum_ns[route], seconds > 0 ? (uint64_t)(seconds * 1e9) : 0);
+    add(&m->hist[ep][b], 1);
+    add(&m->lat_sum_ns[ep], seconds > 0 ? (uint64_t)(seconds * 1e9) : 0);
 }
 
 typedef struct {
@@ -103,47 +103,47 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
 
     outf(&o, "# HELP tfetch_requests_total Requests answered, by route and HTTP status.\n"
              "# TYPE tfetch_requests_total counter\n");
-    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
+    for (int r = 0; r < TFD_EP_COUNT; r++)
         for (int s = 0; s < NSTATUS; s++) {
             uint64_t v = get(&m->requests[r][s]);
             if (v)
                 outf(&o, "tfetch_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
-                     tfd_route_name(r), s, (unsigned long long)v);
+                     tfd_endpoint_name(r), s, (unsigned long long)v);
         }
     outf(&o, "# HELP tfetch_errors_total Error answers, by route and error code.\n"
              "# TYPE tfetch_errors_total counter\n");
-    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
+    for (int r = 0; r < TFD_EP_COUNT; r++)
         for (int c = 1; c < NCODES; c++) {
             uint64_t v = get(&m->errors[r][c]);
             if (v)
                 outf(&o, "tfetch_errors_total{route=\"%s\",code=\"%s\"} %llu\n",
-                     tfd_route_name(r), tfp_status_name((tfp_status_t)-c), (unsigned long long)v);
+                     tfd_endpoint_name(r), tfp_status_name((tfp_status_t)-c), (unsigned long long)v);
         }
     outf(&o, "# HELP tfetch_received_bytes_total Request body bytes received, by route.\n"
              "# TYPE tfetch_received_bytes_total counter\n");
-    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
-        outf(&o, "tfetch_received_bytes_total{route=\"%s\"} %llu\n", tfd_route_name(r),
+    for (int r = 0; r < TFD_EP_COUNT; r++)
+        outf(&o, "tfetch_received_bytes_total{route=\"%s\"} %llu\n", tfd_endpoint_name(r),
              (unsigned long long)get(&m->bytes_in[r]));
     outf(&o, "# HELP tfetch_sent_bytes_total Response body bytes sent, by route.\n"
              "# TYPE tfetch_sent_bytes_total counter\n");
-    for (int r = 0; r < TFD_ROUTE_COUNT; r++)
-        outf(&o, "tfetch_sent_bytes_total{route=\"%s\"} %llu\n", tfd_route_name(r),
+    for (int r = 0; r < TFD_EP_COUNT; r++)
+        outf(&o, "tfetch_sent_bytes_total{route=\"%s\"} %llu\n", tfd_endpoint_name(r),
              (unsigned long long)get(&m->bytes_out[r]));
     outf(&o, "# HELP tfetch_request_duration_seconds Time from request headers to completion.\n"
              "# TYPE tfetch_request_duration_seconds histogram\n");
-    for (int r = 0; r < TFD_ROUTE_COUNT; r++) {
+    for (int r = 0; r < TFD_EP_COUNT; r++) {
         uint64_t cum = 0;
         for (size_t b = 0; b < NBUCKETS; b++) {
             cum += get(&m->hist[r][b]);
             outf(&o, "tfetch_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
-                 tfd_route_name(r), buckets[b], (unsigned long long)cum);
+                 tfd_endpoint_name(r), buckets[b], (unsigned long long)cum);
         }
         cum += get(&m->hist[r][NBUCKETS]);
         outf(&o, "tfetch_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
                  "tfetch_request_duration_seconds_sum{route=\"%s\"} %.9f\n"
                  "tfetch_request_duration_seconds_count{route=\"%s\"} %llu\n",
-             tfd_route_name(r), (unsigned long long)cum, tfd_route_name(r),
-             (double)get(&m->lat_sum_ns[r]) / 1e9, tfd_route_name(r), (unsigned long long)cum);
+             tfd_endpoint_name(r), (unsigned long long)cum, tfd_endpoint_name(r),
+             (double)get(&m->lat_sum_ns[r]) / 1e9, tfd_endpoint_name(r), (unsigned long long)cum);
     }
     outf(&o,
          "# HELP tfetch_store_retired_bytes Replaced or deleted documents still being read.\n"

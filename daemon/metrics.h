@@ -1,8 +1,10 @@
 /* metrics.h - tfetchd's counters, rendered in the Prometheus text format at /metrics.
  *
- * Requests by route and status, errors by route and wire code, body bytes in and out by route,
- * and a latency histogram per route; gauges (stored bytes, inflight, waiters) are passed in
- * at render time. Counters are relaxed atomics: any thread records, any thread renders.
+ * Requests by API endpoint and status, errors by endpoint and wire code, body bytes in and
+ * out by endpoint, and a latency histogram per endpoint; gauges (stored bytes, inflight,
+ * waiters) are passed in at render time. The endpoints' names are the values of the "route"
+ * label, a contract with dashboards: they never change (several operations may share one:
+ * "worker"). Counters are relaxed atomics: any thread records, any thread renders.
  */
 #ifndef TFD_METRICS_H
 #define TFD_METRICS_H
@@ -12,31 +14,32 @@
 #include "proto/status.h"
 #include "daemon/sessions.h"
 
-#define TFD_ROUTE_MAP(X)          \
-    X(TENSOR_GET, "tensor_get")   \
-    X(TENSOR_PUT, "tensor_put")   \
+/* API endpoints, as the metrics name them (not exchange routes: see routes.h). */
+#define TFD_ENDPOINT_MAP(X)           \
+    X(TENSOR_GET, "tensor_get")       \
+    X(TENSOR_PUT, "tensor_put")       \
     X(TENSOR_DELETE, "tensor_delete") \
-    X(LIST, "list")               \
-    X(INFO, "info")               \
-    X(HEALTH, "healthz")          \
-    X(METRICS, "metrics")         \
-    X(CALL, "call")               \
-    X(SESSION, "session")         \
-    X(SHUMAI_GET, "shumai_get")   \
-    X(SHUMAI_CALL, "shumai_call") \
-    X(WORKER, "worker")           \
-    X(WORKER_POLL, "worker_poll") \
-    X(UPGRADE, "upgrade")         \
+    X(LIST, "list")                   \
+    X(INFO, "info")                   \
+    X(HEALTH, "healthz")              \
+    X(METRICS, "metrics")             \
+    X(CALL, "call")                   \
+    X(SESSION, "session")             \
+    X(SHUMAI_GET, "shumai_get")       \
+    X(SHUMAI_CALL, "shumai_call")     \
+    X(WORKER, "worker")               \
+    X(WORKER_POLL, "worker_poll")     \
+    X(UPGRADE, "upgrade")             \
     X(OTHER, "other")
 
 typedef enum {
-#define X(n, s) TFD_ROUTE_##n,
-    TFD_ROUTE_MAP(X)
+#define X(n, s) TFD_EP_##n,
+    TFD_ENDPOINT_MAP(X)
 #undef X
-    TFD_ROUTE_COUNT
-} tfd_route_t;
+    TFD_EP_COUNT
+} tfd_endpoint_t;
 
-const char *tfd_route_name(tfd_route_t r);
+const char *tfd_endpoint_name(tfd_endpoint_t ep);
 
 typedef struct tfd_metrics tfd_metrics_t;
 
@@ -52,9 +55,9 @@ typedef struct {
 
 tfd_metrics_t *tfd_metrics_new(void);
 void tfd_metrics_free(tfd_metrics_t *m);
-/* One finished request: its route, HTTP status, wire error code (TFP_OK if none), body bytes
+/* One finished request: its endpoint, HTTP status, wire error code (TFP_OK if none), body bytes
  * received and sent, and seconds from first byte of headers to completion. */
-void tfd_metrics_record(tfd_metrics_t *m, tfd_route_t route, unsigned status, tfp_status_t code,
+void tfd_metrics_record(tfd_metrics_t *m, tfd_endpoint_t ep, unsigned status, tfp_status_t code,
                         uint64_t bytes_in, uint64_t bytes_out, double seconds);
 /* Renders everything; malloc'd text. */
 char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len);

@@ -19,10 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The header's values are the wire's: it cannot include proto/, so check here. */
-#define X(n, v, h, s) _Static_assert((int)TFPL_##n == (int)TFP_##n, "status " #n);
-TFP_STATUS_MAP(X)
-#undef X
+/* The header's statuses are generated from the one table (tfetch-status.h); its dtypes are
+ * written out, as it cannot include proto/dtype.h, so check those here. */
 #define X(n, v, sz, s) _Static_assert((int)TFPL_##n == (int)TFP_##n, "dtype " #n);
 TFP_DTYPE_MAP(X)
 #undef X

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 #include "daemon/replay.h"
+#include "transports/clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -22,9 +23,8 @@ typedef struct {
     char *route;
     int done;
     time_t at;
-    unsigned status;
-    char content_type[48];
-    tfd_blob_t *body;
+    tfd_replay_answer_t ans;
+    uint64_t bytes;                 /* what the answer holds, counted against max_bytes */
     waiter_t *waiters;
     UT_hash_handle hh;
 } entry_t;
@@ -35,13 +35,6 @@ struct tfd_replay {
     entry_t *map;
     uint64_t entries, bytes, hits, running;
 };
-
-static time_t now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
-}
 
 static char *make_key(const char *user, const char *id)
 {
@@ -76,12 +69,11 @@ static void drop(tfd_replay_t *r, entry_t *e)
 {
     HASH_DEL(r->map, e);
     r->entries--;
-    if (e->body)
-        r->bytes -= e->body->len;
+    r->bytes -= e->bytes;
     if (!e->done)
         r->running--;
     wake(e);
-    tfd_blob_unref(e->body);
+    tfd_blob_unref(e->ans.body);
     free(e->key);
     free(e->route);
     free(e);
@@ -123,9 +115,8 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
     if (e && strcmp(e->route, route) != 0) {
         rc = TFD_REPLAY_CONFLICT;
     } else if (e && e->done) {
-        ans->status = e->status;
-        memcpy(ans->content_type, e->content_type, sizeof ans->content_type);
-        ans->body = e->body ? tfd_blob_ref(e->body) : NULL;
+        *ans = e->ans;
+        ans->body = e->ans.body ? tfd_blob_ref(e->ans.body) : NULL;
         r->hits++;
         rc = TFD_REPLAY_DONE;
     } else if (e) {
@@ -146,7 +137,7 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
     } else {
         e->key = key;
         key = NULL;
-        e->at = now_s();
+        e->at = (time_t)tfx_now_s();
         HASH_ADD_KEYPTR(hh, r->map, e->key, strlen(e->key), e);
         r->entries++;
         r->running++;
@@ -168,20 +159,19 @@ static entry_t *find_running(tfd_replay_t *r, const char *user, const char *id)
     return e && !e->done ? e : NULL;
 }
 
-void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, unsigned status,
-                         const char *content_type, tfd_blob_t *body)
+void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id,
+                         const tfd_replay_answer_t *ans)
 {
     pthread_mutex_lock(&r->lock);
     entry_t *e = find_running(r, user, id);
     if (e) {
         e->done = 1;
         r->running--;
-        e->at = now_s();
-        e->status = status;
-        snprintf(e->content_type, sizeof e->content_type, "%s", content_type ? content_type : "");
-        e->body = body ? tfd_blob_ref(body) : NULL;
-        if (body)
-            r->bytes += body->len;
+        e->at = (time_t)tfx_now_s();
+        e->ans = *ans;
+        e->ans.body = ans->body ? tfd_blob_ref(ans->body) : NULL;
+        e->bytes = ans->body ? ans->body->len : strlen(ans->msg);
+        r->bytes += e->bytes;
         wake(e);
         trim(r);
     }
@@ -216,7 +206,7 @@ out:
 
 void tfd_replay_sweep(tfd_replay_t *r)
 {
-    time_t cutoff = now_s() - (time_t)r->lim.window_s;
+    time_t cutoff = (time_t)tfx_now_s() - (time_t)r->lim.window_s;
     pthread_mutex_lock(&r->lock);
     entry_t *e, *tmp;
     HASH_ITER(hh, r->map, e, tmp) {

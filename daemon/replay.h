@@ -22,11 +22,13 @@ typedef struct {
     uint64_t max_bytes;
 } tfd_replay_limits_t;
 
-/* A remembered answer. */
+/* A remembered answer: a body, or a failure (code and message). */
 typedef struct {
-    unsigned status;
+    unsigned status;                /* HTTP-equivalent */
     char content_type[48];
-    tfd_blob_t *body;               /* a reference: release with tfd_blob_unref */
+    tfd_blob_t *body;               /* a reference: release with tfd_blob_unref; NULL on failure */
+    tfp_status_t code;              /* TFP_OK, or the failure */
+    char msg[256];                  /* the failure's message */
 } tfd_replay_answer_t;
 
 enum { TFD_REPLAY_NEW, TFD_REPLAY_DONE, TFD_REPLAY_WAIT, TFD_REPLAY_CONFLICT, TFD_REPLAY_FULL };
@@ -44,9 +46,10 @@ void tfd_replay_free(tfd_replay_t *r);
  *   TFD_REPLAY_FULL      too many calls running with ids to remember: run without. */
 int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const char *route,
                      tfx_req_t *req, tfd_replay_answer_t *ans);
-/* Remembers the answer (takes a new reference to body) and wakes waiting retries. */
-void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, unsigned status,
-                         const char *content_type, tfd_blob_t *body);
+/* Remembers the answer (copied; takes a new reference to its body) and wakes waiting
+ * retries. */
+void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id,
+                         const tfd_replay_answer_t *ans);
 void tfd_replay_abandon(tfd_replay_t *r, const char *user, const char *id);
 /* A suspended waiter went away (its request ended): forget it. */
 void tfd_replay_forget_waiter(tfd_replay_t *r, tfx_req_t *req);

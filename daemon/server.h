@@ -1,7 +1,9 @@
-/* server.h - tfetchd's HTTP API: routes requests to the store, the waiters and the metrics.
+/* server.h - tfetchd's life: starts the daemon's parts and both transports (HTTP, UCX),
+ * ticks, drains and frees them.
  *
- * Owns the store, the waiters, the metrics and the HTTP transport for the daemon's lifetime.
- * Created and drained by the main thread; requests run on the transport's worker threads.
+ * Owns every part (store, waiters, metrics, exchange routes and plugins, sessions, replay,
+ * worker processes) and the transports for the daemon's lifetime. Created and drained by
+ * the main thread; requests run on the transports' threads (router.h).
  */
 #ifndef TFD_SERVER_H
 #define TFD_SERVER_H

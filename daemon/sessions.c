@@ -7,6 +7,7 @@
  */
 #include "config.h"
 #include "daemon/sessions.h"
+#include "transports/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -39,13 +40,6 @@ struct tfd_sessions {
     tfd_session_t *map;
     uint64_t count, bytes, evictions, expirations, rejections;
 };
-
-static time_t now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
-}
 
 tfd_sessions_t *tfd_sessions_new(const tfd_sessions_limits_t *limits)
 {
@@ -103,7 +97,7 @@ static int evict_one(tfd_sessions_t *s, const tfd_session_t *keep)
 
 static void touch(tfd_sessions_t *s, tfd_session_t *se)
 {
-    se->last_used = now_s();
+    se->last_used = (time_t)tfx_now_s();
     HASH_DEL(s->map, se);                           /* move to the tail: most recent */
     HASH_ADD_KEYPTR(hh, s->map, se->user, strlen(se->user), se);
 }
@@ -144,7 +138,7 @@ void tfd_sessions_release(tfd_sessions_t *s, void *session)
     pthread_mutex_unlock(&se->lock);
     pthread_mutex_lock(&s->lock);
     se->inuse--;
-    se->last_used = now_s();
+    se->last_used = (time_t)tfx_now_s();
     if (se->ended && se->inuse == 0)
         drop(s, se);
     pthread_mutex_unlock(&s->lock);
@@ -230,7 +224,7 @@ int tfd_sessions_end(tfd_sessions_t *s, const char *user)
 
 void tfd_sessions_sweep(tfd_sessions_t *s)
 {
-    time_t cutoff = now_s() - (time_t)s->lim.ttl_s;
+    time_t cutoff = (time_t)tfx_now_s() - (time_t)s->lim.ttl_s;
     pthread_mutex_lock(&s->lock);
     tfd_session_t *se, *tmp;
     HASH_ITER(hh, s->map, se, tmp) {

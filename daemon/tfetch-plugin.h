@@ -6,7 +6,8 @@
  * its routes and optional init/fini. A route's handler reads the request's tensors through
  * the host table the daemon passes it, keeps per-user state in a slot the daemon owns, and
  * answers tensors or a status. The plugin links against nothing of tfetch: everything it
- * needs is in this header (standard headers only) and the host table.
+ * needs is in this header (standard headers, and tfetch-status.h, the table of status codes
+ * installed beside it) and the host table.
  *
  * Versioning. TFPL_ABI changes only when something here changes incompatibly; tfetchd refuses
  * (and does not start) a plugin built for another ABI. Within an ABI, functions are only ever
@@ -26,6 +27,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "tfetch-status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,26 +53,21 @@ enum {
     TFPL_U32 = 11, TFPL_U16 = 12, TFPL_U8 = 13, TFPL_BOOL = 14
 };
 
-/* Statuses: the wire codes (tf_status_t in tfetch.h; "TF_EUNPROC" on the wire) and the HTTP
- * status the client gets for each. */
+/* Statuses: the wire codes of tf_status_t (tfetch.h; "TF_EUNPROC" on the wire), generated from
+ * TF_STATUS_WIRE_MAP in tfetch-status.h, which also gives the HTTP status the client gets
+ * for each: TFPL_OK = 0, TFPL_ENOMEM = -1 (500), TFPL_EINVAL = -2 (400), TFPL_EBADREQ = -3
+ * (400), TFPL_EPROTO = -4 (400), TFPL_ENOTFOUND = -5 (404), TFPL_EMETHOD = -6 (405),
+ * TFPL_ENOTACCEPT = -7 (406), TFPL_ETOOBIG = -8 (413), TFPL_EMEDIATYPE = -9 (415),
+ * TFPL_EUNPROC = -10 (422), TFPL_EHEADERS = -11 (431), TFPL_EBUSY = -12 (503),
+ * TFPL_ENOSPACE = -13 (507), TFPL_EINTERNAL = -14 (500), TFPL_ERANGE = -15 (416),
+ * TFPL_ELENGTH = -16 (411). The ones a route typically answers: TFPL_EBADREQ for a bad request
+ * (metadata, parameters), TFPL_EUNPROC for well-formed tensors this route cannot use,
+ * TFPL_EBUSY for "try again later", TFPL_ENOSPACE when a quota (e.g. per-user state) is
+ * exhausted, TFPL_EINTERNAL for the plugin's own failure. */
 enum {
-    TFPL_OK = 0,
-    TFPL_ENOMEM = -1,               /* 500 */
-    TFPL_EINVAL = -2,               /* 400 */
-    TFPL_EBADREQ = -3,              /* 400: a bad request (metadata, parameters) */
-    TFPL_EPROTO = -4,               /* 400 */
-    TFPL_ENOTFOUND = -5,            /* 404 */
-    TFPL_EMETHOD = -6,              /* 405 */
-    TFPL_ENOTACCEPT = -7,           /* 406 */
-    TFPL_ETOOBIG = -8,              /* 413 */
-    TFPL_EMEDIATYPE = -9,           /* 415 */
-    TFPL_EUNPROC = -10,             /* 422: well-formed tensors this route cannot use */
-    TFPL_EHEADERS = -11,            /* 431 */
-    TFPL_EBUSY = -12,               /* 503: try again later */
-    TFPL_ENOSPACE = -13,            /* 507: a quota (e.g. per-user state) is exhausted */
-    TFPL_EINTERNAL = -14,           /* 500: the plugin's own failure */
-    TFPL_ERANGE = -15,              /* 416 */
-    TFPL_ELENGTH = -16              /* 411 */
+#define TFPL_STATUS_ENUM_(n, v, h, s) TFPL_##n = (v),
+    TF_STATUS_WIRE_MAP(TFPL_STATUS_ENUM_)
+#undef TFPL_STATUS_ENUM_
 };
 
 /* Log levels: syslog priorities. */

@@ -2,14 +2,14 @@
  *
  * Tokens live in a small array under a mutex (a few per client connection; expired ones are
  * reclaimed as new ones are issued). The UCX progress thread verifies HELLOs through
- * verify_hello; HTTP workers issue tokens. Built without UCX, every upgrade is refused with
+ * verify_hello; HTTP threads issue tokens. Built without UCX, every upgrade is refused with
  * that reason and the daemon serves HTTP alone.
  */
 #include "config.h"
 #include "daemon/upgrade.h"
 #include "daemon/log.h"
-#include "daemon/waiters.h"
 #include "proto/upgrade.h"
+#include "transports/clock.h"
 #include "transports/hostid.h"
 #ifdef HAVE_UCX
 #include "transports/ucx_server.h"
@@ -64,7 +64,7 @@ static int verify_hello(const char *token, const char *identity, char *why, size
         goto out;
     }
     pthread_mutex_lock(&up->lock);
-    drop_expired(up, tfd_now_ms());
+    drop_expired(up, tfx_now_ms());
     size_t i;
     for (i = 0; i < up->ntokens; i++)
         if (strcmp(up->tokens[i].token, token) == 0)
@@ -92,7 +92,8 @@ out:
 }
 #endif
 
-tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_handlers_t *h)
+tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
+                                 const tfx_handlers_t *h)
 {
     tfd_upgrade_t *up = calloc(1, sizeof *up);
     if (!up)
@@ -109,7 +110,7 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_ha
         snprintf(up->why, sizeof up->why, "UCX is turned off (--ucx off)");
         return up;
     }
-    tfx_ucx_config_t cfg = {verify_hello, up};
+    tfx_ucx_config_t cfg = {verify_hello, up, max_body};
     up->ucx = tfx_ucx_start(&cfg, h, &err);
     if (!up->ucx) {
         snprintf(up->why, sizeof up->why, "UCX did not start: %.200s", err.msg);
@@ -117,6 +118,7 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_ha
     }
 #else
     (void)enable;
+    (void)max_body;
     (void)h;
     snprintf(up->why, sizeof up->why, "this tfetchd was built without UCX");
 #endif
@@ -177,7 +179,7 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         return;
     }
     pthread_mutex_lock(&up->lock);
-    drop_expired(up, tfd_now_ms());
+    drop_expired(up, tfx_now_ms());
     int full = up->ntokens >= MAX_TOKENS;
     if (!full) {
         token_t *nt = realloc(up->tokens, (up->ntokens + 1) * sizeof *nt);
@@ -185,7 +187,7 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
             up->tokens = nt;
             token_t *t = &up->tokens[up->ntokens++];
             memcpy(t->token, resp.token, sizeof t->token);
-            t->expires_ms = tfd_now_ms() + up->ttl_ms;
+            t->expires_ms = tfx_now_ms() + up->ttl_ms;
             t->host = req.host;
             up->st.issued++;
         } else {

@@ -3,7 +3,7 @@
  *
  * A token is 128 random bits, single-use, short-lived (upgrade-token-ttl) and bound to the
  * host identity (boot id + network namespace) the client declared when it asked; HELLO must
- * present both. Same-host clients get the worker address with every transport (shared
+ * present both. Same-host clients get the UCX worker address with every transport (shared
  * memory, CMA); others get the network-only address. Thread-safe.
  */
 #ifndef TFD_UPGRADE_H
@@ -20,9 +20,11 @@ typedef struct {
     uint64_t dropped, requests;             /* UCX messages */
 } tfd_upgrade_stats_t;
 
-/* Starts UCX serving with handlers h, when built with UCX and enabled. Never NULL on memory:
- * when UCX is off or fails, tfd_upgrade_enabled says no and why. */
-tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, const tfx_handlers_t *h);
+/* Starts UCX serving with handlers h, when built with UCX and enabled; request documents
+ * above max_body are refused. Never NULL on memory: when UCX is off or fails,
+ * tfd_upgrade_enabled says no and why. */
+tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
+                                 const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
 /* POST /v1/upgrade (the body is complete). */
 void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r);

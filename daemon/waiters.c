@@ -7,6 +7,7 @@
  */
 #include "config.h"
 #include "daemon/waiters.h"
+#include "transports/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,13 +22,6 @@ struct tfd_waiters {
     unsigned count, max;
     int stopping;
 };
-
-uint64_t tfd_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static void unlink_waiter(tfd_waiters_t *ws, tfd_waiter_t *w)
 {
@@ -54,7 +48,7 @@ static void *timer_main(void *arg)
     tfd_waiters_t *ws = arg;
     pthread_mutex_lock(&ws->lock);
     while (!ws->stopping) {
-        uint64_t now = tfd_now_ms(), next = UINT64_MAX;
+        uint64_t now = tfx_now_ms(), next = UINT64_MAX;
         tfd_waiter_t *w = ws->head;
         while (w) {
             tfd_waiter_t *n = w->next;
@@ -67,15 +61,9 @@ static void *timer_main(void *arg)
         if (next == UINT64_MAX) {
             pthread_cond_wait(&ws->cond, &ws->lock);
         } else {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t d = next - now;
-            ts.tv_sec += (time_t)(d / 1000u);
-            ts.tv_nsec += (long)(d % 1000u) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            /* the condition variable runs on CLOCK_MONOTONIC, tfx_now_ns's clock */
+            uint64_t at = tfx_now_ns() + (next - now) * 1000000u;
+            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
             pthread_cond_timedwait(&ws->cond, &ws->lock, &ts);
         }
     }

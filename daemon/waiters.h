@@ -37,6 +37,4 @@ void tfd_waiters_notify(tfd_waiters_t *ws, const char *name);
 void tfd_waiters_shutdown(tfd_waiters_t *ws);
 unsigned tfd_waiters_count(tfd_waiters_t *ws);
 
-uint64_t tfd_now_ms(void);
-
 #endif

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "daemon/workers.h"
 #include "daemon/waiters.h"
+#include "transports/clock.h"
 #include "transports/buf.h"
 
 #include <pthread.h>
@@ -190,7 +191,7 @@ tfd_workers_t *tfd_workers_new(tfd_routes_t *routes, const tfd_workers_limits_t 
     ws->lim = *lim;
     uint32_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
-        rnd = (uint32_t)tfd_now_ms();
+        rnd = (uint32_t)tfx_now_ms();
     snprintf(ws->prefix, sizeof ws->prefix, "%08x", rnd);
     return ws;
 }
@@ -252,7 +253,7 @@ tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, 
         return st;
     }
     snprintf(w->id, sizeof w->id, "w%s-%llu", ws->prefix, (unsigned long long)++ws->next_worker);
-    w->last_seen_ms = tfd_now_ms();
+    w->last_seen_ms = tfx_now_ms();
     w->next = ws->list;
     ws->list = w;
     ws->count++;
@@ -280,7 +281,7 @@ int tfd_workers_poll(tfd_workers_t *ws, const char *id, tfd_worker_poll_t *p)
         p->state = TFD_POLL_GONE;
         rc = -1;
     } else {
-        w->last_seen_ms = tfd_now_ms();
+        w->last_seen_ms = tfx_now_ms();
         if (hand_out(w, p)) {
             rc = 1;
         } else if (p->deadline_ms <= w->last_seen_ms) {
@@ -326,7 +327,7 @@ int tfd_workers_reply(tfd_workers_t *ws, const char *id, const char *call_id, tf
     worker_t *w = find_worker(ws, id);
     pending_t *p = NULL;
     if (w) {
-        w->last_seen_ms = tfd_now_ms();
+        w->last_seen_ms = tfx_now_ms();
         for (pending_t **pp = &w->calls; *pp; pp = &(*pp)->next)
             if (strcmp((*pp)->id, call_id) == 0 && (*pp)->assigned) {
                 p = *pp;
@@ -366,7 +367,7 @@ int tfd_workers_reply(tfd_workers_t *ws, const char *id, const char *call_id, tf
 
 void tfd_workers_tick(tfd_workers_t *ws)
 {
-    uint64_t now = tfd_now_ms();
+    uint64_t now = tfx_now_ms();
     pthread_mutex_lock(&ws->lock);
     worker_t *w = ws->list;
     while (w) {

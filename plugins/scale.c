@@ -8,7 +8,9 @@
  *   count   counts each user's calls (per-user state, freed by the daemon through count_free)
  *           and answers the count as a scalar I64 tensor "count"; its inputs are ignored.
  *
- *   plugin = /usr/lib/tfetch/plugins/scale.so factor=0.5
+ *   plugin = /usr/local/lib/tfetch/plugins/scale.so factor=0.5
+ *
+ * make install puts it in $(libdir)/tfetch/plugins (tfetch-plugin.pc's plugindir).
  *
  * Uses only tfetch-plugin.h and libc. The default factor is written by init and only read
  * afterwards, so handlers may run on any number of threads at once.

@@ -9,6 +9,7 @@
 
 #include "proto/doc.h"
 #include "proto/jsonw.h"
+#include "proto/utf8.h"
 
 #define MAX_DIM (UINT64_C(1) << 53)
 

@@ -1,21 +1,14 @@
-/* http.h - parsing of the HTTP request fields tfetchd routes on: the path and the media types
- * in Accept and Content-Type. Bytes from the network: validated here, never trusted.
- * Pure; any thread.
+/* http.h - from an HTTP request to the operation it asks for (tfp_op_t, proto/op.h): the
+ * request line, the query's wait and the few headers tfetchd acts on, parsed once, with the
+ * path and the media types in Accept and Content-Type. Bytes from the network: validated
+ * here, never trusted. Pure; any thread.
  */
 #ifndef TFP_HTTP_H
 #define TFP_HTTP_H
 
 #include <stddef.h>
-
-typedef enum {
-    TFP_MEDIA_NONE = 0,             /* absent or empty */
-    TFP_MEDIA_SAFETENSORS,          /* application/x-safetensors */
-    TFP_MEDIA_OCTET,                /* application/octet-stream */
-    TFP_MEDIA_JSON,                 /* application/json */
-    TFP_MEDIA_FORM,                 /* application/x-www-form-urlencoded (curl's default) */
-    TFP_MEDIA_ANY,                  /* * / * or application/ * (in Accept) */
-    TFP_MEDIA_OTHER
-} tfp_media_t;
+#include <stdint.h>
+#include "proto/op.h"
 
 /* The media type of a Content-Type value (parameters ignored, case-insensitive). */
 tfp_media_t tfp_media_parse(const char *content_type);
@@ -24,7 +17,7 @@ tfp_media_t tfp_media_parse(const char *content_type);
  * TFP_MEDIA_OTHER when nothing listed is producible. */
 tfp_media_t tfp_accept_pick(const char *accept);
 
-/* Routes of the API. */
+/* Paths of the API. */
 typedef enum {
     TFP_PATH_UNKNOWN = 0,
     TFP_PATH_HEALTHZ,               /* /healthz */
@@ -51,5 +44,30 @@ typedef struct {
 
 /* Classifies path. Every name in it must match tfp_name_valid (else TFP_PATH_BAD_NAME). */
 tfp_path_t tfp_path_parse(const char *path, tfp_path_info_t *out);
+
+/* What tfp_http_op_parse reads. Strings are NUL-terminated; NULL when absent. */
+typedef struct {
+    const char *method;             /* "GET", ... */
+    const char *path;               /* decoded, without the query */
+    const char *wait;               /* the query's wait= value */
+    int64_t content_length;         /* -1 when absent or when the body is chunked */
+    int chunked;                    /* a Transfer-Encoding header is present */
+    const char *content_type;       /* Content-Type */
+    const char *accept;             /* Accept */
+    const char *dtype, *shape;      /* Tfetch-Dtype, Tfetch-Shape: a raw body's tensor */
+    const char *user;               /* Tfetch-User */
+    const char *request_id;         /* Tfetch-Request-Id */
+    uint64_t max_body;              /* the largest document body the server takes */
+} tfp_http_req_t;
+
+/* Fills *op (zeroed first) from the request. TFP_OK, or the first thing wrong, checked in
+ * this order, with e set (code, message, and for TFP_EMETHOD the methods allowed):
+ *   the request id, the user id (TFP_EBADREQ), the path (TFP_ENOTFOUND; TFP_EBADREQ for a
+ *   bad name in it), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), and for a document
+ *   body: the Content-Type (TFP_EMEDIATYPE), the length against max_body (TFP_ETOOBIG), a
+ *   raw body's Tfetch-Dtype and Tfetch-Shape (tfp_raw_check's codes), its size (TFP_ETOOBIG).
+ * Even when it fails, op->kind names the operation the path and method point at (TFP_OP_NONE
+ * for an unknown path), for the metrics; the fields after the failed check are left empty. */
+tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e);
 
 #endif

@@ -3,19 +3,19 @@
  *
  * tfp_json_check holds JSON text to RFC 8259 before cJSON (which is lax) builds a tree, so
  * every proto parser sees the same strict language; tfp_find_dup catches the duplicate keys
- * cJSON keeps silently. Parsed trees live only inside one call. No state of its own; any
- * thread (cJSON itself resets a global error slot on every parse - see the note in
- * safetensors.c).
+ * cJSON keeps silently; the parsers below reach cJSON through proto/cjson.h. Parsed trees
+ * live only inside one call. No state of its own; any thread (cJSON itself resets a global
+ * error slot on every parse - see cjson.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
+#include "proto/cjson.h"
 #include "proto/dtype.h"
 #include "proto/ids.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
+#include "proto/utf8.h"
 
 #define MAX_NUMBER_CHARS 63         /* cJSON 1.7.15 copies at most 63 chars of a number */
 #define MAX_EXACT (UINT64_C(1) << 53)
@@ -276,89 +276,16 @@ const char *tfp_find_dup(const char **keys, size_t n)
     return NULL;
 }
 
-/* ---- shared by the two parsers ------------------------------------------------------- */
-
-/* 1 if some object anywhere under item repeats a key, 0 if not, -1 out of memory. */
-static int has_dup(const cJSON *item)
-{
-    const cJSON *c;
-    size_t n = 0, i = 0;
-    const char **keys;
-    int r = 0;
-
-    for (c = item->child; c != NULL; c = c->next) {
-        int sub = has_dup(c);
-
-        if (sub != 0)
-            return sub;
-        n++;
-    }
-    if (!cJSON_IsObject(item) || n < 2)
-        return 0;
-    keys = malloc(n * sizeof *keys);
-    if (keys == NULL)
-        return -1;
-    for (c = item->child; c != NULL; c = c->next)
-        keys[i++] = c->string;
-    r = tfp_find_dup(keys, n) != NULL;
-    free(keys);
-    return r;
-}
-
-/* Checks, parses and dup-checks a whole body (JSON whitespace may follow the value). */
-static tfp_status_t parse_body(const char *body, size_t len, cJSON **out, tfp_err_t *err)
-{
-    size_t end;
-    cJSON *root;
-    tfp_status_t st;
-    int dup;
-
-    st = tfp_json_check(body, len, &end, err);
-    if (st != TFP_OK)
-        return st;
-    if (skip_ws(body, len, end) != len)
-        return tfp_err_set(err, TFP_EPROTO, "invalid JSON at byte %zu: text after the value",
-                           skip_ws(body, len, end));
-    root = cJSON_ParseWithLength(body, end);
-    if (root == NULL)
-        return tfp_err_set(err, TFP_ENOMEM, "out of memory parsing JSON");
-    dup = has_dup(root);
-    if (dup != 0) {
-        cJSON_Delete(root);
-        return dup < 0 ? tfp_err_set(err, TFP_ENOMEM, "out of memory parsing JSON")
-                       : tfp_err_set(err, TFP_EPROTO, "duplicate key in JSON object");
-    }
-    *out = root;
-    return TFP_OK;
-}
-
-static int get_u53(const cJSON *item, uint64_t *out)
-{
-    double d;
-
-    if (!cJSON_IsNumber(item))
-        return -1;
-    d = item->valuedouble;
-    if (!(d >= 0) || d > (double)MAX_EXACT || d != (double)(uint64_t)d)
-        return -1;
-    *out = (uint64_t)d;
-    return 0;
-}
-
 /* ---- error bodies -------------------------------------------------------------------- */
 
 /* Copies at most size-1 bytes, not splitting a UTF-8 character. */
 static void copy_trunc(char *dst, size_t size, const char *src)
 {
-    size_t n = strlen(src);
+    size_t n;
 
     if (size == 0)
         return;
-    if (n >= size) {
-        n = size - 1;
-        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
-            n--;
-    }
+    n = tfp_utf8_cut(src, strlen(src), size - 1);
     memcpy(dst, src, n);
     dst[n] = '\0';
 }
@@ -370,7 +297,7 @@ int tfp_parse_error_body(const char *body, size_t len, tfp_status_t *code, char 
     cJSON *root;
     tfp_status_t st;
 
-    if (body == NULL || parse_body(body, len, &root, NULL) != TFP_OK)
+    if (body == NULL || tfp_cj_parse(body, len, TFP_CJ_WHOLE | TFP_CJ_NODUP, &root, NULL, NULL) != TFP_OK)
         return -1;
     e = cJSON_GetObjectItemCaseSensitive(root, "error");
     c = cJSON_GetObjectItemCaseSensitive(root, "code");
@@ -424,7 +351,7 @@ static tfp_status_t check_tensor(const cJSON *t, size_t i, size_t j, tfp_err_t *
     cJSON_ArrayForEach(d, shape) {
         uint64_t v;
 
-        if (++rank > 8 || get_u53(d, &v) != 0)
+        if (++rank > 8 || tfp_cj_uint(d, 0, MAX_EXACT, &v) != 0)
             return tfp_err_set(err, TFP_EPROTO,
                                "listing: tensors[%zu].tensors[%zu].shape is not up to 8 dims of 0..2^53",
                                i, j);
@@ -445,7 +372,7 @@ static tfp_status_t read_entry(const cJSON *e, size_t i, tfp_list_entry_t *out, 
         return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu] is not an object", i);
     if (!cJSON_IsString(name) || name->valuestring[0] == '\0')
         return tfp_err_set(err, TFP_EPROTO, "listing: tensors[%zu].name is not a non-empty string", i);
-    if (get_u53(bytes, &out->bytes) != 0)
+    if (tfp_cj_uint(bytes, 0, MAX_EXACT, &out->bytes) != 0)
         return tfp_err_set(err, TFP_EPROTO,
                            "listing: tensors[%zu].bytes is not a non-negative integer", i);
     if (!cJSON_IsArray(tensors))
@@ -475,7 +402,7 @@ tfp_status_t tfp_parse_listing(const char *body, size_t len, tfp_list_entry_t **
 
     if (body == NULL || entries == NULL || n == NULL)
         return tfp_err_set(err, TFP_EINVAL, "listing: no body or no output");
-    st = parse_body(body, len, &root, err);
+    st = tfp_cj_parse(body, len, TFP_CJ_WHOLE | TFP_CJ_NODUP, &root, NULL, err);
     if (st != TFP_OK)
         return st;
     list = cJSON_GetObjectItemCaseSensitive(root, "tensors");
@@ -513,7 +440,7 @@ tfp_status_t tfp_parse_worker_routes(const char *body, size_t len, size_t max, c
                                      size_t *n, tfp_err_t *err)
 {
     cJSON *root = NULL;
-    tfp_status_t st = parse_body(body, len, &root, err);
+    tfp_status_t st = tfp_cj_parse(body, len, TFP_CJ_WHOLE | TFP_CJ_NODUP, &root, NULL, err);
     if (st != TFP_OK)
         return st;
     const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "routes")
@@ -574,7 +501,7 @@ tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t
                                   uint64_t *lease_ms, tfp_err_t *err)
 {
     cJSON *root = NULL;
-    tfp_status_t st = parse_body(body, len, &root, err);
+    tfp_status_t st = tfp_cj_parse(body, len, TFP_CJ_WHOLE | TFP_CJ_NODUP, &root, NULL, err);
     if (st != TFP_OK)
         return st;
     const cJSON *w = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "worker")
@@ -583,7 +510,7 @@ tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t
                                           : NULL;
     uint64_t lease;
     if (!cJSON_IsString(w) || !tfp_name_valid(w->valuestring) ||
-        strlen(w->valuestring) >= id_size || get_u53(l, &lease) != 0 || lease == 0) {
+        strlen(w->valuestring) >= id_size || tfp_cj_uint(l, 0, MAX_EXACT, &lease) != 0 || lease == 0) {
         st = tfp_err_set(err, TFP_EPROTO, "expected {\"worker\": ID, \"lease_ms\": N}");
     } else {
         memcpy(id, w->valuestring, strlen(w->valuestring) + 1);

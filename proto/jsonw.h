@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/status.h"
+#include "proto/utf8.h"          /* the writer replaces what tfp_utf8_next refuses */
 
 typedef struct {
     char *buf;
@@ -42,14 +43,6 @@ void tfp_jw_raw(tfp_jw_t *w, const char *json, size_t n);
  * allocation failed. *len (if not NULL) gets the length. */
 char *tfp_jw_finish(tfp_jw_t *w, size_t *len);
 void tfp_jw_discard(tfp_jw_t *w);
-
-/* UTF-8 helpers shared by proto's parsers and this writer (added with the implementation).
- * tfp_utf8_next: length (1-4) of the well-formed UTF-8 sequence at s (n > 0 bytes readable),
- * storing its code point in *cp (if not NULL); 0 if s does not start one (overlong forms,
- * surrogates and values above U+10FFFF are not well-formed). tfp_utf8_valid: 1 if all n bytes
- * are well-formed UTF-8, else 0. */
-size_t tfp_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
-int tfp_utf8_valid(const char *s, size_t n);
 
 /* The body of every error response: {"error": msg, "code": "TF_E..."} + "\n". malloc'd. */
 char *tfp_error_json(tfp_status_t code, const char *msg, size_t *len);

@@ -6,19 +6,17 @@
  * level, and the tensors must tile the data section exactly - and names the problem in every
  * refusal. The encoder writes the header with tfp_jw (no cJSON on output).
  *
- * Threads: pure functions, any thread. One caveat, from cJSON 1.7.15: every cJSON parse
- * resets a global error slot (global_error) even on success. Only proto calls cJSON, and the
- * slot is never read here, so the race is benign, but ThreadSanitizer will name it.
+ * Threads: pure functions, any thread (cJSON's one global: see proto/cjson.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
+#include "proto/cjson.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 #include "proto/raw.h"
 #include "proto/safetensors.h"
+#include "proto/utf8.h"
 
 #define MAX_EXACT (UINT64_C(1) << 53)
 #define SHOW_MAX 64                 /* bytes of a name quoted in a message */
@@ -48,13 +46,10 @@ static void store_le64(uint8_t *p, uint64_t v)
 /* A name short enough to quote in a 256-byte message, cut at a character boundary. */
 static const char *show(const char *name, char buf[SHOW_MAX + 4])
 {
-    size_t n = strlen(name);
+    size_t len = strlen(name), n = tfp_utf8_cut(name, len, SHOW_MAX);
 
-    if (n <= SHOW_MAX)
+    if (n == len)
         return name;
-    n = SHOW_MAX;
-    while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
-        n--;
     memcpy(buf, name, n);
     memcpy(buf + n, "...", 4);
     return buf;
@@ -64,46 +59,6 @@ static void shape_text(int rank, const uint64_t *shape, char *buf, size_t size)
 {
     if (tfp_raw_format_shape(rank, shape, buf, size) != 0)
         buf[0] = '\0';
-}
-
-/* Finds a repeated key among obj's members: 1 and *dup set, 0 if none, -1 out of memory. */
-static int object_dup(const cJSON *obj, const char **dup)
-{
-    const cJSON *c;
-    const char **keys;
-    size_t n = 0, i = 0;
-
-    for (c = obj->child; c != NULL; c = c->next)
-        n++;
-    if (n < 2)
-        return 0;
-    keys = malloc(n * sizeof *keys);
-    if (keys == NULL)
-        return -1;
-    for (c = obj->child; c != NULL; c = c->next)
-        keys[i++] = c->string;
-    *dup = tfp_find_dup(keys, n);
-    free(keys);
-    return *dup != NULL;
-}
-
-/* A JSON number that is an integer in 0..2^53; -1 if it is not a number, -2 if negative,
- * -3 if fractional, -4 if too large. */
-static int get_uint(const cJSON *item, uint64_t *out)
-{
-    double d;
-
-    if (!cJSON_IsNumber(item))
-        return -1;
-    d = item->valuedouble;
-    if (d < 0)
-        return -2;
-    if (d > (double)MAX_EXACT)
-        return -4;
-    if (d != (double)(uint64_t)d)
-        return -3;
-    *out = (uint64_t)d;
-    return 0;
 }
 
 /* ---- decoding -------------------------------------------------------------------------- */
@@ -118,7 +73,7 @@ static tfp_status_t parse_meta(const cJSON *meta, tfp_doc_t *doc, tfp_err_t *err
 
     if (!cJSON_IsObject(meta))
         return tfp_err_set(err, TFP_EPROTO, "__metadata__ is not an object");
-    r = object_dup(meta, &dup);
+    r = tfp_cj_dup(meta, 0, &dup);
     if (r < 0)
         return tfp_err_set(err, TFP_ENOMEM, "out of memory checking __metadata__");
     if (r > 0)
@@ -157,7 +112,7 @@ static tfp_status_t parse_shape(const cJSON *shape, const char *nm, int *rank,
                            r, TFP_MAX_RANK);
     r = 0;
     cJSON_ArrayForEach(d, shape) {
-        int e = get_uint(d, &dims[r]);
+        int e = tfp_cj_uint(d, 0, MAX_EXACT, &dims[r]);
 
         if (e != 0)
             return tfp_err_set(err, TFP_EPROTO, "tensor '%s': shape[%d] %s", nm, r, why[-e]);
@@ -177,7 +132,7 @@ static tfp_status_t parse_offsets(const cJSON *offs, const char *nm, range_t *rg
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
         return tfp_err_set(err, TFP_EPROTO, "tensor '%s': data_offsets is not [begin, end]", nm);
     cJSON_ArrayForEach(o, offs) {
-        if (get_uint(o, &v[i]) != 0)
+        if (tfp_cj_uint(o, 0, MAX_EXACT, &v[i]) != 0)
             return tfp_err_set(err, TFP_EPROTO,
                                "tensor '%s': data_offsets[%d] is not an integer in 0..2^53", nm, i);
         i++;
@@ -212,7 +167,7 @@ static tfp_status_t parse_entry(const cJSON *e, tfp_doc_t *doc, uint64_t data_le
     nm = show(e->string, sb);
     if (!cJSON_IsObject(e))
         return tfp_err_set(err, TFP_EPROTO, "tensor '%s': entry is not an object", nm);
-    r = object_dup(e, &dup);
+    r = tfp_cj_dup(e, 0, &dup);
     if (r < 0)
         return tfp_err_set(err, TFP_ENOMEM, "out of memory checking tensor '%s'", nm);
     if (r > 0)
@@ -313,24 +268,26 @@ static tfp_status_t check_tiling(const tfp_doc_t *doc, range_t *rg, size_t n,
     return TFP_OK;
 }
 
-/* Checks the header text: a '{', strict JSON, then only spaces. *json_len gets the JSON's. */
-static tfp_status_t check_header_text(const char *hdr, size_t n, size_t *json_len,
-                                      tfp_err_t *err)
+/* Parses the header text: a '{', strict JSON, then only spaces. */
+static tfp_status_t parse_header(const char *hdr, size_t n, cJSON **out, tfp_err_t *err)
 {
     tfp_err_t inner;
-    size_t end;
+    size_t end = 0;
+    cJSON *root;
 
     if (n == 0 || hdr[0] != '{')
         return tfp_err_set(err, TFP_EPROTO, "header is not a JSON object (it does not start with '{')");
-    if (tfp_json_check(hdr, n, &end, &inner) != TFP_OK)
-        return tfp_err_set(err, TFP_EPROTO, "header: %s", inner.msg);
+    if (tfp_cj_parse(hdr, n, 0, &root, &end, &inner) != TFP_OK)
+        return tfp_err_set(err, inner.code, "header: %s", inner.msg);
     for (size_t i = end; i < n; i++) {
-        if (hdr[i] != ' ')
+        if (hdr[i] != ' ') {
+            cJSON_Delete(root);
             return tfp_err_set(err, TFP_EPROTO,
                                "header: byte 0x%02x at %zu after the JSON object (only spaces may pad it)",
                                (unsigned char)hdr[i], i);
+        }
     }
-    *json_len = end;
+    *out = root;
     return TFP_OK;
 }
 
@@ -338,13 +295,13 @@ tfp_status_t tfp_st_decode(const uint8_t *buf, size_t len, const tfp_st_limits_t
                            tfp_doc_t **out, tfp_err_t *err)
 {
     uint64_t max_header = TFP_ST_DEFAULT_MAX_HEADER, hlen, data_len;
-    size_t max_tensors = TFP_ST_DEFAULT_MAX_TENSORS, json_len = 0, count = 0, ntensors, k = 0;
+    size_t max_tensors = TFP_ST_DEFAULT_MAX_TENSORS, count = 0, ntensors, k = 0;
     const char *hdr, *dup = NULL;
     const cJSON *meta = NULL, *c;
     char sb[SHOW_MAX + 4];
     range_t *rg = NULL;
     tfp_doc_t *doc;
-    cJSON *root;
+    cJSON *root = NULL;
     tfp_status_t st;
     int r;
 
@@ -366,14 +323,10 @@ tfp_status_t tfp_st_decode(const uint8_t *buf, size_t len, const tfp_st_limits_t
                            (unsigned long long)hlen, len - 8);
     hdr = (const char *)buf + 8;
     data_len = len - 8 - hlen;
-    st = check_header_text(hdr, (size_t)hlen, &json_len, err);
+    st = parse_header(hdr, (size_t)hlen, &root, err);
     if (st != TFP_OK)
         return st;
-
-    root = cJSON_ParseWithLength(hdr, json_len);
-    if (root == NULL)
-        return tfp_err_set(err, TFP_ENOMEM, "out of memory parsing the header");
-    r = object_dup(root, &dup);
+    r = tfp_cj_dup(root, 0, &dup);
     if (r != 0) {
         st = r < 0 ? tfp_err_set(err, TFP_ENOMEM, "out of memory checking the header")
                    : tfp_err_set(err, TFP_EPROTO, "duplicate key '%s' in header", show(dup, sb));

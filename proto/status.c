@@ -1,7 +1,7 @@
 /* status.c - names, texts and HTTP codes of the wire status codes, and the error setter.
  *
- * Everything is generated from TFP_STATUS_MAP in status.h, so names, values, texts and HTTP
- * codes cannot drift. Owns no state beyond static strings; any thread.
+ * Everything is generated from the table in proto/tfetch-status.h, so names, values, texts
+ * and HTTP codes cannot drift. Owns no state beyond static strings; any thread.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@ const char *tfp_status_name(tfp_status_t st)
 {
     switch (st) {
 #define X(n, v, h, s) case TFP_##n: return "TF_" #n;
-        TFP_STATUS_MAP(X)
+        TF_STATUS_MAP(X)
 #undef X
     }
     return "TF_EUNKNOWN";
@@ -23,7 +23,7 @@ const char *tfp_status_text(tfp_status_t st)
 {
     switch (st) {
 #define X(n, v, h, s) case TFP_##n: return s;
-        TFP_STATUS_MAP(X)
+        TF_STATUS_MAP(X)
 #undef X
     }
     return "unknown status";
@@ -35,6 +35,8 @@ int tfp_status_http(tfp_status_t st)
 #define X(n, v, h, s) case TFP_##n: return h;
         TFP_STATUS_MAP(X)
 #undef X
+    default:
+        break;
     }
     return 500;
 }

@@ -1,44 +1,34 @@
-/* status.h - the status codes that cross the wire.
+/* status.h - proto's view of the status codes: tfp_status_t, its names, texts, HTTP codes.
  *
- * One X-macro names every error a server can answer with: the wire code ("TF_EPROTO"), the
- * HTTP status it maps to and a short text. The public header client/tfetch.h carries the same
- * names and values (plus client-side ones); tests/check_proto.c checks that they agree.
- * Pure data, no state; any thread.
+ * The codes themselves are rows of proto/tfetch-status.h, the one table that the public
+ * tf_status_t (client/tfetch.h) and the plugin ABI (daemon/tfetch-plugin.h) are generated
+ * from too, so a TFP_ code always has the value, name and text of its TF_ twin. tfp_status_t
+ * holds every code, the client-side ones included (transports report ECONNECT, ETIMEDOUT...
+ * with it); TFP_STATUS_MAP lists only those a server may send. Pure data, no state; any
+ * thread.
  */
 #ifndef TFP_STATUS_H
 #define TFP_STATUS_H
 
-/*        name        value http  text */
-#define TFP_STATUS_MAP(X)                                               \
-    X(OK,            0, 200, "success")                                 \
-    X(ENOMEM,       -1, 500, "out of memory")                           \
-    X(EINVAL,       -2, 400, "invalid argument")                        \
-    X(EBADREQ,      -3, 400, "bad request")                             \
-    X(EPROTO,       -4, 400, "malformed message")                       \
-    X(ENOTFOUND,    -5, 404, "no such tensor")                          \
-    X(EMETHOD,      -6, 405, "method not allowed")                      \
-    X(ENOTACCEPT,   -7, 406, "cannot render in the accepted format")    \
-    X(ETOOBIG,      -8, 413, "payload too large")                       \
-    X(EMEDIATYPE,   -9, 415, "unsupported media type")                  \
-    X(EUNPROC,     -10, 422, "unprocessable tensor")                    \
-    X(EHEADERS,    -11, 431, "request headers too large")               \
-    X(EBUSY,       -12, 503, "server busy")                             \
-    X(ENOSPACE,    -13, 507, "store is full")                           \
-    X(EINTERNAL,   -14, 500, "internal error")                          \
-    X(ERANGE,      -15, 416, "value out of range")                      \
-    X(ELENGTH,     -16, 411, "length required")
+#include "proto/tfetch-status.h"
+
+/* The codes a server may send, X(name, value, http, text); the only ones tfp_status_from_name
+ * knows and a frame may carry. */
+#define TFP_STATUS_MAP(X) TF_STATUS_WIRE_MAP(X)
 
 typedef enum {
 #define X(n, v, h, s) TFP_##n = (v),
-    TFP_STATUS_MAP(X)
+    TF_STATUS_MAP(X)
 #undef X
 } tfp_status_t;
 
-/* "TF_EPROTO" for TFP_EPROTO; "TF_EUNKNOWN" for a value not in the map. Static strings. */
+/* "TF_EPROTO" for TFP_EPROTO; "TF_EUNKNOWN" for a value not in the table. Static strings. */
 const char *tfp_status_name(tfp_status_t st);
 const char *tfp_status_text(tfp_status_t st);
+/* The HTTP status a server answers st with; 500 for a code no server sends. */
 int tfp_status_http(tfp_status_t st);
-/* Looks up a wire name ("TF_ENOTFOUND"); returns 0 and sets *out, or -1 if unknown. */
+/* Looks up a wire name ("TF_ENOTFOUND"); returns 0 and sets *out, or -1 if unknown or a
+ * client-side name (no server sends those). */
 int tfp_status_from_name(const char *name, tfp_status_t *out);
 
 /* Every parser reports through one of these: a code and a message naming what was wrong. */

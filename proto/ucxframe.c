@@ -1,7 +1,7 @@
 /* ucxframe.c - encoder and strict decoder of the UCX active-message header (ucxframe.h).
  *
  * One rule checker serves both directions: the decoder first checks what only raw bytes can
- * get wrong (length, magic, version, reserved bytes, string lengths, NUL bytes), copies the
+ * get wrong (length, magic, version, the reserved byte, string lengths, NUL bytes), copies the
  * strings out and then runs the same checker the encoder runs, reporting TFP_EPROTO where
  * the encoder reports TFP_EINVAL. Fields are read and written byte by byte in little-endian
  * order, so alignment and host byte order never matter. No state; any thread.
@@ -11,6 +11,7 @@
 #include "proto/jsonw.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
+#include "proto/utf8.h"
 
 #define WHAT "ucx frame"
 
@@ -166,13 +167,16 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
         return tfp_err_set(err, code, WHAT ": status %d on a request (%s) must be 0",
                            (int)h->status, on);
     }
-    if (op == TFP_UF_REPLY || op == TFP_UF_HELLO_ACK) {
-        if (h->wait_ms != 0 && (h->wait_ms < 100 || h->wait_ms > 599))
-            return tfp_err_set(err, code, WHAT ": %s carries HTTP status %u in wait_ms, not "
-                               "100..599", on, (unsigned)h->wait_ms);
-    } else if (h->wait_ms != 0 && op != TFP_UF_GET) {
+    if (h->wait_ms != 0 && op != TFP_UF_GET)
         return tfp_err_set(err, code, WHAT ": wait_ms %u on %s (only GET waits)",
                            (unsigned)h->wait_ms, on);
+    if (!tfp_uf_op_is_reply(op)) {
+        if (h->http != 0)
+            return tfp_err_set(err, code, WHAT ": http %u on a request (%s) must be 0",
+                               (unsigned)h->http, on);
+    } else if (h->http != 0 && (h->http < 100 || h->http > 599)) {
+        return tfp_err_set(err, code, WHAT ": %s carries HTTP status %u, not 100..599", on,
+                           (unsigned)h->http);
     }
     if (h->body_len != 0 && !op_has_body(op))
         return tfp_err_set(err, code, WHAT ": body_len %llu on %s (which has no body)",
@@ -234,7 +238,7 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     p[34] = (uint8_t)nname;
     p[35] = 0;
     put_le(p + 36, nmsg, 2);
-    put_le(p + 38, 0, 2);
+    put_le(p + 38, h->http, 2);
     p += TFP_UF_FIXED;
     memcpy(p, h->request_id, nid);
     p += nid;
@@ -285,9 +289,6 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         return tfp_err_set(err, TFP_EPROTO, WHAT ": unknown op %u", p[5]);
     if (p[35] != 0)
         return tfp_err_set(err, TFP_EPROTO, WHAT ": reserved byte is %u, not 0", p[35]);
-    if (get_le(p + 38, 2) != 0)
-        return tfp_err_set(err, TFP_EPROTO, WHAT ": reserved2 is %u, not 0",
-                           (unsigned)get_le(p + 38, 2));
     nid = p[32];
     nuser = p[33];
     nname = p[34];
@@ -312,6 +313,7 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     h.seq = get_le(p + 8, 8);
     h.status = (tfp_status_t)(int32_t)(uint32_t)get_le(p + 16, 4);
     h.wait_ms = (uint32_t)get_le(p + 20, 4);
+    h.http = (uint16_t)get_le(p + 38, 2);
     h.body_len = get_le(p + 24, 8);
     p += TFP_UF_FIXED;
     if ((st = take(&p, nid, h.request_id, "request id", err)) != TFP_OK ||

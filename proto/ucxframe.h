@@ -6,20 +6,20 @@
  *
  *   off size field
  *     0   4  magic      0x31554654 ("TFU1" as bytes)
- *     4   1  version    1
+ *     4   1  version    2
  *     5   1  op         tfp_uf_op_t
  *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, the others 0
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
- *    20   4  wait_ms    GET long-poll in milliseconds; in REPLY and HELLO_ACK the
- *                      HTTP-equivalent status (100..599, or 0); else 0
+ *    20   4  wait_ms    GET long-poll in milliseconds; 0 on every other op
  *    24   8  body_len   payload bytes carried in the AM data
  *    32   1  id_len     request id      (0..128)
  *    33   1  user_len   user id         (0..128)
  *    34   1  name_len   tensor or route name, or the HELLO token (0..255)
  *    35   1  reserved   0
  *    36   2  msg_len    message: UTF-8, no NUL (0..512)
- *    38   2  reserved2  0
+ *    38   2  http       in REPLY and HELLO_ACK the HTTP-equivalent status (100..599, or
+ *                      0); 0 in requests
  *    40      request_id, user, name, msg
  *
  * Ops and what each may carry (a decoder refuses anything else; an encoder the same):
@@ -31,9 +31,10 @@
  *   PUT        name = tensor; body_len = the document's size
  *   DELETE     name = tensor
  *   CALL       name = route (exchange); body_len = the request document's size
- *   REPLY      the answer to GET/PUT/DELETE/CALL, same request id; status; flag
+ *   REPLY      the answer to GET/PUT/DELETE/CALL, same request id; status and http (the
+ *              status HTTP would have answered: 201 or 204 for a PUT, 404 ...); flag
  *              REPLY_HAS_BODY set exactly when body_len > 0, which only an OK reply may have;
- *              msg = an error message
+ *              msg = an error message (a failed REPLY carries no body)
  *   BYE        either side is closing the endpoint
  * Requests (HELLO, GET, PUT, DELETE, CALL, BYE) have status 0; replies (HELLO_ACK, REPLY) a
  * known tfp_status_t. The request id is required (tfp_request_id_valid) except on HELLO,
@@ -54,7 +55,7 @@
 #include "proto/status.h"
 
 #define TFP_UF_MAGIC 0x31554654u            /* 'T' 'F' 'U' '1' in little-endian order */
-#define TFP_UF_VERSION 1
+#define TFP_UF_VERSION 2                    /* 2: the http field (was reserved2) */
 #define TFP_UF_FIXED 40                     /* bytes before the strings */
 #define TFP_UF_MAX_MSG 512
 /* The largest header an encoder writes or a decoder accepts. */
@@ -79,7 +80,8 @@ typedef struct {
     uint16_t flags;
     uint64_t seq;
     tfp_status_t status;
-    uint32_t wait_ms;
+    uint32_t wait_ms;                           /* GET only */
+    uint16_t http;                              /* replies only: HTTP-equivalent status */
     uint64_t body_len;
     char request_id[TFP_MAX_REQUEST_ID + 1];    /* NUL-terminated; "" for none */
     char user[TFP_MAX_USER_ID + 1];

@@ -1,22 +1,21 @@
-/* upgrade.c - builders and strict parsers for the POST /v1/upgrade JSON, host identity
- * checks, and base64.
+/* upgrade.c - builders and strict parsers for the POST /v1/upgrade JSON, and host identity
+ * checks.
  *
  * Builders write through the JSON writer (proto/jsonw.h); parsers hold the text to RFC 8259
  * with tfp_json_check before cJSON builds a tree, then walk every member of every object
- * against a table of known keys, so unknown and duplicate keys are refused by name. Base64 is
- * written here rather than taken from a library: proto links nothing but cJSON, and the
- * common implementations decode leniently (whitespace, missing padding, non-zero trailing
- * bits), while a strict decoder gives each address exactly one spelling. Parsed trees live
- * only inside one call. No state; any thread.
+ * against a table of known keys, so unknown and duplicate keys are refused by name. Worker
+ * addresses travel as strict base64 (proto/base64.h). Parsed trees live only inside one
+ * call. No state; any thread.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
+#include "proto/base64.h"
+#include "proto/cjson.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 #include "proto/upgrade.h"
+#include "proto/utf8.h"
 
 #define MAX_TRANSPORTS 8
 #define MAX_NETNS_DIGITS 20
@@ -147,136 +146,7 @@ tfp_status_t tfp_up_ident_parse(const char *s, size_t n, tfp_up_host_t *out, tfp
     return TFP_OK;
 }
 
-/* ---- base64 -------------------------------------------------------------------------- */
-
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-size_t tfp_up_b64_len(size_t n)
-{
-    return (n / 3 + (n % 3 != 0)) * 4;
-}
-
-char *tfp_up_b64_encode(const void *src, size_t n, size_t *out_len)
-{
-    const uint8_t *p = src;
-    size_t len, i, o = 0;
-    char *out;
-
-    if (n / 3 >= (SIZE_MAX - 1) / 4 - 1 || (n > 0 && src == NULL))
-        return NULL;
-    len = tfp_up_b64_len(n);
-    out = malloc(len + 1);
-    if (out == NULL)
-        return NULL;
-    for (i = 0; i + 3 <= n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
-
-        out[o++] = B64[v >> 18];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = B64[(v >> 6) & 63];
-        out[o++] = B64[v & 63];
-    }
-    if (n - i == 1) {
-        uint32_t v = (uint32_t)p[i] << 16;
-
-        out[o++] = B64[v >> 18];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = '=';
-        out[o++] = '=';
-    } else if (n - i == 2) {
-        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
-
-        out[o++] = B64[v >> 18];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = B64[(v >> 6) & 63];
-        out[o++] = '=';
-    }
-    out[o] = '\0';
-    if (out_len != NULL)
-        *out_len = o;
-    return out;
-}
-
-static int b64_value(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-tfp_status_t tfp_up_b64_decode(const char *s, size_t n, size_t max, uint8_t **out,
-                               size_t *out_len, tfp_err_t *err)
-{
-    size_t pad = 0, dlen, o = 0;
-    uint8_t *buf;
-
-    if ((s == NULL && n > 0) || out == NULL || out_len == NULL)
-        return tfp_err_set(err, TFP_EINVAL, "base64: no text or no output");
-    if (n % 4 != 0)
-        return tfp_err_set(err, TFP_EPROTO, "base64: length %zu is not a multiple of 4", n);
-    if (n > 0 && s[n - 1] == '=')
-        pad = s[n - 2] == '=' ? 2 : 1;
-    dlen = n / 4 * 3 - pad;
-    if (dlen > max)
-        return tfp_err_set(err, TFP_ETOOBIG, "base64: decodes to %zu bytes, more than %zu",
-                           dlen, max);
-    for (size_t i = 0; i < n - pad; i++) {
-        if (b64_value(s[i]) < 0)
-            return tfp_err_set(err, TFP_EPROTO, "base64: invalid character at offset %zu", i);
-    }
-    if (pad > 0) {
-        /* the unused low bits of the last data character must be zero */
-        int last = b64_value(s[n - pad - 1]);
-
-        if ((pad == 1 && (last & 3) != 0) || (pad == 2 && (last & 15) != 0))
-            return tfp_err_set(err, TFP_EPROTO,
-                               "base64: non-zero padding bits at offset %zu", n - pad - 1);
-    }
-    buf = malloc(dlen > 0 ? dlen : 1);
-    if (buf == NULL)
-        return tfp_err_set(err, TFP_ENOMEM, "base64: out of memory");
-    for (size_t i = 0; i < n; i += 4) {
-        uint32_t v = 0;
-        int k;
-
-        for (k = 0; k < 4; k++) {
-            int c = s[i + k] == '=' ? 0 : b64_value(s[i + k]);
-
-            v = v << 6 | (uint32_t)c;
-        }
-        buf[o++] = (uint8_t)(v >> 16);
-        if (o < dlen)
-            buf[o++] = (uint8_t)(v >> 8);
-        if (o < dlen)
-            buf[o++] = (uint8_t)v;
-    }
-    *out = buf;
-    *out_len = dlen;
-    return TFP_OK;
-}
-
 /* ---- shared by the parsers ----------------------------------------------------------- */
-
-/* Re-sets err as "what: <its message>" with code (err->msg is copied first: tfp_err_set may
- * not read the buffer it writes). */
-static tfp_status_t prefixed(tfp_err_t *err, tfp_status_t code, const char *what)
-{
-    char inner[sizeof err->msg];
-
-    if (err == NULL)
-        return code;
-    memcpy(inner, err->msg, sizeof inner);
-    inner[sizeof inner - 1] = '\0';
-    return tfp_err_set(err, code, "%s: %s", what, inner);
-}
 
 /* Copies up to 48 bytes of a key for a message, printable ASCII only ('?' for the rest). */
 static const char *printable(const char *s, char *buf, size_t size)
@@ -293,17 +163,12 @@ static const char *printable(const char *s, char *buf, size_t size)
     return buf;
 }
 
-static int json_ws(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-/* Strict check, size bound, parse; the root must be an object. what names the document. */
+/* Size bound, strict check and parse; the root must be an object. what names the document. */
 static tfp_status_t parse_object(const char *what, const char *body, size_t len, size_t max,
                                  cJSON **out, tfp_err_t *err)
 {
-    size_t end;
-    cJSON *root;
+    size_t end = 0, i;
+    cJSON *root = NULL;
     tfp_status_t st;
 
     if (body == NULL)
@@ -311,20 +176,16 @@ static tfp_status_t parse_object(const char *what, const char *body, size_t len,
     if (len > max)
         return tfp_err_set(err, TFP_ETOOBIG, "%s: body of %zu bytes is over the %zu-byte limit",
                            what, len, max);
-    st = tfp_json_check(body, len, &end, err);
+    st = tfp_cj_parse(body, len, 0, &root, &end, err);
     if (st != TFP_OK)
-        return prefixed(err, st, what);
-    for (size_t i = end; i < len; i++) {
-        if (!json_ws(body[i]))
-            return tfp_err_set(err, TFP_EPROTO, "%s: text after the JSON value at byte %zu",
-                               what, i);
-    }
-    root = cJSON_ParseWithLength(body, end);
-    if (root == NULL)
-        return tfp_err_set(err, TFP_ENOMEM, "%s: out of memory parsing JSON", what);
-    if (!cJSON_IsObject(root)) {
+        return tfp_cj_prefix(err, st, what);
+    if ((i = tfp_cj_skip_ws(body, len, end)) != len)
+        st = tfp_err_set(err, TFP_EPROTO, "%s: text after the JSON value at byte %zu", what, i);
+    else if (!cJSON_IsObject(root))
+        st = tfp_err_set(err, TFP_EPROTO, "%s: not a JSON object", what);
+    if (st != TFP_OK) {
         cJSON_Delete(root);
-        return tfp_err_set(err, TFP_EPROTO, "%s: not a JSON object", what);
+        return st;
     }
     *out = root;
     return TFP_OK;
@@ -358,31 +219,14 @@ static tfp_status_t members(const char *what, const cJSON *obj, const char *cons
     return TFP_OK;
 }
 
-/* An integer in lo..hi (hi <= 2^53), or -1. */
+/* An integer in lo..hi (lo >= 0, hi <= 2^53), or -1. */
 static int get_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out)
 {
-    double d;
+    uint64_t v;
 
-    if (!cJSON_IsNumber(item))
+    if (tfp_cj_uint(item, (uint64_t)lo, (uint64_t)hi, &v) != 0)
         return -1;
-    d = item->valuedouble;
-    if (!(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
-        return -1;
-    *out = (int64_t)d;
-    return 0;
-}
-
-/* A string of at most max bytes copied into dst (size > max), or -1. */
-static int get_str(const cJSON *item, char *dst, size_t max)
-{
-    size_t n;
-
-    if (!cJSON_IsString(item))
-        return -1;
-    n = strlen(item->valuestring);
-    if (n > max)
-        return -1;
-    memcpy(dst, item->valuestring, n + 1);
+    *out = (int64_t)v;
     return 0;
 }
 
@@ -498,11 +342,11 @@ static tfp_status_t read_host(const cJSON *obj, tfp_up_host_t *out, tfp_err_t *e
     st = members("upgrade request: host", obj, keys, 3, f, err);
     if (st != TFP_OK)
         return st;
-    if (get_str(f[0], out->boot_id, TFP_UP_BOOT_ID_LEN) != 0 ||
+    if (tfp_cj_str(f[0], out->boot_id, TFP_UP_BOOT_ID_LEN) != 0 ||
         !tfp_up_boot_id_valid(out->boot_id))
         return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.boot_id is not a "
                            "36-character lowercase uuid");
-    if (get_str(f[1], out->netns, TFP_UP_MAX_NETNS) != 0 || !tfp_up_netns_valid(out->netns))
+    if (tfp_cj_str(f[1], out->netns, TFP_UP_MAX_NETNS) != 0 || !tfp_up_netns_valid(out->netns))
         return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.netns is not \"net:[N]\"");
     if (get_int(f[2], 1, TFP_UP_MAX_PID, &out->pid) != 0)
         return tfp_err_set(err, TFP_EPROTO, "upgrade request: host.pid is not an integer in "
@@ -609,7 +453,7 @@ tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *l
     if (st != TFP_OK)
         return st;
     if (resp->upgraded) {
-        b64 = tfp_up_b64_encode(resp->worker_address, resp->worker_address_len, &b64_len);
+        b64 = tfp_b64_encode(resp->worker_address, resp->worker_address_len, &b64_len);
         if (b64 == NULL)
             return tfp_err_set(err, TFP_ENOMEM, "upgrade response: out of memory");
     }
@@ -654,7 +498,7 @@ static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t
     st = members(what, root, keys, 6, f, err);
     if (st != TFP_OK)
         return st;
-    if (get_str(f[1], r->token, TFP_UP_TOKEN_LEN) != 0 || !tfp_up_token_valid(r->token))
+    if (tfp_cj_str(f[1], r->token, TFP_UP_TOKEN_LEN) != 0 || !tfp_up_token_valid(r->token))
         return tfp_err_set(err, TFP_EPROTO, "%s: \"token\" is not %d lowercase hex characters",
                            what, TFP_UP_TOKEN_LEN);
     if (get_int(f[2], 1, TFP_UP_MAX_EXPIRES_MS, &v) != 0)
@@ -669,10 +513,10 @@ static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t
                            what, TFP_UP_MAX_PID);
     if (!cJSON_IsString(f[3]))
         return tfp_err_set(err, TFP_EPROTO, "%s: \"worker_address\" is not a string", what);
-    st = tfp_up_b64_decode(f[3]->valuestring, strlen(f[3]->valuestring), TFP_UP_MAX_ADDR,
+    st = tfp_b64_decode(f[3]->valuestring, strlen(f[3]->valuestring), TFP_UP_MAX_ADDR,
                            &r->worker_address, &r->worker_address_len, err);
     if (st != TFP_OK)
-        return prefixed(err, st, "upgrade response: \"worker_address\"");
+        return tfp_cj_prefix(err, st, "upgrade response: \"worker_address\"");
     if (r->worker_address_len == 0) {
         free(r->worker_address);
         r->worker_address = NULL;

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,7 +365,7 @@ static const struct {
     const char *name;
     const char *text;
 } all_statuses[] = {
-#define X(n, v, s) {TF_##n, "TF_" #n, s},
+#define X(n, v, h, s) {TF_##n, "TF_" #n, s},
     TF_STATUS_MAP(X)
 #undef X
 };
@@ -1133,6 +1134,172 @@ START_TEST(engine_url_build)
 }
 END_TEST
 
+/* ---- the ABI: versioned structs, tf_free, tf_version ----------------------------------- */
+
+/* Where the last field of the 0.1 layouts ends: a 0.1 caller's struct may be exactly this
+ * long (the library must not read or write past it, whatever fields it has grown since). */
+#define REQUEST_0_1 (offsetof(tf_request_t, transport) + sizeof(tf_transport_t))
+#define TRANSPORT_INFO_0_1 (offsetof(tf_transport_info_t, retry_ms) + sizeof(long))
+
+START_TEST(abi_version_and_free)
+{
+    ck_assert_ptr_nonnull(tf_version());
+    ck_assert_str_eq(tf_version(), TF_VERSION);         /* this build's library and header */
+    ck_assert_str_eq(TF_VERSION, PACKAGE_VERSION);      /* configure's version is the header's */
+    tf_free(NULL);
+    float w[6] = {0};
+    int32_t b[4] = {0};
+    tf_doc_t *doc = sample_doc(TF_BORROW, w, b);
+    void *buf = NULL, *hdr = NULL;
+    size_t len = 0, hlen = 0;
+    ck_assert_int_eq(tf_doc_encode(doc, &buf, &len), TF_OK);
+    ck_assert_int_eq(tf_doc_encode_header(doc, &hdr, &hlen), TF_OK);
+    tf_free(buf);
+    tf_free(hdr);
+    tf_doc_free(doc);
+}
+END_TEST
+
+/* Starts rq (a GET of url) and waits for it; the status it ends with. */
+static tf_status_t start_and_wait(tf_client_t *c, const tf_request_t *rq)
+{
+    tf_fetch_t *f = NULL;
+    tf_status_t st = tf_fetch_start(c, rq, NULL, NULL, &f);
+    if (st != TF_OK)
+        return st;
+    st = tf_fetch_wait(f, 10000);
+    tf_fetch_free(f);
+    return st;
+}
+
+START_TEST(abi_request_size)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *src = sample_doc(TF_COPY, w, b);
+    void *body;
+    size_t blen;
+    ck_assert_int_eq(tf_doc_encode(src, &body, &blen), TF_OK);
+    canned_t *s = canned_start(200, "Content-Type: application/x-safetensors\r\n", body, blen);
+    char *url = url_of(s, "/v1/tensors/w");
+    tf_client_t *c;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+
+    /* A 0.1 caller's struct, allocated exactly as long as its fields: every field is read
+     * (the request id, the last-but-one, reaches the server), nothing past it (ASan). */
+    ck_assert_uint_ge(sizeof(tf_request_t), REQUEST_0_1);
+    tf_request_t fields = {.size = REQUEST_0_1, .op = TF_OP_GET, .url = url,
+                           .request_id = "abi-old", .transport = TF_TRANSPORT_HTTP};
+    unsigned char *old = malloc(REQUEST_0_1);
+    ck_assert_ptr_nonnull(old);
+    memcpy(old, &fields, REQUEST_0_1);
+    tf_fetch_t *f = NULL;
+    ck_assert_int_eq(tf_fetch_start(c, (const tf_request_t *)(void *)old, NULL, NULL, &f), TF_OK);
+    ck_assert_int_eq(tf_fetch_wait(f, 10000), TF_OK);
+    tf_doc_t *doc = tf_fetch_take_doc(f);
+    ck_assert_uint_eq(tf_doc_count(doc), 2);
+    tf_doc_free(doc);
+    tf_fetch_free(f);
+    canned_wait(s);
+    ck_assert_ptr_nonnull(strcasestr(s->head, "\r\nTfetch-Request-Id: abi-old\r\n"));
+    canned_join(s);
+    free(old);
+
+    /* A size below the 0.1 layout is refused before anything starts. */
+    int port = td_closed_port();
+    char refused[64];
+    snprintf(refused, sizeof(refused), "http://127.0.0.1:%d/v1/tensors/w", port);
+    tf_request_t rq = {.size = offsetof(tf_request_t, transport), .op = TF_OP_GET,
+                       .url = refused};
+    ck_assert_int_eq(tf_fetch_start(c, &rq, NULL, NULL, &f), TF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "size"));
+    rq.size = 1;
+    ck_assert_int_eq(tf_fetch_start(c, &rq, NULL, NULL, &f), TF_EINVAL);
+
+    /* Size 0 and TF_REQUEST_INIT: this header's fields. */
+    rq.size = 0;
+    ck_assert_int_eq(start_and_wait(c, &rq), TF_ECONNECT);
+    tf_request_t init = TF_REQUEST_INIT;
+    ck_assert_uint_eq(init.size, sizeof(tf_request_t));
+    init.op = TF_OP_GET;
+    init.url = refused;
+    ck_assert_int_eq(start_and_wait(c, &init), TF_ECONNECT);
+
+    /* A newer caller's longer struct: fields this library does not know are fine while
+     * they are zero, refused once one is set. */
+    size_t big = sizeof(tf_request_t) + 16;
+    unsigned char *newer = calloc(1, big);
+    ck_assert_ptr_nonnull(newer);
+    memcpy(newer, &init, sizeof(init));
+    ((tf_request_t *)newer)->size = big;
+    ck_assert_int_eq(start_and_wait(c, (tf_request_t *)newer), TF_ECONNECT);
+    newer[big - 1] = 1;
+    ck_assert_int_eq(tf_fetch_start(c, (tf_request_t *)newer, NULL, NULL, &f), TF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "does not know"));
+    free(newer);
+
+    tf_client_free(c);
+    tf_doc_free(src);
+    free(body);
+    free(url);
+}
+END_TEST
+
+START_TEST(abi_transport_info_size)
+{
+    tf_client_t *c;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    const char *url = "http://127.0.0.1:1/v1/tensors/w";
+
+    /* Size 0: the 0.1 fields, and size then says how many bytes were filled. */
+    tf_transport_info_t ti;
+    memset(&ti, 0, sizeof(ti));
+    ck_assert_int_eq(tf_client_transport_info(c, url, &ti), TF_OK);
+    ck_assert_uint_eq(ti.size, TRANSPORT_INFO_0_1);
+    ck_assert_str_eq(ti.transport, "http");
+    ck_assert_int_eq(ti.offered, -1);
+    tf_transport_info_t init = TF_TRANSPORT_INFO_INIT;
+    ck_assert_uint_eq(init.size, sizeof(tf_transport_info_t));
+    ck_assert_int_eq(tf_client_transport_info(c, url, &init), TF_OK);
+    ck_assert_str_eq(init.transport, "http");
+
+    /* A 0.1 caller's struct, exactly as long as its fields: nothing written past (ASan). */
+    unsigned char *old = calloc(1, TRANSPORT_INFO_0_1);
+    ck_assert_ptr_nonnull(old);
+    size_t size = TRANSPORT_INFO_0_1;
+    memcpy(old, &size, sizeof(size));
+    ck_assert_int_eq(tf_client_transport_info(c, url, (tf_transport_info_t *)(void *)old), TF_OK);
+    memset(&ti, 0, sizeof(ti));
+    memcpy(&ti, old, TRANSPORT_INFO_0_1);
+    ck_assert_uint_eq(ti.size, TRANSPORT_INFO_0_1);
+    ck_assert_str_eq(ti.transport, "http");
+    ck_assert_int_eq(ti.offered, -1);
+    free(old);
+
+    /* Below the 0.1 layout: refused, nothing written. */
+    memset(&ti, 0x5a, sizeof(ti));
+    ti.size = offsetof(tf_transport_info_t, retry_ms);
+    ck_assert_int_eq(tf_client_transport_info(c, url, &ti), TF_EINVAL);
+    ck_assert_uint_eq(ti.size, offsetof(tf_transport_info_t, retry_ms));
+    ck_assert_int_eq((unsigned char)ti.transport[0], 0x5a);
+
+    /* A newer caller's longer struct: the library fills what it knows, leaves the rest as
+     * it was and says how much it filled. */
+    size_t big = sizeof(tf_transport_info_t) + 16;
+    unsigned char *newer = malloc(big);
+    ck_assert_ptr_nonnull(newer);
+    memset(newer, 0xaa, big);
+    ((tf_transport_info_t *)newer)->size = big;
+    ck_assert_int_eq(tf_client_transport_info(c, url, (tf_transport_info_t *)newer), TF_OK);
+    ck_assert_uint_eq(((tf_transport_info_t *)newer)->size, sizeof(tf_transport_info_t));
+    ck_assert_str_eq(((tf_transport_info_t *)newer)->transport, "http");
+    for (size_t i = sizeof(tf_transport_info_t); i < big; i++)
+        ck_assert_int_eq(newer[i], 0xaa);
+    free(newer);
+    tf_client_free(c);
+}
+END_TEST
+
 Suite *suite_client(void)
 {
     Suite *s = suite_create("client");
@@ -1185,5 +1352,12 @@ Suite *suite_client(void)
     tcase_add_test(engine, engine_url_build);
     tcase_set_timeout(engine, 30);
     suite_add_tcase(s, engine);
+
+    TCase *abi = tcase_create("abi");
+    tcase_add_test(abi, abi_version_and_free);
+    tcase_add_test(abi, abi_request_size);
+    tcase_add_test(abi, abi_transport_info_size);
+    tcase_set_timeout(abi, 30);
+    suite_add_tcase(s, abi);
     return s;
 }

@@ -14,9 +14,9 @@
 START_TEST(metrics_render)
 {
     tfd_metrics_t *m = tfd_metrics_new();
-    tfd_metrics_record(m, TFD_ROUTE_TENSOR_GET, 200, TFP_OK, 0, 1234, 0.002);
-    tfd_metrics_record(m, TFD_ROUTE_TENSOR_GET, 404, TFP_ENOTFOUND, 0, 50, 0.0001);
-    tfd_metrics_record(m, TFD_ROUTE_TENSOR_PUT, 413, TFP_ETOOBIG, 10, 60, 3.0);
+    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 200, TFP_OK, 0, 1234, 0.002);
+    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 404, TFP_ENOTFOUND, 0, 50, 0.0001);
+    tfd_metrics_record(m, TFD_EP_TENSOR_PUT, 413, TFP_ETOOBIG, 10, 60, 3.0);
     tfd_gauges_t g = {.stored_count = 3, .stored_bytes = 4096, .inflight = 1};
     size_t len;
     char *t = tfd_metrics_render(m, &g, &len);

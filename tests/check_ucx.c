@@ -169,7 +169,7 @@ START_TEST(noucx_auto_falls_back_ucx_fails)
     }
     ck_assert_msg(strstr(tf_client_last(c)->fallback, "without UCX"), "fallback: %s",
                   tf_client_last(c)->fallback);
-    tf_transport_info_t ti;
+    tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
     ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
     ck_assert_str_eq(ti.transport, "http");
     ck_assert_msg(strstr(ti.reason, "without UCX"), "reason: %s", ti.reason);
@@ -211,7 +211,7 @@ START_TEST(ucx_upgrade_after_first_request)
         return;
     start(NULL);
     tf_client_t *c = client(TF_TRANSPORT_AUTO);
-    tf_transport_info_t ti;
+    tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
     ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
     ck_assert_str_eq(ti.transport, "http");
     ck_assert_int_eq(ti.offered, -1);
@@ -319,7 +319,7 @@ START_TEST(ucx_policies)
         ck_assert_str_eq(tf_client_last(c)->fallback, "");
         tf_doc_free(got);
     }
-    tf_transport_info_t ti;
+    tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
     ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
     ck_assert_str_eq(ti.transport, "http");
     ck_assert_int_eq(ti.offered, 1);
@@ -424,7 +424,7 @@ START_TEST(ucx_server_without_ucx)
                       r->fallback);
         tf_doc_free(got);
     }
-    tf_transport_info_t ti;
+    tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
     ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
     ck_assert_str_eq(ti.transport, "http");
     ck_assert_int_eq(ti.offered, 0);
@@ -1325,7 +1325,7 @@ static void killed_mid_request(int big)
         tf_status_t st = tf_get(c, url("/v1/tensors/%s", "big"), 0, &got);
         ck_assert_msg(st == TF_ECONNECT, "%s: %s", tf_err_name(st), tf_client_last(c)->error);
         ck_assert(now_s() - t0 < 1.0);
-        tf_transport_info_t ti;
+        tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
         ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
         ck_assert_str_eq(ti.transport, "http");
         ck_assert_msg(strstr(ti.reason, "UCX connection failed"), "%s", ti.reason);
@@ -1492,7 +1492,7 @@ START_TEST(ucx_connection_lost_retried_over_http)
     ck_assert_msg(strstr(tf_client_last(c)->fallback, "UCX connection failed"), "%s",
                   tf_client_last(c)->fallback);
     tf_doc_free(got);
-    tf_transport_info_t ti;
+    tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
     ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
     ck_assert_int_gt(ti.retry_ms, 0);
     sleep_ms(ti.retry_ms + 50);

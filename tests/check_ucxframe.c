@@ -95,6 +95,7 @@ static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
     p[33] = (uint8_t)nuser;
     p[34] = (uint8_t)nname;
     put_le(p + 36, nmsg, 2);
+    put_le(p + 38, h->http, 2);
     memcpy(p + o, h->request_id, nid);
     o += nid;
     memcpy(p + o, h->user, nuser);
@@ -112,6 +113,7 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
     ck_assert_uint_eq(a->seq, b->seq);
     ck_assert_int_eq(a->status, b->status);
     ck_assert_uint_eq(a->wait_ms, b->wait_ms);
+    ck_assert_uint_eq(a->http, b->http);
     ck_assert_uint_eq(a->body_len, b->body_len);
     ck_assert_str_eq(a->request_id, b->request_id);
     ck_assert_str_eq(a->user, b->user);
@@ -167,7 +169,7 @@ static void decode_ok(const uint8_t *buf, size_t len, tfp_uf_hdr_t *out)
 START_TEST(uf_golden_get)
 {
     static const uint8_t want[] = {
-        'T', 'F', 'U', '1', 1, 3, 0, 0,
+        'T', 'F', 'U', '1', 2, 3, 0, 0,
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
         0, 0, 0, 0, 0x44, 0x33, 0x22, 0x11,
         0, 0, 0, 0, 0, 0, 0, 0,
@@ -194,11 +196,11 @@ END_TEST
 START_TEST(uf_golden_reply)
 {
     static const uint8_t want[] = {
-        0x54, 0x46, 0x55, 0x31, 1, 7, 0, 0,
+        0x54, 0x46, 0x55, 0x31, 2, 7, 0, 0,
         0xff, 0, 0, 0, 0, 0, 0, 0x80,
         0xfb, 0xff, 0xff, 0xff, 0, 0, 0, 0,
         0, 0, 0, 0, 0, 0, 0, 0,
-        1, 0, 0, 0, 2, 0, 0, 0,
+        1, 0, 0, 0, 2, 0, 0x94, 0x01,
         'x', 'n', 'o',
     };
     uint8_t buf[TFP_UF_MAX_HEADER];
@@ -206,6 +208,7 @@ START_TEST(uf_golden_reply)
 
     tfp_uf_init(&h, TFP_UF_REPLY, UINT64_C(0x80000000000000ff));
     h.status = TFP_ENOTFOUND;
+    h.http = 404;
     strcpy(h.request_id, "x");
     strcpy(h.msg, "no");
     ck_assert_uint_eq(encode_ok(&h, buf), sizeof want);
@@ -275,16 +278,16 @@ START_TEST(uf_roundtrip_ops)
     decode_ok(buf, encode_ok(&h, buf), &d);
     same_hdr(&h, &d);
     h.status = TFP_EBUSY;
-    h.wait_ms = 503;                            /* replies carry the HTTP-equivalent status */
+    h.http = 503;                               /* replies carry the HTTP-equivalent status */
     strcpy(h.msg, "server busy: 64 requests in flight");
     decode_ok(buf, encode_ok(&h, buf), &d);
     same_hdr(&h, &d);
-    h.wait_ms = 100;
+    h.http = 100;
     decode_ok(buf, encode_ok(&h, buf), &d);
     same_hdr(&h, &d);
     base(&h, TFP_UF_HELLO_ACK);
     h.status = TFP_EBADREQ;
-    h.wait_ms = 599;
+    h.http = 599;
     strcpy(h.msg, "token expired");
     decode_ok(buf, encode_ok(&h, buf), &d);
     same_hdr(&h, &d);
@@ -418,8 +421,8 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
     case 35: base(h, TFP_UF_BYE); h->status = TFP_EINVAL; return "on a request (BYE) must be 0";
     case 36: base(h, TFP_UF_HELLO); h->status = TFP_EBUSY; return "on a request (HELLO)";
     case 37: base(h, TFP_UF_PUT); h->wait_ms = 5; return "wait_ms 5 on PUT (only GET waits)";
-    case 38: base(h, TFP_UF_REPLY); h->wait_ms = 1;
-        return "REPLY carries HTTP status 1 in wait_ms, not 100..599";
+    case 38: base(h, TFP_UF_REPLY); h->http = 1;
+        return "REPLY carries HTTP status 1, not 100..599";
     case 39: base(h, TFP_UF_HELLO); h->wait_ms = 1; return "wait_ms 1 on HELLO";
     case 40: base(h, TFP_UF_GET); h->body_len = 1; return "body_len 1 on GET (which has no body)";
     case 41: base(h, TFP_UF_DELETE); h->body_len = 7; return "body_len 7 on DELETE";
@@ -449,14 +452,23 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
     case 53: base(h, TFP_UF_DELETE); fill(h->name, 'n', TFP_MAX_TENSOR_NAME);
         h->name[254] = '*';
         return "name is not";
-    case 54: base(h, TFP_UF_HELLO_ACK); h->wait_ms = 600;
-        return "HELLO_ACK carries HTTP status 600 in wait_ms, not 100..599";
-    case 55: base(h, TFP_UF_REPLY); h->wait_ms = 99; return "HTTP status 99 in wait_ms";
+    case 54: base(h, TFP_UF_HELLO_ACK); h->http = 600;
+        return "HELLO_ACK carries HTTP status 600, not 100..599";
+    case 55: base(h, TFP_UF_REPLY); h->http = 99; return "REPLY carries HTTP status 99";
+    case 56: base(h, TFP_UF_REPLY); h->http = UINT16_MAX;
+        return "REPLY carries HTTP status 65535, not 100..599";
+    case 57: base(h, TFP_UF_GET); h->http = 200; return "http 200 on a request (GET) must be 0";
+    case 58: base(h, TFP_UF_PUT); h->http = 201; return "http 201 on a request (PUT) must be 0";
+    case 59: base(h, TFP_UF_HELLO); h->http = 100; return "http 100 on a request (HELLO)";
+    case 60: base(h, TFP_UF_REPLY); h->wait_ms = 200;
+        return "wait_ms 200 on REPLY (only GET waits)";
+    case 61: base(h, TFP_UF_HELLO_ACK); h->wait_ms = 1;
+        return "wait_ms 1 on HELLO_ACK (only GET waits)";
     }
     return NULL;
 }
 
-#define N_RULES 56
+#define N_RULES 62
 
 START_TEST(uf_rule_refused)
 {
@@ -528,10 +540,12 @@ START_TEST(uf_reject_magic_version)
     DECODE_REJECTS(buf, len, TFP_EPROTO, "bad magic");
     memcpy(buf, "TFU1", 4);
     buf[4] = 0;
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 0 is not 1");
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 0 is not 2");
+    buf[4] = 1;                                 /* version 1: wait_ms carried the HTTP status */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 1 is not 2");
+    buf[4] = 3;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 3 is not 2");
     buf[4] = 2;
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 2 is not 1");
-    buf[4] = 1;
     buf[5] = 255;
     DECODE_REJECTS(buf, len, TFP_EPROTO, "unknown op 255");
     buf[5] = TFP_UF_GET;
@@ -547,11 +561,11 @@ START_TEST(uf_reject_reserved)
     buf[35] = 1;
     DECODE_REJECTS(buf, len, TFP_EPROTO, "reserved byte is 1, not 0");
     buf[35] = 0;
-    buf[39] = 1;
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "reserved2 is 256, not 0");
+    buf[39] = 1;                                /* the http field, on a request */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "http 256 on a request (GET) must be 0");
     buf[39] = 0;
     buf[38] = 0x80;
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "reserved2 is 128, not 0");
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "http 128 on a request (GET) must be 0");
     buf[38] = 0;
     buf[7] = 0x80;
     DECODE_REJECTS(buf, len, TFP_EPROTO, "flags 0x8000 has unknown bits");
@@ -666,7 +680,7 @@ static void rnd_hdr(tfp_uf_hdr_t *h)
     if (op == TFP_UF_GET && (rnd() & 1))
         h->wait_ms = (uint32_t)rnd();
     if (tfp_uf_op_is_reply(op) && (rnd() & 1))
-        h->wait_ms = 100 + (uint32_t)rnd_below(500);   /* the HTTP-equivalent status */
+        h->http = (uint16_t)(100 + rnd_below(500));     /* the HTTP-equivalent status */
     if (op == TFP_UF_PUT || op == TFP_UF_CALL)
         h->body_len = rnd() >> rnd_below(64);
     if (op == TFP_UF_REPLY && h->status == TFP_OK && (rnd() & 1)) {

@@ -15,6 +15,7 @@ Suite *suite_jsonview(void);
 Suite *suite_jsonw(void);
 Suite *suite_jsonread(void);
 Suite *suite_ids(void);
+Suite *suite_op(void);
 Suite *suite_store(void);
 Suite *suite_conf(void);
 Suite *suite_metrics(void);
@@ -28,5 +29,7 @@ Suite *suite_ucxframe(void);
 Suite *suite_upgrade(void);
 Suite *suite_hostid(void);
 Suite *suite_ucx(void);
+Suite *suite_utf8(void);
+Suite *suite_base64(void);
 
 #endif

@@ -1,5 +1,8 @@
 /* buf.c - payload buffers: huge-page-backed mappings for large bodies, malloc for small.
  *
+ * Also the free()-compatible kind (tfx_buf_malloc): aligned with posix_memalign and advised
+ * huge pages, with no cache, since whoever frees it does not come back here.
+ *
  * Freed large mappings are kept in a small cache (at most TFX_BUF_CACHE_MAX bytes, a few
  * entries) and handed out again for the same size: their pages are already faulted in, so
  * a steady stream of same-sized PUTs or exchanges (weights every step) does not pay first
@@ -88,6 +91,20 @@ void tfx_buf_free(void *p, size_t cap)
         free(p);
     else if (!to_cache(p, cap))
         munmap(p, cap);
+}
+
+void *tfx_buf_malloc(size_t size)
+{
+    if (size < BIG)
+        return malloc(size ? size : 1);
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_ALIGN, size) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    /* The whole huge pages inside the block; advice only: fine if refused. */
+    (void)madvise(p, size & ~(HUGE_ALIGN - 1), MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 void tfx_buf_trim(void)

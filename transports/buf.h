@@ -1,9 +1,12 @@
-/* buf.h - payload buffers for tensor bodies.
+/* buf.h - payload buffers for tensor bodies: the one allocator of every layer above proto.
  *
- * Large bodies (>= 2 MiB) are mapped directly and asked for transparent huge pages, so the one
- * write that fills them faults 2 MiB at a time instead of 4 KiB (first touch of a fresh 64 MiB
- * buffer costs ~200 ms in 4 KiB pages here); freed ones are reused for the same size from a
- * bounded cache; small ones come from malloc. Never zeroed. Any thread.
+ * Large bodies (>= 2 MiB) are asked for transparent huge pages, so the one write that fills
+ * them faults 2 MiB at a time instead of 4 KiB (first touch of a fresh 64 MiB buffer costs
+ * ~200 ms in 4 KiB pages here); small ones come from malloc. Two kinds, for two ownerships:
+ * tfx_buf_alloc's are mapped directly and reused for the same size from a bounded cache (the
+ * daemon's store and request bodies, returned with tfx_buf_free); tfx_buf_malloc's are
+ * released by free() and may be grown by realloc() (the clients' reply bodies, which
+ * libtfetch's caller frees). Never zeroed. Any thread.
  */
 #ifndef TFX_BUF_H
 #define TFX_BUF_H
@@ -16,6 +19,9 @@ void *tfx_buf_alloc(size_t size, size_t *cap);
 /* Returns the buffer: small ones to malloc, large ones to the reuse cache when it has room
  * (at most TFX_BUF_CACHE_MAX bytes, fully faulted in), else to the kernel. */
 void tfx_buf_free(void *p, size_t cap);          /* NULL is a no-op */
+/* A buffer of size bytes (0 allowed) that free() releases and realloc() may grow, or NULL:
+ * big ones 2 MiB-aligned with huge pages advised, small ones plain malloc. */
+void *tfx_buf_malloc(size_t size);
 /* Gives every cached buffer back to the kernel (at exit, or under memory pressure). */
 void tfx_buf_trim(void);
 

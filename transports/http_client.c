@@ -19,18 +19,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "transports/http_client.h"
+#include "transports/buf.h"
+#include "transports/clock.h"
 
 #define CONNECT_TIMEOUT_MS 10000L
 #define DOWNLOAD_BUFFER (512L * 1024)
 #define UPLOAD_BUFFER (2L * 1024 * 1024)
 #define UNKNOWN_LENGTH_START (64u * 1024)
 #define POLL_SLICE_MS 1000L
-#define HUGE_BODY (4u << 20)
-#define HUGE_PAGE (2u << 20)
 
 typedef struct {
     const uint8_t *ptr;
@@ -63,7 +62,7 @@ struct tfx_hc_req {
     tfx_hc_done_fn done;
     void *done_ud;
     tfx_hc_req_t *prev, *next;         /* the engine's running list */
-    struct timespec t0;
+    uint64_t t0_ns;                 /* tfx_now_ns() at the start */
     tfx_hc_status_t write_err;         /* why the write callback refused data */
 
     /* what came back */
@@ -77,18 +76,6 @@ struct tfx_hc {
     tfx_hc_req_t *running;             /* doubly linked list of started requests */
     int nrunning;
 };
-
-/* ---- status --------------------------------------------------------------------------- */
-
-const char *tfx_hc_strerror(tfx_hc_status_t st)
-{
-    switch (st) {
-#define X(n, v, s) case TFX_HC_##n: return s;
-        TFX_HC_STATUS_MAP(X)
-#undef X
-    }
-    return "unknown status";
-}
 
 /* ---- libcurl global init ----------------------------------------------------------------- */
 
@@ -104,13 +91,6 @@ static int ensure_curl(void)
 {
     pthread_once(&curl_once, curl_init);
     return curl_init_rc == CURLE_OK ? 0 : -1;
-}
-
-static double elapsed_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -350,22 +330,6 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
     return n;
 }
 
-/* A response buffer of n bytes that free() releases. Big ones are aligned to 2 MiB and
- * offered transparent huge pages: first-touch page faults otherwise cost as much as the
- * copy out of the socket. */
-static void *alloc_body(size_t n)
-{
-    if (n < HUGE_BODY)
-        return malloc(n);
-    void *p = NULL;
-    if (posix_memalign(&p, HUGE_PAGE, n) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, n & ~(size_t)(HUGE_PAGE - 1), MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
 /* Makes room for need bytes plus the NUL. */
 static int reserve_body(tfx_hc_req_t *req, size_t need)
 {
@@ -402,7 +366,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
                 req->write_err = TFX_HC_ETOOBIG;
                 return 0;
             }
-            req->resp.body = alloc_body((size_t)cl + 1);
+            req->resp.body = tfx_buf_malloc((size_t)cl + 1);   /* free()d by the caller */
             if (!req->resp.body) {
                 req->write_err = TFX_HC_ENOMEM;
                 return 0;
@@ -558,7 +522,7 @@ static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
         req->resp.status = code;
     if (curl_easy_getinfo(req->easy, CURLINFO_SIZE_UPLOAD_T, &up) == CURLE_OK && up > 0)
         req->resp.bytes_sent = (uint64_t)up;
-    req->resp.seconds = elapsed_since(&req->t0);
+    req->resp.seconds = tfx_since_s(req->t0_ns);
     if (st == TFX_HC_ECANCELED && !req->errbuf[0])
         snprintf(req->errbuf, sizeof(req->errbuf), "request canceled");
     req->running = 0;
@@ -703,7 +667,7 @@ tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn don
     tfx_hc_status_t st = configure(req);
     if (st != TFX_HC_OK)
         return st;
-    clock_gettime(CLOCK_MONOTONIC, &req->t0);
+    req->t0_ns = tfx_now_ns();
     if (curl_multi_add_handle(hc->multi, req->easy) != CURLM_OK)
         return TFX_HC_ENOMEM;
     req->hc = hc;
@@ -769,7 +733,7 @@ int tfx_hc_poll(tfx_hc_t *hc, long timeout_ms)
 
 tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
 {
-    struct timespec t0;
+    uint64_t t0_ns;
     int still;
 
     if (!hc || !req)
@@ -778,7 +742,7 @@ tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
         return TFX_HC_OK;
     if (req->hc != hc)
         return TFX_HC_EINVAL;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0_ns = tfx_now_ns();
     for (;;) {
         if (curl_multi_perform(hc->multi, &still) != CURLM_OK) {
             /* The multi handle itself failed: nothing will complete req any more. */
@@ -790,7 +754,7 @@ tfx_hc_status_t tfx_hc_drive(tfx_hc_t *hc, tfx_hc_req_t *req, long timeout_ms)
             return TFX_HC_OK;
         long wait = POLL_SLICE_MS;
         if (timeout_ms >= 0) {
-            long left = timeout_ms - (long)(elapsed_since(&t0) * 1000.0);
+            long left = timeout_ms - (long)(tfx_since_s(t0_ns) * 1000.0);
             if (left <= 0)
                 return TFX_HC_EAGAIN;
             if (left < wait)

@@ -18,26 +18,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Outcomes decided by the transport (the HTTP status is reported separately). */
-#define TFX_HC_STATUS_MAP(X)                                \
-    X(OK,         0, "success")                             \
-    X(ENOMEM,     1, "out of memory")                       \
-    X(EINVAL,     2, "invalid argument")                    \
-    X(EURL,       3, "bad URL")                             \
-    X(ECONNECT,   4, "cannot connect")                      \
-    X(ETIMEDOUT,  5, "timed out")                           \
-    X(EIO,        6, "transfer failed")                     \
-    X(ECANCELED,  7, "canceled")                            \
-    X(ETOOBIG,    8, "response body too large")             \
-    X(EAGAIN,     9, "not finished yet")
+#include "proto/status.h"
 
-typedef enum {
-#define X(n, v, s) TFX_HC_##n = (v),
-    TFX_HC_STATUS_MAP(X)
-#undef X
-} tfx_hc_status_t;
+/* Outcomes decided by the transport (the HTTP status is reported separately): codes of the one
+ * status space, tfp_status_t (proto/status.h; the same values as the public tf_status_t).
+ * tfx_hc_status_t and the TFX_HC_ names are aliases of them, kept only so that callers written
+ * against the old names keep compiling; new code uses tfp_status_t and TFP_ directly. It is an
+ * int so that a switch over the old names stays complete. */
+typedef int tfx_hc_status_t;
+#define TFX_HC_OK TFP_OK
+#define TFX_HC_ENOMEM TFP_ENOMEM
+#define TFX_HC_EINVAL TFP_EINVAL
+#define TFX_HC_EURL TFP_EURL
+#define TFX_HC_ECONNECT TFP_ECONNECT
+#define TFX_HC_ETIMEDOUT TFP_ETIMEDOUT
+#define TFX_HC_EIO TFP_EIO
+#define TFX_HC_ECANCELED TFP_ECANCELED
+#define TFX_HC_ETOOBIG TFP_ETOOBIG
+#define TFX_HC_EAGAIN TFP_EAGAIN
 
-const char *tfx_hc_strerror(tfx_hc_status_t st);
+static inline const char *tfx_hc_strerror(tfx_hc_status_t st)
+{
+    return tfp_status_text((tfp_status_t)st);
+}
 
 typedef struct tfx_hc tfx_hc_t;
 typedef struct tfx_hc_req tfx_hc_req_t;

@@ -1,18 +1,22 @@
 /* http_server.c - tfetchd's HTTP server side on libmicrohttpd.
  *
  * Owns the MHD daemon and one tfx_req_t per request (created on MHD's first callback, freed
- * in its completion notice). Bodies land in one tfx_buf sized from Content-Length; chunked
- * bodies grow geometrically up to the accepted maximum. Responses are queued after each
- * callback returns, so handlers never call MHD themselves. Suspension is guarded by a per-
- * request mutex so that a wake-up arriving before MHD has suspended the connection is not
- * lost: handle simply runs again.
+ * in its completion notice). The request line and headers become the request's operation
+ * once, on the first callback (tfp_http_op_parse); failures render as a status line and a
+ * JSON error body {"error", "code"} (with Allow on a 405). Bodies land in one tfx_buf sized
+ * from Content-Length; chunked bodies grow geometrically up to the accepted maximum.
+ * Responses are queued after each callback returns, so handlers never call MHD themselves.
+ * Suspension is guarded by a per-request mutex so that a wake-up arriving before MHD has
+ * suspended the connection is not lost: handle simply runs again.
  *
- * Threads: MHD's worker pool runs every callback; tfx_req_resume may come from any thread.
+ * Threads: MHD's thread pool runs every callback; tfx_req_resume may come from any thread.
  */
 #include "config.h"
 #include "transports/http_server.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
+#include "proto/http.h"
 #include "proto/jsonw.h"
 
 #include <arpa/inet.h>
@@ -60,26 +64,19 @@ typedef struct {
 
 #define HR(r) ((http_req_t *)(r))
 
-/* ---- request accessors ------------------------------------------------------------------ */
+/* ---- the request line and headers --------------------------------------------------- */
 
-
-static const char *http_header(const tfx_req_t *r, const char *name)
+static const char *header(const tfx_req_t *r, const char *name)
 {
     return MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND, name);
 }
 
-static const char *http_query(const tfx_req_t *r, const char *key)
-{
-    return MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, key);
-}
-
-static int64_t http_content_length(const tfx_req_t *r)
+static int64_t content_length(const tfx_req_t *r)
 {
     /* With Transfer-Encoding, MHD ignores (and does not check) Content-Length. */
-    if (MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+    if (header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return -1;
-    const char *cl = MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl = header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (!cl)
         return -1;
     /* MHD has already rejected a malformed Content-Length with 400. */
@@ -91,22 +88,6 @@ static int64_t http_content_length(const tfx_req_t *r)
     return (int64_t)v;
 }
 
-static const char *http_peer(const tfx_req_t *r)
-{
-    static __thread char buf[INET6_ADDRSTRLEN];
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(HR(r)->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    buf[0] = '\0';
-    if (!ci || !ci->client_addr)
-        return buf;
-    const struct sockaddr *sa = ci->client_addr;
-    if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, sizeof buf);
-    else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, sizeof buf);
-    return buf;
-}
-
 static enum MHD_Result sum_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                   const char *value)
 {
@@ -115,11 +96,32 @@ static enum MHD_Result sum_header(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
-static size_t http_header_bytes(const tfx_req_t *r)
+/* Sum of header names and values received. */
+static size_t header_bytes(const tfx_req_t *r)
 {
     size_t sum = 0;
     MHD_get_connection_values(HR(r)->conn, MHD_HEADER_KIND, sum_header, &sum);
     return sum;
+}
+
+/* The operation the request line and headers ask for, into r->op (or why not, r->op_err). */
+static void parse_op(tfx_req_t *r, const char *method, const char *url)
+{
+    tfp_http_req_t in = {
+        .method = method,
+        .path = url,
+        .wait = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "wait"),
+        .content_length = content_length(r),
+        .chunked = header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL,
+        .content_type = header(r, MHD_HTTP_HEADER_CONTENT_TYPE),
+        .accept = header(r, MHD_HTTP_HEADER_ACCEPT),
+        .dtype = header(r, "Tfetch-Dtype"),
+        .shape = header(r, "Tfetch-Shape"),
+        .user = header(r, "Tfetch-User"),
+        .request_id = header(r, "Tfetch-Request-Id"),
+        .max_body = HR(r)->srv->cfg.max_body,
+    };
+    tfp_http_op_parse(&in, &r->op, &r->op_err);
 }
 
 /* ---- bodies ------------------------------------------------------------------------------ */
@@ -131,7 +133,7 @@ static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
     uint64_t need = r->headroom + r->body_len + more;
     if (r->buf && need <= r->cap)
         return TFP_OK;
-    int64_t cl = tfx_req_content_length(r);
+    int64_t cl = content_length(r);
     uint64_t want;
     if (!r->buf && cl >= 0)
         want = r->headroom + (uint64_t)cl;
@@ -152,18 +154,11 @@ static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
 #define DRAIN_MAX (64ull << 20)
 #define RATE_GRACE_MS 10000u
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static int take_upload(tfx_req_t *r, const char *data, size_t n)
 {
     r->body_seen += n;
     uint64_t rate = HR(r)->srv->cfg.min_upload_rate;
-    uint64_t el = now_ms() - HR(r)->start_ms;
+    uint64_t el = tfx_now_ms() - HR(r)->start_ms;
     if (rate && el > RATE_GRACE_MS && r->body_seen * 1000u / el < rate)
         return -1;
     if (HR(r)->deferred || r->body_failed || !r->accept_body)
@@ -198,11 +193,9 @@ static void answer_failed_body(tfx_req_t *r)
 /* Will a body follow the headers? */
 static int body_pending(const tfx_req_t *r)
 {
-    if (MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND,
-                                    MHD_HTTP_HEADER_TRANSFER_ENCODING))
+    if (header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return 1;
-    int64_t cl = tfx_req_content_length(r);
-    return cl > 0;
+    return content_length(r) > 0;
 }
 
 /* ---- responses --------------------------------------------------------------------------- */
@@ -229,6 +222,23 @@ static void http_respond(tfx_req_t *r, unsigned status, const char *content_type
     for (tfx_hdr_t *h = r->hdrs; h; h = h->next)
         MHD_add_response_header(resp, h->name, h->value);
     hr->resp = resp;
+}
+
+static void http_respond_error(tfx_req_t *r, tfp_status_t code, const char *msg)
+{
+    if (code == TFP_EMETHOD && r->op_err.code == TFP_EMETHOD && r->op_err.allow)
+        tfx_req_add_header(r, "Allow", r->op_err.allow);
+    size_t len = 0;
+    char *body = tfp_error_json(code, msg, &len);
+    if (!body) {
+        static const char oom[] = "{\"error\":\"out of memory\",\"code\":\"TF_ENOMEM\"}\n";
+        r->status = 500;
+        r->resp_len = sizeof oom - 1;
+        http_respond(r, 500, "application/json", oom, sizeof oom - 1, NULL, NULL);
+        return;
+    }
+    r->resp_len = len;
+    http_respond(r, r->status, "application/json", body, len, free, body);
 }
 
 static enum MHD_Result queue_pending(http_req_t *hr)
@@ -281,12 +291,8 @@ static void run_handle(http_req_t *hr)
 
 static const tfx_req_ops_t http_ops = {
     .name = "http",
-    .header = http_header,
-    .query = http_query,
-    .content_length = http_content_length,
-    .peer = http_peer,
-    .header_bytes = http_header_bytes,
     .respond = http_respond,
+    .respond_error = http_respond_error,
     .resume = http_resume,
 };
 
@@ -294,8 +300,7 @@ static const tfx_req_ops_t http_ops = {
 
 static int expects_continue(const tfx_req_t *r)
 {
-    const char *e = MHD_lookup_connection_value(HR(r)->conn, MHD_HEADER_KIND,
-                                                MHD_HTTP_HEADER_EXPECT);
+    const char *e = header(r, MHD_HTTP_HEADER_EXPECT);
     return e && strcasecmp(e, "100-continue") == 0;
 }
 
@@ -314,17 +319,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         tfx_req_t *r = &hr->base;
         r->ops = &http_ops;
         r->h = &s->h;
-        r->method = method;
-        r->path = url;
         hr->srv = s;
         hr->conn = conn;
         pthread_mutex_init(&hr->lock, NULL);
         *con_cls = hr;
-        hr->start_ms = now_ms();
+        hr->start_ms = tfx_now_ms();
         atomic_fetch_add(&s->inflight, 1);
+        parse_op(r, method, url);
         if (atomic_load(&s->draining))
             tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");
-        else if (s->cfg.max_header_bytes && tfx_req_header_bytes(r) > s->cfg.max_header_bytes)
+        else if (s->cfg.max_header_bytes && header_bytes(r) > s->cfg.max_header_bytes)
             tfx_respond_error(r, TFP_EHEADERS, "request headers exceed %zu bytes",
                               s->cfg.max_header_bytes);
         else

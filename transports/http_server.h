@@ -1,13 +1,14 @@
 /* http_server.h - the HTTP server side of tfetchd, on libmicrohttpd.
  *
- * Turns MHD's callback protocol into three calls per request: begin (headers are in: reject
- * at once, or accept a body into a buffer sized from Content-Length), handle (the body is
+ * Turns MHD's callback protocol into three calls per request: begin (the request line and
+ * headers are in, parsed into the request's operation: reject at once, or accept a body into
+ * a buffer sized from Content-Length), handle (the body is
  * complete: respond, or suspend until woken) and finish (the request is over; free state).
  * Responses point at the caller's memory and call its release function when sent, so a GET
  * serves stored bytes without copying them. A suspended request holds no thread: another
  * thread wakes it with tfx_req_resume and handle runs again.
  *
- * Threads: begin/handle/finish run on MHD's worker threads (a pool). tfx_req_* calls other
+ * Threads: begin/handle/finish run on MHD's threads (a pool). tfx_req_* calls other
  * than tfx_req_resume are valid only inside those callbacks, for that request.
  */
 #ifndef TFX_HTTP_SERVER_H
@@ -23,13 +24,14 @@ typedef struct tfx_http tfx_http_t;
 typedef struct {
     const char *listen_addr;        /* numeric IPv4 or IPv6 address */
     uint16_t port;                  /* 0: the kernel picks one */
-    unsigned threads;               /* worker threads */
+    unsigned threads;               /* MHD threads */
     unsigned max_connections;
     unsigned max_per_ip;            /* 0: no per-IP limit */
     unsigned idle_timeout_s;
     size_t conn_memory;             /* per-connection buffer memory (headers + read buffer) */
     size_t max_header_bytes;        /* sum of request header names and values */
     uint64_t min_upload_rate;       /* bytes/s a body must average after 10 s; 0: no floor */
+    uint64_t max_body;              /* the largest document body announced (tfp_http_req_t) */
 } tfx_http_config_t;
 
 typedef tfx_handlers_t tfx_http_handlers_t;

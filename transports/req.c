@@ -1,10 +1,9 @@
 /* req.c - the transport-independent half of tfx_req_t: accessors, the body buffer, response
- * headers, and dispatch to the transport's functions. Threads: as req.h.
+ * headers, the one-answer rule, and dispatch to the transport's functions. Threads: as req.h.
  */
 #include "config.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
-#include "proto/jsonw.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,19 +11,14 @@
 #include <string.h>
 
 const char *tfx_req_transport(const tfx_req_t *r) { return r->ops->name; }
-const char *tfx_req_method(const tfx_req_t *r) { return r->method; }
-const char *tfx_req_path(const tfx_req_t *r) { return r->path; }
+const tfp_op_t *tfx_req_op(const tfx_req_t *r) { return &r->op; }
+const tfp_op_err_t *tfx_req_op_error(const tfx_req_t *r) { return &r->op_err; }
 void tfx_req_set_ctx(tfx_req_t *r, void *ctx) { r->ctx = ctx; }
 void *tfx_req_ctx(const tfx_req_t *r) { return r->ctx; }
 unsigned tfx_req_status(const tfx_req_t *r) { return r->status; }
 uint64_t tfx_req_response_bytes(const tfx_req_t *r) { return r->resp_len; }
 uint64_t tfx_req_body_bytes(const tfx_req_t *r) { return r->body_seen; }
 
-const char *tfx_req_header(const tfx_req_t *r, const char *name) { return r->ops->header(r, name); }
-const char *tfx_req_query(const tfx_req_t *r, const char *key) { return r->ops->query(r, key); }
-int64_t tfx_req_content_length(const tfx_req_t *r) { return r->ops->content_length(r); }
-const char *tfx_req_peer(const tfx_req_t *r) { return r->ops->peer(r); }
-size_t tfx_req_header_bytes(const tfx_req_t *r) { return r->ops->header_bytes(r); }
 void tfx_req_resume(tfx_req_t *r) { r->ops->resume(r); }
 void tfx_req_suspend(tfx_req_t *r) { r->want_suspend = 1; }
 
@@ -119,25 +113,16 @@ void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const 
 
 void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
 {
+    if (r->answered)                                /* a second answer: keep the first */
+        return;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (r->ops->respond_error && !r->answered) {
-        r->answered = 1;
-        r->status = (unsigned)tfp_status_http(code);
-        r->resp_len = 0;
-        r->ops->respond_error(r, code, msg);
-        return;
-    }
-    size_t len = 0;
-    char *body = tfp_error_json(code, msg, &len);
-    if (!body) {
-        static const char oom[] = "{\"error\":\"out of memory\",\"code\":\"TF_ENOMEM\"}\n";
-        tfx_respond(r, 500, "application/json", oom, sizeof oom - 1, NULL, NULL);
-        return;
-    }
     int http = tfp_status_http(code);
-    tfx_respond(r, http > 0 ? (unsigned)http : 500, "application/json", body, len, free, body);
+    r->answered = 1;
+    r->status = http > 0 ? (unsigned)http : 500;
+    r->resp_len = 0;
+    r->ops->respond_error(r, code, msg);
 }

@@ -3,10 +3,17 @@
  * implement it with a table of functions (tfx_req_ops_t), like redis's connection types, so
  * one set of handlers serves both.
  *
- * A request goes through three calls of tfx_handlers_t: begin (headers are in: reject at
- * once, or accept a body into a buffer sized from its length), handle (the body is complete:
- * respond, or suspend until woken) and finish (the request is over; free state). Responses
- * point at the caller's memory and call its release function when sent.
+ * Each request carries the operation it asks for (tfp_op_t, proto/op.h), filled once by its
+ * transport before begin: HTTP parses the request line and headers, UCX reads the frame. A
+ * request the transport could not make sense of carries why (tfx_req_op_error), for begin to
+ * answer. Handlers answer a status with a message (tfx_respond_error) or a body
+ * (tfx_respond); each transport renders that its own way (HTTP: a status line and a JSON
+ * error body; UCX: a REPLY frame with status, HTTP-equivalent status and message).
+ *
+ * A request goes through three calls of tfx_handlers_t: begin (the operation is known:
+ * reject at once, or accept a body into a buffer sized from its length), handle (the body is
+ * complete: respond, or suspend until woken) and finish (the request is over; free state).
+ * Responses point at the caller's memory and call its release function when sent.
  *
  * Threads: the transport's threads run the handlers; tfx_req_* calls other than
  * tfx_req_resume are valid only inside them, for that request.
@@ -16,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/op.h"
 #include "proto/status.h"
 
 typedef struct tfx_req tfx_req_t;
@@ -34,14 +42,11 @@ typedef struct {
 /* The transport a request came by: "http" or "ucx". */
 const char *tfx_req_transport(const tfx_req_t *r);
 
-const char *tfx_req_method(const tfx_req_t *r);
-const char *tfx_req_path(const tfx_req_t *r);              /* decoded path, no query */
-const char *tfx_req_header(const tfx_req_t *r, const char *name);   /* NULL if absent */
-const char *tfx_req_query(const tfx_req_t *r, const char *key);     /* NULL if absent */
-int64_t tfx_req_content_length(const tfx_req_t *r);        /* -1 if unknown (chunked) */
-const char *tfx_req_peer(const tfx_req_t *r);              /* "127.0.0.1" */
-/* Sum of header names and values received. */
-size_t tfx_req_header_bytes(const tfx_req_t *r);
+/* The operation asked for. */
+const tfp_op_t *tfx_req_op(const tfx_req_t *r);
+/* Why the transport could not make sense of the request: code TFP_OK when it could, else
+ * begin answers it (tfx_respond_error with that code and message). */
+const tfp_op_err_t *tfx_req_op_error(const tfx_req_t *r);
 
 /* In begin: accept a body of at most max bytes, received at offset headroom of a tfx_buf.
  * Without this call a body is read and discarded. A body above max gets a 413. */
@@ -55,13 +60,15 @@ uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap);
 void tfx_req_set_ctx(tfx_req_t *r, void *ctx);
 void *tfx_req_ctx(const tfx_req_t *r);
 
-/* Adds a response header (copied). Call before tfx_respond. */
+/* Adds a response header (copied; HTTP sends it, UCX has none). Call before responding. */
 void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value);
 /* Responds with body (borrowed until release(release_arg) runs; release may be NULL for
  * static data). The transport always calls release exactly once, even on failure. */
 void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const void *body,
                  size_t len, void (*release)(void *), void *release_arg);
-/* Responds with a JSON error body {"error": ..., "code": ...}. */
+/* Answers that the request failed: code (its HTTP-equivalent status follows from it) and a
+ * message. HTTP: a JSON body {"error": msg, "code": "TF_E..."} (and Allow on the 405 the
+ * transport refused a method with); UCX: a REPLY frame without a body. */
 void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The status of the response queued (0 if none yet). */

@@ -15,14 +15,10 @@ typedef struct tfx_hdr {
 
 typedef struct {
     const char *name;               /* "http", "ucx" */
-    const char *(*header)(const tfx_req_t *r, const char *name);
-    const char *(*query)(const tfx_req_t *r, const char *key);
-    int64_t (*content_length)(const tfx_req_t *r);
-    const char *(*peer)(const tfx_req_t *r);
-    size_t (*header_bytes)(const tfx_req_t *r);
     void (*respond)(tfx_req_t *r, unsigned status, const char *content_type, const void *body,
                     size_t len, void (*release)(void *), void *release_arg);
-    /* Optional: an error the transport carries natively (else a JSON body via respond). */
+    /* Renders a failure (code, msg) the transport's way. r->status is set; sets r->resp_len
+     * to the body bytes it sends, if any. */
     void (*respond_error)(tfx_req_t *r, tfp_status_t code, const char *msg);
     void (*resume)(tfx_req_t *r);
 } tfx_req_ops_t;
@@ -30,7 +26,8 @@ typedef struct {
 struct tfx_req {
     const tfx_req_ops_t *ops;
     const tfx_handlers_t *h;
-    const char *method, *path;      /* owned by the transport, valid for the request */
+    tfp_op_t op;                    /* filled by the transport before begin */
+    tfp_op_err_t op_err;            /* why op could not be filled (code TFP_OK if it was) */
     void *ctx;
 
     /* body */

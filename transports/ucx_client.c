@@ -13,6 +13,8 @@
 #include "transports/ucx_client.h"
 #include "transports/ucx_server.h"      /* the active message ids */
 #include "transports/ucx_common.h"
+#include "transports/buf.h"
+#include "transports/clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -22,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -56,7 +57,7 @@ struct tfx_ucxc_req {
     ucp_dt_iov_t *iov;
     size_t niov;
     uint64_t deadline_ms;
-    struct timespec t0;
+    uint64_t t0_ns;                 /* tfx_now_ns() when it started */
     int sending, receiving, replied;
     int orphan;                     /* handed back early; freed when UCX lets go of it */
     void *rndv_desc;
@@ -94,13 +95,6 @@ struct tfx_ucxc {
     int stopping;
     uint64_t last_pid_check_ms;     /* thread only */
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* ---- on the progress thread --------------------------------------------------------------- */
 
@@ -172,9 +166,7 @@ static void maybe_complete(tfx_ucxc_req_t *r)
     if (r->next)
         r->next->prev = r->prev;
     r->prev = r->next = NULL;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    r->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
+    r->res.seconds = tfx_since_s(r->t0_ns);
     conn_unref(r->conn);
     r->conn = NULL;
     queue_done(u, r);
@@ -199,9 +191,7 @@ static void hand_back_early(tfx_ucxc_req_t *r)
     copy->res = r->res;
     copy->res.body = NULL;
     copy->res.body_len = 0;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    copy->res.seconds = (double)(t.tv_sec - r->t0.tv_sec) + (double)(t.tv_nsec - r->t0.tv_nsec) / 1e9;
+    copy->res.seconds = tfx_since_s(r->t0_ns);
     r->orphan = 1;
     conn_unref(r->conn);            /* the orphan keeps no connection alive */
     r->conn = NULL;
@@ -282,20 +272,6 @@ static void recv_cb(void *request, ucs_status_t status, size_t length, void *use
     maybe_complete(r);
 }
 
-/* Reply bodies: malloc'd (the caller frees them with free()); big ones get huge pages. */
-static uint8_t *alloc_body(size_t n)
-{
-    if (n < (2u << 20))
-        return malloc(n ? n : 1);
-    void *p = NULL;
-    if (posix_memalign(&p, (size_t)2 << 20, n) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n, MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
 static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
 {
     void *desc = r->rndv_desc;
@@ -306,7 +282,7 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
         maybe_complete(r);
         return;
     }
-    r->res.body = alloc_body(r->rndv_len);
+    r->res.body = tfx_buf_malloc(r->rndv_len);
     if (!r->res.body) {
         ucp_am_data_release(u->worker, desc);
         fail_req(r, TFP_ENOMEM, "out of memory for the reply");
@@ -394,7 +370,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
         r->receiving = 1;
         return UCS_INPROGRESS;                          /* received by the loop */
     }
-    r->res.body = alloc_body(length);
+    r->res.body = tfx_buf_malloc(length);
     if (!r->res.body) {
         fail_req(r, TFP_ENOMEM, "out of memory for the reply");
     } else {
@@ -458,7 +434,7 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
     void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, hbuf, hlen, NULL, 0, &p);
     if (UCS_PTR_IS_PTR(rq)) {
         /* Wait for the send here: hbuf is reused. An eager header-only send is quick. */
-        while (ucp_request_check_status(rq) == UCS_INPROGRESS && now_ms() < cm->deadline_ms)
+        while (ucp_request_check_status(rq) == UCS_INPROGRESS && tfx_now_ms() < cm->deadline_ms)
             ucp_worker_progress(u->worker);
         if (ucp_request_check_status(rq) == UCS_INPROGRESS)
             ucp_request_cancel(u->worker, rq);
@@ -476,7 +452,7 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     if (u->live)
         u->live->prev = r;
     u->live = r;
-    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    r->t0_ns = tfx_now_ns();
     if (atomic_load(&c->broken) || c->closed) {
         fail_req(r, TFP_EBUSY, "the UCX connection is broken");
         maybe_complete(r);
@@ -511,7 +487,7 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
  * the requests' deadlines. */
 static void check_peers(tfx_ucxc_t *u)
 {
-    uint64_t now = now_ms();
+    uint64_t now = tfx_now_ms();
     if (!u->live || now - u->last_pid_check_ms < 100)
         return;
     u->last_pid_check_ms = now;
@@ -563,15 +539,14 @@ static unsigned run_cmds(tfx_ucxc_t *u)
             break;                      /* the list may have changed */
         }
     check_peers(u);
-    uint64_t now = now_ms();
+    uint64_t now = tfx_now_ms();
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
         if (r->deadline_ms && now >= r->deadline_ms && !r->orphan && r->conn &&
             !r->conn->closed) {
             char why[128];
             snprintf(why, sizeof why, "no UCX reply within %llu ms",
-                     (unsigned long long)(r->deadline_ms - ((uint64_t)r->t0.tv_sec * 1000u +
-                                                             (uint64_t)r->t0.tv_nsec / 1000000u)));
+                     (unsigned long long)(r->deadline_ms - r->t0_ns / 1000000u));
             break_conn(r->conn, TFP_EINTERNAL, why);
             n++;
             break;
@@ -580,31 +555,37 @@ static unsigned run_cmds(tfx_ucxc_t *u)
     return n;
 }
 
+static unsigned loop_run(void *arg) { return run_cmds(arg); }
+
+static int loop_stopping(void *arg)
+{
+    tfx_ucxc_t *u = arg;
+    pthread_mutex_lock(&u->lock);
+    int stopping = u->stopping;
+    pthread_mutex_unlock(&u->lock);
+    return stopping;
+}
+
+/* Commands posted before the stop still run (a close among them). */
+static int loop_drained(void *arg)
+{
+    tfx_ucxc_t *u = arg;
+    pthread_mutex_lock(&u->lock);
+    int drained = u->cmd_head == NULL;
+    pthread_mutex_unlock(&u->lock);
+    return drained;
+}
+
+/* The progress thread: the shared loop (ucx_common.h), waking at least every 50 ms for the
+ * requests' deadlines and the 100 ms check for a dead server (check_peers). */
 static void *progress_main(void *arg)
 {
     tfx_ucxc_t *u = arg;
-    struct timespec last_work = {0, 0};
-    for (;;) {
-        unsigned n = 0;
-        while (ucp_worker_progress(u->worker))
-            n++;
-        n += run_cmds(u);
-        pthread_mutex_lock(&u->lock);
-        int stop = u->stopping && !u->cmd_head;
-        pthread_mutex_unlock(&u->lock);
-        if (stop)
-            break;
-        if (n) {
-            clock_gettime(CLOCK_MONOTONIC, &last_work);
-            continue;
-        }
-        struct timespec now_ts;
-        clock_gettime(CLOCK_MONOTONIC, &now_ts);
-        if ((now_ts.tv_sec - last_work.tv_sec) * 1000000000L +
-                (now_ts.tv_nsec - last_work.tv_nsec) < TFX_UCX_SPIN_NS)
-            continue;                   /* spin a little before sleeping */
-        tfx_ucx_base_sleep(&u->base, 50);
-    }
+    const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
+                                 .drained = loop_drained, .drain_max_ns = 0, .sleep_ms = 50,
+                                 .arg = u};
+
+    tfx_ucx_loop_run(&u->base, &loop);
     return NULL;
 }
 
@@ -676,7 +657,7 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     cm->conn = c;
     snprintf(cm->token, sizeof cm->token, "%s", token ? token : "");
     snprintf(cm->identity, sizeof cm->identity, "%s", identity ? identity : "");
-    cm->deadline_ms = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 2000);
+    cm->deadline_ms = tfx_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 2000);
     uint64_t deadline = cm->deadline_ms;
 
     /* Registered with the thread before the command runs, so the ACK finds it. */
@@ -700,14 +681,8 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     post(u, cm);
 
     pthread_mutex_lock(&u->lock);
-    while (c->hello_state == 0 && now_ms() < deadline) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+    while (c->hello_state == 0 && tfx_now_ms() < deadline) {
+        struct timespec ts = tfx_deadline_rt(20);
         pthread_cond_timedwait(&u->cond, &u->lock, &ts);
     }
     int state = c->hello_state;
@@ -779,7 +754,7 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     }
     r->hdr.body_len = total;
     r->res.bytes_sent = total;
-    r->deadline_ms = timeout_ms > 0 ? now_ms() + (uint64_t)timeout_ms : 0;
+    r->deadline_ms = timeout_ms > 0 ? tfx_now_ms() + (uint64_t)timeout_ms : 0;
     cm->kind = CMD_START;
     cm->req = r;
     pthread_mutex_lock(&c->u->lock);

@@ -54,7 +54,7 @@ void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c);
 typedef struct {
     tfp_status_t transport_status;  /* TFP_OK when a reply arrived; else why not */
     char why[256];                  /* transport failure text */
-    tfp_uf_hdr_t reply;             /* the server's REPLY frame (status, HTTP status in wait_ms) */
+    tfp_uf_hdr_t reply;             /* the server's REPLY frame (status, HTTP status in http) */
     uint8_t *body;                  /* malloc'd reply body (free() it), or NULL */
     size_t body_len;
     uint64_t bytes_sent;

@@ -1,6 +1,10 @@
-/* ucx_common.c - UCX context and worker setup shared by ucx_server.c and ucx_client.c. */
+/* ucx_common.c - UCX context and worker setup, and the one progress loop, shared by
+ * ucx_server.c and ucx_client.c. The loop runs on each side's progress thread; setup on the
+ * thread that starts it.
+ */
 #include "config.h"
 #include "transports/ucx_common.h"
+#include "transports/clock.h"
 
 #include <errno.h>
 #include <string.h>
@@ -78,4 +82,30 @@ void tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms)
         return;
     struct epoll_event ev;
     epoll_wait(b->epfd, &ev, 1, st == UCS_OK ? timeout_ms : 1);
+}
+
+void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
+{
+    uint64_t last_work_ns = 0, stop_ns = 0;
+
+    for (;;) {
+        unsigned n = 0;
+        while (ucp_worker_progress(b->worker))
+            n++;
+        n += l->run(l->arg);
+        if (l->stopping(l->arg)) {
+            uint64_t now = tfx_now_ns();
+            if (!stop_ns)
+                stop_ns = now;
+            if (l->drained(l->arg) || (l->drain_max_ns && now - stop_ns >= l->drain_max_ns))
+                break;
+        }
+        if (n) {
+            last_work_ns = tfx_now_ns();
+            continue;
+        }
+        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS)
+            continue;                   /* spin a little before sleeping */
+        tfx_ucx_base_sleep(b, l->sleep_ms);
+    }
 }

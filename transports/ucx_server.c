@@ -1,5 +1,6 @@
-/* ucx_server.c - tfetchd's UCX transport: a worker, its progress thread, and tfx_req_t for
- * requests that arrive as active messages.
+/* ucx_server.c - tfetchd's UCX transport: a UCX worker, its progress thread, and tfx_req_t
+ * for requests that arrive as active messages (the frame is read straight into the request's
+ * operation; answers and failures go back as REPLY frames).
  *
  * The progress thread is the only one that touches UCX. It sleeps in epoll on the worker's
  * event fd (armed with ucp_worker_arm) and is woken by UCX or by ucp_worker_signal when
@@ -16,6 +17,7 @@
 #include "transports/ucx_server.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 #include "proto/ucxframe.h"
 #include "transports/ucx_common.h"
 
@@ -25,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <time.h>
 #include <ucp/api/ucp.h>
@@ -44,8 +45,6 @@ typedef struct ucx_req {
     int wake_pending;
     ucp_ep_h ep;
     tfp_uf_hdr_t in;
-    char path[TFP_MAX_TENSOR_NAME + 32];
-    char wait[16];
     void *rndv_desc;
     size_t rndv_len;
     /* the answer */
@@ -75,7 +74,7 @@ struct tfx_ucx {
     size_t nauth, capauth;
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
-    uint8_t *addr_all, *addr_net;   /* this worker's addresses, fetched once at start */
+    uint8_t *addr_all, *addr_net;   /* this UCX worker's addresses, fetched once at start */
     size_t addr_all_len, addr_net_len;
     pthread_mutex_t slock;
     tfx_ucx_stats_t st;
@@ -212,42 +211,14 @@ static void send_small(tfx_ucx_t *u, ucp_ep_h ep, const tfp_uf_hdr_t *h)
 
 /* ---- tfx_req_t over UCX ----------------------------------------------------------------- */
 
-static const char *ucx_header(const tfx_req_t *r, const char *name)
-{
-    const ucx_req_t *q = (const ucx_req_t *)r;
-    if (strcasecmp(name, "Tfetch-User") == 0)
-        return q->in.user[0] ? q->in.user : NULL;
-    if (strcasecmp(name, "Tfetch-Request-Id") == 0)
-        return q->in.request_id[0] ? q->in.request_id : NULL;
-    if (strcasecmp(name, "Content-Type") == 0)
-        return q->in.body_len ? "application/x-safetensors" : NULL;
-    return NULL;
-}
-
-static const char *ucx_query(const tfx_req_t *r, const char *key)
-{
-    const ucx_req_t *q = (const ucx_req_t *)r;
-    if (strcmp(key, "wait") == 0 && q->wait[0])
-        return q->wait;
-    return NULL;
-}
-
-static int64_t ucx_content_length(const tfx_req_t *r)
-{
-    return (int64_t)((const ucx_req_t *)r)->in.body_len;
-}
-
-static const char *ucx_peer(const tfx_req_t *r) { (void)r; return "ucx"; }
-static size_t ucx_header_bytes(const tfx_req_t *r) { (void)r; return 0; }
-
-/* Encodes the REPLY frame: status, the HTTP-equivalent status in wait_ms, msg. */
+/* Encodes the REPLY frame: status, the HTTP-equivalent status, msg. */
 static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const char *msg,
                        size_t body_len)
 {
     tfp_uf_hdr_t h;
     tfp_uf_init(&h, TFP_UF_REPLY, q->in.seq);
     h.status = code;
-    h.wait_ms = http;
+    h.http = (uint16_t)http;
     h.body_len = body_len;
     h.flags = body_len ? TFP_UF_F_REPLY_HAS_BODY : 0;
     snprintf(h.request_id, sizeof h.request_id, "%s", q->in.request_id);
@@ -276,8 +247,7 @@ static void ucx_respond(tfx_req_t *r, unsigned status, const char *content_type,
 static void ucx_respond_error(tfx_req_t *r, tfp_status_t code, const char *msg)
 {
     ucx_req_t *q = UR(r);
-    int http = tfp_status_http(code);
-    make_reply(q, http > 0 ? (unsigned)http : 500, code, msg, 0);
+    make_reply(q, r->status, code, msg, 0);
     q->body = NULL;
     q->body_len = 0;
     queue_local(q, Q_SEND);
@@ -302,11 +272,6 @@ static void ucx_resume(tfx_req_t *r)
 
 static const tfx_req_ops_t ucx_ops = {
     .name = "ucx",
-    .header = ucx_header,
-    .query = ucx_query,
-    .content_length = ucx_content_length,
-    .peer = ucx_peer,
-    .header_bytes = ucx_header_bytes,
     .respond = ucx_respond,
     .respond_error = ucx_respond_error,
     .resume = ucx_resume,
@@ -421,14 +386,23 @@ static void do_recv(ucx_req_t *q)
                           ucs_status_string(UCS_PTR_STATUS(rq)));
 }
 
-static const char *method_of(tfp_uf_op_t op)
+/* The operation a request frame (GET, PUT, DELETE or CALL) asks for, into r->op. */
+static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
 {
-    switch (op) {
-    case TFP_UF_GET: return "GET";
-    case TFP_UF_PUT: return "PUT";
-    case TFP_UF_DELETE: return "DELETE";
-    case TFP_UF_CALL: return "POST";
-    default: return "?";
+    tfp_op_t *op = &r->op;
+    op->kind = h->op == TFP_UF_PUT ? TFP_OP_TENSOR_PUT
+             : h->op == TFP_UF_DELETE ? TFP_OP_TENSOR_DELETE
+             : h->op == TFP_UF_CALL ? TFP_OP_CALL : TFP_OP_TENSOR_GET;
+    memcpy(op->name, h->name, sizeof op->name);     /* the decoder checked every string */
+    memcpy(op->who.user, h->user, sizeof op->who.user);
+    memcpy(op->who.request_id, h->request_id, sizeof op->who.request_id);
+    op->wait_ms = h->wait_ms;
+    op->body.media = h->body_len ? TFP_MEDIA_SAFETENSORS : TFP_MEDIA_NONE;
+    op->body.length = h->body_len > INT64_MAX ? INT64_MAX : (int64_t)h->body_len;
+    op->accept = TFP_MEDIA_NONE;
+    if (op->kind == TFP_OP_TENSOR_PUT || op->kind == TFP_OP_CALL) {
+        op->body.kind = TFP_BODY_SAFETENSORS;
+        tfp_op_check_length(op, u->cfg.max_body, &r->op_err);
     }
 }
 
@@ -482,12 +456,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     tfx_req_t *r = &q->base;
     r->ops = &ucx_ops;
     r->h = &u->h;
-    r->method = method_of(h.op);
-    snprintf(q->path, sizeof q->path, "%s%s", h.op == TFP_UF_CALL ? "/v1/call/" : "/v1/tensors/",
-             h.name);
-    r->path = q->path;
-    if (h.op == TFP_UF_GET && h.wait_ms)
-        snprintf(q->wait, sizeof q->wait, "%u", (unsigned)h.wait_ms);
+    frame_op(u, r, &h);
     q->lnext = u->live;
     if (u->live)
         u->live->lprev = q;
@@ -559,36 +528,22 @@ static unsigned run_queues(tfx_ucx_t *u)
     return n;
 }
 
+static unsigned loop_run(void *arg) { return run_queues(arg); }
+
+static int loop_stopping(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->stopping); }
+
+static int loop_drained(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->inflight) == 0; }
+
+/* The progress thread: the shared loop (ucx_common.h). Once stopped it finishes the replies in
+ * flight, but sends to a client that died may never complete: it gives up after 2 s. */
 static void *progress_main(void *arg)
 {
     tfx_ucx_t *u = arg;
-    struct timespec t_stop = {0, 0};
-    struct timespec last_work = {0, 0};
-    for (;;) {
-        unsigned n = 0;
-        while (ucp_worker_progress(u->worker))
-            n++;
-        n += run_queues(u);
-        if (atomic_load(&u->stopping)) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if (!t_stop.tv_sec)
-                t_stop = now;
-            /* Sends to a client that died may never complete: give up after 2 s. */
-            if (atomic_load(&u->inflight) == 0 || now.tv_sec - t_stop.tv_sec >= 2)
-                break;
-        }
-        if (n) {
-            clock_gettime(CLOCK_MONOTONIC, &last_work);
-            continue;
-        }
-        struct timespec now_ts;
-        clock_gettime(CLOCK_MONOTONIC, &now_ts);
-        if ((now_ts.tv_sec - last_work.tv_sec) * 1000000000L +
-                (now_ts.tv_nsec - last_work.tv_nsec) < TFX_UCX_SPIN_NS)
-            continue;                   /* spin a little before sleeping */
-        tfx_ucx_base_sleep(&u->base, 100);
-    }
+    const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
+                                 .drained = loop_drained, .drain_max_ns = 2000000000u,
+                                 .sleep_ms = 100, .arg = u};
+
+    tfx_ucx_loop_run(&u->base, &loop);
     return NULL;
 }
 

@@ -1,10 +1,12 @@
 /* ucx_server.h - tfetchd's UCX side: requests arriving as UCX active messages, served by the
  * same handlers as HTTP (transports/req.h).
  *
- * A client that upgraded (POST /v1/upgrade) connects to this worker's address and must first
+ * A client that upgraded (POST /v1/upgrade) connects to this UCX worker's address and must first
  * send HELLO with the one-time token it was given; messages from an endpoint that has not
  * done so are dropped and the endpoint is closed. A request is an active message whose
- * header is a tfp_uf frame (proto/ucxframe.h) and whose data is the safetensors document;
+ * header is a tfp_uf frame (proto/ucxframe.h), read straight into the request's operation
+ * (no path or headers), and whose data is the safetensors document; answers and failures
+ * are REPLY frames (status, HTTP-equivalent status, message);
  * large bodies arrive by rendezvous straight into the buffer the handlers accept, and answers
  * are sent from the handlers' memory (a stored blob) without copying.
  *
@@ -31,6 +33,7 @@ typedef struct {
     int (*verify_hello)(const char *token, const char *identity, char *why, size_t why_size,
                         void *arg);
     void *verify_arg;
+    uint64_t max_body;              /* the largest request document (larger: 413 at once) */
 } tfx_ucx_config_t;
 
 typedef struct {
@@ -40,7 +43,7 @@ typedef struct {
 /* Creates the UCX context and worker and starts the progress thread. NULL with err set when
  * UCX cannot start (the daemon then serves HTTP only and says why). */
 tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, tfp_err_t *err);
-/* The worker address for a client: all transports (same host) or network ones only.
+/* The UCX worker address for a client: all transports (same host) or network ones only.
  * malloc'd. 0, or -1. */
 int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len);
 /* Refuses new requests (503); those in flight go on. */

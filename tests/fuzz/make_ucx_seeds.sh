@@ -16,14 +16,14 @@ le() {
     done
 }
 
-# frame FILE OP FLAGS SEQ STATUS WAIT BODY ID USER NAME MSG (STATUS as an unsigned 32-bit)
+# frame FILE OP FLAGS SEQ STATUS WAIT BODY ID USER NAME MSG HTTP (STATUS as an unsigned 32-bit)
 frame() {
     f=$1 op=$2 flags=$3 seq=$4 status=$5 wait=$6 body=$7 id=$8 user=$9
     shift 9
-    name=$1 msg=$2
+    name=$1 msg=$2 http=${3:-0}
     {
         printf 'TFU1'
-        le 1 1
+        le 2 1
         le "$op" 1
         le "$flags" 2
         le "$seq" 8
@@ -35,7 +35,7 @@ frame() {
         le ${#name} 1
         le 0 1
         le "$(printf '%s' "$msg" | wc -c)" 2
-        le 0 2
+        le "$http" 2
         printf '%s%s%s%s' "$id" "$user" "$name" "$msg"
     } > "$dir/$f"
 }
@@ -50,8 +50,8 @@ frame get 3 0 2 0 100 0 req-1 alice w ''
 frame put 4 0 3 0 0 1000 req-2 alice w ''
 frame delete 5 0 4 0 0 0 req-3 '' w ''
 frame call 6 0 5 0 0 64 host:1:7 bob echo ''
-frame reply 7 1 2 0 200 1000 req-1 '' '' ''
-frame reply_err 7 0 2 4294967291 404 0 req-1 '' w 'no such tensor'
+frame reply 7 1 2 0 0 1000 req-1 '' '' '' 200
+frame reply_err 7 0 2 4294967291 0 0 req-1 '' w 'no such tensor' 404
 frame bye 8 0 6 0 0 0 '' '' '' ''
 
 printf '%s' "{\"transports\":[\"ucx\"],\"host\":{\"boot_id\":\"$boot\",\"netns\":\"$netns\",\"pid\":1234},\"policy\":\"auto\"}" > "$dir/req"

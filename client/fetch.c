@@ -1,0 +1,531 @@
+/* fetch.c - a request's life: tf_fetch_start (checking the description, choosing the
+ * transport), driving the client (tf_fetch_test, _wait, tf_client_run), canceling and
+ * freeing handles, completion (the callback runs exactly once), and the blocking calls built
+ * on it (tf_get, tf_put, tf_delete, tf_fetch, tf_list, tf_info).
+ *
+ * A tf_fetch_t is one request: it borrows an engine request (http.c) or a UCX request (ucx.c)
+ * while it runs and keeps its outcome (tf_result_t, the decoded reply) until its callback has
+ * run and, for a held handle, until tf_fetch_free. Every blocking call is "start a tf_fetch_t
+ * without a callback, drive the client until it completes, take the reply", so there is one
+ * engine and two ways to drive it.
+ *
+ * Callbacks run on the thread driving the client; the client counts how deep it is in
+ * callbacks to refuse what would re-enter the engine (blocking calls, wait, run, free). One
+ * thread at a time per client.
+ */
+#include "config.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+#include "proto/jsonread.h"
+
+/* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
+long tfi_remaining_ms(const tf_fetch_t *f)
+{
+    if (f->total_ms <= 0)
+        return 0;
+    long left = f->total_ms - (long)(tfx_since_s(f->t0_ns) * 1000.0);
+    return left > 0 ? left : 1;
+}
+
+/* ---- handles ------------------------------------------------------------------------------ */
+
+static void link_fetch(tf_client_t *c, tf_fetch_t *f)
+{
+    f->prev = NULL;
+    f->next = c->live;
+    if (c->live)
+        c->live->prev = f;
+    c->live = f;
+}
+
+static void unlink_fetch(tf_client_t *c, tf_fetch_t *f)
+{
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        c->live = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    f->prev = f->next = NULL;
+}
+
+static void destroy(tf_fetch_t *f)
+{
+    if (f->c)
+        unlink_fetch(f->c, f);
+    tf_doc_free(f->doc);
+    free(f->text);
+    tfi_body_free(&f->op);
+    free(f->op.url);
+    free(f);
+}
+
+/* Frees f once nobody needs it: completed, not held by a frame, and not (or no longer)
+ * held by the caller. */
+static void settle(tf_fetch_t *f)
+{
+    if (f->done && f->holds == 0 && (!f->held || f->freeing))
+        destroy(f);
+}
+
+/* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
+void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
+{
+    tfi_body_free(&f->op);
+    f->done = 1;
+    c->npending--;
+    if (f->cb) {
+        tf_doc_t *doc = f->doc;
+        f->doc = NULL;
+        f->holds++;
+        c->in_cb++;
+        f->cb(f, f->result.status, doc, &f->result, f->ud);
+        c->in_cb--;
+        f->holds--;
+    }
+    settle(f);
+}
+
+/* Checks a request description before anything is allocated; failures land in res. */
+static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, int op,
+                                 tf_format_t format, tf_transport_t policy, tf_result_t *res)
+{
+    if (c->closing)
+        return tfi_rfail(res, TF_EINVAL, "the client is being freed");
+    if (c->in_engine)
+        return tfi_rfail(res, TF_EINVAL, "no libtfetch calls inside a progress callback");
+    if (!tfi_format_valid(format))
+        return tfi_rfail(res, TF_EINVAL, "unknown format %d", (int)format);
+    if (!tfi_transport_valid(policy))
+        return tfi_rfail(res, TF_EINVAL, "unknown transport %d", (int)policy);
+    if (rq->request_id && (!tfp_request_id_valid(rq->request_id) ||
+                           strlen(rq->request_id) > TFP_MAX_REQUEST_ID))
+        return tfi_rfail(res, TF_EINVAL, "bad request id (expected [A-Za-z0-9._:-]{1,128})");
+    int needs_doc = op == TF_OP_PUT || op == TF_OP_EXCHANGE;
+    if (needs_doc && !rq->in)
+        return tfi_rfail(res, TF_EINVAL, "%s needs a document to send", tfi_op_name(op));
+    if (!needs_doc && rq->in)
+        return tfi_rfail(res, TF_EINVAL, "%s sends no document", tfi_op_name(op));
+    if (rq->wait_ms < 0 || (rq->wait_ms > 0 && op != TF_OP_GET))
+        return tfi_rfail(res, TF_EINVAL, "wait_ms must be >= 0, and applies to get only");
+    if (format == TF_FORMAT_SHUMAI && op == TF_OP_PUT)
+        return tfi_rfail(
+            res, TF_EINVAL,
+            "the shumai format has no put (exchange, or use the safetensors format)");
+    if (format == TF_FORMAT_SHUMAI && op == TF_OP_EXCHANGE)
+        return tfi_shumai_check(res, rq->in);
+    return TF_OK;
+}
+
+/* The whole request's time limit in ms, a long-poll's wait included; 0: none. */
+static long request_timeout(const tf_client_t *c, const tf_request_t *rq)
+{
+    long t = rq->timeout_ms == 0 ? c->timeout_ms : rq->timeout_ms > 0 ? rq->timeout_ms : 0;
+    if (t > 0 && rq->wait_ms > 0)
+        t = rq->wait_ms > LONG_MAX - t ? LONG_MAX : t + rq->wait_ms;
+    return t;
+}
+
+/* Builds f's operation from the URL and the request: the URL's origin (noted by the
+ * client) and the tensor or route its path names, the user and request id it carries, the
+ * body. Records TF_EURL when the URL is not an absolute http(s) URL. */
+static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *rq, int kind,
+                            tf_format_t format)
+{
+    tfi_op_t *op = &f->op;
+    char *key = NULL, *path = NULL;
+
+    op->kind = kind;
+    op->format = format;
+    op->body = rq->in;
+    op->wait_ms = rq->wait_ms;
+    snprintf(op->request_id, sizeof(op->request_id), "%s", f->result.request_id);
+    snprintf(op->user, sizeof(op->user), "%s", c->user ? c->user : "");
+    tfx_hc_status_t xst = tfx_hc_url_split(rq->url, &key, &path, &op->query);
+    if (xst == TFX_HC_ENOMEM || (xst == TFX_HC_OK && !(op->url = strdup(rq->url)))) {
+        free(key);
+        free(path);
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    }
+    if (xst != TFX_HC_OK)
+        return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", rq->url ? rq->url : "(null)");
+    f->origin = tfi_origin_get(c, key);
+    const char *prefix = kind == TF_OP_EXCHANGE ? "/v1/call/" : "/v1/tensors/";
+    size_t n = strlen(prefix);
+    if ((kind >= TF_OP_GET && kind <= TF_OP_EXCHANGE) && strncmp(path, prefix, n) == 0 &&
+        tfp_name_valid(path + n) && strlen(path + n) < sizeof(op->name))
+        snprintf(op->name, sizeof(op->name), "%s", path + n);
+    free(key);
+    free(path);
+    return TF_OK;
+}
+
+/* tf_fetch_start for any operation, the internal ones included. */
+static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_cb cb,
+                               void *ud, tf_fetch_t **out)
+{
+    tf_result_t res;
+    tf_fetch_t *f;
+    tf_status_t st;
+    tf_format_t format = rq->format != TF_FORMAT_DEFAULT ? rq->format : c->format;
+    tf_transport_t policy = rq->transport != TF_TRANSPORT_DEFAULT ? rq->transport : c->transport;
+    const tfi_transport_t *via = &tfi_http;
+
+    tfi_new_result(c, &res, op, rq->request_id);
+    if ((st = check_request(c, rq, op, format, policy, &res)) != TF_OK)
+        goto refuse;
+    if (!(f = calloc(1, sizeof(*f)))) {
+        st = tfi_rfail(&res, TF_ENOMEM, NULL);
+        goto refuse;
+    }
+    f->c = c;
+    f->cb = cb;
+    f->ud = ud;
+    f->policy = policy;
+    f->held = out != NULL;
+    f->result = res;
+    f->total_ms = request_timeout(c, rq);
+    f->t0_ns = tfx_now_ns();
+    if ((st = build_op(c, f, rq, op, format)) != TF_OK)
+        goto free_fetch;
+    if ((st = tfi_choose(c, f, &via)) != TF_OK)
+        goto free_fetch;
+    if ((st = tfi_body_render(&f->op, &f->result)) != TF_OK)
+        goto free_fetch;
+    st = via->start(c, f);
+    if (st != TF_OK && via != &tfi_http && f->policy != TF_TRANSPORT_UCX) {
+        /* Under policy auto the request goes over HTTP instead, saying why. */
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "%.159s", f->result.error);
+        f->result.error[0] = '\0';
+        f->result.status = TF_EAGAIN;
+        st = tfi_http.start(c, f);
+    }
+    if (st != TF_OK)
+        goto free_fetch;
+    link_fetch(c, f);
+    c->npending++;
+    if (out)
+        *out = f;
+    return TF_OK;
+
+free_fetch:
+    res = f->result;
+    tfi_body_free(&f->op);
+    free(f->op.url);
+    free(f);
+refuse:
+    c->last = res;
+    return st;
+}
+
+tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
+                           void *user_data, tf_fetch_t **out)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!rq)
+        return tfi_refuse(c, -1, TF_EINVAL, "no request description");
+    /* The caller's struct may be shorter (an older header) or longer (a newer one). */
+    tf_request_t r;
+    if (tfi_struct_in(&r, sizeof(r), rq, rq->size, TFI_REQUEST_SIZE_0_1) != TF_OK)
+        return tfi_refuse(c, -1, TF_EINVAL,
+                          rq->size > sizeof(r)
+                              ? "tf_request_t sets a field this libtfetch does not know"
+                              : "bad tf_request_t size (set it with TF_REQUEST_INIT, or 0)");
+    int op = (int)r.op;
+    if (op < TF_OP_GET || op > TF_OP_EXCHANGE)
+        return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
+    if (!cb && !out)
+        return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
+    return start_fetch(c, &r, op, cb, user_data, out);
+}
+
+/* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
+ * or timeout_ms passes (-1: no limit; 0: one pass without waiting). */
+static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
+{
+    uint64_t t0 = tfx_now_ms();
+    for (;;) {
+        tfi_upgrade_wanted(c);
+        size_t running = 0;
+        for (size_t i = 0; i < c->ntransports; i++)
+            c->transports[i]->drain(c);
+        if (f ? f->done : c->npending == 0)
+            return;
+        for (size_t i = 0; i < c->ntransports; i++)
+            running += c->transports[i]->running(c);
+        if (running == 0)
+            return;                     /* nothing left that could complete it */
+        long wait = -1;
+        if (timeout_ms >= 0) {
+            wait = timeout_ms - (long)(tfx_now_ms() - t0);
+            if (wait <= 0)
+                return;
+        }
+        tfi_wait(c, wait);
+    }
+}
+
+tf_status_t tf_fetch_test(tf_fetch_t *f)
+{
+    if (!f)
+        return TF_EINVAL;
+    tf_client_t *c = f->c;
+    if (!f->done && c && !c->in_cb && !c->in_engine) {
+        f->holds++;
+        drive(c, f, 0);
+        f->holds--;
+    }
+    tf_status_t st = f->done ? f->result.status : TF_EAGAIN;
+    settle(f);
+    return st;
+}
+
+tf_status_t tf_fetch_wait(tf_fetch_t *f, long timeout_ms)
+{
+    if (!f)
+        return TF_EINVAL;
+    tf_client_t *c = f->c;
+    if (c && (c->in_cb || c->in_engine))
+        return TF_EINVAL;
+    if (!f->done && c) {
+        f->holds++;
+        drive(c, f, timeout_ms < 0 ? -1 : timeout_ms);
+        f->holds--;
+    }
+    tf_status_t st = f->done ? f->result.status : TF_EAGAIN;
+    settle(f);
+    return st;
+}
+
+tf_status_t tf_fetch_cancel(tf_fetch_t *f)
+{
+    if (!f)
+        return TF_EINVAL;
+    if (f->done || !f->c)
+        return TF_OK;
+    if (f->c->in_engine)
+        return TF_EINVAL;
+    f->holds++;
+    if (f->via)
+        f->via->cancel(f->c, f);
+    f->holds--;
+    settle(f);
+    return TF_OK;
+}
+
+const tf_result_t *tf_fetch_result(const tf_fetch_t *f)
+{
+    return f ? &f->result : NULL;
+}
+
+tf_doc_t *tf_fetch_take_doc(tf_fetch_t *f)
+{
+    if (!f)
+        return NULL;
+    tf_doc_t *doc = f->doc;
+    f->doc = NULL;
+    return doc;
+}
+
+void tf_fetch_free(tf_fetch_t *f)
+{
+    if (!f || f->freeing)
+        return;
+    f->freeing = 1;
+    if (!f->done && f->c && !f->c->in_engine && f->via) {
+        f->holds++;
+        f->via->cancel(f->c, f);
+        f->holds--;
+    }
+    settle(f);
+}
+
+tf_status_t tf_client_run(tf_client_t *c, long timeout_ms)
+{
+    if (!c || c->in_cb || c->in_engine)
+        return TF_EINVAL;
+    if (c->npending > 0)
+        drive(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
+    return c->npending == 0 ? TF_OK : TF_EAGAIN;
+}
+
+/* ---- the blocking calls --------------------------------------------------------------------- */
+
+/* Starts rq without a callback and drives the engine until it completes. tf_client_last
+ * then holds its outcome. *out is the completed handle (to free) whenever it started. */
+static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_t **out)
+{
+    if (c->in_cb || c->in_engine)
+        return tfi_refuse(c, op, TF_EINVAL,
+                          "blocking calls are not allowed inside a callback (start a request)");
+    tf_fetch_t *f = NULL;
+    tf_status_t st = start_fetch(c, rq, op, NULL, NULL, &f);
+    if (st != TF_OK)
+        return st;
+    f->holds++;
+    drive(c, f, -1);
+    f->holds--;
+    if (!f->done)                       /* cannot happen: the engine completes what it runs */
+        tf_fetch_cancel(f);
+    c->last = f->result;
+    *out = f;
+    return f->result.status;
+}
+
+tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!out)
+        return tfi_refuse(c, TF_OP_GET, TF_EINVAL, NULL);
+    tf_request_t rq = {.op = TF_OP_GET, .url = url, .wait_ms = wait_ms};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_GET, &f);
+    if (st == TF_OK)
+        *out = tf_fetch_take_doc(f);
+    tf_fetch_free(f);
+    return st;
+}
+
+tf_status_t tf_put(tf_client_t *c, const char *url, const tf_doc_t *in)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!in)
+        return tfi_refuse(c, TF_OP_PUT, TF_EINVAL, NULL);
+    tf_request_t rq = {.op = TF_OP_PUT, .url = url, .in = in};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_PUT, &f);
+    tf_fetch_free(f);
+    return st;
+}
+
+tf_status_t tf_delete(tf_client_t *c, const char *url)
+{
+    if (!c)
+        return TF_EINVAL;
+    tf_request_t rq = {.op = TF_OP_DELETE, .url = url};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_DELETE, &f);
+    tf_fetch_free(f);
+    return st;
+}
+
+tf_status_t tf_fetch(tf_client_t *c, const char *url, const tf_doc_t *in, tf_doc_t **out)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!in && !out) {
+        tfi_refuse(c, -1, TF_EINVAL, "tf_fetch needs a document to send or a place for one");
+        return TF_EINVAL;
+    }
+    if (!in)
+        return tf_get(c, url, 0, out);
+    if (!out)
+        return tf_put(c, url, in);
+    tf_request_t rq = {.op = TF_OP_EXCHANGE, .url = url, .in = in};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TF_OP_EXCHANGE, &f);
+    if (st == TF_OK)
+        *out = tf_fetch_take_doc(f);
+    tf_fetch_free(f);
+    return st;
+}
+
+/* Records a failure of a completed blocking call in tf_client_last. */
+static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
+{
+    c->last.status = st;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->last.error, sizeof(c->last.error), fmt, ap);
+        va_end(ap);
+    } else {
+        snprintf(c->last.error, sizeof(c->last.error), "%s", tf_strerror(st));
+    }
+    return st;
+}
+
+/* Copies the listing into the public entries. */
+static tf_status_t copy_listing(tf_client_t *c, const tfp_list_entry_t *pe, size_t pn,
+                                tf_entry_t **entries, size_t *n)
+{
+    tf_entry_t *e = NULL;
+    if (pn > 0 && !(e = calloc(pn, sizeof(*e))))
+        return fail(c, TF_ENOMEM, NULL);
+    for (size_t i = 0; i < pn; i++) {
+        e[i].name = strdup(pe[i].name ? pe[i].name : "");
+        if (!e[i].name) {
+            tf_list_free(e, i);
+            return fail(c, TF_ENOMEM, NULL);
+        }
+        e[i].bytes = pe[i].bytes;
+        e[i].ntensors = pe[i].ntensors;
+    }
+    *entries = e;
+    *n = pn;
+    return TF_OK;
+}
+
+tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size_t *n)
+{
+    tfp_list_entry_t *pe = NULL;
+    size_t pn = 0;
+    tfp_err_t err;
+
+    if (!c)
+        return TF_EINVAL;
+    if (!entries || !n)
+        return tfi_refuse(c, TFI_OP_LIST, TF_EINVAL, NULL);
+    tf_request_t rq = {.url = base};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TFI_OP_LIST, &f);
+    if (st != TF_OK)
+        goto free_fetch;
+    if (tfp_parse_listing(f->text, f->text_len, &pe, &pn, &err) != TFP_OK) {
+        st = fail(c, TF_EPROTO, "bad listing: %s", f->text_len ? err.msg : "empty body");
+        goto free_fetch;
+    }
+    st = copy_listing(c, pe, pn, entries, n);
+    tfp_listing_free(pe, pn);
+free_fetch:
+    tf_fetch_free(f);
+    return st;
+}
+
+void tf_list_free(tf_entry_t *entries, size_t n)
+{
+    if (!entries)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(entries[i].name);
+    free(entries);
+}
+
+tf_status_t tf_info(tf_client_t *c, const char *base, char **json)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!json)
+        return tfi_refuse(c, TFI_OP_INFO, TF_EINVAL, NULL);
+    tf_request_t rq = {.url = base};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &rq, TFI_OP_INFO, &f);
+    if (st == TF_OK) {
+        *json = f->text;
+        f->text = NULL;
+    }
+    tf_fetch_free(f);
+    return st;
+}

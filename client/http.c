@@ -1,0 +1,290 @@
+/* http.c - the HTTP path (tfi_http): a request's operation rendered onto an engine request
+ * of transports/http_client (method, URL, request id, user and Accept headers, the rendered
+ * body's segments sent from where they are, no concatenation), started on the client's
+ * engine, and its response recorded and decoded when the engine completes it. The engine
+ * (a libcurl multi handle) is also the client's one poll loop: tfi_wait sleeps on it, and
+ * other transports end that sleep with tfi_wakeup.
+ *
+ * The engine's completions run on the thread driving the client, from inside tfx_hc's
+ * dispatch (never inside a libcurl callback, so they may start and cancel requests). The
+ * user's progress callback does run inside libcurl, and everything is refused there
+ * (c->in_engine).
+ */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+
+static tf_status_t from_transport(tfx_hc_status_t st)
+{
+    switch (st) {
+    case TFX_HC_OK: return TF_OK;
+    case TFX_HC_ENOMEM: return TF_ENOMEM;
+    case TFX_HC_EINVAL: return TF_EINVAL;
+    case TFX_HC_EURL: return TF_EURL;
+    case TFX_HC_ECONNECT: return TF_ECONNECT;
+    case TFX_HC_ETIMEDOUT: return TF_ETIMEDOUT;
+    case TFX_HC_ECANCELED: return TF_ECANCELED;
+    case TFX_HC_ETOOBIG: return TF_ETOOBIG;
+    case TFX_HC_EIO:
+    case TFX_HC_EAGAIN:
+        break;
+    }
+    return TF_EIO;
+}
+
+static tf_status_t http_error(tf_result_t *res, const tfx_hc_resp_t *r)
+{
+    return tfi_error_body(res, r->status, r->body, r->body_len);
+}
+
+/* ---- engine requests ------------------------------------------------------------------------ */
+
+static tfx_hc_req_t *acquire_req(tf_client_t *c)
+{
+    if (c->npool > 0)
+        return c->pool[--c->npool];
+    tfx_hc_req_t *req = NULL;
+    return tfx_hc_req_new(&req) == TFX_HC_OK ? req : NULL;
+}
+
+static void release_req(tf_client_t *c, tfx_hc_req_t *req)
+{
+    tfx_hc_req_reset(req);
+    if (c->npool < REQ_POOL_MAX && !c->closing)
+        c->pool[c->npool++] = req;
+    else
+        tfx_hc_req_free(req);
+}
+
+static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void *ud)
+{
+    tf_client_t *c = ud;
+    if (!c->progress)
+        return 0;
+    c->in_engine++;
+    int rc = c->progress(dn, dt, un, ut, c->progress_ud);
+    c->in_engine--;
+    return rc;
+}
+
+static const char *method_of(int op)
+{
+    switch (op) {
+    case TF_OP_PUT: return "PUT";
+    case TF_OP_DELETE: return "DELETE";
+    case TF_OP_EXCHANGE: return "POST";
+    default: return "GET";
+    }
+}
+
+/* What the reply should be: a document in the request's format, or JSON. */
+static const char *accept_of(const tfi_op_t *op)
+{
+    switch (op->kind) {
+    case TFI_OP_LIST:
+    case TFI_OP_INFO:
+        return MIME_JSON;
+    case TF_OP_GET:
+    case TF_OP_EXCHANGE:
+        /* Stock Shumai sends no Accept; neither do we in its format. */
+        return op->format == TF_FORMAT_SHUMAI ? NULL : MIME_SAFETENSORS;
+    default:
+        return NULL;
+    }
+}
+
+/* The URL HTTP asks: the caller's, with the path of a listing or the server info, and the
+ * long-poll's wait as a query. Recording TF_EURL when it is not an http(s) URL. */
+static tf_status_t render_url(tf_fetch_t *f, char **out)
+{
+    const tfi_op_t *op = &f->op;
+    const char *path = op->kind == TFI_OP_LIST   ? "/v1/tensors"
+                       : op->kind == TFI_OP_INFO ? "/v1/info"
+                                                 : NULL;
+    char query[40];
+    if (op->wait_ms > 0)
+        snprintf(query, sizeof(query), "wait=%ld", op->wait_ms);
+    tfx_hc_status_t xst = tfx_hc_url_build(op->url, path, op->wait_ms > 0 ? query : NULL, out);
+    if (xst == TFX_HC_OK)
+        return TF_OK;
+    if (xst == TFX_HC_ENOMEM)
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", op->url);
+}
+
+/* Renders f's operation on f->req: method, URL, ids, Accept, the body's type and segments,
+ * timeout (0: none), cap, progress. */
+static tf_status_t prepare(tf_fetch_t *f, long timeout)
+{
+    tf_client_t *c = f->c;
+    const tfi_op_t *op = &f->op;
+    tfx_hc_req_t *req = f->req;
+    const char *accept = accept_of(op);
+    char *url = NULL;
+    int bad = 0;
+    tf_status_t st;
+
+    if ((st = render_url(f, &url)) != TF_OK)
+        return st;
+    bad |= tfx_hc_req_set_method(req, method_of(op->kind)) != TFX_HC_OK;
+    bad |= tfx_hc_req_set_url(req, url) != TFX_HC_OK;
+    free(url);
+    bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", op->request_id) != TFX_HC_OK;
+    if (op->user[0])
+        bad |= tfx_hc_req_add_header(req, "Tfetch-User", op->user) != TFX_HC_OK;
+    if (accept)
+        bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
+    if (op->body)
+        bad |= tfx_hc_req_add_header(req, "Content-Type", op->format == TF_FORMAT_SHUMAI ?
+                                                              MIME_RAW : MIME_SAFETENSORS) !=
+               TFX_HC_OK;
+    for (size_t i = 0; i < op->nsegs; i++)
+        bad |= tfx_hc_req_add_body(req, op->segs[i], op->lens[i]) != TFX_HC_OK;
+    if (bad)
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    tfx_hc_req_set_timeout(req, timeout);
+    if (c->max_body > 0)
+        tfx_hc_req_set_max_body(req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
+    if (c->progress)
+        tfx_hc_req_set_progress(req, progress_tramp, c);
+    return TF_OK;
+}
+
+/* Records a completed request in f->result and decodes its reply: TF_OK for a 2xx response
+ * (whose body becomes f->doc or f->text), else the transport's or the server's error. */
+static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
+{
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    tf_result_t *res = &f->result;
+
+    res->http_status = (int)r->status;
+    if (f->origin && r->status > 0)
+        f->origin->offered = tfi_offers_ucx(r->upgrade);
+    if (r->transport[0])
+        snprintf(res->transport, sizeof(res->transport), "%s", r->transport);
+    if (r->request_id[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
+    res->bytes_sent = r->bytes_sent;
+    res->bytes_received = r->body_len;
+    res->seconds = f->tried_up ? tfx_since_s(f->t0_ns) : r->seconds;
+
+    if (done != TFX_HC_OK) {
+        const char *why = tfx_hc_req_error(req);
+        tfi_rfail(res, from_transport(done), "%s", why[0] ? why : tfx_hc_strerror(done));
+        return;
+    }
+    if (r->status < 200 || r->status > 299) {
+        http_error(res, r);
+        return;
+    }
+    res->status = TF_OK;
+    if (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_EXCHANGE) {
+        tfi_decode_doc(f, req);
+    } else if (f->op.kind == TFI_OP_LIST || f->op.kind == TFI_OP_INFO) {
+        f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
+        if (!f->text && !(f->text = strdup("")))
+            tfi_rfail(res, TF_ENOMEM, NULL);
+    }
+}
+
+/* The HTTP engine's completion: record, decode, give the engine request back, complete. */
+static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
+{
+    tf_fetch_t *f = ud;
+    tf_client_t *c = f->c;
+
+    finish(f, req, xst);
+    f->req = NULL;
+    f->via = NULL;
+    release_req(c, req);
+    tfi_complete_fetch(c, f);
+}
+
+/* Starts f over HTTP, within what is left of its time limit. On failure f->result says why
+ * and f holds no engine request. */
+static tf_status_t http_start(tf_client_t *c, tf_fetch_t *f)
+{
+    tf_status_t st;
+    snprintf(f->result.transport, sizeof(f->result.transport), "http");
+    if (!(f->req = acquire_req(c)))
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    if ((st = prepare(f, tfi_remaining_ms(f))) != TF_OK)
+        goto release;
+    tfx_hc_status_t xst = tfx_hc_start(c->hc, f->req, on_req_done, f);
+    if (xst != TFX_HC_OK) {
+        st = tfi_rfail(&f->result, from_transport(xst), "cannot start the request: %s",
+                       tfx_hc_strerror(xst));
+        goto release;
+    }
+    f->via = &tfi_http;
+    return TF_OK;
+
+release:
+    release_req(c, f->req);
+    f->req = NULL;
+    return st;
+}
+
+/* ---- the transport ------------------------------------------------------------------------ */
+
+static int http_open(tf_client_t *c)
+{
+    return tfx_hc_new(&c->hc) == TFX_HC_OK ? 0 : -1;
+}
+
+/* The engine completes a canceled request at once: its callback runs inside. */
+static void http_cancel(tf_client_t *c, tf_fetch_t *f)
+{
+    tfx_hc_cancel(c->hc, f->req);
+}
+
+static void http_drain(tf_client_t *c)
+{
+    tfx_hc_poll(c->hc, 0);
+}
+
+static size_t http_running(const tf_client_t *c)
+{
+    return tfx_hc_running(c->hc);
+}
+
+/* Frees the engine (what is pending completes, canceled, and gives its engine request back
+ * to the pool), then the pool. */
+static void http_close(tf_client_t *c)
+{
+    tfx_hc_free(c->hc);
+    c->hc = NULL;
+    for (size_t i = 0; i < c->npool; i++)
+        tfx_hc_req_free(c->pool[i]);
+    c->npool = 0;
+}
+
+const tfi_transport_t tfi_http = {
+    .name = "http",
+    .open = http_open,
+    .start = http_start,
+    .cancel = http_cancel,
+    .drain = http_drain,
+    .running = http_running,
+    .close = http_close,
+};
+
+void tfi_wait(tf_client_t *c, long ms)
+{
+    tfx_hc_wait(c->hc, ms);
+}
+
+void tfi_wakeup(tf_client_t *c)
+{
+    tfx_hc_wakeup(c->hc);
+}
+
+tf_status_t tfi_set_max_connections(tf_client_t *c, long n)
+{
+    return tfx_hc_set_max_host_connections(c->hc, n) == TFX_HC_OK ? TF_OK : TF_EINVAL;
+}

@@ -1,0 +1,347 @@
+/* result.c - what a request's outcome and reply become: the tf_result_t record (op, request
+ * id, failures and their messages, the server's JSON errors), decoding a reply into a
+ * document (safetensors, a raw tensor, or Shumai's format), and the Shumai wire format's
+ * client side.
+ *
+ * Pure functions over a request's record and a response; called on the thread driving the
+ * client.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "client/internal.h"
+#include "proto/jsonread.h"
+#include "proto/raw.h"
+#include "proto/safetensors.h"
+#include "proto/shumai.h"
+
+/* ---- outcomes ---------------------------------------------------------------------------- */
+
+const char *tfi_op_name(int op)
+{
+    switch (op) {
+    case TF_OP_GET: return "get";
+    case TF_OP_PUT: return "put";
+    case TF_OP_DELETE: return "delete";
+    case TF_OP_EXCHANGE: return "call";
+    case TFI_OP_LIST: return "list";
+    case TFI_OP_INFO: return "info";
+    case TFI_OP_UPGRADE: return "upgrade";
+    default: return "fetch";
+    }
+}
+
+/* A fresh record for a request of op: the request id it will carry is the one given, else
+ * the client's next id (used up), else a new one. */
+void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
+{
+    memset(r, 0, sizeof(*r));
+    r->status = TF_EAGAIN;
+    snprintf(r->op, sizeof(r->op), "%s", tfi_op_name(op));
+    snprintf(r->transport, sizeof(r->transport), "http");
+    if (rid && tfp_request_id_valid(rid)) {
+        snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+    } else if (c->next_rid[0] && !rid) {
+        snprintf(r->request_id, sizeof(r->request_id), "%s", c->next_rid);
+        c->next_rid[0] = '\0';
+    } else {
+        snprintf(r->request_id, sizeof(r->request_id), "%s-%" PRIu64, c->rid_prefix,
+                 ++c->rid_seq);
+    }
+}
+
+tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
+{
+    r->status = st;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->error, sizeof(r->error), fmt, ap);
+        va_end(ap);
+    } else {
+        snprintf(r->error, sizeof(r->error), "%s", tf_strerror(st));
+    }
+    return st;
+}
+
+/* Refuses a blocking call before it starts: tf_client_last says why. */
+tf_status_t tfi_refuse(tf_client_t *c, int op, tf_status_t st, const char *msg)
+{
+    tfi_new_result(c, &c->last, op, NULL);
+    return tfi_rfail(&c->last, st, "%s", msg ? msg : tf_strerror(st));
+}
+
+/* Copies up to n bytes of a body into the message, printable ASCII only, one line. */
+static void body_excerpt(char *dst, size_t size, const uint8_t *body, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 1 < size; i++) {
+        unsigned char ch = body[i];
+        if (ch == '\n' || ch == '\r')
+            break;
+        dst[o++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+    }
+    dst[o] = '\0';
+}
+
+/* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when
+ * it sent one. */
+tf_status_t tfi_error_body(tf_result_t *res, long status, const uint8_t *body, size_t len)
+{
+    tfp_status_t code = TFP_EINTERNAL;
+    char msg[sizeof(res->error)];
+
+    if (body && len &&
+        tfp_parse_error_body((const char *)body, len, &code, msg, sizeof(msg)) == 0) {
+        tf_status_t st = tfi_from_proto(code);
+        if (st == TF_OK)
+            st = TF_EHTTP;
+        return tfi_rfail(res, st, "%s", msg[0] ? msg : tf_strerror(st));
+    }
+    char excerpt[160] = "";
+    if (body)
+        body_excerpt(excerpt, sizeof(excerpt), body, len);
+    if (excerpt[0])
+        return tfi_rfail(res, TF_EHTTP, "HTTP %ld: %s", status, excerpt);
+    return tfi_rfail(res, TF_EHTTP, "HTTP %ld", status);
+}
+
+/* ---- Shumai's wire format ------------------------------------------------------------------ */
+/* The codec is proto's (proto/shumai.h); here is only what a client adds: the provenance it
+ * sends, the props stock Shumai sends, and what a reply's header becomes in the document. */
+
+/* The provenance Shumai expects: the user id read as a hex number when it is one (Shumai's
+ * own ids are 8 hex digits), else none. */
+static int64_t shumai_provenance(const char *user)
+{
+    int64_t prov;
+    tfp_err_t err;
+    if (!user || tfp_shumai_user_to_provenance(user, &prov, &err) != TFP_OK)
+        return TFP_SHUMAI_NO_PROVENANCE;
+    return prov;
+}
+
+/* Refuses what Shumai's format cannot carry: anything but one F32 tensor. */
+tf_status_t tfi_shumai_check(tf_result_t *res, const tf_doc_t *doc)
+{
+    tfp_err_t err;
+    if (tfp_shumai_check_doc(doc->d, NULL, &err) != TFP_OK)
+        return tfi_rfail(res, TF_EINVAL, "%s", err.msg);
+    return TF_OK;
+}
+
+static const char shumai_props[] = "{\"collectStats\":false}";
+
+/* Records what a reply's Shumai header said as metadata: "shumai.user" (the provenance as
+ * the user id Shumai prints; absent for none), "shumai.requires_grad" ("true" when set) and
+ * "shumai.props" (the props JSON, when any). */
+static tf_status_t shumai_meta(tfp_doc_t *d, const tfp_shumai_msg_t *m)
+{
+    tfp_err_t err;
+    char user[TFP_SHUMAI_USER_SIZE];
+    if (tfp_shumai_provenance_to_user(m->provenance, user) &&
+        tfp_doc_set_meta(d, "shumai.user", user, &err) == TFP_ENOMEM)
+        return TF_ENOMEM;
+    if ((m->flags & TFP_SHUMAI_REQUIRES_GRAD) &&
+        tfp_doc_set_meta(d, "shumai.requires_grad", "true", &err) == TFP_ENOMEM)
+        return TF_ENOMEM;
+    if (m->props_len > 0) {
+        char *p = strndup(m->props, m->props_len);
+        if (!p)
+            return TF_ENOMEM;
+        tfp_status_t st = tfp_doc_set_meta(d, "shumai.props", p, &err);
+        free(p);
+        if (st == TFP_ENOMEM)
+            return TF_ENOMEM;
+    }
+    return TF_OK;
+}
+
+/* Parses a Shumai body into a one-tensor document named "tensor" pointing into body. */
+static tf_status_t shumai_decode(tf_result_t *res, const uint8_t *body, size_t len,
+                                 tfp_doc_t **out)
+{
+    tfp_shumai_msg_t m;
+    tfp_err_t err;
+    tfp_status_t pst = tfp_shumai_decode(body, len, 0, &m, &err);
+    if (pst == TFP_ENOMEM)
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    if (pst != TFP_OK)
+        return tfi_rfail(res, TF_EPROTO, "bad shumai response: %s", err.msg);
+    if (shumai_meta(m.doc, &m) != TF_OK) {
+        tfp_shumai_msg_clear(&m);
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    }
+    *out = m.doc;
+    return TF_OK;
+}
+
+/* ---- decoding replies ------------------------------------------------------------------- */
+
+/* The last path segment of url (without query or fragment) into buf; "" if none. */
+static void last_segment(const char *url, char *buf, size_t size)
+{
+    const char *end = url + strcspn(url, "?#");
+    const char *p = end;
+    while (p > url && p[-1] != '/')
+        p--;
+    size_t n = (size_t)(end - p);
+    if (n >= size)
+        n = size - 1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+}
+
+static int media_is(const char *content_type, const char *mime)
+{
+    size_t n = strlen(mime);
+    return strncasecmp(content_type, mime, n) == 0 &&
+           (content_type[n] == '\0' || content_type[n] == ';' || content_type[n] == ' ');
+}
+
+/* A raw single-tensor response: the body is the tensor, described by the Tfetch-Dtype and
+ * Tfetch-Shape headers; the tensor is named after the URL's last path segment. */
+static tf_status_t decode_raw(tf_result_t *res, const char *url, const tfx_hc_resp_t *r,
+                              tfp_doc_t **out)
+{
+    tfp_dtype_t dt;
+    int rank = 0;
+    uint64_t shape[TFP_MAX_RANK];
+    tfp_err_t err;
+    char name[TFP_MAX_TENSOR_NAME + 1];
+
+    if (tfp_raw_check(r->dtype, r->shape, r->body_len, &dt, &rank, shape, &err) != TFP_OK)
+        return tfi_rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
+    last_segment(url, name, sizeof(name));
+    if (!tfp_name_valid(name))
+        snprintf(name, sizeof(name), "tensor");
+    tfp_doc_t *d = tfp_doc_new();
+    if (!d)
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    if (tfp_doc_add(d, name, dt, rank, shape, r->body, r->body_len, &err) != TFP_OK) {
+        tfp_doc_free(d);
+        return tfi_rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
+    }
+    *out = d;
+    return TF_OK;
+}
+
+/* Decodes the response in req into f->doc, which takes over the body buffer. The
+ * Content-Type decides when it names safetensors or a raw tensor; else the request's
+ * format does. */
+tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
+{
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    tfp_doc_t *d = NULL;
+    tfp_err_t err;
+    tf_status_t st;
+
+    if (!r->body || r->body_len == 0)
+        return tfi_rfail(&f->result, TF_EPROTO, "empty response body");
+    if (media_is(r->content_type, MIME_RAW) && r->dtype[0]) {
+        if ((st = decode_raw(&f->result, f->op.url, r, &d)) != TF_OK)
+            return st;
+    } else if (f->op.format == TF_FORMAT_SHUMAI && !media_is(r->content_type, MIME_SAFETENSORS)) {
+        if ((st = shumai_decode(&f->result, r->body, r->body_len, &d)) != TF_OK)
+            return st;
+    } else if (tfp_st_decode(r->body, r->body_len, NULL, &d, &err) != TFP_OK) {
+        return tfi_rfail(&f->result, TF_EPROTO, "bad safetensors response: %s", err.msg);
+    }
+    /* The decoded tensors point into the body: hand the buffer to the document. */
+    uint8_t *body = tfx_hc_req_take_body(req, NULL);
+    st = tfi_doc_wrap(d, body, &f->doc);
+    if (st != TF_OK) {
+        tfp_doc_free(d);
+        free(body);
+        return tfi_rfail(&f->result, st, NULL);
+    }
+    return TF_OK;
+}
+
+/* ---- request bodies ------------------------------------------------------------------------ */
+
+/* The document as a safetensors body: its header, then each tensor's bytes, borrowed. */
+static tf_status_t render_safetensors(tfi_op_t *op, tf_result_t *res)
+{
+    size_t hlen = 0;
+    tf_status_t st = tf_doc_encode_header(op->body, &op->hdr, &hlen);
+    if (st != TF_OK)
+        return tfi_rfail(res, st, "cannot encode the document: %s", tf_strerror(st));
+    op->segs[op->nsegs] = op->hdr;
+    op->lens[op->nsegs++] = hlen;
+    for (size_t i = 0; i < tf_doc_count(op->body); i++) {
+        const tf_tensor_t *t = tf_doc_at(op->body, i);
+        if (t->nbytes) {
+            op->segs[op->nsegs] = t->data;
+            op->lens[op->nsegs++] = t->nbytes;
+        }
+    }
+    return TF_OK;
+}
+
+/* The document's one F32 tensor as a Shumai body: words and shape, data, props. */
+static tf_status_t render_shumai(tfi_op_t *op, tf_result_t *res)
+{
+    const tfp_tensor_t *t = NULL;
+    tfp_err_t err;
+    size_t hlen = 0;
+    if (tfp_shumai_check_doc(op->body->d, &t, &err) != TFP_OK)
+        return tfi_rfail(res, TF_EINVAL, "%s", err.msg);
+    if (!(op->hdr = malloc(TFP_SHUMAI_MAX_HEADER)))
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    if (tfp_shumai_encode_header(t->rank, t->shape,
+                                 shumai_provenance(op->user[0] ? op->user : NULL), 0,
+                                 sizeof(shumai_props) - 1, op->hdr, TFP_SHUMAI_MAX_HEADER, &hlen,
+                                 &err) != TFP_OK)
+        return tfi_rfail(res, TF_EINVAL, "cannot encode for shumai: %s", err.msg);
+    op->segs[op->nsegs] = op->hdr;
+    op->lens[op->nsegs++] = hlen;
+    if (t->nbytes) {
+        op->segs[op->nsegs] = t->data;
+        op->lens[op->nsegs++] = (size_t)t->nbytes;
+    }
+    op->segs[op->nsegs] = shumai_props;
+    op->lens[op->nsegs++] = sizeof(shumai_props) - 1;
+    return TF_OK;
+}
+
+tf_status_t tfi_body_render(tfi_op_t *op, tf_result_t *res)
+{
+    if (!op->body)
+        return TF_OK;
+    size_t n = tf_doc_count(op->body) + 3;     /* header, tensors; Shumai: 3 in all */
+    op->segs = calloc(n, sizeof(*op->segs));
+    op->lens = calloc(n, sizeof(*op->lens));
+    if (!op->segs || !op->lens) {
+        tfi_body_free(op);
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    }
+    tf_status_t st = op->format == TF_FORMAT_SHUMAI ? render_shumai(op, res)
+                                                    : render_safetensors(op, res);
+    if (st != TF_OK) {
+        tfi_body_free(op);
+        return st;
+    }
+    op->body_len = 0;
+    for (size_t i = 0; i < op->nsegs; i++)
+        op->body_len += op->lens[i];
+    return TF_OK;
+}
+
+void tfi_body_free(tfi_op_t *op)
+{
+    free(op->hdr);
+    free(op->segs);
+    free(op->lens);
+    op->hdr = NULL;
+    op->segs = NULL;
+    op->lens = NULL;
+    op->nsegs = 0;
+    op->body_len = 0;
+}

@@ -1,0 +1,318 @@
+/* ucx.c - the UCX path, the client's transport reached by an upgrade (tfi_ucx): each
+ * origin's connection (transports/ucx_client, made with the server's answer to POST
+ * /v1/upgrade), a request UCX can carry sent over it, its completion drained and recorded
+ * like an HTTP response, a transport failure turned into a retry over HTTP (policy auto) or
+ * a failure, and the transport's teardown when the client is freed. The only file of
+ * client/ that knows UCX: built without it, tfi_ucx is NULL and the client behaves as one
+ * whose UCX cannot start.
+ *
+ * The transport (a UCX context, worker and progress thread) starts at the client's first
+ * upgrade. Completions come back through tfx_ucxc_next, which the driving thread drains
+ * after every wait of the HTTP engine (the UCX progress thread ends that wait with
+ * tfi_wakeup). A tf_fetch_t holds either an engine request (HTTP) or a UCX request
+ * (f->treq), never both.
+ */
+#include "config.h"
+
+#include "client/internal.h"
+
+#ifdef HAVE_UCX
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/safetensors.h"
+#include "proto/ucxframe.h"
+#include "transports/ucx_client.h"
+
+#define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
+#define CLOSE_DRAIN_MS 5000L            /* tf_client_free waits this long for UCX requests */
+
+/* ---- connections --------------------------------------------------------------------------- */
+
+/* From the UCX progress thread: a completion is queued; end the driving thread's wait. */
+static void ucx_wake(void *arg)
+{
+    tfi_wakeup(arg);
+}
+
+/* Starts the transport at the first upgrade, then connects o presenting the server's
+ * one-time token. */
+static int ucx_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
+{
+    tfp_err_t err;
+    char ident[TFP_UP_MAX_IDENT + 1];
+    char why[256] = "";
+
+    if (!c->up_state && !(c->up_state = tfx_ucxc_new(ucx_wake, c, &err))) {
+        snprintf(c->up_dead, sizeof(c->up_dead), "UCX does not start in this process: %.120s",
+                 err.msg);
+        tfi_up_failed(o, "%s", c->up_dead);
+        return -1;
+    }
+    if (tfp_up_ident_format(&c->host, ident, sizeof(ident), &err) != TFP_OK) {
+        tfi_up_failed(o, "cannot tell this host's identity: %s", err.msg);
+        return -1;
+    }
+    tfx_ucxc_conn_t *conn = NULL;
+    tfp_status_t st = tfx_ucxc_connect(c->up_state, resp->worker_address,
+                                       resp->worker_address_len, resp->same_host, resp->token,
+                                       ident, UCX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
+    if (st != TFP_OK) {
+        tfi_up_failed(o, "cannot connect over UCX: %s", why[0] ? why : tfp_status_text(st));
+        return -1;
+    }
+    if (resp->same_host)
+        tfx_ucxc_conn_watch_pid(conn, (long)resp->server_pid);
+    o->conn = conn;
+    snprintf(o->transport, sizeof(o->transport), "%s", tfx_ucxc_conn_transport(conn));
+    return 0;
+}
+
+static int ucx_broken(const origin_t *o)
+{
+    return tfx_ucxc_conn_broken(o->conn);
+}
+
+/* Closes o's connection: its unfinished requests complete with a transport failure. */
+static void ucx_disconnect(origin_t *o)
+{
+    if (o->conn) {
+        tfx_ucxc_conn_close(o->conn);
+        o->conn = NULL;
+        o->transport[0] = '\0';
+    }
+}
+
+/* ---- requests over UCX --------------------------------------------------------------------- */
+/* A request UCX can carry is one active message: its operation rendered as a tfp_uf frame
+ * (op, request id, user, name, wait) and the rendered body's segments (the encoded
+ * safetensors header plus each tensor's bytes), lent to the transport until it completes.
+ * Completions come back through tfx_ucxc_next, drained by the driving thread after every
+ * wait of the engine (the progress thread wakes it), and are recorded as HTTP's would be:
+ * the server's status, its HTTP status (the frame's http), its message, the reply decoded
+ * in place. A transport failure drops the connection (with a backoff) and, under policy
+ * auto, sends the request again over HTTP with the same id and body. */
+
+static tfp_uf_op_t frame_op(int op)
+{
+    switch (op) {
+    case TF_OP_PUT: return TFP_UF_PUT;
+    case TF_OP_DELETE: return TFP_UF_DELETE;
+    case TF_OP_EXCHANGE: return TFP_UF_CALL;
+    default: return TFP_UF_GET;
+    }
+}
+
+/* Renders f's operation as a frame (op, request id, user, name, wait) and sends it over its
+ * origin's connection with the body's segments. On failure f->result says why. */
+static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
+{
+    const tfi_op_t *op = &f->op;
+    origin_t *o = f->origin;
+    tfp_uf_hdr_t h;
+
+    tfp_uf_init(&h, frame_op(op->kind), 0);
+    snprintf(h.request_id, sizeof(h.request_id), "%s", op->request_id);
+    snprintf(h.user, sizeof(h.user), "%s", op->user);
+    snprintf(h.name, sizeof(h.name), "%s", op->name);
+    if (op->kind == TF_OP_GET && op->wait_ms > 0)
+        h.wait_ms = op->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)op->wait_ms;
+    h.body_len = op->body_len;
+    tfx_ucxc_req_t *ur = NULL;
+    tfp_status_t st = tfx_ucxc_start(o->conn, &h, op->segs, op->lens, op->nsegs,
+                                     tfi_remaining_ms(f), f, &ur);
+    if (st != TFP_OK)
+        return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
+                         tfp_status_text(st));
+    f->treq = ur;
+    f->conn_gen = o->conn_gen;
+    f->tried_up = 1;
+    f->via = tfi_ucx;
+    snprintf(f->result.transport, sizeof(f->result.transport), "%s", o->transport);
+    c->nup++;
+    return TF_OK;
+}
+
+/* 1 if a transport failure's text says it ran out of time. */
+static int is_timeout(const char *why)
+{
+    return strstr(why, "timed out") || strstr(why, "timeout") || strstr(why, "Timeout") ||
+           strstr(why, "no UCX reply within");
+}
+
+/* The transport failed f (why): drop the connection it went over, then retry over HTTP
+ * (policy auto, time permitting) or fail. */
+static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
+{
+    origin_t *o = f->origin;
+    tf_result_t *res = &f->result;
+    if (o && o->conn && o->conn_gen == f->conn_gen) {
+        ucx_disconnect(o);
+        tfi_up_failed(o, "the UCX connection failed: %s", why);
+    }
+    if (f->policy != TF_TRANSPORT_AUTO) {
+        tfi_rfail(res, is_timeout(why) ? TF_ETIMEDOUT : TF_EIO,
+                  "over %s: %s (transport policy ucx: not retried over HTTP)", res->transport, why);
+        tfi_complete_fetch(c, f);
+        return;
+    }
+    if (f->total_ms > 0) {
+        long timeout = f->total_ms - (long)(tfx_since_s(f->t0_ns) * 1000.0);
+        if (timeout <= 0) {
+            tfi_rfail(res, TF_ETIMEDOUT, "timed out over %s: %s", res->transport, why);
+            tfi_complete_fetch(c, f);
+            return;
+        }
+    }
+    snprintf(res->fallback, sizeof(res->fallback), "UCX failed (%.120s); retried over HTTP",
+             why);
+    if (tfi_http.start(c, f) != TF_OK)
+        tfi_complete_fetch(c, f);
+}
+
+/* Records a UCX reply in f as an HTTP response would be, decoding a document. */
+static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
+                      uint8_t **body)
+{
+    tf_result_t *res = &f->result;
+    tf_status_t st = tfi_from_proto(u->reply.status);
+    tfp_err_t err;
+    tfp_doc_t *d = NULL;
+
+    res->http_status = (int)u->reply.http;
+    if (u->reply.request_id[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", u->reply.request_id);
+    res->bytes_received = u->body_len;
+    if (st != TF_OK) {
+        tfi_rfail(res, st, "%s", u->reply.msg[0] ? u->reply.msg : tf_strerror(st));
+        return;
+    }
+    if (res->http_status < 200 || res->http_status > 299) {
+        /* An answer passed on as it was given (a worker's error): its body says what. */
+        tfi_error_body(res, res->http_status, *body, u->body_len);
+        return;
+    }
+    if (c->max_body > 0 && u->body_len > c->max_body) {
+        tfi_rfail(res, TF_ETOOBIG, "the response body (%zu bytes) exceeds the cap of %" PRIu64
+                  " bytes", u->body_len, c->max_body);
+        return;
+    }
+    res->status = TF_OK;
+    if (f->op.kind != TF_OP_GET && f->op.kind != TF_OP_EXCHANGE)
+        return;
+    if (!*body || u->body_len == 0) {
+        tfi_rfail(res, TF_EPROTO, "empty response body");
+    } else if (tfp_st_decode(*body, u->body_len, NULL, &d, &err) != TFP_OK) {
+        tfi_rfail(res, TF_EPROTO, "bad safetensors response: %s", err.msg);
+    } else if ((st = tfi_doc_wrap(d, *body, &f->doc)) != TF_OK) {
+        tfp_doc_free(d);
+        tfi_rfail(res, st, NULL);
+    } else {
+        *body = NULL;                   /* the document's storage now */
+    }
+}
+
+/* A UCX request of f completed. */
+static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
+{
+    tfx_ucxc_result_t *u = tfx_ucxc_req_result(ur);
+    uint8_t *body = u->body;
+    u->body = NULL;
+    f->treq = NULL;
+    f->via = NULL;
+    c->nup--;
+    f->result.bytes_sent = u->bytes_sent;
+    f->result.seconds = tfx_since_s(f->t0_ns);
+    if (f->canceled || c->closing) {
+        tfi_rfail(&f->result, TF_ECANCELED, "request canceled");
+    } else if (u->transport_status != TFP_OK) {
+        char why[sizeof(u->why)];
+        snprintf(why, sizeof(why), "%s",
+                 u->why[0] ? u->why : tfp_status_text(u->transport_status));
+        free(body);
+        tfx_ucxc_req_free(ur);
+        ucx_failed(c, f, why);
+        return;
+    } else {
+        ucx_reply(c, f, u, &body);
+    }
+    free(body);
+    tfx_ucxc_req_free(ur);
+    tfi_complete_fetch(c, f);
+}
+
+/* ---- the transport ------------------------------------------------------------------------ */
+
+/* The transport holds f's buffers until it completes: f completes then, with TF_ECANCELED. */
+static void ucx_cancel(tf_client_t *c, tf_fetch_t *f)
+{
+    (void)c;
+    f->canceled = 1;
+}
+
+/* Completes the requests UCX finished (their callbacks run here). */
+static void ucx_drain(tf_client_t *c)
+{
+    tfx_ucxc_req_t *ur;
+    while (c->up_state && (ur = tfx_ucxc_next(c->up_state)))
+        ucx_done(c, tfx_ucxc_req_user_data(ur), ur);
+}
+
+static size_t ucx_running(const tf_client_t *c)
+{
+    return c->nup;
+}
+
+/* tf_client_free: closes every UCX connection, completes their requests (canceled), stops
+ * the transport. */
+static void ucx_close(tf_client_t *c)
+{
+    if (!c->up_state)
+        return;
+    for (origin_t *o = c->origins; o; o = o->next)
+        ucx_disconnect(o);
+    uint64_t t0 = tfx_now_ms();
+    for (;;) {
+        ucx_drain(c);
+        if (c->nup == 0 || tfx_now_ms() - t0 >= (uint64_t)CLOSE_DRAIN_MS)
+            break;
+        tfi_wait(c, 100);
+    }
+    tfx_ucxc_free(c->up_state);
+    c->up_state = NULL;
+    /* What the transport never gave back: stopped now, it no longer reads the buffers. A
+     * callback may free other handles, so the search starts over after each one. */
+    while (c->nup > 0) {
+        tf_fetch_t *f = c->live;
+        while (f && !f->treq)
+            f = f->next;
+        if (!f)
+            break;
+        f->treq = NULL;
+        f->via = NULL;
+        c->nup--;
+        tfi_rfail(&f->result, TF_ECANCELED, "request canceled (the client was freed)");
+        f->result.seconds = tfx_since_s(f->t0_ns);
+        tfi_complete_fetch(c, f);
+    }
+}
+
+static const tfi_transport_t ucx_transport = {
+    .name = "ucx",
+    .start = ucx_start,
+    .cancel = ucx_cancel,
+    .drain = ucx_drain,
+    .running = ucx_running,
+    .close = ucx_close,
+    .connect = ucx_connect,
+    .broken = ucx_broken,
+    .disconnect = ucx_disconnect,
+};
+
+const tfi_transport_t *const tfi_ucx = &ucx_transport;
+#else
+const tfi_transport_t *const tfi_ucx = NULL;
+#endif

@@ -1,0 +1,379 @@
+/* upgrade.c - the client's origins and the per-origin upgrade policy: what the client knows
+ * of each origin (scheme://host:port) it talks to (whether its responses offer UCX, its
+ * connection, why there is none, a backoff), which transport a request takes, and the
+ * negotiation (POST /v1/upgrade on a private engine, then transports/ucx_client's connect).
+ *
+ * Negotiating blocks, so it runs on the thread driving the client, when a request starts or
+ * the client is driven, never inside a callback.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "client/internal.h"
+#include "proto/jsonread.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
+
+#define UPGRADE_TIMEOUT_MS 2000L        /* POST /v1/upgrade */
+#define BACKOFF_MIN_MS 1000L            /* after a failed upgrade, doubling ... */
+#define BACKOFF_MAX_MS 60000L           /* ... up to this */
+
+/* ---- origins and the upgrade to UCX ------------------------------------------------------ */
+/* Every request notes its origin (scheme://host:port); every HTTP response from it says
+ * whether its server offers UCX (Tfetch-Upgrade). Under policy auto a request UCX can carry
+ * negotiates once the server offered it; under policy ucx at once. Negotiating is
+ * synchronous, at the start of a request and never inside a callback: POST /v1/upgrade on a
+ * private engine (so no other request's callback runs meanwhile), then a UCX connection
+ * presenting the one-time token, both with short timeouts. A failure is remembered with its
+ * reason and a backoff; a connection is kept for the client's life unless it fails. */
+
+static origin_t *origin_find(const tf_client_t *c, const char *key)
+{
+    for (origin_t *o = c->origins; o; o = o->next)
+        if (strcmp(o->key, key) == 0)
+            return o;
+    return NULL;
+}
+
+origin_t *tfi_origin_get(tf_client_t *c, const char *key)
+{
+    origin_t *o = origin_find(c, key);
+    if (o)
+        return o;
+    if (!(o = calloc(1, sizeof(*o))))
+        return NULL;
+    if (!(o->key = strdup(key))) {
+        free(o);
+        return NULL;
+    }
+    o->offered = -1;
+    o->next = c->origins;
+    c->origins = o;
+    return o;
+}
+
+/* Why UCX cannot carry op, or NULL when it can: UCX carries get, put, delete and exchange
+ * in the safetensors format, of the tensor or route the URL names, with no query. */
+static const char *why_not_ucx(const tfi_op_t *op)
+{
+    if (op->kind == TFI_OP_LIST || op->kind == TFI_OP_INFO)
+        return "listings and server info travel over HTTP";
+    if (op->format != TF_FORMAT_SAFETENSORS)
+        return "the Shumai format travels over HTTP";
+    if (op->query)
+        return "URLs with a query travel over HTTP";
+    if (!op->name[0])
+        return op->kind == TF_OP_EXCHANGE ? "only exchanges with /v1/call/ROUTE travel over UCX"
+                                          : "only requests to /v1/tensors/NAME travel over UCX";
+    return NULL;
+}
+
+/* UCX cannot carry f (for the reason why): under policy auto it goes over HTTP, the reason
+ * recorded as its fallback; under policy ucx it fails (TF_ECONNECT). */
+static tf_status_t no_ucx(tf_fetch_t *f, const char *why)
+{
+    if (f->policy == TF_TRANSPORT_UCX)
+        return tfi_rfail(&f->result, TF_ECONNECT, "no UCX connection (transport policy ucx): %s",
+                         why);
+    snprintf(f->result.fallback, sizeof(f->result.fallback), "%s", why);
+    return TF_OK;
+}
+
+void tfi_up_failed(origin_t *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->why, sizeof(o->why), fmt, ap);
+    va_end(ap);
+    if (o->backoff_ms <= 0)
+        o->backoff_ms = BACKOFF_MIN_MS;
+    else if ((o->backoff_ms *= 2) > BACKOFF_MAX_MS)
+        o->backoff_ms = BACKOFF_MAX_MS;
+    o->retry_at = tfx_now_ms() + (uint64_t)o->backoff_ms;
+}
+
+/* o's connection failed: closes it, remembering why. */
+static void drop_broken(tf_client_t *c, origin_t *o)
+{
+    if (o->conn && c->up->broken(o)) {
+        c->up->disconnect(o);
+        tfi_up_failed(o, "the UCX connection failed");
+    }
+}
+
+static void up_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
+{
+    (void)req;
+    *(tfx_hc_status_t *)ud = st;
+}
+
+/* Records what a non-200 answer to POST /v1/upgrade says. */
+static void up_http_error(origin_t *o, const tfx_hc_resp_t *r)
+{
+    tfp_status_t code;
+    char msg[128] = "";
+    if (r->body && r->body_len)
+        tfp_parse_error_body((const char *)r->body, r->body_len, &code, msg, sizeof(msg));
+    if (r->status == 404 || r->status == 405)
+        tfi_up_failed(o, "the server does not offer UCX (POST /v1/upgrade: HTTP %ld)", r->status);
+    else
+        tfi_up_failed(o, "the upgrade failed: HTTP %ld%s%s", r->status, msg[0] ? ": " : "", msg);
+}
+
+/* POST origin/v1/upgrade: 0 and *resp filled when the server offers a connection, else -1
+ * with o->why set. */
+static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, tfp_up_resp_t *resp)
+{
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .host = c->host,
+                      .policy = policy == TF_TRANSPORT_UCX ? TFP_UP_POLICY_UCX
+                                                           : TFP_UP_POLICY_AUTO};
+    tfx_hc_status_t done = TFX_HC_EAGAIN;
+    tfx_hc_t *hc = NULL;
+    tfx_hc_req_t *req = NULL;
+    char *json = NULL, *url = NULL;
+    size_t len = 0;
+    tfp_err_t err;
+    int rc = -1;
+
+    if (tfp_up_req_build(&q, &json, &len, &err) != TFP_OK) {
+        tfi_up_failed(o, "cannot ask for an upgrade: %s", err.msg);
+        return -1;
+    }
+    size_t ulen = strlen(o->key) + sizeof("/v1/upgrade");
+    if (!(url = malloc(ulen)) || tfx_hc_new(&hc) != TFX_HC_OK ||
+        tfx_hc_req_new(&req) != TFX_HC_OK) {
+        tfi_up_failed(o, "out of memory");
+        goto out;
+    }
+    snprintf(url, ulen, "%s/v1/upgrade", o->key);
+    if (tfx_hc_req_set_method(req, "POST") != TFX_HC_OK ||
+        tfx_hc_req_set_url(req, url) != TFX_HC_OK ||
+        tfx_hc_req_add_header(req, "Content-Type", MIME_JSON) != TFX_HC_OK ||
+        tfx_hc_req_add_header(req, "Accept", MIME_JSON) != TFX_HC_OK ||
+        tfx_hc_req_add_body(req, json, len) != TFX_HC_OK) {
+        tfi_up_failed(o, "out of memory");
+        goto out;
+    }
+    tfx_hc_req_set_timeout(req, UPGRADE_TIMEOUT_MS);
+    tfx_hc_req_set_max_body(req, TFP_UP_MAX_RESP_JSON);
+    if (tfx_hc_start(hc, req, up_done, &done) != TFX_HC_OK) {
+        tfi_up_failed(o, "cannot ask for an upgrade: out of memory");
+        goto out;
+    }
+    tfx_hc_drive(hc, req, -1);          /* the request's own timeout bounds it */
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    if (r->status > 0)
+        o->offered = tfi_offers_ucx(r->upgrade);
+    if (done != TFX_HC_OK) {
+        const char *why = tfx_hc_req_error(req);
+        tfi_up_failed(o, "POST /v1/upgrade failed: %s", why[0] ? why : tfx_hc_strerror(done));
+    } else if (r->status != 200) {
+        up_http_error(o, r);
+    } else if (tfp_up_resp_parse((const char *)r->body, r->body_len, resp, &err) != TFP_OK) {
+        tfi_up_failed(o, "bad answer to POST /v1/upgrade: %s", err.msg);
+    } else if (!resp->upgraded) {
+        o->offered = 0;
+        tfi_up_failed(o, "the server does not offer UCX: %s", resp->reason);
+    } else {
+        rc = 0;
+    }
+out:
+    tfx_hc_req_free(req);
+    tfx_hc_free(hc);
+    free(url);
+    free(json);
+    return rc;
+}
+
+/* Negotiates and connects o: 0 with o->conn, or -1 with o->why (and a backoff). */
+static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
+{
+    tfp_up_resp_t resp;
+    tfp_err_t err;
+    int rc = -1;
+
+    if (!c->have_host) {
+        if (tfx_hostid_get(&c->host, &err) != TFP_OK) {
+            tfi_up_failed(o, "cannot tell this host's identity: %s", err.msg);
+            return -1;
+        }
+        c->have_host = 1;
+    }
+    memset(&resp, 0, sizeof(resp));
+    if (ask_upgrade(c, o, policy, &resp) != 0)
+        return -1;
+    if (c->up->connect(c, o, &resp) != 0)
+        goto clear;
+    o->conn_gen++;
+    o->why[0] = '\0';
+    o->backoff_ms = 0;
+    o->retry_at = 0;
+    rc = 0;
+clear:
+    tfp_up_resp_clear(&resp);
+    return rc;
+}
+
+/* Negotiates for the origins that requests started inside callbacks found unconnected.
+ * Called when the client is driven, outside callbacks. */
+void tfi_upgrade_wanted(tf_client_t *c)
+{
+    if (!c->want_upgrades || c->in_cb || c->in_engine || c->closing)
+        return;
+    c->want_upgrades = 0;
+    for (origin_t *o = c->origins; o; o = o->next) {
+        if (!o->want_upgrade)
+            continue;
+        o->want_upgrade = 0;
+        if (!o->conn && !c->up_dead[0] && !(o->retry_at && tfx_now_ms() < o->retry_at))
+            upgrade(c, o, o->want_policy);
+    }
+}
+
+/* Decides how f travels: *via = c->up over its origin's connection (made now when that is
+ * needed and allowed), else tfi_http with the reason in f->result.fallback. Under policy
+ * ucx, what would fall back fails instead: the status is returned and recorded in
+ * f->result. A client built without UCX is one whose UCX cannot start (c->up_dead). */
+tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **via)
+{
+    *via = &tfi_http;
+    const char *why = why_not_ucx(&f->op);
+    if (!why && !f->origin)
+        why = "out of memory";
+    if (f->policy == TF_TRANSPORT_HTTP)
+        return TF_OK;
+    if (why) {
+        /* Not a fallback: UCX never carries these, whatever the policy. */
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "%s", why);
+        return TF_OK;
+    }
+    origin_t *o = f->origin;
+    int strict = f->policy == TF_TRANSPORT_UCX;
+    drop_broken(c, o);
+    if (o->conn) {
+        *via = c->up;
+        return TF_OK;
+    }
+    if (c->up_dead[0])
+        return no_ucx(f, c->up_dead);
+    if (!strict && strncmp(o->key, "https:", 6) == 0)
+        return no_ucx(f, "the server is reached over https, and UCX is not encrypted");
+    if (!strict && o->offered < 0)
+        return no_ucx(f, "the server has not offered UCX yet (a first request goes over HTTP)");
+    if (!strict && o->offered == 0)
+        return no_ucx(f, strncmp(o->why, "the server does not offer UCX", 29) == 0
+                             ? o->why : "the server does not offer UCX");
+    if (o->retry_at && tfx_now_ms() < o->retry_at)
+        return no_ucx(f, o->why);
+    if (c->in_cb || c->in_engine) {
+        /* Negotiating blocks: not inside a callback. The client does it when next driven. */
+        if (!o->want_upgrade) {
+            o->want_upgrade = 1;
+            o->want_policy = f->policy;
+            c->want_upgrades = 1;
+        }
+        return no_ucx(f, "the UCX connection is not made yet (a request started inside a "
+                         "callback does not wait for it)");
+    }
+    if (upgrade(c, o, f->policy) != 0)
+        return no_ucx(f, o->why);
+    *via = c->up;
+    return TF_OK;
+}
+
+tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
+{
+    char *key = NULL, *path = NULL;
+    int query;
+    if (!c)
+        return TF_EINVAL;
+    if (c->in_cb || c->in_engine || c->closing)
+        return tfi_refuse(c, TFI_OP_UPGRADE, TF_EINVAL,
+                          "tf_client_upgrade is not allowed inside a callback");
+    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
+    if (xst != TFX_HC_OK)
+        return tfi_refuse(c, TFI_OP_UPGRADE, xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL,
+                          xst == TFX_HC_ENOMEM ? NULL : "bad URL");
+    origin_t *o = tfi_origin_get(c, key);
+    free(key);
+    free(path);
+    if (!o)
+        return tfi_refuse(c, TFI_OP_UPGRADE, TF_ENOMEM, NULL);
+    drop_broken(c, o);
+    tfi_new_result(c, &c->last, TFI_OP_UPGRADE, NULL);
+    if (!o->conn) {
+        const char *why = c->up_dead[0]                            ? c->up_dead
+                          : o->retry_at && tfx_now_ms() < o->retry_at ? o->why
+                          : upgrade(c, o, TF_TRANSPORT_UCX) != 0  ? o->why
+                                                                  : NULL;
+        if (why)
+            return tfi_rfail(&c->last, TF_ECONNECT, "%s", why);
+    }
+    c->last.status = TF_OK;
+    snprintf(c->last.transport, sizeof(c->last.transport), "%s", o->transport);
+    return TF_OK;
+}
+
+static void fill_transport_info(const tf_client_t *c, const origin_t *o,
+                                tf_transport_info_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->transport, sizeof(out->transport), "http");
+    out->offered = o ? o->offered : -1;
+    if (o && o->conn && !c->up->broken(o)) {
+        snprintf(out->transport, sizeof(out->transport), "%s", o->transport);
+        return;
+    }
+    uint64_t now = tfx_now_ms();
+    if (o && o->retry_at > now)
+        out->retry_ms = (long)(o->retry_at - now);
+    if (c->up_dead[0])
+        snprintf(out->reason, sizeof(out->reason), "%s", c->up_dead);
+    else if (o && o->conn)
+        snprintf(out->reason, sizeof(out->reason), "the UCX connection failed");
+    else if (o && o->why[0])
+        snprintf(out->reason, sizeof(out->reason), "%s", o->why);
+    else if (o && o->offered == 0)
+        snprintf(out->reason, sizeof(out->reason), "the server does not offer UCX");
+}
+
+tf_status_t tf_client_transport_info(tf_client_t *c, const char *url, tf_transport_info_t *out)
+{
+    char *key = NULL, *path = NULL;
+    int query;
+    if (!c || !out)
+        return TF_EINVAL;
+    /* The caller's struct may be shorter (an older header): fill only what it has. */
+    size_t n = tfi_struct_out_size(out->size, sizeof(*out), TFI_TRANSPORT_INFO_SIZE_0_1);
+    if (n == 0)
+        return TF_EINVAL;
+    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
+    if (xst != TFX_HC_OK)
+        return xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL;
+    const origin_t *o = origin_find(c, key);
+    free(key);
+    free(path);
+    tf_transport_info_t ti;
+    fill_transport_info(c, o, &ti);
+    ti.size = n;
+    memcpy(out, &ti, n);
+    return TF_OK;
+}
+
+/* 1 if a Tfetch-Upgrade value lists ucx (a comma-separated list of tokens). */
+int tfi_offers_ucx(const char *v)
+{
+    for (const char *p = v; *p;) {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, " \t,");
+        if (n == 3 && strncasecmp(p, "ucx", 3) == 0)
+            return 1;
+        p += n;
+    }
+    return 0;
+}

@@ -1,0 +1,148 @@
+/* api_common.c - what every endpoint handler shares: failures (recorded for the metrics),
+ * answers from malloc'd text, JSON writers and blobs, safetensors blobs made from a document,
+ * and request bodies (accepting the document the operation describes, then decoding it).
+ *
+ * Threads: the transports' threads, each call for its own request.
+ */
+#include "config.h"
+#include "daemon/api.h"
+#include "proto/safetensors.h"
+#include "proto/shumai.h"
+#include "transports/buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+void api_fail(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->code = code;
+    tfx_respond_error(r, code, "%s", msg);
+}
+
+void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text, size_t len)
+{
+    tfx_respond(r, status, ctype, text, len, free, text);
+}
+
+void api_respond_json(tfx_req_t *r, tfd_ctx_t *c, tfp_jw_t *w)
+{
+    size_t len;
+    char *text = tfp_jw_finish(w, &len);
+    if (!text) {
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+        return;
+    }
+    api_respond_text(r, 200, "application/json", text, len);
+}
+
+void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b)
+{
+    tfx_respond(r, status, ctype, b->data, b->len, tfd_blob_release, b);
+}
+
+tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err)
+{
+    uint8_t *hdr;
+    size_t hdr_len;
+    if (tfp_st_encode_header(doc, &hdr, &hdr_len, err) != TFP_OK)
+        return NULL;
+    uint64_t total = hdr_len + tfp_doc_data_bytes(doc);
+    size_t cap;
+    uint8_t *buf = total <= SIZE_MAX ? tfx_buf_alloc((size_t)total, &cap) : NULL;
+    if (!buf) {
+        free(hdr);
+        tfp_err_set(err, TFP_ENOMEM, "out of memory for a %llu-byte answer",
+                    (unsigned long long)total);
+        return NULL;
+    }
+    memcpy(buf, hdr, hdr_len);
+    free(hdr);
+    for (size_t i = 0; i < doc->n; i++)     /* offsets follow doc order from 0 */
+        if (doc->t[i].nbytes)
+            memcpy(buf + hdr_len + doc->t[i].offset, doc->t[i].data, (size_t)doc->t[i].nbytes);
+    tfp_doc_t *index = NULL;
+    if (tfp_st_decode(buf, (size_t)total, NULL, &index, err) != TFP_OK) {
+        tfx_buf_free(buf, cap);                 /* cannot happen: we just encoded it */
+        return NULL;
+    }
+    tfd_blob_t *b = tfd_blob_new(buf, cap, buf, (size_t)total, index);
+    if (!b)
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+    return b;
+}
+
+/* ---- bodies ----------------------------------------------------------------------------- */
+
+int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max)
+{
+    const tfp_op_body_t *body = &c->op->body;
+    if (body->kind == TFP_BODY_RAW) {
+        tfp_err_t err;
+        tfp_doc_t *doc = tfp_doc_new();
+        if (!doc || tfp_doc_add(doc, raw_name, body->dtype, body->rank, body->shape, NULL,
+                                body->nbytes, &err) != TFP_OK ||
+            tfp_st_encode_header(doc, &c->raw_hdr, &c->raw_hdr_len, &err) != TFP_OK) {
+            tfp_doc_free(doc);
+            api_fail(r, c, doc ? err.code : TFP_ENOMEM, "%s", doc ? err.msg : "out of memory");
+            return -1;
+        }
+        tfp_doc_free(doc);
+    }
+    tfx_req_accept_body(r, c->raw_hdr_len, body->kind == TFP_BODY_RAW ? body->nbytes : max);
+    return 0;
+}
+
+int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out, size_t *len_out,
+                 tfp_doc_t **doc_out)
+{
+    tfp_err_t err;
+    size_t len;
+    tfx_req_body(r, &len);
+    tfp_body_kind_t kind = c->op->body.kind;
+    if (kind == TFP_BODY_RAW && len != c->op->body.nbytes) {
+        api_fail(r, c, TFP_EUNPROC, "body is %zu bytes but Tfetch-Dtype x Tfetch-Shape need %llu",
+                 len, (unsigned long long)c->op->body.nbytes);
+        return -1;
+    }
+    size_t cap;
+    uint8_t *base = tfx_req_take_body(r, &cap);
+    if (!base && !(base = tfx_buf_alloc(c->raw_hdr_len, &cap))) {     /* empty body */
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+        return -1;
+    }
+    if (kind == TFP_BODY_RAW)
+        memcpy(base, c->raw_hdr, c->raw_hdr_len);
+    size_t doc_len = c->raw_hdr_len + len;
+    tfp_doc_t *doc = NULL;
+    if (kind == TFP_BODY_SHUMAI) {
+        tfp_shumai_msg_t msg;
+        if (tfp_shumai_decode(base, doc_len, 0, &msg, &err) != TFP_OK)
+            goto bad;
+        doc = msg.doc;
+        c->shumai_provenance = msg.provenance;
+        c->shumai_flags = msg.flags;
+        char user[TFP_SHUMAI_USER_SIZE];
+        if (tfp_shumai_provenance_to_user(msg.provenance, user))
+            snprintf(c->user, sizeof c->user, "%s", user);   /* Shumai's id is the user id */
+    } else if (tfp_st_decode(base, doc_len, NULL, &doc, &err) != TFP_OK) {
+        goto bad;
+    }
+    *base_out = base;
+    *cap_out = cap;
+    *len_out = doc_len;
+    *doc_out = doc;
+    return 0;
+bad:
+    tfx_buf_free(base, cap);
+    api_fail(r, c, err.code, "%s", err.msg);
+    return -1;
+}

@@ -1,0 +1,170 @@
+/* api_info.c - the endpoints about the server itself: GET /healthz, GET /metrics (the
+ * Prometheus text), GET /v1/info (what this tfetchd is and allows) and POST /v1/upgrade
+ * (handed to daemon/upgrade.c).
+ *
+ * Threads: the transports' threads; see api.h.
+ */
+#include "config.h"
+#include "daemon/api.h"
+#include "daemon/upgrade.h"
+
+#include <stdlib.h>
+
+void api_handle_health(tfx_req_t *r, tfd_ctx_t *c)
+{
+    (void)c;
+    tfx_respond(r, 200, "text/plain", "ok\n", 3, NULL, NULL);
+}
+
+void api_handle_upgrade(tfx_req_t *r, tfd_ctx_t *c)
+{
+    tfd_upgrade_handle(c->api->upgrade, r);
+}
+
+static void kv_uint(tfp_jw_t *w, const char *k, uint64_t v)
+{
+    tfp_jw_key(w, k);
+    tfp_jw_uint(w, v);
+}
+
+static void kv_strs(tfp_jw_t *w, const char *k, const char *const *v, size_t n)
+{
+    tfp_jw_key(w, k);
+    tfp_jw_arr_begin(w);
+    for (size_t i = 0; i < n; i++)
+        tfp_jw_str(w, v[i]);
+    tfp_jw_arr_end(w);
+}
+
+static void info_route(const char *name, const tfd_route_ops_t *ops, void *arg)
+{
+    tfp_jw_t *w = arg;
+    tfp_jw_obj_begin(w);
+    tfp_jw_key(w, "name");
+    tfp_jw_str(w, name);
+    tfp_jw_key(w, "kind");
+    tfp_jw_str(w, ops->kind ? ops->kind : "");
+    tfp_jw_key(w, "stateful");
+    tfp_jw_bool(w, !ops->stateless);
+    tfp_jw_obj_end(w);
+}
+
+void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
+{
+    const tfd_api_t *s = c->api;
+    const tfd_config_t *cfg = s->cfg;
+    tfd_store_stats_t st;
+    tfd_store_stats(s->store, &st);
+    tfp_jw_t w;
+    tfp_jw_init(&w);
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "name");
+    tfp_jw_str(&w, "tfetchd");
+    tfp_jw_key(&w, "version");
+    tfp_jw_str(&w, PACKAGE_VERSION);
+    tfp_jw_key(&w, "api");
+    tfp_jw_str(&w, "v1");
+    const char *why;
+    int ucx = tfd_upgrade_enabled(s->upgrade, &why);
+    tfp_jw_key(&w, "transports");
+    tfp_jw_arr_begin(&w);
+    tfp_jw_str(&w, "http");
+    if (ucx)
+        tfp_jw_str(&w, "ucx");
+    tfp_jw_arr_end(&w);
+    tfp_jw_key(&w, "ucx");
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "compiled");
+#ifdef HAVE_UCX
+    tfp_jw_bool(&w, 1);
+#else
+    tfp_jw_bool(&w, 0);
+#endif
+    tfp_jw_key(&w, "enabled");
+    tfp_jw_bool(&w, ucx);
+    if (!ucx) {
+        tfp_jw_key(&w, "reason");
+        tfp_jw_str(&w, why);
+    }
+    tfp_jw_obj_end(&w);
+    static const char *const formats[] = {"application/x-safetensors",
+                                          "application/octet-stream", "application/json",
+                                          "shumai"};
+    kv_strs(&w, "formats", formats, sizeof formats / sizeof formats[0]);
+    tfp_jw_key(&w, "dtypes");
+    tfp_jw_arr_begin(&w);
+    for (int d = 0; d < TFP_DTYPE_COUNT; d++)
+        tfp_jw_str(&w, tfp_dtype_name((tfp_dtype_t)d));
+    tfp_jw_arr_end(&w);
+    static const char *const features[] = {"long-poll", "raw-body", "json-view", "exchange",
+                                           "sessions", "idempotent-retry", "workers",
+                                           "shumai"};
+    kv_strs(&w, "features", features, sizeof features / sizeof features[0]);
+    tfp_jw_key(&w, "routes");
+    tfp_jw_arr_begin(&w);
+    tfd_routes_each(s->routes, info_route, &w);
+    tfp_jw_arr_end(&w);
+    tfp_jw_key(&w, "limits");
+    tfp_jw_obj_begin(&w);
+    kv_uint(&w, "max_body", cfg->max_body);
+    kv_uint(&w, "max_header", cfg->max_header);
+    kv_uint(&w, "store_memory", cfg->store_memory);
+    kv_uint(&w, "body_memory", cfg->body_memory);
+    kv_uint(&w, "max_connections", cfg->max_connections);
+    kv_uint(&w, "max_per_ip", cfg->max_per_ip);
+    kv_uint(&w, "idle_timeout_s", cfg->idle_timeout);
+    kv_uint(&w, "json_max_elements", cfg->json_max_elems);
+    kv_uint(&w, "max_wait_ms", cfg->max_wait_ms);
+    kv_uint(&w, "max_waiters", cfg->max_waiters);
+    kv_uint(&w, "max_rank", TFP_MAX_RANK);
+    kv_uint(&w, "session_ttl_s", cfg->session_ttl);
+    kv_uint(&w, "max_sessions", cfg->max_sessions);
+    kv_uint(&w, "session_user_memory", cfg->session_user_memory);
+    kv_uint(&w, "session_memory", cfg->session_memory);
+    kv_uint(&w, "replay_window_s", cfg->replay_window);
+    kv_uint(&w, "worker_lease_ms", cfg->worker_lease_ms);
+    kv_uint(&w, "upgrade_token_ttl_ms", cfg->upgrade_token_ttl_ms);
+    tfp_jw_obj_end(&w);
+    tfp_jw_key(&w, "store");
+    tfp_jw_obj_begin(&w);
+    kv_uint(&w, "tensors", st.count);
+    kv_uint(&w, "bytes", st.bytes);
+    kv_uint(&w, "retired", st.retired);
+    kv_uint(&w, "reserved", st.reserved);
+    tfp_jw_obj_end(&w);
+    tfp_jw_obj_end(&w);
+    api_respond_json(r, c, &w);
+}
+
+void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
+{
+    const tfd_api_t *s = c->api;
+    tfd_gauges_t g = {0};
+    tfd_store_stats_t st;
+    tfd_store_stats(s->store, &st);
+    g.stored_count = st.count;
+    g.stored_bytes = st.bytes;
+    g.store_retired = st.retired;
+    g.store_reserved = st.reserved;
+    g.store_max = st.max_bytes;
+    s->gauges(s->gauges_arg, &g);                  /* requests in flight, body memory */
+    g.waiters = tfd_waiters_count(s->waiters);
+    tfd_sessions_stats(s->sessions, &g.sessions);
+    tfd_replay_stats(s->replay, &g.replay_entries, &g.replay_bytes, &g.replay_hits);
+    g.workers = tfd_workers_count(s->workers);
+    tfd_upgrade_stats_t us;
+    tfd_upgrade_stats(s->upgrade, &us);
+    g.ucx_enabled = tfd_upgrade_enabled(s->upgrade, NULL);
+    g.upgrades_issued = us.issued;
+    g.hellos_accepted = us.accepted;
+    g.hellos_refused = us.refused;
+    g.ucx_dropped = us.dropped;
+    g.ucx_requests = us.requests;
+    size_t len;
+    char *text = tfd_metrics_render(s->metrics, &g, &len);
+    if (!text) {
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+        return;
+    }
+    api_respond_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+}

@@ -1,0 +1,275 @@
+/* router.c - the endpoint table and the transports' handlers that run it.
+ *
+ * Every request gets a context in begin: its row of the table (by operation), its ids
+ * (echoed as response headers), and then either the refusal its transport recorded, or its
+ * body accepted as the row allows and the row's begin. handle runs the row's handler once
+ * the body is complete (again after each resume), finish the row's finish, then returns the
+ * body charges and records the metrics. Bodies are charged before their buffers grow: a
+ * PUT's against the store's limit, every other against body-memory.
+ *
+ * Threads: the transports' threads (MHD's pool, the UCX progress thread); a context belongs
+ * to one request; the counters are atomic.
+ */
+#include "config.h"
+#include "daemon/router.h"
+#include "daemon/log.h"
+#include "daemon/upgrade.h"
+#include "transports/clock.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+/* ---- the endpoint table ------------------------------------------------------------------ */
+
+/* What a row's body field allows. */
+enum {
+    EP_DOC = 1,                     /* a document (safetensors, raw, Shumai) up to max-body */
+    EP_JSON = 2,                    /* a JSON document up to the row's json_max */
+    EP_TO_STORE = 4                 /* the document is charged to the store (a raw tensor
+                                     * takes the operation's name), not to body-memory */
+};
+
+/* One operation's endpoint: its name in the metrics, what body it takes, and its handlers
+ * (begin: the body is accepted, before it arrives; handle: the body is in; finish: the
+ * request is over). begin and finish may be NULL. Which HTTP methods reach an operation is
+ * HTTP's business and lives with its paths (proto/http.c); UCX names operations directly. */
+struct tfd_endpoint_spec {
+    tfd_endpoint_t id;              /* its name in the metrics */
+    unsigned body;                  /* EP_* */
+    uint32_t json_max;
+    void (*begin)(tfx_req_t *r, tfd_ctx_t *c);
+    void (*handle)(tfx_req_t *r, tfd_ctx_t *c);
+    void (*finish)(tfx_req_t *r, tfd_ctx_t *c);
+};
+
+#define MAX_REGISTRATION (64u << 10)
+#define MAX_UPGRADE 4096u
+
+static void begin_wait(tfd_ctx_t *c, uint64_t cap)
+{
+    uint64_t ms = c->op->wait_ms < cap ? c->op->wait_ms : cap;
+    c->waiter.deadline_ms = ms ? tfx_now_ms() + ms : 0;
+    c->poll.deadline_ms = c->waiter.deadline_ms;
+}
+
+static void begin_get(tfx_req_t *r, tfd_ctx_t *c)
+{
+    (void)r;
+    begin_wait(c, c->api->cfg->max_wait_ms);
+}
+
+static void begin_poll(tfx_req_t *r, tfd_ctx_t *c)
+{
+    (void)r;
+    begin_wait(c, c->api->cfg->worker_lease_ms / 2);
+}
+
+static void handle_none(tfx_req_t *r, tfd_ctx_t *c)
+{
+    api_fail(r, c, TFP_ENOTFOUND, "no such operation");
+}
+
+static const struct tfd_endpoint_spec endpoints[TFP_OP_COUNT] = {
+    [TFP_OP_NONE] = {TFD_EP_OTHER, 0, 0, NULL, handle_none, NULL},
+    [TFP_OP_HEALTH] = {TFD_EP_HEALTH, 0, 0, NULL, api_handle_health, NULL},
+    [TFP_OP_METRICS] = {TFD_EP_METRICS, 0, 0, NULL, api_handle_metrics, NULL},
+    [TFP_OP_INFO] = {TFD_EP_INFO, 0, 0, NULL, api_handle_info, NULL},
+    [TFP_OP_TENSOR_LIST] = {TFD_EP_LIST, 0, 0, NULL, api_handle_list, NULL},
+    [TFP_OP_TENSOR_GET] = {TFD_EP_TENSOR_GET, 0, 0, begin_get, api_handle_get,
+                           api_finish_get},
+    [TFP_OP_TENSOR_PUT] = {TFD_EP_TENSOR_PUT, EP_DOC | EP_TO_STORE, 0, api_begin_put,
+                           api_handle_put, NULL},
+    [TFP_OP_TENSOR_DELETE] = {TFD_EP_TENSOR_DELETE, 0, 0, NULL, api_handle_delete, NULL},
+    [TFP_OP_CALL] = {TFD_EP_CALL, EP_DOC, 0, NULL, api_handle_call, api_finish_call},
+    [TFP_OP_SESSION_END] = {TFD_EP_SESSION, 0, 0, NULL, api_handle_session_end, NULL},
+    [TFP_OP_WORKER_REGISTER] = {TFD_EP_WORKER, EP_JSON, MAX_REGISTRATION, NULL,
+                                api_handle_register, NULL},
+    [TFP_OP_WORKER_LEAVE] = {TFD_EP_WORKER, 0, 0, NULL, api_handle_leave, NULL},
+    [TFP_OP_WORKER_POLL] = {TFD_EP_WORKER_POLL, 0, 0, begin_poll, api_handle_poll,
+                            api_finish_poll},
+    [TFP_OP_WORKER_REPLY] = {TFD_EP_WORKER, EP_DOC | EP_JSON, MAX_REGISTRATION, NULL,
+                             api_handle_reply, NULL},
+    [TFP_OP_UPGRADE] = {TFD_EP_UPGRADE, EP_JSON, MAX_UPGRADE, NULL, api_handle_upgrade, NULL},
+    [TFP_OP_SHUMAI_GET] = {TFD_EP_SHUMAI_GET, 0, 0, NULL, api_handle_shumai_get, NULL},
+    [TFP_OP_SHUMAI_CALL] = {TFD_EP_SHUMAI_CALL, EP_DOC, 0, NULL, api_handle_call,
+                            api_finish_call},
+};
+
+/* ---- the transports' handlers ------------------------------------------------------------ */
+
+struct tfd_router {
+    const tfd_api_t *api;
+    char id_prefix[17];                     /* of the request ids the server makes up */
+    atomic_uint_fast64_t next_id;
+    atomic_uint_fast64_t body_bytes;        /* request bodies held outside the store */
+};
+
+/* Approves a body buffer growing to total bytes. */
+static tfp_status_t on_body_grow(tfx_req_t *r, uint64_t total, void *arg)
+{
+    tfd_router_t *rt = arg;
+    tfd_ctx_t *c = tfx_req_ctx(r);
+    if (!c)
+        return TFP_EINTERNAL;
+    if (total <= c->charged)
+        return TFP_OK;
+    uint64_t delta = total - c->charged;
+    if (c->ep->body & EP_TO_STORE) {
+        if (tfd_store_reserve(rt->api->store, delta) != 0)
+            return TFP_ENOSPACE;
+        c->reserved += delta;
+    } else {
+        uint64_t was = atomic_fetch_add(&rt->body_bytes, delta);
+        if (was + delta > rt->api->cfg->body_memory) {
+            atomic_fetch_sub(&rt->body_bytes, delta);
+            return TFP_EBUSY;
+        }
+        c->body_charged += delta;
+    }
+    c->charged = total;
+    return TFP_OK;
+}
+
+/* Takes the user and request ids (making one up when the client chose none) and echoes them
+ * with the transport, as response headers. */
+static void take_ids(tfd_router_t *rt, tfx_req_t *r, tfd_ctx_t *c)
+{
+    const tfp_op_who_t *who = &c->op->who;
+    if (who->request_id[0]) {
+        snprintf(c->request_id, sizeof c->request_id, "%s", who->request_id);
+        c->request_id_from_client = 1;
+    } else {
+        uint64_t n = atomic_fetch_add(&rt->next_id, 1);
+        snprintf(c->request_id, sizeof c->request_id, "tfd-%s-%llu", rt->id_prefix,
+                 (unsigned long long)n);
+    }
+    tfx_req_add_header(r, "Tfetch-Request-Id", c->request_id);
+    tfx_req_add_header(r, "Tfetch-Transport", tfx_req_transport(r));
+    if (tfd_upgrade_enabled(c->api->upgrade, NULL))
+        tfx_req_add_header(r, "Tfetch-Upgrade", "ucx");
+    if (who->user[0]) {
+        snprintf(c->user, sizeof c->user, "%s", who->user);
+        tfx_req_add_header(r, "Tfetch-User", c->user);
+    }
+}
+
+/* Accepts the body the operation describes, as its endpoint allows. 0, or -1 after
+ * answering. */
+static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
+{
+    switch (c->op->body.kind) {
+    case TFP_BODY_NONE:
+        return 0;
+    case TFP_BODY_JSON:
+        if (c->ep->body & EP_JSON)
+            tfx_req_accept_body(r, 0, c->ep->json_max);
+        return 0;
+    default:
+        if (!(c->ep->body & EP_DOC))
+            return 0;
+        return api_begin_doc(r, c, (c->ep->body & EP_TO_STORE) ? c->name : "tensor",
+                             c->api->cfg->max_body);
+    }
+}
+
+static void on_begin(tfx_req_t *r, void *arg)
+{
+    tfd_router_t *rt = arg;
+    tfd_ctx_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        tfx_respond_error(r, TFP_ENOMEM, "out of memory");
+        return;
+    }
+    const tfp_op_t *op = tfx_req_op(r);
+    c->api = rt->api;
+    c->op = op;
+    c->ep = &endpoints[(unsigned)op->kind < TFP_OP_COUNT ? op->kind : TFP_OP_NONE];
+    c->start_ns = tfx_now_ns();
+    c->name = op->name;
+    c->waiter.name = op->name;
+    c->waiter.req = r;
+    c->poll.req = r;
+    tfx_req_set_ctx(r, c);
+    take_ids(rt, r, c);
+    const tfp_op_err_t *e = tfx_req_op_error(r);
+    if (e->code != TFP_OK) {
+        api_fail(r, c, e->code, "%s", e->msg);
+        return;
+    }
+    if (begin_body(r, c) != 0)
+        return;
+    if (c->ep->begin)
+        c->ep->begin(r, c);
+}
+
+static void on_handle(tfx_req_t *r, void *arg)
+{
+    (void)arg;
+    tfd_ctx_t *c = tfx_req_ctx(r);
+    if (c)
+        c->ep->handle(r, c);
+}
+
+static void on_finish(tfx_req_t *r, int completed, void *arg)
+{
+    tfd_router_t *rt = arg;
+    tfd_ctx_t *c = tfx_req_ctx(r);
+    if (!c)
+        return;
+    if (c->ep->finish)
+        c->ep->finish(r, c);
+    if (c->reserved)
+        tfd_store_unreserve(rt->api->store, c->reserved);
+    if (c->body_charged)
+        atomic_fetch_sub(&rt->body_bytes, c->body_charged);
+    double secs = tfx_since_s(c->start_ns);
+    unsigned status = tfx_req_status(r);
+    uint64_t out = completed ? tfx_req_response_bytes(r) : 0;
+    const char *what = tfp_op_name(c->op->kind);
+    tfd_metrics_record(rt->api->metrics, c->ep->id, status, c->code, tfx_req_body_bytes(r), out,
+                       secs);
+    if (!completed)
+        tfd_log(LOG_INFO, "%s %s '%s': connection closed before the response was sent (status "
+                "%u, request %s)", tfx_req_transport(r), what, c->name, status, c->request_id);
+    tfd_log(LOG_DEBUG, "%s %s '%s' %u %llu+%llu bytes %.6fs user=%s request=%s",
+            tfx_req_transport(r), what, c->name, status,
+            (unsigned long long)tfx_req_body_bytes(r), (unsigned long long)out, secs,
+            c->user[0] ? c->user : "-", c->request_id);
+    free(c->raw_hdr);
+    free(c);
+    tfx_req_set_ctx(r, NULL);
+}
+
+tfd_router_t *tfd_router_new(const tfd_api_t *api)
+{
+    tfd_router_t *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return NULL;
+    rt->api = api;
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
+        rnd = tfx_now_ns() ^ ((uint64_t)getpid() << 32);
+    snprintf(rt->id_prefix, sizeof rt->id_prefix, "%016llx", (unsigned long long)rnd);
+    atomic_init(&rt->next_id, 1);
+    atomic_init(&rt->body_bytes, 0);
+    return rt;
+}
+
+void tfd_router_free(tfd_router_t *rt)
+{
+    free(rt);
+}
+
+tfx_handlers_t tfd_router_handlers(tfd_router_t *rt)
+{
+    tfx_handlers_t h = {on_begin, on_handle, on_finish, on_body_grow, rt};
+    return h;
+}
+
+uint64_t tfd_router_body_bytes(const tfd_router_t *rt)
+{
+    return atomic_load(&rt->body_bytes);
+}

@@ -1,0 +1,28 @@
+/* router.h - tfetchd's endpoints: one table that maps each operation (proto/op.h) to its
+ * metrics name, its body policy and its handlers, and the transports' handlers
+ * (tfx_handlers_t) that run it for every request, whichever transport carried it.
+ *
+ * The router owns what spans a request: its context (ids, timing, body charges), the
+ * server-made request ids, and the body memory held outside the store (body-memory).
+ *
+ * Threads: the handlers run on the transports' threads; new, free on the main thread.
+ */
+#ifndef TFD_ROUTER_H
+#define TFD_ROUTER_H
+
+#include <stdint.h>
+#include "daemon/api.h"
+#include "transports/req.h"
+
+typedef struct tfd_router tfd_router_t;
+
+/* A router serving requests from api's parts (api must outlive it). NULL on no memory. */
+tfd_router_t *tfd_router_new(const tfd_api_t *api);
+/* After every transport has stopped. NULL is a no-op. */
+void tfd_router_free(tfd_router_t *rt);
+/* The handlers to start a transport with. */
+tfx_handlers_t tfd_router_handlers(tfd_router_t *rt);
+/* Request body bytes held outside the store right now. */
+uint64_t tfd_router_body_bytes(const tfd_router_t *rt);
+
+#endif

@@ -1,0 +1,114 @@
+/* op.h - the operation a request to tfetchd asks for, whatever transport carried it.
+ *
+ * A request names one operation (get a tensor, run an exchange call, poll for work, ...),
+ * the names it acts on, who asks (user id, request id), how long a GET may wait, what its
+ * body holds and which form the answer should take. HTTP fills a tfp_op_t once from the
+ * request line and headers (tfp_http_op_parse, proto/http.h); UCX fills it from the frame
+ * (transports/ucx_server.c). tfetchd's handlers read only this struct, so a new transport
+ * fills it and a new operation adds a kind, not a fake path. A request that cannot be
+ * understood is refused with a tfp_op_err_t. Plain data and pure helpers; any thread.
+ */
+#ifndef TFP_OP_H
+#define TFP_OP_H
+
+#include <stdint.h>
+#include "proto/doc.h"
+#include "proto/ids.h"
+#include "proto/status.h"
+
+/* The forms a body or an answer can take (HTTP spells them as media types: tfp_media_parse
+ * and tfp_accept_pick in proto/http.h). */
+typedef enum {
+    TFP_MEDIA_NONE = 0,             /* absent or empty */
+    TFP_MEDIA_SAFETENSORS,          /* application/x-safetensors */
+    TFP_MEDIA_OCTET,                /* application/octet-stream */
+    TFP_MEDIA_JSON,                 /* application/json */
+    TFP_MEDIA_FORM,                 /* application/x-www-form-urlencoded (curl's default) */
+    TFP_MEDIA_ANY,                  /* * / * or application/ * (in Accept) */
+    TFP_MEDIA_OTHER
+} tfp_media_t;
+
+/* The operations, each with its name for logs and tests. */
+#define TFP_OP_MAP(X)                                                                \
+    X(NONE, "none")                         /* names nothing (HTTP: unknown path) */ \
+    X(HEALTH, "health")                     /* GET /healthz */                       \
+    X(METRICS, "metrics")                   /* GET /metrics */                       \
+    X(INFO, "info")                         /* GET /v1/info */                       \
+    X(TENSOR_LIST, "tensor_list")           /* GET /v1/tensors */                    \
+    X(TENSOR_GET, "tensor_get")             /* GET /v1/tensors/NAME; UCX GET */      \
+    X(TENSOR_PUT, "tensor_put")             /* PUT /v1/tensors/NAME; UCX PUT */      \
+    X(TENSOR_DELETE, "tensor_delete")       /* DELETE /v1/tensors/NAME; UCX DELETE */\
+    X(CALL, "call")                         /* POST /v1/call/NAME; UCX CALL */       \
+    X(SESSION_END, "session_end")           /* DELETE /v1/sessions/self */           \
+    X(WORKER_REGISTER, "worker_register")   /* POST /v1/workers */                   \
+    X(WORKER_LEAVE, "worker_leave")         /* DELETE /v1/workers/NAME */            \
+    X(WORKER_POLL, "worker_poll")           /* GET /v1/workers/NAME/next */          \
+    X(WORKER_REPLY, "worker_reply")         /* POST /v1/workers/NAME/calls/SUB */    \
+    X(UPGRADE, "upgrade")                   /* POST /v1/upgrade */                   \
+    X(SHUMAI_GET, "shumai_get")             /* Shumai's GET /NAME */                 \
+    X(SHUMAI_CALL, "shumai_call")           /* Shumai's POST /NAME */
+
+typedef enum {
+#define X(n, s) TFP_OP_##n,
+    TFP_OP_MAP(X)
+#undef X
+    TFP_OP_COUNT
+} tfp_op_kind_t;
+
+/* "tensor_get", ...; "?" for a value that is no kind. Static strings. */
+const char *tfp_op_name(int kind);
+
+/* How a request body is laid out. */
+typedef enum {
+    TFP_BODY_NONE = 0,              /* the operation takes no body (one sent is discarded) */
+    TFP_BODY_SAFETENSORS,           /* a safetensors document */
+    TFP_BODY_RAW,                   /* one tensor's bytes, described by dtype and shape */
+    TFP_BODY_SHUMAI,                /* a Shumai message */
+    TFP_BODY_JSON                   /* a JSON document (registrations, upgrades, errors) */
+} tfp_body_kind_t;
+
+typedef struct {
+    tfp_body_kind_t kind;
+    tfp_media_t media;              /* as the request declared it (HTTP: Content-Type) */
+    int64_t length;                 /* bytes announced; -1 when unknown (chunked) */
+    /* TFP_BODY_RAW: the one tensor the body holds */
+    tfp_dtype_t dtype;
+    int rank;
+    uint64_t shape[TFP_MAX_RANK];
+    uint64_t nbytes;                /* dtype x shape */
+} tfp_op_body_t;
+
+/* Who asks. Authentication adds the principal it established here. */
+typedef struct {
+    char user[TFP_MAX_USER_ID + 1];             /* "" when none was given */
+    char request_id[TFP_MAX_REQUEST_ID + 1];    /* "" when the client chose none */
+} tfp_op_who_t;
+
+typedef struct {
+    tfp_op_kind_t kind;
+    char name[TFP_MAX_TENSOR_NAME + 1];         /* tensor, route or worker id; "" if none */
+    char sub[TFP_MAX_TENSOR_NAME + 1];          /* WORKER_REPLY: the call id */
+    tfp_op_who_t who;
+    uint64_t wait_ms;               /* TENSOR_GET, WORKER_POLL: how long to wait, uncapped */
+    tfp_op_body_t body;
+    tfp_media_t accept;             /* the answer's form (HTTP: Accept); NONE: the default */
+} tfp_op_t;
+
+#define TFP_OP_MAX_MSG 512
+
+/* Why a request was refused before any handler ran. */
+typedef struct {
+    tfp_status_t code;              /* TFP_OK when the request is understood */
+    char msg[TFP_OP_MAX_MSG];
+    const char *allow;              /* TFP_EMETHOD: the methods the target allows ("GET,HEAD") */
+} tfp_op_err_t;
+
+/* Sets e's code and formatted message (allow NULL) and returns code. */
+tfp_status_t tfp_op_fail(tfp_op_err_t *e, tfp_status_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Refuses a document body announced above max bytes (TFP_ETOOBIG). TFP_OK otherwise,
+ * e untouched. */
+tfp_status_t tfp_op_check_length(const tfp_op_t *op, uint64_t max, tfp_op_err_t *e);
+
+#endif

@@ -1,0 +1,86 @@
+/* fuzz_httpop.c - libFuzzer harness for tfp_http_op_parse (proto/http.c), the one place an
+ * HTTP request's line and headers become the operation tfetchd runs.
+ *
+ * An input is up to eleven lines: method, path, the query's wait, Content-Length ("-" for
+ * chunked, empty for none), Content-Type, Accept, Tfetch-Dtype, Tfetch-Shape, Tfetch-User,
+ * Tfetch-Request-Id and max-body; a missing line is an absent field, so short inputs test
+ * absent headers. The parse must refuse with a status and a message, or accept with no
+ * message; TFP_EMETHOD (and only it) names the methods allowed; an accepted operation's
+ * names and ids are valid, and its raw body's size fits max-body. Owns nothing between
+ * inputs; single-threaded. Build and run: see README.md beside it.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/http.h"
+#include "proto/ids.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define NFIELDS 11
+
+static void fail(const char *what, const tfp_op_err_t *e)
+{
+    fprintf(stderr, "fuzz_httpop: %s (%s)\n", what, e->msg);
+    abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1), *f[NFIELDS] = {0};
+    if (text == NULL)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    char *p = text;
+    for (int i = 0; i < NFIELDS && p; i++) {
+        f[i] = p;
+        p = strchr(p, '\n');
+        if (p)
+            *p++ = '\0';
+    }
+    tfp_http_req_t in = {
+        .method = f[0], .path = f[1], .wait = f[2], .content_length = -1,
+        .content_type = f[4], .accept = f[5], .dtype = f[6], .shape = f[7], .user = f[8],
+        .request_id = f[9], .max_body = 1u << 20,
+    };
+    if (f[3] && f[3][0] == '-')
+        in.chunked = 1;
+    else if (f[3] && f[3][0])
+        in.content_length = (int64_t)(strtoull(f[3], NULL, 10) & INT64_MAX);
+    if (f[10])
+        in.max_body = strtoull(f[10], NULL, 10);
+
+    tfp_op_t op;
+    tfp_op_err_t e;
+    tfp_status_t st = tfp_http_op_parse(&in, &op, &e);
+    if (st != e.code)
+        fail("status and error code differ", &e);
+    if ((unsigned)op.kind >= TFP_OP_COUNT)
+        fail("kind out of range", &e);
+    if ((st == TFP_EMETHOD) != (e.allow != NULL))
+        fail("allow set without a 405, or a 405 without it", &e);
+    if (st != TFP_OK) {
+        if (e.msg[0] == '\0')
+            fail("refusal without a message", &e);
+    } else {
+        if (e.msg[0] != '\0')
+            fail("message on success", &e);
+        if (op.kind == TFP_OP_NONE)
+            fail("accepted no operation", &e);
+        if ((op.name[0] && !tfp_name_valid(op.name)) || (op.sub[0] && !tfp_name_valid(op.sub)))
+            fail("invalid name accepted", &e);
+        if ((op.who.user[0] && !tfp_user_id_valid(op.who.user)) ||
+            (op.who.request_id[0] && !tfp_request_id_valid(op.who.request_id)))
+            fail("invalid id accepted", &e);
+        if (op.body.kind == TFP_BODY_RAW && op.body.nbytes > in.max_body)
+            fail("raw body above max-body accepted", &e);
+        if (op.body.length >= 0 && (uint64_t)op.body.length > in.max_body &&
+            op.body.kind != TFP_BODY_NONE && op.body.kind != TFP_BODY_JSON)
+            fail("document above max-body accepted", &e);
+    }
+    free(text);
+    return 0;
+}
