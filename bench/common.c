@@ -11,13 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-double bench_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void bench_errorf(const char *fmt, ...)
 {
     va_list ap;

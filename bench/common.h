@@ -1,6 +1,6 @@
-/* common.h - small helpers shared by the benchmark programs (tfetch-bench, ucx-raw).
+/* common.h - small helpers shared by the benchmark programs (tfetch-bench, ucx-raw, ucx-probe).
  *
- * Monotonic time, an error printer prefixed with the program's name, size formatting and
+ * An error printer prefixed with the program's name, size formatting and
  * parsing ("8", "64K", "4MiB", "1G"; lists "8,64K,4M"), integer option parsing, the size-tiered
  * default repetition counts, the xorshift64 payload pattern both programs agree on, and the
  * p50/p99/sum of a set of timings. No libtfetch or UCX code: libc only. Each program defines
@@ -12,15 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transports/clock.h"     /* tfx_now_s(): the one monotonic clock */
+
 #define KIB ((size_t)1024)
 #define MIB (KIB * 1024)
 #define GIB (MIB * 1024)
 
 /* The program's name, defined once by each program: bench_errorf's "NAME: " prefix. */
 extern const char *const bench_prog;
-
-/* CLOCK_MONOTONIC in seconds. */
-double bench_now_s(void);
 
 /* "PROG: " + the formatted message + newline, on stderr. */
 __attribute__((format(printf, 1, 2))) void bench_errorf(const char *fmt, ...);

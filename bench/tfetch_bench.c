@@ -34,11 +34,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 #include "bench/common.h"
+#include "tests/fixtures.h"
 #include "client/tfetch.h"
 
 #define MEMCPY_BYTES (64 * MIB)
@@ -100,16 +98,14 @@ typedef struct {
 } result_t;
 
 typedef struct {
-    pid_t pid;
-    int out_fd;                 /* its stdout; kept open so late writes never block or fail */
-    char log_path[64];          /* its stderr, shown if it fails; removed if it exits cleanly */
+    td_daemon_t td;             /* the shared spawner's (tests/fixtures.c) */
     int died;                   /* it ended on its own during the run */
 } daemon_t;
 
 enum { OP_PUT, OP_GET, OP_EXCHANGE };
 
 static volatile sig_atomic_t g_daemon_pid;     /* for the signal handler */
-static char g_log_path[64];                     /* for the signal handler */
+static char g_log_path[256];                    /* for the signal handler */
 static volatile unsigned char g_sink;          /* keeps memcpy results observable */
 static int g_table_started;
 
@@ -214,9 +210,9 @@ static int bench_memcpy(const opts_t *o, result_t *r)
     for (i = 0; i < o->memcpy_reps; i++) {
         double t0;
         src[(size_t)i * 4099 % n] ^= 1;
-        t0 = bench_now_s();
+        t0 = tfx_now_s();
         memcpy(dst, src, n);
-        t[i] = bench_now_s() - t0;
+        t[i] = tfx_now_s() - t0;
         g_sink ^= dst[(size_t)i * 8191 % n];
     }
     memset(r, 0, sizeof *r);
@@ -247,29 +243,6 @@ static void on_signal(int sig)
     raise(sig);
 }
 
-static void show_log(const daemon_t *d)
-{
-    char buf[4096];
-    FILE *f = fopen(d->log_path, "r");
-    size_t got;
-    long size;
-
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    size = ftell(f);
-    fseek(f, size > (long)sizeof buf ? size - (long)sizeof buf : 0, SEEK_SET);
-    got = fread(buf, 1, sizeof buf, f);
-    fclose(f);
-    if (got == 0)
-        return;
-    fprintf(stderr, "--- tfetchd stderr (%s, last %zu bytes) ---\n", d->log_path, got);
-    fwrite(buf, 1, got, stderr);
-    if (buf[got - 1] != '\n')
-        fputc('\n', stderr);
-    fprintf(stderr, "---\n");
-}
-
 /* Describes a wait status; returns 1 if it is a clean exit (0, or death by our SIGTERM). */
 static int describe_exit(int status, char *buf, size_t cap)
 {
@@ -293,101 +266,32 @@ static int daemon_alive(daemon_t *d)
     int status;
     char how[96];
 
-    if (d->pid <= 0)
+    if (d->td.pid <= 0)
         return 1;                               /* not ours: assume it is */
-    if (waitpid(d->pid, &status, WNOHANG) != d->pid)
+    if (waitpid(d->td.pid, &status, WNOHANG) != d->td.pid)
         return 1;
     describe_exit(status, how, sizeof how);
-    bench_errorf("tfetchd (pid %ld) %s during the run", (long)d->pid, how);
-    d->pid = 0;
+    bench_errorf("tfetchd (pid %ld) %s during the run", (long)d->td.pid, how);
+    d->td.pid = 0;
     d->died = 1;
     g_daemon_pid = 0;
     return 0;
 }
 
-/* Reads stdout lines until one says "listening on http://ADDR:PORT"; returns the port. */
-static long read_port(int fd, int timeout_ms)
-{
-    char line[512];
-    size_t len = 0;
-    double deadline = bench_now_s() + timeout_ms / 1000.0;
-
-    for (;;) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        char *nl, *p, *colon;
-        ssize_t got;
-        int left = (int)((deadline - bench_now_s()) * 1000);
-
-        if (left <= 0)
-            return -ETIMEDOUT;
-        if (poll(&pfd, 1, left) < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (!(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
-            continue;
-        got = read(fd, line + len, sizeof line - 1 - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return got < 0 ? -errno : -EPIPE;
-        len += (size_t)got;
-        line[len] = '\0';
-        while ((nl = strchr(line, '\n')) != NULL) {
-            *nl = '\0';
-            p = strstr(line, "listening on ");
-            p = p ? strstr(p, "://") : NULL;
-            if (p) {
-                p += 3;
-                if (*p == '[')
-                    p = strchr(p, ']');
-                colon = p ? strchr(p, ':') : NULL;
-                if (colon) {
-                    long port;
-                    char *end;
-                    port = strtol(colon + 1, &end, 10);
-                    if (end != colon + 1 && port > 0 && port < 65536)
-                        return port;
-                }
-            }
-            len -= (size_t)(nl + 1 - line);
-            memmove(line, nl + 1, len + 1);
-        }
-        if (len == sizeof line - 1)
-            len = 0;                            /* an over-long line: drop it */
-    }
-}
-
 static int daemon_start(daemon_t *d, const opts_t *o, char *base, size_t cap)
 {
-    const char *argv[16 + MAX_DAEMON_ARGS];
-    int p[2], log_fd, argc = 0, i;
-    long port;
+    const char *argv[8 + MAX_DAEMON_ARGS];
+    td_opts_t to = {.bin = o->tfetchd, .args = argv, .own_config = 1,
+                    .start_ms = DAEMON_START_MS, .log_prefix = "/tmp/tfetch-bench-tfetchd"};
+    int argc = 0, i;
 
     memset(d, 0, sizeof *d);
-    d->out_fd = -1;
+    d->td.out_fd = -1;
     if (strchr(o->tfetchd, '/') && access(o->tfetchd, X_OK) != 0) {
         bench_errorf("no runnable tfetchd at %s (%s): build it with make, or pass --tfetchd PATH, "
                      "$TFETCHD or --url URL", o->tfetchd, strerror(errno));
         return -1;
     }
-    snprintf(d->log_path, sizeof d->log_path, "/tmp/tfetch-bench-tfetchd.XXXXXX");
-    log_fd = mkstemp(d->log_path);
-    if (log_fd < 0) {
-        bench_errorf("mkstemp: %s", strerror(errno));
-        return -1;
-    }
-    memcpy(g_log_path, d->log_path, sizeof g_log_path);
-    if (pipe2(p, O_CLOEXEC) != 0) {
-        bench_errorf("pipe: %s", strerror(errno));
-        goto undo_log;
-    }
-    argv[argc++] = o->tfetchd;
-    argv[argc++] = "--port";
-    argv[argc++] = "0";
-    argv[argc++] = "--listen";
-    argv[argc++] = "127.0.0.1";
     argv[argc++] = "--max-body";
     argv[argc++] = "1G";
     argv[argc++] = "--store-memory";
@@ -395,95 +299,49 @@ static int daemon_start(daemon_t *d, const opts_t *o, char *base, size_t cap)
     for (i = 0; i < o->ndaemon_args; i++)
         argv[argc++] = o->daemon_args[i];
     argv[argc] = NULL;
-
-    fflush(NULL);
-    d->pid = fork();
-    if (d->pid < 0) {
-        bench_errorf("fork: %s", strerror(errno));
-        goto undo_pipe;
+    if (td_start_opts(&d->td, &to) != 0) {
+        bench_errorf("%s did not print 'listening on http://ADDR:PORT' within %d ms",
+                     o->tfetchd, DAEMON_START_MS);
+        return -1;                              /* the caller shows the log */
     }
-    if (d->pid == 0) {
-#ifdef __linux__
-        prctl(PR_SET_PDEATHSIG, SIGTERM);       /* never outlive the bench */
-#endif
-        if (dup2(p[1], STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
-            _exit(127);
-        execvp(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    g_daemon_pid = d->pid;
-    close(p[1]);
-    close(log_fd);
-    d->out_fd = p[0];
-
-    port = read_port(d->out_fd, DAEMON_START_MS);
-    if (port < 0) {
-        bench_errorf("%s did not print 'listening on http://ADDR:PORT' within %d ms: %s",
-                     o->tfetchd, DAEMON_START_MS,
-                     port == -EPIPE ? "its stdout closed" : strerror((int)-port));
-        return -1;                              /* the caller stops it and shows the log */
-    }
-    snprintf(base, cap, "http://127.0.0.1:%ld", port);
+    g_daemon_pid = d->td.pid;
+    snprintf(g_log_path, sizeof g_log_path, "%s", d->td.log_path);
+    snprintf(base, cap, "%s", d->td.base);
     return 0;
-
-undo_pipe:
-    close(p[0]);
-    close(p[1]);
-undo_log:
-    close(log_fd);
-    unlink(d->log_path);
-    d->log_path[0] = '\0';
-    g_log_path[0] = '\0';
-    return -1;
 }
 
-/* SIGTERM, then SIGKILL after DAEMON_STOP_MS. Returns 0 if it ended cleanly. */
+/* SIGTERM, then SIGKILL after DAEMON_STOP_MS. Returns 0 if it ended cleanly (exit 0, or
+ * death by our SIGTERM); shows and keeps its log otherwise, or if show. */
 static int daemon_stop(daemon_t *d, int show)
 {
-    int status = 0, clean = 1, reaped = 0;
-    char how[96];
-    double deadline;
+    int clean = !d->died, rc;
 
-    if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        deadline = bench_now_s() + DAEMON_STOP_MS / 1000.0;
-        while (!reaped && bench_now_s() < deadline) {
-            pid_t w = waitpid(d->pid, &status, WNOHANG);
-            if (w == d->pid)
-                reaped = 1;
-            else if (w < 0 && errno != EINTR)
-                break;
-            else
-                nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
-        }
-        if (!reaped) {
-            bench_errorf("tfetchd (pid %ld) ignored SIGTERM for %d ms; killing it", (long)d->pid,
-                         DAEMON_STOP_MS);
-            kill(d->pid, SIGKILL);
-            waitpid(d->pid, &status, 0);
-            clean = 0;
-        } else if (!describe_exit(status, how, sizeof how)) {
-            bench_errorf("tfetchd (pid %ld) %s when stopped", (long)d->pid, how);
-            clean = 0;
-        }
-        d->pid = 0;
+    if (d->td.pid > 0) {
+        pid_t pid = d->td.pid;
+        rc = td_stop(&d->td, SIGTERM, DAEMON_STOP_MS);
         g_daemon_pid = 0;
+        if (rc < 0) {
+            bench_errorf("tfetchd (pid %ld) ignored SIGTERM for %d ms; killed it", (long)pid,
+                         DAEMON_STOP_MS);
+            clean = 0;
+        } else if (rc != 0 && rc != 128 + SIGTERM) {
+            bench_errorf("tfetchd (pid %ld) %s %d when stopped", (long)pid,
+                         rc > 128 ? "was killed by signal" : "exited with status",
+                         rc > 128 ? rc - 128 : rc);
+            clean = 0;
+        }
+    } else {
+        td_stop(&d->td, SIGTERM, 0);            /* closes its stdout */
     }
-    if (d->out_fd >= 0)
-        close(d->out_fd);
-    d->out_fd = -1;
-    if (d->died)
-        clean = 0;
-    if (d->log_path[0]) {
+    if (d->td.log_path[0]) {
         g_log_path[0] = '\0';
         if (!clean || show) {
-            show_log(d);
-            bench_errorf("tfetchd's log kept at %s", d->log_path);
+            td_show_log(&d->td);
+            bench_errorf("tfetchd's log kept at %s", d->td.log_path);
         } else {
-            unlink(d->log_path);
+            unlink(d->td.log_path);
         }
-        d->log_path[0] = '\0';
+        d->td.log_path[0] = '\0';
     }
     return clean ? 0 : -1;
 }
@@ -534,7 +392,7 @@ static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_do
 {
     tf_doc_t *got = NULL;
     tf_status_t st;
-    double t0 = bench_now_s();
+    double t0 = tfx_now_s();
 
     if (op == OP_PUT)
         st = tf_put(c, url, doc);
@@ -542,7 +400,7 @@ static tf_status_t timed_op(tf_client_t *c, int op, const char *url, const tf_do
         st = tf_get(c, url, 0, &got);
     else
         st = tf_fetch(c, url, doc, &got);       /* in and out: an exchange */
-    *secs = bench_now_s() - t0;
+    *secs = tfx_now_s() - t0;
     if (keep && st == TF_OK)
         *keep = got;
     else
@@ -579,7 +437,7 @@ static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc
             goto out;
         }
     }
-    start = bench_now_s();
+    start = tfx_now_s();
     for (i = 0; i < reps; i++) {
         tf_doc_free(got);
         got = NULL;
@@ -589,7 +447,7 @@ static int bench_op(tf_client_t *c, int op, const char *url, const tf_doc_t *doc
             goto out;
         }
     }
-    start = bench_now_s() - start;              /* now the wall time of the timed reps */
+    start = tfx_now_s() - start;              /* now the wall time of the timed reps */
     last = tf_client_last(c);
     if (keeps && verify_doc(got, want, n, why, sizeof why) != 0) {
         bench_errorf("%s %s: the last timed %s returned wrong data: %s", verb, what, name, why);
@@ -743,7 +601,7 @@ static void xpipe_start_one(xpipe_t *p)
     tf_status_t st;
 
     x->p = p;
-    x->t0 = bench_now_s();
+    x->t0 = tfx_now_s();
     st = tf_fetch_start(p->c, &p->rq, on_exchange, x, NULL);
     if (st != TF_OK) {
         r = tf_client_last(p->c);
@@ -763,7 +621,7 @@ static void on_exchange(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
     char why[256];
 
     (void)f;
-    x->secs = bench_now_s() - x->t0;
+    x->secs = tfx_now_s() - x->t0;
     p->done++;
     if (st != TF_OK) {
         xpipe_fail(p, "request %d: %s (%s), HTTP %d%s%s", (int)(x - p->reqs) + 1,
@@ -805,11 +663,11 @@ static int xpipe_run(xpipe_t *p, int total, int inflight, double *wall)
     tf_doc_free(p->last);
     p->last = NULL;
     memset(p->reqs, 0, (size_t)total * sizeof *p->reqs);
-    t0 = bench_now_s();
+    t0 = tfx_now_s();
     for (k = 0; k < inflight && k < total && !p->failed; k++)
         xpipe_start_one(p);
     st = tf_client_run(p->c, -1);
-    *wall = bench_now_s() - t0;
+    *wall = tfx_now_s() - t0;
     if (st != TF_OK)
         xpipe_fail(p, "tf_client_run: %s (%s)", tf_err_name(st), tf_strerror(st));
     if (!p->failed && p->done != total)
@@ -1085,7 +943,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
 int main(int argc, char **argv)
 {
     opts_t o;
-    daemon_t d = {.pid = 0, .out_fd = -1};
+    daemon_t d = {.td = {.pid = 0, .out_fd = -1}};
     char base[256];
     tf_client_t *c = NULL;
     tf_status_t st;
@@ -1113,7 +971,7 @@ int main(int argc, char **argv)
         daemon_stop(&d, 1);
         return 1;
     } else if (!o.json_only) {
-        fprintf(stderr, "tfetchd %s (pid %ld) at %s\n", o.tfetchd, (long)d.pid, base);
+        fprintf(stderr, "tfetchd %s (pid %ld) at %s\n", o.tfetchd, (long)d.td.pid, base);
     }
 
     char list[64];

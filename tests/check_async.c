@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "client/tfetch.h"
-#include "tests/daemon_util.h"
+#include "tests/fixtures.h"
 #include "tests/suites.h"
 
 Suite *suite_async(void);              /* registered in tests/suites.h */
@@ -61,20 +61,6 @@ static int docs_equal(const tf_doc_t *a, const tf_doc_t *b)
             return 0;
     }
     return 1;
-}
-
-/* A port on 127.0.0.1 that nothing listens on. */
-static int closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 /* A listener that never accepts: requests to it stay in flight until they time out. */
@@ -410,7 +396,7 @@ START_TEST(async_errors_callback_once)
                          sizeof(err) - 1);
     char url[128], refused[128];
     srv_url(s, "/v1/tensors/w", url, sizeof(url));
-    snprintf(refused, sizeof(refused), "http://127.0.0.1:%d/v1/tensors/w", closed_port());
+    snprintf(refused, sizeof(refused), "http://127.0.0.1:%d/v1/tensors/w", td_closed_port());
     tf_client_t *c;
     ck_assert_int_eq(tf_client_new(&c), TF_OK);
     rec_t r1 = {0}, r2 = {0};

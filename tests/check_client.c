@@ -23,6 +23,7 @@
 #include "client/tfetch.h"
 #include "proto/ids.h"
 #include "proto/status.h"
+#include "tests/fixtures.h"
 #include "tests/suites.h"
 #include "transports/http_client.h"
 
@@ -37,20 +38,6 @@ static tf_doc_t *sample_doc(unsigned flags, float *w, int32_t *b)
     ck_assert_int_eq(tf_doc_add(doc, "b", TF_I32, 1, bs, b, 4 * sizeof(int32_t), flags), TF_OK);
     ck_assert_int_eq(tf_doc_set_meta(doc, "format", "pt"), TF_OK);
     return doc;
-}
-
-/* A port on 127.0.0.1 that nothing listens on: bound, read back, closed. */
-static int closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 /* ---- the canned-response server ----------------------------------------------------------- */
@@ -518,7 +505,7 @@ START_TEST(client_user_and_request_ids)
     /* The id set is used by the next request only; later ones get fresh unique ids. */
     tf_doc_t *doc = NULL;
     char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", closed_port());
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", td_closed_port());
     ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
     ck_assert_str_eq(tf_client_last(c)->request_id, "retry:42");
     ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
@@ -537,7 +524,7 @@ START_TEST(client_connection_refused)
 {
     tf_client_t *c;
     char url[64], base[64];
-    int port = closed_port();
+    int port = td_closed_port();
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", port);
     snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
     ck_assert_int_eq(tf_client_new(&c), TF_OK);
@@ -1219,7 +1206,7 @@ START_TEST(abi_request_size)
     free(old);
 
     /* A size below the 0.1 layout is refused before anything starts. */
-    int port = closed_port();
+    int port = td_closed_port();
     char refused[64];
     snprintf(refused, sizeof(refused), "http://127.0.0.1:%d/v1/tensors/w", port);
     tf_request_t rq = {.size = offsetof(tf_request_t, transport), .op = TF_OP_GET,

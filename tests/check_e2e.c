@@ -5,7 +5,7 @@
  */
 #include "config.h"
 #include "tests/suites.h"
-#include "tests/daemon_util.h"
+#include "tests/fixtures.h"
 #include "client/tfetch.h"
 
 #include <pthread.h>

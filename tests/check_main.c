@@ -10,16 +10,29 @@
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    SRunner *sr = srunner_create(suite_proto());
+    SRunner *sr = srunner_create(suite_status());
+    srunner_add_suite(sr, suite_dtype());
+    srunner_add_suite(sr, suite_doc());
+    srunner_add_suite(sr, suite_safetensors());
+    srunner_add_suite(sr, suite_raw());
+    srunner_add_suite(sr, suite_jsonview());
+    srunner_add_suite(sr, suite_jsonw());
+    srunner_add_suite(sr, suite_jsonread());
+    srunner_add_suite(sr, suite_ids());
     srunner_add_suite(sr, suite_op());
     srunner_add_suite(sr, suite_utf8());
     srunner_add_suite(sr, suite_base64());
     srunner_add_suite(sr, suite_store());
+    srunner_add_suite(sr, suite_conf());
+    srunner_add_suite(sr, suite_metrics());
+    srunner_add_suite(sr, suite_http());
     srunner_add_suite(sr, suite_client());
     srunner_add_suite(sr, suite_shumai());
     srunner_add_suite(sr, suite_async());
     srunner_add_suite(sr, suite_plugins());
-    srunner_add_suite(sr, suite_ucxproto());
+    srunner_add_suite(sr, suite_ucxframe());
+    srunner_add_suite(sr, suite_upgrade());
+    srunner_add_suite(sr, suite_hostid());
     srunner_add_suite(sr, suite_ucx());
     srunner_add_suite(sr, suite_e2e());
     srunner_run_all(sr, CK_NORMAL);

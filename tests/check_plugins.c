@@ -10,7 +10,7 @@
  */
 #include "config.h"
 #include "tests/suites.h"
-#include "tests/daemon_util.h"
+#include "tests/fixtures.h"
 #include "daemon/conf.h"
 #include "daemon/plugins.h"
 #include "daemon/routes.h"

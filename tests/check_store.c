@@ -1,20 +1,17 @@
-/* check_store.c - unit suite for the daemon's modules that need no network: the store
- * (references, limits, reservations, atomic replace), settings parsing, metrics rendering,
- * and proto/http.c's routing and media-type parsing.
+/* check_store.c - the store suite: the daemon's named-tensor store (daemon/store.c):
+ * references, limits, reservations, atomic replace, and walking it in name order.
+ *
+ * Single-threaded; owns only what each test allocates.
  */
 #include "config.h"
 #include "tests/suites.h"
-#include "daemon/conf.h"
-#include "daemon/metrics.h"
 #include "daemon/store.h"
-#include "proto/http.h"
 #include "proto/safetensors.h"
 #include "transports/buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* A blob holding one U8 tensor of n bytes filled with v. */
 static tfd_blob_t *make_blob(const char *name, size_t n, uint8_t v)
@@ -133,133 +130,6 @@ START_TEST(store_each_in_name_order)
 }
 END_TEST
 
-START_TEST(conf_sizes)
-{
-    uint64_t v;
-    ck_assert_int_eq(tfd_parse_size("0", &v), 0);
-    ck_assert_uint_eq(v, 0);
-    ck_assert_int_eq(tfd_parse_size("512K", &v), 0);
-    ck_assert_uint_eq(v, 512 * 1024);
-    ck_assert_int_eq(tfd_parse_size("64M", &v), 0);
-    ck_assert_uint_eq(v, 64ull << 20);
-    ck_assert_int_eq(tfd_parse_size("1GiB", &v), 0);
-    ck_assert_uint_eq(v, 1ull << 30);
-    ck_assert_int_eq(tfd_parse_size("2T", &v), 0);
-    ck_assert_uint_eq(v, 2ull << 40);
-    ck_assert_int_eq(tfd_parse_size("-1", &v), -1);
-    ck_assert_int_eq(tfd_parse_size("", &v), -1);
-    ck_assert_int_eq(tfd_parse_size("12Q", &v), -1);
-    ck_assert_int_eq(tfd_parse_size("99999999999999999999", &v), -1);
-    ck_assert_int_eq(tfd_parse_size("99999999999T", &v), -1);
-}
-END_TEST
-
-static int load(const char *file_text, const char *flag, tfd_config_t *cfg)
-{
-    char path[] = "/tmp/tfetchd-conf-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(write(fd, file_text, strlen(file_text)), (ssize_t)strlen(file_text));
-    close(fd);
-    char *argv[] = {"tfetchd", "--config", path, (char *)flag, NULL};
-    tfd_config_defaults(cfg);
-    int rc = tfd_config_load(cfg, flag ? 4 : 3, argv);
-    unlink(path);
-    return rc;
-}
-
-START_TEST(conf_file_and_flags)
-{
-    tfd_config_t cfg;
-    ck_assert_int_eq(load("[tfetchd]\nmax-body = 2M\nport = 9000\n", NULL, &cfg), 0);
-    ck_assert_uint_eq(cfg.max_body, 2u << 20);
-    ck_assert_uint_eq(cfg.port, 9000);
-    /* Flags override the file. */
-    ck_assert_int_eq(load("port = 9000\n", "--port=9100", &cfg), 0);
-    ck_assert_uint_eq(cfg.port, 9100);
-    ck_assert_int_eq(load("no-such-key = 1\n", NULL, &cfg), -1);
-    ck_assert_int_eq(load("[other]\nport = 1\n", NULL, &cfg), -1);
-    ck_assert_int_eq(load("port = 70000\n", NULL, &cfg), -1);
-    ck_assert_int_eq(load("max-body = lots\n", NULL, &cfg), -1);
-    ck_assert_int_eq(load("log-level = chatty\n", NULL, &cfg), -1);
-    ck_assert_int_eq(load("", "--threads=0", &cfg), -1);
-    ck_assert_int_eq(load("", "--bogus", &cfg), -1);
-}
-END_TEST
-
-START_TEST(metrics_render)
-{
-    tfd_metrics_t *m = tfd_metrics_new();
-    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 200, TFP_OK, 0, 1234, 0.002);
-    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 404, TFP_ENOTFOUND, 0, 50, 0.0001);
-    tfd_metrics_record(m, TFD_EP_TENSOR_PUT, 413, TFP_ETOOBIG, 10, 60, 3.0);
-    tfd_gauges_t g = {.stored_count = 3, .stored_bytes = 4096, .inflight = 1};
-    size_t len;
-    char *t = tfd_metrics_render(m, &g, &len);
-    ck_assert_ptr_nonnull(t);
-    ck_assert_uint_eq(strlen(t), len);
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"200\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"404\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_errors_total{route=\"tensor_put\",code=\"TF_ETOOBIG\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_sent_bytes_total{route=\"tensor_get\"} 1284\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_bucket{route=\"tensor_get\",le=\"0.0025\"} 2\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_bucket{route=\"tensor_put\",le=\"2.5\"} 0\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_count{route=\"tensor_put\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_stored_bytes 4096\n"));
-    ck_assert_ptr_null(strstr(t, "status=\"500\""));
-    free(t);
-    tfd_metrics_free(m);
-}
-END_TEST
-
-START_TEST(http_media_and_paths)
-{
-    ck_assert_int_eq(tfp_media_parse(NULL), TFP_MEDIA_NONE);
-    ck_assert_int_eq(tfp_media_parse("application/x-safetensors"), TFP_MEDIA_SAFETENSORS);
-    ck_assert_int_eq(tfp_media_parse("Application/Octet-Stream; charset=x"), TFP_MEDIA_OCTET);
-    ck_assert_int_eq(tfp_media_parse("text/plain"), TFP_MEDIA_OTHER);
-    ck_assert_int_eq(tfp_accept_pick(NULL), TFP_MEDIA_NONE);
-    ck_assert_int_eq(tfp_accept_pick("*/*"), TFP_MEDIA_ANY);
-    ck_assert_int_eq(tfp_accept_pick("text/html, application/json;q=0.9"), TFP_MEDIA_JSON);
-    ck_assert_int_eq(tfp_accept_pick("application/octet-stream,application/json"), TFP_MEDIA_OCTET);
-    ck_assert_int_eq(tfp_accept_pick("text/html"), TFP_MEDIA_OTHER);
-    ck_assert_int_eq(tfp_accept_pick(" , "), TFP_MEDIA_NONE);
-
-    tfp_path_info_t pi;
-    ck_assert_int_eq(tfp_path_parse("/healthz", &pi), TFP_PATH_HEALTHZ);
-    ck_assert_int_eq(tfp_path_parse("/metrics", &pi), TFP_PATH_METRICS);
-    ck_assert_int_eq(tfp_path_parse("/v1/info", &pi), TFP_PATH_INFO);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors", &pi), TFP_PATH_TENSORS);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/", &pi), TFP_PATH_TENSORS);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/layer.0_w-1", &pi), TFP_PATH_TENSOR);
-    ck_assert_str_eq(pi.name, "layer.0_w-1");
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/a/b", &pi), TFP_PATH_BAD_NAME);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensors/..", &pi), TFP_PATH_BAD_NAME);
-    ck_assert_int_eq(tfp_path_parse("/v1/tensorsX", &pi), TFP_PATH_UNKNOWN);
-    ck_assert_int_eq(tfp_path_parse("/", &pi), TFP_PATH_UNKNOWN);
-    ck_assert_int_eq(tfp_path_parse("/v1/call/echo", &pi), TFP_PATH_CALL);
-    ck_assert_str_eq(pi.name, "echo");
-    ck_assert_int_eq(tfp_path_parse("/v1/call/", &pi), TFP_PATH_BAD_NAME);
-    ck_assert_int_eq(tfp_path_parse("/v1/sessions/self", &pi), TFP_PATH_SESSION_SELF);
-    ck_assert_int_eq(tfp_path_parse("/v1/workers", &pi), TFP_PATH_WORKERS);
-    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1", &pi), TFP_PATH_WORKER);
-    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1/next", &pi), TFP_PATH_WORKER_NEXT);
-    ck_assert_str_eq(pi.name, "w-1");
-    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1/calls/c7", &pi), TFP_PATH_WORKER_REPLY);
-    ck_assert_str_eq(pi.sub, "c7");
-    ck_assert_int_eq(tfp_path_parse("/v1/workers/w-1/bogus", &pi), TFP_PATH_UNKNOWN);
-    ck_assert_int_eq(tfp_path_parse("/v1/nothing", &pi), TFP_PATH_UNKNOWN);
-    ck_assert_int_eq(tfp_path_parse("/weights", &pi), TFP_PATH_SHUMAI);
-    ck_assert_str_eq(pi.name, "weights");
-    ck_assert_int_eq(tfp_path_parse("/a/b", &pi), TFP_PATH_UNKNOWN);
-    char longname[300];
-    memset(longname, 'a', sizeof longname);
-    memcpy(longname, "/v1/tensors/", 12);
-    longname[299] = '\0';
-    ck_assert_int_eq(tfp_path_parse(longname, &pi), TFP_PATH_BAD_NAME);
-}
-END_TEST
-
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -267,16 +137,6 @@ Suite *suite_store(void)
     tcase_add_test(tc, store_put_get_replace_delete);
     tcase_add_test(tc, store_limits_and_reservations);
     tcase_add_test(tc, store_each_in_name_order);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("conf");
-    tcase_add_test(tc, conf_sizes);
-    tcase_add_test(tc, conf_file_and_flags);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("metrics");
-    tcase_add_test(tc, metrics_render);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("http");
-    tcase_add_test(tc, http_media_and_paths);
     suite_add_tcase(s, tc);
     return s;
 }

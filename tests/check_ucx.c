@@ -11,7 +11,7 @@
  */
 #include "config.h"
 #include "tests/suites.h"
-#include "tests/daemon_util.h"
+#include "tests/fixtures.h"
 #include "client/tfetch.h"
 
 #include <signal.h>
@@ -27,6 +27,7 @@
 #include <ucp/api/ucp.h>
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
+#include "transports/clock.h"
 #include "transports/hostid.h"
 #include "transports/http_client.h"
 #include "transports/ucx_client.h"
@@ -42,9 +43,7 @@ static td_daemon_t D;
 #ifdef HAVE_UCX
 static double now_s(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+    return tfx_now_s();
 }
 
 static void sleep_ms(long ms)

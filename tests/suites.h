@@ -6,15 +6,28 @@
 
 #include <check.h>
 
-Suite *suite_proto(void);
+Suite *suite_status(void);
+Suite *suite_dtype(void);
+Suite *suite_doc(void);
+Suite *suite_safetensors(void);
+Suite *suite_raw(void);
+Suite *suite_jsonview(void);
+Suite *suite_jsonw(void);
+Suite *suite_jsonread(void);
+Suite *suite_ids(void);
 Suite *suite_op(void);
 Suite *suite_store(void);
+Suite *suite_conf(void);
+Suite *suite_metrics(void);
+Suite *suite_http(void);
 Suite *suite_client(void);
 Suite *suite_e2e(void);
 Suite *suite_shumai(void);
 Suite *suite_async(void);
 Suite *suite_plugins(void);
-Suite *suite_ucxproto(void);
+Suite *suite_ucxframe(void);
+Suite *suite_upgrade(void);
+Suite *suite_hostid(void);
 Suite *suite_ucx(void);
 Suite *suite_utf8(void);
 Suite *suite_base64(void);

@@ -1,0 +1,50 @@
+/* check_dtype.c - the dtype suite: the dtype table (proto/dtype.c): names, sizes and
+ * parsing by name.
+ *
+ * Single-threaded; owns only what each test allocates.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include <check.h>
+
+#include "proto/dtype.h"
+#include "tests/suites.h"
+
+START_TEST(dtype_table)
+{
+    tfp_dtype_t dt;
+
+#define X(n, v, sz, s)                                                    \
+    ck_assert_str_eq(tfp_dtype_name(TFP_##n), s);                         \
+    ck_assert_uint_eq(tfp_dtype_size(TFP_##n), sz);                       \
+    ck_assert_int_eq(tfp_dtype_from_name(s, strlen(s), &dt), 0);          \
+    ck_assert_int_eq(dt, TFP_##n);
+    TFP_DTYPE_MAP(X)
+#undef X
+    ck_assert_ptr_null(tfp_dtype_name(TFP_DTYPE_COUNT));
+    ck_assert_ptr_null(tfp_dtype_name((tfp_dtype_t)-1));
+    ck_assert_uint_eq(tfp_dtype_size(TFP_DTYPE_COUNT), 0);
+    ck_assert_int_eq(tfp_dtype_from_name("f32", 3, &dt), -1);
+    ck_assert_int_eq(tfp_dtype_from_name("F3", 2, &dt), -1);
+    ck_assert_int_eq(tfp_dtype_from_name("F32x", 4, &dt), -1);
+    ck_assert_int_eq(tfp_dtype_from_name("F32x", 3, &dt), 0);   /* exactly len bytes */
+    ck_assert_int_eq(dt, TFP_F32);
+    ck_assert_int_eq(tfp_dtype_from_name(NULL, 0, &dt), -1);
+}
+END_TEST
+
+/* ---- the suite ---------------------------------------------------------------------- */
+
+Suite *suite_dtype(void)
+{
+    Suite *s = suite_create("dtype");
+    TCase *tc;
+
+    tc = tcase_create("dtype");
+    tcase_add_test(tc, dtype_table);
+    suite_add_tcase(s, tc);
+
+    return s;
+}

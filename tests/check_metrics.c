@@ -1,0 +1,46 @@
+/* check_metrics.c - the metrics suite: rendering the daemon's counters (daemon/metrics.c)
+ * as Prometheus text.
+ *
+ * Single-threaded; owns only what each test allocates.
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "daemon/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+START_TEST(metrics_render)
+{
+    tfd_metrics_t *m = tfd_metrics_new();
+    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 200, TFP_OK, 0, 1234, 0.002);
+    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 404, TFP_ENOTFOUND, 0, 50, 0.0001);
+    tfd_metrics_record(m, TFD_EP_TENSOR_PUT, 413, TFP_ETOOBIG, 10, 60, 3.0);
+    tfd_gauges_t g = {.stored_count = 3, .stored_bytes = 4096, .inflight = 1};
+    size_t len;
+    char *t = tfd_metrics_render(m, &g, &len);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(strlen(t), len);
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"200\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"404\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_errors_total{route=\"tensor_put\",code=\"TF_ETOOBIG\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_sent_bytes_total{route=\"tensor_get\"} 1284\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_bucket{route=\"tensor_get\",le=\"0.0025\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_bucket{route=\"tensor_put\",le=\"2.5\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_count{route=\"tensor_put\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_stored_bytes 4096\n"));
+    ck_assert_ptr_null(strstr(t, "status=\"500\""));
+    free(t);
+    tfd_metrics_free(m);
+}
+END_TEST
+
+Suite *suite_metrics(void)
+{
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_create("metrics");
+    tcase_add_test(tc, metrics_render);
+    suite_add_tcase(s, tc);
+    return s;
+}

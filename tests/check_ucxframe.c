@@ -1,0 +1,774 @@
+/* check_ucxframe.c - the ucxframe suite: the UCX active-message header (proto/ucxframe.c).
+ *
+ * Every rule of the frame header is a loop case that breaks one field of a valid header and
+ * checks that the encoder refuses it (TFP_EINVAL) and that the decoder refuses the same bytes
+ * written by a checkless test encoder (TFP_EPROTO), both with the same message; byte-level
+ * faults only a decoder can meet have their own cases. Golden bytes pin the wire format;
+ * seeded random round trips and random byte flips check that what is accepted comes back
+ * identical. Single-threaded; owns only what each test allocates.
+ */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "proto/status.h"
+#include "proto/ucxframe.h"
+#include "proto/upgrade.h"
+#include "tests/fixtures.h"
+#include "tests/suites.h"
+
+#define BOOT "07424f66-80cc-4684-b9fd-2ab7faab3cd6"
+#define NETNS "net:[4026531833]"
+#define TOKEN "0123456789abcdef0123456789abcdef"
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+/* A valid header of each op. */
+static void base(tfp_uf_hdr_t *h, tfp_uf_op_t op)
+{
+    tfp_uf_init(h, op, 42);
+    switch (op) {
+    case TFP_UF_HELLO:
+        strcpy(h->name, TOKEN);
+        strcpy(h->msg, BOOT " " NETNS);
+        break;
+    case TFP_UF_HELLO_ACK:
+    case TFP_UF_BYE:
+        break;
+    case TFP_UF_GET:
+        strcpy(h->request_id, "req-1");
+        strcpy(h->user, "alice");
+        strcpy(h->name, "w");
+        h->wait_ms = 100;
+        break;
+    case TFP_UF_PUT:
+        strcpy(h->request_id, "req-2");
+        strcpy(h->user, "alice");
+        strcpy(h->name, "w");
+        h->body_len = 1000;
+        break;
+    case TFP_UF_DELETE:
+        strcpy(h->request_id, "req-3");
+        strcpy(h->name, "w");
+        break;
+    case TFP_UF_CALL:
+        strcpy(h->request_id, "host:1:7");
+        strcpy(h->user, "bob");
+        strcpy(h->name, "echo");
+        h->body_len = 64;
+        break;
+    case TFP_UF_REPLY:
+        strcpy(h->request_id, "req-1");
+        h->flags = TFP_UF_F_REPLY_HAS_BODY;
+        h->body_len = 1000;
+        break;
+    }
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+/* Writes h with no checks at all (string lengths from strlen), as a hostile peer could. */
+static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
+{
+    size_t nid = strlen(h->request_id), nuser = strlen(h->user), nname = strlen(h->name),
+           nmsg = strlen(h->msg), o = TFP_UF_FIXED;
+
+    memset(p, 0, TFP_UF_FIXED);
+    put_le(p, TFP_UF_MAGIC, 4);
+    p[4] = TFP_UF_VERSION;
+    p[5] = (uint8_t)h->op;
+    put_le(p + 6, h->flags, 2);
+    put_le(p + 8, h->seq, 8);
+    put_le(p + 16, (uint32_t)(int32_t)h->status, 4);
+    put_le(p + 20, h->wait_ms, 4);
+    put_le(p + 24, h->body_len, 8);
+    p[32] = (uint8_t)nid;
+    p[33] = (uint8_t)nuser;
+    p[34] = (uint8_t)nname;
+    put_le(p + 36, nmsg, 2);
+    put_le(p + 38, h->http, 2);
+    memcpy(p + o, h->request_id, nid);
+    o += nid;
+    memcpy(p + o, h->user, nuser);
+    o += nuser;
+    memcpy(p + o, h->name, nname);
+    o += nname;
+    memcpy(p + o, h->msg, nmsg);
+    return o + nmsg;
+}
+
+static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
+{
+    ck_assert_int_eq(a->op, b->op);
+    ck_assert_uint_eq(a->flags, b->flags);
+    ck_assert_uint_eq(a->seq, b->seq);
+    ck_assert_int_eq(a->status, b->status);
+    ck_assert_uint_eq(a->wait_ms, b->wait_ms);
+    ck_assert_uint_eq(a->http, b->http);
+    ck_assert_uint_eq(a->body_len, b->body_len);
+    ck_assert_str_eq(a->request_id, b->request_id);
+    ck_assert_str_eq(a->user, b->user);
+    ck_assert_str_eq(a->name, b->name);
+    ck_assert_str_eq(a->msg, b->msg);
+}
+
+/* Decoding must fail with want and a message containing substr, leaving *out untouched. */
+static void decode_rejects_at(int line, const uint8_t *buf, size_t len, tfp_status_t want,
+                              const char *substr)
+{
+    tfp_uf_hdr_t out, canary;
+    tfp_err_t err = { TFP_OK, "" };
+    tfp_status_t st;
+
+    memset(&out, 0xA5, sizeof out);
+    memcpy(&canary, &out, sizeof out);
+    st = tfp_uf_decode(buf, len, &out, &err);
+    ck_assert_msg(st == want, "line %d: got %s, want %s (%s)", line, tfp_status_name(st),
+                  tfp_status_name(want), err.msg);
+    ck_assert_int_eq(err.code, want);
+    ck_assert_msg(strstr(err.msg, substr) != NULL, "line %d: message '%s' lacks '%s'", line,
+                  err.msg, substr);
+    ck_assert_msg(memcmp(&out, &canary, sizeof out) == 0, "line %d: output set on failure",
+                  line);
+}
+
+#define DECODE_REJECTS(buf, len, want, substr) \
+    decode_rejects_at(__LINE__, buf, len, want, substr)
+
+static size_t encode_ok(const tfp_uf_hdr_t *h, uint8_t *buf)
+{
+    tfp_err_t err = { TFP_OK, "" };
+    size_t len = 0;
+    tfp_status_t st = tfp_uf_encode(h, buf, TFP_UF_MAX_HEADER, &len, &err);
+
+    ck_assert_msg(st == TFP_OK, "encode %s: %s", tfp_uf_op_name((int)h->op), err.msg);
+    ck_assert_uint_ge(len, TFP_UF_FIXED);
+    ck_assert_uint_le(len, TFP_UF_MAX_HEADER);
+    return len;
+}
+
+static void decode_ok(const uint8_t *buf, size_t len, tfp_uf_hdr_t *out)
+{
+    tfp_err_t err = { TFP_OK, "" };
+    tfp_status_t st = tfp_uf_decode(buf, len, out, &err);
+
+    ck_assert_msg(st == TFP_OK, "decode: %s", err.msg);
+}
+
+/* ---- frame: golden bytes, names, round trips ----------------------------------------- */
+
+START_TEST(uf_golden_get)
+{
+    static const uint8_t want[] = {
+        'T', 'F', 'U', '1', 2, 3, 0, 0,
+        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
+        0, 0, 0, 0, 0x44, 0x33, 0x22, 0x11,
+        0, 0, 0, 0, 0, 0, 0, 0,
+        2, 1, 1, 0, 0, 0, 0, 0,
+        'r', '1', 'u', 'w',
+    };
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+    size_t len;
+
+    tfp_uf_init(&h, TFP_UF_GET, UINT64_C(0x0102030405060708));
+    strcpy(h.request_id, "r1");
+    strcpy(h.user, "u");
+    strcpy(h.name, "w");
+    h.wait_ms = 0x11223344;
+    len = encode_ok(&h, buf);
+    ck_assert_uint_eq(len, sizeof want);
+    ck_assert_mem_eq(buf, want, sizeof want);
+    decode_ok(want, sizeof want, &d);
+    same_hdr(&h, &d);
+}
+END_TEST
+
+START_TEST(uf_golden_reply)
+{
+    static const uint8_t want[] = {
+        0x54, 0x46, 0x55, 0x31, 2, 7, 0, 0,
+        0xff, 0, 0, 0, 0, 0, 0, 0x80,
+        0xfb, 0xff, 0xff, 0xff, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0,
+        1, 0, 0, 0, 2, 0, 0x94, 0x01,
+        'x', 'n', 'o',
+    };
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+
+    tfp_uf_init(&h, TFP_UF_REPLY, UINT64_C(0x80000000000000ff));
+    h.status = TFP_ENOTFOUND;
+    h.http = 404;
+    strcpy(h.request_id, "x");
+    strcpy(h.msg, "no");
+    ck_assert_uint_eq(encode_ok(&h, buf), sizeof want);
+    ck_assert_mem_eq(buf, want, sizeof want);
+    decode_ok(want, sizeof want, &d);
+    same_hdr(&h, &d);
+    ck_assert_int_eq(d.status, TFP_ENOTFOUND);
+}
+END_TEST
+
+START_TEST(uf_op_names)
+{
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_HELLO), "HELLO");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_HELLO_ACK), "HELLO_ACK");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_GET), "GET");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_PUT), "PUT");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_DELETE), "DELETE");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_CALL), "CALL");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_REPLY), "REPLY");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_BYE), "BYE");
+    ck_assert_str_eq(tfp_uf_op_name(0), "?");
+    ck_assert_str_eq(tfp_uf_op_name(9), "?");
+    ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_REPLY), 1);
+    ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO_ACK), 1);
+    ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
+    ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO), 0);
+    ck_assert_int_eq(tfp_uf_op_is_reply(77), 0);
+    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 255 + 512);
+}
+END_TEST
+
+/* Every op's base header, and the optional-empty forms, go through unchanged. */
+START_TEST(uf_roundtrip_ops)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER], again[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+    tfp_err_t err;
+    size_t len, len2;
+
+    for (int op = TFP_UF_HELLO; op <= TFP_UF_BYE; op++) {
+        base(&h, (tfp_uf_op_t)op);
+        ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
+        len = encode_ok(&h, buf);
+        decode_ok(buf, len, &d);
+        same_hdr(&h, &d);
+        len2 = encode_ok(&d, again);
+        ck_assert_uint_eq(len, len2);
+        ck_assert_mem_eq(buf, again, len);
+    }
+    /* the optional fields present */
+    base(&h, TFP_UF_HELLO);
+    strcpy(h.request_id, "hello-1");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_BYE);
+    strcpy(h.request_id, "bye:1");
+    strcpy(h.user, "u");
+    strcpy(h.name, "n");
+    strcpy(h.msg, "shutting down \xe2\x80\x94 bye");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    /* a REPLY without a body, an error REPLY with a message, HELLO_ACK refusing */
+    base(&h, TFP_UF_REPLY);
+    h.flags = 0;
+    h.body_len = 0;
+    strcpy(h.name, "w");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    h.status = TFP_EBUSY;
+    h.http = 503;                               /* replies carry the HTTP-equivalent status */
+    strcpy(h.msg, "server busy: 64 requests in flight");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    h.http = 100;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_HELLO_ACK);
+    h.status = TFP_EBADREQ;
+    h.http = 599;
+    strcpy(h.msg, "token expired");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    /* extremes of the numeric fields */
+    base(&h, TFP_UF_GET);
+    h.seq = UINT64_MAX;
+    h.wait_ms = UINT32_MAX;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_PUT);
+    h.body_len = UINT64_MAX;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+}
+END_TEST
+
+/* The longest header there is: every string at its bound. */
+START_TEST(uf_max_header)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 8];
+    tfp_uf_hdr_t h, d;
+    tfp_err_t err;
+    size_t len = 0;
+
+    base(&h, TFP_UF_REPLY);
+    memset(h.request_id, 'i', TFP_MAX_REQUEST_ID);
+    h.request_id[TFP_MAX_REQUEST_ID] = '\0';
+    memset(h.user, 'u', TFP_MAX_USER_ID);
+    h.user[TFP_MAX_USER_ID] = '\0';
+    memset(h.name, 'n', TFP_MAX_TENSOR_NAME);
+    h.name[TFP_MAX_TENSOR_NAME] = '\0';
+    for (int i = 0; i < TFP_UF_MAX_MSG; i += 2)
+        memcpy(h.msg + i, "\xc3\xa9", 2);       /* 256 x U+00E9 */
+    h.msg[TFP_UF_MAX_MSG] = '\0';
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
+    decode_ok(buf, len, &d);
+    same_hdr(&h, &d);
+    /* one byte short of room: refused, nothing written */
+    memset(buf, 0x5A, sizeof buf);
+    len = 7;
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, TFP_UF_MAX_HEADER - 1, &len, &err), TFP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "is too small"));
+    ck_assert_uint_eq(len, 7);
+    ck_assert_uint_eq(buf[0], 0x5A);
+}
+END_TEST
+
+START_TEST(uf_null_args)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h;
+    tfp_err_t err;
+    size_t len;
+
+    base(&h, TFP_UF_GET);
+    ck_assert_int_eq(tfp_uf_encode(NULL, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    ck_assert_int_eq(tfp_uf_encode(&h, NULL, sizeof buf, &len, &err), TFP_EINVAL);
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, NULL, &err), TFP_EINVAL);
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, NULL), TFP_OK);
+    ck_assert_int_eq(tfp_uf_decode(buf, len, NULL, &err), TFP_EINVAL);
+    ck_assert_int_eq(tfp_uf_decode(NULL, 10, &h, &err), TFP_EINVAL);
+    ck_assert_int_eq(tfp_uf_decode(NULL, 0, &h, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_uf_decode(buf, 3, &h, NULL), TFP_EPROTO);
+    ck_assert_int_eq(tfp_uf_check(NULL, &err), TFP_EINVAL);
+    tfp_uf_init(NULL, TFP_UF_GET, 1);           /* no-op */
+}
+END_TEST
+
+/* ---- frame: every rule, refused by the encoder and by the decoder --------------------- */
+
+static void fill(char *dst, char c, size_t n)
+{
+    memset(dst, c, n);
+    dst[n] = '\0';
+}
+
+/* Breaks one rule of a base header; returns the message part both sides must report, and
+ * sets *encode_only when the broken struct cannot be written as bytes (no terminator). */
+static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
+{
+    *encode_only = 0;
+    switch (k) {
+    case 0: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)0; return "unknown op 0";
+    case 1: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)9; return "unknown op 9";
+    case 2: base(h, TFP_UF_GET); h->flags = 2; return "flags 0x0002 has unknown bits";
+    case 3: base(h, TFP_UF_REPLY); h->flags = 0x8001; return "flags 0x8001 has unknown bits";
+    case 4: base(h, TFP_UF_GET); h->request_id[0] = 0;
+        return "request id is missing (required on GET)";
+    case 5: base(h, TFP_UF_REPLY); h->request_id[0] = 0;
+        return "request id is missing (required on REPLY)";
+    case 6: base(h, TFP_UF_PUT); strcpy(h->request_id, "a b");
+        return "request id is not [A-Za-z0-9._:-]{1,128}";
+    case 7: base(h, TFP_UF_CALL); strcpy(h->request_id, "x/y"); return "request id is not";
+    case 8: base(h, TFP_UF_GET); strcpy(h->user, "a:b");
+        return "user is not [A-Za-z0-9._-]{1,128}";
+    case 9: base(h, TFP_UF_HELLO); strcpy(h->user, "alice");
+        return "user must be empty on HELLO";
+    case 10: base(h, TFP_UF_GET); h->name[0] = 0; return "name is missing (required on GET)";
+    case 11: base(h, TFP_UF_PUT); h->name[0] = 0; return "name is missing (required on PUT)";
+    case 12: base(h, TFP_UF_DELETE); h->name[0] = 0;
+        return "name is missing (required on DELETE)";
+    case 13: base(h, TFP_UF_CALL); h->name[0] = 0; return "name is missing (required on CALL)";
+    case 14: base(h, TFP_UF_GET); strcpy(h->name, "."); return "name is not [A-Za-z0-9._-]";
+    case 15: base(h, TFP_UF_GET); strcpy(h->name, ".."); return "name is not";
+    case 16: base(h, TFP_UF_REPLY); strcpy(h->name, "a/b"); return "name is not";
+    case 17: base(h, TFP_UF_HELLO); strcpy(h->name, "0123456789ABCDEF0123456789abcdef");
+        return "HELLO token is not 32 lowercase hex characters";
+    case 18: base(h, TFP_UF_HELLO); h->name[31] = 0; return "HELLO token is not 32";
+    case 19: base(h, TFP_UF_HELLO); strcat(h->name, "0"); return "HELLO token is not 32";
+    case 20: base(h, TFP_UF_HELLO); h->name[0] = 0; return "HELLO token is not 32";
+    case 21: base(h, TFP_UF_HELLO); h->name[5] = 'g'; return "HELLO token is not 32";
+    case 22: base(h, TFP_UF_GET); strcpy(h->msg, "bad \xff byte");
+        return "msg is not valid UTF-8";
+    case 23: base(h, TFP_UF_REPLY); strcpy(h->msg, "\xc0\x80"); return "msg is not valid UTF-8";
+    case 24: base(h, TFP_UF_REPLY); strcpy(h->msg, "\xed\xa0\x80"); return "msg is not valid";
+    case 25: base(h, TFP_UF_REPLY); strcpy(h->msg, "cut \xe2\x82"); return "msg is not valid";
+    case 26: base(h, TFP_UF_HELLO); h->msg[0] = 0; return "HELLO msg is not \"boot_id netns\"";
+    case 27: base(h, TFP_UF_HELLO); h->msg[0] = 'A'; return "HELLO msg is not \"boot_id netns\"";
+    case 28: base(h, TFP_UF_HELLO); strcpy(h->msg, BOOT "  " NETNS); return "HELLO msg is not";
+    case 29: base(h, TFP_UF_HELLO); strcpy(h->msg, BOOT); return "HELLO msg is not";
+    case 30: base(h, TFP_UF_HELLO); strcpy(h->msg, BOOT " net:[12x]"); return "netns";
+    case 31: base(h, TFP_UF_REPLY); h->status = (tfp_status_t)-99;
+        return "status -99 is not a known status";
+    case 32: base(h, TFP_UF_REPLY); h->status = (tfp_status_t)1;
+        return "status 1 is not a known status";
+    case 33: base(h, TFP_UF_HELLO_ACK); h->status = (tfp_status_t)-17;
+        return "status -17 is not a known status";
+    case 34: base(h, TFP_UF_GET); h->status = TFP_EPROTO;
+        return "status -4 on a request (GET) must be 0";
+    case 35: base(h, TFP_UF_BYE); h->status = TFP_EINVAL; return "on a request (BYE) must be 0";
+    case 36: base(h, TFP_UF_HELLO); h->status = TFP_EBUSY; return "on a request (HELLO)";
+    case 37: base(h, TFP_UF_PUT); h->wait_ms = 5; return "wait_ms 5 on PUT (only GET waits)";
+    case 38: base(h, TFP_UF_REPLY); h->http = 1;
+        return "REPLY carries HTTP status 1, not 100..599";
+    case 39: base(h, TFP_UF_HELLO); h->wait_ms = 1; return "wait_ms 1 on HELLO";
+    case 40: base(h, TFP_UF_GET); h->body_len = 1; return "body_len 1 on GET (which has no body)";
+    case 41: base(h, TFP_UF_DELETE); h->body_len = 7; return "body_len 7 on DELETE";
+    case 42: base(h, TFP_UF_HELLO); h->body_len = 1; return "body_len 1 on HELLO";
+    case 43: base(h, TFP_UF_HELLO_ACK); h->body_len = 1; return "body_len 1 on HELLO_ACK";
+    case 44: base(h, TFP_UF_BYE); h->body_len = UINT64_MAX;
+        return "body_len 18446744073709551615 on BYE";
+    case 45: base(h, TFP_UF_GET); h->flags = TFP_UF_F_REPLY_HAS_BODY;
+        return "flag REPLY_HAS_BODY on GET";
+    case 46: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_REPLY_HAS_BODY;
+        return "flag REPLY_HAS_BODY on PUT";
+    case 47: base(h, TFP_UF_REPLY); h->flags = 0;
+        return "flag REPLY_HAS_BODY is clear but body_len is 1000";
+    case 48: base(h, TFP_UF_REPLY); h->body_len = 0;
+        return "flag REPLY_HAS_BODY is set but body_len is 0";
+    case 49: base(h, TFP_UF_REPLY); h->status = TFP_ENOTFOUND; h->body_len = 5;
+        return "body_len 5 on a failed REPLY (TF_ENOTFOUND)";
+    case 50: base(h, TFP_UF_GET); memset(h->request_id, 'a', sizeof h->request_id);
+        *encode_only = 1;
+        return "a string field is not NUL-terminated";
+    case 51: base(h, TFP_UF_GET); memset(h->msg, 'a', sizeof h->msg);
+        *encode_only = 1;
+        return "a string field is not NUL-terminated";
+    case 52: base(h, TFP_UF_GET); fill(h->user, 'u', TFP_MAX_USER_ID);
+        h->user[3] = '\x01';
+        return "user is not";
+    case 53: base(h, TFP_UF_DELETE); fill(h->name, 'n', TFP_MAX_TENSOR_NAME);
+        h->name[254] = '*';
+        return "name is not";
+    case 54: base(h, TFP_UF_HELLO_ACK); h->http = 600;
+        return "HELLO_ACK carries HTTP status 600, not 100..599";
+    case 55: base(h, TFP_UF_REPLY); h->http = 99; return "REPLY carries HTTP status 99";
+    case 56: base(h, TFP_UF_REPLY); h->http = UINT16_MAX;
+        return "REPLY carries HTTP status 65535, not 100..599";
+    case 57: base(h, TFP_UF_GET); h->http = 200; return "http 200 on a request (GET) must be 0";
+    case 58: base(h, TFP_UF_PUT); h->http = 201; return "http 201 on a request (PUT) must be 0";
+    case 59: base(h, TFP_UF_HELLO); h->http = 100; return "http 100 on a request (HELLO)";
+    case 60: base(h, TFP_UF_REPLY); h->wait_ms = 200;
+        return "wait_ms 200 on REPLY (only GET waits)";
+    case 61: base(h, TFP_UF_HELLO_ACK); h->wait_ms = 1;
+        return "wait_ms 1 on HELLO_ACK (only GET waits)";
+    }
+    return NULL;
+}
+
+#define N_RULES 62
+
+START_TEST(uf_rule_refused)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 64];
+    tfp_uf_hdr_t h;
+    tfp_err_t err = { TFP_OK, "" };
+    int encode_only;
+    const char *want = rule(_i, &h, &encode_only);
+    size_t len = 99;
+
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_EINVAL);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "rule %d: check says '%s', want '%s'", _i,
+                  err.msg, want);
+    memset(&err, 0, sizeof err);
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    ck_assert_int_eq(err.code, TFP_EINVAL);
+    ck_assert_uint_eq(len, 99);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "rule %d: encode says '%s', want '%s'", _i,
+                  err.msg, want);
+    ck_assert_msg(strncmp(err.msg, "ucx frame: ", 11) == 0, "rule %d: '%s'", _i, err.msg);
+    if (encode_only)
+        return;
+    len = raw_encode(&h, buf);
+    decode_rejects_at(_i, buf, len, TFP_EPROTO, want);
+}
+END_TEST
+
+/* Each base header is valid, so each rule case breaks exactly what it says. */
+START_TEST(uf_rules_cover_ops)
+{
+    int encode_only;
+    tfp_uf_hdr_t h;
+
+    ck_assert_ptr_null(rule(N_RULES, &h, &encode_only));
+}
+END_TEST
+
+/* ---- frame: faults only bytes can have ----------------------------------------------- */
+
+static size_t base_bytes(tfp_uf_op_t op, uint8_t *buf)
+{
+    tfp_uf_hdr_t h;
+
+    base(&h, op);
+    return encode_ok(&h, buf);
+}
+
+START_TEST(uf_reject_short)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    size_t len = base_bytes(TFP_UF_BYE, buf);
+
+    ck_assert_uint_eq(len, TFP_UF_FIXED);
+    DECODE_REJECTS(buf, 0, TFP_EPROTO, "0 bytes is shorter than the 40-byte fixed header");
+    DECODE_REJECTS(buf, 39, TFP_EPROTO, "39 bytes is shorter than the 40-byte");
+    DECODE_REJECTS(buf, 1, TFP_EPROTO, "shorter");
+}
+END_TEST
+
+START_TEST(uf_reject_magic_version)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    size_t len = base_bytes(TFP_UF_GET, buf);
+
+    buf[3] = '2';
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "bad magic 0x32554654 (want 0x31554654, \"TFU1\")");
+    memcpy(buf, "1UFT", 4);                     /* big-endian writer */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "bad magic");
+    memcpy(buf, "TFU1", 4);
+    buf[4] = 0;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 0 is not 2");
+    buf[4] = 1;                                 /* version 1: wait_ms carried the HTTP status */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 1 is not 2");
+    buf[4] = 3;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "version 3 is not 2");
+    buf[4] = 2;
+    buf[5] = 255;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "unknown op 255");
+    buf[5] = TFP_UF_GET;
+    decode_ok(buf, len, &(tfp_uf_hdr_t){ 0 });
+}
+END_TEST
+
+START_TEST(uf_reject_reserved)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    size_t len = base_bytes(TFP_UF_GET, buf);
+
+    buf[35] = 1;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "reserved byte is 1, not 0");
+    buf[35] = 0;
+    buf[39] = 1;                                /* the http field, on a request */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "http 256 on a request (GET) must be 0");
+    buf[39] = 0;
+    buf[38] = 0x80;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "http 128 on a request (GET) must be 0");
+    buf[38] = 0;
+    buf[7] = 0x80;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "flags 0x8000 has unknown bits");
+}
+END_TEST
+
+START_TEST(uf_reject_lengths)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 1024];
+    size_t len = base_bytes(TFP_UF_GET, buf);
+
+    memset(buf + len, 'a', sizeof buf - len);
+    DECODE_REJECTS(buf, len + 1, TFP_EPROTO, "bytes, but the header says");
+    DECODE_REJECTS(buf, len - 1, TFP_EPROTO, "bytes, but the header says");
+    buf[32] = 129;
+    DECODE_REJECTS(buf, sizeof buf, TFP_EPROTO, "request id length 129 is over 128");
+    buf[32] = 5;
+    buf[33] = 200;
+    DECODE_REJECTS(buf, sizeof buf, TFP_EPROTO, "user length 200 is over 128");
+    buf[33] = 5;
+    put_le(buf + 36, 513, 2);
+    DECODE_REJECTS(buf, sizeof buf, TFP_EPROTO, "msg length 513 is over 512");
+    put_le(buf + 36, 0xffff, 2);
+    DECODE_REJECTS(buf, sizeof buf, TFP_EPROTO, "msg length 65535 is over 512");
+    put_le(buf + 36, 0, 2);
+    buf[34] = 255;                              /* name_len at its byte maximum: too long */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "but the header says 305");
+}
+END_TEST
+
+START_TEST(uf_reject_nul_in_strings)
+{
+    static const char *const field[] = { "request id", "user", "name", "msg" };
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h;
+    size_t len, at[4];
+
+    base(&h, TFP_UF_GET);
+    strcpy(h.msg, "hi");
+    len = encode_ok(&h, buf);
+    at[0] = TFP_UF_FIXED;
+    at[1] = at[0] + strlen(h.request_id);
+    at[2] = at[1] + strlen(h.user);
+    at[3] = at[2] + strlen(h.name);
+    for (int f = 0; f < 4; f++) {
+        char want[64];
+        uint8_t saved = buf[at[f]];
+
+        buf[at[f]] = 0;
+        snprintf(want, sizeof want, "ucx frame: %s contains a NUL byte", field[f]);
+        decode_rejects_at(f, buf, len, TFP_EPROTO, want);
+        buf[at[f]] = saved;
+    }
+    decode_ok(buf, len, &h);
+}
+END_TEST
+
+/* ---- frame: random ------------------------------------------------------------------- */
+
+static void rnd_id(char *dst, size_t max, const char *alphabet)
+{
+    size_t n = 1 + rnd_below(max), k = strlen(alphabet);
+
+    for (size_t i = 0; i < n; i++)
+        dst[i] = alphabet[rnd_below(k)];
+    dst[n] = '\0';
+}
+
+#define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+
+static const tfp_status_t ALL_STATUS[] = {
+#define X(n, v, h, s) TFP_##n,
+    TFP_STATUS_MAP(X)
+#undef X
+};
+
+static void rnd_hdr(tfp_uf_hdr_t *h)
+{
+    tfp_uf_op_t op = (tfp_uf_op_t)(TFP_UF_HELLO + (int)rnd_below(8));
+
+    tfp_uf_init(h, op, rnd());
+    if (op == TFP_UF_HELLO || op == TFP_UF_HELLO_ACK || op == TFP_UF_BYE) {
+        if (rnd() & 1)
+            rnd_id(h->request_id, TFP_MAX_REQUEST_ID, NAME_CHARS ":");
+    } else {
+        rnd_id(h->request_id, TFP_MAX_REQUEST_ID, NAME_CHARS ":");
+    }
+    if (op != TFP_UF_HELLO && (rnd() & 1))
+        rnd_id(h->user, TFP_MAX_USER_ID, NAME_CHARS);
+    if (op == TFP_UF_HELLO) {
+        for (int i = 0; i < TFP_UP_TOKEN_LEN; i++)
+            h->name[i] = "0123456789abcdef"[rnd_below(16)];
+        h->name[TFP_UP_TOKEN_LEN] = '\0';
+        snprintf(h->msg, sizeof h->msg, "%08x-%04x-%04x-%04x-%012llx net:[%llu]",
+                 (unsigned)rnd(), (unsigned)(rnd() & 0xffff), (unsigned)(rnd() & 0xffff),
+                 (unsigned)(rnd() & 0xffff),
+                 (unsigned long long)(rnd() & UINT64_C(0xffffffffffff)),
+                 (unsigned long long)rnd());
+    } else {
+        if (op == TFP_UF_GET || op == TFP_UF_PUT || op == TFP_UF_DELETE || op == TFP_UF_CALL ||
+            (rnd() & 1)) {
+            do
+                rnd_id(h->name, rnd() & 1 ? 8 : TFP_MAX_TENSOR_NAME, NAME_CHARS);
+            while (strcmp(h->name, ".") == 0 || strcmp(h->name, "..") == 0);
+        }
+        if (rnd() & 1)
+            rnd_utf8(h->msg, TFP_UF_MAX_MSG);
+    }
+    if (tfp_uf_op_is_reply(op))
+        h->status = (rnd() & 1) ? TFP_OK
+                                : ALL_STATUS[rnd_below(sizeof ALL_STATUS / sizeof ALL_STATUS[0])];
+    if (op == TFP_UF_GET && (rnd() & 1))
+        h->wait_ms = (uint32_t)rnd();
+    if (tfp_uf_op_is_reply(op) && (rnd() & 1))
+        h->http = (uint16_t)(100 + rnd_below(500));     /* the HTTP-equivalent status */
+    if (op == TFP_UF_PUT || op == TFP_UF_CALL)
+        h->body_len = rnd() >> rnd_below(64);
+    if (op == TFP_UF_REPLY && h->status == TFP_OK && (rnd() & 1)) {
+        h->body_len = 1 + (rnd() >> (1 + rnd_below(63)));
+        h->flags = TFP_UF_F_REPLY_HAS_BODY;
+    }
+}
+
+START_TEST(uf_random_roundtrip)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER], again[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+
+    rnd_state = UINT64_C(0x9E3779B97F4A7C15);
+    for (int i = 0; i < 20000; i++) {
+        size_t len, len2;
+
+        rnd_hdr(&h);
+        len = encode_ok(&h, buf);
+        decode_ok(buf, len, &d);
+        same_hdr(&h, &d);
+        len2 = encode_ok(&d, again);
+        ck_assert_uint_eq(len, len2);
+        ck_assert_mem_eq(buf, again, len);
+    }
+}
+END_TEST
+
+/* Flipped bytes: either a clean rejection, or a header that encodes back to the same bytes. */
+START_TEST(uf_random_corruption)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 4], again[TFP_UF_MAX_HEADER];
+    int accepted = 0, rejected = 0;
+    tfp_uf_hdr_t h, d;
+
+    rnd_state = UINT64_C(0x243F6A8885A308D3);
+    for (int i = 0; i < 20000; i++) {
+        tfp_err_t err = { TFP_OK, "" };
+        size_t len, len2 = 0;
+        tfp_status_t st;
+
+        rnd_hdr(&h);
+        len = encode_ok(&h, buf);
+        for (int k = 1 + (int)rnd_below(3); k > 0; k--)
+            buf[rnd_below(len)] ^= (uint8_t)(1u << rnd_below(8));
+        if (rnd_below(8) == 0)
+            len = rnd_below(len + 4);           /* truncate or overrun */
+        st = tfp_uf_decode(buf, len, &d, &err);
+        if (st != TFP_OK) {
+            ck_assert_int_eq(st, TFP_EPROTO);
+            ck_assert_int_eq(err.code, TFP_EPROTO);
+            ck_assert_msg(strncmp(err.msg, "ucx frame: ", 11) == 0, "message '%s'", err.msg);
+            rejected++;
+            continue;
+        }
+        ck_assert_int_eq(tfp_uf_encode(&d, again, sizeof again, &len2, &err), TFP_OK);
+        ck_assert_uint_eq(len, len2);
+        ck_assert_mem_eq(buf, again, len);
+        accepted++;
+    }
+    ck_assert_int_gt(accepted, 100);
+    ck_assert_int_gt(rejected, 100);
+}
+END_TEST
+
+/* ---- suite --------------------------------------------------------------------------- */
+
+Suite *suite_ucxframe(void)
+{
+    Suite *s = suite_create("ucxframe");
+    TCase *tc;
+
+    tc = tcase_create("ucxframe");
+    tcase_add_test(tc, uf_golden_get);
+    tcase_add_test(tc, uf_golden_reply);
+    tcase_add_test(tc, uf_op_names);
+    tcase_add_test(tc, uf_roundtrip_ops);
+    tcase_add_test(tc, uf_max_header);
+    tcase_add_test(tc, uf_null_args);
+    tcase_add_loop_test(tc, uf_rule_refused, 0, N_RULES);
+    tcase_add_test(tc, uf_rules_cover_ops);
+    tcase_add_test(tc, uf_reject_short);
+    tcase_add_test(tc, uf_reject_magic_version);
+    tcase_add_test(tc, uf_reject_reserved);
+    tcase_add_test(tc, uf_reject_lengths);
+    tcase_add_test(tc, uf_reject_nul_in_strings);
+    tcase_add_test(tc, uf_random_roundtrip);
+    tcase_add_test(tc, uf_random_corruption);
+    suite_add_tcase(s, tc);
+    return s;
+}
