@@ -19,7 +19,7 @@
 
 #include "client/internal.h"
 
-static tf_status_t from_transport(tfx_hc_status_t st)
+tf_status_t tfi_from_hc(tfx_hc_status_t st)
 {
     switch (st) {
     case TFX_HC_OK: return TF_OK;
@@ -175,7 +175,7 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
 
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
-        tfi_rfail(res, from_transport(done), "%s", why[0] ? why : tfx_hc_strerror(done));
+        tfi_rfail(res, tfi_from_hc(done), "%s", why[0] ? why : tfx_hc_strerror(done));
         return;
     }
     if (r->status < 200 || r->status > 299) {
@@ -217,7 +217,7 @@ static tf_status_t http_start(tf_client_t *c, tf_fetch_t *f)
         goto release;
     tfx_hc_status_t xst = tfx_hc_start(c->hc, f->req, on_req_done, f);
     if (xst != TFX_HC_OK) {
-        st = tfi_rfail(&f->result, from_transport(xst), "cannot start the request: %s",
+        st = tfi_rfail(&f->result, tfi_from_hc(xst), "cannot start the request: %s",
                        tfx_hc_strerror(xst));
         goto release;
     }

@@ -227,6 +227,8 @@ tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
 tf_status_t tfi_refuse(tf_client_t *c, int op, tf_status_t st, const char *msg);
 /* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when
  * it sent one. */
+/* The public status for an HTTP engine status (client/http.c); unknown ones are TF_EIO. */
+tf_status_t tfi_from_hc(tfx_hc_status_t st);
 tf_status_t tfi_error_body(tf_result_t *res, long status, const uint8_t *body, size_t len);
 /* Refuses what Shumai's format cannot carry: anything but one F32 tensor. */
 tf_status_t tfi_shumai_check(tf_result_t *res, const tf_doc_t *doc);

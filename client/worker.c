@@ -39,21 +39,6 @@ struct tf_worker {
     volatile sig_atomic_t stop;
 };
 
-static tf_status_t from_transport(tfx_hc_status_t st)
-{
-    switch (st) {
-    case TFX_HC_OK: return TF_OK;
-    case TFX_HC_ENOMEM: return TF_ENOMEM;
-    case TFX_HC_EINVAL: return TF_EINVAL;
-    case TFX_HC_EURL: return TF_EURL;
-    case TFX_HC_ECONNECT: return TF_ECONNECT;
-    case TFX_HC_ETIMEDOUT: return TF_ETIMEDOUT;
-    case TFX_HC_ECANCELED: return TF_ECANCELED;
-    case TFX_HC_ETOOBIG: return TF_ETOOBIG;
-    default: return TF_EIO;
-    }
-}
-
 /* The status an HTTP error answer names ({"error", "code"}), or TF_EHTTP. */
 static tf_status_t http_status(const tfx_hc_resp_t *r)
 {
@@ -90,13 +75,13 @@ static tf_status_t step(tf_worker_t *w, const char *method, const char *path, co
     for (size_t i = 0; st == TFX_HC_OK && i < nsegs; i++)
         st = tfx_hc_req_add_body(w->req, segs[i], lens[i]);
     if (st != TFX_HC_OK)
-        return from_transport(st);
+        return tfi_from_hc(st);
     tfx_hc_req_set_timeout(w->req, timeout_ms);
     tfx_hc_status_t done = TFX_HC_EAGAIN;
     st = tfx_hc_start(w->hc, w->req, step_done, &done);
     if (st == TFX_HC_OK)
         st = tfx_hc_drive(w->hc, w->req, -1);   /* until done (the request has a timeout) */
-    return from_transport(st == TFX_HC_OK ? done : st);
+    return tfi_from_hc(st == TFX_HC_OK ? done : st);
 }
 
 static tf_status_t do_register(tf_worker_t *w)
