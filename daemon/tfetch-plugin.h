@@ -60,7 +60,10 @@ enum {
  * TFPL_ENOTACCEPT = -7 (406), TFPL_ETOOBIG = -8 (413), TFPL_EMEDIATYPE = -9 (415),
  * TFPL_EUNPROC = -10 (422), TFPL_EHEADERS = -11 (431), TFPL_EBUSY = -12 (503),
  * TFPL_ENOSPACE = -13 (507), TFPL_EINTERNAL = -14 (500), TFPL_ERANGE = -15 (416),
- * TFPL_ELENGTH = -16 (411). The ones a route typically answers: TFPL_EBADREQ for a bad request
+ * TFPL_ELENGTH = -16 (411), TFPL_ECONFLICT = -17 (409), TFPL_EDONE = -18 (410),
+ * TFPL_EGONE = -19 (410), TFPL_EFULL = -20 (429), TFPL_ENOTIMPL = -21 (501),
+ * TFPL_EREQTIME = -22 (408), TFPL_EUNAUTH = -23 (401), TFPL_EFORBIDDEN = -24 (403),
+ * TFPL_EPRECOND = -25 (412). The ones a route typically answers: TFPL_EBADREQ for a bad request
  * (metadata, parameters), TFPL_EUNPROC for well-formed tensors this route cannot use,
  * TFPL_EBUSY for "try again later", TFPL_ENOSPACE when a quota (e.g. per-user state) is
  * exhausted, TFPL_EINTERNAL for the plugin's own failure. */

@@ -13,7 +13,7 @@
  * wire and ABI contracts: rows are only ever appended. Pure data; any thread.
  *
  * Each row is X(name, value, http, text); name is without the TF_ prefix.
- *   TF_STATUS_WIRE_MAP(X)   codes a server may send (as "TF_<name>" on the wire), 0..-16
+ *   TF_STATUS_WIRE_MAP(X)   codes a server may send (as "TF_<name>" on the wire), 0..-31
  *   TF_STATUS_LOCAL_MAP(X)  codes decided by a client and never sent (http 0), from -32
  *   TF_STATUS_MAP(X)        both: every code (tf_status_t)
  * Paste the name (TF_##n, "TF_" #n) rather than pass it on bare: some names (ENOMEM, EIO...)
@@ -40,7 +40,16 @@
     X(ENOSPACE,    -13, 507, "store is full")                           \
     X(EINTERNAL,   -14, 500, "internal error")                          \
     X(ERANGE,      -15, 416, "value out of range")                      \
-    X(ELENGTH,     -16, 411, "length required")
+    X(ELENGTH,     -16, 411, "length required")                       \
+    X(ECONFLICT,   -17, 409, "conflict")                              \
+    X(EDONE,       -18, 410, "end of data")                           \
+    X(EGONE,       -19, 410, "no longer available")                   \
+    X(EFULL,       -20, 429, "queue is full")                         \
+    X(ENOTIMPL,    -21, 501, "not implemented")                       \
+    X(EREQTIME,    -22, 408, "request timeout")                       \
+    X(EUNAUTH,     -23, 401, "authentication required")               \
+    X(EFORBIDDEN,  -24, 403, "forbidden")                             \
+    X(EPRECOND,    -25, 412, "precondition failed")
 
 #define TF_STATUS_LOCAL_MAP(X)                                          \
     X(ECONNECT,    -32,   0, "cannot connect")                          \
