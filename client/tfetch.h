@@ -51,6 +51,7 @@ extern "C" {
  * codes arrive on the wire as their names ("TF_ENOTFOUND") and keep the same values here; the
  * rest are decided by the client. */
 #include "tfetch-status.h"
+#include "tfetch-dtype.h"
 
 typedef enum {
 #define TF_STATUS_ENUM_(n, v, h, s) TF_##n = (v),
@@ -62,10 +63,10 @@ const char *tf_strerror(tf_status_t st);   /* static text, "unknown status" if u
 const char *tf_err_name(tf_status_t st);   /* static "TF_ENOTFOUND", "TF_EUNKNOWN" */
 
 /* Element types, named as in safetensors. */
-#define TF_DTYPE_MAP(X)                                                    \
-    X(F64, 0) X(F32, 1) X(F16, 2) X(BF16, 3) X(F8_E4M3, 4) X(F8_E5M2, 5)   \
-    X(I64, 6) X(I32, 7) X(I16, 8) X(I8, 9)                                 \
-    X(U64, 10) X(U32, 11) X(U16, 12) X(U8, 13) X(BOOL, 14)
+/* X(name, value) for every row of the one dtype table, tfetch-dtype.h (installed beside this
+ * header; its TF_DTYPE_ROWS(X) also gives each type's width in bits). */
+#define TF_DTYPE_ROW2_(X, n, v, b) X(n, v)
+#define TF_DTYPE_MAP(X) TF_DTYPE_ROWS_(TF_DTYPE_ROW2_, X)
 
 typedef enum {
 #define X(n, v) TF_##n = (v),
@@ -74,7 +75,8 @@ typedef enum {
 } tf_dtype_t;
 
 const char *tf_dtype_name(tf_dtype_t dt);             /* "F32"; NULL if out of range */
-size_t tf_dtype_size(tf_dtype_t dt);                  /* bytes per element; 0 if invalid */
+size_t tf_dtype_size(tf_dtype_t dt);     /* bytes per element; 0 if invalid or packed (F4) */
+unsigned tf_dtype_bits(tf_dtype_t dt);   /* bits per element (4 for F4); 0 if invalid */
 tf_status_t tf_dtype_from_name(const char *name, tf_dtype_t *out);
 
 /* ---- the library -------------------------------------------------------------------------- */

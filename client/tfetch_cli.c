@@ -584,12 +584,15 @@ static int raw_doc(const opts_t *o, const char *url, const input_t *in, tf_doc_t
     last_segment(url, name, sizeof(name));
     if (!name[0])
         return usage_error("cannot name the tensor: %s has no last path segment", url);
-    uint64_t want = tf_dtype_size(dt);
+    uint64_t want = tf_dtype_bits(dt);      /* bits, then bytes: F4 packs two per byte */
     for (int k = 0; k < rank; k++) {
         if (shape[k] != 0 && want > UINT64_MAX / (uint64_t)shape[k])
             return usage_error("shape '%s' is too large", o->shape);
         want *= (uint64_t)shape[k];
     }
+    if (want % 8 != 0)
+        return usage_error("%s [%s] does not fill whole bytes", o->dtype, o->shape);
+    want /= 8;
     if (want != in->len) {
         msg("input is %zu bytes but %s [%s] needs %" PRIu64, in->len, o->dtype, o->shape,
             want);

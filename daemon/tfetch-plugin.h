@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "tfetch-status.h"
+#include "tfetch-dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,9 +49,9 @@ extern "C" {
 /* Element types: the same values as tf_dtype_t in tfetch.h and the safetensors names without
  * the prefix ("F32", "BF16", ...). Data is little-endian, C order. */
 enum {
-    TFPL_F64 = 0, TFPL_F32 = 1, TFPL_F16 = 2, TFPL_BF16 = 3, TFPL_F8_E4M3 = 4,
-    TFPL_F8_E5M2 = 5, TFPL_I64 = 6, TFPL_I32 = 7, TFPL_I16 = 8, TFPL_I8 = 9, TFPL_U64 = 10,
-    TFPL_U32 = 11, TFPL_U16 = 12, TFPL_U8 = 13, TFPL_BOOL = 14
+#define TFPL_DTYPE_ENUM_(n, v, b) TFPL_##n = (v),
+    TF_DTYPE_ROWS(TFPL_DTYPE_ENUM_)
+#undef TFPL_DTYPE_ENUM_
 };
 
 /* Statuses: the wire codes of tf_status_t (tfetch.h; "TF_EUNPROC" on the wire), generated from
@@ -140,7 +141,8 @@ struct tfpl_host {
     int (*fail)(tfpl_call_t *call, int status, const char *fmt, ...) TFPL_PRINTF(3, 4);
 
     /* Utilities. log writes one line to the daemon's log, prefixed with the plugin's name.
-     * dtype_name: "F32" (NULL if unknown); dtype_size: bytes per element (0 if unknown);
+     * dtype_name: "F32" (NULL if unknown); dtype_size: bytes per element (0 if unknown, and
+     * for the packed F4/F6_* types, whose tensors take elements x bits / 8 bytes);
      * status_name: "TF_EUNPROC". */
     void (*log)(const tfpl_host_t *host, int level, const char *fmt, ...) TFPL_PRINTF(3, 4);
     const char *(*dtype_name)(int dtype);

@@ -60,19 +60,25 @@ tfp_status_t tfp_shape_count(int rank, const uint64_t *shape, uint64_t *count, t
 tfp_status_t tfp_shape_nbytes(tfp_dtype_t dt, int rank, const uint64_t *shape,
                               uint64_t *nbytes, tfp_err_t *err)
 {
-    size_t esize = tfp_dtype_size(dt);
-    uint64_t count, bytes;
+    unsigned bits = tfp_dtype_bits(dt);
+    uint64_t count, total;
     tfp_status_t st;
 
-    if (esize == 0)
+    if (bits == 0)
         return tfp_err_set(err, TFP_EINVAL, "unknown dtype value %d", (int)dt);
     st = tfp_shape_count(rank, shape, &count, err);
     if (st != TFP_OK)
         return st;
-    if (__builtin_mul_overflow(count, (uint64_t)esize, &bytes))
+    /* count x bits / 8 without overflowing on the way: 8 elements take exactly bits bytes */
+    if (__builtin_mul_overflow(count / 8, (uint64_t)bits, &total) ||
+        __builtin_add_overflow(total, count % 8 * bits / 8, &total))
         return tfp_err_set(err, TFP_ERANGE, "byte size of %s x %llu elements overflows 64 bits",
                            tfp_dtype_name(dt), (unsigned long long)count);
-    *nbytes = bytes;
+    if (count % 8 * bits % 8 != 0)
+        return tfp_err_set(err, TFP_EINVAL,
+                           "%llu elements of %s (%u bits each) do not fill whole bytes",
+                           (unsigned long long)count, tfp_dtype_name(dt), bits);
+    *nbytes = total;
     return TFP_OK;
 }
 
@@ -126,7 +132,7 @@ static tfp_status_t add_tensor(tfp_doc_t *doc, const char *name, tfp_dtype_t dt,
         return tfp_err_set(err, TFP_EINVAL, "tensor name is not valid UTF-8");
     if (strcmp(name, "__metadata__") == 0)
         return tfp_err_set(err, TFP_EINVAL, "\"__metadata__\" is not a tensor name");
-    if (tfp_dtype_size(dt) == 0)
+    if (!tfp_dtype_valid(dt))
         return tfp_err_set(err, TFP_EINVAL, "tensor '%.64s': unknown dtype value %d", name,
                            (int)dt);
     if (rank < 0 || rank > TFP_MAX_RANK)

@@ -42,7 +42,8 @@ void tfp_doc_free(tfp_doc_t *doc);                /* NULL is a no-op */
 
 /* Element count and byte size of a shape, with overflow checks (TFP_ERANGE on overflow;
  * a shape with a 0 dim counts 0 elements whatever its other dims). TFP_EINVAL for a rank
- * outside 0..TFP_MAX_RANK or an unknown dtype. */
+ * outside 0..TFP_MAX_RANK or an unknown dtype, and for packed sub-byte elements (F4, F6_*)
+ * that do not fill whole bytes (count x bits must be a multiple of 8, as in safetensors). */
 tfp_status_t tfp_shape_count(int rank, const uint64_t *shape, uint64_t *count, tfp_err_t *err);
 tfp_status_t tfp_shape_nbytes(tfp_dtype_t dt, int rank, const uint64_t *shape,
                               uint64_t *nbytes, tfp_err_t *err);

@@ -1,6 +1,6 @@
 /* dtype.c - names and sizes of the element types.
  *
- * Generated from TFP_DTYPE_MAP in dtype.h. Owns only static tables; any thread.
+ * Generated from the one table (tfetch-dtype.h, through TFP_DTYPE_MAP in dtype.h). Owns only static tables; any thread.
  */
 #include <string.h>
 
@@ -8,9 +8,9 @@
 
 static const struct {
     const char *name;
-    size_t size;
+    unsigned bits;
 } dtypes[TFP_DTYPE_COUNT] = {
-#define X(n, v, sz, s) [v] = { s, sz },
+#define X(n, v, b, s) [v] = { s, b },
     TFP_DTYPE_MAP(X)
 #undef X
 };
@@ -25,9 +25,19 @@ const char *tfp_dtype_name(tfp_dtype_t dt)
     return in_range(dt) ? dtypes[dt].name : NULL;
 }
 
+int tfp_dtype_valid(tfp_dtype_t dt)
+{
+    return in_range(dt);
+}
+
+unsigned tfp_dtype_bits(tfp_dtype_t dt)
+{
+    return in_range(dt) ? dtypes[dt].bits : 0;
+}
+
 size_t tfp_dtype_size(tfp_dtype_t dt)
 {
-    return in_range(dt) ? dtypes[dt].size : 0;
+    return in_range(dt) && dtypes[dt].bits % 8 == 0 ? dtypes[dt].bits / 8 : 0;
 }
 
 int tfp_dtype_from_name(const char *s, size_t len, tfp_dtype_t *out)

@@ -1,29 +1,21 @@
 /* dtype.h - the element types a tensor can have.
  *
- * The order and values match tf_dtype_t in client/tfetch.h. Names are the safetensors
- * spellings ("F32", "BF16", "F8_E4M3"). Pure functions; any thread.
+ * Generated from the one table, tfetch-dtype.h, as tf_dtype_t (client/tfetch.h) and the plugin
+ * ABI's TFPL_* are. Names are the safetensors spellings ("F32", "BF16", "F8_E4M3"). Types
+ * narrower than a byte (F4, F6_*) are packed: use tfp_dtype_bits and tfp_shape_nbytes
+ * (proto/doc.h), not tfp_dtype_size, for them. Pure functions; any thread.
  */
 #ifndef TFP_DTYPE_H
 #define TFP_DTYPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-#define TFP_DTYPE_MAP(X)      \
-    X(F64,     0, 8, "F64")   \
-    X(F32,     1, 4, "F32")   \
-    X(F16,     2, 2, "F16")   \
-    X(BF16,    3, 2, "BF16")  \
-    X(F8_E4M3, 4, 1, "F8_E4M3") \
-    X(F8_E5M2, 5, 1, "F8_E5M2") \
-    X(I64,     6, 8, "I64")   \
-    X(I32,     7, 4, "I32")   \
-    X(I16,     8, 2, "I16")   \
-    X(I8,      9, 1, "I8")    \
-    X(U64,    10, 8, "U64")   \
-    X(U32,    11, 4, "U32")   \
-    X(U16,    12, 2, "U16")   \
-    X(U8,     13, 1, "U8")    \
-    X(BOOL,   14, 1, "BOOL")
+#include "proto/tfetch-dtype.h"
+
+/* X(name, value, bits, "name") for every row of the one table (tfetch-dtype.h). */
+#define TFP_DTYPE_ROW4_(X, n, v, b) X(n, v, b, #n)
+#define TFP_DTYPE_MAP(X) TF_DTYPE_ROWS_(TFP_DTYPE_ROW4_, X)
 
 typedef enum {
 #define X(n, v, sz, s) TFP_##n = (v),
@@ -34,7 +26,11 @@ typedef enum {
 
 /* Static name, or NULL for an out-of-range value. */
 const char *tfp_dtype_name(tfp_dtype_t dt);
-/* Bytes per element; 0 for an out-of-range value. */
+/* 1 for a known dtype value, 0 otherwise. */
+int tfp_dtype_valid(tfp_dtype_t dt);
+/* Bits per element (4 for F4); 0 for an out-of-range value. */
+unsigned tfp_dtype_bits(tfp_dtype_t dt);
+/* Bytes per element; 0 for an out-of-range value and for the packed sub-byte types. */
 size_t tfp_dtype_size(tfp_dtype_t dt);
 /* Exact, case-sensitive match of len bytes at s; 0 and *out set, or -1. */
 int tfp_dtype_from_name(const char *s, size_t len, tfp_dtype_t *out);

@@ -16,9 +16,11 @@ START_TEST(dtype_table)
 {
     tfp_dtype_t dt;
 
-#define X(n, v, sz, s)                                                    \
+#define X(n, v, b, s)                                                     \
     ck_assert_str_eq(tfp_dtype_name(TFP_##n), s);                         \
-    ck_assert_uint_eq(tfp_dtype_size(TFP_##n), sz);                       \
+    ck_assert_uint_eq(tfp_dtype_bits(TFP_##n), b);                        \
+    ck_assert_uint_eq(tfp_dtype_size(TFP_##n), (b) % 8 ? 0 : (b) / 8);    \
+    ck_assert(tfp_dtype_valid(TFP_##n));                                  \
     ck_assert_int_eq(tfp_dtype_from_name(s, strlen(s), &dt), 0);          \
     ck_assert_int_eq(dt, TFP_##n);
     TFP_DTYPE_MAP(X)
@@ -26,6 +28,9 @@ START_TEST(dtype_table)
     ck_assert_ptr_null(tfp_dtype_name(TFP_DTYPE_COUNT));
     ck_assert_ptr_null(tfp_dtype_name((tfp_dtype_t)-1));
     ck_assert_uint_eq(tfp_dtype_size(TFP_DTYPE_COUNT), 0);
+    ck_assert_uint_eq(tfp_dtype_bits(TFP_DTYPE_COUNT), 0);
+    ck_assert(!tfp_dtype_valid(TFP_DTYPE_COUNT));
+    ck_assert(!tfp_dtype_valid((tfp_dtype_t)-1));
     ck_assert_int_eq(tfp_dtype_from_name("f32", 3, &dt), -1);
     ck_assert_int_eq(tfp_dtype_from_name("F3", 2, &dt), -1);
     ck_assert_int_eq(tfp_dtype_from_name("F32x", 4, &dt), -1);
