@@ -52,6 +52,38 @@ float tfp_f8e4m3_to_f32(uint8_t b)
     return (b & 0x80) ? -v : v;
 }
 
+/* E8M0 (the MX block scale): an exponent only, 2^(e - 127); 0xFF is NaN. */
+float tfp_f8e8m0_to_f32(uint8_t b)
+{
+    return b == 0xFF ? NAN : ldexpf(1.0f, (int)b - 127);
+}
+
+/* The "fnuz" pair: no infinities, no negative zero; 0x80 (the would-be -0) is the one NaN.
+ * E4M3FNUZ has bias 8, E5M2FNUZ bias 16. */
+static float fnuz_to_f32(uint8_t b, unsigned mbits, int bias)
+{
+    unsigned e = (b & 0x7F) >> mbits, m = b & ((1u << mbits) - 1);
+    float v;
+
+    if (b == 0x80)
+        return NAN;
+    if (e == 0)
+        v = ldexpf((float)m, 1 - bias - (int)mbits);
+    else
+        v = ldexpf((float)(m | (1u << mbits)), (int)e - bias - (int)mbits);
+    return (b & 0x80) ? -v : v;
+}
+
+float tfp_f8e4m3fnuz_to_f32(uint8_t b)
+{
+    return fnuz_to_f32(b, 3, 8);
+}
+
+float tfp_f8e5m2fnuz_to_f32(uint8_t b)
+{
+    return fnuz_to_f32(b, 2, 16);
+}
+
 /* E5M2: bias 15, IEEE-like (the top byte of an F16). */
 float tfp_f8e5m2_to_f32(uint8_t b)
 {
@@ -116,6 +148,25 @@ static void put_elem(tfp_jw_t *w, tfp_dtype_t dt, const uint8_t *p)
     case TFP_F8_E5M2:
         put_float(w, tfp_f8e5m2_to_f32((uint8_t)u), 0);
         return;
+    case TFP_F8_E8M0:
+        put_float(w, tfp_f8e8m0_to_f32((uint8_t)u), 0);
+        return;
+    case TFP_F8_E4M3FNUZ:
+        put_float(w, tfp_f8e4m3fnuz_to_f32((uint8_t)u), 0);
+        return;
+    case TFP_F8_E5M2FNUZ:
+        put_float(w, tfp_f8e5m2fnuz_to_f32((uint8_t)u), 0);
+        return;
+    case TFP_C64:                   /* [real, imaginary] */
+        tfp_jw_arr_begin(w);
+        u32 = (uint32_t)u;
+        memcpy(&f, &u32, sizeof f);
+        put_float(w, f, 0);
+        u32 = (uint32_t)(u >> 32);
+        memcpy(&f, &u32, sizeof f);
+        put_float(w, f, 0);
+        tfp_jw_arr_end(w);
+        return;
     case TFP_I64:
         tfp_jw_int(w, (int64_t)u);
         return;
@@ -161,6 +212,10 @@ static tfp_status_t cost(const tfp_tensor_t *t, uint64_t *elems, uint64_t *array
     st = tfp_shape_nbytes(t->dtype, t->rank, t->shape, &nbytes, err);
     if (st != TFP_OK)
         return st;
+    if (tfp_dtype_size(t->dtype) == 0)
+        return tfp_err_set(err, TFP_ENOTACCEPT,
+                           "tensor '%.64s': packed %s elements have no JSON view; ask for safetensors",
+                           t->name, tfp_dtype_name(t->dtype));
     if (nbytes != t->nbytes || (nbytes > 0 && t->data == NULL))
         return tfp_err_set(err, TFP_EINVAL, "tensor '%.64s': data not bound or wrong size",
                            t->name);

@@ -3,7 +3,8 @@
  * Output: {"name": {"dtype": "F32", "shape": [2,2], "data": [[1,2],[3,4]]}, ...,
  *          "__metadata__": {...}} with nested arrays in C order. Floats of every width
  * (F16, BF16, F8 decoded) print with enough digits to round-trip as F32/F64; NaN and
- * infinities print as the strings "NaN", "Infinity", "-Infinity"; BOOL as true/false.
+ * infinities print as the strings "NaN", "Infinity", "-Infinity"; BOOL as true/false; C64 as
+ * [real, imaginary]. Packed sub-byte types (F4, F6_*) have no JSON view (TFP_ENOTACCEPT).
  * Pure; any thread.
  */
 #ifndef TFP_JSONVIEW_H
@@ -25,5 +26,8 @@ float tfp_f16_to_f32(uint16_t h);
 float tfp_bf16_to_f32(uint16_t h);
 float tfp_f8e4m3_to_f32(uint8_t v);
 float tfp_f8e5m2_to_f32(uint8_t v);
+float tfp_f8e8m0_to_f32(uint8_t v);
+float tfp_f8e4m3fnuz_to_f32(uint8_t v);
+float tfp_f8e5m2fnuz_to_f32(uint8_t v);
 
 #endif

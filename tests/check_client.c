@@ -419,9 +419,13 @@ START_TEST(dtype_names)
         ck_assert_int_eq(back, all[i].dt);
     }
     tf_dtype_t dt = TF_U8;
-    ck_assert_ptr_null(tf_dtype_name((tf_dtype_t)15));
+    ck_assert_uint_eq(tf_dtype_bits(TF_F4), 4);            /* packed: two per byte */
+    ck_assert_uint_eq(tf_dtype_bits(TF_F6_E3M2), 6);
+    ck_assert_uint_eq(tf_dtype_bits(TF_C64), 64);
+    ck_assert_ptr_null(tf_dtype_name((tf_dtype_t)22));
     ck_assert_ptr_null(tf_dtype_name((tf_dtype_t)-1));
-    ck_assert_uint_eq(tf_dtype_size((tf_dtype_t)15), 0);
+    ck_assert_uint_eq(tf_dtype_size((tf_dtype_t)22), 0);
+    ck_assert_uint_eq(tf_dtype_bits((tf_dtype_t)22), 0);
     ck_assert_int_eq(tf_dtype_from_name("f32", &dt), TF_EINVAL);
     ck_assert_int_eq(tf_dtype_from_name("F32 ", &dt), TF_EINVAL);
     ck_assert_int_eq(tf_dtype_from_name("", &dt), TF_EINVAL);

@@ -100,6 +100,21 @@ START_TEST(shape_arithmetic)
     ck_assert_ptr_nonnull(strstr(err.msg, "byte size"));
     ck_assert_int_eq(tfp_shape_nbytes(TFP_U8, 2, sb, &b, &err), TFP_OK);
     ck_assert_int_eq(tfp_shape_nbytes(TFP_DTYPE_COUNT, 2, sb, &b, &err), TFP_EINVAL);
+    {   /* packed: F4 two per byte, F6 four in three bytes, no overflow near 2^64 bits */
+        uint64_t n3[1] = { 3 }, n4[1] = { 4 }, n8[1] = { 8 };
+        uint64_t big[2] = { UINT64_C(1) << 62, 2 };
+        ck_assert_int_eq(tfp_shape_nbytes(TFP_F4, 1, n4, &b, &err), TFP_OK);
+        ck_assert_uint_eq(b, 2);
+        ck_assert_int_eq(tfp_shape_nbytes(TFP_F4, 1, n3, &b, &err), TFP_EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.msg, "do not fill whole bytes"));
+        ck_assert_int_eq(tfp_shape_nbytes(TFP_F6_E2M3, 1, n4, &b, &err), TFP_OK);
+        ck_assert_uint_eq(b, 3);
+        ck_assert_int_eq(tfp_shape_nbytes(TFP_F6_E3M2, 1, n8, &b, &err), TFP_OK);
+        ck_assert_uint_eq(b, 6);
+        ck_assert_int_eq(tfp_shape_nbytes(TFP_F4, 2, big, &b, &err), TFP_OK);
+        ck_assert_uint_eq(b, UINT64_C(1) << 62);
+        ck_assert_int_eq(tfp_shape_nbytes(TFP_C64, 2, big, &b, &err), TFP_ERANGE);
+    }
 }
 END_TEST
 

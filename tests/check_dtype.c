@@ -42,6 +42,25 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------------------- */
 
+/* The rows appended after BOOL: values are a wire contract, names the safetensors ones. */
+START_TEST(dtype_newer_rows)
+{
+    static const struct { const char *name; int value; unsigned bits; } rows[] = {
+        { "F8_E8M0", 15, 8 }, { "F4", 16, 4 }, { "F6_E2M3", 17, 6 }, { "F6_E3M2", 18, 6 },
+        { "F8_E4M3FNUZ", 19, 8 }, { "F8_E5M2FNUZ", 20, 8 }, { "C64", 21, 64 },
+    };
+    tfp_dtype_t dt;
+
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        ck_assert_int_eq(tfp_dtype_from_name(rows[i].name, strlen(rows[i].name), &dt), 0);
+        ck_assert_int_eq((int)dt, rows[i].value);
+        ck_assert_uint_eq(tfp_dtype_bits(dt), rows[i].bits);
+    }
+    ck_assert_uint_eq(tfp_dtype_size(TFP_F4), 0);       /* packed: sized by tfp_shape_nbytes */
+    ck_assert_uint_eq(tfp_dtype_size(TFP_C64), 8);
+}
+END_TEST
+
 Suite *suite_dtype(void)
 {
     Suite *s = suite_create("dtype");
@@ -49,6 +68,7 @@ Suite *suite_dtype(void)
 
     tc = tcase_create("dtype");
     tcase_add_test(tc, dtype_table);
+    tcase_add_test(tc, dtype_newer_rows);
     suite_add_tcase(s, tc);
 
     return s;

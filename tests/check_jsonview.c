@@ -182,6 +182,54 @@ START_TEST(float_decoders)
     ck_assert(isnan(tfp_f8e5m2_to_f32(0x7D)));
     ck_assert(isnan(tfp_f8e5m2_to_f32(0xFF)));
     ck_assert(tfp_f8e5m2_to_f32(0x01) == ldexpf(1, -16));
+
+    ck_assert(tfp_f8e8m0_to_f32(0x7F) == 1.0f);
+    ck_assert(tfp_f8e8m0_to_f32(0x80) == 2.0f);
+    ck_assert(tfp_f8e8m0_to_f32(0x00) == ldexpf(1, -127));
+    ck_assert(tfp_f8e8m0_to_f32(0xFE) == ldexpf(1, 127));
+    ck_assert(isnan(tfp_f8e8m0_to_f32(0xFF)));
+
+    ck_assert(tfp_f8e4m3fnuz_to_f32(0x40) == 1.0f);     /* bias 8 */
+    ck_assert(tfp_f8e4m3fnuz_to_f32(0x7F) == 240.0f);   /* the largest: 1.875 x 2^7 */
+    ck_assert(tfp_f8e4m3fnuz_to_f32(0xC0) == -1.0f);
+    ck_assert(tfp_f8e4m3fnuz_to_f32(0x01) == ldexpf(1, -10));
+    ck_assert(isnan(tfp_f8e4m3fnuz_to_f32(0x80)));      /* the one NaN; no -0 */
+    ck_assert(tfp_f8e5m2fnuz_to_f32(0x40) == 1.0f);     /* bias 16 */
+    ck_assert(tfp_f8e5m2fnuz_to_f32(0x7F) == 57344.0f);
+    ck_assert(tfp_f8e5m2fnuz_to_f32(0x01) == ldexpf(1, -17));
+    ck_assert(isnan(tfp_f8e5m2fnuz_to_f32(0x80)));
+    for (int v = 0; v < 256; v++) {
+        if (v != 0x80) {
+            ck_assert(isfinite(tfp_f8e4m3fnuz_to_f32((uint8_t)v)));
+            ck_assert(isfinite(tfp_f8e5m2fnuz_to_f32((uint8_t)v)));
+        }
+    }
+}
+END_TEST
+
+/* C64 renders as [real, imaginary]; packed F4 has no JSON view. */
+START_TEST(jsonview_complex_and_packed)
+{
+    tfp_doc_t *doc = tfp_doc_new();
+    uint64_t two[1] = { 2 };
+    float c[4] = { 1.5f, -2, 0, 0.25f };
+    uint8_t e8[2] = { 0x7F, 0xFF }, f4 = 0x21;
+    tfp_err_t err;
+    char *out;
+
+    ck_assert_int_eq(tfp_doc_add(doc, "z", TFP_C64, 1, two, c, sizeof c, &err), TFP_OK);
+    ck_assert_int_eq(tfp_doc_add(doc, "s", TFP_F8_E8M0, 1, two, e8, sizeof e8, &err), TFP_OK);
+    out = view(doc, 100);
+    ck_assert_str_eq(out, "{\"z\":{\"dtype\":\"C64\",\"shape\":[2],\"data\":[[1.5,-2],[0,0.25]]},"
+                          "\"s\":{\"dtype\":\"F8_E8M0\",\"shape\":[2],\"data\":[1,\"NaN\"]}}");
+    free(out);
+    ck_assert_int_eq(tfp_doc_add(doc, "q", TFP_F4, 1, two, &f4, 1, &err), TFP_OK);
+    out = NULL;
+    size_t len;
+    ck_assert_int_eq(tfp_jsonview_render(doc, 100, &out, &len, &err), TFP_ENOTACCEPT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "packed F4"));
+    ck_assert_ptr_null(out);
+    tfp_doc_free(doc);
 }
 END_TEST
 
@@ -197,6 +245,7 @@ Suite *suite_jsonview(void)
     tcase_add_test(tc, jsonview_types);
     tcase_add_test(tc, jsonview_refuses_big);
     tcase_add_test(tc, float_decoders);
+    tcase_add_test(tc, jsonview_complex_and_packed);
     suite_add_tcase(s, tc);
 
     return s;

@@ -575,32 +575,54 @@ START_TEST(st_accept_integral_numbers)
 }
 END_TEST
 
-/* Every dtype through encode and decode. */
+/* Every dtype through encode and decode (8 elements: whole bytes for the packed types too). */
 START_TEST(st_every_dtype)
 {
     for (int d = 0; d < TFP_DTYPE_COUNT; d++) {
-        uint8_t data[3 * 8], *buf;
-        uint64_t sh[1] = { 3 };
-        size_t len, esz = tfp_dtype_size((tfp_dtype_t)d);
+        uint8_t data[8 * 8], *buf;
+        uint64_t sh[1] = { 8 }, nb;
+        size_t len;
         tfp_doc_t *doc = tfp_doc_new(), *back = NULL;
         char want[64];
         tfp_err_t err;
 
+        ck_assert_int_eq(tfp_shape_nbytes((tfp_dtype_t)d, 1, sh, &nb, &err), TFP_OK);
+        ck_assert_uint_eq(nb, tfp_dtype_bits((tfp_dtype_t)d));      /* 8 x bits / 8 */
         for (size_t i = 0; i < sizeof data; i++)
             data[i] = (uint8_t)(i * 7 + d);
-        ck_assert_int_eq(tfp_doc_add(doc, "t", (tfp_dtype_t)d, 1, sh, data, 3 * esz, &err),
-                         TFP_OK);
+        ck_assert_int_eq(tfp_doc_add(doc, "t", (tfp_dtype_t)d, 1, sh, data, nb, &err), TFP_OK);
         ck_assert_int_eq(tfp_st_encode(doc, &buf, &len, &err), TFP_OK);
         snprintf(want, sizeof want, "\"dtype\":\"%s\"", tfp_dtype_name((tfp_dtype_t)d));
         ck_assert_ptr_nonnull(memmem(buf, len, want, strlen(want)));
         ck_assert_int_eq(tfp_st_decode(buf, len, NULL, &back, &err), TFP_OK);
         ck_assert_int_eq(back->t[0].dtype, d);
-        ck_assert_uint_eq(back->t[0].nbytes, 3 * esz);
-        ck_assert_int_eq(memcmp(back->t[0].data, data, 3 * esz), 0);
+        ck_assert_uint_eq(back->t[0].nbytes, nb);
+        ck_assert_int_eq(memcmp(back->t[0].data, data, nb), 0);
         tfp_doc_free(back);
         tfp_doc_free(doc);
         free(buf);
     }
+}
+END_TEST
+
+/* The packed types (as the reference reader sizes them: F4 [2] is 1 byte, F6 [4] 3 bytes),
+ * the newer 8-bit floats and C64; elements that do not fill whole bytes are refused. */
+START_TEST(st_packed_and_new_dtypes)
+{
+    tfp_doc_t *doc = ACCEPT("{" ENTRY("a", "F4", "[2]", 0, 1) "," ENTRY("b", "F6_E2M3", "[4]", 1, 4)
+                            "," ENTRY("c", "F6_E3M2", "[4]", 4, 7) "," ENTRY("d", "C64", "[2]", 7, 23)
+                            "," ENTRY("e", "F8_E8M0", "[4]", 23, 27)
+                            "," ENTRY("f", "F8_E4M3FNUZ", "[4]", 27, 31)
+                            "," ENTRY("g", "F8_E5M2FNUZ", "[4]", 31, 35) "}", 35, NULL);
+
+    ck_assert_uint_eq(doc->n, 7);
+    ck_assert_int_eq(doc->t[0].dtype, TFP_F4);
+    ck_assert_uint_eq(doc->t[0].nbytes, 1);
+    ck_assert_int_eq(doc->t[3].dtype, TFP_C64);
+    ck_assert_uint_eq(doc->t[3].nbytes, 16);
+    tfp_doc_free(doc);
+    REJECT("{" ENTRY("a", "F4", "[3]", 0, 2) "}", 2, TFP_EINVAL,
+           "tensor 'a': F4 x [3]: 3 elements of F4 (4 bits each) do not fill whole bytes");
 }
 END_TEST
 
@@ -792,6 +814,10 @@ START_TEST(st_random_round_trips)
 
             for (int d = 0; d < rank; d++)
                 sh[d] = rndn(7) == 0 ? 0 : 1 + rndn(4);
+            if (tfp_dtype_bits(dt) % 8 != 0) {      /* packed: whole bytes only */
+                rank = rank ? rank : 1;
+                sh[0] = 8 * rndn(3);
+            }
             ck_assert_int_eq(tfp_shape_nbytes(dt, rank, sh, &nbytes, &err), TFP_OK);
             store[i] = malloc(nbytes + 1);
             for (uint64_t b = 0; b < nbytes; b++)
@@ -925,6 +951,7 @@ Suite *suite_safetensors(void)
     tcase_add_test(tc, st_accept_metadata_and_names);
     tcase_add_test(tc, st_accept_integral_numbers);
     tcase_add_test(tc, st_every_dtype);
+    tcase_add_test(tc, st_packed_and_new_dtypes);
     tcase_add_test(tc, st_encode_layout);
     tcase_add_test(tc, st_encode_empty);
     tcase_add_test(tc, st_random_round_trips);
