@@ -42,14 +42,20 @@ static void make_rid_prefix(char out[17])
         snprintf(out + 2 * i, 3, "%02x", r[i]);
 }
 
-/* TFETCH_TRANSPORT=auto|http|ucx; anything else (or nothing): auto. */
-static tf_transport_t transport_from_env(void)
+/* TFETCH_TRANSPORT=auto|http|ucx, or unset/empty: auto. Anything else is refused, not
+ * guessed at: why goes in bad, and the client's requests fail with it until the program
+ * sets a policy itself (tf_client_set_transport). */
+static tf_transport_t transport_from_env(char *bad, size_t badlen)
 {
     const char *v = getenv("TFETCH_TRANSPORT");
-    if (v && strcasecmp(v, "http") == 0)
+    bad[0] = '\0';
+    if (!v || !*v || strcasecmp(v, "auto") == 0)
+        return TF_TRANSPORT_AUTO;
+    if (strcasecmp(v, "http") == 0)
         return TF_TRANSPORT_HTTP;
-    if (v && strcasecmp(v, "ucx") == 0)
+    if (strcasecmp(v, "ucx") == 0)
         return TF_TRANSPORT_UCX;
+    snprintf(bad, badlen, "TFETCH_TRANSPORT='%.32s' is not auto, http or ucx", v);
     return TF_TRANSPORT_AUTO;
 }
 
@@ -76,7 +82,7 @@ tf_status_t tf_client_new(tf_client_t **out)
         snprintf(c->up_dead, sizeof(c->up_dead), "this libtfetch was built without UCX");
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     c->format = TF_FORMAT_SAFETENSORS;
-    c->transport = transport_from_env();
+    c->transport = transport_from_env(c->env_bad, sizeof(c->env_bad));
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     *out = c;
@@ -191,6 +197,7 @@ tf_status_t tf_client_set_transport(tf_client_t *c, tf_transport_t transport)
     if (!c || !tfi_transport_valid(transport))
         return TF_EINVAL;
     c->transport = transport;
+    c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
     return TF_OK;
 }
 

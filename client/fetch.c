@@ -104,6 +104,8 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
         return tfi_rfail(res, TF_EINVAL, "unknown format %d", (int)format);
     if (!tfi_transport_valid(policy))
         return tfi_rfail(res, TF_EINVAL, "unknown transport %d", (int)policy);
+    if (c->env_bad[0] && rq->transport == TF_TRANSPORT_DEFAULT)
+        return tfi_rfail(res, TF_EINVAL, "%s", c->env_bad);
     if (rq->request_id && (!tfp_request_id_valid(rq->request_id) ||
                            strlen(rq->request_id) > TFP_MAX_REQUEST_ID))
         return tfi_rfail(res, TF_EINVAL, "bad request id (expected [A-Za-z0-9._:-]{1,128})");

@@ -138,6 +138,7 @@ struct tf_client {
     tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
     size_t npending;                /* started and not completed (over either transport) */
     tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
+    char env_bad[96];               /* TFETCH_TRANSPORT held no policy: why; "" if fine */
     origin_t *origins;
     int want_upgrades;              /* some origin has want_upgrade set */
     tfp_up_host_t host;             /* this host's identity, read once */

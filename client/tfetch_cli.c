@@ -1046,6 +1046,13 @@ static int check_command(const char *cmd, char **args, int nargs, const opts_t *
     return -1;
 }
 
+/* auto, http or ucx, in any case (as the library reads TFETCH_TRANSPORT). */
+static int is_policy(const char *v)
+{
+    return strcasecmp(v, "auto") == 0 || strcasecmp(v, "http") == 0 ||
+           strcasecmp(v, "ucx") == 0;
+}
+
 /* Sets the client up from the options; returns -1 to continue, or an exit code. */
 static int configure(tf_client_t *c, const opts_t *o, int one_request)
 {
@@ -1060,6 +1067,9 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
         return usage_error("bad --parallel %ld", o->parallel);
     if (o->format && is(o->format, "shumai"))
         tf_client_set_format(c, TF_FORMAT_SHUMAI);
+    const char *env = getenv("TFETCH_TRANSPORT");
+    if (!o->transport && env && *env && !is_policy(env))
+        return usage_error("TFETCH_TRANSPORT='%s' is not auto, http or ucx", env);
     if (o->transport)
         tf_client_set_transport(c, is(o->transport, "ucx")    ? TF_TRANSPORT_UCX
                                    : is(o->transport, "http") ? TF_TRANSPORT_HTTP

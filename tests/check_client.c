@@ -410,6 +410,9 @@ START_TEST(dtype_names)
         {TF_F8_E4M3, "F8_E4M3", 1}, {TF_F8_E5M2, "F8_E5M2", 1}, {TF_I64, "I64", 8},
         {TF_I32, "I32", 4}, {TF_I16, "I16", 2}, {TF_I8, "I8", 1}, {TF_U64, "U64", 8},
         {TF_U32, "U32", 4}, {TF_U16, "U16", 2}, {TF_U8, "U8", 1}, {TF_BOOL, "BOOL", 1},
+        {TF_F8_E8M0, "F8_E8M0", 1}, {TF_F4, "F4", 0}, {TF_F6_E2M3, "F6_E2M3", 0},
+        {TF_F6_E3M2, "F6_E3M2", 0}, {TF_F8_E4M3FNUZ, "F8_E4M3FNUZ", 1},
+        {TF_F8_E5M2FNUZ, "F8_E5M2FNUZ", 1}, {TF_C64, "C64", 8},
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         tf_dtype_t back;
@@ -567,6 +570,30 @@ START_TEST(client_connection_refused)
     ck_assert_ptr_null(json);
     tf_doc_free(in);
     tf_client_free(c);
+}
+END_TEST
+
+/* A TFETCH_TRANSPORT that names no policy is refused, not read as auto: every request fails
+ * saying so until the program sets a policy itself. */
+START_TEST(client_bad_transport_env_is_refused)
+{
+    tf_client_t *c;
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", td_closed_port());
+    setenv("TFETCH_TRANSPORT", "bogus", 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "TFETCH_TRANSPORT='bogus'"));
+    ck_assert_int_eq(tf_delete(c, url), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_HTTP), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);   /* now it goes out */
+    tf_client_free(c);
+    setenv("TFETCH_TRANSPORT", "HTTP", 1);                  /* case does not matter */
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
+    tf_client_free(c);
+    unsetenv("TFETCH_TRANSPORT");
 }
 END_TEST
 
@@ -1330,6 +1357,7 @@ Suite *suite_client(void)
     tcase_add_test(offline, client_user_and_request_ids);
     tcase_add_test(offline, client_connection_refused);
     tcase_add_test(offline, client_timeout);
+    tcase_add_test(offline, client_bad_transport_env_is_refused);
     tcase_set_timeout(offline, 30);
     suite_add_tcase(s, offline);
 

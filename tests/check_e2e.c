@@ -516,6 +516,9 @@ START_TEST(cli_put_get_ls_rm_and_exit_codes)
     ck_assert_msg(strstr(out, "TF_EBADREQ") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s frobnicate %s 2>/dev/null", cli(), D.base);
     ck_assert_int_eq(td_run(cmd, NULL, 0), 1);
+    snprintf(cmd, sizeof cmd, "TFETCH_TRANSPORT=bogus %s ls %s 2>&1", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 1);          /* refused, not read as auto */
+    ck_assert_msg(strstr(out, "TFETCH_TRANSPORT='bogus' is not auto, http or ucx") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "printf junk | %s -q put %s/v1/tensors/j 2>/dev/null", cli(), D.base);
     ck_assert_int_eq(td_run(cmd, NULL, 0), 1);
     stop_clean();
