@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define NSTATUS 600
 #define NCODES 64
@@ -92,6 +95,76 @@ static void outf(out_t *o, const char *fmt, ...)
         o->buf = nb;
         o->cap = ncap;
     }
+}
+
+/* What was built, and the process as Prometheus' client libraries name it (process_*), read
+ * from /proc at scrape time: a dashboard sees restarts, CPU, memory and descriptors without a
+ * node exporter. A value /proc does not give is left out rather than reported as 0. */
+static void render_process(out_t *o)
+{
+#ifdef HAVE_UCX
+    const char *ucx = "yes";
+#else
+    const char *ucx = "no";
+#endif
+#ifdef HAVE_SYSTEMD
+    const char *sd = "yes";
+#else
+    const char *sd = "no";
+#endif
+    outf(o, "# HELP tfetch_build_info The tfetchd build: version and the optional parts.\n"
+            "# TYPE tfetch_build_info gauge\n"
+            "tfetch_build_info{version=\"%s\",ucx=\"%s\",systemd=\"%s\"} 1\n",
+         PACKAGE_VERSION, ucx, sd);
+
+    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    /* After the command's closing parenthesis: field 3 (state) onwards. */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut, st, start, vsize;
+    long long rss;
+    if (p && tick > 0 && page > 0 &&
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+                      "%*d %*d %llu %llu %lld", &ut, &st, &start, &vsize, &rss) == 5) {
+        double boot = 0;
+        FILE *sf = fopen("/proc/stat", "r");
+        char line[256];
+        while (sf && fgets(line, sizeof line, sf))
+            if (sscanf(line, "btime %lf", &boot) == 1)
+                break;
+        if (sf)
+            fclose(sf);
+        outf(o, "# HELP process_cpu_seconds_total User and system CPU time spent.\n"
+                "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.2f\n"
+                "# HELP process_virtual_memory_bytes Virtual memory size.\n"
+                "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n"
+                "# HELP process_resident_memory_bytes Resident memory size.\n"
+                "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n",
+             (double)(ut + st) / (double)tick, vsize, rss * (long long)page);
+        if (boot > 0)
+            outf(o, "# HELP process_start_time_seconds Start time since the epoch.\n"
+                    "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+                 boot + (double)start / (double)tick);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        unsigned long fds = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            fds += e->d_name[0] != '.';
+        closedir(d);
+        outf(o, "# HELP process_open_fds Open file descriptors.\n"
+                "# TYPE process_open_fds gauge\nprocess_open_fds %lu\n", fds - 1);  /* d's own */
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        outf(o, "# HELP process_max_fds The limit on open file descriptors.\n"
+                "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+             (unsigned long long)rl.rlim_cur);
 }
 
 char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
@@ -204,6 +277,7 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->stored_count, (unsigned long long)g->stored_bytes,
          (unsigned long long)g->store_reserved, (unsigned long long)g->store_max, g->inflight,
          g->waiters);
+    render_process(&o);
     if (o.failed) {
         free(o.buf);
         return NULL;

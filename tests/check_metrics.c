@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
 
 START_TEST(metrics_render)
 {
@@ -36,11 +39,51 @@ START_TEST(metrics_render)
 }
 END_TEST
 
+/* Reads one sample's value from the exposition text; -1 if absent. */
+static double sample(const char *t, const char *name)
+{
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(t, key);
+    return p ? strtod(p + strlen(key), NULL) : -1;
+}
+
+/* build_info and the process_* family, read from /proc at render time: this process's own
+ * values, so they can be checked against what the test sees itself. */
+START_TEST(metrics_build_and_process)
+{
+    tfd_metrics_t *m = tfd_metrics_new();
+    tfd_gauges_t g = {0};
+    size_t len;
+    char *t = tfd_metrics_render(m, &g, &len);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_nonnull(strstr(t, "\ntfetch_build_info{version=\"" PACKAGE_VERSION "\",ucx=\""));
+    ck_assert_ptr_nonnull(strstr(t, "# TYPE process_cpu_seconds_total counter\n"));
+    double rss = sample(t, "process_resident_memory_bytes");
+    ck_assert_msg(rss > 1e5 && rss < 1e11, "rss %g", rss);
+    ck_assert(sample(t, "process_virtual_memory_bytes") >= rss);
+    double start = sample(t, "process_start_time_seconds"), now = (double)time(NULL);
+    ck_assert_msg(start > now - 3600 && start <= now + 1, "start %f now %f", start, now);
+    /* Open one more descriptor: the count follows. */
+    double fds = sample(t, "process_open_fds");
+    ck_assert(fds >= 3);
+    free(t);
+    int fd = open("/dev/null", O_RDONLY);
+    t = tfd_metrics_render(m, &g, &len);
+    ck_assert(sample(t, "process_open_fds") == fds + 1);
+    ck_assert(sample(t, "process_max_fds") >= fds + 1);
+    close(fd);
+    free(t);
+    tfd_metrics_free(m);
+}
+END_TEST
+
 Suite *suite_metrics(void)
 {
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("metrics");
     tcase_add_test(tc, metrics_render);
+    tcase_add_test(tc, metrics_build_and_process);
     suite_add_tcase(s, tc);
     return s;
 }
