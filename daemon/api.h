@@ -39,6 +39,7 @@ typedef struct {
     tfd_workers_t *workers;                 /* worker processes */
     struct tfd_upgrade *upgrade;            /* the UCX side and its tokens */
     /* Fills the gauges only the server knows (requests in flight, body memory held). */
+    atomic_int *draining;                   /* 1 once SIGTERM began the drain (/readyz) */
     void (*gauges)(void *arg, tfd_gauges_t *g);
     void *gauges_arg;
 } tfd_api_t;
@@ -105,6 +106,7 @@ void api_serve_blob(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b);
 /* Handlers, run by the endpoint table (router.c). begin_* run once the body is accepted
  * (before it arrives), handle_* when it is complete, finish_* when the request is over. */
 void api_handle_health(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_ready(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_info(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_upgrade(tfx_req_t *r, tfd_ctx_t *c);

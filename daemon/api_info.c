@@ -1,5 +1,5 @@
 /* api_info.c - the endpoints about the server itself: GET /healthz, GET /metrics (the
- * Prometheus text), GET /v1/info (what this tfetchd is and allows) and POST /v1/upgrade
+ * Prometheus text), GET /readyz, GET /v1/info (what this tfetchd is and allows) and POST /v1/upgrade
  * (handed to daemon/upgrade.c).
  *
  * Threads: the transports' threads; see api.h.
@@ -14,6 +14,18 @@ void api_handle_health(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)c;
     tfx_respond(r, 200, "text/plain", "ok\n", 3, NULL, NULL);
+}
+
+/* Ready: listening, and not draining (SIGTERM turns this to 503 first: with drain-grace, for
+ * that long while every other request is still served, so a load balancer stops sending new
+ * work before the listener closes). */
+void api_handle_ready(tfx_req_t *r, tfd_ctx_t *c)
+{
+    if (c->api->draining && atomic_load(c->api->draining)) {
+        api_fail(r, c, TFP_EBUSY, "draining: tfetchd is shutting down");
+        return;
+    }
+    tfx_respond(r, 200, "text/plain", "ready\n", 6, NULL, NULL);
 }
 
 void api_handle_upgrade(tfx_req_t *r, tfd_ctx_t *c)

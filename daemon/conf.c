@@ -46,6 +46,7 @@ static const opt_t opts[] = {
     {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 60000)"},
     {"max-waiters", K_UINT, F(max_waiters), "N", "long-polling GETs at once, else 503 (default 4096)"},
     {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers (default 30)"},
+    {"drain-grace", K_UINT, F(drain_grace), "SEC", "after SIGTERM, /readyz answers 503 this long while all else is served, then the drain starts (default 0)"},
     {"body-memory", K_SIZE, F(body_memory), "SIZE", "request bodies held outside the store (calls), else 503 (default 2G)"},
     {"min-upload-rate", K_SIZE, F(min_upload_rate), "SIZE", "bytes/s an upload must average after 10 s, else it is cut off; 0: none (default 16K)"},
     {"session-ttl", K_UINT, F(session_ttl), "SEC", "seconds a user session lives unused (default 600)"},

@@ -38,6 +38,7 @@ typedef struct {
     uint64_t max_wait_ms;           /* cap on ?wait= */
     unsigned max_waiters;           /* long-polls suspended at once */
     unsigned drain_timeout;         /* seconds SIGTERM waits for transfers */
+    unsigned drain_grace;           /* seconds /readyz says 503 before the drain begins */
     uint64_t body_memory;           /* request bodies held outside the store */
     uint64_t min_upload_rate;       /* bytes/s an upload must average after 10 s */
     unsigned session_ttl;           /* seconds a session lives unused */

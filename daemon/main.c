@@ -92,8 +92,11 @@ int main(int argc, char **argv)
         }
     }
 
-    tfd_log(LOG_NOTICE, "stopping: no new connections; finishing transfers in flight (up to "
-            "%u s)", cfg.drain_timeout);
+    if (cfg.drain_grace)
+        tfd_log(LOG_NOTICE, "stopping: /readyz now answers 503; serving for %u s more "
+                "(drain-grace) before the drain", cfg.drain_grace);
+    tfd_log(LOG_NOTICE, "stopping: no new connections%s; finishing transfers in flight (up to "
+            "%u s)", cfg.drain_grace ? " after the grace period" : "", cfg.drain_timeout);
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
     watchdog_on = wd_usec != 0;
     unsigned left = tfd_server_drain(srv, cfg.drain_timeout, pet_watchdog);

@@ -22,6 +22,7 @@
     X(LIST, "list")                   \
     X(INFO, "info")                   \
     X(HEALTH, "healthz")              \
+    X(READY, "readyz")                \
     X(METRICS, "metrics")             \
     X(CALL, "call")                   \
     X(SESSION, "session")             \

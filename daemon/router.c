@@ -75,6 +75,7 @@ static void handle_none(tfx_req_t *r, tfd_ctx_t *c)
 static const struct tfd_endpoint_spec endpoints[TFP_OP_COUNT] = {
     [TFP_OP_NONE] = {TFD_EP_OTHER, 0, 0, NULL, handle_none, NULL},
     [TFP_OP_HEALTH] = {TFD_EP_HEALTH, 0, 0, NULL, api_handle_health, NULL},
+    [TFP_OP_READY] = {TFD_EP_READY, 0, 0, NULL, api_handle_ready, NULL},
     [TFP_OP_METRICS] = {TFD_EP_METRICS, 0, 0, NULL, api_handle_metrics, NULL},
     [TFP_OP_INFO] = {TFD_EP_INFO, 0, 0, NULL, api_handle_info, NULL},
     [TFP_OP_TENSOR_LIST] = {TFD_EP_LIST, 0, 0, NULL, api_handle_list, NULL},

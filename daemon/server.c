@@ -36,6 +36,7 @@ struct tfd_server {
     tfd_router_t *router;
     tfd_upgrade_t *upgrade;                 /* the UCX transport and its tokens */
     tfx_http_t *http;
+    atomic_int draining;                    /* /readyz: 503 from the first moment of drain */
 };
 
 /* The gauges only the server knows, for /metrics. */
@@ -96,6 +97,7 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         .sessions = s->sessions,
         .replay = s->replay,
         .workers = s->workers,
+        .draining = &s->draining,
         .gauges = gauges,
         .gauges_arg = s,
     };
@@ -154,6 +156,16 @@ void tfd_server_tick(tfd_server_t *s)
 
 unsigned tfd_server_drain(tfd_server_t *s, unsigned timeout_s, void (*tick)(void))
 {
+    /* Not ready from now on; with a grace period, keep serving everything else meanwhile so
+     * a balancer that polls /readyz moves new work elsewhere before the listener closes. */
+    atomic_store(&s->draining, 1);
+    for (uint64_t until = tfx_now_ms() + (uint64_t)s->cfg.drain_grace * 1000u;
+         tfx_now_ms() < until;) {
+        if (tick)
+            tick();
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     tfx_http_quiesce(s->http);
     tfd_upgrade_quiesce(s->upgrade);
     tfd_waiters_shutdown(s->waiters);

@@ -86,6 +86,8 @@ static tfp_path_t classify_path(const char *path, tfp_path_info_t *o)
     const char *rest;
     if (strcmp(path, "/healthz") == 0)
         return TFP_PATH_HEALTHZ;
+    if (strcmp(path, "/readyz") == 0)
+        return TFP_PATH_READYZ;
     if (strcmp(path, "/metrics") == 0)
         return TFP_PATH_METRICS;
     if (strcmp(path, "/v1/info") == 0)
@@ -156,6 +158,7 @@ static tfp_op_kind_t kind_of(tfp_path_t p, const tfp_http_req_t *in)
 {
     switch (p) {
     case TFP_PATH_HEALTHZ: return TFP_OP_HEALTH;
+    case TFP_PATH_READYZ: return TFP_OP_READY;
     case TFP_PATH_METRICS: return TFP_OP_METRICS;
     case TFP_PATH_INFO: return TFP_OP_INFO;
     case TFP_PATH_TENSORS: return TFP_OP_TENSOR_LIST;
@@ -182,6 +185,7 @@ static const char *allowed(tfp_path_t p, tfp_op_kind_t k)
 {
     switch (p) {
     case TFP_PATH_HEALTHZ:
+    case TFP_PATH_READYZ:
     case TFP_PATH_METRICS:
     case TFP_PATH_INFO:
     case TFP_PATH_TENSORS: return "GET,HEAD";

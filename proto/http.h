@@ -21,6 +21,7 @@ tfp_media_t tfp_accept_pick(const char *accept);
 typedef enum {
     TFP_PATH_UNKNOWN = 0,
     TFP_PATH_HEALTHZ,               /* /healthz */
+    TFP_PATH_READYZ,                /* /readyz */
     TFP_PATH_METRICS,               /* /metrics */
     TFP_PATH_INFO,                  /* /v1/info */
     TFP_PATH_TENSORS,               /* /v1/tensors or /v1/tensors/ */

@@ -46,7 +46,8 @@ typedef enum {
     X(WORKER_REPLY, "worker_reply")         /* POST /v1/workers/NAME/calls/SUB */    \
     X(UPGRADE, "upgrade")                   /* POST /v1/upgrade */                   \
     X(SHUMAI_GET, "shumai_get")             /* Shumai's GET /NAME */                 \
-    X(SHUMAI_CALL, "shumai_call")           /* Shumai's POST /NAME */
+    X(SHUMAI_CALL, "shumai_call")           /* Shumai's POST /NAME */            \
+    X(READY, "ready")                       /* GET /readyz */
 
 typedef enum {
 #define X(n, s) TFP_OP_##n,

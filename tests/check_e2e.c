@@ -466,6 +466,27 @@ START_TEST(sigterm_finishes_inflight_transfer)
 }
 END_TEST
 
+/* /readyz is 200 while serving and 503 from the moment SIGTERM arrives; with drain-grace
+ * every other request is still served meanwhile (a new connection works), then it exits. */
+START_TEST(readyz_turns_503_on_sigterm_during_grace)
+{
+    const char *args[] = {"--drain-grace", "3", NULL};
+    start(args);
+    ck_assert_int_eq(curl("", "/readyz"), 200);
+    ck_assert_str_eq(out, "ready\n");
+    ck_assert_int_eq(curl("", "/healthz"), 200);
+    kill(D.pid, SIGTERM);
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(curl("", "/readyz"), 503);
+    ck_assert_msg(strstr(out, "\"code\":\"TF_EBUSY\"") && strstr(out, "draining"), "%s", out);
+    ck_assert_int_eq(curl("", "/healthz"), 200);             /* alive, still serving */
+    ck_assert_int_eq(curl("-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 1' --data-binary a",
+                          "/v1/tensors/late"), 201);
+    stop_clean();
+}
+END_TEST
+
 /* ---- the tfetch CLI -------------------------------------------------------------------- */
 
 static const char *cli(void)
@@ -1103,6 +1124,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, lib_long_poll);
     tcase_add_test(tc, lib_long_poll_answered_on_shutdown);
     tcase_add_test(tc, sigterm_finishes_inflight_transfer);
+    tcase_add_test(tc, readyz_turns_503_on_sigterm_during_grace);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
     tcase_add_test(tc, lib_multi_tensor_doc_formats);
     suite_add_tcase(s, tc);

@@ -24,6 +24,7 @@ START_TEST(http_media_and_paths)
 
     tfp_path_info_t pi;
     ck_assert_int_eq(tfp_path_parse("/healthz", &pi), TFP_PATH_HEALTHZ);
+    ck_assert_int_eq(tfp_path_parse("/readyz", &pi), TFP_PATH_READYZ);
     ck_assert_int_eq(tfp_path_parse("/metrics", &pi), TFP_PATH_METRICS);
     ck_assert_int_eq(tfp_path_parse("/v1/info", &pi), TFP_PATH_INFO);
     ck_assert_int_eq(tfp_path_parse("/v1/tensors", &pi), TFP_PATH_TENSORS);

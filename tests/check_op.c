@@ -61,6 +61,7 @@ START_TEST(op_kinds)
     } cases[] = {
         {"GET", "/healthz", TFP_OP_HEALTH, "", ""},
         {"HEAD", "/healthz", TFP_OP_HEALTH, "", ""},
+        {"GET", "/readyz", TFP_OP_READY, "", ""},
         {"GET", "/metrics", TFP_OP_METRICS, "", ""},
         {"GET", "/v1/info", TFP_OP_INFO, "", ""},
         {"GET", "/v1/tensors", TFP_OP_TENSOR_LIST, "", ""},
@@ -129,6 +130,7 @@ START_TEST(op_methods)
         const char *allow;
     } cases[] = {
         {"POST", "/healthz", TFP_OP_HEALTH, "GET,HEAD"},
+        {"PUT", "/readyz", TFP_OP_READY, "GET,HEAD"},
         {"PUT", "/metrics", TFP_OP_METRICS, "GET,HEAD"},
         {"DELETE", "/v1/info", TFP_OP_INFO, "GET,HEAD"},
         {"POST", "/v1/tensors", TFP_OP_TENSOR_LIST, "GET,HEAD"},
