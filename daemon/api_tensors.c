@@ -11,6 +11,7 @@
 #include "proto/jsonview.h"
 #include "proto/raw.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Answers with doc in the form Accept asks for when that is not safetensors: JSON, or one
@@ -170,9 +171,30 @@ void api_handle_delete(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);
 }
 
+/* One page of the listing being written: the query, and how far it got. */
+typedef struct {
+    tfp_jw_t *w;
+    const tfp_op_t *op;
+    uint64_t n;
+    char last[TFP_MAX_TENSOR_NAME + 1];     /* the last name written */
+    int more;                       /* a matching name came after the page was full */
+} list_page_t;
+
 static void list_one(const char *name, const tfd_blob_t *b, void *arg)
 {
-    tfp_jw_t *w = arg;
+    list_page_t *pg = arg;
+    tfp_jw_t *w = pg->w;
+    size_t plen = strlen(pg->op->list.prefix);
+
+    if (pg->more || strncmp(name, pg->op->list.prefix, plen) != 0 ||
+        (pg->op->list.after[0] && strcmp(name, pg->op->list.after) <= 0))
+        return;
+    if (pg->op->list.limit && pg->n == pg->op->list.limit) {
+        pg->more = 1;
+        return;
+    }
+    pg->n++;
+    snprintf(pg->last, sizeof pg->last, "%s", name);
     tfp_jw_obj_begin(w);
     tfp_jw_key(w, "name");
     tfp_jw_str(w, name);
@@ -205,8 +227,13 @@ void api_handle_list(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_obj_begin(&w);
     tfp_jw_key(&w, "tensors");
     tfp_jw_arr_begin(&w);
-    tfd_store_each(c->api->store, list_one, &w);
+    list_page_t pg = {.w = &w, .op = c->op};
+    tfd_store_each(c->api->store, list_one, &pg);
     tfp_jw_arr_end(&w);
+    if (pg.more) {                  /* the page is full: "next" is the after= of the next one */
+        tfp_jw_key(&w, "next");
+        tfp_jw_str(&w, pg.last);
+    }
     tfp_jw_obj_end(&w);
     api_respond_json(r, c, &w);
 }

@@ -6,6 +6,7 @@
 #include "proto/ids.h"
 #include "proto/raw.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -226,6 +227,35 @@ static tfp_status_t take_ids(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_
     return TFP_OK;
 }
 
+/* A name's characters, up to a name's length; empty allowed (a prefix of every name). */
+static int name_chars(const char *s)
+{
+    size_t n = strlen(s);
+    if (n > TFP_MAX_TENSOR_NAME)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+            return 0;
+    return 1;
+}
+
+/* GET /v1/tensors?prefix=P&after=NAME&limit=N: a page of the listing. */
+static tfp_status_t take_list(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
+{
+    if (in->prefix && !name_chars(in->prefix))
+        return tfp_op_fail(e, TFP_EBADREQ, "prefix must be name characters [A-Za-z0-9._-], "
+                           "at most 255");
+    if (in->after && !name_chars(in->after))
+        return tfp_op_fail(e, TFP_EBADREQ, "after must be a name [A-Za-z0-9._-]{0,255}");
+    if (in->limit && (tfp_parse_u64(in->limit, 1000000, &op->list.limit) != 0 ||
+                      op->list.limit == 0))
+        return tfp_op_fail(e, TFP_EBADREQ, "limit must be a number from 1 to 1000000, got "
+                           "'%.32s'", in->limit);
+    snprintf(op->list.prefix, sizeof op->list.prefix, "%s", in->prefix ? in->prefix : "");
+    snprintf(op->list.after, sizeof op->list.after, "%s", in->after ? in->after : "");
+    return TFP_OK;
+}
+
 static tfp_status_t take_wait(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
 {
     if (in->wait && tfp_parse_u64(in->wait, UINT64_MAX / 2, &op->wait_ms) != 0)
@@ -321,6 +351,8 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
     memcpy(op->sub, pi.sub, sizeof op->sub);
     if ((op->kind == TFP_OP_TENSOR_GET || op->kind == TFP_OP_WORKER_POLL) &&
         (st = take_wait(in, op, e)) != TFP_OK)
+        return st;
+    if (op->kind == TFP_OP_TENSOR_LIST && (st = take_list(in, op, e)) != TFP_OK)
         return st;
     return take_body(in, op, e);
 }

@@ -93,6 +93,11 @@ typedef struct {
     uint64_t wait_ms;               /* TENSOR_GET, WORKER_POLL: how long to wait, uncapped */
     tfp_op_body_t body;
     tfp_media_t accept;             /* the answer's form (HTTP: Accept); NONE: the default */
+    struct {                        /* TENSOR_LIST: which names, in name order */
+        char prefix[TFP_MAX_TENSOR_NAME + 1];   /* only names starting so; "" all */
+        char after[TFP_MAX_TENSOR_NAME + 1];    /* only names after this one; "" from the start */
+        uint64_t limit;                         /* at most this many; 0 no limit */
+    } list;
 } tfp_op_t;
 
 #define TFP_OP_MAX_MSG 512

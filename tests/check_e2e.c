@@ -466,6 +466,36 @@ START_TEST(sigterm_finishes_inflight_transfer)
 }
 END_TEST
 
+/* GET /v1/tensors pages: prefix, after, limit, and "next" when a page is full. */
+START_TEST(curl_list_prefix_and_pages)
+{
+    start(NULL);
+    const char *names[] = {"a1", "a2", "b1"};
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/tensors/%s", names[i]);
+        ck_assert_int_eq(curl("-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 1' --data-binary x",
+                              path), 201);
+    }
+    ck_assert_int_eq(curl("", "/v1/tensors?prefix=a"), 200);
+    ck_assert_msg(strstr(out, "\"a1\"") && strstr(out, "\"a2\"") && !strstr(out, "\"b1\"") &&
+                  !strstr(out, "\"next\""), "%s", out);
+    ck_assert_int_eq(curl("", "/v1/tensors?limit=1"), 200);
+    ck_assert_msg(strstr(out, "\"a1\"") && !strstr(out, "\"a2\"") &&
+                  strstr(out, "\"next\":\"a1\""), "%s", out);
+    ck_assert_int_eq(curl("", "/v1/tensors?limit=1&after=a1"), 200);
+    ck_assert_msg(strstr(out, "\"a2\"") && strstr(out, "\"next\":\"a2\""), "%s", out);
+    ck_assert_int_eq(curl("", "/v1/tensors?limit=5&after=a2"), 200);    /* the last page */
+    ck_assert_msg(strstr(out, "\"b1\"") && !strstr(out, "\"a2\"") && !strstr(out, "\"next\""),
+                  "%s", out);
+    ck_assert_int_eq(curl("", "/v1/tensors?prefix=a&after=a2"), 200);
+    ck_assert_str_eq(out, "{\"tensors\":[]}");
+    ck_assert_int_eq(curl("", "/v1/tensors?limit=0"), 400);
+    ck_assert_int_eq(curl("", "/v1/tensors?prefix=%2F"), 400);
+    stop_clean();
+}
+END_TEST
+
 /* /readyz is 200 while serving and 503 from the moment SIGTERM arrives; with drain-grace
  * every other request is still served meanwhile (a new connection works), then it exits. */
 START_TEST(readyz_turns_503_on_sigterm_during_grace)
@@ -1125,6 +1155,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, lib_long_poll_answered_on_shutdown);
     tcase_add_test(tc, sigterm_finishes_inflight_transfer);
     tcase_add_test(tc, readyz_turns_503_on_sigterm_during_grace);
+    tcase_add_test(tc, curl_list_prefix_and_pages);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
     tcase_add_test(tc, lib_multi_tensor_doc_formats);
     suite_add_tcase(s, tc);

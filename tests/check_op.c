@@ -232,6 +232,35 @@ START_TEST(op_wait)
 }
 END_TEST
 
+/* GET /v1/tensors?prefix=&after=&limit=: a page of the listing. */
+START_TEST(op_list_page)
+{
+    tfp_op_t op;
+    tfp_op_err_t e;
+    tfp_http_req_t in = req("GET", "/v1/tensors");
+    PARSES(&in, TFP_OK, TFP_OP_TENSOR_LIST, NULL);
+    ck_assert_str_eq(op.list.prefix, "");
+    ck_assert_uint_eq(op.list.limit, 0);
+    in.prefix = "layer.1";
+    in.after = "layer.10.w";
+    in.limit = "50";
+    PARSES(&in, TFP_OK, TFP_OP_TENSOR_LIST, NULL);
+    ck_assert_str_eq(op.list.prefix, "layer.1");
+    ck_assert_str_eq(op.list.after, "layer.10.w");
+    ck_assert_uint_eq(op.list.limit, 50);
+    in.limit = "0";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_TENSOR_LIST, "limit must be a number from 1 to 1000000, got '0'");
+    in.limit = "1000001";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_TENSOR_LIST, NULL);
+    in.limit = NULL;
+    in.prefix = "a/b";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_TENSOR_LIST, "prefix must be name characters [A-Za-z0-9._-], at most 255");
+    in.prefix = "";                 /* empty: every name */
+    in.after = "x\001";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_TENSOR_LIST, "after must be a name [A-Za-z0-9._-]{0,255}");
+}
+END_TEST
+
 START_TEST(op_accept)
 {
     tfp_op_t op;
@@ -446,6 +475,7 @@ Suite *suite_op(void)
     tcase_add_test(tc, op_methods);
     tcase_add_test(tc, op_ids);
     tcase_add_test(tc, op_wait);
+    tcase_add_test(tc, op_list_page);
     tcase_add_test(tc, op_accept);
     tcase_add_test(tc, op_doc_bodies);
     tcase_add_test(tc, op_raw_bodies);
