@@ -41,12 +41,43 @@ tfp_media_t tfp_media_parse(const char *ct)
     return classify(ct, strcspn(ct, ";"));
 }
 
+/* The q parameter among an Accept item's parameters (p..end, after the type), in
+ * thousandths: q=0 is 0, q=0.5 is 500; absent or malformed: 1000 (RFC 9110 12.4.2). */
+static unsigned item_q(const char *p, const char *end)
+{
+    while (p < end) {
+        p += strspn(p, "; \t");
+        size_t n = strcspn(p, ";,");
+        if (p + n > end)
+            n = (size_t)(end - p);
+        if (n >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
+            const char *v = p + 2, *ve = p + n;
+            while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            unsigned q = 0, scale = 1000;
+            if (v < ve && (*v == '0' || *v == '1')) {
+                q = (unsigned)(*v++ - '0') * 1000;
+                if (v < ve && *v == '.')
+                    for (v++; v < ve && scale > 1 && *v >= '0' && *v <= '9'; v++)
+                        q += (unsigned)(*v - '0') * (scale /= 10);
+                if (v == ve && q <= 1000)
+                    return q;
+            }
+            return 1000;
+        }
+        p += n;
+    }
+    return 1000;
+}
+
 tfp_media_t tfp_accept_pick(const char *accept)
 {
     if (!accept)
         return TFP_MEDIA_NONE;
     const char *p = accept;
-    int any_listed = 0;
+    int any_listed = 0, st_refused = 0;
+    unsigned best_q = 0;
+    tfp_media_t best = TFP_MEDIA_NONE;
     while (*p) {
         size_t item = strcspn(p, ",");
         size_t type = strcspn(p, ";,");
@@ -54,12 +85,24 @@ tfp_media_t tfp_accept_pick(const char *accept)
         if (m != TFP_MEDIA_NONE)
             any_listed = 1;
         if (m == TFP_MEDIA_SAFETENSORS || m == TFP_MEDIA_OCTET || m == TFP_MEDIA_JSON ||
-            m == TFP_MEDIA_ANY)
-            return m;
+            m == TFP_MEDIA_ANY) {
+            unsigned q = type < item ? item_q(p + type, p + item) : 1000;
+            if (q == 0 && m == TFP_MEDIA_SAFETENSORS)
+                st_refused = 1;
+            if (q > best_q) {           /* ties: the first listed */
+                best_q = q;
+                best = m;
+            }
+        }
         p += item;
         if (*p == ',')
             p++;
     }
+    /* "anything but safetensors": the wildcard must not mean the default, safetensors. */
+    if (best == TFP_MEDIA_ANY && st_refused)
+        best = TFP_MEDIA_JSON;
+    if (best != TFP_MEDIA_NONE)
+        return best;
     return any_listed ? TFP_MEDIA_OTHER : TFP_MEDIA_NONE;
 }
 

@@ -12,9 +12,11 @@
 
 /* The media type of a Content-Type value (parameters ignored, case-insensitive). */
 tfp_media_t tfp_media_parse(const char *content_type);
-/* The first type in an Accept list that tfetchd can produce (safetensors, octet, json, any),
- * in the order listed (q-values are not weighed); TFP_MEDIA_NONE when the header is absent,
- * TFP_MEDIA_OTHER when nothing listed is producible. */
+/* The type in an Accept list that tfetchd can produce (safetensors, octet, json, any) with
+ * the highest q-value, the first listed among equals; q=0 means "not this" (RFC 9110), so a
+ * list whose producible types all have q=0 is TFP_MEDIA_OTHER (406), and a wildcard beside
+ * "safetensors;q=0" means JSON. TFP_MEDIA_NONE when the header is absent, TFP_MEDIA_OTHER
+ * when nothing listed is producible. */
 tfp_media_t tfp_accept_pick(const char *accept);
 
 /* Paths of the API. */

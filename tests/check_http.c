@@ -21,6 +21,18 @@ START_TEST(http_media_and_paths)
     ck_assert_int_eq(tfp_accept_pick("application/octet-stream,application/json"), TFP_MEDIA_OCTET);
     ck_assert_int_eq(tfp_accept_pick("text/html"), TFP_MEDIA_OTHER);
     ck_assert_int_eq(tfp_accept_pick(" , "), TFP_MEDIA_NONE);
+    /* q-values: weighed, and q=0 is "not acceptable" */
+    ck_assert_int_eq(tfp_accept_pick("application/json;q=0"), TFP_MEDIA_OTHER);
+    ck_assert_int_eq(tfp_accept_pick("application/json;q=0.000, text/html"), TFP_MEDIA_OTHER);
+    ck_assert_int_eq(tfp_accept_pick("application/json;q=0.5, application/x-safetensors;q=0.9"),
+                     TFP_MEDIA_SAFETENSORS);
+    ck_assert_int_eq(tfp_accept_pick("application/json; q=1.0, application/octet-stream"),
+                     TFP_MEDIA_JSON);
+    ck_assert_int_eq(tfp_accept_pick("*/*;q=0.1, application/json"), TFP_MEDIA_JSON);
+    ck_assert_int_eq(tfp_accept_pick("application/x-safetensors;q=0, */*"), TFP_MEDIA_JSON);
+    ck_assert_int_eq(tfp_accept_pick("*/*;q=0"), TFP_MEDIA_OTHER);
+    ck_assert_int_eq(tfp_accept_pick("application/json;q=bogus"), TFP_MEDIA_JSON);  /* as q=1 */
+    ck_assert_int_eq(tfp_accept_pick("application/json;charset=utf-8;q=0"), TFP_MEDIA_OTHER);
 
     tfp_path_info_t pi;
     ck_assert_int_eq(tfp_path_parse("/healthz", &pi), TFP_PATH_HEALTHZ);
