@@ -65,22 +65,115 @@ void api_serve_blob(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
         api_respond_blob(r, 200, "application/x-safetensors", b);
 }
 
+/* The versions of ours in an ETag list, for a store condition (other epochs never match). */
+static size_t our_versions(const tfp_etags_t *l, uint64_t epoch, uint64_t *v)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->tag[i].epoch == epoch)
+            v[n++] = l->tag[i].version;
+    return n;
+}
+
+/* The request's If-Match / If-None-Match as a store condition over v[2][TFP_ETAGS_MAX]; NULL
+ * when it has none. */
+static const tfd_store_cond_t *store_cond(const tfd_ctx_t *c, tfd_store_cond_t *cond,
+                                          uint64_t v[2][TFP_ETAGS_MAX])
+{
+    const tfp_etags_t *im = &c->op->cond.if_match, *inm = &c->op->cond.if_none_match;
+    uint64_t epoch = tfd_store_epoch(c->api->store);
+    if (!im->present && !inm->present)
+        return NULL;
+    *cond = (tfd_store_cond_t){.present = im->any, .absent = inm->any};
+    if (im->present && !im->any) {
+        cond->versions = v[0];
+        cond->n = our_versions(im, epoch, v[0]);
+    }
+    if (inm->present && !inm->any) {
+        cond->not_versions = v[1];
+        cond->n_not = our_versions(inm, epoch, v[1]);
+    }
+    return cond;
+}
+
+/* If-None-Match names b's version: a GET answers 304, or with ?wait waits for a new one. */
+static int unchanged(const tfd_ctx_t *c, const tfd_blob_t *b)
+{
+    const tfp_etags_t *inm = &c->op->cond.if_none_match;
+    return inm->present && tfp_etags_match(inm, tfd_store_epoch(c->api->store), b->version);
+}
+
+/* A stored document, answered under the request's conditions: ETag and Accept-Ranges with
+ * the safetensors form; 412 when If-Match fails, 304 when If-None-Match holds, 206 for one
+ * satisfiable Range (If-Range permitting; zero copy, a slice of the blob), 416 otherwise. */
+static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
+{
+    const tfp_op_t *op = c->op;
+    uint64_t epoch = tfd_store_epoch(c->api->store);
+    if (op->accept != TFP_MEDIA_NONE && op->accept != TFP_MEDIA_SAFETENSORS &&
+        op->accept != TFP_MEDIA_ANY) {
+        api_serve_blob(r, c, b);            /* a view: its own representation, no tag */
+        return;
+    }
+    char etag[TFP_ETAG_LEN], cr[80];
+    tfp_etag_format(etag, epoch, b->version);
+    if (op->cond.if_match.present && !tfp_etags_match(&op->cond.if_match, epoch, b->version)) {
+        tfd_blob_unref(b);
+        api_fail(r, c, TFP_EPRECOND, "If-Match does not match the stored version of '%s'",
+                 c->name);
+        return;
+    }
+    tfx_req_add_header(r, "ETag", etag);
+    if (unchanged(c, b)) {
+        tfd_blob_unref(b);
+        tfx_respond(r, 304, NULL, "", 0, NULL, NULL);
+        return;
+    }
+    tfx_req_add_header(r, "Accept-Ranges", "bytes");
+    const tfp_range_t *rg = &op->cond.range;
+    if (rg->kind != TFP_RANGE_NONE &&
+        (!op->cond.if_range.present || tfp_etags_match(&op->cond.if_range, epoch, b->version))) {
+        uint64_t off, len;
+        if (tfp_range_resolve(rg, b->len, &off, &len) != 0) {
+            size_t total = b->len;
+            snprintf(cr, sizeof cr, "bytes */%zu", total);
+            tfx_req_add_header(r, "Content-Range", cr);
+            tfd_blob_unref(b);
+            api_fail(r, c, TFP_ERANGE, "the range is outside the %zu-byte document", total);
+            return;
+        }
+        snprintf(cr, sizeof cr, "bytes %llu-%llu/%zu", (unsigned long long)off,
+                 (unsigned long long)(off + len - 1), b->len);
+        tfx_req_add_header(r, "Content-Range", cr);
+        tfx_respond(r, 206, "application/x-safetensors", b->data + off, (size_t)len,
+                    tfd_blob_release, b);
+        return;
+    }
+    api_respond_blob(r, 200, "application/x-safetensors", b);
+}
+
 static int tensor_present(void *arg)
 {
     tfd_ctx_t *c = arg;
     tfd_blob_t *b = tfd_store_get(c->api->store, c->name);
+    int ready = b && !unchanged(c, b);      /* with If-None-Match: a new version */
     tfd_blob_unref(b);
-    return b != NULL;
+    return ready;
 }
 
 void api_handle_get(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
     tfd_blob_t *b = tfd_store_get(s->store, c->name);
-    if (b) {
-        api_serve_blob(r, c, b);
+    /* With ?wait and If-None-Match naming the stored version, wait for a new one (304 when
+     * none came); otherwise answer what is there. */
+    if (b && (!unchanged(c, b) || c->waiter.deadline_ms == 0 ||
+              c->waiter.state == TFD_WAIT_EXPIRED || c->waiter.state == TFD_WAIT_SHUTDOWN)) {
+        serve_stored(r, c, b);
         return;
     }
+    tfd_blob_unref(b);
+    b = NULL;
     switch (c->waiter.state) {
     case TFD_WAIT_SHUTDOWN:
         api_fail(r, c, TFP_EBUSY, "the server is shutting down");
@@ -102,9 +195,10 @@ void api_handle_get(tfx_req_t *r, tfd_ctx_t *c)
     } else if (armed == 0) {
         c->waiter.state = TFD_WAIT_WOKEN;
         b = tfd_store_get(s->store, c->name);
-        if (b) {
-            api_serve_blob(r, c, b);
+        if (b && !unchanged(c, b)) {
+            serve_stored(r, c, b);
         } else {                                    /* deleted again: wait once more */
+            tfd_blob_unref(b);
             tfx_req_suspend(r);
             tfx_req_resume(r);
         }
@@ -151,8 +245,17 @@ void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
-    int rc = tfd_store_put(s->store, c->name, b, c->reserved);
+    tfd_store_cond_t cond;
+    uint64_t v[2][TFP_ETAGS_MAX], version = 0;
+    int rc = tfd_store_put_if(s->store, c->name, b, c->reserved, store_cond(c, &cond, v),
+                              &version);
     c->reserved = 0;
+    if (rc == -2) {
+        tfd_blob_unref(b);
+        api_fail(r, c, TFP_EPRECOND, "the condition (If-Match / If-None-Match) does not hold "
+                 "for '%s': nothing was stored", c->name);
+        return;
+    }
     if (rc < 0) {
         tfd_blob_unref(b);
         api_fail(r, c, TFP_ENOSPACE, "storing %zu bytes would exceed the store's limit of %llu "
@@ -160,12 +263,21 @@ void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
         return;
     }
     tfd_waiters_notify(s->waiters, c->name);
+    char etag[TFP_ETAG_LEN];
+    tfp_etag_format(etag, tfd_store_epoch(s->store), version);
+    tfx_req_add_header(r, "ETag", etag);
     tfx_respond(r, rc == 1 ? 204 : 201, NULL, "", 0, NULL, NULL);
 }
 
 void api_handle_delete(tfx_req_t *r, tfd_ctx_t *c)
 {
-    if (tfd_store_delete(c->api->store, c->name) == 0)
+    tfd_store_cond_t cond;
+    uint64_t v[2][TFP_ETAGS_MAX];
+    int rc = tfd_store_delete_if(c->api->store, c->name, store_cond(c, &cond, v));
+    if (rc == -2)
+        api_fail(r, c, TFP_EPRECOND, "the condition (If-Match / If-None-Match) does not hold "
+                 "for '%s': nothing was deleted", c->name);
+    else if (rc == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "no tensor named '%s'", c->name);

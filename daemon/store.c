@@ -11,6 +11,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 #include <uthash.h>
 
 typedef struct {
@@ -24,6 +27,8 @@ struct tfd_store {
     entry_t *table;
     uint64_t bytes, reserved, max_bytes, count;
     uint64_t retired;
+    uint64_t next_version;          /* under lock */
+    uint64_t epoch;                 /* fixed at start */
 };
 
 static void retire(tfd_store_t *s, tfd_blob_t *b)
@@ -48,6 +53,7 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
     b->len = len;
     b->doc = doc;
     b->retired_in = NULL;
+    b->version = 0;
     return b;
 }
 
@@ -80,6 +86,11 @@ tfd_store_t *tfd_store_new(uint64_t max_bytes)
         return NULL;
     pthread_mutex_init(&s->lock, NULL);
     s->max_bytes = max_bytes;
+    if (getrandom(&s->epoch, sizeof s->epoch, 0) != (ssize_t)sizeof s->epoch) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s->epoch = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 12;
+    }
     return s;
 }
 
@@ -139,17 +150,45 @@ void tfd_store_unreserve(tfd_store_t *s, uint64_t bytes)
     pthread_mutex_unlock(&s->lock);
 }
 
-int tfd_store_put(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved)
+/* Whether cond holds for the entry e (NULL: none stored). Under the lock. */
+static int holds(const entry_t *e, const tfd_store_cond_t *cond)
+{
+    if (!cond)
+        return 1;
+    if ((cond->absent && e) || (cond->present && !e))
+        return 0;
+    if (cond->versions) {
+        int hit = 0;
+        for (size_t i = 0; e && i < cond->n; i++)
+            hit |= cond->versions[i] == e->blob->version;
+        if (!hit)
+            return 0;
+    }
+    for (size_t i = 0; e && i < cond->n_not; i++)
+        if (cond->not_versions[i] == e->blob->version)
+            return 0;
+    return 1;
+}
+
+int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved,
+                     const tfd_store_cond_t *cond, uint64_t *version)
 {
     tfd_blob_t *old = NULL;
     int rc;
     pthread_mutex_lock(&s->lock);
     s->reserved -= reserved <= s->reserved ? reserved : s->reserved;
     entry_t *e = find(s, name);
+    if (!holds(e, cond)) {
+        rc = -2;
+        goto unlock;
+    }
     if (!fits(s, blob->len)) {
         rc = -1;
         goto unlock;
     }
+    blob->version = ++s->next_version;
+    if (version)
+        *version = blob->version;
     if (e) {
         old = e->blob;
         s->bytes -= old->len;
@@ -175,10 +214,19 @@ unlock:
     return rc;
 }
 
-int tfd_store_delete(tfd_store_t *s, const char *name)
+int tfd_store_put(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved)
+{
+    return tfd_store_put_if(s, name, blob, reserved, NULL, NULL);
+}
+
+int tfd_store_delete_if(tfd_store_t *s, const char *name, const tfd_store_cond_t *cond)
 {
     pthread_mutex_lock(&s->lock);
     entry_t *e = find(s, name);
+    if (!holds(e, cond)) {              /* If-Match on a missing name fails too */
+        pthread_mutex_unlock(&s->lock);
+        return -2;
+    }
     if (e) {
         HASH_DEL(s->table, e);
         s->bytes -= e->blob->len;
@@ -192,6 +240,16 @@ int tfd_store_delete(tfd_store_t *s, const char *name)
     free(e->name);
     free(e);
     return 0;
+}
+
+int tfd_store_delete(tfd_store_t *s, const char *name)
+{
+    return tfd_store_delete_if(s, name, NULL);
+}
+
+uint64_t tfd_store_epoch(const tfd_store_t *s)
+{
+    return s->epoch;
 }
 
 static int by_name(entry_t *a, entry_t *b) { return strcmp(a->name, b->name); }

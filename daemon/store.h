@@ -23,6 +23,7 @@ typedef struct tfd_blob {
     size_t len;
     tfp_doc_t *doc;                 /* index; tensor data points into data */
     struct tfd_store *retired_in;   /* set once replaced/deleted: counted until freed */
+    uint64_t version;               /* set when stored: unique in this store (the ETag) */
 } tfd_blob_t;
 
 /* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
@@ -51,6 +52,25 @@ void tfd_store_unreserve(tfd_store_t *s, uint64_t bytes);
 int tfd_store_put(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved);
 /* 0, or -1 if absent. */
 int tfd_store_delete(tfd_store_t *s, const char *name);
+
+/* A precondition on the document stored under a name, checked under the store's lock with
+ * the change it guards, so a conditional PUT is a compare-and-swap. */
+typedef struct {
+    int absent;                     /* only if there is none (If-None-Match: *) */
+    int present;                    /* only if there is one (If-Match: *) */
+    const uint64_t *versions;       /* only if it is one of these n versions (If-Match) */
+    size_t n;
+    const uint64_t *not_versions;   /* only if it is none of these n_not (If-None-Match) */
+    size_t n_not;
+} tfd_store_cond_t;
+/* tfd_store_put and tfd_store_delete under a condition (NULL: none): -2 when it does not
+ * hold (nothing changed; put: the caller keeps its reference and its reservation is
+ * released). put_if sets *version (NULL: not wanted) to the stored document's version. */
+int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved,
+                     const tfd_store_cond_t *cond, uint64_t *version);
+int tfd_store_delete_if(tfd_store_t *s, const char *name, const tfd_store_cond_t *cond);
+/* The store's epoch: random, new at every start; with a blob's version it makes its ETag. */
+uint64_t tfd_store_epoch(const tfd_store_t *s);
 
 /* Calls fn for each stored document in name order, under the store's lock (fn must not call
  * back into the store). */

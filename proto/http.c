@@ -299,6 +299,26 @@ static tfp_status_t take_list(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
     return TFP_OK;
 }
 
+/* If-Match / If-None-Match (malformed: 400, never ignored: they guard writes), If-Range and
+ * Range (malformed: ignored, the whole document is sent). */
+static tfp_status_t take_cond(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
+{
+    if (tfp_etags_parse(in->if_match, 0, &op->cond.if_match) != 0)
+        return tfp_op_fail(e, TFP_EBADREQ, "If-Match must be * or a list of at most %d quoted "
+                           "entity tags", TFP_ETAGS_MAX);
+    if (tfp_etags_parse(in->if_none_match, 1, &op->cond.if_none_match) != 0)
+        return tfp_op_fail(e, TFP_EBADREQ, "If-None-Match must be * or a list of at most %d "
+                           "quoted entity tags", TFP_ETAGS_MAX);
+    if (op->kind != TFP_OP_TENSOR_GET)
+        return TFP_OK;
+    tfp_range_parse(in->range, &op->cond.range);
+    if (in->if_range && op->cond.range.kind != TFP_RANGE_NONE &&
+        (tfp_etags_parse(in->if_range, 0, &op->cond.if_range) != 0 ||
+         op->cond.if_range.any || op->cond.if_range.n + op->cond.if_range.foreign != 1))
+        op->cond.range.kind = TFP_RANGE_NONE;   /* a date, or not one strong tag: send it all */
+    return TFP_OK;
+}
+
 static tfp_status_t take_wait(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
 {
     if (in->wait && tfp_parse_u64(in->wait, UINT64_MAX / 2, &op->wait_ms) != 0)
@@ -396,6 +416,9 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
         (st = take_wait(in, op, e)) != TFP_OK)
         return st;
     if (op->kind == TFP_OP_TENSOR_LIST && (st = take_list(in, op, e)) != TFP_OK)
+        return st;
+    if ((op->kind == TFP_OP_TENSOR_GET || op->kind == TFP_OP_TENSOR_PUT ||
+         op->kind == TFP_OP_TENSOR_DELETE) && (st = take_cond(in, op, e)) != TFP_OK)
         return st;
     return take_body(in, op, e);
 }

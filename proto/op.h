@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 #include "proto/doc.h"
+#include "proto/httpcond.h"
 #include "proto/ids.h"
 #include "proto/status.h"
 
@@ -98,6 +99,10 @@ typedef struct {
         char after[TFP_MAX_TENSOR_NAME + 1];    /* only names after this one; "" from the start */
         uint64_t limit;                         /* at most this many; 0 no limit */
     } list;
+    struct {                        /* TENSOR_GET, _PUT, _DELETE (HTTP): conditions, range */
+        tfp_etags_t if_match, if_none_match, if_range;
+        tfp_range_t range;          /* GET only; NONE when absent, ignored or If-Range fails */
+    } cond;
 } tfp_op_t;
 
 #define TFP_OP_MAX_MSG 512

@@ -496,6 +496,85 @@ START_TEST(curl_list_prefix_and_pages)
 }
 END_TEST
 
+/* The ETag curl saw in the headers in out, into tag (with its quotes). */
+static void etag_of(char *tag, size_t n)
+{
+    const char *p = strcasestr(out, "\nETag: ");
+    ck_assert_msg(p != NULL, "no ETag in: %s", out);
+    p += 7;
+    size_t k = strcspn(p, "\r\n");
+    ck_assert_uint_lt(k, n);
+    memcpy(tag, p, k);
+    tag[k] = '\0';
+}
+
+/* ETags, conditional requests and ranges, as HTTP caches, CAS users and the Hugging Face
+ * header reader (a Range GET of the first bytes) use them. */
+START_TEST(curl_etag_conditional_and_range)
+{
+    start(NULL);
+    char cmd[1024], tag[64], tag2[64];
+    ck_assert_int_eq(curl("-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 16' --data-binary "
+                          "0123456789abcdef", "/v1/tensors/w"), 201);
+    snprintf(cmd, sizeof cmd, "curl -sS -D - -o /tmp/tf-e2e-w.st %s/v1/tensors/w", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    etag_of(tag, sizeof tag);
+    ck_assert_msg(strcasestr(out, "Accept-Ranges: bytes") != NULL, "%s", out);
+    /* The first 8 bytes (the header length), as huggingface.js reads them. */
+    snprintf(cmd, sizeof cmd, "curl -sS -D - -o /tmp/tf-e2e-w.8 -H 'Range: bytes=0-7' %s/v1/tensors/w "
+             "&& cmp -n 8 /tmp/tf-e2e-w.st /tmp/tf-e2e-w.8 && test $(stat -c %%s /tmp/tf-e2e-w.8) = 8",
+             D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, " 206") && strcasestr(out, "Content-Range: bytes 0-7/"), "%s", out);
+    snprintf(cmd, sizeof cmd, "curl -sS -o /dev/null -w '%%{http_code}' -H 'Range: bytes=-4' "
+             "%s/v1/tensors/w", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "206");
+    ck_assert_int_eq(curl("-H 'Range: bytes=100000-'", "/v1/tensors/w"), 416);
+    ck_assert_msg(strstr(out, "TF_ERANGE"), "%s", out);
+    ck_assert_int_eq(curl("-H 'Range: bytes=0-1,4-5'", "/v1/tensors/w"), 200);  /* whole */
+    /* If-Range with another tag: the whole document. */
+    ck_assert_int_eq(curl("-H 'Range: bytes=0-7' -H 'If-Range: \"0000000000000000-1\"'",
+                          "/v1/tensors/w"), 200);
+    /* If-None-Match: 304 while unchanged. */
+    snprintf(cmd, sizeof cmd, "-H 'If-None-Match: %s'", tag);
+    ck_assert_int_eq(curl(cmd, "/v1/tensors/w"), 304);
+    ck_assert_int_eq(curl("-H 'If-None-Match: \"x\"'", "/v1/tensors/w"), 200);
+    /* Compare-and-swap: a stale If-Match changes nothing, the current one replaces. */
+    ck_assert_int_eq(curl("-X PUT -H 'If-Match: \"0000000000000000-1\"' -H 'Tfetch-Dtype: U8' "
+                          "-H 'Tfetch-Shape: 1' --data-binary x", "/v1/tensors/w"), 412);
+    ck_assert_msg(strstr(out, "TF_EPRECOND"), "%s", out);
+    ck_assert_int_eq(curl("-X PUT -H 'If-None-Match: *' -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 1' "
+                          "--data-binary x", "/v1/tensors/w"), 412);       /* create-only */
+    snprintf(cmd, sizeof cmd, "curl -sS -D - -o /dev/null -X PUT -H 'If-Match: %s' -H "
+             "'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 2' --data-binary yz %s/v1/tensors/w", tag, D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, " 204"), "%s", out);
+    etag_of(tag2, sizeof tag2);
+    ck_assert_str_ne(tag, tag2);
+    snprintf(cmd, sizeof cmd, "-X PUT -H 'If-Match: %s' -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 1' "
+             "--data-binary q", tag);
+    ck_assert_int_eq(curl(cmd, "/v1/tensors/w"), 412);                       /* lost the race */
+    ck_assert_int_eq(curl("-H 'Accept: application/json'", "/v1/tensors/w"), 200);
+    ck_assert_str_eq(out, "{\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data\":[121,122]}}");
+    ck_assert_int_eq(curl("-X PUT -H 'If-Match: nope' --data-binary q", "/v1/tensors/w"), 400);
+    /* Long-poll for a change: If-None-Match + ?wait: 304 if none came, the new one if it did. */
+    snprintf(cmd, sizeof cmd, "-H 'If-None-Match: %s'", tag2);
+    ck_assert_int_eq(curl(cmd, "/v1/tensors/w?wait=300"), 304);
+    snprintf(cmd, sizeof cmd, "(sleep 0.5; curl -sS -o /dev/null -X PUT -H 'Tfetch-Dtype: U8' "
+             "-H 'Tfetch-Shape: 3' --data-binary abc %s/v1/tensors/w) & curl -sS -H 'If-None-Match: %s' "
+             "-H 'Accept: application/json' '%s/v1/tensors/w?wait=10000'; wait", D.base, tag2, D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "{\"w\":{\"dtype\":\"U8\",\"shape\":[3],\"data\":[97,98,99]}}");
+    /* Conditional DELETE. */
+    snprintf(cmd, sizeof cmd, "-X DELETE -H 'If-Match: %s'", tag2);
+    ck_assert_int_eq(curl(cmd, "/v1/tensors/w"), 412);
+    ck_assert_int_eq(curl("-X DELETE -H 'If-Match: *'", "/v1/tensors/w"), 204);
+    ck_assert_int_eq(curl("-X DELETE -H 'If-Match: *'", "/v1/tensors/w"), 412);
+    stop_clean();
+}
+END_TEST
+
 /* /readyz is 200 while serving and 503 from the moment SIGTERM arrives; with drain-grace
  * every other request is still served meanwhile (a new connection works), then it exits. */
 START_TEST(readyz_turns_503_on_sigterm_during_grace)
@@ -1156,6 +1235,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, sigterm_finishes_inflight_transfer);
     tcase_add_test(tc, readyz_turns_503_on_sigterm_during_grace);
     tcase_add_test(tc, curl_list_prefix_and_pages);
+    tcase_add_test(tc, curl_etag_conditional_and_range);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
     tcase_add_test(tc, lib_multi_tensor_doc_formats);
     suite_add_tcase(s, tc);

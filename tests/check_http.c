@@ -5,6 +5,7 @@
 #include "config.h"
 #include "tests/suites.h"
 #include "proto/http.h"
+#include "proto/httpcond.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -70,11 +71,84 @@ START_TEST(http_media_and_paths)
 }
 END_TEST
 
+/* ETag lists: ours, foreign, weak, "*", and what is malformed. */
+START_TEST(http_etags)
+{
+    tfp_etags_t l;
+    char tag[TFP_ETAG_LEN];
+    tfp_etag_format(tag, 0xab12ULL, 42);
+    ck_assert_str_eq(tag, "\"000000000000ab12-42\"");
+    ck_assert_int_eq(tfp_etags_parse(tag, 0, &l), 0);
+    ck_assert(l.present && !l.any && l.n == 1 && l.foreign == 0);
+    ck_assert(tfp_etags_match(&l, 0xab12, 42));
+    ck_assert(!tfp_etags_match(&l, 0xab12, 43));
+    ck_assert(!tfp_etags_match(&l, 0xab13, 42));          /* another start of the daemon */
+    ck_assert_int_eq(tfp_etags_parse(" * ", 0, &l), 0);
+    ck_assert(l.any && tfp_etags_match(&l, 1, 1));
+    ck_assert_int_eq(tfp_etags_parse("\"x\", , \"000000000000ab12-7\",W/\"000000000000ab12-8\"", 0, &l), 0);
+    ck_assert_uint_eq(l.n, 1);                               /* weak is foreign for If-Match */
+    ck_assert_uint_eq(l.foreign, 2);
+    ck_assert_int_eq(tfp_etags_parse("W/\"000000000000ab12-8\"", 1, &l), 0);
+    ck_assert(tfp_etags_match(&l, 0xab12, 8));               /* If-None-Match is weak */
+    ck_assert_int_eq(tfp_etags_parse("unquoted", 0, &l), -1);
+    ck_assert_int_eq(tfp_etags_parse("\"open", 0, &l), -1);
+    ck_assert_int_eq(tfp_etags_parse("\"a\" \"b\"", 0, &l), -1);   /* no comma */
+    ck_assert_int_eq(tfp_etags_parse("*, \"a\"", 0, &l), -1);
+    ck_assert_int_eq(tfp_etags_parse("\"a b\"", 0, &l), -1);         /* space is no etagc */
+    ck_assert_int_eq(tfp_etags_parse("\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"", 0, &l), -1);
+    ck_assert_int_eq(tfp_etags_parse("\"000000000000AB12-7\"", 0, &l), 0);
+    ck_assert_uint_eq(l.foreign, 1);                         /* we write lower case only */
+    ck_assert_int_eq(tfp_etags_parse("\"000000000000ab12-99999999999999999999\"", 0, &l), 0);
+    ck_assert_uint_eq(l.foreign, 1);                         /* version overflows */
+    ck_assert_int_eq(tfp_etags_parse(NULL, 0, &l), 0);
+    ck_assert(!l.present);
+}
+END_TEST
+
+/* Single byte ranges, resolved against a 100-byte document. */
+START_TEST(http_ranges)
+{
+    tfp_range_t r;
+    uint64_t off, len;
+    tfp_range_parse("bytes=0-0", &r);
+    ck_assert_int_eq(r.kind, TFP_RANGE_FROM_TO);
+    ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), 0);
+    ck_assert(off == 0 && len == 1);
+    tfp_range_parse("bytes=10-", &r);
+    ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), 0);
+    ck_assert(off == 10 && len == 90);
+    tfp_range_parse("bytes=90-1000", &r);                    /* clipped to the end */
+    ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), 0);
+    ck_assert(off == 90 && len == 10);
+    tfp_range_parse("bytes=-8", &r);
+    ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), 0);
+    ck_assert(off == 92 && len == 8);
+    tfp_range_parse("bytes=-500", &r);
+    ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), 0);
+    ck_assert(off == 0 && len == 100);
+    tfp_range_parse("bytes=100-", &r);                       /* past the end: 416 */
+    ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), -1);
+    tfp_range_parse("bytes=-0", &r);
+    ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), -1);
+    /* ignored: the whole document */
+    const char *ignored[] = {"bytes=5-2", "bytes=0-1,5-6", "items=0-1", "bytes=a-b", "bytes=",
+                             "bytes=1-2x", "bytes=99999999999999999999-", NULL};
+    for (int i = 0; ignored[i]; i++) {
+        tfp_range_parse(ignored[i], &r);
+        ck_assert_msg(r.kind == TFP_RANGE_NONE, "%s", ignored[i]);
+        ck_assert_int_eq(tfp_range_resolve(&r, 100, &off, &len), 0);
+        ck_assert(off == 0 && len == 100);
+    }
+}
+END_TEST
+
 Suite *suite_http(void)
 {
     Suite *s = suite_create("http");
     TCase *tc = tcase_create("http");
     tcase_add_test(tc, http_media_and_paths);
+    tcase_add_test(tc, http_etags);
+    tcase_add_test(tc, http_ranges);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -81,6 +81,44 @@ START_TEST(store_put_get_replace_delete)
 }
 END_TEST
 
+/* Conditional put and delete: a compare-and-swap on the stored version. */
+START_TEST(store_conditions)
+{
+    tfd_store_t *s = tfd_store_new(1 << 20);
+    uint64_t v1 = 0, v2 = 0, v3 = 0;
+    tfd_store_cond_t absent = {.absent = 1}, present = {.present = 1};
+    tfd_blob_t *a = make_blob("w", 10, 1);
+    ck_assert_int_eq(tfd_store_put_if(s, "w", a, 0, &present, NULL), -2);   /* not there */
+    ck_assert_int_eq(tfd_store_put_if(s, "w", a, 0, &absent, &v1), 0);
+    tfd_blob_t *b = make_blob("w", 10, 2);
+    ck_assert_int_eq(tfd_store_put_if(s, "w", b, 0, &absent, NULL), -2);    /* create-only */
+    uint64_t stale = v1 + 100;
+    tfd_store_cond_t old = {.versions = &stale, .n = 1};
+    ck_assert_int_eq(tfd_store_put_if(s, "w", b, 0, &old, NULL), -2);
+    tfd_store_cond_t cur = {.versions = &v1, .n = 1};
+    ck_assert_int_eq(tfd_store_put_if(s, "w", b, 0, &cur, &v2), 1);        /* the swap */
+    ck_assert_uint_gt(v2, v1);
+    tfd_blob_t *c = make_blob("w", 10, 3);
+    ck_assert_int_eq(tfd_store_put_if(s, "w", c, 0, &cur, NULL), -2);      /* v1 is gone */
+    tfd_store_cond_t none_of = {.not_versions = &v2, .n_not = 1};
+    ck_assert_int_eq(tfd_store_put_if(s, "w", c, 0, &none_of, NULL), -2);
+    ck_assert_int_eq(tfd_store_put_if(s, "w", c, 0, NULL, &v3), 1);
+    tfd_blob_t *got = tfd_store_get(s, "w");
+    ck_assert_uint_eq(got->version, v3);
+    ck_assert_uint_eq(got->doc->t[0].data[0], 3);
+    tfd_blob_unref(got);
+    ck_assert_int_eq(tfd_store_delete_if(s, "w", &cur), -2);
+    tfd_store_cond_t now = {.versions = &v3, .n = 1};
+    ck_assert_int_eq(tfd_store_delete_if(s, "w", &now), 0);
+    ck_assert_int_eq(tfd_store_delete_if(s, "w", &now), -2);                /* If-Match, gone */
+    ck_assert_int_eq(tfd_store_delete_if(s, "w", NULL), -1);
+    tfd_store_t *s2 = tfd_store_new(1);     /* a new start: another epoch (random 64 bits) */
+    ck_assert(tfd_store_epoch(s) != tfd_store_epoch(s2));
+    tfd_store_free(s2);
+    tfd_store_free(s);
+}
+END_TEST
+
 START_TEST(store_limits_and_reservations)
 {
     tfd_store_t *s = tfd_store_new(1000);
@@ -136,6 +174,7 @@ Suite *suite_store(void)
     TCase *tc = tcase_create("store");
     tcase_add_test(tc, store_put_get_replace_delete);
     tcase_add_test(tc, store_limits_and_reservations);
+    tcase_add_test(tc, store_conditions);
     tcase_add_test(tc, store_each_in_name_order);
     suite_add_tcase(s, tc);
     return s;
