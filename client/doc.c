@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,17 +242,23 @@ tf_status_t tfi_doc_wrap(tfp_doc_t *d, void *buf, tf_doc_t **out)
     return TF_OK;
 }
 
-tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t **out)
+tf_status_t tf_doc_decode_msg(const void *buf, size_t len, unsigned flags, tf_doc_t **out,
+                              char *msg, size_t msg_len)
 {
     tfp_doc_t *d = NULL;
     tfp_err_t err;
     uint8_t *copy = NULL;
     const uint8_t *src = buf;
 
+    if (msg && msg_len)
+        msg[0] = '\0';
     if ((!buf && len) || !out || (flags != TF_COPY && flags != TF_BORROW))
         return TF_EINVAL;
-    if (!buf)
+    if (!buf) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "empty input: a document has at least 8 bytes");
         return TF_EPROTO;
+    }
     if (flags == TF_COPY) {
         copy = malloc(len ? len : 1);
         if (!copy)
@@ -262,6 +269,8 @@ tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t 
     tfp_status_t pst = tfp_st_decode(src, len, NULL, &d, &err);
     if (pst != TFP_OK) {
         free(copy);
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "%s", err.msg);
         return tfi_from_proto(pst);
     }
     tf_status_t st = tfi_doc_wrap(d, copy, out);
@@ -270,4 +279,9 @@ tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t 
         free(copy);
     }
     return st;
+}
+
+tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t **out)
+{
+    return tf_doc_decode_msg(buf, len, flags, out, NULL, 0);
 }

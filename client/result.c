@@ -250,6 +250,12 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
     } else if (f->op.format == TF_FORMAT_SHUMAI && !media_is(r->content_type, MIME_SAFETENSORS)) {
         if ((st = shumai_decode(&f->result, r->body, r->body_len, &d)) != TF_OK)
             return st;
+    } else if (media_is(r->content_type, "application/json") ||
+               media_is(r->content_type, "text/plain") || media_is(r->content_type, "text/html")) {
+        /* Not a document at all (e.g. the URL is /v1/info, or a proxy's page): say so rather
+         * than read its first bytes as a header length. */
+        return tfi_rfail(&f->result, TF_EPROTO, "the reply is %.40s, not a tensor document "
+                         "(is the URL a /v1/tensors/NAME or /v1/call/ROUTE?)", r->content_type);
     } else if (tfp_st_decode(r->body, r->body_len, NULL, &d, &err) != TFP_OK) {
         return tfi_rfail(&f->result, TF_EPROTO, "bad safetensors response: %s", err.msg);
     }

@@ -122,6 +122,10 @@ tf_status_t tf_doc_encode(const tf_doc_t *doc, void **buf, size_t *len);
 tf_status_t tf_doc_encode_header(const tf_doc_t *doc, void **hdr, size_t *len);
 /* Parses safetensors (strictly). TF_COPY copies buf; TF_BORROW keeps pointers into it. */
 tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t **out);
+/* tf_doc_decode that also says what is wrong: on failure msg (msg_len bytes, may be NULL)
+ * names the field, tensor or bytes at fault, as the server would. */
+tf_status_t tf_doc_decode_msg(const void *buf, size_t len, unsigned flags, tf_doc_t **out,
+                              char *msg, size_t msg_len);
 
 /* ---- clients and requests -------------------------------------------------------------- */
 

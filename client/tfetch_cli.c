@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,9 @@ static const char usage_text[] =
     "\n"
     "Commands:\n"
     "  get URL [FILE]   fetch the document at URL (http://HOST:PORT/v1/tensors/NAME) and\n"
-    "                   write it as safetensors to FILE, or to stdout when FILE is absent or -\n"
+    "                   write it as safetensors to FILE (through a temporary file renamed\n"
+    "                   once complete), or to stdout when FILE is absent (not a terminal)\n"
+    "                   or - (even a terminal)\n"
     "  get -d DIR URL...\n"
     "                   fetch each URL into DIR/NAME.safetensors (NAME: the URL's last path\n"
     "                   segment; DIR/NAME.raw with --raw)\n"
@@ -64,8 +67,13 @@ static const char usage_text[] =
     "                   one exchange per pair, each reply into DIR/STEM.safetensors (STEM:\n"
     "                   FILE's name without directory and extension)\n"
     "  rm URL...        delete the tensor at each URL\n"
-    "  ls BASE          list the stored tensors of the server at BASE (http://HOST:PORT)\n"
-    "  info BASE        print the server's /v1/info JSON\n"
+    "  ls [BASE]        list the stored tensors of the server at BASE (http://HOST:PORT)\n"
+    "  info [BASE]      print the server's /v1/info JSON\n"
+    "\n"
+    "A bare NAME ([A-Za-z0-9._-]{1,255}) may stand for a URL: BASE/v1/tensors/NAME (get, put,\n"
+    "rm) or BASE/v1/call/NAME (call), BASE being $TFETCH_URL, else \"url = ...\" in\n"
+    "${XDG_CONFIG_HOME:-~/.config}/tfetch/config, else http://127.0.0.1:7070; ls and info\n"
+    "without BASE use it too.\n"
     "\n"
     "Options:\n"
     "  -u, --user ID          send ID as the user id (Tfetch-User), [A-Za-z0-9._-]{1,128}\n"
@@ -82,7 +90,8 @@ static const char usage_text[] =
     "                         instead of a document, and print its name, dtype and shape to\n"
     "                         stderr\n"
     "      --dtype DT         put, call: the input is one raw tensor of this dtype (F64 F32\n"
-    "                         F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL)\n"
+    "                         F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL\n"
+    "                         F8_E8M0 F4 F6_E2M3 F6_E3M2 F8_E4M3FNUZ F8_E5M2FNUZ C64)\n"
     "      --shape DIMS       put, call: the raw tensor's shape, e.g. 2,3 (\"\" for a scalar)\n"
     "      --json             ls: print the listing as JSON\n"
     "      --transport POLICY\n"
@@ -100,8 +109,9 @@ static const char usage_text[] =
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
-    "A progress bar is drawn on stderr when it is a terminal, one request is made and its\n"
-    "transfer exceeds 1 MiB. With several requests, each failure is reported as it happens.\n"
+    "A progress bar (with rate and time left) is drawn on stderr when it is a terminal, one\n"
+    "request is made and its transfer exceeds 1 MiB. With several requests, each failure is\n"
+    "reported as it happens.\n"
     "\n"
     "Exit status (with several requests: that of the first failed one, in argument order):\n"
     "  0  success\n"
@@ -134,6 +144,7 @@ typedef struct {
     int drawn;
     int pct;                        /* the percentage last drawn */
     struct timespec last;
+    double t0;                      /* when this transfer's bar started; 0: not yet */
 } bar_t;
 
 static bar_t bar;
@@ -144,6 +155,7 @@ static void bar_end(void)
     if (bar.drawn)
         fputc('\n', stderr);
     bar.drawn = 0;
+    bar.t0 = 0;
 }
 
 /* ---- messages ------------------------------------------------------------------------------ */
@@ -265,6 +277,8 @@ static int on_progress(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void 
     if (total <= PROGRESS_MIN_BYTES)
         return 0;
     double t = now_s(), last = (double)b->last.tv_sec + (double)b->last.tv_nsec / 1e9;
+    if (b->t0 == 0)
+        b->t0 = t;
     if (now > total)
         now = total;
     int pct = (int)((double)now * 100.0 / (double)total);
@@ -277,9 +291,18 @@ static int on_progress(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void 
     for (int i = 0; i < width; i++)
         cells[i] = i < fill ? '#' : '.';
     cells[width] = '\0';
-    fprintf(stderr, "\r%s [%s] %3d%% %.1f/%.1f MiB ", ut > dt ? "up  " : "down", cells,
-            pct, (double)now / 1048576.0,
-            (double)total / 1048576.0);
+    /* Rate over the whole transfer so far, and the time left at that rate. */
+    double el = t - b->t0, rate = el > 0.05 ? (double)now / el : 0;
+    char eta[32] = "--:--";
+    if (rate > 0 && now < total) {
+        unsigned long left = (unsigned long)((double)(total - now) / rate + 0.5);
+        snprintf(eta, sizeof eta, "%lu:%02lu", left / 60, left % 60);
+    } else if (now >= total) {
+        snprintf(eta, sizeof eta, "done");
+    }
+    fprintf(stderr, "\r%s [%s] %3d%% %.1f/%.1f MiB %7.1f MiB/s ETA %s ",
+            ut > dt ? "up  " : "down", cells, pct, (double)now / 1048576.0,
+            (double)total / 1048576.0, rate / 1048576.0, eta);
     fflush(stderr);
     b->drawn = 1;
     return 0;
@@ -507,6 +530,62 @@ static void last_segment(const char *url, char *buf, size_t size)
     buf[n] = '\0';
 }
 
+/* ---- output files: temporary, then renamed ------------------------------------------------ */
+
+/* The temporary file being written (one at a time: replies are written on the driving
+ * thread), removed by the signal handler if the process is interrupted while writing. */
+static char tmp_path[4096];
+static volatile sig_atomic_t tmp_live;
+
+static void on_fatal_signal(int sig)
+{
+    if (tmp_live)
+        unlink(tmp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Creates PATH.tfetch-XXXXXX (mode 0666 & ~umask, as open(2) would make PATH) and returns
+ * its descriptor, or -1 with errno set. */
+static int tmp_open(const char *path)
+{
+    if (snprintf(tmp_path, sizeof tmp_path, "%s.tfetch-XXXXXX", path) >= (int)sizeof tmp_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    static int handlers;
+    if (!handlers) {
+        handlers = 1;
+        signal(SIGINT, on_fatal_signal);
+        signal(SIGTERM, on_fatal_signal);
+        signal(SIGHUP, on_fatal_signal);
+    }
+    int fd = mkostemp(tmp_path, O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    tmp_live = 1;
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(fd, 0666 & ~um);
+    return fd;
+}
+
+/* Renames the temporary file over path when ok, else removes it. 0, or -1 with errno. */
+static int tmp_finish(const char *path, int ok)
+{
+    int rc = 0;
+    if (ok && rename(tmp_path, path) != 0) {
+        int e = errno;
+        unlink(tmp_path);
+        errno = e;
+        rc = -1;
+    } else if (!ok) {
+        unlink(tmp_path);
+    }
+    tmp_live = 0;
+    return rc;
+}
+
 /* ---- documents out and in --------------------------------------------------------------- */
 
 static int write_doc(int fd, const tf_doc_t *doc)
@@ -538,9 +617,15 @@ static int write_reply(const opts_t *o, const char *what, const char *url, const
             tf_doc_count(doc));
         return EXIT_USAGE;
     }
-    int fd = to_stdout ? STDOUT_FILENO : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                                              0644);
-    if (fd < 0) {
+    if (!path && isatty(STDOUT_FILENO)) {
+        msg("%s %s: not writing %s to a terminal: give a FILE, --dir DIR, or '-' to insist",
+            what, url, o->raw ? "raw tensor bytes" : "a binary safetensors document");
+        return EXIT_USAGE;
+    }
+    /* Into a temporary file beside path, renamed over it once complete: an interrupted get
+     * leaves an existing file as it was. */
+    int fd = STDOUT_FILENO;
+    if (!to_stdout && (fd = tmp_open(path)) < 0) {
         msg("cannot create %s: %s", path, strerror(errno));
         return EXIT_LOCAL;
     }
@@ -564,6 +649,10 @@ static int write_reply(const opts_t *o, const char *what, const char *url, const
     }
     if (!to_stdout && close(fd) != 0 && rc == EXIT_OK) {
         msg("cannot write %s: %s", path, strerror(errno));
+        rc = EXIT_LOCAL;
+    }
+    if (!to_stdout && tmp_finish(path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
+        msg("cannot rename %s to %s: %s", tmp_path, path, strerror(errno));
         rc = EXIT_LOCAL;
     }
     return rc;
@@ -630,10 +719,19 @@ static int load_doc(const opts_t *o, const char *url, const char *path, input_t 
             input_release(in);
         return rc;
     }
-    tf_status_t st = tf_doc_decode(in->data, in->len, TF_BORROW, doc);
+    char why[256];
+    tf_status_t st = tf_doc_decode_msg(in->data, in->len, TF_BORROW, doc, why, sizeof why);
     if (st != TF_OK) {
-        msg("%s is not a valid safetensors document: %s (%s)", shown, tf_strerror(st),
-            tf_err_name(st));
+        /* A document starts with an 8-byte header length and then '{'; anything else is most
+         * likely a raw tensor given without its description. */
+        const unsigned char *b = in->data;
+        uint64_t hl = 0;
+        for (int i = 7; in->len >= 8 && i >= 0; i--)
+            hl = hl << 8 | b[i];
+        int doc_like = in->len > 8 && hl <= in->len - 8 && b[8] == '{';
+        msg("%s is not a valid safetensors document: %s (%s)%s", shown,
+            why[0] ? why : tf_strerror(st), tf_err_name(st),
+            doc_like ? "" : "; if it holds one raw tensor, give --dtype and --shape");
         input_release(in);
         return st == TF_ENOMEM ? EXIT_LOCAL : EXIT_USAGE;
     }
@@ -650,7 +748,7 @@ typedef struct {
     batch_t *b;
     const char *url;
     const char *in_path;            /* put, call: the input (NULL or "-": stdin) */
-    char *out_path;                 /* get, call: the output (NULL: stdout) */
+    char *out_path;                 /* get, call: the output (NULL: stdout; "-": stdout, asked) */
     input_t in;
     tf_doc_t *doc;                  /* what is sent, while in flight */
     tf_result_t result;
@@ -837,7 +935,7 @@ static int cmd_batch(tf_client_t *c, const opts_t *o, cmd_t cmd, char **args, in
         if (pairs)
             j->in_path = 2 * i + 1 < (size_t)nargs ? args[2 * i + 1] : NULL;
     }
-    if (cmd == CMD_GET && !o->dir && nargs == 2 && strcmp(args[1], "-") != 0)
+    if (cmd == CMD_GET && !o->dir && nargs == 2)      /* "-": stdout, even a terminal */
         b.jobs[0].out_path = strdup(args[1]);
     if (o->dir && (rc = name_outputs(&b)) != EXIT_OK)
         goto free_jobs;
@@ -997,7 +1095,7 @@ static int is(const char *cmd, const char *name)
 static int check_args(const char *cmd, char **args, int nargs, const opts_t *o)
 {
     if (nargs < 1)
-        return usage_error("%s needs a URL", cmd);
+        return usage_error("%s needs a URL or a name", cmd);
     if (is(cmd, "ls") || is(cmd, "info")) {
         if (nargs > 1)
             return usage_error("too many arguments for %s", cmd);
@@ -1120,6 +1218,97 @@ free_client:
     return rc;
 }
 
+/* ---- names instead of URLs: the default server ---------------------------------------- */
+
+#define DEFAULT_BASE "http://127.0.0.1:7070"
+
+/* The server a bare name refers to: $TFETCH_URL, else "url = ..." in
+ * ${XDG_CONFIG_HOME:-~/.config}/tfetch/config, else the embedded default. Into buf, without a
+ * trailing slash. */
+static void default_base(char *buf, size_t n)
+{
+    const char *env = getenv("TFETCH_URL");
+    snprintf(buf, n, "%s", DEFAULT_BASE);
+    if (env && *env) {
+        snprintf(buf, n, "%s", env);
+    } else {
+        char path[4096];
+        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+        if (xdg && *xdg)
+            snprintf(path, sizeof path, "%s/tfetch/config", xdg);
+        else if (home && *home)
+            snprintf(path, sizeof path, "%s/.config/tfetch/config", home);
+        else
+            path[0] = '\0';
+        FILE *f = path[0] ? fopen(path, "r") : NULL;
+        char line[4096];
+        while (f && fgets(line, sizeof line, f)) {
+            char *p = line + strspn(line, " \t");
+            if (strncmp(p, "url", 3) != 0)
+                continue;
+            p += 3 + strspn(p + 3, " \t");
+            if (*p != '=')
+                continue;
+            p += 1 + strspn(p + 1, " \t");
+            p[strcspn(p, " \t\r\n#")] = '\0';
+            if (*p)
+                snprintf(buf, n, "%s", p);
+        }
+        if (f)
+            fclose(f);
+    }
+    size_t k = strlen(buf);
+    while (k > 0 && buf[k - 1] == '/')
+        buf[--k] = '\0';
+}
+
+/* A tensor or route name as the CLI takes it in place of a URL. */
+static int bare_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= 'A' && s[i] <= 'Z') &&
+            !(s[i] >= '0' && s[i] <= '9') && !strchr("._-", s[i]))
+            return 0;
+    return 1;
+}
+
+/* Where the command takes a URL, a bare name means one on the default server: get, put and
+ * rm a tensor (BASE/v1/tensors/NAME), call a route (BASE/v1/call/NAME); ls and info take the
+ * server itself, BASE when absent. Rewrites args[] in place (new strings in owned[], freed by
+ * the caller); returns -1, or a usage error's exit code. */
+static int resolve_urls(const char *cmd, char **args, int *nargs, const opts_t *o,
+                        char **owned, int *nowned)
+{
+    char base[2048];
+    default_base(base, sizeof base);
+    if ((is(cmd, "ls") || is(cmd, "info")) && *nargs == 0) {
+        if (!(owned[(*nowned)++] = args[0] = strdup(base)))
+            return EXIT_LOCAL;
+        *nargs = 1;
+        return -1;
+    }
+    int pairs = is(cmd, "put") || is(cmd, "call");
+    for (int i = 0; i < *nargs; i++) {
+        int is_url_slot = is(cmd, "rm") || (is(cmd, "get") && (o->dir || i == 0)) ||
+                          (pairs && i % 2 == 0);
+        if (!is_url_slot || strstr(args[i], "://"))
+            continue;
+        if (is(cmd, "ls") || is(cmd, "info") || !bare_name(args[i]))
+            return usage_error("'%s' is neither a URL (http://HOST:PORT/...) nor a tensor name "
+                               "([A-Za-z0-9._-]{1,255})", args[i]);
+        size_t n = strlen(base) + strlen(args[i]) + 16;
+        char *u = malloc(n);
+        if (!u)
+            return EXIT_LOCAL;
+        snprintf(u, n, "%s/v1/%s/%s", base, is(cmd, "call") ? "call" : "tensors", args[i]);
+        args[i] = owned[(*nowned)++] = u;
+    }
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     opts_t o = {.timeout_ms = -1};
@@ -1137,7 +1326,24 @@ int main(int argc, char **argv)
     if (!known)
         return usage_error("unknown command '%s'", cmd);
     int nargs = argc - optind - 1;
-    if ((rc = check_command(cmd, argv + optind + 1, nargs, &o)) >= 0)
-        return rc;
-    return run(cmd, argv + optind + 1, nargs, &o);
+    /* The arguments, with bare names resolved against the default server (one slot more
+     * for ls and info without BASE). */
+    char **args = calloc((size_t)nargs + 2, sizeof *args), **owned = calloc((size_t)nargs + 2,
+                                                                          sizeof *owned);
+    int nowned = 0;
+    if (!args || !owned) {
+        free(args);
+        free(owned);
+        msg("out of memory");
+        return EXIT_LOCAL;
+    }
+    memcpy(args, argv + optind + 1, (size_t)nargs * sizeof *args);
+    if ((rc = resolve_urls(cmd, args, &nargs, &o, owned, &nowned)) < 0 &&
+        (rc = check_command(cmd, args, nargs, &o)) < 0)
+        rc = run(cmd, args, nargs, &o);
+    for (int i = 0; i < nowned; i++)
+        free(owned[i]);
+    free(owned);
+    free(args);
+    return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -603,6 +604,60 @@ static const char *cli(void)
     const char *p = getenv("TFETCH_CLI");
     return p ? p : "./client/tfetch";
 }
+
+/* The CLI as people use curl: bare names on a default server ($TFETCH_URL, the config file),
+ * output through a temporary file, no binary to a terminal, errors that say what is wrong. */
+START_TEST(cli_names_files_terminal_and_errors)
+{
+    start(NULL);
+    char cmd[2048], env[600];
+    const char *raw = td_tmpfile(0, "abcdefgh", 8);
+    snprintf(env, sizeof env, "env TFETCH_URL=%s/ %s", D.base, cli());
+    snprintf(cmd, sizeof cmd, "%s -q put --dtype U8 --shape 8 n %s && %s get n /tmp/tf-e2e-n.st "
+             "&& %s get --raw -q n /tmp/tf-e2e-n.raw && cmp %s /tmp/tf-e2e-n.raw && "
+             "ls /tmp/tf-e2e-n.st.tfetch-* 2>/dev/null | wc -l", env, raw, env, env, raw);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "0\n");                            /* no temporary left behind */
+    struct stat sb;
+    ck_assert_int_eq(stat("/tmp/tf-e2e-n.st", &sb), 0);
+    mode_t um = umask(0);
+    umask(um);
+    ck_assert_int_eq(sb.st_mode & 0777, 0666 & ~um);          /* as open(2) would make it */
+    /* A failed get leaves an existing file as it was. */
+    snprintf(cmd, sizeof cmd, "echo keep > /tmp/tf-e2e-keep && %s get missing /tmp/tf-e2e-keep "
+             "2>/dev/null; echo $? $(cat /tmp/tf-e2e-keep)", env);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "2 keep\n");
+    /* ls without BASE, from the config file when TFETCH_URL is unset. */
+    snprintf(cmd, sizeof cmd, "d=$(mktemp -d) && mkdir $d/tfetch && printf '# mine\\nurl = %s\\n' "
+             "> $d/tfetch/config && env -u TFETCH_URL XDG_CONFIG_HOME=$d %s ls; rm -rf $d",
+             D.base, cli());
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\nn ") != NULL, "%s", out);
+    /* Not to a terminal unless asked with '-'. */
+    snprintf(cmd, sizeof cmd, "script -qec \"%s get n\" /dev/null; echo rc=$?", env);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "not writing a binary safetensors document to a terminal") &&
+                  strstr(out, "rc=1"), "%s", out);
+    snprintf(cmd, sizeof cmd, "script -qec \"%s get --raw -q n -\" /dev/null", env);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "abcdefgh") != NULL, "%s", out);
+    /* Errors that say what is wrong. */
+    snprintf(cmd, sizeof cmd, "%s -q put n2 %s 2>&1", env, raw);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 1);
+    ck_assert_msg(strstr(out, "header length") && strstr(out, "give --dtype and --shape"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s get %s/v1/info /dev/null 2>&1", cli(), D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 4);
+    ck_assert_msg(strstr(out, "the reply is application/json, not a tensor document"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s get a/b 2>&1", env);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 1);
+    ck_assert_msg(strstr(out, "neither a URL"), "%s", out);
+    unlink("/tmp/tf-e2e-n.st");
+    unlink("/tmp/tf-e2e-n.raw");
+    unlink("/tmp/tf-e2e-keep");
+    stop_clean();
+}
+END_TEST
 
 START_TEST(cli_put_get_ls_rm_and_exit_codes)
 {
@@ -1256,6 +1311,7 @@ Suite *suite_e2e(void)
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, cli_put_get_ls_rm_and_exit_codes);
+    tcase_add_test(tc, cli_names_files_terminal_and_errors);
     suite_add_tcase(s, tc);
     return s;
 }
