@@ -341,6 +341,18 @@ START_TEST(doc_decode_rejects)
     ck_assert_int_ne(tf_doc_decode(buf, len - 1, TF_BORROW, &doc), TF_OK);
     ck_assert_int_ne(tf_doc_decode(buf, 7, TF_BORROW, &doc), TF_OK);
     ck_assert_ptr_null(doc);
+    /* _msg says what is wrong, and is empty on success */
+    char why[200] = "x";
+    ck_assert_int_eq(tf_doc_decode_msg(bad_json, sizeof(bad_json) - 1, TF_BORROW, &doc, why,
+                                       sizeof why), TF_EPROTO);
+    ck_assert_msg(strstr(why, "'w'") != NULL, "%s", why);
+    ck_assert_int_eq(tf_doc_decode_msg(junk, sizeof(junk), TF_BORROW, &doc, why, 12), TF_ETOOBIG);
+    ck_assert_uint_eq(strlen(why), 11);                         /* cut to msg_len */
+    ck_assert_int_eq(tf_doc_decode_msg(buf, len, TF_BORROW, &doc, why, sizeof why), TF_OK);
+    ck_assert_str_eq(why, "");
+    tf_doc_free(doc);
+    doc = NULL;
+    ck_assert_int_eq(tf_doc_decode_msg(buf, len - 1, TF_BORROW, &doc, NULL, 0), TF_EPROTO);
     free(buf);
     tf_doc_free(src);
 }
