@@ -40,6 +40,7 @@ typedef struct {
     struct tfd_upgrade *upgrade;            /* the UCX side and its tokens */
     /* Fills the gauges only the server knows (requests in flight, body memory held). */
     atomic_int *draining;                   /* 1 once SIGTERM began the drain (/readyz) */
+    struct tfd_access_log *access_log;      /* NULL: off */
     void (*gauges)(void *arg, tfd_gauges_t *g);
     void *gauges_arg;
 } tfd_api_t;

@@ -62,6 +62,7 @@ static const opt_t opts[] = {
     {"ucx", K_BOOL, F(ucx), "on|off", "offer clients the upgrade to UCX (shared memory, RDMA, TCP) (default on)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
+    {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
     {"plugin", K_LIST, F(plugins), "PATH", "load routes from a plugin shared object (\"PATH [ARGS]\"); repeatable, up to 16; see tfetch-plugin(3)"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])

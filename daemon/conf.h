@@ -25,6 +25,7 @@ typedef struct {
 
 typedef struct {
     char listen[64];
+    char access_log[256];           /* "off", "stderr" or a file path */
     unsigned port;
     unsigned threads;
     uint64_t max_body;              /* bytes of one request body */

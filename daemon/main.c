@@ -84,8 +84,11 @@ int main(int argc, char **argv)
         tfd_server_tick(srv);
         if (sig == SIGTERM || sig == SIGINT)
             break;
-        if (sig == SIGHUP)
-            tfd_log(LOG_NOTICE, "SIGHUP: settings are read at start-up only; restart to apply");
+        if (sig == SIGHUP) {
+            tfd_server_reopen_logs(srv);
+            tfd_log(LOG_NOTICE, "SIGHUP: access log reopened; other settings are read at "
+                    "start-up only; restart to apply");
+        }
         if (sig < 0 && errno != EAGAIN && errno != EINTR) {
             tfd_log(LOG_ERR, "sigtimedwait: %s", strerror(errno));
             break;

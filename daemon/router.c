@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "daemon/router.h"
+#include "daemon/accesslog.h"
 #include "daemon/log.h"
 #include "daemon/upgrade.h"
 #include "transports/clock.h"
@@ -232,6 +233,12 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
     const char *what = tfp_op_name(c->op->kind);
     tfd_metrics_record(rt->api->metrics, c->ep->id, status, c->code, tfx_req_body_bytes(r), out,
                        secs);
+    tfd_access_log_write(rt->api->access_log, &(tfd_access_t){
+        .client = tfx_req_peer(r), .transport = tfx_req_transport(r), .op = what,
+        .name = c->name, .user = c->user, .request_id = c->request_id, .status = status,
+        .code = c->code != TFP_OK ? tfp_status_name(c->code) : NULL,
+        .bytes_in = tfx_req_body_bytes(r), .bytes_out = out, .seconds = secs,
+        .completed = completed});
     if (!completed)
         tfd_log(LOG_INFO, "%s %s '%s': connection closed before the response was sent (status "
                 "%u, request %s)", tfx_req_transport(r), what, c->name, status, c->request_id);

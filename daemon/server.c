@@ -12,14 +12,18 @@
  */
 #include "config.h"
 #include "daemon/server.h"
+#include "daemon/accesslog.h"
 #include "daemon/api.h"
+#include "daemon/log.h"
 #include "daemon/plugins.h"
 #include "daemon/router.h"
 #include "daemon/upgrade.h"
 #include "transports/clock.h"
 #include "transports/http_server.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct tfd_server {
@@ -36,6 +40,7 @@ struct tfd_server {
     tfd_router_t *router;
     tfd_upgrade_t *upgrade;                 /* the UCX transport and its tokens */
     tfx_http_t *http;
+    tfd_access_log_t *access_log;           /* NULL: off */
     atomic_int draining;                    /* /readyz: 503 from the first moment of drain */
 };
 
@@ -61,6 +66,7 @@ static void teardown(tfd_server_t *s)
     tfd_metrics_free(s->metrics);
     tfd_waiters_free(s->waiters);
     tfd_store_free(s->store);
+    tfd_access_log_free(s->access_log);
     free(s);
 }
 
@@ -78,6 +84,11 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         !(s->routes = tfd_routes_new()) ||
         tfd_builtin_routes_add(s->routes) != 0) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        return -1;
+    }
+    const char *why = NULL;
+    if (!(s->access_log = tfd_access_log_open(cfg->access_log, &why)) && why) {
+        tfp_err_set(err, TFP_EINVAL, "access-log %s: %s", cfg->access_log, why);
         return -1;
     }
     if (!(s->plugins = tfd_plugins_start(s->routes, cfg, err)))
@@ -98,6 +109,7 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         .replay = s->replay,
         .workers = s->workers,
         .draining = &s->draining,
+        .access_log = s->access_log,
         .gauges = gauges,
         .gauges_arg = s,
     };
@@ -146,6 +158,13 @@ fail:
 }
 
 uint16_t tfd_server_port(const tfd_server_t *s) { return tfx_http_port(s->http); }
+
+void tfd_server_reopen_logs(tfd_server_t *s)
+{
+    if (tfd_access_log_reopen(s->access_log) != 0)
+        tfd_log(LOG_WARNING, "access-log %s: cannot reopen: %s (still writing the old file)",
+                s->cfg.access_log, strerror(errno));
+}
 
 void tfd_server_tick(tfd_server_t *s)
 {

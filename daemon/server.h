@@ -19,6 +19,8 @@ uint16_t tfd_server_port(const tfd_server_t *s);
 /* Periodic housekeeping (worker leases, session and replay expiry): call a few times a
  * second from the main thread. */
 void tfd_server_tick(tfd_server_t *s);
+/* SIGHUP: reopens the access log file (after a rotation). Main thread. */
+void tfd_server_reopen_logs(tfd_server_t *s);
 /* Stops accepting, answers long-polls and pending worker calls with 503, and waits up to
  * timeout_s for requests in flight to finish, calling tick (if not NULL) while it waits.
  * Returns the number still in flight when it gave up (0: clean). */

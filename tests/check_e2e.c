@@ -456,8 +456,14 @@ START_TEST(sigterm_finishes_inflight_transfer)
              sizeof body, f, D.base);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
-    struct timespec ts = {0, 300 * 1000000L};
-    nanosleep(&ts, NULL);
+    /* SIGTERM once the upload is in flight (not before curl connected: on a loaded machine
+     * that can take longer than any fixed sleep). */
+    for (int i = 0; i < 250; i++) {
+        if (curl("", "/metrics") == 200 && strstr(out, "\ntfetch_inflight_requests 2\n"))
+            break;                  /* the upload and this scrape */
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     kill(D.pid, SIGTERM);
     char code[16] = "";
     ck_assert_ptr_nonnull(fgets(code, sizeof code, p));
@@ -573,6 +579,41 @@ START_TEST(curl_etag_conditional_and_range)
     ck_assert_int_eq(curl("-X DELETE -H 'If-Match: *'", "/v1/tensors/w"), 204);
     ck_assert_int_eq(curl("-X DELETE -H 'If-Match: *'", "/v1/tensors/w"), 412);
     stop_clean();
+}
+END_TEST
+
+/* --access-log FILE: one JSON line per request, with who, what and how it went; SIGHUP
+ * reopens the file after a rotation. */
+START_TEST(access_log_lines_and_sighup_reopen)
+{
+    char path[64], moved[80], cmd[512];
+    snprintf(path, sizeof path, "/tmp/tf-e2e-access-%d.log", (int)getpid());
+    snprintf(moved, sizeof moved, "%s.1", path);
+    unlink(path);
+    const char *args[] = {"--access-log", path, NULL};
+    start(args);
+    ck_assert_int_eq(curl("-H 'Tfetch-User: alice' -H 'Tfetch-Request-Id: acc-1'",
+                          "/v1/tensors/missing"), 404);
+    ck_assert_int_eq(curl("", "/healthz"), 200);
+    snprintf(cmd, sizeof cmd, "cat %s", path);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"client\":\"127.0.0.1\",\"transport\":\"http\",\"op\":"
+                          "\"tensor_get\",\"name\":\"missing\",\"user\":\"alice\","
+                          "\"request_id\":\"acc-1\",\"status\":404,\"code\":\"TF_ENOTFOUND\"")
+                  && strstr(out, "\"op\":\"health\"") && strstr(out, "\"completed\":true"),
+                  "%s", out);
+    ck_assert_int_eq(rename(path, moved), 0);
+    kill(D.pid, SIGHUP);
+    for (int i = 0; i < 100 && access(path, F_OK) != 0; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_int_eq(curl("", "/readyz"), 200);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"op\":\"ready\"") && !strstr(out, "tensor_get"), "%s", out);
+    stop_clean();
+    unlink(path);
+    unlink(moved);
 }
 END_TEST
 
@@ -1289,6 +1330,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, lib_long_poll_answered_on_shutdown);
     tcase_add_test(tc, sigterm_finishes_inflight_transfer);
     tcase_add_test(tc, readyz_turns_503_on_sigterm_during_grace);
+    tcase_add_test(tc, access_log_lines_and_sighup_reopen);
     tcase_add_test(tc, curl_list_prefix_and_pages);
     tcase_add_test(tc, curl_etag_conditional_and_range);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);

@@ -22,6 +22,7 @@ int main(void)
     srunner_add_suite(sr, suite_op());
     srunner_add_suite(sr, suite_utf8());
     srunner_add_suite(sr, suite_base64());
+    srunner_add_suite(sr, suite_accesslog());
     srunner_add_suite(sr, suite_store());
     srunner_add_suite(sr, suite_conf());
     srunner_add_suite(sr, suite_metrics());

@@ -311,6 +311,21 @@ static int expects_continue(const tfx_req_t *r)
     return e && strcasecmp(e, "100-continue") == 0;
 }
 
+/* The client's address, for the access log. */
+static void peer_address(struct MHD_Connection *conn, char *buf, size_t n)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    buf[0] = '\0';
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)n);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)n);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -331,6 +346,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_init(&hr->lock, NULL);
         *con_cls = hr;
         hr->start_ms = tfx_now_ms();
+        peer_address(conn, r->peer, sizeof r->peer);
         atomic_fetch_add(&s->inflight, 1);
         parse_op(r, method, url);
         if (atomic_load(&s->draining))

@@ -11,6 +11,7 @@
 #include <string.h>
 
 const char *tfx_req_transport(const tfx_req_t *r) { return r->ops->name; }
+const char *tfx_req_peer(const tfx_req_t *r) { return r->peer; }
 const tfp_op_t *tfx_req_op(const tfx_req_t *r) { return &r->op; }
 const tfp_op_err_t *tfx_req_op_error(const tfx_req_t *r) { return &r->op_err; }
 void tfx_req_set_ctx(tfx_req_t *r, void *ctx) { r->ctx = ctx; }

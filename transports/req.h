@@ -41,6 +41,8 @@ typedef struct {
 
 /* The transport a request came by: "http" or "ucx". */
 const char *tfx_req_transport(const tfx_req_t *r);
+/* The client's address ("127.0.0.1", "::1"), "" when the transport does not know it. */
+const char *tfx_req_peer(const tfx_req_t *r);
 
 /* The operation asked for. */
 const tfp_op_t *tfx_req_op(const tfx_req_t *r);

@@ -28,6 +28,7 @@ struct tfx_req {
     const tfx_handlers_t *h;
     tfp_op_t op;                    /* filled by the transport before begin */
     tfp_op_err_t op_err;            /* why op could not be filled (code TFP_OK if it was) */
+    char peer[64];                  /* the client's address as the transport knows it; "" */
     void *ctx;
 
     /* body */
