@@ -159,6 +159,8 @@ void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
     g.store_retired = st.retired;
     g.store_reserved = st.reserved;
     g.store_max = st.max_bytes;
+    g.store_evictions = st.evictions;
+    g.store_expirations = st.expirations;
     s->gauges(s->gauges_arg, &g);                  /* requests in flight, body memory */
     g.waiters = tfd_waiters_count(s->waiters);
     tfd_sessions_stats(s->sessions, &g.sessions);

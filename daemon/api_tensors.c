@@ -10,6 +10,7 @@
 #include "daemon/api.h"
 #include "proto/jsonview.h"
 #include "proto/raw.h"
+#include "transports/clock.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -245,6 +246,8 @@ void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
+    if (c->op->ttl_s)
+        b->expires_ms = tfx_now_ms() + c->op->ttl_s * 1000u;
     tfd_store_cond_t cond;
     uint64_t v[2][TFP_ETAGS_MAX], version = 0;
     int rc = tfd_store_put_if(s->store, c->name, b, c->reserved, store_cond(c, &cond, v),

@@ -26,6 +26,7 @@ typedef struct {
 typedef struct {
     char listen[64];
     char access_log[256];           /* "off", "stderr" or a file path */
+    char store_evict[16];           /* "none" or "lru" */
     unsigned port;
     unsigned threads;
     uint64_t max_body;              /* bytes of one request body */

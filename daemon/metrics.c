@@ -277,6 +277,12 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->stored_count, (unsigned long long)g->stored_bytes,
          (unsigned long long)g->store_reserved, (unsigned long long)g->store_max, g->inflight,
          g->waiters);
+    outf(&o,
+         "# HELP tfetch_store_evictions_total Documents dropped to make room (store-evict lru).\n"
+         "# TYPE tfetch_store_evictions_total counter\ntfetch_store_evictions_total %llu\n"
+         "# HELP tfetch_store_expirations_total Documents dropped when their Tfetch-TTL ran out.\n"
+         "# TYPE tfetch_store_expirations_total counter\ntfetch_store_expirations_total %llu\n",
+         (unsigned long long)g->store_evictions, (unsigned long long)g->store_expirations);
     render_process(&o);
     if (o.failed) {
         free(o.buf);

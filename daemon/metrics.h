@@ -46,6 +46,7 @@ typedef struct tfd_metrics tfd_metrics_t;
 
 typedef struct {
     uint64_t stored_count, stored_bytes, store_retired, store_reserved, store_max;
+    uint64_t store_evictions, store_expirations;
     unsigned inflight, waiters, workers;
     uint64_t body_bytes;
     tfd_sessions_stats_t sessions;

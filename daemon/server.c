@@ -86,6 +86,13 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         return -1;
     }
+    if (strcmp(cfg->store_evict, "lru") == 0) {
+        tfd_store_set_evict_lru(s->store, 1);
+    } else if (cfg->store_evict[0] && strcmp(cfg->store_evict, "none") != 0) {
+        tfp_err_set(err, TFP_EINVAL, "store-evict must be none or lru, not '%s'",
+                    cfg->store_evict);
+        return -1;
+    }
     const char *why = NULL;
     if (!(s->access_log = tfd_access_log_open(cfg->access_log, &why)) && why) {
         tfp_err_set(err, TFP_EINVAL, "access-log %s: %s", cfg->access_log, why);
@@ -169,6 +176,7 @@ void tfd_server_reopen_logs(tfd_server_t *s)
 void tfd_server_tick(tfd_server_t *s)
 {
     tfd_workers_tick(s->workers);
+    tfd_store_sweep(s->store);
     tfd_sessions_sweep(s->sessions);
     tfd_replay_sweep(s->replay);
 }

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "daemon/store.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 typedef struct {
     char *name;
     tfd_blob_t *blob;
+    uint64_t last_used;             /* the store's clock at the last put or get */
     UT_hash_handle hh;
 } entry_t;
 
@@ -29,6 +31,10 @@ struct tfd_store {
     uint64_t retired;
     uint64_t next_version;          /* under lock */
     uint64_t epoch;                 /* fixed at start */
+    uint64_t clock;                 /* LRU order, under lock */
+    uint64_t with_ttl;              /* stored documents that have a TTL */
+    uint64_t evictions, expirations;
+    int evict_lru;
 };
 
 static void retire(tfd_store_t *s, tfd_blob_t *b)
@@ -54,6 +60,7 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
     b->doc = doc;
     b->retired_in = NULL;
     b->version = 0;
+    b->expires_ms = 0;
     return b;
 }
 
@@ -117,13 +124,117 @@ static entry_t *find(tfd_store_t *s, const char *name)
     return e;
 }
 
+static int expired(const tfd_blob_t *b, uint64_t now)
+{
+    return b->expires_ms && now >= b->expires_ms;
+}
+
+/* Takes e out of the table (under the lock); the caller unrefs its blob outside it. */
+static tfd_blob_t *unlink_entry(tfd_store_t *s, entry_t *e, int retire_it)
+{
+    tfd_blob_t *b = e->blob;
+    HASH_DEL(s->table, e);
+    s->bytes -= b->len;
+    if (retire_it)
+        retire(s, b);
+    s->count--;
+    s->with_ttl -= b->expires_ms != 0;
+    free(e->name);
+    free(e);
+    return b;
+}
+
+/* Under the lock: a live entry for name, dropping it first if its TTL ran out (*drop gets
+ * its blob, to unref outside the lock). */
+static entry_t *find_live(tfd_store_t *s, const char *name, tfd_blob_t **drop)
+{
+    entry_t *e = find(s, name);
+    if (e && expired(e->blob, tfx_now_ms())) {
+        *drop = unlink_entry(s, e, 1);
+        s->expirations++;
+        return NULL;
+    }
+    return e;
+}
+
 tfd_blob_t *tfd_store_get(tfd_store_t *s, const char *name)
 {
+    tfd_blob_t *drop = NULL;
     pthread_mutex_lock(&s->lock);
-    entry_t *e = find(s, name);
-    tfd_blob_t *b = e ? tfd_blob_ref(e->blob) : NULL;
+    entry_t *e = find_live(s, name, &drop);
+    tfd_blob_t *b = NULL;
+    if (e) {
+        b = tfd_blob_ref(e->blob);
+        e->last_used = ++s->clock;
+    }
     pthread_mutex_unlock(&s->lock);
+    tfd_blob_unref(drop);
     return b;
+}
+
+void tfd_store_set_evict_lru(tfd_store_t *s, int on)
+{
+    pthread_mutex_lock(&s->lock);
+    s->evict_lru = on;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Under the lock: drops least recently used documents nobody reads until bytes fit, onto
+ * *freed (a list through the blobs' retired_in, unref'd by the caller outside the lock).
+ * Returns whether they fit. */
+static int fits(const tfd_store_t *s, uint64_t bytes);
+static int evict_for(tfd_store_t *s, uint64_t bytes, tfd_blob_t **freed, size_t *nfreed,
+                     size_t cap)
+{
+    /* Only when dropping what can be dropped is enough: never evict for nothing. */
+    uint64_t can = 0, used = s->bytes + s->retired + s->reserved;
+    size_t n = 0;
+    for (entry_t *e = s->table; e && n < cap; e = e->hh.next)
+        if (atomic_load(&e->blob->refs) == 1) {
+            can += e->blob->len;
+            n++;
+        }
+    if (bytes > s->max_bytes || used - can > s->max_bytes - bytes)
+        return 0;
+    while (!fits(s, bytes) && *nfreed < cap) {
+        entry_t *victim = NULL;
+        for (entry_t *e = s->table; e; e = e->hh.next)
+            if (atomic_load(&e->blob->refs) == 1 && (!victim || e->last_used < victim->last_used))
+                victim = e;
+        if (!victim)
+            return 0;               /* all in use: memory would not come back now */
+        freed[(*nfreed)++] = unlink_entry(s, victim, 0);
+        s->evictions++;
+    }
+    return fits(s, bytes);
+}
+
+unsigned tfd_store_sweep(tfd_store_t *s)
+{
+    enum { BATCH = 64 };
+    tfd_blob_t *drop[BATCH];
+    unsigned total = 0;
+    size_t n;
+    do {
+        n = 0;
+        pthread_mutex_lock(&s->lock);
+        uint64_t now = tfx_now_ms();
+        entry_t *e, *tmp;
+        if (s->with_ttl)
+            HASH_ITER(hh, s->table, e, tmp) {
+                if (n == BATCH)
+                    break;
+                if (expired(e->blob, now)) {
+                    drop[n++] = unlink_entry(s, e, 1);
+                    s->expirations++;
+                }
+            }
+        pthread_mutex_unlock(&s->lock);
+        for (size_t i = 0; i < n; i++)
+            tfd_blob_unref(drop[i]);
+        total += (unsigned)n;
+    } while (n == BATCH);
+    return total;
 }
 
 /* Would `bytes` more fit? Caller holds the lock. */
@@ -135,11 +246,16 @@ static int fits(const tfd_store_t *s, uint64_t bytes)
 
 int tfd_store_reserve(tfd_store_t *s, uint64_t bytes)
 {
+    enum { MAX_EVICT = 256 };
+    tfd_blob_t *freed[MAX_EVICT];
+    size_t nfreed = 0;
     pthread_mutex_lock(&s->lock);
-    int ok = fits(s, bytes);
+    int ok = fits(s, bytes) || (s->evict_lru && evict_for(s, bytes, freed, &nfreed, MAX_EVICT));
     if (ok)
         s->reserved += bytes;
     pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < nfreed; i++)
+        tfd_blob_unref(freed[i]);               /* outside the lock: may unmap 256 MiB */
     return ok ? 0 : -1;
 }
 
@@ -173,11 +289,11 @@ static int holds(const entry_t *e, const tfd_store_cond_t *cond)
 int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved,
                      const tfd_store_cond_t *cond, uint64_t *version)
 {
-    tfd_blob_t *old = NULL;
+    tfd_blob_t *old = NULL, *drop = NULL;
     int rc;
     pthread_mutex_lock(&s->lock);
     s->reserved -= reserved <= s->reserved ? reserved : s->reserved;
-    entry_t *e = find(s, name);
+    entry_t *e = find_live(s, name, &drop);
     if (!holds(e, cond)) {
         rc = -2;
         goto unlock;
@@ -192,6 +308,7 @@ int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_
     if (e) {
         old = e->blob;
         s->bytes -= old->len;
+        s->with_ttl -= old->expires_ms != 0;
         retire(s, old);
         e->blob = blob;
         rc = 1;
@@ -208,9 +325,12 @@ int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_
         rc = 0;
     }
     s->bytes += blob->len;
+    s->with_ttl += blob->expires_ms != 0;
+    e->last_used = ++s->clock;
 unlock:
     pthread_mutex_unlock(&s->lock);
     tfd_blob_unref(old);                        /* outside the lock: may unmap 256 MiB */
+    tfd_blob_unref(drop);
     return rc;
 }
 
@@ -221,25 +341,16 @@ int tfd_store_put(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t r
 
 int tfd_store_delete_if(tfd_store_t *s, const char *name, const tfd_store_cond_t *cond)
 {
+    tfd_blob_t *drop = NULL, *b = NULL;
     pthread_mutex_lock(&s->lock);
-    entry_t *e = find(s, name);
-    if (!holds(e, cond)) {              /* If-Match on a missing name fails too */
-        pthread_mutex_unlock(&s->lock);
-        return -2;
-    }
-    if (e) {
-        HASH_DEL(s->table, e);
-        s->bytes -= e->blob->len;
-        retire(s, e->blob);
-        s->count--;
-    }
+    entry_t *e = find_live(s, name, &drop);
+    int rc = !holds(e, cond) ? -2 : e ? 0 : -1;     /* If-Match on a missing name fails too */
+    if (rc == 0)
+        b = unlink_entry(s, e, 1);
     pthread_mutex_unlock(&s->lock);
-    if (!e)
-        return -1;
-    tfd_blob_unref(e->blob);
-    free(e->name);
-    free(e);
-    return 0;
+    tfd_blob_unref(b);
+    tfd_blob_unref(drop);
+    return rc;
 }
 
 int tfd_store_delete(tfd_store_t *s, const char *name)
@@ -259,8 +370,10 @@ void tfd_store_each(tfd_store_t *s, void (*fn)(const char *, const tfd_blob_t *,
 {
     pthread_mutex_lock(&s->lock);
     HASH_SORT(s->table, by_name);
+    uint64_t now = tfx_now_ms();
     for (entry_t *e = s->table; e; e = e->hh.next)
-        fn(e->name, e->blob, arg);
+        if (!expired(e->blob, now))         /* gone for readers; the sweep frees it */
+            fn(e->name, e->blob, arg);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -272,5 +385,7 @@ void tfd_store_stats(tfd_store_t *s, tfd_store_stats_t *st)
     st->retired = s->retired;
     st->reserved = s->reserved;
     st->max_bytes = s->max_bytes;
+    st->evictions = s->evictions;
+    st->expirations = s->expirations;
     pthread_mutex_unlock(&s->lock);
 }

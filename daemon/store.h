@@ -24,6 +24,7 @@ typedef struct tfd_blob {
     tfp_doc_t *doc;                 /* index; tensor data points into data */
     struct tfd_store *retired_in;   /* set once replaced/deleted: counted until freed */
     uint64_t version;               /* set when stored: unique in this store (the ETag) */
+    uint64_t expires_ms;            /* tfx_now_ms() at which it stops existing; 0: never */
 } tfd_blob_t;
 
 /* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
@@ -69,6 +70,13 @@ typedef struct {
 int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t reserved,
                      const tfd_store_cond_t *cond, uint64_t *version);
 int tfd_store_delete_if(tfd_store_t *s, const char *name, const tfd_store_cond_t *cond);
+/* Opt-in: when a reservation does not fit, drop the least recently used documents that no
+ * reader holds (their memory comes back at once) until it does, rather than refuse it. */
+void tfd_store_set_evict_lru(tfd_store_t *s, int on);
+/* Drops every document whose TTL ran out (the main thread's tick; reads already treat them
+ * as absent). Returns how many. */
+unsigned tfd_store_sweep(tfd_store_t *s);
+
 /* The store's epoch: random, new at every start; with a blob's version it makes its ETag. */
 uint64_t tfd_store_epoch(const tfd_store_t *s);
 
@@ -82,6 +90,8 @@ typedef struct {
     uint64_t retired;               /* replaced or deleted documents still being read */
     uint64_t reserved;              /* uploads in progress */
     uint64_t max_bytes;
+    uint64_t evictions;             /* documents dropped to make room (evict lru) */
+    uint64_t expirations;           /* documents dropped when their TTL ran out */
 } tfd_store_stats_t;
 void tfd_store_stats(tfd_store_t *s, tfd_store_stats_t *st);
 

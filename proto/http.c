@@ -420,5 +420,9 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
     if ((op->kind == TFP_OP_TENSOR_GET || op->kind == TFP_OP_TENSOR_PUT ||
          op->kind == TFP_OP_TENSOR_DELETE) && (st = take_cond(in, op, e)) != TFP_OK)
         return st;
+    if (op->kind == TFP_OP_TENSOR_PUT && in->ttl &&
+        (tfp_parse_u64(in->ttl, TFP_MAX_TTL_S, &op->ttl_s) != 0 || op->ttl_s == 0))
+        return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-TTL must be a number of seconds from 1 to "
+                           "%u, got '%.32s'", TFP_MAX_TTL_S, in->ttl);
     return take_body(in, op, e);
 }

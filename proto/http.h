@@ -55,6 +55,7 @@ typedef struct {
     const char *wait;               /* the query's wait= value */
     const char *prefix, *after, *limit;  /* the query's, for GET /v1/tensors */
     const char *if_match, *if_none_match, *if_range, *range;     /* conditional, partial */
+    const char *ttl;                /* Tfetch-TTL (PUT): seconds the document lives */
     int64_t content_length;         /* -1 when absent or when the body is chunked */
     int chunked;                    /* a Transfer-Encoding header is present */
     const char *content_type;       /* Content-Type */

@@ -99,6 +99,7 @@ typedef struct {
         char after[TFP_MAX_TENSOR_NAME + 1];    /* only names after this one; "" from the start */
         uint64_t limit;                         /* at most this many; 0 no limit */
     } list;
+    uint64_t ttl_s;                 /* TENSOR_PUT: seconds the document lives; 0 for ever */
     struct {                        /* TENSOR_GET, _PUT, _DELETE (HTTP): conditions, range */
         tfp_etags_t if_match, if_none_match, if_range;
         tfp_range_t range;          /* GET only; NONE when absent, ignored or If-Range fails */
@@ -106,6 +107,7 @@ typedef struct {
 } tfp_op_t;
 
 #define TFP_OP_MAX_MSG 512
+#define TFP_MAX_TTL_S (366u * 24 * 3600)   /* Tfetch-TTL: at most a year */
 
 /* Why a request was refused before any handler ran. */
 typedef struct {

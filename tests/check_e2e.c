@@ -617,6 +617,41 @@ START_TEST(access_log_lines_and_sighup_reopen)
 }
 END_TEST
 
+/* Opt-in store policies: Tfetch-TTL on PUT, and store-evict lru instead of 507. */
+START_TEST(store_ttl_and_lru_over_http)
+{
+    const char *args[] = {"--store-memory", "300", "--store-evict", "lru", NULL};
+    start(args);
+    char body[128];
+    snprintf(body, sizeof body, "-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 100' "
+             "--data-binary @%s", td_tmpfile(0, "0123456789012345678901234567890123456789"
+                                                "0123456789012345678901234567890123456789"
+                                                "01234567890123456789", 100));
+    ck_assert_int_eq(curl(body, "/v1/tensors/a"), 201);
+    ck_assert_int_eq(curl(body, "/v1/tensors/b"), 201);     /* ~180 bytes each: a goes */
+    ck_assert_int_eq(curl("", "/v1/tensors/a"), 404);
+    ck_assert_int_eq(curl("", "/v1/tensors/b"), 200);
+    ck_assert_int_eq(curl("", "/metrics"), 200);
+    ck_assert_msg(strstr(out, "\ntfetch_store_evictions_total 1\n"), "%s", out);
+    /* A TTL: gone after it, counted. */
+    char ttl[300];
+    snprintf(ttl, sizeof ttl, "-H 'Tfetch-TTL: 1' %s", body);
+    ck_assert_int_eq(curl(ttl, "/v1/tensors/t"), 201);
+    ck_assert_int_eq(curl("", "/v1/tensors/t"), 200);
+    struct timespec ts = {1, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(curl("", "/v1/tensors/t"), 404);
+    ck_assert_int_eq(curl("", "/metrics"), 200);
+    ck_assert_msg(strstr(out, "\ntfetch_store_expirations_total 1\n"), "%s", out);
+    ck_assert_int_eq(curl("-X PUT -H 'Tfetch-TTL: 0' --data-binary x", "/v1/tensors/t"), 400);
+    ck_assert_int_eq(curl("-X PUT -H 'Tfetch-TTL: soon' --data-binary x", "/v1/tensors/t"), 400);
+    stop_clean();
+    const char *bad[] = {"--store-evict", "fifo", NULL};
+    ck_assert_int_ne(td_start(&D, bad), 0);                 /* refused at start */
+    td_cleanup();
+}
+END_TEST
+
 /* /readyz is 200 while serving and 503 from the moment SIGTERM arrives; with drain-grace
  * every other request is still served meanwhile (a new connection works), then it exits. */
 START_TEST(readyz_turns_503_on_sigterm_during_grace)
@@ -1331,6 +1366,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, sigterm_finishes_inflight_transfer);
     tcase_add_test(tc, readyz_turns_503_on_sigterm_during_grace);
     tcase_add_test(tc, access_log_lines_and_sighup_reopen);
+    tcase_add_test(tc, store_ttl_and_lru_over_http);
     tcase_add_test(tc, curl_list_prefix_and_pages);
     tcase_add_test(tc, curl_etag_conditional_and_range);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);

@@ -8,10 +8,12 @@
 #include "daemon/store.h"
 #include "proto/safetensors.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A blob holding one U8 tensor of n bytes filled with v. */
 static tfd_blob_t *make_blob(const char *name, size_t n, uint8_t v)
@@ -119,6 +121,81 @@ START_TEST(store_conditions)
 }
 END_TEST
 
+/* TTLs: an expired document is absent to every reader at once, and the sweep frees it. */
+START_TEST(store_ttl)
+{
+    tfd_store_t *s = tfd_store_new(1 << 20);
+    tfd_blob_t *a = make_blob("a", 10, 1), *b = make_blob("b", 10, 2);
+    a->expires_ms = tfx_now_ms() + 60;
+    ck_assert_int_eq(tfd_store_put(s, "a", a, 0), 0);
+    ck_assert_int_eq(tfd_store_put(s, "b", b, 0), 0);
+    tfd_blob_t *got = tfd_store_get(s, "a");
+    ck_assert_ptr_nonnull(got);
+    tfd_blob_unref(got);
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    ck_assert_ptr_null(tfd_store_get(s, "a"));             /* gone on read */
+    ck_assert_int_eq(tfd_store_delete(s, "a"), -1);
+    tfd_store_stats_t st;
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.expirations, 1);
+    ck_assert_uint_eq(st.count, 1);
+    /* the sweep drops the ones nobody asked for */
+    tfd_blob_t *c = make_blob("c", 10, 3);
+    c->expires_ms = tfx_now_ms() + 1;
+    ck_assert_int_eq(tfd_store_put(s, "c", c, 0), 0);
+    nanosleep(&ts, NULL);
+    ck_assert_uint_eq(tfd_store_sweep(s), 1);
+    ck_assert_uint_eq(tfd_store_sweep(s), 0);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.expirations, 2);
+    ck_assert_uint_eq(st.count, 1);
+    ck_assert_ptr_nonnull((got = tfd_store_get(s, "b")));
+    tfd_blob_unref(got);
+    tfd_store_free(s);
+}
+END_TEST
+
+/* evict lru: the least recently used document nobody holds makes room; a read one is kept;
+ * when dropping all that can be dropped would not be enough, nothing is dropped. */
+START_TEST(store_evict_lru)
+{
+    tfd_blob_t *probe = make_blob("p", 1000, 0);
+    size_t one = probe->len;
+    tfd_blob_unref(probe);
+    tfd_store_t *s = tfd_store_new(3 * one);
+    ck_assert_int_eq(tfd_store_put(s, "a", make_blob("a", 1000, 1), 0), 0);
+    ck_assert_int_eq(tfd_store_put(s, "b", make_blob("b", 1000, 2), 0), 0);
+    ck_assert_int_eq(tfd_store_put(s, "c", make_blob("c", 1000, 3), 0), 0);
+    ck_assert_int_eq(tfd_store_reserve(s, one), -1);           /* off: 507 as before */
+    tfd_store_set_evict_lru(s, 1);
+    tfd_blob_unref(tfd_store_get(s, "a"));                     /* a is now newer than b */
+    tfd_blob_t *held = tfd_store_get(s, "b");                  /* b is being read */
+    ck_assert_int_eq(tfd_store_reserve(s, one), 0);            /* drops c, the LRU unheld */
+    ck_assert_ptr_null(tfd_store_get(s, "c"));
+    tfd_store_stats_t st;
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.evictions, 1);
+    ck_assert_int_eq(tfd_store_put(s, "d", make_blob("d", 1000, 4), one), 0);
+    tfd_blob_t *held_d = tfd_store_get(s, "d");
+    /* 2 more would need b or d, which are held: refused, and nothing is dropped for it */
+    ck_assert_int_eq(tfd_store_reserve(s, 2 * one), -1);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.evictions, 1);
+    ck_assert_uint_eq(st.count, 3);
+    tfd_blob_unref(held);
+    ck_assert_int_eq(tfd_store_reserve(s, 2 * one), 0);        /* now a and b go */
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.evictions, 3);
+    tfd_blob_t *d = tfd_store_get(s, "d");                     /* the held one stays */
+    ck_assert_ptr_eq(d, held_d);
+    tfd_blob_unref(d);
+    tfd_blob_unref(held_d);
+    tfd_store_unreserve(s, 2 * one);
+    tfd_store_free(s);
+}
+END_TEST
+
 START_TEST(store_limits_and_reservations)
 {
     tfd_store_t *s = tfd_store_new(1000);
@@ -175,6 +252,8 @@ Suite *suite_store(void)
     tcase_add_test(tc, store_put_get_replace_delete);
     tcase_add_test(tc, store_limits_and_reservations);
     tcase_add_test(tc, store_conditions);
+    tcase_add_test(tc, store_ttl);
+    tcase_add_test(tc, store_evict_lru);
     tcase_add_test(tc, store_each_in_name_order);
     suite_add_tcase(s, tc);
     return s;
