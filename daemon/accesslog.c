@@ -24,28 +24,59 @@ static int open_path(const char *path)
     return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
 }
 
+/* Opens spec into (*fd, *path): -1 / NULL for off; stderr; or the file. 0, or -1 with
+ * *err set. */
+static int open_spec(const char *spec, int *fd, char **path, const char **err)
+{
+    *fd = -1;
+    *path = NULL;
+    if (!spec || !*spec || strcmp(spec, "off") == 0)
+        return 0;
+    if (strcmp(spec, "stderr") == 0) {
+        *fd = STDERR_FILENO;
+        return 0;
+    }
+    if (!(*path = strdup(spec)) || (*fd = open_path(spec)) < 0) {
+        *err = strerror(*path ? errno : ENOMEM);
+        free(*path);
+        *path = NULL;
+        *fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
 tfd_access_log_t *tfd_access_log_open(const char *spec, const char **err)
 {
-    if (!spec || !*spec || strcmp(spec, "off") == 0)
-        return NULL;
     tfd_access_log_t *l = calloc(1, sizeof *l);
     if (!l) {
         *err = strerror(ENOMEM);
         return NULL;
     }
-    pthread_mutex_init(&l->lock, NULL);
-    if (strcmp(spec, "stderr") == 0) {
-        l->fd = STDERR_FILENO;
-        return l;
-    }
-    if (!(l->path = strdup(spec)) || (l->fd = open_path(spec)) < 0) {
-        *err = strerror(l->path ? errno : ENOMEM);
-        free(l->path);
-        pthread_mutex_destroy(&l->lock);
+    if (open_spec(spec, &l->fd, &l->path, err) != 0) {
         free(l);
         return NULL;
     }
+    pthread_mutex_init(&l->lock, NULL);
     return l;
+}
+
+int tfd_access_log_set(tfd_access_log_t *l, const char *spec, const char **err)
+{
+    int fd, old_fd;
+    char *path, *old_path;
+    if (open_spec(spec, &fd, &path, err) != 0)
+        return -1;
+    pthread_mutex_lock(&l->lock);
+    old_fd = l->fd;
+    old_path = l->path;
+    l->fd = fd;
+    l->path = path;
+    pthread_mutex_unlock(&l->lock);
+    if (old_path)
+        close(old_fd);
+    free(old_path);
+    return 0;
 }
 
 void tfd_access_log_free(tfd_access_log_t *l)
@@ -61,9 +92,13 @@ void tfd_access_log_free(tfd_access_log_t *l)
 
 int tfd_access_log_reopen(tfd_access_log_t *l)
 {
-    if (!l || !l->path)
+    pthread_mutex_lock(&l->lock);
+    char *path = l->path ? strdup(l->path) : NULL;
+    pthread_mutex_unlock(&l->lock);
+    if (!path)
         return 0;
-    int fd = open_path(l->path);
+    int fd = open_path(path);
+    free(path);
     if (fd < 0)
         return -1;
     pthread_mutex_lock(&l->lock);
@@ -120,9 +155,17 @@ char *tfd_access_log_render(const tfd_access_t *a, uint64_t unix_ms)
     return tfp_jw_finish(&w, &len);
 }
 
+int tfd_access_log_on(tfd_access_log_t *l)
+{
+    pthread_mutex_lock(&l->lock);
+    int on = l->fd >= 0;
+    pthread_mutex_unlock(&l->lock);
+    return on;
+}
+
 void tfd_access_log_write(tfd_access_log_t *l, const tfd_access_t *a)
 {
-    if (!l)
+    if (!l || !tfd_access_log_on(l))
         return;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -135,14 +178,14 @@ void tfd_access_log_write(tfd_access_log_t *l, const tfd_access_t *a)
     char *out = malloc(n + 5);
     if (out) {
         size_t off = 0;
+        pthread_mutex_lock(&l->lock);
         if (!l->path) {
             memcpy(out, "<6>", 3);
             off = 3;
         }
         memcpy(out + off, line, n);
         out[off + n] = '\n';
-        pthread_mutex_lock(&l->lock);
-        ssize_t wr = write(l->fd, out, off + n + 1);
+        ssize_t wr = l->fd >= 0 ? write(l->fd, out, off + n + 1) : 0;
         pthread_mutex_unlock(&l->lock);
         (void)wr;                   /* a full disk must not fail the request */
         free(out);

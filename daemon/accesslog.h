@@ -1,7 +1,7 @@
 /* accesslog.h - tfetchd's access log: one JSON line per finished request (RFC 8259 text, one
  * object per line, as log shippers and jq read it).
  *
- * Off by default. "stderr" writes the lines there (under systemd that is the journal, each
+ * Off by default; SIGHUP may point it elsewhere (tfd_access_log_set). "stderr" writes the lines there (under systemd that is the journal, each
  * line at priority info); a path appends to that file, reopened by tfd_access_log_reopen
  * (SIGHUP) so logrotate can move it away. Owns the file. Thread-safe: every request thread
  * writes whole lines (one write(2) each on an O_APPEND descriptor); reopen swaps under a lock.
@@ -28,9 +28,14 @@ typedef struct {
     int completed;                  /* 0: the client went away before the answer was sent */
 } tfd_access_t;
 
-/* spec: NULL, "" or "off": none (returns NULL, *err untouched); "stderr"; or a file path.
- * NULL with *err set (errno text) when the file cannot be opened. */
+/* spec: NULL, "" or "off": none (a log that writes nothing until tfd_access_log_set);
+ * "stderr"; or a file path. NULL with *err set (errno text) when the file cannot be opened. */
 tfd_access_log_t *tfd_access_log_open(const char *spec, const char **err);
+/* Points the log elsewhere (SIGHUP with a new access-log): the same specs as open. 0, or -1
+ * with *err set and the old target kept. */
+int tfd_access_log_set(tfd_access_log_t *l, const char *spec, const char **err);
+/* 1 when lines are written somewhere. */
+int tfd_access_log_on(tfd_access_log_t *l);
 void tfd_access_log_free(tfd_access_log_t *l);      /* NULL is a no-op */
 /* Reopens the file (after a rotation); stderr is left as it is. 0, or -1 (the old file is
  * kept). */

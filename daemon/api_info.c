@@ -120,7 +120,7 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_obj_begin(&w);
     kv_uint(&w, "max_body", cfg->max_body);
     kv_uint(&w, "max_header", cfg->max_header);
-    kv_uint(&w, "store_memory", cfg->store_memory);
+    kv_uint(&w, "store_memory", tfd_store_max(s->store));
     kv_uint(&w, "body_memory", cfg->body_memory);
     kv_uint(&w, "max_connections", cfg->max_connections);
     kv_uint(&w, "max_per_ip", cfg->max_per_ip);

@@ -226,7 +226,7 @@ void api_begin_put(tfx_req_t *r, tfd_ctx_t *c)
                                                : (body->length >= 0 ? (uint64_t)body->length : 0);
     if (need && tfd_store_reserve(s->store, need) != 0) {
         api_fail(r, c, TFP_ENOSPACE, "storing %llu bytes would exceed the store's limit of "
-                 "%llu bytes", (unsigned long long)need, (unsigned long long)s->cfg->store_memory);
+                 "%llu bytes", (unsigned long long)need, (unsigned long long)tfd_store_max(s->store));
         return;
     }
     c->reserved = need;
@@ -262,7 +262,7 @@ void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
     if (rc < 0) {
         tfd_blob_unref(b);
         api_fail(r, c, TFP_ENOSPACE, "storing %zu bytes would exceed the store's limit of %llu "
-                 "bytes", len, (unsigned long long)s->cfg->store_memory);
+                 "bytes", len, (unsigned long long)tfd_store_max(s->store));
         return;
     }
     tfd_waiters_notify(s->waiters, c->name);

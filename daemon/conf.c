@@ -307,6 +307,15 @@ static void usage(FILE *out)
             "every tensor and route to anyone who can reach it.\n");
 }
 
+void tfd_config_changed(const tfd_config_t *a, const tfd_config_t *b,
+                        void (*fn)(const char *key, void *arg), void *arg)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (memcmp((const char *)a + opts[i].off, (const char *)b + opts[i].off,
+                   opts[i].size) != 0)
+            fn(opts[i].name, arg);
+}
+
 int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
 {
     struct option lo[NOPTS + 4];

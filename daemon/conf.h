@@ -3,7 +3,9 @@
  * The config file is INI (parsed by inih): `key = value` lines, optionally under a [tfetchd]
  * section, keys spelled like the long flags ("max-body = 1G"). Sizes take K/M/G/T suffixes
  * (powers of 1024). A repeatable key (plugin) collects one value per line; flags of that name
- * replace the file's list. Read once at start-up on the main thread; read-only afterwards.
+ * replace the file's list. Read at start-up on the main thread, and again on SIGHUP into a
+ * new struct: the server applies the settings it can change live (tfd_server_reload) and the
+ * running struct stays read-only for the other threads.
  */
 #ifndef TFD_CONFIG_H
 #define TFD_CONFIG_H
@@ -64,6 +66,10 @@ void tfd_config_defaults(tfd_config_t *cfg);
 /* Applies argv (and the config file it names, or the default one if it exists).
  * Returns 0 to run, 1 when --help/--version was printed (exit 0), -1 on error (printed). */
 int tfd_config_load(tfd_config_t *cfg, int argc, char **argv);
+/* Calls fn with the name of every setting whose value differs between a and b ("max-body"),
+ * in the order --help lists them (SIGHUP: what a reload would change). */
+void tfd_config_changed(const tfd_config_t *a, const tfd_config_t *b,
+                        void (*fn)(const char *key, void *arg), void *arg);
 /* "1G" -> 1073741824. 0 or -1. */
 int tfd_parse_size(const char *s, uint64_t *out);
 

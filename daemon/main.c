@@ -2,7 +2,8 @@
  *
  * Read the settings, block the signals every thread inherits, start serving, say so (stdout
  * line + sd_notify READY=1), then sleep in sigtimedwait, waking to pet the systemd watchdog,
- * until SIGTERM or SIGINT: stop accepting, finish the transfers in flight, exit 0.
+ * until SIGTERM or SIGINT: stop accepting, finish the transfers in flight, exit 0. SIGHUP
+ * reads the settings again and applies those that can change live (reload).
  * The main thread owns the server; the workers are the HTTP transport's.
  */
 #include "config.h"
@@ -36,6 +37,26 @@ static void pet_watchdog(void)
         last = now;
         sd_notify(0, "WATCHDOG=1");
     }
+}
+
+/* SIGHUP: reopen the access log (logrotate), read the settings again (file, then the same
+ * flags) and apply what can change while serving. A file that no longer parses changes
+ * nothing. */
+static void reload(tfd_server_t *srv, int argc, char **argv)
+{
+    sd_notify(0, "RELOADING=1\nSTATUS=reloading");
+    tfd_server_reopen_logs(srv);
+    tfd_config_t next;
+    tfd_config_defaults(&next);
+    if (tfd_config_load(&next, argc, argv) != 0) {
+        tfd_log(LOG_ERR, "SIGHUP: the settings no longer load (see above); nothing changed");
+        sd_notify(0, "READY=1\nSTATUS=serving (reload failed)");
+        return;
+    }
+    unsigned n = tfd_server_reload(srv, &next);
+    sd_notify(0, "READY=1\nSTATUS=serving");
+    tfd_log(LOG_NOTICE, "SIGHUP: settings read again (%s); %u applied, access log reopened",
+            next.config_file[0] ? next.config_file : "no config file", n);
 }
 
 int main(int argc, char **argv)
@@ -84,11 +105,8 @@ int main(int argc, char **argv)
         tfd_server_tick(srv);
         if (sig == SIGTERM || sig == SIGINT)
             break;
-        if (sig == SIGHUP) {
-            tfd_server_reopen_logs(srv);
-            tfd_log(LOG_NOTICE, "SIGHUP: access log reopened; other settings are read at "
-                    "start-up only; restart to apply");
-        }
+        if (sig == SIGHUP)
+            reload(srv, argc, argv);
         if (sig < 0 && errno != EAGAIN && errno != EINTR) {
             tfd_log(LOG_ERR, "sigtimedwait: %s", strerror(errno));
             break;

@@ -94,7 +94,7 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         return -1;
     }
     const char *why = NULL;
-    if (!(s->access_log = tfd_access_log_open(cfg->access_log, &why)) && why) {
+    if (!(s->access_log = tfd_access_log_open(cfg->access_log, &why))) {
         tfp_err_set(err, TFP_EINVAL, "access-log %s: %s", cfg->access_log, why);
         return -1;
     }
@@ -171,6 +171,64 @@ void tfd_server_reopen_logs(tfd_server_t *s)
     if (tfd_access_log_reopen(s->access_log) != 0)
         tfd_log(LOG_WARNING, "access-log %s: cannot reopen: %s (still writing the old file)",
                 s->cfg.access_log, strerror(errno));
+}
+
+/* The settings tfd_server_reload applies while serving. */
+static const char *const live_keys[] = {"log-level", "access-log", "store-memory",
+                                        "store-evict"};
+
+typedef struct {
+    tfd_server_t *s;
+    const tfd_config_t *next;
+    unsigned applied;
+} reload_t;
+
+static void reload_one(const char *key, void *arg)
+{
+    reload_t *rl = arg;
+    tfd_server_t *s = rl->s;
+    const tfd_config_t *n = rl->next;
+    int live = 0;
+    for (size_t i = 0; i < sizeof live_keys / sizeof live_keys[0]; i++)
+        live |= strcmp(key, live_keys[i]) == 0;
+    if (!live) {
+        tfd_log(LOG_WARNING, "SIGHUP: %s changed, but takes effect only after a restart", key);
+        return;
+    }
+    const char *why = NULL;
+    if (strcmp(key, "log-level") == 0) {
+        tfd_log_set_level(n->log_level);
+        s->cfg.log_level = n->log_level;
+    } else if (strcmp(key, "access-log") == 0) {
+        if (tfd_access_log_set(s->access_log, n->access_log, &why) != 0) {
+            tfd_log(LOG_ERR, "SIGHUP: access-log %s: %s (kept %s)", n->access_log, why,
+                    s->cfg.access_log[0] ? s->cfg.access_log : "off");
+            return;
+        }
+        memcpy(s->cfg.access_log, n->access_log, sizeof s->cfg.access_log);
+    } else if (strcmp(key, "store-memory") == 0) {
+        tfd_store_set_max(s->store, n->store_memory);   /* the store owns the live value */
+    } else if (strcmp(key, "store-evict") == 0) {
+        if (strcmp(n->store_evict, "lru") != 0 && n->store_evict[0] &&
+            strcmp(n->store_evict, "none") != 0) {
+            tfd_log(LOG_ERR, "SIGHUP: store-evict must be none or lru, not '%s' (kept)",
+                    n->store_evict);
+            return;
+        }
+        tfd_store_set_evict_lru(s->store, strcmp(n->store_evict, "lru") == 0);
+        memcpy(s->cfg.store_evict, n->store_evict, sizeof s->cfg.store_evict);
+    }
+    tfd_log(LOG_NOTICE, "SIGHUP: %s applied", key);
+    rl->applied++;
+}
+
+unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next)
+{
+    reload_t rl = {s, next, 0};
+    tfd_config_t now = s->cfg;
+    now.store_memory = tfd_store_max(s->store);     /* as last applied */
+    tfd_config_changed(&now, next, reload_one, &rl);
+    return rl.applied;
 }
 
 void tfd_server_tick(tfd_server_t *s)

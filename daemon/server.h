@@ -21,6 +21,10 @@ uint16_t tfd_server_port(const tfd_server_t *s);
 void tfd_server_tick(tfd_server_t *s);
 /* SIGHUP: reopens the access log file (after a rotation). Main thread. */
 void tfd_server_reopen_logs(tfd_server_t *s);
+/* SIGHUP with the config read again: applies what can change while serving (log-level,
+ * access-log, store-memory, store-evict) and logs, for every other setting that differs,
+ * that it needs a restart. Main thread. Returns how many settings were applied. */
+unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next);
 /* Stops accepting, answers long-polls and pending worker calls with 503, and waits up to
  * timeout_s for requests in flight to finish, calling tick (if not NULL) while it waits.
  * Returns the number still in flight when it gave up (0: clean). */

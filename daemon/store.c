@@ -172,6 +172,21 @@ tfd_blob_t *tfd_store_get(tfd_store_t *s, const char *name)
     return b;
 }
 
+void tfd_store_set_max(tfd_store_t *s, uint64_t max_bytes)
+{
+    pthread_mutex_lock(&s->lock);
+    s->max_bytes = max_bytes;
+    pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t tfd_store_max(tfd_store_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t m = s->max_bytes;
+    pthread_mutex_unlock(&s->lock);
+    return m;
+}
+
 void tfd_store_set_evict_lru(tfd_store_t *s, int on)
 {
     pthread_mutex_lock(&s->lock);

@@ -73,6 +73,10 @@ int tfd_store_delete_if(tfd_store_t *s, const char *name, const tfd_store_cond_t
 /* Opt-in: when a reservation does not fit, drop the least recently used documents that no
  * reader holds (their memory comes back at once) until it does, rather than refuse it. */
 void tfd_store_set_evict_lru(tfd_store_t *s, int on);
+/* A new limit (SIGHUP): later reservations are checked against it; nothing stored is dropped
+ * for it. And the limit in force. */
+void tfd_store_set_max(tfd_store_t *s, uint64_t max_bytes);
+uint64_t tfd_store_max(tfd_store_t *s);
 /* Drops every document whose TTL ran out (the main thread's tick; reads already treat them
  * as absent). Returns how many. */
 unsigned tfd_store_sweep(tfd_store_t *s);

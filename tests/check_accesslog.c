@@ -53,8 +53,12 @@ START_TEST(accesslog_file_and_reopen)
     snprintf(path, sizeof path, "/tmp/tf-accesslog-%d", (int)getpid());
     snprintf(moved, sizeof moved, "%s.1", path);
     const char *err = NULL;
-    ck_assert_ptr_null(tfd_access_log_open("off", &err));
-    ck_assert_ptr_null(tfd_access_log_open(NULL, &err));
+    tfd_access_log_t *off = tfd_access_log_open("off", &err);
+    ck_assert_ptr_nonnull(off);
+    ck_assert(!tfd_access_log_on(off));
+    tfd_access_log_free(off);
+    ck_assert_ptr_nonnull((off = tfd_access_log_open(NULL, &err)));
+    ck_assert(!tfd_access_log_on(off));
     ck_assert_ptr_null(err);
     ck_assert_ptr_null(tfd_access_log_open("/nonexistent-dir/x.log", &err));
     ck_assert_ptr_nonnull(err);
@@ -72,7 +76,20 @@ START_TEST(accesslog_file_and_reopen)
     ck_assert_uint_eq(lines_in(path), 1);
     ck_assert_uint_eq(lines_in(moved), 3);
     tfd_access_log_free(l);
-    tfd_access_log_write(NULL, &a);                     /* off: a no-op */
+    tfd_access_log_write(NULL, &a);                     /* no log: a no-op */
+    /* SIGHUP with a new access-log: off -> a file -> off; a bad path keeps the old target */
+    tfd_access_log_write(off, &a);
+    ck_assert_int_eq(tfd_access_log_set(off, path, &err), 0);
+    ck_assert(tfd_access_log_on(off));
+    tfd_access_log_write(off, &a);
+    ck_assert_uint_eq(lines_in(path), 2);
+    ck_assert_int_eq(tfd_access_log_set(off, "/nonexistent-dir/y", &err), -1);
+    tfd_access_log_write(off, &a);
+    ck_assert_uint_eq(lines_in(path), 3);
+    ck_assert_int_eq(tfd_access_log_set(off, "off", &err), 0);
+    tfd_access_log_write(off, &a);
+    ck_assert_uint_eq(lines_in(path), 3);
+    tfd_access_log_free(off);
     unlink(path);
     unlink(moved);
 }

@@ -652,6 +652,54 @@ START_TEST(store_ttl_and_lru_over_http)
 }
 END_TEST
 
+/* SIGHUP reads the config file again: the live settings apply at once, the others are named
+ * as needing a restart, and a file that no longer parses changes nothing. */
+START_TEST(sighup_reloads_live_settings)
+{
+    char conf[64], alog[64], cmd[512];
+    snprintf(conf, sizeof conf, "/tmp/tf-e2e-reload-%d.conf", (int)getpid());
+    snprintf(alog, sizeof alog, "/tmp/tf-e2e-reload-%d.log", (int)getpid());
+    unlink(alog);
+    FILE *f = fopen(conf, "w");
+    fputs("store-memory = 300\n", f);
+    fclose(f);
+    const char *args[] = {"--config", conf, NULL};
+    start(args);
+    const char *put = "-X PUT -H 'Tfetch-Dtype: U8' -H 'Tfetch-Shape: 200' --data-binary @/tmp/tf-e2e-200";
+    ck_assert_int_eq(td_run("head -c 200 /dev/zero > /tmp/tf-e2e-200", NULL, 0), 0);
+    ck_assert_int_eq(curl(put, "/v1/tensors/a"), 201);
+    ck_assert_int_eq(curl(put, "/v1/tensors/b"), 507);
+    f = fopen(conf, "w");
+    fprintf(f, "store-memory = 1M\naccess-log = %s\nmax-body = 2G\n", alog);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+    snprintf(cmd, sizeof cmd, "for i in $(seq 100); do grep -q 'SIGHUP: settings read again' %s "
+             "&& exit 0; sleep 0.05; done; exit 1", D.log_path);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    ck_assert_int_eq(curl(put, "/v1/tensors/b"), 201);         /* the new limit */
+    snprintf(cmd, sizeof cmd, "grep -c '\"op\":\"tensor_put\"' %s", alog);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "1\n");                              /* logging from now on */
+    snprintf(cmd, sizeof cmd, "grep -c 'max-body changed, but takes effect only after a restart' %s",
+             D.log_path);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "1\n");
+    /* A broken file: nothing changes. */
+    f = fopen(conf, "w");
+    fputs("store-memory = lots\n", f);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+    snprintf(cmd, sizeof cmd, "for i in $(seq 100); do grep -q 'no longer load' %s && exit 0; "
+             "sleep 0.05; done; exit 1", D.log_path);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    ck_assert_int_eq(curl(put, "/v1/tensors/c"), 201);         /* still 1M */
+    stop_clean();
+    unlink(conf);
+    unlink(alog);
+    unlink("/tmp/tf-e2e-200");
+}
+END_TEST
+
 /* /readyz is 200 while serving and 503 from the moment SIGTERM arrives; with drain-grace
  * every other request is still served meanwhile (a new connection works), then it exits. */
 START_TEST(readyz_turns_503_on_sigterm_during_grace)
@@ -1367,6 +1415,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, readyz_turns_503_on_sigterm_during_grace);
     tcase_add_test(tc, access_log_lines_and_sighup_reopen);
     tcase_add_test(tc, store_ttl_and_lru_over_http);
+    tcase_add_test(tc, sighup_reloads_live_settings);
     tcase_add_test(tc, curl_list_prefix_and_pages);
     tcase_add_test(tc, curl_etag_conditional_and_range);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
