@@ -622,10 +622,16 @@ static int write_reply(const opts_t *o, const char *what, const char *url, const
             what, url, o->raw ? "raw tensor bytes" : "a binary safetensors document");
         return EXIT_USAGE;
     }
-    /* Into a temporary file beside path, renamed over it once complete: an interrupted get
-     * leaves an existing file as it was. */
-    int fd = STDOUT_FILENO;
-    if (!to_stdout && (fd = tmp_open(path)) < 0) {
+    /* A regular file (or a new one) is written to a temporary file beside it, renamed over
+     * it once complete: an interrupted get leaves an existing file as it was. Anything else
+     * (/dev/null, a FIFO, a terminal) is written in place: renaming over it would replace
+     * the device. */
+    int fd = STDOUT_FILENO, direct = 0;
+    struct stat st;
+    if (!to_stdout && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        direct = 1;
+    if (!to_stdout && (fd = direct ? open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
+                                   : tmp_open(path)) < 0) {
         msg("cannot create %s: %s", path, strerror(errno));
         return EXIT_LOCAL;
     }
@@ -651,7 +657,7 @@ static int write_reply(const opts_t *o, const char *what, const char *url, const
         msg("cannot write %s: %s", path, strerror(errno));
         rc = EXIT_LOCAL;
     }
-    if (!to_stdout && tmp_finish(path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
+    if (!to_stdout && !direct && tmp_finish(path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
         msg("cannot rename %s to %s: %s", tmp_path, path, strerror(errno));
         rc = EXIT_LOCAL;
     }

@@ -752,6 +752,9 @@ START_TEST(cli_names_files_terminal_and_errors)
              "2>/dev/null; echo $? $(cat /tmp/tf-e2e-keep)", env);
     ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
     ck_assert_str_eq(out, "2 keep\n");
+    /* A device is written in place, never renamed over (that would replace /dev/null). */
+    snprintf(cmd, sizeof cmd, "%s get n /dev/null && test -c /dev/null", env);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
     /* ls without BASE, from the config file when TFETCH_URL is unset. */
     snprintf(cmd, sizeof cmd, "d=$(mktemp -d) && mkdir $d/tfetch && printf '# mine\\nurl = %s\\n' "
              "> $d/tfetch/config && env -u TFETCH_URL XDG_CONFIG_HOME=$d %s ls; rm -rf $d",
