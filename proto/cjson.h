@@ -5,8 +5,9 @@
  * its numbers are doubles; every proto parser (safetensors headers, the client's JSON, the
  * upgrade bodies) needs the same strict reading, so it lives here once: text passes
  * tfp_json_check (jsonread.h) before cJSON builds a tree, and values come out through checked
- * getters. cJSON stays inside proto: only proto's .c files include this header, and no tree
- * outlives the call that parsed it. Pure; any thread. One caveat, from cJSON 1.7.15: every
+ * getters; a number keeps its text where a double is not exact (tfp_cj_uint). cJSON stays
+ * inside proto: only proto's .c files include this header, and no tree outlives the call
+ * that parsed it. Pure; any thread. One caveat, from cJSON 1.7.15: every
  * parse resets a global error slot (global_error) even on success; it is never read here, so
  * the race is benign, but ThreadSanitizer will name it.
  */
@@ -37,14 +38,21 @@ size_t tfp_cj_skip_ws(const char *s, size_t n, size_t i);
  * deep: every object under item too (those first); else item's own members only. */
 int tfp_cj_dup(const cJSON *item, int deep, const char **dup);
 
-/* An integer number in lo..hi (hi at most 2^53, where doubles stay exact) into *out: 0, or
- * TFP_CJ_ENOTNUM, TFP_CJ_ELOW (below lo: negative, for lo 0), TFP_CJ_EHIGH (above hi),
- * TFP_CJ_EFRAC (not an integer), checked in that order. *out is set only on 0. */
+/* An integer number in lo..hi (any hi up to 2^64-1) into *out: 0, or TFP_CJ_ENOTNUM,
+ * TFP_CJ_ELOW (below lo: negative, for lo 0), TFP_CJ_EHIGH (above hi), TFP_CJ_EFRAC (not an
+ * integer), checked in that order. *out is set only on 0. A plain integer is read exactly
+ * from its text (tfp_cj_parse keeps the text of every number a double may not hold: 2^53+1
+ * is 2^53+1, never rounded); one spelt with a fraction or an exponent ("1E2", "2.0") counts
+ * by its value, and only up to 2^53 (above that it is TFP_CJ_EHIGH). */
 #define TFP_CJ_ENOTNUM (-1)
 #define TFP_CJ_ELOW (-2)
 #define TFP_CJ_EFRAC (-3)
 #define TFP_CJ_EHIGH (-4)
 int tfp_cj_uint(const cJSON *item, uint64_t lo, uint64_t hi, uint64_t *out);
+/* The same for a count written as an integer, as the reference safetensors reader takes
+ * shapes and offsets: digits only, so "2.0", "2e0" and "1.5" are TFP_CJ_EFRAC and any minus
+ * sign ("-0" too) is TFP_CJ_ELOW. */
+int tfp_cj_count(const cJSON *item, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* A string of at most max bytes copied with its NUL into dst (max + 1 bytes), or -1. */
 int tfp_cj_str(const cJSON *item, char *dst, size_t max);

@@ -381,6 +381,15 @@ static tfp_status_t take_body(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
     }
 }
 
+/* A decoded path with a control character: a name it cut or a line it could end. */
+static int has_control(const char *path)
+{
+    for (const unsigned char *p = (const unsigned char *)path; p && *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return 1;
+    return 0;
+}
+
 tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
 {
     tfp_path_info_t pi;
@@ -397,6 +406,9 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
     op->accept = tfp_accept_pick(in->accept);
     if ((st = take_ids(in, op, e)) != TFP_OK)
         return st;
+    if (has_control(in->path))
+        return tfp_op_fail(e, TFP_EBADREQ, "the path holds a control character (%%00-%%1F or "
+                           "%%7F, raw or percent-encoded)");
     if (pi.kind == TFP_PATH_UNKNOWN)
         return tfp_op_fail(e, TFP_ENOTFOUND, "no route for %s %s", in->method ? in->method : "",
                            in->path ? in->path : "");

@@ -69,7 +69,8 @@ typedef struct {
 /* Fills *op (zeroed first) from the request. TFP_OK, or the first thing wrong, checked in
  * this order, with e set (code, message, and for TFP_EMETHOD the methods allowed):
  *   the request id, the user id (TFP_EBADREQ), the path (TFP_ENOTFOUND; TFP_EBADREQ for a
- *   bad name in it), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), and for a document
+ *   bad name in it, or for a control character anywhere in it: the transport has already
+ *   refused a NUL, raw or %00, see proto/httpframe.h), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), and for a document
  *   body: the Content-Type (TFP_EMEDIATYPE), the length against max_body (TFP_ETOOBIG), a
  *   raw body's Tfetch-Dtype and Tfetch-Shape (tfp_raw_check's codes), its size (TFP_ETOOBIG).
  * Even when it fails, op->kind names the operation the path and method point at (TFP_OP_NONE

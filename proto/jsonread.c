@@ -351,7 +351,7 @@ static tfp_status_t check_tensor(const cJSON *t, size_t i, size_t j, tfp_err_t *
     cJSON_ArrayForEach(d, shape) {
         uint64_t v;
 
-        if (++rank > 8 || tfp_cj_uint(d, 0, MAX_EXACT, &v) != 0)
+        if (++rank > 8 || tfp_cj_count(d, 0, MAX_EXACT, &v) != 0)
             return tfp_err_set(err, TFP_EPROTO,
                                "listing: tensors[%zu].tensors[%zu].shape is not up to 8 dims of 0..2^53",
                                i, j);

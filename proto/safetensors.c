@@ -112,7 +112,7 @@ static tfp_status_t parse_shape(const cJSON *shape, const char *nm, int *rank,
                            r, TFP_MAX_RANK);
     r = 0;
     cJSON_ArrayForEach(d, shape) {
-        int e = tfp_cj_uint(d, 0, MAX_EXACT, &dims[r]);
+        int e = tfp_cj_count(d, 0, MAX_EXACT, &dims[r]);
 
         if (e != 0)
             return tfp_err_set(err, TFP_EPROTO, "tensor '%s': shape[%d] %s", nm, r, why[-e]);
@@ -132,7 +132,7 @@ static tfp_status_t parse_offsets(const cJSON *offs, const char *nm, range_t *rg
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
         return tfp_err_set(err, TFP_EPROTO, "tensor '%s': data_offsets is not [begin, end]", nm);
     cJSON_ArrayForEach(o, offs) {
-        if (tfp_cj_uint(o, 0, MAX_EXACT, &v[i]) != 0)
+        if (tfp_cj_count(o, 0, MAX_EXACT, &v[i]) != 0)
             return tfp_err_set(err, TFP_EPROTO,
                                "tensor '%s': data_offsets[%d] is not an integer in 0..2^53", nm, i);
         i++;

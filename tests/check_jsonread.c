@@ -11,6 +11,7 @@
 
 #include <check.h>
 
+#include "proto/cjson.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 #include "proto/status.h"
@@ -230,6 +231,94 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------------------- */
 
+/* ---- exact integers (proto/cjson.c) ---------------------------------------------------- */
+
+/* tfp_cj_uint (count: tfp_cj_count) on the first element of the array text arr. */
+static int cj_get(const char *arr, int count, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    cJSON *root = NULL;
+    tfp_err_t err;
+
+    ck_assert_int_eq(tfp_cj_parse(arr, strlen(arr), TFP_CJ_WHOLE, &root, NULL, &err), TFP_OK);
+    int rc = count ? tfp_cj_count(root->child, lo, hi, out) : tfp_cj_uint(root->child, lo, hi, out);
+    cJSON_Delete(root);
+    return rc;
+}
+#define cj_uint(a, lo, hi, out) cj_get(a, 0, lo, hi, out)
+#define cj_count(a, lo, hi, out) cj_get(a, 1, lo, hi, out)
+
+START_TEST(cj_uint_exact)
+{
+    uint64_t v = 0;
+
+    /* every integer up to 2^64-1 is read exactly, not through a double */
+    ck_assert_int_eq(cj_uint("[9007199254740993]", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, (UINT64_C(1) << 53) + 1);
+    ck_assert_int_eq(cj_count("[9007199254740993]", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, (UINT64_C(1) << 53) + 1);
+    ck_assert_int_eq(cj_uint("[18446744073709551615]", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    ck_assert_int_eq(cj_uint("[18446744073709551614]", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX - 1);
+    ck_assert_int_eq(cj_uint("[18446744073709551616]", 0, UINT64_MAX, &v), TFP_CJ_EHIGH);
+    ck_assert_int_eq(cj_uint("[99999999999999999999999]", 0, UINT64_MAX, &v), TFP_CJ_EHIGH);
+    /* 2^53+1 is above a 2^53 limit, not rounded down to it */
+    ck_assert_int_eq(cj_uint("[9007199254740993]", 0, UINT64_C(1) << 53, &v), TFP_CJ_EHIGH);
+    ck_assert_int_eq(cj_count("[9007199254740993]", 0, UINT64_C(1) << 53, &v), TFP_CJ_EHIGH);
+    ck_assert_int_eq(cj_uint("[9007199254740992]", 0, UINT64_C(1) << 53, &v), 0);
+    ck_assert_uint_eq(v, UINT64_C(1) << 53);
+    ck_assert_int_eq(cj_uint("[5]", 6, 9, &v), TFP_CJ_ELOW);
+    ck_assert_int_eq(cj_uint("[9007199254740993]", UINT64_MAX, UINT64_MAX, &v), TFP_CJ_ELOW);
+    ck_assert_int_eq(cj_uint("[0]", 0, 0, &v), 0);
+    ck_assert_uint_eq(v, 0);
+    /* by value, where a double may be a rounding: refused, not rounded */
+    ck_assert_int_eq(cj_uint("[9007199254740993.0]", 0, UINT64_MAX, &v), TFP_CJ_EHIGH);
+    ck_assert_int_eq(cj_uint("[1e19]", 0, UINT64_MAX, &v), TFP_CJ_EHIGH);
+    /* numbers after strings holding digits, in nested objects: the texts stay in step */
+    cJSON *root = NULL;
+    tfp_err_t err;
+    const char *t = "{\"a\":\"1.5 -0 \\\"2e0\",\"b\":[1.5,{\"c\":9007199254740995}],"
+                    "\"d\":true,\"e\":18446744073709551615}";
+    ck_assert_int_eq(tfp_cj_parse(t, strlen(t), TFP_CJ_WHOLE, &root, NULL, &err), TFP_OK);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "b");
+    ck_assert_int_eq(tfp_cj_uint(b->child, 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(b->child->next, "c");
+    ck_assert_int_eq(tfp_cj_uint(c, 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, (UINT64_C(1) << 53) + 3);
+    ck_assert_int_eq(tfp_cj_uint(cJSON_GetObjectItemCaseSensitive(root, "e"), 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    cJSON_Delete(root);
+}
+END_TEST
+
+START_TEST(cj_count_refuses_non_integers)
+{
+    uint64_t v = 7;
+
+    /* as the reference safetensors reader: only integer spellings are counts */
+    ck_assert_int_eq(cj_count("[2.0]", 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    ck_assert_int_eq(cj_count("[2e0]", 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    ck_assert_int_eq(cj_count("[2E0]", 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    ck_assert_int_eq(cj_count("[20e-1]", 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    ck_assert_int_eq(cj_count("[1.5]", 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    ck_assert_int_eq(cj_count("[0.0]", 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    ck_assert_int_eq(cj_count("[-0]", 0, UINT64_MAX, &v), TFP_CJ_ELOW);
+    ck_assert_int_eq(cj_count("[-0.0]", 0, UINT64_MAX, &v), TFP_CJ_ELOW);
+    ck_assert_int_eq(cj_count("[-1]", 0, UINT64_MAX, &v), TFP_CJ_ELOW);
+    ck_assert_int_eq(cj_count("[1e300]", 0, UINT64_C(1) << 53, &v), TFP_CJ_EHIGH);
+    ck_assert_int_eq(cj_count("[\"2\"]", 0, UINT64_MAX, &v), TFP_CJ_ENOTNUM);
+    ck_assert_int_eq(cj_count("[true]", 0, UINT64_MAX, &v), TFP_CJ_ENOTNUM);
+    ck_assert_uint_eq(v, 7);                        /* untouched on failure */
+    /* tfp_cj_uint counts by value: "1E2" is 100 */
+    ck_assert_int_eq(cj_uint("[1E2]", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, 100);
+    ck_assert_int_eq(cj_uint("[2.0]", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, 2);
+    ck_assert_int_eq(cj_uint("[1.5]", 0, UINT64_MAX, &v), TFP_CJ_EFRAC);
+    ck_assert_int_eq(cj_uint("[-1]", 0, UINT64_MAX, &v), TFP_CJ_ELOW);
+}
+END_TEST
+
 Suite *suite_jsonread(void)
 {
     Suite *s = suite_create("jsonread");
@@ -242,6 +331,8 @@ Suite *suite_jsonread(void)
     tcase_add_test(tc, error_body_malformed);
     tcase_add_test(tc, listing_parse);
     tcase_add_test(tc, listing_malformed);
+    tcase_add_test(tc, cj_uint_exact);
+    tcase_add_test(tc, cj_count_refuses_non_integers);
     suite_add_tcase(s, tc);
 
     return s;

@@ -27,6 +27,7 @@ int main(void)
     srunner_add_suite(sr, suite_conf());
     srunner_add_suite(sr, suite_metrics());
     srunner_add_suite(sr, suite_http());
+    srunner_add_suite(sr, suite_httpframe());
     srunner_add_suite(sr, suite_client());
     srunner_add_suite(sr, suite_shumai());
     srunner_add_suite(sr, suite_async());
@@ -36,6 +37,7 @@ int main(void)
     srunner_add_suite(sr, suite_hostid());
     srunner_add_suite(sr, suite_ucx());
     srunner_add_suite(sr, suite_e2e());
+    srunner_add_suite(sr, suite_framing());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

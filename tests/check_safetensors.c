@@ -563,12 +563,27 @@ START_TEST(st_accept_metadata_and_names)
 }
 END_TEST
 
-START_TEST(st_accept_integral_numbers)
+START_TEST(st_refuse_non_integer_spellings)
 {
-    /* RFC 8259 spellings of integers are integers */
-    tfp_doc_t *doc = ACCEPT("{\"w\":{\"dtype\":\"U8\",\"shape\":[2.0,1E0],\"data_offsets\":[0,2e0]}}",
+    /* As the reference reader: shapes and offsets must be written as integers. "2.0", "1E0",
+     * "2e0" and "-0" are refused, and 2^53+1 is not read as 2^53. */
+    REJECT("{\"w\":{\"dtype\":\"U8\",\"shape\":[2.0,1],\"data_offsets\":[0,2]}}", 2, TFP_EPROTO,
+           "tensor 'w': shape[0] is not an integer");
+    REJECT("{\"w\":{\"dtype\":\"U8\",\"shape\":[2,1E0],\"data_offsets\":[0,2]}}", 2, TFP_EPROTO,
+           "tensor 'w': shape[1] is not an integer");
+    REJECT("{\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2e0]}}", 2, TFP_EPROTO,
+           "tensor 'w': data_offsets[1] is not an integer");
+    REJECT("{\"w\":{\"dtype\":\"U8\",\"shape\":[-0],\"data_offsets\":[0,0]}}", 0, TFP_EPROTO,
+           "tensor 'w': shape[0] is negative");
+    REJECT("{\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[-0,2]}}", 2, TFP_EPROTO,
+           "tensor 'w': data_offsets[0] is not an integer");
+    REJECT("{" ENTRY("w", "U8", "[0,9007199254740993]", 0, 0) "}", 0, TFP_EPROTO,
+           "shape[1] exceeds 2^53");
+    REJECT("{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[9007199254740993,9007199254740993]}}",
+           0, TFP_EPROTO, "data_offsets[0] is not an integer in 0..2^53");
+    /* the plain spellings still pass */
+    tfp_doc_t *doc = ACCEPT("{\"w\":{\"dtype\":\"U8\",\"shape\":[2,1],\"data_offsets\":[0,2]}}",
                             2, NULL);
-
     ck_assert_uint_eq(doc->t[0].shape[0], 2);
     ck_assert_uint_eq(doc->t[0].shape[1], 1);
     tfp_doc_free(doc);
@@ -949,7 +964,7 @@ Suite *suite_safetensors(void)
     tcase_add_test(tc, st_accept_empty);
     tcase_add_test(tc, st_accept_padding_and_whitespace);
     tcase_add_test(tc, st_accept_metadata_and_names);
-    tcase_add_test(tc, st_accept_integral_numbers);
+    tcase_add_test(tc, st_refuse_non_integer_spellings);
     tcase_add_test(tc, st_every_dtype);
     tcase_add_test(tc, st_packed_and_new_dtypes);
     tcase_add_test(tc, st_encode_layout);

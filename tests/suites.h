@@ -32,5 +32,7 @@ Suite *suite_ucx(void);
 Suite *suite_utf8(void);
 Suite *suite_base64(void);
 Suite *suite_accesslog(void);
+Suite *suite_httpframe(void);
+Suite *suite_framing(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include "transports/req_int.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
+#include "transports/http_frame.h"
 #include "proto/http.h"
 #include "proto/jsonw.h"
 
@@ -327,6 +328,19 @@ static void peer_address(struct MHD_Connection *conn, char *buf, size_t n)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)n);
 }
 
+/* Ambiguous framing (proto/httpframe.h): answered before any handler runs, with the
+ * connection closed, so nothing after these headers is read as another request. */
+static int refuse_framing(http_req_t *hr, const char *url, const char *version)
+{
+    tfp_err_t err;
+
+    if (tfx_http_frame_check(hr->conn, url, version, &err) == TFP_OK)
+        return 0;
+    tfx_req_add_header(&hr->base, MHD_HTTP_HEADER_CONNECTION, "close");
+    tfx_respond_error(&hr->base, err.code, "%s", err.msg);
+    return 1;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -355,11 +369,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         else if (s->cfg.max_header_bytes && header_bytes(r) > s->cfg.max_header_bytes)
             tfx_respond_error(r, TFP_EHEADERS, "request headers exceed %zu bytes",
                               s->cfg.max_header_bytes);
+        else if (refuse_framing(hr, url, version))
+            return queue_pending(hr);               /* at once; MHD then closes */
         else
             s->h.begin(r, s->h.arg);
         /* An early answer to a client that did not ask "Expect: 100-continue" waits until its
-         * body is drained: closing on unread bytes would reset the connection first. */
-        if (hr->resp && body_pending(r) && !expects_continue(r)) {
+         * body is drained: closing on unread bytes would reset the connection first. Not
+         * for a body larger than any we drain: that answer goes at once. */
+        if (hr->resp && body_pending(r) && !expects_continue(r) &&
+            content_length(r) <= (int64_t)DRAIN_MAX) {
             hr->deferred = 1;
             return MHD_YES;
         }
@@ -455,6 +473,7 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->conn_memory,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, tfx_http_unescape, NULL,
         MHD_OPTION_END);
     if (!s->mhd) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot listen on %s port %u (address in use or not local?)",
