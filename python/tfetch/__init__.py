@@ -41,6 +41,11 @@ __all__ = ["Client", "fetch", "default_client", "Document", "Array", "Result", "
            "errors", "tagged", "dtype_name", "to_dlpack", "DTYPES", "library_version",
            "NotFound", "ConnectError", "Timeout", "TooBig", "BadURL"]
 
+# help(tfetch) and reprs show the public classes where users import them from.
+for _cls in (Client, Document, Array, Result, Error):
+    _cls.__module__ = "tfetch"
+del _cls
+
 # Friendly names for the errors people catch most.
 NotFound = errors.ENOTFOUND
 ConnectError = errors.ECONNECT

@@ -48,7 +48,8 @@ class Daemon:
                         self.base = line.split("listening on ", 1)[1].strip()
                         return
         self.stop()
-        raise RuntimeError("tfetchd did not start: %s" % open(self.log.name).read()[-2000:])
+        with open(self.log.name) as f:
+            raise RuntimeError("tfetchd did not start: %s" % f.read()[-2000:])
 
     def url(self, path):
         return self.base + path
@@ -553,6 +554,37 @@ class TestAsync(Base):
             with self.assertRaises(tfetch.Error):
                 c.get("x")
         asyncio.run(run())
+
+
+class TestReadme(Base):
+    def test_readme_example_runs(self):
+        """The ```python block under "## Python" in README.md, verbatim."""
+        srcdir = os.environ.get("TF_TOP_SRCDIR",
+                                os.path.join(os.path.dirname(__file__), "..", ".."))
+        with open(os.path.join(srcdir, "README.md"), encoding="utf-8") as f:
+            readme = f.read().splitlines()
+        sec, block = 0, []
+        for line in readme:
+            if line.startswith("## "):
+                if sec:
+                    break
+                sec = line == "## Python"
+            elif sec and line == "```python" and not block:
+                block.append("")
+            elif sec and block and line == "```":
+                break
+            elif block:
+                block.append(line)
+        self.assertTrue(block, "no ```python block under '## Python' in README.md")
+        env = dict(os.environ, TFETCH_URL=self.d.base)
+        out = subprocess.run([sys.executable, "-c", "\n".join(block)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 3, out.stdout)
+        self.assertTrue(lines[0].startswith("5.0 {'step': '1'} "), lines[0])
+        self.assertEqual(lines[1], "15.0")
+        self.assertEqual(lines[2], "100 (2, 3)")
 
 
 if __name__ == "__main__":
