@@ -1,11 +1,11 @@
-"""tfetch - move tensors to and from tfetchd servers, zero-copy into numpy.
+"""Move tensors to and from tfetchd servers, zero-copy into numpy.
 
 A thin layer over libtfetch (ctypes; no compiler needed). Requests travel over HTTP, or
 over UCX (shared memory on one host, RDMA or TCP between hosts) when the server offers the
 upgrade; ``Client.last`` says what carried each one and, when UCX was allowed but HTTP was
 used, why.
 
-    import numpy as np, tfetch
+    import asyncio, numpy as np, tfetch
 
     c = tfetch.Client("http://127.0.0.1:7070", user="alice")
     c.put("w", {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, metadata={"step": "1"})
@@ -28,8 +28,9 @@ http_status and the server's message.
 The library: $TFETCH_LIBRARY if set, else the libtfetch.so.1 make install put beside the
 package's configuration, else the dynamic loader's.
 
-Contents: Client, fetch, Document, Array, Result, Error, errors, tagged, dtype_name,
-to_dlpack, DTYPES, version, library_version.
+Contents: Client, fetch, default_client, Document, Array, Result, Error, errors (and the
+short names NotFound, ConnectError, Timeout, TooBig, BadURL), tagged, dtype_name, to_dlpack,
+DTYPES, library_version, __version__. See also doc/python.md.
 """
 from . import _lib
 from ._arrays import DTYPES, Array, Document, dtype_name, tagged, to_dlpack
