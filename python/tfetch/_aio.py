@@ -13,7 +13,8 @@ connections per server; the rest wait in libtfetch's queue).
 Owns: the tf_client_t (freed by the driver when it stops, which cancels what is pending:
 those callers get tfetch.errors.ECANCELED), the documents sent (borrowing the caller's
 arrays, both kept until the callback has run) and the jobs in flight. Threads: the driver;
-callers touch only the queue (under the lock) and tf_client_wakeup.
+callers touch only the queue and tf_client_wakeup, both under the lock, which the driver
+also takes to give up the client before freeing it.
 """
 import asyncio
 import collections
@@ -79,7 +80,13 @@ class Driver:
                 raise error_for(-2, "the client is closed")
             self._queue.append(job)
             self._cv.notify()
-        lib.tf_client_wakeup(self._c)
+            self._wakeup()
+
+    def _wakeup(self):
+        """tf_client_wakeup, under the lock: the driver frees the client only after taking
+        it from self._c under the same lock, so no wakeup can reach a freed client."""
+        if self._c:
+            lib.tf_client_wakeup(self._c)
 
     def fetch(self, op, url, doc, wait=None, timeout=None):
         """A future for one request (op, url, doc = (tf_doc_t, arrays) or None)."""
@@ -122,7 +129,7 @@ class Driver:
         with self._cv:
             self._stopping = True
             self._cv.notify()
-        lib.tf_client_wakeup(self._c)
+            self._wakeup()
         if threading.current_thread() is not self._thread:
             self._thread.join()
 
@@ -146,7 +153,8 @@ class Driver:
                 self.peak_pending = n
             if self._jobs:
                 lib.tf_client_run(c, -1)     # returns when all are done, or when woken
-        self._c = None
+        with self._cv:                   # no wakeup after this (see _wakeup)
+            self._c = None
         lib.tf_client_free(c)            # cancels the rest: their callbacks run now
         for job in list(self._jobs.values()):   # (cannot happen: each completed above)
             self._post(job, None, error_for(-36, "the client was closed"), None)

@@ -531,6 +531,16 @@ class TestAsync(Base):
                 np.testing.assert_array_equal(got[1]["x"], c.get("both")["x"])
         asyncio.run(run())
 
+    def test_close_right_after_a_request(self):
+        # close() wakes the driver while it may be freeing its client: the wakeup must never
+        # reach a freed client (this crashed, in curl_multi_wakeup, before the fix).
+        url = "http://127.0.0.1:%d" % closed_port()
+        for _ in range(150):
+            c = tfetch.Client(url)
+            with self.assertRaises(tfetch.ConnectError):
+                asyncio.run(c.aget("x"))
+            c.close()
+
     def test_cancel_and_close(self):
         async def run():
             c = tfetch.Client(self.d.base)
