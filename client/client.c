@@ -6,7 +6,8 @@
  * connection cache keeps up to N connections to each origin alive), a pool of idle engine
  * requests (each keeps its curl easy handle for reuse), the origins it has seen (upgrade.c)
  * and, once it upgraded, the UCX transport (ucx.c). Requests are fetch.c's. One thread at a
- * time per client.
+ * time per client; tf_client_wakeup alone may come from any thread (an atomic flag and
+ * curl_multi_wakeup).
  */
 #include "config.h"
 
@@ -209,4 +210,12 @@ const tf_result_t *tf_client_last(const tf_client_t *c)
 size_t tf_client_pending(const tf_client_t *c)
 {
     return c ? c->npending : 0;
+}
+
+void tf_client_wakeup(tf_client_t *c)
+{
+    if (!c)
+        return;
+    atomic_store(&c->woken, 1);
+    tfi_wakeup(c);
 }

@@ -260,6 +260,8 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
             c->transports[i]->drain(c);
         if (f ? f->done : c->npending == 0)
             return;
+        if (!f && atomic_exchange(&c->woken, 0))
+            return;                     /* tf_client_wakeup: the driver has work to start */
         for (size_t i = 0; i < c->ntransports; i++)
             running += c->transports[i]->running(c);
         if (running == 0)

@@ -14,6 +14,7 @@
 #ifndef TF_CLIENT_INTERNAL_H
 #define TF_CLIENT_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -146,6 +147,8 @@ struct tf_client {
     int in_cb;                      /* depth of fetch callbacks running */
     int in_engine;                  /* inside libcurl (the progress callback) */
     int closing;                    /* tf_client_free is canceling what is pending */
+    atomic_int woken;               /* tf_client_wakeup was called (any thread); tf_client_run
+                                     * consumes it */
     char *user;                     /* Tfetch-User, or NULL */
     char next_rid[TFP_MAX_REQUEST_ID + 1];  /* "" when the client makes one */
     char rid_prefix[17];            /* 16 random hex digits */

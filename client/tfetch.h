@@ -10,7 +10,7 @@
  * a blocking call is "start, then drive until this request completes".
  *
  * Threads: a client may be used by one thread at a time (use one client per thread, or
- * serialise calls). Callbacks run only on the thread driving the client, inside
+ * serialise calls; tf_client_wakeup alone may come from any thread). Callbacks run only on the thread driving the client, inside
  * tf_fetch_test, tf_fetch_wait, tf_client_run, tf_fetch_cancel, tf_fetch_free,
  * tf_client_free or a blocking call. Nothing of the caller's runs in the background; a
  * client that upgraded to UCX owns one progress thread (the transport's own, started at its
@@ -347,6 +347,13 @@ void tf_fetch_free(tf_fetch_t *f);
 tf_status_t tf_client_run(tf_client_t *c, long timeout_ms);
 /* Requests started on c and not yet completed. */
 size_t tf_client_pending(const tf_client_t *c);
+/* The one call any thread may make on a client another thread is driving (while c exists):
+ * makes a tf_client_run in progress on c return soon (TF_EAGAIN when requests are still
+ * pending), or, when none is in progress, the next one return after one pass. For a thread
+ * that drives a client on behalf of others (an event loop, a language binding): it wakes the
+ * driver to start requests it was handed. Waits in tf_fetch_wait and blocking calls are woken
+ * but go on waiting. Never lost; several wakeups before a run count as one. */
+void tf_client_wakeup(tf_client_t *c);
 
 /* ---- workers: serving routes from this process ------------------------------------------ */
 

@@ -1,8 +1,9 @@
 /* check_async.c - the asynchronous libtfetch API: tf_fetch_start and its callback rules,
  * tf_fetch_test / _wait / _cancel / _free, tf_client_run, many requests in flight over a
- * capped number of connections, the blocking calls riding the same engine, and the Shumai
- * body format, all against small servers started in the test on port 0. One test drives a
- * thousand exchanges through the real tfetchd's echo route, when $TFETCHD names it.
+ * capped number of connections, the blocking calls riding the same engine, tf_client_wakeup
+ * from another thread, and the Shumai body format, all against small servers started in the
+ * test on port 0. One test drives a thousand exchanges through the real tfetchd's echo
+ * route, when $TFETCHD names it.
  *
  * The test server is one thread running a poll() loop over its connections (keep-alive,
  * several at once): it either echoes each request's body back (with its Content-Type and
@@ -26,6 +27,7 @@
 
 #include "client/tfetch.h"
 #include "tests/fixtures.h"
+#include "transports/clock.h"
 #include "tests/suites.h"
 
 Suite *suite_async(void);              /* registered in tests/suites.h */
@@ -889,6 +891,61 @@ START_TEST(async_run_timeout_and_pending)
 }
 END_TEST
 
+/* tf_client_wakeup from another thread ends a tf_client_run that would wait much longer;
+ * one made before the run is kept (the next run returns after one pass); the requests stay
+ * pending and complete later, once each. */
+typedef struct {
+    tf_client_t *c;
+    int delay_ms;
+} waker_t;
+
+static void *waker(void *arg)
+{
+    waker_t *w = arg;
+    usleep((useconds_t)w->delay_ms * 1000);
+    tf_client_wakeup(w->c);
+    return NULL;
+}
+
+START_TEST(async_wakeup_ends_run)
+{
+    char url[128];
+    int lfd = silent_listener(url, sizeof(url));
+    tf_client_t *c;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_client_wakeup(NULL);                 /* a no-op */
+    int calls = 0;
+    tf_request_t rq = {.op = TF_OP_GET, .url = url};
+    ck_assert_int_eq(tf_fetch_start(c, &rq, count_cb, &calls, NULL), TF_OK);
+
+    /* From another thread, during the run. */
+    waker_t w = {.c = c, .delay_ms = 100};
+    pthread_t th;
+    uint64_t t0 = tfx_now_ms();
+    ck_assert_int_eq(pthread_create(&th, NULL, waker, &w), 0);
+    ck_assert_int_eq(tf_client_run(c, 20000), TF_EAGAIN);
+    uint64_t took = tfx_now_ms() - t0;
+    pthread_join(th, NULL);
+    ck_assert_uint_ge(took, 90);
+    ck_assert_uint_lt(took, 5000);
+    ck_assert_uint_eq(tf_client_pending(c), 1);
+
+    /* Before the run: kept, and counted once however many. */
+    tf_client_wakeup(c);
+    tf_client_wakeup(c);
+    t0 = tfx_now_ms();
+    ck_assert_int_eq(tf_client_run(c, 20000), TF_EAGAIN);
+    ck_assert_uint_lt(tfx_now_ms() - t0, 5000);
+    t0 = tfx_now_ms();
+    ck_assert_int_eq(tf_client_run(c, 200), TF_EAGAIN);   /* consumed: waits its time */
+    ck_assert_uint_ge(tfx_now_ms() - t0, 190);
+    ck_assert_int_eq(calls, 0);
+    tf_client_free(c);
+    ck_assert_int_eq(calls, 1);
+    close(lfd);
+}
+END_TEST
+
 /* ---- many in flight ------------------------------------------------------------------------ */
 
 #define MANY 1000
@@ -1354,6 +1411,7 @@ Suite *suite_async(void)
     tcase_add_test(drive, async_progress_callback_rules);
     tcase_add_test(drive, async_blocking_call_drives_others);
     tcase_add_test(drive, async_run_timeout_and_pending);
+    tcase_add_test(drive, async_wakeup_ends_run);
     tcase_set_timeout(drive, 60);
     suite_add_tcase(s, drive);
 

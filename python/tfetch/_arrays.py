@@ -1,0 +1,320 @@
+"""_arrays - tensors between numpy and libtfetch without copies: the dtype table, documents
+built from arrays (borrowed, TF_BORROW), arrays made over received documents (views), the
+tfetch.Array type of bf16/fp8 tensors, and DLPack export for those.
+
+Ownership. A document sent (put, call) borrows each array's memory: the arrays are kept in
+a list that lives until the request is over, and the tf_doc_t is freed then. A document
+received is owned by a _Doc, freed when the last array over it goes: each array's base is a
+_View whose ``owner`` is the _Doc, and its data lies inside the buffer the response was
+received into. DLPack capsules (bf16/fp8; numpy exports the other dtypes itself) keep their
+array alive in _EXPORTS until the consumer calls the deleter. Documents are plain data used
+by one thread at a time; the deleter and capsule destructor may run on any thread (ctypes
+takes the GIL).
+"""
+import ctypes
+import json
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int64, c_size_t,
+                    c_uint8, c_uint16, c_void_p)
+
+import numpy as np
+
+from . import _lib
+from ._errors import error_for
+
+try:  # bf16 and fp8 as real dtypes when ml_dtypes is installed; else raw uint views
+    import ml_dtypes
+except ImportError:  # pragma: no cover - depends on the machine
+    ml_dtypes = None
+
+lib = _lib.lib
+
+# name: (tf_dtype_t value, numpy storage dtype, DLPack (code, bits))
+DTYPES = {
+    "F64": (0, np.dtype("<f8"), (2, 64)), "F32": (1, np.dtype("<f4"), (2, 32)),
+    "F16": (2, np.dtype("<f2"), (2, 16)), "BF16": (3, np.dtype("<u2"), (4, 16)),
+    "F8_E4M3": (4, np.dtype("u1"), (10, 8)), "F8_E5M2": (5, np.dtype("u1"), (12, 8)),
+    "I64": (6, np.dtype("<i8"), (0, 64)), "I32": (7, np.dtype("<i4"), (0, 32)),
+    "I16": (8, np.dtype("<i2"), (0, 16)), "I8": (9, np.dtype("i1"), (0, 8)),
+    "U64": (10, np.dtype("<u8"), (1, 64)), "U32": (11, np.dtype("<u4"), (1, 32)),
+    "U16": (12, np.dtype("<u2"), (1, 16)), "U8": (13, np.dtype("u1"), (1, 8)),
+    "BOOL": (14, np.dtype("?"), (6, 8)),
+}
+BY_CODE = {v[0]: k for k, v in DTYPES.items()}
+# The numpy types without a name of their own in numpy: bf16 and fp8.
+EXTENDED = ("BF16", "F8_E4M3", "F8_E5M2")
+_ML_NAMES = {"bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+_NP_NAMES = {DTYPES[n][1].newbyteorder("="): n for n in DTYPES if n not in EXTENDED}
+
+
+def _ml_dtype(name):
+    """The ml_dtypes dtype of an extended type, or None."""
+    if ml_dtypes is None:
+        return None
+    return np.dtype({"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
+                     "F8_E5M2": ml_dtypes.float8_e5m2}[name])
+
+
+class Array(np.ndarray):
+    """A numpy array holding a bf16 or fp8 tensor (numpy has no such types).
+
+    Its elements are stored as uint16 (BF16) or uint8 (F8_E4M3, F8_E5M2), or as the
+    ml_dtypes type when ml_dtypes is installed; ``dtype_name`` says what they are. It exports
+    itself through DLPack with the right type code (``torch.from_dlpack(a)``), and put sends
+    it as its dtype_name. Make one from raw bits with tfetch.tagged(bits, "BF16").
+    """
+
+    def __array_finalize__(self, obj):
+        self._tf_name = getattr(obj, "_tf_name", None)
+
+    @property
+    def dtype_name(self):
+        """The safetensors dtype name ("BF16"), while the storage still fits it."""
+        return dtype_name(self)
+
+    def __repr__(self):
+        return "tfetch.Array(%s, dtype_name=%r)" % (np.array2string(self.view(np.ndarray)),
+                                                    self.dtype_name)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return to_dlpack(self)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def dtype_name(a):
+    """The safetensors dtype name of an array ("F32", "BF16", ...); ValueError if it has none.
+    A tfetch.Array keeps its name while its elements keep the size and kind of its storage."""
+    dt = a.dtype
+    n = getattr(a, "_tf_name", None)
+    if n and dt.itemsize == DTYPES[n][1].itemsize and (dt.kind == "u" or dt.name in _ML_NAMES):
+        return n
+    if dt.name in _ML_NAMES:
+        return _ML_NAMES[dt.name]
+    n = _NP_NAMES.get(dt.newbyteorder("="))
+    if n is None:
+        raise ValueError("tfetch: numpy dtype %s has no safetensors dtype" % dt)
+    return n
+
+
+def tagged(a, name):
+    """A view of a's bytes as a tensor of dtype `name` (e.g. raw uint16 bits as "BF16").
+    For the extended types the view is a tfetch.Array; for the others a plain array."""
+    name = name.upper()
+    if name not in DTYPES:
+        raise ValueError("tfetch: unknown dtype %r (one of %s)" % (name, " ".join(DTYPES)))
+    a = np.asarray(a)
+    store = _ml_dtype(name) if name in EXTENDED and _ml_dtype(name) is not None \
+        else DTYPES[name][1]
+    if a.dtype.itemsize != store.itemsize:
+        raise ValueError("tfetch: %s needs %d-byte elements, not %s" %
+                         (name, store.itemsize, a.dtype))
+    if name not in EXTENDED:
+        return a.view(store)
+    v = a.view(store).view(Array)
+    v._tf_name = name
+    return v
+
+
+# ---- sending: arrays -> a borrowed tf_doc_t ----------------------------------------------
+
+def _wire_array(value):
+    """(array in C order, little-endian; dtype name) for a value handed to put or call."""
+    name = None
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
+        value, name = value
+        value = tagged(value, name)
+    if not isinstance(value, np.ndarray):
+        if hasattr(value, "__array__") or hasattr(value, "__array_interface__"):
+            value = np.asarray(value)
+        elif hasattr(value, "__dlpack__"):
+            value = np.from_dlpack(value)
+        else:
+            value = np.asarray(value)
+    if name is None:
+        name = dtype_name(value)
+    if value.dtype.byteorder == ">":
+        value = value.astype(value.dtype.newbyteorder("<"))  # the one copy: wrong byte order
+    if not value.flags.c_contiguous:
+        value = np.ascontiguousarray(value)                 # the one copy: not C order
+    if value.ndim > _lib.TF_MAX_RANK:
+        raise ValueError("tfetch: rank %d is above %d" % (value.ndim, _lib.TF_MAX_RANK))
+    return value, name
+
+
+def build_doc(tensors, metadata=None):
+    """A new tf_doc_t borrowing the arrays of `tensors` (a dict name -> array, or one array,
+    sent as "tensor"), plus string metadata. Returns (doc pointer, the arrays to keep alive
+    until the doc is freed). The caller frees the doc (lib.tf_doc_free)."""
+    if isinstance(tensors, np.ndarray) or not hasattr(tensors, "items"):
+        tensors = {"tensor": tensors}
+    doc = lib.tf_doc_new()
+    if not doc:
+        raise MemoryError("tfetch: tf_doc_new failed")
+    keep = []
+    try:
+        shape = (c_int64 * _lib.TF_MAX_RANK)()
+        for key, value in tensors.items():
+            arr, name = _wire_array(value)
+            keep.append(arr)
+            for k, n in enumerate(arr.shape):
+                shape[k] = n
+            ptr = arr.__array_interface__["data"][0] if arr.nbytes else None
+            st = lib.tf_doc_add(doc, str(key).encode(), DTYPES[name][0], arr.ndim, shape,
+                                ptr, arr.nbytes, _lib.TF_BORROW)
+            if st != 0:
+                raise error_for(st, "tensor %r (%s %s): %s" % (key, name, list(arr.shape),
+                                                               _lib.strerror(st)))
+        for k, v in (metadata or {}).items():
+            st = lib.tf_doc_set_meta(doc, str(k).encode(), str(v).encode())
+            if st != 0:
+                raise error_for(st, "metadata %r: %s" % (k, _lib.strerror(st)))
+    except BaseException:
+        lib.tf_doc_free(doc)
+        raise
+    return doc, keep
+
+
+# ---- receiving: a tf_doc_t -> arrays over its buffer ---------------------------------------
+
+class _Doc:
+    """Owns a received tf_doc_t: freed with the last array over it."""
+    __slots__ = ("ptr", "__weakref__")
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __del__(self, _free=lib.tf_doc_free):
+        if self.ptr:
+            _free(self.ptr)
+            self.ptr = None
+
+
+class _View:
+    """The base of an array received: describes one tensor's memory (the array interface)
+    and keeps the document that holds it alive (owner)."""
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, owner, shape, typestr, addr):
+        self.owner = owner
+        self.__array_interface__ = {"version": 3, "shape": shape, "typestr": typestr,
+                                    "data": (addr, False)}
+
+
+class Document(dict):
+    """A received document: a dict of tensor name -> numpy array (views over the received
+    buffer, in the document's order), with ``metadata``, its string metadata."""
+
+    def __init__(self, tensors=(), metadata=None):
+        super().__init__(tensors)
+        self.metadata = dict(metadata or {})
+
+    def __repr__(self):
+        body = ", ".join("%r: %s%s" % (k, dtype_name(v), list(v.shape)) for k, v in self.items())
+        meta = ", metadata=%r" % self.metadata if self.metadata else ""
+        return "tfetch.Document({%s}%s)" % (body, meta)
+
+
+def _doc_metadata(ptr):
+    """The document's metadata, read from its safetensors header (tf_doc_encode_header)."""
+    hdr, hlen = c_void_p(), c_size_t()
+    if lib.tf_doc_encode_header(ptr, ctypes.byref(hdr), ctypes.byref(hlen)) != 0:
+        return {}
+    try:
+        raw = ctypes.string_at(hdr, hlen.value)
+    finally:
+        lib.tf_free(hdr)
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8:8 + n].decode("utf-8")).get("__metadata__", {})
+
+
+def wrap_doc(ptr):
+    """A Document over a received tf_doc_t, which it takes over (freed with its arrays)."""
+    owner = _Doc(ptr)
+    out = Document(metadata=_doc_metadata(ptr))
+    for i in range(lib.tf_doc_count(ptr)):
+        t = lib.tf_doc_at(ptr, i).contents
+        name = BY_CODE[t.dtype]
+        store = DTYPES[name][1]
+        shape = tuple(t.shape[k] for k in range(t.rank))
+        a = np.asarray(_View(owner, shape, store.str, t.data))
+        if name in EXTENDED:
+            ml = _ml_dtype(name)
+            a = (a.view(ml) if ml is not None else a).view(Array)
+            a._tf_name = name
+        out[t.name.decode("utf-8")] = a
+    return out
+
+
+# ---- DLPack ----------------------------------------------------------------------------
+
+class _DLDevice(Structure):
+    _fields_ = [("device_type", c_int), ("device_id", c_int)]
+
+
+class _DLDataType(Structure):
+    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
+
+
+class _DLTensor(Structure):
+    _fields_ = [("data", c_void_p), ("device", _DLDevice), ("ndim", c_int),
+                ("dtype", _DLDataType), ("shape", POINTER(c_int64)),
+                ("strides", POINTER(c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(Structure):
+    pass
+
+
+_DELETER = CFUNCTYPE(None, POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", c_void_p),
+                            ("deleter", _DELETER)]
+_CAPSULE_DTOR = CFUNCTYPE(None, c_void_p)
+_EXPORTS = {}        # address of a DLManagedTensor -> what it needs alive
+
+# The capsule API, through pythonapi (which holds the GIL). The destructor gets the capsule
+# as a raw pointer, being destroyed: it must not be turned back into a reference.
+_capi = ctypes.pythonapi
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, c_char_p, c_void_p)(
+    ("PyCapsule_New", _capi))
+_capsule_valid = ctypes.PYFUNCTYPE(c_int, c_void_p, c_char_p)(("PyCapsule_IsValid", _capi))
+_capsule_ptr = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(("PyCapsule_GetPointer", _capi))
+
+
+@_DELETER
+def _deleter(mt):
+    _EXPORTS.pop(ctypes.addressof(mt.contents), None)
+
+
+@_CAPSULE_DTOR
+def _capsule_dtor(capsule):
+    # Never consumed (a consumer renames it "used_dltensor"): the producer deletes.
+    if _capsule_valid(capsule, b"dltensor"):
+        _EXPORTS.pop(_capsule_ptr(capsule, b"dltensor"), None)
+
+
+def to_dlpack(a):
+    """A DLPack capsule ("dltensor") over a's memory, no copy: bf16 as kDLBfloat, fp8 as
+    kDLFloat8_e4m3fn / kDLFloat8_e5m2, the rest as numpy would."""
+    name = dtype_name(a)
+    code, bits = DTYPES[name][2]
+    if a.dtype.itemsize * 8 != bits:
+        raise BufferError("tfetch: %s stored in %d-byte elements" % (name, a.dtype.itemsize))
+    if any(s % a.dtype.itemsize for s in a.strides):
+        raise BufferError("tfetch: strides are not a multiple of the element size")
+    nd = a.ndim
+    shape = (c_int64 * max(nd, 1))(*a.shape)
+    strides = (c_int64 * max(nd, 1))(*[s // a.dtype.itemsize for s in a.strides])
+    mt = DLManagedTensor()
+    mt.dl_tensor.data = a.__array_interface__["data"][0] if a.size else None
+    mt.dl_tensor.device = _DLDevice(1, 0)
+    mt.dl_tensor.ndim = nd
+    mt.dl_tensor.dtype = _DLDataType(code, bits, 1)
+    mt.dl_tensor.shape = shape
+    mt.dl_tensor.strides = strides
+    mt.dl_tensor.byte_offset = 0
+    mt.manager_ctx = None
+    mt.deleter = _deleter
+    addr = ctypes.addressof(mt)
+    _EXPORTS[addr] = (mt, shape, strides, a)
+    return _capsule_new(addr, b"dltensor", ctypes.cast(_capsule_dtor, c_void_p))

@@ -1,0 +1,359 @@
+"""_client - tfetch.Client, a long-lived handle on one tf_client_t, its blocking calls, and
+tfetch.fetch (Shumai's tfetch: no tensors: GET; with tensors: an exchange).
+
+A Client owns one tf_client_t for its blocking calls, used under a lock, so any number of
+Python threads may share a Client (their calls take turns; ctypes releases the GIL while
+each runs). Its asynchronous calls (aget, ...) go through a second tf_client_t owned by a
+driver thread (_aio.py), made at the first one: libtfetch lets one thread at a time use a
+client. Both have the same settings. ``last`` is the outcome of the latest request that
+completed through either.
+"""
+import ctypes
+import json
+import threading
+import urllib.parse
+from ctypes import byref, c_size_t, c_void_p
+
+from . import _lib
+from ._arrays import build_doc, wrap_doc
+from ._errors import Result, error_for, raise_for
+
+lib = _lib.lib
+
+
+def _seconds_to_ms(s):
+    return 0 if s is None else max(1, int(s * 1000)) if s > 0 else 0
+
+
+class Client:
+    """A connection to tfetchd servers, kept open and reused.
+
+    Client(url=None, user=None, transport=None, timeout=60.0, format="safetensors",
+           max_connections=None, max_body=None)
+
+    url: the base of the server that names resolve against (http://host:port); methods
+      also take full URLs (http://host:port/v1/tensors/NAME).
+    user: the user id sent with every request (Tfetch-User), [A-Za-z0-9._-]{1,128}.
+    transport: "auto" (upgrade to UCX when both sides can, else HTTP, saying why in
+      last.fallback), "http", or "ucx" (strict: fail rather than fall back); None:
+      $TFETCH_TRANSPORT when set, else "auto".
+    timeout: whole-request timeout in seconds (0 or None: none).
+    format: "safetensors" (any document) or "shumai" (stock Shumai's one-F32 format).
+
+    Blocking: get, put, call, delete, list, info, upgrade, transport_info.
+    Asynchronous (asyncio, many in flight): aget, aput, acall, adelete, alist, ainfo.
+    Results: get and call return a tfetch.Document (a dict name -> numpy array, the arrays
+    being views over the received bytes, not copies) and ``last`` is a tfetch.Result.
+    Errors raise tfetch.Error subclasses (tfetch.errors).
+    Feeds (c.feed(...)) come with libtfetch's feed API.
+    """
+
+    def __init__(self, url=None, user=None, transport=None, timeout=60.0,
+                 format="safetensors", max_connections=None, max_body=None):
+        if transport is not None and transport not in _lib.TRANSPORTS:
+            raise ValueError("tfetch: transport must be one of %s" % ", ".join(_lib.TRANSPORTS))
+        if format not in _lib.FORMATS:
+            raise ValueError("tfetch: format must be one of %s" % ", ".join(_lib.FORMATS))
+        self.url = url.rstrip("/") if url else None
+        self.user = user
+        self.transport = transport
+        self.timeout = timeout
+        self.format = format
+        self.max_connections = max_connections
+        self.max_body = max_body
+        self._lock = threading.Lock()
+        self._last = None
+        self._driver = None
+        self._c = self._new_handle()
+
+    # ---- the handles ----------------------------------------------------------------------
+
+    def _new_handle(self):
+        """A tf_client_t with this client's settings."""
+        c = c_void_p()
+        st = lib.tf_client_new(byref(c))
+        if st != 0:
+            raise error_for(st, "tf_client_new failed")
+        try:
+            if self.user is not None:
+                st = lib.tf_client_set_user(c, self.user.encode())
+                if st != 0:
+                    raise error_for(st, "bad user id %r (expected [A-Za-z0-9._-]{1,128})"
+                                    % self.user)
+            lib.tf_client_set_timeout(c, _seconds_to_ms(self.timeout))
+            if self.transport is not None:
+                lib.tf_client_set_transport(c, _lib.TRANSPORTS[self.transport])
+            lib.tf_client_set_format(c, _lib.FORMATS[self.format])
+            if self.max_connections is not None:
+                st = lib.tf_client_set_max_connections(c, int(self.max_connections))
+                if st != 0:
+                    raise error_for(st, "max_connections must be 1..4096")
+            if self.max_body is not None:
+                lib.tf_client_set_max_body(c, int(self.max_body))
+        except BaseException:
+            lib.tf_client_free(c)
+            raise
+        return c
+
+    def close(self):
+        """Cancels what is in flight and releases the connections. Idempotent."""
+        d, self._driver = self._driver, None
+        if d is not None:
+            d.close()
+        with self._lock:
+            c, self._c = self._c, None
+            if c:
+                lib.tf_client_free(c)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "tfetch.Client(url=%r, user=%r, transport=%r)" % (self.url, self.user,
+                                                                 self.transport)
+
+    # ---- URLs -----------------------------------------------------------------------------
+
+    def _resolve(self, name, kind="tensors"):
+        """A full URL: name itself when it is one, else base/v1/<kind>/<name>."""
+        if "://" in name:
+            return name
+        if not self.url:
+            raise error_for(-37, "%r is not a URL and the client has no base url" % name)
+        return "%s/v1/%s/%s" % (self.url, kind, urllib.parse.quote(name, safe=""))
+
+    def _base(self, base):
+        b = base or self.url
+        if not b:
+            raise error_for(-37, "no server: pass a base URL or make the client with url=")
+        return b
+
+    # ---- outcomes -------------------------------------------------------------------------
+
+    @property
+    def last(self):
+        """The tfetch.Result of the latest request that completed (None before any)."""
+        return self._last
+
+    def _finish(self, st):
+        """Records tf_client_last; raises when st is an error."""
+        r = Result._from_c(lib.tf_client_last(self._c).contents)
+        self._last = r
+        if st != 0:
+            raise_for(r)
+        return r
+
+    def _handle(self):
+        if not self._c:
+            raise error_for(-2, "the client is closed")
+        return self._c
+
+    # ---- blocking calls -------------------------------------------------------------------
+
+    def get(self, name, wait=None):
+        """GET a document: a tfetch.Document (dict name -> numpy array, views over the
+        received buffer). name: a tensor name under the client's url, or a full URL.
+        wait: seconds to long-poll for it to appear (None: fail at once if absent)."""
+        url = self._resolve(name).encode()
+        out = c_void_p()
+        with self._lock:
+            st = lib.tf_get(self._handle(), url, _seconds_to_ms(wait), byref(out))
+            self._finish(st)
+        return wrap_doc(out.value)
+
+    def put(self, name, tensors, metadata=None):
+        """PUT a document: tensors is a dict name -> array (or one array, stored as
+        "tensor"); metadata a dict of strings. The arrays are sent from where they are
+        (borrowed while the call runs): only a non-C-order or big-endian array is copied.
+        bf16/fp8: pass a tfetch.Array, an ml_dtypes array, or (raw_bits, "BF16")."""
+        url = self._resolve(name).encode()
+        doc, keep = build_doc(tensors, metadata)
+        try:
+            with self._lock:
+                st = lib.tf_put(self._handle(), url, doc)
+                self._finish(st)
+        finally:
+            lib.tf_doc_free(doc)
+            del keep
+
+    def call(self, route, tensors, metadata=None):
+        """Exchange: POST a document to a route (/v1/call/ROUTE) and return its reply
+        (a tfetch.Document)."""
+        return self._exchange(self._resolve(route, "call"), tensors, metadata)
+
+    def _exchange(self, url, tensors, metadata=None):
+        doc, keep = build_doc(tensors, metadata)
+        out = c_void_p()
+        try:
+            with self._lock:
+                st = lib.tf_fetch(self._handle(), url.encode(), doc, byref(out))
+                self._finish(st)
+        finally:
+            lib.tf_doc_free(doc)
+            del keep
+        return wrap_doc(out.value)
+
+    def fetch(self, url, tensors=None):
+        """Shumai's tfetch: no tensors: GET url; with tensors: exchange (POST them to url,
+        return the reply). url is a full URL or a name (a tensor for GET, a route for an
+        exchange)."""
+        if tensors is None:
+            return self.get(url)
+        return self._exchange(self._resolve(url, "call"), tensors)
+
+    def delete(self, name):
+        """DELETE a stored document."""
+        url = self._resolve(name).encode()
+        with self._lock:
+            self._finish(lib.tf_delete(self._handle(), url))
+
+    def list(self, base=None):
+        """The stored documents: a list of dicts {name, bytes, ntensors}."""
+        b = self._base(base).encode()
+        entries, n = ctypes.POINTER(_lib.Entry)(), c_size_t()
+        with self._lock:
+            st = lib.tf_list(self._handle(), b, byref(entries), byref(n))
+            self._finish(st)
+        try:
+            return [{"name": entries[i].name.decode(), "bytes": entries[i].bytes,
+                     "ntensors": entries[i].ntensors} for i in range(n.value)]
+        finally:
+            lib.tf_list_free(entries, n)
+
+    def info(self, base=None):
+        """The server's /v1/info, parsed (version, transports, limits, features)."""
+        b = self._base(base).encode()
+        text = c_void_p()
+        with self._lock:
+            st = lib.tf_info(self._handle(), b, byref(text))
+            self._finish(st)
+        try:
+            return json.loads(ctypes.string_at(text).decode("utf-8"))
+        finally:
+            lib.tf_free(text)
+
+    def upgrade(self, base=None):
+        """Negotiates the UCX upgrade with a server now (tf_client_upgrade), rather than
+        after its first response: ConnectError (TF_ECONNECT) when it cannot."""
+        b = self._base(base).encode()
+        with self._lock:
+            self._finish(lib.tf_client_upgrade(self._handle(), b))
+
+    def transport_info(self, base=None):
+        """What this client knows of a server's transports: {transport, reason, offered,
+        retry_ms} (tf_client_transport_info). offered: True, False or None (not seen yet)."""
+        b = self._base(base).encode()
+        ti = _lib.TransportInfo(size=ctypes.sizeof(_lib.TransportInfo))
+        with self._lock:
+            st = lib.tf_client_transport_info(self._handle(), b, byref(ti))
+        if st != 0:
+            raise error_for(st, "bad URL %r" % b.decode())
+        return {"transport": ti.transport.decode(), "reason": ti.reason.decode(),
+                "offered": {1: True, 0: False}.get(ti.offered), "retry_ms": ti.retry_ms}
+
+    # ---- asynchronous calls (asyncio) -----------------------------------------------------
+
+    def _async(self):
+        if self._driver is None:
+            if not self._c:
+                raise error_for(-2, "the client is closed")
+            from ._aio import Driver
+            with self._lock:
+                if self._driver is None:
+                    self._driver = Driver(self._new_handle(), self)
+        return self._driver
+
+    async def aget(self, name, wait=None, timeout=None):
+        """await: get(name, wait) through the async engine. timeout: this request's, in
+        seconds (None: the client's)."""
+        return await self._async().fetch(_lib.TF_OP_GET, self._resolve(name), None,
+                                         wait=wait, timeout=timeout)
+
+    async def aput(self, name, tensors, metadata=None, timeout=None):
+        """await: put(name, tensors, metadata) through the async engine; the arrays are
+        borrowed until it completes."""
+        doc = build_doc(tensors, metadata)
+        await self._async().fetch(_lib.TF_OP_PUT, self._resolve(name), doc, timeout=timeout)
+
+    async def acall(self, route, tensors, metadata=None, timeout=None):
+        """await: call(route, tensors) through the async engine."""
+        doc = build_doc(tensors, metadata)
+        return await self._async().fetch(_lib.TF_OP_EXCHANGE, self._resolve(route, "call"),
+                                         doc, timeout=timeout)
+
+    async def afetch(self, url, tensors=None, timeout=None):
+        """await: fetch(url, tensors) through the async engine."""
+        if tensors is None:
+            return await self.aget(url, timeout=timeout)
+        return await self.acall(url, tensors, timeout=timeout)
+
+    async def adelete(self, name, timeout=None):
+        """await: delete(name) through the async engine."""
+        await self._async().fetch(_lib.TF_OP_DELETE, self._resolve(name), None,
+                                  timeout=timeout)
+
+    async def alist(self, base=None):
+        """await: list(base), run on the driver thread."""
+        b = self._base(base)
+        return await self._async().blocking(lambda c: _list_on(c, b))
+
+    async def ainfo(self, base=None):
+        """await: info(base), run on the driver thread."""
+        b = self._base(base)
+        return await self._async().blocking(lambda c: _info_on(c, b))
+
+    # Feeds: c.feed(url) will return a tfetch.Feed (attach(device), iterate items, push the
+    # outfeed) once libtfetch has its feed API; it belongs here, beside get and put.
+
+
+def _list_on(c, base):
+    entries, n = ctypes.POINTER(_lib.Entry)(), c_size_t()
+    st = lib.tf_list(c, base.encode(), byref(entries), byref(n))
+    if st != 0:
+        return st, None
+    try:
+        return 0, [{"name": entries[i].name.decode(), "bytes": entries[i].bytes,
+                    "ntensors": entries[i].ntensors} for i in range(n.value)]
+    finally:
+        lib.tf_list_free(entries, n)
+
+
+def _info_on(c, base):
+    text = c_void_p()
+    st = lib.tf_info(c, base.encode(), byref(text))
+    if st != 0:
+        return st, None
+    try:
+        return 0, json.loads(ctypes.string_at(text).decode("utf-8"))
+    finally:
+        lib.tf_free(text)
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_client():
+    """The module's shared Client (transport from $TFETCH_TRANSPORT, else auto), used by
+    tfetch.fetch."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def fetch(url, tensors=None):
+    """Shumai's tfetch, over the shared client: fetch(url) GETs the document at url;
+    fetch(url, tensors) is an exchange: POSTs tensors (a dict, or one array sent as
+    "tensor") to the route at url and returns the reply. Both return a tfetch.Document."""
+    return default_client().fetch(url, tensors)
