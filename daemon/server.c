@@ -130,6 +130,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .max_connections = cfg->max_connections,
         .max_per_ip = cfg->max_per_ip,
         .idle_timeout_s = cfg->idle_timeout,
+        .header_timeout_s = cfg->header_timeout,
         .conn_memory = (size_t)cfg->conn_memory,
         .max_header_bytes = (size_t)cfg->max_header,
         .min_upload_rate = cfg->min_upload_rate,
@@ -147,6 +148,7 @@ uint16_t tfd_server_port(const tfd_server_t *s) { return tfx_http_port(s->http);
 
 void tfd_server_tick(tfd_server_t *s)
 {
+    tfx_http_tick(s->http);                 /* head deadlines, body rates */
     tfd_workers_tick(s->workers);
     tfd_sessions_sweep(s->sessions);
     tfd_replay_sweep(s->replay);
