@@ -123,6 +123,7 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .shape = header(r, "Tfetch-Shape"),
         .user = header(r, "Tfetch-User"),
         .request_id = header(r, "Tfetch-Request-Id"),
+        .worker_secret = header(r, "Tfetch-Worker-Secret"),
         .max_body = HR(r)->srv->cfg.max_body,
     };
     tfp_http_op_parse(&in, &r->op, &r->op_err);
