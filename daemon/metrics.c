@@ -204,6 +204,19 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->stored_count, (unsigned long long)g->stored_bytes,
          (unsigned long long)g->store_reserved, (unsigned long long)g->store_max, g->inflight,
          g->waiters);
+    outf(&o,
+         "# HELP tfetch_http_connections HTTP connections open (counted against the limit).\n"
+         "# TYPE tfetch_http_connections gauge\ntfetch_http_connections %u\n"
+         "# HELP tfetch_http_connections_closed_total HTTP connections closed by the server's "
+         "defences, by reason.\n"
+         "# TYPE tfetch_http_connections_closed_total counter\n"
+         "tfetch_http_connections_closed_total{reason=\"refused\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"evicted\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"header_timeout\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"slow_body\"} %llu\n",
+         g->connections, (unsigned long long)g->conns_refused,
+         (unsigned long long)g->conns_evicted, (unsigned long long)g->head_timeouts,
+         (unsigned long long)g->slow_bodies);
     if (o.failed) {
         free(o.buf);
         return NULL;

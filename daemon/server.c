@@ -44,6 +44,15 @@ static void gauges(void *arg, tfd_gauges_t *g)
     tfd_server_t *s = arg;
     g->inflight = s->http ? tfx_http_inflight(s->http) : 0;
     g->body_bytes = tfd_router_body_bytes(s->router);
+    if (s->http) {
+        tfx_http_guard_stats_t gs;
+        tfx_http_guard_stats(s->http, &gs);
+        g->connections = gs.open;
+        g->conns_refused = gs.refused;
+        g->conns_evicted = gs.evicted;
+        g->head_timeouts = gs.head_timeouts;
+        g->slow_bodies = gs.slow_bodies;
+    }
 }
 
 /* Frees whatever start made, in reverse order. */

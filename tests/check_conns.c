@@ -121,6 +121,22 @@ static int probe(const char *src, const char *path, int timeout_ms, double *ms)
     return status;
 }
 
+/* The value of one /metrics line ("name{labels}"), read over a fresh connection. */
+static long long metric(const char *line)
+{
+    int fd = connect_from(NULL);
+    static char buf[1 << 16];
+    buf[0] = '\0';
+    ck_assert_int_eq(send_str(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 0);
+    ck_assert(peer_closed(fd, 3000, buf, sizeof buf));
+    close(fd);
+    char pat[256];
+    snprintf(pat, sizeof pat, "\n%s ", line);
+    const char *p = strstr(buf, pat);
+    ck_assert_msg(p != NULL, "no %s in /metrics", line);
+    return atoll(p + strlen(pat));
+}
+
 static void start(const char *const *args)
 {
     ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
@@ -350,6 +366,8 @@ START_TEST(over_the_limit_refused_at_once)
     ck_assert_msg(strncmp(buf, "HTTP/1.1 404", 12) == 0, "%s", buf);
     ck_assert_int_eq(probe("127.0.0.4", "/healthz", 3000, &ms), 200);
     ck_assert(peer_closed(busy[0], 1000, NULL, 0));
+    ck_assert_int_eq(metric("tfetch_http_connections_closed_total{reason=\"refused\"}"), 3);
+    ck_assert_int_ge(metric("tfetch_http_connections_closed_total{reason=\"evicted\"}"), 1);
     for (int i = 0; i < 4; i++)
         close(busy[i]);
     stop_clean();
@@ -438,6 +456,8 @@ START_TEST(probe_served_during_slowloris)
         ck_assert_msg(a.first_closed_ms[i] - t0 < 5000, "laggard %d closed after %llu ms", i,
                       (unsigned long long)(a.first_closed_ms[i] - t0));
     }
+    ck_assert_int_ge(metric("tfetch_http_connections_closed_total{reason=\"header_timeout\"}"),
+                     1);
     for (int i = 0; i < ATTACKERS; i++)
         if (a.fd[i] >= 0)
             close(a.fd[i]);
@@ -464,9 +484,10 @@ START_TEST(too_slow_body_gets_408)
     ck_assert_msg(strstr(buf, "TF_EREQTIME") != NULL, "%s", buf);
     ck_assert_msg(secs > 9.0 && secs < 12.0, "cut off after %.1f s (window 10 s)", secs);
     close(fd);
+    ck_assert_int_eq(metric("tfetch_http_connections_closed_total{reason=\"slow_body\"}"), 1);
     /* The store reservation went with it. */
-    double ms;
-    ck_assert_int_eq(probe(NULL, "/v1/info", 3000, &ms), 200);
+    sleep_ms(300);
+    ck_assert_int_eq(metric("tfetch_store_reserved_bytes"), 0);
     stop_clean();
 }
 END_TEST

@@ -351,6 +351,14 @@ void tfx_http_tick(tfx_http_t *s)
     tfx_guard_sweep(s->guard, tfx_now_ms());
 }
 
+void tfx_http_guard_stats(const tfx_http_t *s, tfx_http_guard_stats_t *out)
+{
+    tfx_guard_stats_t st;
+    tfx_guard_stats(s->guard, &st);
+    *out = (tfx_http_guard_stats_t){tfx_guard_count(s->guard), st.refused, st.evicted,
+                                    st.head_timeouts, st.slow_bodies};
+}
+
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
 
 static int expects_continue(const tfx_req_t *r)

@@ -51,6 +51,12 @@ void tfx_http_quiesce(tfx_http_t *s);
 void tfx_http_tick(tfx_http_t *s);
 /* Requests between begin and finish right now. */
 unsigned tfx_http_inflight(const tfx_http_t *s);
+/* What the connection guard has done (http_guard.h), and the connections it counts. */
+typedef struct {
+    unsigned open;
+    uint64_t refused, evicted, head_timeouts, slow_bodies;
+} tfx_http_guard_stats_t;
+void tfx_http_guard_stats(const tfx_http_t *s, tfx_http_guard_stats_t *out);
 /* Open connections right now. */
 unsigned tfx_http_connections(const tfx_http_t *s);
 /* Closes every connection and frees the server. No request may be suspended. */
