@@ -402,6 +402,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             hr->deferred = 1;
             return MHD_YES;
         }
+        if (hr->resp)
+            tfx_guard_busy(s->guard, hr->gc);      /* answering now: no body rate, no 408 */
         return queue_pending(hr);
     }
     tfx_req_t *r = &hr->base;
