@@ -3,7 +3,9 @@
  * call, answer it, repeat; unregister at the end.
  *
  * A worker owns its own HTTP engine and one engine request, driven to completion for each
- * step (blocking), so the handler runs on the thread in tf_worker_serve. Received call
+ * step (blocking), so the handler runs on the thread in tf_worker_serve. The secret the
+ * registration returned goes with every later request (Tfetch-Worker-Secret), never to
+ * the caller's handler. Received call
  * documents are decoded in place (the poll's body becomes the document's storage); answers
  * are sent from the handler's document without concatenating it. The stop flag is a
  * sig_atomic_t so tf_worker_stop may come from a signal handler. One thread at a time.
@@ -35,6 +37,7 @@ struct tf_worker {
     tf_worker_fn fn;
     void *ud;
     char id[64];
+    char secret[TFP_WORKER_SECRET_LEN + 1];     /* "" from a server without secrets */
     long lease_ms;
     volatile sig_atomic_t stop;
 };
@@ -72,6 +75,8 @@ static tf_status_t step(tf_worker_t *w, const char *method, const char *path, co
         st = tfx_hc_req_set_method(w->req, method);
     if (st == TFX_HC_OK && ctype)
         st = tfx_hc_req_add_header(w->req, "Content-Type", ctype);
+    if (st == TFX_HC_OK && w->secret[0])
+        st = tfx_hc_req_add_header(w->req, "Tfetch-Worker-Secret", w->secret);
     for (size_t i = 0; st == TFX_HC_OK && i < nsegs; i++)
         st = tfx_hc_req_add_body(w->req, segs[i], lens[i]);
     if (st != TFX_HC_OK)
@@ -100,6 +105,7 @@ static tf_status_t do_register(tf_worker_t *w)
     if (!json)
         return TF_ENOMEM;
     const void *segs[1] = {json};
+    w->secret[0] = '\0';           /* a new registration: the old secret means nothing */
     tf_status_t st = step(w, "POST", "/v1/workers", NULL, "application/json", segs, &len, 1,
                           STEP_SLACK_MS);
     free(json);
@@ -110,8 +116,8 @@ static tf_status_t do_register(tf_worker_t *w)
         return http_status(r);
     uint64_t lease;
     tfp_err_t err;
-    if (tfp_parse_worker_reg((const char *)r->body, r->body_len, w->id, sizeof w->id, &lease,
-                             &err) != TFP_OK)
+    if (tfp_parse_worker_reg((const char *)r->body, r->body_len, w->id, sizeof w->id,
+                             w->secret, &lease, &err) != TFP_OK)
         return TF_EPROTO;
     w->lease_ms = lease > 3600000u ? 3600000L : (long)lease;
     return TF_OK;

@@ -125,6 +125,8 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     kv_uint(&w, "max_connections", cfg->max_connections);
     kv_uint(&w, "max_per_ip", cfg->max_per_ip);
     kv_uint(&w, "idle_timeout_s", cfg->idle_timeout);
+    kv_uint(&w, "header_timeout_s", cfg->header_timeout);
+    kv_uint(&w, "min_upload_rate", cfg->min_upload_rate);
     kv_uint(&w, "json_max_elements", cfg->json_max_elems);
     kv_uint(&w, "max_wait_ms", cfg->max_wait_ms);
     kv_uint(&w, "max_waiters", cfg->max_waiters);

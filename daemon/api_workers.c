@@ -1,12 +1,17 @@
 /* api_workers.c - the worker protocol over HTTP (see workers.h and doc/PROTOCOL.md):
  *
- *   POST   /v1/workers                    {"routes": [...]} -> 201 {"worker": ID, "lease_ms": N}
+ *   POST   /v1/workers                    {"routes": [...]} -> 201 {"worker": ID, "secret": S,
+ *                                         "lease_ms": N}
  *   GET    /v1/workers/{id}/next?wait=MS  200 + the call's safetensors document (headers
  *                                         Tfetch-Call, Tfetch-Route, Tfetch-Call-User,
  *                                         Tfetch-Call-Request-Id), or 204 when none came
  *   POST   /v1/workers/{id}/calls/{call}  the answer: safetensors, or a JSON error body
  *                                         {"error", "code"} passed on to the caller -> 204
  *   DELETE /v1/workers/{id}               leave; calls in its hands fail with 503 -> 204
+ *
+ * The last three must carry the worker's secret (Tfetch-Worker-Secret): an unknown id is
+ * 404, a known one with a wrong or missing secret 403 TF_EFORBIDDEN (ids are random, so
+ * telling that one exists reveals nothing a caller did not already hold).
  *
  * Runs on the transports' threads; see api.h.
  */
@@ -34,9 +39,9 @@ void api_handle_register(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, err.code, "worker registration: %s", err.msg);
         return;
     }
-    char id[TFD_WORKER_ID_SIZE];
+    char id[TFD_WORKER_ID_SIZE], secret[TFD_WORKER_SECRET_SIZE];
     tfp_status_t st = tfd_workers_register(c->api->workers, (const char *const *)routes, n, id,
-                                           &err);
+                                           secret, &err);
     tfp_strings_free(routes, n);
     if (st != TFP_OK) {
         api_fail(r, c, st, "%s", err.msg);
@@ -47,25 +52,39 @@ void api_handle_register(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_obj_begin(&w);
     tfp_jw_key(&w, "worker");
     tfp_jw_str(&w, id);
+    tfp_jw_key(&w, "secret");
+    tfp_jw_str(&w, secret);
     tfp_jw_key(&w, "lease_ms");
     tfp_jw_uint(&w, c->api->cfg->worker_lease_ms);
     tfp_jw_obj_end(&w);
     char *text = tfp_jw_finish(&w, &len);
     if (!text) {
-        tfd_workers_unregister(c->api->workers, id);
+        tfd_workers_unregister(c->api->workers, id, secret);
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;
     }
     api_respond_text(r, 201, "application/json", text, len);
 }
 
+/* The answer to a request naming a worker with a wrong or missing secret. */
+static void forbidden(tfx_req_t *r, tfd_ctx_t *c)
+{
+    api_fail(r, c, TFP_EFORBIDDEN, "%s for worker '%s' (the secret its registration returned)",
+             c->op->worker_secret[0] ? "wrong Tfetch-Worker-Secret" : "no Tfetch-Worker-Secret",
+             c->name);
+}
+
 void api_handle_poll(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_worker_poll_t *p = &c->poll;
     if (p->state == TFD_POLL_IDLE || p->state == TFD_POLL_ARMED) {
-        int rc = tfd_workers_poll(c->api->workers, c->name, p);
+        int rc = tfd_workers_poll(c->api->workers, c->name, c->op->worker_secret, p);
         if (rc == 0) {
             tfx_req_suspend(r);
+            return;
+        }
+        if (rc == -2) {
+            forbidden(r, c);
             return;
         }
     }
@@ -107,17 +126,21 @@ void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c)
                      "\"code\": \"TF_E...\"}");
             return;
         }
-        rc = tfd_workers_reply(ws, c->name, c->op->sub, code, msg, NULL, NULL, 0);
+        rc = tfd_workers_reply(ws, c->name, c->op->worker_secret, c->op->sub, code, msg, NULL,
+                               NULL, 0);
     } else {
         uint8_t *base;
         size_t cap, len;
         tfp_doc_t *doc;
         if (api_body_doc(r, c, &base, &cap, &len, &doc) != 0)
             return;
-        rc = tfd_workers_reply(ws, c->name, c->op->sub, TFP_OK, NULL, doc, base, cap);
+        rc = tfd_workers_reply(ws, c->name, c->op->worker_secret, c->op->sub, TFP_OK, NULL, doc,
+                               base, cap);
     }
     if (rc == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    else if (rc == -2)
+        forbidden(r, c);
     else
         api_fail(r, c, TFP_ENOTFOUND, "worker '%s' has no call '%s' in hand (it timed out, "
                  "or its caller's lease ended)", c->name, c->op->sub);
@@ -125,8 +148,11 @@ void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c)
 
 void api_handle_leave(tfx_req_t *r, tfd_ctx_t *c)
 {
-    if (tfd_workers_unregister(c->api->workers, c->name) == 0)
+    int rc = tfd_workers_unregister(c->api->workers, c->name, c->op->worker_secret);
+    if (rc == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    else if (rc == -2)
+        forbidden(r, c);
     else
         api_fail(r, c, TFP_ENOTFOUND, "no worker '%s'", c->name);
 }

@@ -38,9 +38,10 @@ static const opt_t opts[] = {
     {"max-body", K_SIZE, F(max_body), "SIZE", "largest request body, else 413 (default 1G)"},
     {"max-header", K_SIZE, F(max_header), "SIZE", "largest request header block, else 431 (default 16K)"},
     {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of physical memory)"},
-    {"max-connections", K_UINT, F(max_connections), "N", "open connections in total (default 1024)"},
+    {"max-connections", K_UINT, F(max_connections), "N", "open connections in total; at the limit one waiting for a request head makes room, else a newcomer is closed at once (default 1024)"},
     {"max-per-ip", K_UINT, F(max_per_ip), "N", "open connections per client address; 0: no limit (default 256)"},
     {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
+    {"header-timeout", K_UINT, F(header_timeout), "SEC", "close a connection whose request head is not complete this long after it opened or after its previous request; 0: none (default 10)"},
     {"conn-memory", K_SIZE, F(conn_memory), "SIZE", "buffer memory per connection (default 64K)"},
     {"json-max-elements", K_SIZE, F(json_max_elems), "N", "largest tensor rendered for Accept: application/json (default 65536)"},
     {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 60000)"},
@@ -49,7 +50,7 @@ static const opt_t opts[] = {
     {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers (default 30)"},
     {"drain-grace", K_UINT, F(drain_grace), "SEC", "after SIGTERM, /readyz answers 503 this long while all else is served, then the drain starts (default 0)"},
     {"body-memory", K_SIZE, F(body_memory), "SIZE", "request bodies held outside the store (calls), else 503 (default 2G)"},
-    {"min-upload-rate", K_SIZE, F(min_upload_rate), "SIZE", "bytes/s an upload must average after 10 s, else it is cut off; 0: none (default 16K)"},
+    {"min-upload-rate", K_SIZE, F(min_upload_rate), "SIZE", "bytes/s an upload must keep up in every 10 s, else 408 and the connection is closed; 0: none (default 16K)"},
     {"session-ttl", K_UINT, F(session_ttl), "SEC", "seconds a user session lives unused (default 600)"},
     {"max-sessions", K_UINT, F(max_sessions), "N", "user sessions at once; the least recently used idle one is evicted (default 10000)"},
     {"session-user-memory", K_SIZE, F(session_user_memory), "SIZE", "state bytes one user session may hold (default 64M)"},
@@ -83,6 +84,7 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->max_connections = 1024;
     cfg->max_per_ip = 256;
     cfg->idle_timeout = 60;
+    cfg->header_timeout = 10;
     cfg->conn_memory = 64u << 10;     /* MHD clears it per request: bigger costs small GETs */
     cfg->json_max_elems = 65536;
     cfg->max_wait_ms = 60000;       /* suspended requests are not idle-timed: keep this short */

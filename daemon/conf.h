@@ -37,6 +37,7 @@ typedef struct {
     unsigned max_connections;
     unsigned max_per_ip;
     unsigned idle_timeout;          /* seconds */
+    unsigned header_timeout;        /* seconds a request head may take; 0: no deadline */
     uint64_t conn_memory;           /* MHD per-connection memory */
     uint64_t json_max_elems;        /* Accept: application/json refused above this */
     uint64_t max_wait_ms;           /* cap on ?wait= */
@@ -44,7 +45,7 @@ typedef struct {
     unsigned drain_timeout;         /* seconds SIGTERM waits for transfers */
     unsigned drain_grace;           /* seconds /readyz says 503 before the drain begins */
     uint64_t body_memory;           /* request bodies held outside the store */
-    uint64_t min_upload_rate;       /* bytes/s an upload must average after 10 s */
+    uint64_t min_upload_rate;       /* bytes/s an upload must keep up in every 10 s window */
     unsigned session_ttl;           /* seconds a session lives unused */
     unsigned max_sessions;
     uint64_t session_user_memory;   /* state bytes per session */

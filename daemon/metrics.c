@@ -283,6 +283,19 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# HELP tfetch_store_expirations_total Documents dropped when their Tfetch-TTL ran out.\n"
          "# TYPE tfetch_store_expirations_total counter\ntfetch_store_expirations_total %llu\n",
          (unsigned long long)g->store_evictions, (unsigned long long)g->store_expirations);
+    outf(&o,
+         "# HELP tfetch_http_connections HTTP connections open (counted against the limit).\n"
+         "# TYPE tfetch_http_connections gauge\ntfetch_http_connections %u\n"
+         "# HELP tfetch_http_connections_closed_total HTTP connections closed by the server's "
+         "defences, by reason.\n"
+         "# TYPE tfetch_http_connections_closed_total counter\n"
+         "tfetch_http_connections_closed_total{reason=\"refused\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"evicted\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"header_timeout\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"slow_body\"} %llu\n",
+         g->connections, (unsigned long long)g->conns_refused,
+         (unsigned long long)g->conns_evicted, (unsigned long long)g->head_timeouts,
+         (unsigned long long)g->slow_bodies);
     render_process(&o);
     if (o.failed) {
         free(o.buf);

@@ -53,6 +53,9 @@ typedef struct {
     uint64_t replay_entries, replay_bytes, replay_hits;
     int ucx_enabled;
     uint64_t upgrades_issued, hellos_accepted, hellos_refused, ucx_dropped, ucx_requests;
+    /* the HTTP connection guard (transports/http_guard.h) */
+    unsigned connections;
+    uint64_t conns_refused, conns_evicted, head_timeouts, slow_bodies;
 } tfd_gauges_t;
 
 tfd_metrics_t *tfd_metrics_new(void);

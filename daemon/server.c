@@ -50,6 +50,15 @@ static void gauges(void *arg, tfd_gauges_t *g)
     tfd_server_t *s = arg;
     g->inflight = s->http ? tfx_http_inflight(s->http) : 0;
     g->body_bytes = tfd_router_body_bytes(s->router);
+    if (s->http) {
+        tfx_http_guard_stats_t gs;
+        tfx_http_guard_stats(s->http, &gs);
+        g->connections = gs.open;
+        g->conns_refused = gs.refused;
+        g->conns_evicted = gs.evicted;
+        g->head_timeouts = gs.head_timeouts;
+        g->slow_bodies = gs.slow_bodies;
+    }
 }
 
 /* Frees whatever start made, in reverse order. */
@@ -151,6 +160,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .max_connections = cfg->max_connections,
         .max_per_ip = cfg->max_per_ip,
         .idle_timeout_s = cfg->idle_timeout,
+        .header_timeout_s = cfg->header_timeout,
         .conn_memory = (size_t)cfg->conn_memory,
         .max_header_bytes = (size_t)cfg->max_header,
         .min_upload_rate = cfg->min_upload_rate,
@@ -233,6 +243,7 @@ unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next)
 
 void tfd_server_tick(tfd_server_t *s)
 {
+    tfx_http_tick(s->http);                 /* head deadlines, body rates */
     tfd_workers_tick(s->workers);
     tfd_store_sweep(s->store);
     tfd_sessions_sweep(s->sessions);

@@ -6,12 +6,18 @@
  * its calls first, so the pointer never outlives the call. The route table entry of a worker
  * route carries the module itself as arg, never the worker, so a lookup racing a worker's
  * departure finds no dangling pointer: start simply reports the route gone.
+ *
+ * A worker's id and secret are 128 random bits each (getrandom), so neither can be guessed
+ * from another worker's; the id names the worker, the secret proves a request comes from it:
+ * every poll, answer and leave must present it, compared in constant time
+ * (tfp_worker_secret_equal).
  */
 #include "config.h"
 #include "daemon/workers.h"
 #include "daemon/waiters.h"
 #include "transports/clock.h"
 #include "transports/buf.h"
+#include "proto/ids.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +35,7 @@ typedef struct pending {
 typedef struct worker {
     struct worker *next;
     char id[TFD_WORKER_ID_SIZE];
+    char secret[TFD_WORKER_SECRET_SIZE];
     char **routes;
     size_t nroutes;
     uint64_t last_seen_ms;
@@ -43,8 +50,7 @@ struct tfd_workers {
     tfd_workers_limits_t lim;
     worker_t *list;
     unsigned count;
-    uint64_t next_call, next_worker;
-    char prefix[9];
+    uint64_t next_call;
     int stopping;
 };
 
@@ -54,6 +60,40 @@ static worker_t *find_worker(tfd_workers_t *ws, const char *id)
         if (strcmp(w->id, id) == 0)
             return w;
     return NULL;
+}
+
+/* The worker id names, if secret is its own: *out, 0; -1 unknown id; -2 wrong secret.
+ * Caller holds the lock. */
+static int find_owned(tfd_workers_t *ws, const char *id, const char *secret, worker_t **out)
+{
+    worker_t *w = find_worker(ws, id);
+    if (!w)
+        return -1;
+    if (!tfp_worker_secret_equal(w->secret, secret ? secret : ""))
+        return -2;
+    *out = w;
+    return 0;
+}
+
+/* nbytes random bytes as 2 * nbytes lowercase hex digits and a NUL. 0, or -1. */
+static int random_hex(char *out, size_t nbytes)
+{
+    unsigned char b[32];
+    if (nbytes > sizeof b)
+        return -1;
+    for (size_t got = 0; got < nbytes;) {
+        ssize_t n = getrandom(b + got, nbytes - got, 0);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[2 * nbytes] = '\0';
+    return 0;
 }
 
 static worker_t *worker_for_route(tfd_workers_t *ws, const char *route)
@@ -189,10 +229,6 @@ tfd_workers_t *tfd_workers_new(tfd_routes_t *routes, const tfd_workers_limits_t 
     pthread_mutex_init(&ws->lock, NULL);
     ws->routes = routes;
     ws->lim = *lim;
-    uint32_t rnd = 0;
-    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
-        rnd = (uint32_t)tfx_now_ms();
-    snprintf(ws->prefix, sizeof ws->prefix, "%08x", rnd);
     return ws;
 }
 
@@ -206,7 +242,8 @@ void tfd_workers_free(tfd_workers_t *ws)
 }
 
 tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, size_t n,
-                                  char id[TFD_WORKER_ID_SIZE], tfp_err_t *err)
+                                  char id[TFD_WORKER_ID_SIZE],
+                                  char secret[TFD_WORKER_SECRET_SIZE], tfp_err_t *err)
 {
     static const tfd_route_ops_t proto_ops = {.start = worker_start, .kind = "worker",
                                              .stateless = 1};
@@ -218,6 +255,12 @@ tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, 
     if (!w || !(w->routes = calloc(n, sizeof *w->routes))) {
         free(w);
         return tfp_err_set(err, TFP_ENOMEM, "out of memory");
+    }
+    w->id[0] = 'w';
+    if (random_hex(w->id + 1, 16) != 0 || random_hex(w->secret, TFP_WORKER_SECRET_LEN / 2) != 0) {
+        free(w->routes);
+        free(w);
+        return tfp_err_set(err, TFP_EINTERNAL, "no randomness for a worker id (getrandom)");
     }
     pthread_mutex_lock(&ws->lock);
     tfp_status_t st = TFP_OK;
@@ -252,34 +295,39 @@ tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, 
         pthread_mutex_unlock(&ws->lock);
         return st;
     }
-    snprintf(w->id, sizeof w->id, "w%s-%llu", ws->prefix, (unsigned long long)++ws->next_worker);
     w->last_seen_ms = tfx_now_ms();
     w->next = ws->list;
     ws->list = w;
     ws->count++;
     memcpy(id, w->id, TFD_WORKER_ID_SIZE);
+    memcpy(secret, w->secret, TFD_WORKER_SECRET_SIZE);
     pthread_mutex_unlock(&ws->lock);
     return TFP_OK;
 }
 
-int tfd_workers_unregister(tfd_workers_t *ws, const char *id)
+int tfd_workers_unregister(tfd_workers_t *ws, const char *id, const char *secret)
 {
     pthread_mutex_lock(&ws->lock);
-    worker_t *w = find_worker(ws, id);
-    if (w)
+    worker_t *w = NULL;
+    int rc = find_owned(ws, id, secret, &w);
+    if (rc == 0)
         drop_worker(ws, w, "unregistered");
     pthread_mutex_unlock(&ws->lock);
-    return w ? 0 : -1;
+    return rc;
 }
 
-int tfd_workers_poll(tfd_workers_t *ws, const char *id, tfd_worker_poll_t *p)
+int tfd_workers_poll(tfd_workers_t *ws, const char *id, const char *secret,
+                     tfd_worker_poll_t *p)
 {
     int rc;
     pthread_mutex_lock(&ws->lock);
-    worker_t *w = find_worker(ws, id);
-    if (!w) {
+    worker_t *w = NULL;
+    int own = find_owned(ws, id, secret, &w);
+    if (own == -1) {
         p->state = TFD_POLL_GONE;
         rc = -1;
+    } else if (own == -2) {
+        rc = -2;
     } else {
         w->last_seen_ms = tfx_now_ms();
         if (hand_out(w, p)) {
@@ -320,13 +368,15 @@ void tfd_workers_poll_done(tfd_workers_t *ws, tfd_worker_poll_t *p)
     p->body = NULL;
 }
 
-int tfd_workers_reply(tfd_workers_t *ws, const char *id, const char *call_id, tfp_status_t st,
-                      const char *msg, tfp_doc_t *doc, uint8_t *base, size_t cap)
+int tfd_workers_reply(tfd_workers_t *ws, const char *id, const char *secret,
+                      const char *call_id, tfp_status_t st, const char *msg, tfp_doc_t *doc,
+                      uint8_t *base, size_t cap)
 {
     pthread_mutex_lock(&ws->lock);
-    worker_t *w = find_worker(ws, id);
+    worker_t *w = NULL;
+    int own = find_owned(ws, id, secret, &w);
     pending_t *p = NULL;
-    if (w) {
+    if (own == 0) {
         w->last_seen_ms = tfx_now_ms();
         for (pending_t **pp = &w->calls; *pp; pp = &(*pp)->next)
             if (strcmp((*pp)->id, call_id) == 0 && (*pp)->assigned) {
@@ -339,7 +389,7 @@ int tfd_workers_reply(tfd_workers_t *ws, const char *id, const char *call_id, tf
         pthread_mutex_unlock(&ws->lock);
         tfp_doc_free(doc);
         tfx_buf_free(base, cap);
-        return -1;
+        return own == -2 ? -2 : -1;
     }
     tfd_call_t *call = p->call;
     free(p);

@@ -267,6 +267,12 @@ static tfp_status_t take_ids(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_
             return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-User must match [A-Za-z0-9._-]{1,128}");
         snprintf(op->who.user, sizeof op->who.user, "%s", in->user);
     }
+    if (in->worker_secret) {
+        if (!tfp_worker_secret_valid(in->worker_secret))
+            return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Worker-Secret must be 32 lowercase "
+                               "hexadecimal digits");
+        memcpy(op->worker_secret, in->worker_secret, TFP_WORKER_SECRET_LEN + 1);
+    }
     return TFP_OK;
 }
 

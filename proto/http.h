@@ -63,12 +63,13 @@ typedef struct {
     const char *dtype, *shape;      /* Tfetch-Dtype, Tfetch-Shape: a raw body's tensor */
     const char *user;               /* Tfetch-User */
     const char *request_id;         /* Tfetch-Request-Id */
+    const char *worker_secret;      /* Tfetch-Worker-Secret */
     uint64_t max_body;              /* the largest document body the server takes */
 } tfp_http_req_t;
 
 /* Fills *op (zeroed first) from the request. TFP_OK, or the first thing wrong, checked in
  * this order, with e set (code, message, and for TFP_EMETHOD the methods allowed):
- *   the request id, the user id (TFP_EBADREQ), the path (TFP_ENOTFOUND; TFP_EBADREQ for a
+ *   the request id, the user id, the worker secret (TFP_EBADREQ), the path (TFP_ENOTFOUND; TFP_EBADREQ for a
  *   bad name in it, or for a control character anywhere in it: the transport has already
  *   refused a NUL, raw or %00, see proto/httpframe.h), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), and for a document
  *   body: the Content-Type (TFP_EMEDIATYPE), the length against max_body (TFP_ETOOBIG), a

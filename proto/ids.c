@@ -44,6 +44,27 @@ int tfp_request_id_valid(const char *s)
     return valid(s, TFP_MAX_REQUEST_ID, 1);
 }
 
+int tfp_worker_secret_valid(const char *s)
+{
+    if (!s)
+        return 0;
+    size_t i = 0;
+    for (; s[i] && i <= TFP_WORKER_SECRET_LEN; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return i == TFP_WORKER_SECRET_LEN;
+}
+
+int tfp_worker_secret_equal(const char *a, const char *b)
+{
+    if (!tfp_worker_secret_valid(a) || !tfp_worker_secret_valid(b))
+        return 0;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < TFP_WORKER_SECRET_LEN; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
 int tfp_parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
     uint64_t v = 0;

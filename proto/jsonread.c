@@ -498,7 +498,7 @@ void tfp_strings_free(char **v, size_t n)
 }
 
 tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t id_size,
-                                  uint64_t *lease_ms, tfp_err_t *err)
+                                  char *secret, uint64_t *lease_ms, tfp_err_t *err)
 {
     cJSON *root = NULL;
     tfp_status_t st = tfp_cj_parse(body, len, TFP_CJ_WHOLE | TFP_CJ_NODUP, &root, NULL, err);
@@ -508,12 +508,20 @@ tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t
                                           : NULL;
     const cJSON *l = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "lease_ms")
                                           : NULL;
+    const cJSON *sec = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "secret")
+                                            : NULL;
     uint64_t lease;
     if (!cJSON_IsString(w) || !tfp_name_valid(w->valuestring) ||
-        strlen(w->valuestring) >= id_size || tfp_cj_uint(l, 0, MAX_EXACT, &lease) != 0 || lease == 0) {
-        st = tfp_err_set(err, TFP_EPROTO, "expected {\"worker\": ID, \"lease_ms\": N}");
+        strlen(w->valuestring) >= id_size || tfp_cj_uint(l, 0, MAX_EXACT, &lease) != 0 ||
+        lease == 0 || (sec && !(cJSON_IsString(sec) && tfp_worker_secret_valid(sec->valuestring)))) {
+        st = tfp_err_set(err, TFP_EPROTO, "expected {\"worker\": ID, \"secret\": S, "
+                         "\"lease_ms\": N}");
     } else {
         memcpy(id, w->valuestring, strlen(w->valuestring) + 1);
+        if (sec)
+            memcpy(secret, sec->valuestring, TFP_WORKER_SECRET_LEN + 1);
+        else
+            secret[0] = '\0';
         *lease_ms = lease;
     }
     cJSON_Delete(root);

@@ -55,8 +55,10 @@ void tfp_listing_free(tfp_list_entry_t *entries, size_t n);
 tfp_status_t tfp_parse_worker_routes(const char *body, size_t len, size_t max, char ***routes,
                                      size_t *n, tfp_err_t *err);
 void tfp_strings_free(char **v, size_t n);
-/* Parses the answer to a worker registration {"worker": ID, "lease_ms": N}. */
+/* Parses the answer to a worker registration {"worker": ID, "secret": S, "lease_ms": N}.
+ * secret (TFP_WORKER_SECRET_LEN + 1 bytes) gets "" from a server that sends none (older
+ * than worker secrets); one that is there must be valid (tfp_worker_secret_valid). */
 tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t id_size,
-                                  uint64_t *lease_ms, tfp_err_t *err);
+                                  char *secret, uint64_t *lease_ms, tfp_err_t *err);
 
 #endif

@@ -90,6 +90,7 @@ typedef struct {
     tfp_op_kind_t kind;
     char name[TFP_MAX_TENSOR_NAME + 1];         /* tensor, route or worker id; "" if none */
     char sub[TFP_MAX_TENSOR_NAME + 1];          /* WORKER_REPLY: the call id */
+    char worker_secret[TFP_WORKER_SECRET_LEN + 1];  /* Tfetch-Worker-Secret; "" if none */
     tfp_op_who_t who;
     uint64_t wait_ms;               /* TENSOR_GET, WORKER_POLL: how long to wait, uncapped */
     tfp_op_body_t body;

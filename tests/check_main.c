@@ -38,6 +38,7 @@ int main(void)
     srunner_add_suite(sr, suite_ucx());
     srunner_add_suite(sr, suite_e2e());
     srunner_add_suite(sr, suite_framing());
+    srunner_add_suite(sr, suite_conns());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -34,5 +34,6 @@ Suite *suite_base64(void);
 Suite *suite_accesslog(void);
 Suite *suite_httpframe(void);
 Suite *suite_framing(void);
+Suite *suite_conns(void);
 
 #endif

@@ -7,13 +7,17 @@
  * entries) and handed out again for the same size: their pages are already faulted in, so
  * a steady stream of same-sized PUTs or exchanges (weights every step) does not pay first
  * touch each time (the kernel zeroing fresh pages was over half of a 4 MiB exchange's
- * server time). Thread-safe (one mutex around the cache).
+ * server time). A body of unknown length grows in place (tfx_buf_grow): mremap moves a
+ * large mapping's pages instead of copying them, so growing never holds old and new copies
+ * at once and leaves no intermediate sizes in the cache. Thread-safe (one mutex around the
+ * cache).
  */
 #include "config.h"
 #include "transports/buf.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define BIG (2u << 20)
@@ -91,6 +95,40 @@ void tfx_buf_free(void *p, size_t cap)
         free(p);
     else if (!to_cache(p, cap))
         munmap(p, cap);
+}
+
+void *tfx_buf_grow(void *p, size_t *cap, size_t used, size_t size)
+{
+    if (!p)
+        return tfx_buf_alloc(size, cap);
+    if (size <= *cap)
+        return p;
+    if (used > *cap)
+        used = *cap;
+    if (*cap < BIG && size < BIG) {
+        void *np = realloc(p, size);
+        if (np)
+            *cap = size;
+        return np;
+    }
+    if (*cap < BIG) {                       /* small to large: copy at most 2 MiB once */
+        size_t ncap;
+        void *np = tfx_buf_alloc(size, &ncap);
+        if (!np)
+            return NULL;
+        memcpy(np, p, used);
+        free(p);
+        *cap = ncap;
+        return np;
+    }
+    size_t len = (size + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
+    if (len < size)
+        return NULL;
+    void *np = mremap(p, *cap, len, MREMAP_MAYMOVE);   /* keeps the huge-page advice */
+    if (np == MAP_FAILED)
+        return NULL;
+    *cap = len;
+    return np;
 }
 
 void *tfx_buf_malloc(size_t size)

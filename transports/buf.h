@@ -16,6 +16,11 @@
 /* Returns a buffer of at least size bytes (size 0 allowed), or NULL. *cap gets the usable size
  * to pass back to tfx_buf_free. */
 void *tfx_buf_alloc(size_t size, size_t *cap);
+/* Grows a tfx_buf_alloc buffer p of *cap bytes, whose first `used` bytes matter, to at least
+ * size bytes (p NULL: a new one). Large buffers grow in place or move their pages (mremap),
+ * never holding two copies. Returns the buffer (p itself is then invalid unless returned) and
+ * updates *cap; NULL on failure, with p and *cap untouched and still valid. */
+void *tfx_buf_grow(void *p, size_t *cap, size_t used, size_t size);
 /* Returns the buffer: small ones to malloc, large ones to the reuse cache when it has room
  * (at most TFX_BUF_CACHE_MAX bytes, fully faulted in), else to the kernel. */
 void tfx_buf_free(void *p, size_t cap);          /* NULL is a no-op */

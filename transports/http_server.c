@@ -7,7 +7,9 @@
  * from Content-Length; chunked bodies grow geometrically up to the accepted maximum.
  * Responses are queued after each callback returns, so handlers never call MHD themselves.
  * Suspension is guarded by a per-request mutex so that a wake-up arriving before MHD has
- * suspended the connection is not lost: handle simply runs again.
+ * suspended the connection is not lost: handle simply runs again. Connections are
+ * admitted, timed and cut off by the guard (http_guard.c), fed from MHD's accept policy and
+ * connection notices; tfx_http_tick sweeps it.
  *
  * Threads: MHD's thread pool runs every callback; tfx_req_resume may come from any thread.
  */
@@ -17,6 +19,7 @@
 #include "transports/buf.h"
 #include "transports/clock.h"
 #include "transports/http_frame.h"
+#include "transports/http_guard.h"
 #include "proto/http.h"
 #include "proto/jsonw.h"
 
@@ -43,6 +46,7 @@ struct tfx_http {
     atomic_uint inflight;
     atomic_int draining;
     MHD_socket quiesced_fd;         /* closed after MHD_stop_daemon (workers may still race it) */
+    tfx_guard_t *guard;             /* admission, head deadline, body rate (http_guard.h) */
     uint16_t port;
 };
 
@@ -55,7 +59,7 @@ typedef struct {
     struct MHD_Connection *conn;
     struct MHD_Response *resp;      /* decided, not yet queued */
     int queued;
-    uint64_t start_ms;
+    tfx_guard_conn_t *gc;           /* its connection's guard entry (NULL: unguarded) */
     int deferred;                   /* an answer decided at begin waits for the body to drain */
     /* suspension */
     pthread_mutex_t lock;
@@ -128,6 +132,7 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .user = header(r, "Tfetch-User"),
         .request_id = header(r, "Tfetch-Request-Id"),
         .ttl = header(r, "Tfetch-TTL"),
+        .worker_secret = header(r, "Tfetch-Worker-Secret"),
         .max_body = HR(r)->srv->cfg.max_body,
     };
     tfp_http_op_parse(&in, &r->op, &r->op_err);
@@ -136,7 +141,7 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
 /* ---- bodies ------------------------------------------------------------------------------ */
 
 /* Makes room for `more` bytes after what has arrived: one allocation when the length is
- * known, geometric growth (copying) only for chunked bodies. */
+ * known, geometric growth (in place, without copying large buffers) for chunked bodies. */
 static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
 {
     uint64_t need = r->headroom + r->body_len + more;
@@ -161,15 +166,12 @@ static tfp_status_t reserve_body(tfx_req_t *r, size_t more)
  * connection before the client reads the answer. A sender that keeps going far past what we
  * wanted, or that trickles below the rate floor, is disconnected instead (returns -1). */
 #define DRAIN_MAX (64ull << 20)
-#define RATE_GRACE_MS 10000u
 
 static int take_upload(tfx_req_t *r, const char *data, size_t n)
 {
     r->body_seen += n;
-    uint64_t rate = HR(r)->srv->cfg.min_upload_rate;
-    uint64_t el = tfx_now_ms() - HR(r)->start_ms;
-    if (rate && el > RATE_GRACE_MS && r->body_seen * 1000u / el < rate)
-        return -1;
+    if (tfx_guard_body(HR(r)->srv->guard, HR(r)->gc, n, tfx_now_ms()) != 0)
+        return -1;                                  /* too slow: answered 408 and shut */
     if (HR(r)->deferred || r->body_failed || !r->accept_body)
         return r->body_seen - r->body_len > DRAIN_MAX ? -1 : 0;   /* discard */
     if (r->body_len + n > r->max_body) {
@@ -305,6 +307,67 @@ static const tfx_req_ops_t http_ops = {
     .resume = http_resume,
 };
 
+/* ---- the connection guard (http_guard.h) -------------------------------------------- */
+
+/* The head is in: the guard stops its deadline and, when a body follows, starts the rate
+ * windows. */
+static void guard_head(http_req_t *hr)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    hr->gc = ci ? ci->socket_context : NULL;
+    tfx_guard_head(hr->srv->guard, hr->gc, body_pending(&hr->base), tfx_now_ms());
+}
+
+/* MHD's accept policy: at our limit, make room or refuse at once (MHD closes it). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addr;
+    (void)addrlen;
+    tfx_http_t *s = cls;
+    return tfx_guard_admit(s->guard, tfx_now_ms()) ? MHD_YES : MHD_NO;
+}
+
+/* MHD's connection notices: the guard's entry lives from start to close (MHD reports the
+ * close before it closes the socket). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    tfx_http_t *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? tfx_guard_open(s->guard, ci->connect_fd, tfx_now_ms()) : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        tfx_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* MHD's own limit sits above ours, so that it never stops accepting (which would leave
+ * newcomers in the listen backlog): room for connections being closed and for the few
+ * admitted at once by several threads. */
+static unsigned mhd_connection_limit(const tfx_http_config_t *cfg)
+{
+    unsigned extra = cfg->max_connections / 4;
+    if (extra < 64)
+        extra = 64;
+    return cfg->max_connections + extra;
+}
+
+void tfx_http_tick(tfx_http_t *s)
+{
+    tfx_guard_sweep(s->guard, tfx_now_ms());
+}
+
+void tfx_http_guard_stats(const tfx_http_t *s, tfx_http_guard_stats_t *out)
+{
+    tfx_guard_stats_t st;
+    tfx_guard_stats(s->guard, &st);
+    *out = (tfx_http_guard_stats_t){tfx_guard_count(s->guard), st.refused, st.evicted,
+                                    st.head_timeouts, st.slow_bodies};
+}
+
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
 
 static int expects_continue(const tfx_req_t *r)
@@ -360,9 +423,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->conn = conn;
         pthread_mutex_init(&hr->lock, NULL);
         *con_cls = hr;
-        hr->start_ms = tfx_now_ms();
         peer_address(conn, r->peer, sizeof r->peer);
         atomic_fetch_add(&s->inflight, 1);
+        guard_head(hr);
         parse_op(r, method, url);
         if (atomic_load(&s->draining))
             tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");
@@ -381,6 +444,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             hr->deferred = 1;
             return MHD_YES;
         }
+        if (hr->resp)
+            tfx_guard_busy(s->guard, hr->gc);      /* answering now: no body rate, no 408 */
         return queue_pending(hr);
     }
     tfx_req_t *r = &hr->base;
@@ -389,6 +454,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return rc == 0 ? MHD_YES : MHD_NO;
     }
+    tfx_guard_busy(s->guard, hr->gc);
     if (hr->deferred)
         ;                                           /* the answer was decided at begin */
     else if (r->body_failed)
@@ -405,6 +471,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req_t *hr = *con_cls;
     if (!hr)
         return;
+    tfx_guard_idle(s->guard, hr->gc, tfx_now_ms());     /* kept alive: the next head's wait */
     s->h.finish(&hr->base, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->h.arg);
     if (hr->resp)
         MHD_destroy_response(hr->resp);
@@ -461,23 +528,32 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
     atomic_init(&s->inflight, 0);
     atomic_init(&s->draining, 0);
     s->quiesced_fd = MHD_INVALID_SOCKET;
+    tfx_guard_config_t gcfg = {cfg->max_connections, cfg->header_timeout_s * 1000u,
+                               cfg->min_upload_rate};
+    if (!(s->guard = tfx_guard_new(&gcfg))) {
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        free(s);
+        return NULL;
+    }
 
     s->mhd = MHD_start_daemon(
-        flags, cfg->port, NULL, NULL, on_request, s,
+        flags, cfg->port, on_accept, s, on_request, s,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads ? cfg->threads : 1),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, mhd_connection_limit(cfg),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->conn_memory,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_UNESCAPE_CALLBACK, tfx_http_unescape, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_END);
     if (!s->mhd) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot listen on %s port %u (address in use or not local?)",
                     cfg->listen_addr, (unsigned)cfg->port);
+        tfx_guard_free(s->guard);
         free(s);
         return NULL;
     }
@@ -510,5 +586,6 @@ void tfx_http_stop(tfx_http_t *s)
     MHD_stop_daemon(s->mhd);
     if (s->quiesced_fd != MHD_INVALID_SOCKET)
         close(s->quiesced_fd);
+    tfx_guard_free(s->guard);                   /* after MHD reported every close */
     free(s);
 }

@@ -25,12 +25,15 @@ typedef struct {
     const char *listen_addr;        /* numeric IPv4 or IPv6 address */
     uint16_t port;                  /* 0: the kernel picks one */
     unsigned threads;               /* MHD threads */
-    unsigned max_connections;
+    unsigned max_connections;       /* at the limit a waiting connection makes room, or the
+                                     * newcomer is refused at once (http_guard.h) */
     unsigned max_per_ip;            /* 0: no per-IP limit */
     unsigned idle_timeout_s;
+    unsigned header_timeout_s;      /* a request head must be in this long after the connection
+                                     * opened or its previous request ended; 0: no deadline */
     size_t conn_memory;             /* per-connection buffer memory (headers + read buffer) */
     size_t max_header_bytes;        /* sum of request header names and values */
-    uint64_t min_upload_rate;       /* bytes/s a body must average after 10 s; 0: no floor */
+    uint64_t min_upload_rate;       /* body bytes/s in each 10 s window, else 408; 0: no floor */
     uint64_t max_body;              /* the largest document body announced (tfp_http_req_t) */
 } tfx_http_config_t;
 
@@ -43,8 +46,17 @@ uint16_t tfx_http_port(const tfx_http_t *s);
 /* Stops accepting new connections; requests in flight go on. From now on every response
  * carries "Connection: close" and new requests on open connections get 503. */
 void tfx_http_quiesce(tfx_http_t *s);
+/* Housekeeping: closes connections past the head deadline or below the body rate. Call a
+ * few times a second (the main thread's tick). */
+void tfx_http_tick(tfx_http_t *s);
 /* Requests between begin and finish right now. */
 unsigned tfx_http_inflight(const tfx_http_t *s);
+/* What the connection guard has done (http_guard.h), and the connections it counts. */
+typedef struct {
+    unsigned open;
+    uint64_t refused, evicted, head_timeouts, slow_bodies;
+} tfx_http_guard_stats_t;
+void tfx_http_guard_stats(const tfx_http_t *s, tfx_http_guard_stats_t *out);
 /* Open connections right now. */
 unsigned tfx_http_connections(const tfx_http_t *s);
 /* Closes every connection and frees the server. No request may be suspended. */

@@ -54,14 +54,12 @@ tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total)
         if (st != TFP_OK)
             return st;
     }
-    size_t cap;
-    uint8_t *nb = tfx_buf_alloc((size_t)total, &cap);
+    /* In place where it can: a copy would hold the old and the new buffer at once. */
+    size_t cap = r->cap;
+    uint8_t *nb = tfx_buf_grow(r->buf, &cap, r->buf ? r->headroom + (size_t)r->body_len : 0,
+                               (size_t)total);
     if (!nb)
         return TFP_ENOMEM;
-    if (r->buf) {
-        memcpy(nb + r->headroom, r->buf + r->headroom, (size_t)r->body_len);
-        tfx_buf_free(r->buf, r->cap);
-    }
     r->buf = nb;
     r->cap = cap;
     return TFP_OK;

@@ -51,7 +51,8 @@ struct tfx_req {
 };
 
 /* Makes room in r->buf for `total` bytes after the headroom (one allocation when the
- * length is known; growing copies what arrived), after the handlers' body_grow approved it.
+ * length is known; growing moves what arrived in place, tfx_buf_grow), after the handlers'
+ * body_grow approved it.
  * TFP_OK or why not. */
 tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total);
 /* Frees the response headers and the body buffer. */

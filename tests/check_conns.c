@@ -1,0 +1,716 @@
+/* check_conns.c - connections and workers under attack: the HTTP connection guard
+ * (transports/http_guard.c) on a driven clock, then the real tfetchd: the head deadline a
+ * trickled header cannot reset, prompt refusal beyond the connection limit (and the per-
+ * address cap), a health probe served during a slowloris attack, a too-slow body answered
+ * 408, the daemon's peak memory for a chunked upload in tiny chunks, and worker secrets (a
+ * client that knows a worker's id but not its secret can neither poll, answer nor delete).
+ * Each daemon test starts its own tfetchd (Check forks per test).
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "tests/fixtures.h"
+#include "transports/http_guard.h"
+#include "proto/ids.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static td_daemon_t D;
+static char out[1 << 16];
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- sockets ------------------------------------------------------------------------------ */
+
+/* Whether the peer of fd has closed (EOF or reset) within ms; data that arrives first is
+ * read and kept in buf (NUL-terminated) when buf is given. */
+static int peer_closed(int fd, int ms, char *buf, size_t cap)
+{
+    size_t have = 0;
+    uint64_t end = now_ms() + (uint64_t)ms;
+    for (;;) {
+        int left = (int)(end > now_ms() ? end - now_ms() : 0);
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, left) <= 0)
+            return 0;
+        char tmp[4096];
+        ssize_t n = recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return 1;
+        if (n > 0 && buf && have + 1 < cap) {
+            size_t k = (size_t)n < cap - 1 - have ? (size_t)n : cap - 1 - have;
+            memcpy(buf + have, tmp, k);
+            have += k;
+            buf[have] = '\0';
+        }
+    }
+}
+
+/* A TCP connection to the daemon from source address src (127.0.0.x; NULL: any). */
+static int connect_from(const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    if (src) {
+        inet_pton(AF_INET, src, &a.sin_addr);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    }
+    a.sin_port = htons((uint16_t)D.port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
+                  strerror(errno));
+    return fd;
+}
+
+static int send_str(int fd, const char *s)
+{
+    size_t n = strlen(s);
+    return send(fd, s, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
+}
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+        ck_assert_msg(k > 0, "send: %s", strerror(errno));
+        c += k;
+        n -= (size_t)k;
+    }
+}
+
+/* GET path on a fresh connection from src; the status, or -1 when the connection closed or
+ * timeout_ms passed without a whole answer. *ms gets how long it took. */
+static int probe(const char *src, const char *path, int timeout_ms, double *ms)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int fd = connect_from(src);
+    char req[256], buf[4096];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    int status = -1;
+    buf[0] = '\0';
+    if (send_str(fd, req) == 0 && peer_closed(fd, timeout_ms, buf, sizeof buf) &&
+        strncmp(buf, "HTTP/1.1 ", 9) == 0)
+        status = atoi(buf + 9);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    close(fd);
+    return status;
+}
+
+/* The value of one /metrics line ("name{labels}"), read over a fresh connection. */
+static long long metric(const char *line)
+{
+    int fd = connect_from(NULL);
+    static char buf[1 << 16];
+    buf[0] = '\0';
+    ck_assert_int_eq(send_str(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 0);
+    ck_assert(peer_closed(fd, 3000, buf, sizeof buf));
+    close(fd);
+    char pat[256];
+    snprintf(pat, sizeof pat, "\n%s ", line);
+    const char *p = strstr(buf, pat);
+    ck_assert_msg(p != NULL, "no %s in /metrics", line);
+    return atoll(p + strlen(pat));
+}
+
+static void start(const char *const *args)
+{
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+}
+
+static void stop_clean(void)
+{
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 20000), 0);
+    td_cleanup();
+}
+
+/* ---- the guard on a driven clock ------------------------------------------------------ */
+
+/* A connected pair: the guard gets [0], the test watches [1]. */
+static void pair(int sv[2])
+{
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+}
+
+static int shut(int peer)
+{
+    return peer_closed(peer, 0, NULL, 0);
+}
+
+START_TEST(guard_evicts_the_longest_waiting_or_refuses)
+{
+    tfx_guard_config_t cfg = {2, 0, 0};
+    tfx_guard_t *g = tfx_guard_new(&cfg);
+    int a[2], b[2], c[2];
+    pair(a);
+    pair(b);
+    pair(c);
+    ck_assert_int_eq(tfx_guard_admit(g, 0), 1);
+    tfx_guard_conn_t *ca = tfx_guard_open(g, a[0], 0);
+    ck_assert_int_eq(tfx_guard_admit(g, 10), 1);
+    tfx_guard_conn_t *cb = tfx_guard_open(g, b[0], 10);
+    ck_assert_int_eq(tfx_guard_count(g), 2);
+    /* At the limit: the longest waiting (a) gives way. */
+    ck_assert_int_eq(tfx_guard_admit(g, 20), 1);
+    ck_assert(shut(a[1]));
+    ck_assert(!shut(b[1]));
+    ck_assert_int_eq(tfx_guard_count(g), 1);
+    tfx_guard_conn_t *cc = tfx_guard_open(g, c[0], 20);
+    /* Both busy: nobody waits, so a newcomer is refused and nothing is shut. */
+    tfx_guard_head(g, cb, 0, 30);
+    tfx_guard_head(g, cc, 1, 30);
+    ck_assert_int_eq(tfx_guard_admit(g, 40), 0);
+    ck_assert(!shut(b[1]) && !shut(c[1]));
+    /* b's request ends: kept alive, it waits again and may give way. */
+    tfx_guard_idle(g, cb, 50);
+    ck_assert_int_eq(tfx_guard_admit(g, 60), 1);
+    ck_assert(shut(b[1]));
+    ck_assert(!shut(c[1]));
+    tfx_guard_stats_t st;
+    tfx_guard_stats(g, &st);
+    ck_assert_uint_eq(st.evicted, 2);
+    ck_assert_uint_eq(st.refused, 1);
+    tfx_guard_close(g, ca);
+    tfx_guard_close(g, cb);
+    tfx_guard_close(g, cc);
+    ck_assert_int_eq(tfx_guard_count(g), 0);
+    tfx_guard_free(g);
+    for (int i = 0; i < 2; i++) {
+        close(a[i]);
+        close(b[i]);
+        close(c[i]);
+    }
+}
+END_TEST
+
+START_TEST(guard_head_deadline_from_open_and_from_each_answer)
+{
+    tfx_guard_config_t cfg = {16, 2000, 0};
+    tfx_guard_t *g = tfx_guard_new(&cfg);
+    int a[2], b[2];
+    pair(a);
+    pair(b);
+    tfx_guard_conn_t *ca = tfx_guard_open(g, a[0], 0);
+    tfx_guard_conn_t *cb = tfx_guard_open(g, b[0], 0);
+    tfx_guard_head(g, cb, 0, 500);              /* b's head came in time */
+    tfx_guard_sweep(g, 1999);
+    ck_assert(!shut(a[1]));
+    tfx_guard_sweep(g, 2000);
+    ck_assert(shut(a[1]));
+    tfx_guard_sweep(g, 5000);                   /* busy: no deadline of ours */
+    ck_assert(!shut(b[1]));
+    tfx_guard_busy(g, cb);
+    tfx_guard_idle(g, cb, 6000);                /* answered; the next head is due by 8000 */
+    tfx_guard_sweep(g, 7999);
+    ck_assert(!shut(b[1]));
+    tfx_guard_sweep(g, 8000);
+    ck_assert(shut(b[1]));
+    tfx_guard_stats_t st;
+    tfx_guard_stats(g, &st);
+    ck_assert_uint_eq(st.head_timeouts, 2);
+    ck_assert_int_eq(tfx_guard_count(g), 0);
+    tfx_guard_close(g, ca);
+    tfx_guard_close(g, cb);
+    tfx_guard_free(g);
+    for (int i = 0; i < 2; i++) {
+        close(a[i]);
+        close(b[i]);
+    }
+}
+END_TEST
+
+START_TEST(guard_body_rate_windows_answer_408)
+{
+    tfx_guard_config_t cfg = {16, 0, 1000};     /* 1000 B/s: 10000 B per 10 s window */
+    tfx_guard_t *g = tfx_guard_new(&cfg);
+    int a[2], b[2], c[2];
+    pair(a);
+    pair(b);
+    pair(c);
+    char buf[1024];
+    /* a trickles: caught when a byte arrives after its first window. */
+    tfx_guard_conn_t *ca = tfx_guard_open(g, a[0], 0);
+    tfx_guard_head(g, ca, 1, 0);
+    ck_assert_int_eq(tfx_guard_body(g, ca, 500, 5000), 0);
+    ck_assert_int_eq(tfx_guard_body(g, ca, 100, 10000), -1);
+    ck_assert(peer_closed(a[1], 100, buf, sizeof buf));
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 408 ", 13) == 0, "%s", buf);
+    ck_assert_msg(strstr(buf, "\"code\":\"TF_EREQTIME\"") != NULL, "%s", buf);
+    ck_assert_msg(strstr(buf, "Connection: close") != NULL, "%s", buf);
+    /* b passes a window, then stalls: the sweep catches the silent one. */
+    tfx_guard_conn_t *cb = tfx_guard_open(g, b[0], 0);
+    tfx_guard_head(g, cb, 1, 0);
+    ck_assert_int_eq(tfx_guard_body(g, cb, 20000, 9000), 0);
+    tfx_guard_sweep(g, 10000);                  /* window 1 passed: the next runs from here */
+    tfx_guard_sweep(g, 19999);
+    ck_assert(!shut(b[1]));
+    tfx_guard_sweep(g, 20000);
+    ck_assert(peer_closed(b[1], 100, buf, sizeof buf));
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 408 ", 13) == 0, "%s", buf);
+    /* c keeps up (2000 B/s for a minute) and is left alone, also by the sweep. */
+    tfx_guard_conn_t *cc = tfx_guard_open(g, c[0], 0);
+    tfx_guard_head(g, cc, 1, 0);
+    for (uint64_t t = 1000; t <= 60000; t += 1000) {
+        ck_assert_int_eq(tfx_guard_body(g, cc, 2000, t), 0);
+        tfx_guard_sweep(g, t);
+    }
+    tfx_guard_busy(g, cc);                      /* complete: no more windows */
+    tfx_guard_sweep(g, 200000);
+    ck_assert(!shut(c[1]));
+    tfx_guard_stats_t st;
+    tfx_guard_stats(g, &st);
+    ck_assert_uint_eq(st.slow_bodies, 2);
+    tfx_guard_close(g, ca);
+    tfx_guard_close(g, cb);
+    tfx_guard_close(g, cc);
+    tfx_guard_free(g);
+    for (int i = 0; i < 2; i++) {
+        close(a[i]);
+        close(b[i]);
+        close(c[i]);
+    }
+}
+END_TEST
+
+/* ---- the daemon: deadlines and limits ------------------------------------------------------- */
+
+START_TEST(trickled_head_is_closed_at_the_deadline)
+{
+    const char *args[] = {"--header-timeout", "2", "--idle-timeout", "60", NULL};
+    start(args);
+    /* A complete head in time is served, on a kept-alive connection twice. */
+    int fd = connect_from(NULL);
+    ck_assert_int_eq(send_str(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+    char buf[4096];
+    ck_assert(!peer_closed(fd, 1000, buf, sizeof buf));
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "%s", buf);
+    close(fd);
+    /* One header byte every 200 ms: each resets the idle timer, none the head deadline. */
+    fd = connect_from(NULL);
+    uint64_t t0 = now_ms();
+    ck_assert_int_eq(send_str(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n"), 0);
+    int closed = 0;
+    while (!closed && now_ms() - t0 < 8000) {
+        if (send_str(fd, "X") != 0)
+            closed = 1;
+        else
+            closed = peer_closed(fd, 200, NULL, 0);
+    }
+    double secs = (double)(now_ms() - t0) / 1e3;
+    ck_assert_msg(closed, "a trickled head kept its connection for %.1f s", secs);
+    ck_assert_msg(secs >= 1.5 && secs < 5.0, "closed after %.2f s (header-timeout 2)", secs);
+    close(fd);
+    stop_clean();
+}
+END_TEST
+
+/* Opens a long-poll (busy for wait_ms) from src; returns its socket. */
+static int long_poll(const char *src, int wait_ms)
+{
+    int fd = connect_from(src);
+    char req[256];
+    snprintf(req, sizeof req, "GET /v1/tensors/none?wait=%d HTTP/1.1\r\nHost: x\r\n\r\n",
+             wait_ms);
+    ck_assert_int_eq(send_str(fd, req), 0);
+    return fd;
+}
+
+START_TEST(over_the_limit_refused_at_once)
+{
+    const char *args[] = {"--max-connections", "4", "--max-per-ip", "3", NULL};
+    start(args);
+    int busy[4];
+    busy[0] = long_poll("127.0.0.2", 2000);     /* answered (204) after 2 s, then idle */
+    for (int i = 1; i < 3; i++)
+        busy[i] = long_poll("127.0.0.2", 20000);
+    /* The per-address cap: a fourth from 127.0.0.2 is closed at once. */
+    double ms;
+    ck_assert_int_eq(probe("127.0.0.2", "/healthz", 3000, &ms), -1);
+    ck_assert_msg(ms < 1000, "refused after %.0f ms", ms);
+    busy[3] = long_poll("127.0.0.3", 20000);
+    sleep_ms(300);                               /* all four are in and suspended */
+    /* The limit, with every connection busy: a newcomer is closed at once, not left in the
+     * listen backlog. */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(probe("127.0.0.4", "/healthz", 3000, &ms), -1);
+        ck_assert_msg(ms < 1000, "a client over the limit waited %.0f ms", ms);
+    }
+    /* The short long-poll is answered; its connection, kept alive and idle, gives way to a
+     * newcomer. (A suspended one is not polled, so closing it frees nothing until it ends.) */
+    char buf[1024];
+    ck_assert(!peer_closed(busy[0], 3000, buf, sizeof buf));
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 404", 12) == 0, "%s", buf);
+    ck_assert_int_eq(probe("127.0.0.4", "/healthz", 3000, &ms), 200);
+    ck_assert(peer_closed(busy[0], 1000, NULL, 0));
+    ck_assert_int_eq(metric("tfetch_http_connections_closed_total{reason=\"refused\"}"), 3);
+    ck_assert_int_ge(metric("tfetch_http_connections_closed_total{reason=\"evicted\"}"), 1);
+    for (int i = 0; i < 4; i++)
+        close(busy[i]);
+    stop_clean();
+}
+END_TEST
+
+/* The slowloris attack: 8 connections from each of 127.0.0.2-5 (the per-address cap), each
+ * sending one header byte every 500 ms and coming back 100 ms after being closed. */
+#define ATTACKERS 32
+typedef struct {
+    volatile int stop;
+    int fd[ATTACKERS];
+    uint64_t first_closed_ms[ATTACKERS];        /* when its first connection was closed */
+    unsigned reconnects;
+} attack_t;
+
+static void *attack(void *arg)
+{
+    attack_t *a = arg;
+    uint64_t closed_at[ATTACKERS] = {0};
+    while (!a->stop) {
+        for (int i = 0; i < ATTACKERS && !a->stop; i++) {
+            if (a->fd[i] < 0) {
+                if (now_ms() - closed_at[i] < 100)
+                    continue;
+                char src[32];
+                snprintf(src, sizeof src, "127.0.0.%d", 2 + i / 8);
+                a->fd[i] = connect_from(src);
+                send_str(a->fd[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n");
+                a->reconnects++;
+            } else if (send_str(a->fd[i], "X") != 0 || peer_closed(a->fd[i], 0, NULL, 0)) {
+                close(a->fd[i]);
+                a->fd[i] = -1;
+                closed_at[i] = now_ms();
+                if (!a->first_closed_ms[i])
+                    a->first_closed_ms[i] = closed_at[i];
+            }
+        }
+        sleep_ms(500 / 4);                       /* each one sends about every 500 ms */
+    }
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+START_TEST(probe_served_during_slowloris)
+{
+    const char *args[] = {"--max-connections", "32", "--max-per-ip", "8",
+                          "--header-timeout", "3", "--idle-timeout", "60", NULL};
+    start(args);
+    attack_t a = {0};
+    uint64_t t0 = now_ms();
+    for (int i = 0; i < ATTACKERS; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 2 + i / 8);
+        a.fd[i] = connect_from(src);
+        ck_assert_int_eq(send_str(a.fd[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n"), 0);
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, attack, &a);
+    sleep_ms(500);                              /* the table is full of laggards */
+    double lat[64];
+    int n = 0, failed = 0;
+    while (n < 64 && now_ms() - t0 < 6500) {
+        double ms;
+        if (probe("127.0.0.1", "/healthz", 2000, &ms) != 200)
+            failed++;
+        lat[n++] = ms;
+        sleep_ms(80);
+    }
+    a.stop = 1;
+    pthread_join(th, NULL);
+    qsort(lat, (size_t)n, sizeof lat[0], cmp_double);
+    fprintf(stderr, "slowloris: %d probes, median %.1f ms, max %.1f ms, %u reconnects\n", n,
+            lat[n / 2], lat[n - 1], a.reconnects);
+    ck_assert_msg(failed == 0, "%d of %d probes failed during the attack", failed, n);
+    ck_assert_msg(lat[n / 2] < 100.0, "median probe %.1f ms during the attack", lat[n / 2]);
+    ck_assert_msg(lat[n - 1] < 1000.0, "slowest probe %.1f ms during the attack", lat[n - 1]);
+    /* The head deadline closed every first-generation laggard (3 s, swept every 250 ms). */
+    for (int i = 0; i < ATTACKERS; i++) {
+        ck_assert_msg(a.first_closed_ms[i] != 0, "laggard %d was never closed", i);
+        ck_assert_msg(a.first_closed_ms[i] - t0 < 5000, "laggard %d closed after %llu ms", i,
+                      (unsigned long long)(a.first_closed_ms[i] - t0));
+    }
+    ck_assert_int_ge(metric("tfetch_http_connections_closed_total{reason=\"header_timeout\"}"),
+                     1);
+    for (int i = 0; i < ATTACKERS; i++)
+        if (a.fd[i] >= 0)
+            close(a.fd[i]);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(too_slow_body_gets_408)
+{
+    const char *args[] = {"--min-upload-rate", "1K", NULL};
+    start(args);
+    int fd = connect_from(NULL);
+    ck_assert_int_eq(send_str(fd, "PUT /v1/tensors/slow HTTP/1.1\r\nHost: x\r\n"
+                                  "Content-Type: application/octet-stream\r\n"
+                                  "Tfetch-Dtype: U8\r\nTfetch-Shape: 1000000\r\n"
+                                  "Content-Length: 1000000\r\n\r\n"), 0);
+    static char some[100];
+    send_all(fd, some, sizeof some);
+    uint64_t t0 = now_ms();
+    char buf[4096];
+    ck_assert(peer_closed(fd, 15000, buf, sizeof buf));
+    double secs = (double)(now_ms() - t0) / 1e3;
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 408 ", 13) == 0, "after %.1f s: %s", secs, buf);
+    ck_assert_msg(strstr(buf, "TF_EREQTIME") != NULL, "%s", buf);
+    ck_assert_msg(secs > 9.0 && secs < 12.0, "cut off after %.1f s (window 10 s)", secs);
+    close(fd);
+    ck_assert_int_eq(metric("tfetch_http_connections_closed_total{reason=\"slow_body\"}"), 1);
+    /* The store reservation went with it. */
+    sleep_ms(300);
+    ck_assert_int_eq(metric("tfetch_store_reserved_bytes"), 0);
+    stop_clean();
+}
+END_TEST
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+static long vmhwm_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kb = atol(line + 6);
+    fclose(f);
+    return kb;
+}
+
+START_TEST(chunked_upload_in_tiny_chunks_peaks_near_its_size)
+{
+    start(NULL);
+    const size_t total = 64u << 20;
+    long base = vmhwm_kb(D.pid);
+    int fd = connect_from(NULL);
+    char hdr[256];
+    int hl = snprintf(hdr, sizeof hdr, "{\"x\":{\"dtype\":\"U8\",\"shape\":[%zu],"
+                      "\"data_offsets\":[0,%zu]}}", total, total);
+    char head[512];
+    int n = snprintf(head, sizeof head, "PUT /v1/tensors/big HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/x-safetensors\r\nTransfer-Encoding: chunked\r\n"
+                     "\r\n%x\r\n", 8 + hl);
+    send_all(fd, head, (size_t)n);
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    send_all(fd, len8, 8);
+    send_all(fd, hdr, (size_t)hl);
+    send_all(fd, "\r\n", 2);
+    /* 64-byte chunks, many to a write. */
+    static char block[4096 * 70];
+    for (size_t i = 0; i < 4096; i++) {
+        memcpy(block + i * 70, "40\r\n", 4);
+        memset(block + i * 70 + 4, 'a' + (int)(i % 26), 64);
+        memcpy(block + i * 70 + 68, "\r\n", 2);
+    }
+    for (size_t k = 0; k < total / (64 * 4096); k++)
+        send_all(fd, block, sizeof block);
+    send_all(fd, "0\r\n\r\n", 5);
+    char buf[4096];
+    ck_assert(!peer_closed(fd, 60000, buf, sizeof buf) || buf[0]);
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 201", 12) == 0, "%s", buf);
+    close(fd);
+    long peak = vmhwm_kb(D.pid);
+    double ratio = (double)(peak - base) * 1024.0 / (double)total;
+    fprintf(stderr, "chunked 64 MiB in 64-byte chunks: VmHWM %ld -> %ld KiB (%.2fx)\n", base,
+            peak, ratio);
+    ck_assert_msg(peak - base < (long)(total / 1024) * 3 / 2 + 8192,
+                  "peak RSS grew by %ld KiB for a %zu KiB upload (%.2fx)", peak - base,
+                  total / 1024, ratio);
+    stop_clean();
+}
+END_TEST
+
+/* ---- worker secrets ------------------------------------------------------------------------- */
+
+/* curl -s with extra args against a path; returns the HTTP status; the body lands in out. */
+static int curl(const char *args, const char *path)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "curl -sS -o /tmp/tf-conns-body-%d -w '%%{http_code}' %s '%s%s'",
+             (int)getpid(), args, D.base, path);
+    char code[16];
+    int rc = td_run(cmd, code, sizeof code);
+    ck_assert_msg(rc == 0, "curl failed (%d): %s", rc, cmd);
+    snprintf(cmd, sizeof cmd, "cat /tmp/tf-conns-body-%d", (int)getpid());
+    out[0] = '\0';
+    td_run(cmd, out, sizeof out);
+    return atoi(code);
+}
+
+/* The string value of "key" in the JSON object in out, into v. */
+static void json_str(const char *key, char *v, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = strstr(out, pat);
+    ck_assert_msg(p != NULL, "no %s in %s", key, out);
+    p += strlen(pat);
+    size_t n = strcspn(p, "\"");
+    ck_assert_uint_lt(n, cap);
+    memcpy(v, p, n);
+    v[n] = '\0';
+}
+
+static void reg(const char *route, char id[64], char secret[64])
+{
+    char args[256];
+    snprintf(args, sizeof args, "-X POST -H 'Content-Type: application/json' "
+             "-d '{\"routes\":[\"%s\"]}'", route);
+    ck_assert_int_eq(curl(args, "/v1/workers"), 201);
+    json_str("worker", id, 64);
+    json_str("secret", secret, 64);
+}
+
+START_TEST(worker_ids_are_random_and_secrets_checked)
+{
+    start(NULL);
+    char id1[64], s1[64], id2[64], s2[64];
+    reg("r1", id1, s1);
+    reg("r2", id2, s2);
+    /* 128 random bits each: "w" + 32 hex digits, unrelated to each other. */
+    ck_assert_uint_eq(strlen(id1), 33);
+    ck_assert(tfp_worker_secret_valid(id1 + 1) && tfp_worker_secret_valid(id2 + 1));
+    ck_assert(tfp_worker_secret_valid(s1) && tfp_worker_secret_valid(s2));
+    int same = 0;
+    for (int i = 1; i < 33; i++)
+        same += id1[i] == id2[i];
+    ck_assert_msg(same < 20, "ids %s and %s share %d digits", id1, id2, same);
+    ck_assert_str_ne(s1, s2);
+
+    /* A caller waits on r1 (in the background). */
+    char cmd[1024], path[256];
+    snprintf(cmd, sizeof cmd, "curl -sS -o /tmp/tf-conns-call-%d -w '%%{http_code}' -X POST "
+             "-H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: U8' "
+             "-H 'Tfetch-Shape: 3' --data-binary abc '%s/v1/call/r1' > /tmp/tf-conns-callst-%d "
+             "& echo $!", (int)getpid(), D.base, (int)getpid());
+    char pidtxt[32];
+    ck_assert_int_eq(td_run(cmd, pidtxt, sizeof pidtxt), 0);
+    sleep_ms(300);
+
+    /* The thief knows the id, not the secret: no poll, whether with none, another worker's
+     * or a made-up one; the call stays queued. */
+    char hdr[128];
+    snprintf(path, sizeof path, "/v1/workers/%s/next?wait=10", id1);
+    ck_assert_int_eq(curl("", path), 403);
+    ck_assert_msg(strstr(out, "TF_EFORBIDDEN") != NULL, "%s", out);
+    snprintf(hdr, sizeof hdr, "-H 'Tfetch-Worker-Secret: %s'", s2);
+    ck_assert_int_eq(curl(hdr, path), 403);
+    ck_assert_int_eq(curl("-H 'Tfetch-Worker-Secret: 00000000000000000000000000000000'", path),
+                     403);
+    ck_assert_int_eq(curl("-H 'Tfetch-Worker-Secret: nope'", path), 400);
+    /* The worker itself gets the call. */
+    snprintf(hdr, sizeof hdr, "-D /tmp/tf-conns-hdr-%d -H 'Tfetch-Worker-Secret: %s'",
+             (int)getpid(), s1);
+    ck_assert_int_eq(curl(hdr, path), 200);
+    char hdrs[4096];
+    snprintf(cmd, sizeof cmd, "cat /tmp/tf-conns-hdr-%d", (int)getpid());
+    td_run(cmd, hdrs, sizeof hdrs);
+    const char *cid = strstr(hdrs, "Tfetch-Call: ");
+    ck_assert_msg(cid != NULL, "%s", hdrs);
+    char call[32];
+    snprintf(call, sizeof call, "%.*s", (int)strcspn(cid + 13, "\r\n"), cid + 13);
+
+    /* The thief cannot answer it... */
+    snprintf(path, sizeof path, "/v1/workers/%s/calls/%s", id1, call);
+    const char *forged = "-X POST -H 'Content-Type: application/json' "
+                         "-d '{\"error\":\"forged\",\"code\":\"TF_EUNPROC\"}'";
+    ck_assert_int_eq(curl(forged, path), 403);
+    snprintf(cmd, sizeof cmd, "%s -H 'Tfetch-Worker-Secret: %s'", forged, s2);
+    ck_assert_int_eq(curl(cmd, path), 403);
+    /* ...the worker can, and the caller gets the worker's answer. */
+    snprintf(cmd, sizeof cmd, "-X POST -H 'Content-Type: application/json' -H "
+             "'Tfetch-Worker-Secret: %s' -d '{\"error\":\"genuine\",\"code\":\"TF_EUNPROC\"}'", s1);
+    ck_assert_int_eq(curl(cmd, path), 204);
+    snprintf(cmd, sizeof cmd, "while kill -0 %d 2>/dev/null; do sleep 0.05; done; "
+             "cat /tmp/tf-conns-callst-%d; cat /tmp/tf-conns-call-%d", atoi(pidtxt),
+             (int)getpid(), (int)getpid());
+    td_run(cmd, out, sizeof out);
+    ck_assert_msg(strncmp(out, "422", 3) == 0 && strstr(out, "genuine") != NULL, "%s", out);
+
+    /* Nor delete it; an unknown id stays 404 whatever the secret. */
+    snprintf(path, sizeof path, "/v1/workers/%s", id1);
+    ck_assert_int_eq(curl("-X DELETE", path), 403);
+    snprintf(hdr, sizeof hdr, "-X DELETE -H 'Tfetch-Worker-Secret: %s'", s2);
+    ck_assert_int_eq(curl(hdr, path), 403);
+    ck_assert_int_eq(curl(hdr, "/v1/workers/w00000000000000000000000000000000"), 404);
+    snprintf(hdr, sizeof hdr, "-X DELETE -H 'Tfetch-Worker-Secret: %s'", s1);
+    ck_assert_int_eq(curl(hdr, path), 204);
+    snprintf(hdr, sizeof hdr, "-X DELETE -H 'Tfetch-Worker-Secret: %s'", s2);
+    snprintf(path, sizeof path, "/v1/workers/%s", id2);
+    ck_assert_int_eq(curl(hdr, path), 204);
+    snprintf(cmd, sizeof cmd, "rm -f /tmp/tf-conns-*-%d", (int)getpid());
+    td_run(cmd, NULL, 0);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(worker_secret_compare)
+{
+    const char *a = "0123456789abcdef0123456789abcdef";
+    ck_assert(tfp_worker_secret_valid(a));
+    ck_assert(!tfp_worker_secret_valid("0123456789abcdef0123456789abcde"));
+    ck_assert(!tfp_worker_secret_valid("0123456789abcdef0123456789abcdef0"));
+    ck_assert(!tfp_worker_secret_valid("0123456789ABCDEF0123456789abcdef"));
+    ck_assert(!tfp_worker_secret_valid(""));
+    ck_assert(!tfp_worker_secret_valid(NULL));
+    ck_assert(tfp_worker_secret_equal(a, "0123456789abcdef0123456789abcdef"));
+    ck_assert(!tfp_worker_secret_equal(a, "0123456789abcdef0123456789abcdee"));
+    ck_assert(!tfp_worker_secret_equal(a, "1123456789abcdef0123456789abcdef"));
+    ck_assert(!tfp_worker_secret_equal(a, ""));
+    ck_assert(!tfp_worker_secret_equal("", ""));
+}
+END_TEST
+
+Suite *suite_conns(void)
+{
+    Suite *s = suite_create("conns");
+    TCase *tc = tcase_create("guard");
+    tcase_add_test(tc, guard_evicts_the_longest_waiting_or_refuses);
+    tcase_add_test(tc, guard_head_deadline_from_open_and_from_each_answer);
+    tcase_add_test(tc, guard_body_rate_windows_answer_408);
+    tcase_add_test(tc, worker_secret_compare);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("daemon");
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, trickled_head_is_closed_at_the_deadline);
+    tcase_add_test(tc, over_the_limit_refused_at_once);
+    tcase_add_test(tc, probe_served_during_slowloris);
+    tcase_add_test(tc, too_slow_body_gets_408);
+    tcase_add_test(tc, chunked_upload_in_tiny_chunks_peaks_near_its_size);
+    tcase_add_test(tc, worker_ids_are_random_and_secrets_checked);
+    suite_add_tcase(s, tc);
+    return s;
+}
