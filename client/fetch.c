@@ -55,14 +55,27 @@ static void unlink_fetch(tf_client_t *c, tf_fetch_t *f)
     f->prev = f->next = NULL;
 }
 
+/* Frees what the operation copied (not the borrowed document). */
+static void op_free(tfi_op_t *op)
+{
+    tfi_body_free(op);
+    free(op->url);
+    free(op->method);
+    for (size_t i = 0; i < 2 * op->nhdrs; i++)
+        free(op->hdrs[i]);
+    free(op->hdrs);
+    op->url = op->method = NULL;
+    op->hdrs = NULL;
+    op->nhdrs = 0;
+}
+
 static void destroy(tf_fetch_t *f)
 {
     if (f->c)
         unlink_fetch(f->c, f);
     tf_doc_free(f->doc);
     free(f->text);
-    tfi_body_free(&f->op);
-    free(f->op.url);
+    op_free(&f->op);
     free(f);
 }
 
@@ -107,6 +120,8 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
     if (rq->request_id && (!tfp_request_id_valid(rq->request_id) ||
                            strlen(rq->request_id) > TFP_MAX_REQUEST_ID))
         return tfi_rfail(res, TF_EINVAL, "bad request id (expected [A-Za-z0-9._:-]{1,128})");
+    if (op == TFI_OP_CALL)
+        return TF_OK;                   /* tfi_call_start checked it */
     int needs_doc = op == TF_OP_PUT || op == TF_OP_EXCHANGE;
     if (needs_doc && !rq->in)
         return tfi_rfail(res, TF_EINVAL, "%s needs a document to send", tfi_op_name(op));
@@ -135,8 +150,30 @@ static long request_timeout(const tf_client_t *c, const tf_request_t *rq)
 /* Builds f's operation from the URL and the request: the URL's origin (noted by the
  * client) and the tensor or route its path names, the user and request id it carries, the
  * body. Records TF_EURL when the URL is not an absolute http(s) URL. */
+/* Copies a generic call's method and headers into op (TFI_OP_CALL). */
+static tf_status_t build_call(tfi_op_t *op, const tfi_call_t *call)
+{
+    op->wait_ms = 0;                    /* the URL carries any wait itself */
+    op->json = call->doc ? NULL : call->json;
+    snprintf(op->what, sizeof(op->what), "%s", call->what ? call->what : "feed");
+    if (!(op->method = strdup(call->method)))
+        return TF_ENOMEM;
+    if (call->nheaders == 0)
+        return TF_OK;
+    if (!(op->hdrs = calloc(2 * call->nheaders, sizeof(*op->hdrs))))
+        return TF_ENOMEM;
+    for (size_t i = 0; i < call->nheaders; i++) {
+        op->nhdrs = i + 1;
+        op->hdrs[2 * i] = strdup(call->hname[i]);
+        op->hdrs[2 * i + 1] = strdup(call->hvalue[i]);
+        if (!op->hdrs[2 * i] || !op->hdrs[2 * i + 1])
+            return TF_ENOMEM;
+    }
+    return TF_OK;
+}
+
 static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *rq, int kind,
-                            tf_format_t format)
+                            tf_format_t format, const tfi_call_t *call)
 {
     tfi_op_t *op = &f->op;
     char *key = NULL, *path = NULL;
@@ -156,6 +193,11 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     if (xst != TFX_HC_OK)
         return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", rq->url ? rq->url : "(null)");
     f->origin = tfi_origin_get(c, key);
+    if (call && build_call(op, call) != TF_OK) {
+        free(key);
+        free(path);
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    }
     const char *prefix = kind == TF_OP_EXCHANGE ? "/v1/call/" : "/v1/tensors/";
     size_t n = strlen(prefix);
     if ((kind >= TF_OP_GET && kind <= TF_OP_EXCHANGE) && strncmp(path, prefix, n) == 0 &&
@@ -167,8 +209,9 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
 }
 
 /* tf_fetch_start for any operation, the internal ones included. */
-static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_cb cb,
-                               void *ud, tf_fetch_t **out)
+static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
+                               const tfi_call_t *call, tf_fetch_cb cb, void *ud,
+                               tf_fetch_t **out)
 {
     tf_result_t res;
     tf_fetch_t *f;
@@ -178,6 +221,8 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     const tfi_transport_t *via = &tfi_http;
 
     tfi_new_result(c, &res, op, rq->request_id);
+    if (call)
+        snprintf(res.op, sizeof(res.op), "%s", call->what ? call->what : "feed");
     if ((st = check_request(c, rq, op, format, policy, &res)) != TF_OK)
         goto refuse;
     if (!(f = calloc(1, sizeof(*f)))) {
@@ -192,7 +237,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     f->result = res;
     f->total_ms = request_timeout(c, rq);
     f->t0_ns = tfx_now_ns();
-    if ((st = build_op(c, f, rq, op, format)) != TF_OK)
+    if ((st = build_op(c, f, rq, op, format, call)) != TF_OK)
         goto free_fetch;
     if ((st = tfi_choose(c, f, &via)) != TF_OK)
         goto free_fetch;
@@ -216,8 +261,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
 
 free_fetch:
     res = f->result;
-    tfi_body_free(&f->op);
-    free(f->op.url);
+    op_free(&f->op);
     free(f);
 refuse:
     c->last = res;
@@ -243,7 +287,27 @@ tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb c
         return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
-    return start_fetch(c, &r, op, cb, user_data, out);
+    return start_fetch(c, &r, op, NULL, cb, user_data, out);
+}
+
+/* The tf_request_t a generic call rides on: its URL, body document and time limit. */
+static tf_request_t call_request(const tfi_call_t *call)
+{
+    tf_request_t rq = {.url = call->url, .in = call->doc, .timeout_ms = call->timeout_ms,
+                       .wait_ms = call->wait_ms > 0 ? call->wait_ms : 0,
+                       .format = TF_FORMAT_SAFETENSORS, .transport = TF_TRANSPORT_HTTP};
+    return rq;
+}
+
+tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb cb, void *ud,
+                           tf_fetch_t **out)
+{
+    if (!call || !call->method || call->nheaders > TFI_CALL_MAX_HEADERS)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "bad internal call");
+    if (!cb && !out)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "a request needs a callback or a handle");
+    tf_request_t rq = call_request(call);
+    return start_fetch(c, &rq, TFI_OP_CALL, call, cb, ud, out);
 }
 
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
@@ -360,13 +424,14 @@ tf_status_t tf_client_run(tf_client_t *c, long timeout_ms)
 
 /* Starts rq without a callback and drives the engine until it completes. tf_client_last
  * then holds its outcome. *out is the completed handle (to free) whenever it started. */
-static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_t **out)
+static tf_status_t blocking_call(tf_client_t *c, const tf_request_t *rq, int op,
+                                 const tfi_call_t *call, tf_fetch_t **out)
 {
     if (c->in_cb || c->in_engine)
         return tfi_refuse(c, op, TF_EINVAL,
                           "blocking calls are not allowed inside a callback (start a request)");
     tf_fetch_t *f = NULL;
-    tf_status_t st = start_fetch(c, rq, op, NULL, NULL, &f);
+    tf_status_t st = start_fetch(c, rq, op, call, NULL, NULL, &f);
     if (st != TF_OK)
         return st;
     f->holds++;
@@ -377,6 +442,19 @@ static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_f
     c->last = f->result;
     *out = f;
     return f->result.status;
+}
+
+static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_t **out)
+{
+    return blocking_call(c, rq, op, NULL, out);
+}
+
+tf_status_t tfi_call(tf_client_t *c, const tfi_call_t *call, tf_fetch_t **out)
+{
+    if (!call || !call->method || call->nheaders > TFI_CALL_MAX_HEADERS)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "bad internal call");
+    tf_request_t rq = call_request(call);
+    return blocking_call(c, &rq, TFI_OP_CALL, call, out);
 }
 
 tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out)
