@@ -312,7 +312,7 @@ tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb c
 
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
  * or timeout_ms passes (-1: no limit; 0: one pass without waiting). */
-static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
+static void drive_loop(tf_client_t *c, const tf_fetch_t *f, const int *flag, long timeout_ms)
 {
     uint64_t t0 = tfx_now_ms();
     for (;;) {
@@ -320,10 +320,16 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
         size_t running = 0;
         for (size_t i = 0; i < c->ntransports; i++)
             c->transports[i]->drain(c);
-        if (f ? f->done : c->npending == 0)
+        for (tfi_source_t *s = c->sources, *next; s; s = next) {
+            next = s->next;             /* a drain may remove its own source */
+            s->drain(s);
+        }
+        if (flag ? *flag : f ? f->done : c->npending == 0)
             return;
         for (size_t i = 0; i < c->ntransports; i++)
             running += c->transports[i]->running(c);
+        for (const tfi_source_t *s = c->sources; s; s = s->next)
+            running += s->running(s);
         if (running == 0)
             return;                     /* nothing left that could complete it */
         long wait = -1;
@@ -333,6 +339,33 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
                 return;
         }
         tfi_wait(c, wait);
+    }
+}
+
+static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
+{
+    drive_loop(c, f, NULL, timeout_ms);
+}
+
+void tfi_drive_until(tf_client_t *c, const int *flag, long timeout_ms)
+{
+    drive_loop(c, NULL, flag, timeout_ms);
+}
+
+void tfi_source_add(tf_client_t *c, tfi_source_t *s)
+{
+    s->next = c->sources;
+    c->sources = s;
+}
+
+void tfi_source_remove(tf_client_t *c, tfi_source_t *s)
+{
+    for (tfi_source_t **p = &c->sources; *p; p = &(*p)->next) {
+        if (*p == s) {
+            *p = s->next;
+            s->next = NULL;
+            return;
+        }
     }
 }
 

@@ -228,6 +228,8 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     }
     if (r->status < 200 || r->status > 299) {
         http_error(res, r);
+        if (f->op.kind == TFI_OP_CALL)  /* the feed API reads some error bodies (410) */
+            f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
         return;
     }
     res->status = TF_OK;

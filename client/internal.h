@@ -158,6 +158,17 @@ struct origin {
     char transport[32];             /* what carries conn: "ucx/sysv+cma" */
 };
 
+/* A source of completions besides the transports, drained with them whenever the client is
+ * driven (a feed, feed.c: its device copies and its pop and push callbacks). running counts
+ * what it has pending that would complete by itself (drive keeps driving while it is not 0).
+ * Registered for the source's life. */
+typedef struct tfi_source tfi_source_t;
+struct tfi_source {
+    tfi_source_t *next;
+    void (*drain)(tfi_source_t *s);
+    size_t (*running)(const tfi_source_t *s);
+};
+
 struct tf_client {
     tfx_hc_t *hc;                   /* the HTTP engine (http.c) */
     tfx_hc_req_t *pool[REQ_POOL_MAX];  /* idle engine requests, reset */
@@ -169,6 +180,7 @@ struct tf_client {
     size_t nup;                     /* requests in flight over it */
     char up_dead[160];              /* why it cannot start in this process; "" if it can */
     tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
+    tfi_source_t *sources;          /* feeds attached through this client */
     size_t npending;                /* started and not completed (over either transport) */
     tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
     origin_t *origins;
@@ -295,6 +307,12 @@ tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb c
  * tf_client_last then holds its outcome. *out is the completed handle (tf_fetch_free it)
  * whenever it started. */
 tf_status_t tfi_call(tf_client_t *c, const tfi_call_t *call, tf_fetch_t **out);
+
+/* Drives the client (transports and sources) until *flag is non-zero or timeout_ms passes
+ * (-1: no limit), or nothing is left that could set it. */
+void tfi_drive_until(tf_client_t *c, const int *flag, long timeout_ms);
+void tfi_source_add(tf_client_t *c, tfi_source_t *s);
+void tfi_source_remove(tf_client_t *c, tfi_source_t *s);
 
 /* upgrade.c: origins and the per-origin upgrade policy */
 /* The client's record of an origin ("http://host:port"), made on first sight; NULL when out
