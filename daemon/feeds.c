@@ -700,6 +700,7 @@ tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, con
                          f->name, dev);
     } else {
         *ev = atomic_load(&f->ev_pop[dev]);
+        *item = (tfd_feed_item_t){NULL, 0, 0, 0, f->generation};
         st = TFP_EAGAIN;
         tfp_err_set(err, TFP_EAGAIN, "device queue %u of feed '%s' is empty", dev, f->name);
     }

@@ -37,6 +37,8 @@
 typedef struct tfd_feeds tfd_feeds_t;
 typedef struct tfd_feed tfd_feed_t;
 
+#define TFD_FEED_PRODUCERS 1024        /* producer streams per feed (the daemon's choice) */
+
 typedef struct {
     uint64_t memory;                /* payload bytes all feeds may hold, else 507 */
     unsigned max_feeds;             /* feeds in all, else 507 */
@@ -119,7 +121,7 @@ typedef struct {
 /* Attaches consumer to device dev's queue (or renews its lease, to at least hold_until_ms),
  * releases every delivered item at position <= *ack (ack may be NULL), then delivers the
  * next undelivered item. TFP_OK (*item); TFP_EAGAIN when there is none (*ev: the
- * TFD_FEED_POP counter of dev); TFP_EDONE when the feed is done and nothing is undelivered;
+ * TFD_FEED_POP counter of dev; item->generation set, item->blob NULL); TFP_EDONE when the feed is done and nothing is undelivered;
  * TFP_ECONFLICT while another consumer's lease is live; TFP_ENOTFOUND once deleted. */
 tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
                           uint64_t hold_until_ms, tfd_feed_item_t *item, uint64_t *ev,
