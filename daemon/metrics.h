@@ -30,6 +30,10 @@
     X(WORKER, "worker")               \
     X(WORKER_POLL, "worker_poll")     \
     X(UPGRADE, "upgrade")             \
+    X(FEED, "feed")                   \
+    X(FEED_INFEED, "feed_infeed")     \
+    X(FEED_POP, "feed_pop")           \
+    X(FEED_OUTFEED, "feed_outfeed")   \
     X(OTHER, "other")
 
 typedef enum {

@@ -33,13 +33,24 @@ typedef enum {
     TFP_PATH_WORKER_REPLY,          /* /v1/workers/ID/calls/CALL */
     TFP_PATH_UPGRADE,               /* /v1/upgrade */
     TFP_PATH_SHUMAI,                /* /NAME: Shumai's tfetch (GET a tensor, POST a route) */
+    TFP_PATH_FEEDS,                 /* /v1/feeds or /v1/feeds/ */
+    TFP_PATH_FEED,                  /* /v1/feeds/F */
+    TFP_PATH_FEED_INFEED,           /* /v1/feeds/F/infeed (a round to every device) */
+    TFP_PATH_FEED_OUTFEED,          /* /v1/feeds/F/outfeed (readers) */
+    TFP_PATH_FEED_DONE,             /* /v1/feeds/F/done */
+    TFP_PATH_FEED_RESET,            /* /v1/feeds/F/reset */
+    TFP_PATH_FEED_DEV_INFEED,       /* /v1/feeds/F/devices/D/infeed */
+    TFP_PATH_FEED_DEV_POP,          /* /v1/feeds/F/devices/D/pop */
+    TFP_PATH_FEED_DEV_ACK,          /* /v1/feeds/F/devices/D/ack */
+    TFP_PATH_FEED_DEV_OUTFEED,      /* /v1/feeds/F/devices/D/outfeed (the computation) */
     TFP_PATH_BAD_NAME               /* a known prefix followed by an invalid name */
 } tfp_path_t;
 
 typedef struct {
     tfp_path_t kind;
-    char name[256];                 /* tensor, route or worker id; "" if none */
-    char sub[256];                  /* the call id of TFP_PATH_WORKER_REPLY */
+    char name[256];                 /* tensor, route, worker id or feed; "" if none */
+    char sub[256];                  /* the call id of TFP_PATH_WORKER_REPLY; a feed path's
+                                     * device token */
 } tfp_path_info_t;
 
 /* Classifies path. Every name in it must match tfp_name_valid (else TFP_PATH_BAD_NAME). */
@@ -57,13 +68,21 @@ typedef struct {
     const char *dtype, *shape;      /* Tfetch-Dtype, Tfetch-Shape: a raw body's tensor */
     const char *user;               /* Tfetch-User */
     const char *request_id;         /* Tfetch-Request-Id */
+    /* feeds */
+    const char *seq;                /* Tfetch-Seq */
+    const char *producer;           /* Tfetch-Producer */
+    const char *consumer;           /* Tfetch-Consumer */
+    const char *prefer;             /* Prefer (its wait=MS) */
+    const char *ack, *through, *after;   /* the query's ack=, through=, after= values */
     uint64_t max_body;              /* the largest document body the server takes */
 } tfp_http_req_t;
 
 /* Fills *op (zeroed first) from the request. TFP_OK, or the first thing wrong, checked in
  * this order, with e set (code, message, and for TFP_EMETHOD the methods allowed):
  *   the request id, the user id (TFP_EBADREQ), the path (TFP_ENOTFOUND; TFP_EBADREQ for a
- *   bad name in it), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), and for a document
+ *   bad name in it), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), a feed operation's
+ *   Tfetch-Seq, Tfetch-Producer, Tfetch-Consumer (required by pop and ack), Prefer's wait,
+ *   ack, through (required by ack) and after (all TFP_EBADREQ), and for a document
  *   body: the Content-Type (TFP_EMEDIATYPE), the length against max_body (TFP_ETOOBIG), a
  *   raw body's Tfetch-Dtype and Tfetch-Shape (tfp_raw_check's codes), its size (TFP_ETOOBIG).
  * Even when it fails, op->kind names the operation the path and method point at (TFP_OP_NONE

@@ -31,5 +31,8 @@ Suite *suite_hostid(void);
 Suite *suite_ucx(void);
 Suite *suite_utf8(void);
 Suite *suite_base64(void);
+Suite *suite_feeddecl(void);
+Suite *suite_feeds(void);
+Suite *suite_feeds_e2e(void);
 
 #endif

@@ -119,6 +119,13 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .shape = header(r, "Tfetch-Shape"),
         .user = header(r, "Tfetch-User"),
         .request_id = header(r, "Tfetch-Request-Id"),
+        .seq = header(r, "Tfetch-Seq"),
+        .producer = header(r, "Tfetch-Producer"),
+        .consumer = header(r, "Tfetch-Consumer"),
+        .prefer = header(r, "Prefer"),
+        .ack = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "ack"),
+        .through = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "through"),
+        .after = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "after"),
         .max_body = HR(r)->srv->cfg.max_body,
     };
     tfp_http_op_parse(&in, &r->op, &r->op_err);
