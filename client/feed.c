@@ -87,8 +87,10 @@ struct tf_feed {
     tf_status_t done;               /* TF_EDONE once the server said so, else TF_OK */
     tf_status_t err;                /* a failed pop, for the next waiting pop */
     char errmsg[256];
+    tf_result_t err_res;            /* its outcome, for tf_client_last */
     int busy;                       /* inside pump */
     int detaching;
+    int no_prefetch;                /* TF_FEED_NO_PREFETCH */
 };
 
 #ifndef HAVE_CUDA
@@ -247,6 +249,9 @@ static void set_err(tf_feed_t *feed, tf_status_t st, const char *msg)
 {
     feed->err = st;
     snprintf(feed->errmsg, sizeof(feed->errmsg), "%s", msg && msg[0] ? msg : tf_strerror(st));
+    tfi_new_result(feed->c, &feed->err_res, TFI_OP_CALL, NULL);
+    snprintf(feed->err_res.op, sizeof(feed->err_res.op), "feed_pop");
+    tfi_rfail(&feed->err_res, st, "%s", feed->errmsg);
 }
 
 /* A received item: queued, its copy started. */
@@ -302,8 +307,10 @@ static void on_pop_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
         take_item(feed, &f->reply, doc);
     else if (st == TF_EDONE)
         feed->done = TF_EDONE;
-    else if (st != TF_OK && !feed->detaching)
+    else if (st != TF_OK && !feed->detaching) {
         set_err(feed, st, r->error);
+        feed->err_res = *r;             /* the pop request's own outcome */
+    }
     tf_fetch_free(f);
 }
 
@@ -320,7 +327,7 @@ static void start_pop(tf_feed_t *feed, long wait_ms)
         return;
     }
     tfi_call_t call = {.method = "POST", .url = url, .wait_ms = wait_ms, .what = "feed_pop",
-                       .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
+                       .background = 1, .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
     feed->pop_ack = ack > feed->acked ? ack : 0;
     tf_status_t st = tfi_call_start(feed->c, &call, on_pop_done, feed, &feed->pop);
     free(url);
@@ -341,7 +348,7 @@ static void complete_waiter(tf_feed_t *feed, tf_status_t st, tf_item_t *it)
     feed->nwaiters--;
     feed->c->npending--;
     if (st != TF_OK && st != TF_EAGAIN && st != TF_EDONE && st != TF_ECANCELED)
-        tfi_rfail(&feed->c->last, st, "%s", feed->errmsg);
+        feed->c->last = feed->err_res;
     feed->c->in_cb++;
     w->cb(feed, st, it, w->ud);
     feed->c->in_cb--;
@@ -442,7 +449,7 @@ static int next_push(tf_feed_t *feed)
     }
     char *url = fmt("%s/devices/%s/outfeed", feed->url, feed->dev);
     tfi_call_t call = {.method = "POST", .url = url, .doc = p->x.host ? p->x.host : p->x.src,
-                       .what = "feed_outfeed"};
+                       .what = "feed_outfeed", .background = 1};
     tf_status_t st = url ? tfi_call_start(feed->c, &call, on_push_done, feed, &p->f) : TF_ENOMEM;
     free(url);
     if (st != TF_OK) {
@@ -485,7 +492,8 @@ static void pump(tf_feed_t *feed)
             progress = 1;
         while (next_push(feed))
             progress = 1;
-        int want = feed->nqueued < (size_t)feed->prefetch || feed->nwaiters > feed->nqueued;
+        int want = feed->nwaiters > feed->nqueued ||
+                   (!feed->no_prefetch && feed->nqueued < (size_t)feed->prefetch);
         if (feed->popping && !feed->pop && !feed->detaching && feed->done == TF_OK &&
             feed->err == TF_OK && want) {
             long wait = feed->poll_ms;
@@ -554,7 +562,8 @@ static tf_status_t open_backend(tf_feed_t *feed, const char *name, const tf_feed
     } else {
         st = be->open(&env, &feed->be_state, why, sizeof(why));
     }
-    if (st == TF_ENOTIMPL && be != &tfi_feed_host && (o->flags & TF_FEED_FALLBACK_HOST)) {
+    if (st == TF_ENOTIMPL && name && strcmp(name, "host") != 0 &&
+        (o->flags & TF_FEED_FALLBACK_HOST)) {
         be = &tfi_feed_host;
         st = be->open(&env, &feed->be_state, why, sizeof(why));
     }
@@ -591,6 +600,7 @@ tf_status_t tf_feed_attach_opts(tf_client_t *c, const char *url, const char *dev
     feed->c = c;
     feed->prefetch = o.prefetch ? o.prefetch : DEFAULT_PREFETCH;
     feed->poll_ms = o.poll_ms ? o.poll_ms : DEFAULT_POLL_MS;
+    feed->no_prefetch = (o.flags & TF_FEED_NO_PREFETCH) != 0;
     snprintf(feed->dev, sizeof(feed->dev), "%s", device);
     if (o.consumer)
         snprintf(feed->consumer, sizeof(feed->consumer), "%s", o.consumer);
@@ -918,6 +928,22 @@ tf_status_t tf_feed_done(tf_client_t *c, const char *url)
         return TF_EINVAL;
     tfi_call_t call = {.method = "POST", .what = "feed_done"};
     return feed_call(c, &call, url, "/done", NULL);
+}
+
+tf_status_t tf_feed_reset(tf_client_t *c, const char *url, uint64_t *generation)
+{
+    if (!c)
+        return TF_EINVAL;
+    tfi_call_t call = {.method = "POST", .what = "feed_reset"};
+    tf_fetch_t *f = NULL;
+    tfp_err_t err;
+    tf_status_t st = feed_call(c, &call, url, "/reset", &f);
+    if (st == TF_OK && generation &&
+        (!f->text ||
+         tfp_parse_uint_member(f->text, f->text_len, "generation", generation, &err) != TFP_OK))
+        st = tfi_rfail(&c->last, TF_EPROTO, "bad reset reply (expected {\"generation\": G})");
+    tf_fetch_free(f);
+    return st;
 }
 
 tf_status_t tf_feed_stats(tf_client_t *c, const char *url, char **json)

@@ -92,7 +92,8 @@ void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
 {
     tfi_body_free(&f->op);
     f->done = 1;
-    c->npending--;
+    if (!f->background)
+        c->npending--;
     if (f->cb) {
         tf_doc_t *doc = f->doc;
         f->doc = NULL;
@@ -254,7 +255,9 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     if (st != TF_OK)
         goto free_fetch;
     link_fetch(c, f);
-    c->npending++;
+    f->background = call && call->background;
+    if (!f->background)
+        c->npending++;
     if (out)
         *out = f;
     return TF_OK;
@@ -448,8 +451,8 @@ tf_status_t tf_client_run(tf_client_t *c, long timeout_ms)
 {
     if (!c || c->in_cb || c->in_engine)
         return TF_EINVAL;
-    if (c->npending > 0)
-        drive(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
+    /* One pass at least: what runs in the background (a feed's prefetch) progresses too. */
+    drive(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
     return c->npending == 0 ? TF_OK : TF_EAGAIN;
 }
 

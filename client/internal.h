@@ -59,6 +59,9 @@ typedef struct {
     long wait_ms;                   /* how long the server may hold it: added to the limit */
     long timeout_ms;                /* 0: the client's; > 0: ms; < 0: none */
     const char *what;               /* tf_result_t op: "feed" when NULL */
+    int background;                 /* the library's own request (a feed's prefetch): not
+                                     * counted in tf_client_pending, so tf_client_run does
+                                     * not wait for it */
 } tfi_call_t;
 
 /* The feed headers of a call's reply, validated (proto/ids: tfp_parse_u64); has_* is 0 when
@@ -228,6 +231,7 @@ struct tf_fetch {
     uint64_t conn_gen;              /* the connection it went over */
     int canceled;                   /* canceled while the transport holds its buffers:
                                      * completes with TF_ECANCELED */
+    int background;                 /* not counted in c->npending (tfi_call_t) */
 };
 
 /* Internal functions use the tfi_ prefix: they cross files inside libtfetch but are not

@@ -337,7 +337,8 @@ tf_doc_t *tf_fetch_take_doc(tf_fetch_t *f);
 void tf_fetch_free(tf_fetch_t *f);
 
 /* Drives the client until no request is pending (TF_OK) or timeout_ms passes (TF_EAGAIN;
- * -1: no limit; 0: one pass without waiting). TF_EINVAL inside a callback. */
+ * -1: no limit; 0: one pass without waiting); always one pass at least, which also moves
+ * what the library runs by itself (a feed's prefetch). TF_EINVAL inside a callback. */
 tf_status_t tf_client_run(tf_client_t *c, long timeout_ms);
 /* Requests started on c and not yet completed. */
 size_t tf_client_pending(const tf_client_t *c);
@@ -418,6 +419,7 @@ typedef struct tf_feed tf_feed_t;
 typedef struct tf_item tf_item_t;
 
 #define TF_FEED_FALLBACK_HOST 1u        /* cuda without a device: run the host backend */
+#define TF_FEED_NO_PREFETCH 2u          /* pop only when asked (one item at a time; a tool) */
 
 /* How to attach. A versioned struct (see the top): TF_FEED_OPTS_INIT, or size 0 for these
  * fields. Zeroes are the defaults. */
@@ -432,7 +434,7 @@ typedef struct {
     void *stream;                   /* cuda: the cudaStream_t for the copies (NULL: a stream
                                      * of the feed's own) */
     int cuda_device;                /* cuda: the device ordinal */
-    unsigned flags;                 /* TF_FEED_FALLBACK_HOST */
+    unsigned flags;                 /* TF_FEED_FALLBACK_HOST, TF_FEED_NO_PREFETCH */
 } tf_feed_opts_t;
 #define TF_FEED_OPTS_INIT { .size = sizeof(tf_feed_opts_t) }
 
@@ -454,7 +456,9 @@ const char *tf_feed_backend(const tf_feed_t *feed);
 /* Sends the pending acknowledgement now, if any (blocking; not inside a callback). */
 tf_status_t tf_feed_ack(tf_feed_t *feed);
 /* Acknowledges what was released (best effort), cancels what is in flight (pending pop and
- * push callbacks run with TF_ECANCELED), frees the items still held and the feed. Not
+ * push callbacks run with TF_ECANCELED), frees the items still held and the feed. An item
+ * the server delivered to a pop request canceled here, or that was never released, comes
+ * again after the lease, or at once to a consumer that attaches with the same id. Not
  * inside a callback of this feed's client (then it does nothing). NULL is a no-op. */
 void tf_feed_detach(tf_feed_t *feed);
 
@@ -511,6 +515,11 @@ tf_status_t tf_infeed_push(tf_client_t *c, const char *url, int dev, const tf_do
                            uint64_t seq, long wait_ms, uint64_t *round);
 /* Marks the feed done: consumers drain it, then get TF_EDONE. */
 tf_status_t tf_feed_done(tf_client_t *c, const char *url);
+/* Starts a new generation of the feed: every queued item is dropped (counted), done, the
+ * producers' seqs and the consumer slots cleared. *generation, when not NULL, is the new
+ * one. Attached feeds see it on their next pop (items of the old generation are never
+ * handed out). */
+tf_status_t tf_feed_reset(tf_client_t *c, const char *url, uint64_t *generation);
 /* The feed's stats JSON (GET url; tf_free it). */
 tf_status_t tf_feed_stats(tf_client_t *c, const char *url, char **json);
 /* Reads the first outfeed item after sequence number `after`, waiting up to wait_ms: TF_OK,

@@ -114,7 +114,8 @@ static const char usage_text[] =
     "                         user id's stream, so a retry is not enqueued twice\n"
     "      --after S          feed outfeed: read the first item with a sequence number above\n"
     "                         S (default 0)\n"
-    "      --consumer ID      feed pop: the consumer id (default: a random one)\n"
+    "      --consumer ID      feed pop: the consumer id (default tfetch): pops with another\n"
+    "                         id wait for the lease of the last one\n"
     "  -s, --stats            after the requests print one JSON line per request to stderr\n"
     "                         (in argument order): {\"op\",\"transport\",\"bytes\",\"seconds\",\n"
     "                         \"request_id\",\"http_status\",\"status\",\"fallback\"}\n"
@@ -1104,8 +1105,8 @@ out:
 static int feed_pop(tf_client_t *c, const opts_t *o, const char *url, const char *path)
 {
     tf_feed_opts_t fo = TF_FEED_OPTS_INIT;
-    fo.prefetch = 1;
-    fo.consumer = o->consumer;
+    fo.flags = TF_FEED_NO_PREFETCH;    /* one item: nothing else delivered to us */
+    fo.consumer = o->consumer ? o->consumer : "tfetch";
     tf_feed_t *feed = NULL;
     tf_status_t st = tf_feed_attach_opts(c, url, o->device ? o->device : "0", "host", &fo, &feed);
     if (st != TF_OK)

@@ -34,5 +34,6 @@ Suite *suite_base64(void);
 Suite *suite_feeddecl(void);
 Suite *suite_feeds(void);
 Suite *suite_feeds_e2e(void);
+Suite *suite_feedclient(void);
 
 #endif
