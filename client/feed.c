@@ -305,6 +305,9 @@ static void on_pop_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
         feed->acked = feed->pop_ack;
     if (st == TF_OK && doc)
         take_item(feed, &f->reply, doc);
+    else if (st == TF_OK && f->reply.has_generation && feed->have_generation &&
+             f->reply.generation != feed->generation)
+        new_generation(feed, f->reply.generation);      /* a 204 after a reset */
     else if (st == TF_EDONE)
         feed->done = TF_EDONE;
     else if (st != TF_OK && !feed->detaching) {

@@ -466,8 +466,9 @@ void tf_feed_detach(tf_feed_t *feed);
  * limit). TF_OK and *item (release it with tf_item_release); TF_EAGAIN: none within the
  * time; TF_EDONE: the feed is done and this queue drained; TF_ECONFLICT: another consumer
  * holds the queue; TF_ENOTFOUND: the feed is gone; or the transport's error. Items come in
- * queue order, each once (while this consumer holds the slot). After a reset of the feed
- * (a new generation) items of the old one are never handed out. Not inside a callback. */
+ * queue order, each once (while this consumer holds the slot). Once the feed saw a reset (a
+ * new generation, on its next pop request's reply) items of the old one it had prefetched
+ * are dropped, never handed out. Not inside a callback. */
 tf_status_t tf_infeed_pop(tf_feed_t *feed, long timeout_ms, tf_item_t **item);
 /* The same, asynchronous: returns at once; on TF_OK cb runs exactly once, on the thread
  * driving the client (tf_client_run, a blocking call, tf_infeed_pop), with the item or why
