@@ -55,14 +55,27 @@ static void unlink_fetch(tf_client_t *c, tf_fetch_t *f)
     f->prev = f->next = NULL;
 }
 
+/* Frees what the operation copied (not the borrowed document). */
+static void op_free(tfi_op_t *op)
+{
+    tfi_body_free(op);
+    free(op->url);
+    free(op->method);
+    for (size_t i = 0; i < 2 * op->nhdrs; i++)
+        free(op->hdrs[i]);
+    free(op->hdrs);
+    op->url = op->method = NULL;
+    op->hdrs = NULL;
+    op->nhdrs = 0;
+}
+
 static void destroy(tf_fetch_t *f)
 {
     if (f->c)
         unlink_fetch(f->c, f);
     tf_doc_free(f->doc);
     free(f->text);
-    tfi_body_free(&f->op);
-    free(f->op.url);
+    op_free(&f->op);
     free(f);
 }
 
@@ -79,7 +92,8 @@ void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
 {
     tfi_body_free(&f->op);
     f->done = 1;
-    c->npending--;
+    if (!f->background)
+        c->npending--;
     if (f->cb) {
         tf_doc_t *doc = f->doc;
         f->doc = NULL;
@@ -109,6 +123,8 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
     if (rq->request_id && (!tfp_request_id_valid(rq->request_id) ||
                            strlen(rq->request_id) > TFP_MAX_REQUEST_ID))
         return tfi_rfail(res, TF_EINVAL, "bad request id (expected [A-Za-z0-9._:-]{1,128})");
+    if (op == TFI_OP_CALL)
+        return TF_OK;                   /* tfi_call_start checked it */
     int needs_doc = op == TF_OP_PUT || op == TF_OP_EXCHANGE;
     if (needs_doc && !rq->in)
         return tfi_rfail(res, TF_EINVAL, "%s needs a document to send", tfi_op_name(op));
@@ -137,8 +153,30 @@ static long request_timeout(const tf_client_t *c, const tf_request_t *rq)
 /* Builds f's operation from the URL and the request: the URL's origin (noted by the
  * client) and the tensor or route its path names, the user and request id it carries, the
  * body. Records TF_EURL when the URL is not an absolute http(s) URL. */
+/* Copies a generic call's method and headers into op (TFI_OP_CALL). */
+static tf_status_t build_call(tfi_op_t *op, const tfi_call_t *call)
+{
+    op->wait_ms = 0;                    /* the URL carries any wait itself */
+    op->json = call->doc ? NULL : call->json;
+    snprintf(op->what, sizeof(op->what), "%s", call->what ? call->what : "feed");
+    if (!(op->method = strdup(call->method)))
+        return TF_ENOMEM;
+    if (call->nheaders == 0)
+        return TF_OK;
+    if (!(op->hdrs = calloc(2 * call->nheaders, sizeof(*op->hdrs))))
+        return TF_ENOMEM;
+    for (size_t i = 0; i < call->nheaders; i++) {
+        op->nhdrs = i + 1;
+        op->hdrs[2 * i] = strdup(call->hname[i]);
+        op->hdrs[2 * i + 1] = strdup(call->hvalue[i]);
+        if (!op->hdrs[2 * i] || !op->hdrs[2 * i + 1])
+            return TF_ENOMEM;
+    }
+    return TF_OK;
+}
+
 static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *rq, int kind,
-                            tf_format_t format)
+                            tf_format_t format, const tfi_call_t *call)
 {
     tfi_op_t *op = &f->op;
     char *key = NULL, *path = NULL;
@@ -158,6 +196,11 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     if (xst != TFX_HC_OK)
         return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", rq->url ? rq->url : "(null)");
     f->origin = tfi_origin_get(c, key);
+    if (call && build_call(op, call) != TF_OK) {
+        free(key);
+        free(path);
+        return tfi_rfail(&f->result, TF_ENOMEM, NULL);
+    }
     const char *prefix = kind == TF_OP_EXCHANGE ? "/v1/call/" : "/v1/tensors/";
     size_t n = strlen(prefix);
     if ((kind >= TF_OP_GET && kind <= TF_OP_EXCHANGE) && strncmp(path, prefix, n) == 0 &&
@@ -169,8 +212,9 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
 }
 
 /* tf_fetch_start for any operation, the internal ones included. */
-static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_cb cb,
-                               void *ud, tf_fetch_t **out)
+static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
+                               const tfi_call_t *call, tf_fetch_cb cb, void *ud,
+                               tf_fetch_t **out)
 {
     tf_result_t res;
     tf_fetch_t *f;
@@ -180,6 +224,8 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     const tfi_transport_t *via = &tfi_http;
 
     tfi_new_result(c, &res, op, rq->request_id);
+    if (call)
+        snprintf(res.op, sizeof(res.op), "%s", call->what ? call->what : "feed");
     if ((st = check_request(c, rq, op, format, policy, &res)) != TF_OK)
         goto refuse;
     if (!(f = calloc(1, sizeof(*f)))) {
@@ -194,7 +240,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     f->result = res;
     f->total_ms = request_timeout(c, rq);
     f->t0_ns = tfx_now_ns();
-    if ((st = build_op(c, f, rq, op, format)) != TF_OK)
+    if ((st = build_op(c, f, rq, op, format, call)) != TF_OK)
         goto free_fetch;
     if ((st = tfi_choose(c, f, &via)) != TF_OK)
         goto free_fetch;
@@ -211,15 +257,16 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op, t
     if (st != TF_OK)
         goto free_fetch;
     link_fetch(c, f);
-    c->npending++;
+    f->background = call && call->background;
+    if (!f->background)
+        c->npending++;
     if (out)
         *out = f;
     return TF_OK;
 
 free_fetch:
     res = f->result;
-    tfi_body_free(&f->op);
-    free(f->op.url);
+    op_free(&f->op);
     free(f);
 refuse:
     c->last = res;
@@ -245,12 +292,32 @@ tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb c
         return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
-    return start_fetch(c, &r, op, cb, user_data, out);
+    return start_fetch(c, &r, op, NULL, cb, user_data, out);
+}
+
+/* The tf_request_t a generic call rides on: its URL, body document and time limit. */
+static tf_request_t call_request(const tfi_call_t *call)
+{
+    tf_request_t rq = {.url = call->url, .in = call->doc, .timeout_ms = call->timeout_ms,
+                       .wait_ms = call->wait_ms > 0 ? call->wait_ms : 0,
+                       .format = TF_FORMAT_SAFETENSORS, .transport = TF_TRANSPORT_HTTP};
+    return rq;
+}
+
+tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb cb, void *ud,
+                           tf_fetch_t **out)
+{
+    if (!call || !call->method || call->nheaders > TFI_CALL_MAX_HEADERS)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "bad internal call");
+    if (!cb && !out)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "a request needs a callback or a handle");
+    tf_request_t rq = call_request(call);
+    return start_fetch(c, &rq, TFI_OP_CALL, call, cb, ud, out);
 }
 
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
  * or timeout_ms passes (-1: no limit; 0: one pass without waiting). */
-static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
+static void drive_loop(tf_client_t *c, const tf_fetch_t *f, const int *flag, long timeout_ms)
 {
     uint64_t t0 = tfx_now_ms();
     for (;;) {
@@ -258,12 +325,18 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
         size_t running = 0;
         for (size_t i = 0; i < c->ntransports; i++)
             c->transports[i]->drain(c);
-        if (f ? f->done : c->npending == 0)
+        for (tfi_source_t *s = c->sources, *next; s; s = next) {
+            next = s->next;             /* a drain may remove its own source */
+            s->drain(s);
+        }
+        if (flag ? *flag : f ? f->done : c->npending == 0)
             return;
         if (!f && atomic_exchange(&c->woken, 0))
             return;                     /* tf_client_wakeup: the driver has work to start */
         for (size_t i = 0; i < c->ntransports; i++)
             running += c->transports[i]->running(c);
+        for (const tfi_source_t *s = c->sources; s; s = s->next)
+            running += s->running(s);
         if (running == 0)
             return;                     /* nothing left that could complete it */
         long wait = -1;
@@ -273,6 +346,33 @@ static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
                 return;
         }
         tfi_wait(c, wait);
+    }
+}
+
+static void drive(tf_client_t *c, const tf_fetch_t *f, long timeout_ms)
+{
+    drive_loop(c, f, NULL, timeout_ms);
+}
+
+void tfi_drive_until(tf_client_t *c, const int *flag, long timeout_ms)
+{
+    drive_loop(c, NULL, flag, timeout_ms);
+}
+
+void tfi_source_add(tf_client_t *c, tfi_source_t *s)
+{
+    s->next = c->sources;
+    c->sources = s;
+}
+
+void tfi_source_remove(tf_client_t *c, tfi_source_t *s)
+{
+    for (tfi_source_t **p = &c->sources; *p; p = &(*p)->next) {
+        if (*p == s) {
+            *p = s->next;
+            s->next = NULL;
+            return;
+        }
     }
 }
 
@@ -355,8 +455,8 @@ tf_status_t tf_client_run(tf_client_t *c, long timeout_ms)
 {
     if (!c || c->in_cb || c->in_engine)
         return TF_EINVAL;
-    if (c->npending > 0)
-        drive(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
+    /* One pass at least: what runs in the background (a feed's prefetch) progresses too. */
+    drive(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
     return c->npending == 0 ? TF_OK : TF_EAGAIN;
 }
 
@@ -364,13 +464,14 @@ tf_status_t tf_client_run(tf_client_t *c, long timeout_ms)
 
 /* Starts rq without a callback and drives the engine until it completes. tf_client_last
  * then holds its outcome. *out is the completed handle (to free) whenever it started. */
-static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_t **out)
+static tf_status_t blocking_call(tf_client_t *c, const tf_request_t *rq, int op,
+                                 const tfi_call_t *call, tf_fetch_t **out)
 {
     if (c->in_cb || c->in_engine)
         return tfi_refuse(c, op, TF_EINVAL,
                           "blocking calls are not allowed inside a callback (start a request)");
     tf_fetch_t *f = NULL;
-    tf_status_t st = start_fetch(c, rq, op, NULL, NULL, &f);
+    tf_status_t st = start_fetch(c, rq, op, call, NULL, NULL, &f);
     if (st != TF_OK)
         return st;
     f->holds++;
@@ -381,6 +482,19 @@ static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_f
     c->last = f->result;
     *out = f;
     return f->result.status;
+}
+
+static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_t **out)
+{
+    return blocking_call(c, rq, op, NULL, out);
+}
+
+tf_status_t tfi_call(tf_client_t *c, const tfi_call_t *call, tf_fetch_t **out)
+{
+    if (!call || !call->method || call->nheaders > TFI_CALL_MAX_HEADERS)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "bad internal call");
+    tf_request_t rq = call_request(call);
+    return blocking_call(c, &rq, TFI_OP_CALL, call, out);
 }
 
 tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out)

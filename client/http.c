@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "client/internal.h"
 
@@ -72,9 +73,11 @@ static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, vo
     return rc;
 }
 
-static const char *method_of(int op)
+static const char *method_of(const tfi_op_t *o)
 {
-    switch (op) {
+    if (o->kind == TFI_OP_CALL)
+        return o->method;
+    switch (o->kind) {
     case TF_OP_PUT: return "PUT";
     case TF_OP_DELETE: return "DELETE";
     case TF_OP_EXCHANGE: return "POST";
@@ -131,7 +134,7 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
 
     if ((st = render_url(f, &url)) != TF_OK)
         return st;
-    bad |= tfx_hc_req_set_method(req, method_of(op->kind)) != TFX_HC_OK;
+    bad |= tfx_hc_req_set_method(req, method_of(op)) != TFX_HC_OK;
     bad |= tfx_hc_req_set_url(req, url) != TFX_HC_OK;
     free(url);
     bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", op->request_id) != TFX_HC_OK;
@@ -143,8 +146,17 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
         bad |= tfx_hc_req_add_header(req, "Content-Type", op->format == TF_FORMAT_SHUMAI ?
                                                               MIME_RAW : MIME_SAFETENSORS) !=
                TFX_HC_OK;
+    for (size_t i = 0; i < op->nhdrs; i++)
+        bad |= tfx_hc_req_add_header(req, op->hdrs[2 * i], op->hdrs[2 * i + 1]) != TFX_HC_OK;
     for (size_t i = 0; i < op->nsegs; i++)
         bad |= tfx_hc_req_add_body(req, op->segs[i], op->lens[i]) != TFX_HC_OK;
+    if (op->json) {
+        bad |= tfx_hc_req_add_header(req, "Content-Type", MIME_JSON) != TFX_HC_OK;
+        bad |= tfx_hc_req_add_body(req, op->json, strlen(op->json)) != TFX_HC_OK;
+    } else if (op->kind == TFI_OP_CALL && !op->body && strcmp(op->method, "GET") != 0 &&
+               strcmp(op->method, "DELETE") != 0) {
+        bad |= tfx_hc_req_add_body(req, "", 0) != TFX_HC_OK;    /* an empty POST body */
+    }
     if (bad)
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
     tfx_hc_req_set_timeout(req, timeout);
@@ -153,6 +165,40 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
     if (c->progress)
         tfx_hc_req_set_progress(req, progress_tramp, c);
     return TF_OK;
+}
+
+/* A header value as a number (proto/ids validates it); *has is 0 when absent or malformed. */
+static void reply_u64(const char *v, uint64_t *out, int *has)
+{
+    *has = v[0] && tfp_parse_u64(v, UINT64_MAX, out) == 0;
+}
+
+/* A call's feed headers, validated. */
+static void record_reply(tfi_reply_t *rp, const tfx_hc_resp_t *r)
+{
+    reply_u64(r->position, &rp->position, &rp->has_position);
+    reply_u64(r->seq, &rp->seq, &rp->has_seq);
+    reply_u64(r->round, &rp->round, &rp->has_round);
+    reply_u64(r->generation, &rp->generation, &rp->has_generation);
+    reply_u64(r->device, &rp->device, &rp->has_device);
+    reply_u64(r->retry_after, &rp->retry_after, &rp->has_retry_after);
+    snprintf(rp->content_type, sizeof(rp->content_type), "%s", r->content_type);
+}
+
+/* A call's 2xx reply: a document when it is one, else its text ("" for none). */
+static void finish_call(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *r)
+{
+    int is_doc = r->body_len > 0 && (strncasecmp(r->content_type, MIME_SAFETENSORS,
+                                                 strlen(MIME_SAFETENSORS)) == 0 ||
+                                     (r->dtype[0] && strncasecmp(r->content_type, MIME_RAW,
+                                                                 strlen(MIME_RAW)) == 0));
+    if (is_doc) {
+        tfi_decode_doc(f, req);
+        return;
+    }
+    f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
+    if (!f->text && !(f->text = strdup("")))
+        tfi_rfail(&f->result, TF_ENOMEM, NULL);
 }
 
 /* Records a completed request in f->result and decodes its reply: TF_OK for a 2xx response
@@ -172,6 +218,8 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
     res->seconds = f->tried_up ? tfx_since_s(f->t0_ns) : r->seconds;
+    if (f->op.kind == TFI_OP_CALL)
+        record_reply(&f->reply, r);
 
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
@@ -180,10 +228,14 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     }
     if (r->status < 200 || r->status > 299) {
         http_error(res, r);
+        if (f->op.kind == TFI_OP_CALL)  /* the feed API reads some error bodies (410) */
+            f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
         return;
     }
     res->status = TF_OK;
-    if (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_EXCHANGE) {
+    if (f->op.kind == TFI_OP_CALL)
+        finish_call(f, req, r);
+    else if (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_EXCHANGE) {
         tfi_decode_doc(f, req);
     } else if (f->op.kind == TFI_OP_LIST || f->op.kind == TFI_OP_INFO) {
         f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);

@@ -41,7 +41,37 @@ struct tf_doc {
 
 /* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
  * text rather than decoded as a document. */
-enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102 };
+enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102, TFI_OP_CALL = 103 };
+
+/* A generic request for the feed API (feed.c), TFI_OP_CALL: any method to any URL (query
+ * included, sent as given), a few extra headers, a body that is a document (safetensors)
+ * or JSON text, and a reply kept whole: a safetensors reply becomes f->doc, anything else
+ * f->text, and the feed headers land in f->reply. Always over HTTP. Everything is copied
+ * at start but doc and json, which are borrowed until completion. */
+#define TFI_CALL_MAX_HEADERS 6
+typedef struct {
+    const char *method;             /* "POST", "PUT", "GET", "DELETE" */
+    const char *url;
+    const char *hname[TFI_CALL_MAX_HEADERS];
+    const char *hvalue[TFI_CALL_MAX_HEADERS];
+    size_t nheaders;
+    const tf_doc_t *doc;            /* the body as safetensors, or NULL */
+    const char *json;               /* the body as JSON (when doc is NULL), or NULL */
+    long wait_ms;                   /* how long the server may hold it: added to the limit */
+    long timeout_ms;                /* 0: the client's; > 0: ms; < 0: none */
+    const char *what;               /* tf_result_t op: "feed" when NULL */
+    int background;                 /* the library's own request (a feed's prefetch): not
+                                     * counted in tf_client_pending, so tf_client_run does
+                                     * not wait for it */
+} tfi_call_t;
+
+/* The feed headers of a call's reply, validated (proto/ids: tfp_parse_u64); has_* is 0 when
+ * the header was absent or malformed. */
+typedef struct {
+    uint64_t position, seq, round, generation, device, retry_after;
+    int has_position, has_seq, has_round, has_generation, has_device, has_retry_after;
+    char content_type[128];
+} tfi_reply_t;
 
 typedef struct origin origin_t;
 
@@ -67,6 +97,12 @@ typedef struct {
     size_t *lens;                   /* transport until the request completes */
     size_t nsegs;
     uint64_t body_len;              /* sum of lens */
+    /* TFI_OP_CALL only: */
+    char *method;                   /* copied; NULL for the other kinds */
+    char **hdrs;                    /* name, value, name, value... (copied) */
+    size_t nhdrs;                   /* names in hdrs */
+    const char *json;               /* the JSON body, borrowed; NULL when none */
+    char what[16];                  /* tf_result_t op */
 } tfi_op_t;
 
 /* A transport of the client: how a request travels once the client has chosen it. One table
@@ -126,6 +162,17 @@ struct origin {
     char transport[32];             /* what carries conn: "ucx/sysv+cma" */
 };
 
+/* A source of completions besides the transports, drained with them whenever the client is
+ * driven (a feed, feed.c: its device copies and its pop and push callbacks). running counts
+ * what it has pending that would complete by itself (drive keeps driving while it is not 0).
+ * Registered for the source's life. */
+typedef struct tfi_source tfi_source_t;
+struct tfi_source {
+    tfi_source_t *next;
+    void (*drain)(tfi_source_t *s);
+    size_t (*running)(const tfi_source_t *s);
+};
+
 struct tf_client {
     tfx_hc_t *hc;                   /* the HTTP engine (http.c) */
     tfx_hc_req_t *pool[REQ_POOL_MAX];  /* idle engine requests, reset */
@@ -137,6 +184,7 @@ struct tf_client {
     size_t nup;                     /* requests in flight over it */
     char up_dead[160];              /* why it cannot start in this process; "" if it can */
     tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
+    tfi_source_t *sources;          /* feeds attached through this client */
     size_t npending;                /* started and not completed (over either transport) */
     tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
     char env_bad[96];               /* TFETCH_TRANSPORT held no policy: why; "" if fine */
@@ -178,6 +226,7 @@ struct tf_fetch {
     tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
     char *text;                     /* TFI_OP_LIST / TFI_OP_INFO: the reply body */
     size_t text_len;
+    tfi_reply_t reply;              /* TFI_OP_CALL: the reply's feed headers */
     long total_ms;                  /* the whole request's time limit, wait included; 0 none */
     tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
     origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
@@ -186,6 +235,7 @@ struct tf_fetch {
     uint64_t conn_gen;              /* the connection it went over */
     int canceled;                   /* canceled while the transport holds its buffers:
                                      * completes with TF_ECANCELED */
+    int background;                 /* not counted in c->npending (tfi_call_t) */
 };
 
 /* Internal functions use the tfi_ prefix: they cross files inside libtfetch but are not
@@ -255,6 +305,22 @@ tf_status_t tfi_set_max_connections(tf_client_t *c, long n);
 long tfi_remaining_ms(const tf_fetch_t *f);
 /* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
 void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f);
+
+/* Starts a TFI_OP_CALL request (see tfi_call_t), with the rules of tf_fetch_start: on TF_OK
+ * cb runs exactly once (f->reply, f->doc, f->text hold the reply); on an error it never
+ * runs and tf_client_last says why. */
+tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb cb, void *ud,
+                           tf_fetch_t **out);
+/* Starts a call and drives the client until it completes (refused inside a callback);
+ * tf_client_last then holds its outcome. *out is the completed handle (tf_fetch_free it)
+ * whenever it started. */
+tf_status_t tfi_call(tf_client_t *c, const tfi_call_t *call, tf_fetch_t **out);
+
+/* Drives the client (transports and sources) until *flag is non-zero or timeout_ms passes
+ * (-1: no limit), or nothing is left that could set it. */
+void tfi_drive_until(tf_client_t *c, const int *flag, long timeout_ms);
+void tfi_source_add(tf_client_t *c, tfi_source_t *s);
+void tfi_source_remove(tf_client_t *c, tfi_source_t *s);
 
 /* upgrade.c: origins and the per-origin upgrade policy */
 /* The client's record of an origin ("http://host:port"), made on first sight; NULL when out

@@ -33,6 +33,7 @@ const char *tfi_op_name(int op)
     case TFI_OP_LIST: return "list";
     case TFI_OP_INFO: return "info";
     case TFI_OP_UPGRADE: return "upgrade";
+    case TFI_OP_CALL: return "feed";
     default: return "fetch";
     }
 }

@@ -343,7 +343,8 @@ tf_doc_t *tf_fetch_take_doc(tf_fetch_t *f);
 void tf_fetch_free(tf_fetch_t *f);
 
 /* Drives the client until no request is pending (TF_OK) or timeout_ms passes (TF_EAGAIN;
- * -1: no limit; 0: one pass without waiting). TF_EINVAL inside a callback. */
+ * -1: no limit; 0: one pass without waiting); always one pass at least, which also moves
+ * what the library runs by itself (a feed's prefetch). TF_EINVAL inside a callback. */
 tf_status_t tf_client_run(tf_client_t *c, long timeout_ms);
 /* Requests started on c and not yet completed. */
 size_t tf_client_pending(const tf_client_t *c);
@@ -396,6 +397,150 @@ const char *tf_worker_id(const tf_worker_t *w);
 long tf_worker_lease_ms(const tf_worker_t *w);
 /* Unregisters (its pending calls fail with 503) and frees. NULL is a no-op. */
 void tf_worker_free(tf_worker_t *w);
+
+/* ---- device feeds ---------------------------------------------------------------------- */
+
+/* A feed (doc/PROTOCOL.md, "Feeds") is a named set of bounded, ordered per-device queues on
+ * a tfetchd: producers push items (documents matching the feed's declared signature), the
+ * compute process pops them one device queue at a time and pushes per-step results to the
+ * feed's outfeed. Feed URLs name the feed: http://host:port/v1/feeds/NAME.
+ *
+ * The consumer side is a tf_feed_t, attached to one device queue of a feed through a client
+ * (borrowed: it must outlive the feed, and the feed is used by the client's thread). It keeps
+ * up to `prefetch` items in flight or ready ahead of the caller, each one moved by the feed's
+ * backend to where the computation reads it before it is handed out:
+ *   "host" (or NULL): the tensors stay in host memory, in the received body;
+ *   "sim":  host memory too, but every copy goes through a thread that imitates a device's
+ *           asynchronous copies and completion events (with delays), so the state machine
+ *           the cuda backend uses runs without a GPU;
+ *   "cuda": (built with ./configure --with-cuda) each item is staged in pinned memory and
+ *           copied with cudaMemcpyAsync on the caller's stream into device buffers; an item
+ *           is handed out once its copy's event completed, so its tensors' data pointers
+ *           are device pointers. Without a usable device (no driver, no GPU) attaching fails
+ *           with TF_ENOTIMPL ("no CUDA device ...") unless the caller allowed a fall back to
+ *           host (TF_FEED_FALLBACK_HOST); tf_feed_backend says what runs.
+ * Requests are made through the client's engine: prefetching progresses whenever the client
+ * is driven (tf_infeed_pop, tf_client_run, any blocking call), so a loop that computes on the
+ * host can call tf_client_run(c, 0) during a step; copies to the device progress on their
+ * own. Feeds travel over HTTP.
+ *
+ * An item is the queue's until it is acknowledged: tf_item_release marks it done, and the
+ * feed acknowledges cumulatively, through the highest position up to which every item it
+ * delivered was released, on its next pop request (or tf_feed_ack, or tf_feed_detach). A
+ * consumer that dies gets its unacknowledged items again, in order, after its lease. */
+typedef struct tf_feed tf_feed_t;
+typedef struct tf_item tf_item_t;
+
+#define TF_FEED_FALLBACK_HOST 1u        /* cuda without a device: run the host backend */
+#define TF_FEED_NO_PREFETCH 2u          /* pop only when asked (one item at a time; a tool) */
+
+/* How to attach. A versioned struct (see the top): TF_FEED_OPTS_INIT, or size 0 for these
+ * fields. Zeroes are the defaults. */
+typedef struct {
+    size_t size;                    /* sizeof(tf_feed_opts_t), or 0 */
+    int prefetch;                   /* items in flight or ready ahead of the caller, 1..64
+                                     * (0: 2) */
+    long poll_ms;                   /* the long-poll of each pop request (0: 1000) */
+    const char *consumer;           /* Tfetch-Consumer id, [A-Za-z0-9._-]{1,128} (NULL: a
+                                     * random one); a restarted consumer that reuses its id
+                                     * keeps its slot without waiting for the lease */
+    void *stream;                   /* cuda: the cudaStream_t for the copies (NULL: a stream
+                                     * of the feed's own) */
+    int cuda_device;                /* cuda: the device ordinal */
+    unsigned flags;                 /* TF_FEED_FALLBACK_HOST, TF_FEED_NO_PREFETCH */
+} tf_feed_opts_t;
+#define TF_FEED_OPTS_INIT { .size = sizeof(tf_feed_opts_t) }
+
+/* Attaches to device queue `device` (an index "0".."n-1" or a declared name) of the feed at
+ * url with a backend ("host", "sim", "cuda"; NULL: "host"). Checks the feed exists (GET
+ * url): TF_ENOTFOUND when it does not. The first pop claims the queue's consumer slot.
+ * TF_EINVAL for bad arguments or an unknown backend; TF_ENOTIMPL for a backend this build
+ * lacks or, without TF_FEED_FALLBACK_HOST, for cuda without a device. *out set only on TF_OK.
+ * Not inside a callback. tf_client_last(c) says why it failed. */
+tf_status_t tf_feed_attach(tf_client_t *c, const char *url, const char *device,
+                           const char *backend, tf_feed_t **out);
+tf_status_t tf_feed_attach_opts(tf_client_t *c, const char *url, const char *device,
+                                const char *backend, const tf_feed_opts_t *opts,
+                                tf_feed_t **out);
+/* Changes the prefetch depth (1..64) from now on. */
+tf_status_t tf_feed_set_prefetch(tf_feed_t *feed, int depth);
+/* The backend running ("host" after a fall back from "cuda"; static). */
+const char *tf_feed_backend(const tf_feed_t *feed);
+/* Sends the pending acknowledgement now, if any (blocking; not inside a callback). */
+tf_status_t tf_feed_ack(tf_feed_t *feed);
+/* Acknowledges what was released (best effort), cancels what is in flight (pending pop and
+ * push callbacks run with TF_ECANCELED), frees the items still held and the feed. An item
+ * the server delivered to a pop request canceled here, or that was never released, comes
+ * again after the lease, or at once to a consumer that attaches with the same id. Not
+ * inside a callback of this feed's client (then it does nothing). NULL is a no-op. */
+void tf_feed_detach(tf_feed_t *feed);
+
+/* The next item of the device queue, waiting up to timeout_ms (0: only what is ready; -1: no
+ * limit). TF_OK and *item (release it with tf_item_release); TF_EAGAIN: none within the
+ * time; TF_EDONE: the feed is done and this queue drained; TF_ECONFLICT: another consumer
+ * holds the queue; TF_ENOTFOUND: the feed is gone; or the transport's error. Items come in
+ * queue order, each once (while this consumer holds the slot). Once the feed saw a reset (a
+ * new generation, on its next pop request's reply) items of the old one it had prefetched
+ * are dropped, never handed out. Not inside a callback. */
+tf_status_t tf_infeed_pop(tf_feed_t *feed, long timeout_ms, tf_item_t **item);
+/* The same, asynchronous: returns at once; on TF_OK cb runs exactly once, on the thread
+ * driving the client (tf_client_run, a blocking call, tf_infeed_pop), with the item or why
+ * there is none (TF_EAGAIN when timeout_ms passed; TF_ECANCELED at detach); on an error it
+ * never runs. Pops complete in the order they were started. The item is the callback's. */
+typedef void (*tf_pop_cb)(tf_feed_t *feed, tf_status_t status, tf_item_t *item,
+                          void *user_data);
+tf_status_t tf_infeed_pop_start(tf_feed_t *feed, long timeout_ms, tf_pop_cb cb,
+                                void *user_data);
+
+/* An item's tensors (borrowed from the item): host pointers, or device pointers for the cuda
+ * backend. */
+const tf_doc_t *tf_item_doc(const tf_item_t *item);
+uint64_t tf_item_position(const tf_item_t *item);  /* in its device queue, from 1 */
+uint64_t tf_item_seq(const tf_item_t *item);       /* the producer's Tfetch-Seq */
+uint64_t tf_item_round(const tf_item_t *item);
+uint64_t tf_item_generation(const tf_item_t *item);
+/* Marks the item done and frees it: the queue forgets it once the feed acknowledges it.
+ * NULL is a no-op. */
+void tf_item_release(tf_item_t *item);
+
+/* Pushes a document to the feed's outfeed from this device (tensors in device memory for
+ * the cuda backend: copied to host first, on the feed's stream). Blocking; TF_OK and, when
+ * seq is not NULL, the outfeed's sequence number of the item. */
+tf_status_t tf_outfeed_push(tf_feed_t *feed, const tf_doc_t *doc, uint64_t *seq);
+/* The same, asynchronous: doc is borrowed until cb has run (exactly once on TF_OK, with the
+ * sequence number on success; never on an error). */
+typedef void (*tf_push_cb)(tf_feed_t *feed, tf_status_t status, uint64_t seq,
+                           void *user_data);
+tf_status_t tf_outfeed_push_start(tf_feed_t *feed, const tf_doc_t *doc, tf_push_cb cb,
+                                  void *user_data);
+
+/* ---- feeds: producers, receivers, operators (blocking calls on a client) ---------------- */
+
+/* Declares the feed at url (PUT) with a JSON declaration (doc/PROTOCOL.md): TF_OK when new
+ * or the same again; TF_ECONFLICT when it differs. *stats, when not NULL, is the feed's
+ * stats JSON (tf_free it). */
+tf_status_t tf_feed_declare(tf_client_t *c, const char *url, const char *json, char **stats);
+/* Pushes one item to device queue dev (per_device feeds), or, dev < 0, one round to every
+ * device (split and broadcast feeds). seq > 0 makes it idempotent (Tfetch-Seq of the
+ * client's user id's stream): a retry of an accepted seq is acknowledged, not enqueued.
+ * When the queue is full the server holds it up to wait_ms (0: it answers TF_EFULL at once).
+ * *round, when not NULL, is the item's round. */
+tf_status_t tf_infeed_push(tf_client_t *c, const char *url, int dev, const tf_doc_t *doc,
+                           uint64_t seq, long wait_ms, uint64_t *round);
+/* Marks the feed done: consumers drain it, then get TF_EDONE. */
+tf_status_t tf_feed_done(tf_client_t *c, const char *url);
+/* Starts a new generation of the feed: every queued item is dropped (counted), done, the
+ * producers' seqs and the consumer slots cleared. *generation, when not NULL, is the new
+ * one. Attached feeds see it on their next pop (items of the old generation are never
+ * handed out). */
+tf_status_t tf_feed_reset(tf_client_t *c, const char *url, uint64_t *generation);
+/* The feed's stats JSON (GET url; tf_free it). */
+tf_status_t tf_feed_stats(tf_client_t *c, const char *url, char **json);
+/* Reads the first outfeed item after sequence number `after`, waiting up to wait_ms: TF_OK,
+ * *doc and *seq (and *device when not NULL); TF_EAGAIN when none came; TF_EGONE when item
+ * after+1 is no longer kept: *seq is then where to resume (read after it). */
+tf_status_t tf_outfeed_get(tf_client_t *c, const char *url, uint64_t after, long wait_ms,
+                           tf_doc_t **doc, uint64_t *seq, int *device);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,11 @@
-/* tfetch_cli.c - the tfetch command: get, put, call, rm, ls and info against a tfetchd, from a
- * shell.
+/* tfetch_cli.c - the tfetch command: get, put, call, rm, ls, info and feed (declare, push,
+ * pop, outfeed, done, stats) against a tfetchd, from a shell.
  *
  * Uses only the public libtfetch API (client/tfetch.h), like curl's tool over libcurl. Owns
  * one client for the life of the process. get, put, call and rm run as a batch of jobs over
  * the asynchronous API: up to --parallel requests in flight, each job's input file mapped
  * (or read) when it starts and released when it completes, each reply written out by its
- * callback, the next job started from there. ls and info are single blocking calls.
+ * callback, the next job started from there. ls, info and feed are single blocking calls.
  * Single-threaded. Exit codes are part of the interface (see usage and tfetch(1)): 0 ok, 1
  * usage or invalid input, 2 not found, 3 rejected by the server (4xx), 4 server or protocol
  * error, 5 connection/timeout/transfer error, 6 local I/O error; with several requests, the
@@ -69,6 +69,20 @@ static const char usage_text[] =
     "  rm URL...        delete the tensor at each URL\n"
     "  ls [BASE]        list the stored tensors of the server at BASE (http://HOST:PORT)\n"
     "  info [BASE]      print the server's /v1/info JSON\n"
+    "  feed declare FEED [FILE]\n"
+    "                   declare the feed at FEED (http://HOST:PORT/v1/feeds/NAME) with the\n"
+    "                   JSON declaration read from FILE (or stdin); print its stats\n"
+    "  feed push FEED [FILE]\n"
+    "                   push the document in FILE (or stdin) to device queue --device\n"
+    "                   (per_device feeds), or as one round to every device (split and\n"
+    "                   broadcast feeds, no --device)\n"
+    "  feed pop FEED [FILE]\n"
+    "                   take the next item of device queue --device (default 0), write it\n"
+    "                   to FILE (or stdout) and acknowledge it\n"
+    "  feed outfeed FEED [FILE]\n"
+    "                   read the first outfeed item after --after into FILE (or stdout)\n"
+    "  feed done FEED   mark the feed done: consumers drain it, then see end of data\n"
+    "  feed stats FEED  print the feed's stats JSON\n"
     "\n"
     "A bare NAME ([A-Za-z0-9._-]{1,255}) may stand for a URL: BASE/v1/tensors/NAME (get, put,\n"
     "rm) or BASE/v1/call/NAME (call), BASE being $TFETCH_URL, else \"url = ...\" in\n"
@@ -80,7 +94,9 @@ static const char usage_text[] =
     "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the (first)\n"
     "                         request\n"
     "  -t, --timeout MS       whole-request timeout in milliseconds (0: none; default 60000)\n"
-    "  -w, --wait MS          get: wait up to MS milliseconds for the tensor to appear\n"
+    "  -w, --wait MS          get: wait up to MS milliseconds for the tensor to appear;\n"
+    "                         feed push: for room in a full queue; feed pop and outfeed:\n"
+    "                         for an item\n"
     "  -P, --parallel N       get, put, call, rm: up to N requests in flight at once, over up\n"
     "                         to N connections per server (1..1024; default 1)\n"
     "  -d, --dir DIR          get, call: write each reply into DIR (created if missing)\n"
@@ -101,6 +117,14 @@ static const char usage_text[] =
     "                         else the library's: the first request over HTTP, UCX from the\n"
     "                         next one when the server offers it. ls, info and --format\n"
     "                         shumai always use HTTP\n"
+    "      --device DEV       feed push: the device queue's index; feed pop: its index or\n"
+    "                         name (default 0)\n"
+    "      --seq N            feed push: the item's sequence number (Tfetch-Seq) in the\n"
+    "                         user id's stream, so a retry is not enqueued twice\n"
+    "      --after S          feed outfeed: read the first item with a sequence number above\n"
+    "                         S (default 0)\n"
+    "      --consumer ID      feed pop: the consumer id (default tfetch): pops with another\n"
+    "                         id wait for the lease of the last one\n"
     "  -s, --stats            after the requests print one JSON line per request to stderr\n"
     "                         (in argument order): {\"op\",\"transport\",\"bytes\",\"seconds\",\n"
     "                         \"request_id\",\"http_status\",\"status\",\"fallback\"}\n"
@@ -137,6 +161,10 @@ typedef struct {
     const char *transport;
     int stats;
     int quiet;
+    const char *device;             /* feed push, pop */
+    uint64_t seq;                   /* feed push */
+    uint64_t after;                 /* feed outfeed */
+    const char *consumer;           /* feed pop */
 } opts_t;
 
 /* The progress bar on stderr (one transfer at a time). */
@@ -1022,7 +1050,8 @@ static int cmd_info(tf_client_t *c, const char *base)
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT };
+enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT, OPT_DEVICE, OPT_SEQ,
+       OPT_AFTER, OPT_CONSUMER };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
@@ -1037,6 +1066,10 @@ static const struct option long_opts[] = {
     {"shape", required_argument, NULL, OPT_SHAPE},
     {"json", no_argument, NULL, OPT_JSON},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"seq", required_argument, NULL, OPT_SEQ},
+    {"after", required_argument, NULL, OPT_AFTER},
+    {"consumer", required_argument, NULL, OPT_CONSUMER},
     {"stats", no_argument, NULL, 's'},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
@@ -1081,6 +1114,19 @@ static int parse_options(int argc, char **argv, opts_t *o)
                 return usage_error("unknown --transport '%s' (auto, http or ucx)", optarg);
             o->transport = optarg;
             break;
+        case OPT_DEVICE: o->device = optarg; break;
+        case OPT_CONSUMER: o->consumer = optarg; break;
+        case OPT_SEQ:
+        case OPT_AFTER: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-')
+                return usage_error("bad --%s '%s' (a number)", ch == OPT_SEQ ? "seq" : "after",
+                                   optarg);
+            *(ch == OPT_SEQ ? &o->seq : &o->after) = (uint64_t)v;
+            break;
+        }
         case 's': o->stats = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
@@ -1095,6 +1141,188 @@ static int parse_options(int argc, char **argv, opts_t *o)
 static int is(const char *cmd, const char *name)
 {
     return strcmp(cmd, name) == 0;
+}
+
+/* ---- feed: declare, push, pop, outfeed, done, stats ------------------------------------------ */
+
+/* Prints a JSON text reply on stdout, newline-terminated. */
+static int print_json(char *json)
+{
+    size_t n = strlen(json);
+    fputs(json, stdout);
+    if (n == 0 || json[n - 1] != '\n')
+        fputc('\n', stdout);
+    tf_free(json);
+    if (fflush(stdout) != 0) {
+        msg("cannot write stdout: %s", strerror(errno));
+        return EXIT_LOCAL;
+    }
+    return EXIT_OK;
+}
+
+static int feed_declare(tf_client_t *c, const char *url, const char *path)
+{
+    input_t in = {0};
+    const char *shown = path && strcmp(path, "-") ? path : "stdin";
+    if (input_load(path, &in) != 0) {
+        msg("cannot read %s: %s", shown, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    char *json = strndup(in.data ? in.data : "", in.len);
+    input_release(&in);
+    if (!json) {
+        msg("out of memory");
+        return EXIT_LOCAL;
+    }
+    char *stats = NULL;
+    tf_status_t st = tf_feed_declare(c, url, json, &stats);
+    free(json);
+    if (st != TF_OK)
+        return request_failed(tf_client_last(c), "feed declare", url, st);
+    return print_json(stats);
+}
+
+static int feed_push(tf_client_t *c, const opts_t *o, const char *url, const char *path)
+{
+    input_t in = {0};
+    tf_doc_t *doc = NULL;
+    int rc = load_doc(o, url, path, &in, &doc);
+    if (rc != EXIT_OK)
+        return rc;
+    int dev = -1;
+    long d;
+    if (o->device && (parse_ms(o->device, &d) != 0 || d > 63)) {
+        rc = usage_error("feed push: --device takes an index (0..63)");
+        goto out;
+    }
+    if (o->device)
+        dev = (int)d;
+    uint64_t round = 0;
+    tf_status_t st = tf_infeed_push(c, url, dev, doc, o->seq, o->wait_ms, &round);
+    if (st != TF_OK)
+        rc = request_failed(tf_client_last(c), "feed push", url, st);
+    else if (!o->quiet)
+        fprintf(stderr, "round=%" PRIu64 "\n", round);
+out:
+    tf_doc_free(doc);
+    input_release(&in);
+    return rc;
+}
+
+static int feed_pop(tf_client_t *c, const opts_t *o, const char *url, const char *path)
+{
+    tf_feed_opts_t fo = TF_FEED_OPTS_INIT;
+    fo.flags = TF_FEED_NO_PREFETCH;    /* one item: nothing else delivered to us */
+    fo.consumer = o->consumer ? o->consumer : "tfetch";
+    tf_feed_t *feed = NULL;
+    tf_status_t st = tf_feed_attach_opts(c, url, o->device ? o->device : "0", "host", &fo, &feed);
+    if (st != TF_OK)
+        return request_failed(tf_client_last(c), "feed pop", url, st);
+    tf_item_t *it = NULL;
+    int rc;
+    st = tf_infeed_pop(feed, o->wait_ms, &it);
+    if (st == TF_EAGAIN) {
+        msg("feed pop %s: nothing within %ld ms", url, o->wait_ms);
+        rc = EXIT_NOTFOUND;
+    } else if (st == TF_EDONE) {
+        msg("feed pop %s: the feed is done (TF_EDONE)", url);
+        rc = EXIT_REJECTED;
+    } else if (st != TF_OK) {
+        rc = request_failed(tf_client_last(c), "feed pop", url, st);
+    } else {
+        if (!o->quiet)
+            fprintf(stderr, "position=%" PRIu64 " seq=%" PRIu64 " round=%" PRIu64
+                    " generation=%" PRIu64 "\n", tf_item_position(it), tf_item_seq(it),
+                    tf_item_round(it), tf_item_generation(it));
+        rc = write_reply(o, "feed pop", url, tf_item_doc(it), path);
+        /* Acknowledged only once written: a failed write leaves it to the next consumer. */
+        if (rc == EXIT_OK)
+            tf_item_release(it);
+    }
+    tf_feed_detach(feed);
+    return rc;
+}
+
+static int feed_outfeed(tf_client_t *c, const opts_t *o, const char *url, const char *path)
+{
+    tf_doc_t *doc = NULL;
+    uint64_t seq = 0;
+    int dev = -1;
+    tf_status_t st = tf_outfeed_get(c, url, o->after, o->wait_ms, &doc, &seq, &dev);
+    if (st == TF_EAGAIN) {
+        msg("feed outfeed %s: nothing after %" PRIu64 " within %ld ms", url, o->after, o->wait_ms);
+        return EXIT_NOTFOUND;
+    }
+    if (st == TF_EGONE) {
+        msg("feed outfeed %s: item %" PRIu64 " is no longer kept; resume after %" PRIu64, url,
+            o->after + 1, seq);
+        return EXIT_REJECTED;
+    }
+    if (st != TF_OK)
+        return request_failed(tf_client_last(c), "feed outfeed", url, st);
+    if (!o->quiet)
+        fprintf(stderr, "seq=%" PRIu64 " device=%d\n", seq, dev);
+    int rc = write_reply(o, "feed outfeed", url, doc, path);
+    tf_doc_free(doc);
+    return rc;
+}
+
+static int cmd_feed(tf_client_t *c, const opts_t *o, char **args, int nargs)
+{
+    const char *sub = args[0], *url = args[1], *file = nargs > 2 ? args[2] : NULL;
+    tf_status_t st;
+    char *json = NULL;
+    if (is(sub, "declare"))
+        return feed_declare(c, url, file);
+    if (is(sub, "push"))
+        return feed_push(c, o, url, file);
+    if (is(sub, "pop"))
+        return feed_pop(c, o, url, file);
+    if (is(sub, "outfeed"))
+        return feed_outfeed(c, o, url, file);
+    if (is(sub, "done")) {
+        st = tf_feed_done(c, url);
+        return st == TF_OK ? EXIT_OK : request_failed(tf_client_last(c), "feed done", url, st);
+    }
+    st = tf_feed_stats(c, url, &json);
+    if (st != TF_OK)
+        return request_failed(tf_client_last(c), "feed stats", url, st);
+    return print_json(json);
+}
+
+/* The feed subcommand's arguments and the options that apply to it. */
+static int check_feed(char **args, int nargs, const opts_t *o)
+{
+    static const char *const subs[] = {"declare", "push", "pop", "outfeed", "done", "stats"};
+    int known = 0;
+    if (nargs < 1)
+        return usage_error("feed needs a subcommand (declare, push, pop, outfeed, done, stats)");
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
+        known |= is(args[0], subs[i]);
+    if (!known)
+        return usage_error("unknown feed subcommand '%s'", args[0]);
+    const char *sub = args[0];
+    int takes_file = !is(sub, "done") && !is(sub, "stats");
+    if (nargs < 2)
+        return usage_error("feed %s needs a feed URL", sub);
+    if (nargs > (takes_file ? 3 : 2))
+        return usage_error("too many arguments for feed %s", sub);
+    if (o->device && !is(sub, "push") && !is(sub, "pop"))
+        return usage_error("--device applies to feed push and feed pop only");
+    if (o->seq && !is(sub, "push"))
+        return usage_error("--seq applies to feed push only");
+    if (o->after && !is(sub, "outfeed"))
+        return usage_error("--after applies to feed outfeed only");
+    if (o->consumer && !is(sub, "pop"))
+        return usage_error("--consumer applies to feed pop only");
+    if (o->wait_ms > 0 && !is(sub, "push") && !is(sub, "pop") && !is(sub, "outfeed"))
+        return usage_error("--wait applies to get and feed push, pop and outfeed only");
+    if (o->raw && !is(sub, "pop") && !is(sub, "outfeed"))
+        return usage_error("--raw applies to get, call, feed pop and feed outfeed only");
+    if (o->dtype || o->shape || o->dir || o->parallel || o->json || o->format)
+        return usage_error("feed takes none of --dtype, --shape, --dir, --parallel, --json, "
+                           "--format");
+    return -1;
 }
 
 /* Checks the number of arguments of a command. */
@@ -1127,6 +1355,10 @@ static int check_args(const char *cmd, char **args, int nargs, const opts_t *o)
 /* Checks the command's arguments and the options that apply to it only. */
 static int check_command(const char *cmd, char **args, int nargs, const opts_t *o)
 {
+    if (is(cmd, "feed"))
+        return check_feed(args, nargs, o);
+    if (o->device || o->seq || o->after || o->consumer)
+        return usage_error("--device, --seq, --after and --consumer apply to feed only");
     int batch = is(cmd, "get") || is(cmd, "put") || is(cmd, "call") || is(cmd, "rm");
     int rc = check_args(cmd, args, nargs, o);
     if (rc >= 0)
@@ -1202,13 +1434,15 @@ static int run(const char *cmd, char **args, int nargs, const opts_t *o)
      * the requests (they fall back, or fail under ucx, saying why). */
     const char *policy = o->transport ? o->transport : getenv("TFETCH_TRANSPORT");
     if (policy && (strcasecmp(policy, "auto") == 0 || strcasecmp(policy, "ucx") == 0) &&
-        !is(cmd, "ls") && !is(cmd, "info") && !(o->format && is(o->format, "shumai")))
+        !is(cmd, "ls") && !is(cmd, "info") && !is(cmd, "feed") && !(o->format && is(o->format, "shumai")))
         tf_client_upgrade(c, args[0]);
 
     if (is(cmd, "ls")) {
         rc = cmd_ls(c, o, args[0]);
     } else if (is(cmd, "info")) {
         rc = cmd_info(c, args[0]);
+    } else if (is(cmd, "feed")) {
+        rc = cmd_feed(c, o, args, nargs);
     } else {
         cmd_t k = is(cmd, "get") ? CMD_GET : is(cmd, "put") ? CMD_PUT
                                            : is(cmd, "call") ? CMD_CALL : CMD_RM;
@@ -1216,7 +1450,8 @@ static int run(const char *cmd, char **args, int nargs, const opts_t *o)
     }
     bar_end();
     /* A request was made unless the command failed before reaching the network. */
-    if (o->stats && (is(cmd, "ls") || is(cmd, "info")) && tf_client_last(c)->op[0])
+    if (o->stats && (is(cmd, "ls") || is(cmd, "info") || is(cmd, "feed")) &&
+        tf_client_last(c)->op[0])
         print_stats(tf_client_last(c));
 
 free_client:
@@ -1325,7 +1560,7 @@ int main(int argc, char **argv)
     if (optind >= argc)
         return usage_error("no command given");
     const char *cmd = argv[optind];
-    static const char *const commands[] = {"get", "put", "call", "rm", "ls", "info"};
+    static const char *const commands[] = {"get", "put", "call", "rm", "ls", "info", "feed"};
     int known = 0;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         known |= strcmp(cmd, commands[i]) == 0;

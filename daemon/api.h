@@ -1,8 +1,9 @@
 /* api.h - what the daemon's endpoint handlers share: their view of the daemon (tfd_api_t:
  * the parts they serve requests from, nothing of the server's life), the per-request
  * context, and the helpers every handler uses (api_common.c: failures, bodies, JSON, blobs).
- * Internal to daemon/; the handlers live in api_tensors.c, api_calls.c, api_workers.c and
- * api_info.c, the table that runs them in router.c, the server's life in server.c.
+ * Internal to daemon/; the handlers live in api_tensors.c, api_calls.c, api_workers.c,
+ * api_feeds.c and api_info.c, the table that runs them in router.c, the server's life in
+ * server.c.
  *
  * Threads: handlers run on the transports' threads (MHD's pool, the UCX progress thread);
  * every part in tfd_api_t is thread-safe; a context belongs to one request.
@@ -13,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include "daemon/conf.h"
+#include "daemon/feeds.h"
 #include "daemon/metrics.h"
 #include "daemon/replay.h"
 #include "daemon/routes.h"
@@ -38,6 +40,7 @@ typedef struct {
     tfd_replay_t *replay;
     tfd_workers_t *workers;                 /* worker processes */
     struct tfd_upgrade *upgrade;            /* the UCX side and its tokens */
+    tfd_feeds_t *feeds;                     /* device feeds */
     /* Fills the gauges only the server knows (requests in flight, body memory held). */
     atomic_int *draining;                   /* 1 once SIGTERM began the drain (/readyz) */
     struct tfd_access_log *access_log;      /* NULL: off */
@@ -46,6 +49,7 @@ typedef struct {
 } tfd_api_t;
 
 struct tfd_endpoint_spec;
+struct tfd_feed_req;
 
 typedef struct {
     const tfd_api_t *api;
@@ -78,6 +82,8 @@ typedef struct {
     uint64_t shumai_flags;
     /* worker polls */
     tfd_worker_poll_t poll;
+    /* feeds (api_feeds.c) */
+    struct tfd_feed_req *feed;
 } tfd_ctx_t;
 
 /* Answers r with a JSON error and records the code for the metrics. */
@@ -129,5 +135,21 @@ void api_handle_leave(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_poll(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c);
 void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c);
+
+/* Feeds (api_feeds.c). api_feed_raw_name: the name a raw infeed body's one tensor takes
+ * (the signature's only entry) into buf; 0 when there is no such feed or entry. */
+int api_feed_raw_name(const tfd_ctx_t *c, char *buf, size_t size);
+void api_handle_feed_list(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_declare(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_stats(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_delete(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_ack(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_outfeed_push(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_outfeed_get(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_done(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_reset(tfx_req_t *r, tfd_ctx_t *c);
+void api_finish_feed(tfx_req_t *r, tfd_ctx_t *c);
 
 #endif

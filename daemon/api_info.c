@@ -61,6 +61,12 @@ static void info_route(const char *name, const tfd_route_ops_t *ops, void *arg)
     tfp_jw_obj_end(w);
 }
 
+static void count_feed(const char *name, void *arg)
+{
+    (void)name;
+    ++*(size_t *)arg;
+}
+
 void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
@@ -110,7 +116,7 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_arr_end(&w);
     static const char *const features[] = {"long-poll", "raw-body", "json-view", "exchange",
                                            "sessions", "idempotent-retry", "workers",
-                                           "shumai"};
+                                           "shumai", "feeds"};
     kv_strs(&w, "features", features, sizeof features / sizeof features[0]);
     tfp_jw_key(&w, "routes");
     tfp_jw_arr_begin(&w);
@@ -138,6 +144,9 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     kv_uint(&w, "replay_window_s", cfg->replay_window);
     kv_uint(&w, "worker_lease_ms", cfg->worker_lease_ms);
     kv_uint(&w, "upgrade_token_ttl_ms", cfg->upgrade_token_ttl_ms);
+    kv_uint(&w, "feed_memory", cfg->feed_memory);
+    kv_uint(&w, "max_feeds", cfg->max_feeds);
+    kv_uint(&w, "feeds_per_user", cfg->feeds_per_user);
     tfp_jw_obj_end(&w);
     tfp_jw_key(&w, "store");
     tfp_jw_obj_begin(&w);
@@ -145,6 +154,13 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     kv_uint(&w, "bytes", st.bytes);
     kv_uint(&w, "retired", st.retired);
     kv_uint(&w, "reserved", st.reserved);
+    tfp_jw_obj_end(&w);
+    size_t nfeeds = 0;
+    tfd_feeds_each(s->feeds, count_feed, &nfeeds);
+    tfp_jw_key(&w, "feeds");
+    tfp_jw_obj_begin(&w);
+    kv_uint(&w, "count", nfeeds);
+    kv_uint(&w, "bytes", tfd_feeds_bytes(s->feeds));
     tfp_jw_obj_end(&w);
     tfp_jw_obj_end(&w);
     api_respond_json(r, c, &w);
@@ -176,8 +192,13 @@ void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
     g.hellos_refused = us.refused;
     g.ucx_dropped = us.dropped;
     g.ucx_requests = us.requests;
-    size_t len;
+    size_t len, nfeeds;
+    tfd_feed_stats_t **feeds = tfd_feeds_stats_all(s->feeds, &nfeeds);
+    g.feeds = feeds;
+    g.nfeeds = nfeeds;
+    g.feed_bytes = tfd_feeds_bytes(s->feeds);
     char *text = tfd_metrics_render(s->metrics, &g, &len);
+    tfd_feeds_stats_free(feeds, nfeeds);
     if (!text) {
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;

@@ -61,6 +61,9 @@ static const opt_t opts[] = {
     {"worker-lease", K_UINT, F(worker_lease_ms), "MS", "a worker that neither polls nor answers this long is dropped (default 5000)"},
     {"max-workers", K_UINT, F(max_workers), "N", "worker processes at once (default 256)"},
     {"worker-queue", K_UINT, F(worker_queue), "N", "calls waiting per worker, else 503 (default 1024)"},
+    {"feed-memory", K_SIZE, F(feed_memory), "SIZE", "payload bytes all device feeds may hold (queues and outfeeds), else 507 (default 2G)"},
+    {"max-feeds", K_UINT, F(max_feeds), "N", "device feeds at once, else 507 (default 1024)"},
+    {"feeds-per-user", K_UINT, F(feeds_per_user), "N", "device feeds one user id may declare, else 507 (default 64)"},
     {"ucx", K_BOOL, F(ucx), "on|off", "offer clients the upgrade to UCX (shared memory, RDMA, TCP) (default on)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
@@ -102,6 +105,9 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->upgrade_token_ttl_ms = 10000;
     cfg->max_workers = 256;
     cfg->worker_queue = 1024;
+    cfg->feed_memory = 2ull << 30;
+    cfg->max_feeds = 1024;
+    cfg->feeds_per_user = 64;
     cfg->max_waiters = 4096;
     cfg->drain_timeout = 30;
     cfg->log_level = LOG_INFO;

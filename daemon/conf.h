@@ -56,6 +56,9 @@ typedef struct {
     unsigned worker_lease_ms;
     unsigned max_workers;
     unsigned worker_queue;          /* calls waiting per worker */
+    uint64_t feed_memory;           /* payload bytes all device feeds may hold */
+    unsigned max_feeds;             /* device feeds at once */
+    unsigned feeds_per_user;        /* device feeds one user id may declare */
     unsigned ucx;                   /* 1: offer the UCX upgrade (when built with UCX) */
     unsigned upgrade_token_ttl_ms;
     int log_level;                  /* syslog priority */

@@ -167,6 +167,107 @@ static void render_process(out_t *o)
              (unsigned long long)rl.rlim_cur);
 }
 
+/* A per-device series of every feed: HELP, TYPE, then one line per (feed, device). */
+#define FEED_DEV_SERIES(o, g, metric, type, help, expr)                                    \
+    do {                                                                                   \
+        outf(o, "# HELP " metric " " help "\n# TYPE " metric " " type "\n");              \
+        for (size_t i_ = 0; i_ < (g)->nfeeds; i_++) {                                      \
+            const tfd_feed_stats_t *f = (g)->feeds[i_];                                    \
+            for (unsigned d = 0; d < f->ndev; d++) {                                       \
+                const tfd_feed_dev_stats_t *q = &f->dev[d];                                \
+                (void)q;                                                                   \
+                outf(o, metric "{feed=\"%s\",device=\"%u\"} %s\n", f->name, d, expr);     \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+
+static const char *u64s(char *buf, uint64_t v)
+{
+    snprintf(buf, 24, "%llu", (unsigned long long)v);
+    return buf;
+}
+
+static const char *secs(char *buf, uint64_t ns)
+{
+    snprintf(buf, 24, "%.9g", (double)ns / 1e9);
+    return buf;
+}
+
+static void render_feeds(out_t *o, const tfd_gauges_t *g)
+{
+    char b[24];
+    outf(o, "# HELP tfetch_feeds Device feeds declared.\n# TYPE tfetch_feeds gauge\n"
+            "tfetch_feeds %zu\n# HELP tfetch_feed_bytes Payload bytes all feeds hold.\n"
+            "# TYPE tfetch_feed_bytes gauge\ntfetch_feed_bytes %llu\n", g->nfeeds,
+         (unsigned long long)g->feed_bytes);
+    FEED_DEV_SERIES(o, g, "tfetch_feed_depth_items", "gauge",
+                    "Items in a device queue (delivered but unacknowledged included).",
+                    u64s(b, q->depth));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_depth_bytes", "gauge", "Payload bytes in a device queue.",
+                    u64s(b, q->bytes));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_high_water_items", "gauge",
+                    "The deepest a device queue has been.", u64s(b, q->high_water));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_items_in_total", "counter", "Items enqueued.",
+                    u64s(b, q->items_in));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_items_out_total", "counter",
+                    "Items delivered to consumers (redeliveries included).", u64s(b, q->items_out));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_bytes_in_total", "counter", "Payload bytes enqueued.",
+                    u64s(b, q->bytes_in));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_bytes_out_total", "counter",
+                    "Payload bytes delivered to consumers.", u64s(b, q->bytes_out));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_consumer_starved_seconds_total", "counter",
+                    "Time pops waited on an empty device queue.", secs(b, q->starved_ns));
+    FEED_DEV_SERIES(o, g, "tfetch_feed_redeliveries_total", "counter",
+                    "Items delivered again after a consumer's lease ran out.",
+                    u64s(b, q->redeliveries));
+    outf(o, "# HELP tfetch_feed_round_skew Rounds a device's consumer is ahead of the slowest "
+            "device's.\n# TYPE tfetch_feed_round_skew gauge\n");
+    for (size_t i = 0; i < g->nfeeds; i++) {
+        const tfd_feed_stats_t *f = g->feeds[i];
+        uint64_t min = UINT64_MAX;
+        for (unsigned d = 0; d < f->ndev; d++)
+            if (f->dev[d].last_round < min)
+                min = f->dev[d].last_round;
+        for (unsigned d = 0; d < f->ndev; d++)
+            outf(o, "tfetch_feed_round_skew{feed=\"%s\",device=\"%u\"} %llu\n", f->name, d,
+                 (unsigned long long)(f->dev[d].last_round - min));
+    }
+    outf(o, "# HELP tfetch_feed_latency_seconds Time from enqueue to first delivery.\n"
+            "# TYPE tfetch_feed_latency_seconds histogram\n");
+    for (size_t i = 0; i < g->nfeeds; i++) {
+        const tfd_feed_stats_t *f = g->feeds[i];
+        for (unsigned d = 0; d < f->ndev; d++) {
+            const tfd_feed_dev_stats_t *q = &f->dev[d];
+            uint64_t cum = 0;
+            for (size_t k = 0; k < TFD_FEED_NLAT; k++) {
+                cum += q->lat[k];
+                outf(o, "tfetch_feed_latency_seconds_bucket{feed=\"%s\",device=\"%u\",le=\"%g\"} "
+                     "%llu\n", f->name, d, tfd_feed_lat_buckets[k], (unsigned long long)cum);
+            }
+            outf(o, "tfetch_feed_latency_seconds_bucket{feed=\"%s\",device=\"%u\",le=\"+Inf\"} "
+                 "%llu\ntfetch_feed_latency_seconds_sum{feed=\"%s\",device=\"%u\"} %.9f\n"
+                 "tfetch_feed_latency_seconds_count{feed=\"%s\",device=\"%u\"} %llu\n", f->name,
+                 d, (unsigned long long)q->lat_count, f->name, d, q->lat_sum, f->name, d,
+                 (unsigned long long)q->lat_count);
+        }
+    }
+    outf(o, "# HELP tfetch_feed_producer_blocked_seconds_total Time producers waited on a full "
+            "queue (Prefer: wait).\n# TYPE tfetch_feed_producer_blocked_seconds_total counter\n");
+    for (size_t i = 0; i < g->nfeeds; i++)
+        outf(o, "tfetch_feed_producer_blocked_seconds_total{feed=\"%s\"} %s\n",
+             g->feeds[i]->name, secs(b, g->feeds[i]->blocked_ns));
+    outf(o, "# HELP tfetch_feed_dropped_total Items dropped by resets.\n"
+            "# TYPE tfetch_feed_dropped_total counter\n");
+    for (size_t i = 0; i < g->nfeeds; i++)
+        outf(o, "tfetch_feed_dropped_total{feed=\"%s\"} %llu\n", g->feeds[i]->name,
+             (unsigned long long)g->feeds[i]->dropped);
+    outf(o, "# HELP tfetch_feed_generation A feed's generation (reset adds one).\n"
+            "# TYPE tfetch_feed_generation gauge\n");
+    for (size_t i = 0; i < g->nfeeds; i++)
+        outf(o, "tfetch_feed_generation{feed=\"%s\"} %llu\n", g->feeds[i]->name,
+             (unsigned long long)g->feeds[i]->generation);
+}
+
 char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
 {
     out_t o = {malloc(16384), 0, 16384, 0};
@@ -297,6 +398,7 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->conns_evicted, (unsigned long long)g->head_timeouts,
          (unsigned long long)g->slow_bodies);
     render_process(&o);
+    render_feeds(&o, g);
     if (o.failed) {
         free(o.buf);
         return NULL;

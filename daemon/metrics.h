@@ -2,7 +2,8 @@
  *
  * Requests by API endpoint and status, errors by endpoint and wire code, body bytes in and
  * out by endpoint, and a latency histogram per endpoint; gauges (stored bytes, inflight,
- * waiters) are passed in at render time. The endpoints' names are the values of the "route"
+ * waiters) and the device feeds' snapshots (labels feed and device) are passed in at render
+ * time. The endpoints' names are the values of the "route"
  * label, a contract with dashboards: they never change (several operations may share one:
  * "worker"). Counters are relaxed atomics: any thread records, any thread renders.
  */
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/status.h"
+#include "daemon/feeds.h"
 #include "daemon/sessions.h"
 
 /* API endpoints, as the metrics name them (not exchange routes: see routes.h). */
@@ -31,6 +33,10 @@
     X(WORKER, "worker")               \
     X(WORKER_POLL, "worker_poll")     \
     X(UPGRADE, "upgrade")             \
+    X(FEED, "feed")                   \
+    X(FEED_INFEED, "feed_infeed")     \
+    X(FEED_POP, "feed_pop")           \
+    X(FEED_OUTFEED, "feed_outfeed")   \
     X(OTHER, "other")
 
 typedef enum {
@@ -56,6 +62,9 @@ typedef struct {
     /* the HTTP connection guard (transports/http_guard.h) */
     unsigned connections;
     uint64_t conns_refused, conns_evicted, head_timeouts, slow_bodies;
+    tfd_feed_stats_t *const *feeds;         /* one snapshot per device feed */
+    size_t nfeeds;
+    uint64_t feed_bytes;
 } tfd_gauges_t;
 
 tfd_metrics_t *tfd_metrics_new(void);

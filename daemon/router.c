@@ -29,8 +29,9 @@
 enum {
     EP_DOC = 1,                     /* a document (safetensors, raw, Shumai) up to max-body */
     EP_JSON = 2,                    /* a JSON document up to the row's json_max */
-    EP_TO_STORE = 4                 /* the document is charged to the store (a raw tensor
+    EP_TO_STORE = 4,                /* the document is charged to the store (a raw tensor
                                      * takes the operation's name), not to body-memory */
+    EP_FEED_RAW = 8                 /* a raw tensor takes the feed signature's one name */
 };
 
 /* One operation's endpoint: its name in the metrics, what body it takes, and its handlers
@@ -98,6 +99,22 @@ static const struct tfd_endpoint_spec endpoints[TFP_OP_COUNT] = {
     [TFP_OP_SHUMAI_GET] = {TFD_EP_SHUMAI_GET, 0, 0, NULL, api_handle_shumai_get, NULL},
     [TFP_OP_SHUMAI_CALL] = {TFD_EP_SHUMAI_CALL, EP_DOC, 0, NULL, api_handle_call,
                             api_finish_call},
+    [TFP_OP_FEED_LIST] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_list, NULL},
+    [TFP_OP_FEED_DECLARE] = {TFD_EP_FEED, EP_JSON, MAX_REGISTRATION, NULL,
+                             api_handle_feed_declare, NULL},
+    [TFP_OP_FEED_STATS] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_stats, api_finish_feed},
+    [TFP_OP_FEED_DELETE] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_delete, NULL},
+    [TFP_OP_FEED_INFEED] = {TFD_EP_FEED_INFEED, EP_DOC | EP_FEED_RAW, 0, begin_get,
+                            api_handle_feed_infeed, api_finish_feed},
+    [TFP_OP_FEED_POP] = {TFD_EP_FEED_POP, 0, 0, begin_get, api_handle_feed_pop,
+                         api_finish_feed},
+    [TFP_OP_FEED_ACK] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_ack, api_finish_feed},
+    [TFP_OP_FEED_OUTFEED_PUSH] = {TFD_EP_FEED_OUTFEED, EP_DOC, 0, NULL,
+                                  api_handle_feed_outfeed_push, api_finish_feed},
+    [TFP_OP_FEED_OUTFEED_GET] = {TFD_EP_FEED_OUTFEED, 0, 0, begin_get,
+                                 api_handle_feed_outfeed_get, api_finish_feed},
+    [TFP_OP_FEED_DONE] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_done, api_finish_feed},
+    [TFP_OP_FEED_RESET] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_reset, api_finish_feed},
 };
 
 /* ---- the transports' handlers ------------------------------------------------------------ */
@@ -169,11 +186,16 @@ static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
         if (c->ep->body & EP_JSON)
             tfx_req_accept_body(r, 0, c->ep->json_max);
         return 0;
-    default:
+    default: {
         if (!(c->ep->body & EP_DOC))
             return 0;
-        return api_begin_doc(r, c, (c->ep->body & EP_TO_STORE) ? c->name : "tensor",
-                             c->api->cfg->max_body);
+        char sig[TFP_FEED_MAX_SIG_NAME + 1];
+        const char *raw = (c->ep->body & EP_TO_STORE) ? c->name : "tensor";
+        if ((c->ep->body & EP_FEED_RAW) && c->op->body.kind == TFP_BODY_RAW &&
+            api_feed_raw_name(c, sig, sizeof sig))
+            raw = sig;
+        return api_begin_doc(r, c, raw, c->api->cfg->max_body);
+    }
     }
 }
 

@@ -1,9 +1,9 @@
 /* server.c - tfetchd's life: the daemon's parts, both transports, housekeeping and drain.
  *
  * Start builds the parts in dependency order (store, waiters, metrics, routes and their
- * plugins, sessions, replay window, worker processes' table), gives the handlers their view
- * of them (tfd_api_t), makes the router, then starts UCX and HTTP, both with the router's
- * handlers. One teardown undoes that in reverse and serves both a failed start and
+ * plugins, sessions, replay window, worker processes' table, device feeds), gives the
+ * handlers their view of them (tfd_api_t), makes the router, then starts UCX and HTTP, both
+ * with the router's handlers. One teardown undoes that in reverse and serves both a failed start and
  * tfd_server_free: transports first (no request runs after them), plugins after the
  * sessions whose states use their code.
  *
@@ -36,6 +36,7 @@ struct tfd_server {
     tfd_sessions_t *sessions;
     tfd_replay_t *replay;
     tfd_workers_t *workers;
+    tfd_feeds_t *feeds;
     tfd_api_t api;                          /* the handlers' view of the parts above */
     tfd_router_t *router;
     tfd_upgrade_t *upgrade;                 /* the UCX transport and its tokens */
@@ -61,6 +62,12 @@ static void gauges(void *arg, tfd_gauges_t *g)
     }
 }
 
+/* The feeds' wake callback: their waiters are the long-poll waiters. */
+static void wake_feed(void *arg, const char *key)
+{
+    tfd_waiters_notify(arg, key);
+}
+
 /* Frees whatever start made, in reverse order. */
 static void teardown(tfd_server_t *s)
 {
@@ -68,6 +75,7 @@ static void teardown(tfd_server_t *s)
     tfd_upgrade_free(s->upgrade);           /* stops UCX */
     tfd_router_free(s->router);
     tfd_workers_free(s->workers);
+    tfd_feeds_free(s->feeds);
     tfd_replay_free(s->replay);
     tfd_sessions_free(s->sessions);
     tfd_plugins_free(s->plugins);           /* after the sessions: their states use its code */
@@ -87,6 +95,8 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
                                 cfg->session_memory};
     tfd_replay_limits_t rl = {cfg->replay_window, cfg->replay_entries, cfg->replay_memory};
     tfd_workers_limits_t wl = {cfg->worker_lease_ms, cfg->max_workers, cfg->worker_queue};
+    tfd_feeds_limits_t fl = {cfg->feed_memory, cfg->max_feeds, cfg->feeds_per_user,
+                             TFD_FEED_PRODUCERS, wake_feed, NULL};
     if (!(s->store = tfd_store_new(cfg->store_memory)) ||
         !(s->waiters = tfd_waiters_new(cfg->max_waiters)) ||
         !(s->metrics = tfd_metrics_new()) ||
@@ -109,9 +119,11 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
     }
     if (!(s->plugins = tfd_plugins_start(s->routes, cfg, err)))
         return -1;
+    fl.wake_arg = s->waiters;
     if (!(s->sessions = tfd_sessions_new(&sl)) ||
         !(s->replay = tfd_replay_new(&rl)) ||
-        !(s->workers = tfd_workers_new(s->routes, &wl))) {
+        !(s->workers = tfd_workers_new(s->routes, &wl)) ||
+        !(s->feeds = tfd_feeds_new(&fl))) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         return -1;
     }
@@ -126,6 +138,7 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         .workers = s->workers,
         .draining = &s->draining,
         .access_log = s->access_log,
+        .feeds = s->feeds,
         .gauges = gauges,
         .gauges_arg = s,
     };
@@ -246,6 +259,7 @@ void tfd_server_tick(tfd_server_t *s)
     tfx_http_tick(s->http);                 /* head deadlines, body rates */
     tfd_workers_tick(s->workers);
     tfd_store_sweep(s->store);
+    tfd_feeds_tick(s->feeds);
     tfd_sessions_sweep(s->sessions);
     tfd_replay_sweep(s->replay);
 }

@@ -125,6 +125,32 @@ static const char *prefixed(const char *path, const char *prefix)
     return strncmp(path, prefix, n) == 0 && path[n] == '/' ? path + n + 1 : NULL;
 }
 
+/* What follows /v1/feeds/: F, F/infeed|outfeed|done|reset, F/devices/D/infeed|pop|ack|outfeed. */
+static tfp_path_t classify_feed(const char *rest, tfp_path_info_t *o)
+{
+    static const struct { const char *tail; tfp_path_t p; } whole[] = {
+        {"", TFP_PATH_FEED}, {"/infeed", TFP_PATH_FEED_INFEED},
+        {"/outfeed", TFP_PATH_FEED_OUTFEED}, {"/done", TFP_PATH_FEED_DONE},
+        {"/reset", TFP_PATH_FEED_RESET},
+    }, dev[] = {
+        {"/infeed", TFP_PATH_FEED_DEV_INFEED}, {"/pop", TFP_PATH_FEED_DEV_POP},
+        {"/ack", TFP_PATH_FEED_DEV_ACK}, {"/outfeed", TFP_PATH_FEED_DEV_OUTFEED},
+    };
+    if (!(rest = segment(rest, o->name, sizeof o->name)))
+        return TFP_PATH_BAD_NAME;
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
+        if (strcmp(rest, whole[i].tail) == 0)
+            return whole[i].p;
+    if (!(rest = prefixed(rest, "/devices")))
+        return TFP_PATH_UNKNOWN;
+    if (!(rest = segment(rest, o->sub, sizeof o->sub)))
+        return TFP_PATH_BAD_NAME;
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (strcmp(rest, dev[i].tail) == 0)
+            return dev[i].p;
+    return TFP_PATH_UNKNOWN;
+}
+
 static tfp_path_t classify_path(const char *path, tfp_path_info_t *o)
 {
     const char *rest;
@@ -144,6 +170,10 @@ static tfp_path_t classify_path(const char *path, tfp_path_info_t *o)
         return TFP_PATH_WORKERS;
     if (strcmp(path, "/v1/upgrade") == 0)
         return TFP_PATH_UPGRADE;
+    if (strcmp(path, "/v1/feeds") == 0 || strcmp(path, "/v1/feeds/") == 0)
+        return TFP_PATH_FEEDS;
+    if ((rest = prefixed(path, "/v1/feeds")))
+        return classify_feed(rest, o);
     if ((rest = prefixed(path, "/v1/tensors"))) {
         rest = segment(rest, o->name, sizeof o->name);
         return rest && !*rest ? TFP_PATH_TENSOR : TFP_PATH_BAD_NAME;
@@ -220,6 +250,21 @@ static tfp_op_kind_t kind_of(tfp_path_t p, const tfp_http_req_t *in)
     case TFP_PATH_WORKER_REPLY: return TFP_OP_WORKER_REPLY;
     case TFP_PATH_UPGRADE: return TFP_OP_UPGRADE;
     case TFP_PATH_SHUMAI: return shumai_has_body(in) ? TFP_OP_SHUMAI_CALL : TFP_OP_SHUMAI_GET;
+    case TFP_PATH_FEEDS: return TFP_OP_FEED_LIST;
+    case TFP_PATH_FEED:
+        if (method_is(in, "PUT"))
+            return TFP_OP_FEED_DECLARE;
+        if (method_is(in, "DELETE"))
+            return TFP_OP_FEED_DELETE;
+        return TFP_OP_FEED_STATS;
+    case TFP_PATH_FEED_INFEED:
+    case TFP_PATH_FEED_DEV_INFEED: return TFP_OP_FEED_INFEED;
+    case TFP_PATH_FEED_OUTFEED: return TFP_OP_FEED_OUTFEED_GET;
+    case TFP_PATH_FEED_DONE: return TFP_OP_FEED_DONE;
+    case TFP_PATH_FEED_RESET: return TFP_OP_FEED_RESET;
+    case TFP_PATH_FEED_DEV_POP: return TFP_OP_FEED_POP;
+    case TFP_PATH_FEED_DEV_ACK: return TFP_OP_FEED_ACK;
+    case TFP_PATH_FEED_DEV_OUTFEED: return TFP_OP_FEED_OUTFEED_PUSH;
     default: return TFP_OP_NONE;
     }
 }
@@ -232,8 +277,18 @@ static const char *allowed(tfp_path_t p, tfp_op_kind_t k)
     case TFP_PATH_READYZ:
     case TFP_PATH_METRICS:
     case TFP_PATH_INFO:
-    case TFP_PATH_TENSORS: return "GET,HEAD";
-    case TFP_PATH_TENSOR: return "GET,HEAD,PUT,DELETE";
+    case TFP_PATH_TENSORS:
+    case TFP_PATH_FEEDS:
+    case TFP_PATH_FEED_OUTFEED: return "GET,HEAD";
+    case TFP_PATH_TENSOR:
+    case TFP_PATH_FEED: return "GET,HEAD,PUT,DELETE";
+    case TFP_PATH_FEED_INFEED:
+    case TFP_PATH_FEED_DONE:
+    case TFP_PATH_FEED_RESET:
+    case TFP_PATH_FEED_DEV_INFEED:
+    case TFP_PATH_FEED_DEV_POP:
+    case TFP_PATH_FEED_DEV_ACK:
+    case TFP_PATH_FEED_DEV_OUTFEED:
     case TFP_PATH_CALL:
     case TFP_PATH_WORKERS:
     case TFP_PATH_WORKER_REPLY:
@@ -333,6 +388,92 @@ static tfp_status_t take_wait(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
     return TFP_OK;
 }
 
+/* Prefer's wait preference (RFC 7240's syntax; the value is milliseconds here): 1 and *ms,
+ * 0 when absent, -1 when its value is not a number. Other preferences are ignored. */
+static int prefer_wait(const char *p, uint64_t *ms)
+{
+    while (p && *p) {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, ",");
+        size_t tok = strcspn(p, ";,");
+        if (tok > n)
+            tok = n;
+        if (tok >= 4 && strncasecmp(p, "wait", 4) == 0) {
+            const char *v = p + 4;
+            v += strspn(v, " \t");
+            if (*v == '=') {
+                v++;
+                v += strspn(v, " \t");
+                char num[24];
+                size_t len = strcspn(v, " \t;,");
+                if (len == 0 || len >= sizeof num)
+                    return -1;
+                memcpy(num, v, len);
+                num[len] = '\0';
+                return tfp_parse_u64(num, UINT64_MAX / 2, ms) == 0 ? 1 : -1;
+            }
+        }
+        p += n;
+    }
+    return 0;
+}
+
+static tfp_status_t take_position(const char *v, const char *what, uint64_t *out, int *has,
+                                  tfp_op_err_t *e)
+{
+    if (!v)
+        return TFP_OK;
+    if (tfp_parse_u64(v, UINT64_MAX / 2, out) != 0)
+        return tfp_op_fail(e, TFP_EBADREQ, "%s must be a position (a non-negative integer), "
+                           "got '%.32s'", what, v);
+    if (has)
+        *has = 1;
+    return TFP_OK;
+}
+
+/* The feed operations' stream ids, positions and Prefer: wait. */
+static tfp_status_t take_feed(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
+{
+    tfp_op_feed_t *f = &op->feed;
+    tfp_op_kind_t k = op->kind;
+    int pushes = k == TFP_OP_FEED_INFEED || k == TFP_OP_FEED_OUTFEED_PUSH;
+    int consumes = k == TFP_OP_FEED_POP || k == TFP_OP_FEED_ACK;
+    if (pushes && in->seq && (tfp_parse_u64(in->seq, UINT64_MAX / 2, &f->seq) != 0 || !f->seq))
+        return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Seq must be a sequence number from 1, got "
+                           "'%.32s'", in->seq);
+    if (pushes && in->producer) {
+        if (!tfp_user_id_valid(in->producer))
+            return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Producer must match "
+                               "[A-Za-z0-9._-]{1,128}");
+        snprintf(f->producer, sizeof f->producer, "%s", in->producer);
+    }
+    if (consumes) {
+        if (!in->consumer)
+            return tfp_op_fail(e, TFP_EBADREQ, "a consumer names itself: Tfetch-Consumer is "
+                               "required");
+        if (!tfp_user_id_valid(in->consumer))
+            return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Consumer must match "
+                               "[A-Za-z0-9._-]{1,128}");
+        snprintf(f->consumer, sizeof f->consumer, "%s", in->consumer);
+    }
+    if (pushes) {
+        int w = prefer_wait(in->prefer, &op->wait_ms);
+        if (w < 0)
+            return tfp_op_fail(e, TFP_EBADREQ, "Prefer: wait= must be a number of "
+                               "milliseconds");
+    }
+    tfp_status_t st = TFP_OK;
+    if (k == TFP_OP_FEED_POP)
+        st = take_position(in->ack, "ack", &f->ack, &f->has_ack, e);
+    else if (k == TFP_OP_FEED_ACK) {
+        if (!in->through)
+            return tfp_op_fail(e, TFP_EBADREQ, "ack needs ?through=POSITION");
+        st = take_position(in->through, "through", &f->ack, &f->has_ack, e);
+    } else if (k == TFP_OP_FEED_OUTFEED_GET)
+        st = take_position(in->after, "after", &f->after, NULL, e);
+    return st;
+}
+
 /* A document body: safetensors, a raw tensor (Tfetch-Dtype and Tfetch-Shape) or, on
  * Shumai's path, a Shumai message. */
 static tfp_status_t take_doc_body(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
@@ -372,6 +513,8 @@ static tfp_status_t take_body(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
     case TFP_OP_TENSOR_PUT:
     case TFP_OP_CALL:
     case TFP_OP_SHUMAI_CALL:
+    case TFP_OP_FEED_INFEED:
+    case TFP_OP_FEED_OUTFEED_PUSH:
         return take_doc_body(in, op, e);
     case TFP_OP_WORKER_REPLY:                       /* an answer, or a JSON error */
         if (op->body.media != TFP_MEDIA_JSON)
@@ -380,6 +523,7 @@ static tfp_status_t take_body(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
         return TFP_OK;
     case TFP_OP_WORKER_REGISTER:
     case TFP_OP_UPGRADE:
+    case TFP_OP_FEED_DECLARE:
         op->body.kind = TFP_BODY_JSON;
         return TFP_OK;
     default:
@@ -430,7 +574,8 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
     }
     memcpy(op->name, pi.name, sizeof op->name);
     memcpy(op->sub, pi.sub, sizeof op->sub);
-    if ((op->kind == TFP_OP_TENSOR_GET || op->kind == TFP_OP_WORKER_POLL) &&
+    if ((op->kind == TFP_OP_TENSOR_GET || op->kind == TFP_OP_WORKER_POLL ||
+         op->kind == TFP_OP_FEED_POP || op->kind == TFP_OP_FEED_OUTFEED_GET) &&
         (st = take_wait(in, op, e)) != TFP_OK)
         return st;
     if (op->kind == TFP_OP_TENSOR_LIST && (st = take_list(in, op, e)) != TFP_OK)
@@ -442,5 +587,7 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
         (tfp_parse_u64(in->ttl, TFP_MAX_TTL_S, &op->ttl_s) != 0 || op->ttl_s == 0))
         return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-TTL must be a number of seconds from 1 to "
                            "%u, got '%.32s'", TFP_MAX_TTL_S, in->ttl);
+    if ((st = take_feed(in, op, e)) != TFP_OK)
+        return st;
     return take_body(in, op, e);
 }

@@ -36,13 +36,24 @@ typedef enum {
     TFP_PATH_WORKER_REPLY,          /* /v1/workers/ID/calls/CALL */
     TFP_PATH_UPGRADE,               /* /v1/upgrade */
     TFP_PATH_SHUMAI,                /* /NAME: Shumai's tfetch (GET a tensor, POST a route) */
+    TFP_PATH_FEEDS,                 /* /v1/feeds or /v1/feeds/ */
+    TFP_PATH_FEED,                  /* /v1/feeds/F */
+    TFP_PATH_FEED_INFEED,           /* /v1/feeds/F/infeed (a round to every device) */
+    TFP_PATH_FEED_OUTFEED,          /* /v1/feeds/F/outfeed (readers) */
+    TFP_PATH_FEED_DONE,             /* /v1/feeds/F/done */
+    TFP_PATH_FEED_RESET,            /* /v1/feeds/F/reset */
+    TFP_PATH_FEED_DEV_INFEED,       /* /v1/feeds/F/devices/D/infeed */
+    TFP_PATH_FEED_DEV_POP,          /* /v1/feeds/F/devices/D/pop */
+    TFP_PATH_FEED_DEV_ACK,          /* /v1/feeds/F/devices/D/ack */
+    TFP_PATH_FEED_DEV_OUTFEED,      /* /v1/feeds/F/devices/D/outfeed (the computation) */
     TFP_PATH_BAD_NAME               /* a known prefix followed by an invalid name */
 } tfp_path_t;
 
 typedef struct {
     tfp_path_t kind;
-    char name[256];                 /* tensor, route or worker id; "" if none */
-    char sub[256];                  /* the call id of TFP_PATH_WORKER_REPLY */
+    char name[256];                 /* tensor, route, worker id or feed; "" if none */
+    char sub[256];                  /* the call id of TFP_PATH_WORKER_REPLY; a feed path's
+                                     * device token */
 } tfp_path_info_t;
 
 /* Classifies path. Every name in it must match tfp_name_valid (else TFP_PATH_BAD_NAME). */
@@ -53,7 +64,7 @@ typedef struct {
     const char *method;             /* "GET", ... */
     const char *path;               /* decoded, without the query */
     const char *wait;               /* the query's wait= value */
-    const char *prefix, *after, *limit;  /* the query's, for GET /v1/tensors */
+    const char *prefix, *after, *limit;  /* the query's: GET /v1/tensors (after: a name), GET /v1/feeds/F/outfeed (after: a seq) */
     const char *if_match, *if_none_match, *if_range, *range;     /* conditional, partial */
     const char *ttl;                /* Tfetch-TTL (PUT): seconds the document lives */
     int64_t content_length;         /* -1 when absent or when the body is chunked */
@@ -64,6 +75,12 @@ typedef struct {
     const char *user;               /* Tfetch-User */
     const char *request_id;         /* Tfetch-Request-Id */
     const char *worker_secret;      /* Tfetch-Worker-Secret */
+    /* feeds */
+    const char *seq;                /* Tfetch-Seq */
+    const char *producer;           /* Tfetch-Producer */
+    const char *consumer;           /* Tfetch-Consumer */
+    const char *prefer;             /* Prefer (its wait=MS) */
+    const char *ack, *through;      /* the query's ack=, through= values (after: above) */
     uint64_t max_body;              /* the largest document body the server takes */
 } tfp_http_req_t;
 
@@ -71,7 +88,9 @@ typedef struct {
  * this order, with e set (code, message, and for TFP_EMETHOD the methods allowed):
  *   the request id, the user id, the worker secret (TFP_EBADREQ), the path (TFP_ENOTFOUND; TFP_EBADREQ for a
  *   bad name in it, or for a control character anywhere in it: the transport has already
- *   refused a NUL, raw or %00, see proto/httpframe.h), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), and for a document
+ *   refused a NUL, raw or %00, see proto/httpframe.h), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), a feed operation's
+ *   Tfetch-Seq, Tfetch-Producer, Tfetch-Consumer (required by pop and ack), Prefer's wait,
+ *   ack, through (required by ack) and after (all TFP_EBADREQ), and for a document
  *   body: the Content-Type (TFP_EMEDIATYPE), the length against max_body (TFP_ETOOBIG), a
  *   raw body's Tfetch-Dtype and Tfetch-Shape (tfp_raw_check's codes), its size (TFP_ETOOBIG).
  * Even when it fails, op->kind names the operation the path and method point at (TFP_OP_NONE

@@ -527,3 +527,20 @@ tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t
     cJSON_Delete(root);
     return st;
 }
+
+tfp_status_t tfp_parse_uint_member(const char *body, size_t len, const char *key,
+                                   uint64_t *out, tfp_err_t *err)
+{
+    cJSON *root = NULL;
+    tfp_status_t st = tfp_cj_parse(body, len, TFP_CJ_WHOLE | TFP_CJ_NODUP, &root, NULL, err);
+    if (st != TFP_OK)
+        return st;
+    const cJSON *m = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, key) : NULL;
+    uint64_t v;
+    if (tfp_cj_uint(m, 0, MAX_EXACT, &v) != 0)
+        st = tfp_err_set(err, TFP_EPROTO, "expected an object with \"%s\": N (0..2^53)", key);
+    else
+        *out = v;
+    cJSON_Delete(root);
+    return st;
+}

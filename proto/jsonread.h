@@ -61,4 +61,10 @@ void tfp_strings_free(char **v, size_t n);
 tfp_status_t tfp_parse_worker_reg(const char *body, size_t len, char *id, size_t id_size,
                                   char *secret, uint64_t *lease_ms, tfp_err_t *err);
 
+/* Reads the integer member key (0..2^53) of a JSON object, other members ignored (a feed's
+ * replies: {"seq": S, ...}, {"resume_after": S, ...}). Strict JSON, no duplicate keys.
+ * TFP_OK and *out, or TFP_EPROTO / TFP_ENOMEM (*out untouched). */
+tfp_status_t tfp_parse_uint_member(const char *body, size_t len, const char *key,
+                                   uint64_t *out, tfp_err_t *err);
+
 #endif

@@ -47,8 +47,19 @@ typedef enum {
     X(WORKER_REPLY, "worker_reply")         /* POST /v1/workers/NAME/calls/SUB */    \
     X(UPGRADE, "upgrade")                   /* POST /v1/upgrade */                   \
     X(SHUMAI_GET, "shumai_get")             /* Shumai's GET /NAME */                 \
-    X(SHUMAI_CALL, "shumai_call")           /* Shumai's POST /NAME */            \
-    X(READY, "ready")                       /* GET /readyz */
+    X(SHUMAI_CALL, "shumai_call")           /* Shumai's POST /NAME */                \
+    X(READY, "ready")                       /* GET /readyz */                        \
+    X(FEED_LIST, "feed_list")               /* GET /v1/feeds */                      \
+    X(FEED_DECLARE, "feed_declare")         /* PUT /v1/feeds/F */                    \
+    X(FEED_STATS, "feed_stats")             /* GET /v1/feeds/F */                    \
+    X(FEED_DELETE, "feed_delete")           /* DELETE /v1/feeds/F */                 \
+    X(FEED_INFEED, "feed_infeed")           /* POST /v1/feeds/F[/devices/D]/infeed */\
+    X(FEED_POP, "feed_pop")                 /* POST /v1/feeds/F/devices/D/pop */     \
+    X(FEED_ACK, "feed_ack")                 /* POST /v1/feeds/F/devices/D/ack */     \
+    X(FEED_OUTFEED_PUSH, "feed_outfeed_push") /* POST /v1/feeds/F/devices/D/outfeed */\
+    X(FEED_OUTFEED_GET, "feed_outfeed_get") /* GET /v1/feeds/F/outfeed */            \
+    X(FEED_DONE, "feed_done")               /* POST /v1/feeds/F/done */              \
+    X(FEED_RESET, "feed_reset")             /* POST /v1/feeds/F/reset */
 
 typedef enum {
 #define X(n, s) TFP_OP_##n,
@@ -86,13 +97,26 @@ typedef struct {
     char request_id[TFP_MAX_REQUEST_ID + 1];    /* "" when the client chose none */
 } tfp_op_who_t;
 
+/* A feed operation's stream and positions (doc/PROTOCOL.md, "Feeds"). */
+typedef struct {
+    uint64_t seq;                   /* infeed, outfeed push: Tfetch-Seq (from 1); 0: none */
+    char producer[TFP_MAX_USER_ID + 1];         /* Tfetch-Producer; "" when none */
+    char consumer[TFP_MAX_USER_ID + 1];         /* pop, ack: Tfetch-Consumer (required) */
+    uint64_t ack;                   /* pop: ?ack=P; ack: ?through=P */
+    int has_ack;
+    uint64_t after;                 /* outfeed get: ?after=S (0 when absent) */
+} tfp_op_feed_t;
+
 typedef struct {
     tfp_op_kind_t kind;
-    char name[TFP_MAX_TENSOR_NAME + 1];         /* tensor, route or worker id; "" if none */
-    char sub[TFP_MAX_TENSOR_NAME + 1];          /* WORKER_REPLY: the call id */
+    char name[TFP_MAX_TENSOR_NAME + 1];         /* tensor, route, worker id or feed; "" if none */
+    char sub[TFP_MAX_TENSOR_NAME + 1];          /* WORKER_REPLY: the call id; FEED_*: the
+                                                 * device token ("" for a whole-feed path) */
     char worker_secret[TFP_WORKER_SECRET_LEN + 1];  /* Tfetch-Worker-Secret; "" if none */
     tfp_op_who_t who;
-    uint64_t wait_ms;               /* TENSOR_GET, WORKER_POLL: how long to wait, uncapped */
+    uint64_t wait_ms;               /* TENSOR_GET, WORKER_POLL, FEED_POP, FEED_OUTFEED_GET
+                                     * (?wait=), FEED_INFEED, FEED_OUTFEED_PUSH (Prefer:
+                                     * wait=): how long to wait, uncapped */
     tfp_op_body_t body;
     tfp_media_t accept;             /* the answer's form (HTTP: Accept); NONE: the default */
     struct {                        /* TENSOR_LIST: which names, in name order */
@@ -105,6 +129,7 @@ typedef struct {
         tfp_etags_t if_match, if_none_match, if_range;
         tfp_range_t range;          /* GET only; NONE when absent, ignored or If-Range fails */
     } cond;
+    tfp_op_feed_t feed;             /* FEED_*: stream ids and positions */
 } tfp_op_t;
 
 #define TFP_OP_MAX_MSG 512

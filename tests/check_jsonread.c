@@ -319,6 +319,32 @@ START_TEST(cj_count_refuses_non_integers)
 }
 END_TEST
 
+/* A feed's replies ({"seq": S}, {"resume_after": S}): one integer member, hostile bodies
+ * refused. */
+START_TEST(uint_member)
+{
+    tfp_err_t err;
+    uint64_t v = 7;
+    const char *ok = "{\"seq\":42,\"round\":3,\"generation\":1}";
+    ck_assert_int_eq(tfp_parse_uint_member(ok, strlen(ok), "seq", &v, &err), TFP_OK);
+    ck_assert_uint_eq(v, 42);
+    ck_assert_int_eq(tfp_parse_uint_member(ok, strlen(ok), "round", &v, &err), TFP_OK);
+    ck_assert_uint_eq(v, 3);
+    const char *bad[] = {
+        "", "[]", "42", "{\"seq\":-1}", "{\"seq\":1.5}", "{\"seq\":\"1\"}",
+        "{\"seq\":1,\"seq\":2}", "{\"seq\":1e20}", "{\"seq\":18446744073709551616}",
+        "{\"other\":1}",
+        "{\"seq\":1} trailing", "{\"seq\":01}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = 7;
+        ck_assert_msg(tfp_parse_uint_member(bad[i], strlen(bad[i]), "seq", &v, &err) != TFP_OK,
+                      "accepted %s", bad[i]);
+        ck_assert_uint_eq(v, 7);
+    }
+}
+END_TEST
+
 Suite *suite_jsonread(void)
 {
     Suite *s = suite_create("jsonread");
@@ -333,6 +359,7 @@ Suite *suite_jsonread(void)
     tcase_add_test(tc, listing_malformed);
     tcase_add_test(tc, cj_uint_exact);
     tcase_add_test(tc, cj_count_refuses_non_integers);
+    tcase_add_test(tc, uint_member);
     suite_add_tcase(s, tc);
 
     return s;

@@ -465,6 +465,164 @@ START_TEST(op_long_fields)
 }
 END_TEST
 
+/* The feed paths: each operation, its names, the device token. */
+START_TEST(op_feed_kinds)
+{
+    static const struct {
+        const char *method, *path;
+        tfp_op_kind_t kind;
+        const char *name, *sub;
+    } cases[] = {
+        {"GET", "/v1/feeds", TFP_OP_FEED_LIST, "", ""},
+        {"GET", "/v1/feeds/", TFP_OP_FEED_LIST, "", ""},
+        {"PUT", "/v1/feeds/f", TFP_OP_FEED_DECLARE, "f", ""},
+        {"GET", "/v1/feeds/f", TFP_OP_FEED_STATS, "f", ""},
+        {"HEAD", "/v1/feeds/f", TFP_OP_FEED_STATS, "f", ""},
+        {"DELETE", "/v1/feeds/f", TFP_OP_FEED_DELETE, "f", ""},
+        {"POST", "/v1/feeds/f/infeed", TFP_OP_FEED_INFEED, "f", ""},
+        {"POST", "/v1/feeds/f/devices/gpu0/infeed", TFP_OP_FEED_INFEED, "f", "gpu0"},
+        {"POST", "/v1/feeds/f/devices/3/outfeed", TFP_OP_FEED_OUTFEED_PUSH, "f", "3"},
+        {"GET", "/v1/feeds/f/outfeed", TFP_OP_FEED_OUTFEED_GET, "f", ""},
+        {"POST", "/v1/feeds/f/done", TFP_OP_FEED_DONE, "f", ""},
+        {"POST", "/v1/feeds/f/reset", TFP_OP_FEED_RESET, "f", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tfp_http_req_t in = req(cases[i].method, cases[i].path);
+        tfp_op_t op;
+        tfp_op_err_t e;
+        parses_at((int)i, &in, TFP_OK, cases[i].kind, NULL, &op, &e);
+        ck_assert_str_eq(op.name, cases[i].name);
+        ck_assert_str_eq(op.sub, cases[i].sub);
+        ck_assert_uint_eq(op.feed.seq, 0);
+        ck_assert_int_eq(op.feed.has_ack, 0);
+    }
+    tfp_op_t op;
+    tfp_op_err_t e;
+    tfp_http_req_t in = req("PUT", "/v1/feeds/f");
+    PARSES(&in, TFP_OK, TFP_OP_FEED_DECLARE, NULL);
+    ck_assert_int_eq(op.body.kind, TFP_BODY_JSON);
+    in = req("POST", "/v1/feeds/f/devices/0/pop");
+    in.consumer = "c-1";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_POP, NULL);
+    ck_assert_str_eq(op.feed.consumer, "c-1");
+    ck_assert_str_eq(op.sub, "0");
+    in = req("POST", "/v1/feeds/f/devices/0/ack");
+    in.consumer = "c-1";
+    in.through = "7";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_ACK, NULL);
+    ck_assert_int_eq(op.feed.has_ack, 1);
+    ck_assert_uint_eq(op.feed.ack, 7);
+    /* unknown tails and bad names */
+    in = req("POST", "/v1/feeds/f/nothing");
+    PARSES(&in, TFP_ENOTFOUND, TFP_OP_NONE, NULL);
+    in = req("POST", "/v1/feeds/f/devices/0/nothing");
+    PARSES(&in, TFP_ENOTFOUND, TFP_OP_NONE, NULL);
+    in = req("POST", "/v1/feeds/f/devices/0");
+    PARSES(&in, TFP_ENOTFOUND, TFP_OP_NONE, NULL);
+    in = req("POST", "/v1/feeds/../infeed");
+    PARSES(&in, TFP_EBADREQ, TFP_OP_NONE, NULL);
+    in = req("POST", "/v1/feeds/f/devices/a*b/pop");
+    PARSES(&in, TFP_EBADREQ, TFP_OP_NONE, NULL);
+    /* methods */
+    in = req("GET", "/v1/feeds/f/devices/0/pop");
+    PARSES(&in, TFP_EMETHOD, TFP_OP_FEED_POP, NULL);
+    ck_assert_str_eq(e.allow, "POST");
+    in = req("POST", "/v1/feeds/f/outfeed");
+    PARSES(&in, TFP_EMETHOD, TFP_OP_FEED_OUTFEED_GET, NULL);
+    ck_assert_str_eq(e.allow, "GET,HEAD");
+    in = req("POST", "/v1/feeds");
+    PARSES(&in, TFP_EMETHOD, TFP_OP_FEED_LIST, NULL);
+}
+END_TEST
+
+/* The feed headers and query values: Tfetch-Seq, -Producer, -Consumer, Prefer, ack, through,
+ * after, wait; each refusal with its message. */
+START_TEST(op_feed_fields)
+{
+    tfp_op_t op;
+    tfp_op_err_t e;
+    tfp_http_req_t in = req("POST", "/v1/feeds/f/devices/0/infeed");
+    in.content_length = 4;
+    in.content_type = "application/x-safetensors";
+    in.seq = "12";
+    in.producer = "loader.3";
+    in.prefer = "respond-async, wait=250";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_INFEED, NULL);
+    ck_assert_uint_eq(op.feed.seq, 12);
+    ck_assert_str_eq(op.feed.producer, "loader.3");
+    ck_assert_uint_eq(op.wait_ms, 250);
+    ck_assert_int_eq(op.body.kind, TFP_BODY_SAFETENSORS);
+    in.prefer = "Wait = 9;x=1";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_INFEED, NULL);
+    ck_assert_uint_eq(op.wait_ms, 9);
+    in.prefer = "handling=lenient";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_INFEED, NULL);
+    ck_assert_uint_eq(op.wait_ms, 0);
+    in.wait = "100";                                /* ?wait= is not an infeed's */
+    PARSES(&in, TFP_OK, TFP_OP_FEED_INFEED, NULL);
+    ck_assert_uint_eq(op.wait_ms, 0);
+    in.prefer = "wait=";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_INFEED, "Prefer: wait= must be a number of milliseconds");
+    in.prefer = "wait=-1";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_INFEED, NULL);
+    in.prefer = NULL;
+    in.seq = "0";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_INFEED, "Tfetch-Seq must be a sequence number from 1, "
+           "got '0'");
+    in.seq = "1x";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_INFEED, NULL);
+    in.seq = NULL;
+    in.producer = "a b";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_INFEED, "Tfetch-Producer must match "
+           "[A-Za-z0-9._-]{1,128}");
+    in.producer = NULL;
+    in.content_type = "application/json";
+    PARSES(&in, TFP_EMEDIATYPE, TFP_OP_FEED_INFEED, NULL);
+    in.content_type = "application/octet-stream";
+    in.dtype = "F32";
+    in.shape = "1";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_INFEED, NULL);
+    ck_assert_int_eq(op.body.kind, TFP_BODY_RAW);
+
+    in = req("POST", "/v1/feeds/f/devices/0/pop");
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_POP, "a consumer names itself: Tfetch-Consumer is "
+           "required");
+    in.consumer = "bad id";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_POP, "Tfetch-Consumer must match "
+           "[A-Za-z0-9._-]{1,128}");
+    in.consumer = "c";
+    in.wait = "500";
+    in.ack = "3";
+    in.seq = "5";                                   /* not a pop's: ignored */
+    PARSES(&in, TFP_OK, TFP_OP_FEED_POP, NULL);
+    ck_assert_uint_eq(op.wait_ms, 500);
+    ck_assert_int_eq(op.feed.has_ack, 1);
+    ck_assert_uint_eq(op.feed.ack, 3);
+    ck_assert_uint_eq(op.feed.seq, 0);
+    in.ack = "-3";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_POP, "ack must be a position (a non-negative integer), "
+           "got '-3'");
+    in.ack = NULL;
+    in.wait = "soon";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_POP, NULL);
+
+    in = req("POST", "/v1/feeds/f/devices/0/ack");
+    in.consumer = "c";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_ACK, "ack needs ?through=POSITION");
+    in.through = "x";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_ACK, NULL);
+
+    in = req("GET", "/v1/feeds/f/outfeed");
+    in.after = "41";
+    in.wait = "10";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_OUTFEED_GET, NULL);
+    ck_assert_uint_eq(op.feed.after, 41);
+    ck_assert_uint_eq(op.wait_ms, 10);
+    in.after = "";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_OUTFEED_GET, NULL);
+}
+END_TEST
+
 Suite *suite_op(void)
 {
     Suite *s = suite_create("op");
@@ -482,6 +640,8 @@ Suite *suite_op(void)
     tcase_add_test(tc, op_shumai_and_worker_bodies);
     tcase_add_test(tc, op_check_length);
     tcase_add_test(tc, op_long_fields);
+    tcase_add_test(tc, op_feed_kinds);
+    tcase_add_test(tc, op_feed_fields);
     suite_add_tcase(s, tc);
     return s;
 }

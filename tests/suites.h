@@ -35,5 +35,9 @@ Suite *suite_accesslog(void);
 Suite *suite_httpframe(void);
 Suite *suite_framing(void);
 Suite *suite_conns(void);
+Suite *suite_feeddecl(void);
+Suite *suite_feeds(void);
+Suite *suite_feeds_e2e(void);
+Suite *suite_feedclient(void);
 
 #endif

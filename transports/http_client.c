@@ -299,6 +299,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         r->dtype[0] = r->shape[0] = '\0';
         r->call_id[0] = r->route[0] = r->call_user[0] = r->call_request_id[0] = '\0';
         r->upgrade[0] = '\0';
+        r->position[0] = r->seq[0] = r->round[0] = r->generation[0] = r->device[0] = '\0';
+        r->retry_after[0] = '\0';
         return n;
     }
     const char *colon = memchr(line, ':', n);
@@ -327,6 +329,18 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         copy_value(r->call_request_id, sizeof(r->call_request_id), v, vlen);
     else if (header_is(line, name_len, "Tfetch-Upgrade"))
         copy_value(r->upgrade, sizeof(r->upgrade), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Position"))
+        copy_value(r->position, sizeof(r->position), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Seq"))
+        copy_value(r->seq, sizeof(r->seq), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Round"))
+        copy_value(r->round, sizeof(r->round), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Generation"))
+        copy_value(r->generation, sizeof(r->generation), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Device"))
+        copy_value(r->device, sizeof(r->device), v, vlen);
+    else if (header_is(line, name_len, "Retry-After"))
+        copy_value(r->retry_after, sizeof(r->retry_after), v, vlen);
     return n;
 }
 

@@ -65,6 +65,13 @@ typedef struct {
     char call_user[129];            /* Tfetch-Call-User */
     char call_request_id[129];      /* Tfetch-Call-Request-Id */
     char upgrade[32];               /* Tfetch-Upgrade: what the server can upgrade to */
+    /* A feed's reply (doc/PROTOCOL.md, feeds): the item's place in its queue, as sent. */
+    char position[24];              /* Tfetch-Position */
+    char seq[24];                   /* Tfetch-Seq */
+    char round[24];                 /* Tfetch-Round */
+    char generation[24];            /* Tfetch-Generation */
+    char device[24];                /* Tfetch-Device */
+    char retry_after[24];           /* Retry-After */
     uint8_t *body;                  /* owned by the request; always NUL-terminated */
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */

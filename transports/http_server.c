@@ -133,6 +133,12 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .request_id = header(r, "Tfetch-Request-Id"),
         .ttl = header(r, "Tfetch-TTL"),
         .worker_secret = header(r, "Tfetch-Worker-Secret"),
+        .seq = header(r, "Tfetch-Seq"),
+        .producer = header(r, "Tfetch-Producer"),
+        .consumer = header(r, "Tfetch-Consumer"),
+        .prefer = header(r, "Prefer"),
+        .ack = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "ack"),
+        .through = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "through"),
         .max_body = HR(r)->srv->cfg.max_body,
     };
     tfp_http_op_parse(&in, &r->op, &r->op_err);

@@ -1,0 +1,566 @@
+/* check_feedclient.c - the feed API of libtfetch (client/feed.c and its backends) against the
+ * real tfetchd (tests/fixtures.c, port 0): the host and sim backends end to end, prefetch,
+ * release and cumulative acks (a released gap is not acknowledged; an unreleased item comes
+ * again), the outfeed both ways, done (TF_EDONE after draining), reset (a new generation),
+ * the asynchronous pops and pushes (callbacks exactly once, in order), the cuda backend's
+ * no-device fall back, argument checks, and the tfetch feed commands.
+ * Each test starts its own daemon (Check forks per test).
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "tests/fixtures.h"
+#include "client/tfetch.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+Suite *suite_feedclient(void);         /* registered in tests/suites.h */
+
+static td_daemon_t D;
+static tf_client_t *C;
+static char FEED[128];
+
+static const char DECL[] = "{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
+                           "\"shape\":[4]}],\"max_items\":16,\"lease_ms\":2000}";
+
+static void setup(void)
+{
+    const char *const args[] = {NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    ck_assert_int_eq(tf_client_new(&C), TF_OK);
+    snprintf(FEED, sizeof(FEED), "%s/v1/feeds/f", D.base);
+    ck_assert_int_eq(tf_feed_declare(C, FEED, DECL, NULL), TF_OK);
+}
+
+static void teardown(void)
+{
+    tf_client_free(C);
+    C = NULL;
+    td_stop(&D, SIGTERM, 10000);
+    td_cleanup();
+}
+
+/* An item: F32 x[4] = {v, v+1, v+2, v+3}. */
+static tf_doc_t *item_doc(float v)
+{
+    float x[4] = {v, v + 1, v + 2, v + 3};
+    int64_t shape[1] = {4};
+    tf_doc_t *d = tf_doc_new();
+    ck_assert_ptr_nonnull(d);
+    ck_assert_int_eq(tf_doc_add(d, "x", TF_F32, 1, shape, x, sizeof(x), TF_COPY), TF_OK);
+    return d;
+}
+
+static void push(float v, uint64_t seq)
+{
+    tf_doc_t *d = item_doc(v);
+    uint64_t round = 0;
+    ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, seq, 0, &round), TF_OK);
+    ck_assert_uint_gt(round, 0);
+    tf_doc_free(d);
+}
+
+static float first_value(const tf_item_t *it)
+{
+    const tf_tensor_t *t = tf_doc_find(tf_item_doc(it), "x");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->nbytes, 16);
+    float v;
+    memcpy(&v, t->data, sizeof(v));
+    return v;
+}
+
+/* A number from the feed's stats, device 0: "released":N. */
+static long stat_of(const char *key)
+{
+    char *json = NULL;
+    ck_assert_int_eq(tf_feed_stats(C, FEED, &json), TF_OK);
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    ck_assert_msg(p != NULL, "no %s in %s", key, json);
+    long v = strtol(p + strlen(pat), NULL, 10);
+    tf_free(json);
+    return v;
+}
+
+/* Pops n items in order from a feed on backend be and checks each. */
+static void pop_in_order(const char *be, int n)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", be, &feed), TF_OK);
+    ck_assert_str_eq(tf_feed_backend(feed), be);
+    for (int i = 0; i < n; i++) {
+        tf_item_t *it = NULL;
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert_uint_eq(tf_item_position(it), (uint64_t)i + 1);
+        ck_assert_uint_eq(tf_item_seq(it), (uint64_t)i + 1);
+        ck_assert_uint_eq(tf_item_generation(it), 1);
+        ck_assert(first_value(it) == (float)(10 * i));
+        tf_item_release(it);
+    }
+    tf_feed_detach(feed);
+    ck_assert_int_eq(stat_of("released"), n);
+    ck_assert_int_eq(stat_of("depth"), 0);
+}
+
+/* ---- end to end -------------------------------------------------------------------------- */
+
+START_TEST(host_end_to_end)
+{
+    for (int i = 0; i < 5; i++)
+        push((float)(10 * i), (uint64_t)i + 1);
+    pop_in_order("host", 5);
+}
+END_TEST
+
+START_TEST(sim_end_to_end)
+{
+    setenv("TFETCH_SIM_LATENCY_US", "2000", 1);
+    for (int i = 0; i < 5; i++)
+        push((float)(10 * i), (uint64_t)i + 1);
+    pop_in_order("sim", 5);
+}
+END_TEST
+
+/* A retried seq is acknowledged by the server, not enqueued twice: the feed sees it once. */
+START_TEST(seq_retry_once)
+{
+    push(0, 1);
+    push(0, 1);
+    push(10, 2);
+    pop_in_order("host", 2);
+}
+END_TEST
+
+/* ---- prefetch and acks --------------------------------------------------------------------- */
+
+START_TEST(prefetch_fills)
+{
+    for (int i = 0; i < 6; i++)
+        push((float)(10 * i), 0);
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.prefetch = 3;
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "sim", &o, &feed), TF_OK);
+    tf_item_t *it = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    /* While the caller holds one, the feed brings the next three. */
+    for (int i = 0; i < 100 && stat_of("delivered") < 4; i++)
+        tf_client_run(C, 20);
+    ck_assert_int_eq(stat_of("delivered"), 4);
+    ck_assert_int_eq(stat_of("released"), 0);
+    /* Without a pop waiting, they arrive and are copied: then ready at once (timeout 0). */
+    tf_item_release(it);
+    for (int i = 1; i < 4; i++) {
+        tf_status_t st = TF_EAGAIN;
+        for (int k = 0; k < 500 && (st = tf_infeed_pop(feed, 0, &it)) == TF_EAGAIN; k++) {
+            usleep(10000);
+            tf_client_run(C, 0);
+        }
+        ck_assert_int_eq(st, TF_OK);
+        ck_assert(first_value(it) == (float)(10 * i));
+        tf_item_release(it);
+    }
+    /* The releases ride on the next pop request. */
+    for (int i = 0; i < 100 && stat_of("released") < 4; i++)
+        tf_client_run(C, 20);
+    ck_assert_int_eq(stat_of("released"), 4);
+    tf_feed_detach(feed);
+}
+END_TEST
+
+/* An ack is cumulative through the first unreleased item: releasing 2 before 1 acks nothing. */
+START_TEST(ack_is_cumulative)
+{
+    for (int i = 0; i < 3; i++)
+        push((float)(10 * i), 0);
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.flags = TF_FEED_NO_PREFETCH;
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "host", &o, &feed), TF_OK);
+    tf_item_t *a = NULL, *b = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &a), TF_OK);
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &b), TF_OK);
+    ck_assert_uint_eq(tf_item_position(b), 2);
+    tf_item_release(b);
+    ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
+    ck_assert_int_eq(stat_of("released"), 0);
+    tf_item_release(a);
+    ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
+    ck_assert_int_eq(stat_of("released"), 2);
+    ck_assert_int_eq(stat_of("delivered"), 2);  /* no prefetch: item 3 still waits */
+    tf_feed_detach(feed);
+}
+END_TEST
+
+/* An item never released comes again: to the same consumer id at once. */
+START_TEST(unreleased_comes_again)
+{
+    push(0, 0);
+    push(10, 0);
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.flags = TF_FEED_NO_PREFETCH;
+    o.consumer = "loop-a";
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "host", &o, &feed), TF_OK);
+    tf_item_t *it = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    tf_feed_detach(feed);               /* the step died: never released */
+    /* Another consumer is refused while the lease lives. */
+    o.consumer = "loop-b";
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "host", &o, &feed), TF_OK);
+    ck_assert_int_eq(tf_infeed_pop(feed, 200, &it), TF_ECONFLICT);
+    tf_feed_detach(feed);
+    /* After the lease (2 s) it gets the item again, first. */
+    o.consumer = "loop-b";
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "host", &o, &feed), TF_OK);
+    tf_status_t st = TF_ECONFLICT;
+    for (int i = 0; i < 60 && st == TF_ECONFLICT; i++) {
+        st = tf_infeed_pop(feed, 200, &it);
+        if (st == TF_ECONFLICT)
+            usleep(100000);
+    }
+    ck_assert_int_eq(st, TF_OK);
+    ck_assert(first_value(it) == 0.0f);
+    tf_item_release(it);
+    tf_feed_detach(feed);
+    ck_assert_int_ge(stat_of("redeliveries"), 1);
+}
+END_TEST
+
+/* ---- done, reset, timeouts ----------------------------------------------------------------- */
+
+START_TEST(done_after_drain)
+{
+    push(0, 0);
+    push(10, 0);
+    ck_assert_int_eq(tf_feed_done(C, FEED), TF_OK);
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "sim", &feed), TF_OK);
+    tf_item_t *it = NULL;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        tf_item_release(it);
+    }
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_EDONE);
+    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EDONE);  /* and it stays so */
+    tf_feed_detach(feed);
+    ck_assert_int_eq(stat_of("released"), 2);
+}
+END_TEST
+
+START_TEST(empty_times_out)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", NULL, &feed), TF_OK);
+    ck_assert_str_eq(tf_feed_backend(feed), "host");
+    tf_item_t *it = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);
+    ck_assert_int_eq(tf_infeed_pop(feed, 150, &it), TF_EAGAIN);
+    push(5, 0);                         /* then it comes */
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    ck_assert(first_value(it) == 5.0f);
+    tf_item_release(it);
+    tf_feed_detach(feed);
+}
+END_TEST
+
+START_TEST(reset_new_generation)
+{
+    push(0, 0);
+    push(10, 0);
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.flags = TF_FEED_NO_PREFETCH;
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "host", &o, &feed), TF_OK);
+    tf_item_t *old = NULL, *it = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &old), TF_OK);
+    uint64_t g = 0;
+    ck_assert_int_eq(tf_feed_reset(C, FEED, &g), TF_OK);
+    ck_assert_uint_eq(g, 2);
+    push(77, 0);
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    ck_assert_uint_eq(tf_item_generation(it), 2);
+    ck_assert_uint_eq(tf_item_position(it), 1);
+    ck_assert(first_value(it) == 77.0f);
+    tf_item_release(old);               /* of generation 1: harmless */
+    tf_item_release(it);
+    ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
+    ck_assert_int_eq(stat_of("released"), 1);
+    tf_feed_detach(feed);
+}
+END_TEST
+
+/* ---- the outfeed ---------------------------------------------------------------------------- */
+
+START_TEST(outfeed_both_ways)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "sim", &feed), TF_OK);
+    for (int i = 0; i < 3; i++) {
+        tf_doc_t *d = item_doc((float)i);
+        uint64_t seq = 0;
+        ck_assert_int_eq(tf_outfeed_push(feed, d, &seq), TF_OK);
+        ck_assert_uint_eq(seq, (uint64_t)i + 1);
+        tf_doc_free(d);
+    }
+    tf_feed_detach(feed);
+    for (uint64_t after = 0; after < 3; after++) {
+        tf_doc_t *d = NULL;
+        uint64_t seq = 0;
+        int dev = -2;
+        ck_assert_int_eq(tf_outfeed_get(C, FEED, after, 1000, &d, &seq, &dev), TF_OK);
+        ck_assert_uint_eq(seq, after + 1);
+        ck_assert_int_eq(dev, 0);
+        float v;
+        memcpy(&v, tf_doc_find(d, "x")->data, sizeof(v));
+        ck_assert(v == (float)after);
+        tf_doc_free(d);
+    }
+    tf_doc_t *d = NULL;
+    uint64_t seq = 0;
+    ck_assert_int_eq(tf_outfeed_get(C, FEED, 3, 100, &d, &seq, NULL), TF_EAGAIN);
+    ck_assert_ptr_null(d);
+}
+END_TEST
+
+/* ---- asynchronous pops and pushes ------------------------------------------------------------ */
+
+typedef struct {
+    int calls[8];
+    tf_status_t st[8];
+    float v[8];
+    int order[8];
+    int n;
+    uint64_t seq[8];
+} record_t;
+
+static int rec_index;
+
+static void on_pop(tf_feed_t *feed, tf_status_t st, tf_item_t *it, void *ud)
+{
+    record_t *r = ud;
+    int i = rec_index++;
+    r->calls[i]++;
+    r->st[i] = st;
+    r->order[r->n++] = i;
+    if (st == TF_OK) {
+        r->v[i] = first_value(it);
+        tf_item_release(it);
+    }
+}
+
+static void on_push(tf_feed_t *feed, tf_status_t st, uint64_t seq, void *ud)
+{
+    record_t *r = ud;
+    r->calls[r->n] = 1;
+    r->st[r->n] = st;
+    r->seq[r->n++] = seq;
+}
+
+START_TEST(async_pops_in_order)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "sim", &feed), TF_OK);
+    record_t r = {0};
+    rec_index = 0;
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(tf_infeed_pop_start(feed, 10000, on_pop, &r), TF_OK);
+    ck_assert_uint_ge(tf_client_pending(C), 3);
+    for (int i = 0; i < 3; i++)
+        push((float)(10 * i), 0);
+    ck_assert_int_eq(tf_client_run(C, 10000), TF_OK);
+    ck_assert_int_eq(r.n, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(r.calls[i], 1);
+        ck_assert_int_eq(r.st[i], TF_OK);
+        ck_assert(r.v[i] == (float)(10 * i));
+    }
+    /* A pending pop canceled by detach: its callback runs once, TF_ECANCELED. */
+    ck_assert_int_eq(tf_infeed_pop_start(feed, -1, on_pop, &r), TF_OK);
+    tf_feed_detach(feed);
+    ck_assert_int_eq(r.n, 4);
+    ck_assert_int_eq(r.calls[3], 1);
+    ck_assert_int_eq(r.st[3], TF_ECANCELED);
+}
+END_TEST
+
+START_TEST(async_pushes_in_order)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "sim", &feed), TF_OK);
+    record_t r = {0};
+    tf_doc_t *d[4];
+    for (int i = 0; i < 4; i++) {
+        d[i] = item_doc((float)i);
+        ck_assert_int_eq(tf_outfeed_push_start(feed, d[i], on_push, &r), TF_OK);
+    }
+    ck_assert_int_eq(tf_client_run(C, 10000), TF_OK);
+    ck_assert_int_eq(r.n, 4);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(r.st[i], TF_OK);
+        ck_assert_uint_eq(r.seq[i], (uint64_t)i + 1);
+        tf_doc_free(d[i]);
+    }
+    tf_feed_detach(feed);
+    /* The outfeed kept their order. */
+    for (uint64_t after = 0; after < 4; after++) {
+        tf_doc_t *o = NULL;
+        uint64_t seq = 0;
+        ck_assert_int_eq(tf_outfeed_get(C, FEED, after, 1000, &o, &seq, NULL), TF_OK);
+        float v;
+        memcpy(&v, tf_doc_find(o, "x")->data, sizeof(v));
+        ck_assert(v == (float)after);
+        tf_doc_free(o);
+    }
+}
+END_TEST
+
+/* ---- the cuda backend without a device ----------------------------------------------------- */
+
+/* This machine has cudart (when built --with-cuda) but no driver: "no device", and the fall
+ * back to host when allowed. Built without CUDA the same calls say so, the same way. */
+START_TEST(cuda_falls_back)
+{
+    tf_feed_t *feed = NULL;
+    tf_status_t st = tf_feed_attach(C, FEED, "0", "cuda", &feed);
+    if (st == TF_OK) {
+        /* A real GPU (the device check): the items land in device memory. */
+        push(3, 0);
+        tf_item_t *it = NULL;
+        ck_assert_str_eq(tf_feed_backend(feed), "cuda");
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert_uint_eq(tf_doc_find(tf_item_doc(it), "x")->nbytes, 16);
+        tf_item_release(it);
+        tf_feed_detach(feed);
+        return;
+    }
+    ck_assert_int_eq(st, TF_ENOTIMPL);
+    ck_assert_ptr_null(feed);
+#ifdef HAVE_CUDA
+    ck_assert_msg(strstr(tf_client_last(C)->error, "no CUDA device") != NULL, "%s",
+                  tf_client_last(C)->error);
+#else
+    ck_assert_msg(strstr(tf_client_last(C)->error, "without CUDA") != NULL, "%s",
+                  tf_client_last(C)->error);
+#endif
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.flags = TF_FEED_FALLBACK_HOST;
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "cuda", &o, &feed), TF_OK);
+    ck_assert_str_eq(tf_feed_backend(feed), "host");
+    push(3, 0);
+    tf_item_t *it = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    ck_assert(first_value(it) == 3.0f);
+    tf_item_release(it);
+    tf_feed_detach(feed);
+}
+END_TEST
+
+/* ---- arguments ------------------------------------------------------------------------------ */
+
+START_TEST(bad_arguments)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, "http://127.0.0.1:1/v1/tensors/x", "0", NULL, &feed),
+                     TF_EURL);
+    ck_assert_int_eq(tf_feed_attach(C, "not a url", "0", NULL, &feed), TF_EURL);
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "tpu", &feed), TF_EINVAL);
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "a/b", NULL, &feed), TF_EINVAL);
+    ck_assert_int_eq(tf_feed_attach(C, FEED, NULL, NULL, &feed), TF_EINVAL);
+    char url[160];
+    snprintf(url, sizeof(url), "%s/v1/feeds/nosuch", D.base);
+    ck_assert_int_eq(tf_feed_attach(C, url, "0", NULL, &feed), TF_ENOTFOUND);
+    ck_assert_ptr_null(feed);
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.prefetch = 65;
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", NULL, &o, &feed), TF_EINVAL);
+    o.prefetch = 0;
+    o.consumer = "bad id!";
+    ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", NULL, &o, &feed), TF_EINVAL);
+    /* A different declaration of the same feed. */
+    ck_assert_int_eq(tf_feed_declare(C, FEED, "{\"signature\":[{\"name\":\"y\",\"dtype\":\"F32\","
+                                              "\"shape\":[1]}]}", NULL), TF_ECONFLICT);
+    /* A wrong item is refused by the signature. */
+    float y = 1;
+    int64_t shape[1] = {1};
+    tf_doc_t *d = tf_doc_new();
+    tf_doc_add(d, "y", TF_F32, 1, shape, &y, sizeof(y), TF_COPY);
+    ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, 0, 0, NULL), TF_EUNPROC);
+    tf_doc_free(d);
+    tf_feed_detach(NULL);
+    tf_item_release(NULL);
+}
+END_TEST
+
+/* ---- the tfetch feed commands ---------------------------------------------------------------- */
+
+START_TEST(cli_feed)
+{
+    const char *cli = getenv("TFETCH_CLI");
+    if (!cli)
+        cli = "./client/tfetch";
+    char cmd[1024], out[4096];
+    tf_doc_t *d = item_doc(42);
+    void *buf = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(tf_doc_encode(d, &buf, &len), TF_OK);
+    const char *in = td_tmpfile(0, buf, len);
+    tf_free(buf);
+    tf_doc_free(d);
+    const char *decl = td_tmpfile(1, DECL, strlen(DECL));
+    snprintf(cmd, sizeof(cmd), "%s feed declare %s %s", cli, FEED, decl);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"generation\""));
+    snprintf(cmd, sizeof(cmd), "%s -q feed push --device 0 --seq 1 %s %s", cli, FEED, in);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    snprintf(cmd, sizeof(cmd), "%s -q feed pop --wait 2000 --raw %s | od -An -tf4", cli, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "42") && strstr(out, "45"), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s -q feed pop --wait 100 %s >/dev/null 2>&1", cli, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 2);           /* nothing: not found */
+    snprintf(cmd, sizeof(cmd), "%s feed done %s", cli, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    snprintf(cmd, sizeof(cmd), "%s -q feed pop --wait 2000 %s >/dev/null 2>&1", cli, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 3);           /* done: 410 */
+    snprintf(cmd, sizeof(cmd), "%s feed stats %s", cli, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "\"released\":1") && strstr(out, "\"done\":true"), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s -q feed outfeed --after 0 --wait 100 %s 2>/dev/null", cli,
+             FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 2);
+    snprintf(cmd, sizeof(cmd), "%s feed stats --seq 3 %s 2>/dev/null", cli, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 1);           /* --seq: push only */
+    snprintf(cmd, sizeof(cmd), "%s get --device 0 %s 2>/dev/null", cli, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 1);           /* feed options: feed only */
+}
+END_TEST
+
+Suite *suite_feedclient(void)
+{
+    Suite *s = suite_create("feedclient");
+    TCase *tc = tcase_create("feedclient");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, host_end_to_end);
+    tcase_add_test(tc, sim_end_to_end);
+    tcase_add_test(tc, seq_retry_once);
+    tcase_add_test(tc, prefetch_fills);
+    tcase_add_test(tc, ack_is_cumulative);
+    tcase_add_test(tc, unreleased_comes_again);
+    tcase_add_test(tc, done_after_drain);
+    tcase_add_test(tc, empty_times_out);
+    tcase_add_test(tc, reset_new_generation);
+    tcase_add_test(tc, outfeed_both_ways);
+    tcase_add_test(tc, async_pops_in_order);
+    tcase_add_test(tc, async_pushes_in_order);
+    tcase_add_test(tc, cuda_falls_back);
+    tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, cli_feed);
+    suite_add_tcase(s, tc);
+    return s;
+}
