@@ -132,7 +132,8 @@ START_TEST(feeddecl_equal)
         ck_assert_msg(!tfp_feed_decl_equal(&a, &b), "%s", differ[i]);
         tfp_feed_decl_clear(&b);
     }
-    ck_assert_int_eq(parse("{\"devices\":[\"a\",\"b\"]," SIG "}", &a, &err) == TFP_OK, 1);
+    tfp_feed_decl_clear(&a);
+    ck_assert_int_eq(parse("{\"devices\":[\"a\",\"b\"]," SIG "}", &a, &err), TFP_OK);
     ck_assert_int_eq(parse("{\"devices\":[\"a\",\"c\"]," SIG "}", &b, &err), TFP_OK);
     ck_assert_int_eq(tfp_feed_decl_equal(&a, &b), 0);
     tfp_feed_decl_clear(&a);
