@@ -33,13 +33,13 @@ short names NotFound, ConnectError, Timeout, TooBig, BadURL), tagged, dtype_name
 DTYPES, library_version, __version__. See also doc/python.md.
 """
 from . import _lib
-from ._arrays import DTYPES, Array, Document, dtype_name, tagged, to_dlpack
+from ._arrays import DTYPES, PACKED, Array, Document, dtype_name, tagged, to_dlpack
 from ._client import Client, default_client, fetch
 from ._errors import Error, Result, errors
 
 __version__ = "0.1.0"
 __all__ = ["Client", "fetch", "default_client", "Document", "Array", "Result", "Error",
-           "errors", "tagged", "dtype_name", "to_dlpack", "DTYPES", "library_version",
+           "errors", "tagged", "dtype_name", "to_dlpack", "DTYPES", "PACKED", "library_version",
            "NotFound", "ConnectError", "Timeout", "TooBig", "BadURL"]
 
 # help(tfetch) and reprs show the public classes where users import them from.

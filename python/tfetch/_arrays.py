@@ -38,20 +38,28 @@ DTYPES = {
     "U64": (10, np.dtype("<u8"), (1, 64)), "U32": (11, np.dtype("<u4"), (1, 32)),
     "U16": (12, np.dtype("<u2"), (1, 16)), "U8": (13, np.dtype("u1"), (1, 8)),
     "BOOL": (14, np.dtype("?"), (6, 8)),
+    "F8_E8M0": (15, np.dtype("u1"), (14, 8)), "F8_E4M3FNUZ": (19, np.dtype("u1"), (11, 8)),
+    "F8_E5M2FNUZ": (20, np.dtype("u1"), (13, 8)), "C64": (21, np.dtype("<c8"), (5, 64)),
 }
+# Packed types (several elements per byte): name -> (tf_dtype_t value, bits per element).
+# Received as a flat uint8 tfetch.Array of the tensor's bytes, its shape in packed_shape;
+# sent as tfetch.tagged(uint8 bytes, "F4", shape=...).
+PACKED = {"F4": (16, 4), "F6_E2M3": (17, 6), "F6_E3M2": (18, 6)}
 BY_CODE = {v[0]: k for k, v in DTYPES.items()}
+BY_CODE.update({v[0]: k for k, v in PACKED.items()})
 # The numpy types without a name of their own in numpy: bf16 and fp8.
-EXTENDED = ("BF16", "F8_E4M3", "F8_E5M2")
-_ML_NAMES = {"bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+EXTENDED = ("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
+_ML_ATTRS = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+             "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+             "F8_E5M2FNUZ": "float8_e5m2fnuz"}
+_ML_NAMES = {v: k for k, v in _ML_ATTRS.items()}
 _NP_NAMES = {DTYPES[n][1].newbyteorder("="): n for n in DTYPES if n not in EXTENDED}
 
 
 def _ml_dtype(name):
     """The ml_dtypes dtype of an extended type, or None."""
-    if ml_dtypes is None:
-        return None
-    return np.dtype({"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
-                     "F8_E5M2": ml_dtypes.float8_e5m2}[name])
+    t = getattr(ml_dtypes, _ML_ATTRS[name], None) if ml_dtypes is not None else None
+    return np.dtype(t) if t is not None else None
 
 
 class Array(np.ndarray):
@@ -65,6 +73,12 @@ class Array(np.ndarray):
 
     def __array_finalize__(self, obj):
         self._tf_name = getattr(obj, "_tf_name", None)
+        self._tf_shape = getattr(obj, "_tf_shape", None)
+
+    @property
+    def packed_shape(self):
+        """A packed tensor's (F4, F6_*) shape in elements; None for the others."""
+        return self._tf_shape
 
     @property
     def dtype_name(self):
@@ -87,7 +101,10 @@ def dtype_name(a):
     A tfetch.Array keeps its name while its elements keep the size and kind of its storage."""
     dt = a.dtype
     n = getattr(a, "_tf_name", None)
-    if n and dt.itemsize == DTYPES[n][1].itemsize and (dt.kind == "u" or dt.name in _ML_NAMES):
+    if n in PACKED and dt == np.uint8:
+        return n
+    if n in DTYPES and dt.itemsize == DTYPES[n][1].itemsize and \
+            (dt.kind == "u" or dt.name in _ML_NAMES):
         return n
     if dt.name in _ML_NAMES:
         return _ML_NAMES[dt.name]
@@ -97,12 +114,26 @@ def dtype_name(a):
     return n
 
 
-def tagged(a, name):
+def tagged(a, name, shape=None):
     """A view of a's bytes as a tensor of dtype `name` (e.g. raw uint16 bits as "BF16").
-    For the extended types the view is a tfetch.Array; for the others a plain array."""
+    For the extended types the view is a tfetch.Array; for the others a plain array. A packed
+    type (F4, F6_E2M3, F6_E3M2) takes its bytes as uint8 and its `shape` in elements."""
     name = name.upper()
+    if name in PACKED:
+        a = np.ascontiguousarray(a).reshape(-1)
+        if a.dtype != np.uint8 or shape is None:
+            raise ValueError("tfetch: %s takes its packed bytes as uint8 and shape=" % name)
+        shape = tuple(int(n) for n in shape)
+        bits = int(np.prod(shape, dtype=np.int64)) * PACKED[name][1]
+        if bits % 8 or bits // 8 != a.nbytes:
+            raise ValueError("tfetch: %s %s needs %s bytes, not %d" %
+                             (name, list(shape), bits / 8, a.nbytes))
+        v = a.view(Array)
+        v._tf_name, v._tf_shape = name, shape
+        return v
     if name not in DTYPES:
-        raise ValueError("tfetch: unknown dtype %r (one of %s)" % (name, " ".join(DTYPES)))
+        raise ValueError("tfetch: unknown dtype %r (one of %s)" % (
+            name, " ".join(list(DTYPES) + list(PACKED))))
     a = np.asarray(a)
     store = _ml_dtype(name) if name in EXTENDED and _ml_dtype(name) is not None \
         else DTYPES[name][1]
@@ -133,6 +164,8 @@ def _wire_array(value):
             value = np.asarray(value)
     if name is None:
         name = dtype_name(value)
+    if name in PACKED:
+        return value, name
     if value.dtype.byteorder == ">":
         value = value.astype(value.dtype.newbyteorder("<"))  # the one copy: wrong byte order
     if not value.flags.c_contiguous:
@@ -157,10 +190,12 @@ def build_doc(tensors, metadata=None):
         for key, value in tensors.items():
             arr, name = _wire_array(value)
             keep.append(arr)
-            for k, n in enumerate(arr.shape):
+            dims = arr.packed_shape if name in PACKED else arr.shape
+            for k, n in enumerate(dims):
                 shape[k] = n
             ptr = arr.__array_interface__["data"][0] if arr.nbytes else None
-            st = lib.tf_doc_add(doc, str(key).encode(), DTYPES[name][0], arr.ndim, shape,
+            code = PACKED[name][0] if name in PACKED else DTYPES[name][0]
+            st = lib.tf_doc_add(doc, str(key).encode(), code, len(dims), shape,
                                 ptr, arr.nbytes, _lib.TF_BORROW)
             if st != 0:
                 raise error_for(st, "tensor %r (%s %s): %s" % (key, name, list(arr.shape),
@@ -235,8 +270,13 @@ def wrap_doc(ptr):
     for i in range(lib.tf_doc_count(ptr)):
         t = lib.tf_doc_at(ptr, i).contents
         name = BY_CODE[t.dtype]
-        store = DTYPES[name][1]
         shape = tuple(t.shape[k] for k in range(t.rank))
+        if name in PACKED:                          # bytes, with the shape beside them
+            a = np.asarray(_View(owner, (t.nbytes,), "|u1", t.data)).view(Array)
+            a._tf_name, a._tf_shape = name, shape
+            out[t.name.decode("utf-8")] = a
+            continue
+        store = DTYPES[name][1]
         a = np.asarray(_View(owner, shape, store.str, t.data))
         if name in EXTENDED:
             ml = _ml_dtype(name)
@@ -297,6 +337,8 @@ def to_dlpack(a):
     """A DLPack capsule ("dltensor") over a's memory, no copy: bf16 as kDLBfloat, fp8 as
     kDLFloat8_e4m3fn / kDLFloat8_e5m2, the rest as numpy would."""
     name = dtype_name(a)
+    if name in PACKED:
+        raise BufferError("tfetch: packed %s has no DLPack export here" % name)
     code, bits = DTYPES[name][2]
     if a.dtype.itemsize * 8 != bits:
         raise BufferError("tfetch: %s stored in %d-byte elements" % (name, a.dtype.itemsize))

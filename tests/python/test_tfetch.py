@@ -96,6 +96,8 @@ def sample(name, shape=(2, 3), seed=0):
         return tfetch.tagged(bits.reshape(shape), name)
     if store.kind == "f":
         return rng.standard_normal(n).astype(store).reshape(shape)
+    if store.kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(store).reshape(shape)
     info = np.iinfo(store)
     return rng.integers(info.min, info.max, n, dtype=store, endpoint=True).reshape(shape)
 
@@ -141,6 +143,26 @@ class TestDocuments(Base):
                         self.assertEqual(got.dtype, _arrays.DTYPES[name][1])
                         np.testing.assert_array_equal(got, a)
 
+    def test_packed_dtypes_round_trip(self):
+        """F4 and F6_*: bytes as uint8 with the element shape beside them, no copy."""
+        for name, (_, bits) in tfetch.PACKED.items():
+            with self.subTest(dtype=name):
+                shape = (4, 6)
+                raw_bytes = np.arange(4 * 6 * bits // 8, dtype=np.uint8)
+                a = tfetch.tagged(raw_bytes, name, shape=shape)
+                self.assertEqual(tfetch.dtype_name(a), name)
+                self.c.put("pk-" + name, {"t": a})
+                got = self.c.get("pk-" + name)["t"]
+                self.assertIsInstance(got, tfetch.Array)
+                self.assertEqual(got.dtype_name, name)
+                self.assertEqual(got.packed_shape, shape)
+                self.assertEqual(got.dtype, np.uint8)
+                self.assertEqual(raw(got), raw(raw_bytes))
+        with self.assertRaises(ValueError):
+            tfetch.tagged(np.zeros(3, dtype=np.uint8), "F4", shape=(3,))   # 1.5 bytes
+        with self.assertRaises(ValueError):
+            tfetch.tagged(np.zeros(2, dtype=np.uint8), "F4")                # no shape
+
     def test_extended_dtype_tuples_and_tags(self):
         bits = np.array([0x3F80, 0x4000, 0xC040], dtype=np.uint16)     # 1.0, 2.0, -3.0 bf16
         self.c.put("bf", {"b": (bits, "BF16"), "e4": (np.arange(3, dtype=np.uint8), "F8_E4M3"),
@@ -159,8 +181,8 @@ class TestDocuments(Base):
             tfetch.tagged(np.zeros(2, np.float32), "BF16")
         with self.assertRaises(ValueError):
             tfetch.tagged(np.zeros(2, np.uint16), "F17")
-        with self.assertRaises(ValueError):
-            self.c.put("cx", {"z": np.zeros(2, np.complex64)})
+        with self.assertRaises(ValueError):        # C64 exists; complex128 has no dtype
+            self.c.put("cx", {"z": np.zeros(2, np.complex128)})
 
     def test_multi_tensor_documents_and_metadata(self):
         tensors = {"w%d" % i: sample(n, (i + 1, 2), seed=i)
