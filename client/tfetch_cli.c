@@ -24,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -114,9 +117,12 @@ static const char usage_text[] =
     "                         auto: negotiate UCX with the server before the first request\n"
     "                         and fall back to HTTP (saying why) when it cannot be had;\n"
     "                         http: HTTP only; ucx: UCX or fail. Default: $TFETCH_TRANSPORT,\n"
-    "                         else the library's: the first request over HTTP, UCX from the\n"
-    "                         next one when the server offers it. ls, info and --format\n"
-    "                         shumai always use HTTP\n"
+    "                         else auto when it is worth it (a server on this host, or a\n"
+    "                         put/call body of 1 MiB or more) and not remembered to have\n"
+    "                         failed for this origin (${XDG_CACHE_HOME:-~/.cache}/tfetch/\n"
+    "                         upgrade, 30 s doubling to 1 h), else HTTP first and UCX once\n"
+    "                         the server offers it. ls, info, feed and --format shumai always\n"
+    "                         use HTTP\n"
     "      --device DEV       feed push: the device queue's index; feed pop: its index or\n"
     "                         name (default 0)\n"
     "      --seq N            feed push: the item's sequence number (Tfetch-Seq) in the\n"
@@ -1394,9 +1400,6 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
 {
     if (o->user && tf_client_set_user(c, o->user) != TF_OK)
         return usage_error("bad --user '%s' (expected [A-Za-z0-9._-]{1,128})", o->user);
-    if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK)
-        return usage_error("bad --request-id '%s' (expected [A-Za-z0-9._:-]{1,128})",
-                           o->request_id);
     if (o->timeout_ms >= 0)
         tf_client_set_timeout(c, o->timeout_ms);
     if (o->parallel > 0 && tf_client_set_max_connections(c, o->parallel) != TF_OK)
@@ -1415,6 +1418,182 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
     return -1;
 }
 
+/* ---- the upgrade by default, and this user's memory of failed ones ------------------------ */
+
+#define BIG_BODY (1u << 20)
+
+/* The host of an http(s) URL, into buf ("" when it has none). */
+static void url_host(const char *url, char *buf, size_t n)
+{
+    const char *p = strstr(url, "://");
+    buf[0] = '\0';
+    if (!p)
+        return;
+    p += 3;
+    size_t k;
+    if (*p == '[') {
+        p++;
+        k = strcspn(p, "]");
+    } else {
+        k = strcspn(p, ":/?#");
+    }
+    if (k >= n)
+        return;
+    memcpy(buf, p, k);
+    buf[k] = '\0';
+}
+
+/* A server on this host: loopback, or one of this host's own addresses. */
+static int same_host(const char *url)
+{
+    char host[256];
+    url_host(url, host, sizeof host);
+    if (!host[0])
+        return 0;
+    if (strcasecmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+        strcmp(host, "::1") == 0)
+        return 1;
+    struct ifaddrs *ifs = NULL;
+    int same = 0;
+    if (getifaddrs(&ifs) != 0)
+        return 0;
+    for (struct ifaddrs *i = ifs; i && !same; i = i->ifa_next) {
+        char a[INET6_ADDRSTRLEN];
+        if (!i->ifa_addr)
+            continue;
+        if (i->ifa_addr->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, a, sizeof a);
+        else if (i->ifa_addr->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, a, sizeof a);
+        else
+            continue;
+        same = strcmp(a, host) == 0;
+    }
+    freeifaddrs(ifs);
+    return same;
+}
+
+/* Upgrading before the first request costs a round trip or two: worth it for a server on
+ * this host (shared memory) or a large body (put and call of a file of 1 MiB or more). */
+static int worth_upgrading(const char *cmd, char **args, int nargs)
+{
+    if (same_host(args[0]))
+        return 1;
+    if (!is(cmd, "put") && !is(cmd, "call"))
+        return 0;
+    for (int i = 1; i < nargs; i += 2) {
+        struct stat st;
+        if (strcmp(args[i], "-") != 0 && stat(args[i], &st) == 0 && S_ISREG(st.st_mode) &&
+            (uint64_t)st.st_size >= BIG_BODY)
+            return 1;
+    }
+    return 0;
+}
+
+/* ${XDG_CACHE_HOME:-~/.cache}/tfetch/upgrade: one line per origin whose upgrade failed,
+ * "ORIGIN UNTIL FAILS": not tried again before UNTIL (unix seconds); the wait doubles with
+ * each failure from 30 s to an hour, and a success removes the line. A cache that cannot be
+ * read or written only costs an attempt. */
+static int cache_path(char *buf, size_t n)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        return snprintf(buf, n, "%s/tfetch/upgrade", xdg) < (int)n ? 0 : -1;
+    if (home && *home)
+        return snprintf(buf, n, "%s/.cache/tfetch/upgrade", home) < (int)n ? 0 : -1;
+    return -1;
+}
+
+static void origin_of(const char *url, char *buf, size_t n)
+{
+    const char *p = strstr(url, "://");
+    size_t k = p ? (size_t)(p - url) + 3 + strcspn(p + 3, "/?#") : 0;
+    if (k >= n)
+        k = 0;
+    memcpy(buf, url, k);
+    buf[k] = '\0';
+}
+
+/* Rewrites the cache with origin's line set to (until, fails), or removed when fails is 0. */
+static void cache_set(const char *origin, long long until, unsigned fails)
+{
+    char path[4096], tmp[4200], line[1024];
+    if (cache_path(path, sizeof path) != 0)
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *s = dir + 1; (s = strchr(s, '/')); s++) {    /* mkdir -p */
+        *s = '\0';
+        mkdir(dir, 0700);
+        *s = '/';
+    }
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+    if (!out) {
+        if (in)
+            fclose(in);
+        return;
+    }
+    long long now = (long long)time(NULL);
+    while (in && fgets(line, sizeof line, in)) {
+        char o[900];
+        long long u;
+        unsigned f;
+        if (sscanf(line, "%899s %lld %u", o, &u, &f) == 3 && strcmp(o, origin) != 0 &&
+            u > now)                                        /* others, still in force */
+            fprintf(out, "%s %lld %u\n", o, u, f);
+    }
+    if (fails)
+        fprintf(out, "%s %lld %u\n", origin, until, fails);
+    if (in)
+        fclose(in);
+    if (fclose(out) != 0 || rename(tmp, path) != 0)
+        unlink(tmp);
+}
+
+/* The cached failure count of origin, and whether it is still waiting (*until in future). */
+static unsigned cache_get(const char *origin, long long *until)
+{
+    char path[4096], line[1024];
+    *until = 0;
+    if (cache_path(path, sizeof path) != 0)
+        return 0;
+    FILE *in = fopen(path, "r");
+    unsigned fails = 0;
+    while (in && fgets(line, sizeof line, in)) {
+        char o[900];
+        long long u;
+        unsigned f;
+        if (sscanf(line, "%899s %lld %u", o, &u, &f) == 3 && strcmp(o, origin) == 0) {
+            *until = u;
+            fails = f;
+        }
+    }
+    if (in)
+        fclose(in);
+    return fails;
+}
+
+static void upgrade_cached(tf_client_t *c, const char *url)
+{
+    char origin[900];
+    long long until;
+    origin_of(url, origin, sizeof origin);
+    if (!origin[0])
+        return;
+    unsigned fails = cache_get(origin, &until);
+    if (fails && until > (long long)time(NULL))
+        return;                     /* failed recently: straight to HTTP, as the cache says */
+    if (tf_client_upgrade(c, url) == TF_OK) {
+        if (fails)
+            cache_set(origin, 0, 0);
+        return;
+    }
+    unsigned shift = fails < 7 ? fails : 7;                 /* 30 s .. 3840 s */
+    long long wait = 30LL << shift;
+    cache_set(origin, (long long)time(NULL) + (wait > 3600 ? 3600 : wait), fails + 1);
+}
+
 static int run(const char *cmd, char **args, int nargs, const opts_t *o)
 {
     tf_client_t *c = NULL;
@@ -1431,11 +1610,25 @@ static int run(const char *cmd, char **args, int nargs, const opts_t *o)
 
     /* An explicit auto or ucx wants UCX from the first request on: by itself the library
      * upgrades a server only once a response has offered it. A failure here is reported by
-     * the requests (they fall back, or fail under ucx, saying why). */
+     * the requests (they fall back, or fail under ucx, saying why). With no policy given, a
+     * one-shot CLI would never see that offer: upgrade first when it is worth it (a server
+     * on this host, or a body of 1 MiB or more), unless this user's cache says the origin
+     * failed recently. */
     const char *policy = o->transport ? o->transport : getenv("TFETCH_TRANSPORT");
-    if (policy && (strcasecmp(policy, "auto") == 0 || strcasecmp(policy, "ucx") == 0) &&
-        !is(cmd, "ls") && !is(cmd, "info") && !is(cmd, "feed") && !(o->format && is(o->format, "shumai")))
+    int can_upgrade = !is(cmd, "ls") && !is(cmd, "info") && !is(cmd, "feed") &&
+                      !(o->format && is(o->format, "shumai"));
+    if (can_upgrade && policy && *policy &&
+        (strcasecmp(policy, "auto") == 0 || strcasecmp(policy, "ucx") == 0))
         tf_client_upgrade(c, args[0]);
+    else if (can_upgrade && (!policy || !*policy) && worth_upgrading(cmd, args, nargs))
+        upgrade_cached(c, args[0]);
+    /* After the upgrade, which is a request of its own: --request-id names the first of the
+     * user's. */
+    if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK) {
+        rc = usage_error("bad --request-id '%s' (expected [A-Za-z0-9._:-]{1,128})",
+                         o->request_id);
+        goto free_client;
+    }
 
     if (is(cmd, "ls")) {
         rc = cmd_ls(c, o, args[0]);

@@ -729,6 +729,46 @@ static const char *cli(void)
     return p ? p : "./client/tfetch";
 }
 
+/* With no policy given, the CLI upgrades a server on this host before its one request (a
+ * one-shot process would never see the server's offer), and remembers a failed upgrade per
+ * origin for this user, so the next process goes straight to HTTP. */
+START_TEST(cli_upgrades_by_default_and_remembers_failures)
+{
+    char cmd[2048], cache[64];
+    snprintf(cache, sizeof cache, "/tmp/tf-e2e-cache-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+    td_run(cmd, NULL, 0);
+#ifdef HAVE_UCX
+    if (!getenv("TFETCHD_WRAPPER")) {           /* a daemon under valgrind may miss HELLO */
+        start(NULL);
+        snprintf(cmd, sizeof cmd, "env -u TFETCH_TRANSPORT XDG_CACHE_HOME=%s %s -q put --dtype U8 "
+                 "--shape 4 %s/v1/tensors/u %s && env -u TFETCH_TRANSPORT XDG_CACHE_HOME=%s %s "
+                 "--stats get --raw %s/v1/tensors/u 2>&1 >/dev/null", cache, cli(), D.base,
+                 td_tmpfile(0, "abcd", 4), cache, cli(), D.base);
+        ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+        ck_assert_msg(strstr(out, "\"transport\":\"ucx/"), "same host, no flag: %s", out);
+        stop_clean();
+    }
+#endif
+    /* A server that refuses the upgrade: the failure is cached, the next process skips it. */
+    const char *off[] = {"--ucx", "off", NULL};
+    start(off);
+    snprintf(cmd, sizeof cmd, "env -u TFETCH_TRANSPORT XDG_CACHE_HOME=%s %s rm %s/v1/tensors/none "
+             "2>/dev/null; cat %s/tfetch/upgrade", cache, cli(), D.base, cache);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    char want[128];
+    snprintf(want, sizeof want, "%s ", D.base);
+    ck_assert_msg(strstr(out, want) && strstr(out, " 1\n"), "cache: %s", out);
+    snprintf(cmd, sizeof cmd, "env -u TFETCH_TRANSPORT XDG_CACHE_HOME=%s %s rm %s/v1/tensors/none "
+             "2>/dev/null; cat %s/tfetch/upgrade", cache, cli(), D.base, cache);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, want) && strstr(out, " 1\n"), "not tried again: %s", out);
+    stop_clean();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+    td_run(cmd, NULL, 0);
+}
+END_TEST
+
 /* The CLI as people use curl: bare names on a default server ($TFETCH_URL, the config file),
  * output through a temporary file, no binary to a terminal, errors that say what is wrong. */
 START_TEST(cli_names_files_terminal_and_errors)
@@ -799,8 +839,9 @@ START_TEST(cli_put_get_ls_rm_and_exit_codes)
     /* --raw writes the bytes back; --stats prints one JSON line on stderr. */
     snprintf(cmd, sizeof cmd, "%s --stats -r cli-1 get --raw %s/v1/tensors/u 2>&1 >%s", cli(), D.base, back);
     ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
-    ck_assert_msg(strstr(out, "\"op\":\"get\"") && strstr(out, "\"transport\":\"http\"") &&
-                  strstr(out, "\"request_id\":\"cli-1\"") && strstr(out, "\"http_status\":200") &&
+    ck_assert_msg(strstr(out, "\"op\":\"get\"") && strstr(out, "\"transport\":\"") &&
+                  strstr(out, "\"request_id\":\"cli-1\"") &&
+                  (strstr(out, "\"http_status\":200") || strstr(out, "\"transport\":\"ucx/")) &&
                   strstr(out, "\"bytes\":"), "stats: %s", out);
     snprintf(cmd, sizeof cmd, "cmp %s %s", f, back);
     ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
@@ -1442,6 +1483,7 @@ Suite *suite_e2e(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, cli_put_get_ls_rm_and_exit_codes);
     tcase_add_test(tc, cli_names_files_terminal_and_errors);
+    tcase_add_test(tc, cli_upgrades_by_default_and_remembers_failures);
     suite_add_tcase(s, tc);
     return s;
 }
