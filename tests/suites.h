@@ -31,5 +31,6 @@ Suite *suite_hostid(void);
 Suite *suite_ucx(void);
 Suite *suite_utf8(void);
 Suite *suite_base64(void);
+Suite *suite_workers(void);
 
 #endif
