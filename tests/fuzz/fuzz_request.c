@@ -11,7 +11,9 @@
  * its own piece, else Content-Length bytes arrive at once; a body cut short by the end of
  * the input is a client that went away mid-upload (finish without an answer). In TARGET,
  * "$W" stands for the last worker id a registration answered and "$C" for the last call id
- * a poll handed out, so one input can run the worker protocol end to end. This file mirrors
+ * a poll handed out, so one input can run the worker protocol end to end. The line
+ * "!CLOSE N" is no request: the client of the Nth request still open (suspended; newest
+ * first) goes away, as a closed connection finishes it unanswered. This file mirrors
  * what transports/http_server.c does between MHD and the handlers: headers looked up by
  * name (first one wins, case-insensitive), the path %-decoded, the query's wait= read, the
  * header-size limit, the body grown as Content-Length says or geometrically when chunked,
@@ -685,13 +687,30 @@ static void run_request(const wire_t *w)
     pump();
 }
 
+/* "!CLOSE N": the client of the Nth open (suspended) request, newest first, goes away. */
+static void drop_open(int n)
+{
+    fz_req_t **pp = &open_list;
+    while (*pp && n-- > 0)
+        pp = &(*pp)->next;
+    if (!*pp)
+        return;
+    fz_req_t *q = *pp;
+    *pp = q->next;
+    close_request(q, 0);
+    pump();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const uint8_t *p = data, *end = data + size;
     wire_t w;
     parts_new();
     for (int i = 0; i < MAX_REQS && read_request(&p, end, &w) == 0; i++) {
-        run_request(&w);
+        if (strcmp(w.method, "!CLOSE") == 0)
+            drop_open(atoi(w.target));
+        else
+            run_request(&w);
         wire_free(&w);
     }
     /* Drain as tfd_server_drain does (but for the waiters, which outlive the input: their
