@@ -2,16 +2,16 @@
  * Tfetch-Shape, which describe the one tensor an application/octet-stream PUT or call
  * carries, and the document tfetchd builds from them.
  *
- * An input is up to four newline-separated fields: the Tfetch-Dtype value, the Tfetch-Shape
- * value, the body length (decimal; empty or missing: unknown, as for a chunked upload) and
- * the tensor's name (used only when tfp_name_valid accepts it, as a path would; else "w").
+ * An input is up to three newline-separated fields: the Tfetch-Dtype value, the Tfetch-Shape
+ * value and the body length (decimal; empty or missing: unknown, as for a chunked upload).
  * tfp_raw_check must refuse with TFP_EBADREQ, TFP_ERANGE or TFP_EUNPROC and a message, or
  * accept a known dtype, a rank in 0..TFP_MAX_RANK, dims up to 2^53 and, for a known length,
  * exactly dtype x shape bytes. The shape alone goes through tfp_raw_parse_shape as well, and
  * an accepted one must print (tfp_raw_format_shape) to a spelling that parses back equal. An
  * accepted description then takes the daemon's path (daemon/api_common.c): a document of
- * that one tensor whose safetensors header must encode, and header plus a zeroed body of up
- * to 64 KiB must decode back to the same tensor. Owns nothing between inputs;
+ * that one tensor (named "w"; fuzz_httpop checks the names a path gives it) whose
+ * safetensors header must encode, and header plus a zeroed body of up to 64 KiB must decode
+ * back to the same tensor. Owns nothing between inputs;
  * single-threaded. Build and run: see README.md beside it (make fuzz).
  */
 #include <stdint.h>
@@ -19,13 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/ids.h"
 #include "proto/raw.h"
 #include "proto/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define NFIELDS 4
+#define NFIELDS 3
 #define MAX_DIM (UINT64_C(1) << 53)
 #define MAX_BODY (64u << 10)
 
@@ -124,7 +123,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t len = TFP_RAW_LEN_UNKNOWN;
     if (f[2] && f[2][0])
         len = strtoull(f[2], NULL, 10);
-    const char *name = f[3] && tfp_name_valid(f[3]) ? f[3] : "w";
 
     shape_only(f[1] ? f[1] : "");
 
@@ -147,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fail("accepted shape has no size", &err);
     if (len != TFP_RAW_LEN_UNKNOWN && nbytes != len)
         fail("accepted a body whose length is not dtype x shape", NULL);
-    as_document(name, dt, rank, shape, nbytes);
+    as_document("w", dt, rank, shape, nbytes);
     free(text);
     return 0;
 }
