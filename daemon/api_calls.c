@@ -5,7 +5,8 @@
  * a retry with a known request id is answered from the replay window instead of running
  * again, the caller's session is opened for stateful routes, and the route runs. Routes that
  * answer later (workers) leave the request suspended, holding no thread, until
- * tfd_call_finish resumes it. Runs on the transports' threads; see api.h.
+ * tfd_call_finish resumes it; a request that ends first (its client went away) has the
+ * route cancel the call before freeing it. Runs on the transports' threads; see api.h.
  */
 #include "config.h"
 #include "daemon/api.h"
@@ -212,6 +213,8 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
         call->session = NULL;
         respond_call(r, c);
     } else {
+        c->call_ops = ops;
+        c->call_pending = 1;
         tfx_req_suspend(r);
     }
     return;
@@ -231,6 +234,10 @@ void api_finish_call(tfx_req_t *r, tfd_ctx_t *c)
     if (c->replay_owner)
         tfd_replay_abandon(s->replay, c->user, c->request_id);
     if (c->call) {
+        /* A pending call may still sit with its route (the client went away first): the
+         * route lets go of it before it is freed. */
+        if (c->call_pending && c->call_ops.cancel)
+            c->call_ops.cancel(c->call_ops.arg, c->call);
         tfd_sessions_release(s->sessions, c->call->session);
         tfd_call_free(c->call);
     }

@@ -24,10 +24,13 @@ enum { TFD_CALL_DONE = 0, TFD_CALL_PENDING = 1 };
 
 typedef struct {
     /* Runs c. Returns TFD_CALL_DONE with c's status and outputs set, or TFD_CALL_PENDING
-     * and calls tfd_call_finish(c) exactly once later, from any thread. */
+     * and calls tfd_call_finish(c) exactly once later, from any thread, unless cancelled
+     * first. A route that can answer PENDING must have cancel. */
     int (*start)(void *arg, tfd_call_t *c);
-    /* Optional: the caller went away before a pending call finished. The route must still
-     * call tfd_call_finish (it may do so from inside cancel). */
+    /* The caller's request is ending (its client went away, or it answered) after start
+     * returned TFD_CALL_PENDING; called whether or not the call has finished. Once it
+     * returns the route never touches c again (the caller frees it next), and a finish
+     * racing it on another thread has either completed or will not happen. */
     void (*cancel)(void *arg, tfd_call_t *c);
     void *arg;
     const char *kind;               /* "builtin", "plugin", "worker": for /v1/info and logs */

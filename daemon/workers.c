@@ -219,6 +219,27 @@ static int worker_start(void *arg, tfd_call_t *call)
     return TFD_CALL_PENDING;
 }
 
+/* The caller went away: forgets the call wherever it waits (queued or in a worker's hands),
+ * so nothing here touches it again; the worker's answer, if it comes, finds no call (404).
+ * Taking the lock also waits out a finish running on another thread. */
+static void worker_cancel(void *arg, tfd_call_t *call)
+{
+    tfd_workers_t *ws = arg;
+    pthread_mutex_lock(&ws->lock);
+    for (worker_t *w = ws->list; w; w = w->next)
+        for (pending_t **pp = &w->calls; *pp; pp = &(*pp)->next)
+            if ((*pp)->call == call) {
+                pending_t *p = *pp;
+                *pp = p->next;
+                if (!p->assigned)
+                    w->queued--;
+                free(p);
+                goto out;
+            }
+out:
+    pthread_mutex_unlock(&ws->lock);
+}
+
 /* ---- the API --------------------------------------------------------------------------- */
 
 tfd_workers_t *tfd_workers_new(tfd_routes_t *routes, const tfd_workers_limits_t *lim)
@@ -245,8 +266,8 @@ tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, 
                                   char id[TFD_WORKER_ID_SIZE],
                                   char secret[TFD_WORKER_SECRET_SIZE], tfp_err_t *err)
 {
-    static const tfd_route_ops_t proto_ops = {.start = worker_start, .kind = "worker",
-                                             .stateless = 1};
+    static const tfd_route_ops_t proto_ops = {.start = worker_start, .cancel = worker_cancel,
+                                             .kind = "worker", .stateless = 1};
     tfd_route_ops_t ops = proto_ops;
     ops.arg = ws;
     if (n == 0)

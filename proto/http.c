@@ -495,6 +495,10 @@ static tfp_status_t take_doc_body(const tfp_http_req_t *in, tfp_op_t *op, tfp_op
     if (b->media == TFP_MEDIA_SAFETENSORS)
         return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Dtype/Tfetch-Shape describe a raw body; "
                            "a safetensors body carries its own header");
+    /* A raw PUT's tensor takes the path's name, which safetensors may not reserve. */
+    if (op->kind == TFP_OP_TENSOR_PUT && strcmp(op->name, "__metadata__") == 0)
+        return tfp_op_fail(e, TFP_EBADREQ, "a raw body's tensor is named after the path, and "
+                           "safetensors reserves '__metadata__': send a safetensors body");
     uint64_t len = b->length >= 0 ? (uint64_t)b->length : TFP_RAW_LEN_UNKNOWN;
     if (tfp_raw_check(in->dtype, in->shape, len, &b->dtype, &b->rank, b->shape, &err) != TFP_OK ||
         tfp_shape_nbytes(b->dtype, b->rank, b->shape, &b->nbytes, &err) != TFP_OK)

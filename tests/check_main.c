@@ -32,6 +32,7 @@ int main(void)
     srunner_add_suite(sr, suite_shumai());
     srunner_add_suite(sr, suite_async());
     srunner_add_suite(sr, suite_plugins());
+    srunner_add_suite(sr, suite_workers());
     srunner_add_suite(sr, suite_ucxframe());
     srunner_add_suite(sr, suite_upgrade());
     srunner_add_suite(sr, suite_hostid());

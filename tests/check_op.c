@@ -368,6 +368,18 @@ START_TEST(op_raw_bodies)
            "a F32 tensor of shape [[ 20, 30 ]] is 2400 bytes, above the limit of 1000");
     in.shape = "4294967296,4294967296";
     PARSES(&in, TFP_ERANGE, TFP_OP_TENSOR_PUT, NULL);
+    /* The tensor takes the path's name: not one safetensors reserves (found by fuzz_raw;
+     * the daemon used to accept it here and fail it later, in the handler). */
+    in = req("PUT", "/v1/tensors/__metadata__");
+    in.content_type = "application/octet-stream";
+    in.dtype = "U8";
+    in.shape = "4";
+    in.content_length = 4;
+    PARSES(&in, TFP_EBADREQ, TFP_OP_TENSOR_PUT, "a raw body's tensor is named after the path, "
+           "and safetensors reserves '__metadata__': send a safetensors body");
+    in.dtype = in.shape = NULL;                     /* a safetensors document may use the name */
+    in.content_type = "application/x-safetensors";
+    PARSES(&in, TFP_OK, TFP_OP_TENSOR_PUT, NULL);
 }
 END_TEST
 

@@ -39,5 +39,6 @@ Suite *suite_feeddecl(void);
 Suite *suite_feeds(void);
 Suite *suite_feeds_e2e(void);
 Suite *suite_feedclient(void);
+Suite *suite_workers(void);
 
 #endif

@@ -6,8 +6,9 @@
  * Tfetch-Request-Id and max-body; a missing line is an absent field, so short inputs test
  * absent headers. The parse must refuse with a status and a message, or accept with no
  * message; TFP_EMETHOD (and only it) names the methods allowed; an accepted operation's
- * names and ids are valid, and its raw body's size fits max-body. Owns nothing between
- * inputs; single-threaded. Build and run: see README.md beside it.
+ * names and ids are valid, and its raw body's size fits max-body and makes a document with
+ * the name the daemon gives its tensor (the path's for a PUT). Owns nothing between inputs;
+ * single-threaded. Build and run: see README.md beside it (make fuzz).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +26,23 @@ static void fail(const char *what, const tfp_op_err_t *e)
 {
     fprintf(stderr, "fuzz_httpop: %s (%s)\n", what, e->msg);
     abort();
+}
+
+/* What api_begin_doc does with an accepted raw body: one tensor named after the path (PUT)
+ * or "tensor" (calls), which must make a document. */
+static void raw_document(const tfp_op_t *op, const tfp_op_err_t *e)
+{
+    tfp_doc_t *doc = tfp_doc_new();
+    tfp_err_t err;
+    if (doc == NULL)
+        return;
+    const char *name = op->kind == TFP_OP_TENSOR_PUT ? op->name : "tensor";
+    if (tfp_doc_add(doc, name, op->body.dtype, op->body.rank, op->body.shape, NULL,
+                    op->body.nbytes, &err) != TFP_OK) {
+        fprintf(stderr, "fuzz_httpop: %s\n", err.msg);
+        fail("an accepted raw body makes no document", e);
+    }
+    tfp_doc_free(doc);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -77,6 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fail("invalid id accepted", &e);
         if (op.body.kind == TFP_BODY_RAW && op.body.nbytes > in.max_body)
             fail("raw body above max-body accepted", &e);
+        if (op.body.kind == TFP_BODY_RAW)
+            raw_document(&op, &e);
         if (op.body.length >= 0 && (uint64_t)op.body.length > in.max_body &&
             op.body.kind != TFP_BODY_NONE && op.body.kind != TFP_BODY_JSON)
             fail("document above max-body accepted", &e);
