@@ -37,7 +37,10 @@ static uint8_t *one_tensor(size_t *len)
     return buf;
 }
 
-/* A worker registered for route "double" on fresh routes; its id in id. */
+/* The secret of the worker one_worker or the register request made (tfd_workers_* check it). */
+static char sec[TFD_WORKER_SECRET_SIZE];
+
+/* A worker registered for route "double" on fresh routes; its id in id, its secret in sec. */
 static tfd_workers_t *one_worker(tfd_routes_t **rs, char id[TFD_WORKER_ID_SIZE])
 {
     const char *routes[] = {"double"};
@@ -46,7 +49,7 @@ static tfd_workers_t *one_worker(tfd_routes_t **rs, char id[TFD_WORKER_ID_SIZE])
     ck_assert_ptr_nonnull(*rs);
     tfd_workers_t *ws = tfd_workers_new(*rs, &limits);
     ck_assert_ptr_nonnull(ws);
-    ck_assert_int_eq(tfd_workers_register(ws, routes, 1, id, &err), TFP_OK);
+    ck_assert_int_eq(tfd_workers_register(ws, routes, 1, id, sec, &err), TFP_OK);
     return ws;
 }
 
@@ -88,7 +91,7 @@ START_TEST(cancel_forgets_a_queued_call)
     tfd_call_free(call);
     /* The worker's next poll finds nothing to do (it used to hand out the freed call). */
     tfd_worker_poll_t p = {0};
-    ck_assert_int_eq(tfd_workers_poll(ws, id, &p), 1);
+    ck_assert_int_eq(tfd_workers_poll(ws, id, sec, &p), 1);
     ck_assert_int_eq(p.state, TFD_POLL_EMPTY);
     tfd_workers_poll_done(ws, &p);
     /* Its queue has room again: max_queue more calls fit. */
@@ -117,7 +120,7 @@ START_TEST(cancel_forgets_a_call_in_the_workers_hands)
     uint8_t *doc = one_tensor(&len);
     tfd_call_t *call = start_call(rs, &ops, doc, len);
     tfd_worker_poll_t p = {0};
-    ck_assert_int_eq(tfd_workers_poll(ws, id, &p), 1);
+    ck_assert_int_eq(tfd_workers_poll(ws, id, sec, &p), 1);
     ck_assert_int_eq(p.state, TFD_POLL_GOT);
     ck_assert_uint_eq(p.len, len);
     char call_id[TFD_CALL_ID_SIZE];
@@ -134,11 +137,11 @@ START_TEST(cancel_forgets_a_call_in_the_workers_hands)
     tfp_doc_t *out;
     tfp_err_t err;
     ck_assert_int_eq(tfp_st_decode(base, len, NULL, &out, &err), TFP_OK);
-    ck_assert_int_eq(tfd_workers_reply(ws, id, call_id, TFP_OK, NULL, out, base, cap), -1);
+    ck_assert_int_eq(tfd_workers_reply(ws, id, sec, call_id, TFP_OK, NULL, out, base, cap), -1);
     ck_assert_int_eq(finished, 0);
     /* Cancelling a call that has finished (its worker left) is harmless. */
     call = start_call(rs, &ops, doc, len);
-    ck_assert_int_eq(tfd_workers_unregister(ws, id), 0);
+    ck_assert_int_eq(tfd_workers_unregister(ws, id, sec), 0);
     ck_assert_int_eq(finished, 1);
     ops.cancel(ops.arg, call);
     tfd_call_free(call);
@@ -272,8 +275,8 @@ START_TEST(router_cancels_the_call_of_a_caller_gone)
     char id[TFD_WORKER_ID_SIZE];
     uint64_t lease;
     tfp_err_t err;
-    ck_assert_int_eq(tfp_parse_worker_reg(last_body, strlen(last_body), id, sizeof id, &lease,
-                                          &err), TFP_OK);
+    ck_assert_int_eq(tfp_parse_worker_reg(last_body, strlen(last_body), id, sizeof id, sec,
+                                          &lease, &err), TFP_OK);
     size_t len;
     uint8_t *doc = one_tensor(&len);
     for (int in_hand = 0; in_hand < 2; in_hand++) {
@@ -283,7 +286,7 @@ START_TEST(router_cancels_the_call_of_a_caller_gone)
         tfd_worker_poll_t p = {0};
         char call_id[TFD_CALL_ID_SIZE] = "";
         if (in_hand) {
-            ck_assert_int_eq(tfd_workers_poll(d.api.workers, id, &p), 1);
+            ck_assert_int_eq(tfd_workers_poll(d.api.workers, id, sec, &p), 1);
             ck_assert_int_eq(p.state, TFD_POLL_GOT);
             memcpy(call_id, p.call_id, sizeof call_id);
             tfd_workers_poll_done(d.api.workers, &p);
@@ -292,16 +295,16 @@ START_TEST(router_cancels_the_call_of_a_caller_gone)
         done(&d, call, 0);
         if (in_hand) {
             /* The worker's answer finds no call (it used to fill in the freed one). */
-            ck_assert_int_eq(tfd_workers_reply(d.api.workers, id, call_id, TFP_EUNPROC, "no",
+            ck_assert_int_eq(tfd_workers_reply(d.api.workers, id, sec, call_id, TFP_EUNPROC, "no",
                                                NULL, NULL, 0), -1);
         } else {
             /* The worker's poll finds nothing (it used to hand out the freed call). */
-            ck_assert_int_eq(tfd_workers_poll(d.api.workers, id, &p), 1);
+            ck_assert_int_eq(tfd_workers_poll(d.api.workers, id, sec, &p), 1);
             ck_assert_int_eq(p.state, TFD_POLL_EMPTY);
             tfd_workers_poll_done(d.api.workers, &p);
         }
     }
-    ck_assert_int_eq(tfd_workers_unregister(d.api.workers, id), 0);
+    ck_assert_int_eq(tfd_workers_unregister(d.api.workers, id, sec), 0);
     tfd_store_stats_t st;
     tfd_store_stats(d.api.store, &st);
     ck_assert_uint_eq(st.reserved, 0);
