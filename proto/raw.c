@@ -118,6 +118,11 @@ tfp_status_t tfp_raw_check(const char *dtype_hdr, const char *shape_hdr, uint64_
     if (st != TFP_OK)
         return st;
     st = tfp_shape_nbytes(d, r, dims, &want, err);
+    if (st == TFP_EINVAL) {             /* packed elements that do not fill whole bytes */
+        st = TFP_EBADREQ;
+        if (err)
+            err->code = st;
+    }
     if (st != TFP_OK)
         return st;
     if (body_len != TFP_RAW_LEN_UNKNOWN && want != body_len) {

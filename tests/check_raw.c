@@ -111,6 +111,13 @@ START_TEST(raw_format_and_check)
     ck_assert_int_eq(tfp_raw_check("F32", "x", 8, &dt, &rank, sh, &err), TFP_EBADREQ);
     ck_assert_int_eq(tfp_raw_check("F64", "2147483648,2147483648", 0, &dt, &rank, sh, &err),
                      TFP_ERANGE);
+    /* packed: whole bytes only, refused as a bad header pair (found by fuzz_raw) */
+    ck_assert_int_eq(tfp_raw_check("F4", "4", 2, &dt, &rank, sh, &err), TFP_OK);
+    ck_assert_int_eq(tfp_raw_check("F4", "3", TFP_RAW_LEN_UNKNOWN, &dt, &rank, sh, &err),
+                     TFP_EBADREQ);
+    ck_assert_int_eq(err.code, TFP_EBADREQ);
+    ck_assert_ptr_nonnull(strstr(err.msg, "do not fill whole bytes"));
+    ck_assert_int_eq(tfp_raw_check("F6_E3M2", "1,2", 2, &dt, &rank, sh, NULL), TFP_EBADREQ);
 }
 END_TEST
 

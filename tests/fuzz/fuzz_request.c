@@ -86,6 +86,12 @@ static void gauges(void *arg, tfd_gauges_t *g)
     g->body_bytes = tfd_router_body_bytes(router);
 }
 
+/* The feeds' wake callback, as server.c's: their waiters are the long-poll waiters. */
+static void wake_feed(void *arg, const char *key)
+{
+    tfd_waiters_notify(arg, key);
+}
+
 /* What server.c's make_parts builds, with limits small enough that a fuzz input reaches
  * them. */
 static void parts_new(void)
@@ -94,11 +100,14 @@ static void parts_new(void)
                                 cfg.session_memory};
     tfd_replay_limits_t rl = {cfg.replay_window, cfg.replay_entries, cfg.replay_memory};
     tfd_workers_limits_t wl = {cfg.worker_lease_ms, cfg.max_workers, cfg.worker_queue};
+    tfd_feeds_limits_t fl = {cfg.feed_memory, cfg.max_feeds, cfg.feeds_per_user,
+                             TFD_FEED_PRODUCERS, wake_feed, waiters};
     api = (tfd_api_t){.cfg = &cfg, .waiters = waiters, .upgrade = upgrade, .gauges = gauges};
     if (!(api.store = tfd_store_new(cfg.store_memory)) || !(api.metrics = tfd_metrics_new()) || !(api.routes = tfd_routes_new()) ||
         tfd_builtin_routes_add(api.routes) != 0 || !(api.sessions = tfd_sessions_new(&sl)) ||
         !(api.replay = tfd_replay_new(&rl)) ||
-        !(api.workers = tfd_workers_new(api.routes, &wl)) || !(router = tfd_router_new(&api)))
+        !(api.workers = tfd_workers_new(api.routes, &wl)) || !(api.feeds = tfd_feeds_new(&fl)) ||
+        !(router = tfd_router_new(&api)))
         fail("out of memory making the daemon's parts", NULL);
     handlers = tfd_router_handlers(router);
     last_worker[0] = last_call[0] = '\0';
@@ -108,6 +117,7 @@ static void parts_new(void)
 static void parts_free(void)
 {
     tfd_router_free(router);
+    tfd_feeds_free(api.feeds);
     tfd_workers_free(api.workers);
     tfd_replay_free(api.replay);
     tfd_sessions_free(api.sessions);
