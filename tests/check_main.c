@@ -34,6 +34,7 @@ int main(void)
     srunner_add_suite(sr, suite_upgrade());
     srunner_add_suite(sr, suite_hostid());
     srunner_add_suite(sr, suite_ucx());
+    srunner_add_suite(sr, suite_ucxfault());
     srunner_add_suite(sr, suite_e2e());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
