@@ -7,6 +7,7 @@
 #include "transports/clock.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -20,6 +21,11 @@ tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_
     ucs_status_t st = ucp_config_read(NULL, NULL, &config);
     if (st != UCS_OK)
         return tfp_err_set(err, TFP_EINTERNAL, "UCX configuration: %s", ucs_status_string(st));
+    /* A blocking TCP connect (UCX 1.13's default) holds the progress thread for the
+     * kernel's SYN timeout (~130 s) when the peer's ports are filtered. Unless the user
+     * chose otherwise in the environment, connects are non-blocking. */
+    if (!getenv("UCX_TCP_CONN_NB"))
+        (void)ucp_config_modify(config, "CONN_NB", "y");   /* the tcp transport's key */
     ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
                        .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
                        .name = name};
