@@ -650,7 +650,7 @@ static void post(tfx_ucxc_t *u, cmd_t *cm)
         u->cmd_head = cm;
     u->cmd_tail = cm;
     pthread_mutex_unlock(&u->lock);
-    ucp_worker_signal(u->worker);
+    tfx_ucx_base_wake(&u->base);
 }
 
 tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err)
@@ -876,7 +876,7 @@ void tfx_ucxc_free(tfx_ucxc_t *u)
     pthread_mutex_lock(&u->lock);
     u->stopping = 1;
     pthread_mutex_unlock(&u->lock);
-    ucp_worker_signal(u->worker);
+    tfx_ucx_base_wake(&u->base);
     pthread_mutex_lock(&u->lock);
     while (!u->thread_done && tfx_now_ms() < deadline) {
         struct timespec ts = tfx_deadline_rt(20);

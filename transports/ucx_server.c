@@ -3,8 +3,12 @@
  * operation; answers and failures go back as REPLY frames).
  *
  * The progress thread is the only one that touches UCX. It sleeps in epoll on the worker's
- * event fd (armed with ucp_worker_arm) and is woken by UCX or by ucp_worker_signal when
- * another thread queues work (a resumed request). Active-message callbacks never call back
+ * event fd (armed with ucp_worker_arm) and is woken by UCX or by tfx_ucx_base_wake when
+ * another thread queues work (a resumed request). A worker that wedges (a client on this
+ * host died while writing into its shared-memory FIFO, which nothing then reads past) is
+ * replaced: every request on it ends unanswered, the new worker has a new address (handed
+ * out by the next POST /v1/upgrade), and clients of the old one fall back to HTTP when their
+ * requests time out. Active-message callbacks never call back
  * into UCX: they decode the frame, check the endpoint's HELLO, run the handlers' begin and
  * queue the request; the loop then receives rendezvous bodies straight into the accepted
  * buffer (ucp_am_recv_data_nbx; such receives are never abandoned, since freeing one that is
@@ -78,8 +82,7 @@ typedef struct {
 } peer_t;
 
 struct tfx_ucx {
-    tfx_ucx_base_t base;
-    ucp_worker_h worker;            /* = base.worker */
+    tfx_ucx_base_t base;            /* the worker: replaced when it wedges */
     tfx_handlers_t h;
     tfx_ucx_config_t cfg;
     pthread_t thread;
@@ -345,7 +348,7 @@ static void ucx_resume(tfx_req_t *r)
         q->queued_as = Q_READY;
         push(&u->rq_head, &u->rq_tail, q);
         pthread_mutex_unlock(&u->qlock);
-        ucp_worker_signal(u->worker);
+        tfx_ucx_base_wake(&u->base);
         return;
     }
     q->wake_pending = 1;
@@ -408,7 +411,7 @@ static void end_gone(ucx_req_t *q)
 {
     tfx_ucx_t *u = q->u;
     if (q->rndv_desc) {
-        ucp_am_data_release(u->worker, q->rndv_desc);
+        ucp_am_data_release(u->base.worker, q->rndv_desc);
         q->rndv_desc = NULL;
     }
     q->base.answered = 1;
@@ -519,7 +522,7 @@ static void do_recv(ucx_req_t *q)
     q->rndv_desc = NULL;
     tfp_status_t st = tfx_req_grow_body(r, r->headroom + q->rndv_len);
     if (st != TFP_OK) {
-        ucp_am_data_release(u->worker, desc);
+        ucp_am_data_release(u->base.worker, desc);
         tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", q->rndv_len,
                           tfp_status_text(st));
         return;
@@ -529,7 +532,7 @@ static void do_recv(ucx_req_t *q)
                                              UCP_OP_ATTR_FIELD_USER_DATA |
                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                              .cb.recv_am = recv_done, .user_data = q};
-    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->buf + r->headroom, q->rndv_len, &p);
+    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom, q->rndv_len, &p);
     if (UCS_PTR_IS_ERR(rq))
         tfx_respond_error(r, TFP_EPROTO, "cannot receive the body: %s",
                           ucs_status_string(UCS_PTR_STATUS(rq)));
@@ -723,6 +726,43 @@ static unsigned run_queues(tfx_ucx_t *u)
 
 static unsigned loop_run(void *arg) { return run_queues(arg); }
 
+static int query_address(ucp_worker_h w, int net_only, uint8_t **out, size_t *len);
+
+/* The worker wedged (ucx_common.h): every request on it ends unanswered, its endpoints go,
+ * and a new worker (new addresses) takes its place. Without one, UCX is off until restart:
+ * upgrades then fail (no address) and clients stay on HTTP. */
+static void renew_worker(void *arg)
+{
+    tfx_ucx_t *u = arg;
+    while (u->live)
+        end_gone(u->live);
+    u->npeers = u->nclose = u->nfail = 0;
+    tfp_err_t err;
+    uint8_t *all = NULL, *net = NULL;
+    size_t all_len = 0, net_len = 0;
+    if (tfx_ucx_base_renew(&u->base, &err) != TFP_OK ||
+        query_address(u->base.worker, 0, &all, &all_len) != 0 ||
+        query_address(u->base.worker, 1, &net, &net_len) != 0) {
+        free(all);
+        all = NULL;
+        all_len = 0;
+    }
+    /* What the old worker held is gone with it. */
+    while (u->husks)
+        free_husk(u->husks);
+    pthread_mutex_lock(&u->slock);
+    free(u->addr_all);
+    free(u->addr_net);
+    u->addr_all = all;
+    u->addr_net = all ? net : NULL;
+    u->addr_all_len = all_len;
+    u->addr_net_len = all ? net_len : 0;
+    u->st.renewals++;
+    pthread_mutex_unlock(&u->slock);
+    if (!all)
+        free(net);
+}
+
 static int loop_stopping(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->stopping); }
 
 static int loop_drained(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->inflight) == 0; }
@@ -734,7 +774,7 @@ static void *progress_main(void *arg)
     tfx_ucx_t *u = arg;
     const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
                                  .drained = loop_drained, .drain_max_ns = 2000000000u,
-                                 .sleep_ms = 100, .arg = u};
+                                 .sleep_ms = 100, .wedged = renew_worker, .arg = u};
 
     tfx_ucx_loop_run(&u->base, &loop);
     return NULL;
@@ -775,9 +815,8 @@ tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, t
 
     if (tfx_ucx_base_open(&u->base, "tfetchd", TFX_UCX_AM_REQUEST, on_am, u, err) != TFP_OK)
         goto free_u;
-    u->worker = u->base.worker;
-    if (query_address(u->worker, 0, &u->addr_all, &u->addr_all_len) != 0 ||
-        query_address(u->worker, 1, &u->addr_net, &u->addr_net_len) != 0) {
+    if (query_address(u->base.worker, 0, &u->addr_all, &u->addr_all_len) != 0 ||
+        query_address(u->base.worker, 1, &u->addr_net, &u->addr_net_len) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot read the UCX worker's address");
         goto close_base;
     }
@@ -799,12 +838,15 @@ free_u:
 
 int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len)
 {
+    pthread_mutex_lock(&u->slock);              /* renew_worker replaces them */
     const uint8_t *src = net_only ? u->addr_net : u->addr_all;
     size_t n = net_only ? u->addr_net_len : u->addr_all_len;
-    uint8_t *copy = malloc(n);
+    uint8_t *copy = src ? malloc(n) : NULL;
+    if (copy)
+        memcpy(copy, src, n);
+    pthread_mutex_unlock(&u->slock);
     if (!copy)
         return -1;
-    memcpy(copy, src, n);
     *addr = copy;
     *len = n;
     return 0;
@@ -827,23 +869,21 @@ void tfx_ucx_stop(tfx_ucx_t *u)
         return;
     atomic_store(&u->draining, 1);
     atomic_store(&u->stopping, 1);
-    ucp_worker_signal(u->worker);
+    tfx_ucx_base_wake(&u->base);
     pthread_join(u->thread, NULL);
     /* Whatever is left never finished (its client died). Release held descriptors, let the
      * worker cancel what UCX still has, then account for the rest and free it. */
     for (ucx_req_t *q = u->live; q; q = q->lnext)
         if (q->rndv_desc) {
-            ucp_am_data_release(u->worker, q->rndv_desc);
+            ucp_am_data_release(u->base.worker, q->rndv_desc);
             q->rndv_desc = NULL;
         }
     close_pending_eps(u);
-    ucp_worker_destroy(u->worker);
-    u->base.worker = NULL;
+    tfx_ucx_base_close(&u->base);       /* the worker first: it may still call back */
     while (u->live)
         free_req(u->live, 0);
     while (u->husks)
         free_husk(u->husks);
-    tfx_ucx_base_close(&u->base);
     free(u->peers);
     free(u->to_close);
     free(u->to_fail);

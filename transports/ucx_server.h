@@ -46,6 +46,7 @@ typedef struct {
 
 typedef struct {
     uint64_t hellos, hellos_refused, dropped, requests;
+    uint64_t renewals;              /* workers replaced because they wedged */
 } tfx_ucx_stats_t;
 
 /* Creates the UCX context and worker and starts the progress thread. NULL with err set when
