@@ -203,7 +203,7 @@ tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
  *     request to an origin goes over HTTP; once a response offered UCX, the next request
  *     negotiates (POST /v1/upgrade, then a UCX connection; up to ~4 s when the server is
  *     slow; tf_client_upgrade negotiates before the first request). A failed upgrade is
- *     retried after a backoff (1 s doubling to 60 s); a request whose UCX connection fails
+ *     retried after a backoff (1 s doubling to 5 min); a request whose UCX connection fails
  *     is retried once over HTTP with the same request id, time permitting.
  *   TF_TRANSPORT_HTTP: HTTP only.
  *   TF_TRANSPORT_UCX: strict: requests UCX can carry fail (TF_ECONNECT when no connection

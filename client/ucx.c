@@ -28,7 +28,7 @@
 #include "transports/ucx_client.h"
 
 #define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
-#define CLOSE_DRAIN_MS 5000L            /* tf_client_free waits this long for UCX requests */
+#define CLOSE_DRAIN_MS 1000L            /* tf_client_free waits this long for UCX requests */
 
 /* ---- connections --------------------------------------------------------------------------- */
 

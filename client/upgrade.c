@@ -21,7 +21,7 @@
 
 #define UPGRADE_TIMEOUT_MS 2000L        /* POST /v1/upgrade */
 #define BACKOFF_MIN_MS 1000L            /* after a failed upgrade, doubling ... */
-#define BACKOFF_MAX_MS 60000L           /* ... up to this */
+#define BACKOFF_MAX_MS 300000L          /* ... up to 5 min; a success resets it */
 
 /* ---- origins and the upgrade to UCX ------------------------------------------------------ */
 /* Every request notes its origin (scheme://host:port); every HTTP response from it says

@@ -50,6 +50,8 @@ static void gauges(void *arg, tfd_gauges_t *g)
 {
     tfd_server_t *s = arg;
     g->inflight = s->http ? tfx_http_inflight(s->http) : 0;
+    if (s->upgrade)
+        g->inflight += tfd_upgrade_inflight(s->upgrade);     /* requests over UCX too */
     g->body_bytes = tfd_router_body_bytes(s->router);
     if (s->http) {
         tfx_http_guard_stats_t gs;

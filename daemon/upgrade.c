@@ -52,8 +52,10 @@ static __attribute__((unused)) void drop_expired(tfd_upgrade_t *up, uint64_t now
 }
 
 #ifdef HAVE_UCX
-static int verify_hello(const char *token, const char *identity, char *why, size_t why_size,
-                        void *arg)
+/* The client's pid, from the token, when it shares this host: the UCX side watches it
+ * (UCX has no peer failure detection on one host). */
+static int verify_hello(const char *token, const char *identity, long *peer_pid, char *why,
+                        size_t why_size, void *arg)
 {
     tfd_upgrade_t *up = arg;
     tfp_up_host_t who;
@@ -75,6 +77,8 @@ static int verify_hello(const char *token, const char *identity, char *why, size
                strcmp(up->tokens[i].host.netns, who.netns) != 0) {
         snprintf(why, why_size, "the token was issued to another peer");
     } else {
+        *peer_pid = tfp_up_host_same(&up->self, &up->tokens[i].host)
+                        ? (long)up->tokens[i].host.pid : 0;
         up->tokens[i] = up->tokens[--up->ntokens];       /* single use */
         rc = 0;
     }

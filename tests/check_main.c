@@ -37,6 +37,7 @@ int main(void)
     srunner_add_suite(sr, suite_upgrade());
     srunner_add_suite(sr, suite_hostid());
     srunner_add_suite(sr, suite_ucx());
+    srunner_add_suite(sr, suite_ucxfault());
     srunner_add_suite(sr, suite_e2e());
     srunner_add_suite(sr, suite_framing());
     srunner_add_suite(sr, suite_conns());

@@ -29,6 +29,7 @@ Suite *suite_ucxframe(void);
 Suite *suite_upgrade(void);
 Suite *suite_hostid(void);
 Suite *suite_ucx(void);
+Suite *suite_ucxfault(void);
 Suite *suite_utf8(void);
 Suite *suite_base64(void);
 Suite *suite_accesslog(void);

@@ -8,6 +8,12 @@
  * operation. A request past its deadline breaks its connection: the endpoint is closed with
  * FORCE, which makes UCX complete every operation on it with an error; receives are never
  * abandoned while unfinished (that hangs the rendezvous).
+ *
+ * Nothing the thread does waits on the network: TCP connects are non-blocking (UCX's
+ * TCP_CONN_NB, set in ucx_common.c) and the HELLO is sent like any request, so a filtered or
+ * stalled peer costs a connect its timeout and nothing more. Teardown is bounded too: the
+ * caller waits at most STOP_WAIT_MS for the thread; one stuck inside UCX beyond that is left
+ * to finish and free everything itself (it no longer wakes or completes anything).
  */
 #include "config.h"
 #include "transports/ucx_client.h"
@@ -40,6 +46,7 @@ struct tfx_ucxc_conn {
     char transport[48];
     atomic_long peer_pid;           /* the server's pid on this host, to notice its death */
     /* connect handshake (thread, then the caller under lock) */
+    uint8_t hello[TFP_UF_MAX_HEADER];   /* the HELLO frame, until its send completes */
     uint64_t hello_seq;
     int hello_state;                /* 0 waiting, 1 accepted, -1 failed */
     char why[256];
@@ -93,8 +100,12 @@ struct tfx_ucxc {
     size_t nconns, capconns;
     uint64_t next_seq;
     int stopping;
+    int thread_done;                /* the progress thread left its loop (under lock) */
+    int abandoned;                  /* tfx_ucxc_free gave up waiting: the thread frees all */
     uint64_t last_pid_check_ms;     /* thread only */
 };
+
+#define STOP_WAIT_MS 500L           /* tfx_ucxc_free waits this long for the thread */
 
 /* ---- on the progress thread --------------------------------------------------------------- */
 
@@ -114,6 +125,9 @@ static void conn_unref(tfx_ucxc_conn_t *c)
         free(c);
 }
 
+/* FORCE (operations complete with an error at once) needs peer failure detection, so
+ * between hosts only; on one host UCX 1.13 refuses it, and the endpoint is flushed and
+ * closed in the background instead (what never completes goes with the worker). */
 static void close_ep(tfx_ucxc_conn_t *c)
 {
     if (c->closed || !c->ep)
@@ -121,7 +135,7 @@ static void close_ep(tfx_ucxc_conn_t *c)
     c->closed = 1;
     atomic_store(&c->broken, 1);
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+                             .flags = c->same_host ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
     void *rq = ucp_ep_close_nbx(c->ep, &p);
     if (rq && !UCS_PTR_IS_ERR(rq))
         ucp_request_free(rq);
@@ -137,9 +151,9 @@ static void queue_done(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     else
         u->done_head = r;
     u->done_tail = r;
-    pthread_mutex_unlock(&u->lock);
-    if (u->wake)
+    if (u->wake)                    /* under the lock: tfx_ucxc_free may be letting go */
         u->wake(u->wake_arg);
+    pthread_mutex_unlock(&u->lock);
 }
 
 static void maybe_complete(tfx_ucxc_req_t *r)
@@ -391,6 +405,14 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     break_conn(c, TFP_EINTERNAL, why);
 }
 
+static void hello_sent(void *request, ucs_status_t status, void *user_data)
+{
+    tfx_ucxc_conn_t *c = user_data;
+    (void)status;                   /* a failure shows as no HELLO_ACK by the deadline */
+    ucp_request_free(request);
+    conn_unref(c);
+}
+
 static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
 {
     tfx_ucxc_conn_t *c = cm->conn;
@@ -418,10 +440,9 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
     snprintf(h.name, sizeof h.name, "%s", cm->token);
     snprintf(h.msg, sizeof h.msg, "%s", cm->identity);
     c->hello_seq = h.seq;
-    static uint8_t hbuf[TFP_UF_MAX_HEADER];      /* thread only; copied by an eager send */
     size_t hlen;
     tfp_err_t err;
-    if (tfp_uf_encode(&h, hbuf, sizeof hbuf, &hlen, &err) != TFP_OK) {
+    if (tfp_uf_encode(&h, c->hello, sizeof c->hello, &hlen, &err) != TFP_OK) {
         pthread_mutex_lock(&u->lock);
         c->hello_state = -1;
         snprintf(c->why, sizeof c->why, "HELLO: %.200s", err.msg);
@@ -429,18 +450,25 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
         pthread_mutex_unlock(&u->lock);
         return;
     }
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
-    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, hbuf, hlen, NULL, 0, &p);
+    /* Not waited for: a peer that is filtered or stalled never completes it, and the caller
+     * gives up at its deadline (closing the connection, which ends the send). c->hello lives
+     * until then: the send holds a reference to c. */
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                                             UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
+                             .cb.send = hello_sent, .user_data = c};
+    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, c->hello, hlen, NULL, 0, &p);
     if (UCS_PTR_IS_PTR(rq)) {
-        /* Wait for the send here: hbuf is reused. An eager header-only send is quick. */
-        while (ucp_request_check_status(rq) == UCS_INPROGRESS && tfx_now_ms() < cm->deadline_ms)
-            ucp_worker_progress(u->worker);
-        if (ucp_request_check_status(rq) == UCS_INPROGRESS)
-            ucp_request_cancel(u->worker, rq);
-        while (ucp_request_check_status(rq) == UCS_INPROGRESS)
-            ucp_worker_progress(u->worker);
-        ucp_request_free(rq);
+        pthread_mutex_lock(&u->lock);
+        c->refs++;                  /* dropped by hello_sent */
+        pthread_mutex_unlock(&u->lock);
+    } else if (UCS_PTR_IS_ERR(rq)) {
+        pthread_mutex_lock(&u->lock);
+        c->hello_state = -1;
+        snprintf(c->why, sizeof c->why, "HELLO: %s", ucs_status_string(UCS_PTR_STATUS(rq)));
+        pthread_cond_broadcast(&u->cond);
+        pthread_mutex_unlock(&u->lock);
     }
 }
 
@@ -521,6 +549,16 @@ static unsigned run_cmds(tfx_ucxc_t *u)
         cmd_t *cm = list;
         list = cm->next;
         n++;
+        pthread_mutex_lock(&u->lock);
+        int abandoned = u->abandoned;
+        pthread_mutex_unlock(&u->lock);
+        if (abandoned) {            /* the caller let go: start nothing more */
+            if (cm->kind == CMD_START)
+                tfx_ucxc_req_free(cm->req);
+            free(cm->addr);
+            free(cm);
+            continue;
+        }
         switch (cm->kind) {
         case CMD_CONNECT: do_connect(u, cm); break;
         case CMD_START: do_start(u, cm->req); break;
@@ -566,26 +604,37 @@ static int loop_stopping(void *arg)
     return stopping;
 }
 
-/* Commands posted before the stop still run (a close among them). */
+/* Commands posted before the stop still run (a close among them), unless the caller has
+ * let go (abandoned): then nothing more is started. */
 static int loop_drained(void *arg)
 {
     tfx_ucxc_t *u = arg;
     pthread_mutex_lock(&u->lock);
-    int drained = u->cmd_head == NULL;
+    int drained = u->cmd_head == NULL || u->abandoned;
     pthread_mutex_unlock(&u->lock);
     return drained;
 }
 
+static void cleanup(tfx_ucxc_t *u);
+
 /* The progress thread: the shared loop (ucx_common.h), waking at least every 50 ms for the
- * requests' deadlines and the 100 ms check for a dead server (check_peers). */
+ * requests' deadlines and the 100 ms check for a dead server (check_peers). Once out of it,
+ * it tells tfx_ucxc_free, or, when that gave up waiting, frees everything itself. */
 static void *progress_main(void *arg)
 {
     tfx_ucxc_t *u = arg;
     const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
-                                 .drained = loop_drained, .drain_max_ns = 0, .sleep_ms = 50,
-                                 .arg = u};
+                                 .drained = loop_drained, .drain_max_ns = 2000000000u,
+                                 .sleep_ms = 50, .arg = u};
 
     tfx_ucx_loop_run(&u->base, &loop);
+    pthread_mutex_lock(&u->lock);
+    u->thread_done = 1;
+    int abandoned = u->abandoned;
+    pthread_cond_broadcast(&u->cond);
+    pthread_mutex_unlock(&u->lock);
+    if (abandoned)
+        cleanup(u);
     return NULL;
 }
 
@@ -601,7 +650,7 @@ static void post(tfx_ucxc_t *u, cmd_t *cm)
         u->cmd_head = cm;
     u->cmd_tail = cm;
     pthread_mutex_unlock(&u->lock);
-    ucp_worker_signal(u->worker);
+    tfx_ucx_base_wake(&u->base);
 }
 
 tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err)
@@ -791,16 +840,10 @@ void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
     free(r);
 }
 
-void tfx_ucxc_free(tfx_ucxc_t *u)
+/* Once the thread is out of its loop: closes what is left (UCX returns every operation
+ * while the worker goes) and frees everything. */
+static void cleanup(tfx_ucxc_t *u)
 {
-    if (!u)
-        return;
-    pthread_mutex_lock(&u->lock);
-    u->stopping = 1;
-    pthread_mutex_unlock(&u->lock);
-    ucp_worker_signal(u->worker);
-    pthread_join(u->thread, NULL);
-    /* Close what is left; UCX returns every operation while the worker goes. */
     for (size_t i = 0; i < u->nconns; i++)
         close_ep(u->conns[i]);
     for (int i = 0; i < 100 && u->live; i++)
@@ -820,4 +863,33 @@ void tfx_ucxc_free(tfx_ucxc_t *u)
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->cond);
     free(u);
+}
+
+/* Stops the thread, waiting STOP_WAIT_MS at most: a thread still inside UCX then (a call that
+ * blocks on the network) is left to finish, and frees everything itself when it does; it
+ * wakes and completes nothing any more, so the caller may go. */
+void tfx_ucxc_free(tfx_ucxc_t *u)
+{
+    if (!u)
+        return;
+    uint64_t deadline = tfx_now_ms() + (uint64_t)STOP_WAIT_MS;
+    pthread_mutex_lock(&u->lock);
+    u->stopping = 1;
+    pthread_mutex_unlock(&u->lock);
+    tfx_ucx_base_wake(&u->base);
+    pthread_mutex_lock(&u->lock);
+    while (!u->thread_done && tfx_now_ms() < deadline) {
+        struct timespec ts = tfx_deadline_rt(20);
+        pthread_cond_timedwait(&u->cond, &u->lock, &ts);
+    }
+    if (!u->thread_done) {
+        u->abandoned = 1;
+        u->wake = NULL;
+        pthread_mutex_unlock(&u->lock);
+        pthread_detach(u->thread);
+        return;
+    }
+    pthread_mutex_unlock(&u->lock);
+    pthread_join(u->thread, NULL);
+    cleanup(u);
 }

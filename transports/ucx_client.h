@@ -29,7 +29,9 @@ typedef struct tfx_ucxc_req tfx_ucxc_req_t;
  * thread whenever a completion is queued. NULL with err set if UCX cannot start. */
 tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err);
 /* Closes every connection (requests fail with TFP_EBUSY... and are completed), stops the
- * thread, frees. Completions not yet taken are dropped: call after draining. NULL: no-op. */
+ * thread, frees. Completions not yet taken are dropped: call after draining. NULL: no-op.
+ * Bounded: a thread that has not stopped within 0.5 s (stuck inside UCX) is left to free
+ * everything itself; it wakes and completes nothing any more. */
 void tfx_ucxc_free(tfx_ucxc_t *u);
 
 /* Connects to a server worker address and presents token (HELLO with identity "boot_id

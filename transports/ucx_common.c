@@ -1,96 +1,155 @@
 /* ucx_common.c - UCX context and worker setup, and the one progress loop, shared by
  * ucx_server.c and ucx_client.c. The loop runs on each side's progress thread; setup on the
- * thread that starts it.
+ * thread that starts it; tfx_ucx_base_wake on any thread (it writes our own eventfd: the
+ * worker may be replaced under another thread's feet, so nobody else touches it).
  */
 #include "config.h"
 #include "transports/ucx_common.h"
 #include "transports/clock.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
-tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
-                               ucp_am_recv_callback_t cb, void *arg, tfp_err_t *err)
+/* Creates b->worker with b's handler, its event fd in b->epfd. */
+static tfp_status_t worker_open(tfx_ucx_base_t *b, tfp_err_t *err)
 {
-    memset(b, 0, sizeof *b);
-    b->epfd = -1;
-    ucp_config_t *config;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
-    if (st != UCS_OK)
-        return tfp_err_set(err, TFP_EINTERNAL, "UCX configuration: %s", ucs_status_string(st));
-    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-                       .name = name};
-    st = ucp_init(&pp, config, &b->ctx);
-    ucp_config_release(config);
-    if (st != UCS_OK)
-        return tfp_err_set(err, TFP_EINTERNAL, "UCX init: %s", ucs_status_string(st));
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
-    st = ucp_worker_create(b->ctx, &wp, &b->worker);
+    ucs_status_t st = ucp_worker_create(b->ctx, &wp, &b->worker);
     if (st != UCS_OK) {
-        tfp_err_set(err, TFP_EINTERNAL, "UCX worker: %s", ucs_status_string(st));
-        goto cleanup_ctx;
+        b->worker = NULL;
+        return tfp_err_set(err, TFP_EINTERNAL, "UCX worker: %s", ucs_status_string(st));
     }
     ucp_am_handler_param_t hp = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-        .id = am_id, .cb = cb, .arg = arg, .flags = UCP_AM_FLAG_WHOLE_MSG};
+        .id = b->am_id, .cb = b->am_cb, .arg = b->am_arg, .flags = UCP_AM_FLAG_WHOLE_MSG};
     st = ucp_worker_set_am_recv_handler(b->worker, &hp);
     if (st == UCS_OK)
         st = ucp_worker_get_efd(b->worker, &b->efd);
     if (st != UCS_OK) {
         tfp_err_set(err, TFP_EINTERNAL, "UCX worker setup: %s", ucs_status_string(st));
-        goto destroy_worker;
+        goto destroy;
     }
-    b->epfd = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = b->efd};
-    if (b->epfd < 0 || epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->efd, &ev) != 0) {
+    if (epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->efd, &ev) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "epoll: %s", strerror(errno));
-        goto close_epoll;
+        goto destroy;
     }
     return TFP_OK;
-close_epoll:
-    if (b->epfd >= 0)
-        close(b->epfd);
-destroy_worker:
+destroy:
     ucp_worker_destroy(b->worker);
-cleanup_ctx:
-    ucp_cleanup(b->ctx);
+    b->worker = NULL;
+    b->efd = -1;
+    return err->code;
+}
+
+static void worker_close(tfx_ucx_base_t *b)
+{
+    if (!b->worker)
+        return;
+    epoll_ctl(b->epfd, EPOLL_CTL_DEL, b->efd, NULL);
+    ucp_worker_destroy(b->worker);
+    b->worker = NULL;
+    b->efd = -1;
+}
+
+tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
+                               ucp_am_recv_callback_t cb, void *arg, tfp_err_t *err)
+{
     memset(b, 0, sizeof *b);
+    b->epfd = b->wakefd = b->efd = -1;
+    b->am_id = am_id;
+    b->am_cb = cb;
+    b->am_arg = arg;
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK)
+        return tfp_err_set(err, TFP_EINTERNAL, "UCX configuration: %s", ucs_status_string(st));
+    /* A blocking TCP connect (UCX 1.13's default) holds the progress thread for the
+     * kernel's SYN timeout (~130 s) when the peer's ports are filtered. Unless the user
+     * chose otherwise in the environment, connects are non-blocking. */
+    if (!getenv("UCX_TCP_CONN_NB"))
+        (void)ucp_config_modify(config, "CONN_NB", "y");   /* the tcp transport's key */
+    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+                       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                       .name = name};
+    st = ucp_init(&pp, config, &b->ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        b->ctx = NULL;
+        return tfp_err_set(err, TFP_EINTERNAL, "UCX init: %s", ucs_status_string(st));
+    }
+    b->epfd = epoll_create1(EPOLL_CLOEXEC);
+    b->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = b->wakefd};
+    if (b->epfd < 0 || b->wakefd < 0 || epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->wakefd, &ev) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "epoll: %s", strerror(errno));
+        goto fail;
+    }
+    if (worker_open(b, err) != TFP_OK)
+        goto fail;
+    return TFP_OK;
+fail:
+    tfx_ucx_base_close(b);
     return err->code;
 }
 
 void tfx_ucx_base_close(tfx_ucx_base_t *b)
 {
     if (b->epfd >= 0)
-        close(b->epfd);
-    if (b->worker)
+        worker_close(b);
+    else if (b->worker)
         ucp_worker_destroy(b->worker);
+    if (b->epfd >= 0)
+        close(b->epfd);
+    if (b->wakefd >= 0)
+        close(b->wakefd);
     if (b->ctx)
         ucp_cleanup(b->ctx);
     memset(b, 0, sizeof *b);
-    b->epfd = -1;
+    b->epfd = b->wakefd = b->efd = -1;
 }
 
-void tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms)
+tfp_status_t tfx_ucx_base_renew(tfx_ucx_base_t *b, tfp_err_t *err)
 {
-    ucs_status_t st = ucp_worker_arm(b->worker);
+    worker_close(b);
+    return worker_open(b, err);
+}
+
+void tfx_ucx_base_wake(tfx_ucx_base_t *b)
+{
+    uint64_t one = 1;
+    ssize_t n;
+    do
+        n = write(b->wakefd, &one, sizeof one);
+    while (n < 0 && errno == EINTR);        /* EAGAIN: the counter is full, a wake pending */
+}
+
+int tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms)
+{
+    ucs_status_t st = b->worker ? ucp_worker_arm(b->worker) : UCS_OK;
     if (st == UCS_ERR_BUSY)
-        return;
-    struct epoll_event ev;
-    epoll_wait(b->epfd, &ev, 1, st == UCS_OK ? timeout_ms : 1);
+        return 1;
+    struct epoll_event ev[2];
+    epoll_wait(b->epfd, ev, 2, st == UCS_OK ? timeout_ms : 1);
+    uint64_t v;
+    while (read(b->wakefd, &v, sizeof v) < 0 && errno == EINTR)
+        ;                                   /* drained after the wait: no wake is lost */
+    return 0;
 }
 
 void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
 {
-    uint64_t last_work_ns = 0, stop_ns = 0;
+    uint64_t last_work_ns = 0, stop_ns = 0, busy_since_ns = 0;
 
     for (;;) {
         unsigned n = 0;
-        while (ucp_worker_progress(b->worker))
+        while (b->worker && ucp_worker_progress(b->worker))
             n++;
         n += l->run(l->arg);
         if (l->stopping(l->arg)) {
@@ -102,10 +161,27 @@ void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
         }
         if (n) {
             last_work_ns = tfx_now_ns();
+            busy_since_ns = 0;
             continue;
         }
         if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS)
             continue;                   /* spin a little before sleeping */
-        tfx_ucx_base_sleep(b, l->sleep_ms);
+        if (!tfx_ucx_base_sleep(b, l->sleep_ms)) {
+            busy_since_ns = 0;
+            continue;
+        }
+        /* The worker says it has events, yet progress finds none. */
+        uint64_t now = tfx_now_ns();
+        if (!busy_since_ns)
+            busy_since_ns = now;
+        if (now - busy_since_ns < (uint64_t)TFX_UCX_WEDGED_MS * 1000000u)
+            continue;
+        if (l->wedged) {
+            l->wedged(l->arg);
+            busy_since_ns = 0;
+        } else {
+            struct epoll_event ev[2];
+            epoll_wait(b->epfd, ev, 2, 1);  /* wedged for good: at least do not spin */
+        }
     }
 }

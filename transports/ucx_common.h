@@ -3,8 +3,9 @@
  * thread sleeps on, and the progress loop itself.
  *
  * Open and close run on the thread that creates the worker; tfx_ucx_loop_run is the body of
- * each side's progress thread, the only thread that then touches the worker. Other threads
- * reach the loop only through ucp_worker_signal (which ends its sleep) and the side's hooks.
+ * each side's progress thread, the only thread that then touches the worker (it may even
+ * replace it: tfx_ucx_base_renew). Other threads reach the loop only through tfx_ucx_base_wake
+ * (our own eventfd, which ends its sleep; never the worker itself) and the side's hooks.
  */
 #ifndef TFX_UCX_COMMON_H
 #define TFX_UCX_COMMON_H
@@ -17,15 +18,26 @@ typedef struct {
     ucp_context_h ctx;
     ucp_worker_h worker;
     int efd;                        /* the worker's event fd */
-    int epfd;                       /* an epoll set holding efd */
+    int wakefd;                     /* an eventfd other threads write to wake the loop */
+    int epfd;                       /* an epoll set holding efd and wakefd */
+    unsigned am_id;                 /* the handler, kept for tfx_ucx_base_renew */
+    ucp_am_recv_callback_t am_cb;
+    void *am_arg;
 } tfx_ucx_base_t;
 
 /* Creates context and worker (name shows in UCX's logs) and registers cb for am_id. */
 tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
                                ucp_am_recv_callback_t cb, void *arg, tfp_err_t *err);
 void tfx_ucx_base_close(tfx_ucx_base_t *b);
-/* Arms the worker and sleeps up to timeout_ms for an event (returns at once if busy). */
-void tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms);
+/* On the progress thread: destroys the worker (every endpoint and operation on it goes) and
+ * makes a new one with the same handler; its address differs. TFP_OK, or err set (the base
+ * then has no worker: b->worker is NULL). */
+tfp_status_t tfx_ucx_base_renew(tfx_ucx_base_t *b, tfp_err_t *err);
+/* Any thread: ends the loop's sleep. */
+void tfx_ucx_base_wake(tfx_ucx_base_t *b);
+/* Arms the worker and sleeps up to timeout_ms for an event or a wake. Returns 1 at once if
+ * the worker says it has events (arm: BUSY), else 0 after the sleep. */
+int tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms);
 /* After work, a progress loop keeps polling this long before it sleeps: waking a sleeping
  * thread costs tens of microseconds here, more than a whole small round trip over shared
  * memory (1-3 us), so replies that follow quickly are caught without a wake-up. */
@@ -44,12 +56,21 @@ typedef struct {
     uint64_t drain_max_ns;
     /* The longest sleep: how late, at worst, run() sees a deadline of its own. */
     int sleep_ms;
+    /* The worker is wedged: for TFX_UCX_WEDGED_MS it said it had events (ucp_worker_arm:
+     * BUSY) while progress found none. Seen when a peer on this host died in the middle of
+     * writing into the worker's shared-memory FIFO (UCX 1.13): the slot it took is never
+     * filled, and nothing behind it is ever read. The side replaces the worker
+     * (tfx_ucx_base_renew) or gives up on it. Optional; without it the loop only stops
+     * spinning (it sleeps 1 ms at a time). */
+    void (*wedged)(void *arg);
     void *arg;
 } tfx_ucx_loop_t;
+#define TFX_UCX_WEDGED_MS 500
 
 /* The progress loop: progress the worker until it has nothing, run the side's work; after
- * work spin TFX_UCX_SPIN_NS, then arm the worker and sleep on its event fd (a signal or
- * traffic wakes it) up to sleep_ms. Returns once stopping and (drained or drain_max_ns
+ * work spin TFX_UCX_SPIN_NS, then arm the worker and sleep on its event fd and the wake fd
+ * (traffic or tfx_ucx_base_wake ends it) up to sleep_ms; a worker that stays wedged goes to
+ * the side's wedged hook. Returns once stopping and (drained or drain_max_ns
  * passed), checked after every pass, so a stop is seen within one pass of its signal. */
 void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l);
 

@@ -3,13 +3,25 @@
  * operation; answers and failures go back as REPLY frames).
  *
  * The progress thread is the only one that touches UCX. It sleeps in epoll on the worker's
- * event fd (armed with ucp_worker_arm) and is woken by UCX or by ucp_worker_signal when
- * another thread queues work (a resumed request). Active-message callbacks never call back
+ * event fd (armed with ucp_worker_arm) and is woken by UCX or by tfx_ucx_base_wake when
+ * another thread queues work (a resumed request). A worker that wedges (a client on this
+ * host died while writing into its shared-memory FIFO, which nothing then reads past) is
+ * replaced: every request on it ends unanswered, the new worker has a new address (handed
+ * out by the next POST /v1/upgrade), and clients of the old one fall back to HTTP when their
+ * requests time out. Active-message callbacks never call back
  * into UCX: they decode the frame, check the endpoint's HELLO, run the handlers' begin and
  * queue the request; the loop then receives rendezvous bodies straight into the accepted
  * buffer (ucp_am_recv_data_nbx; such receives are never abandoned, since freeing one that is
  * unfinished hangs the rendezvous), runs handle, and sends answers zero-copy from the
  * handlers' memory, releasing it when the send completes.
+ *
+ * An endpoint whose client went away (a receive or send on it failed; on one host, where UCX
+ * runs without peer failure detection, the client's process is gone: its pid, from the
+ * upgrade token, is checked every 100 ms while it has requests in flight) fails: each of its
+ * requests ends unanswered at once (finish runs, so the store reservation, the body buffer
+ * and a reply's blob go back). One whose receive or send UCX still holds stays behind as a
+ * small husk, freed when UCX gives the operation back (or at stop); nothing writes into or
+ * reads from its memory any more, since the peer that would is gone.
  *
  * Threads: the progress thread, plus tfx_req_resume from anywhere (queue under qlock).
  */
@@ -22,7 +34,9 @@
 #include "transports/ucx_common.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,9 +54,11 @@ typedef struct ucx_req {
     tfx_ucx_t *u;
     struct ucx_req *qnext;          /* in a queue */
     struct ucx_req *lprev, *lnext;  /* u->live */
-    int queued_as;                  /* Q_*: what the loop does next */
+    int queued_as;                  /* Q_*: what the loop does next; Q_NONE when in no queue */
     int state;                      /* S_* */
     int wake_pending;
+    int ended;                      /* finish ran; no longer in u->live */
+    int gone;                       /* its client went away: a husk in u->husks */
     ucp_ep_h ep;
     tfp_uf_hdr_t in;
     void *rndv_desc;
@@ -58,9 +74,15 @@ typedef struct ucx_req {
 
 #define UR(r) ((ucx_req_t *)(r))
 
+/* An admitted endpoint, and its client's pid when it runs on this host (0: not watched). */
+typedef struct {
+    ucp_ep_h ep;
+    long pid;
+    int busy;                       /* scratch: has requests in flight */
+} peer_t;
+
 struct tfx_ucx {
-    tfx_ucx_base_t base;
-    ucp_worker_h worker;            /* = base.worker */
+    tfx_ucx_base_t base;            /* the worker: replaced when it wedges */
     tfx_handlers_t h;
     tfx_ucx_config_t cfg;
     pthread_t thread;
@@ -68,12 +90,16 @@ struct tfx_ucx {
     ucx_req_t *rq_head, *rq_tail;
     ucx_req_t *lq_head, *lq_tail;   /* local: queued by the progress thread itself */
     ucx_req_t *live;
+    ucx_req_t *husks;               /* ended requests whose operation UCX still holds */
     atomic_int stopping, draining;
     atomic_uint inflight;
-    ucp_ep_h *auth;                 /* endpoints that presented a valid token */
-    size_t nauth, capauth;
+    peer_t *peers;                  /* endpoints that presented a valid token */
+    size_t npeers, cappeers;
+    uint64_t last_peer_check_ms;
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
+    ucp_ep_h *to_fail;              /* endpoints whose operations failed (from callbacks) */
+    size_t nfail, capfail;
     uint8_t *addr_all, *addr_net;   /* this UCX worker's addresses, fetched once at start */
     size_t addr_all_len, addr_net_len;
     pthread_mutex_t slock;
@@ -112,33 +138,75 @@ static void queue_local(ucx_req_t *q, int what)
 
 /* ---- endpoints -------------------------------------------------------------------------- */
 
-static int is_authed(tfx_ucx_t *u, ucp_ep_h ep)
+static peer_t *find_peer(tfx_ucx_t *u, ucp_ep_h ep)
 {
-    for (size_t i = 0; i < u->nauth; i++)
-        if (u->auth[i] == ep)
-            return 1;
-    return 0;
+    for (size_t i = 0; i < u->npeers; i++)
+        if (u->peers[i].ep == ep)
+            return &u->peers[i];
+    return NULL;
 }
 
-static void set_authed(tfx_ucx_t *u, ucp_ep_h ep, int on)
+static int is_authed(tfx_ucx_t *u, ucp_ep_h ep) { return find_peer(u, ep) != NULL; }
+
+static void drop_peer(tfx_ucx_t *u, ucp_ep_h ep)
 {
-    for (size_t i = 0; i < u->nauth; i++)
-        if (u->auth[i] == ep) {
-            if (!on)
-                u->auth[i] = u->auth[--u->nauth];
-            return;
-        }
-    if (!on)
+    peer_t *p = find_peer(u, ep);
+    if (p)
+        *p = u->peers[--u->npeers];
+}
+
+static void add_peer(tfx_ucx_t *u, ucp_ep_h ep, long pid)
+{
+    peer_t *p = find_peer(u, ep);
+    if (p) {
+        p->pid = pid;
         return;
-    if (u->nauth == u->capauth) {
-        size_t ncap = u->capauth ? u->capauth * 2 : 16;
-        ucp_ep_h *n = realloc(u->auth, ncap * sizeof *n);
+    }
+    if (u->npeers == u->cappeers) {
+        size_t ncap = u->cappeers ? u->cappeers * 2 : 16;
+        peer_t *n = realloc(u->peers, ncap * sizeof *n);
         if (!n)
             return;
-        u->auth = n;
-        u->capauth = ncap;
+        u->peers = n;
+        u->cappeers = ncap;
     }
-    u->auth[u->nauth++] = ep;
+    u->peers[u->npeers++] = (peer_t){.ep = ep, .pid = pid};
+}
+
+/* 1 when pid names no live process (gone, or a zombie waiting for its parent). */
+static int pid_gone(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');    /* "pid (comm) S ..." */
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* The pid a same-host client gave, if it can be watched: it must name a live process in
+ * this network namespace (a client in another pid namespace gives a pid that means
+ * something else here: not watched). A process whose namespace cannot be read (another
+ * user's) is trusted. */
+static long watchable_pid(long pid)
+{
+    if (pid <= 0 || pid > INT_MAX || pid_gone(pid))
+        return 0;
+    char path[64], mine[64], theirs[64];
+    snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+    ssize_t a = readlink("/proc/self/ns/net", mine, sizeof mine - 1);
+    ssize_t b = readlink(path, theirs, sizeof theirs - 1);
+    if (b < 0)
+        return errno == EACCES || errno == EPERM ? pid : 0;
+    if (a < 0 || a != b || memcmp(mine, theirs, (size_t)a) != 0)
+        return 0;
+    return pid;
 }
 
 static void count(tfx_ucx_t *u, uint64_t *field)
@@ -152,7 +220,7 @@ static void count(tfx_ucx_t *u, uint64_t *field)
  * active-message callback. */
 static void close_ep(tfx_ucx_t *u, ucp_ep_h ep)
 {
-    set_authed(u, ep, 0);
+    drop_peer(u, ep);
     for (size_t i = 0; i < u->nclose; i++)
         if (u->to_close[i] == ep)
             return;
@@ -165,6 +233,23 @@ static void close_ep(tfx_ucx_t *u, ucp_ep_h ep)
         u->capclose = ncap;
     }
     u->to_close[u->nclose++] = ep;
+}
+
+/* From a completion callback: ep's operations fail; the loop fails ep (fail_ep). */
+static void ep_failed_later(tfx_ucx_t *u, ucp_ep_h ep)
+{
+    for (size_t i = 0; i < u->nfail; i++)
+        if (u->to_fail[i] == ep)
+            return;
+    if (u->nfail == u->capfail) {
+        size_t ncap = u->capfail ? u->capfail * 2 : 8;
+        ucp_ep_h *n = realloc(u->to_fail, ncap * sizeof *n);
+        if (!n)
+            return;
+        u->to_fail = n;
+        u->capfail = ncap;
+    }
+    u->to_fail[u->nfail++] = ep;
 }
 
 static void close_pending_eps(tfx_ucx_t *u)
@@ -263,7 +348,7 @@ static void ucx_resume(tfx_req_t *r)
         q->queued_as = Q_READY;
         push(&u->rq_head, &u->rq_tail, q);
         pthread_mutex_unlock(&u->qlock);
-        ucp_worker_signal(u->worker);
+        tfx_ucx_base_wake(&u->base);
         return;
     }
     q->wake_pending = 1;
@@ -279,30 +364,92 @@ static const tfx_req_ops_t ucx_ops = {
 
 /* ---- request life ----------------------------------------------------------------------- */
 
-static void free_req(ucx_req_t *q, int completed)
+static void unlink_from(ucx_req_t **head, ucx_req_t *q)
+{
+    if (q->lprev)
+        q->lprev->lnext = q->lnext;
+    else
+        *head = q->lnext;
+    if (q->lnext)
+        q->lnext->lprev = q->lprev;
+    q->lprev = q->lnext = NULL;
+}
+
+/* The request is over: the answer's memory goes back, finish runs, the body buffer is
+ * freed. The struct itself stays with the caller. */
+static void end_req(ucx_req_t *q, int completed)
 {
     tfx_ucx_t *u = q->u;
+    if (q->ended)
+        return;
+    q->ended = 1;
     if (q->release) {
         q->release(q->release_arg);
         q->release = NULL;
     }
     u->h.finish(&q->base, completed, u->h.arg);
-    if (q->lprev)
-        q->lprev->lnext = q->lnext;
-    else
-        u->live = q->lnext;
-    if (q->lnext)
-        q->lnext->lprev = q->lprev;
+    unlink_from(&u->live, q);
     tfx_req_release(&q->base);
-    free(q);
     atomic_fetch_sub(&u->inflight, 1);
+}
+
+static void free_req(ucx_req_t *q, int completed)
+{
+    end_req(q, completed);
+    free(q);
+}
+
+/* A husk that UCX or a queue no longer holds. */
+static void free_husk(ucx_req_t *q)
+{
+    unlink_from(&q->u->husks, q);
+    free(q);
+}
+
+/* Its client went away: q ends unanswered now; the struct goes when nothing holds it. */
+static void end_gone(ucx_req_t *q)
+{
+    tfx_ucx_t *u = q->u;
+    if (q->rndv_desc) {
+        ucp_am_data_release(u->base.worker, q->rndv_desc);
+        q->rndv_desc = NULL;
+    }
+    q->base.answered = 1;
+    end_req(q, 0);
+    q->gone = 1;
+    q->lnext = u->husks;
+    if (u->husks)
+        u->husks->lprev = q;
+    u->husks = q;
+    pthread_mutex_lock(&u->qlock);
+    int queued = q->queued_as != Q_NONE;
+    pthread_mutex_unlock(&u->qlock);
+    if (!queued && q->state != S_RECEIVING && q->state != S_SENDING)
+        free_husk(q);
+}
+
+/* ep's client went away: every request on it ends unanswered (finish logs each one). */
+static void fail_ep(tfx_ucx_t *u, ucp_ep_h ep)
+{
+    drop_peer(u, ep);
+    for (ucx_req_t *q = u->live, *next; q; q = next) {
+        next = q->lnext;
+        if (q->ep == ep)
+            end_gone(q);
+    }
 }
 
 static void send_done(void *request, ucs_status_t status, void *user_data)
 {
     ucx_req_t *q = user_data;
     ucp_request_free(request);
+    if (q->gone) {
+        free_husk(q);
+        return;
+    }
     q->state = S_DONE;
+    if (status != UCS_OK)
+        ep_failed_later(q->u, q->ep);
     free_req(q, status == UCS_OK);
 }
 
@@ -347,10 +494,15 @@ static void recv_done(void *request, ucs_status_t status, size_t length, void *u
 {
     ucx_req_t *q = user_data;
     ucp_request_free(request);
+    if (q->gone) {
+        free_husk(q);
+        return;
+    }
     if (status != UCS_OK) {
         /* The client is gone (or its endpoint failed): answering on that endpoint crashes
-         * UCX 1.13 (measured), so the request ends here, unanswered. */
-        set_authed(q->u, q->ep, 0);
+         * UCX 1.13 (measured), so the request ends here, unanswered, and so do the others
+         * on that endpoint (fail_ep, from the loop). */
+        ep_failed_later(q->u, q->ep);
         q->state = S_DONE;
         q->base.answered = 1;
         free_req(q, 0);
@@ -370,7 +522,7 @@ static void do_recv(ucx_req_t *q)
     q->rndv_desc = NULL;
     tfp_status_t st = tfx_req_grow_body(r, r->headroom + q->rndv_len);
     if (st != TFP_OK) {
-        ucp_am_data_release(u->worker, desc);
+        ucp_am_data_release(u->base.worker, desc);
         tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", q->rndv_len,
                           tfp_status_text(st));
         return;
@@ -380,7 +532,7 @@ static void do_recv(ucx_req_t *q)
                                              UCP_OP_ATTR_FIELD_USER_DATA |
                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                              .cb.recv_am = recv_done, .user_data = q};
-    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->buf + r->headroom, q->rndv_len, &p);
+    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom, q->rndv_len, &p);
     if (UCS_PTR_IS_ERR(rq))
         tfx_respond_error(r, TFP_EPROTO, "cannot receive the body: %s",
                           ucs_status_string(UCS_PTR_STATUS(rq)));
@@ -426,8 +578,9 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         char why[256] = "";
         tfp_uf_hdr_t ack;
         tfp_uf_init(&ack, TFP_UF_HELLO_ACK, h.seq);
-        if (u->cfg.verify_hello(h.name, h.msg, why, sizeof why, u->cfg.verify_arg) == 0) {
-            set_authed(u, ep, 1);
+        long pid = 0;
+        if (u->cfg.verify_hello(h.name, h.msg, &pid, why, sizeof why, u->cfg.verify_arg) == 0) {
+            add_peer(u, ep, watchable_pid(pid));
             count(u, &u->st.hellos);
         } else {
             ack.status = TFP_EBADREQ;
@@ -443,7 +596,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         return UCS_OK;
     }
     if (h.op == TFP_UF_BYE) {
-        set_authed(u, ep, 0);
+        drop_peer(u, ep);
         return UCS_OK;
     }
 
@@ -498,6 +651,35 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
 
 /* ---- the progress thread ---------------------------------------------------------------- */
 
+/* On one host UCX cannot tell that a client died: every 100 ms, the endpoints with requests
+ * in flight whose client process is gone fail (and every 5 s the idle ones are forgotten). */
+static unsigned check_peers(tfx_ucx_t *u)
+{
+    uint64_t now = tfx_now_ms();
+    if (now - u->last_peer_check_ms < 100)
+        return 0;
+    int all = now / 5000 != u->last_peer_check_ms / 5000;
+    u->last_peer_check_ms = now;
+    for (size_t i = 0; i < u->npeers; i++)
+        u->peers[i].busy = 0;
+    for (ucx_req_t *q = u->live; q; q = q->lnext) {
+        peer_t *p = find_peer(u, q->ep);
+        if (p)
+            p->busy = 1;
+    }
+    unsigned n = 0;
+    for (size_t i = 0; i < u->npeers;) {
+        peer_t *p = &u->peers[i];
+        if (p->pid > 0 && (p->busy || all) && pid_gone(p->pid)) {
+            fail_ep(u, p->ep);              /* drops peers[i]: look at i again */
+            n++;
+            continue;
+        }
+        i++;
+    }
+    return n;
+}
+
 /* Runs what the callbacks and other threads queued. Returns how many it ran. */
 static unsigned run_queues(tfx_ucx_t *u)
 {
@@ -512,10 +694,24 @@ static unsigned run_queues(tfx_ucx_t *u)
         close_pending_eps(u);
         n++;
     }
+    while (u->nfail) {
+        ucp_ep_h ep = u->to_fail[--u->nfail];
+        fail_ep(u, ep);
+        n++;
+    }
+    n += check_peers(u);
     ucx_req_t *q;
     while ((q = pop(&u->lq_head, &u->lq_tail))) {
         n++;
-        switch (q->queued_as) {
+        pthread_mutex_lock(&u->qlock);
+        int what = q->queued_as;
+        q->queued_as = Q_NONE;
+        pthread_mutex_unlock(&u->qlock);
+        if (q->gone) {
+            free_husk(q);
+            continue;
+        }
+        switch (what) {
         case Q_RECV: do_recv(q); break;
         case Q_READY:
             if (!q->base.answered)
@@ -530,6 +726,43 @@ static unsigned run_queues(tfx_ucx_t *u)
 
 static unsigned loop_run(void *arg) { return run_queues(arg); }
 
+static int query_address(ucp_worker_h w, int net_only, uint8_t **out, size_t *len);
+
+/* The worker wedged (ucx_common.h): every request on it ends unanswered, its endpoints go,
+ * and a new worker (new addresses) takes its place. Without one, UCX is off until restart:
+ * upgrades then fail (no address) and clients stay on HTTP. */
+static void renew_worker(void *arg)
+{
+    tfx_ucx_t *u = arg;
+    while (u->live)
+        end_gone(u->live);
+    u->npeers = u->nclose = u->nfail = 0;
+    tfp_err_t err;
+    uint8_t *all = NULL, *net = NULL;
+    size_t all_len = 0, net_len = 0;
+    if (tfx_ucx_base_renew(&u->base, &err) != TFP_OK ||
+        query_address(u->base.worker, 0, &all, &all_len) != 0 ||
+        query_address(u->base.worker, 1, &net, &net_len) != 0) {
+        free(all);
+        all = NULL;
+        all_len = 0;
+    }
+    /* What the old worker held is gone with it. */
+    while (u->husks)
+        free_husk(u->husks);
+    pthread_mutex_lock(&u->slock);
+    free(u->addr_all);
+    free(u->addr_net);
+    u->addr_all = all;
+    u->addr_net = all ? net : NULL;
+    u->addr_all_len = all_len;
+    u->addr_net_len = all ? net_len : 0;
+    u->st.renewals++;
+    pthread_mutex_unlock(&u->slock);
+    if (!all)
+        free(net);
+}
+
 static int loop_stopping(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->stopping); }
 
 static int loop_drained(void *arg) { return atomic_load(&((tfx_ucx_t *)arg)->inflight) == 0; }
@@ -541,7 +774,7 @@ static void *progress_main(void *arg)
     tfx_ucx_t *u = arg;
     const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
                                  .drained = loop_drained, .drain_max_ns = 2000000000u,
-                                 .sleep_ms = 100, .arg = u};
+                                 .sleep_ms = 100, .wedged = renew_worker, .arg = u};
 
     tfx_ucx_loop_run(&u->base, &loop);
     return NULL;
@@ -582,9 +815,8 @@ tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, t
 
     if (tfx_ucx_base_open(&u->base, "tfetchd", TFX_UCX_AM_REQUEST, on_am, u, err) != TFP_OK)
         goto free_u;
-    u->worker = u->base.worker;
-    if (query_address(u->worker, 0, &u->addr_all, &u->addr_all_len) != 0 ||
-        query_address(u->worker, 1, &u->addr_net, &u->addr_net_len) != 0) {
+    if (query_address(u->base.worker, 0, &u->addr_all, &u->addr_all_len) != 0 ||
+        query_address(u->base.worker, 1, &u->addr_net, &u->addr_net_len) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot read the UCX worker's address");
         goto close_base;
     }
@@ -606,12 +838,15 @@ free_u:
 
 int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len)
 {
+    pthread_mutex_lock(&u->slock);              /* renew_worker replaces them */
     const uint8_t *src = net_only ? u->addr_net : u->addr_all;
     size_t n = net_only ? u->addr_net_len : u->addr_all_len;
-    uint8_t *copy = malloc(n);
+    uint8_t *copy = src ? malloc(n) : NULL;
+    if (copy)
+        memcpy(copy, src, n);
+    pthread_mutex_unlock(&u->slock);
     if (!copy)
         return -1;
-    memcpy(copy, src, n);
     *addr = copy;
     *len = n;
     return 0;
@@ -634,23 +869,24 @@ void tfx_ucx_stop(tfx_ucx_t *u)
         return;
     atomic_store(&u->draining, 1);
     atomic_store(&u->stopping, 1);
-    ucp_worker_signal(u->worker);
+    tfx_ucx_base_wake(&u->base);
     pthread_join(u->thread, NULL);
     /* Whatever is left never finished (its client died). Release held descriptors, let the
      * worker cancel what UCX still has, then account for the rest and free it. */
     for (ucx_req_t *q = u->live; q; q = q->lnext)
         if (q->rndv_desc) {
-            ucp_am_data_release(u->worker, q->rndv_desc);
+            ucp_am_data_release(u->base.worker, q->rndv_desc);
             q->rndv_desc = NULL;
         }
     close_pending_eps(u);
-    ucp_worker_destroy(u->worker);
-    u->base.worker = NULL;
+    tfx_ucx_base_close(&u->base);       /* the worker first: it may still call back */
     while (u->live)
         free_req(u->live, 0);
-    tfx_ucx_base_close(&u->base);
-    free(u->auth);
+    while (u->husks)
+        free_husk(u->husks);
+    free(u->peers);
     free(u->to_close);
+    free(u->to_fail);
     free(u->addr_all);
     free(u->addr_net);
     pthread_mutex_destroy(&u->qlock);

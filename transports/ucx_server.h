@@ -10,6 +10,12 @@
  * large bodies arrive by rendezvous straight into the buffer the handlers accept, and answers
  * are sent from the handlers' memory (a stored blob) without copying.
  *
+ * A client that goes away takes its requests with it: a failed endpoint (UCX's error, or on
+ * one host, where UCX has no peer failure detection, the death of the client's process,
+ * checked every 100 ms) ends every request on it unanswered, as a closed HTTP connection
+ * does: finish runs (the store reservation and body memory go back), suspended requests are
+ * dropped, and sends in flight release what they held.
+ *
  * Threads: one progress thread owns the UCX worker and runs the handlers of UCX requests;
  * tfx_req_resume from any thread queues the request back to it.
  */
@@ -29,15 +35,18 @@ typedef struct tfx_ucx tfx_ucx_t;
 
 typedef struct {
     /* Checks a HELLO: the token and the identity ("boot_id netns") the client claims.
-     * 0 to accept; otherwise fills why. Runs on the progress thread. */
-    int (*verify_hello)(const char *token, const char *identity, char *why, size_t why_size,
-                        void *arg);
+     * 0 to accept, and *peer_pid set to the client's pid when it shares this host (the pid
+     * it gave when it asked for the token; 0: unknown or another host); otherwise fills why.
+     * Runs on the progress thread. */
+    int (*verify_hello)(const char *token, const char *identity, long *peer_pid, char *why,
+                        size_t why_size, void *arg);
     void *verify_arg;
     uint64_t max_body;              /* the largest request document (larger: 413 at once) */
 } tfx_ucx_config_t;
 
 typedef struct {
     uint64_t hellos, hellos_refused, dropped, requests;
+    uint64_t renewals;              /* workers replaced because they wedged */
 } tfx_ucx_stats_t;
 
 /* Creates the UCX context and worker and starts the progress thread. NULL with err set when
