@@ -28,7 +28,11 @@ http_status and the server's message.
 The library: $TFETCH_LIBRARY if set, else the libtfetch.so.1 make install put beside the
 package's configuration, else the dynamic loader's.
 
-Contents: Client, fetch, default_client, Document, Array, Result, Error, errors (and the
+Device feeds: ``with c.feed("batches", device=0) as f: for item in f: ... item.release();
+f.push_outfeed({"loss": loss})`` (tfetch.Feed, tfetch.Item); c.feed_declare, infeed_push,
+feed_done, outfeed_get for producers and receivers.
+
+Contents: Client, Feed, Item, fetch, default_client, Document, Array, Result, Error, errors (and the
 short names NotFound, ConnectError, Timeout, TooBig, BadURL), tagged, dtype_name, to_dlpack,
 DTYPES, library_version, __version__. See also doc/python.md.
 """
@@ -36,14 +40,15 @@ from . import _lib
 from ._arrays import DTYPES, PACKED, Array, Document, dtype_name, tagged, to_dlpack
 from ._client import Client, default_client, fetch
 from ._errors import Error, Result, errors
+from ._feeds import Feed, Item
 
 __version__ = "0.1.0"
-__all__ = ["Client", "fetch", "default_client", "Document", "Array", "Result", "Error",
+__all__ = ["Client", "Feed", "Item", "fetch", "default_client", "Document", "Array", "Result", "Error",
            "errors", "tagged", "dtype_name", "to_dlpack", "DTYPES", "PACKED", "library_version",
            "NotFound", "ConnectError", "Timeout", "TooBig", "BadURL"]
 
 # help(tfetch) and reprs show the public classes where users import them from.
-for _cls in (Client, Document, Array, Result, Error):
+for _cls in (Client, Feed, Item, Document, Array, Result, Error):
     _cls.__module__ = "tfetch"
 del _cls
 

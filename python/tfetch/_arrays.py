@@ -263,9 +263,10 @@ def _doc_metadata(ptr):
     return json.loads(raw[8:8 + n].decode("utf-8")).get("__metadata__", {})
 
 
-def wrap_doc(ptr):
-    """A Document over a received tf_doc_t, which it takes over (freed with its arrays)."""
-    owner = _Doc(ptr)
+def wrap_doc(ptr, owner=None):
+    """A Document over a received tf_doc_t, which it takes over (freed with its arrays); or,
+    with owner, over a borrowed one that owner keeps alive (a feed item's)."""
+    owner = _Doc(ptr) if owner is None else owner
     out = Document(metadata=_doc_metadata(ptr))
     for i in range(lib.tf_doc_count(ptr)):
         t = lib.tf_doc_at(ptr, i).contents

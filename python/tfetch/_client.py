@@ -12,11 +12,13 @@ import ctypes
 import json
 import threading
 import urllib.parse
+import weakref
 from ctypes import byref, c_size_t, c_void_p
 
 from . import _lib
 from ._arrays import build_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
+from ._feeds import FeedCalls
 
 lib = _lib.lib
 
@@ -25,7 +27,7 @@ def _seconds_to_ms(s):
     return 0 if s is None else max(1, int(s * 1000)) if s > 0 else 0
 
 
-class Client:
+class Client(FeedCalls):
     """A connection to tfetchd servers, kept open and reused.
 
     Client(url=None, user=None, transport=None, timeout=60.0, format="safetensors",
@@ -45,7 +47,9 @@ class Client:
     Results: get and call return a tfetch.Document (a dict name -> numpy array, the arrays
     being views over the received bytes, not copies) and ``last`` is a tfetch.Result.
     Errors raise tfetch.Error subclasses (tfetch.errors).
-    Feeds (c.feed(...)) come with libtfetch's feed API.
+    Feeds: c.feed(name, device) attaches to a device queue (a tfetch.Feed: pop, iterate,
+    push_outfeed); c.feed_declare, infeed_push, feed_done, feed_reset, feed_stats and
+    outfeed_get are the producer and operator calls.
     """
 
     def __init__(self, url=None, user=None, transport=None, timeout=60.0,
@@ -62,6 +66,7 @@ class Client:
         self.max_connections = max_connections
         self.max_body = max_body
         self._lock = threading.Lock()
+        self._feeds = weakref.WeakSet()          # the _Core of every attached feed
         self._last = None
         self._driver = None
         self._c = self._new_handle()
@@ -101,6 +106,8 @@ class Client:
         if d is not None:
             d.close()
         with self._lock:
+            for core in list(self._feeds):      # a feed must not outlive its client
+                core.detach_now()
             c, self._c = self._c, None
             if c:
                 lib.tf_client_free(c)

@@ -127,6 +127,26 @@ _PROTOS = {
     "tf_client_run": (c_int, [_P, c_long]),
     "tf_client_pending": (c_size_t, [_P]),
     "tf_client_wakeup": (None, [_P]),
+    # feeds
+    "tf_feed_attach": (c_int, [_P, c_char_p, c_char_p, c_char_p, POINTER(_P)]),
+    "tf_feed_backend": (c_char_p, [_P]),
+    "tf_feed_set_prefetch": (c_int, [_P, c_int]),
+    "tf_feed_detach": (None, [_P]),
+    "tf_infeed_pop": (c_int, [_P, c_long, POINTER(_P)]),
+    "tf_item_doc": (_P, [_P]),
+    "tf_item_position": (c_uint64, [_P]),
+    "tf_item_seq": (c_uint64, [_P]),
+    "tf_item_round": (c_uint64, [_P]),
+    "tf_item_generation": (c_uint64, [_P]),
+    "tf_item_release": (None, [_P]),
+    "tf_outfeed_push": (c_int, [_P, _P, POINTER(c_uint64)]),
+    "tf_feed_declare": (c_int, [_P, c_char_p, c_char_p, POINTER(_P)]),
+    "tf_infeed_push": (c_int, [_P, c_char_p, c_int, _P, c_uint64, c_long, POINTER(c_uint64)]),
+    "tf_feed_done": (c_int, [_P, c_char_p]),
+    "tf_feed_reset": (c_int, [_P, c_char_p, POINTER(c_uint64)]),
+    "tf_feed_stats": (c_int, [_P, c_char_p, POINTER(_P)]),
+    "tf_outfeed_get": (c_int, [_P, c_char_p, c_uint64, c_long, POINTER(_P), POINTER(c_uint64),
+                               POINTER(c_int)]),
 }
 for _name, (_res, _args) in _PROTOS.items():
     _fn = getattr(lib, _name)

@@ -143,6 +143,43 @@ class TestDocuments(Base):
                         self.assertEqual(got.dtype, _arrays.DTYPES[name][1])
                         np.testing.assert_array_equal(got, a)
 
+    def test_feed_infeed_pop_outfeed_done(self):
+        """A feed end to end: declare, push with seqs (a retry is not enqueued twice), pop
+        views in order, release, push a loss per step, read it back, done ends the loop."""
+        decl = {"devices": 1, "signature": [{"name": "x", "dtype": "F32", "shape": [2]}],
+                "max_items": 8}
+        stats = self.c.feed_declare("pyfeed", decl)
+        self.assertEqual(stats["name"], "pyfeed")
+        self.c.feed_declare("pyfeed", decl)                  # the same again: fine
+        for i in range(1, 4):
+            self.c.infeed_push("pyfeed", {"x": np.full(2, i, np.float32)}, device=0, seq=i)
+        self.c.infeed_push("pyfeed", {"x": np.full(2, 3, np.float32)}, device=0, seq=3)
+        with self.assertRaises(tfetch.Error) as e:             # signature mismatch: 422
+            self.c.infeed_push("pyfeed", {"x": np.zeros(3, np.float32)}, device=0, seq=4)
+        self.assertEqual(e.exception.http_status, 422)
+        seen = []
+        with self.c.feed("pyfeed", device=0) as f:
+            self.assertEqual(f.backend, "host")
+            for step, item in enumerate(f, 1):
+                with item:
+                    x = item.doc["x"]
+                    self.assertEqual(item.position, step)
+                    self.assertEqual(item.seq, step)
+                    seen.append(float(x[0]))
+                    f.push_outfeed({"loss": np.array([x.sum()], np.float32)})
+                if step == 3:
+                    self.c.feed_done("pyfeed")
+        self.assertEqual(seen, [1.0, 2.0, 3.0])
+        got = self.c.outfeed_get("pyfeed", after=0, wait=1.0)
+        self.assertIsNotNone(got)
+        seq, dev, doc = got
+        self.assertEqual((seq, dev), (1, 0))
+        self.assertEqual(float(doc["loss"][0]), 2.0)
+        self.assertIsNone(self.c.outfeed_get("pyfeed", after=3, wait=0))
+        self.assertEqual(self.c.feed_stats("pyfeed")["done"], True)
+        with self.assertRaises(tfetch.NotFound):
+            self.c.feed("nosuchfeed", device=0)
+
     def test_packed_dtypes_round_trip(self):
         """F4 and F6_*: bytes as uint8 with the element shape beside them, no copy."""
         for name, (_, bits) in tfetch.PACKED.items():
