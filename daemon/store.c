@@ -11,6 +11,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+/* An allocation failure inside uthash leaves the element out (hh.tbl == NULL) instead of
+ * calling exit(-1). */
+#define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 
 typedef struct {
@@ -165,6 +168,12 @@ int tfd_store_put(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_t r
         }
         e->blob = blob;
         HASH_ADD_KEYPTR(hh, s->table, e->name, strlen(e->name), e);
+        if (!e->hh.tbl) {
+            free(e->name);
+            free(e);
+            rc = -1;
+            goto unlock;
+        }
         s->count++;
         rc = 0;
     }
