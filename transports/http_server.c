@@ -259,14 +259,20 @@ static enum MHD_Result queue_pending(http_req_t *hr)
 static void http_resume(tfx_req_t *r)
 {
     http_req_t *hr = HR(r);
+    struct MHD_Connection *conn = NULL;
     pthread_mutex_lock(&hr->lock);
     if (hr->state == SUSPENDED) {
         hr->state = RUNNING;
-        MHD_resume_connection(hr->conn);
+        conn = hr->conn;
     } else {
         hr->wake_pending = 1;
     }
     pthread_mutex_unlock(&hr->lock);
+    /* Outside the lock, and hr untouched after: once resumed, the connection's thread may
+     * answer and free hr (on_completed) at once. Still suspended until this call, so the
+     * connection is alive, and RUNNING keeps any other resume from calling it twice. */
+    if (conn)
+        MHD_resume_connection(conn);
 }
 
 /* Runs handle until it responds or suspends with no wake-up pending. */
