@@ -17,7 +17,9 @@
  *     it never takes the daemon's SIGTERM) reads "arm N\n" (answers "armed\n") and "disarm\n"
  *     (answers "counted C failed F leaked L\n"). Lets one daemon be tortured request by request.
  *   - tf_failmalloc_arm() / tf_failmalloc_disarm(), found with dlsym(RTLD_DEFAULT), in-process.
- * TF_FAILMALLOC_TRACE=1 writes a backtrace of each failed allocation on stderr.
+ * TF_FAILMALLOC_PROG=NAME arms only the program of that name (skipping wrappers before it).
+ * TF_FAILMALLOC_TRACE=1 writes a backtrace of each failed allocation on stderr; =2 also the
+ * caller of every counted one.
  * leaked: under valgrind, the growth of definitely lost bytes since the previous disarm (an
  * added leak check, whose records valgrind writes to its log); -1 when not under valgrind.
  *
@@ -117,7 +119,13 @@ static int should_fail(const void *ra)
 {
     if (!__atomic_load_n(&armed, __ATOMIC_ACQUIRE) || !ours(ra))
         return 0;
-    if (__atomic_add_fetch(&counted, 1, __ATOMIC_RELAXED) != fail_at)
+    long k = __atomic_add_fetch(&counted, 1, __ATOMIC_RELAXED);
+    if (trace == 2) {
+        char line[64];
+        int len = snprintf(line, sizeof line, "failmalloc: #%ld from %p\n", k, ra);
+        (void)!write(2, line, (size_t)len);
+    }
+    if (k != fail_at)
         return 0;
     __atomic_add_fetch(&failed, 1, __ATOMIC_RELAXED);
     if (trace) {
@@ -331,12 +339,17 @@ static void report(void)
 
 __attribute__((constructor)) static void failmalloc_init(void)
 {
+    /* TF_FAILMALLOC_PROG=tfetchd: only that program is armed (not a wrapper before it, such
+     * as Debian's valgrind script, which would otherwise take the settings for itself). */
+    const char *prog = getenv("TF_FAILMALLOC_PROG");
+    if (prog && *prog && strcmp(prog, program_invocation_short_name) != 0)
+        return;
     const char *n = getenv("TF_FAILMALLOC");
     const char *fd = getenv("TF_FAILMALLOC_CTL_FD");
     const char *rep = getenv("TF_FAILMALLOC_REPORT");
     const char *tr = getenv("TF_FAILMALLOC_TRACE");
 
-    trace = tr && *tr == '1';
+    trace = tr && (*tr == '1' || *tr == '2') ? *tr - '0' : 0;
     if (trace) {
         void *f[1];
         backtrace(f, 1);        /* loads libgcc_s now, not inside a failing malloc */

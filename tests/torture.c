@@ -14,7 +14,8 @@
  *     for the leak check.
  *   startup: tfetchd started with TF_FAILMALLOC=N: it serves (then SIGTERM must exit 0) or
  *     exits non-zero with a message; under valgrind with --valgrind (its leak check at exit).
- * Options: --valgrind, --stride K (every Kth N only, for a bounded run), --max N.
+ * Options: --valgrind, --stride K (every Kth N only, for a bounded run), --from N, --max N
+ * (--from 19 --max 19 reproduces one run; TF_FAILMALLOC_TRACE=1 adds the failing stack).
  * Exit status 0 when every run was clean. One thread; the daemon's spawner is tests/fixtures.c.
  */
 #include "config.h"
@@ -37,10 +38,10 @@
 #include <valgrind/valgrind.h>
 
 #define VALGRIND_CMD "valgrind -q --suppressions=%s/tests/valgrind-ucx.supp --leak-check=full " \
-    "--errors-for-leak-kinds=definite --error-exitcode=99"
+    "--errors-for-leak-kinds=definite --error-exitcode=99 --soname-synonyms=somalloc=nouserintercepts"
 
 static int opt_valgrind, opt_stride = 1;
-static long opt_max = 100000;
+static long opt_max = 100000, opt_from = 1;
 static const char *shim;
 static char wrapper[1024];
 static int problems;
@@ -141,6 +142,7 @@ static int daemon_start(void)
     snprintf(fd, sizeof fd, "%d", sv[1]);
     setenv("TF_FAILMALLOC_CTL_FD", fd, 1);
     setenv("TF_FAILMALLOC_OBJS", "main", 1);
+    setenv("TF_FAILMALLOC_PROG", "tfetchd", 1);
     if (wrapper[0])
         setenv("TFETCHD_WRAPPER", wrapper, 1);
     const char *saved = getenv("LD_PRELOAD");
@@ -157,6 +159,7 @@ static int daemon_start(void)
         unsetenv("LD_PRELOAD");
     unsetenv("TF_FAILMALLOC_CTL_FD");
     unsetenv("TF_FAILMALLOC_OBJS");
+    unsetenv("TF_FAILMALLOC_PROG");
     close(sv[1]);
     ctl = sv[0];
     return rc;
@@ -166,7 +169,7 @@ static int daemon_start(void)
 static void keep_log(const char *scenario, int had)
 {
     char cmd[512];
-    if (!had)
+    if (!had && !getenv("TF_TORTURE_KEEP_LOGS"))
         return;
     snprintf(cmd, sizeof cmd, "cp %s /tmp/tf-torture-%s.log", D.log_path, scenario);
     if (td_run(cmd, NULL, 0) == 0)
@@ -297,7 +300,7 @@ static int run_daemon(const char *name)
     x.stored = x.doc[1];
     long n, last = 0;
     int rc = 0;
-    for (n = 1; n <= opt_max; n += opt_stride) {
+    for (n = opt_from; n <= opt_max; n += opt_stride) {
         rc = daemon_once(&x, n, check);
         if (rc == 2 || rc < 0)
             break;
@@ -399,7 +402,7 @@ static int run_client(const char *name)
         return problem("%s: the first PUT failed", name), 1;
     x.stored = x.doc[1];
     long n, last = 0;
-    for (n = 1; n <= opt_max; n += opt_stride) {
+    for (n = opt_from; n <= opt_max; n += opt_stride) {
         if (client_once(&x, n, check) == 2)
             break;
         last = n;
@@ -446,6 +449,7 @@ static int startup_once(long n)
         setenv("TF_FAILMALLOC", nbuf, 1);
         setenv("TF_FAILMALLOC_REPORT", rep, 1);
         setenv("TF_FAILMALLOC_OBJS", "main", 1);
+        setenv("TF_FAILMALLOC_PROG", "tfetchd", 1);
         add_preload();
         dup2(out[1], 1);
         int e = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -523,7 +527,7 @@ static int startup_once(long n)
 static int run_startup(void)
 {
     long n, last = 0;
-    for (n = 1; n <= opt_max; n += opt_stride) {
+    for (n = opt_from; n <= opt_max; n += opt_stride) {
         if (startup_once(n) == 2)
             break;
         last = n;
@@ -537,7 +541,7 @@ static int run_startup(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: torture [--valgrind] [--stride K] [--max N] SCENARIO...\n"
+    fprintf(stderr, "usage: torture [--valgrind] [--stride K] [--from N] [--max N] SCENARIO...\n"
             "  daemon-put daemon-get daemon-call daemon-upgrade\n"
             "  client-put client-get client-call client-upgrade startup\n"
             "  TF_FAILMALLOC_SO: the shim (tests/.libs/libfailmalloc.so)\n");
@@ -552,6 +556,8 @@ int main(int argc, char **argv)
             opt_valgrind = 1;
         else if (strcmp(argv[first], "--stride") == 0 && first + 1 < argc)
             opt_stride = atoi(argv[++first]);
+        else if (strcmp(argv[first], "--from") == 0 && first + 1 < argc)
+            opt_from = atol(argv[++first]);
         else if (strcmp(argv[first], "--max") == 0 && first + 1 < argc)
             opt_max = atol(argv[++first]);
         else
