@@ -94,6 +94,8 @@ struct tfx_ucxc {
     uint64_t next_seq;
     int stopping;
     uint64_t last_pid_check_ms;     /* thread only */
+    uint8_t hello[TFP_UF_MAX_HEADER];   /* thread only: the HELLO being sent (one per client:
+                                         * a static buffer raced between clients' threads) */
 };
 
 /* ---- on the progress thread --------------------------------------------------------------- */
@@ -418,10 +420,10 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
     snprintf(h.name, sizeof h.name, "%s", cm->token);
     snprintf(h.msg, sizeof h.msg, "%s", cm->identity);
     c->hello_seq = h.seq;
-    static uint8_t hbuf[TFP_UF_MAX_HEADER];      /* thread only; copied by an eager send */
+    uint8_t *hbuf = u->hello;                   /* sent before this returns */
     size_t hlen;
     tfp_err_t err;
-    if (tfp_uf_encode(&h, hbuf, sizeof hbuf, &hlen, &err) != TFP_OK) {
+    if (tfp_uf_encode(&h, hbuf, sizeof u->hello, &hlen, &err) != TFP_OK) {
         pthread_mutex_lock(&u->lock);
         c->hello_state = -1;
         snprintf(c->why, sizeof c->why, "HELLO: %.200s", err.msg);
