@@ -14,6 +14,8 @@
  *     for the leak check.
  *   startup: tfetchd started with TF_FAILMALLOC=N: it serves (then SIGTERM must exit 0) or
  *     exits non-zero with a message; under valgrind with --valgrind (its leak check at exit).
+ * What fails: allocations of tfetchd (daemon scenarios) or libtfetch.so (client ones), and
+ * cJSON's made on their behalf; TF_TORTURE_OBJS (a TF_FAILMALLOC_OBJS list) changes that.
  * Options: --valgrind, --stride K (every Kth N only, for a bounded run), --from N, --max N
  * (--from 19 --max 19 reproduces one run; TF_FAILMALLOC_TRACE=1 adds the failing stack).
  * Exit status 0 when every run was clean. One thread; the daemon's spawner is tests/fixtures.c.
@@ -47,6 +49,13 @@ static char wrapper[1024];
 static int problems;
 
 static void (*fm_arm)(long);
+
+/* The objects whose allocations are failed: TF_TORTURE_OBJS, else dflt ("main" is tfetchd). */
+static const char *objs(const char *dflt)
+{
+    const char *o = getenv("TF_TORTURE_OBJS");
+    return o && *o ? o : dflt;
+}
 static void (*fm_disarm)(long *, long *, long *);
 
 __attribute__((format(printf, 1, 2))) static void problem(const char *fmt, ...)
@@ -141,7 +150,7 @@ static int daemon_start(void)
     fcntl(sv[0], F_SETFD, FD_CLOEXEC);
     snprintf(fd, sizeof fd, "%d", sv[1]);
     setenv("TF_FAILMALLOC_CTL_FD", fd, 1);
-    setenv("TF_FAILMALLOC_OBJS", "main", 1);
+    setenv("TF_FAILMALLOC_OBJS", objs("main,libcjson"), 1);
     setenv("TF_FAILMALLOC_PROG", "tfetchd", 1);
     if (wrapper[0])
         setenv("TFETCHD_WRAPPER", wrapper, 1);
@@ -448,7 +457,7 @@ static int startup_once(long n)
         argv[k] = NULL;
         setenv("TF_FAILMALLOC", nbuf, 1);
         setenv("TF_FAILMALLOC_REPORT", rep, 1);
-        setenv("TF_FAILMALLOC_OBJS", "main", 1);
+        setenv("TF_FAILMALLOC_OBJS", objs("main,libcjson"), 1);
         setenv("TF_FAILMALLOC_PROG", "tfetchd", 1);
         add_preload();
         dup2(out[1], 1);
@@ -595,7 +604,7 @@ int main(int argc, char **argv)
         if (strncmp(argv[i], "daemon-", 7) == 0)
             run_daemon(argv[i]);
         else if (strncmp(argv[i], "client-", 7) == 0) {
-            setenv("TF_FAILMALLOC_OBJS", "libtfetch.so", 1);
+            setenv("TF_FAILMALLOC_OBJS", objs("libtfetch.so,libcjson"), 1);
             run_client(argv[i]);
         } else if (strcmp(argv[i], "startup") == 0)
             run_startup();
