@@ -611,7 +611,12 @@ tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size
     tf_status_t st = blocking(c, &rq, TFI_OP_LIST, &f);
     if (st != TF_OK)
         goto free_fetch;
-    if (tfp_parse_listing(f->text, f->text_len, &pe, &pn, &err) != TFP_OK) {
+    tfp_status_t pst = tfp_parse_listing(f->text, f->text_len, &pe, &pn, &err);
+    if (pst == TFP_ENOMEM) {
+        st = fail(c, TF_ENOMEM, NULL);
+        goto free_fetch;
+    }
+    if (pst != TFP_OK) {
         st = fail(c, TF_EPROTO, "bad listing: %s", f->text_len ? err.msg : "empty body");
         goto free_fetch;
     }

@@ -227,6 +227,8 @@ static tf_status_t decode_raw(tf_result_t *res, const char *url, const tfx_hc_re
         return tfi_rfail(res, TF_ENOMEM, NULL);
     if (tfp_doc_add(d, name, dt, rank, shape, r->body, r->body_len, &err) != TFP_OK) {
         tfp_doc_free(d);
+        if (err.code == TFP_ENOMEM)
+            return tfi_rfail(res, TF_ENOMEM, NULL);
         return tfi_rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
     }
     *out = d;
@@ -241,6 +243,7 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     tfp_doc_t *d = NULL;
     tfp_err_t err;
+    tfp_status_t pst;
     tf_status_t st;
 
     if (!r->body || r->body_len == 0)
@@ -257,7 +260,10 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
          * than read its first bytes as a header length. */
         return tfi_rfail(&f->result, TF_EPROTO, "the reply is %.40s, not a tensor document "
                          "(is the URL a /v1/tensors/NAME or /v1/call/ROUTE?)", r->content_type);
-    } else if (tfp_st_decode(r->body, r->body_len, NULL, &d, &err) != TFP_OK) {
+    } else if ((pst = tfp_st_decode(r->body, r->body_len, NULL, &d, &err)) != TFP_OK) {
+        /* Out of memory while decoding is not a bad response. */
+        if (pst == TFP_ENOMEM)
+            return tfi_rfail(&f->result, TF_ENOMEM, NULL);
         return tfi_rfail(&f->result, TF_EPROTO, "bad safetensors response: %s", err.msg);
     }
     /* The decoded tensors point into the body: hand the buffer to the document. */

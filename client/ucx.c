@@ -180,6 +180,7 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     tf_result_t *res = &f->result;
     tf_status_t st = tfi_from_proto(u->reply.status);
     tfp_err_t err;
+    tfp_status_t pst;
     tfp_doc_t *d = NULL;
 
     res->http_status = (int)u->reply.http;
@@ -205,8 +206,11 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
         return;
     if (!*body || u->body_len == 0) {
         tfi_rfail(res, TF_EPROTO, "empty response body");
-    } else if (tfp_st_decode(*body, u->body_len, NULL, &d, &err) != TFP_OK) {
-        tfi_rfail(res, TF_EPROTO, "bad safetensors response: %s", err.msg);
+    } else if ((pst = tfp_st_decode(*body, u->body_len, NULL, &d, &err)) != TFP_OK) {
+        if (pst == TFP_ENOMEM)
+            tfi_rfail(res, TF_ENOMEM, NULL);      /* not a bad response */
+        else
+            tfi_rfail(res, TF_EPROTO, "bad safetensors response: %s", err.msg);
     } else if ((st = tfi_doc_wrap(d, *body, &f->doc)) != TF_OK) {
         tfp_doc_free(d);
         tfi_rfail(res, st, NULL);

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+/* An allocation failure inside uthash leaves the element out (hh.tbl == NULL) instead of
+ * calling exit(-1). */
+#define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 
 typedef struct waiter {
@@ -136,13 +139,19 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
         rc = TFD_REPLAY_FULL;
     } else {
         e->key = key;
-        key = NULL;
         e->at = (time_t)tfx_now_s();
         HASH_ADD_KEYPTR(hh, r->map, e->key, strlen(e->key), e);
-        r->entries++;
-        r->running++;
-        trim(r);
-        rc = TFD_REPLAY_NEW;
+        if (!e->hh.tbl) {
+            free(e->route);
+            free(e);
+            rc = TFD_REPLAY_FULL;
+        } else {
+            key = NULL;
+            r->entries++;
+            r->running++;
+            trim(r);
+            rc = TFD_REPLAY_NEW;
+        }
     }
     pthread_mutex_unlock(&r->lock);
     free(key);

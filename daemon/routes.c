@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* An allocation failure inside uthash leaves the element out (hh.tbl == NULL) instead of
+ * calling exit(-1). */
+#define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 
 /* ---- calls ------------------------------------------------------------------------------ */
@@ -171,13 +174,16 @@ int tfd_routes_add(tfd_routes_t *rs, const char *name, const tfd_route_ops_t *op
     pthread_rwlock_wrlock(&rs->lock);
     entry_t *old = NULL;
     HASH_FIND_STR(rs->table, name, old);
-    if (!old)
+    int added = 0;
+    if (!old) {
         HASH_ADD_KEYPTR(hh, rs->table, e->name, strlen(e->name), e);
+        added = e->hh.tbl != NULL;
+    }
     pthread_rwlock_unlock(&rs->lock);
-    if (old) {
+    if (!added) {
         free(e->name);
         free(e);
-        return -1;
+        return old ? -1 : -3;
     }
     return 0;
 }

@@ -49,7 +49,8 @@ struct tfd_server {
 static void gauges(void *arg, tfd_gauges_t *g)
 {
     tfd_server_t *s = arg;
-    g->inflight = s->http ? tfx_http_inflight(s->http) : 0;
+    tfx_http_t *http = __atomic_load_n(&s->http, __ATOMIC_ACQUIRE);    /* set once serving */
+    g->inflight = http ? tfx_http_inflight(http) : 0;
     if (s->upgrade)
         g->inflight += tfd_upgrade_inflight(s->upgrade);     /* requests over UCX too */
     g->body_bytes = tfd_router_body_bytes(s->router);
@@ -181,8 +182,11 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .min_upload_rate = cfg->min_upload_rate,
         .max_body = cfg->max_body,
     };
-    if (!(s->http = tfx_http_start(&hc, &h, err)))
+    /* Stored atomically: /metrics (gauges) may be asked on MHD's threads before it is set. */
+    tfx_http_t *http = tfx_http_start(&hc, &h, err);
+    if (!http)
         goto fail;
+    __atomic_store_n(&s->http, http, __ATOMIC_RELEASE);
     return s;
 fail:
     teardown(s);

@@ -1,4 +1,6 @@
-/* sessions.c - per-user state: a uthash map of user id -> session, in LRU order.
+/* sessions.c - per-user state: a uthash map of user id -> session, evicted least recently
+ * used first (by use_seq, a counter of uses; the map is never reordered, since a re-insert can
+ * fail for want of memory).
  *
  * One global mutex guards the map, the LRU order and the byte counters; each session has its
  * own mutex, held by the call using it. Eviction and expiry only touch sessions nobody holds
@@ -13,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+/* An allocation failure inside uthash leaves the element out (hh.tbl == NULL) instead of
+ * calling exit(-1). */
+#define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 
 typedef struct slot {
@@ -29,9 +34,10 @@ struct tfd_session {
     unsigned inuse;
     int ended;                      /* end requested while in use */
     time_t last_used;
+    uint64_t use_seq;               /* s->uses when last acquired or released: the LRU order */
     uint64_t bytes;
     slot_t *slots;
-    UT_hash_handle hh;              /* uthash keeps insertion order; we move to the tail on use */
+    UT_hash_handle hh;
 };
 
 struct tfd_sessions {
@@ -39,6 +45,7 @@ struct tfd_sessions {
     tfd_sessions_limits_t lim;
     tfd_session_t *map;
     uint64_t count, bytes, evictions, expirations, rejections;
+    uint64_t uses;
 };
 
 tfd_sessions_t *tfd_sessions_new(const tfd_sessions_limits_t *limits)
@@ -85,21 +92,15 @@ void tfd_sessions_free(tfd_sessions_t *s)
 /* Evicts the least recently used idle session other than keep. 1 if one was evicted. */
 static int evict_one(tfd_sessions_t *s, const tfd_session_t *keep)
 {
-    for (tfd_session_t *se = s->map; se; se = se->hh.next) {
-        if (se != keep && se->inuse == 0) {
-            drop(s, se);
-            s->evictions++;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static void touch(tfd_sessions_t *s, tfd_session_t *se)
-{
-    se->last_used = (time_t)tfx_now_s();
-    HASH_DEL(s->map, se);                           /* move to the tail: most recent */
-    HASH_ADD_KEYPTR(hh, s->map, se->user, strlen(se->user), se);
+    tfd_session_t *lru = NULL;
+    for (tfd_session_t *se = s->map; se; se = se->hh.next)
+        if (se != keep && se->inuse == 0 && (!lru || se->use_seq < lru->use_seq))
+            lru = se;
+    if (!lru)
+        return 0;
+    drop(s, lru);
+    s->evictions++;
+    return 1;
 }
 
 void *tfd_sessions_acquire(tfd_sessions_t *s, const char *user)
@@ -119,12 +120,19 @@ void *tfd_sessions_acquire(tfd_sessions_t *s, const char *user)
             pthread_mutex_unlock(&s->lock);
             return NULL;
         }
-        pthread_mutex_init(&se->lock, NULL);
         HASH_ADD_KEYPTR(hh, s->map, se->user, strlen(se->user), se);
+        if (!se->hh.tbl) {
+            free(se->user);
+            free(se);
+            pthread_mutex_unlock(&s->lock);
+            return NULL;
+        }
+        pthread_mutex_init(&se->lock, NULL);
         s->count++;
     }
     se->inuse++;
-    touch(s, se);
+    se->last_used = (time_t)tfx_now_s();
+    se->use_seq = ++s->uses;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&se->lock);
     return se;
@@ -139,6 +147,7 @@ void tfd_sessions_release(tfd_sessions_t *s, void *session)
     pthread_mutex_lock(&s->lock);
     se->inuse--;
     se->last_used = (time_t)tfx_now_s();
+    se->use_seq = ++s->uses;
     if (se->ended && se->inuse == 0)
         drop(s, se);
     pthread_mutex_unlock(&s->lock);

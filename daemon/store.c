@@ -15,6 +15,9 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+/* An allocation failure inside uthash leaves the element out (hh.tbl == NULL) instead of
+ * calling exit(-1). */
+#define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 
 typedef struct {
@@ -336,6 +339,12 @@ int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_
         }
         e->blob = blob;
         HASH_ADD_KEYPTR(hh, s->table, e->name, strlen(e->name), e);
+        if (!e->hh.tbl) {
+            free(e->name);
+            free(e);
+            rc = -1;
+            goto unlock;
+        }
         s->count++;
         rc = 0;
     }

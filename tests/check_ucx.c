@@ -496,7 +496,7 @@ START_TEST(ucx_cli_transport)
              url("/v1/tensors/%s", "c3"), in);
     ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
     char *second = strstr(out, "\n{"), *third = second ? strstr(second + 1, "\n{") : NULL;
-    ck_assert_msg(strncmp(out, "{\"op\":\"put\",\"transport\":\"ucx/", 30) == 0 &&
+    ck_assert_msg(strncmp(out, "{\"op\":\"put\",\"transport\":\"ucx/", 29) == 0 &&
                       second && third && strstr(second, "\"transport\":\"ucx/") &&
                       strstr(third, "\"transport\":\"ucx/") &&
                       strstr(third, "\"fallback\":\"\""), "stats: %s", out);

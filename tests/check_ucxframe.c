@@ -414,8 +414,8 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
         return "status -99 is not a known status";
     case 32: base(h, TFP_UF_REPLY); h->status = (tfp_status_t)1;
         return "status 1 is not a known status";
-    case 33: base(h, TFP_UF_HELLO_ACK); h->status = (tfp_status_t)-26;   /* first unused */
-        return "status -26 is not a known status";
+    case 33: base(h, TFP_UF_HELLO_ACK); h->status = (tfp_status_t)-31;    /* no such row */
+        return "status -31 is not a known status";
     case 34: base(h, TFP_UF_GET); h->status = TFP_EPROTO;
         return "status -4 on a request (GET) must be 0";
     case 35: base(h, TFP_UF_BYE); h->status = TFP_EINVAL; return "on a request (BYE) must be 0";

@@ -241,6 +241,9 @@ static void http_respond(tfx_req_t *r, unsigned status, const char *content_type
     hr->resp = resp;
 }
 
+/* The answer when even the error's body cannot be allocated. */
+static const char oom_json[] = "{\"error\":\"out of memory\",\"code\":\"TF_ENOMEM\"}\n";
+
 static void http_respond_error(tfx_req_t *r, tfp_status_t code, const char *msg)
 {
     if (code == TFP_EMETHOD && r->op_err.code == TFP_EMETHOD && r->op_err.allow)
@@ -248,10 +251,9 @@ static void http_respond_error(tfx_req_t *r, tfp_status_t code, const char *msg)
     size_t len = 0;
     char *body = tfp_error_json(code, msg, &len);
     if (!body) {
-        static const char oom[] = "{\"error\":\"out of memory\",\"code\":\"TF_ENOMEM\"}\n";
         r->status = 500;
-        r->resp_len = sizeof oom - 1;
-        http_respond(r, 500, "application/json", oom, sizeof oom - 1, NULL, NULL);
+        r->resp_len = sizeof oom_json - 1;
+        http_respond(r, 500, "application/json", oom_json, sizeof oom_json - 1, NULL, NULL);
         return;
     }
     r->resp_len = len;
@@ -274,14 +276,20 @@ static enum MHD_Result queue_pending(http_req_t *hr)
 static void http_resume(tfx_req_t *r)
 {
     http_req_t *hr = HR(r);
+    struct MHD_Connection *conn = NULL;
     pthread_mutex_lock(&hr->lock);
     if (hr->state == SUSPENDED) {
         hr->state = RUNNING;
-        MHD_resume_connection(hr->conn);
+        conn = hr->conn;
     } else {
         hr->wake_pending = 1;
     }
     pthread_mutex_unlock(&hr->lock);
+    /* Outside the lock, and hr untouched after: once resumed, the connection's thread may
+     * answer and free hr (on_completed) at once. Still suspended until this call, so the
+     * connection is alive, and RUNNING keeps any other resume from calling it twice. */
+    if (conn)
+        MHD_resume_connection(conn);
 }
 
 /* Runs handle until it responds or suspends with no wake-up pending. */
@@ -410,6 +418,28 @@ static int refuse_framing(http_req_t *hr, const char *url, const char *version)
     return 1;
 }
 
+/* A request whose state could not be allocated: marked with this one static object, its
+ * body is drained and it is answered a static 500 with the connection closed (no state of its
+ * own is needed, so one object serves them all). */
+static http_req_t no_memory;
+static enum MHD_Result answer_no_memory(struct MHD_Connection *conn, size_t *upload_data_size)
+{
+    if (*upload_data_size) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(sizeof oom_json - 1,
+                                                                (void *)oom_json,
+                                                                MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ok = MHD_queue_response(conn, 500, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -418,10 +448,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     tfx_http_t *s = cls;
     http_req_t *hr = *con_cls;
 
+    if (hr == &no_memory)
+        return answer_no_memory(conn, upload_data_size);
     if (!hr) {
         hr = calloc(1, sizeof *hr);
-        if (!hr)
-            return MHD_NO;
+        if (!hr) {
+            *con_cls = &no_memory;              /* answered once its body is drained */
+            return MHD_YES;
+        }
         tfx_req_t *r = &hr->base;
         r->ops = &http_ops;
         r->h = &s->h;
@@ -475,8 +509,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     tfx_http_t *s = cls;
     http_req_t *hr = *con_cls;
-    if (!hr)
+    if (!hr || hr == &no_memory) {
+        *con_cls = NULL;
         return;
+    }
     tfx_guard_idle(s->guard, hr->gc, tfx_now_ms());     /* kept alive: the next head's wait */
     s->h.finish(&hr->base, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->h.arg);
     if (hr->resp)

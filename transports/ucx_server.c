@@ -601,8 +601,18 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     }
 
     ucx_req_t *q = calloc(1, sizeof *q);
-    if (!q)
-        return UCS_OK;                  /* the client times out and falls back to HTTP */
+    if (!q) {
+        /* Answered at once (500, TF_ENOMEM) rather than left to the client's timeout; the
+         * body, a rendezvous descriptor or not, is dropped when this returns UCS_OK. */
+        tfp_uf_hdr_t rep;
+        tfp_uf_init(&rep, TFP_UF_REPLY, h.seq);
+        rep.status = TFP_ENOMEM;
+        rep.http = 500;
+        snprintf(rep.request_id, sizeof rep.request_id, "%s", h.request_id);
+        snprintf(rep.msg, sizeof rep.msg, "out of memory");
+        send_small(u, ep, &rep);
+        return UCS_OK;
+    }
     q->u = u;
     q->ep = ep;
     q->in = h;
