@@ -582,6 +582,25 @@ START_TEST(curl_etag_conditional_and_range)
 }
 END_TEST
 
+/* Waits up to 30 s (a daemon under valgrind is slow) for the file at path to hold needle,
+ * leaving its text in out. A line is logged after its answer is sent, so a client can read
+ * the log before the line is there. 1 if it came. */
+static int file_has(const char *path, const char *needle)
+{
+    for (int i = 0; i < 600; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+        if (f)
+            fclose(f);
+        out[n] = '\0';
+        if (strstr(out, needle))
+            return 1;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 /* --access-log FILE: one JSON line per request, with who, what and how it went; SIGHUP
  * reopens the file after a rotation. */
 START_TEST(access_log_lines_and_sighup_reopen)
@@ -596,7 +615,7 @@ START_TEST(access_log_lines_and_sighup_reopen)
                           "/v1/tensors/missing"), 404);
     ck_assert_int_eq(curl("", "/healthz"), 200);
     snprintf(cmd, sizeof cmd, "cat %s", path);
-    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(file_has(path, "\"op\":\"health\""), "%s", out);
     ck_assert_msg(strstr(out, "\"client\":\"127.0.0.1\",\"transport\":\"http\",\"op\":"
                           "\"tensor_get\",\"name\":\"missing\",\"user\":\"alice\","
                           "\"request_id\":\"acc-1\",\"status\":404,\"code\":\"TF_ENOTFOUND\"")
@@ -609,7 +628,7 @@ START_TEST(access_log_lines_and_sighup_reopen)
         nanosleep(&ts, NULL);
     }
     ck_assert_int_eq(curl("", "/readyz"), 200);
-    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(file_has(path, "\"op\":\"ready\""), "%s", out);
     ck_assert_msg(strstr(out, "\"op\":\"ready\"") && !strstr(out, "tensor_get"), "%s", out);
     stop_clean();
     unlink(path);
@@ -673,13 +692,12 @@ START_TEST(sighup_reloads_live_settings)
     fprintf(f, "store-memory = 1M\naccess-log = %s\nmax-body = 2G\n", alog);
     fclose(f);
     kill(D.pid, SIGHUP);
-    snprintf(cmd, sizeof cmd, "for i in $(seq 100); do grep -q 'SIGHUP: settings read again' %s "
+    snprintf(cmd, sizeof cmd, "for i in $(seq 600); do grep -q 'SIGHUP: settings read again' %s "
              "&& exit 0; sleep 0.05; done; exit 1", D.log_path);
     ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
     ck_assert_int_eq(curl(put, "/v1/tensors/b"), 201);         /* the new limit */
-    snprintf(cmd, sizeof cmd, "grep -c '\"op\":\"tensor_put\"' %s", alog);
-    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
-    ck_assert_str_eq(out, "1\n");                              /* logging from now on */
+    ck_assert_msg(file_has(alog, "\"op\":\"tensor_put\""), "%s", out);   /* logging now */
+    ck_assert_ptr_null(strstr(strstr(out, "tensor_put") + 1, "tensor_put"));   /* just once */
     snprintf(cmd, sizeof cmd, "grep -c 'max-body changed, but takes effect only after a restart' %s",
              D.log_path);
     ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
@@ -689,7 +707,7 @@ START_TEST(sighup_reloads_live_settings)
     fputs("store-memory = lots\n", f);
     fclose(f);
     kill(D.pid, SIGHUP);
-    snprintf(cmd, sizeof cmd, "for i in $(seq 100); do grep -q 'no longer load' %s && exit 0; "
+    snprintf(cmd, sizeof cmd, "for i in $(seq 600); do grep -q 'no longer load' %s && exit 0; "
              "sleep 0.05; done; exit 1", D.log_path);
     ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
     ck_assert_int_eq(curl(put, "/v1/tensors/c"), 201);         /* still 1M */
