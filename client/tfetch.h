@@ -161,6 +161,10 @@ void tf_client_free(tf_client_t *c);
 /* The user id sent as Tfetch-User on every request (NULL: none). Validated. A server that
  * calls another server forwards the id it received by setting it here. */
 tf_status_t tf_client_set_user(tf_client_t *c, const char *user_id);
+/* The bearer token sent as "Authorization: Bearer TOKEN" on every request (NULL: none), for
+ * a tfetchd with auth-tokens set. Validated (an RFC 6750 b64token, at most 512 characters);
+ * the client keeps a copy and never logs it. The environment's TFETCH_TOKEN is the default. */
+tf_status_t tf_client_set_token(tf_client_t *c, const char *token);
 /* The request id for the next request only (NULL: the client makes one). Reusing the id of a
  * request on retry lets the server recognise the retry. */
 tf_status_t tf_client_set_request_id(tf_client_t *c, const char *request_id);

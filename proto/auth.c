@@ -37,8 +37,7 @@ static int b64token_char(char ch)
            ch == '-' || ch == '.' || ch == '_' || ch == '~' || ch == '+' || ch == '/';
 }
 
-/* 1 if s[0..n) is an RFC 6750 b64token of at most TFP_AUTH_MAX_TOKEN bytes. */
-static int token_valid(const char *s, size_t n)
+int tfp_auth_token_valid(const char *s, size_t n)
 {
     if (n == 0 || n > TFP_AUTH_MAX_TOKEN)
         return 0;
@@ -176,7 +175,7 @@ static int parse_line(const char *s, const char *end, unsigned line, tfp_token_t
     size_t n;
     if (!next_field(&p, end, &f, &n))
         return 0;
-    if (!token_valid(f, n)) {
+    if (!tfp_auth_token_valid(f, n)) {
         tfp_err_set(err, TFP_EINVAL, "line %u: the token must be 1 to %u characters of "
                     "[A-Za-z0-9-._~+/] then '='s", line, TFP_AUTH_MAX_TOKEN);
         return -1;
@@ -286,7 +285,7 @@ tfp_bearer_t tfp_bearer_parse(const char *value, const char **tok, size_t *len)
     const char *e = s + n;
     while (*e == ' ' || *e == '\t')
         e++;
-    if (*e || !token_valid(s, n))
+    if (*e || !tfp_auth_token_valid(s, n))
         return TFP_BEARER_BAD;
     *tok = s;
     *len = n;

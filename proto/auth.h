@@ -81,6 +81,9 @@ int tfp_token_allows(const tfp_token_t *tok, tfp_right_t right, const char *name
 /* 1 if the token holds right on some name at all (a pattern, whatever it matches). */
 int tfp_token_has_right(const tfp_token_t *tok, tfp_right_t right);
 
+/* 1 if s[0..n) is a valid token (an RFC 6750 b64token of at most TFP_AUTH_MAX_TOKEN bytes). */
+int tfp_auth_token_valid(const char *s, size_t n);
+
 /* What an Authorization header holds. */
 typedef enum {
     TFP_BEARER_NONE = 0,            /* no header */
