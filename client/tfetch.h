@@ -385,7 +385,8 @@ typedef tf_status_t (*tf_worker_fn)(const tf_call_t *call, const tf_doc_t *in, t
                                     char *errmsg, size_t errmsg_size, void *user_data);
 
 /* Registers routes[0..n) at base (http://host:port) to be answered by fn. Fails with the
- * server's status (e.g. TF_EUNPROC when a route is already served). */
+ * server's status (e.g. TF_EUNPROC when a route is already served). The environment's
+ * TFETCH_TOKEN, when set, is sent as the bearer token (it needs serve on the routes). */
 tf_status_t tf_worker_new(const char *base, const char *const *routes, size_t n,
                           tf_worker_fn fn, void *user_data, tf_worker_t **out);
 /* Serves calls for up to timeout_ms (< 0: until tf_worker_stop). Returns TF_OK when stopped or
