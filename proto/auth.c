@@ -127,12 +127,13 @@ static int next_field(const char **p, const char *end, const char **f, size_t *n
 }
 
 /* Parses one right, "KIND:PATTERN". 0, or -1 with err set. */
-static int parse_grant(const char *f, size_t n, unsigned line, tfp_grant_t *g, tfp_err_t *err)
+static int parse_grant(const char *f, size_t n, unsigned line, size_t nth, tfp_grant_t *g,
+                       tfp_err_t *err)
 {
     const char *colon = memchr(f, ':', n);
-    if (!colon) {
-        tfp_err_set(err, TFP_EINVAL, "line %u: a right is KIND:PATTERN, not '%.*s'", line,
-                    (int)(n > 64 ? 64 : n), f);
+    if (!colon) {                   /* not echoed: it may be a token in the wrong place */
+        tfp_err_set(err, TFP_EINVAL, "line %u: a right is KIND:PATTERN (right %zu is not)",
+                    line, nth + 1);
         return -1;
     }
     size_t kn = (size_t)(colon - f);
@@ -141,8 +142,12 @@ static int parse_grant(const char *f, size_t n, unsigned line, tfp_grant_t *g, t
         if (strlen(right_names[i]) == kn && memcmp(right_names[i], f, kn) == 0)
             kind = i;
     if (kind < 0) {
+        int word = kn > 0 && kn <= 16;      /* echoed only when it looks like a misspelling */
+        for (size_t i = 0; word && i < kn; i++)
+            word = f[i] >= 'a' && f[i] <= 'z';
         tfp_err_set(err, TFP_EINVAL, "line %u: unknown right '%.*s' (read, write, delete, call, "
-                    "serve, produce, consume, forward or admin)", line, (int)(kn > 32 ? 32 : kn), f);
+                    "serve, produce, consume, forward or admin)", line, word ? (int)kn : 1,
+                    word ? f : "?");
         return -1;
     }
     const char *pat = colon + 1;
@@ -207,7 +212,7 @@ static int parse_line(const char *s, const char *end, unsigned line, tfp_token_t
     }
     p = rest;
     while (next_field(&p, end, &f, &n)) {
-        if (parse_grant(f, n, line, &tok->grants[tok->ngrants], err) != 0)
+        if (parse_grant(f, n, line, tok->ngrants, &tok->grants[tok->ngrants], err) != 0)
             return -1;
         tok->ngrants++;
     }

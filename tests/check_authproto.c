@@ -68,6 +68,8 @@ START_TEST(test_parse_errors)
         {"tok alice read:\n", "line 1: right read: the pattern"},
         {"tok alice read:a*b\n", "line 1: right read: the pattern"},
         {"tok alice read:a b:c\n", "line 1: unknown right 'b'"},
+        {"tok alice read:a secret-1\n", "line 1: a right is KIND:PATTERN (right 2 is not)"},
+        {"tok alice secret-1:x\n", "line 1: unknown right '?'"},
         {"tok al:ice read:x\n", "line 1: the principal must match"},
         {"t\"k alice read:x\n", "line 1: the token must be"},
         {"tk=a alice read:x\n", "line 1: the token must be"},
