@@ -87,15 +87,26 @@ int tfp_token_has_right(const tfp_token_t *tok, tfp_right_t right)
 
 const tfp_token_t *tfp_tokens_find(const tfp_tokens_t *t, const uint8_t hash[TFP_AUTH_HASH_LEN])
 {
-    const tfp_token_t *hit = NULL;
-    if (!t)
+    if (!t || t->n == 0)
         return NULL;
-    for (size_t i = 0; i < t->n; i++) {
-        int eq = memeql_sec(t->tokens[i].hash, hash, TFP_AUTH_HASH_LEN);
-        if (eq && !hit)
-            hit = &t->tokens[i];
+    size_t lo = 0, hi = t->n;           /* the first entry not below hash */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (memcmp(t->tokens[mid].hash, hash, TFP_AUTH_HASH_LEN) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return hit;
+    if (lo == t->n)
+        return NULL;
+    return memeql_sec(t->tokens[lo].hash, hash, TFP_AUTH_HASH_LEN) ? &t->tokens[lo] : NULL;
+}
+
+static int by_hash(const void *a, const void *b)
+{
+    const tfp_token_t *x = a, *y = b;
+    int c = memcmp(x->hash, y->hash, TFP_AUTH_HASH_LEN);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
 }
 
 void tfp_tokens_free(tfp_tokens_t *t)
@@ -245,12 +256,7 @@ tfp_status_t tfp_tokens_parse(const char *text, size_t len, tfp_tokens_t *out, t
             goto fail;
         }
         if (rc > 0) {
-            if (tfp_tokens_find(out, tok.hash)) {
-                free(tok.grants);
-                tfp_err_set(err, TFP_EINVAL, "line %u: this token is given on an earlier line",
-                            line);
-                goto fail;
-            }
+            tok.line = line;
             if (out->n == cap) {
                 size_t nc = cap ? cap * 2 : 8;
                 tfp_token_t *nt = realloc(out->tokens, nc * sizeof *nt);
@@ -266,6 +272,14 @@ tfp_status_t tfp_tokens_parse(const char *text, size_t len, tfp_tokens_t *out, t
         }
         s = nl ? nl + 1 : end;
     }
+    if (out->n)
+        qsort(out->tokens, out->n, sizeof *out->tokens, by_hash);
+    for (size_t i = 1; i < out->n; i++)
+        if (memcmp(out->tokens[i - 1].hash, out->tokens[i].hash, TFP_AUTH_HASH_LEN) == 0) {
+            tfp_err_set(err, TFP_EINVAL, "line %u: this token is given on an earlier line (%u)",
+                        out->tokens[i].line, out->tokens[i - 1].line);
+            goto fail;
+        }
     return TFP_OK;
 fail:
     tfp_tokens_free(out);

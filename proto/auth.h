@@ -6,9 +6,11 @@
  * 6750 b64token ([A-Za-z0-9-._~+/]+ then '='s); PRINCIPAL a user id ([A-Za-z0-9._-]{1,128});
  * each RIGHT is KIND:PATTERN, KIND one of read write delete call serve produce consume forward
  * admin, PATTERN a name (tensor, route or feed), or a prefix followed by '*' matching any
- * suffix ("*" alone: every name). tfp_tokens_parse keeps only each token's SHA-256 (nettle);
- * lookups compare every entry's hash in constant time, whatever matched. Pure; a parsed
- * table is read-only and may be shared between threads.
+ * suffix ("*" alone: every name). tfp_tokens_parse keeps only each token's SHA-256 (nettle),
+ * sorted; a lookup is a binary search over the hashes, the match confirmed in constant time.
+ * (The search's timing can tell at most how much of a guess's SHA-256 matches a real one,
+ * which does not help find a token.) Pure; a parsed table is read-only and may be shared
+ * between threads.
  */
 #ifndef TFP_AUTH_H
 #define TFP_AUTH_H
@@ -51,6 +53,7 @@ typedef struct {
 typedef struct {
     uint8_t hash[TFP_AUTH_HASH_LEN];            /* SHA-256 of the token */
     char principal[TFP_MAX_USER_ID + 1];
+    unsigned line;                              /* where the file gave it */
     size_t ngrants;
     tfp_grant_t *grants;
 } tfp_token_t;
@@ -69,7 +72,7 @@ void tfp_tokens_free(tfp_tokens_t *t);
 /* SHA-256 of a token's len bytes. */
 void tfp_auth_hash(const char *token, size_t len, uint8_t out[TFP_AUTH_HASH_LEN]);
 
-/* The entry whose hash is hash, or NULL. Compares every entry, each in constant time. */
+/* The entry whose hash is hash, or NULL. O(log n); the final comparison in constant time. */
 const tfp_token_t *tfp_tokens_find(const tfp_tokens_t *t, const uint8_t hash[TFP_AUTH_HASH_LEN]);
 
 /* 1 if pattern (a name, or a prefix and a trailing '*') matches name, else 0. */

@@ -8,6 +8,7 @@
 #include "proto/http.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <string.h>
 
 static tfp_status_t parse(const char *text, tfp_tokens_t *t, tfp_err_t *err)
@@ -141,6 +142,37 @@ START_TEST(test_match)
 }
 END_TEST
 
+/* Many tokens: each found as itself (the sorted table's search), nothing else found, and a
+ * duplicate far from its first line named with both lines. */
+START_TEST(test_many_tokens)
+{
+    static char text[400 * 64];
+    char *p = text;
+    for (int i = 0; i < 400; i++)
+        p += sprintf(p, "tok-%d user%d read:u%d.*\n", i, i, i);
+    tfp_tokens_t t;
+    tfp_err_t err = {0};
+    ck_assert_int_eq(parse(text, &t, &err), TFP_OK);
+    ck_assert_uint_eq(t.n, 400);
+    for (int i = 0; i < 400; i++) {
+        char tok[32], who[32];
+        snprintf(tok, sizeof tok, "tok-%d", i);
+        snprintf(who, sizeof who, "user%d", i);
+        const tfp_token_t *k = find(&t, tok);
+        ck_assert_ptr_nonnull(k);
+        ck_assert_str_eq(k->principal, who);
+        ck_assert_uint_eq(k->line, (unsigned)i + 1);
+        snprintf(tok, sizeof tok, "tok-%d", i + 400);
+        ck_assert_ptr_null(find(&t, tok));
+    }
+    tfp_tokens_free(&t);
+    p += sprintf(p, "tok-7 mallory read:*\n");
+    ck_assert_int_eq(parse(text, &t, &err), TFP_EINVAL);
+    ck_assert_str_eq(err.msg, "line 401: this token is given on an earlier line (8)");
+    ck_assert_uint_eq(t.n, 0);
+}
+END_TEST
+
 /* SHA-256 itself (FIPS 180-2's "abc"), so a token file's hashes mean what they say. */
 START_TEST(test_hash)
 {
@@ -206,6 +238,7 @@ Suite *suite_auth(void)
     tcase_add_test(tc, test_parse_file);
     tcase_add_test(tc, test_parse_errors);
     tcase_add_test(tc, test_match);
+    tcase_add_test(tc, test_many_tokens);
     tcase_add_test(tc, test_hash);
     tcase_add_test(tc, test_bearer);
     tcase_add_test(tc, test_http_op);
