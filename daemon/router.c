@@ -362,7 +362,8 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
                        secs);
     tfd_access_log_write(rt->api->access_log, &(tfd_access_t){
         .client = tfx_req_peer(r), .transport = tfx_req_transport(r), .op = what,
-        .name = c->name, .user = c->user, .request_id = c->request_id, .status = status,
+        .name = c->name, .user = c->user, .principal = c->op->who.principal,
+        .request_id = c->request_id, .status = status,
         .code = c->code != TFP_OK ? tfp_status_name(c->code) : NULL,
         .bytes_in = tfx_req_body_bytes(r), .bytes_out = out, .seconds = secs,
         .completed = completed});

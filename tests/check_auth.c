@@ -193,6 +193,26 @@ START_TEST(test_rights_on_names)
 }
 END_TEST
 
+/* The access log names the principal (never the token). */
+START_TEST(test_access_log_principal)
+{
+    token_file = td_tmpfile(3, TOKENS, strlen(TOKENS));
+    char logp[128];
+    snprintf(logp, sizeof logp, "/tmp/tf-auth-access-%d.log", (int)getpid());
+    unlink(logp);
+    const char *args[] = {"--auth-tokens", token_file, "--access-log", logp, NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    ck_assert_int_eq(as("tkb-9a8b", "-H 'Tfetch-User: u7'", "/v1/tensors/alice.w"), 403);
+    ck_assert_int_eq(as(NULL, "", "/v1/tensors/alice.w"), 401);
+    stop_clean();
+    char cmd[512], log[8192];
+    snprintf(cmd, sizeof cmd, "cat %s; rm -f %s", logp, logp);
+    td_run(cmd, log, sizeof log);
+    ck_assert_msg(strstr(log, "\"user\":\"u7\",\"principal\":\"bob\"") &&
+                  strstr(log, "\"status\":401") && !strstr(log, "tkb"), "%s", log);
+}
+END_TEST
+
 START_TEST(test_call_and_serve)
 {
     start();
@@ -393,6 +413,7 @@ START_TEST(test_broken_file_refused_at_start)
     snprintf(cmd, sizeof cmd, "cat %s", D.log_path);
     td_run(cmd, log, sizeof log);
     ck_assert_msg(strstr(log, "line 1: unknown right 'reed'"), "%s", log);
+    unlink(D.log_path);
     td_cleanup();
 }
 END_TEST
@@ -404,6 +425,7 @@ Suite *suite_authe2e(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_missing_and_unknown_token);
     tcase_add_test(tc, test_rights_on_names);
+    tcase_add_test(tc, test_access_log_principal);
     tcase_add_test(tc, test_call_and_serve);
     tcase_add_test(tc, test_state_per_principal);
     tcase_add_test(tc, test_sighup_reload);
