@@ -84,6 +84,10 @@ tf_status_t tf_client_new(tf_client_t **out)
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     c->format = TF_FORMAT_SAFETENSORS;
     c->transport = transport_from_env(c->env_bad, sizeof(c->env_bad));
+    const char *tok = getenv("TFETCH_TOKEN");
+    if (tok && *tok && tf_client_set_token(c, tok) != TF_OK)
+        snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_TOKEN is not a bearer token "
+                 "([A-Za-z0-9-._~+/]+ then '='s, at most %u characters)", TFP_AUTH_MAX_TOKEN);
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     *out = c;
@@ -112,6 +116,7 @@ void tf_client_free(tf_client_t *c)
         free(o);
     }
     free(c->user);
+    tf_client_set_token(c, NULL);
     free(c);
 }
 
@@ -131,6 +136,27 @@ tf_status_t tf_client_set_user(tf_client_t *c, const char *user_id)
         return TF_ENOMEM;
     free(c->user);
     c->user = u;
+    return TF_OK;
+}
+
+tf_status_t tf_client_set_token(tf_client_t *c, const char *token)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (token && !tfp_auth_token_valid(token, strlen(token)))
+        return TF_EINVAL;
+    char *t = NULL;
+    if (token && !(t = strdup(token)))
+        return TF_ENOMEM;
+    if (c->token) {
+        volatile char *p = c->token;            /* not left behind in freed memory */
+        while (*p)
+            *p++ = '\0';
+        free(c->token);
+    }
+    c->token = t;
+    if (strncmp(c->env_bad, "TFETCH_TOKEN", 12) == 0)
+        c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
     return TF_OK;
 }
 

@@ -187,6 +187,8 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     op->wait_ms = rq->wait_ms;
     snprintf(op->request_id, sizeof(op->request_id), "%s", f->result.request_id);
     snprintf(op->user, sizeof(op->user), "%s", c->user ? c->user : "");
+    if (c->token)
+        snprintf(op->auth, sizeof(op->auth), "Bearer %s", c->token);
     tfx_hc_status_t xst = tfx_hc_url_split(rq->url, &key, &path, &op->query);
     if (xst == TFX_HC_ENOMEM || (xst == TFX_HC_OK && !(op->url = strdup(rq->url)))) {
         free(key);

@@ -140,6 +140,8 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
     bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", op->request_id) != TFX_HC_OK;
     if (op->user[0])
         bad |= tfx_hc_req_add_header(req, "Tfetch-User", op->user) != TFX_HC_OK;
+    if (op->auth[0])
+        bad |= tfx_hc_req_add_header(req, "Authorization", op->auth) != TFX_HC_OK;
     if (accept)
         bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
     if (op->body)

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "client/tfetch.h"
+#include "proto/auth.h"
 #include "proto/doc.h"
 #include "proto/ids.h"
 #include "proto/status.h"
@@ -90,6 +91,7 @@ typedef struct {
                                      * /v1/call/NAME (exchange); "" when neither */
     long wait_ms;                   /* get: long-poll up to wait_ms (0: no) */
     char user[TFP_MAX_USER_ID + 1]; /* the client's user id when it started; "" for none */
+    char auth[TFP_AUTH_MAX_TOKEN + 8];  /* "Bearer TOKEN" when it started; "" for none */
     char request_id[TFP_MAX_REQUEST_ID + 1];
     const tf_doc_t *body;           /* put, exchange: borrowed until completion; else NULL */
     void *hdr;                      /* the rendered body: its encoded header (malloc'd), */
@@ -198,6 +200,7 @@ struct tf_client {
     atomic_int woken;               /* tf_client_wakeup was called (any thread); tf_client_run
                                      * consumes it */
     char *user;                     /* Tfetch-User, or NULL */
+    char *token;                    /* the bearer token (Authorization), or NULL */
     char next_rid[TFP_MAX_REQUEST_ID + 1];  /* "" when the client makes one */
     char rid_prefix[17];            /* 16 random hex digits */
     uint64_t rid_seq;

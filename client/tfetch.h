@@ -161,6 +161,10 @@ void tf_client_free(tf_client_t *c);
 /* The user id sent as Tfetch-User on every request (NULL: none). Validated. A server that
  * calls another server forwards the id it received by setting it here. */
 tf_status_t tf_client_set_user(tf_client_t *c, const char *user_id);
+/* The bearer token sent as "Authorization: Bearer TOKEN" on every request (NULL: none), for
+ * a tfetchd with auth-tokens set. Validated (an RFC 6750 b64token, at most 512 characters);
+ * the client keeps a copy and never logs it. The environment's TFETCH_TOKEN is the default. */
+tf_status_t tf_client_set_token(tf_client_t *c, const char *token);
 /* The request id for the next request only (NULL: the client makes one). Reusing the id of a
  * request on retry lets the server recognise the retry. */
 tf_status_t tf_client_set_request_id(tf_client_t *c, const char *request_id);
@@ -381,7 +385,8 @@ typedef tf_status_t (*tf_worker_fn)(const tf_call_t *call, const tf_doc_t *in, t
                                     char *errmsg, size_t errmsg_size, void *user_data);
 
 /* Registers routes[0..n) at base (http://host:port) to be answered by fn. Fails with the
- * server's status (e.g. TF_EUNPROC when a route is already served). */
+ * server's status (e.g. TF_EUNPROC when a route is already served). The environment's
+ * TFETCH_TOKEN, when set, is sent as the bearer token (it needs serve on the routes). */
 tf_status_t tf_worker_new(const char *base, const char *const *routes, size_t n,
                           tf_worker_fn fn, void *user_data, tf_worker_t **out);
 /* Serves calls for up to timeout_ms (< 0: until tf_worker_stop). Returns TF_OK when stopped or

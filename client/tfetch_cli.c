@@ -94,6 +94,7 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  -u, --user ID          send ID as the user id (Tfetch-User), [A-Za-z0-9._-]{1,128}\n"
+    "      --token TOKEN      send Authorization: Bearer TOKEN (default $TFETCH_TOKEN)\n"
     "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the (first)\n"
     "                         request\n"
     "  -t, --timeout MS       whole-request timeout in milliseconds (0: none; default 60000)\n"
@@ -154,6 +155,7 @@ static const char usage_text[] =
 
 typedef struct {
     const char *user;
+    const char *token;              /* --token (else libtfetch takes $TFETCH_TOKEN) */
     const char *request_id;
     long timeout_ms;                /* -1: library default */
     long wait_ms;
@@ -1057,11 +1059,12 @@ static int cmd_info(tf_client_t *c, const char *base)
 /* ---- main -------------------------------------------------------------------------------- */
 
 enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT, OPT_DEVICE, OPT_SEQ,
-       OPT_AFTER, OPT_CONSUMER };
+       OPT_AFTER, OPT_CONSUMER, OPT_TOKEN };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
     {"request-id", required_argument, NULL, 'r'},
+    {"token", required_argument, NULL, OPT_TOKEN},
     {"timeout", required_argument, NULL, 't'},
     {"wait", required_argument, NULL, 'w'},
     {"parallel", required_argument, NULL, 'P'},
@@ -1091,6 +1094,7 @@ static int parse_options(int argc, char **argv, opts_t *o)
     while ((ch = getopt_long(argc, argv, ":u:r:t:w:P:d:f:sqhV", long_opts, NULL)) != -1) {
         switch (ch) {
         case 'u': o->user = optarg; break;
+        case OPT_TOKEN: o->token = optarg; break;
         case 'r': o->request_id = optarg; break;
         case 't':
             if (parse_ms(optarg, &o->timeout_ms) != 0)
@@ -1400,6 +1404,14 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
 {
     if (o->user && tf_client_set_user(c, o->user) != TF_OK)
         return usage_error("bad --user '%s' (expected [A-Za-z0-9._-]{1,128})", o->user);
+    /* The token itself is never printed. */
+    if (o->token && tf_client_set_token(c, o->token) != TF_OK)
+        return usage_error("bad --token (expected [A-Za-z0-9-._~+/]+ then '='s, at most 512 "
+                           "characters)");
+    const char *tok = getenv("TFETCH_TOKEN");
+    if (!o->token && tok && *tok && tf_client_set_token(c, tok) != TF_OK)
+        return usage_error("TFETCH_TOKEN is not a bearer token (expected [A-Za-z0-9-._~+/]+ "
+                           "then '='s, at most 512 characters)");
     if (o->timeout_ms >= 0)
         tf_client_set_timeout(c, o->timeout_ms);
     if (o->parallel > 0 && tf_client_set_max_connections(c, o->parallel) != TF_OK)

@@ -146,6 +146,9 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, tfp_u
         tfi_up_failed(o, "cannot ask for an upgrade: %s", err.msg);
         return -1;
     }
+    char auth[TFP_AUTH_MAX_TOKEN + 8] = "";
+    if (c->token)
+        snprintf(auth, sizeof auth, "Bearer %s", c->token);
     size_t ulen = strlen(o->key) + sizeof("/v1/upgrade");
     if (!(url = malloc(ulen)) || tfx_hc_new(&hc) != TFX_HC_OK ||
         tfx_hc_req_new(&req) != TFX_HC_OK) {
@@ -157,6 +160,7 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, tfp_u
         tfx_hc_req_set_url(req, url) != TFX_HC_OK ||
         tfx_hc_req_add_header(req, "Content-Type", MIME_JSON) != TFX_HC_OK ||
         tfx_hc_req_add_header(req, "Accept", MIME_JSON) != TFX_HC_OK ||
+        (c->token && tfx_hc_req_add_header(req, "Authorization", auth) != TFX_HC_OK) ||
         tfx_hc_req_add_body(req, json, len) != TFX_HC_OK) {
         tfi_up_failed(o, "out of memory");
         goto out;

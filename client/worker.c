@@ -38,6 +38,7 @@ struct tf_worker {
     void *ud;
     char id[64];
     char secret[TFP_WORKER_SECRET_LEN + 1];     /* "" from a server without secrets */
+    char auth[TFP_AUTH_MAX_TOKEN + 8];          /* "Bearer $TFETCH_TOKEN"; "" for none */
     long lease_ms;
     volatile sig_atomic_t stop;
 };
@@ -77,6 +78,8 @@ static tf_status_t step(tf_worker_t *w, const char *method, const char *path, co
         st = tfx_hc_req_add_header(w->req, "Content-Type", ctype);
     if (st == TFX_HC_OK && w->secret[0])
         st = tfx_hc_req_add_header(w->req, "Tfetch-Worker-Secret", w->secret);
+    if (st == TFX_HC_OK && w->auth[0])
+        st = tfx_hc_req_add_header(w->req, "Authorization", w->auth);
     for (size_t i = 0; st == TFX_HC_OK && i < nsegs; i++)
         st = tfx_hc_req_add_body(w->req, segs[i], lens[i]);
     if (st != TFX_HC_OK)
@@ -147,6 +150,9 @@ tf_status_t tf_worker_new(const char *base, const char *const *routes, size_t n,
     }
     if (tfx_hc_new(&w->hc) != TFX_HC_OK || tfx_hc_req_new(&w->req) != TFX_HC_OK)
         goto fail;
+    const char *tok = getenv("TFETCH_TOKEN");      /* a token with serve on the routes */
+    if (tok && *tok && tfp_auth_token_valid(tok, strlen(tok)))
+        snprintf(w->auth, sizeof w->auth, "Bearer %s", tok);
     if ((st = do_register(w)) != TF_OK)
         goto fail;
     *out = w;

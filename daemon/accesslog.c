@@ -136,6 +136,8 @@ char *tfd_access_log_render(const tfd_access_t *a, uint64_t unix_ms)
     kv_str(&w, "op", a->op);
     kv_str(&w, "name", a->name);
     kv_str(&w, "user", a->user);
+    if (a->principal && *a->principal)
+        kv_str(&w, "principal", a->principal);
     kv_str(&w, "request_id", a->request_id);
     tfp_jw_key(&w, "status");
     tfp_jw_uint(&w, a->status);

@@ -20,6 +20,7 @@ typedef struct {
     const char *op;                 /* "tensor_get", ... */
     const char *name;               /* tensor, route or worker; "" none */
     const char *user;               /* "" none */
+    const char *principal;          /* the token's (auth-tokens); NULL or "": not written */
     const char *request_id;
     unsigned status;                /* HTTP status (UCX: the status its reply carries) */
     const char *code;               /* "TF_ENOTFOUND"; NULL on success */

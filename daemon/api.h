@@ -13,6 +13,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include "daemon/auth.h"
 #include "daemon/conf.h"
 #include "daemon/feeds.h"
 #include "daemon/metrics.h"
@@ -44,6 +45,7 @@ typedef struct {
     /* Fills the gauges only the server knows (requests in flight, body memory held). */
     atomic_int *draining;                   /* 1 once SIGTERM began the drain (/readyz) */
     struct tfd_access_log *access_log;      /* NULL: off */
+    struct tfd_auth *auth;                  /* bearer tokens and rights (off: allows all) */
     void (*gauges)(void *arg, tfd_gauges_t *g);
     void *gauges_arg;
 } tfd_api_t;
@@ -61,6 +63,11 @@ typedef struct {
     char request_id[TFP_MAX_REQUEST_ID + 1];
     int request_id_from_client;
     char user[TFP_MAX_USER_ID + 1];
+    /* the key of the user's state (sessions, replay): the user id, or with authentication
+     * on "PRINCIPAL/USER" (neither holds a '/'), so principals never share state */
+    char state_key[2 * (TFP_MAX_USER_ID + 1)];
+    int shumai;                     /* a Shumai path: may be served as shumai-principal */
+    int info_details;               /* /v1/info: all of it (authentication off, or admin) */
     /* body */
     uint8_t *raw_hdr;               /* TFP_BODY_RAW: the safetensors header placed in front */
     size_t raw_hdr_len;
@@ -91,6 +98,10 @@ typedef struct {
 /* Answers r with a JSON error and records the code for the metrics. */
 void api_fail(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Sets the request's user id and the key of its state (state_key) from it. */
+void api_set_user(tfd_ctx_t *c, const char *user);
+/* Answers 403 (principal, right, name; name NULL: on any name), counts it. Returns -1. */
+int api_forbid(tfx_req_t *r, tfd_ctx_t *c, tfp_right_t right, const char *name);
 /* Responds with malloc'd text (freed after sending). */
 void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text, size_t len);
 /* Finishes w and responds 200 application/json. */

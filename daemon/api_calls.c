@@ -105,9 +105,9 @@ static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
     }
     if (c->replay_owner) {
         if (ans.body || ans.code != TFP_OK)
-            tfd_replay_complete(c->api->replay, c->user, c->request_id, &ans);
+            tfd_replay_complete(c->api->replay, c->state_key, c->request_id, &ans);
         else
-            tfd_replay_abandon(c->api->replay, c->user, c->request_id);
+            tfd_replay_abandon(c->api->replay, c->state_key, c->request_id);
         c->replay_owner = 0;
     }
     if (ans.code != TFP_OK)
@@ -127,7 +127,7 @@ static int replayed(tfx_req_t *r, tfd_ctx_t *c)
     if (!c->request_id_from_client)
         return 0;
     tfd_replay_answer_t ans;
-    switch (tfd_replay_begin(c->api->replay, c->user, c->request_id, c->name, r, &ans)) {
+    switch (tfd_replay_begin(c->api->replay, c->state_key, c->request_id, c->name, r, &ans)) {
     case TFD_REPLAY_NEW:
         c->replay_owner = 1;
         return 0;
@@ -176,7 +176,7 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, TFP_ENOTFOUND, "no route named '%s'", c->name);
         goto abandon;
     }
-    tfd_call_t *call = tfd_call_new(c->name, c->user, c->request_id, c->call_in);
+    tfd_call_t *call = tfd_call_new(c->name, c->state_key, c->request_id, c->call_in);
     if (!call) {
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         goto abandon;
@@ -199,7 +199,7 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
     call->sessions = s->sessions;
     c->call = call;
     if (!ops.stateless) {
-        call->session = tfd_sessions_acquire(s->sessions, c->user);
+        call->session = tfd_sessions_acquire(s->sessions, c->state_key);
         if (!call->session) {
             tfd_call_fail(call, TFP_EBUSY, "too many user sessions (max-sessions %u, all in use)",
                           s->cfg->max_sessions);
@@ -220,7 +220,7 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
     return;
 abandon:
     if (c->replay_owner) {
-        tfd_replay_abandon(s->replay, c->user, c->request_id);
+        tfd_replay_abandon(s->replay, c->state_key, c->request_id);
         c->replay_owner = 0;
     }
 }
@@ -232,7 +232,7 @@ void api_finish_call(tfx_req_t *r, tfd_ctx_t *c)
         tfd_replay_forget_waiter(s->replay, r);
     tfd_blob_unref(c->call_st);
     if (c->replay_owner)
-        tfd_replay_abandon(s->replay, c->user, c->request_id);
+        tfd_replay_abandon(s->replay, c->state_key, c->request_id);
     if (c->call) {
         /* A pending call may still sit with its route (the client went away first): the
          * route lets go of it before it is freed. */
@@ -247,7 +247,7 @@ void api_finish_call(tfx_req_t *r, tfd_ctx_t *c)
 
 void api_handle_session_end(tfx_req_t *r, tfd_ctx_t *c)
 {
-    if (tfd_sessions_end(c->api->sessions, c->user) == 0)
+    if (tfd_sessions_end(c->api->sessions, c->state_key) == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
     else
         api_fail(r, c, TFP_ENOTFOUND, "user '%s' has no session", c->user[0] ? c->user : "");

@@ -28,6 +28,28 @@ void api_fail(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t code, const char *fmt, ..
     tfx_respond_error(r, code, "%s", msg);
 }
 
+void api_set_user(tfd_ctx_t *c, const char *user)
+{
+    if (user != c->user)
+        snprintf(c->user, sizeof c->user, "%s", user);
+    if (c->op->who.principal[0])
+        snprintf(c->state_key, sizeof c->state_key, "%s/%s", c->op->who.principal, c->user);
+    else
+        snprintf(c->state_key, sizeof c->state_key, "%s", c->user);
+}
+
+int api_forbid(tfx_req_t *r, tfd_ctx_t *c, tfp_right_t right, const char *name)
+{
+    tfd_auth_count_failure(c->api->auth, TFD_AUTH_FORBIDDEN);
+    if (name)
+        api_fail(r, c, TFP_EFORBIDDEN, "principal %s has no %s right on '%s'",
+                 c->op->who.principal, tfp_right_name(right), name);
+    else
+        api_fail(r, c, TFP_EFORBIDDEN, "principal %s has no %s right", c->op->who.principal,
+                 tfp_right_name(right));
+    return -1;
+}
+
 void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *text, size_t len)
 {
     tfx_respond(r, status, ctype, text, len, free, text);
@@ -132,7 +154,7 @@ int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out
         c->shumai_flags = msg.flags;
         char user[TFP_SHUMAI_USER_SIZE];
         if (tfp_shumai_provenance_to_user(msg.provenance, user))
-            snprintf(c->user, sizeof c->user, "%s", user);   /* Shumai's id is the user id */
+            api_set_user(c, user);          /* Shumai's id is the user id */
     } else if (tfp_st_decode(base, doc_len, NULL, &doc, &err) != TFP_OK) {
         goto bad;
     }

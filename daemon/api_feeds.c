@@ -291,9 +291,16 @@ void api_handle_feed_stats(tfx_req_t *r, tfd_ctx_t *c)
         respond_stats(r, c, 200, fr->f);
 }
 
+typedef struct {
+    tfp_jw_t *w;
+    tfd_ctx_t *c;
+} feed_list_t;
+
 static void list_one(const char *name, void *arg)
 {
-    tfp_jw_str(arg, name);
+    feed_list_t *fl = arg;          /* only the feeds the principal may read */
+    if (tfd_auth_allows(fl->c->api->auth, &fl->c->op->who, 0, TFP_RIGHT_READ, name))
+        tfp_jw_str(fl->w, name);
 }
 
 void api_handle_feed_list(tfx_req_t *r, tfd_ctx_t *c)
@@ -303,7 +310,8 @@ void api_handle_feed_list(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_obj_begin(&w);
     tfp_jw_key(&w, "feeds");
     tfp_jw_arr_begin(&w);
-    tfd_feeds_each(c->api->feeds, list_one, &w);
+    feed_list_t fl = {&w, c};
+    tfd_feeds_each(c->api->feeds, list_one, &fl);
     tfp_jw_arr_end(&w);
     tfp_jw_obj_end(&w);
     api_respond_json(r, c, &w);

@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "daemon/api.h"
+#include "daemon/auth.h"
 #include "daemon/upgrade.h"
 
 #include <stdlib.h>
@@ -118,6 +119,14 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
                                            "sessions", "idempotent-retry", "workers",
                                            "shumai", "feeds"};
     kv_strs(&w, "features", features, sizeof features / sizeof features[0]);
+    tfp_jw_key(&w, "auth");
+    tfp_jw_str(&w, tfd_auth_on(s->auth) ? "bearer" : "off");
+    if (!c->info_details) {         /* authentication on, no admin right: the rest is not
+                                     * everyone's business */
+        tfp_jw_obj_end(&w);
+        api_respond_json(r, c, &w);
+        return;
+    }
     tfp_jw_key(&w, "routes");
     tfp_jw_arr_begin(&w);
     tfd_routes_each(s->routes, info_route, &w);
@@ -192,6 +201,7 @@ void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
     g.hellos_refused = us.refused;
     g.ucx_dropped = us.dropped;
     g.ucx_requests = us.requests;
+    tfd_auth_failures(s->auth, g.auth_failures);
     size_t len, nfeeds;
     tfd_feed_stats_t **feeds = tfd_feeds_stats_all(s->feeds, &nfeeds);
     g.feeds = feeds;

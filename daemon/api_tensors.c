@@ -293,6 +293,7 @@ typedef struct {
     uint64_t n;
     char last[TFP_MAX_TENSOR_NAME + 1];     /* the last name written */
     int more;                       /* a matching name came after the page was full */
+    tfd_auth_t *auth;               /* only names the principal may read are listed */
 } list_page_t;
 
 static void list_one(const char *name, const tfd_blob_t *b, void *arg)
@@ -302,7 +303,8 @@ static void list_one(const char *name, const tfd_blob_t *b, void *arg)
     size_t plen = strlen(pg->op->list.prefix);
 
     if (pg->more || strncmp(name, pg->op->list.prefix, plen) != 0 ||
-        (pg->op->list.after[0] && strcmp(name, pg->op->list.after) <= 0))
+        (pg->op->list.after[0] && strcmp(name, pg->op->list.after) <= 0) ||
+        !tfd_auth_allows(pg->auth, &pg->op->who, 0, TFP_RIGHT_READ, name))
         return;
     if (pg->op->list.limit && pg->n == pg->op->list.limit) {
         pg->more = 1;
@@ -342,7 +344,7 @@ void api_handle_list(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_obj_begin(&w);
     tfp_jw_key(&w, "tensors");
     tfp_jw_arr_begin(&w);
-    list_page_t pg = {.w = &w, .op = c->op};
+    list_page_t pg = {.w = &w, .op = c->op, .auth = c->api->auth};
     tfd_store_each(c->api->store, list_one, &pg);
     tfp_jw_arr_end(&w);
     if (pg.more) {                  /* the page is full: "next" is the after= of the next one */

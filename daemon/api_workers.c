@@ -39,6 +39,12 @@ void api_handle_register(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, err.code, "worker registration: %s", err.msg);
         return;
     }
+    for (size_t i = 0; i < n; i++)          /* serve, route by route */
+        if (!tfd_auth_allows(c->api->auth, &c->op->who, 0, TFP_RIGHT_SERVE, routes[i])) {
+            api_forbid(r, c, TFP_RIGHT_SERVE, routes[i]);
+            tfp_strings_free(routes, n);
+            return;
+        }
     char id[TFD_WORKER_ID_SIZE], secret[TFD_WORKER_SECRET_SIZE];
     tfp_status_t st = tfd_workers_register(c->api->workers, (const char *const *)routes, n, id,
                                            secret, &err);

@@ -28,6 +28,8 @@ typedef struct {
 typedef struct {
     char listen[64];
     char access_log[256];           /* "off", "stderr" or a file path */
+    char auth_tokens[512];          /* the bearer token file; "": authentication off */
+    char shumai_principal[129];     /* who the Shumai paths are served as; "": refused */
     char store_evict[16];           /* "none" or "lru" */
     unsigned port;
     unsigned threads;

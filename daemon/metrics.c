@@ -363,6 +363,15 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->hellos_accepted, (unsigned long long)g->hellos_refused,
          (unsigned long long)g->ucx_dropped, (unsigned long long)g->ucx_requests);
     outf(&o,
+         "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
+         "unknown bearer token: 401) or authorization (forbidden: 403).\n"
+         "# TYPE tfetch_auth_failures_total counter\n"
+         "tfetch_auth_failures_total{reason=\"missing\"} %llu\n"
+         "tfetch_auth_failures_total{reason=\"unknown\"} %llu\n"
+         "tfetch_auth_failures_total{reason=\"forbidden\"} %llu\n",
+         (unsigned long long)g->auth_failures[0], (unsigned long long)g->auth_failures[1],
+         (unsigned long long)g->auth_failures[2]);
+    outf(&o,
          "# HELP tfetch_stored_tensors Documents in the store.\n"
          "# TYPE tfetch_stored_tensors gauge\ntfetch_stored_tensors %llu\n"
          "# HELP tfetch_stored_bytes Payload bytes in the store.\n"

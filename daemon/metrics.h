@@ -59,6 +59,7 @@ typedef struct {
     uint64_t replay_entries, replay_bytes, replay_hits;
     int ucx_enabled;
     uint64_t upgrades_issued, hellos_accepted, hellos_refused, ucx_dropped, ucx_requests;
+    uint64_t auth_failures[3];      /* requests refused: no token, unknown token, forbidden */
     /* the HTTP connection guard (transports/http_guard.h) */
     unsigned connections;
     uint64_t conns_refused, conns_evicted, head_timeouts, slow_bodies;

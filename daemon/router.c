@@ -13,6 +13,7 @@
 #include "config.h"
 #include "daemon/router.h"
 #include "daemon/accesslog.h"
+#include "daemon/auth.h"
 #include "daemon/log.h"
 #include "daemon/upgrade.h"
 #include "transports/clock.h"
@@ -175,6 +176,106 @@ static void take_ids(tfd_router_t *rt, tfx_req_t *r, tfd_ctx_t *c)
     }
 }
 
+/* ---- authentication and rights ------------------------------------------------------------ */
+
+/* What an operation needs: nothing, a known token, or a right on a name (NULL: on any). */
+typedef enum { NEED_NOTHING, NEED_TOKEN, NEED_RIGHT } need_t;
+
+static need_t needs(const tfp_op_t *op, tfp_right_t *right, const char **name)
+{
+    *name = op->name;
+    switch (op->kind) {
+    case TFP_OP_HEALTH:
+    case TFP_OP_READY:
+        return NEED_NOTHING;
+    case TFP_OP_METRICS:
+        *right = TFP_RIGHT_ADMIN;
+        *name = "metrics";
+        return NEED_RIGHT;
+    case TFP_OP_TENSOR_GET:
+    case TFP_OP_SHUMAI_GET:
+    case TFP_OP_FEED_STATS:
+    case TFP_OP_FEED_OUTFEED_GET:
+        *right = TFP_RIGHT_READ;
+        return NEED_RIGHT;
+    case TFP_OP_TENSOR_PUT:
+        *right = TFP_RIGHT_WRITE;
+        return NEED_RIGHT;
+    case TFP_OP_TENSOR_DELETE:
+        *right = TFP_RIGHT_DELETE;
+        return NEED_RIGHT;
+    case TFP_OP_CALL:
+    case TFP_OP_SHUMAI_CALL:
+        *right = TFP_RIGHT_CALL;
+        return NEED_RIGHT;
+    case TFP_OP_WORKER_REGISTER:        /* each route: api_handle_register, once parsed */
+    case TFP_OP_WORKER_LEAVE:           /* a worker's own: its secret too */
+    case TFP_OP_WORKER_POLL:
+    case TFP_OP_WORKER_REPLY:
+        *right = TFP_RIGHT_SERVE;
+        *name = NULL;
+        return NEED_RIGHT;
+    case TFP_OP_FEED_DECLARE:
+    case TFP_OP_FEED_DELETE:
+    case TFP_OP_FEED_INFEED:
+    case TFP_OP_FEED_DONE:
+    case TFP_OP_FEED_RESET:
+        *right = TFP_RIGHT_PRODUCE;
+        return NEED_RIGHT;
+    case TFP_OP_FEED_POP:
+    case TFP_OP_FEED_ACK:
+    case TFP_OP_FEED_OUTFEED_PUSH:
+        *right = TFP_RIGHT_CONSUME;
+        return NEED_RIGHT;
+    default:            /* NONE, INFO (details: admin), TENSOR_LIST and FEED_LIST (filtered),
+                         * SESSION_END (the principal's own), UPGRADE (refused when on) */
+        return NEED_TOKEN;
+    }
+}
+
+/* Establishes the principal (401 without a known token). 0, or -1 after answering. */
+static int authenticate(tfx_req_t *r, tfd_ctx_t *c)
+{
+    tfd_auth_t *a = c->api->auth;
+    const tfp_op_t *op = c->op;
+    tfp_right_t right;
+    const char *name;
+    c->shumai = op->kind == TFP_OP_SHUMAI_GET || op->kind == TFP_OP_SHUMAI_CALL;
+    c->info_details = !tfd_auth_on(a);
+    if (!tfd_auth_on(a) || needs(op, &right, &name) == NEED_NOTHING) {
+        api_set_user(c, c->user);
+        return 0;
+    }
+    tfd_auth_result_t res = tfd_auth_identify(a, tfx_req_op_who(r), c->shumai);
+    if (res != TFD_AUTH_OK) {
+        tfd_auth_count_failure(a, res);
+        tfx_req_add_header(r, "WWW-Authenticate", "Bearer realm=\"tfetch\"");
+        if (res == TFD_AUTH_MISSING && c->shumai)
+            api_fail(r, c, TFP_EUNAUTH, "the Shumai paths need shumai-principal set on the "
+                     "server (authentication is on)");
+        else
+            api_fail(r, c, TFP_EUNAUTH, res == TFD_AUTH_MISSING ?
+                     "this server needs Authorization: Bearer TOKEN" : "unknown token");
+        return -1;
+    }
+    api_set_user(c, c->user);
+    c->info_details = tfd_auth_allows(a, &op->who, c->shumai, TFP_RIGHT_ADMIN, "info");
+    return 0;
+}
+
+/* Checks the right the operation needs (403 without it). 0, or -1 after answering. */
+static int authorize(tfx_req_t *r, tfd_ctx_t *c)
+{
+    tfd_auth_t *a = c->api->auth;
+    tfp_right_t right;
+    const char *name;
+    if (!tfd_auth_on(a) || needs(c->op, &right, &name) != NEED_RIGHT)
+        return 0;
+    if (tfd_auth_allows(a, &c->op->who, c->shumai, right, name))
+        return 0;
+    return api_forbid(r, c, right, name);
+}
+
 /* Accepts the body the operation describes, as its endpoint allows. 0, or -1 after
  * answering. */
 static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
@@ -218,11 +319,15 @@ static void on_begin(tfx_req_t *r, void *arg)
     c->poll.req = r;
     tfx_req_set_ctx(r, c);
     take_ids(rt, r, c);
+    if (authenticate(r, c) != 0)
+        return;
     const tfp_op_err_t *e = tfx_req_op_error(r);
     if (e->code != TFP_OK) {
         api_fail(r, c, e->code, "%s", e->msg);
         return;
     }
+    if (authorize(r, c) != 0)
+        return;
     if (begin_body(r, c) != 0)
         return;
     if (c->ep->begin)
@@ -257,7 +362,8 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
                        secs);
     tfd_access_log_write(rt->api->access_log, &(tfd_access_t){
         .client = tfx_req_peer(r), .transport = tfx_req_transport(r), .op = what,
-        .name = c->name, .user = c->user, .request_id = c->request_id, .status = status,
+        .name = c->name, .user = c->user, .principal = c->op->who.principal,
+        .request_id = c->request_id, .status = status,
         .code = c->code != TFP_OK ? tfp_status_name(c->code) : NULL,
         .bytes_in = tfx_req_body_bytes(r), .bytes_out = out, .seconds = secs,
         .completed = completed});

@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "daemon/server.h"
+#include "daemon/auth.h"
 #include "daemon/accesslog.h"
 #include "daemon/api.h"
 #include "daemon/log.h"
@@ -42,6 +43,7 @@ struct tfd_server {
     tfd_upgrade_t *upgrade;                 /* the UCX transport and its tokens */
     tfx_http_t *http;
     tfd_access_log_t *access_log;           /* NULL: off */
+    tfd_auth_t *auth;
     atomic_int draining;                    /* /readyz: 503 from the first moment of drain */
 };
 
@@ -87,6 +89,7 @@ static void teardown(tfd_server_t *s)
     tfd_waiters_free(s->waiters);
     tfd_store_free(s->store);
     tfd_access_log_free(s->access_log);
+    tfd_auth_free(s->auth);
     free(s);
 }
 
@@ -120,6 +123,15 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         tfp_err_set(err, TFP_EINVAL, "access-log %s: %s", cfg->access_log, why);
         return -1;
     }
+    if (!(s->auth = tfd_auth_new(cfg->auth_tokens, cfg->shumai_principal, err)))
+        return -1;
+    if (tfd_auth_on(s->auth))
+        tfd_log(LOG_NOTICE, "auth-tokens %s: %zu tokens; every request but /healthz and "
+                "/readyz needs one", cfg->auth_tokens, tfd_auth_count(s->auth));
+    else if (strcmp(cfg->listen, "127.0.0.1") != 0 && strcmp(cfg->listen, "::1") != 0 &&
+             strncmp(cfg->listen, "127.", 4) != 0)
+        tfd_log(LOG_WARNING, "listening on %s without authentication: anyone who reaches the "
+                "port reads, writes and deletes every tensor (set auth-tokens)", cfg->listen);
     if (!(s->plugins = tfd_plugins_start(s->routes, cfg, err)))
         return -1;
     fl.wake_arg = s->waiters;
@@ -141,6 +153,7 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         .workers = s->workers,
         .draining = &s->draining,
         .access_log = s->access_log,
+        .auth = s->auth,
         .feeds = s->feeds,
         .gauges = gauges,
         .gauges_arg = s,
@@ -163,7 +176,8 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         goto fail;
     }
     tfx_handlers_t h = tfd_router_handlers(s->router);
-    s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
+    s->upgrade = tfd_upgrade_start(tfd_auth_on(s->auth) && cfg->ucx ? TFD_UPGRADE_OFF_AUTH
+                                                                    : (int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
     if (!s->upgrade) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;
@@ -204,12 +218,13 @@ void tfd_server_reopen_logs(tfd_server_t *s)
 
 /* The settings tfd_server_reload applies while serving. */
 static const char *const live_keys[] = {"log-level", "access-log", "store-memory",
-                                        "store-evict"};
+                                        "store-evict", "auth-tokens"};
 
 typedef struct {
     tfd_server_t *s;
     const tfd_config_t *next;
     unsigned applied;
+    int auth_done;                  /* auth-tokens named another file: read already */
 } reload_t;
 
 static void reload_one(const char *key, void *arg)
@@ -246,6 +261,15 @@ static void reload_one(const char *key, void *arg)
         }
         tfd_store_set_evict_lru(s->store, strcmp(n->store_evict, "lru") == 0);
         memcpy(s->cfg.store_evict, n->store_evict, sizeof s->cfg.store_evict);
+    } else if (strcmp(key, "auth-tokens") == 0) {
+        tfp_err_t e = {0};
+        rl->auth_done = 1;
+        if (tfd_auth_reload(s->auth, n->auth_tokens, &e) != 0) {
+            tfd_log(LOG_ERR, "SIGHUP: %s (kept the tokens of %s)", e.msg,
+                    s->cfg.auth_tokens[0] ? s->cfg.auth_tokens : "none: authentication off");
+            return;
+        }
+        memcpy(s->cfg.auth_tokens, n->auth_tokens, sizeof s->cfg.auth_tokens);
     }
     tfd_log(LOG_NOTICE, "SIGHUP: %s applied", key);
     rl->applied++;
@@ -253,10 +277,22 @@ static void reload_one(const char *key, void *arg)
 
 unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next)
 {
-    reload_t rl = {s, next, 0};
+    reload_t rl = {s, next, 0, 0};
     tfd_config_t now = s->cfg;
     now.store_memory = tfd_store_max(s->store);     /* as last applied */
     tfd_config_changed(&now, next, reload_one, &rl);
+    /* The same token file is read again on every SIGHUP (tokens added or revoked). */
+    if (!rl.auth_done && tfd_auth_on(s->auth) &&
+        strcmp(s->cfg.auth_tokens, next->auth_tokens) == 0) {
+        tfp_err_t e = {0};
+        if (tfd_auth_reload(s->auth, next->auth_tokens, &e) != 0) {
+            tfd_log(LOG_ERR, "SIGHUP: %s (kept the tokens read before)", e.msg);
+        } else {
+            tfd_log(LOG_NOTICE, "SIGHUP: auth-tokens %s read again: %zu tokens",
+                    next->auth_tokens, tfd_auth_count(s->auth));
+            rl.applied++;
+        }
+    }
     return rl.applied;
 }
 

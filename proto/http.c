@@ -3,6 +3,7 @@
  */
 #include "config.h"
 #include "proto/http.h"
+#include "proto/auth.h"
 #include "proto/ids.h"
 #include "proto/raw.h"
 
@@ -311,6 +312,13 @@ static int method_in(const char *method, const char *list)
 
 static tfp_status_t take_ids(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
 {
+    /* Credentials are never refused here: with authentication off they are ignored, with it
+     * on the router answers 401 for a bad one (after the path is known, for the metrics). */
+    const char *tok;
+    size_t tok_len;
+    op->who.cred = (tfp_cred_t)tfp_bearer_parse(in->authorization, &tok, &tok_len);
+    if (op->who.cred == TFP_CRED_BEARER)
+        tfp_auth_hash(tok, tok_len, op->who.token_hash);
     if (in->request_id) {
         if (!tfp_request_id_valid(in->request_id))
             return tfp_op_fail(e, TFP_EBADREQ,

@@ -91,10 +91,22 @@ typedef struct {
     uint64_t nbytes;                /* dtype x shape */
 } tfp_op_body_t;
 
+/* What the request's credentials were (HTTP: the Authorization header). */
+typedef enum {
+    TFP_CRED_NONE = 0,              /* none sent */
+    TFP_CRED_BEARER,                /* a bearer token: its SHA-256 in token_hash */
+    TFP_CRED_BAD                    /* another scheme, or a malformed token */
+} tfp_cred_t;
+
 /* Who asks. Authentication adds the principal it established here. */
 typedef struct {
     char user[TFP_MAX_USER_ID + 1];             /* "" when none was given */
     char request_id[TFP_MAX_REQUEST_ID + 1];    /* "" when the client chose none */
+    tfp_cred_t cred;
+    uint8_t token_hash[32];                     /* TFP_CRED_BEARER: SHA-256 of the token (the
+                                                 * token itself is not kept) */
+    char principal[TFP_MAX_USER_ID + 1];        /* set by tfetchd's router once the token is
+                                                 * known; "" with authentication off */
 } tfp_op_who_t;
 
 /* A feed operation's stream and positions (doc/PROTOCOL.md, "Feeds"). */

@@ -41,5 +41,7 @@ Suite *suite_feeds(void);
 Suite *suite_feeds_e2e(void);
 Suite *suite_feedclient(void);
 Suite *suite_workers(void);
+Suite *suite_auth(void);
+Suite *suite_authe2e(void);
 
 #endif

@@ -13,6 +13,7 @@
 const char *tfx_req_transport(const tfx_req_t *r) { return r->ops->name; }
 const char *tfx_req_peer(const tfx_req_t *r) { return r->peer; }
 const tfp_op_t *tfx_req_op(const tfx_req_t *r) { return &r->op; }
+tfp_op_who_t *tfx_req_op_who(tfx_req_t *r) { return &r->op.who; }
 const tfp_op_err_t *tfx_req_op_error(const tfx_req_t *r) { return &r->op_err; }
 void tfx_req_set_ctx(tfx_req_t *r, void *ctx) { r->ctx = ctx; }
 void *tfx_req_ctx(const tfx_req_t *r) { return r->ctx; }

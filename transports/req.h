@@ -46,6 +46,9 @@ const char *tfx_req_peer(const tfx_req_t *r);
 
 /* The operation asked for. */
 const tfp_op_t *tfx_req_op(const tfx_req_t *r);
+/* Authentication's result: the operation's who, for the router to fill in the principal
+ * (in begin, before any handler reads the operation). */
+tfp_op_who_t *tfx_req_op_who(tfx_req_t *r);
 /* Why the transport could not make sense of the request: code TFP_OK when it could, else
  * begin answers it (tfx_respond_error with that code and message). */
 const tfp_op_err_t *tfx_req_op_error(const tfx_req_t *r);

@@ -31,7 +31,7 @@ class Client(FeedCalls):
     """A connection to tfetchd servers, kept open and reused.
 
     Client(url=None, user=None, transport=None, timeout=60.0, format="safetensors",
-           max_connections=None, max_body=None)
+           max_connections=None, max_body=None, token=None)
 
     url: the base of the server that names resolve against (http://host:port); methods
       also take full URLs (http://host:port/v1/tensors/NAME).
@@ -41,6 +41,8 @@ class Client(FeedCalls):
       $TFETCH_TRANSPORT when set, else "auto".
     timeout: whole-request timeout in seconds (0 or None: none).
     format: "safetensors" (any document) or "shumai" (stock Shumai's one-F32 format).
+    token: the bearer token sent as Authorization with every request, for a tfetchd run
+      with auth-tokens; None: $TFETCH_TOKEN when set. Never shown by repr.
 
     Blocking: get, put, call, delete, list, info, upgrade, transport_info.
     Asynchronous (asyncio, many in flight): aget, aput, acall, adelete, alist, ainfo.
@@ -53,7 +55,7 @@ class Client(FeedCalls):
     """
 
     def __init__(self, url=None, user=None, transport=None, timeout=60.0,
-                 format="safetensors", max_connections=None, max_body=None):
+                 format="safetensors", max_connections=None, max_body=None, token=None):
         if transport is not None and transport not in _lib.TRANSPORTS:
             raise ValueError("tfetch: transport must be one of %s" % ", ".join(_lib.TRANSPORTS))
         if format not in _lib.FORMATS:
@@ -65,6 +67,7 @@ class Client(FeedCalls):
         self.format = format
         self.max_connections = max_connections
         self.max_body = max_body
+        self._token = token
         self._lock = threading.Lock()
         self._feeds = weakref.WeakSet()          # the _Core of every attached feed
         self._last = None
@@ -85,6 +88,11 @@ class Client(FeedCalls):
                 if st != 0:
                     raise error_for(st, "bad user id %r (expected [A-Za-z0-9._-]{1,128})"
                                     % self.user)
+            if self._token is not None:
+                st = lib.tf_client_set_token(c, self._token.encode())
+                if st != 0:         # the token itself is not repeated
+                    raise error_for(st, "bad token (expected [A-Za-z0-9-._~+/]+ then '='s, "
+                                    "at most 512 characters)")
             lib.tf_client_set_timeout(c, _seconds_to_ms(self.timeout))
             if self.transport is not None:
                 lib.tf_client_set_transport(c, _lib.TRANSPORTS[self.transport])

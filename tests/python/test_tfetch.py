@@ -625,6 +625,44 @@ class TestAsync(Base):
         asyncio.run(run())
 
 
+class TestAuth(unittest.TestCase):
+    """Client(token=...) against tfetchd --auth-tokens."""
+
+    def setUp(self):
+        self.tokens = tempfile.NamedTemporaryFile("w", suffix=".tokens", delete=False)
+        self.tokens.write("tka-py alice read:alice.* write:alice.*\ntkb-py bob read:bob.*\n")
+        self.tokens.close()
+        self.d = Daemon("--auth-tokens", self.tokens.name)
+
+    def tearDown(self):
+        self.d.stop()
+        os.unlink(self.tokens.name)
+
+    def test_token(self):
+        arr = np.arange(4, dtype=np.float32)
+        with tfetch.Client(self.d.base, token="tka-py") as c:
+            self.assertNotIn("tka-py", repr(c))
+            c.put("alice.x", {"t": arr})
+            self.assertTrue(np.array_equal(c.get("alice.x")["t"], arr))
+        with tfetch.Client(self.d.base, token="tkb-py") as c:
+            with self.assertRaises(tfetch.Error) as e:
+                c.get("alice.x")
+            self.assertEqual(e.exception.name, "TF_EFORBIDDEN")
+            self.assertEqual(e.exception.http_status, 403)
+        env = os.environ.pop("TFETCH_TOKEN", None)
+        try:
+            with tfetch.Client(self.d.base) as c:
+                with self.assertRaises(tfetch.Error) as e:
+                    c.get("alice.x")
+                self.assertEqual(e.exception.name, "TF_EUNAUTH")
+        finally:
+            if env is not None:
+                os.environ["TFETCH_TOKEN"] = env
+        with self.assertRaises(tfetch.Error) as e:
+            tfetch.Client(self.d.base, token="not a token")
+        self.assertNotIn("not a token", str(e.exception))
+
+
 class TestReadme(Base):
     def test_readme_example_runs(self):
         """The ```python block under "## Python" in README.md, verbatim."""

@@ -1,0 +1,180 @@
+/* auth.c - the token table in use, its reload and the checks (see auth.h). */
+#include "config.h"
+#include "daemon/auth.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FILE (16u << 20)
+
+struct tfd_auth {
+    int on;
+    char shumai[TFP_MAX_USER_ID + 1];
+    pthread_rwlock_t lock;
+    tfp_tokens_t tokens;                    /* under lock */
+    atomic_uint_fast64_t failures[3];
+};
+
+/* Reads and parses path into *out. 0, or -1 with err set. */
+static int load(const char *path, tfp_tokens_t *out, tfp_err_t *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = malloc(MAX_FILE + 1);
+    size_t n = buf ? fread(buf, 1, MAX_FILE + 1, f) : 0;
+    int bad = !buf || ferror(f);
+    fclose(f);
+    if (bad || n > MAX_FILE) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: %s", path,
+                    !buf ? "out of memory" : n > MAX_FILE ? "larger than 16M" : "read error");
+        free(buf);
+        return -1;
+    }
+    tfp_err_t pe = {0};
+    tfp_status_t st = tfp_tokens_parse(buf, n, out, &pe);
+    memset(buf, 0, n);                      /* the tokens themselves are not kept */
+    free(buf);
+    if (st != TFP_OK) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: %s", path, pe.msg);
+        return -1;
+    }
+    return 0;
+}
+
+tfd_auth_t *tfd_auth_new(const char *path, const char *shumai_principal, tfp_err_t *err)
+{
+    tfd_auth_t *a = calloc(1, sizeof *a);
+    if (!a) {
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    pthread_rwlock_init(&a->lock, NULL);
+    for (int i = 0; i < 3; i++)
+        atomic_init(&a->failures[i], 0);
+    if (shumai_principal && shumai_principal[0]) {
+        if (!tfp_user_id_valid(shumai_principal)) {
+            tfp_err_set(err, TFP_EINVAL, "shumai-principal must match [A-Za-z0-9._-]{1,128}");
+            tfd_auth_free(a);
+            return NULL;
+        }
+        snprintf(a->shumai, sizeof a->shumai, "%s", shumai_principal);
+    }
+    if (path && path[0]) {
+        if (load(path, &a->tokens, err) != 0) {
+            tfd_auth_free(a);
+            return NULL;
+        }
+        a->on = 1;
+    }
+    return a;
+}
+
+void tfd_auth_free(tfd_auth_t *a)
+{
+    if (!a)
+        return;
+    tfp_tokens_free(&a->tokens);
+    pthread_rwlock_destroy(&a->lock);
+    free(a);
+}
+
+int tfd_auth_on(const tfd_auth_t *a) { return a && a->on; }
+
+int tfd_auth_reload(tfd_auth_t *a, const char *path, tfp_err_t *err)
+{
+    int want = path && path[0];
+    if (want != a->on) {
+        tfp_err_set(err, TFP_EINVAL, "turning authentication %s takes a restart",
+                    want ? "on" : "off");
+        return -1;
+    }
+    if (!want)
+        return 0;
+    tfp_tokens_t next;
+    if (load(path, &next, err) != 0)
+        return -1;
+    pthread_rwlock_wrlock(&a->lock);
+    tfp_tokens_t old = a->tokens;
+    a->tokens = next;
+    pthread_rwlock_unlock(&a->lock);
+    tfp_tokens_free(&old);
+    return 0;
+}
+
+size_t tfd_auth_count(tfd_auth_t *a)
+{
+    pthread_rwlock_rdlock(&a->lock);
+    size_t n = a->tokens.n;
+    pthread_rwlock_unlock(&a->lock);
+    return n;
+}
+
+/* Under the read lock: 1 if who holds right on name (any name when NULL). */
+static int allows_locked(const tfd_auth_t *a, const tfp_op_who_t *who, int shumai,
+                         tfp_right_t right, const char *name)
+{
+    if (who->cred == TFP_CRED_BEARER) {
+        const tfp_token_t *t = tfp_tokens_find(&a->tokens, who->token_hash);
+        return t && (name ? tfp_token_allows(t, right, name) : tfp_token_has_right(t, right));
+    }
+    if (!shumai || !a->shumai[0])
+        return 0;
+    /* The Shumai principal: every line naming it. */
+    for (size_t i = 0; i < a->tokens.n; i++) {
+        const tfp_token_t *t = &a->tokens.tokens[i];
+        if (strcmp(t->principal, a->shumai) == 0 &&
+            (name ? tfp_token_allows(t, right, name) : tfp_token_has_right(t, right)))
+            return 1;
+    }
+    return 0;
+}
+
+tfd_auth_result_t tfd_auth_identify(tfd_auth_t *a, tfp_op_who_t *who, int shumai)
+{
+    who->principal[0] = '\0';
+    if (!tfd_auth_on(a))
+        return TFD_AUTH_OK;
+    if (who->cred != TFP_CRED_BEARER) {
+        if (shumai && a->shumai[0] && who->cred == TFP_CRED_NONE) {
+            snprintf(who->principal, sizeof who->principal, "%s", a->shumai);
+            return TFD_AUTH_OK;
+        }
+        return TFD_AUTH_MISSING;
+    }
+    pthread_rwlock_rdlock(&a->lock);
+    const tfp_token_t *t = tfp_tokens_find(&a->tokens, who->token_hash);
+    if (t)
+        snprintf(who->principal, sizeof who->principal, "%s", t->principal);
+    pthread_rwlock_unlock(&a->lock);
+    return t ? TFD_AUTH_OK : TFD_AUTH_UNKNOWN;
+}
+
+int tfd_auth_allows(tfd_auth_t *a, const tfp_op_who_t *who, int shumai, tfp_right_t right,
+                    const char *name)
+{
+    if (!tfd_auth_on(a))
+        return 1;
+    pthread_rwlock_rdlock(&a->lock);
+    int ok = allows_locked(a, who, shumai, right, name);
+    pthread_rwlock_unlock(&a->lock);
+    return ok;
+}
+
+void tfd_auth_count_failure(tfd_auth_t *a, tfd_auth_result_t why)
+{
+    if (a && why >= TFD_AUTH_MISSING && why <= TFD_AUTH_FORBIDDEN)
+        atomic_fetch_add(&a->failures[why - 1], 1);
+}
+
+void tfd_auth_failures(tfd_auth_t *a, uint64_t out[3])
+{
+    for (int i = 0; i < 3; i++)
+        out[i] = a ? atomic_load(&a->failures[i]) : 0;
+}

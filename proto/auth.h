@@ -1,0 +1,101 @@
+/* auth.h - bearer tokens and rights: the token file, the Authorization header, the matcher.
+ *
+ * The token file (auth-tokens = PATH, tfetchd.conf(5)) is lines of
+ *     TOKEN PRINCIPAL RIGHT...
+ * with '#' starting a comment and blank lines skipped. TOKEN is 1..512 characters of an RFC
+ * 6750 b64token ([A-Za-z0-9-._~+/]+ then '='s); PRINCIPAL a user id ([A-Za-z0-9._-]{1,128});
+ * each RIGHT is KIND:PATTERN, KIND one of read write delete call serve produce consume forward
+ * admin, PATTERN a name (tensor, route or feed), or a prefix followed by '*' matching any
+ * suffix ("*" alone: every name). tfp_tokens_parse keeps only each token's SHA-256 (nettle),
+ * sorted; a lookup is a binary search over the hashes, the match confirmed in constant time.
+ * (The search's timing can tell at most how much of a guess's SHA-256 matches a real one,
+ * which does not help find a token.) Pure; a parsed table is read-only and may be shared
+ * between threads.
+ */
+#ifndef TFP_AUTH_H
+#define TFP_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/ids.h"
+#include "proto/status.h"
+
+#define TFP_AUTH_HASH_LEN 32        /* SHA-256 */
+#define TFP_AUTH_MAX_TOKEN 512
+#define TFP_AUTH_MAX_LINE 8192
+
+#define TFP_RIGHT_MAP(X)            \
+    X(READ, "read")                 \
+    X(WRITE, "write")               \
+    X(DELETE, "delete")             \
+    X(CALL, "call")                 \
+    X(SERVE, "serve")               \
+    X(PRODUCE, "produce")           \
+    X(CONSUME, "consume")           \
+    X(FORWARD, "forward")           \
+    X(ADMIN, "admin")
+
+typedef enum {
+#define X(n, s) TFP_RIGHT_##n,
+    TFP_RIGHT_MAP(X)
+#undef X
+    TFP_RIGHT_COUNT
+} tfp_right_t;
+
+/* "read", ...; "?" for a value that is no right. */
+const char *tfp_right_name(int right);
+
+typedef struct {
+    tfp_right_t right;
+    char pattern[TFP_MAX_TENSOR_NAME + 2];      /* a name, or a prefix and '*' */
+} tfp_grant_t;
+
+typedef struct {
+    uint8_t hash[TFP_AUTH_HASH_LEN];            /* SHA-256 of the token */
+    char principal[TFP_MAX_USER_ID + 1];
+    unsigned line;                              /* where the file gave it */
+    size_t ngrants;
+    tfp_grant_t *grants;
+} tfp_token_t;
+
+typedef struct {
+    size_t n;
+    tfp_token_t *tokens;
+} tfp_tokens_t;
+
+/* Parses a token file's text (len bytes, NUL not needed) into *out (zeroed first). TFP_OK, or
+ * TFP_EINVAL with err saying "line N: ..." (what is wrong, never the token itself) and *out
+ * empty; TFP_ENOMEM. A token given twice is an error. */
+tfp_status_t tfp_tokens_parse(const char *text, size_t len, tfp_tokens_t *out, tfp_err_t *err);
+void tfp_tokens_free(tfp_tokens_t *t);
+
+/* SHA-256 of a token's len bytes. */
+void tfp_auth_hash(const char *token, size_t len, uint8_t out[TFP_AUTH_HASH_LEN]);
+
+/* The entry whose hash is hash, or NULL. O(log n); the final comparison in constant time. */
+const tfp_token_t *tfp_tokens_find(const tfp_tokens_t *t, const uint8_t hash[TFP_AUTH_HASH_LEN]);
+
+/* 1 if pattern (a name, or a prefix and a trailing '*') matches name, else 0. */
+int tfp_auth_pattern_match(const char *pattern, const char *name);
+
+/* 1 if the token's principal holds right on name. */
+int tfp_token_allows(const tfp_token_t *tok, tfp_right_t right, const char *name);
+
+/* 1 if the token holds right on some name at all (a pattern, whatever it matches). */
+int tfp_token_has_right(const tfp_token_t *tok, tfp_right_t right);
+
+/* 1 if s[0..n) is a valid token (an RFC 6750 b64token of at most TFP_AUTH_MAX_TOKEN bytes). */
+int tfp_auth_token_valid(const char *s, size_t n);
+
+/* What an Authorization header holds. */
+typedef enum {
+    TFP_BEARER_NONE = 0,            /* no header */
+    TFP_BEARER_OK,                  /* "Bearer TOKEN": *tok, *len point into the header */
+    TFP_BEARER_BAD                  /* another scheme, or no or a malformed token */
+} tfp_bearer_t;
+
+/* Parses an Authorization header's value (NULL: absent). The scheme is case-insensitive;
+ * spaces around the token are skipped. */
+tfp_bearer_t tfp_bearer_parse(const char *value, const char **tok, size_t *len);
+
+#endif

@@ -1,0 +1,439 @@
+/* check_auth.c - end-to-end suite "authe2e": tfetchd with auth-tokens (port 0, the one
+ * spawner in tests/fixtures.c), driven with curl and libtfetch. Every refusal: no token and
+ * a malformed one (401 with WWW-Authenticate), an unknown token (401), another principal's
+ * prefix and a name outside the prefix (403), a route without call, a worker registration
+ * without serve, /metrics without admin, a token revoked by SIGHUP (401), a broken file on
+ * SIGHUP (the old tokens kept), per-user state and replays isolated between principals that
+ * send the same user id, the Shumai paths without shumai-principal (401), the UCX upgrade
+ * refused; and the allowed paths: filtered listings, /v1/info details for admin, the failure
+ * counters, the Shumai principal's rights, libtfetch with tf_client_set_token, the CLI with
+ * --token and TFETCH_TOKEN. Each test starts its own daemon (Check forks per test).
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "tests/fixtures.h"
+#include "client/tfetch.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
+
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static td_daemon_t D;
+static char out[1 << 16];
+
+static const char TOKENS[] =
+    "# alice owns alice.*, calls accumulate only, is the admin\n"
+    "tka-1f2e3d alice read:alice.* write:alice.* delete:alice.* call:accumulate admin:*\n"
+    "tkb-9a8b bob read:bob.* write:bob.* call:* serve:bob.*\n"
+    "tkc carol read:*   # reads everything, writes nothing\n";
+
+static const char *token_file;
+
+static void start_with(const char *tokens, const char *shumai)
+{
+    token_file = td_tmpfile(3, tokens, strlen(tokens));
+    const char *args[] = {"--auth-tokens", token_file, shumai ? "--shumai-principal" : NULL,
+                          shumai, NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+}
+
+static void start(void) { start_with(TOKENS, NULL); }
+
+static void stop_clean(void)
+{
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    td_cleanup();
+}
+
+/* curl -sS -D (headers to hdrs) with extra args; returns the status, the body in out. */
+static char hdrs[8192];
+static int curl(const char *args, const char *path)
+{
+    char cmd[8192], code[16];
+    snprintf(cmd, sizeof cmd, "curl -sS -o /tmp/tf-auth-body-%d -D /tmp/tf-auth-head-%d "
+             "-w '%%{http_code}' %s '%s%s'", (int)getpid(), (int)getpid(), args, D.base, path);
+    int rc = td_run(cmd, code, sizeof code);
+    ck_assert_msg(rc == 0, "curl failed (%d): %s", rc, cmd);
+    snprintf(cmd, sizeof cmd, "cat /tmp/tf-auth-body-%d", (int)getpid());
+    td_run(cmd, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "cat /tmp/tf-auth-head-%d; rm -f /tmp/tf-auth-head-%d "
+             "/tmp/tf-auth-body-%d", (int)getpid(), (int)getpid(), (int)getpid());
+    td_run(cmd, hdrs, sizeof hdrs);
+    return atoi(code);
+}
+
+/* curl as token (NULL: none) with args. */
+static int as(const char *token, const char *args, const char *path)
+{
+    char a[4096];
+    if (token)
+        snprintf(a, sizeof a, "-H 'Authorization: Bearer %s' %s", token, args);
+    else
+        snprintf(a, sizeof a, "%s", args);
+    return curl(a, path);
+}
+
+static int put_f32(const char *token, const char *name)
+{
+    float v[2] = {1, 2};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    char args[512], path[300];
+    snprintf(args, sizeof args, "-X PUT --data-binary @%s -H 'Tfetch-Dtype: F32' "
+             "-H 'Tfetch-Shape: 2'", f);
+    snprintf(path, sizeof path, "/v1/tensors/%s", name);
+    return as(token, args, path);
+}
+
+/* POSTs a raw I32 vector to a route as token and user, with request id rid (NULL: none). */
+static int call_i32(const char *token, const char *route, const char *user, const char *rid,
+                    int32_t a, int32_t b)
+{
+    int32_t v[2] = {a, b};
+    const char *f = td_tmpfile(1, v, sizeof v);
+    char args[1024], path[300];
+    int k = snprintf(args, sizeof args, "-X POST --data-binary @%s -H 'Tfetch-Dtype: I32' "
+                     "-H 'Tfetch-Shape: 2' -H 'Accept: application/json'", f);
+    if (user)
+        k += snprintf(args + k, sizeof args - (size_t)k, " -H 'Tfetch-User: %s'", user);
+    if (rid)
+        snprintf(args + k, sizeof args - (size_t)k, " -H 'Tfetch-Request-Id: %s'", rid);
+    snprintf(path, sizeof path, "/v1/call/%s", route);
+    return as(token, args, path);
+}
+
+static long metric(const char *reason)
+{
+    ck_assert_int_eq(as("tka-1f2e3d", "", "/metrics"), 200);
+    char key[128];
+    snprintf(key, sizeof key, "tfetch_auth_failures_total{reason=\"%s\"} ", reason);
+    const char *p = strstr(out, key);
+    ck_assert_msg(p != NULL, "no %s in /metrics", key);
+    return atol(p + strlen(key));
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+START_TEST(test_missing_and_unknown_token)
+{
+    start();
+    ck_assert_int_eq(put_f32("tka-1f2e3d", "alice.w"), 201);
+    ck_assert_int_eq(as(NULL, "", "/v1/tensors/alice.w"), 401);
+    ck_assert_msg(strstr(out, "TF_EUNAUTH"), "%s", out);
+    ck_assert_msg(strstr(hdrs, "WWW-Authenticate: Bearer realm=\"tfetch\""), "%s", hdrs);
+    ck_assert_int_eq(as("tka-1f2e3", "", "/v1/tensors/alice.w"), 401);     /* a prefix */
+    ck_assert_msg(strstr(out, "unknown token") && !strstr(out, "tka"), "%s", out);
+    ck_assert_int_eq(curl("-H 'Authorization: Basic YWxpY2U6eA=='", "/v1/tensors/alice.w"), 401);
+    ck_assert_int_eq(curl("-H 'Authorization: Bearer'", "/v1/tensors/alice.w"), 401);
+    ck_assert_int_eq(as(NULL, "", "/v1/tensors"), 401);
+    ck_assert_int_eq(as(NULL, "", "/v1/info"), 401);
+    ck_assert_int_eq(as(NULL, "", "/metrics"), 401);
+    ck_assert_int_eq(as(NULL, "", "/v1/nothing-here"), 401);   /* no hint what exists */
+    ck_assert_int_eq(as(NULL, "-X PUT -d x", "/v1/tensors/alice.w"), 401);
+    ck_assert_int_eq(as(NULL, "", "/healthz"), 200);
+    ck_assert_int_eq(as(NULL, "", "/readyz"), 200);
+    ck_assert_int_eq(as("tka-1f2e3d", "", "/v1/tensors/alice.w"), 200);
+    ck_assert_int_eq(metric("missing"), 8);
+    ck_assert_int_eq(metric("unknown"), 1);
+    ck_assert_int_eq(metric("forbidden"), 0);
+    /* the token is never logged */
+    char cmd[512], log[4096];
+    snprintf(cmd, sizeof cmd, "grep -c 'tka-1f2e3\\|tkb-9a8b' %s || true", D.log_path);
+    td_run(cmd, log, sizeof log);
+    ck_assert_str_eq(log, "0\n");
+    stop_clean();
+}
+END_TEST
+
+START_TEST(test_rights_on_names)
+{
+    start();
+    ck_assert_int_eq(put_f32("tka-1f2e3d", "alice.w"), 201);
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.w"), 201);
+    /* another principal's prefix */
+    ck_assert_int_eq(as("tkb-9a8b", "", "/v1/tensors/alice.w"), 403);
+    ck_assert_msg(strstr(out, "TF_EFORBIDDEN") && strstr(out, "principal bob has no read right "
+                  "on 'alice.w'"), "%s", out);
+    ck_assert_int_eq(put_f32("tkb-9a8b", "alice.w"), 403);
+    ck_assert_int_eq(as("tkb-9a8b", "-X DELETE", "/v1/tensors/alice.w"), 403);
+    /* a name outside the prefix, even one nobody holds */
+    ck_assert_int_eq(put_f32("tka-1f2e3d", "alicew"), 403);
+    ck_assert_int_eq(put_f32("tka-1f2e3d", "shared"), 403);
+    /* read without write or delete */
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors/alice.w"), 200);
+    ck_assert_int_eq(put_f32("tkc", "carol.x"), 403);
+    ck_assert_int_eq(as("tkc", "-X DELETE", "/v1/tensors/bob.w"), 403);
+    ck_assert_int_eq(as("tkb-9a8b", "-X DELETE", "/v1/tensors/bob.w"), 403);  /* no delete */
+    ck_assert_int_eq(as("tka-1f2e3d", "-X DELETE", "/v1/tensors/alice.w"), 204);
+    ck_assert_int_eq(put_f32("tka-1f2e3d", "alice.w"), 201);
+    /* listings show only what the principal may read */
+    ck_assert_int_eq(as("tkb-9a8b", "", "/v1/tensors"), 200);
+    ck_assert_msg(strstr(out, "\"bob.w\"") && !strstr(out, "alice.w"), "%s", out);
+    ck_assert_int_eq(as("tka-1f2e3d", "", "/v1/tensors"), 200);
+    ck_assert_msg(!strstr(out, "\"bob.w\"") && strstr(out, "alice.w"), "%s", out);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_msg(strstr(out, "\"bob.w\"") && strstr(out, "alice.w"), "%s", out);
+    /* admin: /metrics, /v1/info's details */
+    ck_assert_int_eq(as("tkb-9a8b", "", "/metrics"), 403);
+    ck_assert_int_eq(as("tkb-9a8b", "", "/v1/info"), 200);
+    ck_assert_msg(strstr(out, "\"auth\":\"bearer\"") && !strstr(out, "\"limits\""), "%s", out);
+    ck_assert_int_eq(as("tka-1f2e3d", "", "/v1/info"), 200);
+    ck_assert_msg(strstr(out, "\"limits\""), "%s", out);
+    ck_assert_int_eq(metric("forbidden"), 9);
+    stop_clean();
+}
+END_TEST
+
+/* The access log names the principal (never the token). */
+START_TEST(test_access_log_principal)
+{
+    token_file = td_tmpfile(3, TOKENS, strlen(TOKENS));
+    char logp[128];
+    snprintf(logp, sizeof logp, "/tmp/tf-auth-access-%d.log", (int)getpid());
+    unlink(logp);
+    const char *args[] = {"--auth-tokens", token_file, "--access-log", logp, NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    ck_assert_int_eq(as("tkb-9a8b", "-H 'Tfetch-User: u7'", "/v1/tensors/alice.w"), 403);
+    ck_assert_int_eq(as(NULL, "", "/v1/tensors/alice.w"), 401);
+    stop_clean();
+    char cmd[512], log[8192];
+    snprintf(cmd, sizeof cmd, "cat %s; rm -f %s", logp, logp);
+    td_run(cmd, log, sizeof log);
+    ck_assert_msg(strstr(log, "\"user\":\"u7\",\"principal\":\"bob\"") &&
+                  strstr(log, "\"status\":401") && !strstr(log, "tkb"), "%s", log);
+}
+END_TEST
+
+START_TEST(test_call_and_serve)
+{
+    start();
+    ck_assert_int_eq(call_i32("tkb-9a8b", "echo", NULL, NULL, 1, 2), 200);
+    ck_assert_int_eq(call_i32("tka-1f2e3d", "echo", NULL, NULL, 1, 2), 403);   /* no call */
+    ck_assert_msg(strstr(out, "no call right on 'echo'"), "%s", out);
+    ck_assert_int_eq(call_i32("tkc", "accumulate", NULL, NULL, 1, 2), 403);
+    ck_assert_int_eq(call_i32("tka-1f2e3d", "accumulate", NULL, NULL, 1, 2), 200);
+    const char *reg = "-X POST -H 'Content-Type: application/json' -d '{\"routes\":[\"%s\"]}'";
+    char args[512];
+    snprintf(args, sizeof args, reg, "alice.r");
+    ck_assert_int_eq(as("tka-1f2e3d", args, "/v1/workers"), 403);       /* no serve at all */
+    snprintf(args, sizeof args, reg, "carol.r");
+    ck_assert_int_eq(as("tkb-9a8b", args, "/v1/workers"), 403);         /* serve:bob.* only */
+    ck_assert_msg(strstr(out, "no serve right on 'carol.r'"), "%s", out);
+    ck_assert_int_eq(as(NULL, args, "/v1/workers"), 401);
+    snprintf(args, sizeof args, reg, "bob.r");
+    ck_assert_int_eq(as("tkb-9a8b", args, "/v1/workers"), 201);
+    ck_assert_int_eq(as("tka-1f2e3d", "", "/v1/workers/x/next"), 403);
+    stop_clean();
+}
+END_TEST
+
+/* alice and bob both send user u1 and request id r1: neither sees the other's state. */
+START_TEST(test_state_per_principal)
+{
+    start_with("tka alice call:accumulate\ntkb bob call:accumulate\n", NULL);
+    ck_assert_int_eq(call_i32("tka", "accumulate", "u1", NULL, 1, 2), 200);
+    ck_assert_int_eq(call_i32("tka", "accumulate", "u1", NULL, 1, 2), 200);
+    ck_assert_msg(strstr(out, "[2,4]"), "%s", out);
+    ck_assert_int_eq(call_i32("tkb", "accumulate", "u1", NULL, 10, 20), 200);
+    ck_assert_msg(strstr(out, "[10,20]"), "bob sees alice's u1: %s", out);
+    /* ending bob's u1 leaves alice's */
+    ck_assert_int_eq(as("tkb", "-X DELETE -H 'Tfetch-User: u1'", "/v1/sessions/self"), 204);
+    ck_assert_int_eq(call_i32("tka", "accumulate", "u1", NULL, 1, 1), 200);
+    ck_assert_msg(strstr(out, "[3,5]"), "%s", out);
+    /* the replay window */
+    ck_assert_int_eq(call_i32("tka", "accumulate", "u2", "r1", 5, 5), 200);
+    ck_assert_int_eq(call_i32("tkb", "accumulate", "u2", "r1", 7, 7), 200);
+    ck_assert_msg(strstr(out, "[7,7]") && !strstr(hdrs, "Tfetch-Replayed"), "%s", out);
+    ck_assert_int_eq(call_i32("tka", "accumulate", "u2", "r1", 5, 5), 200);
+    ck_assert_msg(strstr(out, "[5,5]") && strstr(hdrs, "Tfetch-Replayed: 1"), "%s", hdrs);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(test_sighup_reload)
+{
+    start();
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    /* revoke carol */
+    const char *next = "tka-1f2e3d alice read:alice.*\ntkb-9a8b bob read:bob.*\n";
+    FILE *f = fopen(token_file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(next, f);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+    int st = 0;
+    for (int i = 0; i < 100 && (st = as("tkc", "", "/v1/tensors")) != 401; i++)
+        sleep_ms(50);
+    ck_assert_int_eq(st, 401);
+    ck_assert_int_eq(as("tkb-9a8b", "", "/v1/tensors"), 200);
+    /* a broken file keeps the tokens read before */
+    f = fopen(token_file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("tkb-9a8b bob read:bob.*\ntkz zed bogus:x\n", f);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+    char cmd[512], log[4096] = "";
+    snprintf(cmd, sizeof cmd, "grep -c 'line 2: unknown right' %s || true", D.log_path);
+    for (int i = 0; i < 100; i++) {
+        td_run(cmd, log, sizeof log);
+        if (atoi(log) > 0)
+            break;
+        sleep_ms(50);
+    }
+    ck_assert_int_gt(atoi(log), 0);
+    ck_assert_int_eq(as("tka-1f2e3d", "", "/v1/tensors"), 200);    /* still there */
+    ck_assert_int_eq(as("tkz", "", "/v1/tensors"), 401);
+    stop_clean();
+}
+END_TEST
+
+/* GET /NAME (Shumai's path) with Shumai's bytes; returns the status. */
+START_TEST(test_shumai_refused)
+{
+    start();
+    ck_assert_int_eq(put_f32("tka-1f2e3d", "alice.w"), 201);
+    ck_assert_int_eq(as(NULL, "", "/alice.w"), 401);
+    ck_assert_msg(strstr(out, "shumai-principal"), "%s", out);
+    ck_assert_int_eq(as("tkc", "", "/alice.w"), 200);     /* a client that can send one */
+    stop_clean();
+}
+END_TEST
+
+START_TEST(test_shumai_principal)
+{
+    start_with(TOKENS, "carol");
+    ck_assert_int_eq(put_f32("tka-1f2e3d", "alice.w"), 201);
+    ck_assert_int_eq(as(NULL, "", "/alice.w"), 200);      /* carol reads everything */
+    ck_assert_int_eq(as(NULL, "-X POST --data-binary @/dev/null", "/echo"), 403);   /* no call */
+    ck_assert_int_eq(as(NULL, "", "/v1/tensors/alice.w"), 401);     /* only Shumai's paths */
+    ck_assert_int_eq(as("bogus", "", "/alice.w"), 401);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(test_upgrade_refused)
+{
+    start();
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .policy = TFP_UP_POLICY_UCX};
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
+    char *json = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
+    const char *f = td_tmpfile(0, json, len);
+    free(json);
+    char args[512];
+    snprintf(args, sizeof args, "-X POST -H 'Content-Type: application/json' --data-binary @%s", f);
+    ck_assert_int_eq(as(NULL, args, "/v1/upgrade"), 401);
+    ck_assert_int_eq(as("tkc", args, "/v1/upgrade"), 200);
+    ck_assert_msg(strstr(out, "authentication is on: UCX is offered once tokens carry the "
+                  "principal"), "%s", out);
+    ck_assert_msg(!strstr(hdrs, "Tfetch-Upgrade"), "%s", hdrs);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(test_libtfetch_and_cli)
+{
+    start();
+    tf_client_t *c = NULL;
+    unsetenv("TFETCH_TOKEN");
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    float v[2] = {3, 4};
+    int64_t shape[1] = {2};
+    ck_assert_int_eq(tf_doc_add(in, "t", TF_F32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/tensors/alice.lib", D.base);
+    ck_assert_int_eq(tf_put(c, url, in), TF_EUNAUTH);
+    ck_assert_int_eq(tf_client_set_token(c, "bad token"), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_token(c, "tkb-9a8b"), TF_OK);
+    ck_assert_int_eq(tf_put(c, url, in), TF_EFORBIDDEN);
+    ck_assert_int_eq(tf_client_set_token(c, "tka-1f2e3d"), TF_OK);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(got), 1);
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_client_set_token(c, NULL), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EUNAUTH);
+    tf_client_free(c);
+    /* TFETCH_TOKEN is the default */
+    setenv("TFETCH_TOKEN", "tkc", 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    tf_client_free(c);
+    setenv("TFETCH_TOKEN", "not a token", 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_token(c, "tkc"), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    tf_client_free(c);
+    unsetenv("TFETCH_TOKEN");
+    tf_doc_free(in);
+
+    /* the CLI: --token, TFETCH_TOKEN; a bad token is refused without being printed */
+    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./client/tfetch";
+    char cmd[1024], o[4096];
+    snprintf(cmd, sizeof cmd, "%s --token tka-1f2e3d ls %s >/dev/null 2>&1; echo $?", cli, D.base);
+    td_run(cmd, o, sizeof o);
+    ck_assert_str_eq(o, "0\n");
+    snprintf(cmd, sizeof cmd, "%s ls %s >/dev/null 2>&1; echo $?", cli, D.base);
+    td_run(cmd, o, sizeof o);
+    ck_assert_str_ne(o, "0\n");
+    snprintf(cmd, sizeof cmd, "TFETCH_TOKEN=tkc %s ls %s 2>&1", cli, D.base);
+    ck_assert_int_eq(td_run(cmd, o, sizeof o), 0);
+    ck_assert_msg(strstr(o, "alice.lib"), "%s", o);
+    snprintf(cmd, sizeof cmd, "%s --token 'sec ret' ls %s 2>&1; echo $?", cli, D.base);
+    td_run(cmd, o, sizeof o);
+    ck_assert_msg(strstr(o, "bad --token") && !strstr(o, "sec ret"), "%s", o);
+    stop_clean();
+}
+END_TEST
+
+/* Off without a token file: everything as before, and a warning for a non-loopback
+ * listener is the daemon's (tfetchd.conf(5)); with a broken file it does not start. */
+START_TEST(test_broken_file_refused_at_start)
+{
+    const char *f = td_tmpfile(3, "tk alice reed:x\n", 16);
+    const char *args[] = {"--auth-tokens", f, NULL};
+    td_opts_t o = {.args = args, .start_ms = 10000};
+    ck_assert_int_ne(td_start_opts(&D, &o), 0);
+    char cmd[512], log[4096];
+    snprintf(cmd, sizeof cmd, "cat %s", D.log_path);
+    td_run(cmd, log, sizeof log);
+    ck_assert_msg(strstr(log, "line 1: unknown right 'reed'"), "%s", log);
+    unlink(D.log_path);
+    td_cleanup();
+}
+END_TEST
+
+Suite *suite_authe2e(void)
+{
+    Suite *s = suite_create("authe2e");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_missing_and_unknown_token);
+    tcase_add_test(tc, test_rights_on_names);
+    tcase_add_test(tc, test_access_log_principal);
+    tcase_add_test(tc, test_call_and_serve);
+    tcase_add_test(tc, test_state_per_principal);
+    tcase_add_test(tc, test_sighup_reload);
+    tcase_add_test(tc, test_shumai_refused);
+    tcase_add_test(tc, test_shumai_principal);
+    tcase_add_test(tc, test_upgrade_refused);
+    tcase_add_test(tc, test_libtfetch_and_cli);
+    tcase_add_test(tc, test_broken_file_refused_at_start);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,247 @@
+/* check_authproto.c - unit suite "auth": the token file parser (fields, rights, patterns, the
+ * errors with their line numbers, duplicates), the hash lookup, the rights matcher and the
+ * Authorization header's parser (proto/auth.c), and what tfp_http_op_parse takes from it.
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "proto/auth.h"
+#include "proto/http.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+static tfp_status_t parse(const char *text, tfp_tokens_t *t, tfp_err_t *err)
+{
+    return tfp_tokens_parse(text, strlen(text), t, err);
+}
+
+static const tfp_token_t *find(const tfp_tokens_t *t, const char *token)
+{
+    uint8_t h[TFP_AUTH_HASH_LEN];
+    tfp_auth_hash(token, strlen(token), h);
+    return tfp_tokens_find(t, h);
+}
+
+START_TEST(test_parse_file)
+{
+    tfp_tokens_t t;
+    tfp_err_t err = {0};
+    const char *text = "# tokens\n"
+                       "\n"
+                       "tka-1f2e3d alice read:a/* write:a/* delete:a/* call:*   # alice\n"
+                       "  tkb_XYZ==\tbob  read:bob.*\tserve:echo\r\n"
+                       "tkc carol admin:*";
+    ck_assert_int_eq(parse(text, &t, &err), TFP_OK);
+    ck_assert_uint_eq(t.n, 3);
+    const tfp_token_t *a = find(&t, "tka-1f2e3d");
+    ck_assert_ptr_nonnull(a);
+    ck_assert_str_eq(a->principal, "alice");
+    ck_assert_uint_eq(a->ngrants, 4);
+    ck_assert_int_eq(a->grants[3].right, TFP_RIGHT_CALL);
+    ck_assert_str_eq(a->grants[3].pattern, "*");
+    const tfp_token_t *b = find(&t, "tkb_XYZ==");
+    ck_assert_ptr_nonnull(b);
+    ck_assert_str_eq(b->principal, "bob");
+    ck_assert_str_eq(b->grants[1].pattern, "echo");
+    ck_assert_ptr_nonnull(find(&t, "tkc"));
+    ck_assert_ptr_null(find(&t, "tka-1f2e3"));      /* a prefix of a token is no token */
+    ck_assert_ptr_null(find(&t, "tka-1f2e3d "));
+    ck_assert_ptr_null(find(&t, "alice"));
+    tfp_tokens_free(&t);
+    ck_assert_int_eq(parse("", &t, &err), TFP_OK);  /* empty: nobody is let in */
+    ck_assert_uint_eq(t.n, 0);
+    ck_assert_ptr_null(find(&t, "x"));
+    tfp_tokens_free(&t);
+}
+END_TEST
+
+/* Each error names its line and never echoes the token. */
+START_TEST(test_parse_errors)
+{
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"tok alice\n", "line 1: principal alice has no rights"},
+        {"# c\ntok\n", "line 2: a token needs a principal"},
+        {"\n\ntok alice rede:x\n", "line 3: unknown right 'rede'"},
+        {"tok alice read\n", "line 1: a right is KIND:PATTERN"},
+        {"tok alice read:\n", "line 1: right read: the pattern"},
+        {"tok alice read:a*b\n", "line 1: right read: the pattern"},
+        {"tok alice read:a b:c\n", "line 1: unknown right 'b'"},
+        {"tok alice read:a secret-1\n", "line 1: a right is KIND:PATTERN (right 2 is not)"},
+        {"tok alice secret-1:x\n", "line 1: unknown right '?'"},
+        {"tok al:ice read:x\n", "line 1: the principal must match"},
+        {"t\"k alice read:x\n", "line 1: the token must be"},
+        {"tk=a alice read:x\n", "line 1: the token must be"},
+        {"=== alice read:x\n", "line 1: the token must be"},
+        {"secret-1 alice read:x\nsecret-1 bob read:y\n", "line 2: this token is given on an "
+                                                         "earlier line"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tfp_tokens_t t;
+        tfp_err_t err = {0};
+        ck_assert_int_eq(parse(cases[i].text, &t, &err), TFP_EINVAL);
+        ck_assert_msg(strstr(err.msg, cases[i].want), "case %zu: '%s'", i, err.msg);
+        ck_assert_msg(!strstr(err.msg, "secret-1") && !strstr(err.msg, "tk=a"), "%s", err.msg);
+        ck_assert_uint_eq(t.n, 0);
+        ck_assert_ptr_null(t.tokens);
+    }
+    /* a NUL byte, an over-long token, an over-long principal */
+    tfp_tokens_t t;
+    tfp_err_t err = {0};
+    ck_assert_int_eq(tfp_tokens_parse("a b read:x\nt\0k b read:x\n", 24, &t, &err), TFP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "line 2: a NUL byte"));
+    char big[TFP_AUTH_MAX_TOKEN + 40];
+    memset(big, 'k', TFP_AUTH_MAX_TOKEN + 1);
+    strcpy(big + TFP_AUTH_MAX_TOKEN + 1, " a read:x");
+    ck_assert_int_eq(parse(big, &t, &err), TFP_EINVAL);
+    memset(big, 'k', TFP_AUTH_MAX_TOKEN);
+    strcpy(big + TFP_AUTH_MAX_TOKEN, " a read:x");
+    ck_assert_int_eq(parse(big, &t, &err), TFP_OK);
+    tfp_tokens_free(&t);
+    char principal[200] = "tok ";
+    memset(principal + 4, 'p', TFP_MAX_USER_ID + 1);
+    strcpy(principal + 4 + TFP_MAX_USER_ID + 1, " read:x");
+    ck_assert_int_eq(parse(principal, &t, &err), TFP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "principal must match"));
+}
+END_TEST
+
+START_TEST(test_match)
+{
+    ck_assert(tfp_auth_pattern_match("*", ""));
+    ck_assert(tfp_auth_pattern_match("*", "anything"));
+    ck_assert(tfp_auth_pattern_match("alice.*", "alice.w"));
+    ck_assert(tfp_auth_pattern_match("alice.*", "alice."));
+    ck_assert(!tfp_auth_pattern_match("alice.*", "alice"));
+    ck_assert(!tfp_auth_pattern_match("alice.*", "bob.w"));
+    ck_assert(tfp_auth_pattern_match("echo", "echo"));
+    ck_assert(!tfp_auth_pattern_match("echo", "echo2"));
+    ck_assert(!tfp_auth_pattern_match("echo", "ech"));
+    tfp_tokens_t t;
+    tfp_err_t err = {0};
+    ck_assert_int_eq(parse("tk alice read:alice.* write:alice.w call:echo serve:ec*\n", &t, &err),
+                     TFP_OK);
+    const tfp_token_t *a = find(&t, "tk");
+    ck_assert(tfp_token_allows(a, TFP_RIGHT_READ, "alice.x"));
+    ck_assert(!tfp_token_allows(a, TFP_RIGHT_READ, "bob.x"));
+    ck_assert(!tfp_token_allows(a, TFP_RIGHT_WRITE, "alice.x"));   /* the right, not the name */
+    ck_assert(tfp_token_allows(a, TFP_RIGHT_WRITE, "alice.w"));
+    ck_assert(!tfp_token_allows(a, TFP_RIGHT_DELETE, "alice.w"));
+    ck_assert(tfp_token_allows(a, TFP_RIGHT_CALL, "echo"));
+    ck_assert(!tfp_token_allows(a, TFP_RIGHT_CALL, "echoes"));
+    ck_assert(tfp_token_allows(a, TFP_RIGHT_SERVE, "echoes"));
+    ck_assert(!tfp_token_allows(a, TFP_RIGHT_ADMIN, ""));
+    ck_assert(!tfp_token_allows(NULL, TFP_RIGHT_READ, "alice.x"));
+    ck_assert(tfp_token_has_right(a, TFP_RIGHT_SERVE));
+    ck_assert(!tfp_token_has_right(a, TFP_RIGHT_PRODUCE));
+    tfp_tokens_free(&t);
+    ck_assert_str_eq(tfp_right_name(TFP_RIGHT_FORWARD), "forward");
+    ck_assert_str_eq(tfp_right_name(TFP_RIGHT_COUNT), "?");
+}
+END_TEST
+
+/* Many tokens: each found as itself (the sorted table's search), nothing else found, and a
+ * duplicate far from its first line named with both lines. */
+START_TEST(test_many_tokens)
+{
+    static char text[400 * 64];
+    char *p = text;
+    for (int i = 0; i < 400; i++)
+        p += sprintf(p, "tok-%d user%d read:u%d.*\n", i, i, i);
+    tfp_tokens_t t;
+    tfp_err_t err = {0};
+    ck_assert_int_eq(parse(text, &t, &err), TFP_OK);
+    ck_assert_uint_eq(t.n, 400);
+    for (int i = 0; i < 400; i++) {
+        char tok[32], who[32];
+        snprintf(tok, sizeof tok, "tok-%d", i);
+        snprintf(who, sizeof who, "user%d", i);
+        const tfp_token_t *k = find(&t, tok);
+        ck_assert_ptr_nonnull(k);
+        ck_assert_str_eq(k->principal, who);
+        ck_assert_uint_eq(k->line, (unsigned)i + 1);
+        snprintf(tok, sizeof tok, "tok-%d", i + 400);
+        ck_assert_ptr_null(find(&t, tok));
+    }
+    tfp_tokens_free(&t);
+    p += sprintf(p, "tok-7 mallory read:*\n");
+    ck_assert_int_eq(parse(text, &t, &err), TFP_EINVAL);
+    ck_assert_str_eq(err.msg, "line 401: this token is given on an earlier line (8)");
+    ck_assert_uint_eq(t.n, 0);
+}
+END_TEST
+
+/* SHA-256 itself (FIPS 180-2's "abc"), so a token file's hashes mean what they say. */
+START_TEST(test_hash)
+{
+    static const uint8_t abc[32] = {
+        0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae,
+        0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61,
+        0xf2, 0x00, 0x15, 0xad};
+    uint8_t h[TFP_AUTH_HASH_LEN];
+    tfp_auth_hash("abc", 3, h);
+    ck_assert_mem_eq(h, abc, 32);
+}
+END_TEST
+
+START_TEST(test_bearer)
+{
+    const char *tok = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(tfp_bearer_parse(NULL, &tok, &n), TFP_BEARER_NONE);
+    ck_assert_int_eq(tfp_bearer_parse("Bearer abc-1", &tok, &n), TFP_BEARER_OK);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_mem_eq(tok, "abc-1", 5);
+    ck_assert_int_eq(tfp_bearer_parse("  bearer\t x/y+z==  ", &tok, &n), TFP_BEARER_OK);
+    ck_assert_uint_eq(n, 7);
+    ck_assert_mem_eq(tok, "x/y+z==", 7);
+    ck_assert_int_eq(tfp_bearer_parse("Basic YWxpY2U6eA==", &tok, &n), TFP_BEARER_BAD);
+    ck_assert_int_eq(tfp_bearer_parse("Bearer", &tok, &n), TFP_BEARER_BAD);
+    ck_assert_int_eq(tfp_bearer_parse("Bearer ", &tok, &n), TFP_BEARER_BAD);
+    ck_assert_int_eq(tfp_bearer_parse("Bearerabc", &tok, &n), TFP_BEARER_BAD);
+    ck_assert_int_eq(tfp_bearer_parse("Bearer a b", &tok, &n), TFP_BEARER_BAD);
+    ck_assert_int_eq(tfp_bearer_parse("Bearer a\"b", &tok, &n), TFP_BEARER_BAD);
+    ck_assert_int_eq(tfp_bearer_parse("Bearer =a", &tok, &n), TFP_BEARER_BAD);
+    ck_assert_int_eq(tfp_bearer_parse("", &tok, &n), TFP_BEARER_BAD);
+}
+END_TEST
+
+/* tfp_http_op_parse keeps the token's hash, never the token, and refuses nothing for it. */
+START_TEST(test_http_op)
+{
+    tfp_http_req_t in = {.method = "GET", .path = "/v1/tensors/w", .content_length = -1,
+                         .authorization = "Bearer s3cret"};
+    tfp_op_t op;
+    tfp_op_err_t e;
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_int_eq(op.who.cred, TFP_CRED_BEARER);
+    uint8_t h[TFP_AUTH_HASH_LEN];
+    tfp_auth_hash("s3cret", 6, h);
+    ck_assert_mem_eq(op.who.token_hash, h, 32);
+    ck_assert(!memmem(&op, sizeof op, "s3cret", 6));
+    ck_assert_str_eq(op.who.principal, "");
+    in.authorization = "Basic x";
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_int_eq(op.who.cred, TFP_CRED_BAD);
+    in.authorization = NULL;
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_int_eq(op.who.cred, TFP_CRED_NONE);
+}
+END_TEST
+
+Suite *suite_auth(void)
+{
+    Suite *s = suite_create("auth");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_parse_file);
+    tcase_add_test(tc, test_parse_errors);
+    tcase_add_test(tc, test_match);
+    tcase_add_test(tc, test_many_tokens);
+    tcase_add_test(tc, test_hash);
+    tcase_add_test(tc, test_bearer);
+    tcase_add_test(tc, test_http_op);
+    suite_add_tcase(s, tc);
+    return s;
+}
