@@ -199,9 +199,10 @@ static tfp_status_t parse_entry(const cJSON *e, tfp_doc_t *doc, uint64_t data_le
     if (st != TFP_OK)
         return st;
     shape_text(rank, dims, text, sizeof text);
-    if (tfp_shape_nbytes(dt, rank, dims, &nbytes, &inner) != TFP_OK)
-        return tfp_err_set(err, inner.code, "tensor '%s': %s x [%s]: %s", nm,
-                           tfp_dtype_name(dt), text, inner.msg);
+    if (tfp_shape_nbytes(dt, rank, dims, &nbytes, &inner) != TFP_OK)   /* a header from the */
+        return tfp_err_set(err, inner.code == TFP_EINVAL ? TFP_EPROTO : inner.code,   /* wire */
+                           "tensor '%s': %s x [%s]: %s", nm, tfp_dtype_name(dt), text,
+                           inner.msg);
     if (rg->end - rg->begin != nbytes)
         return tfp_err_set(err, TFP_EPROTO,
                            "tensor '%s': data_offsets [%llu, %llu] do not match %s x [%s] = %llu bytes",
