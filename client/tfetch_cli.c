@@ -1038,12 +1038,9 @@ static int cmd_ls(tf_client_t *c, const opts_t *o, const char *base)
     return EXIT_OK;
 }
 
-static int cmd_info(tf_client_t *c, const char *base)
+/* Prints a JSON text reply on stdout, newline-terminated. */
+static int print_json(char *json)
 {
-    char *json = NULL;
-    tf_status_t st = tf_info(c, base, &json);
-    if (st != TF_OK)
-        return request_failed(tf_client_last(c), "info", base, st);
     size_t n = strlen(json);
     fputs(json, stdout);
     if (n == 0 || json[n - 1] != '\n')
@@ -1054,6 +1051,15 @@ static int cmd_info(tf_client_t *c, const char *base)
         return EXIT_LOCAL;
     }
     return EXIT_OK;
+}
+
+static int cmd_info(tf_client_t *c, const char *base)
+{
+    char *json = NULL;
+    tf_status_t st = tf_info(c, base, &json);
+    if (st != TF_OK)
+        return request_failed(tf_client_last(c), "info", base, st);
+    return print_json(json);
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
@@ -1154,21 +1160,6 @@ static int is(const char *cmd, const char *name)
 }
 
 /* ---- feed: declare, push, pop, outfeed, done, stats ------------------------------------------ */
-
-/* Prints a JSON text reply on stdout, newline-terminated. */
-static int print_json(char *json)
-{
-    size_t n = strlen(json);
-    fputs(json, stdout);
-    if (n == 0 || json[n - 1] != '\n')
-        fputc('\n', stdout);
-    tf_free(json);
-    if (fflush(stdout) != 0) {
-        msg("cannot write stdout: %s", strerror(errno));
-        return EXIT_LOCAL;
-    }
-    return EXIT_OK;
-}
 
 static int feed_declare(tf_client_t *c, const char *url, const char *path)
 {

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 #include "proto/httpframe.h"
+#include "proto/ids.h"
 
 #include <string.h>
 #include <strings.h>
@@ -195,16 +196,6 @@ tfp_status_t tfp_http_frame_check(const tfp_http_frame_t *in, tfp_http_framing_t
     return TFP_OK;
 }
 
-static int hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 size_t tfp_url_unescape(char *s)
 {
@@ -213,7 +204,8 @@ size_t tfp_url_unescape(char *s)
     while (s[r] != '\0') {
         int hi, lo;
 
-        if (s[r] == '%' && (hi = hex(s[r + 1])) >= 0 && (lo = hex(s[r + 2])) >= 0) {
+        if (s[r] == '%' && (hi = tfp_hex_digit(s[r + 1])) >= 0 &&
+            (lo = tfp_hex_digit(s[r + 2])) >= 0) {
             s[w++] = (char)(hi * 16 + lo);
             r += 3;
         } else {

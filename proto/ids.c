@@ -65,6 +65,17 @@ int tfp_worker_secret_equal(const char *a, const char *b)
     return diff == 0;
 }
 
+int tfp_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 int tfp_parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
     uint64_t v = 0;

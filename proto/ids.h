@@ -29,5 +29,7 @@ int tfp_worker_secret_equal(const char *a, const char *b);
 /* Parses a non-negative decimal integer (no sign, no spaces, at most max; leading zeros are
  * fine). 0 and *out set, or -1 and *out untouched. */
 int tfp_parse_u64(const char *s, uint64_t max, uint64_t *out);
+/* The value of one hex digit, either case; -1 for anything else. */
+int tfp_hex_digit(char c);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/ids.h"
 #include "proto/jsonread.h"
 #include "proto/raw.h"
 #include "proto/shumai.h"
@@ -373,16 +374,6 @@ int tfp_shumai_provenance_to_user(int64_t provenance, char buf[TFP_SHUMAI_USER_S
     return 1;
 }
 
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 tfp_status_t tfp_shumai_user_to_provenance(const char *user, int64_t *provenance,
                                            tfp_err_t *err)
@@ -403,7 +394,7 @@ tfp_status_t tfp_shumai_user_to_provenance(const char *user, int64_t *provenance
         p++;
     }
     for (; *p != '\0'; p++, digits++) {
-        int d = hex_val(*p);
+        int d = tfp_hex_digit(*p);
 
         if (d < 0 || digits == 16)
             goto bad;

@@ -60,6 +60,12 @@ START_TEST(ids_parse_u64)
 {
     uint64_t v = 7;
 
+    ck_assert_int_eq(tfp_hex_digit('0'), 0);
+    ck_assert_int_eq(tfp_hex_digit('9'), 9);
+    ck_assert_int_eq(tfp_hex_digit('a'), 10);
+    ck_assert_int_eq(tfp_hex_digit('F'), 15);
+    ck_assert_int_eq(tfp_hex_digit('g'), -1);
+    ck_assert_int_eq(tfp_hex_digit('\0'), -1);
     ck_assert_int_eq(tfp_parse_u64("0", 10, &v), 0);
     ck_assert_uint_eq(v, 0);
     ck_assert_int_eq(tfp_parse_u64("1500", 60000, &v), 0);
