@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@ struct tfd_access_log {
     pthread_mutex_t lock;           /* guards fd against reopen */
     int fd;
     char *path;                     /* NULL: stderr */
+    atomic_int on;                  /* fd >= 0, readable without the lock: the per-request
+                                     * check of a log that is off costs no mutex */
 };
 
 static int open_path(const char *path)
@@ -57,6 +60,7 @@ tfd_access_log_t *tfd_access_log_open(const char *spec, const char **err)
         free(l);
         return NULL;
     }
+    atomic_init(&l->on, l->fd >= 0);
     pthread_mutex_init(&l->lock, NULL);
     return l;
 }
@@ -72,6 +76,7 @@ int tfd_access_log_set(tfd_access_log_t *l, const char *spec, const char **err)
     old_path = l->path;
     l->fd = fd;
     l->path = path;
+    atomic_store(&l->on, fd >= 0);
     pthread_mutex_unlock(&l->lock);
     if (old_path)
         close(old_fd);
@@ -159,10 +164,7 @@ char *tfd_access_log_render(const tfd_access_t *a, uint64_t unix_ms)
 
 int tfd_access_log_on(tfd_access_log_t *l)
 {
-    pthread_mutex_lock(&l->lock);
-    int on = l->fd >= 0;
-    pthread_mutex_unlock(&l->lock);
-    return on;
+    return atomic_load(&l->on);
 }
 
 void tfd_access_log_write(tfd_access_log_t *l, const tfd_access_t *a)
