@@ -17,6 +17,7 @@
 #include <check.h>
 
 #include "tests/suites.h"
+#include "transports/buf.h"
 #include "transports/shm.h"
 
 static void pair(int sv[2])
@@ -281,6 +282,42 @@ START_TEST(shm_listen_connect)
 }
 END_TEST
 
+/* The body allocator's memfd kind (transports/buf.c): large buffers are memfds, reused from
+ * the cache until sealed, never after; growing keeps the bytes and the descriptor. */
+START_TEST(shm_buf_memfd)
+{
+    size_t cap;
+    uint8_t *p = tfx_buf_alloc((size_t)3 << 20, &cap);
+    ck_assert_ptr_nonnull(p);
+    int fd = tfx_buf_fd(p);
+    ck_assert_int_ge(fd, 0);
+    memset(p, 5, cap);
+    ck_assert_int_eq(tfx_buf_sealed(p), 0);
+    p = tfx_buf_grow(p, &cap, cap, (size_t)9 << 20);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_ge(tfx_buf_fd(p), 0);
+    ck_assert_int_eq(p[(3 << 20) - 1], 5);
+    p[cap - 1] = 6;
+    int sfd = tfx_buf_seal(p, cap);
+    ck_assert_int_eq(sfd, tfx_buf_fd(p));
+    ck_assert_int_eq(tfx_buf_seal(p, cap), sfd);        /* idempotent */
+    ck_assert_int_eq(tfx_buf_sealed(p), 1);
+    ck_assert_int_eq(p[cap - 1], 6);                    /* still readable, same address */
+    tfp_err_t err;
+    size_t size;
+    ck_assert_int_eq(tfx_shm_check(sfd, cap, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    ck_assert_uint_eq(size, cap);
+    tfx_buf_free(p, cap);                               /* sealed: unmapped, not cached */
+    ck_assert_int_eq(tfx_buf_fd(p), -1);
+    /* Small ones have none. */
+    uint8_t *q = tfx_buf_alloc(100, &cap);
+    ck_assert_int_eq(tfx_buf_fd(q), -1);
+    ck_assert_int_eq(tfx_buf_seal(q, cap), -1);
+    tfx_buf_free(q, cap);
+    tfx_buf_trim();
+}
+END_TEST
+
 Suite *suite_shm(void)
 {
     Suite *s = suite_create("shm");
@@ -293,6 +330,7 @@ Suite *suite_shm(void)
     tcase_add_test(tc, shm_hostile_truncated);
     tcase_add_test(tc, shm_hostile_credentials);
     tcase_add_test(tc, shm_listen_connect);
+    tcase_add_test(tc, shm_buf_memfd);
     suite_add_tcase(s, tc);
     return s;
 }
