@@ -44,5 +44,6 @@ Suite *suite_workers(void);
 Suite *suite_auth(void);
 Suite *suite_authe2e(void);
 Suite *suite_shm(void);
+Suite *suite_shmframe(void);
 
 #endif
