@@ -45,6 +45,8 @@ void tf_doc_free(tf_doc_t *doc)
     free(doc->views);
     tfp_doc_free(doc->d);
     free(doc->buf);
+    if (doc->release)
+        doc->release(doc->release_arg);     /* after everything that points into it */
     free(doc);
 }
 

@@ -45,5 +45,6 @@ Suite *suite_auth(void);
 Suite *suite_authe2e(void);
 Suite *suite_shm(void);
 Suite *suite_shmframe(void);
+Suite *suite_shme2e(void);
 
 #endif
