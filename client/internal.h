@@ -41,6 +41,9 @@ struct tf_doc {
     void (*release)(void *);        /* run by tf_doc_free last (an shm mapping: unmap and
                                      * end its lease), or NULL */
     void *release_arg;
+    void *shm_lent;                 /* tf_doc_new_shm: the lent buffer (shm.c) while the
+                                     * caller may still write it; NULL otherwise */
+    int frozen;                     /* built in place: no tensor or metadata can be added */
 };
 
 /* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "daemon/shm.h"
 #include "daemon/log.h"
+#include "proto/safetensors.h"
 #include "proto/shmframe.h"
 #include "transports/clock.h"
 #include "transports/shm.h"
@@ -28,6 +29,7 @@
 #define MAX_CONNS 256
 #define MAX_TOKENS 1024
 #define MAX_LEASES_PER_CONN 4096
+#define MAX_ALLOCS_PER_CONN 16
 
 typedef struct {
     uint64_t id;
@@ -35,11 +37,20 @@ typedef struct {
     uint64_t expires_ms;
 } lease_t;
 
+/* A buffer lent for a PUT (ALLOC), until COMMIT or the connection ends. */
+typedef struct {
+    uint64_t id;
+    tfx_shm_t m;
+    uint64_t reserved;              /* store bytes reserved for it */
+} alloc_t;
+
 typedef struct {
     int fd;
     int hello;                      /* presented a valid token */
     lease_t *leases;
     size_t n, cap;
+    alloc_t allocs[MAX_ALLOCS_PER_CONN];
+    size_t nallocs;
 } conn_t;
 
 typedef struct {
@@ -49,6 +60,8 @@ typedef struct {
 
 struct tfd_shm {
     tfd_store_t *store;
+    tfd_waiters_t *waiters;
+    uint64_t max_body;
     uint64_t lease_max;
     unsigned lease_ms, token_ttl_ms;
     int listen_fd, stop_fd;
@@ -155,11 +168,21 @@ static uint64_t lease_open(tfd_shm_t *s, conn_t *c, tfd_blob_t *b)
     return l->id;
 }
 
+static void alloc_drop(tfd_shm_t *s, conn_t *c, size_t i)
+{
+    alloc_t *a = &c->allocs[i];
+    tfd_store_unreserve(s->store, a->reserved);
+    tfx_shm_close(&a->m);
+    c->allocs[i] = c->allocs[--c->nallocs];
+}
+
 static void conn_close(tfd_shm_t *s, size_t k)
 {
     conn_t *c = &s->conns[k];
     while (c->n)
         lease_end(s, c, c->n - 1, 0);
+    while (c->nallocs)
+        alloc_drop(s, c, c->nallocs - 1);
     free(c->leases);
     close(c->fd);
     s->conns[k] = s->conns[--s->nconns];
@@ -229,8 +252,117 @@ static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     return reply(c, &m, fd);
 }
 
+/* ALLOC: a writable memfd of exactly the size asked, store bytes reserved for it. */
+static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    char msg[160];
+    if (q->a > s->max_body) {
+        snprintf(msg, sizeof msg, "a document of %llu bytes is over max-body (%llu)",
+                 (unsigned long long)q->a, (unsigned long long)s->max_body);
+        return reply_error(s, c, q->seq, TFP_ETOOBIG, msg);
+    }
+    if (c->nallocs == MAX_ALLOCS_PER_CONN)
+        return reply_error(s, c, q->seq, TFP_EBUSY, "too many shm buffers lent at once");
+    if (tfd_store_reserve(s->store, q->a) != 0) {
+        snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
+                 "bytes", (unsigned long long)q->a,
+                 (unsigned long long)tfd_store_max(s->store));
+        return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
+    }
+    alloc_t *a = &c->allocs[c->nallocs];
+    tfp_err_t err;
+    /* Sealed in size before it is lent: a client that truncated it would SIGBUS us. */
+    if (tfx_shm_create((size_t)q->a, "tfetch-put", &a->m, &err) != TFP_OK ||
+        tfx_shm_seal(&a->m, TFX_SHM_SEAL_SIZE, &err) != TFP_OK) {
+        tfx_shm_close(&a->m);
+        tfd_store_unreserve(s->store, q->a);
+        return reply_error(s, c, q->seq, TFP_ENOMEM, err.msg);
+    }
+    a->id = ++s->next_lease;
+    a->reserved = q->a;
+    c->nallocs++;
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.lease = a->id;
+    m.a = q->a;
+    return reply(c, &m, a->m.fd);
+}
+
+/* COMMIT: seal the lent buffer (which fails while the client still maps it writable),
+ * validate it as any PUT's body, and store it as it is. Whatever the outcome the buffer is
+ * no longer lent. */
+static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    size_t i;
+    for (i = 0; i < c->nallocs && c->allocs[i].id != q->lease; i++)
+        ;
+    if (i == c->nallocs)
+        return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: COMMIT of no buffer lent");
+    alloc_t a = c->allocs[i];
+    c->allocs[i] = c->allocs[--c->nallocs];
+    tfp_err_t err;
+    char msg[TFP_SF_MAX_MSG];
+    tfp_status_t st = TFP_OK;
+    tfp_doc_t *doc = NULL;
+    if (q->a > a.m.size) {
+        snprintf(msg, sizeof msg, "shm: a document of %llu bytes in a buffer of %zu",
+                 (unsigned long long)q->a, a.m.size);
+        st = TFP_EBADREQ;
+    } else if (tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK) {
+        snprintf(msg, sizeof msg, "shm: the buffer cannot be sealed (still mapped writable "
+                 "by the client?): %.200s", err.msg);
+        st = TFP_EBADREQ;
+    } else if ((st = tfp_st_decode(a.m.p, (size_t)q->a, NULL, &doc, &err)) != TFP_OK) {
+        snprintf(msg, sizeof msg, "%.500s", err.msg);
+        if (st != TFP_ENOMEM)
+            st = TFP_EBADREQ;
+    }
+    if (st != TFP_OK) {
+        tfd_store_unreserve(s->store, a.reserved);
+        tfx_shm_close(&a.m);
+        return reply_error(s, c, q->seq, st, msg);
+    }
+    tfd_blob_t *b = tfd_blob_new(NULL, 0, a.m.p, (size_t)q->a, doc);
+    if (!b) {
+        tfd_store_unreserve(s->store, a.reserved);
+        tfx_shm_close(&a.m);
+        return reply_error(s, c, q->seq, TFP_ENOMEM, "out of memory");
+    }
+    b->share_fd = a.m.fd;               /* the blob owns the sealed memfd now */
+    b->share_p = a.m.p;
+    b->share_size = a.m.size;
+    uint64_t version = 0;
+    int rc = tfd_store_put_if(s->store, q->str, b, a.reserved, NULL, &version);
+    if (rc < 0) {
+        tfd_blob_unref(b);
+        snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
+                 "bytes", (unsigned long long)q->a,
+                 (unsigned long long)tfd_store_max(s->store));
+        return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
+    }
+    if (s->waiters)
+        tfd_waiters_notify(s->waiters, q->str);
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.a = rc == 1;                      /* replaced (HTTP 204) or new (201) */
+    m.b = version;
+    pthread_mutex_lock(&s->lock);
+    s->st.puts++;
+    pthread_mutex_unlock(&s->lock);
+    return reply(c, &m, -1);
+}
+
 static void do_release(tfd_shm_t *s, conn_t *c, uint64_t id)
 {
+    for (size_t i = 0; i < c->nallocs; i++)
+        if (c->allocs[i].id == id) {        /* a lent buffer the client gave up */
+            alloc_drop(s, c, i);
+            return;
+        }
     for (size_t i = 0; i < c->n; i++)
         if (c->leases[i].id == id) {
             lease_end(s, c, i, 0);
@@ -276,8 +408,9 @@ static int serve(tfd_shm_t *s, size_t k)
         do_release(s, c, q.lease);
         return 0;
     case TFP_SF_ALLOC:
+        return do_alloc(s, c, &q);
     case TFP_SF_COMMIT:
-        return reply_error(s, c, q.seq, TFP_ENOTIMPL, "shm: PUT is not served yet");
+        return do_commit(s, c, &q);
     default:
         return -1;                  /* HELLO again, or a REPLY from a client */
     }
@@ -342,8 +475,9 @@ static void *loop(void *arg)
 
 /* ---- life ---------------------------------------------------------------------------------- */
 
-tfd_shm_t *tfd_shm_start(tfd_store_t *store, uint64_t lease_max_bytes, unsigned lease_ms,
-                         unsigned token_ttl_ms, char *why, size_t why_size)
+tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t max_body,
+                         uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
+                         char *why, size_t why_size)
 {
     tfd_shm_t *s = calloc(1, sizeof *s);
     if (!s) {
@@ -351,6 +485,8 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, uint64_t lease_max_bytes, unsigned 
         return NULL;
     }
     s->store = store;
+    s->waiters = waiters;
+    s->max_body = max_body;
     s->lease_max = lease_max_bytes;
     s->lease_ms = lease_ms;
     s->token_ttl_ms = token_ttl_ms;

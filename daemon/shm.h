@@ -8,7 +8,10 @@
  * store counts its bytes (retired once replaced or deleted) until the lease ends: RELEASE,
  * the connection closing (the client exited or died: the kernel closes it), or expiry
  * (shm-lease-ms). Leased bytes are bounded (shm-lease-memory): a GET over the bound is
- * answered TF_EFULL and the client falls back to copying transports. Messages are
+ * answered TF_EFULL and the client falls back to copying transports. A PUT goes the other
+ * way: ALLOC lends the client a writable memfd of the document's size (store bytes reserved
+ * for it), the client writes the document and unmaps it, and COMMIT seals it, validates it
+ * as any PUT's body and stores it as it is; a refused one leaves nothing stored. Messages are
  * proto/shmframe.h's, moved by transports/shm.h. Not started with authentication on (the
  * token carries no principal yet), so every client that reaches it is one the daemon
  * would let read without a token.
@@ -23,6 +26,7 @@
 #include <stdint.h>
 
 #include "daemon/store.h"
+#include "daemon/waiters.h"
 #include "proto/upgrade.h"
 
 typedef struct tfd_shm tfd_shm_t;
@@ -32,12 +36,15 @@ typedef struct {
     uint64_t leased_bytes;          /* their documents' bytes */
     uint64_t expired;               /* leases ended by shm-lease-ms */
     uint64_t gets, refused;         /* GETs answered with a memfd; requests refused */
+    uint64_t puts;                  /* documents stored from a lent memfd */
     uint64_t connections;           /* open now */
 } tfd_shm_stats_t;
 
-/* Starts serving: NULL with why set when it cannot (no memfd, no socket, no thread). */
-tfd_shm_t *tfd_shm_start(tfd_store_t *store, uint64_t lease_max_bytes, unsigned lease_ms,
-                         unsigned token_ttl_ms, char *why, size_t why_size);
+/* Starts serving: NULL with why set when it cannot (no memfd, no socket, no thread). PUTs
+ * wake the long-poll waiters of their name; documents above max_body are refused. */
+tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t max_body,
+                         uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
+                         char *why, size_t why_size);
 /* Issues a one-time token for the socket: writes the socket's name and the token. 0, or
  * -1 (too many pending). */
 int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],

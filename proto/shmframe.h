@@ -16,8 +16,8 @@
  *                       it names; 0 elsewhere
  *    32   8  a          GET REPLY: the document's offset in the memfd; ALLOC: the size
  *                       asked; COMMIT: the document's length; 0 elsewhere
- *    40   8  b          GET REPLY: the document's length; PUT REPLY (COMMIT): the stored
- *                       version; 0 elsewhere
+ *    40   8  b          GET REPLY: the document's length; COMMIT REPLY: the stored
+ *                       version (a: 1 if it replaced one, 0 if new); 0 elsewhere
  *    48      string
  *
  * Ops (a decoder refuses anything else, and so does the encoder):

@@ -11,12 +11,17 @@
 #include "tests/suites.h"
 #include "tests/fixtures.h"
 #include "client/tfetch.h"
+#include "proto/shmframe.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
+#include "transports/shm.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -293,6 +298,253 @@ START_TEST(shm_policies)
 }
 END_TEST
 
+/* PUT over shm: an ordinary document (one copy into the lent buffer), then one built in
+ * place (none); both read back over HTTP and over shm. */
+START_TEST(shm_put_both_ways)
+{
+    if (!ready("shm_put_both_ways"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    put_u8(c, "p1", (size_t)3 << 20, 4);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(tf_client_last(c)->http_status, 201);
+    put_u8(c, "p1", 1000, 5);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 204);     /* replaced */
+    int64_t shape[2] = {512, 1024};
+    tf_tensor_spec_t specs[2] = {{"a", TF_F32, 2, shape}, {"b", TF_U8, 1, shape}};
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_doc_new_shm(c, url("p2"), specs, 2, &doc), TF_OK);
+    float *a = tf_doc_writable(doc, 0);
+    uint8_t *b = tf_doc_writable(doc, 1);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_null(tf_doc_writable(doc, 2));
+    for (size_t i = 0; i < 512 * 1024; i++)
+        a[i] = (float)i;
+    memset(b, 9, 512);
+    ck_assert_int_eq(tf_doc_add(doc, "c", TF_U8, 1, shape, b, 512, TF_COPY), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_set_meta(doc, "k", "v"), TF_EINVAL);
+    ck_assert_int_eq(tf_put(c, url("p2"), doc), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_ptr_null(tf_doc_writable(doc, 0));               /* read-only from now on */
+    ck_assert(tf_doc_find(doc, "a")->data == a);              /* at the same address */
+    ck_assert(((const float *)tf_doc_find(doc, "a")->data)[1000] == 1000.0f);
+    long pg = sysconf(_SC_PAGESIZE);
+    ck_assert_int_ne(mprotect((void *)((uintptr_t)a & ~(uintptr_t)(pg - 1)), (size_t)pg,
+                              PROT_READ | PROT_WRITE), 0);
+    tf_client_t *h = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(h, url("p2"), 0, &got), TF_OK);
+    ck_assert(((const float *)tf_doc_find(got, "a")->data)[512 * 1024 - 1] == 524287.0f);
+    ck_assert(all(tf_doc_find(got, "b")->data, 512, 9));
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_get(h, url("p1"), 0, &got), TF_OK);
+    ck_assert(all(tf_doc_find(got, "t")->data, 1000, 5));
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_get(c, url("p2"), 0, &got), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert(all(tf_doc_find(got, "b")->data, 512, 9));
+    tf_doc_free(got);
+    tf_doc_free(doc);
+    ck_assert_int_eq(metric("tfetch_shm_puts_total"), 3);
+    /* A document built in place and freed unsent gives its buffer back. */
+    ck_assert_int_eq(tf_doc_new_shm(c, url("p3"), specs, 1, &doc), TF_OK);
+    tf_doc_free(doc);
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    /* Over HTTP the same kind of document is an ordinary one. */
+    ck_assert_int_eq(tf_doc_new_shm(c, url("p4"), specs, 2, &doc), TF_OK);
+    memset(tf_doc_writable(doc, 1), 3, 512);
+    ck_assert_int_eq(tf_put(h, url("p4"), doc), TF_OK);
+    ck_assert_str_eq(tf_client_last(h)->transport, "http");
+    tf_doc_free(doc);
+    ck_assert_int_eq(tf_get(h, url("p4"), 0, &got), TF_OK);
+    ck_assert(all(tf_doc_find(got, "b")->data, 512, 3));
+    tf_doc_free(got);
+    tf_client_free(h);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* A malformed document committed from shared memory is refused; nothing is stored. */
+START_TEST(shm_put_malformed_refused)
+{
+    if (!ready("shm_put_malformed_refused"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    int64_t shape[1] = {100};
+    tf_tensor_spec_t spec = {"a", TF_U8, 1, shape};
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_doc_new_shm(c, url("bad"), &spec, 1, &doc), TF_OK);
+    uint8_t *data = tf_doc_writable(doc, 0);
+    long pg = sysconf(_SC_PAGESIZE);
+    uint8_t *base = (uint8_t *)((uintptr_t)data & ~(uintptr_t)(pg - 1));
+    ck_assert_int_eq(base[8], '{');
+    base[8] = 'X';                                  /* the header's JSON, broken */
+    ck_assert_int_eq(tf_put(c, url("bad"), doc), TF_EBADREQ);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(tf_client_last(c)->http_status, 400);
+    tf_doc_free(doc);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url("bad"), 0, &got), TF_ENOTFOUND);
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    ck_assert_int_eq(metric("tfetch_stored_tensors"), 0);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* ---- a hostile client, speaking the protocol itself ---------------------------------------- */
+
+/* POST /v1/upgrade listing shm: the socket and its token. */
+static void raw_upgrade(char *sock, char *token)
+{
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX | TFP_UP_T_SHM};
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
+    char *json;
+    size_t len;
+    ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
+    char cmd[2048];
+    static char out[1 << 17];
+    snprintf(cmd, sizeof cmd, "curl -s -H 'Content-Type: application/json' --data-binary '%s' "
+             "%s/v1/upgrade", json, D.base);
+    free(json);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    tfp_up_resp_t r;
+    ck_assert_msg(tfp_up_resp_parse(out, strlen(out), &r, &err) == TFP_OK, "%s: %s", err.msg, out);
+    ck_assert_str_ne(r.shm_socket, "");
+    strcpy(sock, r.shm_socket);
+    strcpy(token, r.shm_token);
+    tfp_up_resp_clear(&r);
+}
+
+static void raw_send(int fd, tfp_sf_t *m, int give_fd)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_err_t err;
+    size_t n = tfp_sf_encode(m, buf, sizeof buf, &err);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_int_eq(tfx_shm_send(fd, buf, n, give_fd >= 0 ? &give_fd : NULL, give_fd >= 0,
+                                  &err), TFP_OK);
+}
+
+/* The reply to what was sent; *fd the descriptor it carried (-1: none). */
+static tfp_sf_t raw_reply(int fd, int *got_fd)
+{
+    uint8_t buf[TFP_SF_MAX];
+    size_t len, nfds;
+    int fds[1] = {-1};
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_shm_recv(fd, buf, sizeof buf, &len, fds, 1, &nfds, &err), TFP_OK);
+    tfp_sf_t r;
+    ck_assert_uint_gt(len, 0);
+    ck_assert_int_eq(tfp_sf_decode(buf, len, &r, &err), TFP_OK);
+    *got_fd = nfds ? fds[0] : -1;
+    return r;
+}
+
+static tfp_sf_t sf(tfp_sf_op_t op, const char *str)
+{
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = op;
+    m.seq = 1;
+    if (str) {
+        m.str_len = strlen(str);
+        memcpy(m.str, str, m.str_len + 1);
+    }
+    return m;
+}
+
+START_TEST(shm_hostile_client)
+{
+    if (!ready("shm_hostile_client"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_HTTP);
+    put_u8(c, "h", 100, 6);
+    tf_client_free(c);
+    char sock[TFP_UP_MAX_SHM_SOCKET + 1], token[TFP_UP_TOKEN_LEN + 1];
+    raw_upgrade(sock, token);
+    tfp_err_t err;
+    int fd, got;
+    /* Anything before a valid HELLO: refused and closed. */
+    fd = tfx_shm_connect(sock, &err);
+    ck_assert_int_ge(fd, 0);
+    tfp_sf_t m = sf(TFP_SF_HELLO, "00000000000000000000000000000000");
+    raw_send(fd, &m, -1);
+    tfp_sf_t r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EUNAUTH);
+    close(fd);
+    fd = tfx_shm_connect(sock, &err);
+    m = sf(TFP_SF_GET, "h");
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EUNAUTH);
+    close(fd);
+    /* The token once; then a GET's memfd cannot be mapped or made writable. */
+    fd = tfx_shm_connect(sock, &err);
+    m = sf(TFP_SF_HELLO, token);
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    m = sf(TFP_SF_GET, "h");
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_int_ge(got, 0);
+    size_t size;
+    ck_assert_int_eq(tfx_shm_check(got, r.a + r.b, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    ck_assert(mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, got, 0) == MAP_FAILED);
+    ck_assert_int_lt(pwrite(got, "x", 1, 0), 0);
+    ck_assert_int_ne(ftruncate(got, 0), 0);
+    close(got);
+    /* A lent buffer kept mapped writable at COMMIT: refused, nothing stored. */
+    m = sf(TFP_SF_ALLOC, NULL);
+    m.a = 4096;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_int_ge(got, 0);
+    ck_assert_int_ne(ftruncate(got, 1), 0);         /* sealed in size: cannot SIGBUS them */
+    tfx_shm_t w;
+    ck_assert_int_eq(tfx_shm_map(got, 4096, 1, &w, &err), TFP_OK);
+    tf_doc_t *d = tf_doc_new();
+    int64_t shape[1] = {4};
+    ck_assert_int_eq(tf_doc_add(d, "t", TF_U8, 1, shape, "abcd", 4, TF_COPY), TF_OK);
+    void *enc;
+    size_t elen;
+    ck_assert_int_eq(tf_doc_encode(d, &enc, &elen), TF_OK);
+    memcpy(w.p, enc, elen);
+    tf_free(enc);
+    tf_doc_free(d);
+    m = sf(TFP_SF_COMMIT, "evil");
+    m.lease = r.lease;
+    m.a = elen;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EBADREQ);
+    ck_assert_ptr_nonnull(strstr(r.str, "sealed"));
+    tfx_shm_close(&w);
+    /* A descriptor sent to the daemon: the connection is closed. */
+    m = sf(TFP_SF_GET, "h");
+    raw_send(fd, &m, 0);
+    char b;
+    ck_assert_int_eq(recv(fd, &b, 1, 0), 0);
+    close(fd);
+    c = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *none = NULL;
+    ck_assert_int_eq(tf_get(c, url("evil"), 0, &none), TF_ENOTFOUND);
+    tf_client_free(c);
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    stop();
+}
+END_TEST
+
 Suite *suite_shme2e(void)
 {
     Suite *s = suite_create("shme2e");
@@ -303,6 +555,9 @@ Suite *suite_shme2e(void)
     tcase_add_test(tc, shm_client_killed_frees_leases);
     tcase_add_test(tc, shm_lease_bound_and_expiry);
     tcase_add_test(tc, shm_policies);
+    tcase_add_test(tc, shm_put_both_ways);
+    tcase_add_test(tc, shm_put_malformed_refused);
+    tcase_add_test(tc, shm_hostile_client);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -82,7 +82,8 @@ tfp_status_t tfx_shm_seal(tfx_shm_t *m, unsigned seals, tfp_err_t *err)
             return tfp_err_set(err, TFP_EINTERNAL, "shm: remap read-only: %s", strerror(e));
         m->writable = 0;
     }
-    if (fcntl(m->fd, F_ADD_SEALS, (int)(want | F_SEAL_SEAL)) != 0)
+    /* Final only with the write seal: a lent buffer or a ring gets the write seal later. */
+    if (fcntl(m->fd, F_ADD_SEALS, (int)(want | (want & F_SEAL_WRITE ? F_SEAL_SEAL : 0))) != 0)
         return tfp_err_set(err, TFP_EINTERNAL, "shm: F_ADD_SEALS: %s", strerror(errno));
     return TFP_OK;
 }

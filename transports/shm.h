@@ -7,7 +7,9 @@
  * TFX_SHM_SEAL_SIZE (F_SEAL_SHRINK | F_SEAL_GROW: no peer can ever SIGBUS on a mapping) and,
  * for data that no one may change again, TFX_SHM_SEAL_WRITE (F_SEAL_WRITE, after the maker's
  * own writable mapping was replaced by a read-only one at the same address, so pointers into
- * it stay valid); the seals themselves are then sealed (F_SEAL_SEAL). A receiver never trusts
+ * it stay valid), after which the seals themselves are sealed (F_SEAL_SEAL). A buffer lent
+ * to a peer to fill is sealed in size first (so the peer cannot truncate it under its
+ * maker's mapping, which would SIGBUS the maker), in write once it is given back. A receiver never trusts
  * the sender's word for any of it: tfx_shm_check reads the fd's own size (fstat) and seals
  * (F_GET_SEALS), tfx_shm_map maps it PROT_READ, and with F_SEAL_WRITE no mapping anywhere can
  * be made writable again (mmap PROT_WRITE and mprotect fail).
@@ -58,8 +60,9 @@ typedef struct {
  * "tfetch"). TFP_ENOMEM (or TFP_EINTERNAL naming the call) on failure; *out written only on
  * success. */
 tfp_status_t tfx_shm_create(size_t size, const char *name, tfx_shm_t *out, tfp_err_t *err);
-/* Seals m with seals (TFX_SHM_SEAL_* bits; SIZE is always added), then F_SEAL_SEAL. With
- * TFX_SHM_SEAL_WRITE the maker's mapping becomes read-only in place first (same address).
+/* Seals m with seals (TFX_SHM_SEAL_* bits; SIZE is always added). With TFX_SHM_SEAL_WRITE
+ * the maker's mapping becomes read-only in place first (same address), and F_SEAL_SEAL
+ * makes the seals final; without it more can be added later.
  * Sealing again with the same bits is a no-op. TFP_EINTERNAL when the kernel refuses. */
 tfp_status_t tfx_shm_seal(tfx_shm_t *m, unsigned seals, tfp_err_t *err);
 /* Checks a received fd: a memfd-like file whose own size is at least min_size and whose seals
