@@ -117,7 +117,10 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_
         close(fd);
         return tfp_err_set(err, TFP_EPROTO, "shm: an empty region");
     }
-    void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+    /* A buffer lent to fill is faulted in at once: one pass in the kernel is cheaper than a
+     * fault per 4 KiB page while it is written (shmem gets no huge pages by default). */
+    void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0),
+                   MAP_SHARED | (writable ? MAP_POPULATE : 0), fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
         close(fd);
