@@ -70,6 +70,7 @@ tf_status_t tf_client_new(tf_client_t **out)
     c->transports[c->ntransports++] = &tfi_http;
     if (tfi_ucx)
         c->transports[c->ntransports++] = tfi_ucx;
+    c->transports[c->ntransports++] = &tfi_shm;
     for (size_t i = 0; i < c->ntransports; i++) {
         if (c->transports[i]->open && c->transports[i]->open(c) != 0) {
             while (i-- > 0)

@@ -45,6 +45,8 @@ void tf_doc_free(tf_doc_t *doc)
     free(doc->views);
     tfp_doc_free(doc->d);
     free(doc->buf);
+    if (doc->release)
+        doc->release(doc->release_arg);     /* after everything that points into it */
     free(doc);
 }
 
@@ -91,6 +93,8 @@ tf_status_t tf_doc_add(tf_doc_t *doc, const char *name, tf_dtype_t dtype, int ra
     uint64_t ushape[TF_MAX_RANK] = {0};
     uint64_t want = 0;
     tfp_err_t err;
+    if (doc && doc->frozen)
+        return TF_EINVAL;                   /* its bytes are laid out in shared memory */
     void *copy = NULL;
 
     if (!doc || !name || (flags != TF_COPY && flags != TF_BORROW))
@@ -158,7 +162,7 @@ const tf_tensor_t *tf_doc_find(const tf_doc_t *doc, const char *name)
 tf_status_t tf_doc_set_meta(tf_doc_t *doc, const char *key, const char *value)
 {
     tfp_err_t err;
-    if (!doc || !key || !value)
+    if (!doc || !key || !value || doc->frozen)
         return TF_EINVAL;
     return tfi_from_proto(tfp_doc_set_meta(doc->d, key, value, &err));
 }

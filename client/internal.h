@@ -38,6 +38,12 @@ struct tf_doc {
     void **copies;                  /* copies[i]: TF_COPY storage for tensor i, or NULL */
     size_t cap;                     /* capacity of views and copies */
     void *buf;                      /* whole buffer the tensors point into, or NULL */
+    void (*release)(void *);        /* run by tf_doc_free last (an shm mapping: unmap and
+                                     * end its lease), or NULL */
+    void *release_arg;
+    void *shm_lent;                 /* tf_doc_new_shm: the lent buffer (shm.c) while the
+                                     * caller may still write it; NULL otherwise */
+    int frozen;                     /* built in place: no tensor or metadata can be added */
 };
 
 /* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
@@ -145,6 +151,15 @@ typedef struct tfi_transport {
 
 extern const tfi_transport_t tfi_http;
 extern const tfi_transport_t *const tfi_ucx;    /* NULL when built without UCX */
+/* The same-host shm transport (shm.c): reached with the UCX upgrade when the server names
+ * an shm socket; carries GETs under policy auto. */
+extern const tfi_transport_t tfi_shm;
+/* Connects o's shm socket with the upgrade's answer: 0 (o->shm), or -1 with why. */
+int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
+                    size_t why_size);
+void tfi_shm_disconnect(origin_t *o);           /* o->shm NULL is a no-op */
+/* 1 if f can go over its origin's shm connection. */
+int tfi_shm_can(const tf_fetch_t *f);
 
 /* What the client knows of one origin (scheme://host:port): whether its server offers UCX,
  * its connection over the transport an upgrade reaches, and why there is none. Kept for the
@@ -162,6 +177,8 @@ struct origin {
     void *conn;                     /* the connection (c->up's: tfx_ucxc_conn_t), or NULL */
     uint64_t conn_gen;              /* counts connections made, to tell them apart */
     char transport[32];             /* what carries conn: "ucx/sysv+cma" */
+    void *shm;                      /* the same-host shm connection (shm.c), or NULL */
+    char shm_why[160];              /* why there is none, when the upgrade said why */
 };
 
 /* A source of completions besides the transports, drained with them whenever the client is
@@ -183,6 +200,7 @@ struct tf_client {
     size_t ntransports;
     const tfi_transport_t *up;      /* what an upgrade reaches (tfi_ucx), or NULL */
     void *up_state;                 /* its per-client state, started at the first upgrade */
+    void *shm_state;                /* tfi_shm's (shm.c) */
     size_t nup;                     /* requests in flight over it */
     char up_dead[160];              /* why it cannot start in this process; "" if it can */
     tf_fetch_t *live;               /* every handle not yet freed (pending or held) */

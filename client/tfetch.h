@@ -203,6 +203,13 @@ tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
  * (list, info, the Shumai format and other URLs always travel over HTTP). Every result says
  * what carried the request (tf_result_t transport, e.g. "ucx/sysv+cma" or "http") and, when
  * it went over HTTP although UCX was allowed, why (tf_result_t fallback).
+ * On one host (the same kernel and network namespace), policy auto goes further: a get or
+ * put of /v1/tensors/NAME travels over shared memory ("shm/memfd"): a get maps the stored
+ * document read-only and its tensors point into that mapping (nothing is copied; the
+ * document holds a lease until tf_doc_free, and no replace or delete on the server changes
+ * its bytes), a put writes into memory the server stores as it is (tf_doc_new_shm: not even
+ * that copy). When the server refuses (its bound on mapped bytes) or the socket fails, the
+ * request goes over UCX or HTTP, the reason in tf_result_t fallback.
  *   TF_TRANSPORT_AUTO (the default): upgrade when both sides can, else HTTP. The first
  *     request to an origin goes over HTTP; once a response offered UCX, the next request
  *     negotiates (POST /v1/upgrade, then a UCX connection; up to ~4 s when the server is
@@ -359,6 +366,35 @@ size_t tf_client_pending(const tf_client_t *c);
  * driver to start requests it was handed. Waits in tf_fetch_wait and blocking calls are woken
  * but go on waiting. Never lost; several wakeups before a run count as one. */
 void tf_client_wakeup(tf_client_t *c);
+
+/* ---- same host: documents built in shared memory ----------------------------------------- */
+
+/* A tensor's layout, for a document built in place: name, dtype and shape (rank values). */
+typedef struct {
+    const char *name;
+    tf_dtype_t dtype;
+    int rank;
+    const int64_t *shape;
+} tf_tensor_spec_t;
+
+/* Builds a document directly in memory the tfetchd at url (a /v1/tensors/NAME URL on this
+ * host) lends for it (shm/memfd), so that its tf_put copies nothing: the server seals that
+ * memory, checks it as any upload, and stores it as it is. tensors[0..n) give the layout
+ * (unique names; no metadata). Upgrades url's origin first when needed (blocking, as
+ * tf_client_upgrade). TF_OK and *out, a document whose tensors' bytes (zeroed) lie in that
+ * memory: write them through tf_doc_writable, then tf_put(c, url, *out) over the same
+ * client. The put commits it once; after that (and after a failed one) the document is
+ * read-only and stays valid until tf_doc_free; tensors and metadata cannot be added to it.
+ * Sent any other way (another client or server, policy http or ucx) it is an ordinary
+ * document. TF_ENOTIMPL when this origin offers no shared memory (another host, the
+ * server's shm off, authentication on; tf_client_last says why); TF_ENOSPACE, TF_ETOOBIG as
+ * a put of that size would be answered; TF_EINVAL for bad arguments or inside a callback.
+ * *out set only on TF_OK. */
+tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
+                           size_t n, tf_doc_t **out);
+/* Tensor i's bytes of a document from tf_doc_new_shm, writable until its tf_put; NULL for
+ * any other document, after the put, or out of range. */
+void *tf_doc_writable(tf_doc_t *doc, size_t i);
 
 /* ---- workers: serving routes from this process ------------------------------------------ */
 

@@ -131,7 +131,7 @@ static void up_http_error(origin_t *o, const tfx_hc_resp_t *r)
  * with o->why set. */
 static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, tfp_up_resp_t *resp)
 {
-    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .host = c->host,
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX | TFP_UP_T_SHM, .host = c->host,
                       .policy = policy == TF_TRANSPORT_UCX ? TFP_UP_POLICY_UCX
                                                            : TFP_UP_POLICY_AUTO};
     tfx_hc_status_t done = TFX_HC_EAGAIN;
@@ -215,6 +215,12 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
         return -1;
     if (c->up->connect(c, o, &resp) != 0)
         goto clear;
+    o->shm_why[0] = '\0';
+    if (!resp.shm_socket[0])
+        snprintf(o->shm_why, sizeof(o->shm_why), "the server offers no shm (not the same "
+                 "host, shm off, or authentication on)");
+    else if (!o->shm && tfi_shm_connect(c, o, &resp, o->shm_why, sizeof(o->shm_why)) != 0)
+        tfi_shm_disconnect(o);
     o->conn_gen++;
     o->why[0] = '\0';
     o->backoff_ms = 0;
@@ -260,6 +266,10 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     }
     origin_t *o = f->origin;
     int strict = f->policy == TF_TRANSPORT_UCX;
+    if (tfi_shm_can(f)) {
+        *via = &tfi_shm;
+        return TF_OK;
+    }
     drop_broken(c, o);
     if (o->conn) {
         *via = c->up;

@@ -41,6 +41,7 @@ typedef struct {
     tfd_replay_t *replay;
     tfd_workers_t *workers;                 /* worker processes */
     struct tfd_upgrade *upgrade;            /* the UCX side and its tokens */
+    struct tfd_shm *shm;                    /* the same-host shm transport, or NULL */
     tfd_feeds_t *feeds;                     /* device feeds */
     /* Fills the gauges only the server knows (requests in flight, body memory held). */
     atomic_int *draining;                   /* 1 once SIGTERM began the drain (/readyz) */

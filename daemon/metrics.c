@@ -363,6 +363,28 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->hellos_accepted, (unsigned long long)g->hellos_refused,
          (unsigned long long)g->ucx_dropped, (unsigned long long)g->ucx_requests);
     outf(&o,
+         "# HELP tfetch_shm_enabled 1 when same-host clients are offered shared memory.\n"
+         "# TYPE tfetch_shm_enabled gauge\ntfetch_shm_enabled %d\n"
+         "# HELP tfetch_shm_connections Same-host shm connections open.\n"
+         "# TYPE tfetch_shm_connections gauge\ntfetch_shm_connections %llu\n"
+         "# HELP tfetch_shm_leases Documents same-host clients hold mapped (open leases).\n"
+         "# TYPE tfetch_shm_leases gauge\ntfetch_shm_leases %llu\n"
+         "# HELP tfetch_shm_leased_bytes Bytes of the documents those leases hold.\n"
+         "# TYPE tfetch_shm_leased_bytes gauge\ntfetch_shm_leased_bytes %llu\n"
+         "# HELP tfetch_shm_lease_expirations_total Leases ended by shm-lease-ms.\n"
+         "# TYPE tfetch_shm_lease_expirations_total counter\n"
+         "tfetch_shm_lease_expirations_total %llu\n"
+         "# HELP tfetch_shm_gets_total GETs answered with a memfd.\n"
+         "# TYPE tfetch_shm_gets_total counter\ntfetch_shm_gets_total %llu\n"
+         "# HELP tfetch_shm_puts_total Documents stored from a memfd the client wrote.\n"
+         "# TYPE tfetch_shm_puts_total counter\ntfetch_shm_puts_total %llu\n"
+         "# HELP tfetch_shm_refused_total shm requests refused (not found, lease bound, token).\n"
+         "# TYPE tfetch_shm_refused_total counter\ntfetch_shm_refused_total %llu\n",
+         g->shm_enabled, (unsigned long long)g->shm.connections,
+         (unsigned long long)g->shm.leases, (unsigned long long)g->shm.leased_bytes,
+         (unsigned long long)g->shm.expired, (unsigned long long)g->shm.gets,
+         (unsigned long long)g->shm.puts, (unsigned long long)g->shm.refused);
+    outf(&o,
          "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
          "unknown bearer token: 401) or authorization (forbidden: 403).\n"
          "# TYPE tfetch_auth_failures_total counter\n"

@@ -15,6 +15,7 @@
 #include "proto/status.h"
 #include "daemon/feeds.h"
 #include "daemon/sessions.h"
+#include "daemon/shm.h"
 
 /* API endpoints, as the metrics name them (not exchange routes: see routes.h). */
 #define TFD_ENDPOINT_MAP(X)           \
@@ -59,6 +60,8 @@ typedef struct {
     uint64_t replay_entries, replay_bytes, replay_hits;
     int ucx_enabled;
     uint64_t upgrades_issued, hellos_accepted, hellos_refused, ucx_dropped, ucx_requests;
+    tfd_shm_stats_t shm;            /* the same-host shm transport (daemon/shm.h) */
+    int shm_enabled;
     uint64_t auth_failures[3];      /* requests refused: no token, unknown token, forbidden */
     /* the HTTP connection guard (transports/http_guard.h) */
     unsigned connections;

@@ -19,6 +19,7 @@
 #include "daemon/plugins.h"
 #include "daemon/router.h"
 #include "daemon/upgrade.h"
+#include "daemon/shm.h"
 #include "transports/clock.h"
 #include "transports/http_server.h"
 
@@ -41,6 +42,7 @@ struct tfd_server {
     tfd_api_t api;                          /* the handlers' view of the parts above */
     tfd_router_t *router;
     tfd_upgrade_t *upgrade;                 /* the UCX transport and its tokens */
+    tfd_shm_t *shm;                         /* the same-host shm transport, or NULL */
     tfx_http_t *http;
     tfd_access_log_t *access_log;           /* NULL: off */
     tfd_auth_t *auth;
@@ -78,6 +80,7 @@ static void teardown(tfd_server_t *s)
 {
     tfx_http_stop(s->http);
     tfd_upgrade_free(s->upgrade);           /* stops UCX */
+    tfd_shm_free(s->shm);                   /* ends its leases: before the store */
     tfd_router_free(s->router);
     tfd_workers_free(s->workers);
     tfd_feeds_free(s->feeds);
@@ -183,6 +186,15 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         goto fail;
     }
     s->api.upgrade = s->upgrade;            /* before any request: HTTP is not up yet */
+    if (cfg->shm && !tfd_auth_on(s->auth)) {
+        char why[256];
+        if (!(s->shm = tfd_shm_start(s->store, s->waiters, cfg->max_body,
+                                     cfg->shm_lease_memory, cfg->shm_lease_ms,
+                                     cfg->upgrade_token_ttl_ms, why, sizeof why)))
+            tfd_log(LOG_WARNING, "shm: not offered: %s", why);
+        tfd_upgrade_set_shm(s->upgrade, s->shm);
+        s->api.shm = s->shm;
+    }
     tfx_http_config_t hc = {
         .listen_addr = cfg->listen,
         .port = (uint16_t)cfg->port,

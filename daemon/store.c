@@ -8,6 +8,7 @@
 #include "daemon/store.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
+#include "transports/shm.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -64,7 +65,46 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
     b->retired_in = NULL;
     b->version = 0;
     b->expires_ms = 0;
+    b->share_fd = -1;
+    b->share_p = NULL;
+    b->share_size = 0;
     return b;
+}
+
+static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;    /* tfd_blob_share, rare */
+
+int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size)
+{
+    int rc = -1;
+    pthread_mutex_lock(&share_lock);
+    int own = b->base ? tfx_buf_seal(b->base, b->cap) : -1;
+    if (own >= 0) {
+        *fd = own;
+        *offset = (size_t)(b->data - b->base);
+        *size = b->cap;
+        rc = 0;
+    } else if (b->share_fd >= 0) {
+        *fd = b->share_fd;
+        *offset = 0;
+        *size = b->share_size;
+        rc = 0;
+    } else {
+        tfx_shm_t m;
+        if (tfx_shm_create(b->len ? b->len : 1, "tfetch-doc", &m, NULL) == TFP_OK) {
+            memcpy(m.p, b->data, b->len);
+            if (tfx_shm_seal(&m, TFX_SHM_SEAL_WRITE, NULL) == TFP_OK) {
+                b->share_fd = *fd = m.fd;
+                b->share_p = m.p;
+                b->share_size = *size = m.size;
+                *offset = 0;
+                rc = 0;
+            } else {
+                tfx_shm_close(&m);
+            }
+        }
+    }
+    pthread_mutex_unlock(&share_lock);
+    return rc;
 }
 
 tfd_blob_t *tfd_blob_ref(tfd_blob_t *b)
@@ -83,6 +123,10 @@ void tfd_blob_unref(tfd_blob_t *b)
         pthread_mutex_unlock(&b->retired_in->lock);
     }
     tfx_buf_free(b->base, b->cap);
+    if (b->share_fd >= 0) {
+        tfx_shm_t m = { b->share_fd, b->share_p, b->share_size, 0 };
+        tfx_shm_close(&m);
+    }
     tfp_doc_free(b->doc);
     free(b);
 }

@@ -25,6 +25,9 @@ typedef struct tfd_blob {
     struct tfd_store *retired_in;   /* set once replaced/deleted: counted until freed */
     uint64_t version;               /* set when stored: unique in this store (the ETag) */
     uint64_t expires_ms;            /* tfx_now_ms() at which it stops existing; 0: never */
+    int share_fd;                   /* tfd_blob_share's copy: its memfd, or -1 */
+    void *share_p;                  /* and its read-only mapping (share_size bytes) */
+    size_t share_size;
 } tfd_blob_t;
 
 /* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
@@ -34,6 +37,15 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
 tfd_blob_t *tfd_blob_ref(tfd_blob_t *b);
 void tfd_blob_unref(tfd_blob_t *b);         /* NULL is a no-op; frees on the last ref */
 void tfd_blob_release(void *b);             /* tfd_blob_unref for release callbacks */
+/* The blob's bytes as a sealed memfd, to hand to a same-host peer (transports/shm.h): *fd
+ * (borrowed: lives as long as the blob), the document at *offset in it, *size the memfd's
+ * size. A large document is its own memfd (transports/buf.c), sealed in place now, on the
+ * first share, so a buffer no peer ever mapped can still go back to the reuse cache; a small
+ * one, or one in anonymous memory, is copied once into a new sealed memfd kept with the blob.
+ * Either way its bytes never change while the blob or any mapping of it lives: a replace
+ * stores a new blob, and the old one's memfd goes with its last reference. 0, or -1 (out of
+ * memory or descriptors). Thread-safe. */
+int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size);
 
 typedef struct tfd_store tfd_store_t;
 

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "daemon/upgrade.h"
 #include "daemon/log.h"
+#include "daemon/shm.h"
 #include "proto/upgrade.h"
 #include "transports/clock.h"
 #include "transports/hostid.h"
@@ -37,6 +38,7 @@ struct tfd_upgrade {
     tfp_up_host_t self;
     char why[256];                  /* why UCX is off, "" when on */
     tfd_upgrade_stats_t st;
+    struct tfd_shm *shm;            /* the same-host shm transport, or NULL */
 #ifdef HAVE_UCX
     tfx_ucx_t *ucx;
 #endif
@@ -136,6 +138,11 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
     return up;
 }
 
+void tfd_upgrade_set_shm(tfd_upgrade_t *up, struct tfd_shm *shm)
+{
+    up->shm = shm;
+}
+
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why)
 {
     if (why)
@@ -211,6 +218,10 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         tfx_respond_error(r, TFP_EBUSY, "too many upgrades pending");
         return;
     }
+    /* Same host, and the client can map memory: the shm socket with its own token. */
+    if (up->shm && resp.same_host && (req.transports & TFP_UP_T_SHM) &&
+        tfd_shm_token(up->shm, resp.shm_socket, resp.shm_token) != 0)
+        resp.shm_socket[0] = resp.shm_token[0] = '\0';
     char *json;
     tfp_status_t st = tfp_up_resp_build(&resp, &json, &len, &err);
     free(resp.worker_address);

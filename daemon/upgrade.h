@@ -29,6 +29,10 @@ typedef struct {
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
+/* The same-host shm transport (daemon/shm.h) whose socket and tokens same-host clients that
+ * list "shm" get with their UCX answer; NULL: none. Set before HTTP starts. */
+struct tfd_shm;
+void tfd_upgrade_set_shm(tfd_upgrade_t *up, struct tfd_shm *shm);
 /* POST /v1/upgrade (the body is complete). */
 void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r);
 void tfd_upgrade_quiesce(tfd_upgrade_t *up);

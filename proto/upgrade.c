@@ -193,8 +193,17 @@ static tfp_status_t parse_object(const char *what, const char *body, size_t len,
 
 /* Matches every member of obj against keys[0..n) (n <= 16): found[i] gets member i. An
  * unknown or repeated key is refused by name; missing ones are the caller's to judge. */
+/* keys[0..nreq) are required, keys[nreq..n) optional (found[i] NULL when absent). */
+static tfp_status_t members_opt(const char *what, const cJSON *obj, const char *const *keys,
+                                size_t n, size_t nreq, const cJSON **found, tfp_err_t *err);
 static tfp_status_t members(const char *what, const cJSON *obj, const char *const *keys,
                             size_t n, const cJSON **found, tfp_err_t *err)
+{
+    return members_opt(what, obj, keys, n, n, found, err);
+}
+
+static tfp_status_t members_opt(const char *what, const cJSON *obj, const char *const *keys,
+                                size_t n, size_t nreq, const cJSON **found, tfp_err_t *err)
 {
     char kb[56];
 
@@ -212,7 +221,7 @@ static tfp_status_t members(const char *what, const cJSON *obj, const char *cons
             return tfp_err_set(err, TFP_EPROTO, "%s: duplicate key \"%s\"", what, keys[i]);
         found[i] = c;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < nreq; i++) {
         if (found[i] == NULL)
             return tfp_err_set(err, TFP_EPROTO, "%s: missing \"%s\"", what, keys[i]);
     }
@@ -237,6 +246,7 @@ static const struct {
     unsigned bit;
 } TRANSPORTS[] = {
     { "ucx", TFP_UP_T_UCX },
+    { "shm", TFP_UP_T_SHM },
 };
 
 static const char *policy_name(tfp_up_policy_t p)
@@ -318,7 +328,7 @@ static tfp_status_t read_transports(const cJSON *arr, unsigned *out, tfp_err_t *
         }
         if (i == sizeof TRANSPORTS / sizeof TRANSPORTS[0])
             return tfp_err_set(err, TFP_EPROTO, "%s: transports[%zu] \"%s\" is not a known "
-                               "transport (ucx)", what, k,
+                               "transport (ucx, shm)", what, k,
                                printable(c->valuestring, kb, sizeof kb));
         if (bits & TRANSPORTS[i].bit)
             return tfp_err_set(err, TFP_EPROTO, "%s: transports[%zu] \"%s\" is listed twice",
@@ -399,6 +409,36 @@ void tfp_up_resp_clear(tfp_up_resp_t *resp)
     memset(resp, 0, sizeof *resp);
 }
 
+/* 1 if s is an abstract socket name the shm transport may use. */
+static int shm_socket_valid(const char *s)
+{
+    size_t n = strnlen(s, TFP_UP_MAX_SHM_SOCKET + 1);
+    if (n == 0 || n > TFP_UP_MAX_SHM_SOCKET)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* The optional shm members: both or neither, only between same-host peers. */
+static tfp_status_t check_shm(const tfp_up_resp_t *r, tfp_status_t code, tfp_err_t *err)
+{
+    const char *what = "upgrade response";
+    if (!r->shm_socket[0] && !r->shm_token[0])
+        return TFP_OK;
+    if (!shm_socket_valid(r->shm_socket))
+        return tfp_err_set(err, code, "%s: \"shm_socket\" is not 1..%d of [A-Za-z0-9._-]",
+                           what, TFP_UP_MAX_SHM_SOCKET);
+    if (!tfp_up_token_valid(r->shm_token))
+        return tfp_err_set(err, code, "%s: \"shm_token\" is not %d lowercase hex characters",
+                           what, TFP_UP_TOKEN_LEN);
+    if (!r->same_host)
+        return tfp_err_set(err, code, "%s: shm offered to a peer on another host", what);
+    return TFP_OK;
+}
+
 static tfp_status_t check_ucx_resp(const tfp_up_resp_t *r, tfp_err_t *err)
 {
     const char *what = "upgrade response";
@@ -419,6 +459,9 @@ static tfp_status_t check_ucx_resp(const tfp_up_resp_t *r, tfp_err_t *err)
     if (r->server_pid < 1 || r->server_pid > TFP_UP_MAX_PID)
         return tfp_err_set(err, TFP_EINVAL, "%s: server_pid %lld is not in 1..%d", what,
                            (long long)r->server_pid, TFP_UP_MAX_PID);
+    tfp_status_t sst = check_shm(r, TFP_EINVAL, err);
+    if (sst != TFP_OK)
+        return sst;
     return TFP_OK;
 }
 
@@ -472,6 +515,12 @@ tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *l
         tfp_jw_bool(&w, resp->same_host);
         tfp_jw_key(&w, "server_pid");
         tfp_jw_int(&w, resp->server_pid);
+        if (resp->shm_socket[0]) {
+            tfp_jw_key(&w, "shm_socket");
+            tfp_jw_str(&w, resp->shm_socket);
+            tfp_jw_key(&w, "shm_token");
+            tfp_jw_str(&w, resp->shm_token);
+        }
     } else {
         tfp_jw_str(&w, "http");
         tfp_jw_key(&w, "reason");
@@ -489,13 +538,14 @@ tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *l
 static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t *err)
 {
     static const char *const keys[] = { "transport", "token", "expires_ms", "worker_address",
-                                        "same_host", "server_pid" };
+                                        "same_host", "server_pid", "shm_socket",
+                                        "shm_token" };
     const char *what = "upgrade response";
-    const cJSON *f[6];
+    const cJSON *f[8];
     int64_t v;
     tfp_status_t st;
 
-    st = members(what, root, keys, 6, f, err);
+    st = members_opt(what, root, keys, 8, 6, f, err);
     if (st != TFP_OK)
         return st;
     if (tfp_cj_str(f[1], r->token, TFP_UP_TOKEN_LEN) != 0 || !tfp_up_token_valid(r->token))
@@ -511,6 +561,14 @@ static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t
     if (get_int(f[5], 1, TFP_UP_MAX_PID, &r->server_pid) != 0)
         return tfp_err_set(err, TFP_EPROTO, "%s: \"server_pid\" is not an integer in 1..%d",
                            what, TFP_UP_MAX_PID);
+    if ((f[6] && tfp_cj_str(f[6], r->shm_socket, TFP_UP_MAX_SHM_SOCKET) != 0) ||
+        (f[7] && tfp_cj_str(f[7], r->shm_token, TFP_UP_TOKEN_LEN) != 0) ||
+        (!f[6] != !f[7]))
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"shm_socket\" and \"shm_token\" are not "
+                           "two strings of at most %d and %d bytes", what,
+                           TFP_UP_MAX_SHM_SOCKET, TFP_UP_TOKEN_LEN);
+    if ((st = check_shm(r, TFP_EPROTO, err)) != TFP_OK)
+        return st;
     if (!cJSON_IsString(f[3]))
         return tfp_err_set(err, TFP_EPROTO, "%s: \"worker_address\" is not a string", what);
     st = tfp_b64_decode(f[3]->valuestring, strlen(f[3]->valuestring), TFP_UP_MAX_ADDR,

@@ -27,6 +27,7 @@
 #define TFP_UP_MAX_EXPIRES_MS 600000        /* tokens live 1 ms .. 10 min */
 #define TFP_UP_MAX_ADDR 65536               /* decoded worker address bytes, 1..this */
 #define TFP_UP_MAX_REASON 512               /* bytes of a refusal's reason, UTF-8 */
+#define TFP_UP_MAX_SHM_SOCKET 96            /* an abstract socket name: [A-Za-z0-9._-] */
 #define TFP_UP_MAX_REQ_JSON 4096            /* largest request body a parser takes */
 #define TFP_UP_MAX_RESP_JSON (128 * 1024)   /* largest response body a parser takes */
 /* The HELLO identity "boot_id netns" (proto/ucxframe.h): at most this many bytes. */
@@ -62,8 +63,9 @@ tfp_status_t tfp_up_ident_parse(const char *s, size_t n, tfp_up_host_t *out, tfp
 
 /* ---- request ------------------------------------------------------------------------- */
 
-#define TFP_UP_T_UCX 0x1u                   /* "ucx"; the only transport so far */
-#define TFP_UP_T_ALL TFP_UP_T_UCX
+#define TFP_UP_T_UCX 0x1u                   /* "ucx" */
+#define TFP_UP_T_SHM 0x2u                   /* "shm": same-host shared memory (shmframe.h) */
+#define TFP_UP_T_ALL (TFP_UP_T_UCX | TFP_UP_T_SHM)
 
 typedef enum {
     TFP_UP_POLICY_AUTO = 0,                 /* "auto": upgrade if possible, else HTTP */
@@ -98,12 +100,18 @@ typedef struct {
     size_t worker_address_len;
     int same_host;                          /* 0 or 1 */
     int64_t server_pid;                     /* 1..TFP_UP_MAX_PID */
+    /* when upgraded, optional: the same-host shm transport; "" when not offered */
+    char shm_socket[TFP_UP_MAX_SHM_SOCKET + 1];     /* abstract unix socket name */
+    char shm_token[TFP_UP_TOKEN_LEN + 1];   /* its one-time token (HELLO) */
     /* when refused */
     char reason[TFP_UP_MAX_REASON + 1];     /* 1..TFP_UP_MAX_REASON bytes of UTF-8 */
 } tfp_up_resp_t;
 
 /* Success: {"transport": "ucx", "token": ..., "expires_ms": N, "worker_address": "<base64>",
- * "same_host": bool, "server_pid": N}; refusal: {"transport": "http", "reason": "..."}.
+ * "same_host": bool, "server_pid": N[, "shm_socket": NAME, "shm_token": HEX]}; refusal:
+ * {"transport": "http", "reason": "..."}. The shm members come together or not at all, only
+ * with same_host true, and only to a client whose request listed "shm" (an older client's
+ * strict parser would refuse them).
  * build writes only the members of its kind (the others are ignored); parse requires exactly
  * those members, at most TFP_UP_MAX_RESP_JSON bytes, and zeroes the unused ones. On success
  * the parsed worker_address is the caller's to free, through tfp_up_resp_clear; on failure

@@ -9,6 +9,10 @@
 #include "proto/safetensors.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
+#include "transports/shm.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,6 +249,58 @@ START_TEST(store_each_in_name_order)
 }
 END_TEST
 
+/* Sharing a stored document with a same-host peer (tfd_blob_share): large ones are their own
+ * memfd, sealed in place; small ones copied once into a sealed memfd. The peer's mapping is
+ * read-only for good, and a replace or delete never changes the bytes it sees. */
+static void share_case(size_t n)
+{
+    tfd_store_t *s = tfd_store_new((uint64_t)64 << 20);
+    tfd_blob_t *a = make_blob("w", n, 7);
+    ck_assert_int_eq(tfd_store_put(s, "w", a, 0), 0);
+    tfd_blob_t *got = tfd_store_get(s, "w");
+    int fd, fd2;
+    size_t off, size, off2, size2;
+    ck_assert_int_eq(tfd_blob_share(got, &fd, &off, &size), 0);
+    ck_assert_int_eq(tfd_blob_share(got, &fd2, &off2, &size2), 0);       /* once */
+    ck_assert_int_eq(fd, fd2);
+    ck_assert_uint_eq(off, off2);
+    ck_assert_uint_ge(size, off + got->len);
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_shm_check(fd, off + got->len, TFX_SHM_SEAL_WRITE, NULL, &err), TFP_OK);
+    ck_assert(mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+    tfx_shm_t peer;
+    ck_assert_int_eq(tfx_shm_map(dup(fd), size, 0, &peer, &err), TFP_OK);
+    ck_assert_int_ne(mprotect(peer.p, size, PROT_READ | PROT_WRITE), 0);
+    const uint8_t *seen = peer.p + off;
+    ck_assert_int_eq(memcmp(seen, got->data, got->len), 0);
+    size_t len = got->len;
+    /* The daemon's own readers still read the blob where it was. */
+    ck_assert_uint_eq(got->doc->t[0].data[n - 1], 7);
+    tfd_blob_t *b = make_blob("w", n, 9);
+    ck_assert_int_eq(tfd_store_put(s, "w", b, 0), 1);
+    ck_assert_int_eq(tfd_store_delete(s, "w"), 0);
+    tfd_blob_unref(got);                    /* the last reference: its memfd closed */
+    tfd_store_stats_t st;
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.retired, 0);
+    /* The peer's mapping lives on, unchanged. */
+    tfp_doc_t *idx;
+    ck_assert_int_eq(tfp_st_decode(seen, len, NULL, &idx, &err), TFP_OK);
+    ck_assert_uint_eq(idx->t[0].nbytes, n);
+    ck_assert_uint_eq(idx->t[0].data[0], 7);
+    ck_assert_uint_eq(idx->t[0].data[n - 1], 7);
+    tfp_doc_free(idx);
+    tfx_shm_close(&peer);
+    tfd_store_free(s);
+}
+
+START_TEST(store_share)
+{
+    share_case(100);                        /* small: copied into its own memfd */
+    share_case((size_t)3 << 20);            /* large: the buffer's own memfd */
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -255,6 +311,7 @@ Suite *suite_store(void)
     tcase_add_test(tc, store_ttl);
     tcase_add_test(tc, store_evict_lru);
     tcase_add_test(tc, store_each_in_name_order);
+    tcase_add_test(tc, store_share);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -62,9 +62,18 @@ static int have_daemon(const char *test)
     return 0;
 }
 
+/* With --shm off: this suite is about UCX, and same-host GETs under auto would otherwise
+ * go over shared memory (the shme2e suite tests that). */
 static void start(const char *const *args)
 {
-    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    const char *all[32];
+    size_t n = 0;
+    for (; args && args[n] && n < 29; n++)
+        all[n] = args[n];
+    all[n++] = "--shm";
+    all[n++] = "off";
+    all[n] = NULL;
+    ck_assert_msg(td_start(&D, all) == 0, "tfetchd did not start");
 }
 
 static void stop(void)

@@ -307,8 +307,8 @@ static const struct {
     { REQ("[]", HOST_JSON, "\"auto\""), TFP_EPROTO, "\"transports\" is empty" },
     { REQ("[1]", HOST_JSON, "\"auto\""), TFP_EPROTO, "transports[0] is not a string" },
     { REQ("[\"ucx\",null]", HOST_JSON, "\"auto\""), TFP_EPROTO, "transports[1] is not a string" },
-    { REQ("[\"shm\"]", HOST_JSON, "\"auto\""), TFP_EPROTO,
-      "transports[0] \"shm\" is not a known transport (ucx)" },
+    { REQ("[\"rdma\"]", HOST_JSON, "\"auto\""), TFP_EPROTO,
+      "transports[0] \"rdma\" is not a known transport (ucx, shm)" },
     { REQ("[\"UCX\"]", HOST_JSON, "\"auto\""), TFP_EPROTO, "is not a known transport" },
     { REQ("[\"ucx\",\"ucx\"]", HOST_JSON, "\"auto\""), TFP_EPROTO,
       "transports[1] \"ucx\" is listed twice" },
@@ -487,6 +487,75 @@ START_TEST(up_resp_golden_roundtrip)
         free(json);
         free(big);
     }
+}
+END_TEST
+
+/* The optional shm members (same-host shared memory): round trip, and what is refused. */
+START_TEST(up_resp_shm)
+{
+    uint8_t addr[] = { 1, 2, 3 };
+    tfp_up_resp_t r, got;
+    char *json;
+    size_t len;
+    tfp_err_t err;
+
+    ucx_resp(&r, addr, sizeof addr);
+    strcpy(r.shm_socket, "tfetch-shm.12.00ff");
+    strcpy(r.shm_token, "fedcba9876543210fedcba9876543210");
+    ck_assert_int_eq(tfp_up_resp_build(&r, &json, &len, &err), TFP_OK);
+    ck_assert_ptr_nonnull(strstr(json, ",\"shm_socket\":\"tfetch-shm.12.00ff\",\"shm_token\":"));
+    ck_assert_int_eq(tfp_up_resp_parse(json, len, &got, &err), TFP_OK);
+    ck_assert_str_eq(got.shm_socket, r.shm_socket);
+    ck_assert_str_eq(got.shm_token, r.shm_token);
+    tfp_up_resp_clear(&got);
+    free(json);
+    /* Absent: both empty. */
+    ucx_resp(&r, addr, sizeof addr);
+    ck_assert_int_eq(tfp_up_resp_build(&r, &json, &len, &err), TFP_OK);
+    ck_assert_ptr_null(strstr(json, "shm"));
+    ck_assert_int_eq(tfp_up_resp_parse(json, len, &got, &err), TFP_OK);
+    ck_assert_str_eq(got.shm_socket, "");
+    tfp_up_resp_clear(&got);
+    free(json);
+    /* The builder refuses a bad name, a lone member, another host. */
+    strcpy(r.shm_socket, "a/b");
+    strcpy(r.shm_token, TOKEN);
+    ck_assert_int_eq(tfp_up_resp_build(&r, &json, &len, &err), TFP_EINVAL);
+    strcpy(r.shm_socket, "ok");
+    r.shm_token[0] = '\0';
+    ck_assert_int_eq(tfp_up_resp_build(&r, &json, &len, &err), TFP_EINVAL);
+    strcpy(r.shm_token, TOKEN);
+    r.same_host = 0;
+    ck_assert_int_eq(tfp_up_resp_build(&r, &json, &len, &err), TFP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "another host"));
+    /* The parser the same, on hostile text. */
+    static const char *const bad[] = {
+        "{\"transport\":\"ucx\",\"token\":\"" TOKEN "\",\"expires_ms\":1,\"worker_address\":"
+        "\"AQID\",\"same_host\":true,\"server_pid\":1,\"shm_socket\":\"s\"}",
+        "{\"transport\":\"ucx\",\"token\":\"" TOKEN "\",\"expires_ms\":1,\"worker_address\":"
+        "\"AQID\",\"same_host\":true,\"server_pid\":1,\"shm_socket\":\"s s\",\"shm_token\":\""
+        TOKEN "\"}",
+        "{\"transport\":\"ucx\",\"token\":\"" TOKEN "\",\"expires_ms\":1,\"worker_address\":"
+        "\"AQID\",\"same_host\":false,\"server_pid\":1,\"shm_socket\":\"s\",\"shm_token\":\""
+        TOKEN "\"}",
+        "{\"transport\":\"ucx\",\"token\":\"" TOKEN "\",\"expires_ms\":1,\"worker_address\":"
+        "\"AQID\",\"same_host\":true,\"server_pid\":1,\"shm_socket\":\"s\",\"shm_token\":\"xyz\"}",
+        "{\"transport\":\"ucx\",\"token\":\"" TOKEN "\",\"expires_ms\":1,\"worker_address\":"
+        "\"AQID\",\"same_host\":true,\"server_pid\":1,\"shm_socket\":7,\"shm_token\":\""
+        TOKEN "\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&got, 0x55, sizeof got);
+        ck_assert_msg(tfp_up_resp_parse(bad[i], strlen(bad[i]), &got, &err) == TFP_EPROTO,
+                      "case %zu accepted", i);
+        ck_assert_msg(strstr(err.msg, "shm") != NULL, "case %zu: %s", i, err.msg);
+    }
+    /* A request may list shm beside ucx. */
+    tfp_up_req_t q;
+    const char *req = "{\"transports\":[\"ucx\",\"shm\"],\"host\":{\"boot_id\":\"" BOOT
+                      "\",\"netns\":\"" NETNS "\",\"pid\":5},\"policy\":\"auto\"}";
+    ck_assert_int_eq(tfp_up_req_parse(req, strlen(req), &q, &err), TFP_OK);
+    ck_assert_uint_eq(q.transports, TFP_UP_T_UCX | TFP_UP_T_SHM);
 }
 END_TEST
 
@@ -941,6 +1010,7 @@ Suite *suite_upgrade(void)
     tcase_add_test(tc, up_req_parse_oversize);
     tcase_add_test(tc, up_resp_golden_roundtrip);
     tcase_add_test(tc, up_resp_random_roundtrip);
+    tcase_add_test(tc, up_resp_shm);
     tcase_add_test(tc, up_resp_build_refuses);
     tcase_add_loop_test(tc, up_resp_parse_refuses, 0,
                         (int)(sizeof RESP_BAD / sizeof RESP_BAD[0]));

@@ -6,7 +6,9 @@
  * tfx_buf_alloc's are mapped directly and reused for the same size from a bounded cache (the
  * daemon's store and request bodies, returned with tfx_buf_free); tfx_buf_malloc's are
  * released by free() and may be grown by realloc() (the clients' reply bodies, which
- * libtfetch's caller frees). Never zeroed. Any thread.
+ * libtfetch's caller frees). Never zeroed. Large tfx_buf_alloc buffers are memfd-backed
+ * when descriptors allow, so the store can hand a document to a same-host peer
+ * (tfx_buf_seal). Any thread.
  */
 #ifndef TFX_BUF_H
 #define TFX_BUF_H
@@ -27,6 +29,16 @@ void tfx_buf_free(void *p, size_t cap);          /* NULL is a no-op */
 /* A buffer of size bytes (0 allowed) that free() releases and realloc() may grow, or NULL:
  * big ones 2 MiB-aligned with huge pages advised, small ones plain malloc. */
 void *tfx_buf_malloc(size_t size);
+/* The memfd behind a large tfx_buf_alloc buffer p (borrowed, valid until tfx_buf_free), or -1
+ * when p has none (small, or anonymous memory). */
+int tfx_buf_fd(const void *p);
+/* Makes p (a tfx_buf_alloc buffer of cap bytes) shareable with other processes for good: its
+ * mapping turns read-only in place (same address) and its memfd is sealed against writes and
+ * resizes (transports/shm.h); it will never be reused. Returns the memfd (borrowed, as
+ * tfx_buf_fd's), or -1 when p has none. Idempotent. Nothing may write into p afterwards. */
+int tfx_buf_seal(void *p, size_t cap);
+/* 1 once tfx_buf_seal sealed p. */
+int tfx_buf_sealed(const void *p);
 /* Gives every cached buffer back to the kernel (at exit, or under memory pressure). */
 void tfx_buf_trim(void);
 

@@ -1,6 +1,6 @@
 /* fuzz_ucxframe.c - libFuzzer harness for the UCX frame decoder and the upgrade JSON parsers.
  *
- * Each input goes to tfp_uf_decode as a frame, and as text to tfp_up_req_parse,
+ * Each input goes to tfp_uf_decode as a frame, to tfp_sf_decode as a shm message, and as text to tfp_up_req_parse,
  * tfp_up_resp_parse, tfp_up_b64_decode and tfp_up_ident_parse (a frame starts with "TFU1"
  * and JSON with '{', so one corpus serves all of them). A rejection must carry the parser's
  * status and a message; TFP_ENOMEM and TFP_EINVAL abort (the fuzzer never makes malloc fail,
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/shmframe.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
 
@@ -154,8 +155,27 @@ static void ident(const char *text, size_t size)
         fail("ident: formatting differs from the input", NULL);
 }
 
+/* The shm transport's messages (proto/shmframe.c): one encoding per value, too. */
+static void shm_message(const uint8_t *data, size_t size)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_sf_t m;
+    tfp_err_t err;
+    tfp_status_t st = tfp_sf_decode(data, size, &m, &err);
+    if (st != TFP_OK) {
+        rejected(st, &err, "shm: ", 0);
+        return;
+    }
+    size_t len = tfp_sf_encode(&m, buf, sizeof buf, &err);
+    if (len == 0)
+        fail("re-encoding a shm message failed", &err);
+    if (len != size || memcmp(buf, data, size) != 0)
+        fail("re-encoding a shm message differs from the input", NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    shm_message(data, size);
     const char *text = (const char *)data;
 
     frame(data, size);

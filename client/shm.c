@@ -1,0 +1,600 @@
+/* shm.c - the same-host shared-memory path (tfi_shm, "shm/memfd"): each origin's unix
+ * connection to the daemon's shm socket (made with the answer to POST /v1/upgrade, when
+ * that names one), a GET sent over it and answered with the document's memfd, which is
+ * checked (its own size and seals), mapped read-only and decoded in place: the tf_doc's
+ * tensors point into the mapping, which the doc keeps until tf_doc_free unmaps it and ends
+ * the lease. Under policy auto only; a refusal (the lease bound) or a failure of the
+ * connection sends the request over UCX or HTTP instead, saying why.
+ *
+ * A GET over shm is one local round trip, done in start on the calling thread; its
+ * completion is queued and run by drain, like every other transport's. The connection is
+ * shared by the docs holding leases on it (a reference count), so a doc may outlive the
+ * client; RELEASE is one datagram, so any thread may send it. Same threading otherwise as
+ * the client.
+ */
+#include "config.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/internal.h"
+#include "proto/safetensors.h"
+#include "proto/shmframe.h"
+#include "transports/shm.h"
+
+#define SHM_TIMEOUT_MS 2000L            /* HELLO, and a GET's answer */
+
+typedef struct {
+    int sock;
+    atomic_int refs;                    /* the origin's, and one per doc with a lease */
+    uint64_t seq;
+} shmc_t;
+
+/* What the transport holds per client: finished requests waiting for drain. */
+typedef struct {
+    tf_fetch_t **done;
+    size_t n, cap;
+} shm_state_t;
+
+static void conn_unref(shmc_t *k)
+{
+    if (k && atomic_fetch_sub(&k->refs, 1) == 1) {
+        close(k->sock);
+        free(k);
+    }
+}
+
+/* Sends m over k. 0, or -1. */
+static int send_msg(shmc_t *k, const tfp_sf_t *m)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_err_t err;
+    size_t len = tfp_sf_encode(m, buf, sizeof buf, &err);
+    return len && tfx_shm_send(k->sock, buf, len, NULL, 0, &err) == TFP_OK ? 0 : -1;
+}
+
+/* Waits up to ms for the REPLY to seq: 0 with *r and maybe *fd (else -1), or -1 with why. */
+static int recv_reply(shmc_t *k, uint64_t seq, long ms, tfp_sf_t *r, int *fd, char *why,
+                      size_t why_size)
+{
+    struct pollfd p = { .fd = k->sock, .events = POLLIN };
+    *fd = -1;
+    if (poll(&p, 1, (int)ms) <= 0) {
+        snprintf(why, why_size, "no answer over the shm socket within %ld ms", ms);
+        return -1;
+    }
+    uint8_t buf[TFP_SF_MAX];
+    size_t len, nfds;
+    tfp_err_t err;
+    if (tfx_shm_recv(k->sock, buf, sizeof buf, &len, fd, 1, &nfds, &err) != TFP_OK ||
+        len == 0) {
+        snprintf(why, why_size, "%s", len == 0 ? "the daemon closed the shm socket" : err.msg);
+        return -1;
+    }
+    if (nfds == 0)
+        *fd = -1;
+    if (tfp_sf_decode(buf, len, r, &err) != TFP_OK || r->op != TFP_SF_REPLY || r->seq != seq ||
+        (*fd >= 0 && r->status != TFP_OK)) {
+        snprintf(why, why_size, "bad shm answer: %s", err.msg[0] ? err.msg : "not the reply");
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Connects o's shm socket with the upgrade's token: 0, or -1 (o->shm stays NULL; why). */
+int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
+                    size_t why_size)
+{
+    (void)c;
+    tfp_err_t err;
+    int sock = tfx_shm_connect(resp->shm_socket, &err);
+    if (sock < 0) {
+        snprintf(why, why_size, "%s", err.msg);
+        return -1;
+    }
+    shmc_t *k = calloc(1, sizeof *k);
+    if (!k) {
+        close(sock);
+        snprintf(why, why_size, "out of memory");
+        return -1;
+    }
+    k->sock = sock;
+    atomic_init(&k->refs, 1);
+    tfp_sf_t m, r;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_HELLO;
+    m.seq = ++k->seq;
+    m.str_len = strlen(resp->shm_token);
+    memcpy(m.str, resp->shm_token, m.str_len + 1);
+    int fd, rc = send_msg(k, &m);
+    if (rc != 0)
+        snprintf(why, why_size, "cannot send HELLO over the shm socket");
+    else if ((rc = recv_reply(k, m.seq, SHM_TIMEOUT_MS, &r, &fd, why, why_size)) == 0 &&
+             r.status != TFP_OK) {
+        snprintf(why, why_size, "shm HELLO refused: %s", r.str);
+        rc = -1;
+    }
+    if (rc != 0) {
+        conn_unref(k);
+        return -1;
+    }
+    o->shm = k;
+    return 0;
+}
+
+void tfi_shm_disconnect(origin_t *o)
+{
+    conn_unref(o->shm);
+    o->shm = NULL;
+}
+
+int tfi_shm_can(const tf_fetch_t *f)
+{
+    return f->origin && f->origin->shm && f->policy == TF_TRANSPORT_AUTO &&
+           ((f->op.kind == TF_OP_GET && f->op.wait_ms <= 0) || f->op.kind == TF_OP_PUT) &&
+           !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0];
+}
+
+/* ---- the doc's mapping ---------------------------------------------------------------------- */
+
+typedef struct {
+    tfx_shm_t map;
+    shmc_t *conn;
+    uint64_t lease;                     /* a GET's lease, or an ALLOC's buffer; 0 when over */
+    size_t len;                         /* the document's bytes at map.p */
+} lease_t;
+
+/* tf_doc_free: unmaps, then tells the daemon (if it is still there) the lease is over (or
+ * the lent buffer no longer wanted). */
+static void lease_release(void *arg)
+{
+    lease_t *l = arg;
+    tfx_shm_close(&l->map);
+    if (!l->lease) {
+        conn_unref(l->conn);
+        free(l);
+        return;
+    }
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_RELEASE;
+    m.lease = l->lease;
+    (void)send_msg(l->conn, &m);         /* a daemon gone has ended it already */
+    conn_unref(l->conn);
+    free(l);
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+/* f cannot go over shm (why): over the origin's UCX connection or HTTP instead (fetch.c
+ * retries over HTTP when this fails). */
+static tf_status_t fall_back(tf_client_t *c, tf_fetch_t *f, const char *why)
+{
+    snprintf(f->result.fallback, sizeof(f->result.fallback), "shm: %.150s", why);
+    if (f->origin->conn && c->up)
+        return c->up->start(c, f);
+    return tfi_http.start(c, f);
+}
+
+static tf_status_t queue_done(tf_client_t *c, tf_fetch_t *f)
+{
+    shm_state_t *s = c->shm_state;
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? 2 * s->cap : 8;
+        tf_fetch_t **nd = realloc(s->done, ncap * sizeof *nd);
+        if (!nd)
+            return TF_ENOMEM;
+        s->done = nd;
+        s->cap = ncap;
+    }
+    s->done[s->n++] = f;
+    f->via = &tfi_shm;
+    return TF_OK;
+}
+
+/* ALLOC: a writable memfd of size bytes from the daemon, mapped: 0 with *m and *lease, or the
+ * daemon's refusal (*st, msg), or -1 with why (the connection failed). */
+static int ask_buffer(shmc_t *k, size_t size, long ms, tfx_shm_t *m, uint64_t *lease,
+                      tfp_status_t *st, char *why, size_t why_size)
+{
+    tfp_sf_t q, r;
+    tfp_err_t err;
+    memset(&q, 0, sizeof q);
+    q.op = TFP_SF_ALLOC;
+    q.seq = ++k->seq;
+    q.a = size;
+    int fd;
+    *st = TFP_OK;
+    if (send_msg(k, &q) != 0 || recv_reply(k, q.seq, ms, &r, &fd, why, why_size) != 0)
+        return -1;
+    if (r.status != TFP_OK) {
+        *st = (tfp_status_t)r.status;
+        snprintf(why, why_size, "%.200s", r.str);
+        return 1;
+    }
+    /* A buffer we may write into, of exactly the size asked, that no one can shrink. */
+    size_t got;
+    if (fd < 0 || tfx_shm_check(fd, size, 0, &got, &err) != TFP_OK || got != size ||
+        r.a != size) {
+        if (fd >= 0)
+            close(fd);
+        snprintf(why, why_size, "bad shm buffer: %.200s", fd < 0 ? "none" : err.msg);
+        return -1;
+    }
+    if (tfx_shm_map(fd, size, 1, m, &err) != TFP_OK) {
+        snprintf(why, why_size, "%s", err.msg);
+        return -1;
+    }
+    *lease = r.lease;
+    return 0;
+}
+
+/* Gives up the writable mapping of l (the daemon cannot seal a buffer still mapped writable):
+ * a PROT_NONE reservation holds the addresses meanwhile. */
+static void unmap_writable(lease_t *l)
+{
+    (void)mmap(l->map.p, l->map.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+               0);
+    l->map.writable = 0;
+}
+
+/* After COMMIT (whatever its answer): the same bytes, read-only, at the same address. */
+static void remap_read_only(lease_t *l)
+{
+    void *p = mmap(l->map.p, l->map.size, PROT_READ, MAP_SHARED | MAP_FIXED, l->map.fd, 0);
+    (void)p;                            /* on failure the PROT_NONE stays: reads fault */
+}
+
+/* COMMIT of l's buffer as name: the daemon's answer in *r; -1 with why on a transport
+ * failure. */
+static int commit(shmc_t *k, lease_t *l, const char *name, long ms, tfp_sf_t *r, char *why,
+                  size_t why_size)
+{
+    tfp_sf_t q;
+    memset(&q, 0, sizeof q);
+    q.op = TFP_SF_COMMIT;
+    q.seq = ++k->seq;
+    q.lease = l->lease;
+    q.a = l->len;
+    q.str_len = strlen(name);
+    memcpy(q.str, name, q.str_len + 1);
+    unmap_writable(l);
+    int fd, rc = send_msg(k, &q) != 0 ? -1 : recv_reply(k, q.seq, ms, r, &fd, why, why_size);
+    l->lease = 0;                       /* no longer lent, whatever happened */
+    remap_read_only(l);
+    return rc;
+}
+
+/* Records the daemon's answer to a COMMIT in f. */
+static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
+{
+    res->bytes_sent = len;
+    if (r->status != TFP_OK) {
+        tf_status_t st = tfi_from_proto((tfp_status_t)r->status);
+        res->http_status = tfp_status_http((tfp_status_t)r->status);
+        tfi_rfail(res, st, "%s", r->str);
+        return;
+    }
+    res->status = TF_OK;
+    res->http_status = r->a ? 204 : 201;
+}
+
+/* A PUT over shm: a document built in place (tf_doc_new_shm) is committed as it is; any
+ * other is written into a lent buffer first (one copy), then committed. */
+static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
+{
+    origin_t *o = f->origin;
+    shmc_t *k = o->shm;
+    tf_result_t *res = &f->result;
+    tf_doc_t *doc = (tf_doc_t *)f->op.body;
+    char why[256] = "";
+    long ms = tfi_remaining_ms(f);
+    ms = ms > 0 && ms < SHM_TIMEOUT_MS ? ms : SHM_TIMEOUT_MS;
+    tfp_sf_t r;
+    lease_t *l = doc ? doc->shm_lent : NULL;
+    if (l && l->conn == k) {
+        doc->shm_lent = NULL;           /* committed now: read-only from here on */
+        if (commit(k, l, f->op.name, ms, &r, why, sizeof why) != 0) {
+            tfi_shm_disconnect(o);
+            return fall_back(c, f, why);    /* the doc is readable again: sent as any */
+        }
+        snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+        commit_result(res, &r, l->len);
+        return queue_done(c, f);
+    }
+    lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
+    tfp_status_t st = TFP_OK;
+    int rc = f->op.body_len ? ask_buffer(k, (size_t)f->op.body_len, ms, &tmp.map, &tmp.lease,
+                                         &st, why, sizeof why) : 1;
+    if (rc < 0)
+        tfi_shm_disconnect(o);
+    if (rc != 0 || !f->op.body_len) {
+        if (rc > 0 && (st == TFP_ENOSPACE || st == TFP_ETOOBIG)) {
+            snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+            res->http_status = tfp_status_http(st);
+            tfi_rfail(res, tfi_from_proto(st), "%s", why);   /* as HTTP would answer */
+            return queue_done(c, f);
+        }
+        return fall_back(c, f, f->op.body_len ? why : "an empty body");
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < f->op.nsegs; i++) {
+        memcpy(tmp.map.p + off, f->op.segs[i], f->op.lens[i]);
+        off += f->op.lens[i];
+    }
+    rc = commit(k, &tmp, f->op.name, ms, &r, why, sizeof why);
+    tfx_shm_close(&tmp.map);
+    if (rc != 0) {
+        tfi_shm_disconnect(o);
+        return fall_back(c, f, why);
+    }
+    snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+    commit_result(res, &r, f->op.body_len);
+    return queue_done(c, f);
+}
+
+static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
+{
+    if (f->op.kind == TF_OP_PUT)
+        return shm_put(c, f);
+    origin_t *o = f->origin;
+    shmc_t *k = o->shm;
+    tf_result_t *res = &f->result;
+    char why[256] = "";
+    tfp_sf_t m, r;
+    tfp_err_t err;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_GET;
+    m.seq = ++k->seq;
+    m.str_len = strlen(f->op.name);
+    memcpy(m.str, f->op.name, m.str_len + 1);
+    long ms = tfi_remaining_ms(f);
+    int fd = -1;
+    if (send_msg(k, &m) != 0 ||
+        recv_reply(k, m.seq, ms > 0 && ms < SHM_TIMEOUT_MS ? ms : SHM_TIMEOUT_MS, &r, &fd, why,
+                   sizeof why) != 0) {
+        tfi_shm_disconnect(o);
+        return fall_back(c, f, why[0] ? why : "the shm connection failed");
+    }
+    snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+    if (r.status == TFP_ENOTFOUND) {
+        res->http_status = 404;
+        tfi_rfail(res, TF_ENOTFOUND, "%s", r.str);
+        return queue_done(c, f);
+    }
+    if (r.status != TFP_OK || fd < 0)
+        return fall_back(c, f, r.status != TFP_OK ? r.str : "an answer without a memfd");
+    /* Trust nothing the daemon said about the memory: its own size, its seals, the span. */
+    size_t size;
+    lease_t *l = NULL;
+    tfp_doc_t *d = NULL;
+    if (tfx_shm_check(fd, 1, TFX_SHM_SEAL_WRITE, &size, &err) != TFP_OK ||
+        tfp_sf_check_span(r.a, r.b, size, &err) != TFP_OK) {
+        close(fd);
+        goto bad;
+    }
+    if (!(l = calloc(1, sizeof *l))) {
+        close(fd);
+        snprintf(err.msg, sizeof err.msg, "out of memory");
+        goto bad;
+    }
+    l->lease = r.lease;
+    if (tfx_shm_map(fd, size, 0, &l->map, &err) != TFP_OK)
+        goto bad;
+    if (c->max_body > 0 && r.b > c->max_body) {
+        snprintf(err.msg, sizeof err.msg, "the document (%llu bytes) exceeds the cap",
+                 (unsigned long long)r.b);
+        goto bad;
+    }
+    if (tfp_st_decode(l->map.p + r.a, (size_t)r.b, NULL, &d, &err) != TFP_OK)
+        goto bad;
+    if (tfi_doc_wrap(d, NULL, &f->doc) != TF_OK) {
+        tfp_doc_free(d);
+        snprintf(err.msg, sizeof err.msg, "out of memory");
+        goto bad;
+    }
+    atomic_fetch_add(&k->refs, 1);
+    l->conn = k;
+    f->doc->release = lease_release;
+    f->doc->release_arg = l;
+    res->status = TF_OK;
+    res->http_status = 200;
+    res->bytes_received = r.b;
+    return queue_done(c, f);
+bad:
+    /* The lease is ours to end even though the document is unusable. */
+    if (l)
+        tfx_shm_close(&l->map);
+    free(l);
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_RELEASE;
+    m.lease = r.lease;
+    if (r.lease)
+        (void)send_msg(k, &m);
+    res->transport[0] = '\0';
+    return fall_back(c, f, err.msg);
+}
+
+/* Completes what start finished (callbacks run here). */
+static void shm_drain(tf_client_t *c)
+{
+    shm_state_t *s = c->shm_state;
+    while (s && s->n) {
+        tf_fetch_t *f = s->done[0];
+        memmove(s->done, s->done + 1, --s->n * sizeof *s->done);
+        f->via = NULL;
+        f->result.seconds = tfx_since_s(f->t0_ns);
+        if (f->canceled || c->closing) {
+            tf_doc_free(f->doc);            /* unmapped, its lease ended */
+            f->doc = NULL;
+            tfi_rfail(&f->result, TF_ECANCELED, "request canceled");
+        }
+        tfi_complete_fetch(c, f);
+    }
+}
+
+static void shm_cancel(tf_client_t *c, tf_fetch_t *f)
+{
+    (void)c;
+    f->canceled = 1;
+}
+
+static size_t shm_running(const tf_client_t *c)
+{
+    const shm_state_t *s = c->shm_state;
+    return s ? s->n : 0;
+}
+
+static int shmt_open(tf_client_t *c)
+{
+    return (c->shm_state = calloc(1, sizeof(shm_state_t))) ? 0 : -1;
+}
+
+static void shmt_close(tf_client_t *c)
+{
+    shm_state_t *s = c->shm_state;
+    if (!s)
+        return;
+    shm_drain(c);
+    for (origin_t *o = c->origins; o; o = o->next)
+        tfi_shm_disconnect(o);
+    free(s->done);
+    free(s);
+    c->shm_state = NULL;
+}
+
+const tfi_transport_t tfi_shm = {
+    .name = "shm",
+    .open = shmt_open,
+    .start = shm_start,
+    .cancel = shm_cancel,
+    .drain = shm_drain,
+    .running = shm_running,
+    .close = shmt_close,
+};
+
+/* ---- documents built in place ------------------------------------------------------------- */
+
+/* The bytes tensor spec t takes: 0 with *nbytes, or -1 when it is invalid or too large. */
+static int spec_bytes(const tf_tensor_spec_t *t, size_t *nbytes)
+{
+    unsigned bits = tf_dtype_bits(t->dtype);
+    if (!t->name || !bits || t->rank < 0 || t->rank > TF_MAX_RANK || (t->rank && !t->shape))
+        return -1;
+    uint64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->shape[i] < 0 || (t->shape[i] && n > UINT64_MAX / 8 / (uint64_t)t->shape[i]))
+            return -1;
+        n *= (uint64_t)t->shape[i];
+    }
+    *nbytes = (size_t)((n * bits + 7) / 8);
+    return 0;
+}
+
+tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
+                           size_t n, tf_doc_t **out)
+{
+    if (!c || !url || !out || (n && !tensors))
+        return TF_EINVAL;
+    if (c->in_cb || c->in_engine || c->closing)
+        return tfi_refuse(c, TF_OP_PUT, TF_EINVAL, "tf_doc_new_shm is not allowed inside a "
+                          "callback");
+    char *key = NULL, *path = NULL;
+    int query;
+    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
+    if (xst != TFX_HC_OK)
+        return tfi_refuse(c, TF_OP_PUT, xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL,
+                          xst == TFX_HC_ENOMEM ? NULL : "bad URL");
+    origin_t *o = tfi_origin_get(c, key);
+    free(key);
+    free(path);
+    if (!o)
+        return tfi_refuse(c, TF_OP_PUT, TF_ENOMEM, NULL);
+    if (!o->shm)
+        (void)tf_client_upgrade(c, url);
+    if (!o->shm) {
+        char why[sizeof(o->shm_why) + 64];
+        snprintf(why, sizeof why, "no shared memory with this server: %s",
+                 o->shm_why[0] ? o->shm_why : o->why[0] ? o->why : "no upgrade");
+        return tfi_refuse(c, TF_OP_PUT, TF_ENOTIMPL, why);
+    }
+    /* The layout's header, from a document whose tensors borrow zero pages. */
+    size_t most = 1, data = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t nb;
+        if (spec_bytes(&tensors[i], &nb) != 0 || nb > SIZE_MAX - data)
+            return tfi_refuse(c, TF_OP_PUT, TF_EINVAL, "an invalid tensor layout");
+        data += nb;
+        most = nb > most ? nb : most;
+    }
+    void *zero = mmap(NULL, most, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (zero == MAP_FAILED)
+        return tfi_refuse(c, TF_OP_PUT, TF_ENOMEM, NULL);
+    tf_doc_t *layout = tf_doc_new(), *doc = NULL;
+    void *hdr = NULL;
+    size_t hlen = 0;
+    tf_status_t st = layout ? TF_OK : TF_ENOMEM;
+    for (size_t i = 0; st == TF_OK && i < n; i++) {
+        size_t nb;
+        spec_bytes(&tensors[i], &nb);
+        st = tf_doc_add(layout, tensors[i].name, tensors[i].dtype, tensors[i].rank,
+                        tensors[i].shape, zero, nb, TF_BORROW);
+    }
+    if (st == TF_OK)
+        st = tf_doc_encode_header(layout, &hdr, &hlen);
+    tf_doc_free(layout);
+    munmap(zero, most);
+    if (st != TF_OK)
+        return tfi_refuse(c, TF_OP_PUT, st, st == TF_ENOMEM ? NULL : "an invalid tensor layout");
+    lease_t *l = calloc(1, sizeof *l);
+    char why[256] = "";
+    tfp_status_t pst = TFP_OK;
+    shmc_t *k = o->shm;
+    int rc = l ? ask_buffer(k, hlen + data, SHM_TIMEOUT_MS, &l->map, &l->lease, &pst, why,
+                            sizeof why) : -1;
+    if (rc != 0) {
+        free(hdr);
+        free(l);
+        if (rc < 0 && l)
+            tfi_shm_disconnect(o);
+        return tfi_refuse(c, TF_OP_PUT, rc > 0 ? tfi_from_proto(pst) : l ? TF_EIO : TF_ENOMEM,
+                          why[0] ? why : NULL);
+    }
+    memcpy(l->map.p, hdr, hlen);
+    free(hdr);
+    l->len = hlen + data;
+    l->map.writable = 1;
+    tfp_doc_t *d = NULL;
+    tfp_err_t err;
+    if (tfp_st_decode(l->map.p, l->len, NULL, &d, &err) != TFP_OK ||
+        tfi_doc_wrap(d, NULL, &doc) != TF_OK) {
+        tfp_doc_free(d);
+        atomic_fetch_add(&k->refs, 1);
+        l->conn = k;
+        lease_release(l);               /* gives the buffer back */
+        return tfi_refuse(c, TF_OP_PUT, TF_ENOMEM, NULL);
+    }
+    atomic_fetch_add(&k->refs, 1);
+    l->conn = k;
+    doc->release = lease_release;
+    doc->release_arg = l;
+    doc->shm_lent = l;
+    doc->frozen = 1;
+    *out = doc;
+    return TF_OK;
+}
+
+void *tf_doc_writable(tf_doc_t *doc, size_t i)
+{
+    if (!doc || !doc->shm_lent || i >= tf_doc_count(doc))
+        return NULL;
+    return (void *)tf_doc_at(doc, i)->data;
+}

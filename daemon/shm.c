@@ -1,0 +1,552 @@
+/* shm.c - the same-host shared-memory transport's server (see shm.h).
+ *
+ * One thread polls the listener, an eventfd (stop) and up to MAX_CONNS connections. A
+ * connection's first message must be HELLO with a token issued in the last token_ttl_ms
+ * (single use); anything else, or a malformed message, closes it. Each connection owns its
+ * leases (a blob reference each); they end with RELEASE, with the connection, or at their
+ * expiry, which the poll timeout wakes for. Only this thread touches connections and
+ * leases; the mutex covers the tokens and the counters that /metrics reads.
+ */
+#include "config.h"
+#include "daemon/shm.h"
+#include "daemon/log.h"
+#include "proto/safetensors.h"
+#include "proto/shmframe.h"
+#include "transports/clock.h"
+#include "transports/shm.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_CONNS 256
+#define MAX_TOKENS 1024
+#define MAX_LEASES_PER_CONN 4096
+#define MAX_ALLOCS_PER_CONN 16
+
+typedef struct {
+    uint64_t id;
+    tfd_blob_t *blob;
+    uint64_t expires_ms;
+} lease_t;
+
+/* A buffer lent for a PUT (ALLOC), until COMMIT or the connection ends. */
+typedef struct {
+    uint64_t id;
+    tfx_shm_t m;
+    uint64_t reserved;              /* store bytes reserved for it */
+} alloc_t;
+
+typedef struct {
+    int fd;
+    int hello;                      /* presented a valid token */
+    lease_t *leases;
+    size_t n, cap;
+    alloc_t allocs[MAX_ALLOCS_PER_CONN];
+    size_t nallocs;
+} conn_t;
+
+typedef struct {
+    char token[TFP_UP_TOKEN_LEN + 1];
+    uint64_t expires_ms;
+} token_t;
+
+struct tfd_shm {
+    tfd_store_t *store;
+    tfd_waiters_t *waiters;
+    uint64_t max_body;
+    uint64_t lease_max;
+    unsigned lease_ms, token_ttl_ms;
+    int listen_fd, stop_fd;
+    char name[TFX_SHM_MAX_NAME + 1];
+    pthread_t thread;
+    conn_t conns[MAX_CONNS];
+    size_t nconns;
+    uint64_t next_lease;            /* the thread's */
+    pthread_mutex_t lock;           /* tokens and st */
+    token_t tokens[MAX_TOKENS];
+    size_t ntokens;
+    tfd_shm_stats_t st;
+};
+
+/* ---- tokens ------------------------------------------------------------------------------- */
+
+static void drop_expired_tokens(tfd_shm_t *s, uint64_t now)
+{
+    for (size_t i = 0; i < s->ntokens;)
+        if (s->tokens[i].expires_ms <= now)
+            s->tokens[i] = s->tokens[--s->ntokens];
+        else
+            i++;
+}
+
+int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
+                  char token[TFP_UP_TOKEN_LEN + 1])
+{
+    uint8_t rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return -1;
+    for (int i = 0; i < 16; i++)
+        snprintf(token + 2 * i, 3, "%02x", rnd[i]);
+    pthread_mutex_lock(&s->lock);
+    uint64_t now = tfx_now_ms();
+    drop_expired_tokens(s, now);
+    int rc = -1;
+    if (s->ntokens < MAX_TOKENS) {
+        token_t *t = &s->tokens[s->ntokens++];
+        memcpy(t->token, token, sizeof t->token);
+        t->expires_ms = now + s->token_ttl_ms;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    snprintf(name, TFP_UP_MAX_SHM_SOCKET + 1, "%s", s->name);
+    return rc;
+}
+
+/* Takes token if it was issued and is still valid (single use). */
+static int take_token(tfd_shm_t *s, const char *token)
+{
+    int ok = 0;
+    pthread_mutex_lock(&s->lock);
+    drop_expired_tokens(s, tfx_now_ms());
+    for (size_t i = 0; i < s->ntokens; i++)
+        if (strcmp(s->tokens[i].token, token) == 0) {
+            s->tokens[i] = s->tokens[--s->ntokens];
+            ok = 1;
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+/* ---- leases ------------------------------------------------------------------------------- */
+
+static void lease_end(tfd_shm_t *s, conn_t *c, size_t i, int expired)
+{
+    tfd_blob_t *b = c->leases[i].blob;
+    pthread_mutex_lock(&s->lock);
+    s->st.leases--;
+    s->st.leased_bytes -= b->len;
+    s->st.expired += expired != 0;
+    pthread_mutex_unlock(&s->lock);
+    c->leases[i] = c->leases[--c->n];
+    tfd_blob_unref(b);
+}
+
+/* Opens a lease on b for c (taking the reference): its id, or 0 when over the bound. */
+static uint64_t lease_open(tfd_shm_t *s, conn_t *c, tfd_blob_t *b)
+{
+    if (c->n == c->cap) {
+        size_t ncap = c->cap ? 2 * c->cap : 8;
+        lease_t *nl = ncap <= MAX_LEASES_PER_CONN ? realloc(c->leases, ncap * sizeof *nl)
+                                                  : NULL;
+        if (!nl)
+            return 0;
+        c->leases = nl;
+        c->cap = ncap;
+    }
+    pthread_mutex_lock(&s->lock);
+    int fits = b->len <= s->lease_max && s->st.leased_bytes <= s->lease_max - b->len;
+    if (fits) {
+        s->st.leases++;
+        s->st.leased_bytes += b->len;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!fits)
+        return 0;
+    lease_t *l = &c->leases[c->n++];
+    l->id = ++s->next_lease;
+    l->blob = b;
+    l->expires_ms = s->lease_ms ? tfx_now_ms() + s->lease_ms : 0;
+    return l->id;
+}
+
+static void alloc_drop(tfd_shm_t *s, conn_t *c, size_t i)
+{
+    alloc_t *a = &c->allocs[i];
+    tfd_store_unreserve(s->store, a->reserved);
+    tfx_shm_close(&a->m);
+    c->allocs[i] = c->allocs[--c->nallocs];
+}
+
+static void conn_close(tfd_shm_t *s, size_t k)
+{
+    conn_t *c = &s->conns[k];
+    while (c->n)
+        lease_end(s, c, c->n - 1, 0);
+    while (c->nallocs)
+        alloc_drop(s, c, c->nallocs - 1);
+    free(c->leases);
+    close(c->fd);
+    s->conns[k] = s->conns[--s->nconns];
+    pthread_mutex_lock(&s->lock);
+    s->st.connections--;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- messages ----------------------------------------------------------------------------- */
+
+static int reply(conn_t *c, const tfp_sf_t *m, int fd)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_err_t err;
+    size_t len = tfp_sf_encode(m, buf, sizeof buf, &err);
+    if (!len)
+        return -1;
+    return tfx_shm_send(c->fd, buf, len, fd >= 0 ? &fd : NULL, fd >= 0, &err) == TFP_OK ? 0 : -1;
+}
+
+static int reply_error(tfd_shm_t *s, conn_t *c, uint64_t seq, tfp_status_t st, const char *msg)
+{
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = seq;
+    m.status = st;
+    m.str_len = strlen(msg) < TFP_SF_MAX_MSG ? strlen(msg) : TFP_SF_MAX_MSG;
+    memcpy(m.str, msg, m.str_len);
+    m.str[m.str_len] = '\0';
+    pthread_mutex_lock(&s->lock);
+    s->st.refused++;
+    pthread_mutex_unlock(&s->lock);
+    return reply(c, &m, -1);
+}
+
+static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    tfd_blob_t *b = tfd_store_get(s->store, q->str);
+    if (!b) {
+        char msg[TFP_SF_MAX_STR + 32];
+        snprintf(msg, sizeof msg, "no tensor named '%s'", q->str);     /* as HTTP says */
+        return reply_error(s, c, q->seq, TFP_ENOTFOUND, msg);
+    }
+    int fd;
+    size_t off, size;
+    if (tfd_blob_share(b, &fd, &off, &size) != 0) {
+        tfd_blob_unref(b);
+        return reply_error(s, c, q->seq, TFP_ENOMEM, "no shared memory for the document");
+    }
+    uint64_t id = lease_open(s, c, b);
+    if (!id) {
+        tfd_blob_unref(b);
+        return reply_error(s, c, q->seq, TFP_EFULL, "shm: the lease bound (shm-lease-memory) "
+                           "is reached");
+    }
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.lease = id;
+    m.a = off;
+    m.b = b->len;
+    pthread_mutex_lock(&s->lock);
+    s->st.gets++;
+    pthread_mutex_unlock(&s->lock);
+    return reply(c, &m, fd);
+}
+
+/* ALLOC: a writable memfd of exactly the size asked, store bytes reserved for it. */
+static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    char msg[160];
+    if (q->a > s->max_body) {
+        snprintf(msg, sizeof msg, "a document of %llu bytes is over max-body (%llu)",
+                 (unsigned long long)q->a, (unsigned long long)s->max_body);
+        return reply_error(s, c, q->seq, TFP_ETOOBIG, msg);
+    }
+    if (c->nallocs == MAX_ALLOCS_PER_CONN)
+        return reply_error(s, c, q->seq, TFP_EBUSY, "too many shm buffers lent at once");
+    if (tfd_store_reserve(s->store, q->a) != 0) {
+        snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
+                 "bytes", (unsigned long long)q->a,
+                 (unsigned long long)tfd_store_max(s->store));
+        return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
+    }
+    alloc_t *a = &c->allocs[c->nallocs];
+    tfp_err_t err;
+    /* Sealed in size before it is lent: a client that truncated it would SIGBUS us. */
+    if (tfx_shm_create((size_t)q->a, "tfetch-put", &a->m, &err) != TFP_OK ||
+        tfx_shm_seal(&a->m, TFX_SHM_SEAL_SIZE, &err) != TFP_OK) {
+        tfx_shm_close(&a->m);
+        tfd_store_unreserve(s->store, q->a);
+        return reply_error(s, c, q->seq, TFP_ENOMEM, err.msg);
+    }
+    a->id = ++s->next_lease;
+    a->reserved = q->a;
+    c->nallocs++;
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.lease = a->id;
+    m.a = q->a;
+    return reply(c, &m, a->m.fd);
+}
+
+/* COMMIT: seal the lent buffer (which fails while the client still maps it writable),
+ * validate it as any PUT's body, and store it as it is. Whatever the outcome the buffer is
+ * no longer lent. */
+static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    size_t i;
+    for (i = 0; i < c->nallocs && c->allocs[i].id != q->lease; i++)
+        ;
+    if (i == c->nallocs)
+        return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: COMMIT of no buffer lent");
+    alloc_t a = c->allocs[i];
+    c->allocs[i] = c->allocs[--c->nallocs];
+    tfp_err_t err;
+    char msg[TFP_SF_MAX_MSG];
+    tfp_status_t st = TFP_OK;
+    tfp_doc_t *doc = NULL;
+    if (q->a > a.m.size) {
+        snprintf(msg, sizeof msg, "shm: a document of %llu bytes in a buffer of %zu",
+                 (unsigned long long)q->a, a.m.size);
+        st = TFP_EBADREQ;
+    } else if (tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK) {
+        snprintf(msg, sizeof msg, "shm: the buffer cannot be sealed (still mapped writable "
+                 "by the client?): %.200s", err.msg);
+        st = TFP_EBADREQ;
+    } else if ((st = tfp_st_decode(a.m.p, (size_t)q->a, NULL, &doc, &err)) != TFP_OK) {
+        snprintf(msg, sizeof msg, "%.500s", err.msg);
+        if (st != TFP_ENOMEM)
+            st = TFP_EBADREQ;
+    }
+    if (st != TFP_OK) {
+        tfd_store_unreserve(s->store, a.reserved);
+        tfx_shm_close(&a.m);
+        return reply_error(s, c, q->seq, st, msg);
+    }
+    tfd_blob_t *b = tfd_blob_new(NULL, 0, a.m.p, (size_t)q->a, doc);
+    if (!b) {
+        tfd_store_unreserve(s->store, a.reserved);
+        tfx_shm_close(&a.m);
+        return reply_error(s, c, q->seq, TFP_ENOMEM, "out of memory");
+    }
+    b->share_fd = a.m.fd;               /* the blob owns the sealed memfd now */
+    b->share_p = a.m.p;
+    b->share_size = a.m.size;
+    uint64_t version = 0;
+    /* The document this replaces is freed after the answer, not before: unmapping a large
+     * one takes longer than all the rest of a commit. */
+    tfd_blob_t *old = tfd_store_get(s->store, q->str);
+    int rc = tfd_store_put_if(s->store, q->str, b, a.reserved, NULL, &version);
+    if (rc < 0) {
+        tfd_blob_unref(old);
+        tfd_blob_unref(b);
+        snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
+                 "bytes", (unsigned long long)q->a,
+                 (unsigned long long)tfd_store_max(s->store));
+        return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
+    }
+    if (s->waiters)
+        tfd_waiters_notify(s->waiters, q->str);
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.a = rc == 1;                      /* replaced (HTTP 204) or new (201) */
+    m.b = version;
+    pthread_mutex_lock(&s->lock);
+    s->st.puts++;
+    pthread_mutex_unlock(&s->lock);
+    int sent = reply(c, &m, -1);
+    tfd_blob_unref(old);
+    return sent;
+}
+
+static void do_release(tfd_shm_t *s, conn_t *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->nallocs; i++)
+        if (c->allocs[i].id == id) {        /* a lent buffer the client gave up */
+            alloc_drop(s, c, i);
+            return;
+        }
+    for (size_t i = 0; i < c->n; i++)
+        if (c->leases[i].id == id) {
+            lease_end(s, c, i, 0);
+            return;
+        }
+}
+
+/* Reads one message of connection k: -1 when it is to be closed. */
+static int serve(tfd_shm_t *s, size_t k)
+{
+    conn_t *c = &s->conns[k];
+    uint8_t buf[TFP_SF_MAX];
+    size_t len, nfds;
+    int fds[1];
+    tfp_err_t err;
+    tfp_status_t st = tfx_shm_recv(c->fd, buf, sizeof buf, &len, fds, 0, &nfds, &err);
+    if (st == TFP_EAGAIN)
+        return 0;
+    if (st != TFP_OK || len == 0)
+        return -1;                  /* gone, or a message no client of ours sends */
+    tfp_sf_t q;
+    if (tfp_sf_decode(buf, len, &q, &err) != TFP_OK) {
+        tfd_log(LOG_NOTICE, "shm: %s; connection closed", err.msg);
+        return -1;
+    }
+    if (!c->hello) {
+        if (q.op != TFP_SF_HELLO || !take_token(s, q.str)) {
+            reply_error(s, c, q.seq, TFP_EUNAUTH, "unknown, expired or already used token");
+            tfd_log(LOG_NOTICE, "shm: HELLO refused");
+            return -1;
+        }
+        c->hello = 1;
+        tfp_sf_t m;
+        memset(&m, 0, sizeof m);
+        m.op = TFP_SF_REPLY;
+        m.seq = q.seq;
+        return reply(c, &m, -1);
+    }
+    switch (q.op) {
+    case TFP_SF_GET:
+        return do_get(s, c, &q);
+    case TFP_SF_RELEASE:
+        do_release(s, c, q.lease);
+        return 0;
+    case TFP_SF_ALLOC:
+        return do_alloc(s, c, &q);
+    case TFP_SF_COMMIT:
+        return do_commit(s, c, &q);
+    default:
+        return -1;                  /* HELLO again, or a REPLY from a client */
+    }
+}
+
+/* Ends the leases past their time; the ms until the next one ends (-1: none). */
+static int expire(tfd_shm_t *s)
+{
+    uint64_t now = tfx_now_ms(), next = 0;
+    for (size_t k = 0; k < s->nconns; k++) {
+        conn_t *c = &s->conns[k];
+        for (size_t i = 0; i < c->n;) {
+            uint64_t e = c->leases[i].expires_ms;
+            if (e && e <= now) {
+                lease_end(s, c, i, 1);
+                continue;
+            }
+            if (e && (!next || e < next))
+                next = e;
+            i++;
+        }
+    }
+    return next ? (int)(next - now > 60000 ? 60000 : next - now) : -1;
+}
+
+static void *loop(void *arg)
+{
+    tfd_shm_t *s = arg;
+    struct pollfd p[MAX_CONNS + 2];
+    for (;;) {
+        int timeout = expire(s);
+        p[0] = (struct pollfd){ .fd = s->stop_fd, .events = POLLIN };
+        p[1] = (struct pollfd){ .fd = s->listen_fd, .events = POLLIN };
+        size_t n = s->nconns;
+        for (size_t k = 0; k < n; k++)
+            p[2 + k] = (struct pollfd){ .fd = s->conns[k].fd, .events = POLLIN };
+        int r = poll(p, 2 + n, timeout);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r <= 0)
+            continue;
+        if (p[0].revents)
+            break;
+        /* Backwards: closing k moves the last connection into its place. */
+        for (size_t k = n; k-- > 0;)
+            if (p[2 + k].revents && serve(s, k) != 0)
+                conn_close(s, k);
+        if (p[1].revents & POLLIN) {
+            int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd >= 0 && s->nconns == MAX_CONNS) {
+                close(fd);
+            } else if (fd >= 0) {
+                s->conns[s->nconns++] = (conn_t){ .fd = fd };
+                pthread_mutex_lock(&s->lock);
+                s->st.connections++;
+                pthread_mutex_unlock(&s->lock);
+            }
+        }
+    }
+    return NULL;
+}
+
+/* ---- life ---------------------------------------------------------------------------------- */
+
+tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t max_body,
+                         uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
+                         char *why, size_t why_size)
+{
+    tfd_shm_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(why, why_size, "out of memory");
+        return NULL;
+    }
+    s->store = store;
+    s->waiters = waiters;
+    s->max_body = max_body;
+    s->lease_max = lease_max_bytes;
+    s->lease_ms = lease_ms;
+    s->token_ttl_ms = token_ttl_ms;
+    s->listen_fd = s->stop_fd = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    tfp_err_t err;
+    tfx_shm_t probe;
+    if (tfx_shm_create(1, "tfetch-probe", &probe, &err) != TFP_OK) {
+        snprintf(why, why_size, "%s", err.msg);
+        goto fail;
+    }
+    tfx_shm_close(&probe);
+    if ((s->listen_fd = tfx_shm_listen(s->name, sizeof s->name, &err)) < 0) {
+        snprintf(why, why_size, "%s", err.msg);
+        goto fail;
+    }
+    if ((s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
+        pthread_create(&s->thread, NULL, loop, s) != 0) {
+        snprintf(why, why_size, "shm: no thread: %s", strerror(errno));
+        goto fail;
+    }
+    return s;
+fail:
+    if (s->stop_fd >= 0)
+        close(s->stop_fd);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return NULL;
+}
+
+void tfd_shm_stats(tfd_shm_t *s, tfd_shm_stats_t *st)
+{
+    if (!s) {
+        memset(st, 0, sizeof *st);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    *st = s->st;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void tfd_shm_free(tfd_shm_t *s)
+{
+    if (!s)
+        return;
+    uint64_t one = 1;
+    if (write(s->stop_fd, &one, sizeof one) == (ssize_t)sizeof one)
+        pthread_join(s->thread, NULL);
+    while (s->nconns)
+        conn_close(s, s->nconns - 1);
+    close(s->stop_fd);
+    close(s->listen_fd);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

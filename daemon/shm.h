@@ -1,0 +1,56 @@
+/* shm.h - tfetchd's same-host shared-memory transport (shm/memfd): the unix socket, its
+ * one-time tokens, and the leases on stored documents that same-host clients map.
+ *
+ * POST /v1/upgrade from a same-host client that lists "shm" gets this socket's abstract
+ * name and a one-time token (tfd_shm_token, from daemon/upgrade.c). The client connects and
+ * presents it (HELLO); then each GET answers with the document's sealed memfd
+ * (tfd_blob_share) and opens a lease: the daemon keeps a reference to the blob, so the
+ * store counts its bytes (retired once replaced or deleted) until the lease ends: RELEASE,
+ * the connection closing (the client exited or died: the kernel closes it), or expiry
+ * (shm-lease-ms). Leased bytes are bounded (shm-lease-memory): a GET over the bound is
+ * answered TF_EFULL and the client falls back to copying transports. A PUT goes the other
+ * way: ALLOC lends the client a writable memfd of the document's size (store bytes reserved
+ * for it), the client writes the document and unmaps it, and COMMIT seals it, validates it
+ * as any PUT's body and stores it as it is; a refused one leaves nothing stored. Messages are
+ * proto/shmframe.h's, moved by transports/shm.h. Not started with authentication on (the
+ * token carries no principal yet), so every client that reaches it is one the daemon
+ * would let read without a token.
+ *
+ * One thread of its own serves the socket (poll over the listener and every connection);
+ * tfd_shm_token and tfd_shm_stats take a mutex and may come from any thread.
+ */
+#ifndef TFD_SHM_H
+#define TFD_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/store.h"
+#include "daemon/waiters.h"
+#include "proto/upgrade.h"
+
+typedef struct tfd_shm tfd_shm_t;
+
+typedef struct {
+    uint64_t leases;                /* open now */
+    uint64_t leased_bytes;          /* their documents' bytes */
+    uint64_t expired;               /* leases ended by shm-lease-ms */
+    uint64_t gets, refused;         /* GETs answered with a memfd; requests refused */
+    uint64_t puts;                  /* documents stored from a lent memfd */
+    uint64_t connections;           /* open now */
+} tfd_shm_stats_t;
+
+/* Starts serving: NULL with why set when it cannot (no memfd, no socket, no thread). PUTs
+ * wake the long-poll waiters of their name; documents above max_body are refused. */
+tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t max_body,
+                         uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
+                         char *why, size_t why_size);
+/* Issues a one-time token for the socket: writes the socket's name and the token. 0, or
+ * -1 (too many pending). */
+int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
+                  char token[TFP_UP_TOKEN_LEN + 1]);
+void tfd_shm_stats(tfd_shm_t *s, tfd_shm_stats_t *st);     /* s NULL: zeroes */
+/* Stops the thread, closes every connection (ending their leases), frees. NULL: no-op. */
+void tfd_shm_free(tfd_shm_t *s);
+
+#endif

@@ -1,0 +1,81 @@
+/* shmframe.h - the messages of tfetch's same-host shared-memory transport (shm/memfd).
+ *
+ * One message per SOCK_SEQPACKET datagram on the unix socket the upgrade names
+ * (transports/shm.h moves them, with their descriptors); this file says what the bytes may
+ * be. Wire layout, little-endian, 48 fixed bytes then the string, no terminator:
+ *
+ *   off size field
+ *     0   4  magic      0x31534654 ("TFS1" as bytes)
+ *     4   1  version    1
+ *     5   1  op         tfp_sf_op_t
+ *     6   2  str_len    the string's bytes (name, token or message)
+ *     8   8  seq        the client's request number, echoed in the reply
+ *    16   4  status     i32: a tfp_status_t in REPLY, 0 in requests
+ *    20   4  reserved   0
+ *    24   8  lease      REPLY to GET/ALLOC: the lease it opened; RELEASE, COMMIT: the one
+ *                       it names; 0 elsewhere
+ *    32   8  a          GET REPLY: the document's offset in the memfd; ALLOC: the size
+ *                       asked; COMMIT: the document's length; 0 elsewhere
+ *    40   8  b          GET REPLY: the document's length; COMMIT REPLY: the stored
+ *                       version (a: 1 if it replaced one, 0 if new); 0 elsewhere
+ *    48      string
+ *
+ * Ops (a decoder refuses anything else, and so does the encoder):
+ *   HELLO    first message on a connection: string = the one-time token of the upgrade (32
+ *            lowercase hex); the REPLY says whether it was taken
+ *   GET      string = the tensor's name (tfp_name_valid); the REPLY carries the document's
+ *            memfd (sealed against writes and resizes), a = offset, b = length, a lease
+ *   ALLOC    a = the size of a document to PUT (1..TFP_SF_MAX_SIZE); the REPLY carries a
+ *            writable memfd of exactly that size and a lease naming it
+ *   COMMIT   lease = the ALLOC's, a = the document's length (<= its size), string = name;
+ *            the REPLY's b is the stored version
+ *   RELEASE  lease = a GET's lease the client no longer maps (no REPLY)
+ *   REPLY    status; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when not
+ *            TFP_OK; a descriptor only with an OK reply to GET or ALLOC
+ * Pure functions, no I/O; any thread.
+ */
+#ifndef TFP_SHMFRAME_H
+#define TFP_SHMFRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/ids.h"
+#include "proto/status.h"
+
+#define TFP_SF_MAGIC 0x31534654u
+#define TFP_SF_VERSION 1
+#define TFP_SF_FIXED 48
+#define TFP_SF_MAX_MSG 512
+#define TFP_SF_MAX_STR TFP_SF_MAX_MSG           /* every string fits in this */
+#define TFP_SF_MAX (TFP_SF_FIXED + TFP_SF_MAX_STR)
+#define TFP_SF_MAX_SIZE ((uint64_t)1 << 46)     /* 64 TiB: a memfd's size, sanity only */
+
+typedef enum {
+    TFP_SF_HELLO = 1,
+    TFP_SF_GET = 2,
+    TFP_SF_ALLOC = 3,
+    TFP_SF_COMMIT = 4,
+    TFP_SF_RELEASE = 5,
+    TFP_SF_REPLY = 6,
+} tfp_sf_op_t;
+
+typedef struct {
+    tfp_sf_op_t op;
+    uint64_t seq;
+    int32_t status;
+    uint64_t lease, a, b;
+    char str[TFP_SF_MAX_STR + 1];               /* NUL-terminated copy of the string */
+    size_t str_len;
+} tfp_sf_t;
+
+/* Encodes m into buf (size >= TFP_SF_MAX): the length, or 0 with err set (TFP_EINVAL) when m
+ * breaks a rule above. */
+size_t tfp_sf_encode(const tfp_sf_t *m, uint8_t *buf, size_t size, tfp_err_t *err);
+/* Decodes one message of len bytes: TFP_OK and *out, or TFP_EPROTO naming the field at fault
+ * (*out then untouched). */
+tfp_status_t tfp_sf_decode(const uint8_t *buf, size_t len, tfp_sf_t *out, tfp_err_t *err);
+/* Checks the geometry of a GET REPLY against the memfd the client received: the document
+ * [a, a + b) inside size bytes, b > 0. TFP_EPROTO when not. */
+tfp_status_t tfp_sf_check_span(uint64_t a, uint64_t b, uint64_t size, tfp_err_t *err);
+
+#endif

@@ -1,0 +1,336 @@
+/* check_shm.c - the shm suite: the shared-memory layer (transports/shm.c): regions, seals,
+ * descriptors over a socketpair, and what a hostile peer can send instead.
+ *
+ * Single-threaded; every test makes its own socketpair and regions and closes them.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "tests/suites.h"
+#include "transports/buf.h"
+#include "transports/shm.h"
+
+static void pair(int sv[2])
+{
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+}
+
+/* How many descriptors this process has open. */
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        n += fcntl(fd, F_GETFD) >= 0;
+    return n;
+}
+
+START_TEST(shm_create_seal_map)
+{
+    tfx_shm_t m = TFX_SHM_NONE, r = TFX_SHM_NONE;
+    tfp_err_t err = { TFP_OK, "" };
+    ck_assert_int_eq(tfx_shm_create(8192, "t", &m, &err), TFP_OK);
+    memset(m.p, 0xab, 8192);
+    uint8_t *was = m.p;
+    ck_assert_int_eq(tfx_shm_check(m.fd, 8192, TFX_SHM_SEAL_SIZE, NULL, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfx_shm_seal(&m, TFX_SHM_SEAL_WRITE, &err), TFP_OK);
+    ck_assert_ptr_eq(m.p, was);                     /* pointers into it stay valid */
+    ck_assert_int_eq(m.p[8191], 0xab);
+    ck_assert_int_eq(tfx_shm_seal(&m, TFX_SHM_SEAL_WRITE, &err), TFP_OK);     /* again: no-op */
+    size_t size = 0;
+    ck_assert_int_eq(tfx_shm_check(m.fd, 8192, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    ck_assert_uint_eq(size, 8192);
+    ck_assert_int_eq(tfx_shm_check(m.fd, 8193, TFX_SHM_SEAL_WRITE, NULL, &err), TFP_EPROTO);
+    /* No one can write into it again: not write(), not a writable mapping, not mprotect. */
+    ck_assert_int_lt(pwrite(m.fd, "x", 1, 0), 0);
+    ck_assert(mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0) == MAP_FAILED);
+    ck_assert_int_ne(mprotect(m.p, 8192, PROT_READ | PROT_WRITE), 0);
+    ck_assert_int_ne(ftruncate(m.fd, 4096), 0);
+    int dup_fd = dup(m.fd);
+    ck_assert_int_eq(tfx_shm_map(dup_fd, size, 0, &r, &err), TFP_OK);
+    ck_assert_int_eq(r.p[0], 0xab);
+    ck_assert_int_ne(mprotect(r.p, 8192, PROT_READ | PROT_WRITE), 0);
+    tfx_shm_close(&r);
+    tfx_shm_close(&m);
+    ck_assert_int_eq(m.fd, -1);
+    tfx_shm_close(&m);                              /* twice: harmless */
+    tfx_shm_close(NULL);
+}
+END_TEST
+
+/* A ring's region: sealed in size only, the writer keeps writing and the reader sees it. */
+START_TEST(shm_size_seal_ring)
+{
+    tfx_shm_t m = TFX_SHM_NONE, r = TFX_SHM_NONE;
+    tfp_err_t err = { TFP_OK, "" };
+    ck_assert_int_eq(tfx_shm_create(4096, NULL, &m, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_seal(&m, TFX_SHM_SEAL_SIZE, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_check(m.fd, 4096, TFX_SHM_SEAL_SIZE, NULL, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_check(m.fd, 4096, TFX_SHM_SEAL_WRITE, NULL, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfx_shm_map(dup(m.fd), 4096, 0, &r, &err), TFP_OK);
+    m.p[100] = 7;
+    ck_assert_int_eq(r.p[100], 7);
+    ck_assert_int_ne(ftruncate(m.fd, 1 << 20), 0);  /* cannot grow or shrink */
+    tfx_shm_close(&r);
+    tfx_shm_close(&m);
+}
+END_TEST
+
+START_TEST(shm_check_refuses)
+{
+    tfp_err_t err = { TFP_OK, "" };
+    ck_assert_int_eq(tfx_shm_check(-1, 1, 0, NULL, &err), TFP_EPROTO);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    ck_assert_int_eq(tfx_shm_check(p[0], 1, 0, NULL, &err), TFP_EPROTO);   /* not a file */
+    close(p[0]);
+    close(p[1]);
+    /* A memfd made without sealing allowed, and one with no seals. */
+    int fd = memfd_create("x", MFD_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, 4096), 0);
+    ck_assert_int_eq(tfx_shm_check(fd, 4096, 0, NULL, &err), TFP_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "seal"));
+    close(fd);
+    fd = memfd_create("y", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ck_assert_int_eq(ftruncate(fd, 4096), 0);
+    ck_assert_int_eq(tfx_shm_check(fd, 4096, 0, NULL, &err), TFP_EPROTO);
+    ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    ck_assert_int_eq(tfx_shm_check(fd, 4096, 0, NULL, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_check(fd, 4096, TFX_SHM_SEAL_WRITE, NULL, &err), TFP_EPROTO);
+    close(fd);
+    tfx_shm_t m;
+    ck_assert_int_eq(tfx_shm_create(0, NULL, &m, &err), TFP_EINVAL);
+}
+END_TEST
+
+START_TEST(shm_pass_fds)
+{
+    int sv[2];
+    pair(sv);
+    tfx_shm_t m = TFX_SHM_NONE;
+    tfp_err_t err = { TFP_OK, "" };
+    ck_assert_int_eq(tfx_shm_create(4096, NULL, &m, &err), TFP_OK);
+    strcpy((char *)m.p, "hello");
+    ck_assert_int_eq(tfx_shm_seal(&m, TFX_SHM_SEAL_WRITE, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_send(sv[0], "doc", 3, &m.fd, 1, &err), TFP_OK);
+    char buf[16];
+    size_t len, nfds;
+    int fds[2] = { -1, -1 };
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 2, &nfds, &err), TFP_OK);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_uint_eq(nfds, 1);
+    ck_assert_int_ne(fds[0], m.fd);
+    ck_assert_int_eq(fcntl(fds[0], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    size_t size;
+    ck_assert_int_eq(tfx_shm_check(fds[0], 4096, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    tfx_shm_t r;
+    ck_assert_int_eq(tfx_shm_map(fds[0], size, 0, &r, &err), TFP_OK);
+    ck_assert_str_eq((char *)r.p, "hello");
+    tfx_shm_close(&r);
+    /* No descriptors at all is fine too; the peer closing reads as 0 bytes. */
+    ck_assert_int_eq(tfx_shm_send(sv[0], "x", 1, NULL, 0, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 2, &nfds, &err), TFP_OK);
+    ck_assert_uint_eq(nfds, 0);
+    close(sv[0]);
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 2, &nfds, &err), TFP_OK);
+    ck_assert_uint_eq(len, 0);
+    close(sv[1]);
+    tfx_shm_close(&m);
+    ck_assert_int_eq(tfx_shm_send(-1, "", 0, NULL, 0, &err), TFP_EINVAL);
+}
+END_TEST
+
+/* Sends raw: n descriptors of fd in one SCM_RIGHTS message. */
+static void send_n(int sock, int fd, int n)
+{
+    int fds[16];
+    for (int i = 0; i < n; i++)
+        fds[i] = fd;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 16)];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = { "m", 1 };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n);
+    ck_assert_int_eq(sendmsg(sock, &mh, 0), 1);
+}
+
+START_TEST(shm_hostile_fd_count)
+{
+    int sv[2];
+    pair(sv);
+    tfp_err_t err = { TFP_OK, "" };
+    int before = open_fds();
+    char buf[16];
+    size_t len, nfds;
+    int fds[4];
+    send_n(sv[0], 0, 2);                            /* two where one is taken */
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 1, &nfds, &err),
+                     TFP_EPROTO);
+    ck_assert_uint_eq(nfds, 0);
+    ck_assert_int_eq(open_fds(), before);           /* nothing leaked into us */
+    send_n(sv[0], 0, 12);                           /* more than the control buffer holds */
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 4, &nfds, &err),
+                     TFP_EPROTO);
+    ck_assert_int_eq(open_fds(), before);
+    send_n(sv[0], 0, 1);                            /* one where none is taken */
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 0, &nfds, &err),
+                     TFP_EPROTO);
+    ck_assert_int_eq(open_fds(), before);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
+START_TEST(shm_hostile_truncated)
+{
+    int sv[2];
+    pair(sv);
+    tfp_err_t err = { TFP_OK, "" };
+    int before = open_fds();
+    char big[64];
+    memset(big, 'a', sizeof big);
+    int fd = 0;
+    ck_assert_int_eq(tfx_shm_send(sv[0], big, sizeof big, &fd, 1, &err), TFP_OK);
+    char buf[16];
+    size_t len, nfds;
+    int fds[2];
+    /* Longer than the buffer: refused whole, the descriptor closed. */
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 2, &nfds, &err),
+                     TFP_EPROTO);
+    ck_assert_int_eq(open_fds(), before);
+    /* Control data cut by a receiver with too little room (MSG_CTRUNC): the layer's own
+     * buffer holds TFX_SHM_MAX_FDS + 4, so a peer sending 16 cuts it. */
+    send_n(sv[0], 0, 16);
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 2, &nfds, &err),
+                     TFP_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cut"));
+    ck_assert_int_eq(open_fds(), before);
+    /* Non-blocking and empty. */
+    ck_assert_int_eq(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 2, &nfds, &err),
+                     TFP_EAGAIN);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
+START_TEST(shm_hostile_credentials)
+{
+    int sv[2];
+    pair(sv);
+    tfp_err_t err = { TFP_OK, "" };
+    /* SCM_CREDENTIALS is a control message, but not descriptors: refused. */
+    int on = 1;
+    ck_assert_int_eq(setsockopt(sv[1], SOL_SOCKET, SO_PASSCRED, &on, sizeof on), 0);
+    ck_assert_int_eq(tfx_shm_send(sv[0], "c", 1, NULL, 0, &err), TFP_OK);
+    char buf[16];
+    size_t len, nfds;
+    int fds[2];
+    ck_assert_int_eq(tfx_shm_recv(sv[1], buf, sizeof buf, &len, fds, 2, &nfds, &err),
+                     TFP_EPROTO);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
+START_TEST(shm_listen_connect)
+{
+    char name[TFX_SHM_MAX_NAME + 1];
+    tfp_err_t err = { TFP_OK, "" };
+    int l = tfx_shm_listen(name, sizeof name, &err);
+    ck_assert_int_ge(l, 0);
+    ck_assert_ptr_nonnull(strstr(name, "tfetch-shm."));
+    int c = tfx_shm_connect(name, &err);
+    ck_assert_int_ge(c, 0);
+    int a = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    ck_assert_int_ge(a, 0);
+    pid_t pid;
+    uid_t uid;
+    ck_assert_int_eq(tfx_shm_peer(a, &pid, &uid), 0);
+    ck_assert_int_eq(pid, getpid());
+    ck_assert_int_eq(uid, getuid());
+    ck_assert_int_eq(tfx_shm_send(c, "hi", 2, NULL, 0, &err), TFP_OK);
+    char buf[8];
+    size_t len, nfds;
+    int fds[1];
+    ck_assert_int_eq(tfx_shm_recv(a, buf, sizeof buf, &len, fds, 1, &nfds, &err), TFP_OK);
+    ck_assert_uint_eq(len, 2);
+    close(a);
+    close(c);
+    close(l);
+    ck_assert_int_lt(tfx_shm_connect(name, &err), 0);    /* gone with the listener */
+    ck_assert_int_eq(err.code, TFP_ECONNECT);
+    ck_assert_int_lt(tfx_shm_connect("", &err), 0);
+}
+END_TEST
+
+/* The body allocator's memfd kind (transports/buf.c): large buffers are memfds, reused from
+ * the cache until sealed, never after; growing keeps the bytes and the descriptor. */
+START_TEST(shm_buf_memfd)
+{
+    size_t cap;
+    uint8_t *p = tfx_buf_alloc((size_t)3 << 20, &cap);
+    ck_assert_ptr_nonnull(p);
+    int fd = tfx_buf_fd(p);
+    ck_assert_int_ge(fd, 0);
+    memset(p, 5, cap);
+    ck_assert_int_eq(tfx_buf_sealed(p), 0);
+    p = tfx_buf_grow(p, &cap, cap, (size_t)9 << 20);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_ge(tfx_buf_fd(p), 0);
+    ck_assert_int_eq(p[(3 << 20) - 1], 5);
+    p[cap - 1] = 6;
+    int sfd = tfx_buf_seal(p, cap);
+    ck_assert_int_eq(sfd, tfx_buf_fd(p));
+    ck_assert_int_eq(tfx_buf_seal(p, cap), sfd);        /* idempotent */
+    ck_assert_int_eq(tfx_buf_sealed(p), 1);
+    ck_assert_int_eq(p[cap - 1], 6);                    /* still readable, same address */
+    tfp_err_t err;
+    size_t size;
+    ck_assert_int_eq(tfx_shm_check(sfd, cap, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    ck_assert_uint_eq(size, cap);
+    tfx_buf_free(p, cap);                               /* sealed: unmapped, not cached */
+    ck_assert_int_eq(tfx_buf_fd(p), -1);
+    /* Small ones have none. */
+    uint8_t *q = tfx_buf_alloc(100, &cap);
+    ck_assert_int_eq(tfx_buf_fd(q), -1);
+    ck_assert_int_eq(tfx_buf_seal(q, cap), -1);
+    tfx_buf_free(q, cap);
+    tfx_buf_trim();
+}
+END_TEST
+
+Suite *suite_shm(void)
+{
+    Suite *s = suite_create("shm");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, shm_create_seal_map);
+    tcase_add_test(tc, shm_size_seal_ring);
+    tcase_add_test(tc, shm_check_refuses);
+    tcase_add_test(tc, shm_pass_fds);
+    tcase_add_test(tc, shm_hostile_fd_count);
+    tcase_add_test(tc, shm_hostile_truncated);
+    tcase_add_test(tc, shm_hostile_credentials);
+    tcase_add_test(tc, shm_listen_connect);
+    tcase_add_test(tc, shm_buf_memfd);
+    suite_add_tcase(s, tc);
+    return s;
+}

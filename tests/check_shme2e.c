@@ -1,0 +1,563 @@
+/* check_shme2e.c - the shme2e suite: same-host GETs over shared memory (shm/memfd) against
+ * the real tfetchd: the tensors point into a read-only mapping nobody can write, a replace or
+ * delete never changes what a reader holds, leases counted in /metrics and ended by
+ * tf_doc_free, by the client's death and by expiry, the lease bound (over it: UCX, saying
+ * why), and the policies that keep it off.
+ *
+ * Each test starts its own daemon ($TFETCHD, port 0). Needs UCX (shm rides on the upgrade);
+ * skipped with a message without it.
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "tests/fixtures.h"
+#include "client/tfetch.h"
+#include "proto/shmframe.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
+#include "transports/shm.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static td_daemon_t D;
+
+static int ready(const char *test)
+{
+#ifndef HAVE_UCX
+    fprintf(stderr, "%s: built without UCX (shm rides on the upgrade), skipped\n", test);
+    return 0;
+#else
+    if (getenv("TFETCHD"))
+        return 1;
+    fprintf(stderr, "%s: TFETCHD not set, skipped\n", test);
+    return 0;
+#endif
+}
+
+static void start(const char *const *args)
+{
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+}
+
+static void stop(void)
+{
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    td_cleanup();
+}
+
+static const char *url(const char *name)
+{
+    static char bufs[4][512];
+    static int k;
+    char *b = bufs[k++ & 3];
+    snprintf(b, 512, "%s/v1/tensors/%s", D.base, name);
+    return b;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A value of /metrics (a line "name V"), or -1. */
+static long long metric(const char *name)
+{
+    static char out[1 << 16];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -s %s/metrics", D.base);
+    if (td_run(cmd, out, sizeof out) != 0)
+        return -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(out, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
+/* Waits up to 5 s for a metric to reach v. */
+static int metric_becomes(const char *name, long long v)
+{
+    for (int i = 0; i < 500; i++) {
+        if (metric(name) == v)
+            return 1;
+        sleep_ms(10);
+    }
+    return 0;
+}
+
+/* n bytes (a U8 tensor "t") filled with v, stored at name over HTTP. */
+static void put_u8(tf_client_t *c, const char *name, size_t n, uint8_t v)
+{
+    uint8_t *data = malloc(n);
+    memset(data, v, n);
+    int64_t shape[1] = {(int64_t)n};
+    tf_doc_t *doc = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(doc, "t", TF_U8, 1, shape, data, n, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_put(c, url(name), doc), TF_OK);
+    tf_doc_free(doc);
+    free(data);
+}
+
+static tf_client_t *client(tf_transport_t policy)
+{
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(c, policy), TF_OK);
+    return c;
+}
+
+/* 1 if every byte of p[0..n) is v. */
+static int all(const uint8_t *p, size_t n, uint8_t v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != v)
+            return 0;
+    return 1;
+}
+
+START_TEST(shm_get_maps_read_only)
+{
+    if (!ready("shm_get_maps_read_only"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    const size_t big = (size_t)3 << 20, small = 100;
+    put_u8(c, "big", big, 7);
+    put_u8(c, "small", small, 8);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    tf_doc_t *a = NULL, *b = NULL;
+    ck_assert_int_eq(tf_get(c, url("big"), 0, &a), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_str_eq(tf_client_last(c)->fallback, "");
+    ck_assert_int_eq(tf_get(c, url("small"), 0, &b), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    const tf_tensor_t *t = tf_doc_find(a, "t");
+    ck_assert_uint_eq(t->nbytes, big);
+    ck_assert(all(t->data, big, 7));
+    ck_assert(all(tf_doc_find(b, "t")->data, small, 8));
+    /* The mapping cannot be made writable: the client can never write into stored data. */
+    long pg = sysconf(_SC_PAGESIZE);
+    void *page = (void *)((uintptr_t)t->data & ~(uintptr_t)(pg - 1));
+    ck_assert_int_ne(mprotect(page, (size_t)pg, PROT_READ | PROT_WRITE), 0);
+    ck_assert_int_eq(metric("tfetch_shm_leases"), 2);
+    ck_assert_int_ge(metric("tfetch_shm_leased_bytes"), (long long)big + (long long)small);
+    tf_doc_free(a);
+    tf_doc_free(b);
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    ck_assert_int_eq(metric("tfetch_shm_leased_bytes"), 0);
+    /* A missing name is answered over shm too. */
+    tf_doc_t *none = NULL;
+    ck_assert_int_eq(tf_get(c, url("nothing"), 0, &none), TF_ENOTFOUND);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(tf_client_last(c)->http_status, 404);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+START_TEST(shm_replace_delete_while_mapped)
+{
+    if (!ready("shm_replace_delete_while_mapped"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    const size_t n = (size_t)4 << 20;
+    put_u8(c, "w", n, 1);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    tf_doc_t *held = NULL;
+    ck_assert_int_eq(tf_get(c, url("w"), 0, &held), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    const uint8_t *seen = tf_doc_find(held, "t")->data;
+    put_u8(c, "w", n, 2);                           /* replace: a new memfd */
+    tf_doc_t *now = NULL;
+    ck_assert_int_eq(tf_get(c, url("w"), 0, &now), TF_OK);
+    ck_assert(all(tf_doc_find(now, "t")->data, n, 2));
+    ck_assert(all(seen, n, 1));                     /* the reader's bytes unchanged */
+    ck_assert_int_eq(tf_delete(c, url("w")), TF_OK);
+    put_u8(c, "w", n, 3);                           /* the memory may be reused: not ours */
+    ck_assert(all(seen, n, 1));
+    tf_doc_free(now);
+    tf_doc_free(held);
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* A client that dies holding mappings: its connection closes, its leases end. */
+START_TEST(shm_client_killed_frees_leases)
+{
+    if (!ready("shm_client_killed_frees_leases"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    put_u8(c, "k", (size_t)3 << 20, 5);
+    tf_client_free(c);
+    int ready_pipe[2];
+    ck_assert_int_eq(pipe(ready_pipe), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        tf_client_t *k = NULL;
+        tf_doc_t *d[3];
+        if (tf_client_new(&k) != TF_OK || tf_client_upgrade(k, D.base) != TF_OK)
+            _exit(2);
+        for (int i = 0; i < 3; i++)
+            if (tf_get(k, url("k"), 0, &d[i]) != TF_OK ||
+                strcmp(tf_client_last(k)->transport, "shm/memfd") != 0)
+                _exit(3);
+        (void)!write(ready_pipe[1], "x", 1);
+        pause();                                    /* killed holding all three */
+        _exit(0);
+    }
+    close(ready_pipe[1]);
+    char x;
+    ck_assert_int_eq(read(ready_pipe[0], &x, 1), 1);
+    close(ready_pipe[0]);
+    ck_assert_int_eq(metric("tfetch_shm_leases"), 3);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    ck_assert_int_eq(metric("tfetch_shm_leased_bytes"), 0);
+    ck_assert_int_eq(metric("tfetch_shm_connections"), 0);
+    stop();
+}
+END_TEST
+
+/* Over the lease bound the GET is copied over UCX instead, saying why; expiry ends leases. */
+START_TEST(shm_lease_bound_and_expiry)
+{
+    if (!ready("shm_lease_bound_and_expiry"))
+        return;
+    const char *args[] = {"--shm-lease-memory", "5M", "--shm-lease-ms", "300", NULL};
+    start(args);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    put_u8(c, "a", (size_t)3 << 20, 1);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    tf_doc_t *a = NULL, *b = NULL;
+    ck_assert_int_eq(tf_get(c, url("a"), 0, &a), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(tf_get(c, url("a"), 0, &b), TF_OK);   /* 6 MiB would be over 5 */
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    ck_assert_msg(strstr(tf_client_last(c)->fallback, "lease bound"), "%s",
+                  tf_client_last(c)->fallback);
+    ck_assert(all(tf_doc_find(b, "t")->data, (size_t)3 << 20, 1));
+    tf_doc_free(b);
+    /* Held past shm-lease-ms: the daemon ends the lease (the mapping stays valid here). */
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    ck_assert_int_eq(metric("tfetch_shm_lease_expirations_total"), 1);
+    ck_assert(all(tf_doc_find(a, "t")->data, (size_t)3 << 20, 1));
+    tf_doc_free(a);                                 /* its RELEASE names an ended lease */
+    ck_assert_int_eq(tf_get(c, url("a"), 0, &b), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    tf_doc_free(b);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* Policies http and ucx never use shm; --shm off offers none. */
+START_TEST(shm_policies)
+{
+    if (!ready("shm_policies"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_UCX);
+    put_u8(c, "p", 64, 1);
+    tf_doc_t *d = NULL;
+    ck_assert_int_eq(tf_get(c, url("p"), 0, &d), TF_OK);
+    ck_assert_str_ne(tf_client_last(c)->transport, "shm/memfd");
+    tf_doc_free(d);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_HTTP), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("p"), 0, &d), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    tf_doc_free(d);
+    tf_client_free(c);
+    stop();
+    const char *off[] = {"--shm", "off", NULL};
+    start(off);
+    c = client(TF_TRANSPORT_AUTO);
+    put_u8(c, "p", 64, 1);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("p"), 0, &d), TF_OK);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    tf_doc_free(d);
+    ck_assert_int_eq(metric("tfetch_shm_enabled"), 0);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* PUT over shm: an ordinary document (one copy into the lent buffer), then one built in
+ * place (none); both read back over HTTP and over shm. */
+START_TEST(shm_put_both_ways)
+{
+    if (!ready("shm_put_both_ways"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    put_u8(c, "p1", (size_t)3 << 20, 4);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(tf_client_last(c)->http_status, 201);
+    put_u8(c, "p1", 1000, 5);
+    ck_assert_int_eq(tf_client_last(c)->http_status, 204);     /* replaced */
+    int64_t shape[2] = {512, 1024};
+    tf_tensor_spec_t specs[2] = {{"a", TF_F32, 2, shape}, {"b", TF_U8, 1, shape}};
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_doc_new_shm(c, url("p2"), specs, 2, &doc), TF_OK);
+    float *a = tf_doc_writable(doc, 0);
+    uint8_t *b = tf_doc_writable(doc, 1);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_null(tf_doc_writable(doc, 2));
+    for (size_t i = 0; i < 512 * 1024; i++)
+        a[i] = (float)i;
+    memset(b, 9, 512);
+    ck_assert_int_eq(tf_doc_add(doc, "c", TF_U8, 1, shape, b, 512, TF_COPY), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_set_meta(doc, "k", "v"), TF_EINVAL);
+    ck_assert_int_eq(tf_put(c, url("p2"), doc), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_ptr_null(tf_doc_writable(doc, 0));               /* read-only from now on */
+    ck_assert(tf_doc_find(doc, "a")->data == a);              /* at the same address */
+    ck_assert(((const float *)tf_doc_find(doc, "a")->data)[1000] == 1000.0f);
+    long pg = sysconf(_SC_PAGESIZE);
+    ck_assert_int_ne(mprotect((void *)((uintptr_t)a & ~(uintptr_t)(pg - 1)), (size_t)pg,
+                              PROT_READ | PROT_WRITE), 0);
+    tf_client_t *h = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(h, url("p2"), 0, &got), TF_OK);
+    ck_assert(((const float *)tf_doc_find(got, "a")->data)[512 * 1024 - 1] == 524287.0f);
+    ck_assert(all(tf_doc_find(got, "b")->data, 512, 9));
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_get(h, url("p1"), 0, &got), TF_OK);
+    ck_assert(all(tf_doc_find(got, "t")->data, 1000, 5));
+    tf_doc_free(got);
+    ck_assert_int_eq(tf_get(c, url("p2"), 0, &got), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert(all(tf_doc_find(got, "b")->data, 512, 9));
+    tf_doc_free(got);
+    tf_doc_free(doc);
+    ck_assert_int_eq(metric("tfetch_shm_puts_total"), 3);
+    /* A document built in place and freed unsent gives its buffer back. */
+    ck_assert_int_eq(tf_doc_new_shm(c, url("p3"), specs, 1, &doc), TF_OK);
+    tf_doc_free(doc);
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    /* Over HTTP the same kind of document is an ordinary one. */
+    ck_assert_int_eq(tf_doc_new_shm(c, url("p4"), specs, 2, &doc), TF_OK);
+    memset(tf_doc_writable(doc, 1), 3, 512);
+    ck_assert_int_eq(tf_put(h, url("p4"), doc), TF_OK);
+    ck_assert_str_eq(tf_client_last(h)->transport, "http");
+    tf_doc_free(doc);
+    ck_assert_int_eq(tf_get(h, url("p4"), 0, &got), TF_OK);
+    ck_assert(all(tf_doc_find(got, "b")->data, 512, 3));
+    tf_doc_free(got);
+    tf_client_free(h);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* A malformed document committed from shared memory is refused; nothing is stored. */
+START_TEST(shm_put_malformed_refused)
+{
+    if (!ready("shm_put_malformed_refused"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    int64_t shape[1] = {100};
+    tf_tensor_spec_t spec = {"a", TF_U8, 1, shape};
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_doc_new_shm(c, url("bad"), &spec, 1, &doc), TF_OK);
+    uint8_t *data = tf_doc_writable(doc, 0);
+    long pg = sysconf(_SC_PAGESIZE);
+    uint8_t *base = (uint8_t *)((uintptr_t)data & ~(uintptr_t)(pg - 1));
+    ck_assert_int_eq(base[8], '{');
+    base[8] = 'X';                                  /* the header's JSON, broken */
+    ck_assert_int_eq(tf_put(c, url("bad"), doc), TF_EBADREQ);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(tf_client_last(c)->http_status, 400);
+    tf_doc_free(doc);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url("bad"), 0, &got), TF_ENOTFOUND);
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    ck_assert_int_eq(metric("tfetch_stored_tensors"), 0);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* ---- a hostile client, speaking the protocol itself ---------------------------------------- */
+
+/* POST /v1/upgrade listing shm: the socket and its token. */
+static void raw_upgrade(char *sock, char *token)
+{
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX | TFP_UP_T_SHM};
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
+    char *json;
+    size_t len;
+    ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
+    char cmd[2048];
+    static char out[1 << 17];
+    snprintf(cmd, sizeof cmd, "curl -s -H 'Content-Type: application/json' --data-binary '%s' "
+             "%s/v1/upgrade", json, D.base);
+    free(json);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    tfp_up_resp_t r;
+    ck_assert_msg(tfp_up_resp_parse(out, strlen(out), &r, &err) == TFP_OK, "%s: %s", err.msg, out);
+    ck_assert_str_ne(r.shm_socket, "");
+    strcpy(sock, r.shm_socket);
+    strcpy(token, r.shm_token);
+    tfp_up_resp_clear(&r);
+}
+
+static void raw_send(int fd, tfp_sf_t *m, int give_fd)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_err_t err;
+    size_t n = tfp_sf_encode(m, buf, sizeof buf, &err);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_int_eq(tfx_shm_send(fd, buf, n, give_fd >= 0 ? &give_fd : NULL, give_fd >= 0,
+                                  &err), TFP_OK);
+}
+
+/* The reply to what was sent; *fd the descriptor it carried (-1: none). */
+static tfp_sf_t raw_reply(int fd, int *got_fd)
+{
+    uint8_t buf[TFP_SF_MAX];
+    size_t len, nfds;
+    int fds[1] = {-1};
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_shm_recv(fd, buf, sizeof buf, &len, fds, 1, &nfds, &err), TFP_OK);
+    tfp_sf_t r;
+    ck_assert_uint_gt(len, 0);
+    ck_assert_int_eq(tfp_sf_decode(buf, len, &r, &err), TFP_OK);
+    *got_fd = nfds ? fds[0] : -1;
+    return r;
+}
+
+static tfp_sf_t sf(tfp_sf_op_t op, const char *str)
+{
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = op;
+    m.seq = 1;
+    if (str) {
+        m.str_len = strlen(str);
+        memcpy(m.str, str, m.str_len + 1);
+    }
+    return m;
+}
+
+START_TEST(shm_hostile_client)
+{
+    if (!ready("shm_hostile_client"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_HTTP);
+    put_u8(c, "h", 100, 6);
+    tf_client_free(c);
+    char sock[TFP_UP_MAX_SHM_SOCKET + 1], token[TFP_UP_TOKEN_LEN + 1];
+    raw_upgrade(sock, token);
+    tfp_err_t err;
+    int fd, got;
+    /* Anything before a valid HELLO: refused and closed. */
+    fd = tfx_shm_connect(sock, &err);
+    ck_assert_int_ge(fd, 0);
+    tfp_sf_t m = sf(TFP_SF_HELLO, "00000000000000000000000000000000");
+    raw_send(fd, &m, -1);
+    tfp_sf_t r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EUNAUTH);
+    close(fd);
+    fd = tfx_shm_connect(sock, &err);
+    m = sf(TFP_SF_GET, "h");
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EUNAUTH);
+    close(fd);
+    /* The token once; then a GET's memfd cannot be mapped or made writable. */
+    fd = tfx_shm_connect(sock, &err);
+    m = sf(TFP_SF_HELLO, token);
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    m = sf(TFP_SF_GET, "h");
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_int_ge(got, 0);
+    size_t size;
+    ck_assert_int_eq(tfx_shm_check(got, r.a + r.b, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    ck_assert(mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, got, 0) == MAP_FAILED);
+    ck_assert_int_lt(pwrite(got, "x", 1, 0), 0);
+    ck_assert_int_ne(ftruncate(got, 0), 0);
+    close(got);
+    /* A lent buffer kept mapped writable at COMMIT: refused, nothing stored. */
+    m = sf(TFP_SF_ALLOC, NULL);
+    m.a = 4096;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_int_ge(got, 0);
+    ck_assert_int_ne(ftruncate(got, 1), 0);         /* sealed in size: cannot SIGBUS them */
+    tfx_shm_t w;
+    ck_assert_int_eq(tfx_shm_map(got, 4096, 1, &w, &err), TFP_OK);
+    tf_doc_t *d = tf_doc_new();
+    int64_t shape[1] = {4};
+    ck_assert_int_eq(tf_doc_add(d, "t", TF_U8, 1, shape, "abcd", 4, TF_COPY), TF_OK);
+    void *enc;
+    size_t elen;
+    ck_assert_int_eq(tf_doc_encode(d, &enc, &elen), TF_OK);
+    memcpy(w.p, enc, elen);
+    tf_free(enc);
+    tf_doc_free(d);
+    m = sf(TFP_SF_COMMIT, "evil");
+    m.lease = r.lease;
+    m.a = elen;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EBADREQ);
+    ck_assert_ptr_nonnull(strstr(r.str, "sealed"));
+    tfx_shm_close(&w);
+    /* A descriptor sent to the daemon: the connection is closed. */
+    m = sf(TFP_SF_GET, "h");
+    raw_send(fd, &m, 0);
+    char b;
+    ck_assert_int_eq(recv(fd, &b, 1, 0), 0);
+    close(fd);
+    c = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *none = NULL;
+    ck_assert_int_eq(tf_get(c, url("evil"), 0, &none), TF_ENOTFOUND);
+    tf_client_free(c);
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    stop();
+}
+END_TEST
+
+Suite *suite_shme2e(void)
+{
+    Suite *s = suite_create("shme2e");
+    TCase *tc = tcase_create("shme2e");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, shm_get_maps_read_only);
+    tcase_add_test(tc, shm_replace_delete_while_mapped);
+    tcase_add_test(tc, shm_client_killed_frees_leases);
+    tcase_add_test(tc, shm_lease_bound_and_expiry);
+    tcase_add_test(tc, shm_policies);
+    tcase_add_test(tc, shm_put_both_ways);
+    tcase_add_test(tc, shm_put_malformed_refused);
+    tcase_add_test(tc, shm_hostile_client);
+    suite_add_tcase(s, tc);
+    return s;
+}

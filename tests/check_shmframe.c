@@ -1,0 +1,178 @@
+/* check_shmframe.c - the shmframe suite: the shm transport's messages (proto/shmframe.c):
+ * round trips of every op, and each rule the decoder enforces on hostile bytes.
+ *
+ * Single-threaded, no I/O.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include <check.h>
+
+#include "proto/shmframe.h"
+#include "tests/suites.h"
+
+#define TOKEN "0123456789abcdef0123456789abcdef"
+
+static tfp_sf_t msg(tfp_sf_op_t op, const char *str)
+{
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = op;
+    m.seq = 42;
+    if (str) {
+        m.str_len = strlen(str);
+        memcpy(m.str, str, m.str_len + 1);
+    }
+    return m;
+}
+
+static size_t enc(const tfp_sf_t *m, uint8_t *buf)
+{
+    tfp_err_t err;
+    size_t n = tfp_sf_encode(m, buf, TFP_SF_MAX, &err);
+    ck_assert_msg(n > 0, "%s", err.msg);
+    return n;
+}
+
+START_TEST(sf_round_trips)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_sf_t in[6], out;
+    tfp_err_t err;
+    in[0] = msg(TFP_SF_HELLO, TOKEN);
+    in[1] = msg(TFP_SF_GET, "layer.0.w");
+    in[2] = msg(TFP_SF_ALLOC, NULL);
+    in[2].a = (uint64_t)1 << 30;
+    in[3] = msg(TFP_SF_COMMIT, "w");
+    in[3].lease = 7;
+    in[3].a = 100;
+    in[4] = msg(TFP_SF_RELEASE, NULL);
+    in[4].lease = 9;
+    in[5] = msg(TFP_SF_REPLY, NULL);
+    in[5].lease = 3;
+    in[5].a = 4096;
+    in[5].b = 77;
+    for (int i = 0; i < 6; i++) {
+        size_t n = enc(&in[i], buf);
+        ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+        ck_assert_int_eq(out.op, in[i].op);
+        ck_assert_uint_eq(out.seq, 42);
+        ck_assert_uint_eq(out.lease, in[i].lease);
+        ck_assert_uint_eq(out.a, in[i].a);
+        ck_assert_uint_eq(out.b, in[i].b);
+        ck_assert_str_eq(out.str, in[i].str);
+    }
+    tfp_sf_t e = msg(TFP_SF_REPLY, "no such tensor");
+    e.status = TFP_ENOTFOUND;
+    size_t n = enc(&e, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_int_eq(out.status, TFP_ENOTFOUND);
+    ck_assert_str_eq(out.str, "no such tensor");
+}
+END_TEST
+
+/* What the encoder refuses (so no peer of ours sends it). */
+START_TEST(sf_encode_refuses)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_err_t err;
+    tfp_sf_t m = msg(TFP_SF_HELLO, "short");
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    ck_assert_int_eq(err.code, TFP_EINVAL);
+    m = msg(TFP_SF_GET, "../x");
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_ALLOC, NULL);                    /* size 0 */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_RELEASE, NULL);                  /* no lease */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_GET, "w");
+    m.status = TFP_EIO;                             /* a request with a status */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_REPLY, "x");
+    m.status = 12345;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_GET, "w");
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, 10, &err), 0);     /* no room */
+}
+END_TEST
+
+/* Hostile bytes: each rule of the decoder, on an otherwise valid message. */
+START_TEST(sf_decode_refuses)
+{
+    uint8_t buf[TFP_SF_MAX + 16], bad[TFP_SF_MAX + 16];
+    tfp_sf_t out, m = msg(TFP_SF_GET, "w");
+    tfp_err_t err;
+    size_t n = enc(&m, buf);
+    out.seq = 999;
+    ck_assert_int_eq(tfp_sf_decode(buf, TFP_SF_FIXED - 1, &out, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_sf_decode(buf, n - 1, &out, &err), TFP_EPROTO);   /* short string */
+    memcpy(bad, buf, n);
+    bad[n] = 'x';
+    ck_assert_int_eq(tfp_sf_decode(bad, n + 1, &out, &err), TFP_EPROTO);   /* trailing */
+    memcpy(bad, buf, n);
+    bad[0] ^= 1;
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);       /* magic */
+    memcpy(bad, buf, n);
+    bad[4] = 2;
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);       /* version */
+    memcpy(bad, buf, n);
+    bad[5] = 99;
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);       /* op */
+    memcpy(bad, buf, n);
+    bad[21] = 1;
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);       /* reserved */
+    memcpy(bad, buf, n);
+    bad[TFP_SF_FIXED] = 0;
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);       /* NUL */
+    memcpy(bad, buf, n);
+    bad[16] = 1;
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);       /* status */
+    memcpy(bad, buf, n);
+    bad[24] = 1;
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);       /* a lease */
+    memcpy(bad, buf, n);
+    bad[6] = 0xff;
+    bad[7] = 0xff;                                  /* a string longer than any */
+    ck_assert_int_eq(tfp_sf_decode(bad, n, &out, &err), TFP_EPROTO);
+    ck_assert_uint_eq(out.seq, 999);                /* untouched on failure */
+    /* A REPLY's message must be UTF-8. */
+    tfp_sf_t r = msg(TFP_SF_REPLY, "ab");
+    r.status = TFP_ENOTFOUND;
+    n = enc(&r, buf);
+    buf[TFP_SF_FIXED] = 0xff;
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_EPROTO);
+    /* A failed REPLY carries no lease. */
+    r = msg(TFP_SF_REPLY, NULL);
+    n = enc(&r, buf);
+    buf[16] = (uint8_t)TFP_ENOTFOUND;
+    buf[17] = buf[18] = buf[19] = 0xff;
+    buf[24] = 5;
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_EPROTO);
+}
+END_TEST
+
+START_TEST(sf_span)
+{
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_sf_check_span(0, 10, 10, &err), TFP_OK);
+    ck_assert_int_eq(tfp_sf_check_span(4096, 1, 8192, &err), TFP_OK);
+    ck_assert_int_eq(tfp_sf_check_span(0, 0, 10, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_sf_check_span(5, 6, 10, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_sf_check_span(11, 0, 10, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_sf_check_span(UINT64_MAX, 2, 10, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_sf_check_span(2, UINT64_MAX, 10, &err), TFP_EPROTO);
+}
+END_TEST
+
+Suite *suite_shmframe(void)
+{
+    Suite *s = suite_create("shmframe");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, sf_round_trips);
+    tcase_add_test(tc, sf_encode_refuses);
+    tcase_add_test(tc, sf_decode_refuses);
+    tcase_add_test(tc, sf_span);
+    suite_add_tcase(s, tc);
+    return s;
+}

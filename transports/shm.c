@@ -1,0 +1,312 @@
+/* shm.c - memfd regions, seals, and descriptors over unix sockets (see shm.h).
+ *
+ * Thin over the kernel: memfd_create, ftruncate and mmap make a region; F_ADD_SEALS seals
+ * it (F_SEAL_WRITE needs no writable shared mapping left, so the maker's own is replaced in
+ * place by a read-only one first); sendmsg/recvmsg with SCM_RIGHTS move descriptors, and the
+ * receive path closes whatever arrived whenever it refuses a message, so a hostile peer
+ * cannot leak descriptors into us. No state; any thread.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+#include "transports/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static unsigned kernel_seals(unsigned seals)
+{
+    unsigned k = F_SEAL_SHRINK | F_SEAL_GROW;
+    if (seals & TFX_SHM_SEAL_WRITE)
+        k |= F_SEAL_WRITE;
+    return k;
+}
+
+tfp_status_t tfx_shm_create(size_t size, const char *name, tfx_shm_t *out, tfp_err_t *err)
+{
+    if (size == 0 || size > (size_t)INT64_MAX)
+        return tfp_err_set(err, TFP_EINVAL, "shm: a region of %zu bytes", size);
+    int fd = memfd_create(name ? name : "tfetch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return tfp_err_set(err, errno == ENOMEM ? TFP_ENOMEM : TFP_EINTERNAL,
+                           "shm: memfd_create: %s", strerror(errno));
+    if (ftruncate(fd, (off_t)size) != 0) {
+        int e = errno;
+        close(fd);
+        return tfp_err_set(err, TFP_ENOMEM, "shm: ftruncate %zu: %s", size, strerror(e));
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return tfp_err_set(err, TFP_ENOMEM, "shm: mmap %zu: %s", size, strerror(e));
+    }
+    out->fd = fd;
+    out->p = p;
+    out->size = size;
+    out->writable = 1;
+    return TFP_OK;
+}
+
+tfp_status_t tfx_shm_seal(tfx_shm_t *m, unsigned seals, tfp_err_t *err)
+{
+    unsigned want = kernel_seals(seals);
+    int have = fcntl(m->fd, F_GET_SEALS);
+    if (have < 0)
+        return tfp_err_set(err, TFP_EINTERNAL, "shm: F_GET_SEALS: %s", strerror(errno));
+    if (((unsigned)have & want) == want)
+        return TFP_OK;
+    if (have & F_SEAL_SEAL)
+        return tfp_err_set(err, TFP_EINTERNAL, "shm: sealed already with other seals");
+    if ((want & F_SEAL_WRITE) && m->p && m->writable) {
+        /* The same pages, read-only, at the same address: the old mapping goes atomically.
+         * Mapped through a read-only descriptor, so the mapping cannot become writable
+         * (VM_MAYWRITE), which is what F_SEAL_WRITE requires of every mapping left. */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", m->fd);
+        int ro = open(path, O_RDONLY | O_CLOEXEC);
+        if (ro < 0)
+            return tfp_err_set(err, TFP_EINTERNAL, "shm: reopen read-only: %s",
+                               strerror(errno));
+        void *p = mmap(m->p, m->size, PROT_READ, MAP_SHARED | MAP_FIXED, ro, 0);
+        int e = errno;
+        close(ro);
+        if (p == MAP_FAILED)
+            return tfp_err_set(err, TFP_EINTERNAL, "shm: remap read-only: %s", strerror(e));
+        m->writable = 0;
+    }
+    /* Final only with the write seal: a lent buffer or a ring gets the write seal later. */
+    if (fcntl(m->fd, F_ADD_SEALS, (int)(want | (want & F_SEAL_WRITE ? F_SEAL_SEAL : 0))) != 0)
+        return tfp_err_set(err, TFP_EINTERNAL, "shm: F_ADD_SEALS: %s", strerror(errno));
+    return TFP_OK;
+}
+
+tfp_status_t tfx_shm_check(int fd, size_t min_size, unsigned seals, size_t *size,
+                           tfp_err_t *err)
+{
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0)
+        return tfp_err_set(err, TFP_EPROTO, "shm: not a descriptor");
+    if (!S_ISREG(sb.st_mode))
+        return tfp_err_set(err, TFP_EPROTO, "shm: not a memory file");
+    int have = fcntl(fd, F_GET_SEALS);
+    if (have < 0)
+        return tfp_err_set(err, TFP_EPROTO, "shm: the descriptor cannot be sealed");
+    unsigned want = kernel_seals(seals);
+    if (((unsigned)have & want) != want)
+        return tfp_err_set(err, TFP_EPROTO, "shm: the descriptor lacks seals (has 0x%x, needs "
+                           "0x%x)", (unsigned)have, want);
+    if (sb.st_size < 0 || (uint64_t)sb.st_size < min_size)
+        return tfp_err_set(err, TFP_EPROTO, "shm: the region holds %lld bytes, not %zu",
+                           (long long)sb.st_size, min_size);
+    if (size)
+        *size = (size_t)sb.st_size;
+    return TFP_OK;
+}
+
+tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_err_t *err)
+{
+    if (size == 0) {
+        close(fd);
+        return tfp_err_set(err, TFP_EPROTO, "shm: an empty region");
+    }
+    /* A buffer lent to fill is faulted in at once: one pass in the kernel is cheaper than a
+     * fault per 4 KiB page while it is written (shmem gets no huge pages by default). */
+    void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0),
+                   MAP_SHARED | (writable ? MAP_POPULATE : 0), fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return tfp_err_set(err, e == ENOMEM ? TFP_ENOMEM : TFP_EPROTO, "shm: mmap: %s",
+                           strerror(e));
+    }
+    out->fd = fd;
+    out->p = p;
+    out->size = size;
+    out->writable = writable;
+    return TFP_OK;
+}
+
+void tfx_shm_close(tfx_shm_t *m)
+{
+    if (!m)
+        return;
+    if (m->p)
+        munmap(m->p, m->size);
+    if (m->fd >= 0)
+        close(m->fd);
+    *m = (tfx_shm_t)TFX_SHM_NONE;
+}
+
+/* ---- sockets -------------------------------------------------------------------------------- */
+
+static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
+{
+    size_t n = strlen(name);
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path + 1, name, n);      /* sun_path[0] = 0: the abstract namespace */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+int tfx_shm_listen(char *name, size_t size, tfp_err_t *err)
+{
+    uint8_t rnd[8];
+    if (size <= TFX_SHM_MAX_NAME || getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: no name for the socket");
+        return -1;
+    }
+    int n = snprintf(name, size, "tfetch-shm.%ld.", (long)getpid());
+    for (size_t i = 0; i < sizeof rnd; i++)
+        n += snprintf(name + n, size - (size_t)n, "%02x", rnd[i]);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: socket: %s", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_un sa;
+    socklen_t sl = abstract_addr(&sa, name);
+    if (bind(s, (struct sockaddr *)&sa, sl) != 0 || listen(s, 64) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: bind/listen: %s", strerror(errno));
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+int tfx_shm_connect(const char *name, tfp_err_t *err)
+{
+    if (!name || !name[0] || strlen(name) > TFX_SHM_MAX_NAME) {
+        tfp_err_set(err, TFP_EINVAL, "shm: a bad socket name");
+        return -1;
+    }
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: socket: %s", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_un sa;
+    socklen_t sl = abstract_addr(&sa, name);
+    if (connect(s, (struct sockaddr *)&sa, sl) != 0) {
+        tfp_err_set(err, TFP_ECONNECT, "shm: connect: %s", strerror(errno));
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+int tfx_shm_peer(int sock, pid_t *pid, uid_t *uid)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || len != sizeof cr)
+        return -1;
+    if (pid)
+        *pid = cr.pid;
+    if (uid)
+        *uid = cr.uid;
+    return 0;
+}
+
+tfp_status_t tfx_shm_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
+                          tfp_err_t *err)
+{
+    if (len == 0 || len > TFX_SHM_MAX_MSG || nfds > TFX_SHM_MAX_FDS)
+        return tfp_err_set(err, TFP_EINVAL, "shm: a message of %zu bytes and %zu fds", len,
+                           nfds);
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * TFX_SHM_MAX_FDS)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { (void *)buf, len };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+    if (nfds) {
+        memset(&ctl, 0, sizeof ctl);
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+    }
+    ssize_t n;
+    do
+        n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 || (size_t)n != len)
+        return tfp_err_set(err, TFP_EIO, "shm: sendmsg: %s", n < 0 ? strerror(errno)
+                                                                   : "short");
+    return TFP_OK;
+}
+
+/* Closes every descriptor the control messages of mh carry. */
+static void close_all(struct msghdr *mh)
+{
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+            cm->cmsg_len >= CMSG_LEN(0)) {
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+                close(fd);
+            }
+        }
+}
+
+tfp_status_t tfx_shm_recv(int sock, void *buf, size_t cap, size_t *len, int *fds,
+                          size_t max_fds, size_t *nfds, tfp_err_t *err)
+{
+    /* Room for more than anyone may send: a peer that sends too many is seen, not cut. */
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * (TFX_SHM_MAX_FDS + 4))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { buf, cap };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof ctl.buf };
+    *nfds = 0;
+    *len = 0;
+    ssize_t n;
+    do
+        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return TFP_EAGAIN;
+        return tfp_err_set(err, TFP_EIO, "shm: recvmsg: %s", strerror(errno));
+    }
+    if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+        close_all(&mh);
+        return tfp_err_set(err, TFP_EPROTO, "shm: a message %s was cut",
+                           mh.msg_flags & MSG_CTRUNC ? "whose descriptors" : "");
+    }
+    size_t got = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+            close_all(&mh);
+            return tfp_err_set(err, TFP_EPROTO, "shm: a control message that is not fds");
+        }
+        got += (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    }
+    if (got > max_fds) {
+        close_all(&mh);
+        return tfp_err_set(err, TFP_EPROTO, "shm: %zu descriptors where at most %zu go", got,
+                           max_fds);
+    }
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        memcpy(fds + *nfds, CMSG_DATA(cm), k * sizeof(int));
+        *nfds += k;
+    }
+    *len = (size_t)n;
+    return TFP_OK;
+}
