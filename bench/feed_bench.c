@@ -21,7 +21,10 @@
  * next item, from the second item on). Prints a table and the issue's targets as PASS/MISS
  * (never fails on a miss). Threads: main (consumer) and one producer per run.
  *
- *   tfetch-feed-bench [--sizes LIST] [--bytes N] [--quick]
+ *   tfetch-feed-bench [--sizes LIST] [--bytes N] [--quick] [--base URL]
+ *
+ * --base URL uses a tfetchd already running there (another host, another network
+ * namespace) instead of starting one: then only feed and store run, both ends here.
  */
 #include "config.h"
 
@@ -646,6 +649,7 @@ int main(int argc, char **argv)
     int nsizes = 6;
     size_t bytes = 512 * MIB;
     int quick = 0;
+    const char *remote = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
             if (bench_parse_sizes(argv[++i], sizes, &nsizes, 16, 0) != 0)
@@ -653,21 +657,28 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
             if (bench_parse_size(argv[++i], &bytes) != 0)
                 return 2;
+        } else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) {
+            remote = argv[++i];
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
             bytes = 32 * MIB;
         } else {
-            fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--quick] [--base URL]\n",
+                    argv[0]);
             return 2;
         }
     }
     signal(SIGPIPE, SIG_IGN);
     const char *const dargs[] = {"--max-body", "1G", NULL};
-    if (td_start(&D, dargs) != 0) {
+    if (remote) {
+        snprintf(D.base, sizeof(D.base), "%s", remote);
+    } else if (td_start(&D, dargs) != 0) {
         bench_errorf("tfetchd did not start");
         return 1;
     }
-    if (redis_start() != 0)
+    if (remote)
+        ;                               /* redis, tcp and the ring are this host's: not run */
+    else if (redis_start() != 0)
         bench_errorf("redis-server did not start (is it installed?): redis is skipped");
     size_t big = 0;
     for (int i = 0; i < nsizes; i++)
@@ -687,6 +698,8 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < NMETHODS; k++) {
             const method_t *m = &METHODS[k];
             int all = strcmp(m->name, "feed") == 0 || strcmp(m->name, "ring") == 0;
+            if (remote && strcmp(m->name, "feed") != 0 && strcmp(m->name, "store") != 0)
+                continue;
             if (!all && sizes[s] != 4 * MIB)
                 continue;               /* the others at 4 MiB only */
             long n = count_for(sizes[s], bytes, quick ? 8 : 32, quick ? 200 : 4000);
@@ -726,6 +739,8 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++) {
         for (size_t j = 0; j < NMETHODS; j++) {
             const method_t *m = &METHODS[j];
+            if (remote && strcmp(m->name, "feed") != 0 && strcmp(m->name, "store") != 0)
+                continue;
             long n = quick ? 20 : 150;
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
                 n = quick ? 20 : 60;
@@ -757,7 +772,8 @@ int main(int argc, char **argv)
         target("feed / store as a queue at 4 MiB", feed4 / store4, 3, 1);
 
     redis_stop();
-    td_stop(&D, SIGTERM, 10000);
+    if (!remote)
+        td_stop(&D, SIGTERM, 10000);
     free(src);
     return rc;
 }

@@ -715,17 +715,6 @@ tf_status_t tf_feed_ack(tf_feed_t *feed)
     return st;
 }
 
-/* A pop left behind by a detach (over UCX, a cancel completes later). */
-static void on_orphan_pop(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *r,
-                          void *ud)
-{
-    (void)st;
-    (void)r;
-    (void)ud;
-    tf_doc_free(doc);
-    tf_fetch_free(f);
-}
-
 void tf_feed_detach(tf_feed_t *feed)
 {
     if (!feed || feed->c->in_cb || feed->c->in_engine)
@@ -737,13 +726,13 @@ void tf_feed_detach(tf_feed_t *feed)
     feed->detaching = 1;
     if (feed->pop)
         tf_fetch_cancel(feed->pop);     /* over HTTP its callback runs now */
-    if (feed->pop) {
-        /* Over UCX it completes later: it carries no body of ours, so it is left to finish
-         * on its own (an item it brings is never acknowledged: it comes again). */
-        feed->pop->cb = on_orphan_pop;
-        feed->pop->ud = NULL;
-        feed->pop = NULL;
-    }
+    /* Over UCX it completes later (within its long poll): wait for it, so no request of the
+     * feed is left on a connection the caller may close next (a server replying on an
+     * endpoint whose client closed it is not safe across hosts). An item it brings is
+     * never acknowledged: it comes again. */
+    int never = 0;
+    while (feed->pop)
+        tfi_drive_until(c, &never, 50);
     while (feed->ph) {
         push_t *p = feed->ph;
         if (!p->f) {
@@ -752,7 +741,6 @@ void tf_feed_detach(tf_feed_t *feed)
         }
         tf_fetch_cancel(p->f);
         /* Over UCX the transport reads the document until the request completes: wait. */
-        int never = 0;
         while (feed->ph == p && p->f)
             tfi_drive_until(c, &never, 50);
     }
