@@ -16,7 +16,8 @@
 # that step BENCH_TINY_BYTES (default here 8), BENCH_BIG_MIB (4), BENCH_TINY_N (1000),
 # BENCH_BIG_N (50), BENCH_INFLIGHT (64), BENCH_INFLIGHT_TINY_N (5000), BENCH_INFLIGHT_BIG_N
 # (640) and TFETCH_SHUMAI_CACHE, TFETCH_SHUMAI_BUN, TFETCH_SHUMAI_VERSION (see
-# tests/shumai/setup.sh). Paths are relative to the top of the tree.
+# tests/shumai/setup.sh), BENCH_FEEDS (1: then also bench/tfetch-feed-bench, its table on
+# stderr; TFETCH_FEED_BENCH names it). Paths are relative to the top of the tree.
 # Output: JSON lines on stdout (tfetch-bench's, wrk's); tables and messages on stderr.
 # Exit status: 0 if every measurement ran, 1 otherwise. Targets missed are reported, not failed.
 set -euo pipefail
@@ -258,6 +259,16 @@ else
     # its table goes to stderr with the others: stdout carries JSON lines only
     if ! run_bounded timeout --kill-after=10 $((BENCH_TIMEOUT + 120)) bench/shumai/run.sh >&2; then
         say "run.sh: bench/shumai/run.sh failed or ran past $((BENCH_TIMEOUT + 120))s"
+        status=1
+    fi
+fi
+
+# ---- feeds (BENCH_FEEDS=1, or bench/tfetch-feed-bench alone) ------------------------------
+if [ "${BENCH_FEEDS:-0}" = 1 ]; then
+    say "== tfetch-feed-bench: feeds vs the store, Redis, TCP and a raw memfd ring (stderr) =="
+    if ! run_bounded timeout --kill-after=10 "$BENCH_TIMEOUT" env TFETCHD="$TFETCHD" \
+            "${TFETCH_FEED_BENCH:-./bench/tfetch-feed-bench}" >&2; then
+        say "run.sh: tfetch-feed-bench failed or ran past ${BENCH_TIMEOUT}s"
         status=1
     fi
 fi

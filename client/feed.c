@@ -65,6 +65,8 @@ struct tf_feed {
     tfi_source_t src;               /* first: the client's drive loop drains it */
     tf_client_t *c;
     char *url;                      /* http://host:port/v1/feeds/NAME */
+    char name[TFP_MAX_TENSOR_NAME + 1];     /* NAME, for the UCX frames */
+    char transport[32];             /* what carried the last pop or push ("http", "ucx/...") */
     char dev[TFP_MAX_TENSOR_NAME + 1];
     char consumer[TFP_MAX_USER_ID + 1];
     const tfi_feed_backend_t *be;
@@ -144,6 +146,32 @@ static tf_status_t feed_url(tf_client_t *c, const char *url, char **out, int op)
     if (!(*out = strndup(url, n)))
         return tfi_refuse(c, op, TF_ENOMEM, NULL);
     return TF_OK;
+}
+
+/* The feed's name in a URL feed_url accepted (its last path segment). */
+static const char *name_of(const char *url)
+{
+    const char *p = strstr(url, FEEDS_PREFIX);
+    return p ? p + strlen(FEEDS_PREFIX) : "";
+}
+
+/* A call's UCX frame: the feed op, the feed and device (dev may be NULL). */
+static void ucx_op(tfi_call_t *call, int op, const char *name, const char *dev)
+{
+    call->feed.op = (uint8_t)op;
+    call->feed_name = name;
+    if (dev)
+        snprintf(call->feed.dev, sizeof(call->feed.dev), "%s", dev);
+}
+
+static void note_transport(tf_feed_t *feed, const tf_result_t *r)
+{
+    snprintf(feed->transport, sizeof(feed->transport), "%s", r->transport);
+}
+
+const char *tf_feed_transport(const tf_feed_t *feed)
+{
+    return !feed ? NULL : feed->transport[0] ? feed->transport : "none";
 }
 
 /* A malloc'd printf. */
@@ -300,6 +328,7 @@ static void on_pop_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
 {
     tf_feed_t *feed = ud;
     feed->pop = NULL;
+    note_transport(feed, r);
     int answered = st == TF_OK || st == TF_EDONE;
     if (answered && feed->pop_ack > feed->acked)
         feed->acked = feed->pop_ack;
@@ -332,6 +361,12 @@ static void start_pop(tf_feed_t *feed, long wait_ms)
     tfi_call_t call = {.method = "POST", .url = url, .wait_ms = wait_ms, .what = "feed_pop",
                        .background = 1, .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
     feed->pop_ack = ack > feed->acked ? ack : 0;
+    ucx_op(&call, TFP_UF_FEED_POP, feed->name, feed->dev);
+    snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
+    if (feed->pop_ack) {
+        call.feed.flags = TFP_UF_FF_HAS_ACK;
+        call.feed.ack = feed->pop_ack;
+    }
     tf_status_t st = tfi_call_start(feed->c, &call, on_pop_done, feed, &feed->pop);
     free(url);
     if (st != TF_OK) {
@@ -453,6 +488,7 @@ static int next_push(tf_feed_t *feed)
     char *url = fmt("%s/devices/%s/outfeed", feed->url, feed->dev);
     tfi_call_t call = {.method = "POST", .url = url, .doc = p->x.host ? p->x.host : p->x.src,
                        .what = "feed_outfeed", .background = 1};
+    ucx_op(&call, TFP_UF_FEED_OUTFEED_PUSH, feed->name, feed->dev);
     tf_status_t st = url ? tfi_call_start(feed->c, &call, on_push_done, feed, &p->f) : TF_ENOMEM;
     free(url);
     if (st != TF_OK) {
@@ -469,6 +505,7 @@ static void on_push_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_
     uint64_t seq = 0;
     tfp_err_t err;
     tf_doc_free(doc);
+    note_transport(feed, r);
     if (st == TF_OK && (!f->text || tfp_parse_uint_member(f->text, f->text_len, "seq", &seq,
                                                           &err) != TFP_OK)) {
         st = TF_EPROTO;
@@ -612,7 +649,9 @@ tf_status_t tf_feed_attach_opts(tf_client_t *c, const char *url, const char *dev
     if ((st = feed_url(c, url, &feed->url, TFI_OP_CALL)) != TF_OK)
         goto free_feed;
     /* The feed must exist: its stats say so. */
+    snprintf(feed->name, sizeof(feed->name), "%s", name_of(feed->url));
     tfi_call_t call = {.method = "GET", .url = feed->url, .what = "feed_stats"};
+    ucx_op(&call, TFP_UF_FEED_STATS, feed->name, NULL);
     tf_fetch_t *f = NULL;
     st = tfi_call(c, &call, &f);
     tf_fetch_free(f);
@@ -663,6 +702,10 @@ tf_status_t tf_feed_ack(tf_feed_t *feed)
         return tfi_refuse(feed->c, TFI_OP_CALL, TF_ENOMEM, NULL);
     tfi_call_t call = {.method = "POST", .url = url, .what = "feed_ack",
                        .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
+    ucx_op(&call, TFP_UF_FEED_ACK, feed->name, feed->dev);
+    snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
+    call.feed.flags = TFP_UF_FF_HAS_ACK;
+    call.feed.ack = ack;
     tf_fetch_t *f = NULL;
     tf_status_t st = tfi_call(feed->c, &call, &f);
     tf_fetch_free(f);
@@ -682,12 +725,24 @@ void tf_feed_detach(tf_feed_t *feed)
         complete_waiter(feed, TF_ECANCELED, NULL);
     feed->detaching = 1;
     if (feed->pop)
-        tf_fetch_cancel(feed->pop);     /* its callback runs now */
+        tf_fetch_cancel(feed->pop);     /* over HTTP its callback runs now */
+    /* Over UCX it completes later (within its long poll): wait for it, so no request of the
+     * feed is left on a connection the caller may close next (a server replying on an
+     * endpoint whose client closed it is not safe across hosts). An item it brings is
+     * never acknowledged: it comes again. */
+    int never = 0;
+    while (feed->pop)
+        tfi_drive_until(c, &never, 50);
     while (feed->ph) {
-        if (feed->ph->f)
-            tf_fetch_cancel(feed->ph->f);
-        else
+        push_t *p = feed->ph;
+        if (!p->f) {
             complete_push(feed, TF_ECANCELED, 0);
+            continue;
+        }
+        tf_fetch_cancel(p->f);
+        /* Over UCX the transport reads the document until the request completes: wait. */
+        while (feed->ph == p && p->f)
+            tfi_drive_until(c, &never, 50);
     }
     feed->busy = 0;
     tf_result_t last = c->last;
@@ -852,11 +907,15 @@ static tf_status_t feed_call(tf_client_t *c, tfi_call_t *call, const char *url,
     tf_status_t st = feed_url(c, url, &base, TFI_OP_CALL);
     if (st != TF_OK)
         return st;
+    char name[TFP_MAX_TENSOR_NAME + 1];
+    snprintf(name, sizeof(name), "%s", name_of(base));
     char *full = fmt("%s%s", base, suffix);
     free(base);
     if (!full)
         return tfi_refuse(c, TFI_OP_CALL, TF_ENOMEM, NULL);
     call->url = full;
+    if (call->feed.op)
+        call->feed_name = name;
     tf_fetch_t *f = NULL;
     st = tfi_call(c, call, &f);
     free(full);
@@ -882,7 +941,8 @@ tf_status_t tf_feed_declare(tf_client_t *c, const char *url, const char *json, c
         return TF_EINVAL;
     if (!json)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "no declaration");
-    tfi_call_t call = {.method = "PUT", .json = json, .what = "feed_declare"};
+    tfi_call_t call = {.method = "PUT", .json = json, .what = "feed_declare",
+                       .feed = {.op = TFP_UF_FEED_DECLARE}};
     tf_fetch_t *f = NULL;
     tf_status_t st = feed_call(c, &call, url, "", &f);
     if (st == TF_OK)
@@ -903,7 +963,10 @@ tf_status_t tf_infeed_push(tf_client_t *c, const char *url, int dev, const tf_do
         snprintf(sfx, sizeof(sfx), "/infeed");
     else
         snprintf(sfx, sizeof(sfx), "/devices/%d/infeed", dev);
-    tfi_call_t call = {.method = "POST", .doc = doc, .wait_ms = wait_ms, .what = "feed_push"};
+    tfi_call_t call = {.method = "POST", .doc = doc, .wait_ms = wait_ms, .what = "feed_push",
+                       .feed = {.op = TFP_UF_FEED_INFEED, .seq = seq}};
+    if (dev >= 0)
+        snprintf(call.feed.dev, sizeof(call.feed.dev), "%d", dev);
     if (seq > 0) {
         snprintf(seqs, sizeof(seqs), "%" PRIu64, seq);
         call.hname[call.nheaders] = "Tfetch-Seq";
@@ -929,7 +992,7 @@ tf_status_t tf_feed_done(tf_client_t *c, const char *url)
 {
     if (!c)
         return TF_EINVAL;
-    tfi_call_t call = {.method = "POST", .what = "feed_done"};
+    tfi_call_t call = {.method = "POST", .what = "feed_done", .feed = {.op = TFP_UF_FEED_DONE}};
     return feed_call(c, &call, url, "/done", NULL);
 }
 
@@ -937,7 +1000,8 @@ tf_status_t tf_feed_reset(tf_client_t *c, const char *url, uint64_t *generation)
 {
     if (!c)
         return TF_EINVAL;
-    tfi_call_t call = {.method = "POST", .what = "feed_reset"};
+    tfi_call_t call = {.method = "POST", .what = "feed_reset",
+                       .feed = {.op = TFP_UF_FEED_RESET}};
     tf_fetch_t *f = NULL;
     tfp_err_t err;
     tf_status_t st = feed_call(c, &call, url, "/reset", &f);
@@ -955,7 +1019,7 @@ tf_status_t tf_feed_stats(tf_client_t *c, const char *url, char **json)
         return TF_EINVAL;
     if (!json)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, NULL);
-    tfi_call_t call = {.method = "GET", .what = "feed_stats"};
+    tfi_call_t call = {.method = "GET", .what = "feed_stats", .feed = {.op = TFP_UF_FEED_STATS}};
     tf_fetch_t *f = NULL;
     tf_status_t st = feed_call(c, &call, url, "", &f);
     if (st == TF_OK)
@@ -973,7 +1037,8 @@ tf_status_t tf_outfeed_get(tf_client_t *c, const char *url, uint64_t after, long
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, NULL);
     char sfx[80];
     snprintf(sfx, sizeof(sfx), "/outfeed?after=%" PRIu64 "&wait=%ld", after, wait_ms);
-    tfi_call_t call = {.method = "GET", .wait_ms = wait_ms, .what = "feed_outfeed"};
+    tfi_call_t call = {.method = "GET", .wait_ms = wait_ms, .what = "feed_outfeed",
+                       .feed = {.op = TFP_UF_FEED_OUTFEED_GET, .after = after}};
     tf_fetch_t *f = NULL;
     tfp_err_t err;
     tf_status_t st = feed_call(c, &call, url, sfx, &f);

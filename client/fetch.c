@@ -159,6 +159,10 @@ static tf_status_t build_call(tfi_op_t *op, const tfi_call_t *call)
     op->wait_ms = 0;                    /* the URL carries any wait itself */
     op->json = call->doc ? NULL : call->json;
     snprintf(op->what, sizeof(op->what), "%s", call->what ? call->what : "feed");
+    op->feed = call->feed;
+    op->feed_wait_ms = call->wait_ms > 0 ? call->wait_ms : 0;
+    if (call->feed.op && call->feed_name)
+        snprintf(op->name, sizeof(op->name), "%s", call->feed_name);
     if (!(op->method = strdup(call->method)))
         return TF_ENOMEM;
     if (call->nheaders == 0)
@@ -302,7 +306,8 @@ static tf_request_t call_request(const tfi_call_t *call)
 {
     tf_request_t rq = {.url = call->url, .in = call->doc, .timeout_ms = call->timeout_ms,
                        .wait_ms = call->wait_ms > 0 ? call->wait_ms : 0,
-                       .format = TF_FORMAT_SAFETENSORS, .transport = TF_TRANSPORT_HTTP};
+                       .format = TF_FORMAT_SAFETENSORS,
+                       .transport = call->feed.op ? TF_TRANSPORT_DEFAULT : TF_TRANSPORT_HTTP};
     return rq;
 }
 

@@ -23,6 +23,7 @@
 #include "proto/doc.h"
 #include "proto/ids.h"
 #include "proto/status.h"
+#include "proto/ucxframe.h"
 #include "proto/upgrade.h"
 #include "transports/clock.h"
 #include "transports/http_client.h"
@@ -70,6 +71,11 @@ typedef struct {
     int background;                 /* the library's own request (a feed's prefetch): not
                                      * counted in tf_client_pending, so tf_client_run does
                                      * not wait for it */
+    /* The same request as a UCX FEED frame (proto/ucxframe.h), for a client whose origin is
+     * upgraded: feed.op 0 keeps it on HTTP. feed_name is the feed ("" for the listing);
+     * wait_ms above is the frame's wait. */
+    tfp_uf_feed_t feed;
+    const char *feed_name;
 } tfi_call_t;
 
 /* The feed headers of a call's reply, validated (proto/ids: tfp_parse_u64); has_* is 0 when
@@ -111,6 +117,8 @@ typedef struct {
     size_t nhdrs;                   /* names in hdrs */
     const char *json;               /* the JSON body, borrowed; NULL when none */
     char what[16];                  /* tf_result_t op */
+    tfp_uf_feed_t feed;             /* its FEED frame (feed.op 0: none; ucx.c) */
+    long feed_wait_ms;              /* the frame's wait */
 } tfi_op_t;
 
 /* A transport of the client: how a request travels once the client has chosen it. One table

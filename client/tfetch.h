@@ -507,6 +507,10 @@ tf_status_t tf_feed_attach_opts(tf_client_t *c, const char *url, const char *dev
 tf_status_t tf_feed_set_prefetch(tf_feed_t *feed, int depth);
 /* The backend running ("host" after a fall back from "cuda"; static). */
 const char *tf_feed_backend(const tf_feed_t *feed);
+/* What carried the feed's last pop or outfeed push: "http", "ucx/sysv+cma", "ucx/tcp"...;
+ * "none" before the first. Feed requests go over the client's UCX connection to the origin
+ * when it has one (tf_client_set_transport), as tensor requests do. Borrowed. */
+const char *tf_feed_transport(const tf_feed_t *feed);
 /* Sends the pending acknowledgement now, if any (blocking; not inside a callback). */
 tf_status_t tf_feed_ack(tf_feed_t *feed);
 /* Acknowledges what was released (best effort), cancels what is in flight (pending pop and

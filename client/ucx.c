@@ -106,6 +106,30 @@ static tfp_uf_op_t frame_op(int op)
     }
 }
 
+/* A feed call (TFI_OP_CALL with its FEED frame, feed.c): the frame's block as feed.c built
+ * it, the wait, a JSON body (a declaration) as one segment. Checked here, so a frame the
+ * server would drop never reaches the wire (the request goes over HTTP instead). */
+static tf_status_t feed_frame(tf_fetch_t *f, tfp_uf_hdr_t *h, const void **seg, size_t *len)
+{
+    const tfi_op_t *op = &f->op;
+    tfp_err_t err;
+
+    h->op = TFP_UF_FEED;
+    h->flags = TFP_UF_F_FEED;
+    h->feed = op->feed;
+    if (op->feed_wait_ms > 0)
+        h->wait_ms = op->feed_wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)op->feed_wait_ms;
+    if (op->json) {
+        *seg = op->json;
+        *len = strlen(op->json);
+        h->body_len = *len;
+        h->feed.flags |= TFP_UF_FF_JSON;
+    }
+    if (tfp_uf_check(h, &err) != TFP_OK)
+        return tfi_rfail(&f->result, TF_EINVAL, "feed request has no UCX frame: %s", err.msg);
+    return TF_OK;
+}
+
 /* Renders f's operation as a frame (op, request id, user, name, wait) and sends it over its
  * origin's connection with the body's segments. On failure f->result says why. */
 static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
@@ -113,6 +137,8 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     const tfi_op_t *op = &f->op;
     origin_t *o = f->origin;
     tfp_uf_hdr_t h;
+    const void *jseg = NULL;
+    size_t jlen = 0;
 
     tfp_uf_init(&h, frame_op(op->kind), 0);
     snprintf(h.request_id, sizeof(h.request_id), "%s", op->request_id);
@@ -121,9 +147,13 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     if (op->kind == TF_OP_GET && op->wait_ms > 0)
         h.wait_ms = op->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)op->wait_ms;
     h.body_len = op->body_len;
+    if (op->kind == TFI_OP_CALL && feed_frame(f, &h, &jseg, &jlen) != TF_OK)
+        return TF_EINVAL;
     tfx_ucxc_req_t *ur = NULL;
-    tfp_status_t st = tfx_ucxc_start(o->conn, &h, op->segs, op->lens, op->nsegs,
-                                     tfi_remaining_ms(f), f, &ur);
+    tfp_status_t st = jseg ? tfx_ucxc_start(o->conn, &h, &jseg, &jlen, 1, tfi_remaining_ms(f),
+                                            f, &ur)
+                           : tfx_ucxc_start(o->conn, &h, op->segs, op->lens, op->nsegs,
+                                            tfi_remaining_ms(f), f, &ur);
     if (st != TFP_OK)
         return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
                          tfp_status_text(st));
@@ -173,6 +203,45 @@ static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
         tfi_complete_fetch(c, f);
 }
 
+/* A feed call's reply block: the numbers HTTP carries as headers, into f->reply. */
+static void feed_reply(tf_fetch_t *f, const tfp_uf_hdr_t *h)
+{
+    tfi_reply_t *rp = &f->reply;
+    const tfp_uf_feed_t *b = &h->feed;
+    if (!(h->flags & TFP_UF_F_FEED))
+        return;
+    rp->position = b->position;
+    rp->has_position = (b->present & TFP_UF_FP_POSITION) != 0;
+    rp->seq = b->seq;
+    rp->has_seq = (b->present & TFP_UF_FP_SEQ) != 0;
+    rp->round = b->round;
+    rp->has_round = (b->present & TFP_UF_FP_ROUND) != 0;
+    rp->generation = b->generation;
+    rp->has_generation = (b->present & TFP_UF_FP_GENERATION) != 0;
+    rp->device = b->device;
+    rp->has_device = (b->present & TFP_UF_FP_DEVICE) != 0;
+    rp->retry_after = b->retry_after;
+    rp->has_retry_after = (b->present & TFP_UF_FP_RETRY_AFTER) != 0;
+    snprintf(rp->content_type, sizeof(rp->content_type), "%s",
+             (b->flags & TFP_UF_FF_JSON) ? "application/json" : "");
+}
+
+/* A feed call's body kept as text (NUL-terminated; "" for none), as http.c keeps it. */
+static void feed_text(tf_fetch_t *f, uint8_t **body, size_t len)
+{
+    if (!*body)
+        len = 0;
+    char *t = *body ? realloc(*body, len + 1) : malloc(1);
+    if (!t) {
+        tfi_rfail(&f->result, TF_ENOMEM, NULL);
+        return;
+    }
+    *body = NULL;
+    t[len] = '\0';
+    f->text = t;
+    f->text_len = len;
+}
+
 /* Records a UCX reply in f as an HTTP response would be, decoding a document. */
 static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
                       uint8_t **body)
@@ -182,7 +251,10 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     tfp_err_t err;
     tfp_status_t pst;
     tfp_doc_t *d = NULL;
+    int call = f->op.kind == TFI_OP_CALL;
 
+    if (call)
+        feed_reply(f, &u->reply);
     res->http_status = (int)u->reply.http;
     if (u->reply.request_id[0])
         snprintf(res->request_id, sizeof(res->request_id), "%s", u->reply.request_id);
@@ -194,6 +266,8 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     if (res->http_status < 200 || res->http_status > 299) {
         /* An answer passed on as it was given (a worker's error): its body says what. */
         tfi_error_body(res, res->http_status, *body, u->body_len);
+        if (call && *body)          /* the feed API reads some error bodies (410) */
+            feed_text(f, body, u->body_len);
         return;
     }
     if (c->max_body > 0 && u->body_len > c->max_body) {
@@ -202,7 +276,11 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
         return;
     }
     res->status = TF_OK;
-    if (f->op.kind != TF_OP_GET && f->op.kind != TF_OP_EXCHANGE)
+    if (call && (u->body_len == 0 || (u->reply.feed.flags & TFP_UF_FF_JSON))) {
+        feed_text(f, body, u->body_len);
+        return;
+    }
+    if (f->op.kind != TF_OP_GET && f->op.kind != TF_OP_EXCHANGE && !call)
         return;
     if (!*body || u->body_len == 0) {
         tfi_rfail(res, TF_EPROTO, "empty response body");

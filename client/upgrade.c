@@ -63,8 +63,8 @@ static const char *why_not_ucx(const tfi_op_t *op)
 {
     if (op->kind == TFI_OP_LIST || op->kind == TFI_OP_INFO)
         return "listings and server info travel over HTTP";
-    if (op->kind == TFI_OP_CALL)
-        return "feeds travel over HTTP";
+    if (op->kind == TFI_OP_CALL)        /* a feed operation with its FEED frame */
+        return op->feed.op ? NULL : "this feed request travels over HTTP";
     if (op->format != TF_FORMAT_SAFETENSORS)
         return "the Shumai format travels over HTTP";
     if (op->query)

@@ -7,8 +7,8 @@
  * BACKEND is host (default), sim or cuda (falls back to host without a device). The batch
  * after the current one is already being fetched while a step computes (prefetch 2), and a
  * batch is released (acknowledged) only once its step pushed its loss, so a loop that dies
- * mid-step gets that batch again when it restarts with the same consumer id. Prints one line
- * per launch: the steps run and the last loss. Exit 0 when the feed ended or STEPS ran.
+ * mid-step gets that batch again when it restarts with the same consumer id. Prints, per
+ * launch, the steps run and the last loss, then what carried the last pop (http, ucx/...). Exit 0 when the feed ended or STEPS ran.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +90,7 @@ int main(int argc, char **argv)
     }
     printf("train_loop: backend=%s steps=%ld last_loss=%g\n", tf_feed_backend(feed), done,
            (double)loss);
+    printf("train_loop: transport=%s\n", tf_feed_transport(feed));   /* the last pop's */
     tf_feed_detach(feed);
     tf_client_free(c);
     return rc;

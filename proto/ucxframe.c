@@ -45,13 +45,22 @@ const char *tfp_uf_op_name(int op)
     case TFP_UF_CALL: return "CALL";
     case TFP_UF_REPLY: return "REPLY";
     case TFP_UF_BYE: return "BYE";
+    case TFP_UF_FEED: return "FEED";
     }
     return "?";
 }
 
+const char *tfp_uf_feed_op_name(int op)
+{
+    static const char *const names[] = {"?", "LIST", "DECLARE", "STATS", "DELETE", "INFEED",
+                                         "POP", "ACK", "OUTFEED_PUSH", "OUTFEED_GET", "DONE",
+                                         "RESET"};
+    return op >= TFP_UF_FEED_LIST && op <= TFP_UF_FEED_RESET ? names[op] : "?";
+}
+
 static int op_known(int op)
 {
-    return op >= TFP_UF_HELLO && op <= TFP_UF_BYE;
+    return op >= TFP_UF_HELLO && op <= TFP_UF_FEED;
 }
 
 int tfp_uf_op_is_reply(int op)
@@ -74,7 +83,13 @@ static int op_id_optional(int op)
 /* Ops whose body_len may be non-zero. */
 static int op_has_body(int op)
 {
-    return op == TFP_UF_PUT || op == TFP_UF_CALL || op == TFP_UF_REPLY;
+    return op == TFP_UF_PUT || op == TFP_UF_CALL || op == TFP_UF_REPLY || op == TFP_UF_FEED;
+}
+
+/* Ops whose wait_ms may be non-zero (FEED: only some feed ops, checked with the block). */
+static int op_waits(int op)
+{
+    return op == TFP_UF_GET || op == TFP_UF_FEED;
 }
 
 static int status_known(int64_t v)
@@ -146,6 +161,88 @@ static tfp_status_t check_strings(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_
     return TFP_OK;
 }
 
+/* The feed block's rules (flag FEED set): what each feed op may carry, one way or the other. */
+static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
+{
+    const tfp_uf_feed_t *f = &h->feed;
+    int k = f->op;
+    const char *fn = tfp_uf_feed_op_name(k);
+
+    if (k < TFP_UF_FEED_LIST || k > TFP_UF_FEED_RESET)
+        return tfp_err_set(err, code, WHAT ": unknown feed op %d", k);
+    if (f->flags & ~(TFP_UF_FF_HAS_ACK | TFP_UF_FF_JSON))
+        return tfp_err_set(err, code, WHAT ": feed flags 0x%02x has unknown bits", f->flags);
+    if (memchr(f->dev, '\0', sizeof f->dev) == NULL ||
+        memchr(f->producer, '\0', sizeof f->producer) == NULL ||
+        memchr(f->consumer, '\0', sizeof f->consumer) == NULL)
+        return tfp_err_set(err, code, WHAT ": a feed string is not NUL-terminated");
+    if (h->op == TFP_UF_REPLY) {
+        if (f->dev[0] || f->producer[0] || f->consumer[0] || f->ack || f->after ||
+            (f->flags & TFP_UF_FF_HAS_ACK))
+            return tfp_err_set(err, code, WHAT ": a feed REPLY carries request fields "
+                               "(dev, producer, consumer, ack, after)");
+        if (f->present & ~TFP_UF_FP_ALL)
+            return tfp_err_set(err, code, WHAT ": feed present 0x%04x has unknown bits",
+                               f->present);
+        const uint64_t v[] = {f->position, f->seq, f->round, f->generation, f->device,
+                              f->retry_after, f->resume_after};
+        for (unsigned i = 0; i < sizeof v / sizeof v[0]; i++)
+            if (v[i] != 0 && !(f->present & (1u << i)))
+                return tfp_err_set(err, code, WHAT ": feed REPLY sets a number its present "
+                                   "bits do not flag (bit %u)", i);
+        if ((f->flags & TFP_UF_FF_JSON) && h->body_len == 0)
+            return tfp_err_set(err, code, WHAT ": feed flag JSON on a REPLY without a body");
+        return TFP_OK;
+    }
+    /* a FEED request */
+    if (f->present || f->position || f->round || f->generation || f->device ||
+        f->retry_after || f->resume_after)
+        return tfp_err_set(err, code, WHAT ": FEED %s carries reply fields", fn);
+    if (k == TFP_UF_FEED_LIST ? h->name[0] != '\0' : h->name[0] == '\0')
+        return tfp_err_set(err, code, WHAT ": FEED %s %s feed name", fn,
+                           k == TFP_UF_FEED_LIST ? "takes no" : "needs a");
+    int dev_needed = k == TFP_UF_FEED_POP || k == TFP_UF_FEED_ACK ||
+                     k == TFP_UF_FEED_OUTFEED_PUSH;
+    int pushes = k == TFP_UF_FEED_INFEED || k == TFP_UF_FEED_OUTFEED_PUSH;
+    int consumes = k == TFP_UF_FEED_POP || k == TFP_UF_FEED_ACK;
+    if (f->dev[0] == '\0' ? dev_needed : !(dev_needed || k == TFP_UF_FEED_INFEED))
+        return tfp_err_set(err, code, WHAT ": FEED %s %s device", fn,
+                           dev_needed ? "needs a" : "takes no");
+    if (f->dev[0] && !tfp_name_valid(f->dev))
+        return tfp_err_set(err, code, WHAT ": feed device is not [A-Za-z0-9._-]{1,255}");
+    if (f->producer[0] && !pushes)
+        return tfp_err_set(err, code, WHAT ": FEED %s takes no producer", fn);
+    if (f->producer[0] && !tfp_user_id_valid(f->producer))
+        return tfp_err_set(err, code, WHAT ": feed producer is not [A-Za-z0-9._-]{1,128}");
+    if (f->consumer[0] == '\0' ? consumes : !consumes)
+        return tfp_err_set(err, code, WHAT ": FEED %s %s consumer", fn,
+                           consumes ? "needs a" : "takes no");
+    if (f->consumer[0] && !tfp_user_id_valid(f->consumer))
+        return tfp_err_set(err, code, WHAT ": feed consumer is not [A-Za-z0-9._-]{1,128}");
+    if (f->seq && !pushes)
+        return tfp_err_set(err, code, WHAT ": FEED %s takes no seq", fn);
+    if ((f->flags & TFP_UF_FF_HAS_ACK) ? !consumes : (k == TFP_UF_FEED_ACK || f->ack != 0))
+        return tfp_err_set(err, code, WHAT ": FEED %s: ack and its flag HAS_ACK disagree "
+                           "(only POP may, and ACK must, carry one)", fn);
+    if (f->after && k != TFP_UF_FEED_OUTFEED_GET)
+        return tfp_err_set(err, code, WHAT ": FEED %s takes no after", fn);
+    if (f->seq > TFP_UF_FEED_MAX_POS || f->ack > TFP_UF_FEED_MAX_POS ||
+        f->after > TFP_UF_FEED_MAX_POS)
+        return tfp_err_set(err, code, WHAT ": feed seq, ack or after is above 2^63-1");
+    if (h->wait_ms && !(pushes || k == TFP_UF_FEED_POP || k == TFP_UF_FEED_OUTFEED_GET))
+        return tfp_err_set(err, code, WHAT ": wait_ms %u on FEED %s (which does not wait)",
+                           (unsigned)h->wait_ms, fn);
+    int json = (f->flags & TFP_UF_FF_JSON) != 0;
+    if (k == TFP_UF_FEED_DECLARE ? (!json || h->body_len == 0) : json)
+        return tfp_err_set(err, code, WHAT ": FEED %s: %s", fn, k == TFP_UF_FEED_DECLARE
+                           ? "a declaration is a JSON body (flag JSON, body_len > 0)"
+                           : "only DECLARE has a JSON body");
+    if (h->body_len && !pushes && k != TFP_UF_FEED_DECLARE)
+        return tfp_err_set(err, code, WHAT ": body_len %llu on FEED %s (which has no body)",
+                           (unsigned long long)h->body_len, fn);
+    return TFP_OK;
+}
+
 static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
 {
     int op = (int)h->op;
@@ -154,8 +251,12 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
 
     if (!op_known(op))
         return tfp_err_set(err, code, WHAT ": unknown op %d", op);
-    if ((h->flags & ~TFP_UF_F_REPLY_HAS_BODY) != 0)
+    if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_FEED)) != 0)
         return tfp_err_set(err, code, WHAT ": flags 0x%04x has unknown bits", h->flags);
+    if (op == TFP_UF_FEED && !(h->flags & TFP_UF_F_FEED))
+        return tfp_err_set(err, code, WHAT ": FEED without its feed block (flag FEED)");
+    if ((h->flags & TFP_UF_F_FEED) && op != TFP_UF_FEED && op != TFP_UF_REPLY)
+        return tfp_err_set(err, code, WHAT ": flag FEED on %s", on);
     st = check_strings(h, code, err);
     if (st != TFP_OK)
         return st;
@@ -167,7 +268,7 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
         return tfp_err_set(err, code, WHAT ": status %d on a request (%s) must be 0",
                            (int)h->status, on);
     }
-    if (h->wait_ms != 0 && op != TFP_UF_GET)
+    if (h->wait_ms != 0 && !op_waits(op))
         return tfp_err_set(err, code, WHAT ": wait_ms %u on %s (only GET waits)",
                            (unsigned)h->wait_ms, on);
     if (!tfp_uf_op_is_reply(op)) {
@@ -193,6 +294,8 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
                                "%llu", (h->flags & TFP_UF_F_REPLY_HAS_BODY) ? "set" : "clear",
                                (unsigned long long)h->body_len);
     }
+    if (h->flags & TFP_UF_F_FEED)
+        return check_feed(h, code, err);
     return TFP_OK;
 }
 
@@ -204,6 +307,31 @@ tfp_status_t tfp_uf_check(const tfp_uf_hdr_t *h, tfp_err_t *err)
 }
 
 /* ---- encode -------------------------------------------------------------------------- */
+
+/* The feed block's numbers, in wire order (offset 8 on). */
+#define FEED_NUMS(f) \
+    { &(f)->seq, &(f)->ack, &(f)->after, &(f)->position, &(f)->round, &(f)->generation, \
+      &(f)->device, &(f)->retry_after, &(f)->resume_after }
+
+static void encode_feed(const tfp_uf_feed_t *f, uint8_t *p)
+{
+    size_t nd = strlen(f->dev), np = strlen(f->producer), nc = strlen(f->consumer);
+    const uint64_t *nums[] = FEED_NUMS(f);
+
+    p[0] = f->op;
+    p[1] = f->flags;
+    put_le(p + 2, f->present, 2);
+    p[4] = (uint8_t)nd;
+    p[5] = (uint8_t)np;
+    p[6] = (uint8_t)nc;
+    p[7] = 0;
+    for (unsigned i = 0; i < 9; i++)
+        put_le(p + 8 + 8 * i, *nums[i], 8);
+    p += TFP_UF_FEED_FIXED;
+    memcpy(p, f->dev, nd);
+    memcpy(p + nd, f->producer, np);
+    memcpy(p + nd + np, f->consumer, nc);
+}
 
 tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
                            tfp_err_t *err)
@@ -222,6 +350,9 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     nname = strlen(h->name);
     nmsg = strlen(h->msg);
     total = TFP_UF_FIXED + nid + nuser + nname + nmsg;
+    if (h->flags & TFP_UF_F_FEED)
+        total += TFP_UF_FEED_FIXED + strlen(h->feed.dev) + strlen(h->feed.producer) +
+                 strlen(h->feed.consumer);
     if (size < total)
         return tfp_err_set(err, TFP_EINVAL, WHAT ": buffer of %zu bytes is too small for %zu",
                            size, total);
@@ -247,6 +378,9 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     memcpy(p, h->name, nname);
     p += nname;
     memcpy(p, h->msg, nmsg);
+    p += nmsg;
+    if (h->flags & TFP_UF_F_FEED)
+        encode_feed(&h->feed, p);
     *len = total;
     return TFP_OK;
 }
@@ -303,9 +437,27 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         return tfp_err_set(err, TFP_EPROTO, WHAT ": msg length %zu is over %d", nmsg,
                            TFP_UF_MAX_MSG);
     total = TFP_UF_FIXED + nid + nuser + nname + nmsg;
+    size_t nfd = 0, nfp = 0, nfc = 0;
+    const uint8_t *fb = NULL;
+    if (get_le(p + 6, 2) & TFP_UF_F_FEED) {
+        if (len < total + TFP_UF_FEED_FIXED)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the feed "
+                               "block (%zu + 80)", len, total);
+        fb = p + total;
+        nfd = fb[4];
+        nfp = fb[5];
+        nfc = fb[6];
+        if (fb[7] != 0)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": feed reserved byte is %u, not 0",
+                               fb[7]);
+        if (nfp > TFP_MAX_USER_ID || nfc > TFP_MAX_USER_ID)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": feed producer or consumer length is "
+                               "over %d", TFP_MAX_USER_ID);
+        total += TFP_UF_FEED_FIXED + nfd + nfp + nfc;
+    }
     if (len != total)
         return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes, but the header says %zu "
-                           "(40 + strings)", len, total);
+                           "(40 + strings%s)", len, total, fb ? " + feed block" : "");
 
     memset(&h, 0, sizeof h);
     h.op = (tfp_uf_op_t)p[5];
@@ -321,6 +473,19 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         (st = take(&p, nname, h.name, "name", err)) != TFP_OK ||
         (st = take(&p, nmsg, h.msg, "msg", err)) != TFP_OK)
         return st;
+    if (fb) {
+        uint64_t *nums[] = FEED_NUMS(&h.feed);
+        h.feed.op = fb[0];
+        h.feed.flags = fb[1];
+        h.feed.present = (uint16_t)get_le(fb + 2, 2);
+        for (unsigned i = 0; i < 9; i++)
+            *nums[i] = get_le(fb + 8 + 8 * i, 8);
+        p = fb + TFP_UF_FEED_FIXED;
+        if ((st = take(&p, nfd, h.feed.dev, "feed device", err)) != TFP_OK ||
+            (st = take(&p, nfp, h.feed.producer, "feed producer", err)) != TFP_OK ||
+            (st = take(&p, nfc, h.feed.consumer, "feed consumer", err)) != TFP_OK)
+            return st;
+    }
     st = check(&h, TFP_EPROTO, err);
     if (st != TFP_OK)
         return st;

@@ -21,6 +21,26 @@
  *    38   2  http       in REPLY and HELLO_ACK the HTTP-equivalent status (100..599, or
  *                      0); 0 in requests
  *    40      request_id, user, name, msg
+ *            then, only with flag TFP_UF_F_FEED, the feed block (80 fixed bytes, then its
+ *            strings back to back):
+ *     0   1  feed_op    tfp_uf_feed_op_t (1..11)
+ *     1   1  fflags     bit0 TFP_UF_FF_HAS_ACK (requests), bit1 TFP_UF_FF_JSON (the body is
+ *                      JSON text, else a safetensors document)
+ *     2   2  present    replies: which of the reply numbers below are set (TFP_UF_FP_*)
+ *     4   1  dev_len    requests: the {dev} token (0..255)
+ *     5   1  prod_len   requests: the producer stream id (0..128)
+ *     6   1  cons_len   requests: the consumer id (0..128)
+ *     7   1  reserved   0
+ *     8   8  seq        Tfetch-Seq (requests: infeed, outfeed push; replies: the item's)
+ *    16   8  ack        pop ?ack=P, ack ?through=P (requests)
+ *    24   8  after      outfeed get ?after=S (requests)
+ *    32   8  position   replies: Tfetch-Position
+ *    40   8  round      replies: Tfetch-Round
+ *    48   8  generation replies: Tfetch-Generation
+ *    56   8  device     replies: Tfetch-Device
+ *    64   8  retry_after  replies: Retry-After (seconds)
+ *    72   8  resume_after replies: an outfeed 410's resume point
+ *    80      dev, producer, consumer
  *
  * Ops and what each may carry (a decoder refuses anything else; an encoder the same):
  *   HELLO      first message on a new endpoint: name = the one-time token (32 lowercase hex,
@@ -36,6 +56,14 @@
  *              REPLY_HAS_BODY set exactly when body_len > 0, which only an OK reply may have;
  *              msg = an error message (a failed REPLY carries no body)
  *   BYE        either side is closing the endpoint
+ *   FEED       a feed operation (doc/PROTOCOL.md, "Feeds over UCX"): flag FEED set and the
+ *              feed block says which (feed_op) and carries the stream ids and positions
+ *              HTTP carries in headers and the query; name = the feed (empty on LIST, else
+ *              required); wait_ms on POP and OUTFEED_GET (?wait=) and INFEED and
+ *              OUTFEED_PUSH (Prefer: wait=); a body on DECLARE (JSON, fflag JSON), INFEED
+ *              and OUTFEED_PUSH (safetensors). Its REPLY may carry the feed block too (same
+ *              feed_op; the numbers HTTP sends as headers, each flagged in present; fflag
+ *              JSON when the reply body is JSON text).
  * Requests (HELLO, GET, PUT, DELETE, CALL, BYE) have status 0; replies (HELLO_ACK, REPLY) a
  * known tfp_status_t. The request id is required (tfp_request_id_valid) except on HELLO,
  * HELLO_ACK and BYE, where it may be empty. The user is empty or tfp_user_id_valid (HELLO:
@@ -58,11 +86,31 @@
 #define TFP_UF_VERSION 2                    /* 2: the http field (was reserved2) */
 #define TFP_UF_FIXED 40                     /* bytes before the strings */
 #define TFP_UF_MAX_MSG 512
+#define TFP_UF_FEED_FIXED 80                /* the feed block's bytes before its strings */
+/* The largest feed block: a device and one stream id (a producer's or a consumer's, never
+ * both: no feed op takes both). */
+#define TFP_UF_MAX_FEED (TFP_UF_FEED_FIXED + TFP_MAX_TENSOR_NAME + TFP_MAX_USER_ID)
 /* The largest header an encoder writes or a decoder accepts. */
-#define TFP_UF_MAX_HEADER \
-    (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME + TFP_UF_MAX_MSG)
+#define TFP_UF_MAX_HEADER                                                                   \
+    (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +            \
+     TFP_UF_MAX_MSG + TFP_UF_MAX_FEED)
 
 #define TFP_UF_F_REPLY_HAS_BODY 0x0001u
+#define TFP_UF_F_FEED 0x0100u               /* the feed block follows the strings */
+
+/* The feed block's fflags and present bits. */
+#define TFP_UF_FF_HAS_ACK 0x01u
+#define TFP_UF_FF_JSON 0x02u
+#define TFP_UF_FP_POSITION 0x0001u
+#define TFP_UF_FP_SEQ 0x0002u
+#define TFP_UF_FP_ROUND 0x0004u
+#define TFP_UF_FP_GENERATION 0x0008u
+#define TFP_UF_FP_DEVICE 0x0010u
+#define TFP_UF_FP_RETRY_AFTER 0x0020u
+#define TFP_UF_FP_RESUME_AFTER 0x0040u
+#define TFP_UF_FP_ALL 0x007fu
+/* The largest position, seq or after a request may carry (as HTTP's parser allows). */
+#define TFP_UF_FEED_MAX_POS (UINT64_MAX / 2)
 
 typedef enum {
     TFP_UF_HELLO = 1,
@@ -72,8 +120,36 @@ typedef enum {
     TFP_UF_DELETE = 5,
     TFP_UF_CALL = 6,
     TFP_UF_REPLY = 7,
-    TFP_UF_BYE = 8
+    TFP_UF_BYE = 8,
+    TFP_UF_FEED = 9
 } tfp_uf_op_t;
+
+/* Which feed operation a FEED frame asks for (the tfp_op_kind_t FEED_* in this order). */
+typedef enum {
+    TFP_UF_FEED_LIST = 1,
+    TFP_UF_FEED_DECLARE = 2,
+    TFP_UF_FEED_STATS = 3,
+    TFP_UF_FEED_DELETE = 4,
+    TFP_UF_FEED_INFEED = 5,
+    TFP_UF_FEED_POP = 6,
+    TFP_UF_FEED_ACK = 7,
+    TFP_UF_FEED_OUTFEED_PUSH = 8,
+    TFP_UF_FEED_OUTFEED_GET = 9,
+    TFP_UF_FEED_DONE = 10,
+    TFP_UF_FEED_RESET = 11
+} tfp_uf_feed_op_t;
+
+/* The feed block (flag TFP_UF_F_FEED). Zeroed by tfp_uf_init. */
+typedef struct {
+    uint8_t op;                                 /* tfp_uf_feed_op_t */
+    uint8_t flags;                              /* TFP_UF_FF_* */
+    uint16_t present;                           /* replies: TFP_UF_FP_* */
+    uint64_t seq, ack, after;
+    uint64_t position, round, generation, device, retry_after, resume_after;
+    char dev[TFP_MAX_TENSOR_NAME + 1];          /* NUL-terminated; "" for none */
+    char producer[TFP_MAX_USER_ID + 1];
+    char consumer[TFP_MAX_USER_ID + 1];
+} tfp_uf_feed_t;
 
 typedef struct {
     tfp_uf_op_t op;
@@ -87,6 +163,7 @@ typedef struct {
     char user[TFP_MAX_USER_ID + 1];
     char name[TFP_MAX_TENSOR_NAME + 1];
     char msg[TFP_UF_MAX_MSG + 1];
+    tfp_uf_feed_t feed;                         /* with flag TFP_UF_F_FEED only */
 } tfp_uf_hdr_t;
 
 /* Zeroes *h and sets op and seq: the rest is filled in by the caller. */
@@ -94,6 +171,8 @@ void tfp_uf_init(tfp_uf_hdr_t *h, tfp_uf_op_t op, uint64_t seq);
 
 /* "HELLO", "GET", ...; "?" for a value that is no op. Static strings. */
 const char *tfp_uf_op_name(int op);
+/* "LIST", "POP", ...; "?" for a value that is no feed op. Static strings. */
+const char *tfp_uf_feed_op_name(int op);
 /* 1 for HELLO_ACK and REPLY, 0 for the requests and for unknown values. */
 int tfp_uf_op_is_reply(int op);
 

@@ -4,6 +4,10 @@
  * again), the outfeed both ways, done (TF_EDONE after draining), reset (a new generation),
  * the asynchronous pops and pushes (callbacks exactly once, in order), the cuda backend's
  * no-device fall back, argument checks, and the tfetch feed commands.
+ * The end-to-end cases run twice: over HTTP, then (TCase feedclient_ucx) with the client on
+ * transport policy ucx, so every feed operation travels as a UCX FEED frame (and each check
+ * of what carried it says so); plus, over UCX, a consumer and a producer killed with SIGKILL
+ * in the middle of their streams: nothing lost, nothing twice.
  * Each test starts its own daemon (Check forks per test).
  */
 #include "config.h"
@@ -12,9 +16,12 @@
 #include "client/tfetch.h"
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 Suite *suite_feedclient(void);         /* registered in tests/suites.h */
@@ -22,17 +29,36 @@ Suite *suite_feedclient(void);         /* registered in tests/suites.h */
 static td_daemon_t D;
 static tf_client_t *C;
 static char FEED[128];
+static int UCX;                         /* the feedclient_ucx TCase: policy ucx */
 
 static const char DECL[] = "{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
                            "\"shape\":[4]}],\"max_items\":16,\"lease_ms\":2000}";
+
+/* What carried the last request: UCX in the feedclient_ucx TCase, else HTTP. */
+static void carried_right(const char *transport)
+{
+    if (UCX)
+        ck_assert_msg(strncmp(transport, "ucx/", 4) == 0, "carried by '%s', not UCX", transport);
+    else
+        ck_assert_str_eq(transport, "http");
+}
 
 static void setup(void)
 {
     const char *const args[] = {NULL};
     ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
     ck_assert_int_eq(tf_client_new(&C), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(C, UCX ? TF_TRANSPORT_UCX : TF_TRANSPORT_HTTP),
+                     TF_OK);
     snprintf(FEED, sizeof(FEED), "%s/v1/feeds/f", D.base);
     ck_assert_int_eq(tf_feed_declare(C, FEED, DECL, NULL), TF_OK);
+    carried_right(tf_client_last(C)->transport);
+}
+
+static void setup_ucx(void)
+{
+    UCX = 1;
+    setup();
 }
 
 static void teardown(void)
@@ -60,6 +86,7 @@ static void push(float v, uint64_t seq)
     uint64_t round = 0;
     ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, seq, 0, &round), TF_OK);
     ck_assert_uint_gt(round, 0);
+    carried_right(tf_client_last(C)->transport);
     tf_doc_free(d);
 }
 
@@ -93,6 +120,7 @@ static void pop_in_order(const char *be, int n)
     tf_feed_t *feed = NULL;
     ck_assert_int_eq(tf_feed_attach(C, FEED, "0", be, &feed), TF_OK);
     ck_assert_str_eq(tf_feed_backend(feed), be);
+    ck_assert_str_eq(tf_feed_transport(feed), "none");
     for (int i = 0; i < n; i++) {
         tf_item_t *it = NULL;
         ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
@@ -100,6 +128,7 @@ static void pop_in_order(const char *be, int n)
         ck_assert_uint_eq(tf_item_seq(it), (uint64_t)i + 1);
         ck_assert_uint_eq(tf_item_generation(it), 1);
         ck_assert(first_value(it) == (float)(10 * i));
+        carried_right(tf_feed_transport(feed));
         tf_item_release(it);
     }
     tf_feed_detach(feed);
@@ -305,6 +334,7 @@ START_TEST(outfeed_both_ways)
         tf_doc_t *d = item_doc((float)i);
         uint64_t seq = 0;
         ck_assert_int_eq(tf_outfeed_push(feed, d, &seq), TF_OK);
+        carried_right(tf_feed_transport(feed));
         ck_assert_uint_eq(seq, (uint64_t)i + 1);
         tf_doc_free(d);
     }
@@ -314,6 +344,7 @@ START_TEST(outfeed_both_ways)
         uint64_t seq = 0;
         int dev = -2;
         ck_assert_int_eq(tf_outfeed_get(C, FEED, after, 1000, &d, &seq, &dev), TF_OK);
+        carried_right(tf_client_last(C)->transport);
         ck_assert_uint_eq(seq, after + 1);
         ck_assert_int_eq(dev, 0);
         float v;
@@ -540,6 +571,187 @@ START_TEST(cli_feed)
 }
 END_TEST
 
+/* ---- the outfeed's retention ----------------------------------------------------------------- */
+
+/* A receiver that fell behind the retention is told where to resume (410, resume_after). */
+START_TEST(outfeed_gone_resumes)
+{
+    const char decl[] = "{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
+                        "\"shape\":[4]}],\"outfeed_items\":2}";
+    char url[160];
+    snprintf(url, sizeof(url), "%s/v1/feeds/g", D.base);
+    ck_assert_int_eq(tf_feed_declare(C, url, decl, NULL), TF_OK);
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, url, "0", "host", &feed), TF_OK);
+    for (int i = 0; i < 4; i++) {
+        tf_doc_t *d = item_doc((float)i);
+        ck_assert_int_eq(tf_outfeed_push(feed, d, NULL), TF_OK);
+        tf_doc_free(d);
+    }
+    tf_feed_detach(feed);
+    tf_doc_t *d = NULL;
+    uint64_t seq = 0;
+    ck_assert_int_eq(tf_outfeed_get(C, url, 0, 0, &d, &seq, NULL), TF_EGONE);
+    carried_right(tf_client_last(C)->transport);
+    ck_assert_uint_eq(seq, 2);              /* items 3 and 4 are kept */
+    ck_assert_int_eq(tf_outfeed_get(C, url, seq, 0, &d, &seq, NULL), TF_OK);
+    ck_assert_uint_eq(seq, 3);
+    tf_doc_free(d);
+}
+END_TEST
+
+/* ---- processes killed with SIGKILL (over UCX) ------------------------------------------------ */
+/* The children fork before this process has a client (a forked UCX thread would not run in
+ * them), so these tests have their own fixture: the daemon, and the feed declared by a client
+ * freed before any fork. */
+
+static void setup_kill(void)
+{
+    const char *const args[] = {NULL};
+    UCX = 1;
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    snprintf(FEED, sizeof(FEED), "%s/v1/feeds/f", D.base);
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_feed_declare(c, FEED, DECL, NULL), TF_OK);
+    tf_client_free(c);
+}
+
+static tf_client_t *ucx_client(void)
+{
+    tf_client_t *c = NULL;
+    if (tf_client_new(&c) != TF_OK || tf_client_set_transport(c, TF_TRANSPORT_UCX) != TF_OK)
+        return NULL;
+    return c;
+}
+
+/* Pops every item there is (until 1.5 s of nothing) over UCX as consumer id, checking that
+ * they are the values base, base+10, ... in order; returns how many. */
+static int drain_in_order(tf_client_t *c, const char *id, float base)
+{
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.consumer = id;
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach_opts(c, FEED, "0", "host", &o, &feed), TF_OK);
+    int n = 0;
+    uint64_t t0 = (uint64_t)time(NULL);
+    for (;;) {
+        tf_item_t *it = NULL;
+        tf_status_t st = tf_infeed_pop(feed, 1500, &it);
+        if (st == TF_ECONFLICT && (uint64_t)time(NULL) - t0 < 10) {   /* a lease still holds */
+            usleep(100000);
+            continue;
+        }
+        if (st == TF_EAGAIN)
+            break;
+        ck_assert_int_eq(st, TF_OK);
+        ck_assert_msg(strncmp(tf_feed_transport(feed), "ucx/", 4) == 0, "popped over %s",
+                      tf_feed_transport(feed));
+        ck_assert_msg(first_value(it) == base + (float)(10 * n), "item %d is %g", n,
+                      (double)first_value(it));
+        tf_item_release(it);
+        n++;
+    }
+    tf_feed_detach(feed);
+    return n;
+}
+
+/* A consumer that popped over UCX (with prefetch: several delivered, unacknowledged) dies
+ * mid-step: after its lease another consumer gets every item, the dead one's first. */
+START_TEST(ucx_consumer_killed)
+{
+    tf_client_t *c = ucx_client();
+    ck_assert_ptr_nonnull(c);
+    C = c;
+    for (int i = 0; i < 6; i++)
+        push((float)(10 * i), (uint64_t)i + 1);
+    tf_client_free(c);
+    C = NULL;
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        tf_client_t *k = ucx_client();
+        tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+        o.consumer = "doomed";
+        o.prefetch = 3;
+        tf_feed_t *feed = NULL;
+        tf_item_t *a = NULL, *b = NULL;
+        if (!k || tf_feed_attach_opts(k, FEED, "0", "host", &o, &feed) != TF_OK ||
+            tf_infeed_pop(feed, 5000, &a) != TF_OK || tf_infeed_pop(feed, 5000, &b) != TF_OK ||
+            strncmp(tf_feed_transport(feed), "ucx/", 4) != 0)
+            _exit(1);
+        (void)a;                        /* both held: the step never ends */
+        (void)b;
+        if (write(fds[1], "k", 1) != 1)
+            _exit(1);
+        for (;;)
+            tf_client_run(k, 100);      /* mid-step, prefetching, until killed */
+    }
+    close(fds[1]);
+    char ch;
+    ck_assert_int_eq(read(fds[0], &ch, 1), 1);
+    close(fds[0]);
+    usleep(100000);
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status), "the consumer did not die as planned (%d)", status);
+    C = ucx_client();
+    ck_assert_ptr_nonnull(C);
+    ck_assert_int_eq(drain_in_order(C, "heir", 0), 6);     /* nothing lost, nothing twice */
+    ck_assert_int_ge(stat_of("redeliveries"), 1);
+    ck_assert_int_eq(stat_of("released"), 6);
+}
+END_TEST
+
+/* A producer pushing with Tfetch-Seq over UCX is killed mid-stream; its restart resends from
+ * the last seq it saw acknowledged plus one (the one in flight may or may not have been
+ * enqueued): the duplicate is acknowledged, not enqueued, so the consumer sees each once. */
+START_TEST(ucx_producer_killed)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        C = ucx_client();
+        if (!C)
+            _exit(1);
+        for (uint64_t seq = 1; seq <= 14; seq++) {
+            tf_doc_t *d = item_doc((float)(10 * (seq - 1)));
+            uint64_t round = 0;
+            if (tf_infeed_push(C, FEED, 0, d, seq, 0, &round) != TF_OK ||
+                strncmp(tf_client_last(C)->transport, "ucx/", 4) != 0)
+                _exit(1);
+            tf_doc_free(d);
+            if (write(fds[1], &seq, sizeof(seq)) != (ssize_t)sizeof(seq))
+                _exit(1);
+        }
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    uint64_t last = 0, seq;
+    while (last < 5 && read(fds[0], &seq, sizeof(seq)) == (ssize_t)sizeof(seq))
+        last = seq;
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);     /* somewhere in its pushes 6..14 */
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    while (read(fds[0], &seq, sizeof(seq)) == (ssize_t)sizeof(seq))
+        last = seq;                     /* what it saw acknowledged before it died */
+    close(fds[0]);
+    C = ucx_client();
+    ck_assert_ptr_nonnull(C);
+    for (seq = last + 1; seq <= 15; seq++)
+        push((float)(10 * (seq - 1)), seq);
+    push(10 * 14, 15);                  /* a retry of the last one: acknowledged, not queued */
+    ck_assert_int_eq(drain_in_order(C, "reader", 0), 15);
+}
+END_TEST
+
 Suite *suite_feedclient(void)
 {
     Suite *s = suite_create("feedclient");
@@ -561,6 +773,31 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, cuda_falls_back);
     tcase_add_test(tc, bad_arguments);
     tcase_add_test(tc, cli_feed);
+    tcase_add_test(tc, outfeed_gone_resumes);
+    suite_add_tcase(s, tc);
+    /* The same end to end over UCX (policy ucx: every feed request is a FEED frame). */
+    tc = tcase_create("feedclient_ucx");
+    tcase_add_checked_fixture(tc, setup_ucx, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, host_end_to_end);
+    tcase_add_test(tc, sim_end_to_end);
+    tcase_add_test(tc, seq_retry_once);
+    tcase_add_test(tc, prefetch_fills);
+    tcase_add_test(tc, ack_is_cumulative);
+    tcase_add_test(tc, unreleased_comes_again);
+    tcase_add_test(tc, done_after_drain);
+    tcase_add_test(tc, empty_times_out);
+    tcase_add_test(tc, reset_new_generation);
+    tcase_add_test(tc, outfeed_both_ways);
+    tcase_add_test(tc, async_pops_in_order);
+    tcase_add_test(tc, async_pushes_in_order);
+    tcase_add_test(tc, outfeed_gone_resumes);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("feedclient_kill");
+    tcase_add_checked_fixture(tc, setup_kill, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, ucx_consumer_killed);
+    tcase_add_test(tc, ucx_producer_killed);
     suite_add_tcase(s, tc);
     return s;
 }

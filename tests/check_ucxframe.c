@@ -67,7 +67,67 @@ static void base(tfp_uf_hdr_t *h, tfp_uf_op_t op)
         h->flags = TFP_UF_F_REPLY_HAS_BODY;
         h->body_len = 1000;
         break;
+    case TFP_UF_FEED:                           /* a pop carrying its ack */
+        strcpy(h->request_id, "req-4");
+        strcpy(h->user, "alice");
+        strcpy(h->name, "f");
+        h->flags = TFP_UF_F_FEED;
+        h->wait_ms = 100;
+        h->feed.op = TFP_UF_FEED_POP;
+        h->feed.flags = TFP_UF_FF_HAS_ACK;
+        h->feed.ack = 3;
+        strcpy(h->feed.dev, "0");
+        strcpy(h->feed.consumer, "loop-1");
+        break;
     }
+}
+
+/* A valid FEED request of feed op k (base's POP, reshaped). */
+static void base_feed(tfp_uf_hdr_t *h, int k)
+{
+    base(h, TFP_UF_FEED);
+    h->wait_ms = 0;
+    memset(&h->feed, 0, sizeof h->feed);
+    h->feed.op = (uint8_t)k;
+    switch (k) {
+    case TFP_UF_FEED_LIST: h->name[0] = 0; break;
+    case TFP_UF_FEED_DECLARE: h->feed.flags = TFP_UF_FF_JSON; h->body_len = 90; break;
+    case TFP_UF_FEED_INFEED:
+        h->feed.seq = 7;
+        strcpy(h->feed.producer, "prod-1");
+        h->wait_ms = 500;
+        h->body_len = 4096;
+        break;
+    case TFP_UF_FEED_POP:
+        strcpy(h->feed.dev, "gpu0");
+        strcpy(h->feed.consumer, "c");
+        h->wait_ms = 1000;
+        break;
+    case TFP_UF_FEED_ACK:
+        strcpy(h->feed.dev, "1");
+        strcpy(h->feed.consumer, "c");
+        h->feed.flags = TFP_UF_FF_HAS_ACK;
+        h->feed.ack = UINT64_MAX / 2;
+        break;
+    case TFP_UF_FEED_OUTFEED_PUSH: strcpy(h->feed.dev, "0"); h->body_len = 16; break;
+    case TFP_UF_FEED_OUTFEED_GET: h->feed.after = 9; h->wait_ms = 10; break;
+    default: break;                             /* STATS, DELETE, DONE, RESET: the name */
+    }
+}
+
+/* A pop's REPLY: its item's numbers. */
+static void base_feed_reply(tfp_uf_hdr_t *h)
+{
+    base(h, TFP_UF_REPLY);
+    h->flags |= TFP_UF_F_FEED;
+    h->http = 200;
+    h->feed.op = TFP_UF_FEED_POP;
+    h->feed.present = TFP_UF_FP_POSITION | TFP_UF_FP_SEQ | TFP_UF_FP_ROUND |
+                      TFP_UF_FP_GENERATION;
+    h->feed.position = 5;
+    h->feed.seq = 6;
+    h->feed.round = 5;
+    h->feed.generation = 2;
 }
 
 static void put_le(uint8_t *p, uint64_t v, int n)
@@ -103,7 +163,28 @@ static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
     memcpy(p + o, h->name, nname);
     o += nname;
     memcpy(p + o, h->msg, nmsg);
-    return o + nmsg;
+    o += nmsg;
+    if (h->flags & TFP_UF_F_FEED) {             /* the feed block, as unchecked */
+        const tfp_uf_feed_t *f = &h->feed;
+        const uint64_t v[] = {f->seq, f->ack, f->after, f->position, f->round,
+                              f->generation, f->device, f->retry_after, f->resume_after};
+        size_t nd = strlen(f->dev), np = strlen(f->producer), nc = strlen(f->consumer);
+        memset(p + o, 0, TFP_UF_FEED_FIXED);
+        p[o] = f->op;
+        p[o + 1] = f->flags;
+        put_le(p + o + 2, f->present, 2);
+        p[o + 4] = (uint8_t)nd;
+        p[o + 5] = (uint8_t)np;
+        p[o + 6] = (uint8_t)nc;
+        for (int i = 0; i < 9; i++)
+            put_le(p + o + 8 + 8 * i, v[i], 8);
+        o += TFP_UF_FEED_FIXED;
+        memcpy(p + o, f->dev, nd);
+        memcpy(p + o + nd, f->producer, np);
+        memcpy(p + o + nd + np, f->consumer, nc);
+        o += nd + np + nc;
+    }
+    return o;
 }
 
 static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
@@ -119,6 +200,8 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
     ck_assert_str_eq(a->user, b->user);
     ck_assert_str_eq(a->name, b->name);
     ck_assert_str_eq(a->msg, b->msg);
+    if (a->flags & TFP_UF_F_FEED)
+        ck_assert_mem_eq(&a->feed, &b->feed, sizeof a->feed);
 }
 
 /* Decoding must fail with want and a message containing substr, leaving *out untouched. */
@@ -229,14 +312,19 @@ START_TEST(uf_op_names)
     ck_assert_str_eq(tfp_uf_op_name(TFP_UF_CALL), "CALL");
     ck_assert_str_eq(tfp_uf_op_name(TFP_UF_REPLY), "REPLY");
     ck_assert_str_eq(tfp_uf_op_name(TFP_UF_BYE), "BYE");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_FEED), "FEED");
     ck_assert_str_eq(tfp_uf_op_name(0), "?");
-    ck_assert_str_eq(tfp_uf_op_name(9), "?");
+    ck_assert_str_eq(tfp_uf_op_name(10), "?");
+    ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_POP), "POP");
+    ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_RESET), "RESET");
+    ck_assert_str_eq(tfp_uf_feed_op_name(0), "?");
+    ck_assert_str_eq(tfp_uf_feed_op_name(12), "?");
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_REPLY), 1);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO_ACK), 1);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(77), 0);
-    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 255 + 512);
+    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 255 + 512 + 80 + 255 + 128);
 }
 END_TEST
 
@@ -248,7 +336,7 @@ START_TEST(uf_roundtrip_ops)
     tfp_err_t err;
     size_t len, len2;
 
-    for (int op = TFP_UF_HELLO; op <= TFP_UF_BYE; op++) {
+    for (int op = TFP_UF_HELLO; op <= TFP_UF_FEED; op++) {
         base(&h, (tfp_uf_op_t)op);
         ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
         len = encode_ok(&h, buf);
@@ -323,6 +411,19 @@ START_TEST(uf_max_header)
         memcpy(h.msg + i, "\xc3\xa9", 2);       /* 256 x U+00E9 */
     h.msg[TFP_UF_MAX_MSG] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_FEED);
+    decode_ok(buf, len, &d);
+    same_hdr(&h, &d);
+    /* the same strings on an infeed with the longest device and producer: the longest */
+    h.op = TFP_UF_FEED;
+    h.flags = TFP_UF_F_FEED;
+    h.body_len = 1;
+    h.feed.op = TFP_UF_FEED_INFEED;
+    memset(h.feed.dev, 'd', TFP_MAX_TENSOR_NAME);
+    h.feed.dev[TFP_MAX_TENSOR_NAME] = '\0';
+    memset(h.feed.producer, 'p', TFP_MAX_USER_ID);
+    h.feed.producer[TFP_MAX_USER_ID] = '\0';
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
@@ -372,7 +473,7 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
     *encode_only = 0;
     switch (k) {
     case 0: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)0; return "unknown op 0";
-    case 1: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)9; return "unknown op 9";
+    case 1: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)10; return "unknown op 10";
     case 2: base(h, TFP_UF_GET); h->flags = 2; return "flags 0x0002 has unknown bits";
     case 3: base(h, TFP_UF_REPLY); h->flags = 0x8001; return "flags 0x8001 has unknown bits";
     case 4: base(h, TFP_UF_GET); h->request_id[0] = 0;
@@ -623,6 +724,211 @@ START_TEST(uf_reject_nul_in_strings)
 }
 END_TEST
 
+/* ---- FEED frames and the feed block --------------------------------------------------- */
+
+/* Every feed op's request and a reply with every number go through unchanged. */
+START_TEST(uf_feed_roundtrip)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+
+    for (int k = TFP_UF_FEED_LIST; k <= TFP_UF_FEED_RESET; k++) {
+        base_feed(&h, k);
+        decode_ok(buf, encode_ok(&h, buf), &d);
+        same_hdr(&h, &d);
+    }
+    base_feed_reply(&h);
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    ck_assert_uint_eq(d.feed.position, 5);
+    ck_assert_uint_eq(d.feed.generation, 2);
+    h.feed.present = TFP_UF_FP_ALL;             /* every number, at its extreme */
+    h.feed.device = 63;
+    h.feed.retry_after = 1;
+    h.feed.resume_after = UINT64_MAX;
+    h.feed.flags = TFP_UF_FF_JSON;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    /* a failed feed REPLY: no body, the numbers still (429's Retry-After) */
+    base(&h, TFP_UF_REPLY);
+    h.flags = TFP_UF_F_FEED;
+    h.body_len = 0;
+    h.status = TFP_EFULL;
+    h.http = 429;
+    h.feed.op = TFP_UF_FEED_INFEED;
+    h.feed.present = TFP_UF_FP_RETRY_AFTER;
+    h.feed.retry_after = 1;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+}
+END_TEST
+
+/* Golden bytes of a small feed block: an ack through 2 on device "1" by consumer "c". */
+START_TEST(uf_feed_golden)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h;
+
+    tfp_uf_init(&h, TFP_UF_FEED, 1);
+    strcpy(h.request_id, "r");
+    strcpy(h.name, "f");
+    h.flags = TFP_UF_F_FEED;
+    h.feed.op = TFP_UF_FEED_ACK;
+    h.feed.flags = TFP_UF_FF_HAS_ACK;
+    h.feed.ack = 2;
+    strcpy(h.feed.dev, "1");
+    strcpy(h.feed.consumer, "c");
+    size_t len = encode_ok(&h, buf);
+    ck_assert_uint_eq(len, 40 + 2 + 80 + 2);
+    ck_assert_uint_eq(buf[5], 9);               /* op FEED */
+    ck_assert_uint_eq(buf[6], 0x00);
+    ck_assert_uint_eq(buf[7], 0x01);            /* flag FEED: 0x0100 */
+    const uint8_t *f = buf + 42;
+    static const uint8_t want[8] = {7, 1, 0, 0, 1, 0, 1, 0};
+    ck_assert_mem_eq(f, want, 8);
+    ck_assert_uint_eq(f[16], 2);                /* ack, little-endian at 16 */
+    ck_assert_uint_eq(f[80], '1');
+    ck_assert_uint_eq(f[81], 'c');
+}
+END_TEST
+
+/* Breaks one feed rule of a valid FEED frame (or feed REPLY). */
+static const char *feed_rule(int k, tfp_uf_hdr_t *h)
+{
+    switch (k) {
+    case 0: base(h, TFP_UF_FEED); h->flags = 0; return "FEED without its feed block";
+    case 1: base(h, TFP_UF_GET); h->flags = TFP_UF_F_FEED; return "flag FEED on GET";
+    case 2: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_FEED; return "flag FEED on PUT";
+    case 3: base(h, TFP_UF_FEED); h->feed.op = 0; return "unknown feed op 0";
+    case 4: base(h, TFP_UF_FEED); h->feed.op = 12; return "unknown feed op 12";
+    case 5: base(h, TFP_UF_FEED); h->feed.flags |= 0x80; return "feed flags 0x81 has unknown";
+    case 6: base(h, TFP_UF_FEED); h->feed.position = 1; return "FEED POP carries reply fields";
+    case 7: base(h, TFP_UF_FEED); h->feed.present = 1; return "carries reply fields";
+    case 8: base(h, TFP_UF_FEED); h->name[0] = 0; return "FEED POP needs a feed name";
+    case 9: base_feed(h, TFP_UF_FEED_LIST); strcpy(h->name, "f");
+        return "FEED LIST takes no feed name";
+    case 10: base(h, TFP_UF_FEED); h->feed.dev[0] = 0; return "FEED POP needs a device";
+    case 11: base_feed(h, TFP_UF_FEED_ACK); h->feed.dev[0] = 0; return "FEED ACK needs a device";
+    case 12: base_feed(h, TFP_UF_FEED_OUTFEED_PUSH); h->feed.dev[0] = 0;
+        return "FEED OUTFEED_PUSH needs a device";
+    case 13: base_feed(h, TFP_UF_FEED_STATS); strcpy(h->feed.dev, "0");
+        return "FEED STATS takes no device";
+    case 14: base(h, TFP_UF_FEED); strcpy(h->feed.dev, "a/b"); return "feed device is not";
+    case 15: base(h, TFP_UF_FEED); strcpy(h->feed.dev, ".."); return "feed device is not";
+    case 16: base(h, TFP_UF_FEED); strcpy(h->feed.producer, "p");
+        return "FEED POP takes no producer";
+    case 17: base_feed(h, TFP_UF_FEED_INFEED); strcpy(h->feed.producer, "p q");
+        return "feed producer is not";
+    case 18: base(h, TFP_UF_FEED); h->feed.consumer[0] = 0; return "FEED POP needs a consumer";
+    case 19: base_feed(h, TFP_UF_FEED_INFEED); strcpy(h->feed.consumer, "c");
+        return "FEED INFEED takes no consumer";
+    case 20: base(h, TFP_UF_FEED); strcpy(h->feed.consumer, "c:1");
+        return "feed consumer is not";
+    case 21: base(h, TFP_UF_FEED); h->feed.seq = 1; return "FEED POP takes no seq";
+    case 22: base_feed(h, TFP_UF_FEED_INFEED); h->feed.flags = TFP_UF_FF_HAS_ACK;
+        return "FEED INFEED: ack and its flag HAS_ACK disagree";
+    case 23: base_feed(h, TFP_UF_FEED_ACK); h->feed.flags = 0; return "FEED ACK: ack and";
+    case 24: base(h, TFP_UF_FEED); h->feed.flags = 0; return "FEED POP: ack and its flag";
+    case 25: base(h, TFP_UF_FEED); h->feed.after = 1; return "FEED POP takes no after";
+    case 26: base_feed(h, TFP_UF_FEED_INFEED); h->feed.seq = UINT64_MAX / 2 + 1;
+        return "feed seq, ack or after is above 2^63-1";
+    case 27: base_feed(h, TFP_UF_FEED_OUTFEED_GET); h->feed.after = UINT64_MAX;
+        return "above 2^63-1";
+    case 28: base_feed(h, TFP_UF_FEED_DONE); h->wait_ms = 5;
+        return "wait_ms 5 on FEED DONE (which does not wait)";
+    case 29: base_feed(h, TFP_UF_FEED_DECLARE); h->feed.flags = 0;
+        return "FEED DECLARE: a declaration is a JSON body";
+    case 30: base_feed(h, TFP_UF_FEED_DECLARE); h->body_len = 0;
+        return "FEED DECLARE: a declaration is a JSON body";
+    case 31: base_feed(h, TFP_UF_FEED_INFEED); h->feed.flags = TFP_UF_FF_JSON;
+        return "FEED INFEED: only DECLARE has a JSON body";
+    case 32: base_feed(h, TFP_UF_FEED_RESET); h->body_len = 3;
+        return "body_len 3 on FEED RESET (which has no body)";
+    case 33: base(h, TFP_UF_FEED); h->body_len = 3; return "body_len 3 on FEED POP";
+    case 34: base_feed_reply(h); strcpy(h->feed.dev, "0");
+        return "a feed REPLY carries request fields";
+    case 35: base_feed_reply(h); h->feed.ack = 1; return "a feed REPLY carries request fields";
+    case 36: base_feed_reply(h); h->feed.flags = TFP_UF_FF_HAS_ACK;
+        return "a feed REPLY carries request fields";
+    case 37: base_feed_reply(h); h->feed.present |= 0x80;
+        return "feed present 0x008f has unknown bits";
+    case 38: base_feed_reply(h); h->feed.device = 1;
+        return "feed REPLY sets a number its present bits do not flag (bit 4)";
+    case 39: base_feed_reply(h); h->flags = TFP_UF_F_FEED; h->body_len = 0;
+        h->feed.flags = TFP_UF_FF_JSON;
+        return "feed flag JSON on a REPLY without a body";
+    case 40: base_feed_reply(h); h->feed.op = 0; return "unknown feed op 0";
+    case 41: base(h, TFP_UF_HELLO_ACK); h->flags = TFP_UF_F_FEED; h->feed.op = 1;
+        return "flag FEED on HELLO_ACK";
+    }
+    return NULL;
+}
+
+#define N_FEED_RULES 42
+
+START_TEST(uf_feed_rule_refused)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 512];
+    tfp_uf_hdr_t h;
+    tfp_err_t err = { TFP_OK, "" };
+    const char *want = feed_rule(_i, &h);
+    size_t len = 99;
+
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    ck_assert_uint_eq(len, 99);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "feed rule %d: encode says '%s', want '%s'",
+                  _i, err.msg, want);
+    len = raw_encode(&h, buf);
+    decode_rejects_at(100 + _i, buf, len, TFP_EPROTO, want);
+}
+END_TEST
+
+START_TEST(uf_feed_rules_cover)
+{
+    tfp_uf_hdr_t h;
+    tfp_err_t err;
+
+    ck_assert_ptr_null(feed_rule(N_FEED_RULES, &h));
+    base(&h, TFP_UF_FEED);
+    ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
+    base_feed_reply(&h);
+    ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
+}
+END_TEST
+
+/* What only bytes can get wrong in the feed block. */
+START_TEST(uf_feed_reject_bytes)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 64];
+    tfp_uf_hdr_t h;
+    base(&h, TFP_UF_FEED);
+    size_t len = encode_ok(&h, buf);
+    size_t fb = TFP_UF_FIXED + strlen(h.request_id) + strlen(h.user) + strlen(h.name);
+
+    DECODE_REJECTS(buf, fb + 79, TFP_EPROTO, "is too short for the feed block");
+    DECODE_REJECTS(buf, fb, TFP_EPROTO, "is too short for the feed block");
+    DECODE_REJECTS(buf, len - 1, TFP_EPROTO, "(40 + strings + feed block)");
+    DECODE_REJECTS(buf, len + 1, TFP_EPROTO, "(40 + strings + feed block)");
+    buf[fb + 7] = 1;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "feed reserved byte is 1, not 0");
+    buf[fb + 7] = 0;
+    buf[fb + 6] = 129;
+    DECODE_REJECTS(buf, sizeof buf, TFP_EPROTO, "feed producer or consumer length is over 128");
+    buf[fb + 6] = (uint8_t)strlen(h.feed.consumer);
+    buf[fb + 5] = 200;
+    DECODE_REJECTS(buf, sizeof buf, TFP_EPROTO, "feed producer or consumer length is over 128");
+    buf[fb + 5] = 0;
+    buf[fb + 80] = 0;                           /* the device's first byte */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "feed device contains a NUL byte");
+    buf[fb + 80] = '0';
+    buf[fb + 81] = 0;                           /* the consumer's */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "feed consumer contains a NUL byte");
+    buf[fb + 81] = 'l';
+    decode_ok(buf, len, &h);
+}
+END_TEST
+
 /* ---- frame: random ------------------------------------------------------------------- */
 
 static void rnd_id(char *dst, size_t max, const char *alphabet)
@@ -767,6 +1073,11 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_reject_reserved);
     tcase_add_test(tc, uf_reject_lengths);
     tcase_add_test(tc, uf_reject_nul_in_strings);
+    tcase_add_test(tc, uf_feed_roundtrip);
+    tcase_add_test(tc, uf_feed_golden);
+    tcase_add_loop_test(tc, uf_feed_rule_refused, 0, N_FEED_RULES);
+    tcase_add_test(tc, uf_feed_rules_cover);
+    tcase_add_test(tc, uf_feed_reject_bytes);
     tcase_add_test(tc, uf_random_roundtrip);
     tcase_add_test(tc, uf_random_corruption);
     suite_add_tcase(s, tc);

@@ -30,6 +30,7 @@
 #include "transports/req_int.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
+#include "proto/ids.h"
 #include "proto/ucxframe.h"
 #include "transports/ucx_common.h"
 
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <time.h>
 #include <ucp/api/ucp.h>
@@ -68,6 +70,7 @@ typedef struct ucx_req {
     size_t hdr_len;
     const void *body;
     size_t body_len;
+    int body_json;                  /* a FEED reply's body is JSON text */
     void (*release)(void *);
     void *release_arg;
 } ucx_req_t;
@@ -296,6 +299,58 @@ static void send_small(tfx_ucx_t *u, ucp_ep_h ep, const tfp_uf_hdr_t *h)
 
 /* ---- tfx_req_t over UCX ----------------------------------------------------------------- */
 
+/* ---- feeds over UCX: the FEED frame's block, to and from the request ---------------------- */
+
+/* A FEED reply's block: the numbers HTTP would send as the handlers' headers (Tfetch-Position,
+ * -Seq, -Round, -Generation, -Device, Retry-After); an outfeed 410's resume_after rides in its
+ * JSON body, as over HTTP. */
+static void feed_reply_block(ucx_req_t *q, tfp_uf_hdr_t *h)
+{
+    static const char *const names[] = {"Tfetch-Position", "Tfetch-Seq", "Tfetch-Round",
+                                        "Tfetch-Generation", "Tfetch-Device", "Retry-After"};
+    uint64_t *vals[] = {&h->feed.position, &h->feed.seq, &h->feed.round, &h->feed.generation,
+                        &h->feed.device, &h->feed.retry_after};
+    h->flags |= TFP_UF_F_FEED;
+    h->feed.op = q->in.feed.op;
+    h->feed.flags = q->body_json && h->body_len ? TFP_UF_FF_JSON : 0;
+    for (const tfx_hdr_t *x = q->base.hdrs; x; x = x->next)
+        for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strcasecmp(x->name, names[i]) == 0 &&
+                tfp_parse_u64(x->value, UINT64_MAX, vals[i]) == 0)
+                h->feed.present |= (uint16_t)(1u << i);
+}
+
+/* The operation a FEED frame asks for: its kind, the device token, the stream ids and
+ * positions (the decoder checked every rule of the block). */
+static void feed_frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
+{
+    static const tfp_op_kind_t kinds[] = {
+        [TFP_UF_FEED_LIST] = TFP_OP_FEED_LIST, [TFP_UF_FEED_DECLARE] = TFP_OP_FEED_DECLARE,
+        [TFP_UF_FEED_STATS] = TFP_OP_FEED_STATS, [TFP_UF_FEED_DELETE] = TFP_OP_FEED_DELETE,
+        [TFP_UF_FEED_INFEED] = TFP_OP_FEED_INFEED, [TFP_UF_FEED_POP] = TFP_OP_FEED_POP,
+        [TFP_UF_FEED_ACK] = TFP_OP_FEED_ACK,
+        [TFP_UF_FEED_OUTFEED_PUSH] = TFP_OP_FEED_OUTFEED_PUSH,
+        [TFP_UF_FEED_OUTFEED_GET] = TFP_OP_FEED_OUTFEED_GET,
+        [TFP_UF_FEED_DONE] = TFP_OP_FEED_DONE, [TFP_UF_FEED_RESET] = TFP_OP_FEED_RESET};
+    tfp_op_t *op = &r->op;
+    const tfp_uf_feed_t *f = &h->feed;
+    op->kind = kinds[f->op];
+    memcpy(op->sub, f->dev, sizeof op->sub);
+    memcpy(op->feed.producer, f->producer, sizeof op->feed.producer);
+    memcpy(op->feed.consumer, f->consumer, sizeof op->feed.consumer);
+    op->feed.seq = f->seq;
+    op->feed.ack = f->ack;
+    op->feed.has_ack = (f->flags & TFP_UF_FF_HAS_ACK) != 0;
+    op->feed.after = f->after;
+    if (f->op == TFP_UF_FEED_DECLARE) {
+        op->body.kind = TFP_BODY_JSON;
+        op->body.media = TFP_MEDIA_JSON;
+    } else if (h->body_len) {
+        op->body.kind = TFP_BODY_SAFETENSORS;
+        tfp_op_check_length(op, u->cfg.max_body, &r->op_err);
+    }
+}
+
 /* Encodes the REPLY frame: status, the HTTP-equivalent status, msg. */
 static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const char *msg,
                        size_t body_len)
@@ -309,6 +364,8 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
     snprintf(h.request_id, sizeof h.request_id, "%s", q->in.request_id);
     if (msg)
         snprintf(h.msg, sizeof h.msg, "%s", msg);
+    if (q->in.op == TFP_UF_FEED)
+        feed_reply_block(q, &h);
     tfp_err_t err;
     if (tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK) {
         h.msg[0] = '\0';                /* a message that does not encode is left out */
@@ -319,8 +376,8 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
 static void ucx_respond(tfx_req_t *r, unsigned status, const char *content_type,
                         const void *body, size_t len, void (*release)(void *), void *release_arg)
 {
-    (void)content_type;
     ucx_req_t *q = UR(r);
+    q->body_json = content_type && strncmp(content_type, "application/json", 16) == 0;
     make_reply(q, status, TFP_OK, NULL, len);
     q->body = body;
     q->body_len = len;
@@ -538,7 +595,7 @@ static void do_recv(ucx_req_t *q)
                           ucs_status_string(UCS_PTR_STATUS(rq)));
 }
 
-/* The operation a request frame (GET, PUT, DELETE or CALL) asks for, into r->op. */
+/* The operation a request frame (GET, PUT, DELETE, CALL or FEED) asks for, into r->op. */
 static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
 {
     tfp_op_t *op = &r->op;
@@ -556,6 +613,8 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
         op->body.kind = TFP_BODY_SAFETENSORS;
         tfp_op_check_length(op, u->cfg.max_body, &r->op_err);
     }
+    if (h->op == TFP_UF_FEED)
+        feed_frame_op(u, r, h);
 }
 
 static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,

@@ -1,0 +1,779 @@
+/* feed_bench.c - tfetch-feed-bench: device feeds against what people use as a queue today
+ * (bench/README.md, "Feeds"), side by side in one run, one producer thread and one consumer
+ * thread per measurement, each with its own connection:
+ *
+ *   feed   a tfetchd feed through libtfetch (tf_infeed_push with Tfetch-Seq and Prefer: wait;
+ *          tf_feed_attach + tf_infeed_pop, prefetch 4, release after the step), over the
+ *          client's UCX connection (policy auto: upgraded after the first request)
+ *   store  tfetchd's store used as a queue: PUT q<i>, GET q<i> with a long poll, DELETE
+ *   redis  a Redis list: RPUSH / BLPOP, speaking RESP by hand over a unix socket to a
+ *          redis-server the bench starts and stops (no client library: two commands, and the
+ *          reply read straight into the consumer's buffer, as hiredis would copy it)
+ *   tcp    a plain loopback TCP connection: a length, then the bytes, read into a buffer
+ *   ring   the ceiling: a memfd ring of 8 slots shared by the two threads (the producer
+ *          copies an item into a slot; the consumer reads it in place and frees the slot
+ *          after its step), plus memcpy alone
+ *
+ * Every queue is bounded (8 items ahead of the consumer: the feed's max_items, the ring's
+ * slots, an in-flight counter for store and redis, the socket buffers for tcp). Two kinds of
+ * run: throughput (no compute: items/s, GB/s) for each size, and starvation (the consumer
+ * computes STEP ms per item, spinning; the fraction of its wall time spent waiting for the
+ * next item, from the second item on). Prints a table and the issue's targets as PASS/MISS
+ * (never fails on a miss). Threads: main (consumer) and one producer per run.
+ *
+ *   tfetch-feed-bench [--sizes LIST] [--bytes N] [--quick] [--base URL]
+ *
+ * --base URL uses a tfetchd already running there (another host, another network
+ * namespace) instead of starting one: then only feed and store run, both ends here.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench/common.h"
+#include "client/tfetch.h"
+#include "tests/fixtures.h"
+
+const char *const bench_prog = "tfetch-feed-bench";
+
+#define AHEAD 8                         /* items a producer may be ahead of the consumer */
+
+static td_daemon_t D;
+static char redis_sock[108];
+static pid_t redis_pid;
+
+/* ---- one measurement ------------------------------------------------------------------------ */
+
+typedef struct method method_t;
+typedef struct {
+    const method_t *m;
+    size_t size;
+    long n;
+    double step_s;                      /* consumer compute per item */
+    unsigned char *src;                 /* the producer's item */
+    void *st;                           /* the method's shared state */
+    atomic_long consumed;               /* for the methods bounded by a counter */
+    int perr;                           /* the producer failed */
+    char transport[32];
+} run_t;
+
+struct method {
+    const char *name;
+    int (*open)(run_t *r);              /* 0, or -1 (the method is skipped) */
+    int (*produce)(run_t *r);           /* pushes r->n items; 0 or -1 */
+    int (*consume)(run_t *r, double *wait_s);  /* the whole consumer loop; 0 or -1 */
+    void (*close)(run_t *r);
+};
+
+static void spin(double s)
+{
+    double t = tfx_now_s() + s;
+    while (tfx_now_s() < t)
+        ;
+}
+
+static void wait_ahead(run_t *r, long i)
+{
+    while (i - atomic_load(&r->consumed) >= AHEAD)
+        usleep(50);
+}
+
+/* ---- ring ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    unsigned char *slots;
+    _Atomic uint64_t *head, *tail;      /* in the memfd's first page */
+    void *map;
+    size_t maplen;
+} ring_t;
+
+static int ring_open(run_t *r)
+{
+    ring_t *g = calloc(1, sizeof(*g));
+    int fd = memfd_create("tfetch-bench-ring", MFD_CLOEXEC);
+    if (!g || fd < 0)
+        return -1;
+    g->maplen = 4096 + AHEAD * r->size;
+    if (ftruncate(fd, (off_t)g->maplen) != 0 ||
+        (g->map = mmap(NULL, g->maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    g->head = g->map;
+    g->tail = (_Atomic uint64_t *)((char *)g->map + 64);
+    g->slots = (unsigned char *)g->map + 4096;
+    r->st = g;
+    return 0;
+}
+
+static int ring_produce(run_t *r)
+{
+    ring_t *g = r->st;
+    for (long i = 0; i < r->n; i++) {
+        while (atomic_load(g->head) - atomic_load(g->tail) >= AHEAD)
+            sched_yield();
+        memcpy(g->slots + (i % AHEAD) * r->size, r->src, r->size);
+        atomic_store(g->head, (uint64_t)i + 1);
+    }
+    return 0;
+}
+
+static int ring_consume(run_t *r, double *wait_s)
+{
+    ring_t *g = r->st;
+    volatile unsigned char sink = 0;
+    for (long i = 0; i < r->n; i++) {
+        double t0 = tfx_now_s();
+        while (atomic_load(g->head) <= (uint64_t)i)
+            sched_yield();
+        if (i > 0)
+            *wait_s += tfx_now_s() - t0;
+        sink ^= g->slots[(i % AHEAD) * r->size + r->size - 1];
+        spin(r->step_s);
+        atomic_store(g->tail, (uint64_t)i + 1);
+    }
+    (void)sink;
+    return 0;
+}
+
+static void ring_close(run_t *r)
+{
+    ring_t *g = r->st;
+    munmap(g->map, g->maplen);
+    free(g);
+}
+
+/* ---- tcp -------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int pfd, cfd;
+    unsigned char *buf;
+} tcp_t;
+
+static int full_write(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int full_read(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n) {
+        ssize_t k = read(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int tcp_open(run_t *r)
+{
+    tcp_t *t = calloc(1, sizeof(*t));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (!t || l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(l, 1) != 0 ||
+        getsockname(l, (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    t->pfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(t->pfd, (struct sockaddr *)&a, sizeof(a)) != 0 || (t->cfd = accept(l, NULL, NULL)) < 0)
+        return -1;
+    close(l);
+    int one = 1;
+    setsockopt(t->pfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    t->buf = malloc(r->size);
+    r->st = t;
+    return t->buf ? 0 : -1;
+}
+
+static int tcp_produce(run_t *r)
+{
+    tcp_t *t = r->st;
+    for (long i = 0; i < r->n; i++) {
+        uint64_t len = r->size;
+        if (full_write(t->pfd, &len, sizeof(len)) != 0 || full_write(t->pfd, r->src, r->size) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int tcp_consume(run_t *r, double *wait_s)
+{
+    tcp_t *t = r->st;
+    for (long i = 0; i < r->n; i++) {
+        double t0 = tfx_now_s();
+        uint64_t len;
+        if (full_read(t->cfd, &len, sizeof(len)) != 0 || len != r->size ||
+            full_read(t->cfd, t->buf, len) != 0)
+            return -1;
+        if (i > 0)
+            *wait_s += tfx_now_s() - t0;
+        spin(r->step_s);
+    }
+    return 0;
+}
+
+static void tcp_close(run_t *r)
+{
+    tcp_t *t = r->st;
+    close(t->pfd);
+    close(t->cfd);
+    free(t->buf);
+    free(t);
+}
+
+/* ---- redis (RESP by hand) ---------------------------------------------------------------------- */
+
+static int redis_connect(void)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", redis_sock);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads one CRLF-terminated line (without it) into buf. */
+static int read_line(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    while (n + 1 < cap) {
+        if (full_read(fd, buf + n, 1) != 0)
+            return -1;
+        if (n > 0 && buf[n - 1] == '\r' && buf[n] == '\n') {
+            buf[n - 1] = '\0';
+            return 0;
+        }
+        n++;
+    }
+    return -1;
+}
+
+static int redis_start(void)
+{
+    snprintf(redis_sock, sizeof(redis_sock), "/tmp/tfetch-bench-redis-%d.sock", (int)getpid());
+    unlink(redis_sock);
+    redis_pid = fork();
+    if (redis_pid < 0)
+        return -1;
+    if (redis_pid == 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul >= 0) {
+            dup2(nul, 1);
+            dup2(nul, 2);
+        }
+        execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", redis_sock,
+               "--save", "", "--appendonly", "no", "--daemonize", "no",
+               "--client-query-buffer-limit", "1gb", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100; i++) {
+        int fd = redis_connect();
+        if (fd >= 0) {
+            close(fd);
+            return 0;
+        }
+        int st;
+        if (waitpid(redis_pid, &st, WNOHANG) == redis_pid) {
+            redis_pid = 0;
+            return -1;
+        }
+        usleep(50000);
+    }
+    return -1;
+}
+
+static void redis_stop(void)
+{
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGTERM);
+        waitpid(redis_pid, NULL, 0);
+        redis_pid = 0;
+    }
+    unlink(redis_sock);
+}
+
+typedef struct {
+    int pfd, cfd;
+    unsigned char *buf;
+} redis_t;
+
+static int redis_open(run_t *r)
+{
+    if (redis_pid <= 0)
+        return -1;
+    redis_t *t = calloc(1, sizeof(*t));
+    if (!t || (t->pfd = redis_connect()) < 0 || (t->cfd = redis_connect()) < 0 ||
+        !(t->buf = malloc(r->size)))
+        return -1;
+    r->st = t;
+    return 0;
+}
+
+static int redis_produce(run_t *r)
+{
+    redis_t *t = r->st;
+    char hdr[96], line[64];
+    for (long i = 0; i < r->n; i++) {
+        wait_ahead(r, i);
+        int k = snprintf(hdr, sizeof(hdr), "*3\r\n$5\r\nRPUSH\r\n$1\r\nq\r\n$%zu\r\n", r->size);
+        if (full_write(t->pfd, hdr, (size_t)k) != 0 || full_write(t->pfd, r->src, r->size) != 0 ||
+            full_write(t->pfd, "\r\n", 2) != 0 || read_line(t->pfd, line, sizeof(line)) != 0 ||
+            line[0] != ':')
+            return -1;
+    }
+    return 0;
+}
+
+static int redis_consume(run_t *r, double *wait_s)
+{
+    redis_t *t = r->st;
+    static const char cmd[] = "*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n";
+    char line[64];
+    for (long i = 0; i < r->n; i++) {
+        double t0 = tfx_now_s();
+        if (full_write(t->cfd, cmd, sizeof(cmd) - 1) != 0 ||
+            read_line(t->cfd, line, sizeof(line)) != 0 || strcmp(line, "*2") != 0 ||
+            read_line(t->cfd, line, sizeof(line)) != 0 ||         /* $1 */
+            read_line(t->cfd, line, sizeof(line)) != 0 ||         /* q */
+            read_line(t->cfd, line, sizeof(line)) != 0 || line[0] != '$' ||
+            strtoull(line + 1, NULL, 10) != r->size || full_read(t->cfd, t->buf, r->size) != 0 ||
+            full_read(t->cfd, line, 2) != 0)
+            return -1;
+        if (i > 0)
+            *wait_s += tfx_now_s() - t0;
+        atomic_fetch_add(&r->consumed, 1);
+        spin(r->step_s);
+    }
+    return 0;
+}
+
+static void redis_close(run_t *r)
+{
+    redis_t *t = r->st;
+    close(t->pfd);
+    close(t->cfd);
+    free(t->buf);
+    free(t);
+}
+
+/* ---- tfetchd: store and feed ----------------------------------------------------------------- */
+
+static tf_doc_t *item_doc(run_t *r)
+{
+    tf_doc_t *d = tf_doc_new();
+    int64_t shape[1] = {(int64_t)r->size};
+    if (d && tf_doc_add(d, "x", TF_U8, 1, shape, r->src, r->size, TF_BORROW) != TF_OK) {
+        tf_doc_free(d);
+        d = NULL;
+    }
+    return d;
+}
+
+static int store_open(run_t *r)
+{
+    static int gen;
+    r->st = (void *)(intptr_t)++gen;
+    return 0;
+}
+
+static void store_url(run_t *r, long i, char *u, size_t cap)
+{
+    snprintf(u, cap, "%s/v1/tensors/q%d-%ld", D.base, (int)(intptr_t)r->st, i);
+}
+
+static int store_produce(run_t *r)
+{
+    tf_client_t *c = NULL;
+    tf_doc_t *d = item_doc(r);
+    int rc = 0;
+    char u[160];
+    if (!d || tf_client_new(&c) != TF_OK)
+        rc = -1;
+    for (long i = 0; rc == 0 && i < r->n; i++) {
+        wait_ahead(r, i);
+        store_url(r, i, u, sizeof(u));
+        if (tf_put(c, u, d) != TF_OK)
+            rc = -1;
+    }
+    tf_doc_free(d);
+    tf_client_free(c);
+    return rc;
+}
+
+static int store_consume(run_t *r, double *wait_s)
+{
+    tf_client_t *c = NULL;
+    char u[160];
+    if (tf_client_new(&c) != TF_OK)
+        return -1;
+    int rc = 0;
+    for (long i = 0; rc == 0 && i < r->n; i++) {
+        double t0 = tfx_now_s();
+        tf_doc_t *d = NULL;
+        store_url(r, i, u, sizeof(u));
+        if (tf_get(c, u, 10000, &d) != TF_OK) {
+            rc = -1;
+            break;
+        }
+        if (i > 0)
+            *wait_s += tfx_now_s() - t0;
+        snprintf(r->transport, sizeof(r->transport), "%s", tf_client_last(c)->transport);
+        spin(r->step_s);
+        tf_doc_free(d);
+        if (tf_delete(c, u) != TF_OK)
+            rc = -1;
+        atomic_fetch_add(&r->consumed, 1);
+    }
+    tf_client_free(c);
+    return rc;
+}
+
+static void store_close(run_t *r)
+{
+    (void)r;
+}
+
+typedef struct {
+    char url[160];
+} feedst_t;
+
+static int feed_open(run_t *r)
+{
+    static int gen;
+    feedst_t *f = calloc(1, sizeof(*f));
+    tf_client_t *c = NULL;
+    char decl[256];
+    if (!f || tf_client_new(&c) != TF_OK)
+        return -1;
+    snprintf(f->url, sizeof(f->url), "%s/v1/feeds/b%d", D.base, ++gen);
+    snprintf(decl, sizeof(decl), "{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
+             "\"shape\":[%zu]}],\"max_items\":%d,\"max_bytes\":%zu}", r->size, AHEAD,
+             (size_t)AHEAD * r->size + 4096);
+    tf_status_t st = tf_feed_declare(c, f->url, decl, NULL);
+    if (st != TF_OK)
+        bench_errorf("declare: %s", tf_client_last(c)->error);
+    tf_client_free(c);
+    r->st = f;
+    return st == TF_OK ? 0 : -1;
+}
+
+static int feed_produce(run_t *r)
+{
+    feedst_t *f = r->st;
+    tf_client_t *c = NULL;
+    tf_doc_t *d = item_doc(r);
+    int rc = 0;
+    if (!d || tf_client_new(&c) != TF_OK)
+        rc = -1;
+    for (long i = 0; rc == 0 && i < r->n; i++) {
+        tf_status_t st = tf_infeed_push(c, f->url, 0, d, (uint64_t)i + 1, 10000, NULL);
+        if (st != TF_OK) {
+            bench_errorf("infeed push: %s", tf_client_last(c)->error);
+            rc = -1;
+        }
+    }
+    tf_doc_free(d);
+    tf_client_free(c);
+    return rc;
+}
+
+static int feed_consume(run_t *r, double *wait_s)
+{
+    feedst_t *f = r->st;
+    tf_client_t *c = NULL;
+    tf_feed_t *feed = NULL;
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.prefetch = 4;
+    if (tf_client_new(&c) != TF_OK || tf_feed_attach_opts(c, f->url, "0", "host", &o, &feed) != TF_OK) {
+        tf_client_free(c);
+        return -1;
+    }
+    int rc = 0;
+    volatile unsigned char sink = 0;
+    for (long i = 0; i < r->n; i++) {
+        double t0 = tfx_now_s();
+        tf_item_t *it = NULL;
+        if (tf_infeed_pop(feed, 10000, &it) != TF_OK) {
+            bench_errorf("pop: %s", tf_client_last(c)->error);
+            rc = -1;
+            break;
+        }
+        if (i > 0)
+            *wait_s += tfx_now_s() - t0;
+        const tf_tensor_t *t = tf_doc_find(tf_item_doc(it), "x");
+        if (!t || t->nbytes != r->size) {
+            rc = -1;
+            tf_item_release(it);
+            break;
+        }
+        sink ^= ((const unsigned char *)t->data)[r->size - 1];
+        spin(r->step_s);
+        tf_item_release(it);
+        tf_client_run(c, 0);            /* one pass: the prefetch moves on during a step */
+    }
+    (void)sink;
+    snprintf(r->transport, sizeof(r->transport), "%s", tf_feed_transport(feed));
+    tf_feed_detach(feed);
+    tf_client_free(c);
+    return rc;
+}
+
+static void feed_close(run_t *r)
+{
+    free(r->st);
+}
+
+static const method_t METHODS[] = {
+    {"feed", feed_open, feed_produce, feed_consume, feed_close},
+    {"store", store_open, store_produce, store_consume, store_close},
+    {"redis", redis_open, redis_produce, redis_consume, redis_close},
+    {"tcp", tcp_open, tcp_produce, tcp_consume, tcp_close},
+    {"ring", ring_open, ring_produce, ring_consume, ring_close},
+};
+#define NMETHODS (sizeof(METHODS) / sizeof(METHODS[0]))
+
+static void *producer(void *arg)
+{
+    run_t *r = arg;
+    r->perr = r->m->produce(r) != 0;
+    return NULL;
+}
+
+typedef struct {
+    int ok;
+    double items_s, gb_s, starved;
+    char transport[32];
+} result_t;
+
+static result_t measure(const method_t *m, size_t size, long n, double step_s,
+                        unsigned char *src)
+{
+    result_t res = {0};
+    run_t r = {.m = m, .size = size, .n = n, .step_s = step_s, .src = src};
+    if (m->open(&r) != 0)
+        return res;
+    pthread_t th;
+    double t0 = tfx_now_s(), wait = 0;
+    if (pthread_create(&th, NULL, producer, &r) != 0) {
+        m->close(&r);
+        return res;
+    }
+    int crc = m->consume(&r, &wait);
+    double wall = tfx_now_s() - t0;
+    if (crc != 0 && strcmp(m->name, "tcp") == 0)
+        shutdown(((tcp_t *)r.st)->pfd, SHUT_RDWR);
+    pthread_join(th, NULL);
+    m->close(&r);
+    if (crc != 0 || r.perr)
+        return res;
+    res.ok = 1;
+    res.items_s = (double)n / wall;
+    res.gb_s = res.items_s * (double)size / 1e9;
+    res.starved = n > 1 ? wait / wall : 0;
+    snprintf(res.transport, sizeof(res.transport), "%s", r.transport[0] ? r.transport : "-");
+    return res;
+}
+
+static double memcpy_gb_s(size_t size)
+{
+    unsigned char *a = malloc(size), *b = malloc(size);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, size);
+    memcpy(b, a, size);
+    long n = (long)((256 * MIB) / size) + 1;
+    double t0 = tfx_now_s();
+    for (long i = 0; i < n; i++) {
+        a[i % size] = (unsigned char)i;
+        memcpy(b, a, size);
+    }
+    double gb = (double)n * (double)size / 1e9 / (tfx_now_s() - t0);
+    free(a);
+    free(b);
+    return gb;
+}
+
+static long count_for(size_t size, size_t bytes, long lo, long hi)
+{
+    long n = (long)(bytes / size);
+    return n < lo ? lo : n > hi ? hi : n;
+}
+
+static void target(const char *what, double got, double want, int ge)
+{
+    int pass = ge ? got >= want : got <= want;
+    printf("%s  %s: %.3f (target %s %.3f)\n", pass ? "PASS" : "MISS", what, got, ge ? ">=" : "<=",
+           want);
+}
+
+int main(int argc, char **argv)
+{
+    size_t sizes[16] = {4 * KIB, 64 * KIB, 1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB};
+    int nsizes = 6;
+    size_t bytes = 512 * MIB;
+    int quick = 0;
+    const char *remote = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+            if (bench_parse_sizes(argv[++i], sizes, &nsizes, 16, 0) != 0)
+                return 2;
+        } else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
+            if (bench_parse_size(argv[++i], &bytes) != 0)
+                return 2;
+        } else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) {
+            remote = argv[++i];
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+            bytes = 32 * MIB;
+        } else {
+            fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--quick] [--base URL]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    const char *const dargs[] = {"--max-body", "1G", NULL};
+    if (remote) {
+        snprintf(D.base, sizeof(D.base), "%s", remote);
+    } else if (td_start(&D, dargs) != 0) {
+        bench_errorf("tfetchd did not start");
+        return 1;
+    }
+    if (remote)
+        ;                               /* redis, tcp and the ring are this host's: not run */
+    else if (redis_start() != 0)
+        bench_errorf("redis-server did not start (is it installed?): redis is skipped");
+    size_t big = 0;
+    for (int i = 0; i < nsizes; i++)
+        if (sizes[i] > big)
+            big = sizes[i];
+    unsigned char *src = malloc(big > 4 * MIB ? big : 4 * MIB);
+    if (!src)
+        return 1;
+    bench_fill_pattern(src, big > 4 * MIB ? big : 4 * MIB, 7);
+    int rc = 0;
+
+    printf("# throughput: one producer, one consumer, no compute; items/s and GB/s\n");
+    printf("%-6s %9s %12s %8s  %s\n", "method", "size", "items/s", "GB/s", "transport");
+    double feed4 = 0, ring4 = 0, redis4 = 0, store4 = 0;
+    for (int s = 0; s < nsizes; s++) {
+        char sb[32];
+        for (size_t k = 0; k < NMETHODS; k++) {
+            const method_t *m = &METHODS[k];
+            int all = strcmp(m->name, "feed") == 0 || strcmp(m->name, "ring") == 0;
+            if (remote && strcmp(m->name, "feed") != 0 && strcmp(m->name, "store") != 0)
+                continue;
+            if (!all && sizes[s] != 4 * MIB)
+                continue;               /* the others at 4 MiB only */
+            long n = count_for(sizes[s], bytes, quick ? 8 : 32, quick ? 200 : 4000);
+            if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
+                n = n > 64 ? 64 : n;
+            result_t res = measure(m, sizes[s], n, 0, src);
+            if (!res.ok) {
+                printf("%-6s %9s %12s %8s\n", m->name, bench_fmt_size(sizes[s], sb, sizeof(sb)),
+                       "skipped", "-");
+                if (strcmp(m->name, "redis") != 0)
+                    rc = 1;
+                continue;
+            }
+            printf("%-6s %9s %12.0f %8.2f  %s\n", m->name,
+                   bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s,
+                   res.transport);
+            fflush(stdout);
+            if (sizes[s] == 4 * MIB) {
+                double *slot = strcmp(m->name, "feed") == 0    ? &feed4
+                               : strcmp(m->name, "ring") == 0  ? &ring4
+                               : strcmp(m->name, "redis") == 0 ? &redis4
+                               : strcmp(m->name, "store") == 0 ? &store4
+                                                               : NULL;
+                if (slot)
+                    *slot = res.gb_s;
+            }
+        }
+    }
+    double mc = memcpy_gb_s(4 * MIB);
+    printf("%-6s %9s %12.0f %8.2f\n", "memcpy", "4 MiB", mc * 1e9 / (double)(4 * MIB), mc);
+
+    printf("\n# starvation: 4 MiB items, the consumer computes STEP ms per item; the fraction "
+           "of its wall time spent waiting\n");
+    printf("%-6s %8s %10s %10s %8s\n", "method", "step", "demand", "starved", "GB/s");
+    double feed_starved_1g = -1;
+    const double steps[2] = {0.004, 0.002};     /* 1 GB/s and 2 GB/s of demand */
+    for (int k = 0; k < 2; k++) {
+        for (size_t j = 0; j < NMETHODS; j++) {
+            const method_t *m = &METHODS[j];
+            if (remote && strcmp(m->name, "feed") != 0 && strcmp(m->name, "store") != 0)
+                continue;
+            long n = quick ? 20 : 150;
+            if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
+                n = quick ? 20 : 60;
+            result_t res = measure(m, 4 * MIB, n, steps[k], src);
+            if (!res.ok) {
+                printf("%-6s %6.0fms %10s %10s\n", m->name, steps[k] * 1e3, "-", "skipped");
+                continue;
+            }
+            printf("%-6s %6.0fms %7.2fGB/s %10.3f %8.2f\n", m->name, steps[k] * 1e3,
+                   (double)(4 * MIB) / steps[k] / 1e9, res.starved, res.gb_s);
+            fflush(stdout);
+            if (k == 0 && strcmp(m->name, "feed") == 0)
+                feed_starved_1g = res.starved;
+        }
+    }
+
+    printf("\n# targets (issue 11; speed is reported, never asserted)\n");
+    if (ring4 > 0)
+        target("feed / raw ring at 4 MiB", feed4 / ring4, 0.6, 1);
+    if (mc > 0)
+        target("feed / memcpy at 4 MiB", feed4 / mc, 0.5, 1);
+    if (feed_starved_1g >= 0)
+        target("feed starvation at 1 GB/s demand (4 MiB, 4 ms steps)", feed_starved_1g, 0.02, 0);
+    if (redis4 > 0)
+        target("feed / redis at 4 MiB", feed4 / redis4, 5, 1);
+    else
+        printf("SKIP  feed / redis at 4 MiB: no redis-server\n");
+    if (store4 > 0)
+        target("feed / store as a queue at 4 MiB", feed4 / store4, 3, 1);
+
+    redis_stop();
+    if (!remote)
+        td_stop(&D, SIGTERM, 10000);
+    free(src);
+    return rc;
+}
