@@ -81,6 +81,9 @@ struct tf_feed {
     push_t *ph, *pt;
     tf_fetch_t *pop;                /* the pop request in flight */
     uint64_t pop_ack;               /* the ack it carries (0: none) */
+    int rewind;                     /* until a pop is answered: ask for ?rewind=1, so what an
+                                     * earlier run under this consumer id was given and never
+                                     * released comes again instead of being acked unseen */
     int popping;                    /* a first pop was asked for: prefetch from then on */
     uint64_t generation;
     int have_generation;
@@ -332,6 +335,8 @@ static void on_pop_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
     int answered = st == TF_OK || st == TF_EDONE;
     if (answered && feed->pop_ack > feed->acked)
         feed->acked = feed->pop_ack;
+    if (answered)
+        feed->rewind = 0;
     if (st == TF_OK && doc)
         take_item(feed, &f->reply, doc);
     else if (st == TF_OK && f->reply.has_generation && feed->have_generation &&
@@ -353,7 +358,8 @@ static void start_pop(tf_feed_t *feed, long wait_ms)
     char q[64] = "";
     if (ack > feed->acked)
         snprintf(q, sizeof(q), "&ack=%" PRIu64, ack);
-    char *url = fmt("%s/devices/%s/pop?wait=%ld%s", feed->url, feed->dev, wait_ms, q);
+    char *url = fmt("%s/devices/%s/pop?wait=%ld%s%s", feed->url, feed->dev, wait_ms, q,
+                    feed->rewind ? "&rewind=1" : "");
     if (!url) {
         set_err(feed, TF_ENOMEM, NULL);
         return;
@@ -364,9 +370,11 @@ static void start_pop(tf_feed_t *feed, long wait_ms)
     ucx_op(&call, TFP_UF_FEED_POP, feed->name, feed->dev);
     snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
     if (feed->pop_ack) {
-        call.feed.flags = TFP_UF_FF_HAS_ACK;
+        call.feed.flags |= TFP_UF_FF_HAS_ACK;
         call.feed.ack = feed->pop_ack;
     }
+    if (feed->rewind)
+        call.feed.flags |= TFP_UF_FF_REWIND;
     tf_status_t st = tfi_call_start(feed->c, &call, on_pop_done, feed, &feed->pop);
     free(url);
     if (st != TF_OK) {
@@ -638,6 +646,7 @@ tf_status_t tf_feed_attach_opts(tf_client_t *c, const char *url, const char *dev
     if (!feed)
         return tfi_refuse(c, TFI_OP_CALL, TF_ENOMEM, NULL);
     feed->c = c;
+    feed->rewind = 1;
     feed->prefetch = o.prefetch ? o.prefetch : DEFAULT_PREFETCH;
     feed->poll_ms = o.poll_ms ? o.poll_ms : DEFAULT_POLL_MS;
     feed->no_prefetch = (o.flags & TF_FEED_NO_PREFETCH) != 0;

@@ -7,6 +7,7 @@
  *   POST   /v1/feeds/{feed}[/devices/{dev}]/infeed   an item or a round -> 201 {seq, round,
  *                                                generation}; 200 for a seq seen; 429 full
  *   POST   /v1/feeds/{feed}/devices/{dev}/pop?wait=MS&ack=P    the next item; 204 none
+ *                                     (&rewind=1: what was delivered and not acked again)
  *   POST   /v1/feeds/{feed}/devices/{dev}/ack?through=P        -> 204
  *   POST   /v1/feeds/{feed}/devices/{dev}/outfeed              -> 201 {seq}
  *   GET    /v1/feeds/{feed}/outfeed?after=S&wait=MS            the next result; 204; 410
@@ -485,8 +486,9 @@ void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c)
     uint64_t ev = 0;
     tfp_err_t err;
     unsigned dev = (unsigned)fr->dev;
-    tfp_status_t st = tfd_feed_pop(fr->f, dev, c->op->feed.consumer, ack, c->waiter.deadline_ms,
-                                   &it, &ev, &err);
+    tfp_status_t st = tfd_feed_pop(fr->f, dev, c->op->feed.consumer, ack,
+                                   first && c->op->feed.rewind, c->waiter.deadline_ms, &it,
+                                   &ev, &err);
     if (st == TFP_EAGAIN) {
         if (first)
             fr->generation = it.generation;

@@ -391,18 +391,25 @@ static tfd_feed_t **all_feeds(tfd_feeds_t *fs, size_t *n)
 }
 
 /* Caller holds f->lock: ends q's consumer's lease if it ran out. */
-static void expire(tfd_feed_t *f, unsigned d, uint64_t now, wakes_t *w)
+/* Every item delivered and not released becomes undelivered again, in order. */
+static void rewind_q(tfd_feed_t *f, unsigned d, wakes_t *w)
 {
     devq_t *q = &f->q[d];
-    if (!q->consumer[0] || q->lease_until_ms > now)
-        return;
-    q->consumer[0] = '\0';
     if (q->delivered > q->released) {
         q->redeliveries += q->delivered - q->released;
         q->delivered = q->released;
         q->cursor = q->head;
         wake_pop(f, w, (int)d);
     }
+}
+
+static void expire(tfd_feed_t *f, unsigned d, uint64_t now, wakes_t *w)
+{
+    devq_t *q = &f->q[d];
+    if (!q->consumer[0] || q->lease_until_ms > now)
+        return;
+    q->consumer[0] = '\0';
+    rewind_q(f, d, w);
 }
 
 void tfd_feeds_tick(tfd_feeds_t *fs)
@@ -660,8 +667,8 @@ static void record_latency(devq_t *q, uint64_t ns)
 }
 
 tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
-                          uint64_t hold_until_ms, tfd_feed_item_t *item, uint64_t *ev,
-                          tfp_err_t *err)
+                          int rewind, uint64_t hold_until_ms, tfd_feed_item_t *item,
+                          uint64_t *ev, tfp_err_t *err)
 {
     tfp_status_t st;
     wakes_t w = {0};
@@ -682,6 +689,8 @@ tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, con
         q->lease_until_ms = hold_until_ms;
     if (ack)
         release_through(f, dev, *ack, &w);
+    if (rewind)
+        rewind_q(f, dev, &w);
     item_t *it = q->cursor;
     if (it) {
         q->cursor = it->next;

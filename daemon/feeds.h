@@ -119,13 +119,15 @@ typedef struct {
 } tfd_feed_item_t;
 
 /* Attaches consumer to device dev's queue (or renews its lease, to at least hold_until_ms),
- * releases every delivered item at position <= *ack (ack may be NULL), then delivers the
- * next undelivered item. TFP_OK (*item); TFP_EAGAIN when there is none (*ev: the
+ * releases every delivered item at position <= *ack (ack may be NULL), with rewind makes
+ * every delivered item not released undelivered again (a consumer that restarted under the
+ * same id lost what its last run had prefetched: without it the next cumulative ack would
+ * release those unseen), then delivers the next undelivered item. TFP_OK (*item); TFP_EAGAIN when there is none (*ev: the
  * TFD_FEED_POP counter of dev; item->generation set, item->blob NULL); TFP_EDONE when the feed is done and nothing is undelivered;
  * TFP_ECONFLICT while another consumer's lease is live; TFP_ENOTFOUND once deleted. */
 tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
-                          uint64_t hold_until_ms, tfd_feed_item_t *item, uint64_t *ev,
-                          tfp_err_t *err);
+                          int rewind, uint64_t hold_until_ms, tfd_feed_item_t *item,
+                          uint64_t *ev, tfp_err_t *err);
 /* Releases every delivered item at position <= through and renews the lease. TFP_OK,
  * TFP_ECONFLICT if consumer is not the one attached, TFP_ENOTFOUND once deleted. */
 tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, uint64_t through,

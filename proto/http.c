@@ -471,6 +471,11 @@ static tfp_status_t take_feed(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
                                "milliseconds");
     }
     tfp_status_t st = TFP_OK;
+    if (in->rewind && k != TFP_OP_FEED_POP)
+        return tfp_op_fail(e, TFP_EBADREQ, "rewind= belongs to pop only");
+    if (in->rewind && strcmp(in->rewind, "1") != 0 && strcmp(in->rewind, "0") != 0)
+        return tfp_op_fail(e, TFP_EBADREQ, "rewind must be 1 or 0, got '%.32s'", in->rewind);
+    f->rewind = in->rewind && in->rewind[0] == '1';
     if (k == TFP_OP_FEED_POP)
         st = take_position(in->ack, "ack", &f->ack, &f->has_ack, e);
     else if (k == TFP_OP_FEED_ACK) {

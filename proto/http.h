@@ -82,6 +82,7 @@ typedef struct {
     const char *consumer;           /* Tfetch-Consumer */
     const char *prefer;             /* Prefer (its wait=MS) */
     const char *ack, *through;      /* the query's ack=, through= values (after: above) */
+    const char *rewind;             /* pop's ?rewind= ("1" or "0") */
     uint64_t max_body;              /* the largest document body the server takes */
 } tfp_http_req_t;
 

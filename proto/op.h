@@ -116,6 +116,7 @@ typedef struct {
     char consumer[TFP_MAX_USER_ID + 1];         /* pop, ack: Tfetch-Consumer (required) */
     uint64_t ack;                   /* pop: ?ack=P; ack: ?through=P */
     int has_ack;
+    int rewind;                     /* pop: ?rewind=1 (a consumer that restarted) */
     uint64_t after;                 /* outfeed get: ?after=S (0 when absent) */
 } tfp_op_feed_t;
 

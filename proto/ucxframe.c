@@ -170,7 +170,7 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
 
     if (k < TFP_UF_FEED_LIST || k > TFP_UF_FEED_RESET)
         return tfp_err_set(err, code, WHAT ": unknown feed op %d", k);
-    if (f->flags & ~(TFP_UF_FF_HAS_ACK | TFP_UF_FF_JSON))
+    if (f->flags & ~(TFP_UF_FF_HAS_ACK | TFP_UF_FF_JSON | TFP_UF_FF_REWIND))
         return tfp_err_set(err, code, WHAT ": feed flags 0x%02x has unknown bits", f->flags);
     if (memchr(f->dev, '\0', sizeof f->dev) == NULL ||
         memchr(f->producer, '\0', sizeof f->producer) == NULL ||
@@ -178,7 +178,7 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
         return tfp_err_set(err, code, WHAT ": a feed string is not NUL-terminated");
     if (h->op == TFP_UF_REPLY) {
         if (f->dev[0] || f->producer[0] || f->consumer[0] || f->ack || f->after ||
-            (f->flags & TFP_UF_FF_HAS_ACK))
+            (f->flags & (TFP_UF_FF_HAS_ACK | TFP_UF_FF_REWIND)))
             return tfp_err_set(err, code, WHAT ": a feed REPLY carries request fields "
                                "(dev, producer, consumer, ack, after)");
         if (f->present & ~TFP_UF_FP_ALL)
@@ -224,6 +224,8 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
     if ((f->flags & TFP_UF_FF_HAS_ACK) ? !consumes : (k == TFP_UF_FEED_ACK || f->ack != 0))
         return tfp_err_set(err, code, WHAT ": FEED %s: ack and its flag HAS_ACK disagree "
                            "(only POP may, and ACK must, carry one)", fn);
+    if ((f->flags & TFP_UF_FF_REWIND) && k != TFP_UF_FEED_POP)
+        return tfp_err_set(err, code, WHAT ": FEED %s: only POP may rewind", fn);
     if (f->after && k != TFP_UF_FEED_OUTFEED_GET)
         return tfp_err_set(err, code, WHAT ": FEED %s takes no after", fn);
     if (f->seq > TFP_UF_FEED_MAX_POS || f->ack > TFP_UF_FEED_MAX_POS ||

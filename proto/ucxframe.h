@@ -24,7 +24,8 @@
  *            then, only with flag TFP_UF_F_FEED, the feed block (80 fixed bytes, then its
  *            strings back to back):
  *     0   1  feed_op    tfp_uf_feed_op_t (1..11)
- *     1   1  fflags     bit0 TFP_UF_FF_HAS_ACK (requests), bit1 TFP_UF_FF_JSON (the body is
+ *     1   1  fflags     bit0 TFP_UF_FF_HAS_ACK (requests), bit2 TFP_UF_FF_REWIND (POP
+ *                      requests: ?rewind=1), bit1 TFP_UF_FF_JSON (the body is
  *                      JSON text, else a safetensors document)
  *     2   2  present    replies: which of the reply numbers below are set (TFP_UF_FP_*)
  *     4   1  dev_len    requests: the {dev} token (0..255)
@@ -101,6 +102,7 @@
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u
 #define TFP_UF_FF_JSON 0x02u
+#define TFP_UF_FF_REWIND 0x04u         /* POP requests: ?rewind=1 */
 #define TFP_UF_FP_POSITION 0x0001u
 #define TFP_UF_FP_SEQ 0x0002u
 #define TFP_UF_FP_ROUND 0x0004u

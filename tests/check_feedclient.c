@@ -706,6 +706,60 @@ START_TEST(ucx_consumer_killed)
 }
 END_TEST
 
+/* A training loop relaunched under the same consumer id while its last run's lease still
+ * holds (examples/train_loop always attaches as "train-loop"): the last run had released and
+ * acknowledged item 0, held item 1 and prefetched more. The new run's first pop rewinds, so
+ * it gets item 1 and every one after it, in order; without the rewind its cumulative ack
+ * would release the prefetched items unseen. */
+START_TEST(ucx_consumer_relaunched_same_id)
+{
+    tf_client_t *c = ucx_client();
+    ck_assert_ptr_nonnull(c);
+    C = c;
+    for (int i = 0; i < 6; i++)
+        push((float)(10 * i), (uint64_t)i + 1);
+    tf_client_free(c);
+    C = NULL;
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        tf_client_t *k = ucx_client();
+        tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+        o.consumer = "loop";
+        o.prefetch = 3;
+        tf_feed_t *feed = NULL;
+        tf_item_t *a = NULL, *b = NULL;
+        if (!k || tf_feed_attach_opts(k, FEED, "0", "host", &o, &feed) != TF_OK ||
+            tf_infeed_pop(feed, 5000, &a) != TF_OK)
+            _exit(1);
+        tf_item_release(a);
+        if (tf_feed_ack(feed) != TF_OK || tf_infeed_pop(feed, 5000, &b) != TF_OK)
+            _exit(1);
+        (void)b;                        /* held: the step never ends */
+        if (write(fds[1], "k", 1) != 1)
+            _exit(1);
+        for (;;)
+            tf_client_run(k, 100);      /* prefetching, until killed */
+    }
+    close(fds[1]);
+    char ch;
+    ck_assert_int_eq(read(fds[0], &ch, 1), 1);
+    close(fds[0]);
+    usleep(200000);
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status), "the consumer did not die as planned (%d)", status);
+    C = ucx_client();
+    ck_assert_ptr_nonnull(C);
+    ck_assert_int_eq(drain_in_order(C, "loop", 10), 5);    /* items 1..5, none lost */
+    ck_assert_int_ge(stat_of("redeliveries"), 1);
+    ck_assert_int_eq(stat_of("released"), 6);
+}
+END_TEST
+
 /* A producer pushing with Tfetch-Seq over UCX is killed mid-stream; its restart resends from
  * the last seq it saw acknowledged plus one (the one in flight may or may not have been
  * enqueued): the duplicate is acknowledged, not enqueued, so the consumer sees each once. */
@@ -797,6 +851,7 @@ Suite *suite_feedclient(void)
     tcase_add_checked_fixture(tc, setup_kill, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, ucx_consumer_killed);
+    tcase_add_test(tc, ucx_consumer_relaunched_same_id);
     tcase_add_test(tc, ucx_producer_killed);
     suite_add_tcase(s, tc);
     return s;

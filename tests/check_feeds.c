@@ -102,7 +102,7 @@ static uint64_t pop(tfd_feed_t *f, unsigned dev, const char *c, tfp_status_t *st
     tfd_feed_item_t it;
     uint64_t ev;
     tfp_err_t err;
-    *st = tfd_feed_pop(f, dev, c, NULL, 0, &it, &ev, &err);
+    *st = tfd_feed_pop(f, dev, c, NULL, 0, 0, &it, &ev, &err);
     if (*st != TFP_OK)
         return ~0ull;
     uint64_t v = value(it.blob);
@@ -280,7 +280,7 @@ START_TEST(feeds_concurrent_producers_keep_order)
         tfd_feed_item_t it;
         uint64_t ev;
         tfp_err_t err;
-        tfp_status_t st = tfd_feed_pop(f, 0, "c", &ack, 0, &it, &ev, &err);
+        tfp_status_t st = tfd_feed_pop(f, 0, "c", &ack, 0, 0, &it, &ev, &err);
         if (st == TFP_EAGAIN) {
             sleep_ms(0);
             continue;
@@ -330,7 +330,7 @@ static void *round_consumer(void *arg)
         tfd_feed_item_t it;
         uint64_t ev;
         tfp_err_t err;
-        tfp_status_t st = tfd_feed_pop(a->f, a->dev, name, &ack, 0, &it, &ev, &err);
+        tfp_status_t st = tfd_feed_pop(a->f, a->dev, name, &ack, 0, 0, &it, &ev, &err);
         if (st == TFP_EAGAIN) {
             sleep_ms(0);
             continue;
@@ -417,6 +417,45 @@ START_TEST(feeds_broadcast_charges_once)
 END_TEST
 
 /* ---- consumers ---------------------------------------------------------------------------- */
+
+/* A consumer restarted under the same id while its lease is live: rewind=1 on its first pop
+ * delivers again what its last run had and never released; without it the next cumulative
+ * ack would release those items unseen (lost). */
+START_TEST(feeds_rewind_redelivers_to_a_restarted_consumer)
+{
+    tfd_feeds_t *fs = feeds(1 << 20);
+    tfd_feed_t *f = declare(fs, "f", "{\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
+                                     "\"shape\":[8]}]}");
+    for (uint64_t v = 1; v <= 4; v++)
+        ck_assert_int_eq(push(f, 0, NULL, 0, v, NULL), TFP_OK);
+    tfp_status_t st;
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 1);      /* the first run prefetches 1..3 */
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 2);
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 3);
+    /* The second run had released through 1 before the first died; it rewinds. */
+    tfd_feed_item_t it;
+    uint64_t ev, ack = 1;
+    tfp_err_t err;
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(value(it.blob), 2);
+    ck_assert_int_eq(it.position, 2);
+    tfd_blob_unref(it.blob);
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 3);
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 4);
+    tfd_feed_stats_t s;
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].redeliveries, 2);
+    /* Another consumer cannot rewind (or pop) while a's lease is live. */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 1, 0, &it, &ev, &err), TFP_ECONFLICT);
+    /* Nothing delivered and not released: rewind changes nothing. */
+    ack = 4;
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, &it, &ev, &err), TFP_EAGAIN);
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].redeliveries, 2);
+    tfd_feed_unref(f);
+    tfd_feeds_free(fs);
+}
+END_TEST
 
 START_TEST(feeds_lease_expiry_redelivers_once)
 {
@@ -648,6 +687,7 @@ Suite *suite_feeds(void)
     tcase_add_test(tc, feeds_split_rounds_are_atomic);
     tcase_add_test(tc, feeds_broadcast_charges_once);
     tcase_add_test(tc, feeds_lease_expiry_redelivers_once);
+    tcase_add_test(tc, feeds_rewind_redelivers_to_a_restarted_consumer);
     tcase_add_test(tc, feeds_done_stops_every_consumer);
     tcase_add_test(tc, feeds_reset_starts_a_generation);
     tcase_add_test(tc, feeds_outfeed_ring);

@@ -570,6 +570,38 @@ START_TEST(feeds_e2e_lease_expiry)
 }
 END_TEST
 
+/* rewind=1: a consumer restarted under the same id gets again what it was given and never
+ * acknowledged; rewind belongs to pop only, and only 1 or 0. */
+START_TEST(feeds_e2e_rewind)
+{
+    start();
+    declare("f", "{" SIG23 "}");
+    for (int i = 1; i <= 4; i++) {
+        float v[6] = {(float)i};
+        ck_assert_int_eq(infeed_raw("/v1/feeds/f/devices/0/infeed", v, 6, "2,3", NULL), 201);
+    }
+    for (int i = 1; i <= 3; i++) {
+        ck_assert_int_eq(POP("f", "0", "a", ""), 200);
+        ck_assert_int_eq(hnum(&R, "Tfetch-Position"), i);
+    }
+    ck_assert_int_eq(POP("f", "0", "a", "?ack=1&rewind=1"), 200);
+    ck_assert_int_eq(hnum(&R, "Tfetch-Position"), 2);
+    float w[6];
+    answer_floats("x", w, 6);
+    ck_assert_float_eq(w[0], 2);
+    ck_assert_int_eq(POP("f", "0", "a", "?rewind=0"), 200);
+    ck_assert_int_eq(hnum(&R, "Tfetch-Position"), 3);
+    ck_assert_int_eq(POP("f", "0", "b", "?rewind=1"), 409);    /* a's lease */
+    ck_assert_int_eq(POP("f", "0", "a", "?rewind=yes"), 400);
+    BODY_HAS("rewind must be 1 or 0");
+    ck_assert_int_eq(request("POST", "/v1/feeds/f/devices/0/ack?through=1&rewind=1",
+                             "Tfetch-Consumer: a\r\n", NULL, 0), 400);
+    ck_assert_int_eq(request("GET", "/v1/feeds/f", NULL, NULL, 0), 200);
+    BODY_HAS("\"redeliveries\":2");
+    stop_clean();
+}
+END_TEST
+
 START_TEST(feeds_e2e_consumer_killed)
 {
     start();
@@ -654,6 +686,7 @@ Suite *suite_feeds_e2e(void)
     tcase_add_test(tc, feeds_e2e_outfeed_readers);
     tcase_add_test(tc, feeds_e2e_lease_expiry);
     tcase_add_test(tc, feeds_e2e_consumer_killed);
+    tcase_add_test(tc, feeds_e2e_rewind);
     tcase_add_test(tc, feeds_e2e_metrics);
     suite_add_tcase(s, tc);
     return s;

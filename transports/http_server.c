@@ -140,6 +140,7 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .prefer = header(r, "Prefer"),
         .ack = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "ack"),
         .through = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "through"),
+        .rewind = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "rewind"),
         .max_body = HR(r)->srv->cfg.max_body,
     };
     tfp_http_op_parse(&in, &r->op, &r->op_err);

@@ -341,6 +341,7 @@ static void feed_frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
     op->feed.seq = f->seq;
     op->feed.ack = f->ack;
     op->feed.has_ack = (f->flags & TFP_UF_FF_HAS_ACK) != 0;
+    op->feed.rewind = (f->flags & TFP_UF_FF_REWIND) != 0;
     op->feed.after = f->after;
     if (f->op == TFP_UF_FEED_DECLARE) {
         op->body.kind = TFP_BODY_JSON;
