@@ -228,7 +228,8 @@ static need_t needs(const tfp_op_t *op, tfp_right_t *right, const char **name)
         *right = TFP_RIGHT_CONSUME;
         return NEED_RIGHT;
     default:            /* NONE, INFO (details: admin), TENSOR_LIST and FEED_LIST (filtered),
-                         * SESSION_END (the principal's own), UPGRADE (refused when on) */
+                         * SESSION_END (the principal's own), UPGRADE (the token goes to
+                         * the principal: upgrade.c) */
         return NEED_TOKEN;
     }
 }

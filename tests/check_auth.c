@@ -4,15 +4,17 @@
  * prefix and a name outside the prefix (403), a route without call, a worker registration
  * without serve, /metrics without admin, a token revoked by SIGHUP (401), a broken file on
  * SIGHUP (the old tokens kept), per-user state and replays isolated between principals that
- * send the same user id, the Shumai paths without shumai-principal (401), the UCX upgrade
- * refused; and the allowed paths: filtered listings, /v1/info details for admin, the failure
- * counters, the Shumai principal's rights, libtfetch with tf_client_set_token, the CLI with
+ * send the same user id, the Shumai paths without shumai-principal (401), a UCX token
+ * replayed by another principal or peer, a token revoked on an upgraded UCX connection; and
+ * the upgrade offered with authentication on, libtfetch's rights over UCX, and the allowed
+ * paths: filtered listings, /v1/info details for admin, the failure counters, the Shumai principal's rights, libtfetch with tf_client_set_token, the CLI with
  * --token and TFETCH_TOKEN. Each test starts its own daemon (Check forks per test).
  */
 #include "config.h"
 #include "tests/suites.h"
 #include "tests/fixtures.h"
 #include "client/tfetch.h"
+#include "proto/auth.h"
 #include "proto/upgrade.h"
 #include "transports/hostid.h"
 
@@ -320,9 +322,10 @@ START_TEST(test_shumai_principal)
 }
 END_TEST
 
-START_TEST(test_upgrade_refused)
+/* POST /v1/upgrade as token (NULL: none) for this host's identity; the status, the offer
+ * parsed into *resp when 200 and upgraded. */
+static int upgrade_as(const char *token, tfp_up_resp_t *resp)
 {
-    start();
     tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .policy = TFP_UP_POLICY_UCX};
     tfp_err_t err;
     ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
@@ -333,14 +336,158 @@ START_TEST(test_upgrade_refused)
     free(json);
     char args[512];
     snprintf(args, sizeof args, "-X POST -H 'Content-Type: application/json' --data-binary @%s", f);
-    ck_assert_int_eq(as(NULL, args, "/v1/upgrade"), 401);
-    ck_assert_int_eq(as("tkc", args, "/v1/upgrade"), 200);
-    ck_assert_msg(strstr(out, "authentication is on: UCX is offered once tokens carry the "
-                  "principal"), "%s", out);
-    ck_assert_msg(!strstr(hdrs, "Tfetch-Upgrade"), "%s", hdrs);
+    int st = as(token, args, "/v1/upgrade");
+    if (resp) {
+        memset(resp, 0, sizeof *resp);
+        if (st == 200)
+            ck_assert_int_eq(tfp_up_resp_parse(out, strlen(out), resp, &err), TFP_OK);
+    }
+    return st;
+}
+
+static void rewrite_tokens(const char *text)
+{
+    FILE *f = fopen(token_file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+}
+
+/* The upgrade is offered with authentication on; the one-time token is issued to the
+ * principal that asked. */
+START_TEST(test_upgrade_authed)
+{
+    start();
+    tfp_up_resp_t resp;
+    ck_assert_int_eq(upgrade_as(NULL, NULL), 401);
+    ck_assert_int_eq(upgrade_as("tkc", &resp), 200);
+#ifdef HAVE_UCX
+    ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+    ck_assert_msg(strstr(hdrs, "Tfetch-Upgrade: ucx"), "%s", hdrs);
+#else
+    ck_assert_msg(strstr(resp.reason, "without UCX"), "%s", resp.reason);
+#endif
+    tfp_up_resp_clear(&resp);
     stop_clean();
 }
 END_TEST
+
+#ifdef HAVE_UCX
+#include "transports/ucx_client.h"
+
+/* HELLO with the upgrade token of resp, for host h, proving bearer (NULL: no proof). */
+static tfp_status_t hello(tfx_ucxc_t *u, const tfp_up_resp_t *resp, const tfp_up_host_t *h,
+                          const char *bearer, char *why, size_t why_size)
+{
+    char ident[256];
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_up_ident_format(h, ident, sizeof ident, &err), TFP_OK);
+    if (bearer) {
+        uint8_t hash[TFP_AUTH_HASH_LEN];
+        size_t n = strlen(ident);
+        tfp_auth_hash(bearer, strlen(bearer), hash);
+        ident[n] = ' ';
+        tfp_auth_hello_proof(hash, resp->token, ident + n + 1);
+    }
+    tfx_ucxc_conn_t *conn = NULL;
+    why[0] = '\0';
+    tfp_status_t st = tfx_ucxc_connect(u, resp->worker_address, resp->worker_address_len,
+                                       resp->same_host, resp->token, ident, 5000, &conn, why,
+                                       why_size);
+    if (st == TFP_OK)
+        tfx_ucxc_conn_close(conn);
+    return st;
+}
+
+/* A UCX token is bound to the principal it was issued to: presented by another principal
+ * (another bearer token's proof), without a proof, or by another peer, it is refused. */
+START_TEST(test_ucx_token_replay)
+{
+    if (!getenv("TFETCHD"))
+        return;
+    start();
+    tfp_up_host_t me, other;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    other = me;
+    other.boot_id[0] = other.boot_id[0] == 'a' ? 'b' : 'a';
+    tfx_ucxc_t *u = tfx_ucxc_new(NULL, NULL, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfp_up_resp_t resp;
+    char why[256];
+    ck_assert_int_eq(upgrade_as("tka-1f2e3d", &resp), 200);
+    ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+    /* bob replays alice's token */
+    ck_assert_int_ne(hello(u, &resp, &me, "tkb-9a8b", why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "another principal"), "bob: %s", why);
+    /* an old client without the proof */
+    ck_assert_int_ne(hello(u, &resp, &me, NULL, why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "must carry its proof") && strstr(why, "'alice'"), "none: %s",
+                  why);
+    /* alice from another peer */
+    ck_assert_int_ne(hello(u, &resp, &other, "tka-1f2e3d", why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "another peer"), "peer: %s", why);
+    /* alice herself: accepted, once */
+    ck_assert_int_eq(hello(u, &resp, &me, "tka-1f2e3d", why, sizeof why), TFP_OK);
+    ck_assert_int_ne(hello(u, &resp, &me, "tka-1f2e3d", why, sizeof why), TFP_OK);
+    tfp_up_resp_clear(&resp);
+    tfx_ucxc_free(u);
+    stop_clean();
+}
+END_TEST
+
+/* libtfetch over UCX after an authenticated upgrade: the same rights as over HTTP, and a
+ * token revoked by SIGHUP is refused (401) on the connection already upgraded, which stays
+ * up. */
+START_TEST(test_ucx_rights_and_revocation)
+{
+    if (!getenv("TFETCHD"))
+        return;
+    start();
+    unsetenv("TFETCH_TOKEN");
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_UCX), TF_OK);
+    ck_assert_int_eq(tf_client_set_token(c, "tka-1f2e3d"), TF_OK);
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    float v[2] = {3, 4};
+    int64_t shape[1] = {2};
+    ck_assert_int_eq(tf_doc_add(in, "t", TF_F32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
+    char url[256], bob[256];
+    snprintf(url, sizeof url, "%s/v1/tensors/alice.ucx", D.base);
+    snprintf(bob, sizeof bob, "%s/v1/tensors/bob.ucx", D.base);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    got = NULL;
+    ck_assert_int_eq(tf_put(c, bob, in), TF_EFORBIDDEN);       /* not alice's prefix */
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    ck_assert_int_eq(tf_get(c, bob, 0, &got), TF_EFORBIDDEN);
+    /* revoke alice: her UCX connection's requests are refused afterwards */
+    rewrite_tokens("tkb-9a8b bob read:bob.*\n");
+    int st = 0;
+    for (int i = 0; i < 100 && (st = as("tka-1f2e3d", "", "/v1/tensors")) != 401; i++)
+        sleep_ms(50);
+    ck_assert_int_eq(st, 401);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EUNAUTH);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    /* given back (the same token again): the same connection serves her again */
+    rewrite_tokens("tka-1f2e3d alice read:alice.*\n");
+    for (int i = 0; i < 100 && (st = as("tka-1f2e3d", "", "/v1/tensors")) != 200; i++)
+        sleep_ms(50);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    tf_client_free(c);
+    tf_doc_free(in);
+    stop_clean();
+}
+END_TEST
+#endif
 
 START_TEST(test_libtfetch_and_cli)
 {
@@ -431,7 +578,11 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_sighup_reload);
     tcase_add_test(tc, test_shumai_refused);
     tcase_add_test(tc, test_shumai_principal);
-    tcase_add_test(tc, test_upgrade_refused);
+    tcase_add_test(tc, test_upgrade_authed);
+#ifdef HAVE_UCX
+    tcase_add_test(tc, test_ucx_token_replay);
+    tcase_add_test(tc, test_ucx_rights_and_revocation);
+#endif
     tcase_add_test(tc, test_libtfetch_and_cli);
     tcase_add_test(tc, test_broken_file_refused_at_start);
     suite_add_tcase(s, tc);
