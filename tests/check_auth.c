@@ -261,6 +261,50 @@ START_TEST(test_state_per_principal)
 }
 END_TEST
 
+/* call_i32 with Tfetch-User-Principal: of (the principal whose user `user` is). */
+static int call_for(const char *token, const char *of, const char *user, int32_t a, int32_t b)
+{
+    int32_t v[2] = {a, b};
+    const char *f = td_tmpfile(1, v, sizeof v);
+    char args[1024];
+    snprintf(args, sizeof args, "-X POST --data-binary @%s -H 'Tfetch-Dtype: I32' "
+             "-H 'Tfetch-Shape: 2' -H 'Accept: application/json' -H 'Tfetch-User: %s' "
+             "-H 'Tfetch-User-Principal: %s'", f, user, of);
+    return as(token, args, "/v1/call/accumulate");
+}
+
+/* A principal's own users are every user id it sends; another principal's user (named by
+ * Tfetch-User-Principal) takes forward on that principal, and its state is that principal's. */
+START_TEST(test_forward)
+{
+    start_with("tkg gw call:accumulate forward:team.*\n"
+               "tka alice call:accumulate\n"
+               "tkt team.x call:accumulate\n", NULL);
+    ck_assert_int_eq(call_i32("tka", "accumulate", "u1", NULL, 1, 2), 200);
+    ck_assert_int_eq(call_for("tka", "alice", "u1", 1, 2), 200);       /* its own, named */
+    ck_assert_msg(strstr(out, "[2,4]"), "%s", out);
+    /* without forward: 403, whatever user */
+    ck_assert_int_eq(call_for("tka", "team.x", "u1", 1, 2), 403);
+    ck_assert_msg(strstr(out, "principal alice has no forward right on 'team.x'"), "%s", out);
+    ck_assert_int_eq(call_i32("tkt", "accumulate", "u1", NULL, 5, 5), 200);
+    /* the gateway acts for team.x's u1: team.x's state */
+    ck_assert_int_eq(call_for("tkg", "team.x", "u1", 1, 1), 200);
+    ck_assert_msg(strstr(out, "[6,6]"), "gateway did not reach team.x's u1: %s", out);
+    ck_assert_int_eq(call_i32("tkt", "accumulate", "u1", NULL, 1, 1), 200);
+    ck_assert_msg(strstr(out, "[7,7]"), "%s", out);
+    /* forward:team.* does not cover alice; the gateway's own u1 is its own */
+    ck_assert_int_eq(call_for("tkg", "alice", "u1", 1, 1), 403);
+    ck_assert_msg(strstr(out, "no forward right on 'alice'"), "%s", out);
+    ck_assert_int_eq(call_i32("tkg", "accumulate", "u1", NULL, 9, 9), 200);
+    ck_assert_msg(strstr(out, "[9,9]"), "%s", out);
+    /* hostile values; no token at all */
+    ck_assert_int_eq(call_for("tkg", "a/b", "u1", 1, 1), 400);
+    ck_assert_msg(strstr(out, "Tfetch-User-Principal must match"), "%s", out);
+    ck_assert_int_eq(call_for(NULL, "team.x", "u1", 1, 1), 401);
+    stop_clean();
+}
+END_TEST
+
 START_TEST(test_sighup_reload)
 {
     start();
@@ -575,6 +619,7 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_access_log_principal);
     tcase_add_test(tc, test_call_and_serve);
     tcase_add_test(tc, test_state_per_principal);
+    tcase_add_test(tc, test_forward);
     tcase_add_test(tc, test_sighup_reload);
     tcase_add_test(tc, test_shumai_refused);
     tcase_add_test(tc, test_shumai_principal);

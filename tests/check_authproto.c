@@ -228,6 +228,18 @@ START_TEST(test_http_op)
     in.authorization = NULL;
     ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
     ck_assert_int_eq(op.who.cred, TFP_CRED_NONE);
+    ck_assert_str_eq(op.who.user_principal, "");
+    /* Tfetch-User-Principal: shaped like a user id, else 400 */
+    in.user_principal = "team.x";
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_str_eq(op.who.user_principal, "team.x");
+    const char *bad[] = {"", "a/b", "a b", "\xc3\xa9"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        in.user_principal = bad[i];
+        ck_assert_int_ne(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+        ck_assert_int_eq(e.code, TFP_EBADREQ);
+        ck_assert_msg(strstr(e.msg, "Tfetch-User-Principal"), "%s", e.msg);
+    }
 }
 END_TEST
 
