@@ -238,6 +238,43 @@ START_TEST(test_call_and_serve)
 }
 END_TEST
 
+/* A worker is bound to the principal that registered it: another principal with serve on
+ * the same routes and the worker's secret still cannot poll, answer or leave for it. */
+START_TEST(test_worker_bound_to_principal)
+{
+    start_with("tkb bob serve:bob.* call:bob.*\ntkd dave serve:bob.*\n", NULL);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Content-Type: application/json' "
+                        "-d '{\"routes\":[\"bob.r\"]}'", "/v1/workers"), 201);
+    char id[64] = "", secret[80] = "";
+    const char *p = strstr(out, "\"worker\":\"");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(sscanf(p + 10, "%63[^\"]", id), 1);
+    p = strstr(out, "\"secret\":\"");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(sscanf(p + 10, "%79[^\"]", secret), 1);
+    char args[512], path[256];
+    snprintf(args, sizeof args, "-H 'Tfetch-Worker-Secret: %s'", secret);
+    snprintf(path, sizeof path, "/v1/workers/%s/next?wait=0", id);
+    ck_assert_int_eq(as("tkd", args, path), 403);
+    ck_assert_msg(strstr(out, "registered by another principal (not dave)"), "%s", out);
+    snprintf(path, sizeof path, "/v1/workers/%s/calls/c1", id);
+    char rargs[640];
+    snprintf(rargs, sizeof rargs, "%s -X POST -H 'Content-Type: application/json' "
+             "-d '{\"error\":\"x\",\"code\":\"TF_EINTERNAL\"}'", args);
+    ck_assert_int_eq(as("tkd", rargs, path), 403);
+    ck_assert_msg(strstr(out, "registered by another principal"), "%s", out);
+    snprintf(path, sizeof path, "/v1/workers/%s", id);
+    snprintf(rargs, sizeof rargs, "%s -X DELETE", args);
+    ck_assert_int_eq(as("tkd", rargs, path), 403);
+    /* bob, its registrant: served */
+    snprintf(path, sizeof path, "/v1/workers/%s/next?wait=0", id);
+    ck_assert_int_eq(as("tkb", args, path), 204);
+    snprintf(path, sizeof path, "/v1/workers/%s", id);
+    ck_assert_int_eq(as("tkb", rargs, path), 204);
+    stop_clean();
+}
+END_TEST
+
 /* alice and bob both send user u1 and request id r1: neither sees the other's state. */
 START_TEST(test_state_per_principal)
 {
@@ -620,6 +657,7 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_call_and_serve);
     tcase_add_test(tc, test_state_per_principal);
     tcase_add_test(tc, test_forward);
+    tcase_add_test(tc, test_worker_bound_to_principal);
     tcase_add_test(tc, test_sighup_reload);
     tcase_add_test(tc, test_shumai_refused);
     tcase_add_test(tc, test_shumai_principal);
