@@ -275,6 +275,54 @@ START_TEST(test_worker_bound_to_principal)
 }
 END_TEST
 
+#define FEED_DECL "-X PUT -H 'Content-Type: application/json' -d '{\"devices\":1," \
+    "\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\",\"shape\":[2]}]}'"
+
+/* Feeds with authentication on: produce, consume and read on feed patterns; the declaring
+ * principal owns a feed and feeds-per-user counts per principal; listings are filtered. */
+START_TEST(test_feeds_per_principal)
+{
+    static const char toks[] = "tka alice produce:alice.* read:alice.*\n"
+                               "tkc carol consume:alice.* read:alice.*\n"
+                               "tkb bob produce:bob.* consume:bob.* read:bob.*\n";
+    token_file = td_tmpfile(3, toks, strlen(toks));
+    const char *args[] = {"--auth-tokens", token_file, "--feeds-per-user", "1", NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    ck_assert_int_eq(as("tka", FEED_DECL " -H 'Tfetch-User: u1'", "/v1/feeds/alice.f"), 201);
+    ck_assert_msg(strstr(out, "\"owner\":\"alice\""), "%s", out);
+    /* one feed per principal, whatever user it sends */
+    ck_assert_int_eq(as("tka", FEED_DECL " -H 'Tfetch-User: u2'", "/v1/feeds/alice.g"), 507);
+    ck_assert_int_eq(as("tkb", FEED_DECL " -H 'Tfetch-User: u1'", "/v1/feeds/bob.f"), 201);
+    /* produce on another's feed; declare without produce */
+    ck_assert_int_eq(as("tkb", FEED_DECL, "/v1/feeds/alice.h"), 403);
+    ck_assert_int_eq(as("tkc", FEED_DECL, "/v1/feeds/alice.h"), 403);
+    float v[2] = {1, 2};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    char in[512];
+    snprintf(in, sizeof in, "-X POST --data-binary @%s -H 'Content-Type: application/octet-stream'"
+             " -H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2'", f);
+    ck_assert_int_eq(as("tkb", in, "/v1/feeds/alice.f/devices/0/infeed"), 403);
+    ck_assert_int_eq(as("tka", in, "/v1/feeds/alice.f/devices/0/infeed"), 201);
+    /* pop: consume on the feed */
+    const char *pop = "-X POST -H 'Tfetch-Consumer: c1'";
+    ck_assert_int_eq(as("tka", pop, "/v1/feeds/alice.f/devices/0/pop"), 403);
+    ck_assert_msg(strstr(out, "no consume right on 'alice.f'"), "%s", out);
+    ck_assert_int_eq(as("tkb", pop, "/v1/feeds/alice.f/devices/0/pop"), 403);
+    ck_assert_int_eq(as(NULL, pop, "/v1/feeds/alice.f/devices/0/pop"), 401);
+    ck_assert_int_eq(as("tkc", pop, "/v1/feeds/alice.f/devices/0/pop"), 200);
+    /* listings show only the feeds one may read */
+    ck_assert_int_eq(as("tkb", "", "/v1/feeds"), 200);
+    ck_assert_msg(strstr(out, "bob.f") && !strstr(out, "alice.f"), "%s", out);
+    ck_assert_int_eq(as("tkc", "", "/v1/feeds"), 200);
+    ck_assert_msg(!strstr(out, "bob.f") && strstr(out, "alice.f"), "%s", out);
+    /* stats: read; delete: produce */
+    ck_assert_int_eq(as("tkb", "", "/v1/feeds/alice.f"), 403);
+    ck_assert_int_eq(as("tkc", "-X DELETE", "/v1/feeds/alice.f"), 403);
+    ck_assert_int_eq(as("tka", "-X DELETE", "/v1/feeds/alice.f"), 204);
+    stop_clean();
+}
+END_TEST
+
 /* alice and bob both send user u1 and request id r1: neither sees the other's state. */
 START_TEST(test_state_per_principal)
 {
@@ -657,6 +705,7 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_call_and_serve);
     tcase_add_test(tc, test_state_per_principal);
     tcase_add_test(tc, test_forward);
+    tcase_add_test(tc, test_feeds_per_principal);
     tcase_add_test(tc, test_worker_bound_to_principal);
     tcase_add_test(tc, test_sighup_reload);
     tcase_add_test(tc, test_shumai_refused);
