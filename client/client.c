@@ -116,6 +116,7 @@ void tf_client_free(tf_client_t *c)
         free(o->key);
         free(o);
     }
+    c->origins = NULL;
     free(c->user);
     tf_client_set_token(c, NULL);
     free(c);
@@ -149,6 +150,16 @@ tf_status_t tf_client_set_token(tf_client_t *c, const char *token)
     char *t = NULL;
     if (token && !(t = strdup(token)))
         return TF_ENOMEM;
+    int same = (!token && !c->token) || (token && c->token && strcmp(token, c->token) == 0);
+    /* A UCX connection runs as the principal whose token upgraded it: another token takes
+     * new connections (made at the next request, as the first were). */
+    for (origin_t *o = c->origins; o && !same && c->up; o = o->next)
+        if (o->conn) {
+            c->up->disconnect(o);
+            o->why[0] = '\0';
+            o->retry_at = 0;
+            o->backoff_ms = 0;
+        }
     if (c->token) {
         volatile char *p = c->token;            /* not left behind in freed memory */
         while (*p)

@@ -163,7 +163,10 @@ void tf_client_free(tf_client_t *c);
 tf_status_t tf_client_set_user(tf_client_t *c, const char *user_id);
 /* The bearer token sent as "Authorization: Bearer TOKEN" on every request (NULL: none), for
  * a tfetchd with auth-tokens set. Validated (an RFC 6750 b64token, at most 512 characters);
- * the client keeps a copy and never logs it. The environment's TFETCH_TOKEN is the default. */
+ * the client keeps a copy and never logs it. The environment's TFETCH_TOKEN is the default.
+ * A UCX connection runs as the principal whose token upgraded it: setting another token
+ * closes the client's UCX connections (requests still on them fail) and the next request
+ * upgrades again with the new one. */
 tf_status_t tf_client_set_token(tf_client_t *c, const char *token);
 /* The request id for the next request only (NULL: the client makes one). Reusing the id of a
  * request on retry lets the server recognise the retry. */

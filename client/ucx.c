@@ -43,7 +43,7 @@ static void ucx_wake(void *arg)
 static int ucx_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
 {
     tfp_err_t err;
-    char ident[TFP_UP_MAX_IDENT + 1];
+    char ident[TFP_UP_MAX_IDENT + 1 + 1 + TFP_AUTH_PROOF_LEN];
     char why[256] = "";
 
     if (!c->up_state && !(c->up_state = tfx_ucxc_new(ucx_wake, c, &err))) {
@@ -55,6 +55,13 @@ static int ucx_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
     if (tfp_up_ident_format(&c->host, ident, sizeof(ident), &err) != TFP_OK) {
         tfi_up_failed(o, "cannot tell this host's identity: %s", err.msg);
         return -1;
+    }
+    if (c->token) {                 /* the token is bound to our principal: prove it */
+        uint8_t h[TFP_AUTH_HASH_LEN];
+        size_t n = strlen(ident);
+        tfp_auth_hash(c->token, strlen(c->token), h);
+        ident[n] = ' ';
+        tfp_auth_hello_proof(h, resp->token, ident + n + 1);
     }
     tfx_ucxc_conn_t *conn = NULL;
     tfp_status_t st = tfx_ucxc_connect(c->up_state, resp->worker_address,

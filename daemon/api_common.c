@@ -32,8 +32,11 @@ void api_set_user(tfd_ctx_t *c, const char *user)
 {
     if (user != c->user)
         snprintf(c->user, sizeof c->user, "%s", user);
-    if (c->op->who.principal[0])
-        snprintf(c->state_key, sizeof c->state_key, "%s/%s", c->op->who.principal, c->user);
+    const tfp_op_who_t *w = &c->op->who;
+    if (w->principal[0])            /* a forwarded user (router.c checked forward) is keyed
+                                     * under its own principal */
+        snprintf(c->state_key, sizeof c->state_key, "%s/%s",
+                 w->user_principal[0] ? w->user_principal : w->principal, c->user);
     else
         snprintf(c->state_key, sizeof c->state_key, "%s", c->user);
 }

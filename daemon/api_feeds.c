@@ -275,7 +275,10 @@ void api_handle_feed_declare(tfx_req_t *r, tfd_ctx_t *c)
     }
     tfd_feed_t *f = NULL;
     int created = 0;
-    tfp_status_t st = tfd_feeds_declare(c->api->feeds, c->name, c->user, &d, &f, &created, &err);
+    /* With authentication on the declaring principal owns the feed (feeds-per-user counts
+     * per principal, whatever user ids it sends); without, the user id does. */
+    const char *owner = c->op->who.principal[0] ? c->op->who.principal : c->user;
+    tfp_status_t st = tfd_feeds_declare(c->api->feeds, c->name, owner, &d, &f, &created, &err);
     tfp_feed_decl_clear(&d);
     if (st != TFP_OK) {
         api_fail(r, c, st, "%s", err.msg);

@@ -11,7 +11,10 @@
  *
  * The last three must carry the worker's secret (Tfetch-Worker-Secret): an unknown id is
  * 404, a known one with a wrong or missing secret 403 TF_EFORBIDDEN (ids are random, so
- * telling that one exists reveals nothing a caller did not already hold).
+ * telling that one exists reveals nothing a caller did not already hold). With
+ * authentication on, a worker is bound to the principal that registered it (which needs
+ * serve on each route): another principal's poll, answer or leave is 403 even with the
+ * worker's secret.
  *
  * Runs on the transports' threads; see api.h.
  */
@@ -53,6 +56,7 @@ void api_handle_register(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, st, "%s", err.msg);
         return;
     }
+    tfd_workers_set_owner(c->api->workers, id, c->op->who.principal);
     tfp_jw_t w;
     tfp_jw_init(&w);
     tfp_jw_obj_begin(&w);
@@ -80,9 +84,22 @@ static void forbidden(tfx_req_t *r, tfd_ctx_t *c)
              c->name);
 }
 
+/* 1 (after answering 403) if the worker is another principal's. */
+static int not_ours(tfx_req_t *r, tfd_ctx_t *c)
+{
+    if (!tfd_workers_owned_by_other(c->api->workers, c->name, c->op->who.principal))
+        return 0;
+    tfd_auth_count_failure(c->api->auth, TFD_AUTH_FORBIDDEN);
+    api_fail(r, c, TFP_EFORBIDDEN, "worker '%s' was registered by another principal (not %s)",
+             c->name, c->op->who.principal);
+    return 1;
+}
+
 void api_handle_poll(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_worker_poll_t *p = &c->poll;
+    if (p->state == TFD_POLL_IDLE && not_ours(r, c))
+        return;
     if (p->state == TFD_POLL_IDLE || p->state == TFD_POLL_ARMED) {
         int rc = tfd_workers_poll(c->api->workers, c->name, c->op->worker_secret, p);
         if (rc == 0) {
@@ -121,6 +138,8 @@ void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_workers_t *ws = c->api->workers;
     int rc;
+    if (not_ours(r, c))
+        return;
     if (c->op->body.kind == TFP_BODY_JSON) {
         size_t len;
         const uint8_t *body = tfx_req_body(r, &len);
@@ -154,6 +173,8 @@ void api_handle_reply(tfx_req_t *r, tfd_ctx_t *c)
 
 void api_handle_leave(tfx_req_t *r, tfd_ctx_t *c)
 {
+    if (not_ours(r, c))
+        return;
     int rc = tfd_workers_unregister(c->api->workers, c->name, c->op->worker_secret);
     if (rc == 0)
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);

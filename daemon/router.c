@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -228,7 +229,8 @@ static need_t needs(const tfp_op_t *op, tfp_right_t *right, const char **name)
         *right = TFP_RIGHT_CONSUME;
         return NEED_RIGHT;
     default:            /* NONE, INFO (details: admin), TENSOR_LIST and FEED_LIST (filtered),
-                         * SESSION_END (the principal's own), UPGRADE (refused when on) */
+                         * SESSION_END (the principal's own), UPGRADE (the token goes to
+                         * the principal: upgrade.c) */
         return NEED_TOKEN;
     }
 }
@@ -243,10 +245,14 @@ static int authenticate(tfx_req_t *r, tfd_ctx_t *c)
     c->shumai = op->kind == TFP_OP_SHUMAI_GET || op->kind == TFP_OP_SHUMAI_CALL;
     c->info_details = !tfd_auth_on(a);
     if (!tfd_auth_on(a) || needs(op, &right, &name) == NEED_NOTHING) {
+        tfx_req_op_who(r)->user_principal[0] = '\0';     /* forwarding means nothing here */
         api_set_user(c, c->user);
         return 0;
     }
     tfd_auth_result_t res = tfd_auth_identify(a, tfx_req_op_who(r), c->shumai);
+    tfp_op_who_t *who = tfx_req_op_who(r);
+    if (strcmp(who->user_principal, who->principal) == 0)
+        who->user_principal[0] = '\0';                  /* its own user */
     if (res != TFD_AUTH_OK) {
         tfd_auth_count_failure(a, res);
         tfx_req_add_header(r, "WWW-Authenticate", "Bearer realm=\"tfetch\"");
@@ -263,13 +269,20 @@ static int authenticate(tfx_req_t *r, tfd_ctx_t *c)
     return 0;
 }
 
-/* Checks the right the operation needs (403 without it). 0, or -1 after answering. */
+/* Checks the right the operation needs (403 without it), and forward on the principal of a
+ * forwarded user id. 0, or -1 after answering. */
 static int authorize(tfx_req_t *r, tfd_ctx_t *c)
 {
     tfd_auth_t *a = c->api->auth;
     tfp_right_t right;
     const char *name;
-    if (!tfd_auth_on(a) || needs(c->op, &right, &name) != NEED_RIGHT)
+    need_t need;
+    if (!tfd_auth_on(a) || (need = needs(c->op, &right, &name)) == NEED_NOTHING)
+        return 0;
+    const char *of = c->op->who.user_principal;
+    if (of[0] && !tfd_auth_allows(a, &c->op->who, c->shumai, TFP_RIGHT_FORWARD, of))
+        return api_forbid(r, c, TFP_RIGHT_FORWARD, of);
+    if (need != NEED_RIGHT)
         return 0;
     if (tfd_auth_allows(a, &c->op->who, c->shumai, right, name))
         return 0;

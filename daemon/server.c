@@ -179,8 +179,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         goto fail;
     }
     tfx_handlers_t h = tfd_router_handlers(s->router);
-    s->upgrade = tfd_upgrade_start(tfd_auth_on(s->auth) && cfg->ucx ? TFD_UPGRADE_OFF_AUTH
-                                                                    : (int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
+    s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
     if (!s->upgrade) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;

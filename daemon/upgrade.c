@@ -9,6 +9,7 @@
 #include "daemon/upgrade.h"
 #include "daemon/log.h"
 #include "daemon/shm.h"
+#include "proto/auth.h"
 #include "proto/upgrade.h"
 #include "transports/clock.h"
 #include "transports/hostid.h"
@@ -28,6 +29,9 @@ typedef struct {
     char token[TFP_UP_TOKEN_LEN + 1];
     uint64_t expires_ms;
     tfp_up_host_t host;             /* who asked */
+    tfp_cred_t cred;                /* TFP_CRED_BEARER: issued to the principal whose bearer */
+    uint8_t token_hash[TFP_AUTH_HASH_LEN];  /* token hashes so (authentication on) */
+    char principal[TFP_MAX_USER_ID + 1];
 } token_t;
 
 struct tfd_upgrade {
@@ -56,14 +60,21 @@ static __attribute__((unused)) void drop_expired(tfd_upgrade_t *up, uint64_t now
 #ifdef HAVE_UCX
 /* The client's pid, from the token, when it shares this host: the UCX side watches it
  * (UCX has no peer failure detection on one host). */
-static int verify_hello(const char *token, const char *identity, long *peer_pid, char *why,
-                        size_t why_size, void *arg)
+static int verify_hello(const char *token, const char *identity, long *peer_pid,
+                        tfp_op_who_t *cred, char *why, size_t why_size, void *arg)
 {
     tfd_upgrade_t *up = arg;
     tfp_up_host_t who;
     tfp_err_t err;
     int rc = -1;
-    if (tfp_up_ident_parse(identity, strlen(identity), &who, &err) != TFP_OK) {
+    char expect[TFP_AUTH_PROOF_LEN + 1];
+    size_t ident_len;
+    char proof[TFP_AUTH_PROOF_LEN + 1];
+    if (tfp_auth_hello_split(identity, strlen(identity), &ident_len, proof) != TFP_OK) {
+        snprintf(why, why_size, "HELLO: the principal's proof is not 64 hex digits");
+        goto out;
+    }
+    if (tfp_up_ident_parse(identity, ident_len, &who, &err) != TFP_OK) {
         snprintf(why, why_size, "HELLO: %.200s", err.msg);
         goto out;
     }
@@ -78,7 +89,16 @@ static int verify_hello(const char *token, const char *identity, long *peer_pid,
     } else if (strcmp(up->tokens[i].host.boot_id, who.boot_id) != 0 ||
                strcmp(up->tokens[i].host.netns, who.netns) != 0) {
         snprintf(why, why_size, "the token was issued to another peer");
+    } else if (up->tokens[i].cred == TFP_CRED_BEARER && !proof[0]) {
+        snprintf(why, why_size, "the token was issued to principal '%s': HELLO must carry its "
+                 "proof (authentication is on)", up->tokens[i].principal);
+    } else if (up->tokens[i].cred == TFP_CRED_BEARER &&
+               (tfp_auth_hello_proof(up->tokens[i].token_hash, token, expect),
+                !tfp_auth_proof_equal(expect, proof))) {
+        snprintf(why, why_size, "the token was issued to another principal");
     } else {
+        cred->cred = up->tokens[i].cred;
+        memcpy(cred->token_hash, up->tokens[i].token_hash, sizeof cred->token_hash);
         *peer_pid = tfp_up_host_same(&up->self, &up->tokens[i].host)
                         ? (long)up->tokens[i].host.pid : 0;
         up->tokens[i] = up->tokens[--up->ntokens];       /* single use */
@@ -106,13 +126,6 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
         return NULL;
     pthread_mutex_init(&up->lock, NULL);
     up->ttl_ms = token_ttl_ms;
-    if (enable == TFD_UPGRADE_OFF_AUTH) {
-        (void)max_body;
-        (void)h;
-        snprintf(up->why, sizeof up->why, "authentication is on: UCX is offered once tokens "
-                 "carry the principal");
-        return up;
-    }
     tfp_err_t err;
     if (tfx_hostid_get(&up->self, &err) != TFP_OK) {
         snprintf(up->why, sizeof up->why, "cannot tell this host's identity: %.200s", err.msg);
@@ -207,6 +220,15 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
             memcpy(t->token, resp.token, sizeof t->token);
             t->expires_ms = tfx_now_ms() + up->ttl_ms;
             t->host = req.host;
+            const tfp_op_who_t *w = tfx_req_op_who(r);
+            if (w->principal[0] && w->cred == TFP_CRED_BEARER) {     /* authentication on */
+                t->cred = TFP_CRED_BEARER;
+                memcpy(t->token_hash, w->token_hash, sizeof t->token_hash);
+                snprintf(t->principal, sizeof t->principal, "%s", w->principal);
+            } else {
+                t->cred = TFP_CRED_NONE;
+                t->principal[0] = '\0';
+            }
             up->st.issued++;
         } else {
             full = 1;

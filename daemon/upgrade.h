@@ -3,8 +3,12 @@
  *
  * A token is 128 random bits, single-use, short-lived (upgrade-token-ttl) and bound to the
  * host identity (boot id + network namespace) the client declared when it asked; HELLO must
- * present both. Same-host clients get the UCX worker address with every transport (shared
- * memory, CMA); others get the network-only address. Thread-safe.
+ * present both. With authentication on, the token is issued to the principal of the
+ * upgrade request and carries its credential: the HELLO must prove it holds the same bearer
+ * token (proto/auth.h, tfp_auth_hello_proof), and every request over that endpoint is then
+ * authenticated and authorized with it exactly as over HTTP. Same-host clients get the UCX
+ * worker address with every transport (shared memory, CMA); others get the network-only
+ * address. Thread-safe.
  */
 #ifndef TFD_UPGRADE_H
 #define TFD_UPGRADE_H
@@ -22,10 +26,7 @@ typedef struct {
 
 /* Starts UCX serving with handlers h, when built with UCX and enabled; request documents
  * above max_body are refused. Never NULL on memory: when UCX is off or fails,
- * tfd_upgrade_enabled says no and why. enable TFD_UPGRADE_OFF_AUTH: not started because
- * authentication is on (a UCX token does not carry the principal yet), and the fallback
- * says so. */
-#define TFD_UPGRADE_OFF_AUTH (-1)
+ * tfd_upgrade_enabled says no and why. */
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);

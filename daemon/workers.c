@@ -36,6 +36,7 @@ typedef struct worker {
     struct worker *next;
     char id[TFD_WORKER_ID_SIZE];
     char secret[TFD_WORKER_SECRET_SIZE];
+    char owner[TFP_MAX_USER_ID + 1];    /* the principal that registered it; "" auth off */
     char **routes;
     size_t nroutes;
     uint64_t last_seen_ms;
@@ -324,6 +325,24 @@ tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, 
     memcpy(secret, w->secret, TFD_WORKER_SECRET_SIZE);
     pthread_mutex_unlock(&ws->lock);
     return TFP_OK;
+}
+
+void tfd_workers_set_owner(tfd_workers_t *ws, const char *id, const char *principal)
+{
+    pthread_mutex_lock(&ws->lock);
+    worker_t *w = find_worker(ws, id);
+    if (w)
+        snprintf(w->owner, sizeof w->owner, "%s", principal ? principal : "");
+    pthread_mutex_unlock(&ws->lock);
+}
+
+int tfd_workers_owned_by_other(tfd_workers_t *ws, const char *id, const char *principal)
+{
+    pthread_mutex_lock(&ws->lock);
+    worker_t *w = find_worker(ws, id);
+    int other = w && w->owner[0] && strcmp(w->owner, principal ? principal : "") != 0;
+    pthread_mutex_unlock(&ws->lock);
+    return other;
 }
 
 int tfd_workers_unregister(tfd_workers_t *ws, const char *id, const char *secret)

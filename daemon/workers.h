@@ -56,6 +56,12 @@ void tfd_workers_free(tfd_workers_t *ws);
 tfp_status_t tfd_workers_register(tfd_workers_t *ws, const char *const *routes, size_t n,
                                   char id[TFD_WORKER_ID_SIZE],
                                   char secret[TFD_WORKER_SECRET_SIZE], tfp_err_t *err);
+/* Binds worker id to the principal that registered it (authentication on; "" or NULL: to
+ * none). tfd_workers_owned_by_other: 1 if id names a worker bound to a principal other than
+ * principal, else 0 (unknown ids too: the calls below say so). */
+void tfd_workers_set_owner(tfd_workers_t *ws, const char *id, const char *principal);
+int tfd_workers_owned_by_other(tfd_workers_t *ws, const char *id, const char *principal);
+
 /* The calls below act for worker id only when secret is its own (compared in constant
  * time); they return -1 for an unknown id and -2 for a wrong or missing ("") secret. */
 

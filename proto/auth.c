@@ -310,3 +310,55 @@ tfp_bearer_t tfp_bearer_parse(const char *value, const char **tok, size_t *len)
     *len = n;
     return TFP_BEARER_OK;
 }
+
+/* ---- the principal's proof in a UCX HELLO ------------------------------------------------ */
+
+void tfp_auth_hello_proof(const uint8_t token_hash[TFP_AUTH_HASH_LEN], const char *up_token,
+                          char out[TFP_AUTH_PROOF_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    struct sha256_ctx h;
+    uint8_t d[TFP_AUTH_HASH_LEN];
+    sha256_init(&h);
+    sha256_update(&h, TFP_AUTH_HASH_LEN, token_hash);
+    sha256_update(&h, strlen(up_token), (const uint8_t *)up_token);
+    sha256_digest(&h, sizeof d, d);
+    for (int i = 0; i < TFP_AUTH_HASH_LEN; i++) {
+        out[2 * i] = hex[d[i] >> 4];
+        out[2 * i + 1] = hex[d[i] & 15];
+    }
+    out[TFP_AUTH_PROOF_LEN] = '\0';
+}
+
+tfp_status_t tfp_auth_hello_split(const char *msg, size_t n, size_t *ident_len,
+                                  char proof[TFP_AUTH_PROOF_LEN + 1])
+{
+    proof[0] = '\0';
+    *ident_len = n;
+    const char *first = msg ? memchr(msg, ' ', n) : NULL;
+    if (!first)
+        return TFP_OK;                  /* no identity at all: its parser says so */
+    size_t rest = n - (size_t)(first + 1 - msg);
+    const char *second = memchr(first + 1, ' ', rest);
+    if (!second)
+        return TFP_OK;                  /* "boot_id netns" */
+    size_t ilen = (size_t)(second - msg), plen = n - ilen - 1;
+    if (plen != TFP_AUTH_PROOF_LEN)
+        return TFP_EPROTO;
+    for (size_t i = 0; i < plen; i++) {
+        char ch = second[1 + i];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+            return TFP_EPROTO;
+    }
+    memcpy(proof, second + 1, plen);
+    proof[plen] = '\0';
+    *ident_len = ilen;
+    return TFP_OK;
+}
+
+int tfp_auth_proof_equal(const char *a, const char *b)
+{
+    if (strlen(a) != TFP_AUTH_PROOF_LEN || strlen(b) != TFP_AUTH_PROOF_LEN)
+        return 0;
+    return memeql_sec(a, b, TFP_AUTH_PROOF_LEN) != 0;
+}

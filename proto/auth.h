@@ -98,4 +98,21 @@ typedef enum {
  * spaces around the token are skipped. */
 tfp_bearer_t tfp_bearer_parse(const char *value, const char **tok, size_t *len);
 
+/* ---- the principal's proof in a UCX HELLO ------------------------------------------------ */
+
+/* An upgrade token issued to an authenticated principal is bound to it: the HELLO that
+ * presents it carries, after the host identity ("boot_id netns PROOF"), PROOF = the lowercase
+ * hex SHA-256 of the bearer token's SHA-256 followed by the upgrade token. Only the holder
+ * of the bearer token can make it; a stolen upgrade token is useless to another principal. */
+#define TFP_AUTH_PROOF_LEN 64
+void tfp_auth_hello_proof(const uint8_t token_hash[TFP_AUTH_HASH_LEN], const char *up_token,
+                          char out[TFP_AUTH_PROOF_LEN + 1]);
+/* Splits a HELLO's msg[0..n) into the host identity (its length in *ident_len) and the proof
+ * (*proof: NUL-terminated, "" when none). A msg with more than one space after the boot id
+ * must end in " " and exactly 64 lowercase hex digits: TFP_EPROTO otherwise. */
+tfp_status_t tfp_auth_hello_split(const char *msg, size_t n, size_t *ident_len,
+                                  char proof[TFP_AUTH_PROOF_LEN + 1]);
+/* 1 if the two proofs are equal (constant time). */
+int tfp_auth_proof_equal(const char *a, const char *b);
+
 #endif

@@ -330,6 +330,13 @@ static tfp_status_t take_ids(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_
             return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-User must match [A-Za-z0-9._-]{1,128}");
         snprintf(op->who.user, sizeof op->who.user, "%s", in->user);
     }
+    if (in->user_principal) {
+        if (!tfp_user_id_valid(in->user_principal))
+            return tfp_op_fail(e, TFP_EBADREQ,
+                               "Tfetch-User-Principal must match [A-Za-z0-9._-]{1,128}");
+        snprintf(op->who.user_principal, sizeof op->who.user_principal, "%s",
+                 in->user_principal);
+    }
     if (in->worker_secret) {
         if (!tfp_worker_secret_valid(in->worker_secret))
             return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Worker-Secret must be 32 lowercase "

@@ -73,6 +73,7 @@ typedef struct {
     const char *accept;             /* Accept */
     const char *dtype, *shape;      /* Tfetch-Dtype, Tfetch-Shape: a raw body's tensor */
     const char *user;               /* Tfetch-User */
+    const char *user_principal;     /* Tfetch-User-Principal */
     const char *authorization;      /* Authorization (its bearer token, hashed into op->who) */
     const char *request_id;         /* Tfetch-Request-Id */
     const char *worker_secret;      /* Tfetch-Worker-Secret */

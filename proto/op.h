@@ -107,6 +107,9 @@ typedef struct {
                                                  * token itself is not kept) */
     char principal[TFP_MAX_USER_ID + 1];        /* set by tfetchd's router once the token is
                                                  * known; "" with authentication off */
+    char user_principal[TFP_MAX_USER_ID + 1];   /* Tfetch-User-Principal: whose user `user`
+                                                 * is, when a gateway forwards another
+                                                 * principal's user; "" for the caller's own */
 } tfp_op_who_t;
 
 /* A feed operation's stream and positions (doc/PROTOCOL.md, "Feeds"). */

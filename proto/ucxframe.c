@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "proto/auth.h"
 #include "proto/jsonw.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
@@ -152,8 +153,13 @@ static tfp_status_t check_strings(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_
         return tfp_err_set(err, code, WHAT ": msg is not valid UTF-8");
     if (op == TFP_UF_HELLO) {
         tfp_up_host_t host;
+        char proof[TFP_AUTH_PROOF_LEN + 1];
+        size_t nident;
 
-        st = tfp_up_ident_parse(h->msg, nmsg, &host, &sub);
+        if (tfp_auth_hello_split(h->msg, nmsg, &nident, proof) != TFP_OK)
+            return tfp_err_set(err, code, WHAT ": HELLO msg is not \"boot_id netns\" then "
+                               "an optional 64-hex-digit proof");
+        st = tfp_up_ident_parse(h->msg, nident, &host, &sub);
         if (st != TFP_OK)
             return tfp_err_set(err, code, WHAT ": HELLO msg is not \"boot_id netns\" (%s)",
                                sub.msg);

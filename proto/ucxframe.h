@@ -46,7 +46,9 @@
  * Ops and what each may carry (a decoder refuses anything else; an encoder the same):
  *   HELLO      first message on a new endpoint: name = the one-time token (32 lowercase hex,
  *              from POST /v1/upgrade), user empty, msg = the client's host identity
- *              "boot_id netns" (tfp_up_ident_format), request id empty or valid
+ *              "boot_id netns" (tfp_up_ident_format), then, for a token issued to an
+ *              authenticated principal, " " and its 64-hex-digit proof
+ *              (tfp_auth_hello_proof, proto/auth.h); request id empty or valid
  *   HELLO_ACK  the server's answer to HELLO (a reply)
  *   GET        name = tensor; wait_ms = long-poll (the only request that may set it)
  *   PUT        name = tensor; body_len = the document's size

@@ -4,15 +4,17 @@
  * prefix and a name outside the prefix (403), a route without call, a worker registration
  * without serve, /metrics without admin, a token revoked by SIGHUP (401), a broken file on
  * SIGHUP (the old tokens kept), per-user state and replays isolated between principals that
- * send the same user id, the Shumai paths without shumai-principal (401), the UCX upgrade
- * refused; and the allowed paths: filtered listings, /v1/info details for admin, the failure
- * counters, the Shumai principal's rights, libtfetch with tf_client_set_token, the CLI with
+ * send the same user id, the Shumai paths without shumai-principal (401), a UCX token
+ * replayed by another principal or peer, a token revoked on an upgraded UCX connection; and
+ * the upgrade offered with authentication on, libtfetch's rights over UCX, and the allowed
+ * paths: filtered listings, /v1/info details for admin, the failure counters, the Shumai principal's rights, libtfetch with tf_client_set_token, the CLI with
  * --token and TFETCH_TOKEN. Each test starts its own daemon (Check forks per test).
  */
 #include "config.h"
 #include "tests/suites.h"
 #include "tests/fixtures.h"
 #include "client/tfetch.h"
+#include "proto/auth.h"
 #include "proto/upgrade.h"
 #include "transports/hostid.h"
 
@@ -236,6 +238,91 @@ START_TEST(test_call_and_serve)
 }
 END_TEST
 
+/* A worker is bound to the principal that registered it: another principal with serve on
+ * the same routes and the worker's secret still cannot poll, answer or leave for it. */
+START_TEST(test_worker_bound_to_principal)
+{
+    start_with("tkb bob serve:bob.* call:bob.*\ntkd dave serve:bob.*\n", NULL);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Content-Type: application/json' "
+                        "-d '{\"routes\":[\"bob.r\"]}'", "/v1/workers"), 201);
+    char id[64] = "", secret[80] = "";
+    const char *p = strstr(out, "\"worker\":\"");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(sscanf(p + 10, "%63[^\"]", id), 1);
+    p = strstr(out, "\"secret\":\"");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(sscanf(p + 10, "%79[^\"]", secret), 1);
+    char args[512], path[256];
+    snprintf(args, sizeof args, "-H 'Tfetch-Worker-Secret: %s'", secret);
+    snprintf(path, sizeof path, "/v1/workers/%s/next?wait=0", id);
+    ck_assert_int_eq(as("tkd", args, path), 403);
+    ck_assert_msg(strstr(out, "registered by another principal (not dave)"), "%s", out);
+    snprintf(path, sizeof path, "/v1/workers/%s/calls/c1", id);
+    char rargs[640];
+    snprintf(rargs, sizeof rargs, "%s -X POST -H 'Content-Type: application/json' "
+             "-d '{\"error\":\"x\",\"code\":\"TF_EINTERNAL\"}'", args);
+    ck_assert_int_eq(as("tkd", rargs, path), 403);
+    ck_assert_msg(strstr(out, "registered by another principal"), "%s", out);
+    snprintf(path, sizeof path, "/v1/workers/%s", id);
+    snprintf(rargs, sizeof rargs, "%s -X DELETE", args);
+    ck_assert_int_eq(as("tkd", rargs, path), 403);
+    /* bob, its registrant: served */
+    snprintf(path, sizeof path, "/v1/workers/%s/next?wait=0", id);
+    ck_assert_int_eq(as("tkb", args, path), 204);
+    snprintf(path, sizeof path, "/v1/workers/%s", id);
+    ck_assert_int_eq(as("tkb", rargs, path), 204);
+    stop_clean();
+}
+END_TEST
+
+#define FEED_DECL "-X PUT -H 'Content-Type: application/json' -d '{\"devices\":1," \
+    "\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\",\"shape\":[2]}]}'"
+
+/* Feeds with authentication on: produce, consume and read on feed patterns; the declaring
+ * principal owns a feed and feeds-per-user counts per principal; listings are filtered. */
+START_TEST(test_feeds_per_principal)
+{
+    static const char toks[] = "tka alice produce:alice.* read:alice.*\n"
+                               "tkc carol consume:alice.* read:alice.*\n"
+                               "tkb bob produce:bob.* consume:bob.* read:bob.*\n";
+    token_file = td_tmpfile(3, toks, strlen(toks));
+    const char *args[] = {"--auth-tokens", token_file, "--feeds-per-user", "1", NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    ck_assert_int_eq(as("tka", FEED_DECL " -H 'Tfetch-User: u1'", "/v1/feeds/alice.f"), 201);
+    ck_assert_msg(strstr(out, "\"owner\":\"alice\""), "%s", out);
+    /* one feed per principal, whatever user it sends */
+    ck_assert_int_eq(as("tka", FEED_DECL " -H 'Tfetch-User: u2'", "/v1/feeds/alice.g"), 507);
+    ck_assert_int_eq(as("tkb", FEED_DECL " -H 'Tfetch-User: u1'", "/v1/feeds/bob.f"), 201);
+    /* produce on another's feed; declare without produce */
+    ck_assert_int_eq(as("tkb", FEED_DECL, "/v1/feeds/alice.h"), 403);
+    ck_assert_int_eq(as("tkc", FEED_DECL, "/v1/feeds/alice.h"), 403);
+    float v[2] = {1, 2};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    char in[512];
+    snprintf(in, sizeof in, "-X POST --data-binary @%s -H 'Content-Type: application/octet-stream'"
+             " -H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2'", f);
+    ck_assert_int_eq(as("tkb", in, "/v1/feeds/alice.f/devices/0/infeed"), 403);
+    ck_assert_int_eq(as("tka", in, "/v1/feeds/alice.f/devices/0/infeed"), 201);
+    /* pop: consume on the feed */
+    const char *pop = "-X POST -H 'Tfetch-Consumer: c1'";
+    ck_assert_int_eq(as("tka", pop, "/v1/feeds/alice.f/devices/0/pop"), 403);
+    ck_assert_msg(strstr(out, "no consume right on 'alice.f'"), "%s", out);
+    ck_assert_int_eq(as("tkb", pop, "/v1/feeds/alice.f/devices/0/pop"), 403);
+    ck_assert_int_eq(as(NULL, pop, "/v1/feeds/alice.f/devices/0/pop"), 401);
+    ck_assert_int_eq(as("tkc", pop, "/v1/feeds/alice.f/devices/0/pop"), 200);
+    /* listings show only the feeds one may read */
+    ck_assert_int_eq(as("tkb", "", "/v1/feeds"), 200);
+    ck_assert_msg(strstr(out, "bob.f") && !strstr(out, "alice.f"), "%s", out);
+    ck_assert_int_eq(as("tkc", "", "/v1/feeds"), 200);
+    ck_assert_msg(!strstr(out, "bob.f") && strstr(out, "alice.f"), "%s", out);
+    /* stats: read; delete: produce */
+    ck_assert_int_eq(as("tkb", "", "/v1/feeds/alice.f"), 403);
+    ck_assert_int_eq(as("tkc", "-X DELETE", "/v1/feeds/alice.f"), 403);
+    ck_assert_int_eq(as("tka", "-X DELETE", "/v1/feeds/alice.f"), 204);
+    stop_clean();
+}
+END_TEST
+
 /* alice and bob both send user u1 and request id r1: neither sees the other's state. */
 START_TEST(test_state_per_principal)
 {
@@ -255,6 +342,50 @@ START_TEST(test_state_per_principal)
     ck_assert_msg(strstr(out, "[7,7]") && !strstr(hdrs, "Tfetch-Replayed"), "%s", out);
     ck_assert_int_eq(call_i32("tka", "accumulate", "u2", "r1", 5, 5), 200);
     ck_assert_msg(strstr(out, "[5,5]") && strstr(hdrs, "Tfetch-Replayed: 1"), "%s", hdrs);
+    stop_clean();
+}
+END_TEST
+
+/* call_i32 with Tfetch-User-Principal: of (the principal whose user `user` is). */
+static int call_for(const char *token, const char *of, const char *user, int32_t a, int32_t b)
+{
+    int32_t v[2] = {a, b};
+    const char *f = td_tmpfile(1, v, sizeof v);
+    char args[1024];
+    snprintf(args, sizeof args, "-X POST --data-binary @%s -H 'Tfetch-Dtype: I32' "
+             "-H 'Tfetch-Shape: 2' -H 'Accept: application/json' -H 'Tfetch-User: %s' "
+             "-H 'Tfetch-User-Principal: %s'", f, user, of);
+    return as(token, args, "/v1/call/accumulate");
+}
+
+/* A principal's own users are every user id it sends; another principal's user (named by
+ * Tfetch-User-Principal) takes forward on that principal, and its state is that principal's. */
+START_TEST(test_forward)
+{
+    start_with("tkg gw call:accumulate forward:team.*\n"
+               "tka alice call:accumulate\n"
+               "tkt team.x call:accumulate\n", NULL);
+    ck_assert_int_eq(call_i32("tka", "accumulate", "u1", NULL, 1, 2), 200);
+    ck_assert_int_eq(call_for("tka", "alice", "u1", 1, 2), 200);       /* its own, named */
+    ck_assert_msg(strstr(out, "[2,4]"), "%s", out);
+    /* without forward: 403, whatever user */
+    ck_assert_int_eq(call_for("tka", "team.x", "u1", 1, 2), 403);
+    ck_assert_msg(strstr(out, "principal alice has no forward right on 'team.x'"), "%s", out);
+    ck_assert_int_eq(call_i32("tkt", "accumulate", "u1", NULL, 5, 5), 200);
+    /* the gateway acts for team.x's u1: team.x's state */
+    ck_assert_int_eq(call_for("tkg", "team.x", "u1", 1, 1), 200);
+    ck_assert_msg(strstr(out, "[6,6]"), "gateway did not reach team.x's u1: %s", out);
+    ck_assert_int_eq(call_i32("tkt", "accumulate", "u1", NULL, 1, 1), 200);
+    ck_assert_msg(strstr(out, "[7,7]"), "%s", out);
+    /* forward:team.* does not cover alice; the gateway's own u1 is its own */
+    ck_assert_int_eq(call_for("tkg", "alice", "u1", 1, 1), 403);
+    ck_assert_msg(strstr(out, "no forward right on 'alice'"), "%s", out);
+    ck_assert_int_eq(call_i32("tkg", "accumulate", "u1", NULL, 9, 9), 200);
+    ck_assert_msg(strstr(out, "[9,9]"), "%s", out);
+    /* hostile values; no token at all */
+    ck_assert_int_eq(call_for("tkg", "a/b", "u1", 1, 1), 400);
+    ck_assert_msg(strstr(out, "Tfetch-User-Principal must match"), "%s", out);
+    ck_assert_int_eq(call_for(NULL, "team.x", "u1", 1, 1), 401);
     stop_clean();
 }
 END_TEST
@@ -320,9 +451,10 @@ START_TEST(test_shumai_principal)
 }
 END_TEST
 
-START_TEST(test_upgrade_refused)
+/* POST /v1/upgrade as token (NULL: none) for this host's identity; the status, the offer
+ * parsed into *resp when 200 and upgraded. */
+static int upgrade_as(const char *token, tfp_up_resp_t *resp)
 {
-    start();
     tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .policy = TFP_UP_POLICY_UCX};
     tfp_err_t err;
     ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
@@ -333,14 +465,158 @@ START_TEST(test_upgrade_refused)
     free(json);
     char args[512];
     snprintf(args, sizeof args, "-X POST -H 'Content-Type: application/json' --data-binary @%s", f);
-    ck_assert_int_eq(as(NULL, args, "/v1/upgrade"), 401);
-    ck_assert_int_eq(as("tkc", args, "/v1/upgrade"), 200);
-    ck_assert_msg(strstr(out, "authentication is on: UCX is offered once tokens carry the "
-                  "principal"), "%s", out);
-    ck_assert_msg(!strstr(hdrs, "Tfetch-Upgrade"), "%s", hdrs);
+    int st = as(token, args, "/v1/upgrade");
+    if (resp) {
+        memset(resp, 0, sizeof *resp);
+        if (st == 200)
+            ck_assert_int_eq(tfp_up_resp_parse(out, strlen(out), resp, &err), TFP_OK);
+    }
+    return st;
+}
+
+static void rewrite_tokens(const char *text)
+{
+    FILE *f = fopen(token_file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+}
+
+/* The upgrade is offered with authentication on; the one-time token is issued to the
+ * principal that asked. */
+START_TEST(test_upgrade_authed)
+{
+    start();
+    tfp_up_resp_t resp;
+    ck_assert_int_eq(upgrade_as(NULL, NULL), 401);
+    ck_assert_int_eq(upgrade_as("tkc", &resp), 200);
+#ifdef HAVE_UCX
+    ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+    ck_assert_msg(strstr(hdrs, "Tfetch-Upgrade: ucx"), "%s", hdrs);
+#else
+    ck_assert_msg(strstr(resp.reason, "without UCX"), "%s", resp.reason);
+#endif
+    tfp_up_resp_clear(&resp);
     stop_clean();
 }
 END_TEST
+
+#ifdef HAVE_UCX
+#include "transports/ucx_client.h"
+
+/* HELLO with the upgrade token of resp, for host h, proving bearer (NULL: no proof). */
+static tfp_status_t hello(tfx_ucxc_t *u, const tfp_up_resp_t *resp, const tfp_up_host_t *h,
+                          const char *bearer, char *why, size_t why_size)
+{
+    char ident[256];
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_up_ident_format(h, ident, sizeof ident, &err), TFP_OK);
+    if (bearer) {
+        uint8_t hash[TFP_AUTH_HASH_LEN];
+        size_t n = strlen(ident);
+        tfp_auth_hash(bearer, strlen(bearer), hash);
+        ident[n] = ' ';
+        tfp_auth_hello_proof(hash, resp->token, ident + n + 1);
+    }
+    tfx_ucxc_conn_t *conn = NULL;
+    why[0] = '\0';
+    tfp_status_t st = tfx_ucxc_connect(u, resp->worker_address, resp->worker_address_len,
+                                       resp->same_host, resp->token, ident, 5000, &conn, why,
+                                       why_size);
+    if (st == TFP_OK)
+        tfx_ucxc_conn_close(conn);
+    return st;
+}
+
+/* A UCX token is bound to the principal it was issued to: presented by another principal
+ * (another bearer token's proof), without a proof, or by another peer, it is refused. */
+START_TEST(test_ucx_token_replay)
+{
+    if (!getenv("TFETCHD"))
+        return;
+    start();
+    tfp_up_host_t me, other;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    other = me;
+    other.boot_id[0] = other.boot_id[0] == 'a' ? 'b' : 'a';
+    tfx_ucxc_t *u = tfx_ucxc_new(NULL, NULL, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfp_up_resp_t resp;
+    char why[256];
+    ck_assert_int_eq(upgrade_as("tka-1f2e3d", &resp), 200);
+    ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+    /* bob replays alice's token */
+    ck_assert_int_ne(hello(u, &resp, &me, "tkb-9a8b", why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "another principal"), "bob: %s", why);
+    /* an old client without the proof */
+    ck_assert_int_ne(hello(u, &resp, &me, NULL, why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "must carry its proof") && strstr(why, "'alice'"), "none: %s",
+                  why);
+    /* alice from another peer */
+    ck_assert_int_ne(hello(u, &resp, &other, "tka-1f2e3d", why, sizeof why), TFP_OK);
+    ck_assert_msg(strstr(why, "another peer"), "peer: %s", why);
+    /* alice herself: accepted, once */
+    ck_assert_int_eq(hello(u, &resp, &me, "tka-1f2e3d", why, sizeof why), TFP_OK);
+    ck_assert_int_ne(hello(u, &resp, &me, "tka-1f2e3d", why, sizeof why), TFP_OK);
+    tfp_up_resp_clear(&resp);
+    tfx_ucxc_free(u);
+    stop_clean();
+}
+END_TEST
+
+/* libtfetch over UCX after an authenticated upgrade: the same rights as over HTTP, and a
+ * token revoked by SIGHUP is refused (401) on the connection already upgraded, which stays
+ * up. */
+START_TEST(test_ucx_rights_and_revocation)
+{
+    if (!getenv("TFETCHD"))
+        return;
+    start();
+    unsetenv("TFETCH_TOKEN");
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_UCX), TF_OK);
+    ck_assert_int_eq(tf_client_set_token(c, "tka-1f2e3d"), TF_OK);
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    float v[2] = {3, 4};
+    int64_t shape[1] = {2};
+    ck_assert_int_eq(tf_doc_add(in, "t", TF_F32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
+    char url[256], bob[256];
+    snprintf(url, sizeof url, "%s/v1/tensors/alice.ucx", D.base);
+    snprintf(bob, sizeof bob, "%s/v1/tensors/bob.ucx", D.base);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    got = NULL;
+    ck_assert_int_eq(tf_put(c, bob, in), TF_EFORBIDDEN);       /* not alice's prefix */
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    ck_assert_int_eq(tf_get(c, bob, 0, &got), TF_EFORBIDDEN);
+    /* revoke alice: her UCX connection's requests are refused afterwards */
+    rewrite_tokens("tkb-9a8b bob read:bob.*\n");
+    int st = 0;
+    for (int i = 0; i < 100 && (st = as("tka-1f2e3d", "", "/v1/tensors")) != 401; i++)
+        sleep_ms(50);
+    ck_assert_int_eq(st, 401);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EUNAUTH);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    /* given back (the same token again): the same connection serves her again */
+    rewrite_tokens("tka-1f2e3d alice read:alice.*\n");
+    for (int i = 0; i < 100 && (st = as("tka-1f2e3d", "", "/v1/tensors")) != 200; i++)
+        sleep_ms(50);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    tf_client_free(c);
+    tf_doc_free(in);
+    stop_clean();
+}
+END_TEST
+#endif
 
 START_TEST(test_libtfetch_and_cli)
 {
@@ -428,10 +704,17 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_access_log_principal);
     tcase_add_test(tc, test_call_and_serve);
     tcase_add_test(tc, test_state_per_principal);
+    tcase_add_test(tc, test_forward);
+    tcase_add_test(tc, test_feeds_per_principal);
+    tcase_add_test(tc, test_worker_bound_to_principal);
     tcase_add_test(tc, test_sighup_reload);
     tcase_add_test(tc, test_shumai_refused);
     tcase_add_test(tc, test_shumai_principal);
-    tcase_add_test(tc, test_upgrade_refused);
+    tcase_add_test(tc, test_upgrade_authed);
+#ifdef HAVE_UCX
+    tcase_add_test(tc, test_ucx_token_replay);
+    tcase_add_test(tc, test_ucx_rights_and_revocation);
+#endif
     tcase_add_test(tc, test_libtfetch_and_cli);
     tcase_add_test(tc, test_broken_file_refused_at_start);
     suite_add_tcase(s, tc);

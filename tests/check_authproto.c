@@ -228,6 +228,59 @@ START_TEST(test_http_op)
     in.authorization = NULL;
     ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
     ck_assert_int_eq(op.who.cred, TFP_CRED_NONE);
+    ck_assert_str_eq(op.who.user_principal, "");
+    /* Tfetch-User-Principal: shaped like a user id, else 400 */
+    in.user_principal = "team.x";
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_str_eq(op.who.user_principal, "team.x");
+    const char *bad[] = {"", "a/b", "a b", "\xc3\xa9"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        in.user_principal = bad[i];
+        ck_assert_int_ne(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+        ck_assert_int_eq(e.code, TFP_EBADREQ);
+        ck_assert_msg(strstr(e.msg, "Tfetch-User-Principal"), "%s", e.msg);
+    }
+}
+END_TEST
+
+/* The HELLO proof: bound to both the bearer token and the upgrade token; the split accepts
+ * "boot_id netns" alone or with exactly 64 lowercase hex digits after one more space. */
+START_TEST(test_hello_proof)
+{
+    uint8_t ha[TFP_AUTH_HASH_LEN], hb[TFP_AUTH_HASH_LEN];
+    tfp_auth_hash("tka", 3, ha);
+    tfp_auth_hash("tkb", 3, hb);
+    char p1[TFP_AUTH_PROOF_LEN + 1], p2[TFP_AUTH_PROOF_LEN + 1], p3[TFP_AUTH_PROOF_LEN + 1];
+    tfp_auth_hello_proof(ha, "0123456789abcdef0123456789abcdef", p1);
+    tfp_auth_hello_proof(hb, "0123456789abcdef0123456789abcdef", p2);
+    tfp_auth_hello_proof(ha, "1123456789abcdef0123456789abcdef", p3);
+    ck_assert_uint_eq(strlen(p1), TFP_AUTH_PROOF_LEN);
+    ck_assert(tfp_auth_proof_equal(p1, p1));
+    ck_assert(!tfp_auth_proof_equal(p1, p2));       /* another principal */
+    ck_assert(!tfp_auth_proof_equal(p1, p3));       /* another upgrade token */
+    ck_assert(!tfp_auth_proof_equal(p1, ""));
+    ck_assert(!tfp_auth_proof_equal("", ""));
+
+    const char *id = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0 net:[4026531840]";
+    char msg[256], proof[TFP_AUTH_PROOF_LEN + 1];
+    size_t n;
+    ck_assert_int_eq(tfp_auth_hello_split(id, strlen(id), &n, proof), TFP_OK);
+    ck_assert_uint_eq(n, strlen(id));
+    ck_assert_str_eq(proof, "");
+    snprintf(msg, sizeof msg, "%s %s", id, p1);
+    ck_assert_int_eq(tfp_auth_hello_split(msg, strlen(msg), &n, proof), TFP_OK);
+    ck_assert_uint_eq(n, strlen(id));
+    ck_assert_str_eq(proof, p1);
+    /* hostile: short, long, upper case, not hex, an empty proof, three spaces */
+    const char *bad[] = {"%s %.63s", "%s %s0", "%s %.63sA", "%s %.63sg", "%s ", "%s %s %s"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(msg, sizeof msg, bad[i], id, p1, p1);
+        ck_assert_msg(tfp_auth_hello_split(msg, strlen(msg), &n, proof) == TFP_EPROTO, "%s",
+                      msg);
+        ck_assert_str_eq(proof, "");
+    }
+    /* no space at all: left to the identity parser */
+    ck_assert_int_eq(tfp_auth_hello_split("x", 1, &n, proof), TFP_OK);
 }
 END_TEST
 
@@ -242,6 +295,7 @@ Suite *suite_auth(void)
     tcase_add_test(tc, test_hash);
     tcase_add_test(tc, test_bearer);
     tcase_add_test(tc, test_http_op);
+    tcase_add_test(tc, test_hello_proof);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -351,6 +351,11 @@ START_TEST(uf_roundtrip_ops)
     strcpy(h.request_id, "hello-1");
     decode_ok(buf, encode_ok(&h, buf), &d);
     same_hdr(&h, &d);
+    /* a HELLO proving its principal (proto/auth.h): 64 lowercase hex after the identity */
+    base(&h, TFP_UF_HELLO);
+    strcpy(h.msg, BOOT " " NETNS " " TOKEN TOKEN);
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
     base(&h, TFP_UF_BYE);
     strcpy(h.request_id, "bye:1");
     strcpy(h.user, "u");
@@ -565,11 +570,19 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
         return "wait_ms 200 on REPLY (only GET waits)";
     case 61: base(h, TFP_UF_HELLO_ACK); h->wait_ms = 1;
         return "wait_ms 1 on HELLO_ACK (only GET waits)";
+    /* the principal's proof after the identity: exactly 64 lowercase hex digits */
+    case 62: base(h, TFP_UF_HELLO); strcpy(h->msg, BOOT " " NETNS " " TOKEN);
+        return "optional 64-hex-digit proof";
+    case 63: base(h, TFP_UF_HELLO); strcpy(h->msg, BOOT " " NETNS " " TOKEN
+                                           "0123456789ABCDEF0123456789abcdef");
+        return "optional 64-hex-digit proof";
+    case 64: base(h, TFP_UF_HELLO); strcpy(h->msg, BOOT " " NETNS " ");
+        return "optional 64-hex-digit proof";
     }
     return NULL;
 }
 
-#define N_RULES 62
+#define N_RULES 65
 
 START_TEST(uf_rule_refused)
 {

@@ -130,6 +130,7 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .dtype = header(r, "Tfetch-Dtype"),
         .shape = header(r, "Tfetch-Shape"),
         .user = header(r, "Tfetch-User"),
+        .user_principal = header(r, "Tfetch-User-Principal"),
         .authorization = header(r, "Authorization"),
         .request_id = header(r, "Tfetch-Request-Id"),
         .ttl = header(r, "Tfetch-TTL"),

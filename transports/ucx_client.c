@@ -81,7 +81,7 @@ typedef struct cmd {
     uint8_t *addr;
     size_t addr_len;
     char token[64];
-    char identity[96];
+    char identity[TFP_UF_MAX_MSG + 1];  /* "boot_id netns [PROOF]" */
     uint64_t deadline_ms;
 } cmd_t;
 

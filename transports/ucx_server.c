@@ -82,6 +82,8 @@ typedef struct {
     ucp_ep_h ep;
     long pid;
     int busy;                       /* scratch: has requests in flight */
+    tfp_cred_t cred;                /* what its token was issued to (verify_hello) */
+    uint8_t token_hash[32];
 } peer_t;
 
 struct tfx_ucx {
@@ -158,11 +160,13 @@ static void drop_peer(tfx_ucx_t *u, ucp_ep_h ep)
         *p = u->peers[--u->npeers];
 }
 
-static void add_peer(tfx_ucx_t *u, ucp_ep_h ep, long pid)
+static void add_peer(tfx_ucx_t *u, ucp_ep_h ep, long pid, const tfp_op_who_t *who)
 {
     peer_t *p = find_peer(u, ep);
     if (p) {
         p->pid = pid;
+        p->cred = who->cred;
+        memcpy(p->token_hash, who->token_hash, sizeof p->token_hash);
         return;
     }
     if (u->npeers == u->cappeers) {
@@ -173,7 +177,8 @@ static void add_peer(tfx_ucx_t *u, ucp_ep_h ep, long pid)
         u->peers = n;
         u->cappeers = ncap;
     }
-    u->peers[u->npeers++] = (peer_t){.ep = ep, .pid = pid};
+    u->peers[u->npeers++] = (peer_t){.ep = ep, .pid = pid, .cred = who->cred};
+    memcpy(u->peers[u->npeers - 1].token_hash, who->token_hash, sizeof p->token_hash);
 }
 
 /* 1 when pid names no live process (gone, or a zombie waiting for its parent). */
@@ -597,7 +602,7 @@ static void do_recv(ucx_req_t *q)
 }
 
 /* The operation a request frame (GET, PUT, DELETE, CALL or FEED) asks for, into r->op. */
-static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
+static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const peer_t *p)
 {
     tfp_op_t *op = &r->op;
     op->kind = h->op == TFP_UF_PUT ? TFP_OP_TENSOR_PUT
@@ -606,6 +611,8 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
     memcpy(op->name, h->name, sizeof op->name);     /* the decoder checked every string */
     memcpy(op->who.user, h->user, sizeof op->who.user);
     memcpy(op->who.request_id, h->request_id, sizeof op->who.request_id);
+    op->who.cred = p->cred;                         /* the endpoint's, from its HELLO */
+    memcpy(op->who.token_hash, p->token_hash, sizeof op->who.token_hash);
     op->wait_ms = h->wait_ms;
     op->body.media = h->body_len ? TFP_MEDIA_SAFETENSORS : TFP_MEDIA_NONE;
     op->body.length = h->body_len > INT64_MAX ? INT64_MAX : (int64_t)h->body_len;
@@ -639,8 +646,10 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         tfp_uf_hdr_t ack;
         tfp_uf_init(&ack, TFP_UF_HELLO_ACK, h.seq);
         long pid = 0;
-        if (u->cfg.verify_hello(h.name, h.msg, &pid, why, sizeof why, u->cfg.verify_arg) == 0) {
-            add_peer(u, ep, watchable_pid(pid));
+        tfp_op_who_t who = {0};
+        if (u->cfg.verify_hello(h.name, h.msg, &pid, &who, why, sizeof why,
+                                u->cfg.verify_arg) == 0) {
+            add_peer(u, ep, watchable_pid(pid), &who);
             count(u, &u->st.hellos);
         } else {
             ack.status = TFP_EBADREQ;
@@ -650,7 +659,8 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         send_small(u, ep, &ack);
         return UCS_OK;
     }
-    if (!is_authed(u, ep)) {
+    const peer_t *peer = find_peer(u, ep);
+    if (!peer) {
         count(u, &u->st.dropped);
         close_ep(u, ep);
         return UCS_OK;
@@ -679,7 +689,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     tfx_req_t *r = &q->base;
     r->ops = &ucx_ops;
     r->h = &u->h;
-    frame_op(u, r, &h);
+    frame_op(u, r, &h, peer);
     q->lnext = u->live;
     if (u->live)
         u->live->lprev = q;

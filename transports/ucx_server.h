@@ -37,9 +37,11 @@ typedef struct {
     /* Checks a HELLO: the token and the identity ("boot_id netns") the client claims.
      * 0 to accept, and *peer_pid set to the client's pid when it shares this host (the pid
      * it gave when it asked for the token; 0: unknown or another host); otherwise fills why.
-     * Runs on the progress thread. */
-    int (*verify_hello)(const char *token, const char *identity, long *peer_pid, char *why,
-                        size_t why_size, void *arg);
+     * The credential the token was issued to (cred and token_hash of *who; zeroed first)
+     * is kept with the endpoint and copied into every request's op->who, so the handlers
+     * authenticate each request over UCX as they do over HTTP. Runs on the progress thread. */
+    int (*verify_hello)(const char *token, const char *identity, long *peer_pid,
+                        tfp_op_who_t *who, char *why, size_t why_size, void *arg);
     void *verify_arg;
     uint64_t max_body;              /* the largest request document (larger: 413 at once) */
 } tfx_ucx_config_t;
