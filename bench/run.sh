@@ -138,6 +138,19 @@ if [ -x "$UCX_RAW" ] && grep -q '"transport":"ucx' "$tmp/bench.jsonl"; then
             awk -v x="$x" 'BEGIN { printf "target: 8 B exchange p50 over UCX <= 15 us: %s (%.1f us)\n",
                 (x <= 15 ? "met" : "NOT met"), x }' >&2
         fi
+        # Issue 9's targets (printed, never asserted; bench/README.md "Issue 9 baseline").
+        i9_get=$(tfield "$tmp/bench.jsonl" get ucx 67108864 gbps)
+        i9_put=$(tfield "$tmp/bench.jsonl" put ucx 67108864 gbps)
+        awk -v x="$x" -v g="$i9_get" -v p="$i9_put" -v r="$raw" 'BEGIN {
+            if (x != "") printf "issue 9: 8 B exchange p50 over UCX <= 5 us: %s (%.1f us)\n",
+                (x <= 5 ? "PASS" : "MISS"), x
+            else print "issue 9: 8 B exchange over UCX: not measured"
+            if (g != "" && r != "") printf "issue 9: GET 64 MiB over UCX >= 0.9x raw UCX: %s (%.2fx)\n",
+                (g >= 0.9 * r ? "PASS" : "MISS"), g / r
+            else print "issue 9: GET 64 MiB over UCX vs raw UCX: not measured"
+            if (g != "" && p != "") printf "issue 9: GET 64 MiB over UCX >= 0.9x our PUT: %s (%.2fx)\n",
+                (g >= 0.9 * p ? "PASS" : "MISS"), g / p
+            else print "issue 9: GET vs PUT 64 MiB over UCX: not measured" }' >&2
     else
         say "run.sh: ucx-raw failed: $(tail -3 "$tmp/raw.err")"
         status=1
