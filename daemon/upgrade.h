@@ -26,6 +26,8 @@ typedef struct {
  * authentication is on (a UCX token does not carry the principal yet), and the fallback
  * says so. */
 #define TFD_UPGRADE_OFF_AUTH (-1)
+/* Not started because HTTPS is on and UCX traffic is not encrypted; the fallback says so. */
+#define TFD_UPGRADE_OFF_TLS (-2)
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
