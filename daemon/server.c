@@ -270,6 +270,12 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
     };
     /* Stored atomically: /metrics (gauges) may be asked on MHD's threads before it is set. */
     tfx_http_t *http = tfx_http_start(&hc, &h, err);
+    if (!http && s->tls_cert) {                 /* name the files the operator gave */
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        tfp_err_set(err, err->code, "tls-cert %s, tls-key %s: %s", cfg->tls_cert, cfg->tls_key,
+                    msg);
+    }
     if (!http)
         goto fail;
     __atomic_store_n(&s->http, http, __ATOMIC_RELEASE);

@@ -46,6 +46,7 @@ int main(void)
     srunner_add_suite(sr, suite_feeds_e2e());
     srunner_add_suite(sr, suite_auth());
     srunner_add_suite(sr, suite_authe2e());
+    srunner_add_suite(sr, suite_tls());
     srunner_add_suite(sr, suite_feedclient());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

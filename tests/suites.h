@@ -43,5 +43,6 @@ Suite *suite_feedclient(void);
 Suite *suite_workers(void);
 Suite *suite_auth(void);
 Suite *suite_authe2e(void);
+Suite *suite_tls(void);
 
 #endif
