@@ -295,7 +295,8 @@ static void usage(FILE *out)
             "Usage: tfetchd [OPTION]...\n"
             "Serve tensors over HTTP: GET/PUT/DELETE /v1/tensors/NAME, GET /v1/tensors,\n"
             "/v1/info, /healthz, /metrics. Prints 'listening on http://ADDR:PORT' on stdout\n"
-            "when ready. SIGTERM stops accepting, finishes transfers in flight and exits 0.\n\n");
+            "when ready (https:// with tls-cert). SIGTERM stops accepting, finishes transfers\n"
+            "in flight and exits 0.\n\n");
     /* The help column starts two spaces after the longest "--name ARG", so none collide. */
     int w = (int)strlen("--version");
     for (size_t i = 0; i < NOPTS; i++) {
