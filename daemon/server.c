@@ -154,8 +154,6 @@ static int load_tls(tfd_server_t *s, tfp_err_t *err)
     if (!(s->tls_cert = read_pem("tls-cert", cfg->tls_cert, err)) ||
         !(s->tls_key = read_pem("tls-key", cfg->tls_key, err)))
         return -1;
-    tfd_log(LOG_NOTICE, "HTTPS on: tls-cert %s; the UCX upgrade is not offered",
-            cfg->tls_cert);
     return 0;
 }
 
@@ -278,6 +276,9 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
     }
     if (!http)
         goto fail;
+    if (s->tls_cert)
+        tfd_log(LOG_NOTICE, "HTTPS on: tls-cert %s; the UCX upgrade is not offered",
+                cfg->tls_cert);
     __atomic_store_n(&s->http, http, __ATOMIC_RELEASE);
     return s;
 fail:
