@@ -179,6 +179,12 @@ START_TEST(test_libtfetch_round_trip)
     ck_assert_mem_eq(t->data, v, sizeof v);
     tf_doc_free(got);
     got = NULL;
+    /* policy ucx: the upgrade request itself goes over https and the server says why not */
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_UCX), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "TLS is on and UCX is not encrypted"), "%s",
+                  tf_client_last(c)->error);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_AUTO), TF_OK);
     /* NULL: the system's store again, which does not know this CA */
     ck_assert_int_eq(tf_client_set_ca_file(c, NULL), TF_OK);
     ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
