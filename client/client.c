@@ -89,6 +89,9 @@ tf_status_t tf_client_new(tf_client_t **out)
     if (tok && *tok && tf_client_set_token(c, tok) != TF_OK)
         snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_TOKEN is not a bearer token "
                  "([A-Za-z0-9-._~+/]+ then '='s, at most %u characters)", TFP_AUTH_MAX_TOKEN);
+    const char *ca = getenv("TFETCH_CA_FILE");
+    if (ca && *ca && tf_client_set_ca_file(c, ca) != TF_OK)
+        snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_CA_FILE names no readable file");
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     *out = c;
@@ -119,7 +122,32 @@ void tf_client_free(tf_client_t *c)
     c->origins = NULL;
     free(c->user);
     tf_client_set_token(c, NULL);
+    free(c->ca_file);
     free(c);
+}
+
+tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path)
+{
+    if (!c)
+        return TF_EINVAL;
+    char *p = NULL;
+    if (path) {
+        FILE *f = fopen(path, "r");            /* say so now, not at the first request */
+        if (!f)
+            return TF_EINVAL;
+        fclose(f);
+        if (!(p = strdup(path)))
+            return TF_ENOMEM;
+    }
+    if (tfx_hc_set_ca_file(c->hc, p) != TFX_HC_OK) {
+        free(p);
+        return TF_ENOMEM;
+    }
+    free(c->ca_file);
+    c->ca_file = p;
+    if (strncmp(c->env_bad, "TFETCH_CA_FILE", 14) == 0)
+        c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
+    return TF_OK;
 }
 
 tf_status_t tf_client_set_user(tf_client_t *c, const char *user_id)

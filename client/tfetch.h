@@ -168,6 +168,11 @@ tf_status_t tf_client_set_user(tf_client_t *c, const char *user_id);
  * closes the client's UCX connections (requests still on them fail) and the next request
  * upgrades again with the new one. */
 tf_status_t tf_client_set_token(tf_client_t *c, const char *token);
+/* https: trust the PEM CA certificates in path instead of the system's store (NULL: the
+ * system's again). The server's certificate and host name are always verified; there is no
+ * insecure mode. TF_EINVAL when path cannot be read. The environment's TFETCH_CA_FILE is
+ * the default. A failed verification fails the request with TF_ECONNECT and says why. */
+tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path);
 /* The request id for the next request only (NULL: the client makes one). Reusing the id of a
  * request on retry lets the server recognise the retry. */
 tf_status_t tf_client_set_request_id(tf_client_t *c, const char *request_id);

@@ -95,6 +95,8 @@ static const char usage_text[] =
     "Options:\n"
     "  -u, --user ID          send ID as the user id (Tfetch-User), [A-Za-z0-9._-]{1,128}\n"
     "      --token TOKEN      send Authorization: Bearer TOKEN (default $TFETCH_TOKEN)\n"
+    "      --cacert FILE      https: trust the PEM CA certificates in FILE (default\n"
+    "                         $TFETCH_CA_FILE, else the system's); always verified\n"
     "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the (first)\n"
     "                         request\n"
     "  -t, --timeout MS       whole-request timeout in milliseconds (0: none; default 60000)\n"
@@ -156,6 +158,7 @@ static const char usage_text[] =
 typedef struct {
     const char *user;
     const char *token;              /* --token (else libtfetch takes $TFETCH_TOKEN) */
+    const char *cacert;             /* --cacert (else libtfetch takes $TFETCH_CA_FILE) */
     const char *request_id;
     long timeout_ms;                /* -1: library default */
     long wait_ms;
@@ -1065,12 +1068,14 @@ static int cmd_info(tf_client_t *c, const char *base)
 /* ---- main -------------------------------------------------------------------------------- */
 
 enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT, OPT_DEVICE, OPT_SEQ,
-       OPT_AFTER, OPT_CONSUMER, OPT_TOKEN };
+       OPT_AFTER, OPT_CONSUMER, OPT_TOKEN,
+       OPT_CACERT };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
     {"request-id", required_argument, NULL, 'r'},
     {"token", required_argument, NULL, OPT_TOKEN},
+    {"cacert", required_argument, NULL, OPT_CACERT},
     {"timeout", required_argument, NULL, 't'},
     {"wait", required_argument, NULL, 'w'},
     {"parallel", required_argument, NULL, 'P'},
@@ -1101,6 +1106,7 @@ static int parse_options(int argc, char **argv, opts_t *o)
         switch (ch) {
         case 'u': o->user = optarg; break;
         case OPT_TOKEN: o->token = optarg; break;
+        case OPT_CACERT: o->cacert = optarg; break;
         case 'r': o->request_id = optarg; break;
         case 't':
             if (parse_ms(optarg, &o->timeout_ms) != 0)
@@ -1403,6 +1409,11 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
     if (!o->token && tok && *tok && tf_client_set_token(c, tok) != TF_OK)
         return usage_error("TFETCH_TOKEN is not a bearer token (expected [A-Za-z0-9-._~+/]+ "
                            "then '='s, at most 512 characters)");
+    if (o->cacert && tf_client_set_ca_file(c, o->cacert) != TF_OK)
+        return usage_error("--cacert %s: cannot read the file", o->cacert);
+    const char *ca = getenv("TFETCH_CA_FILE");
+    if (!o->cacert && ca && *ca && tf_client_set_ca_file(c, ca) != TF_OK)
+        return usage_error("TFETCH_CA_FILE %s: cannot read the file", ca);
     if (o->timeout_ms >= 0)
         tf_client_set_timeout(c, o->timeout_ms);
     if (o->parallel > 0 && tf_client_set_max_connections(c, o->parallel) != TF_OK)

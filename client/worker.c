@@ -148,7 +148,9 @@ tf_status_t tf_worker_new(const char *base, const char *const *routes, size_t n,
             goto fail;
         w->nroutes++;
     }
-    if (tfx_hc_new(&w->hc) != TFX_HC_OK || tfx_hc_req_new(&w->req) != TFX_HC_OK)
+    const char *ca = getenv("TFETCH_CA_FILE");     /* https: the CAs trusted */
+    if (tfx_hc_new(&w->hc) != TFX_HC_OK || tfx_hc_req_new(&w->req) != TFX_HC_OK ||
+        (ca && *ca && tfx_hc_set_ca_file(w->hc, ca) != TFX_HC_OK))
         goto fail;
     const char *tok = getenv("TFETCH_TOKEN");      /* a token with serve on the routes */
     if (tok && *tok && tfp_auth_token_valid(tok, strlen(tok)))

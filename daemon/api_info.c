@@ -121,6 +121,8 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     kv_strs(&w, "features", features, sizeof features / sizeof features[0]);
     tfp_jw_key(&w, "auth");
     tfp_jw_str(&w, tfd_auth_on(s->auth) ? "bearer" : "off");
+    tfp_jw_key(&w, "tls");
+    tfp_jw_str(&w, s->cfg->tls_cert[0] && s->cfg->tls_key[0] ? "on" : "off");
     if (!c->info_details) {         /* authentication on, no admin right: the rest is not
                                      * everyone's business */
         tfp_jw_obj_end(&w);

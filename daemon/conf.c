@@ -73,6 +73,8 @@ static const opt_t opts[] = {
     {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
     {"auth-tokens", K_STR, F(auth_tokens), "PATH", "require a bearer token (Authorization: Bearer) on every request but /healthz and /readyz: lines of TOKEN PRINCIPAL RIGHT... in PATH, read again on SIGHUP; without it authentication is off (default: none)"},
     {"shumai-principal", K_STR, F(shumai_principal), "NAME", "with auth-tokens, serve the Shumai paths (which send no token) with the rights the token file gives NAME; without it they answer 401 (default: none)"},
+    {"tls-cert", K_STR, F(tls_cert), "PATH", "serve HTTPS (TLS 1.2 and 1.3) with the PEM certificate chain in PATH; needs tls-key; with it the UCX upgrade is not offered (default: none, plain HTTP)"},
+    {"tls-key", K_STR, F(tls_key), "PATH", "the PEM private key for tls-cert (default: none)"},
     {"plugin", K_LIST, F(plugins), "PATH", "load routes from a plugin shared object (\"PATH [ARGS]\"); repeatable, up to 16; see tfetch-plugin(3)"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -299,7 +301,8 @@ static void usage(FILE *out)
             "Usage: tfetchd [OPTION]...\n"
             "Serve tensors over HTTP: GET/PUT/DELETE /v1/tensors/NAME, GET /v1/tensors,\n"
             "/v1/info, /healthz, /metrics. Prints 'listening on http://ADDR:PORT' on stdout\n"
-            "when ready. SIGTERM stops accepting, finishes transfers in flight and exits 0.\n\n");
+            "when ready (https:// with tls-cert). SIGTERM stops accepting, finishes transfers\n"
+            "in flight and exits 0.\n\n");
     /* The help column starts two spaces after the longest "--name ARG", so none collide. */
     int w = (int)strlen("--version");
     for (size_t i = 0; i < NOPTS; i++) {

@@ -85,10 +85,11 @@ int main(int argc, char **argv)
     const char *host_fmt = strchr(cfg.listen, ':') ? "[%s]" : "%s";
     char host[80];
     snprintf(host, sizeof host, host_fmt, cfg.listen);
-    printf("listening on http://%s:%u\n", host, (unsigned)tfd_server_port(srv));
+    const char *scheme = cfg.tls_cert[0] ? "https" : "http";
+    printf("listening on %s://%s:%u\n", scheme, host, (unsigned)tfd_server_port(srv));
     fflush(stdout);
-    tfd_log(LOG_NOTICE, "tfetchd %s serving on http://%s:%u (%u threads, store limit %llu "
-            "bytes%s%s)", PACKAGE_VERSION, host, (unsigned)tfd_server_port(srv), cfg.threads,
+    tfd_log(LOG_NOTICE, "tfetchd %s serving on %s://%s:%u (%u threads, store limit %llu "
+            "bytes%s%s)", PACKAGE_VERSION, scheme, host, (unsigned)tfd_server_port(srv), cfg.threads,
             (unsigned long long)cfg.store_memory, cfg.config_file[0] ? ", config " : "",
             cfg.config_file);
     sd_notify(0, "READY=1\nSTATUS=serving");

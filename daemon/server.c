@@ -24,6 +24,7 @@
 #include "transports/http_server.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -46,6 +47,7 @@ struct tfd_server {
     tfx_http_t *http;
     tfd_access_log_t *access_log;           /* NULL: off */
     tfd_auth_t *auth;
+    char *tls_cert, *tls_key;               /* PEM text of tls-cert and tls-key; NULL: HTTP */
     atomic_int draining;                    /* /readyz: 503 from the first moment of drain */
 };
 
@@ -93,7 +95,69 @@ static void teardown(tfd_server_t *s)
     tfd_store_free(s->store);
     tfd_access_log_free(s->access_log);
     tfd_auth_free(s->auth);
+    free(s->tls_cert);
+    if (s->tls_key) {                       /* key material: not left in freed memory */
+        explicit_bzero(s->tls_key, strlen(s->tls_key));
+        free(s->tls_key);
+    }
     free(s);
+}
+
+/* The whole of a PEM file as a NUL-terminated string (MHD wants the text), or NULL with
+ * err naming the setting and the file. */
+static char *read_pem(const char *key, const char *path, tfp_err_t *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tfp_err_set(err, TFP_EINVAL, "%s %s: %s", key, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            fclose(f);
+            tfp_err_set(err, TFP_ENOMEM, "out of memory");
+            return NULL;
+        }
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1 || cap > (1u << 20))
+            break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f) || n == cap - 1;
+    fclose(f);
+    buf[n] = '\0';
+    if (bad || strstr(buf, "-----BEGIN ") == NULL || memchr(buf, '\0', n)) {
+        tfp_err_set(err, TFP_EINVAL, "%s %s: not a PEM file%s", key, path,
+                    bad ? " (unreadable or over 1 MiB)" : "");
+        explicit_bzero(buf, n);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* tls-cert and tls-key: both or neither. 0, or -1 with err set. */
+static int load_tls(tfd_server_t *s, tfp_err_t *err)
+{
+    const tfd_config_t *cfg = &s->cfg;
+    if (!cfg->tls_cert[0] && !cfg->tls_key[0])
+        return 0;
+    if (!cfg->tls_cert[0] || !cfg->tls_key[0]) {
+        tfp_err_set(err, TFP_EINVAL, "%s is set without %s: HTTPS needs both",
+                    cfg->tls_cert[0] ? "tls-cert" : "tls-key",
+                    cfg->tls_cert[0] ? "tls-key" : "tls-cert");
+        return -1;
+    }
+    if (!(s->tls_cert = read_pem("tls-cert", cfg->tls_cert, err)) ||
+        !(s->tls_key = read_pem("tls-key", cfg->tls_key, err)))
+        return -1;
+    return 0;
 }
 
 /* The parts the handlers serve requests from. 0, or -1 with err set. */
@@ -172,14 +236,17 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         return NULL;
     }
     s->cfg = *cfg;
-    if (make_parts(s, err) != 0)
+    if (load_tls(s, err) != 0 || make_parts(s, err) != 0)
         goto fail;
     if (!(s->router = tfd_router_new(&s->api))) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;
     }
     tfx_handlers_t h = tfd_router_handlers(s->router);
-    s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
+    int up_mode = (int)cfg->ucx;
+    if (cfg->ucx && s->tls_cert)
+        up_mode = TFD_UPGRADE_OFF_TLS;          /* UCX would carry the bytes in the clear */
+    s->upgrade = tfd_upgrade_start(up_mode, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
     if (!s->upgrade) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;
@@ -206,11 +273,22 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .max_header_bytes = (size_t)cfg->max_header,
         .min_upload_rate = cfg->min_upload_rate,
         .max_body = cfg->max_body,
+        .tls_cert_pem = s->tls_cert,
+        .tls_key_pem = s->tls_key,
     };
     /* Stored atomically: /metrics (gauges) may be asked on MHD's threads before it is set. */
     tfx_http_t *http = tfx_http_start(&hc, &h, err);
+    if (!http && s->tls_cert) {                 /* name the files the operator gave */
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        tfp_err_set(err, err->code, "tls-cert %s, tls-key %s: %s", cfg->tls_cert, cfg->tls_key,
+                    msg);
+    }
     if (!http)
         goto fail;
+    if (s->tls_cert)
+        tfd_log(LOG_NOTICE, "HTTPS on: tls-cert %s; the UCX upgrade is not offered",
+                cfg->tls_cert);
     __atomic_store_n(&s->http, http, __ATOMIC_RELEASE);
     return s;
 fail:

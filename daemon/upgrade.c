@@ -126,6 +126,12 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
         return NULL;
     pthread_mutex_init(&up->lock, NULL);
     up->ttl_ms = token_ttl_ms;
+    if (enable == TFD_UPGRADE_OFF_TLS) {
+        (void)max_body;
+        (void)h;
+        snprintf(up->why, sizeof up->why, "TLS is on and UCX is not encrypted");
+        return up;
+    }
     tfp_err_t err;
     if (tfx_hostid_get(&up->self, &err) != TFP_OK) {
         snprintf(up->why, sizeof up->why, "cannot tell this host's identity: %.200s", err.msg);

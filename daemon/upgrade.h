@@ -27,6 +27,8 @@ typedef struct {
 /* Starts UCX serving with handlers h, when built with UCX and enabled; request documents
  * above max_body are refused. Never NULL on memory: when UCX is off or fails,
  * tfd_upgrade_enabled says no and why. */
+/* Not started because HTTPS is on and UCX traffic is not encrypted; the fallback says so. */
+#define TFD_UPGRADE_OFF_TLS (-2)
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);

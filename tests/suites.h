@@ -46,5 +46,6 @@ Suite *suite_authe2e(void);
 Suite *suite_shm(void);
 Suite *suite_shmframe(void);
 Suite *suite_shme2e(void);
+Suite *suite_tls(void);
 
 #endif

@@ -75,6 +75,7 @@ struct tfx_hc {
     CURLM *multi;
     tfx_hc_req_t *running;             /* doubly linked list of started requests */
     int nrunning;
+    char *ca_file;                     /* CURLOPT_CAINFO; NULL: libcurl's default store */
 };
 
 /* ---- libcurl global init ----------------------------------------------------------------- */
@@ -509,6 +510,11 @@ static tfx_hc_status_t map_curl(const tfx_hc_req_t *req, CURLcode rc)
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
+    /* No trusted TLS session (bad certificate, no TLS on the port): libcurl's text says why. */
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
         return TFX_HC_ECONNECT;
     case CURLE_OPERATION_TIMEDOUT:
         return TFX_HC_ETIMEDOUT;
@@ -583,7 +589,20 @@ void tfx_hc_free(tfx_hc_t *hc)
     while (hc->running)
         tfx_hc_cancel(hc, hc->running);
     curl_multi_cleanup(hc->multi);
+    free(hc->ca_file);
     free(hc);
+}
+
+tfx_hc_status_t tfx_hc_set_ca_file(tfx_hc_t *hc, const char *path)
+{
+    if (!hc)
+        return TFX_HC_EINVAL;
+    char *p = NULL;
+    if (path && !(p = strdup(path)))
+        return TFX_HC_ENOMEM;
+    free(hc->ca_file);
+    hc->ca_file = p;
+    return TFX_HC_OK;
 }
 
 int tfx_hc_running(const tfx_hc_t *hc)
@@ -681,6 +700,9 @@ tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn don
     tfx_hc_status_t st = configure(req);
     if (st != TFX_HC_OK)
         return st;
+    /* Verification stays on (libcurl's default); only the trusted CAs can change. */
+    if (hc->ca_file && curl_easy_setopt(req->easy, CURLOPT_CAINFO, hc->ca_file) != CURLE_OK)
+        return TFX_HC_EINVAL;
     req->t0_ns = tfx_now_ns();
     if (curl_multi_add_handle(hc->multi, req->easy) != CURLM_OK)
         return TFX_HC_ENOMEM;

@@ -88,6 +88,10 @@ tfx_hc_status_t tfx_hc_new(tfx_hc_t **out);
 /* Caps the connections the engine opens to one origin (n >= 1); the connection cache keeps
  * up to 4 x n idle ones. Takes effect for connections opened from now on. */
 tfx_hc_status_t tfx_hc_set_max_host_connections(tfx_hc_t *hc, long n);
+/* https: verify servers against the PEM CA certificates in path (copied) instead of the
+ * system's store (CURLOPT_CAINFO); NULL: the system's store again. Verification of the
+ * peer and its host name is always on. For requests started from now on. */
+tfx_hc_status_t tfx_hc_set_ca_file(tfx_hc_t *hc, const char *path);
 /* Cancels every unfinished request (their callbacks run with TFX_HC_ECANCELED), then frees. */
 void tfx_hc_free(tfx_hc_t *hc);
 /* Starts req. On TFX_HC_OK, done runs exactly once later; on an error it never runs. A request

@@ -23,6 +23,9 @@
 #include "proto/http.h"
 #include "proto/jsonw.h"
 
+/* TLS 1.2 and 1.3 only, GnuTLS priority syntax (doc/PROTOCOL.md, TLS). */
+#define TFX_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -563,6 +566,15 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
         return NULL;
     }
 
+    int tls = cfg->tls_cert_pem && cfg->tls_key_pem;
+    if (tls) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            tfp_err_set(err, TFP_EINVAL, "this libmicrohttpd was built without TLS");
+            return NULL;
+        }
+        flags |= MHD_USE_TLS;
+    }
+
     tfx_http_t *s = calloc(1, sizeof *s);
     if (!s) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
@@ -594,7 +606,19 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_UNESCAPE_CALLBACK, tfx_http_unescape, NULL,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        /* TLS: the options are ignored unless MHD_USE_TLS is in flags; with no TLS the list
+         * ends at the first MHD_OPTION_END. */
+        tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cfg->tls_cert_pem,
+        MHD_OPTION_HTTPS_MEM_KEY, cfg->tls_key_pem,
+        MHD_OPTION_HTTPS_PRIORITIES, TFX_TLS_PRIORITIES,
         MHD_OPTION_END);
+    if (!s->mhd && tls) {
+        tfp_err_set(err, TFP_EINVAL, "cannot start HTTPS on %s port %u (certificate or key "
+                    "not valid PEM, or they do not match)", cfg->listen_addr, (unsigned)cfg->port);
+        tfx_guard_free(s->guard);
+        free(s);
+        return NULL;
+    }
     if (!s->mhd) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot listen on %s port %u (address in use or not local?)",
                     cfg->listen_addr, (unsigned)cfg->port);

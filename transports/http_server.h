@@ -35,6 +35,8 @@ typedef struct {
     size_t max_header_bytes;        /* sum of request header names and values */
     uint64_t min_upload_rate;       /* body bytes/s in each 10 s window, else 408; 0: no floor */
     uint64_t max_body;              /* the largest document body announced (tfp_http_req_t) */
+    const char *tls_cert_pem;       /* both set: serve HTTPS (TLS 1.2/1.3) with this PEM */
+    const char *tls_key_pem;        /* certificate chain and key; NULL: plain HTTP */
 } tfx_http_config_t;
 
 typedef tfx_handlers_t tfx_http_handlers_t;

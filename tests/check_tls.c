@@ -1,0 +1,359 @@
+/* check_tls.c - end-to-end suite "tls": tfetchd with tls-cert and tls-key (port 0, the one
+ * spawner in tests/fixtures.c), driven with curl and libtfetch over https. The certificates
+ * are made at test time with certtool (GnuTLS, package gnutls-bin) in a temporary directory
+ * per test: a CA, a server certificate for 127.0.0.1 signed by it, an expired one signed by
+ * it, and a self-signed one. Cases: curl --cacert PUT/GET round trip and /v1/info's "tls";
+ * libtfetch PUT/GET with tf_client_set_ca_file (over "http", with a fallback saying why not
+ * UCX) and with TFETCH_CA_FILE; no CA file, an expired and a self-signed certificate refused
+ * with TF_ECONNECT and libcurl's reason; plain http to the TLS port refused at once and the
+ * daemon still serving; a bearer token over https (401 without it); tls-cert alone, an
+ * unreadable and a broken file refusing to start with a message naming the setting. Each
+ * test runs in its own forked process (Check), so the directory and daemon are per test.
+ */
+#include "config.h"
+#include "tests/suites.h"
+#include "tests/fixtures.h"
+#include "client/tfetch.h"
+
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static td_daemon_t D;
+static char dir[64];                    /* the certificates of this test */
+static char base[64];                   /* https://127.0.0.1:PORT */
+
+static void write_file(const char *name, const char *text)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", p);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void sh(const char *cmd)
+{
+    char o[4096];
+    int rc = td_run(cmd, o, sizeof o);
+    ck_assert_msg(rc == 0, "'%s' failed (%d): %s", cmd, rc, o);
+}
+
+/* A key NAME.key and a certificate NAME.pem from template NAME.tmpl, signed by the CA (or
+ * self-signed when ca is 0). */
+static void make_cert(const char *name, const char *tmpl, int ca)
+{
+    char t[64], cmd[1024];
+    snprintf(t, sizeof t, "%s.tmpl", name);
+    write_file(t, tmpl);
+    snprintf(cmd, sizeof cmd, "cd %s && certtool --generate-privkey --key-type=ecdsa "
+             "--outfile %s.key >/dev/null 2>&1", dir, name);
+    sh(cmd);
+    if (ca)
+        snprintf(cmd, sizeof cmd, "cd %s && certtool --generate-certificate --load-privkey "
+                 "%s.key --load-ca-certificate ca.pem --load-ca-privkey ca.key --template %s.tmpl "
+                 "--outfile %s.pem 2>&1", dir, name, name, name);
+    else
+        snprintf(cmd, sizeof cmd, "cd %s && certtool --generate-self-signed --load-privkey %s.key "
+                 "--template %s.tmpl --outfile %s.pem 2>&1", dir, name, name, name);
+    sh(cmd);
+}
+
+static void make_certs(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tfetch-tls-XXXXXX");
+    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp");
+    char o[256];
+    ck_assert_msg(td_run("command -v certtool", o, sizeof o) == 0,
+                  "certtool not found: install gnutls-bin (scripts/tf-dev)");
+    make_cert("ca", "cn = \"tfetch test CA\"\nca\ncert_signing_key\nexpiration_days = 30\n", 0);
+    make_cert("srv", "cn = \"127.0.0.1\"\nip_address = \"127.0.0.1\"\ntls_www_server\n"
+                     "expiration_days = 30\n", 1);
+    make_cert("old", "cn = \"127.0.0.1\"\nip_address = \"127.0.0.1\"\ntls_www_server\n"
+                     "activation_date = \"2020-01-01 00:00:00\"\n"
+                     "expiration_date = \"2021-01-01 00:00:00\"\n", 1);
+    make_cert("self", "cn = \"127.0.0.1\"\nip_address = \"127.0.0.1\"\ntls_www_server\n"
+                      "expiration_days = 30\n", 0);
+}
+
+static const char *path(const char *name)
+{
+    static char p[4][128];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(p[i], sizeof p[i], "%s/%s", dir, name);
+    return p[i];
+}
+
+static void cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    td_run(cmd, NULL, 0);
+    td_cleanup();
+}
+
+/* Starts tfetchd with certificate NAME.pem and NAME.key, plus extra args (up to 4). */
+static void start_tls(const char *name, const char *a1, const char *a2)
+{
+    char cert[64], key[64];
+    snprintf(cert, sizeof cert, "%s.pem", name);
+    snprintf(key, sizeof key, "%s.key", name);
+    const char *args[] = {"--tls-cert", path(cert), "--tls-key", path(key), a1, a2, NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    snprintf(base, sizeof base, "https://127.0.0.1:%u", D.port);
+}
+
+static void stop_clean(void)
+{
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    cleanup();
+}
+
+/* curl -sS ARGS URL; returns the HTTP status (0: no response), the body in o. */
+static int curl(const char *args, const char *url_path, char *o, size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "curl -sS --max-time 20 %s -w '\\n%%{http_code}' '%s%s' 2>&1",
+             args, base, url_path);
+    td_run(cmd, o, cap);
+    char *nl = strrchr(o, '\n');
+    return nl ? atoi(nl + 1) : 0;
+}
+
+START_TEST(test_curl_round_trip)
+{
+    make_certs();
+    start_tls("srv", NULL, NULL);
+    char o[8192], a[512];
+    snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/v1/info", o, sizeof o), 200);
+    ck_assert_msg(strstr(o, "\"tls\":\"on\"") && strstr(o, "TLS is on and UCX is not encrypted"),
+                  "%s", o);
+    snprintf(a, sizeof a, "--cacert %s -X PUT --data-binary abcdefgh -H 'Content-Type: "
+             "application/octet-stream' -H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2'",
+             path("ca.pem"));
+    int st = curl(a, "/v1/tensors/w", o, sizeof o);
+    ck_assert_msg(st == 200 || st == 201 || st == 204, "%d %s", st, o);
+    snprintf(a, sizeof a, "--cacert %s -H 'Accept: application/octet-stream'", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/v1/tensors/w", o, sizeof o), 200);
+    ck_assert_msg(strncmp(o, "abcdefgh", 8) == 0, "%s", o);
+    /* no CA: curl's own verification refuses the server */
+    ck_assert_int_eq(curl("", "/v1/info", o, sizeof o), 0);
+    stop_clean();
+}
+END_TEST
+
+static tf_doc_t *small_doc(float *v)
+{
+    tf_doc_t *in = tf_doc_new();
+    int64_t shape[1] = {2};
+    ck_assert_int_eq(tf_doc_add(in, "t", TF_F32, 1, shape, v, 2 * sizeof *v, TF_BORROW), TF_OK);
+    return in;
+}
+
+START_TEST(test_libtfetch_round_trip)
+{
+    make_certs();
+    start_tls("srv", NULL, NULL);
+    unsetenv("TFETCH_CA_FILE");
+    float v[2] = {3, 4};
+    tf_doc_t *in = small_doc(v), *got = NULL;
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/tensors/lib", base);
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_ca_file(c, path("nonexistent.pem")), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_ca_file(c, path("ca.pem")), TF_OK);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "http");
+    ck_assert_msg(strstr(tf_client_last(c)->fallback, "UCX"), "fallback '%s'",
+                  tf_client_last(c)->fallback);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(got), 1);
+    const tf_tensor_t *t = tf_doc_at(got, 0);
+    ck_assert_mem_eq(t->data, v, sizeof v);
+    tf_doc_free(got);
+    got = NULL;
+    /* policy ucx: the upgrade request itself goes over https and the server says why not */
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_UCX), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "TLS is on and UCX is not encrypted"), "%s",
+                  tf_client_last(c)->error);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_AUTO), TF_OK);
+    /* NULL: the system's store again, which does not know this CA */
+    ck_assert_int_eq(tf_client_set_ca_file(c, NULL), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
+    ck_assert_msg(tf_client_last(c)->error[0], "no message");
+    tf_client_free(c);
+    /* TFETCH_CA_FILE is the default; an unreadable one fails requests until set */
+    setenv("TFETCH_CA_FILE", path("ca.pem"), 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    got = NULL;
+    tf_client_free(c);
+    setenv("TFETCH_CA_FILE", path("nonexistent.pem"), 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EINVAL);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "TFETCH_CA_FILE"), "%s",
+                  tf_client_last(c)->error);
+    tf_client_free(c);
+    unsetenv("TFETCH_CA_FILE");
+    tf_doc_free(in);
+    /* the CLI: --cacert */
+    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./client/tfetch";
+    char cmd[1024], o[4096];
+    snprintf(cmd, sizeof cmd, "%s --cacert %s ls %s 2>&1", cli, path("ca.pem"), base);
+    ck_assert_int_eq(td_run(cmd, o, sizeof o), 0);
+    ck_assert_msg(strstr(o, "lib"), "%s", o);
+    snprintf(cmd, sizeof cmd, "%s ls %s >/dev/null 2>&1; echo $?", cli, base);
+    td_run(cmd, o, sizeof o);
+    ck_assert_str_ne(o, "0\n");
+    stop_clean();
+}
+END_TEST
+
+START_TEST(test_no_ca_refused)
+{
+    make_certs();
+    start_tls("srv", NULL, NULL);
+    unsetenv("TFETCH_CA_FILE");
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_doc_t *got = NULL;
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/tensors/x", base);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "certificate"), "%s",
+                  tf_client_last(c)->error);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
+/* A certificate the CA signed but that expired, and one nobody signed: refused. */
+static void refused_with(const char *name, const char *why)
+{
+    make_certs();
+    start_tls(name, NULL, NULL);
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_ca_file(c, path("ca.pem")), TF_OK);
+    tf_doc_t *got = NULL;
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/tensors/x", base);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
+    ck_assert_msg(strstr(tf_client_last(c)->error, why), "want '%s' in '%s'", why,
+                  tf_client_last(c)->error);
+    tf_client_free(c);
+    char o[4096], a[256];
+    snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/v1/info", o, sizeof o), 0);
+    stop_clean();
+}
+
+START_TEST(test_expired_refused) { refused_with("old", "expired"); }
+END_TEST
+
+START_TEST(test_self_signed_refused) { refused_with("self", "self"); }
+END_TEST
+
+START_TEST(test_plain_http_refused)
+{
+    make_certs();
+    start_tls("srv", NULL, NULL);
+    char cmd[256], o[4096];
+    snprintf(cmd, sizeof cmd, "curl -sS --max-time 10 -w '%%{http_code}' %s/v1/info 2>&1; "
+             "echo \" rc=$?\"", D.base);             /* D.base: http:// to the TLS port */
+    td_run(cmd, o, sizeof o);
+    ck_assert_msg(strstr(o, "000") && !strstr(o, "rc=28"), "%s", o);    /* 28: a hang */
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_client_set_timeout(c, 10000);
+    tf_doc_t *got = NULL;
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/tensors/x", D.base);
+    tf_status_t st = tf_get(c, url, 0, &got);
+    ck_assert_msg(st != TF_OK && st != TF_ETIMEDOUT, "%s", tf_err_name(st));
+    tf_client_free(c);
+    char a[256];
+    snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/healthz", o, sizeof o), 200);      /* still serving */
+    stop_clean();
+}
+END_TEST
+
+START_TEST(test_bearer_over_https)
+{
+    make_certs();
+    write_file("tokens", "tk-tls-1 alice read:* write:* admin:*\n");
+    start_tls("srv", "--auth-tokens", path("tokens"));
+    char o[8192], a[512];
+    snprintf(a, sizeof a, "--cacert %s -H 'Authorization: Bearer tk-tls-1'", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/v1/tensors", o, sizeof o), 200);
+    snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/v1/tensors", o, sizeof o), 401);
+    stop_clean();
+}
+END_TEST
+
+/* A start that must fail; the daemon's log must hold want. */
+static void start_fails(const char *const *args, const char *want)
+{
+    td_opts_t o = {.args = args, .start_ms = 10000};
+    ck_assert_int_ne(td_start_opts(&D, &o), 0);
+    char cmd[512], log[4096];
+    snprintf(cmd, sizeof cmd, "cat %s", D.log_path);
+    td_run(cmd, log, sizeof log);
+    ck_assert_msg(strstr(log, want), "want '%s' in: %s", want, log);
+    unlink(D.log_path);
+}
+
+START_TEST(test_bad_settings_refused_at_start)
+{
+    make_certs();
+    const char *only_cert[] = {"--tls-cert", path("srv.pem"), NULL};
+    start_fails(only_cert, "tls-cert is set without tls-key");
+    const char *only_key[] = {"--tls-key", path("srv.key"), NULL};
+    start_fails(only_key, "tls-key is set without tls-cert");
+    const char *missing[] = {"--tls-cert", path("none.pem"), "--tls-key", path("srv.key"), NULL};
+    char want[160];
+    snprintf(want, sizeof want, "tls-cert %s: No such file", path("none.pem"));
+    start_fails(missing, want);
+    write_file("junk.pem", "this is not a certificate\n");
+    const char *junk[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("junk.pem"), NULL};
+    snprintf(want, sizeof want, "tls-key %s: not a PEM file", path("junk.pem"));
+    start_fails(junk, want);
+    /* PEM armour around garbage, and a key that does not match: MHD refuses, the files named */
+    write_file("bad.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+    const char *bad[] = {"--tls-cert", path("bad.pem"), "--tls-key", path("srv.key"), NULL};
+    snprintf(want, sizeof want, "tls-cert %s", path("bad.pem"));
+    start_fails(bad, want);
+    const char *mismatch[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("self.key"), NULL};
+    snprintf(want, sizeof want, "tls-cert %s", path("srv.pem"));
+    start_fails(mismatch, want);
+    cleanup();
+}
+END_TEST
+
+Suite *suite_tls(void)
+{
+    Suite *s = suite_create("tls");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_curl_round_trip);
+    tcase_add_test(tc, test_libtfetch_round_trip);
+    tcase_add_test(tc, test_no_ca_refused);
+    tcase_add_test(tc, test_expired_refused);
+    tcase_add_test(tc, test_self_signed_refused);
+    tcase_add_test(tc, test_plain_http_refused);
+    tcase_add_test(tc, test_bearer_over_https);
+    tcase_add_test(tc, test_bad_settings_refused_at_start);
+    suite_add_tcase(s, tc);
+    return s;
+}
