@@ -357,6 +357,7 @@ void tfi_source_remove(tf_client_t *c, tfi_source_t *s);
 /* The client's record of an origin ("http://host:port"), made on first sight; NULL when out
  * of memory. */
 origin_t *tfi_origin_get(tf_client_t *c, const char *key);
+tf_status_t tfi_origin_of(tf_client_t *c, const char *url, int op, origin_t **out);
 /* 1 if a Tfetch-Upgrade value lists ucx (a comma-separated list of tokens). */
 int tfi_offers_ucx(const char *v);
 /* Negotiates for the origins that requests started inside callbacks found unconnected. */

@@ -507,17 +507,10 @@ tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec
     if (c->in_cb || c->in_engine || c->closing)
         return tfi_refuse(c, TF_OP_PUT, TF_EINVAL, "tf_doc_new_shm is not allowed inside a "
                           "callback");
-    char *key = NULL, *path = NULL;
-    int query;
-    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
-    if (xst != TFX_HC_OK)
-        return tfi_refuse(c, TF_OP_PUT, xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL,
-                          xst == TFX_HC_ENOMEM ? NULL : "bad URL");
-    origin_t *o = tfi_origin_get(c, key);
-    free(key);
-    free(path);
-    if (!o)
-        return tfi_refuse(c, TF_OP_PUT, TF_ENOMEM, NULL);
+    origin_t *o = NULL;
+    tf_status_t ost = tfi_origin_of(c, url, TF_OP_PUT, &o);
+    if (ost != TF_OK)
+        return ost;
     if (!o->shm)
         (void)tf_client_upgrade(c, url);
     if (!o->shm) {

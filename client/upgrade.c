@@ -40,6 +40,21 @@ static origin_t *origin_find(const tf_client_t *c, const char *key)
     return NULL;
 }
 
+/* The origin of url (made when new), or a refusal recorded for op: TF_EURL, TF_ENOMEM. */
+tf_status_t tfi_origin_of(tf_client_t *c, const char *url, int op, origin_t **out)
+{
+    char *key = NULL, *path = NULL;
+    int query;
+    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
+    if (xst != TFX_HC_OK)
+        return tfi_refuse(c, op, xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL,
+                          xst == TFX_HC_ENOMEM ? NULL : "bad URL");
+    *out = tfi_origin_get(c, key);
+    free(key);
+    free(path);
+    return *out ? TF_OK : tfi_refuse(c, op, TF_ENOMEM, NULL);
+}
+
 origin_t *tfi_origin_get(tf_client_t *c, const char *key)
 {
     origin_t *o = origin_find(c, key);
@@ -304,22 +319,15 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
 
 tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
 {
-    char *key = NULL, *path = NULL;
-    int query;
     if (!c)
         return TF_EINVAL;
     if (c->in_cb || c->in_engine || c->closing)
         return tfi_refuse(c, TFI_OP_UPGRADE, TF_EINVAL,
                           "tf_client_upgrade is not allowed inside a callback");
-    tfx_hc_status_t xst = tfx_hc_url_split(url, &key, &path, &query);
-    if (xst != TFX_HC_OK)
-        return tfi_refuse(c, TFI_OP_UPGRADE, xst == TFX_HC_ENOMEM ? TF_ENOMEM : TF_EURL,
-                          xst == TFX_HC_ENOMEM ? NULL : "bad URL");
-    origin_t *o = tfi_origin_get(c, key);
-    free(key);
-    free(path);
-    if (!o)
-        return tfi_refuse(c, TFI_OP_UPGRADE, TF_ENOMEM, NULL);
+    origin_t *o = NULL;
+    tf_status_t ost = tfi_origin_of(c, url, TFI_OP_UPGRADE, &o);
+    if (ost != TF_OK)
+        return ost;
     drop_broken(c, o);
     tfi_new_result(c, &c->last, TFI_OP_UPGRADE, NULL);
     if (!o->conn) {
