@@ -60,6 +60,19 @@ static tf_transport_t transport_from_env(char *bad, size_t badlen)
     return TF_TRANSPORT_AUTO;
 }
 
+/* TFETCH_UPGRADE=eager|lazy, or unset/empty: eager. Anything else is refused as a bad
+ * TFETCH_TRANSPORT is. */
+static tf_upgrade_t upgrade_from_env(char *bad, size_t badlen)
+{
+    const char *v = getenv("TFETCH_UPGRADE");
+    if (!v || !*v || strcasecmp(v, "eager") == 0)
+        return TF_UPGRADE_EAGER;
+    if (strcasecmp(v, "lazy") == 0)
+        return TF_UPGRADE_LAZY;
+    snprintf(bad, badlen, "TFETCH_UPGRADE='%.32s' is not eager or lazy", v);
+    return TF_UPGRADE_EAGER;
+}
+
 tf_status_t tf_client_new(tf_client_t **out)
 {
     if (!out)
@@ -85,6 +98,10 @@ tf_status_t tf_client_new(tf_client_t **out)
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     c->format = TF_FORMAT_SAFETENSORS;
     c->transport = transport_from_env(c->env_bad, sizeof(c->env_bad));
+    if (!c->env_bad[0])
+        c->upgrade = upgrade_from_env(c->env_bad, sizeof(c->env_bad));
+    else
+        c->upgrade = TF_UPGRADE_EAGER;
     const char *tok = getenv("TFETCH_TOKEN");
     if (tok && *tok && tf_client_set_token(c, tok) != TF_OK)
         snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_TOKEN is not a bearer token "
@@ -265,6 +282,16 @@ tf_status_t tf_client_set_transport(tf_client_t *c, tf_transport_t transport)
         return TF_EINVAL;
     c->transport = transport;
     c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
+    return TF_OK;
+}
+
+tf_status_t tf_client_set_upgrade_policy(tf_client_t *c, tf_upgrade_t upgrade)
+{
+    if (!c || (upgrade != TF_UPGRADE_EAGER && upgrade != TF_UPGRADE_LAZY))
+        return TF_EINVAL;
+    c->upgrade = upgrade;
+    if (strncmp(c->env_bad, "TFETCH_UPGRADE", 14) == 0)
+        c->env_bad[0] = '\0';          /* the program's choice overrides the environment */
     return TF_OK;
 }
 

@@ -176,6 +176,7 @@ struct origin {
     origin_t *next;
     char *key;                      /* "http://127.0.0.1:8000" (tfx_hc_url_split) */
     int offered;                    /* the last response's Tfetch-Upgrade: 1 ucx, 0 no, -1 ? */
+    int local;                      /* its host is this host: 1, 0, -1 not looked at yet */
     char why[160];                  /* why there is no UCX connection; "" when none known */
     uint64_t retry_at;              /* CLOCK_MONOTONIC ms: no upgrade attempt before */
     long backoff_ms;                /* the wait after the next failure; 0 after a success */
@@ -215,6 +216,7 @@ struct tf_client {
     tfi_source_t *sources;          /* feeds attached through this client */
     size_t npending;                /* started and not completed (over either transport) */
     tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
+    tf_upgrade_t upgrade;           /* when policy auto negotiates (upgrade.c) */
     char env_bad[96];               /* TFETCH_TRANSPORT held no policy: why; "" if fine */
     origin_t *origins;
     int want_upgrades;              /* some origin has want_upgrade set */

@@ -218,8 +218,11 @@ tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
  * its bytes), a put writes into memory the server stores as it is (tf_doc_new_shm: not even
  * that copy). When the server refuses (its bound on mapped bytes) or the socket fails, the
  * request goes over UCX or HTTP, the reason in tf_result_t fallback.
- *   TF_TRANSPORT_AUTO (the default): upgrade when both sides can, else HTTP. The first
- *     request to an origin goes over HTTP; once a response offered UCX, the next request
+ *   TF_TRANSPORT_AUTO (the default): upgrade when both sides can, else HTTP. When it is
+ *     worth it (the origin's host is this host: localhost, a loopback address or one of
+ *     this host's own addresses; or the request's body is 1 MiB or more), the first
+ *     request to an origin negotiates before it starts (the upgrade policy, below);
+ *     otherwise it goes over HTTP and, once a response offered UCX, the next request
  *     negotiates (POST /v1/upgrade, then a UCX connection; up to ~4 s when the server is
  *     slow; tf_client_upgrade negotiates before the first request). A failed upgrade is
  *     retried after a backoff (1 s doubling to 5 min); a request whose UCX connection fails
@@ -232,7 +235,8 @@ tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
  * callback: a request started inside a callback uses the connection already made, or HTTP
  * (under TF_TRANSPORT_UCX it then fails with TF_ECONNECT), and the client negotiates the
  * next time it is driven outside callbacks. tf_client_new reads the
- * environment variable TFETCH_TRANSPORT (auto, http or ucx; other values are ignored). */
+ * environment variable TFETCH_TRANSPORT (auto, http or ucx, in any case; another value is
+ * refused: every request fails, saying so, until the program sets a policy). */
 typedef enum {
     TF_TRANSPORT_DEFAULT = 0,       /* in a tf_request_t: the client's */
     TF_TRANSPORT_AUTO = 1,
@@ -241,6 +245,20 @@ typedef enum {
 } tf_transport_t;
 /* The policy of the client's requests from now on (TF_EINVAL for another value). */
 tf_status_t tf_client_set_transport(tf_client_t *c, tf_transport_t transport);
+
+/* When policy TF_TRANSPORT_AUTO negotiates with an origin that has not offered UCX yet.
+ *   TF_UPGRADE_EAGER (the default): before the first request to it, when that is worth a
+ *     round trip or two: a server on this host (shared memory), or a body of 1 MiB or more.
+ *   TF_UPGRADE_LAZY: only once one of its responses offered UCX (the first request to an
+ *     origin goes over HTTP, its fallback saying so).
+ * HTTP only is TF_TRANSPORT_HTTP; TF_TRANSPORT_UCX always negotiates at once. tf_client_new
+ * reads TFETCH_UPGRADE (eager or lazy, in any case; another value is refused as a bad
+ * TFETCH_TRANSPORT is). TF_EINVAL for another value. */
+typedef enum {
+    TF_UPGRADE_EAGER = 1,
+    TF_UPGRADE_LAZY = 2,
+} tf_upgrade_t;
+tf_status_t tf_client_set_upgrade_policy(tf_client_t *c, tf_upgrade_t upgrade);
 
 /* Negotiates the upgrade of url's origin now, as the first request under TF_TRANSPORT_UCX
  * would, whether or not the server has offered it: for callers that know they will talk to

@@ -124,8 +124,8 @@ static const char usage_text[] =
     "                         put/call body of 1 MiB or more) and not remembered to have\n"
     "                         failed for this origin (${XDG_CACHE_HOME:-~/.cache}/tfetch/\n"
     "                         upgrade, 30 s doubling to 1 h), else HTTP first and UCX once\n"
-    "                         the server offers it. ls, info, feed and --format shumai always\n"
-    "                         use HTTP\n"
+    "                         the server offers it ($TFETCH_UPGRADE=lazy: always so). ls,\n"
+    "                         info, feed and --format shumai always use HTTP\n"
     "      --device DEV       feed push: the device queue's index; feed pop: its index or\n"
     "                         name (default 0)\n"
     "      --seq N            feed push: the item's sequence number (Tfetch-Seq) in the\n"
@@ -1423,6 +1423,9 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
     const char *env = getenv("TFETCH_TRANSPORT");
     if (!o->transport && env && *env && !is_policy(env))
         return usage_error("TFETCH_TRANSPORT='%s' is not auto, http or ucx", env);
+    const char *up = getenv("TFETCH_UPGRADE");
+    if (up && *up && strcasecmp(up, "eager") != 0 && strcasecmp(up, "lazy") != 0)
+        return usage_error("TFETCH_UPGRADE='%s' is not eager or lazy", up);
     if (o->transport)
         tf_client_set_transport(c, is(o->transport, "ucx")    ? TF_TRANSPORT_UCX
                                    : is(o->transport, "http") ? TF_TRANSPORT_HTTP
@@ -1588,7 +1591,7 @@ static unsigned cache_get(const char *origin, long long *until)
     return fails;
 }
 
-static void upgrade_cached(tf_client_t *c, const char *url)
+static void upgrade_cached(tf_client_t *c, const char *url, int worth)
 {
     char origin[900];
     long long until;
@@ -1596,8 +1599,14 @@ static void upgrade_cached(tf_client_t *c, const char *url)
     if (!origin[0])
         return;
     unsigned fails = cache_get(origin, &until);
-    if (fails && until > (long long)time(NULL))
-        return;                     /* failed recently: straight to HTTP, as the cache says */
+    if (fails && until > (long long)time(NULL)) {
+        /* Failed recently: straight to HTTP, as the cache says (and the library must not
+         * negotiate by itself either). */
+        tf_client_set_upgrade_policy(c, TF_UPGRADE_LAZY);
+        return;
+    }
+    if (!worth)
+        return;                     /* the library negotiates itself when a body is large */
     if (tf_client_upgrade(c, url) == TF_OK) {
         if (fails)
             cache_set(origin, 0, 0);
@@ -1606,6 +1615,14 @@ static void upgrade_cached(tf_client_t *c, const char *url)
     unsigned shift = fails < 7 ? fails : 7;                 /* 30 s .. 3840 s */
     long long wait = 30LL << shift;
     cache_set(origin, (long long)time(NULL) + (wait > 3600 ? 3600 : wait), fails + 1);
+}
+
+/* TFETCH_UPGRADE=lazy: no negotiation before the server offered UCX (the library reads it
+ * too, and refuses a value that is neither eager nor lazy). */
+static int lazy_env(void)
+{
+    const char *v = getenv("TFETCH_UPGRADE");
+    return v && strcasecmp(v, "lazy") == 0;
 }
 
 static int run(const char *cmd, char **args, int nargs, const opts_t *o)
@@ -1634,8 +1651,8 @@ static int run(const char *cmd, char **args, int nargs, const opts_t *o)
     if (can_upgrade && policy && *policy &&
         (strcasecmp(policy, "auto") == 0 || strcasecmp(policy, "ucx") == 0))
         tf_client_upgrade(c, args[0]);
-    else if (can_upgrade && (!policy || !*policy) && worth_upgrading(cmd, args, nargs))
-        upgrade_cached(c, args[0]);
+    else if (can_upgrade && (!policy || !*policy) && !lazy_env())
+        upgrade_cached(c, args[0], worth_upgrading(cmd, args, nargs));
     /* After the upgrade, which is a request of its own: --request-id names the first of the
      * user's. */
     if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK) {

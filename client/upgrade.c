@@ -8,6 +8,9 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,7 @@
 #define UPGRADE_TIMEOUT_MS 2000L        /* POST /v1/upgrade */
 #define BACKOFF_MIN_MS 1000L            /* after a failed upgrade, doubling ... */
 #define BACKOFF_MAX_MS 300000L          /* ... up to 5 min; a success resets it */
+#define EAGER_BODY (1u << 20)           /* a body this large is worth negotiating first */
 
 /* ---- origins and the upgrade to UCX ------------------------------------------------------ */
 /* Every request notes its origin (scheme://host:port); every HTTP response from it says
@@ -67,9 +71,64 @@ origin_t *tfi_origin_get(tf_client_t *c, const char *key)
         return NULL;
     }
     o->offered = -1;
+    o->local = -1;
     o->next = c->origins;
     c->origins = o;
     return o;
+}
+
+/* 1 if origin key's host is this host: localhost, a loopback address, or one of this
+ * host's own addresses (getifaddrs). Decided before any answer from the server, so it is a
+ * guess the upgrade confirms (the server offers shm only when its host id is ours). */
+static int host_is_local(const char *key)
+{
+    const char *p = strstr(key, "://");
+    char host[256];
+    if (!p)
+        return 0;
+    p += 3;
+    size_t k = *p == '[' ? strcspn(++p, "]") : strcspn(p, ":/?#");
+    if (k == 0 || k >= sizeof host)
+        return 0;
+    memcpy(host, p, k);
+    host[k] = '\0';
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcasecmp(host, "localhost") == 0 ||
+        (inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) ||
+        (inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6)))
+        return 1;
+    struct ifaddrs *ifs = NULL;
+    int same = 0;
+    if (getifaddrs(&ifs) != 0)
+        return 0;
+    for (struct ifaddrs *i = ifs; i && !same; i = i->ifa_next) {
+        char a[INET6_ADDRSTRLEN];
+        if (!i->ifa_addr)
+            continue;
+        if (i->ifa_addr->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, a, sizeof a);
+        else if (i->ifa_addr->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, a, sizeof a);
+        else
+            continue;
+        same = strcasecmp(a, host) == 0;
+    }
+    freeifaddrs(ifs);
+    return same;
+}
+
+/* Under policy auto and TF_UPGRADE_EAGER: is f worth negotiating for before its origin has
+ * offered UCX? A server on this host (shared memory), or a body of 1 MiB or more. */
+static int worth_eager(const tf_client_t *c, origin_t *o, const tf_fetch_t *f)
+{
+    if (c->upgrade != TF_UPGRADE_EAGER)
+        return 0;
+    if (f->op.body_len >= EAGER_BODY)
+        return 1;
+    if (o->local < 0)
+        o->local = host_is_local(o->key);
+    return o->local;
 }
 
 /* Why UCX cannot carry op, or NULL when it can: UCX carries get, put, delete and exchange
@@ -144,7 +203,8 @@ static void up_http_error(origin_t *o, const tfx_hc_resp_t *r)
 
 /* POST origin/v1/upgrade: 0 and *resp filled when the server offers a connection, else -1
  * with o->why set. */
-static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, tfp_up_resp_t *resp)
+static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long timeout_ms,
+                       tfp_up_resp_t *resp)
 {
     tfp_up_req_t q = {.transports = TFP_UP_T_UCX | TFP_UP_T_SHM, .host = c->host,
                       .policy = policy == TF_TRANSPORT_UCX ? TFP_UP_POLICY_UCX
@@ -180,7 +240,7 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, tfp_u
         tfi_up_failed(o, "out of memory");
         goto out;
     }
-    tfx_hc_req_set_timeout(req, UPGRADE_TIMEOUT_MS);
+    tfx_hc_req_set_timeout(req, timeout_ms);
     tfx_hc_req_set_max_body(req, TFP_UP_MAX_RESP_JSON);
     if (tfx_hc_start(hc, req, up_done, &done) != TFX_HC_OK) {
         tfi_up_failed(o, "cannot ask for an upgrade: out of memory");
@@ -211,8 +271,9 @@ out:
     return rc;
 }
 
-/* Negotiates and connects o: 0 with o->conn, or -1 with o->why (and a backoff). */
-static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
+/* Negotiates and connects o: 0 with o->conn, or -1 with o->why (and a backoff). POST
+ * /v1/upgrade waits up to timeout_ms. */
+static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long timeout_ms)
 {
     tfp_up_resp_t resp;
     tfp_err_t err;
@@ -226,7 +287,7 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy)
         c->have_host = 1;
     }
     memset(&resp, 0, sizeof(resp));
-    if (ask_upgrade(c, o, policy, &resp) != 0)
+    if (ask_upgrade(c, o, policy, timeout_ms, &resp) != 0)
         return -1;
     if (c->up->connect(c, o, &resp) != 0)
         goto clear;
@@ -258,7 +319,7 @@ void tfi_upgrade_wanted(tf_client_t *c)
             continue;
         o->want_upgrade = 0;
         if (!o->conn && !c->up_dead[0] && !(o->retry_at && tfx_now_ms() < o->retry_at))
-            upgrade(c, o, o->want_policy);
+            upgrade(c, o, o->want_policy, UPGRADE_TIMEOUT_MS);
     }
 }
 
@@ -294,8 +355,12 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
         return no_ucx(f, c->up_dead);
     if (!strict && strncmp(o->key, "https:", 6) == 0)
         return no_ucx(f, "the server is reached over https, and UCX is not encrypted");
-    if (!strict && o->offered < 0)
-        return no_ucx(f, "the server has not offered UCX yet (a first request goes over HTTP)");
+    if (!strict && o->offered < 0 && !worth_eager(c, o, f))
+        return no_ucx(f, c->upgrade == TF_UPGRADE_LAZY
+                             ? "the server has not offered UCX yet (upgrade policy lazy: a "
+                               "first request goes over HTTP)"
+                             : "the server has not offered UCX yet (not worth negotiating "
+                               "first: another host and a small body)");
     if (!strict && o->offered == 0)
         return no_ucx(f, strncmp(o->why, "the server does not offer UCX", 29) == 0
                              ? o->why : "the server does not offer UCX");
@@ -311,7 +376,12 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
         return no_ucx(f, "the UCX connection is not made yet (a request started inside a "
                          "callback does not wait for it)");
     }
-    if (upgrade(c, o, f->policy) != 0)
+    /* Negotiating before an offer is a guess: it takes at most a quarter of the request's
+     * own time, so a server that does not answer it leaves the request most of its time. */
+    long timeout_ms = UPGRADE_TIMEOUT_MS;
+    if (!strict && o->offered < 0 && f->total_ms > 0 && f->total_ms / 4 < timeout_ms)
+        timeout_ms = f->total_ms / 4 > 0 ? f->total_ms / 4 : 1;
+    if (upgrade(c, o, f->policy, timeout_ms) != 0)
         return no_ucx(f, o->why);
     *via = c->up;
     return TF_OK;
@@ -333,7 +403,7 @@ tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
     if (!o->conn) {
         const char *why = c->up_dead[0]                            ? c->up_dead
                           : o->retry_at && tfx_now_ms() < o->retry_at ? o->why
-                          : upgrade(c, o, TF_TRANSPORT_UCX) != 0  ? o->why
+                          : upgrade(c, o, TF_TRANSPORT_UCX, UPGRADE_TIMEOUT_MS) != 0 ? o->why
                                                                   : NULL;
         if (why)
             return tfi_rfail(&c->last, TF_ECONNECT, "%s", why);

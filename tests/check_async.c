@@ -1389,11 +1389,19 @@ START_TEST(shumai_bad_reply)
 }
 END_TEST
 
+/* These count the requests a scripted server on loopback serves: the library must not
+ * negotiate an upgrade before the first one (TFETCH_UPGRADE=lazy). */
+static void async_lazy(void)
+{
+    setenv("TFETCH_UPGRADE", "lazy", 1);
+}
+
 Suite *suite_async(void)
 {
     Suite *s = suite_create("async");
 
     TCase *once = tcase_create("once");
+    tcase_add_checked_fixture(once, async_lazy, NULL);
     tcase_add_test(once, async_get_callback_once);
     tcase_add_test(once, async_errors_callback_once);
     tcase_add_test(once, async_timeout_callback_once);
@@ -1403,6 +1411,7 @@ Suite *suite_async(void)
     suite_add_tcase(s, once);
 
     TCase *drive = tcase_create("drive");
+    tcase_add_checked_fixture(drive, async_lazy, NULL);
     tcase_add_test(drive, async_start_errors_never_call_back);
     tcase_add_test(drive, async_test_polls_to_completion);
     tcase_add_test(drive, async_promise_without_callback);
@@ -1416,6 +1425,7 @@ Suite *suite_async(void)
     suite_add_tcase(s, drive);
 
     TCase *many = tcase_create("many");
+    tcase_add_checked_fixture(many, async_lazy, NULL);
     tcase_add_test(many, async_thousand_exchanges_in_flight);
     tcase_add_test(many, async_max_connections);
     tcase_add_test(many, async_daemon_echo_thousand);
@@ -1424,6 +1434,7 @@ Suite *suite_async(void)
     suite_add_tcase(s, many);
 
     TCase *shumai = tcase_create("shumai");
+    tcase_add_checked_fixture(shumai, async_lazy, NULL);
     tcase_add_test(shumai, shumai_get_decodes);
     tcase_add_test(shumai, shumai_exchange_encodes);
     tcase_add_test(shumai, shumai_refusals);

@@ -609,6 +609,34 @@ START_TEST(client_bad_transport_env_is_refused)
 }
 END_TEST
 
+/* TFETCH_UPGRADE names eager or lazy; another value is refused like a bad TFETCH_TRANSPORT,
+ * until the program sets the upgrade policy itself. */
+START_TEST(client_bad_upgrade_env_is_refused)
+{
+    tf_client_t *c;
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/tensors/w", td_closed_port());
+    setenv("TFETCH_UPGRADE", "sometimes", 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "TFETCH_UPGRADE='sometimes'"));
+    ck_assert_int_eq(tf_client_set_upgrade_policy(c, 0), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_upgrade_policy(c, 3), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_upgrade_policy(NULL, TF_UPGRADE_LAZY), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_upgrade_policy(c, TF_UPGRADE_LAZY), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);   /* now it goes out */
+    /* Lazy: the first request does not negotiate, and its fallback says why. */
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->fallback, "upgrade policy lazy"));
+    tf_client_free(c);
+    setenv("TFETCH_UPGRADE", "EAGER", 1);                   /* case does not matter */
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
+    tf_client_free(c);
+    unsetenv("TFETCH_UPGRADE");
+}
+END_TEST
+
 START_TEST(client_timeout)
 {
     /* A listener that never accepts: the connection completes, no answer ever comes. */
@@ -1343,6 +1371,11 @@ START_TEST(abi_transport_info_size)
 }
 END_TEST
 
+static void http_lazy(void)
+{
+    setenv("TFETCH_UPGRADE", "lazy", 1);
+}
+
 Suite *suite_client(void)
 {
     Suite *s = suite_create("client");
@@ -1370,10 +1403,14 @@ Suite *suite_client(void)
     tcase_add_test(offline, client_connection_refused);
     tcase_add_test(offline, client_timeout);
     tcase_add_test(offline, client_bad_transport_env_is_refused);
+    tcase_add_test(offline, client_bad_upgrade_env_is_refused);
     tcase_set_timeout(offline, 30);
     suite_add_tcase(s, offline);
 
     TCase *http = tcase_create("http");
+    /* These check HTTP framing against a scripted server on loopback: its first answer is
+     * the request's, so the library must not negotiate an upgrade first. */
+    tcase_add_checked_fixture(http, http_lazy, NULL);
     tcase_add_test(http, http_get_decodes_and_sends_ids);
     tcase_add_test(http, http_request_headers_and_body);
     tcase_add_test(http, http_get_wait_query_and_generated_id);

@@ -337,6 +337,8 @@ START_TEST(lib_ids_are_sent_and_echoed)
 {
     start(NULL);
     tf_client_t *c = client();
+    /* The ids in HTTP headers: a first request that does not negotiate UCX first. */
+    ck_assert_int_eq(tf_client_set_upgrade_policy(c, TF_UPGRADE_LAZY), TF_OK);
     ck_assert_int_eq(tf_client_set_user(c, "bad user"), TF_EINVAL);
     ck_assert_int_eq(tf_client_set_user(c, "alice"), TF_OK);
     ck_assert_int_eq(tf_client_set_request_id(c, "req-42"), TF_OK);
@@ -766,6 +768,30 @@ START_TEST(cli_upgrades_by_default_and_remembers_failures)
         ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
         /* Upgraded: on this host a get then goes over shared memory. */
         ck_assert_msg(strstr(out, "\"transport\":\"shm/memfd\""), "same host, no flag: %s", out);
+        /* A big tensor (4 MiB), put and got by fresh processes with no flag and no cache. */
+        static char big[4u << 20];
+        memset(big, 7, sizeof big);
+        const char *bigf = td_tmpfile(1, big, sizeof big);
+        snprintf(cmd, sizeof cmd, "rm -rf %s; env -u TFETCH_TRANSPORT -u TFETCH_UPGRADE "
+                 "XDG_CACHE_HOME=%s %s -q --stats put --dtype U8 --shape %u %s/v1/tensors/big %s "
+                 "2>&1 && env -u TFETCH_TRANSPORT -u TFETCH_UPGRADE XDG_CACHE_HOME=%s %s --stats "
+                 "get --raw %s/v1/tensors/big 2>&1 >/dev/null", cache, cache, cli(),
+                 (unsigned)sizeof big, D.base, bigf, cache, cli(), D.base);
+        ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+        ck_assert_msg(strstr(out, "\"op\":\"put\",\"transport\":\"ucx/") ||
+                      strstr(out, "\"op\":\"put\",\"transport\":\"shm/"), "big put: %s", out);
+        ck_assert_msg(strstr(out, "\"op\":\"get\",\"transport\":\"shm/memfd\""), "big get: %s",
+                      out);
+        /* TFETCH_UPGRADE=lazy: the one request goes over HTTP, saying why. */
+        snprintf(cmd, sizeof cmd, "env -u TFETCH_TRANSPORT TFETCH_UPGRADE=lazy XDG_CACHE_HOME=%s "
+                 "%s --stats get --raw %s/v1/tensors/big 2>&1 >/dev/null", cache, cli(), D.base);
+        ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+        ck_assert_msg(strstr(out, "\"transport\":\"http\"") && strstr(out, "lazy"), "lazy: %s",
+                      out);
+        snprintf(cmd, sizeof cmd, "TFETCH_UPGRADE=bogus %s get %s/v1/tensors/big 2>&1", cli(),
+                 D.base);
+        ck_assert_int_eq(td_run(cmd, out, sizeof out), 1);
+        ck_assert_msg(strstr(out, "TFETCH_UPGRADE='bogus' is not eager or lazy"), "%s", out);
         stop_clean();
     }
 #endif

@@ -220,6 +220,9 @@ START_TEST(ucx_upgrade_after_first_request)
         return;
     start(NULL);
     tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    /* Lazy: no negotiation before the server offered UCX (eager, the default, is
+     * ucx_first_request_upgrades_same_host). */
+    ck_assert_int_eq(tf_client_set_upgrade_policy(c, TF_UPGRADE_LAZY), TF_OK);
     tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
     ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
     ck_assert_str_eq(ti.transport, "http");
@@ -388,12 +391,47 @@ static void first_cb(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_resu
     ck_assert_int_eq(tf_fetch_start(ch->c, &rq, chained_cb, ch, &ch->second), TF_OK);
 }
 
+/* The default upgrade policy (eager): a fresh client's first request to a server on this
+ * host negotiates first, so it already travels over UCX or shared memory. */
+START_TEST(ucx_first_request_upgrades_same_host)
+{
+    if (!have_daemon("ucx_first_request_upgrades_same_host"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    if (ucx_unavailable(c, "ucx_first_request_upgrades_same_host")) {
+        tf_client_free(c);
+        stop();
+        return;
+    }
+    tf_client_free(c);                  /* tf_info made a request: a fresh client */
+    c = client(TF_TRANSPORT_AUTO);
+    tf_doc_t *d = f32_doc("e", 8, 1), *got = NULL;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "e"), d), TF_OK);
+    const tf_result_t *r = tf_client_last(c);
+    ck_assert_msg(strncmp(r->transport, "ucx/", 4) == 0 || strncmp(r->transport, "shm/", 4) == 0,
+                  "first put: %s (fallback: %s)", r->transport, r->fallback);
+    tf_client_free(c);
+    c = client(TF_TRANSPORT_AUTO);      /* and a fresh client's first get */
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "e"), 0, &got), TF_OK);
+    r = tf_client_last(c);
+    ck_assert_msg(strncmp(r->transport, "shm/", 4) == 0 || strncmp(r->transport, "ucx/", 4) == 0,
+                  "first get: %s (fallback: %s)", r->transport, r->fallback);
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 START_TEST(ucx_callback_does_not_negotiate)
 {
     if (!have_daemon("ucx_callback_does_not_negotiate"))
         return;
     start(NULL);
     chain_t ch = {.c = client(TF_TRANSPORT_AUTO)};
+    /* Lazy, so that the first request does not negotiate and the callback's would have to. */
+    ck_assert_int_eq(tf_client_set_upgrade_policy(ch.c, TF_UPGRADE_LAZY), TF_OK);
     tf_doc_t *d = f32_doc("cb", 3, 0);
     tf_request_t rq = {.op = TF_OP_PUT, .url = url("/v1/tensors/%s", "cb"), .in = d};
     ck_assert_int_eq(tf_fetch_start(ch.c, &rq, first_cb, &ch, NULL), TF_OK);
@@ -1531,6 +1569,7 @@ Suite *suite_ucx(void)
     TCase *up = tcase_create("upgrade");
     tcase_add_test(up, ucx_upgrade_after_first_request);
     tcase_add_test(up, ucx_policies);
+    tcase_add_test(up, ucx_first_request_upgrades_same_host);
     tcase_add_test(up, ucx_callback_does_not_negotiate);
     tcase_add_test(up, ucx_server_without_ucx);
     tcase_add_test(up, ucx_cli_transport);

@@ -39,6 +39,9 @@ class Client(FeedCalls):
     transport: "auto" (upgrade to UCX when both sides can, else HTTP, saying why in
       last.fallback), "http", or "ucx" (strict: fail rather than fall back); None:
       $TFETCH_TRANSPORT when set, else "auto".
+    upgrade: under "auto", "eager" (negotiate UCX before the first request to a server on
+      this host, or with a body of 1 MiB or more) or "lazy" (only once the server offered
+      it); None: $TFETCH_UPGRADE when set, else "eager".
     timeout: whole-request timeout in seconds (0 or None: none).
     format: "safetensors" (any document) or "shumai" (stock Shumai's one-F32 format).
     token: the bearer token sent as Authorization with every request, for a tfetchd run
@@ -55,14 +58,18 @@ class Client(FeedCalls):
     """
 
     def __init__(self, url=None, user=None, transport=None, timeout=60.0,
-                 format="safetensors", max_connections=None, max_body=None, token=None):
+                 format="safetensors", max_connections=None, max_body=None, token=None,
+                 upgrade=None):
         if transport is not None and transport not in _lib.TRANSPORTS:
             raise ValueError("tfetch: transport must be one of %s" % ", ".join(_lib.TRANSPORTS))
+        if upgrade is not None and upgrade not in _lib.UPGRADES:
+            raise ValueError("tfetch: upgrade must be one of %s" % ", ".join(_lib.UPGRADES))
         if format not in _lib.FORMATS:
             raise ValueError("tfetch: format must be one of %s" % ", ".join(_lib.FORMATS))
         self.url = url.rstrip("/") if url else None
         self.user = user
         self.transport = transport
+        self.upgrade_policy = upgrade
         self.timeout = timeout
         self.format = format
         self.max_connections = max_connections
@@ -96,6 +103,8 @@ class Client(FeedCalls):
             lib.tf_client_set_timeout(c, _seconds_to_ms(self.timeout))
             if self.transport is not None:
                 lib.tf_client_set_transport(c, _lib.TRANSPORTS[self.transport])
+            if self.upgrade_policy is not None:
+                lib.tf_client_set_upgrade_policy(c, _lib.UPGRADES[self.upgrade_policy])
             lib.tf_client_set_format(c, _lib.FORMATS[self.format])
             if self.max_connections is not None:
                 st = lib.tf_client_set_max_connections(c, int(self.max_connections))

@@ -19,6 +19,7 @@ TF_MAX_RANK = 8
 TF_COPY, TF_BORROW = 0, 1
 TF_OP_GET, TF_OP_PUT, TF_OP_DELETE, TF_OP_EXCHANGE = 1, 2, 3, 4
 TRANSPORTS = {"auto": 1, "http": 2, "ucx": 3}
+UPGRADES = {"eager": 1, "lazy": 2}
 FORMATS = {"safetensors": 1, "shumai": 2}
 TF_OK, TF_EAGAIN = 0, -38
 
@@ -112,6 +113,7 @@ _PROTOS = {
     "tf_client_set_max_connections": (c_int, [_P, c_long]),
     "tf_client_set_format": (c_int, [_P, c_int]),
     "tf_client_set_transport": (c_int, [_P, c_int]),
+    "tf_client_set_upgrade_policy": (c_int, [_P, c_int]),
     "tf_client_last": (POINTER(CResult), [_P]),
     "tf_client_upgrade": (c_int, [_P, c_char_p]),
     "tf_client_transport_info": (c_int, [_P, c_char_p, POINTER(TransportInfo)]),

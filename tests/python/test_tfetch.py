@@ -412,7 +412,13 @@ class TestUpgrade(Base):
     def test_auto_upgrades_and_reports(self):
         if not ucx_available(self.c):
             self.skipTest("the daemon has no UCX")
+        # Eager (the default): a server on this host is upgraded before the first request.
         with tfetch.Client(self.d.base, transport="auto") as c:
+            c.put("up", {"x": np.arange(4, dtype=np.float32)})
+            self.assertTrue(c.last.transport.startswith(("ucx/", "shm/")), c.last)
+        with self.assertRaises(ValueError):
+            tfetch.Client(self.d.base, upgrade="sometimes")
+        with tfetch.Client(self.d.base, transport="auto", upgrade="lazy") as c:
             c.put("up", {"x": np.arange(4, dtype=np.float32)})
             self.assertEqual(c.last.transport, "http")
             self.assertIn("not offered", c.last.fallback)      # why the first went over HTTP
@@ -602,7 +608,8 @@ class TestAsync(Base):
 
     def test_cancel_and_close(self):
         async def run():
-            c = tfetch.Client(self.d.base)
+            # Over HTTP: a long-poll in flight over UCX cannot be stopped midway.
+            c = tfetch.Client(self.d.base, upgrade="lazy")
             t = asyncio.ensure_future(c.aget("never-there", wait=30))
             await asyncio.sleep(0.3)
             t.cancel()
