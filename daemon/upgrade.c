@@ -292,6 +292,7 @@ void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
         tfx_ucx_stats(up->ucx, &us);
         st->dropped = us.dropped;
         st->requests = us.requests;
+        st->byes = us.byes;
     }
 #endif
 }
