@@ -205,6 +205,9 @@ tf_status_t tf_client_set_token(tf_client_t *c, const char *token)
             o->retry_at = 0;
             o->backoff_ms = 0;
         }
+    /* So does a shm connection: the server checks each request against its token's. */
+    for (origin_t *o = c->origins; o && !same; o = o->next)
+        tfi_shm_disconnect(o);
     if (c->token) {
         volatile char *p = c->token;            /* not left behind in freed memory */
         while (*p)

@@ -203,6 +203,7 @@ void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
     g.hellos_refused = us.refused;
     g.ucx_dropped = us.dropped;
     g.ucx_requests = us.requests;
+    g.ucx_byes = us.byes;
     tfd_shm_stats(s->shm, &g.shm);
     g.shm_enabled = s->shm != NULL;
     tfd_auth_failures(s->auth, g.auth_failures);

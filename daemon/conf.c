@@ -66,7 +66,7 @@ static const opt_t opts[] = {
     {"feeds-per-user", K_UINT, F(feeds_per_user), "N", "device feeds one user id may declare, else 507 (default 64)"},
     {"ucx", K_BOOL, F(ucx), "on|off", "offer clients the upgrade to UCX (shared memory, RDMA, TCP) (default on)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
-    {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; off while auth-tokens is set)"},
+    {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; with auth-tokens, checked against the upgrading token's rights)"},
     {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of documents same-host clients may hold mapped at once; over it they copy over UCX or HTTP (default 4G)"},
     {"shm-lease-ms", K_UINT, F(shm_lease_ms), "MS", "a same-host mapping's lease ends this long after it opened, if neither a release nor the client's exit ended it; 0: never (default 600000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},

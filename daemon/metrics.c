@@ -353,7 +353,9 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# HELP tfetch_ucx_dropped_total UCX messages dropped (malformed, or before HELLO).\n"
          "# TYPE tfetch_ucx_dropped_total counter\ntfetch_ucx_dropped_total %llu\n"
          "# HELP tfetch_ucx_requests_total Requests that arrived over UCX.\n"
-         "# TYPE tfetch_ucx_requests_total counter\ntfetch_ucx_requests_total %llu\n",
+         "# TYPE tfetch_ucx_requests_total counter\ntfetch_ucx_requests_total %llu\n"
+         "# HELP tfetch_ucx_byes_total UCX endpoints their clients closed with BYE.\n"
+         "# TYPE tfetch_ucx_byes_total counter\ntfetch_ucx_byes_total %llu\n",
          (unsigned long long)g->store_retired, (unsigned long long)g->body_bytes,
          (unsigned long long)g->sessions.sessions, (unsigned long long)g->sessions.bytes,
          (unsigned long long)g->sessions.evictions, (unsigned long long)g->sessions.expirations,
@@ -361,7 +363,8 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->replay_bytes, (unsigned long long)g->replay_hits, g->workers,
          g->ucx_enabled, (unsigned long long)g->upgrades_issued,
          (unsigned long long)g->hellos_accepted, (unsigned long long)g->hellos_refused,
-         (unsigned long long)g->ucx_dropped, (unsigned long long)g->ucx_requests);
+         (unsigned long long)g->ucx_dropped, (unsigned long long)g->ucx_requests,
+         (unsigned long long)g->ucx_byes);
     outf(&o,
          "# HELP tfetch_shm_enabled 1 when same-host clients are offered shared memory.\n"
          "# TYPE tfetch_shm_enabled gauge\ntfetch_shm_enabled %d\n"

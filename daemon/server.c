@@ -252,12 +252,14 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         goto fail;
     }
     s->api.upgrade = s->upgrade;            /* before any request: HTTP is not up yet */
-    if (cfg->shm && !tfd_auth_on(s->auth)) {
+    if (cfg->shm) {
         char why[256];
         if (!(s->shm = tfd_shm_start(s->store, s->waiters, cfg->max_body,
                                      cfg->shm_lease_memory, cfg->shm_lease_ms,
                                      cfg->upgrade_token_ttl_ms, why, sizeof why)))
             tfd_log(LOG_WARNING, "shm: not offered: %s", why);
+        else
+            tfd_shm_set_auth(s->shm, s->auth);  /* each request checked as over HTTP */
         tfd_upgrade_set_shm(s->upgrade, s->shm);
         s->api.shm = s->shm;
     }

@@ -47,6 +47,7 @@ typedef struct {
 typedef struct {
     int fd;
     int hello;                      /* presented a valid token */
+    tfp_op_who_t who;               /* the credential its token was issued to */
     lease_t *leases;
     size_t n, cap;
     alloc_t allocs[MAX_ALLOCS_PER_CONN];
@@ -56,11 +57,13 @@ typedef struct {
 typedef struct {
     char token[TFP_UP_TOKEN_LEN + 1];
     uint64_t expires_ms;
+    tfp_op_who_t who;               /* cred and token_hash of the upgrade's principal */
 } token_t;
 
 struct tfd_shm {
     tfd_store_t *store;
     tfd_waiters_t *waiters;
+    tfd_auth_t *auth;                /* NULL or off: nothing is checked */
     uint64_t max_body;
     uint64_t lease_max;
     unsigned lease_ms, token_ttl_ms;
@@ -87,8 +90,10 @@ static void drop_expired_tokens(tfd_shm_t *s, uint64_t now)
             i++;
 }
 
+void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth) { s->auth = auth; }
+
 int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
-                  char token[TFP_UP_TOKEN_LEN + 1])
+                  char token[TFP_UP_TOKEN_LEN + 1], const tfp_op_who_t *who)
 {
     uint8_t rnd[16];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
@@ -103,6 +108,11 @@ int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
         token_t *t = &s->tokens[s->ntokens++];
         memcpy(t->token, token, sizeof t->token);
         t->expires_ms = now + s->token_ttl_ms;
+        memset(&t->who, 0, sizeof t->who);
+        if (who) {
+            t->who.cred = who->cred;
+            memcpy(t->who.token_hash, who->token_hash, sizeof t->who.token_hash);
+        }
         rc = 0;
     }
     pthread_mutex_unlock(&s->lock);
@@ -110,14 +120,15 @@ int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
     return rc;
 }
 
-/* Takes token if it was issued and is still valid (single use). */
-static int take_token(tfd_shm_t *s, const char *token)
+/* Takes token if it was issued and is still valid (single use): its credential into *who. */
+static int take_token(tfd_shm_t *s, const char *token, tfp_op_who_t *who)
 {
     int ok = 0;
     pthread_mutex_lock(&s->lock);
     drop_expired_tokens(s, tfx_now_ms());
     for (size_t i = 0; i < s->ntokens; i++)
         if (strcmp(s->tokens[i].token, token) == 0) {
+            *who = s->tokens[i].who;
             s->tokens[i] = s->tokens[--s->ntokens];
             ok = 1;
             break;
@@ -219,8 +230,41 @@ static int reply_error(tfd_shm_t *s, conn_t *c, uint64_t seq, tfp_status_t st, c
     return reply(c, &m, -1);
 }
 
+/* With authentication on: the connection's principal (its token looked up again, so a
+ * revoked one fails now) must hold right on name (NULL: on some name). 0 when it does;
+ * else 1 with the refusal answered (401 or 403, as HTTP says it) and *rc the answer's. */
+static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right,
+                   const char *name, int *rc)
+{
+    if (!s->auth || !tfd_auth_on(s->auth))
+        return 0;
+    tfp_op_who_t w = c->who;
+    tfd_auth_result_t res = tfd_auth_identify(s->auth, &w, 0);
+    char msg[TFP_SF_MAX_MSG];
+    if (res != TFD_AUTH_OK) {
+        tfd_auth_count_failure(s->auth, res);
+        *rc = reply_error(s, c, q->seq, TFP_EUNAUTH, res == TFD_AUTH_MISSING ?
+                          "this server needs Authorization: Bearer TOKEN" : "unknown token");
+        return 1;
+    }
+    if (tfd_auth_allows(s->auth, &w, 0, right, name))
+        return 0;
+    tfd_auth_count_failure(s->auth, TFD_AUTH_FORBIDDEN);
+    if (name)
+        snprintf(msg, sizeof msg, "principal %s has no %s right on '%.200s'", w.principal,
+                 tfp_right_name(right), name);
+    else
+        snprintf(msg, sizeof msg, "principal %s has no %s right", w.principal,
+                 tfp_right_name(right));
+    *rc = reply_error(s, c, q->seq, TFP_EFORBIDDEN, msg);
+    return 1;
+}
+
 static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
+    int rc;
+    if (refused(s, c, q, TFP_RIGHT_READ, q->str, &rc))
+        return rc;
     tfd_blob_t *b = tfd_store_get(s->store, q->str);
     if (!b) {
         char msg[TFP_SF_MAX_STR + 32];
@@ -256,6 +300,9 @@ static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     char msg[160];
+    int rc;
+    if (refused(s, c, q, TFP_RIGHT_WRITE, NULL, &rc))
+        return rc;
     if (q->a > s->max_body) {
         snprintf(msg, sizeof msg, "a document of %llu bytes is over max-body (%llu)",
                  (unsigned long long)q->a, (unsigned long long)s->max_body);
@@ -302,6 +349,12 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: COMMIT of no buffer lent");
     alloc_t a = c->allocs[i];
     c->allocs[i] = c->allocs[--c->nallocs];
+    int refused_rc;
+    if (refused(s, c, q, TFP_RIGHT_WRITE, q->str, &refused_rc)) {
+        tfd_store_unreserve(s->store, a.reserved);
+        tfx_shm_close(&a.m);
+        return refused_rc;
+    }
     tfp_err_t err;
     char msg[TFP_SF_MAX_MSG];
     tfp_status_t st = TFP_OK;
@@ -395,7 +448,7 @@ static int serve(tfd_shm_t *s, size_t k)
         return -1;
     }
     if (!c->hello) {
-        if (q.op != TFP_SF_HELLO || !take_token(s, q.str)) {
+        if (q.op != TFP_SF_HELLO || !take_token(s, q.str, &c->who)) {
             reply_error(s, c, q.seq, TFP_EUNAUTH, "unknown, expired or already used token");
             tfd_log(LOG_NOTICE, "shm: HELLO refused");
             return -1;

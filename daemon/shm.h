@@ -12,9 +12,11 @@
  * way: ALLOC lends the client a writable memfd of the document's size (store bytes reserved
  * for it), the client writes the document and unmaps it, and COMMIT seals it, validates it
  * as any PUT's body and stores it as it is; a refused one leaves nothing stored. Messages are
- * proto/shmframe.h's, moved by transports/shm.h. Not started with authentication on (the
- * token carries no principal yet), so every client that reaches it is one the daemon
- * would let read without a token.
+ * proto/shmframe.h's, moved by transports/shm.h. With authentication on, the token is
+ * issued to the principal of the upgrade request and carries its credential (as the UCX
+ * token does): the connection it admits acts as that principal, and every GET (read on the
+ * name), ALLOC (write on some name) and COMMIT (write on the name) is authenticated and
+ * authorized per request as over HTTP, so a revoked token stops working at once.
  *
  * One thread of its own serves the socket (poll over the listener and every connection);
  * tfd_shm_token and tfd_shm_stats take a mutex and may come from any thread.
@@ -25,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/auth.h"
 #include "daemon/store.h"
 #include "daemon/waiters.h"
 #include "proto/upgrade.h"
@@ -45,10 +48,13 @@ typedef struct {
 tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t max_body,
                          uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
                          char *why, size_t why_size);
-/* Issues a one-time token for the socket: writes the socket's name and the token. 0, or
+/* Checks every request against auth (NULL or off: none); set before any token is issued. */
+void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth);
+/* Issues a one-time token for the socket: writes the socket's name and the token. who: the
+ * credential it is issued to (cred and token_hash; NULL with authentication off). 0, or
  * -1 (too many pending). */
 int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
-                  char token[TFP_UP_TOKEN_LEN + 1]);
+                  char token[TFP_UP_TOKEN_LEN + 1], const tfp_op_who_t *who);
 void tfd_shm_stats(tfd_shm_t *s, tfd_shm_stats_t *st);     /* s NULL: zeroes */
 /* Stops the thread, closes every connection (ending their leases), frees. NULL: no-op. */
 void tfd_shm_free(tfd_shm_t *s);

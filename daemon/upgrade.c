@@ -248,7 +248,7 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
     }
     /* Same host, and the client can map memory: the shm socket with its own token. */
     if (up->shm && resp.same_host && (req.transports & TFP_UP_T_SHM) &&
-        tfd_shm_token(up->shm, resp.shm_socket, resp.shm_token) != 0)
+        tfd_shm_token(up->shm, resp.shm_socket, resp.shm_token, tfx_req_op_who(r)) != 0)
         resp.shm_socket[0] = resp.shm_token[0] = '\0';
     char *json;
     tfp_status_t st = tfp_up_resp_build(&resp, &json, &len, &err);
@@ -292,6 +292,7 @@ void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
         tfx_ucx_stats(up->ucx, &us);
         st->dropped = us.dropped;
         st->requests = us.requests;
+        st->byes = us.byes;
     }
 #endif
 }

@@ -22,6 +22,7 @@ struct tfd_config;
 typedef struct {
     uint64_t issued, accepted, refused;     /* tokens; HELLOs */
     uint64_t dropped, requests;             /* UCX messages */
+    uint64_t byes;                          /* UCX endpoints closed by a BYE */
 } tfd_upgrade_stats_t;
 
 /* Starts UCX serving with handlers h, when built with UCX and enabled; request documents

@@ -27,6 +27,17 @@
 #include <unistd.h>
 
 static td_daemon_t D;
+static const char *bearer;              /* the token curl sends (auth tests), or NULL */
+
+/* "-H 'Authorization: Bearer TOKEN'" for curl, or "". */
+static const char *auth_header(void)
+{
+    static char h[256];
+    if (!bearer)
+        return "";
+    snprintf(h, sizeof h, "-H 'Authorization: Bearer %s'", bearer);
+    return h;
+}
 
 static int ready(const char *test)
 {
@@ -72,7 +83,7 @@ static long long metric(const char *name)
 {
     static char out[1 << 16];
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "curl -s %s/metrics", D.base);
+    snprintf(cmd, sizeof cmd, "curl -s %s %s/metrics", auth_header(), D.base);
     if (td_run(cmd, out, sizeof out) != 0)
         return -1;
     char key[128];
@@ -409,8 +420,8 @@ static void raw_upgrade(char *sock, char *token)
     ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
     char cmd[2048];
     static char out[1 << 17];
-    snprintf(cmd, sizeof cmd, "curl -s -H 'Content-Type: application/json' --data-binary '%s' "
-             "%s/v1/upgrade", json, D.base);
+    snprintf(cmd, sizeof cmd, "curl -s %s -H 'Content-Type: application/json' --data-binary "
+             "'%s' %s/v1/upgrade", auth_header(), json, D.base);
     free(json);
     ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
     tfp_up_resp_t r;
@@ -545,6 +556,127 @@ START_TEST(shm_hostile_client)
 }
 END_TEST
 
+/* HELLO on a new connection with a token from an upgrade as `bearer`: the connected fd. */
+static int raw_hello(void)
+{
+    char sock[TFP_UP_MAX_SHM_SOCKET + 1], token[TFP_UP_TOKEN_LEN + 1];
+    raw_upgrade(sock, token);
+    tfp_err_t err;
+    int fd = tfx_shm_connect(sock, &err), got;
+    ck_assert_int_ge(fd, 0);
+    tfp_sf_t m = sf(TFP_SF_HELLO, token);
+    raw_send(fd, &m, -1);
+    tfp_sf_t r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    return fd;
+}
+
+/* One request on fd; its reply's status (a descriptor that came is closed; lease in *lease). */
+static tfp_status_t raw_call(int fd, tfp_sf_op_t op, const char *name, uint64_t a,
+                             uint64_t lease_in, uint64_t *lease, char *msg, size_t msg_size)
+{
+    tfp_sf_t m = sf(op, name), r;
+    m.a = a;
+    m.lease = lease_in;
+    int got;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    if (got >= 0)
+        close(got);
+    if (lease)
+        *lease = r.lease;
+    if (msg)
+        snprintf(msg, msg_size, "%s", r.str);
+    return (tfp_status_t)r.status;
+}
+
+/* With authentication on, shm is offered and its connection acts as the principal of the
+ * upgrade that issued its token: a GET needs read on the name, ALLOC write on some name,
+ * COMMIT write on the name; a refused COMMIT gives its reservation back; a token revoked by
+ * SIGHUP fails the connection's next request (401). libtfetch with a token gets and puts
+ * over shm/memfd, and is refused outside its rights. */
+START_TEST(shm_auth_rights)
+{
+    if (!ready("shm_auth_rights"))
+        return;
+    const char *tokens = "tka-1f2e alice read:alice.* write:alice.* admin:*\n"
+                         "tkb-9a8b bob read:bob.* write:bob.*\n"
+                         "tkr-5c5c reader read:alice.*\n";
+    const char *file = td_tmpfile(3, tokens, strlen(tokens));
+    const char *args[] = {"--auth-tokens", file, NULL};
+    start(args);
+    /* bob's tensor, over HTTP */
+    tf_client_t *b = client(TF_TRANSPORT_HTTP);
+    ck_assert_int_eq(tf_client_set_token(b, "tkb-9a8b"), TF_OK);
+    put_u8(b, "bob.t", 100, 3);
+    /* alice through libtfetch: shm for her own names, 403 for bob's */
+    tf_client_t *a = client(TF_TRANSPORT_AUTO);
+    ck_assert_int_eq(tf_client_set_token(a, "tka-1f2e"), TF_OK);
+    ck_assert_int_eq(tf_client_upgrade(a, D.base), TF_OK);
+    put_u8(a, "alice.t", (size_t)1 << 20, 4);
+    ck_assert_str_eq(tf_client_last(a)->transport, "shm/memfd");
+    tf_doc_t *d = NULL;
+    ck_assert_int_eq(tf_get(a, url("alice.t"), 0, &d), TF_OK);
+    ck_assert_str_eq(tf_client_last(a)->transport, "shm/memfd");
+    ck_assert(all(tf_doc_find(d, "t")->data, (size_t)1 << 20, 4));
+    tf_doc_free(d);
+    d = NULL;
+    ck_assert_int_eq(tf_get(a, url("bob.t"), 0, &d), TF_EFORBIDDEN);
+    ck_assert_int_eq(tf_client_last(a)->http_status, 403);
+    tf_client_free(a);
+
+    /* the shm protocol itself, as alice */
+    bearer = "tka-1f2e";
+    int fd = raw_hello();
+    char msg[600];
+    uint64_t lease = 0;
+    ck_assert_int_eq(raw_call(fd, TFP_SF_GET, "alice.t", 0, 0, &lease, msg, sizeof msg), TFP_OK);
+    tfp_sf_t rel = sf(TFP_SF_RELEASE, NULL);
+    rel.lease = lease;
+    raw_send(fd, &rel, -1);             /* no reply */
+    ck_assert_int_eq(raw_call(fd, TFP_SF_GET, "bob.t", 0, 0, NULL, msg, sizeof msg),
+                     TFP_EFORBIDDEN);
+    ck_assert_msg(strstr(msg, "principal alice has no read right on 'bob.t'"), "%s", msg);
+    /* a buffer lent to alice committed under bob's name: refused, reservation back */
+    ck_assert_int_eq(raw_call(fd, TFP_SF_ALLOC, NULL, 4096, 0, &lease, msg, sizeof msg), TFP_OK);
+    ck_assert_int_eq(metric("tfetch_store_reserved_bytes"), 4096);
+    ck_assert_int_eq(raw_call(fd, TFP_SF_COMMIT, "bob.z", 100, lease, NULL, msg, sizeof msg),
+                     TFP_EFORBIDDEN);
+    ck_assert_msg(strstr(msg, "no write right on 'bob.z'"), "%s", msg);
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    int fd_alice = fd;
+    /* reader (read only): GET yes, ALLOC no */
+    bearer = "tkr-5c5c";
+    fd = raw_hello();
+    ck_assert_int_eq(raw_call(fd, TFP_SF_GET, "alice.t", 0, 0, NULL, NULL, 0), TFP_OK);
+    ck_assert_int_eq(raw_call(fd, TFP_SF_ALLOC, NULL, 4096, 0, NULL, msg, sizeof msg),
+                     TFP_EFORBIDDEN);
+    ck_assert_msg(strstr(msg, "principal reader has no write right"), "%s", msg);
+    close(fd);
+    /* alice revoked (SIGHUP): her connection's next request is 401 */
+    const char *less = "tkb-9a8b bob read:bob.* write:bob.* admin:*\n";
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(less, f);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+    tfp_status_t st = TFP_OK;
+    for (int i = 0; i < 200; i++) {
+        st = raw_call(fd_alice, TFP_SF_GET, "alice.t", 0, 0, NULL, msg, sizeof msg);
+        if (st != TFP_OK)
+            break;
+        sleep_ms(20);
+    }
+    ck_assert_int_eq(st, TFP_EUNAUTH);
+    close(fd_alice);
+    bearer = "tkb-9a8b";
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    bearer = NULL;
+    tf_client_free(b);
+    stop();
+}
+END_TEST
+
 Suite *suite_shme2e(void)
 {
     Suite *s = suite_create("shme2e");
@@ -558,6 +690,7 @@ Suite *suite_shme2e(void)
     tcase_add_test(tc, shm_put_both_ways);
     tcase_add_test(tc, shm_put_malformed_refused);
     tcase_add_test(tc, shm_hostile_client);
+    tcase_add_test(tc, shm_auth_rights);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,6 +5,12 @@
  * in /v1/info back to 0, no request left in flight) and keep answering new UCX clients, so a
  * stalled UCX progress thread fails the test too.
  *
+ * Clients that leave politely are covered too: a raw UCX client (a UCP worker of the test's
+ * own, speaking the frames) starts a large get or put and then sends BYE and closes its
+ * endpoint with the transfer unfinished; the daemon must end those requests at once, give
+ * back what they held, never answer on that endpoint, and keep serving. libtfetch itself
+ * sends BYE when it lets a connection go (tfetch_ucx_byes_total counts them).
+ *
  * Each test starts its own daemon ($TFETCHD, port 0, tests/fixtures.c) and needs
  * $TFETCH_CLI. Built without UCX the suite only says it is skipped.
  */
@@ -24,6 +30,12 @@
 #include "transports/clock.h"
 #ifdef HAVE_UCX
 #include "transports/ucx_common.h"        /* TFX_UCX_WEDGED_MS */
+#include <ucp/api/ucp.h>
+#include "proto/ucxframe.h"
+#include "proto/upgrade.h"
+#include "transports/hostid.h"
+#include "transports/http_client.h"
+#include "transports/ucx_server.h"
 #endif
 
 Suite *suite_ucxfault(void);           /* registered in tests/suites.h */
@@ -109,7 +121,7 @@ static void assert_settles(const char *key, int kill_no)
             return;
         if (tfx_now_ms() > deadline) {
             td_show_log(&D);
-            ck_abort_msg("after kill %d: %s is %lld and %ld requests are in flight, %d ms on",
+            ck_abort_msg("after round %d: %s is %lld and %ld requests are in flight, %d ms on",
                          kill_no, key, v, n - 1, SETTLE_MS);
         }
         sleep_ms(20);
@@ -275,6 +287,316 @@ START_TEST(ucxfault_kill_mid_get)
     teardown();
 }
 END_TEST
+
+/* ---- BYE with transfers unfinished: a raw UCX client ---------------------------------------- */
+
+#define BYE_BIG (64u << 20)             /* bytes of the tensor the raw client gets or puts */
+#define BYE_ROUNDS 4
+
+typedef struct {
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    int acks_ok, replies;
+    void *held;                         /* a rendezvous reply body, never received */
+} raw_t;
+
+static ucs_status_t raw_on_reply(void *arg, const void *header, size_t header_length,
+                                 void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_t *r = arg;
+    tfp_uf_hdr_t h;
+    tfp_err_t err;
+    (void)length;
+    if (tfp_uf_decode(header, header_length, &h, &err) != TFP_OK)
+        return UCS_OK;
+    if (h.op == TFP_UF_HELLO_ACK) {
+        r->acks_ok += h.status == TFP_OK;
+        return UCS_OK;
+    }
+    r->replies++;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && !r->held) {
+        r->held = data;                 /* the daemon's send stays unfinished */
+        return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+}
+
+static void raw_open(raw_t *r)
+{
+    memset(r, 0, sizeof *r);
+    ucp_config_t *cfg;
+    ck_assert_int_eq(ucp_config_read(NULL, NULL, &cfg), UCS_OK);
+    ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ck_assert_int_eq(ucp_init(&pp, cfg, &r->ctx), UCS_OK);
+    ucp_config_release(cfg);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ck_assert_int_eq(ucp_worker_create(r->ctx, &wp, &r->w), UCS_OK);
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = TFX_UCX_AM_REPLY, .cb = raw_on_reply, .arg = r};
+    ck_assert_int_eq(ucp_worker_set_am_recv_handler(r->w, &hp), UCS_OK);
+}
+
+static void raw_done(raw_t *r)
+{
+    if (r->held)
+        ucp_am_data_release(r->w, r->held);
+    ucp_worker_destroy(r->w);
+    ucp_cleanup(r->ctx);
+}
+
+static void raw_progress(raw_t *r, long ms)
+{
+    uint64_t end = tfx_now_ms() + (uint64_t)ms;
+    while (tfx_now_ms() < end)
+        if (!ucp_worker_progress(r->w))
+            sleep_ms(1);
+}
+
+static void hc_done(tfx_hc_req_t *req, tfx_hc_status_t st, void *ud)
+{
+    (void)req;
+    *(tfx_hc_status_t *)ud = st;
+}
+
+/* POST /v1/upgrade for this host; the offer into *resp. */
+static void post_upgrade(const tfp_up_host_t *h, tfp_up_resp_t *resp)
+{
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .host = *h, .policy = TFP_UP_POLICY_UCX};
+    char *json = NULL, u[256];
+    size_t len = 0;
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
+    tfx_hc_t *hc = NULL;
+    tfx_hc_req_t *req = NULL;
+    ck_assert_int_eq(tfx_hc_new(&hc), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_new(&req), TFX_HC_OK);
+    snprintf(u, sizeof u, "%s/v1/upgrade", D.base);
+    ck_assert_int_eq(tfx_hc_req_set_method(req, "POST"), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_set_url(req, u), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_header(req, "Content-Type", "application/json"), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_req_add_body(req, json, len), TFX_HC_OK);
+    tfx_hc_req_set_timeout(req, 10000);
+    tfx_hc_status_t st = TFX_HC_EAGAIN;
+    ck_assert_int_eq(tfx_hc_start(hc, req, hc_done, &st), TFX_HC_OK);
+    ck_assert_int_eq(tfx_hc_drive(hc, req, -1), TFX_HC_OK);
+    ck_assert_int_eq(st, TFX_HC_OK);
+    const tfx_hc_resp_t *r = tfx_hc_req_response(req);
+    ck_assert_int_eq(r->status, 200);
+    memset(resp, 0, sizeof *resp);
+    ck_assert_int_eq(tfp_up_resp_parse((const char *)r->body, r->body_len, resp, &err), TFP_OK);
+    ck_assert_int_eq(resp->upgraded, 1);
+    tfx_hc_req_free(req);
+    tfx_hc_free(hc);
+    free(json);
+}
+
+/* A new endpoint to the daemon, admitted (HELLO with a fresh token, HELLO_ACK OK). */
+static ucp_ep_h raw_admitted(raw_t *r)
+{
+    tfp_up_host_t me;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    char ident[TFP_UP_MAX_IDENT + 1];
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    tfp_up_resp_t resp;
+    post_upgrade(&me, &resp);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                          .address = (const ucp_address_t *)resp.worker_address,
+                          .err_mode = UCP_ERR_HANDLING_MODE_NONE};
+    ucp_ep_h h = NULL;
+    ck_assert_int_eq(ucp_ep_create(r->w, &ep, &h), UCS_OK);
+    tfp_uf_hdr_t hello;
+    tfp_uf_init(&hello, TFP_UF_HELLO, 1);
+    snprintf(hello.name, sizeof hello.name, "%s", resp.token);
+    snprintf(hello.msg, sizeof hello.msg, "%s", ident);
+    tfp_up_resp_clear(&resp);
+    int before = r->acks_ok;
+    void *rq = NULL;
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    size_t len;
+    ck_assert_int_eq(tfp_uf_encode(&hello, buf, sizeof buf, &len, &err), TFP_OK);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
+    rq = ucp_am_send_nbx(h, TFX_UCX_AM_REQUEST, buf, len, NULL, 0, &p);
+    ck_assert(!UCS_PTR_IS_ERR(rq));
+    for (int i = 0; i < 100 && r->acks_ok == before; i++)
+        raw_progress(r, 50);
+    if (UCS_PTR_IS_PTR(rq))
+        ucp_request_free(rq);
+    ck_assert_int_eq(r->acks_ok, before + 1);
+    return h;
+}
+
+/* Sends one frame (and body) without waiting; the request, or NULL when it went at once. */
+static void *raw_send(ucp_ep_h ep, const tfp_uf_hdr_t *h, const void *body, size_t len,
+                      uint8_t *hbuf)
+{
+    size_t hlen;
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_uf_encode(h, hbuf, TFP_UF_MAX_HEADER, &hlen, &err), TFP_OK);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY};
+    void *rq = ucp_am_send_nbx(ep, TFX_UCX_AM_REQUEST, hbuf, hlen, body, len, &p);
+    ck_assert(!UCS_PTR_IS_ERR(rq));
+    return UCS_PTR_IS_PTR(rq) ? rq : NULL;
+}
+
+/* BYE, then the endpoint closed with whatever is still in flight on it. */
+static void raw_bye_close(raw_t *r, ucp_ep_h ep, void *pending)
+{
+    tfp_uf_hdr_t bye;
+    tfp_uf_init(&bye, TFP_UF_BYE, 99);
+    uint8_t hbuf[TFP_UF_MAX_HEADER];
+    void *rq = raw_send(ep, &bye, NULL, 0, hbuf);
+    raw_progress(r, 100);               /* the BYE goes out */
+    if (rq)
+        ucp_request_free(rq);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *c = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(c)) {
+        for (int i = 0; i < 1000 && ucp_request_check_status(c) == UCS_INPROGRESS; i++)
+            ucp_worker_progress(r->w);
+        ucp_request_free(c);
+    }
+    if (pending)
+        ucp_request_free(pending);      /* completes (cancelled) on its own */
+}
+
+/* A number from /metrics. */
+static long long metric(const char *name)
+{
+    char cmd[256], out[65536], pat[128];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 '%s/metrics'", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    snprintf(pat, sizeof pat, "\n%s ", name);
+    const char *p = strstr(out, pat);
+    ck_assert_msg(p != NULL, "no %s in /metrics", name);
+    return strtoll(p + strlen(pat), NULL, 10);
+}
+
+/* A raw client gets a BYE_BIG tensor, holds the reply's rendezvous unreceived, the tensor is
+ * deleted (only the get holds its blob), then BYE and close: the blob goes back (retired 0),
+ * nothing is left in flight, and UCX clients are served; BYE_ROUNDS times on one daemon. */
+START_TEST(ucxfault_bye_mid_get)
+{
+    const char *why = why_skip();
+    if (why) {
+        fprintf(stderr, "ucxfault_bye_mid_get: skipped: %s\n", why);
+        return;
+    }
+    setup();
+    for (int round = 1; round <= BYE_ROUNDS; round++) {
+        char cmd[1024];
+        /* the first BYE_BIG bytes of the BIG file: truncate a copy */
+        char part[160];
+        snprintf(part, sizeof part, "%s.part", big_path);
+        snprintf(cmd, sizeof cmd, "head -c %u %s > %s && %s -q --transport http put --dtype U8 "
+                 "--shape %u '%s' %s", BYE_BIG, big_path, part, getenv("TFETCH_CLI"), BYE_BIG,
+                 url("bg"), part);
+        ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+        unlink(part);
+        raw_t r;
+        raw_open(&r);
+        ucp_ep_h ep = raw_admitted(&r);
+        tfp_uf_hdr_t get;
+        tfp_uf_init(&get, TFP_UF_GET, 2);
+        snprintf(get.request_id, sizeof get.request_id, "bye-get-%d", round);
+        snprintf(get.name, sizeof get.name, "bg");
+        uint8_t hbuf[TFP_UF_MAX_HEADER];
+        void *rq = raw_send(ep, &get, NULL, 0, hbuf);
+        for (int i = 0; i < 200 && !r.held; i++)
+            raw_progress(&r, 20);
+        ck_assert_msg(r.held != NULL, "round %d: no rendezvous reply to the get", round);
+        tf_client_t *h = client(TF_TRANSPORT_HTTP);
+        ck_assert_int_eq(tf_delete(h, url("bg")), TF_OK);
+        tf_client_free(h);
+        ck_assert_int_gt(store_field("retired"), 0);       /* held by the get's send */
+        raw_bye_close(&r, ep, rq);
+        assert_settles("retired", round);
+        raw_done(&r);
+        assert_ucx_answers(round);
+    }
+    ck_assert_int_ge(metric("tfetch_ucx_byes_total"), BYE_ROUNDS);
+    teardown();
+}
+END_TEST
+
+/* A raw client starts a BYE_BIG put and says BYE at once, closing with the body unfinished:
+ * the reservation goes back (whether the daemon had begun the receive or not), nothing is
+ * left in flight, and UCX clients are served; BYE_ROUNDS times on one daemon. */
+START_TEST(ucxfault_bye_mid_put)
+{
+    const char *why = why_skip();
+    if (why) {
+        fprintf(stderr, "ucxfault_bye_mid_put: skipped: %s\n", why);
+        return;
+    }
+    setup();
+    uint8_t *body = malloc(BYE_BIG + 128);
+    ck_assert_ptr_nonnull(body);
+    /* a safetensors document: 8-byte header length, JSON header, then the bytes */
+    char json[128];
+    int jl = snprintf(json, sizeof json,
+                      "{\"t\":{\"dtype\":\"U8\",\"shape\":[%u],\"data_offsets\":[0,%u]}}",
+                      BYE_BIG, BYE_BIG);
+    while (jl % 8)
+        json[jl++] = ' ';               /* padded to 8 bytes, as writers do */
+    uint64_t hl = (uint64_t)jl;
+    memcpy(body, &hl, 8);
+    memcpy(body + 8, json, (size_t)jl);
+    memset(body + 8 + jl, 0x11, BYE_BIG);
+    size_t len = 8 + (size_t)jl + BYE_BIG;
+    for (int round = 1; round <= BYE_ROUNDS; round++) {
+        raw_t r;
+        raw_open(&r);
+        ucp_ep_h ep = raw_admitted(&r);
+        tfp_uf_hdr_t put;
+        tfp_uf_init(&put, TFP_UF_PUT, 2);
+        snprintf(put.request_id, sizeof put.request_id, "bye-put-%d", round);
+        snprintf(put.name, sizeof put.name, "bp");
+        put.body_len = len;
+        uint8_t hbuf[TFP_UF_MAX_HEADER];
+        void *rq = raw_send(ep, &put, body, len, hbuf);
+        raw_bye_close(&r, ep, rq);
+        assert_settles("reserved", round);
+        raw_done(&r);
+        assert_ucx_answers(round);
+    }
+    free(body);
+    ck_assert_int_ge(metric("tfetch_ucx_byes_total"), BYE_ROUNDS);
+    teardown();
+}
+END_TEST
+
+/* libtfetch says BYE when it lets a connection go (tf_client_free), so the daemon forgets
+ * the endpoint at once. */
+START_TEST(ucxfault_client_says_bye)
+{
+    const char *why = why_skip();
+    if (why) {
+        fprintf(stderr, "ucxfault_client_says_bye: skipped: %s\n", why);
+        return;
+    }
+    ck_assert_msg(td_start(&D, NULL) == 0, "tfetchd did not start");
+    ck_assert_int_eq(metric("tfetch_ucx_byes_total"), 0);
+    tf_client_t *c = client(TF_TRANSPORT_UCX);
+    tf_doc_t *d = NULL;
+    ck_assert_int_eq(tf_get(c, url("none"), 0, &d), TF_ENOTFOUND);
+    tf_doc_free(d);
+    tf_client_free(c);
+    uint64_t deadline = tfx_now_ms() + SETTLE_MS;
+    while (metric("tfetch_ucx_byes_total") < 1 && tfx_now_ms() < deadline)
+        sleep_ms(20);
+    ck_assert_int_eq(metric("tfetch_ucx_byes_total"), 1);
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    td_cleanup();
+}
+END_TEST
 #else
 START_TEST(ucxfault_no_ucx)
 {
@@ -291,6 +613,12 @@ Suite *suite_ucxfault(void)
     tcase_add_test(tc, ucxfault_kill_mid_put);
     tcase_add_test(tc, ucxfault_kill_mid_get);
     tcase_set_timeout(tc, 300);
+    TCase *bye = tcase_create("bye");
+    tcase_add_test(bye, ucxfault_bye_mid_get);
+    tcase_add_test(bye, ucxfault_bye_mid_put);
+    tcase_add_test(bye, ucxfault_client_says_bye);
+    tcase_set_timeout(bye, 300);
+    suite_add_tcase(s, bye);
 #else
     tcase_add_test(tc, ucxfault_no_ucx);
 #endif

@@ -125,13 +125,54 @@ static void conn_unref(tfx_ucxc_conn_t *c)
         free(c);
 }
 
+static void bye_sent(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    free(user_data);
+    ucp_request_free(request);
+}
+
+/* Tells an admitted server that this endpoint is going (BYE), so that it ends at once what
+ * it still holds of ours (a reservation for a put, a blob for a get) rather than when it
+ * notices the endpoint is dead. Sent and forgotten: the close after it flushes it out, or,
+ * with FORCE, cancels it (the server then finds out from the endpoint's failure). */
+static void send_bye(tfx_ucxc_conn_t *c)
+{
+    tfx_ucxc_t *u = c->u;
+    pthread_mutex_lock(&u->lock);
+    int admitted = c->hello_state == 1;
+    pthread_mutex_unlock(&u->lock);
+    if (!admitted)
+        return;
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_BYE, ++u->next_seq);
+    uint8_t *buf = malloc(TFP_UF_MAX_HEADER);
+    size_t len;
+    tfp_err_t err;
+    if (!buf || tfp_uf_encode(&h, buf, TFP_UF_MAX_HEADER, &len, &err) != TFP_OK) {
+        free(buf);
+        return;
+    }
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                                             UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
+                             .cb.send = bye_sent, .user_data = buf};
+    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, buf, len, NULL, 0, &p);
+    if (!UCS_PTR_IS_PTR(rq))
+        free(buf);                  /* sent at once, or failed */
+}
+
 /* FORCE (operations complete with an error at once) needs peer failure detection, so
  * between hosts only; on one host UCX 1.13 refuses it, and the endpoint is flushed and
- * closed in the background instead (what never completes goes with the worker). */
-static void close_ep(tfx_ucxc_conn_t *c)
+ * closed in the background instead (what never completes goes with the worker). bye: the
+ * connection is healthy and closed on purpose: the server is told first (send_bye). */
+static void close_ep(tfx_ucxc_conn_t *c, int bye)
 {
     if (c->closed || !c->ep)
         return;
+    if (bye && !atomic_load(&c->broken))
+        send_bye(c);
     c->closed = 1;
     atomic_store(&c->broken, 1);
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
@@ -223,7 +264,7 @@ static void fail_req(tfx_ucxc_req_t *r, tfp_status_t st, const char *why)
 /* Breaks a connection: every request on it fails. With peer failure detection (between
  * hosts) UCX gives their operations back; on one host it may not, so they are handed back
  * early (hand_back_early). */
-static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why)
+static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why, int bye)
 {
     tfx_ucxc_t *u = c->u;
     int same_host = c->same_host;
@@ -239,7 +280,7 @@ static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why)
     pthread_mutex_lock(&u->lock);
     c->refs++;                      /* keep c while its requests let go of it */
     pthread_mutex_unlock(&u->lock);
-    close_ep(c);
+    close_ep(c, bye);
     for (tfx_ucxc_req_t *r = u->live, *n; r; r = n) {
         n = r->next;
         if (r->conn == c)
@@ -402,7 +443,7 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     (void)ep;
     char why[128];
     snprintf(why, sizeof why, "the UCX connection failed: %s", ucs_status_string(status));
-    break_conn(c, TFP_EINTERNAL, why);
+    break_conn(c, TFP_EINTERNAL, why, 0);
 }
 
 static void hello_sent(void *request, ucs_status_t status, void *user_data)
@@ -533,7 +574,7 @@ static void check_peers(tfx_ucxc_t *u)
         char why[96];
         snprintf(why, sizeof why, "the server process (pid %ld) is gone",
                  atomic_load(&dead[i]->peer_pid));
-        break_conn(dead[i], TFP_EINTERNAL, why);
+        break_conn(dead[i], TFP_EINTERNAL, why, 0);
     }
 }
 
@@ -563,7 +604,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
         case CMD_CONNECT: do_connect(u, cm); break;
         case CMD_START: do_start(u, cm->req); break;
         case CMD_CLOSE:
-            break_conn(cm->conn, TFP_EBUSY, "the connection was closed");
+            break_conn(cm->conn, TFP_EBUSY, "the connection was closed", 1);
             conn_unref(cm->conn);
             break;
         }
@@ -585,7 +626,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
             char why[128];
             snprintf(why, sizeof why, "no UCX reply within %llu ms",
                      (unsigned long long)(r->deadline_ms - r->t0_ns / 1000000u));
-            break_conn(r->conn, TFP_EINTERNAL, why);
+            break_conn(r->conn, TFP_EINTERNAL, why, 0);
             n++;
             break;
         }
@@ -845,7 +886,7 @@ void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
 static void cleanup(tfx_ucxc_t *u)
 {
     for (size_t i = 0; i < u->nconns; i++)
-        close_ep(u->conns[i]);
+        close_ep(u->conns[i], 1);
     for (int i = 0; i < 100 && u->live; i++)
         ucp_worker_progress(u->worker);
     tfx_ucx_base_close(&u->base);

@@ -103,7 +103,10 @@ struct tfx_ucx {
     uint64_t last_peer_check_ms;
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
-    ucp_ep_h *to_fail;              /* endpoints whose operations failed (from callbacks) */
+    struct fail_ep {                /* endpoints to fail once out of the callbacks: */
+        ucp_ep_h ep;                /* an operation on it failed, or its client said BYE */
+        int bye;                    /* BYE: also close it once nothing of UCX's holds it */
+    } *to_fail;
     size_t nfail, capfail;
     uint8_t *addr_all, *addr_net;   /* this UCX worker's addresses, fetched once at start */
     size_t addr_all_len, addr_net_len;
@@ -243,21 +246,26 @@ static void close_ep(tfx_ucx_t *u, ucp_ep_h ep)
     u->to_close[u->nclose++] = ep;
 }
 
-/* From a completion callback: ep's operations fail; the loop fails ep (fail_ep). */
-static void ep_failed_later(tfx_ucx_t *u, ucp_ep_h ep)
+/* From a callback: ep's operations failed, or its client said BYE (bye); the loop fails ep
+ * (fail_ep) and, after a BYE, closes it. */
+static void ep_failed_later(tfx_ucx_t *u, ucp_ep_h ep, int bye)
 {
     for (size_t i = 0; i < u->nfail; i++)
-        if (u->to_fail[i] == ep)
+        if (u->to_fail[i].ep == ep) {
+            u->to_fail[i].bye |= bye;
             return;
+        }
     if (u->nfail == u->capfail) {
         size_t ncap = u->capfail ? u->capfail * 2 : 8;
-        ucp_ep_h *n = realloc(u->to_fail, ncap * sizeof *n);
-        if (!n)
+        struct fail_ep *n = realloc(u->to_fail, ncap * sizeof *n);
+        if (!n) {
+            /* No room to remember it: its requests end at stop (or the pid check). */
             return;
+        }
         u->to_fail = n;
         u->capfail = ncap;
     }
-    u->to_fail[u->nfail++] = ep;
+    u->to_fail[u->nfail++] = (struct fail_ep){.ep = ep, .bye = bye};
 }
 
 static void close_pending_eps(tfx_ucx_t *u)
@@ -502,6 +510,16 @@ static void fail_ep(tfx_ucx_t *u, ucp_ep_h ep)
     }
 }
 
+/* 1 when UCX still holds an operation of an ended request on ep (a husk's receive or send):
+ * closing ep then could complete it into freed memory, so ep is left to the worker. */
+static int held_by_husk(tfx_ucx_t *u, ucp_ep_h ep)
+{
+    for (const ucx_req_t *q = u->husks; q; q = q->lnext)
+        if (q->ep == ep)
+            return 1;
+    return 0;
+}
+
 static void send_done(void *request, ucs_status_t status, void *user_data)
 {
     ucx_req_t *q = user_data;
@@ -512,7 +530,7 @@ static void send_done(void *request, ucs_status_t status, void *user_data)
     }
     q->state = S_DONE;
     if (status != UCS_OK)
-        ep_failed_later(q->u, q->ep);
+        ep_failed_later(q->u, q->ep, 0);
     free_req(q, status == UCS_OK);
 }
 
@@ -565,7 +583,7 @@ static void recv_done(void *request, ucs_status_t status, size_t length, void *u
         /* The client is gone (or its endpoint failed): answering on that endpoint crashes
          * UCX 1.13 (measured), so the request ends here, unanswered, and so do the others
          * on that endpoint (fail_ep, from the loop). */
-        ep_failed_later(q->u, q->ep);
+        ep_failed_later(q->u, q->ep, 0);
         q->state = S_DONE;
         q->base.answered = 1;
         free_req(q, 0);
@@ -666,7 +684,13 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         return UCS_OK;
     }
     if (h.op == TFP_UF_BYE) {
+        /* The client is closing its endpoint: what it still had in flight will never be
+         * read or answered. The loop ends those requests (fail_ep: reservations, bodies and
+         * blobs go back, nothing more is sent on ep) and then closes ep. Frames after BYE
+         * come from an unadmitted endpoint and are dropped. */
         drop_peer(u, ep);
+        ep_failed_later(u, ep, 1);
+        count(u, &u->st.byes);
         return UCS_OK;
     }
 
@@ -770,13 +794,15 @@ static unsigned run_queues(tfx_ucx_t *u)
         push(&u->lq_head, &u->lq_tail, q);
     }
     pthread_mutex_unlock(&u->qlock);
-    if (u->nclose) {
-        close_pending_eps(u);
+    while (u->nfail) {
+        struct fail_ep f = u->to_fail[--u->nfail];
+        fail_ep(u, f.ep);
+        if (f.bye && !held_by_husk(u, f.ep))
+            close_ep(u, f.ep);
         n++;
     }
-    while (u->nfail) {
-        ucp_ep_h ep = u->to_fail[--u->nfail];
-        fail_ep(u, ep);
+    if (u->nclose) {
+        close_pending_eps(u);
         n++;
     }
     n += check_peers(u);

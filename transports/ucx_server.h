@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     uint64_t hellos, hellos_refused, dropped, requests;
     uint64_t renewals;              /* workers replaced because they wedged */
+    uint64_t byes;                  /* endpoints their clients closed with BYE */
 } tfx_ucx_stats_t;
 
 /* Creates the UCX context and worker and starts the progress thread. NULL with err set when
