@@ -1,7 +1,7 @@
 /* ucxframe.c - encoder and strict decoder of the UCX active-message header (ucxframe.h).
  *
  * One rule checker serves both directions: the decoder first checks what only raw bytes can
- * get wrong (length, magic, version, the reserved byte, string lengths, NUL bytes), copies the
+ * get wrong (length, magic, version, string lengths, NUL bytes), copies the
  * strings out and then runs the same checker the encoder runs, reporting TFP_EPROTO where
  * the encoder reports TFP_EINVAL. Fields are read and written byte by byte in little-endian
  * order, so alignment and host byte order never matter. No state; any thread.
@@ -126,7 +126,8 @@ static tfp_status_t check_strings(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_
     if (memchr(h->request_id, '\0', sizeof h->request_id) == NULL ||
         memchr(h->user, '\0', sizeof h->user) == NULL ||
         memchr(h->name, '\0', sizeof h->name) == NULL ||
-        memchr(h->msg, '\0', sizeof h->msg) == NULL)
+        memchr(h->msg, '\0', sizeof h->msg) == NULL ||
+        memchr(h->user_principal, '\0', sizeof h->user_principal) == NULL)
         return tfp_err_set(err, code, WHAT ": a string field is not NUL-terminated");
     if (h->request_id[0] == '\0') {
         if (!op_id_optional(op))
@@ -138,6 +139,15 @@ static tfp_status_t check_strings(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_
         return tfp_err_set(err, code, WHAT ": user must be empty on HELLO");
     if (h->user[0] != '\0' && !tfp_user_id_valid(h->user))
         return tfp_err_set(err, code, WHAT ": user is not [A-Za-z0-9._-]{1,128}");
+    if (h->user_principal[0] != '\0') {
+        if (op != TFP_UF_GET && op != TFP_UF_PUT && op != TFP_UF_DELETE && op != TFP_UF_CALL &&
+            op != TFP_UF_FEED)
+            return tfp_err_set(err, code, WHAT ": user principal on %s", on);
+        if (h->user[0] == '\0')
+            return tfp_err_set(err, code, WHAT ": user principal without a user");
+        if (!tfp_user_id_valid(h->user_principal))
+            return tfp_err_set(err, code, WHAT ": user principal is not [A-Za-z0-9._-]{1,128}");
+    }
     if (op == TFP_UF_HELLO) {
         if (!tfp_up_token_valid(h->name))
             return tfp_err_set(err, code, WHAT ": HELLO token is not %d lowercase hex "
@@ -344,7 +354,7 @@ static void encode_feed(const tfp_uf_feed_t *f, uint8_t *p)
 tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
                            tfp_err_t *err)
 {
-    size_t nid, nuser, nname, nmsg, total;
+    size_t nid, nuser, nname, nmsg, nup, total;
     uint8_t *p = buf;
     tfp_status_t st;
 
@@ -357,7 +367,8 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     nuser = strlen(h->user);
     nname = strlen(h->name);
     nmsg = strlen(h->msg);
-    total = TFP_UF_FIXED + nid + nuser + nname + nmsg;
+    nup = strlen(h->user_principal);
+    total = TFP_UF_FIXED + nid + nuser + nname + nmsg + nup;
     if (h->flags & TFP_UF_F_FEED)
         total += TFP_UF_FEED_FIXED + strlen(h->feed.dev) + strlen(h->feed.producer) +
                  strlen(h->feed.consumer);
@@ -375,7 +386,7 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     p[32] = (uint8_t)nid;
     p[33] = (uint8_t)nuser;
     p[34] = (uint8_t)nname;
-    p[35] = 0;
+    p[35] = (uint8_t)nup;
     put_le(p + 36, nmsg, 2);
     put_le(p + 38, h->http, 2);
     p += TFP_UF_FIXED;
@@ -387,6 +398,8 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     p += nname;
     memcpy(p, h->msg, nmsg);
     p += nmsg;
+    memcpy(p, h->user_principal, nup);
+    p += nup;
     if (h->flags & TFP_UF_F_FEED)
         encode_feed(&h->feed, p);
     *len = total;
@@ -410,7 +423,7 @@ static tfp_status_t take(const uint8_t **p, size_t n, char *dst, const char *fie
 tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_err_t *err)
 {
     const uint8_t *p = buf;
-    size_t nid, nuser, nname, nmsg, total;
+    size_t nid, nuser, nname, nmsg, nup, total;
     uint64_t magic;
     tfp_uf_hdr_t h;
     tfp_status_t st;
@@ -429,12 +442,14 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
                            TFP_UF_VERSION);
     if (!op_known(p[5]))
         return tfp_err_set(err, TFP_EPROTO, WHAT ": unknown op %u", p[5]);
-    if (p[35] != 0)
-        return tfp_err_set(err, TFP_EPROTO, WHAT ": reserved byte is %u, not 0", p[35]);
     nid = p[32];
     nuser = p[33];
     nname = p[34];
     nmsg = (size_t)get_le(p + 36, 2);
+    nup = p[35];
+    if (nup > TFP_MAX_USER_ID)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": user principal length %zu is over %d", nup,
+                           TFP_MAX_USER_ID);
     if (nid > TFP_MAX_REQUEST_ID)
         return tfp_err_set(err, TFP_EPROTO, WHAT ": request id length %zu is over %d", nid,
                            TFP_MAX_REQUEST_ID);
@@ -444,7 +459,7 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     if (nmsg > TFP_UF_MAX_MSG)
         return tfp_err_set(err, TFP_EPROTO, WHAT ": msg length %zu is over %d", nmsg,
                            TFP_UF_MAX_MSG);
-    total = TFP_UF_FIXED + nid + nuser + nname + nmsg;
+    total = TFP_UF_FIXED + nid + nuser + nname + nmsg + nup;
     size_t nfd = 0, nfp = 0, nfc = 0;
     const uint8_t *fb = NULL;
     if (get_le(p + 6, 2) & TFP_UF_F_FEED) {
@@ -479,7 +494,8 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     if ((st = take(&p, nid, h.request_id, "request id", err)) != TFP_OK ||
         (st = take(&p, nuser, h.user, "user", err)) != TFP_OK ||
         (st = take(&p, nname, h.name, "name", err)) != TFP_OK ||
-        (st = take(&p, nmsg, h.msg, "msg", err)) != TFP_OK)
+        (st = take(&p, nmsg, h.msg, "msg", err)) != TFP_OK ||
+        (st = take(&p, nup, h.user_principal, "user principal", err)) != TFP_OK)
         return st;
     if (fb) {
         uint64_t *nums[] = FEED_NUMS(&h.feed);

@@ -16,11 +16,12 @@
  *    32   1  id_len     request id      (0..128)
  *    33   1  user_len   user id         (0..128)
  *    34   1  name_len   tensor or route name, or the HELLO token (0..255)
- *    35   1  reserved   0
+ *    35   1  uprin_len  user principal (0..128): whose user `user` is, when a gateway
+ *                      forwards another principal's user (HTTP's Tfetch-User-Principal)
  *    36   2  msg_len    message: UTF-8, no NUL (0..512)
  *    38   2  http       in REPLY and HELLO_ACK the HTTP-equivalent status (100..599, or
  *                      0); 0 in requests
- *    40      request_id, user, name, msg
+ *    40      request_id, user, name, msg, user principal
  *            then, only with flag TFP_UF_F_FEED, the feed block (80 fixed bytes, then its
  *            strings back to back):
  *     0   1  feed_op    tfp_uf_feed_op_t (1..11)
@@ -70,7 +71,9 @@
  * Requests (HELLO, GET, PUT, DELETE, CALL, BYE) have status 0; replies (HELLO_ACK, REPLY) a
  * known tfp_status_t. The request id is required (tfp_request_id_valid) except on HELLO,
  * HELLO_ACK and BYE, where it may be empty. The user is empty or tfp_user_id_valid (HELLO:
- * empty). The name is required (tfp_name_valid) on GET, PUT, DELETE and CALL, empty or valid
+ * empty). The user principal is empty or tfp_user_id_valid, and only on GET, PUT, DELETE,
+ * CALL and FEED, with a user (a server that predates it refuses a frame that sets it; one
+ * without it is byte for byte what it always was). The name is required (tfp_name_valid) on GET, PUT, DELETE and CALL, empty or valid
  * on HELLO_ACK, REPLY and BYE. body_len is 0 on HELLO, HELLO_ACK, GET, DELETE and BYE.
  *
  * Decoding copies the strings into the NUL-terminated fixed buffers of tfp_uf_hdr_t (all are
@@ -95,7 +98,7 @@
 #define TFP_UF_MAX_FEED (TFP_UF_FEED_FIXED + TFP_MAX_TENSOR_NAME + TFP_MAX_USER_ID)
 /* The largest header an encoder writes or a decoder accepts. */
 #define TFP_UF_MAX_HEADER                                                                   \
-    (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +            \
+    (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + 2 * TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +        \
      TFP_UF_MAX_MSG + TFP_UF_MAX_FEED)
 
 #define TFP_UF_F_REPLY_HAS_BODY 0x0001u
@@ -167,6 +170,7 @@ typedef struct {
     char user[TFP_MAX_USER_ID + 1];
     char name[TFP_MAX_TENSOR_NAME + 1];
     char msg[TFP_UF_MAX_MSG + 1];
+    char user_principal[TFP_MAX_USER_ID + 1];   /* "" unless forwarding another's user */
     tfp_uf_feed_t feed;                         /* with flag TFP_UF_F_FEED only */
 } tfp_uf_hdr_t;
 

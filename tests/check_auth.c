@@ -616,6 +616,166 @@ START_TEST(test_ucx_rights_and_revocation)
     stop_clean();
 }
 END_TEST
+
+/* A UCX connection admitted as the holder of bearer (upgrade, HELLO with its proof). */
+static tfx_ucxc_conn_t *ucx_conn_as(tfx_ucxc_t *u, const char *bearer)
+{
+    tfp_up_resp_t resp;
+    tfp_up_host_t me;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    ck_assert_int_eq(upgrade_as(bearer, &resp), 200);
+    ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+    char ident[256], why[256];
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    uint8_t hash[TFP_AUTH_HASH_LEN];
+    size_t n = strlen(ident);
+    tfp_auth_hash(bearer, strlen(bearer), hash);
+    ident[n] = ' ';
+    tfp_auth_hello_proof(hash, resp.token, ident + n + 1);
+    tfx_ucxc_conn_t *conn = NULL;
+    ck_assert_msg(tfx_ucxc_connect(u, resp.worker_address, resp.worker_address_len,
+                                   resp.same_host, resp.token, ident, 5000, &conn, why,
+                                   sizeof why) == TFP_OK, "HELLO: %s", why);
+    tfp_up_resp_clear(&resp);
+    return conn;
+}
+
+/* CALL accumulate [a, a] over conn as user, of principal `of` (NULL: the caller's own):
+ * the reply's HTTP status; its first value in *sum (200), its msg in msg. */
+static int ucx_call_for(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *of, const char *user,
+                        int32_t a, int32_t *sum, char *msg, size_t msg_size)
+{
+    int32_t v[2] = {a, a};
+    int64_t shape[1] = {2};
+    tf_doc_t *in = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(in, "x", TF_I32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
+    void *body;
+    size_t len;
+    ck_assert_int_eq(tf_doc_encode(in, &body, &len), TF_OK);
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_CALL, 0);
+    static int k;
+    snprintf(h.request_id, sizeof h.request_id, "fwd-%d", ++k);
+    snprintf(h.name, sizeof h.name, "accumulate");
+    snprintf(h.user, sizeof h.user, "%s", user);
+    if (of)
+        snprintf(h.user_principal, sizeof h.user_principal, "%s", of);
+    const void *segs[1] = {body};
+    tfx_ucxc_req_t *r = NULL;
+    ck_assert_int_eq(tfx_ucxc_start(conn, &h, segs, &len, 1, 5000, NULL, &r), TFP_OK);
+    tfx_ucxc_req_t *done = NULL;
+    for (int i = 0; i < 500 && !(done = tfx_ucxc_next(u)); i++)
+        sleep_ms(10);
+    ck_assert_ptr_eq(done, r);
+    tfx_ucxc_result_t *res = tfx_ucxc_req_result(done);
+    ck_assert_msg(res->transport_status == TFP_OK, "%s", res->why);
+    snprintf(msg, msg_size, "%s", res->reply.msg);
+    int http = res->reply.http;
+    if (http == 200) {
+        tf_doc_t *got = NULL;
+        ck_assert_int_eq(tf_doc_decode(res->body, res->body_len, 0, &got), TF_OK);
+        *sum = ((const int32_t *)tf_doc_find(got, "x")->data)[0];
+        tf_doc_free(got);
+    }
+    free(res->body);
+    res->body = NULL;
+    tfx_ucxc_req_free(done);
+    tf_free(body);
+    tf_doc_free(in);
+    return http;
+}
+
+/* A user id forwarded over UCX (the frame's user principal) needs forward on that
+ * principal, exactly as Tfetch-User-Principal over HTTP: without it 403 (checked before the
+ * call right); with it the call reaches that principal's user's state. */
+START_TEST(test_ucx_forward)
+{
+    if (!getenv("TFETCHD"))
+        return;
+    start_with("tkg gw call:accumulate forward:team.*\n"
+               "tka alice call:accumulate\n"
+               "tkt team.x call:accumulate\n", NULL);
+    tfp_err_t err;
+    tfx_ucxc_t *u = tfx_ucxc_new(NULL, NULL, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfx_ucxc_conn_t *alice = ucx_conn_as(u, "tka"), *gw = ucx_conn_as(u, "tkg"),
+                    *team = ucx_conn_as(u, "tkt");
+    char msg[600];
+    int32_t sum = 0;
+    ck_assert_int_eq(ucx_call_for(u, team, NULL, "u1", 5, &sum, msg, sizeof msg), 200);
+    ck_assert_int_eq(sum, 5);
+    /* without forward: 403, and team.x's u1 is untouched */
+    ck_assert_int_eq(ucx_call_for(u, alice, "team.x", "u1", 1, &sum, msg, sizeof msg), 403);
+    ck_assert_msg(strstr(msg, "principal alice has no forward right on 'team.x'"), "%s", msg);
+    /* forward:team.* does not cover alice */
+    ck_assert_int_eq(ucx_call_for(u, gw, "alice", "u1", 1, &sum, msg, sizeof msg), 403);
+    ck_assert_msg(strstr(msg, "principal gw has no forward right on 'alice'"), "%s", msg);
+    /* with it: team.x's u1 */
+    ck_assert_int_eq(ucx_call_for(u, gw, "team.x", "u1", 1, &sum, msg, sizeof msg), 200);
+    ck_assert_int_eq(sum, 6);
+    ck_assert_int_eq(ucx_call_for(u, team, NULL, "u1", 1, &sum, msg, sizeof msg), 200);
+    ck_assert_int_eq(sum, 7);
+    /* its own principal named: its own user, no forward needed */
+    ck_assert_int_eq(ucx_call_for(u, alice, "alice", "u1", 2, &sum, msg, sizeof msg), 200);
+    ck_assert_int_eq(sum, 2);
+    /* the gateway's own u1 is its own */
+    ck_assert_int_eq(ucx_call_for(u, gw, NULL, "u1", 9, &sum, msg, sizeof msg), 200);
+    ck_assert_int_eq(sum, 9);
+    tfx_ucxc_conn_close(alice);
+    tfx_ucxc_conn_close(gw);
+    tfx_ucxc_conn_close(team);
+    tfx_ucxc_free(u);
+    stop_clean();
+}
+END_TEST
+
+/* accumulate [a, b] over UCX (strict) as c's principal and user; the result's first value. */
+static int32_t ucx_accumulate(tf_client_t *c, int32_t a, int32_t b)
+{
+    int32_t v[2] = {a, b};
+    int64_t shape[1] = {2};
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    ck_assert_int_eq(tf_doc_add(in, "x", TF_I32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/call/accumulate", D.base);
+    ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_OK);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    const tf_tensor_t *t = tf_doc_find(got, "x");
+    ck_assert_ptr_nonnull(t);
+    int32_t r = ((const int32_t *)t->data)[0];
+    tf_doc_free(got);
+    tf_doc_free(in);
+    return r;
+}
+
+/* Over UCX the frame's user is a user of the connection's own principal (the one its
+ * HELLO's token was issued to) unless the frame names another: a gateway with forward,
+ * sending a user id over UCX without naming team.x,
+ * reaches its own u1, never team.x's: only the frame's user principal forwards
+ * (test_ucx_forward), and the caller's own principal is the endpoint's, never the frame's. */
+START_TEST(test_ucx_user_is_own_principal)
+{
+    if (!getenv("TFETCHD"))
+        return;
+    start_with("tkg gw call:accumulate forward:*\n"
+               "tkt team.x call:accumulate\n", NULL);
+    unsetenv("TFETCH_TOKEN");
+    ck_assert_int_eq(call_i32("tkt", "accumulate", "u1", NULL, 100, 100), 200);
+    tf_client_t *g = NULL;
+    ck_assert_int_eq(tf_client_new(&g), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(g, TF_TRANSPORT_UCX), TF_OK);
+    ck_assert_int_eq(tf_client_set_token(g, "tkg"), TF_OK);
+    ck_assert_int_eq(tf_client_set_user(g, "u1"), TF_OK);
+    ck_assert_int_eq(ucx_accumulate(g, 5, 5), 5);           /* gw's own u1: new state */
+    ck_assert_int_eq(ucx_accumulate(g, 5, 5), 10);
+    ck_assert_int_eq(call_i32("tkt", "accumulate", "u1", NULL, 0, 0), 200);
+    ck_assert_msg(strstr(out, "[100,100]"), "team.x's u1 was reached over UCX: %s", out);
+    tf_client_free(g);
+    stop_clean();
+}
+END_TEST
 #endif
 
 START_TEST(test_libtfetch_and_cli)
@@ -714,6 +874,8 @@ Suite *suite_authe2e(void)
 #ifdef HAVE_UCX
     tcase_add_test(tc, test_ucx_token_replay);
     tcase_add_test(tc, test_ucx_rights_and_revocation);
+    tcase_add_test(tc, test_ucx_user_is_own_principal);
+    tcase_add_test(tc, test_ucx_forward);
 #endif
     tcase_add_test(tc, test_libtfetch_and_cli);
     tcase_add_test(tc, test_broken_file_refused_at_start);

@@ -140,7 +140,7 @@ static void put_le(uint8_t *p, uint64_t v, int n)
 static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
 {
     size_t nid = strlen(h->request_id), nuser = strlen(h->user), nname = strlen(h->name),
-           nmsg = strlen(h->msg), o = TFP_UF_FIXED;
+           nmsg = strlen(h->msg), nup = strlen(h->user_principal), o = TFP_UF_FIXED;
 
     memset(p, 0, TFP_UF_FIXED);
     put_le(p, TFP_UF_MAGIC, 4);
@@ -154,6 +154,7 @@ static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
     p[32] = (uint8_t)nid;
     p[33] = (uint8_t)nuser;
     p[34] = (uint8_t)nname;
+    p[35] = (uint8_t)nup;
     put_le(p + 36, nmsg, 2);
     put_le(p + 38, h->http, 2);
     memcpy(p + o, h->request_id, nid);
@@ -164,6 +165,8 @@ static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
     o += nname;
     memcpy(p + o, h->msg, nmsg);
     o += nmsg;
+    memcpy(p + o, h->user_principal, nup);
+    o += nup;
     if (h->flags & TFP_UF_F_FEED) {             /* the feed block, as unchecked */
         const tfp_uf_feed_t *f = &h->feed;
         const uint64_t v[] = {f->seq, f->ack, f->after, f->position, f->round,
@@ -200,6 +203,7 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
     ck_assert_str_eq(a->user, b->user);
     ck_assert_str_eq(a->name, b->name);
     ck_assert_str_eq(a->msg, b->msg);
+    ck_assert_str_eq(a->user_principal, b->user_principal);
     if (a->flags & TFP_UF_F_FEED)
         ck_assert_mem_eq(&a->feed, &b->feed, sizeof a->feed);
 }
@@ -324,7 +328,7 @@ START_TEST(uf_op_names)
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(77), 0);
-    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 255 + 512 + 80 + 255 + 128);
+    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 128 + 255 + 512 + 80 + 255 + 128);
 }
 END_TEST
 
@@ -416,7 +420,8 @@ START_TEST(uf_max_header)
         memcpy(h.msg + i, "\xc3\xa9", 2);       /* 256 x U+00E9 */
     h.msg[TFP_UF_MAX_MSG] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_FEED);
+    /* A reply carries no user principal (requests only), so it is one user id short. */
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_FEED - TFP_MAX_USER_ID);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     /* the same strings on an infeed with the longest device and producer: the longest */
@@ -428,6 +433,8 @@ START_TEST(uf_max_header)
     h.feed.dev[TFP_MAX_TENSOR_NAME] = '\0';
     memset(h.feed.producer, 'p', TFP_MAX_USER_ID);
     h.feed.producer[TFP_MAX_USER_ID] = '\0';
+    memset(h.user_principal, 'q', TFP_MAX_USER_ID);     /* a request may name whose user */
+    h.user_principal[TFP_MAX_USER_ID] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
     decode_ok(buf, len, &d);
@@ -667,14 +674,70 @@ START_TEST(uf_reject_magic_version)
 }
 END_TEST
 
+/* Byte 35 is the user principal's length (it was a reserved 0, so a frame without one is
+ * what it always was): the string follows msg; only on GET, PUT, DELETE, CALL and FEED, with
+ * a user, shaped like a user id. */
+START_TEST(uf_user_principal)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, got;
+    tfp_err_t err;
+    size_t len, n;
+
+    base(&h, TFP_UF_CALL);
+    snprintf(h.user, sizeof h.user, "u1");
+    size_t plain = encode_ok(&h, buf);
+    snprintf(h.user_principal, sizeof h.user_principal, "team.x");
+    len = encode_ok(&h, buf);
+    ck_assert_uint_eq(len, plain + 6);
+    ck_assert_uint_eq(buf[35], 6);
+    ck_assert_mem_eq(buf + len - 6, "team.x", 6);
+    decode_ok(buf, len, &got);
+    ck_assert_str_eq(got.user_principal, "team.x");
+    uint8_t raw[TFP_UF_MAX_HEADER];
+    ck_assert_uint_eq(raw_encode(&h, raw), len);
+    ck_assert_mem_eq(raw, buf, len);
+    /* one byte short, or a length over 128 */
+    DECODE_REJECTS(buf, len - 1, TFP_EPROTO, "but the header says");
+    buf[35] = 129;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "user principal length 129 is over 128");
+    buf[35] = 6;
+    buf[len - 1] = '/';
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "user principal is not [A-Za-z0-9._-]{1,128}");
+    buf[len - 1] = '\0';
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "user principal contains a NUL byte");
+    /* without a user; on ops that carry no user's request */
+    h.user[0] = '\0';
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &n, &err), TFP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "user principal without a user"));
+    n = raw_encode(&h, raw);
+    DECODE_REJECTS(raw, n, TFP_EPROTO, "user principal without a user");
+    const tfp_uf_op_t others[] = {TFP_UF_HELLO, TFP_UF_HELLO_ACK, TFP_UF_REPLY, TFP_UF_BYE};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        base(&h, others[i]);
+        snprintf(h.user_principal, sizeof h.user_principal, "team.x");
+        if (others[i] != TFP_UF_HELLO)
+            snprintf(h.user, sizeof h.user, "u1");
+        n = raw_encode(&h, raw);
+        DECODE_REJECTS(raw, n, TFP_EPROTO, "user principal on");
+    }
+    const tfp_uf_op_t ok[] = {TFP_UF_GET, TFP_UF_PUT, TFP_UF_DELETE, TFP_UF_FEED};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        base(&h, ok[i]);
+        snprintf(h.user, sizeof h.user, "u1");
+        snprintf(h.user_principal, sizeof h.user_principal, "%s", "p");
+        len = encode_ok(&h, buf);
+        decode_ok(buf, len, &got);
+        ck_assert_str_eq(got.user_principal, "p");
+    }
+}
+END_TEST
+
 START_TEST(uf_reject_reserved)
 {
     uint8_t buf[TFP_UF_MAX_HEADER];
     size_t len = base_bytes(TFP_UF_GET, buf);
 
-    buf[35] = 1;
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "reserved byte is 1, not 0");
-    buf[35] = 0;
     buf[39] = 1;                                /* the http field, on a request */
     DECODE_REJECTS(buf, len, TFP_EPROTO, "http 256 on a request (GET) must be 0");
     buf[39] = 0;
@@ -1084,6 +1147,7 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_reject_short);
     tcase_add_test(tc, uf_reject_magic_version);
     tcase_add_test(tc, uf_reject_reserved);
+    tcase_add_test(tc, uf_user_principal);
     tcase_add_test(tc, uf_reject_lengths);
     tcase_add_test(tc, uf_reject_nul_in_strings);
     tcase_add_test(tc, uf_feed_roundtrip);

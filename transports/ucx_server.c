@@ -628,6 +628,10 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const pe
              : h->op == TFP_UF_CALL ? TFP_OP_CALL : TFP_OP_TENSOR_GET;
     memcpy(op->name, h->name, sizeof op->name);     /* the decoder checked every string */
     memcpy(op->who.user, h->user, sizeof op->who.user);
+    /* Whose user it is (a gateway forwarding another principal's user): checked by the
+     * router exactly as HTTP's Tfetch-User-Principal (forward on that principal). The
+     * caller's own principal is never taken from the frame: it is the endpoint's. */
+    memcpy(op->who.user_principal, h->user_principal, sizeof op->who.user_principal);
     memcpy(op->who.request_id, h->request_id, sizeof op->who.request_id);
     op->who.cred = p->cred;                         /* the endpoint's, from its HELLO */
     memcpy(op->who.token_hash, p->token_hash, sizeof op->who.token_hash);
