@@ -219,7 +219,9 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
         snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
-    res->seconds = f->tried_up ? tfx_since_s(f->t0_ns) : r->seconds;
+    /* The whole request's wall time: an upgrade negotiated before it, or a UCX try that
+     * fell back, is part of it (and takes part of its timeout). */
+    res->seconds = tfx_since_s(f->t0_ns);
     if (f->op.kind == TFI_OP_CALL)
         record_reply(&f->reply, r);
 

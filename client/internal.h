@@ -264,7 +264,6 @@ struct tf_fetch {
     tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
     origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
     uint64_t t0_ns;                 /* when it started (tfx_now_ns) */
-    int tried_up;                   /* went over an upgraded transport first (then maybe HTTP) */
     uint64_t conn_gen;              /* the connection it went over */
     int canceled;                   /* canceled while the transport holds its buffers:
                                      * completes with TF_ECANCELED */

@@ -166,7 +166,6 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
                          tfp_status_text(st));
     f->treq = ur;
     f->conn_gen = o->conn_gen;
-    f->tried_up = 1;
     f->via = tfi_ucx;
     snprintf(f->result.transport, sizeof(f->result.transport), "%s", o->transport);
     c->nup++;

@@ -656,7 +656,9 @@ START_TEST(client_timeout)
     tf_client_set_timeout(c, 200);
     ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ETIMEDOUT);
     const tf_result_t *r = tf_client_last(c);
-    ck_assert(r->seconds >= 0.15 && r->seconds < 5.0);
+    /* The whole request's time, the upgrade negotiated first (same host) included: a
+     * quarter of the timeout went to it, the rest to the HTTP try. */
+    ck_assert_msg(r->seconds >= 0.18 && r->seconds < 5.0, "seconds %.3f", r->seconds);
     /* wait_ms lengthens the timeout by the wait */
     ck_assert_int_eq(tf_get(c, url, 300, &doc), TF_ETIMEDOUT);
     ck_assert(tf_client_last(c)->seconds >= 0.45);
