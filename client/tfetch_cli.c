@@ -24,15 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client/tfetch.h"
+#include "transports/hostid.h"
 
 enum {
     EXIT_OK = 0,
@@ -1465,29 +1463,7 @@ static int same_host(const char *url)
 {
     char host[256];
     url_host(url, host, sizeof host);
-    if (!host[0])
-        return 0;
-    if (strcasecmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
-        strcmp(host, "::1") == 0)
-        return 1;
-    struct ifaddrs *ifs = NULL;
-    int same = 0;
-    if (getifaddrs(&ifs) != 0)
-        return 0;
-    for (struct ifaddrs *i = ifs; i && !same; i = i->ifa_next) {
-        char a[INET6_ADDRSTRLEN];
-        if (!i->ifa_addr)
-            continue;
-        if (i->ifa_addr->sa_family == AF_INET)
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, a, sizeof a);
-        else if (i->ifa_addr->sa_family == AF_INET6)
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, a, sizeof a);
-        else
-            continue;
-        same = strcmp(a, host) == 0;
-    }
-    freeifaddrs(ifs);
-    return same;
+    return host[0] && tfx_addr_is_local(host);
 }
 
 /* Upgrading before the first request costs a round trip or two: worth it for a server on

@@ -8,9 +8,6 @@
  */
 #include "config.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,9 +74,9 @@ origin_t *tfi_origin_get(tf_client_t *c, const char *key)
     return o;
 }
 
-/* 1 if origin key's host is this host: localhost, a loopback address, or one of this
- * host's own addresses (getifaddrs). Decided before any answer from the server, so it is a
- * guess the upgrade confirms (the server offers shm only when its host id is ours). */
+/* 1 if origin key's host is this host (transports/hostid.h). Decided before any answer
+ * from the server, so it is a guess the upgrade confirms (the server offers shm only when
+ * its host id is ours). */
 static int host_is_local(const char *key)
 {
     const char *p = strstr(key, "://");
@@ -92,30 +89,7 @@ static int host_is_local(const char *key)
         return 0;
     memcpy(host, p, k);
     host[k] = '\0';
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (strcasecmp(host, "localhost") == 0 ||
-        (inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) ||
-        (inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6)))
-        return 1;
-    struct ifaddrs *ifs = NULL;
-    int same = 0;
-    if (getifaddrs(&ifs) != 0)
-        return 0;
-    for (struct ifaddrs *i = ifs; i && !same; i = i->ifa_next) {
-        char a[INET6_ADDRSTRLEN];
-        if (!i->ifa_addr)
-            continue;
-        if (i->ifa_addr->sa_family == AF_INET)
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, a, sizeof a);
-        else if (i->ifa_addr->sa_family == AF_INET6)
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, a, sizeof a);
-        else
-            continue;
-        same = strcasecmp(a, host) == 0;
-    }
-    freeifaddrs(ifs);
-    return same;
+    return tfx_addr_is_local(host);
 }
 
 /* Under policy auto and TF_UPGRADE_EAGER: is f worth negotiating for before its origin has

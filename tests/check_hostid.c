@@ -14,6 +14,7 @@
 
 #include <check.h>
 
+#include "proto/netaddr.h"
 #include "proto/status.h"
 #include "proto/upgrade.h"
 #include "tests/suites.h"
@@ -163,6 +164,72 @@ START_TEST(hostid_fake_proc)
 }
 END_TEST
 
+/* ---- address ranges (proto/netaddr.c) and this host's addresses -------------------------- */
+
+START_TEST(netlist_parse_and_match)
+{
+    tfp_netlist_t l;
+    tfp_err_t err;
+    ck_assert_int_eq(tfp_netlist_parse("same-host, 10.0.0.0/8,192.168.7.9 fd00::/8", &l, &err),
+                     TFP_OK);
+    ck_assert_int_eq(l.same_host, 1);
+    ck_assert_uint_eq(l.n, 3);
+    ck_assert_int_eq(tfp_netlist_match(&l, "10.200.3.4"), 1);
+    ck_assert_int_eq(tfp_netlist_match(&l, "11.0.0.1"), 0);
+    ck_assert_int_eq(tfp_netlist_match(&l, "192.168.7.9"), 1);
+    ck_assert_int_eq(tfp_netlist_match(&l, "192.168.7.10"), 0);
+    ck_assert_int_eq(tfp_netlist_match(&l, "fd12::1"), 1);
+    ck_assert_int_eq(tfp_netlist_match(&l, "fe80::1"), 0);
+    ck_assert_int_eq(tfp_netlist_match(&l, "::ffff:10.1.2.3"), 1);   /* a v4 peer on :: */
+    ck_assert_int_eq(tfp_netlist_match(&l, "10.1.2.3x"), 0);
+    ck_assert_int_eq(tfp_netlist_match(&l, ""), 0);
+    ck_assert_int_eq(tfp_netlist_match(&l, NULL), 0);
+    /* Prefix lengths that are not byte-aligned. */
+    ck_assert_int_eq(tfp_netlist_parse("10.77.0.0/17", &l, &err), TFP_OK);
+    ck_assert_int_eq(tfp_netlist_match(&l, "10.77.127.255"), 1);
+    ck_assert_int_eq(tfp_netlist_match(&l, "10.77.128.0"), 0);
+    ck_assert_int_eq(l.same_host, 0);
+    ck_assert_int_eq(tfp_netlist_parse("0.0.0.0/0", &l, &err), TFP_OK);
+    ck_assert_int_eq(tfp_netlist_match(&l, "8.8.8.8"), 1);
+    ck_assert_int_eq(tfp_netlist_match(&l, "::1"), 0);               /* v4 ranges only */
+    ck_assert_int_eq(tfp_netlist_parse("", &l, &err), TFP_OK);
+    ck_assert_uint_eq(l.n, 0);
+    ck_assert_int_eq(tfp_netlist_match(&l, "127.0.0.1"), 0);
+    ck_assert_int_eq(tfp_netlist_parse(NULL, &l, &err), TFP_OK);
+}
+END_TEST
+
+START_TEST(netlist_refuses_bad_entries)
+{
+    static const char *bad[] = {"10.0.0.0/33", "10.1.2.3/8", "fd00::/129", "10.0.0/8",
+                                "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8x", "example.com",
+                                "same-hosts", "::ffff:10.0.0.0/104", "10.0.0.0/0008",
+                                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tfp_netlist_t l;
+        tfp_err_t err;
+        ck_assert_msg(tfp_netlist_parse(bad[i], &l, &err) == TFP_EINVAL, "%s accepted", bad[i]);
+        ck_assert_ptr_nonnull(strstr(err.msg, "address"));
+    }
+}
+END_TEST
+
+START_TEST(addr_is_local)
+{
+    ck_assert_int_eq(tfx_addr_is_local("localhost"), 1);
+    ck_assert_int_eq(tfx_addr_is_local("127.0.0.1"), 1);
+    ck_assert_int_eq(tfx_addr_is_local("127.3.4.5"), 1);
+    ck_assert_int_eq(tfx_addr_is_local("::1"), 1);
+    ck_assert_int_eq(tfx_addr_is_local("[::1]"), 1);
+    ck_assert_int_eq(tfx_addr_is_local("::ffff:127.0.0.1"), 1);
+    ck_assert_int_eq(tfx_addr_is_local("192.0.2.1"), 0);        /* TEST-NET-1: never ours */
+    ck_assert_int_eq(tfx_addr_is_local("2001:db8::1"), 0);
+    ck_assert_int_eq(tfx_addr_is_local("example.com"), 0);
+    ck_assert_int_eq(tfx_addr_is_local(""), 0);
+    ck_assert_int_eq(tfx_addr_is_local("[]"), 0);
+}
+END_TEST
+
 /* ---- suite --------------------------------------------------------------------------- */
 
 Suite *suite_hostid(void)
@@ -173,6 +240,12 @@ Suite *suite_hostid(void)
     tc = tcase_create("hostid");
     tcase_add_test(tc, hostid_real);
     tcase_add_test(tc, hostid_fake_proc);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("netaddr");
+    tcase_add_test(tc, netlist_parse_and_match);
+    tcase_add_test(tc, netlist_refuses_bad_entries);
+    tcase_add_test(tc, addr_is_local);
     suite_add_tcase(s, tc);
     return s;
 }

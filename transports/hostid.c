@@ -7,10 +7,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "proto/netaddr.h"
 #include "transports/hostid.h"
 
 static tfp_status_t read_boot_id(const char *path, char *out, tfp_err_t *err)
@@ -88,4 +92,51 @@ tfp_status_t tfx_hostid_read(const char *proc_root, tfp_up_host_t *out, tfp_err_
 tfp_status_t tfx_hostid_get(tfp_up_host_t *out, tfp_err_t *err)
 {
     return tfx_hostid_read("/proc", out, err);
+}
+
+int tfx_local_addrs(tfp_netlist_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->nets[0] = (tfp_net_t){.v6 = 0, .addr = {127}, .prefix = 8};
+    out->nets[1] = (tfp_net_t){.v6 = 1, .addr = {[15] = 1}, .prefix = 128};
+    out->n = 2;
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0)
+        return -1;
+    for (struct ifaddrs *i = ifs; i && out->n < TFP_NETLIST_MAX; i = i->ifa_next) {
+        tfp_net_t *n = &out->nets[out->n];
+        if (!i->ifa_addr)
+            continue;
+        if (i->ifa_addr->sa_family == AF_INET) {
+            *n = (tfp_net_t){.v6 = 0, .prefix = 32};
+            memcpy(n->addr, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+        } else if (i->ifa_addr->sa_family == AF_INET6) {
+            *n = (tfp_net_t){.v6 = 1, .prefix = 128};
+            memcpy(n->addr, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+        } else {
+            continue;
+        }
+        out->n++;
+    }
+    freeifaddrs(ifs);
+    return 0;
+}
+
+int tfx_addr_is_local(const char *host)
+{
+    char text[64];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        host++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof text)
+        return 0;
+    memcpy(text, host, n);
+    text[n] = '\0';
+    if (strcasecmp(text, "localhost") == 0)
+        return 1;
+    tfp_netlist_t local;
+    tfx_local_addrs(&local);        /* on failure it still holds the loopback ranges */
+    return tfp_netlist_match(&local, text);
 }
