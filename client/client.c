@@ -143,6 +143,24 @@ void tf_client_free(tf_client_t *c)
     free(c);
 }
 
+/* Closes the upgraded (UCX and shm) connections, of https origins only when https_only:
+ * they were made under credentials or a server verification that no longer hold. The next
+ * request negotiates again, as the first did. */
+static void drop_upgrades(tf_client_t *c, int https_only)
+{
+    for (origin_t *o = c->origins; o; o = o->next) {
+        if (https_only && strncmp(o->key, "https:", 6) != 0)
+            continue;
+        if (o->conn && c->up) {
+            c->up->disconnect(o);
+            o->why[0] = '\0';
+            o->retry_at = 0;
+            o->backoff_ms = 0;
+        }
+        tfi_shm_disconnect(o);
+    }
+}
+
 tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path)
 {
     if (!c)
@@ -162,6 +180,8 @@ tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path)
     }
     free(c->ca_file);
     c->ca_file = p;
+    /* An https origin's upgrade rode on its verification with the old CA: redo both. */
+    drop_upgrades(c, 1);
     if (strncmp(c->env_bad, "TFETCH_CA_FILE", 14) == 0)
         c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
     return TF_OK;
@@ -196,18 +216,10 @@ tf_status_t tf_client_set_token(tf_client_t *c, const char *token)
     if (token && !(t = strdup(token)))
         return TF_ENOMEM;
     int same = (!token && !c->token) || (token && c->token && strcmp(token, c->token) == 0);
-    /* A UCX connection runs as the principal whose token upgraded it: another token takes
-     * new connections (made at the next request, as the first were). */
-    for (origin_t *o = c->origins; o && !same && c->up; o = o->next)
-        if (o->conn) {
-            c->up->disconnect(o);
-            o->why[0] = '\0';
-            o->retry_at = 0;
-            o->backoff_ms = 0;
-        }
-    /* So does a shm connection: the server checks each request against its token's. */
-    for (origin_t *o = c->origins; o && !same; o = o->next)
-        tfi_shm_disconnect(o);
+    /* A UCX or shm connection runs as the principal whose token upgraded it: another token
+     * takes new connections (made at the next request, as the first were). */
+    if (!same)
+        drop_upgrades(c, 0);
     if (c->token) {
         volatile char *p = c->token;            /* not left behind in freed memory */
         while (*p)

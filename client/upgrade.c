@@ -327,8 +327,6 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     }
     if (c->up_dead[0])
         return no_ucx(f, c->up_dead);
-    if (!strict && strncmp(o->key, "https:", 6) == 0)
-        return no_ucx(f, "the server is reached over https, and UCX is not encrypted");
     if (!strict && o->offered < 0 && !worth_eager(c, o, f))
         return no_ucx(f, c->upgrade == TF_UPGRADE_LAZY
                              ? "the server has not offered UCX yet (upgrade policy lazy: a "

@@ -105,6 +105,11 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
         tfp_jw_key(&w, "reason");
         tfp_jw_str(&w, why);
     }
+    const char *trusted = tfd_upgrade_trusted(s->upgrade);
+    if (ucx && trusted) {       /* TLS on: offered to this host and these links only */
+        tfp_jw_key(&w, "trusted");
+        tfp_jw_str(&w, trusted);
+    }
     tfp_jw_obj_end(&w);
     static const char *const formats[] = {"application/x-safetensors",
                                           "application/octet-stream", "application/json",

@@ -65,6 +65,7 @@ static const opt_t opts[] = {
     {"max-feeds", K_UINT, F(max_feeds), "N", "device feeds at once, else 507 (default 1024)"},
     {"feeds-per-user", K_UINT, F(feeds_per_user), "N", "device feeds one user id may declare, else 507 (default 64)"},
     {"ucx", K_BOOL, F(ucx), "on|off", "offer clients the upgrade to UCX (shared memory, RDMA, TCP) (default on)"},
+    {"ucx-trusted", K_STR, F(ucx_trusted), "LIST", "with tls-cert, the links UCX (not encrypted) may still be offered on: same-host and/or address ranges such as 10.0.0.0/8, comma-separated; clients on this host (shared memory) always are (default: same-host)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
     {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; with auth-tokens, checked against the upgrading token's rights)"},
     {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of documents same-host clients may hold mapped at once; over it they copy over UCX or HTTP (default 4G)"},
@@ -73,7 +74,7 @@ static const opt_t opts[] = {
     {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
     {"auth-tokens", K_STR, F(auth_tokens), "PATH", "require a bearer token (Authorization: Bearer) on every request but /healthz and /readyz: lines of TOKEN PRINCIPAL RIGHT... in PATH, read again on SIGHUP; without it authentication is off (default: none)"},
     {"shumai-principal", K_STR, F(shumai_principal), "NAME", "with auth-tokens, serve the Shumai paths (which send no token) with the rights the token file gives NAME; without it they answer 401 (default: none)"},
-    {"tls-cert", K_STR, F(tls_cert), "PATH", "serve HTTPS (TLS 1.2 and 1.3) with the PEM certificate chain in PATH; needs tls-key; with it the UCX upgrade is not offered (default: none, plain HTTP)"},
+    {"tls-cert", K_STR, F(tls_cert), "PATH", "serve HTTPS (TLS 1.2 and 1.3) with the PEM certificate chain in PATH; needs tls-key; with it the UCX upgrade is offered only as ucx-trusted says (default: none, plain HTTP)"},
     {"tls-key", K_STR, F(tls_key), "PATH", "the PEM private key for tls-cert (default: none)"},
     {"plugin", K_LIST, F(plugins), "PATH", "load routes from a plugin shared object (\"PATH [ARGS]\"); repeatable, up to 16; see tfetch-plugin(3)"},
 };

@@ -243,14 +243,23 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         goto fail;
     }
     tfx_handlers_t h = tfd_router_handlers(s->router);
-    int up_mode = (int)cfg->ucx;
-    if (cfg->ucx && s->tls_cert)
-        up_mode = TFD_UPGRADE_OFF_TLS;          /* UCX would carry the bytes in the clear */
-    s->upgrade = tfd_upgrade_start(up_mode, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
+    tfp_netlist_t trusted;
+    if (tfp_netlist_parse(cfg->ucx_trusted, &trusted, err) != TFP_OK) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        tfp_err_set(err, TFP_EINVAL, "ucx-trusted: %s", msg);
+        goto fail;
+    }
+    s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body, &h);
     if (!s->upgrade) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;
     }
+    if (s->tls_cert)        /* UCX would carry the bytes in the clear: trusted links only */
+        tfd_upgrade_set_tls(s->upgrade, &trusted, cfg->ucx_trusted);
+    else if (cfg->ucx_trusted[0])
+        tfd_log(LOG_WARNING, "ucx-trusted is set but tls-cert is not: without TLS nothing is "
+                "encrypted and every client is offered UCX");
     s->api.upgrade = s->upgrade;            /* before any request: HTTP is not up yet */
     if (cfg->shm) {
         char why[256];
@@ -289,8 +298,9 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
     if (!http)
         goto fail;
     if (s->tls_cert)
-        tfd_log(LOG_NOTICE, "HTTPS on: tls-cert %s; the UCX upgrade is not offered",
-                cfg->tls_cert);
+        tfd_log(LOG_NOTICE, "HTTPS on: tls-cert %s; UCX (not encrypted) is offered to clients "
+                "on this host%s%s", cfg->tls_cert, cfg->ucx_trusted[0] ? " and to ucx-trusted " : "",
+                cfg->ucx_trusted);
     __atomic_store_n(&s->http, http, __ATOMIC_RELEASE);
     return s;
 fail:

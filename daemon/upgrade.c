@@ -10,6 +10,7 @@
 #include "daemon/log.h"
 #include "daemon/shm.h"
 #include "proto/auth.h"
+#include "proto/netaddr.h"
 #include "proto/upgrade.h"
 #include "transports/clock.h"
 #include "transports/hostid.h"
@@ -24,6 +25,7 @@
 #include <sys/random.h>
 
 #define MAX_TOKENS 4096
+#define LOCAL_REFRESH_MS 5000           /* this host's addresses, read again at most this often */
 
 typedef struct {
     char token[TFP_UP_TOKEN_LEN + 1];
@@ -43,6 +45,11 @@ struct tfd_upgrade {
     char why[256];                  /* why UCX is off, "" when on */
     tfd_upgrade_stats_t st;
     struct tfd_shm *shm;            /* the same-host shm transport, or NULL */
+    int tls;                        /* HTTPS on: UCX only to this host and to trusted */
+    tfp_netlist_t trusted;          /* ucx-trusted's ranges (immutable once HTTP is up) */
+    char trusted_text[128];         /* ucx-trusted as given, for the refusal */
+    tfp_netlist_t local;            /* this host's addresses (under lock) */
+    uint64_t local_at_ms;           /* when they were read */
 #ifdef HAVE_UCX
     tfx_ucx_t *ucx;
 #endif
@@ -126,12 +133,6 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
         return NULL;
     pthread_mutex_init(&up->lock, NULL);
     up->ttl_ms = token_ttl_ms;
-    if (enable == TFD_UPGRADE_OFF_TLS) {
-        (void)max_body;
-        (void)h;
-        snprintf(up->why, sizeof up->why, "TLS is on and UCX is not encrypted");
-        return up;
-    }
     tfp_err_t err;
     if (tfx_hostid_get(&up->self, &err) != TFP_OK) {
         snprintf(up->why, sizeof up->why, "cannot tell this host's identity: %.200s", err.msg);
@@ -160,6 +161,48 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
 void tfd_upgrade_set_shm(tfd_upgrade_t *up, struct tfd_shm *shm)
 {
     up->shm = shm;
+}
+
+void tfd_upgrade_set_tls(tfd_upgrade_t *up, const tfp_netlist_t *trusted, const char *text)
+{
+    up->tls = 1;
+    up->trusted = *trusted;
+    snprintf(up->trusted_text, sizeof up->trusted_text, "%s", text && *text ? text : "same-host");
+}
+
+/* peer (an address's text) is one of this host's addresses: the cached list, read again
+ * when it misses and is older than LOCAL_REFRESH_MS (addresses come and go). */
+static int peer_is_local(tfd_upgrade_t *up, const char *peer)
+{
+    pthread_mutex_lock(&up->lock);
+    int hit = up->local_at_ms && tfp_netlist_match(&up->local, peer);
+    uint64_t now = tfx_now_ms();
+    if (!hit && (!up->local_at_ms || now - up->local_at_ms >= LOCAL_REFRESH_MS)) {
+        tfx_local_addrs(&up->local);
+        up->local_at_ms = now ? now : 1;
+        hit = tfp_netlist_match(&up->local, peer);
+    }
+    pthread_mutex_unlock(&up->lock);
+    return hit;
+}
+
+/* With TLS on, may a client at peer that says it is (same_host) on this host get UCX in the
+ * clear? On this host: yes (nothing crosses a wire). Elsewhere: only in ucx-trusted. */
+static int trusted(tfd_upgrade_t *up, const char *peer, int same_host)
+{
+    if (!up->tls || tfp_netlist_match(&up->trusted, peer))
+        return 1;
+    return same_host && peer_is_local(up, peer);
+}
+
+int tfd_upgrade_offered_to(tfd_upgrade_t *up, const char *peer)
+{
+    return up->why[0] == '\0' && trusted(up, peer, 1);
+}
+
+const char *tfd_upgrade_trusted(const tfd_upgrade_t *up)
+{
+    return up->tls ? up->trusted_text : NULL;
 }
 
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why)
@@ -195,6 +238,15 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
     }
     if (up->why[0]) {
         refuse(r, up->why);
+        return;
+    }
+    const char *peer = tfx_req_peer(r);
+    if (!trusted(up, peer, tfp_up_host_same(&up->self, &req.host))) {
+        char why[TFP_UP_MAX_REASON + 1];
+        snprintf(why, sizeof why, "TLS is on and UCX is not encrypted: %.64s is not on a "
+                 "trusted link (ucx-trusted: %.100s)", peer[0] ? peer : "this client",
+                 up->trusted_text);
+        refuse(r, why);
         return;
     }
 #ifdef HAVE_UCX

@@ -14,6 +14,7 @@
 #define TFD_UPGRADE_H
 
 #include <stdint.h>
+#include "proto/netaddr.h"
 #include "transports/req.h"
 
 typedef struct tfd_upgrade tfd_upgrade_t;
@@ -28,11 +29,19 @@ typedef struct {
 /* Starts UCX serving with handlers h, when built with UCX and enabled; request documents
  * above max_body are refused. Never NULL on memory: when UCX is off or fails,
  * tfd_upgrade_enabled says no and why. */
-/* Not started because HTTPS is on and UCX traffic is not encrypted; the fallback says so. */
-#define TFD_UPGRADE_OFF_TLS (-2)
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
+/* HTTPS is on: UCX is not encrypted, so it is offered only to clients on this host (their
+ * address one of this host's and their host identity ours) and to addresses in trusted
+ * (ucx-trusted; text as given, for messages). Others are refused, the fallback saying why.
+ * Call before HTTP starts. */
+void tfd_upgrade_set_tls(tfd_upgrade_t *up, const tfp_netlist_t *trusted, const char *text);
+/* Whether a client at peer (its address's text) is offered UCX: enabled, and (TLS on) a
+ * client on this host or in ucx-trusted. For the Tfetch-Upgrade header. */
+int tfd_upgrade_offered_to(tfd_upgrade_t *up, const char *peer);
+/* ucx-trusted as given ("same-host" when not set) with TLS on; NULL with TLS off. */
+const char *tfd_upgrade_trusted(const tfd_upgrade_t *up);
 /* The same-host shm transport (daemon/shm.h) whose socket and tokens same-host clients that
  * list "shm" get with their UCX answer; NULL: none. Set before HTTP starts. */
 struct tfd_shm;

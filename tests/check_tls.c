@@ -14,6 +14,7 @@
 #include "tests/suites.h"
 #include "tests/fixtures.h"
 #include "client/tfetch.h"
+#include "transports/hostid.h"
 
 #include <check.h>
 #include <signal.h>
@@ -132,8 +133,13 @@ START_TEST(test_curl_round_trip)
     char o[8192], a[512];
     snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
     ck_assert_int_eq(curl(a, "/v1/info", o, sizeof o), 200);
-    ck_assert_msg(strstr(o, "\"tls\":\"on\"") && strstr(o, "TLS is on and UCX is not encrypted"),
+    /* UCX is not encrypted: with TLS on it is offered on this host only (ucx-trusted unset) */
+    ck_assert_msg(strstr(o, "\"tls\":\"on\"") && strstr(o, "\"trusted\":\"same-host\""),
                   "%s", o);
+    snprintf(a, sizeof a, "--cacert %s -D -", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/v1/tensors", o, sizeof o), 200);
+    ck_assert_msg(strcasestr(o, "Tfetch-Upgrade: ucx"), "a client on this host is offered UCX: %s",
+                  o);
     snprintf(a, sizeof a, "--cacert %s -X PUT --data-binary abcdefgh -H 'Content-Type: "
              "application/octet-stream' -H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2'",
              path("ca.pem"));
@@ -169,9 +175,12 @@ START_TEST(test_libtfetch_round_trip)
     ck_assert_int_eq(tf_client_new(&c), TF_OK);
     ck_assert_int_eq(tf_client_set_ca_file(c, path("nonexistent.pem")), TF_EINVAL);
     ck_assert_int_eq(tf_client_set_ca_file(c, path("ca.pem")), TF_OK);
+    /* The upgrade is negotiated over https; on one host UCX carries nothing over a wire, so
+     * the put goes over it (or shared memory) in the clear. */
     ck_assert_int_eq(tf_put(c, url, in), TF_OK);
-    ck_assert_str_eq(tf_client_last(c)->transport, "http");
-    ck_assert_msg(strstr(tf_client_last(c)->fallback, "UCX"), "fallback '%s'",
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx", 3) == 0 ||
+                  strncmp(tf_client_last(c)->transport, "shm", 3) == 0,
+                  "transport %s, fallback '%s'", tf_client_last(c)->transport,
                   tf_client_last(c)->fallback);
     ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
     ck_assert_uint_eq(tf_doc_count(got), 1);
@@ -179,13 +188,8 @@ START_TEST(test_libtfetch_round_trip)
     ck_assert_mem_eq(t->data, v, sizeof v);
     tf_doc_free(got);
     got = NULL;
-    /* policy ucx: the upgrade request itself goes over https and the server says why not */
-    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_UCX), TF_OK);
-    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
-    ck_assert_msg(strstr(tf_client_last(c)->error, "TLS is on and UCX is not encrypted"), "%s",
-                  tf_client_last(c)->error);
-    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_AUTO), TF_OK);
-    /* NULL: the system's store again, which does not know this CA */
+    /* NULL: the system's store again, which does not know this CA; the upgraded connection
+     * made under the old verification is closed with it */
     ck_assert_int_eq(tf_client_set_ca_file(c, NULL), TF_OK);
     ck_assert_int_eq(tf_get(c, url, 0, &got), TF_ECONNECT);
     ck_assert_msg(tf_client_last(c)->error[0], "no message");
@@ -341,6 +345,57 @@ START_TEST(test_bad_settings_refused_at_start)
 }
 END_TEST
 
+/* POST /v1/upgrade with curl over https as a client with host identity (boot_id, netns);
+ * the answer in o. */
+static void ask_upgrade_as(const char *boot_id, const char *netns, char *o, size_t cap)
+{
+    char a[1024];
+    snprintf(a, sizeof a, "--cacert %s -X POST -H 'Content-Type: application/json' "
+             "--data '{\"transports\":[\"ucx\"],\"host\":{\"boot_id\":\"%s\","
+             "\"netns\":\"%s\",\"pid\":4242},\"policy\":\"auto\"}'",
+             path("ca.pem"), boot_id, netns);
+    ck_assert_int_eq(curl(a, "/v1/upgrade", o, cap), 200);
+}
+
+/* With TLS on, UCX (not encrypted) goes only where nothing crosses an untrusted wire: to a
+ * client on this host, or to one whose address is in ucx-trusted. A client at 127.0.0.1 that
+ * says it is another host stands in for a remote one. */
+START_TEST(test_ucx_trusted_links)
+{
+    make_certs();
+    tfp_up_host_t self;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&self, &err), TFP_OK);
+    static const char other_boot[] = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0";
+    char o[8192];
+
+    start_tls("srv", NULL, NULL);
+    ask_upgrade_as(self.boot_id, self.netns, o, sizeof o);
+    ck_assert_msg(strstr(o, "\"token\""), "this host is offered UCX under TLS: %s", o);
+    ask_upgrade_as(other_boot, self.netns, o, sizeof o);
+    ck_assert_msg(!strstr(o, "\"token\"") &&
+                  strstr(o, "TLS is on and UCX is not encrypted: 127.0.0.1 is not on a trusted "
+                            "link (ucx-trusted: same-host)"), "%s", o);
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+
+    /* The operator trusts the loopback range: the "remote" client gets its token. */
+    start_tls("srv", "--ucx-trusted", "same-host, 127.0.0.0/8");
+    ask_upgrade_as(other_boot, "net:[4026531999]", o, sizeof o);
+    ck_assert_msg(strstr(o, "\"token\"") && strstr(o, "\"same_host\":false"), "%s", o);
+    char a[256];
+    snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/v1/info", o, sizeof o), 200);
+    ck_assert_msg(strstr(o, "\"trusted\":\"same-host, 127.0.0.0/8\""), "%s", o);
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+
+    /* A range that does not parse stops the start, naming it. */
+    const char *bad[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("srv.key"),
+                         "--ucx-trusted", "10.1.2.3/8", NULL};
+    start_fails(bad, "ucx-trusted: '10.1.2.3/8' is not same-host, an address or ADDR/PREFIX");
+    cleanup();
+}
+END_TEST
+
 Suite *suite_tls(void)
 {
     Suite *s = suite_create("tls");
@@ -354,6 +409,11 @@ Suite *suite_tls(void)
     tcase_add_test(tc, test_plain_http_refused);
     tcase_add_test(tc, test_bearer_over_https);
     tcase_add_test(tc, test_bad_settings_refused_at_start);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("ucxtrust");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_ucx_trusted_links);
     suite_add_tcase(s, tc);
     return s;
 }
