@@ -11,6 +11,7 @@
  */
 #include "config.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
+#include "transports/buf.h"
 
 #define DEFAULT_TIMEOUT_MS 60000L
 #define MAX_CONNECTIONS_CAP 4096L
@@ -73,6 +75,8 @@ static tf_upgrade_t upgrade_from_env(char *bad, size_t badlen)
     return TF_UPGRADE_EAGER;
 }
 
+static atomic_uint live_clients;        /* clients made and not yet freed */
+
 tf_status_t tf_client_new(tf_client_t **out)
 {
     if (!out)
@@ -111,6 +115,7 @@ tf_status_t tf_client_new(tf_client_t **out)
         snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_CA_FILE names no readable file");
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
+    atomic_fetch_add(&live_clients, 1);
     *out = c;
     return TF_OK;
 }
@@ -141,6 +146,10 @@ void tf_client_free(tf_client_t *c)
     tf_client_set_token(c, NULL);
     free(c->ca_file);
     free(c);
+    /* Freed large UCX replies are kept for reuse while a client lives (transports/buf.h);
+     * the last one gives them back, so a program done with tfetch holds none. */
+    if (atomic_fetch_sub(&live_clients, 1) == 1)
+        tfx_buf_trim();
 }
 
 /* Closes the upgraded (UCX and shm) connections, of https origins only when https_only:

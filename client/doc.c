@@ -14,6 +14,7 @@
 
 #include "client/internal.h"
 #include "proto/safetensors.h"
+#include "transports/buf.h"
 
 _Static_assert(TF_MAX_RANK == TFP_MAX_RANK, "public and proto ranks differ");
 
@@ -44,7 +45,7 @@ void tf_doc_free(tf_doc_t *doc)
     free(doc->copies);
     free(doc->views);
     tfp_doc_free(doc->d);
-    free(doc->buf);
+    tfx_buf_free(doc->buf, doc->buf_cap);   /* cap 0: free() */
     if (doc->release)
         doc->release(doc->release_arg);     /* after everything that points into it */
     free(doc);

@@ -39,6 +39,8 @@ struct tf_doc {
     void **copies;                  /* copies[i]: TF_COPY storage for tensor i, or NULL */
     size_t cap;                     /* capacity of views and copies */
     void *buf;                      /* whole buffer the tensors point into, or NULL */
+    size_t buf_cap;                 /* 0: buf is malloc'd; else a tfx_buf_alloc buffer's
+                                     * capacity (a UCX reply in reused memory) */
     void (*release)(void *);        /* run by tf_doc_free last (an shm mapping: unmap and
                                      * end its lease), or NULL */
     void *release_arg;

@@ -25,6 +25,7 @@
 
 #include "proto/safetensors.h"
 #include "proto/ucxframe.h"
+#include "transports/buf.h"
 #include "transports/ucx_client.h"
 
 #define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
@@ -233,24 +234,34 @@ static void feed_reply(tf_fetch_t *f, const tfp_uf_hdr_t *h)
 }
 
 /* A feed call's body kept as text (NUL-terminated; "" for none), as http.c keeps it. */
-static void feed_text(tf_fetch_t *f, uint8_t **body, size_t len)
+static void feed_text(tf_fetch_t *f, uint8_t **body, size_t *cap, size_t len)
 {
     if (!*body)
         len = 0;
-    char *t = *body ? realloc(*body, len + 1) : malloc(1);
+    char *t;
+    if (*cap) {                     /* a reused large buffer: text is malloc'd, as http.c's */
+        if ((t = malloc(len + 1)))
+            memcpy(t, *body, len);
+    } else {
+        t = *body ? realloc(*body, len + 1) : malloc(1);
+    }
     if (!t) {
         tfi_rfail(&f->result, TF_ENOMEM, NULL);
         return;
     }
+    if (*cap)
+        tfx_buf_free(*body, *cap);
     *body = NULL;
+    *cap = 0;
     t[len] = '\0';
     f->text = t;
     f->text_len = len;
 }
 
-/* Records a UCX reply in f as an HTTP response would be, decoding a document. */
+/* Records a UCX reply in f as an HTTP response would be, decoding a document. *body (of
+ * capacity *cap, as tfx_ucxc_result_t's) is taken, and set to NULL, when f keeps it. */
 static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
-                      uint8_t **body)
+                      uint8_t **body, size_t *cap)
 {
     tf_result_t *res = &f->result;
     tf_status_t st = tfi_from_proto(u->reply.status);
@@ -273,7 +284,7 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
         /* An answer passed on as it was given (a worker's error): its body says what. */
         tfi_error_body(res, res->http_status, *body, u->body_len);
         if (call && *body)          /* the feed API reads some error bodies (410) */
-            feed_text(f, body, u->body_len);
+            feed_text(f, body, cap, u->body_len);
         return;
     }
     if (c->max_body > 0 && u->body_len > c->max_body) {
@@ -283,7 +294,7 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     }
     res->status = TF_OK;
     if (call && (u->body_len == 0 || (u->reply.feed.flags & TFP_UF_FF_JSON))) {
-        feed_text(f, body, u->body_len);
+        feed_text(f, body, cap, u->body_len);
         return;
     }
     if (f->op.kind != TF_OP_GET && f->op.kind != TF_OP_EXCHANGE && !call)
@@ -299,7 +310,9 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
         tfp_doc_free(d);
         tfi_rfail(res, st, NULL);
     } else {
+        f->doc->buf_cap = *cap;         /* tf_doc_free gives a reused buffer back */
         *body = NULL;                   /* the document's storage now */
+        *cap = 0;
     }
 }
 
@@ -308,7 +321,9 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
 {
     tfx_ucxc_result_t *u = tfx_ucxc_req_result(ur);
     uint8_t *body = u->body;
+    size_t cap = u->body_cap;
     u->body = NULL;
+    u->body_cap = 0;
     f->treq = NULL;
     f->via = NULL;
     c->nup--;
@@ -320,14 +335,14 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
         char why[sizeof(u->why)];
         snprintf(why, sizeof(why), "%s",
                  u->why[0] ? u->why : tfp_status_text(u->transport_status));
-        free(body);
+        tfx_buf_free(body, cap);
         tfx_ucxc_req_free(ur);
         ucx_failed(c, f, why);
         return;
     } else {
-        ucx_reply(c, f, u, &body);
+        ucx_reply(c, f, u, &body, &cap);
     }
-    free(body);
+    tfx_buf_free(body, cap);
     tfx_ucxc_req_free(ur);
     tfi_complete_fetch(c, f);
 }

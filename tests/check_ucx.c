@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -937,6 +938,80 @@ START_TEST(ucx_big_tensor)
 }
 END_TEST
 
+/* A large reply over UCX lands in reused memory: once its document is freed the buffer stays
+ * mapped and faulted in (libtfetch keeps it for the next reply of that size), and the next
+ * GET of the size lands in it, with the new bytes. Without the cache each reply was fresh
+ * memory (unmapped at tf_doc_free), and the copy into it paid first touch. */
+#define REUSE_BYTES (8u << 20)
+
+static void fill_reuse(uint32_t *v, uint32_t salt)
+{
+    for (size_t i = 0; i < REUSE_BYTES / 4; i++)
+        v[i] = (uint32_t)i * 2654435761u ^ salt;
+}
+
+static int pages_resident(const void *data, size_t len)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)data & ~(uintptr_t)(pg - 1);
+    size_t n = ((uintptr_t)data + len - a + (size_t)pg - 1) / (size_t)pg;
+    unsigned char *vec = malloc(n);
+    ck_assert_ptr_nonnull(vec);
+    int rc = mincore((void *)a, n * (size_t)pg, vec);     /* -1 ENOMEM: not mapped */
+    size_t in = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        in += vec[i] & 1;
+    free(vec);
+    return rc == 0 && in == n;
+}
+
+START_TEST(ucx_reply_buffers_reused)
+{
+    if (!have_daemon("ucx_reply_buffers_reused"))
+        return;
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    uint32_t *v = malloc(REUSE_BYTES);
+    ck_assert_ptr_nonnull(v);
+    int64_t shape[1] = {REUSE_BYTES / 4};
+    const void *first = NULL;
+    for (uint32_t round = 0; round < 3; round++) {
+        fill_reuse(v, round * 0x01010101u);
+        tf_doc_t *d = tf_doc_new(), *got = NULL;
+        ck_assert_int_eq(tf_doc_add(d, "r", TF_U32, 1, shape, v, REUSE_BYTES, TF_BORROW), TF_OK);
+        ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "reuse"), d), TF_OK);
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "reuse"), 0, &got), TF_OK);
+        assert_ucx_result(tf_client_last(c));
+        const tf_tensor_t *t = tf_doc_find(got, "r");
+        ck_assert_ptr_nonnull(t);
+        ck_assert_uint_eq(t->nbytes, REUSE_BYTES);
+        ck_assert_msg(memcmp(t->data, v, REUSE_BYTES) == 0, "round %u: stale or wrong bytes",
+                      round);
+        if (round == 0)
+            first = t->data;
+        else
+            ck_assert_ptr_eq(t->data, first);      /* the same memory, with the new bytes */
+        tf_doc_free(got);
+        ck_assert_msg(pages_resident(first, REUSE_BYTES),
+                      "round %u: a freed reply buffer was unmapped, not kept for reuse", round);
+        tf_doc_free(d);
+    }
+    /* Held, it is not handed out twice: a second reply while the first is alive goes
+     * elsewhere, and both are intact. */
+    tf_doc_t *a = NULL, *b = NULL;
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "reuse"), 0, &a), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "reuse"), 0, &b), TF_OK);
+    ck_assert_ptr_ne(tf_doc_find(a, "r")->data, tf_doc_find(b, "r")->data);
+    ck_assert_int_eq(memcmp(tf_doc_find(a, "r")->data, v, REUSE_BYTES), 0);
+    ck_assert_int_eq(memcmp(tf_doc_find(b, "r")->data, v, REUSE_BYTES), 0);
+    tf_doc_free(a);
+    tf_doc_free(b);
+    free(v);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 #define IN_FLIGHT 1000
 
 typedef struct {
@@ -1581,6 +1656,7 @@ Suite *suite_ucx(void)
     tcase_add_test(ops, ucx_long_poll_cancel_free);
     tcase_add_test(ops, ucx_every_dtype_round_trips);
     tcase_add_test(ops, ucx_big_tensor);
+    tcase_add_test(ops, ucx_reply_buffers_reused);
     tcase_add_test(ops, ucx_thousand_in_flight);
     tcase_set_timeout(ops, 300);
     suite_add_tcase(s, ops);

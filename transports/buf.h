@@ -4,7 +4,8 @@
  * them faults 2 MiB at a time instead of 4 KiB (first touch of a fresh 64 MiB buffer costs
  * ~200 ms in 4 KiB pages here); small ones come from malloc. Two kinds, for two ownerships:
  * tfx_buf_alloc's are mapped directly and reused for the same size from a bounded cache (the
- * daemon's store and request bodies, returned with tfx_buf_free); tfx_buf_malloc's are
+ * daemon's store and request bodies, libtfetch's large UCX replies, returned with
+ * tfx_buf_free; a capacity below 2 MiB means malloc'd, so tfx_buf_free(p, 0) is free(p)); tfx_buf_malloc's are
  * released by free() and may be grown by realloc() (the clients' reply bodies, which
  * libtfetch's caller frees). Never zeroed. Large tfx_buf_alloc buffers are memfd-backed
  * when descriptors allow, so the store can hand a document to a same-host peer
@@ -18,6 +19,10 @@
 /* Returns a buffer of at least size bytes (size 0 allowed), or NULL. *cap gets the usable size
  * to pass back to tfx_buf_free. */
 void *tfx_buf_alloc(size_t size, size_t *cap);
+/* As tfx_buf_alloc, for memory that will never be shared with another process (a client's
+ * reply bodies): never memfd-backed (anonymous, huge pages advised), so it costs no
+ * descriptor. Returned with tfx_buf_free, to the same cache. */
+void *tfx_buf_alloc_private(size_t size, size_t *cap);
 /* Grows a tfx_buf_alloc buffer p of *cap bytes, whose first `used` bytes matter, to at least
  * size bytes (p NULL: a new one). Large buffers grow in place or move their pages (mremap),
  * never holding two copies. Returns the buffer (p itself is then invalid unless returned) and

@@ -57,8 +57,10 @@ typedef struct {
     tfp_status_t transport_status;  /* TFP_OK when a reply arrived; else why not */
     char why[256];                  /* transport failure text */
     tfp_uf_hdr_t reply;             /* the server's REPLY frame (status, HTTP status in http) */
-    uint8_t *body;                  /* malloc'd reply body (free() it), or NULL */
+    uint8_t *body;                  /* the reply body, or NULL: tfx_buf_free(body, body_cap) */
     size_t body_len;
+    size_t body_cap;                /* 0: malloc'd (free() releases it too); else the capacity
+                                     * of a reused tfx_buf_alloc buffer (transports/buf.h) */
     uint64_t bytes_sent;
     double seconds;
 } tfx_ucxc_result_t;
