@@ -31,6 +31,8 @@ typedef struct {
     char auth_tokens[512];          /* the bearer token file; "": authentication off */
     char tls_cert[512];             /* PEM certificate (chain) file; with tls_key: HTTPS */
     char tls_key[512];              /* PEM private key file; "" for both: plain HTTP */
+    char tls_client_ca[512];        /* PEM CA file client certificates are verified against;
+                                     * "": none asked for */
     char shumai_principal[129];     /* who the Shumai paths are served as; "": refused */
     char store_evict[16];           /* "none" or "lru" */
     unsigned port;

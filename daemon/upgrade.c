@@ -197,6 +197,10 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         refuse(r, up->why);
         return;
     }
+    if (tfx_req_op_who(r)->cred == TFP_CRED_CERT) {     /* TLS is on, so UCX is off: belt */
+        refuse(r, "a client certificate's principal has no bearer token to carry over UCX");
+        return;
+    }
 #ifdef HAVE_UCX
     tfp_up_resp_t resp = {0};
     resp.upgraded = 1;
