@@ -113,6 +113,11 @@ tf_status_t tf_client_new(tf_client_t **out)
     const char *ca = getenv("TFETCH_CA_FILE");
     if (ca && *ca && tf_client_set_ca_file(c, ca) != TF_OK)
         snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_CA_FILE names no readable file");
+    const char *cert = getenv("TFETCH_CERT"), *key = getenv("TFETCH_KEY");
+    if (((cert && *cert) || (key && *key)) &&
+        tf_client_set_cert(c, cert && *cert ? cert : NULL, key && *key ? key : NULL) != TF_OK)
+        snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_CERT and TFETCH_KEY name no readable "
+                 "certificate and key (TFETCH_KEY needs TFETCH_CERT)");
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     atomic_fetch_add(&live_clients, 1);
@@ -145,6 +150,8 @@ void tf_client_free(tf_client_t *c)
     free(c->user);
     tf_client_set_token(c, NULL);
     free(c->ca_file);
+    free(c->cert_file);
+    free(c->key_file);
     free(c);
     /* Freed large UCX replies are kept for reuse while a client lives (transports/buf.h);
      * the last one gives them back, so a program done with tfetch holds none. */
@@ -192,6 +199,42 @@ tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path)
     /* An https origin's upgrade rode on its verification with the old CA: redo both. */
     drop_upgrades(c, 1);
     if (strncmp(c->env_bad, "TFETCH_CA_FILE", 14) == 0)
+        c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
+    return TF_OK;
+}
+
+/* 1 if path can be opened for reading now. */
+static int readable(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+tf_status_t tf_client_set_cert(tf_client_t *c, const char *cert_pem_path, const char *key_pem_path)
+{
+    if (!c || (!cert_pem_path && key_pem_path))
+        return TF_EINVAL;
+    char *cp = NULL, *kp = NULL;
+    if (cert_pem_path) {                   /* say so now, not at the first request */
+        if (!readable(cert_pem_path) || (key_pem_path && !readable(key_pem_path)))
+            return TF_EINVAL;
+        if (!(cp = strdup(cert_pem_path)) || (key_pem_path && !(kp = strdup(key_pem_path)))) {
+            free(cp);
+            return TF_ENOMEM;
+        }
+    }
+    if (tfx_hc_set_client_cert(c->hc, cp, kp) != TFX_HC_OK) {
+        free(cp);
+        free(kp);
+        return TF_ENOMEM;
+    }
+    free(c->cert_file);
+    free(c->key_file);
+    c->cert_file = cp;
+    c->key_file = kp;
+    if (strncmp(c->env_bad, "TFETCH_CERT", 11) == 0)
         c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
     return TF_OK;
 }

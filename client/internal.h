@@ -233,6 +233,8 @@ struct tf_client {
     char *token;                    /* the bearer token (Authorization), or NULL */
     char *ca_file;                  /* https: the CA certificates trusted, or NULL: the
                                      * system's (tf_client_set_ca_file) */
+    char *cert_file, *key_file;     /* https: the client certificate and its key, or NULL:
+                                     * none (tf_client_set_cert; key NULL: in cert_file) */
     char next_rid[TFP_MAX_REQUEST_ID + 1];  /* "" when the client makes one */
     char rid_prefix[17];            /* 16 random hex digits */
     uint64_t rid_seq;

@@ -173,6 +173,14 @@ tf_status_t tf_client_set_token(tf_client_t *c, const char *token);
  * insecure mode. TF_EINVAL when path cannot be read. The environment's TFETCH_CA_FILE is
  * the default. A failed verification fails the request with TF_ECONNECT and says why. */
 tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path);
+/* https: present the PEM client certificate in cert_pem_path, with the PEM private key in
+ * key_pem_path (NULL: the key is in the certificate's file), to a server that asks for one:
+ * a tfetchd with tls-client-ca serves a request that sends no bearer token as the principal
+ * its token file maps the certificate's subject to (a token, when set, decides instead).
+ * cert_pem_path NULL: none (key_pem_path must be NULL too). For requests started from now
+ * on. TF_EINVAL when a file cannot be read. The environment's TFETCH_CERT and TFETCH_KEY
+ * are the default. */
+tf_status_t tf_client_set_cert(tf_client_t *c, const char *cert_pem_path, const char *key_pem_path);
 /* The request id for the next request only (NULL: the client makes one). Reusing the id of a
  * request on retry lets the server recognise the retry. */
 tf_status_t tf_client_set_request_id(tf_client_t *c, const char *request_id);

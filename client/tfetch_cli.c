@@ -95,6 +95,11 @@ static const char usage_text[] =
     "      --token TOKEN      send Authorization: Bearer TOKEN (default $TFETCH_TOKEN)\n"
     "      --cacert FILE      https: trust the PEM CA certificates in FILE (default\n"
     "                         $TFETCH_CA_FILE, else the system's); always verified\n"
+    "      --cert FILE        https: present the PEM client certificate in FILE to a server\n"
+    "                         that asks (tls-client-ca), when no token is sent (default\n"
+    "                         $TFETCH_CERT)\n"
+    "      --key FILE         the PEM private key of --cert (default $TFETCH_KEY, else the\n"
+    "                         key is in the --cert file)\n"
     "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the (first)\n"
     "                         request\n"
     "  -t, --timeout MS       whole-request timeout in milliseconds (0: none; default 60000)\n"
@@ -157,6 +162,7 @@ typedef struct {
     const char *user;
     const char *token;              /* --token (else libtfetch takes $TFETCH_TOKEN) */
     const char *cacert;             /* --cacert (else libtfetch takes $TFETCH_CA_FILE) */
+    const char *cert, *key;         /* --cert, --key (else $TFETCH_CERT, $TFETCH_KEY) */
     const char *request_id;
     long timeout_ms;                /* -1: library default */
     long wait_ms;
@@ -1067,13 +1073,15 @@ static int cmd_info(tf_client_t *c, const char *base)
 
 enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT, OPT_DEVICE, OPT_SEQ,
        OPT_AFTER, OPT_CONSUMER, OPT_TOKEN,
-       OPT_CACERT };
+       OPT_CACERT, OPT_CERT, OPT_KEY };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
     {"request-id", required_argument, NULL, 'r'},
     {"token", required_argument, NULL, OPT_TOKEN},
     {"cacert", required_argument, NULL, OPT_CACERT},
+    {"cert", required_argument, NULL, OPT_CERT},
+    {"key", required_argument, NULL, OPT_KEY},
     {"timeout", required_argument, NULL, 't'},
     {"wait", required_argument, NULL, 'w'},
     {"parallel", required_argument, NULL, 'P'},
@@ -1105,6 +1113,8 @@ static int parse_options(int argc, char **argv, opts_t *o)
         case 'u': o->user = optarg; break;
         case OPT_TOKEN: o->token = optarg; break;
         case OPT_CACERT: o->cacert = optarg; break;
+        case OPT_CERT: o->cert = optarg; break;
+        case OPT_KEY: o->key = optarg; break;
         case 'r': o->request_id = optarg; break;
         case 't':
             if (parse_ms(optarg, &o->timeout_ms) != 0)
@@ -1412,6 +1422,18 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
     const char *ca = getenv("TFETCH_CA_FILE");
     if (!o->cacert && ca && *ca && tf_client_set_ca_file(c, ca) != TF_OK)
         return usage_error("TFETCH_CA_FILE %s: cannot read the file", ca);
+    const char *cert = o->cert, *key = o->key;
+    if (!cert) {                    /* both from the environment, or neither */
+        cert = getenv("TFETCH_CERT");
+        key = key ? key : getenv("TFETCH_KEY");
+        cert = cert && *cert ? cert : NULL;
+        key = key && *key ? key : NULL;
+    }
+    if (key && !cert)
+        return usage_error("--key needs --cert (or TFETCH_CERT)");
+    if (cert && tf_client_set_cert(c, cert, key) != TF_OK)
+        return usage_error("%s %s%s%s: cannot read the file", o->cert ? "--cert" : "TFETCH_CERT",
+                           cert, key ? ", key " : "", key ? key : "");
     if (o->timeout_ms >= 0)
         tf_client_set_timeout(c, o->timeout_ms);
     if (o->parallel > 0 && tf_client_set_max_connections(c, o->parallel) != TF_OK)

@@ -200,7 +200,9 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long 
         snprintf(auth, sizeof auth, "Bearer %s", c->token);
     size_t ulen = strlen(o->key) + sizeof("/v1/upgrade");
     if (!(url = malloc(ulen)) || tfx_hc_new(&hc) != TFX_HC_OK ||
-        tfx_hc_set_ca_file(hc, c->ca_file) != TFX_HC_OK || tfx_hc_req_new(&req) != TFX_HC_OK) {
+        tfx_hc_set_ca_file(hc, c->ca_file) != TFX_HC_OK ||
+        tfx_hc_set_client_cert(hc, c->cert_file, c->key_file) != TFX_HC_OK ||
+        tfx_hc_req_new(&req) != TFX_HC_OK) {
         tfi_up_failed(o, "out of memory");
         goto out;
     }

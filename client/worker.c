@@ -149,8 +149,11 @@ tf_status_t tf_worker_new(const char *base, const char *const *routes, size_t n,
         w->nroutes++;
     }
     const char *ca = getenv("TFETCH_CA_FILE");     /* https: the CAs trusted */
+    const char *cert = getenv("TFETCH_CERT"), *key = getenv("TFETCH_KEY");  /* and mTLS */
     if (tfx_hc_new(&w->hc) != TFX_HC_OK || tfx_hc_req_new(&w->req) != TFX_HC_OK ||
-        (ca && *ca && tfx_hc_set_ca_file(w->hc, ca) != TFX_HC_OK))
+        (ca && *ca && tfx_hc_set_ca_file(w->hc, ca) != TFX_HC_OK) ||
+        (cert && *cert && tfx_hc_set_client_cert(w->hc, cert, key && *key ? key : NULL) !=
+                              TFX_HC_OK))
         goto fail;
     const char *tok = getenv("TFETCH_TOKEN");      /* a token with serve on the routes */
     if (tok && *tok && tfp_auth_token_valid(tok, strlen(tok)))

@@ -108,10 +108,12 @@ int tfd_auth_reload(tfd_auth_t *a, const char *path, tfp_err_t *err)
     return 0;
 }
 
-size_t tfd_auth_count(tfd_auth_t *a)
+size_t tfd_auth_count(tfd_auth_t *a, size_t *ncerts)
 {
     pthread_rwlock_rdlock(&a->lock);
     size_t n = a->tokens.n;
+    if (ncerts)
+        *ncerts = a->tokens.ncerts;
     pthread_rwlock_unlock(&a->lock);
     return n;
 }
@@ -120,7 +122,7 @@ size_t tfd_auth_count(tfd_auth_t *a)
 static int allows_locked(const tfd_auth_t *a, const tfp_op_who_t *who, int shumai,
                          tfp_right_t right, const char *name)
 {
-    if (who->cred == TFP_CRED_BEARER) {
+    if (who->cred == TFP_CRED_BEARER || who->cred == TFP_CRED_CERT) {
         const tfp_token_t *t = tfp_tokens_find(&a->tokens, who->token_hash);
         return t && (name ? tfp_token_allows(t, right, name) : tfp_token_has_right(t, right));
     }
@@ -141,7 +143,9 @@ tfd_auth_result_t tfd_auth_identify(tfd_auth_t *a, tfp_op_who_t *who, int shumai
     who->principal[0] = '\0';
     if (!tfd_auth_on(a))
         return TFD_AUTH_OK;
-    if (who->cred != TFP_CRED_BEARER) {
+    if (who->cred == TFP_CRED_CERT_BAD)
+        return TFD_AUTH_UNKNOWN;            /* another CA's, or expired: no way in */
+    if (who->cred != TFP_CRED_BEARER && who->cred != TFP_CRED_CERT) {
         if (shumai && a->shumai[0] && who->cred == TFP_CRED_NONE) {
             snprintf(who->principal, sizeof who->principal, "%s", a->shumai);
             return TFD_AUTH_OK;

@@ -3,8 +3,9 @@
  * Holds the parsed token file (proto/auth.h: only the tokens' SHA-256 are kept), swapped
  * whole on SIGHUP (tfd_auth_reload: a file that no longer parses keeps the old table), and
  * the failure counters /metrics shows. With no file configured it is off and every check
- * allows. A request is authenticated by its token's hash (tfp_op_who_t.token_hash); the
- * Shumai paths, which cannot send a token, are served as the configured shumai-principal
+ * allows. A request is authenticated by its token's hash (tfp_op_who_t.token_hash), or, with
+ * no token sent, by its verified TLS client certificate's key (a cert: line, tls-client-ca);
+ * the Shumai paths, which cannot send a token, are served as the configured shumai-principal
  * (the rights of the token lines naming it), or refused.
  *
  * Threads: checks run on the transports' threads under a read lock; the reload (main thread)
@@ -21,7 +22,8 @@ typedef struct tfd_auth tfd_auth_t;
 typedef enum {
     TFD_AUTH_OK = 0,
     TFD_AUTH_MISSING,               /* no (usable) bearer token: 401 */
-    TFD_AUTH_UNKNOWN,               /* a token not in the file: 401 */
+    TFD_AUTH_UNKNOWN,               /* a token or certificate subject not in the file, or a
+                                     * certificate that did not verify: 401 */
     TFD_AUTH_FORBIDDEN              /* known, without the right: 403 */
 } tfd_auth_result_t;
 
@@ -33,10 +35,11 @@ int tfd_auth_on(const tfd_auth_t *a);
 /* Reads path again (or a new one): 0 with the new table in use, -1 with err set and the old
  * table kept. Turning authentication on or off takes a restart (-1). */
 int tfd_auth_reload(tfd_auth_t *a, const char *path, tfp_err_t *err);
-/* Tokens in the table now. */
-size_t tfd_auth_count(tfd_auth_t *a);
+/* Lines (tokens and cert: lines) in the table now; *ncerts (unless NULL) the cert: lines. */
+size_t tfd_auth_count(tfd_auth_t *a, size_t *ncerts);
 
-/* Who asks: fills who->principal from the token (or, with shumai set, the Shumai principal).
+/* Who asks: fills who->principal from the token or certificate (or, with shumai set and no
+ * credential at all, the Shumai principal).
  * TFD_AUTH_OK (always, when off), MISSING or UNKNOWN. Not counted: tfd_auth_count_failure. */
 tfd_auth_result_t tfd_auth_identify(tfd_auth_t *a, tfp_op_who_t *who, int shumai);
 /* 1 if who (identified) holds right on name; 1 when off. With name NULL: on any name. */

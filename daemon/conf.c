@@ -76,6 +76,7 @@ static const opt_t opts[] = {
     {"shumai-principal", K_STR, F(shumai_principal), "NAME", "with auth-tokens, serve the Shumai paths (which send no token) with the rights the token file gives NAME; without it they answer 401 (default: none)"},
     {"tls-cert", K_STR, F(tls_cert), "PATH", "serve HTTPS (TLS 1.2 and 1.3) with the PEM certificate chain in PATH; needs tls-key; with it the UCX upgrade is offered only as ucx-trusted says (default: none, plain HTTP)"},
     {"tls-key", K_STR, F(tls_key), "PATH", "the PEM private key for tls-cert (default: none)"},
+    {"tls-client-ca", K_STR, F(tls_client_ca), "PATH", "ask clients for a certificate and trust those the PEM CA certificates in PATH signed: a verified certificate whose subject has a cert:SUBJECT line in auth-tokens acts as that line's principal when no bearer token is sent; needs tls-cert, tls-key and auth-tokens (default: none)"},
     {"plugin", K_LIST, F(plugins), "PATH", "load routes from a plugin shared object (\"PATH [ARGS]\"); repeatable, up to 16; see tfetch-plugin(3)"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])

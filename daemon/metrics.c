@@ -389,7 +389,7 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->shm.puts, (unsigned long long)g->shm.refused);
     outf(&o,
          "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
-         "unknown bearer token: 401) or authorization (forbidden: 403).\n"
+         "unknown bearer token or client certificate: 401) or authorization (forbidden: 403).\n"
          "# TYPE tfetch_auth_failures_total counter\n"
          "tfetch_auth_failures_total{reason=\"missing\"} %llu\n"
          "tfetch_auth_failures_total{reason=\"unknown\"} %llu\n"

@@ -235,6 +235,18 @@ static need_t needs(const tfp_op_t *op, tfp_right_t *right, const char **name)
     }
 }
 
+/* What a 401 says: no credential, or which one was not accepted. */
+static const char *unauth_why(tfd_auth_result_t res, tfp_cred_t cred)
+{
+    if (res == TFD_AUTH_MISSING)
+        return "this server needs Authorization: Bearer TOKEN";
+    if (cred == TFP_CRED_CERT_BAD)
+        return "the client certificate does not verify against tls-client-ca";
+    if (cred == TFP_CRED_CERT)
+        return "the client certificate's subject has no cert: line in the token file";
+    return "unknown token";
+}
+
 /* Establishes the principal (401 without a known token). 0, or -1 after answering. */
 static int authenticate(tfx_req_t *r, tfd_ctx_t *c)
 {
@@ -260,8 +272,7 @@ static int authenticate(tfx_req_t *r, tfd_ctx_t *c)
             api_fail(r, c, TFP_EUNAUTH, "the Shumai paths need shumai-principal set on the "
                      "server (authentication is on)");
         else
-            api_fail(r, c, TFP_EUNAUTH, res == TFD_AUTH_MISSING ?
-                     "this server needs Authorization: Bearer TOKEN" : "unknown token");
+            api_fail(r, c, TFP_EUNAUTH, "%s", unauth_why(res, who->cred));
         return -1;
     }
     api_set_user(c, c->user);

@@ -48,6 +48,7 @@ struct tfd_server {
     tfd_access_log_t *access_log;           /* NULL: off */
     tfd_auth_t *auth;
     char *tls_cert, *tls_key;               /* PEM text of tls-cert and tls-key; NULL: HTTP */
+    char *tls_client_ca;                    /* PEM text of tls-client-ca; NULL: no mTLS */
     atomic_int draining;                    /* /readyz: 503 from the first moment of drain */
 };
 
@@ -96,6 +97,7 @@ static void teardown(tfd_server_t *s)
     tfd_access_log_free(s->access_log);
     tfd_auth_free(s->auth);
     free(s->tls_cert);
+    free(s->tls_client_ca);
     if (s->tls_key) {                       /* key material: not left in freed memory */
         explicit_bzero(s->tls_key, strlen(s->tls_key));
         free(s->tls_key);
@@ -167,10 +169,21 @@ static void say_shmem_pages(void)
                 path, len, open + 1);
 }
 
-/* tls-cert and tls-key: both or neither. 0, or -1 with err set. */
+/* tls-cert and tls-key: both or neither; tls-client-ca only with them and auth-tokens (the
+ * file that maps a certificate to a principal). 0, or -1 with err set. */
 static int load_tls(tfd_server_t *s, tfp_err_t *err)
 {
     const tfd_config_t *cfg = &s->cfg;
+    if (cfg->tls_client_ca[0] && (!cfg->tls_cert[0] || !cfg->tls_key[0])) {
+        tfp_err_set(err, TFP_EINVAL, "tls-client-ca is set without tls-cert and tls-key: client "
+                    "certificates need HTTPS");
+        return -1;
+    }
+    if (cfg->tls_client_ca[0] && !cfg->auth_tokens[0]) {
+        tfp_err_set(err, TFP_EINVAL, "tls-client-ca is set without auth-tokens: the cert: lines "
+                    "there say which principal a client certificate is");
+        return -1;
+    }
     if (!cfg->tls_cert[0] && !cfg->tls_key[0])
         return 0;
     if (!cfg->tls_cert[0] || !cfg->tls_key[0]) {
@@ -181,6 +194,9 @@ static int load_tls(tfd_server_t *s, tfp_err_t *err)
     }
     if (!(s->tls_cert = read_pem("tls-cert", cfg->tls_cert, err)) ||
         !(s->tls_key = read_pem("tls-key", cfg->tls_key, err)))
+        return -1;
+    if (cfg->tls_client_ca[0] && !(s->tls_client_ca = read_pem("tls-client-ca", cfg->tls_client_ca,
+                                                                err)))
         return -1;
     return 0;
 }
@@ -217,9 +233,10 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
     }
     if (!(s->auth = tfd_auth_new(cfg->auth_tokens, cfg->shumai_principal, err)))
         return -1;
+    size_t ncerts = 0, nlines = tfd_auth_count(s->auth, &ncerts);
     if (tfd_auth_on(s->auth))
-        tfd_log(LOG_NOTICE, "auth-tokens %s: %zu tokens; every request but /healthz and "
-                "/readyz needs one", cfg->auth_tokens, tfd_auth_count(s->auth));
+        tfd_log(LOG_NOTICE, "auth-tokens %s: %zu tokens, %zu certificate subjects; every request "
+                "but /healthz and /readyz needs one", cfg->auth_tokens, nlines - ncerts, ncerts);
     else if (strcmp(cfg->listen, "127.0.0.1") != 0 && strcmp(cfg->listen, "::1") != 0 &&
              strncmp(cfg->listen, "127.", 4) != 0)
         tfd_log(LOG_WARNING, "listening on %s without authentication: anyone who reaches the "
@@ -313,14 +330,16 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .max_body = cfg->max_body,
         .tls_cert_pem = s->tls_cert,
         .tls_key_pem = s->tls_key,
+        .tls_client_ca_pem = s->tls_client_ca,
     };
     /* Stored atomically: /metrics (gauges) may be asked on MHD's threads before it is set. */
     tfx_http_t *http = tfx_http_start(&hc, &h, err);
     if (!http && s->tls_cert) {                 /* name the files the operator gave */
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        tfp_err_set(err, err->code, "tls-cert %s, tls-key %s: %s", cfg->tls_cert, cfg->tls_key,
-                    msg);
+        tfp_err_set(err, err->code, "tls-cert %s, tls-key %s%s%s: %s", cfg->tls_cert,
+                    cfg->tls_key, s->tls_client_ca ? ", tls-client-ca " : "",
+                    s->tls_client_ca ? cfg->tls_client_ca : "", msg);
     }
     if (!http)
         goto fail;
@@ -328,6 +347,9 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         tfd_log(LOG_NOTICE, "HTTPS on: tls-cert %s; UCX (not encrypted) is offered to clients "
                 "on this host%s%s", cfg->tls_cert, cfg->ucx_trusted[0] ? " and to ucx-trusted " : "",
                 cfg->ucx_trusted);
+    if (s->tls_client_ca)
+        tfd_log(LOG_NOTICE, "client certificates asked for: tls-client-ca %s; a verified one "
+                "acts as its cert: line's principal", cfg->tls_client_ca);
     __atomic_store_n(&s->http, http, __ATOMIC_RELEASE);
     return s;
 fail:
@@ -416,8 +438,9 @@ unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next)
         if (tfd_auth_reload(s->auth, next->auth_tokens, &e) != 0) {
             tfd_log(LOG_ERR, "SIGHUP: %s (kept the tokens read before)", e.msg);
         } else {
-            tfd_log(LOG_NOTICE, "SIGHUP: auth-tokens %s read again: %zu tokens",
-                    next->auth_tokens, tfd_auth_count(s->auth));
+            size_t ncerts = 0, nlines = tfd_auth_count(s->auth, &ncerts);
+            tfd_log(LOG_NOTICE, "SIGHUP: auth-tokens %s read again: %zu tokens, %zu certificate "
+                    "subjects", next->auth_tokens, nlines - ncerts, ncerts);
             rl.applied++;
         }
     }

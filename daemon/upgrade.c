@@ -240,6 +240,13 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         refuse(r, up->why);
         return;
     }
+    if (tfx_req_op_who(r)->cred == TFP_CRED_CERT) {
+        /* Over UCX each request is checked against the bearer token that upgraded it
+         * (HELLO's proof, revocation by SIGHUP); a certificate gives none to carry. */
+        refuse(r, "a client certificate's principal has no bearer token to carry over UCX "
+                  "(send a token to upgrade)");
+        return;
+    }
     const char *peer = tfx_req_peer(r);
     if (!trusted(up, peer, tfp_up_host_same(&up->self, &req.host))) {
         char why[TFP_UP_MAX_REASON + 1];

@@ -1,5 +1,5 @@
-/* auth.c - the token file's parser, the Authorization header's, and the rights matcher
- * (see auth.h). SHA-256 and the constant-time comparison are nettle's (already on every
+/* auth.c - the token file's parser (tokens and cert: lines), the Authorization header's,
+ * the client certificate's key, and the rights matcher (see auth.h). SHA-256 and the constant-time comparison are nettle's (already on every
  * system with libmicrohttpd's GnuTLS). Pure; any thread.
  */
 #include "config.h"
@@ -28,6 +28,39 @@ void tfp_auth_hash(const char *token, size_t len, uint8_t out[TFP_AUTH_HASH_LEN]
     struct sha256_ctx h;
     sha256_init(&h);
     sha256_update(&h, len, (const uint8_t *)token);
+    sha256_digest(&h, TFP_AUTH_HASH_LEN, out);
+}
+
+/* A certificate subject's byte as the token file spells it (see auth.h): 1 if it is kept. */
+static int subject_char(unsigned char ch)
+{
+    return ch > ' ' && ch != 0x7f;
+}
+
+void tfp_auth_cert_hash(const char *dn, uint8_t out[TFP_AUTH_HASH_LEN])
+{
+    static const char hex[] = "0123456789ABCDEF";
+    struct sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, 5, (const uint8_t *)"cert:");
+    const unsigned char *s = (const unsigned char *)dn;
+    while (*s) {
+        size_t run = 0;                 /* kept bytes, hashed as one piece */
+        while (s[run] && subject_char(s[run]) && !(s[run] == '\\' && s[run + 1] == ' ')) {
+            if (s[run] == '\\' && subject_char(s[run + 1]))
+                run++;                  /* an escape pair is kept whole */
+            run++;
+        }
+        sha256_update(&h, run, s);
+        s += run;
+        if (!*s)
+            break;
+        if (*s == '\\')
+            s++;                        /* "\ ": the escaped space, spelled \20 like any */
+        char esc[3] = {'\\', hex[*s >> 4], hex[*s & 15]};
+        sha256_update(&h, 3, (const uint8_t *)esc);
+        s++;
+    }
     sha256_digest(&h, TFP_AUTH_HASH_LEN, out);
 }
 
@@ -118,6 +151,7 @@ void tfp_tokens_free(tfp_tokens_t *t)
     free(t->tokens);
     t->tokens = NULL;
     t->n = 0;
+    t->ncerts = 0;
 }
 
 /* The next space-separated field of [*p, end): its start and length; 0 at the end. */
@@ -177,29 +211,57 @@ static int parse_grant(const char *f, size_t n, unsigned line, size_t nth, tfp_g
     return 0;
 }
 
-/* Parses one line's fields into *tok. 1 for a token, 0 for a blank or comment line, -1 with
- * err set. */
+/* A cert: line's subject, [f, f + n) with the "cert:" prefix: 0, or -1 with err set. */
+static int check_subject(const char *f, size_t n, unsigned line, tfp_err_t *err)
+{
+    const char *subj = f + 5;
+    size_t sn = n - 5;
+    int ok = sn > 0 && sn <= TFP_AUTH_MAX_SUBJECT && memchr(subj, '=', sn) != NULL;
+    for (size_t i = 0; ok && i < sn; i++)
+        if (subj[i] == '\\')
+            ok = ++i < sn;              /* an escape needs what it escapes */
+    if (!ok) {
+        tfp_err_set(err, TFP_EINVAL, "line %u: cert: needs a subject DN (CN=...,O=...; a space "
+                    "written \\20) of 1 to %u bytes", line, TFP_AUTH_MAX_SUBJECT);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parses one line's fields into *tok. 1 for a token or a cert: line, 0 for a blank or
+ * comment line, -1 with err set. */
 static int parse_line(const char *s, const char *end, unsigned line, tfp_token_t *tok,
                       tfp_err_t *err)
 {
-    const char *hash = memchr(s, '#', (size_t)(end - s));
-    if (hash)
-        end = hash;
     if (end > s && end[-1] == '\r')
         end--;
     const char *p = s, *f;
     size_t n;
+    /* A cert: line's subject may hold a '#' (RFC 4514 escapes one that starts a value): the
+     * comment can start only after it. */
+    int cert = next_field(&p, end, &f, &n) && n >= 5 && memcmp(f, "cert:", 5) == 0;
+    const char *hash = memchr(cert ? p : s, '#', (size_t)(end - (cert ? p : s)));
+    if (hash)
+        end = hash;
+    p = s;
     if (!next_field(&p, end, &f, &n))
         return 0;
-    if (!tfp_auth_token_valid(f, n)) {
+    if (cert) {
+        if (check_subject(f, n, line, err) != 0)
+            return -1;
+        tfp_auth_hash(f, n, tok->hash);         /* "cert:SUBJECT": tfp_auth_cert_hash's key */
+        tok->cert = 1;
+    } else if (!tfp_auth_token_valid(f, n)) {
         tfp_err_set(err, TFP_EINVAL, "line %u: the token must be 1 to %u characters of "
                     "[A-Za-z0-9-._~+/] then '='s", line, TFP_AUTH_MAX_TOKEN);
         return -1;
+    } else {
+        tfp_auth_hash(f, n, tok->hash);
     }
-    tfp_auth_hash(f, n, tok->hash);
     char principal[TFP_MAX_USER_ID + 2];
     if (!next_field(&p, end, &f, &n)) {
-        tfp_err_set(err, TFP_EINVAL, "line %u: a token needs a principal and rights", line);
+        tfp_err_set(err, TFP_EINVAL, "line %u: a %s needs a principal and rights", line,
+                    cert ? "certificate" : "token");
         return -1;
     }
     snprintf(principal, sizeof principal, "%.*s", (int)(n > TFP_MAX_USER_ID + 1 ? TFP_MAX_USER_ID + 1 : n), f);
@@ -269,6 +331,7 @@ tfp_status_t tfp_tokens_parse(const char *text, size_t len, tfp_tokens_t *out, t
                 cap = nc;
             }
             out->tokens[out->n++] = tok;
+            out->ncerts += (size_t)tok.cert;
         }
         s = nl ? nl + 1 : end;
     }
@@ -276,8 +339,9 @@ tfp_status_t tfp_tokens_parse(const char *text, size_t len, tfp_tokens_t *out, t
         qsort(out->tokens, out->n, sizeof *out->tokens, by_hash);
     for (size_t i = 1; i < out->n; i++)
         if (memcmp(out->tokens[i - 1].hash, out->tokens[i].hash, TFP_AUTH_HASH_LEN) == 0) {
-            tfp_err_set(err, TFP_EINVAL, "line %u: this token is given on an earlier line (%u)",
-                        out->tokens[i].line, out->tokens[i - 1].line);
+            tfp_err_set(err, TFP_EINVAL, "line %u: this %s is given on an earlier line (%u)",
+                        out->tokens[i].line, out->tokens[i].cert ? "certificate subject" : "token",
+                        out->tokens[i - 1].line);
             goto fail;
         }
     return TFP_OK;

@@ -6,8 +6,14 @@
  * 6750 b64token ([A-Za-z0-9-._~+/]+ then '='s); PRINCIPAL a user id ([A-Za-z0-9._-]{1,128});
  * each RIGHT is KIND:PATTERN, KIND one of read write delete call serve produce consume forward
  * admin, PATTERN a name (tensor, route or feed), or a prefix followed by '*' matching any
- * suffix ("*" alone: every name). tfp_tokens_parse keeps only each token's SHA-256 (nettle),
- * sorted; a lookup is a binary search over the hashes, the match confirmed in constant time.
+ * suffix ("*" alone: every name). A line may name a TLS client certificate instead of a token:
+ *     cert:SUBJECT PRINCIPAL RIGHT...
+ * SUBJECT being the certificate's subject DN as RFC 4514 writes it (gnutls_x509_crt_get_dn3:
+ * "CN=alice,O=ml"), a space in it written \20 (tfp_auth_cert_hash says exactly how); a '#'
+ * inside SUBJECT is part of it, not a comment. tfp_tokens_parse keeps only each token's
+ * SHA-256 (nettle), and for a cert: line the SHA-256 of "cert:SUBJECT" (no token can hold a
+ * ':', so the two never meet), sorted; a lookup is a binary search over the hashes, the match
+ * confirmed in constant time.
  * (The search's timing can tell at most how much of a guess's SHA-256 matches a real one,
  * which does not help find a token.) Pure; a parsed table is read-only and may be shared
  * between threads.
@@ -23,6 +29,7 @@
 #define TFP_AUTH_HASH_LEN 32        /* SHA-256 */
 #define TFP_AUTH_MAX_TOKEN 512
 #define TFP_AUTH_MAX_LINE 8192
+#define TFP_AUTH_MAX_SUBJECT 1024   /* a cert: line's SUBJECT, in the file's spelling */
 
 #define TFP_RIGHT_MAP(X)            \
     X(READ, "read")                 \
@@ -51,9 +58,10 @@ typedef struct {
 } tfp_grant_t;
 
 typedef struct {
-    uint8_t hash[TFP_AUTH_HASH_LEN];            /* SHA-256 of the token */
+    uint8_t hash[TFP_AUTH_HASH_LEN];            /* SHA-256 of the token, or of "cert:SUBJECT" */
     char principal[TFP_MAX_USER_ID + 1];
     unsigned line;                              /* where the file gave it */
+    int cert;                                   /* 1: a cert: line (a client certificate) */
     size_t ngrants;
     tfp_grant_t *grants;
 } tfp_token_t;
@@ -61,16 +69,24 @@ typedef struct {
 typedef struct {
     size_t n;
     tfp_token_t *tokens;
+    size_t ncerts;                              /* how many of them are cert: lines */
 } tfp_tokens_t;
 
 /* Parses a token file's text (len bytes, NUL not needed) into *out (zeroed first). TFP_OK, or
  * TFP_EINVAL with err saying "line N: ..." (what is wrong, never the token itself) and *out
- * empty; TFP_ENOMEM. A token given twice is an error. */
+ * empty; TFP_ENOMEM. A token (or a certificate subject) given twice is an error. */
 tfp_status_t tfp_tokens_parse(const char *text, size_t len, tfp_tokens_t *out, tfp_err_t *err);
 void tfp_tokens_free(tfp_tokens_t *t);
 
 /* SHA-256 of a token's len bytes. */
 void tfp_auth_hash(const char *token, size_t len, uint8_t out[TFP_AUTH_HASH_LEN]);
+
+/* The key a verified client certificate is looked up by: the SHA-256 of "cert:" and its
+ * subject dn (NUL-terminated, as gnutls_x509_crt_get_dn3 gives it) in the token file's
+ * spelling: every space, escaped ("\ ", RFC 4514's leading or trailing space) or not,
+ * becomes \20, and every other control byte \XX (uppercase hex); the rest is kept as it is.
+ * So "CN=Alice Smith,O=ml" is written cert:CN=Alice\20Smith,O=ml in the file. */
+void tfp_auth_cert_hash(const char *dn, uint8_t out[TFP_AUTH_HASH_LEN]);
 
 /* The entry whose hash is hash, or NULL. O(log n); the final comparison in constant time. */
 const tfp_token_t *tfp_tokens_find(const tfp_tokens_t *t, const uint8_t hash[TFP_AUTH_HASH_LEN]);

@@ -317,8 +317,14 @@ static tfp_status_t take_ids(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_
     const char *tok;
     size_t tok_len;
     op->who.cred = (tfp_cred_t)tfp_bearer_parse(in->authorization, &tok, &tok_len);
-    if (op->who.cred == TFP_CRED_BEARER)
+    if (op->who.cred == TFP_CRED_BEARER) {
         tfp_auth_hash(tok, tok_len, op->who.token_hash);
+    } else if (op->who.cred == TFP_CRED_NONE && in->cert_subject) {
+        op->who.cred = TFP_CRED_CERT;           /* no token: the client certificate */
+        tfp_auth_cert_hash(in->cert_subject, op->who.token_hash);
+    } else if (op->who.cred == TFP_CRED_NONE && in->cert_bad) {
+        op->who.cred = TFP_CRED_CERT_BAD;
+    }
     if (in->request_id) {
         if (!tfp_request_id_valid(in->request_id))
             return tfp_op_fail(e, TFP_EBADREQ,

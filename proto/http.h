@@ -75,6 +75,10 @@ typedef struct {
     const char *user;               /* Tfetch-User */
     const char *user_principal;     /* Tfetch-User-Principal */
     const char *authorization;      /* Authorization (its bearer token, hashed into op->who) */
+    const char *cert_subject;       /* the client certificate's subject DN, verified against
+                                     * tls-client-ca; NULL: none (or not asked for: a bearer
+                                     * token decides) */
+    int cert_bad;                   /* a client certificate was sent that does not verify */
     const char *request_id;         /* Tfetch-Request-Id */
     const char *worker_secret;      /* Tfetch-Worker-Secret */
     /* feeds */

@@ -91,11 +91,15 @@ typedef struct {
     uint64_t nbytes;                /* dtype x shape */
 } tfp_op_body_t;
 
-/* What the request's credentials were (HTTP: the Authorization header). */
+/* What the request's credentials were (HTTP: the Authorization header, else the TLS client
+ * certificate). A bearer token, when sent, decides; a certificate counts only without one. */
 typedef enum {
     TFP_CRED_NONE = 0,              /* none sent */
     TFP_CRED_BEARER,                /* a bearer token: its SHA-256 in token_hash */
-    TFP_CRED_BAD                    /* another scheme, or a malformed token */
+    TFP_CRED_BAD,                   /* another scheme, or a malformed token */
+    TFP_CRED_CERT,                  /* a verified client certificate: token_hash is
+                                     * tfp_auth_cert_hash of its subject */
+    TFP_CRED_CERT_BAD               /* a client certificate that does not verify */
 } tfp_cred_t;
 
 /* Who asks. Authentication adds the principal it established here. */
@@ -104,7 +108,8 @@ typedef struct {
     char request_id[TFP_MAX_REQUEST_ID + 1];    /* "" when the client chose none */
     tfp_cred_t cred;
     uint8_t token_hash[32];                     /* TFP_CRED_BEARER: SHA-256 of the token (the
-                                                 * token itself is not kept) */
+                                                 * token itself is not kept); TFP_CRED_CERT:
+                                                 * the certificate's key (proto/auth.h) */
     char principal[TFP_MAX_USER_ID + 1];        /* set by tfetchd's router once the token is
                                                  * known; "" with authentication off */
     char user_principal[TFP_MAX_USER_ID + 1];   /* Tfetch-User-Principal: whose user `user`

@@ -1,6 +1,7 @@
 /* check_authproto.c - unit suite "auth": the token file parser (fields, rights, patterns, the
- * errors with their line numbers, duplicates), the hash lookup, the rights matcher and the
- * Authorization header's parser (proto/auth.c), and what tfp_http_op_parse takes from it.
+ * errors with their line numbers, duplicates, cert: lines and their subjects' spelling), the
+ * hash lookup, the rights matcher and the Authorization header's parser (proto/auth.c), and
+ * what tfp_http_op_parse takes from them (a bearer token before a client certificate).
  */
 #include "config.h"
 #include "tests/suites.h"
@@ -243,6 +244,148 @@ START_TEST(test_http_op)
 }
 END_TEST
 
+/* cert: lines sit beside tokens: looked up by the subject's key, never by a token, a '#'
+ * inside the subject kept, the comment after it dropped. */
+START_TEST(test_cert_lines)
+{
+    tfp_tokens_t t;
+    tfp_err_t err = {0};
+    const char *text = "tka alice read:a.*\n"
+                       "cert:CN=alice,O=ml alice read:a.* write:a.*  # alice's laptop\n"
+                       "  cert:CN=Bob\\20Smith,O=ml\tbob read:b.*\r\n"
+                       "cert:CN=\\#hash,O=ml carol read:c.*#comment\n";
+    ck_assert_int_eq(parse(text, &t, &err), TFP_OK);
+    ck_assert_uint_eq(t.n, 4);
+    ck_assert_uint_eq(t.ncerts, 3);
+    uint8_t h[TFP_AUTH_HASH_LEN];
+    tfp_auth_cert_hash("CN=alice,O=ml", h);
+    const tfp_token_t *a = tfp_tokens_find(&t, h);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(a->cert, 1);
+    ck_assert_str_eq(a->principal, "alice");
+    ck_assert_uint_eq(a->ngrants, 2);
+    ck_assert(tfp_token_allows(a, TFP_RIGHT_WRITE, "a.w"));
+    ck_assert(!tfp_token_allows(a, TFP_RIGHT_WRITE, "b.w"));
+    ck_assert_int_eq(find(&t, "tka")->cert, 0);
+    /* no bearer token can be the key's text (a ':' is no b64token character), and a subject
+     * is no token */
+    const char *tok;
+    size_t tn;
+    ck_assert_int_eq(tfp_bearer_parse("Bearer cert:CN=alice,O=ml", &tok, &tn), TFP_BEARER_BAD);
+    ck_assert_ptr_null(find(&t, "CN=alice,O=ml"));
+    tfp_auth_cert_hash("CN=alice,O=ml2", h);
+    ck_assert_ptr_null(tfp_tokens_find(&t, h));
+    tfp_auth_cert_hash("CN=Alice,O=ml", h);         /* exact: case counts */
+    ck_assert_ptr_null(tfp_tokens_find(&t, h));
+    tfp_auth_cert_hash("CN=Bob Smith,O=ml", h);
+    ck_assert_str_eq(tfp_tokens_find(&t, h)->principal, "bob");
+    tfp_auth_cert_hash("CN=\\#hash,O=ml", h);
+    const tfp_token_t *c = tfp_tokens_find(&t, h);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_str_eq(c->principal, "carol");
+    ck_assert_uint_eq(c->ngrants, 1);
+    tfp_tokens_free(&t);
+    ck_assert_uint_eq(t.ncerts, 0);
+}
+END_TEST
+
+/* How a subject DN is spelled in the file: spaces (escaped or not) and control bytes as \XX,
+ * escape pairs kept whole, so two different subjects never share a key. */
+START_TEST(test_cert_spelling)
+{
+    static const struct {
+        const char *dn, *file;
+    } same[] = {
+        {"CN=a b,O=ml", "cert:CN=a\\20b,O=ml"},
+        {"CN=\\ a,O=ml", "cert:CN=\\20a,O=ml"},           /* RFC 4514's escaped leading space */
+        {"CN=a\\ ", "cert:CN=a\\20"},
+        {"CN=a\tb", "cert:CN=a\\09b"},
+        {"CN=a\\,b", "cert:CN=a\\,b"},
+        {"CN=a\\\\b", "cert:CN=a\\\\b"},
+        {"CN=\xc3\xa9t\xc3\xa9", "cert:CN=\xc3\xa9t\xc3\xa9"},
+        {"CN=x\x7f", "cert:CN=x\\7F"},
+    };
+    uint8_t h[TFP_AUTH_HASH_LEN], w[TFP_AUTH_HASH_LEN];
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        tfp_auth_cert_hash(same[i].dn, h);
+        tfp_auth_hash(same[i].file, strlen(same[i].file), w);
+        ck_assert_msg(memcmp(h, w, sizeof h) == 0, "case %zu: %s", i, same[i].file);
+    }
+    /* a literal backslash before "20" is not a space */
+    uint8_t sp[TFP_AUTH_HASH_LEN];
+    tfp_auth_cert_hash("CN=a b", sp);
+    tfp_auth_cert_hash("CN=a\\\\20b", h);
+    ck_assert(memcmp(h, sp, sizeof h) != 0);
+    tfp_auth_cert_hash("CN=a\\ ", sp);                /* escaped trailing space */
+    tfp_auth_cert_hash("CN=a\\\\20", h);             /* a backslash, then "20" */
+    ck_assert(memcmp(h, sp, sizeof h) != 0);
+}
+END_TEST
+
+/* A bad cert: line is an error naming its line, like a bad token line. */
+START_TEST(test_cert_errors)
+{
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"cert: alice read:x\n", "line 1: cert: needs a subject DN"},
+        {"tok a read:x\ncert:alice alice read:x\n", "line 2: cert: needs a subject DN"},
+        {"cert:CN=a\\ alice read:x\n", "line 1: cert: needs a subject DN"},
+        {"cert:CN=a\n", "line 1: a certificate needs a principal"},
+        {"cert:CN=a alice\n", "line 1: principal alice has no rights"},
+        {"cert:CN=a al/ice read:x\n", "line 1: the principal must match"},
+        {"cert:CN=a alice rede:x\n", "line 1: unknown right 'rede'"},
+        {"cert:CN=a alice read:x\n\ncert:CN=a bob read:y\n",
+         "line 3: this certificate subject is given on an earlier line (1)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tfp_tokens_t t;
+        tfp_err_t err = {0};
+        ck_assert_int_eq(parse(cases[i].text, &t, &err), TFP_EINVAL);
+        ck_assert_msg(strstr(err.msg, cases[i].want), "case %zu: '%s'", i, err.msg);
+        ck_assert_uint_eq(t.n, 0);
+    }
+    char big[TFP_AUTH_MAX_SUBJECT + 64] = "cert:CN=";
+    memset(big + 8, 'x', TFP_AUTH_MAX_SUBJECT - 3);
+    strcpy(big + 8 + TFP_AUTH_MAX_SUBJECT - 3, " a read:x");
+    tfp_tokens_t t;
+    tfp_err_t err = {0};
+    ck_assert_int_eq(parse(big, &t, &err), TFP_OK);             /* 1024 bytes: the most */
+    tfp_tokens_free(&t);
+    memset(big + 8, 'x', TFP_AUTH_MAX_SUBJECT - 2);
+    strcpy(big + 8 + TFP_AUTH_MAX_SUBJECT - 2, " a read:x");
+    ck_assert_int_eq(parse(big, &t, &err), TFP_EINVAL);
+}
+END_TEST
+
+/* A bearer token decides; without one a verified certificate; a bad one is said so. */
+START_TEST(test_http_op_cert)
+{
+    tfp_http_req_t in = {.method = "GET", .path = "/v1/tensors/w", .content_length = -1,
+                         .cert_subject = "CN=alice,O=ml"};
+    tfp_op_t op;
+    tfp_op_err_t e;
+    uint8_t h[TFP_AUTH_HASH_LEN];
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_int_eq(op.who.cred, TFP_CRED_CERT);
+    tfp_auth_cert_hash("CN=alice,O=ml", h);
+    ck_assert_mem_eq(op.who.token_hash, h, 32);
+    in.authorization = "Bearer s3cret";
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_int_eq(op.who.cred, TFP_CRED_BEARER);
+    tfp_auth_hash("s3cret", 6, h);
+    ck_assert_mem_eq(op.who.token_hash, h, 32);
+    in.authorization = "Basic x";                   /* sent, and bad: no fall back */
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_int_eq(op.who.cred, TFP_CRED_BAD);
+    in.authorization = NULL;
+    in.cert_subject = NULL;
+    in.cert_bad = 1;
+    ck_assert_int_eq(tfp_http_op_parse(&in, &op, &e), TFP_OK);
+    ck_assert_int_eq(op.who.cred, TFP_CRED_CERT_BAD);
+}
+END_TEST
+
 /* The HELLO proof: bound to both the bearer token and the upgrade token; the split accepts
  * "boot_id netns" alone or with exactly 64 lowercase hex digits after one more space. */
 START_TEST(test_hello_proof)
@@ -296,6 +439,10 @@ Suite *suite_auth(void)
     tcase_add_test(tc, test_bearer);
     tcase_add_test(tc, test_http_op);
     tcase_add_test(tc, test_hello_proof);
+    tcase_add_test(tc, test_cert_lines);
+    tcase_add_test(tc, test_cert_spelling);
+    tcase_add_test(tc, test_cert_errors);
+    tcase_add_test(tc, test_http_op_cert);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,8 +7,14 @@
  * UCX) and with TFETCH_CA_FILE; no CA file, an expired and a self-signed certificate refused
  * with TF_ECONNECT and libcurl's reason; plain http to the TLS port refused at once and the
  * daemon still serving; a bearer token over https (401 without it); tls-cert alone, an
- * unreadable and a broken file refusing to start with a message naming the setting. Each
- * test runs in its own forked process (Check), so the directory and daemon are per test.
+ * unreadable and a broken file refusing to start with a message naming the setting. mTLS
+ * (tls-client-ca): client certificates for alice and bob by the CA, one with alice's subject
+ * by a second CA, an expired one of alice's; curl --cert acting as the principal of alice's
+ * cert: line with its rights (403 outside them, a token deciding when sent), the other CA's,
+ * the expired and the server's own certificate refused with 401, no certificate and no
+ * token 401, libtfetch's tf_client_set_cert, TFETCH_CERT and tfetch --cert, a cert: line
+ * removed and SIGHUP then 401, and tls-client-ca's bad settings refused at start. Each test
+ * runs in its own forked process (Check), so the directory and daemon are per test.
  */
 #include "config.h"
 #include "tests/suites.h"
@@ -44,9 +50,9 @@ static void sh(const char *cmd)
     ck_assert_msg(rc == 0, "'%s' failed (%d): %s", cmd, rc, o);
 }
 
-/* A key NAME.key and a certificate NAME.pem from template NAME.tmpl, signed by the CA (or
- * self-signed when ca is 0). */
-static void make_cert(const char *name, const char *tmpl, int ca)
+/* A key NAME.key and a certificate NAME.pem from template NAME.tmpl, signed by the CA whose
+ * files are CA.pem and CA.key (or self-signed when ca is NULL). */
+static void make_cert(const char *name, const char *tmpl, const char *ca)
 {
     char t[64], cmd[1024];
     snprintf(t, sizeof t, "%s.tmpl", name);
@@ -56,8 +62,8 @@ static void make_cert(const char *name, const char *tmpl, int ca)
     sh(cmd);
     if (ca)
         snprintf(cmd, sizeof cmd, "cd %s && certtool --generate-certificate --load-privkey "
-                 "%s.key --load-ca-certificate ca.pem --load-ca-privkey ca.key --template %s.tmpl "
-                 "--outfile %s.pem 2>&1", dir, name, name, name);
+                 "%s.key --load-ca-certificate %s.pem --load-ca-privkey %s.key --template %s.tmpl "
+                 "--outfile %s.pem 2>&1", dir, name, ca, ca, name, name);
     else
         snprintf(cmd, sizeof cmd, "cd %s && certtool --generate-self-signed --load-privkey %s.key "
                  "--template %s.tmpl --outfile %s.pem 2>&1", dir, name, name, name);
@@ -71,21 +77,38 @@ static void make_certs(void)
     char o[256];
     ck_assert_msg(td_run("command -v certtool", o, sizeof o) == 0,
                   "certtool not found: install gnutls-bin (scripts/tf-dev)");
-    make_cert("ca", "cn = \"tfetch test CA\"\nca\ncert_signing_key\nexpiration_days = 30\n", 0);
+    make_cert("ca", "cn = \"tfetch test CA\"\nca\ncert_signing_key\nexpiration_days = 30\n",
+              NULL);
     make_cert("srv", "cn = \"127.0.0.1\"\nip_address = \"127.0.0.1\"\ntls_www_server\n"
-                     "expiration_days = 30\n", 1);
+                     "expiration_days = 30\n", "ca");
     make_cert("old", "cn = \"127.0.0.1\"\nip_address = \"127.0.0.1\"\ntls_www_server\n"
                      "activation_date = \"2020-01-01 00:00:00\"\n"
-                     "expiration_date = \"2021-01-01 00:00:00\"\n", 1);
+                     "expiration_date = \"2021-01-01 00:00:00\"\n", "ca");
     make_cert("self", "cn = \"127.0.0.1\"\nip_address = \"127.0.0.1\"\ntls_www_server\n"
-                      "expiration_days = 30\n", 0);
+                      "expiration_days = 30\n", NULL);
+}
+
+/* Client certificates: alice (CN=alice,O=ml) and bob by the CA; another CA's certificate
+ * with alice's very subject; an expired one of alice's by the CA. */
+static void make_client_certs(void)
+{
+    make_cert("ca2", "cn = \"another CA\"\nca\ncert_signing_key\nexpiration_days = 30\n", NULL);
+    make_cert("alice", "cn = \"alice\"\norganization = \"ml\"\ntls_www_client\n"
+                       "expiration_days = 30\n", "ca");
+    make_cert("bob", "cn = \"bob\"\norganization = \"ml\"\ntls_www_client\n"
+                     "expiration_days = 30\n", "ca");
+    make_cert("mallory", "cn = \"alice\"\norganization = \"ml\"\ntls_www_client\n"
+                         "expiration_days = 30\n", "ca2");
+    make_cert("alice-old", "cn = \"alice\"\norganization = \"ml\"\ntls_www_client\n"
+                           "activation_date = \"2020-01-01 00:00:00\"\n"
+                           "expiration_date = \"2021-01-01 00:00:00\"\n", "ca");
 }
 
 static const char *path(const char *name)
 {
-    static char p[4][128];
+    static char p[16][128];                 /* an argument list holds up to 16 */
     static int i;
-    i = (i + 1) % 4;
+    i = (i + 1) % 16;
     snprintf(p[i], sizeof p[i], "%s/%s", dir, name);
     return p[i];
 }
@@ -306,6 +329,193 @@ START_TEST(test_bearer_over_https)
 }
 END_TEST
 
+/* ---- client certificates (tls-client-ca) ------------------------------------------------ */
+
+/* The token file of the mTLS tests: alice by her certificate, bob by a token, an admin. */
+#define MTLS_TOKENS                                                                        \
+    "cert:CN=alice,O=ml alice read:alice.* write:alice.*   # alice's certificate\n"       \
+    "tk-bob bob read:bob.* write:bob.*\n"                                                 \
+    "tk-adm adm admin:*\n"
+
+/* Starts tfetchd with the server certificate, tls-client-ca ca.pem and the token file. */
+static void start_mtls(void)
+{
+    make_certs();
+    make_client_certs();
+    write_file("tokens", MTLS_TOKENS);
+    const char *args[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("srv.key"),
+                          "--tls-client-ca", path("ca.pem"), "--auth-tokens", path("tokens"),
+                          NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    snprintf(base, sizeof base, "https://127.0.0.1:%u", D.port);
+}
+
+/* curl's arguments: the CA, client certificate NAME (NULL: none), then more. */
+static const char *as(const char *name, const char *more)
+{
+    static char a[1024];
+    int n = snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
+    if (name)
+        n += snprintf(a + n, sizeof a - (size_t)n, " --cert %s.pem --key %s.key", path(name),
+                      path(name));
+    snprintf(a + n, sizeof a - (size_t)n, " %s", more ? more : "");
+    return a;
+}
+
+#define PUT_ARGS "-X PUT --data-binary abcdefgh -H 'Content-Type: application/octet-stream' " \
+                 "-H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2'"
+
+/* tfetch_auth_failures_total{reason="R"}, read with the admin token. */
+static long auth_failures(const char *reason)
+{
+    char o[65536], want[96];
+    ck_assert_int_eq(curl(as(NULL, "-H 'Authorization: Bearer tk-adm'"), "/metrics", o, sizeof o),
+                     200);
+    snprintf(want, sizeof want, "tfetch_auth_failures_total{reason=\"%s\"} ", reason);
+    const char *p = strstr(o, want);
+    ck_assert_msg(p != NULL, "no %s in %s", want, o);
+    return atol(p + strlen(want));
+}
+
+/* curl with alice's certificate acts as alice, with alice's rights; a token, when sent,
+ * decides instead. */
+START_TEST(test_mtls_curl_principal)
+{
+    start_mtls();
+    char o[8192];
+    int st = curl(as("alice", PUT_ARGS), "/v1/tensors/alice.w", o, sizeof o);
+    ck_assert_msg(st == 201 || st == 200 || st == 204, "%d %s", st, o);
+    ck_assert_int_eq(curl(as("alice", "-H 'Accept: application/octet-stream'"),
+                          "/v1/tensors/alice.w", o, sizeof o), 200);
+    ck_assert_msg(strncmp(o, "abcdefgh", 8) == 0, "%s", o);
+    /* outside her prefix: 403 naming her */
+    ck_assert_int_eq(curl(as("alice", PUT_ARGS), "/v1/tensors/bob.w", o, sizeof o), 403);
+    ck_assert_msg(strstr(o, "principal alice has no write right on 'bob.w'"), "%s", o);
+    ck_assert_int_eq(curl(as("alice", NULL), "/v1/tensors", o, sizeof o), 200);
+    ck_assert_msg(strstr(o, "alice.w"), "%s", o);
+    /* a token decides: alice's certificate with bob's token is bob (no read on alice.*) */
+    ck_assert_int_eq(curl(as("alice", "-H 'Authorization: Bearer tk-bob'"),
+                          "/v1/tensors/alice.w", o, sizeof o), 403);
+    ck_assert_msg(strstr(o, "principal bob has no read right"), "%s", o);
+    /* and a bad token is not rescued by the certificate */
+    ck_assert_int_eq(curl(as("alice", "-H 'Authorization: Bearer tk-nobody'"),
+                          "/v1/tensors/alice.w", o, sizeof o), 401);
+    ck_assert_msg(strstr(o, "unknown token"), "%s", o);
+    /* a verified certificate without a cert: line: 401, counted like an unknown token */
+    long before = auth_failures("unknown");
+    ck_assert_int_eq(curl(as("bob", NULL), "/v1/tensors/bob.w", o, sizeof o), 401);
+    ck_assert_msg(strstr(o, "no cert: line"), "%s", o);
+    ck_assert_int_eq(auth_failures("unknown"), before + 1);
+    stop_clean();
+}
+END_TEST
+
+/* Another CA's certificate with alice's very subject, or her expired one, or the server's
+ * own (the right CA, but not a client certificate): never alice. */
+START_TEST(test_mtls_other_ca_refused)
+{
+    start_mtls();
+    char o[8192];
+    ck_assert_int_eq(curl(as("alice", PUT_ARGS), "/v1/tensors/alice.w", o, sizeof o), 201);
+    const char *impostors[] = {"mallory", "alice-old", "srv"};
+    for (size_t i = 0; i < sizeof impostors / sizeof *impostors; i++) {
+        long before = auth_failures("unknown");
+        int st = curl(as(impostors[i], NULL), "/v1/tensors/alice.w", o, sizeof o);
+        ck_assert_msg(st == 401 && strstr(o, "does not verify against tls-client-ca"),
+                      "%s: %d %s", impostors[i], st, o);
+        ck_assert_int_eq(auth_failures("unknown"), before + 1);
+    }
+    /* no certificate and no token */
+    ck_assert_int_eq(curl(as(NULL, NULL), "/v1/tensors/alice.w", o, sizeof o), 401);
+    ck_assert_msg(strstr(o, "needs Authorization: Bearer"), "%s", o);
+    /* still a token server: bob's token over the same port */
+    ck_assert_int_eq(curl(as(NULL, "-H 'Authorization: Bearer tk-bob'"), "/v1/tensors", o,
+                          sizeof o), 200);
+    stop_clean();
+}
+END_TEST
+
+/* libtfetch: tf_client_set_cert puts and gets as alice; NULL takes it away (401, on the same
+ * client, so a kept connection does not carry it); TFETCH_CERT/TFETCH_KEY; tfetch --cert. */
+START_TEST(test_mtls_libtfetch)
+{
+    start_mtls();
+    unsetenv("TFETCH_CERT");
+    unsetenv("TFETCH_KEY");
+    float v[2] = {5, 6};
+    tf_doc_t *in = small_doc(v), *got = NULL;
+    char url[128], other[128];
+    snprintf(url, sizeof url, "%s/v1/tensors/alice.lib", base);
+    snprintf(other, sizeof other, "%s/v1/tensors/bob.lib", base);
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_ca_file(c, path("ca.pem")), TF_OK);
+    ck_assert_int_eq(tf_put(c, url, in), TF_EUNAUTH);          /* no certificate yet */
+    ck_assert_int_eq(tf_client_set_cert(c, path("none.pem"), path("alice.key")), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_cert(c, path("alice.pem"), path("none.key")), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_cert(c, NULL, path("alice.key")), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_cert(c, path("alice.pem"), path("alice.key")), TF_OK);
+    ck_assert_int_eq(tf_put(c, url, in), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    ck_assert_mem_eq(tf_doc_at(got, 0)->data, v, sizeof v);
+    tf_doc_free(got);
+    got = NULL;
+    ck_assert_int_eq(tf_put(c, other, in), TF_EFORBIDDEN);
+    ck_assert_int_eq(tf_client_set_cert(c, NULL, NULL), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EUNAUTH);
+    tf_client_free(c);
+    /* the environment */
+    setenv("TFETCH_CA_FILE", path("ca.pem"), 1);
+    setenv("TFETCH_CERT", path("alice.pem"), 1);
+    setenv("TFETCH_KEY", path("alice.key"), 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    got = NULL;
+    tf_client_free(c);
+    setenv("TFETCH_CERT", path("none.pem"), 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EINVAL);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "TFETCH_CERT"), "%s",
+                  tf_client_last(c)->error);
+    tf_client_free(c);
+    unsetenv("TFETCH_CERT");
+    unsetenv("TFETCH_KEY");
+    unsetenv("TFETCH_CA_FILE");
+    tf_doc_free(in);
+    /* the CLI */
+    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./client/tfetch";
+    char cmd[1024], o[4096];
+    snprintf(cmd, sizeof cmd, "%s --cacert %s --cert %s --key %s ls %s 2>&1", cli, path("ca.pem"),
+             path("alice.pem"), path("alice.key"), base);
+    ck_assert_int_eq(td_run(cmd, o, sizeof o), 0);
+    ck_assert_msg(strstr(o, "alice.lib"), "%s", o);
+    snprintf(cmd, sizeof cmd, "%s --cacert %s ls %s 2>&1", cli, path("ca.pem"), base);
+    ck_assert_int_ne(td_run(cmd, o, sizeof o), 0);
+    ck_assert_msg(strstr(o, "401"), "%s", o);
+    stop_clean();
+}
+END_TEST
+
+/* Revoking a certificate: its cert: line removed and SIGHUP, and it gets 401 from then on. */
+START_TEST(test_mtls_revoked_on_sighup)
+{
+    start_mtls();
+    char o[8192], cmd[512];
+    ck_assert_int_eq(curl(as("alice", NULL), "/v1/tensors", o, sizeof o), 200);
+    write_file("tokens", "tk-bob bob read:bob.* write:bob.*\ntk-adm adm admin:*\n");
+    kill(D.pid, SIGHUP);
+    snprintf(cmd, sizeof cmd, "for i in $(seq 600); do grep -q 'read again: 2 tokens, 0 "
+             "certificate subjects' %s && exit 0; sleep 0.05; done; exit 1", D.log_path);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    ck_assert_int_eq(curl(as("alice", NULL), "/v1/tensors", o, sizeof o), 401);
+    ck_assert_msg(strstr(o, "no cert: line"), "%s", o);
+    ck_assert_int_eq(curl(as(NULL, "-H 'Authorization: Bearer tk-bob'"), "/v1/tensors", o,
+                          sizeof o), 200);
+    stop_clean();
+}
+END_TEST
+
 /* A start that must fail; the daemon's log must hold want. */
 static void start_fails(const char *const *args, const char *want)
 {
@@ -341,6 +551,30 @@ START_TEST(test_bad_settings_refused_at_start)
     const char *mismatch[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("self.key"), NULL};
     snprintf(want, sizeof want, "tls-cert %s", path("srv.pem"));
     start_fails(mismatch, want);
+    /* tls-client-ca: only with HTTPS and a token file, and a readable PEM file */
+    write_file("tokens", MTLS_TOKENS);
+    const char *ca_alone[] = {"--tls-client-ca", path("ca.pem"), "--auth-tokens", path("tokens"),
+                              NULL};
+    start_fails(ca_alone, "tls-client-ca is set without tls-cert and tls-key");
+    const char *ca_noauth[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("srv.key"),
+                               "--tls-client-ca", path("ca.pem"), NULL};
+    start_fails(ca_noauth, "tls-client-ca is set without auth-tokens");
+    const char *ca_missing[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("srv.key"),
+                                "--tls-client-ca", path("none.pem"), "--auth-tokens",
+                                path("tokens"), NULL};
+    snprintf(want, sizeof want, "tls-client-ca %s: No such file", path("none.pem"));
+    start_fails(ca_missing, want);
+    const char *ca_junk[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("srv.key"),
+                             "--tls-client-ca", path("junk.pem"), "--auth-tokens",
+                             path("tokens"), NULL};
+    snprintf(want, sizeof want, "tls-client-ca %s: not a PEM file", path("junk.pem"));
+    start_fails(ca_junk, want);
+    /* a cert: line that does not parse stops the start like a bad token line */
+    write_file("tokens", "cert:alice alice read:*\n");
+    const char *bad_line[] = {"--tls-cert", path("srv.pem"), "--tls-key", path("srv.key"),
+                              "--tls-client-ca", path("ca.pem"), "--auth-tokens",
+                              path("tokens"), NULL};
+    start_fails(bad_line, "line 1: cert: needs a subject DN");
     cleanup();
 }
 END_TEST
@@ -409,6 +643,10 @@ Suite *suite_tls(void)
     tcase_add_test(tc, test_plain_http_refused);
     tcase_add_test(tc, test_bearer_over_https);
     tcase_add_test(tc, test_bad_settings_refused_at_start);
+    tcase_add_test(tc, test_mtls_curl_principal);
+    tcase_add_test(tc, test_mtls_other_ca_refused);
+    tcase_add_test(tc, test_mtls_libtfetch);
+    tcase_add_test(tc, test_mtls_revoked_on_sighup);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("ucxtrust");

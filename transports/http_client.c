@@ -76,6 +76,7 @@ struct tfx_hc {
     tfx_hc_req_t *running;             /* doubly linked list of started requests */
     int nrunning;
     char *ca_file;                     /* CURLOPT_CAINFO; NULL: libcurl's default store */
+    char *cert_file, *key_file;        /* CURLOPT_SSLCERT, CURLOPT_SSLKEY; NULL: none */
 };
 
 /* ---- libcurl global init ----------------------------------------------------------------- */
@@ -590,6 +591,8 @@ void tfx_hc_free(tfx_hc_t *hc)
         tfx_hc_cancel(hc, hc->running);
     curl_multi_cleanup(hc->multi);
     free(hc->ca_file);
+    free(hc->cert_file);
+    free(hc->key_file);
     free(hc);
 }
 
@@ -602,6 +605,22 @@ tfx_hc_status_t tfx_hc_set_ca_file(tfx_hc_t *hc, const char *path)
         return TFX_HC_ENOMEM;
     free(hc->ca_file);
     hc->ca_file = p;
+    return TFX_HC_OK;
+}
+
+tfx_hc_status_t tfx_hc_set_client_cert(tfx_hc_t *hc, const char *cert, const char *key)
+{
+    if (!hc)
+        return TFX_HC_EINVAL;
+    char *c = NULL, *k = NULL;
+    if (cert && (!(c = strdup(cert)) || (key && !(k = strdup(key))))) {
+        free(c);
+        return TFX_HC_ENOMEM;
+    }
+    free(hc->cert_file);
+    free(hc->key_file);
+    hc->cert_file = c;
+    hc->key_file = k;
     return TFX_HC_OK;
 }
 
@@ -702,6 +721,10 @@ tfx_hc_status_t tfx_hc_start(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_done_fn don
         return st;
     /* Verification stays on (libcurl's default); only the trusted CAs can change. */
     if (hc->ca_file && curl_easy_setopt(req->easy, CURLOPT_CAINFO, hc->ca_file) != CURLE_OK)
+        return TFX_HC_EINVAL;
+    if (hc->cert_file && (curl_easy_setopt(req->easy, CURLOPT_SSLCERT, hc->cert_file) != CURLE_OK ||
+                          (hc->key_file && curl_easy_setopt(req->easy, CURLOPT_SSLKEY,
+                                                            hc->key_file) != CURLE_OK)))
         return TFX_HC_EINVAL;
     req->t0_ns = tfx_now_ns();
     if (curl_multi_add_handle(hc->multi, req->easy) != CURLM_OK)

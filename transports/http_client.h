@@ -92,6 +92,10 @@ tfx_hc_status_t tfx_hc_set_max_host_connections(tfx_hc_t *hc, long n);
  * system's store (CURLOPT_CAINFO); NULL: the system's store again. Verification of the
  * peer and its host name is always on. For requests started from now on. */
 tfx_hc_status_t tfx_hc_set_ca_file(tfx_hc_t *hc, const char *path);
+/* https: present the PEM client certificate in cert and its PEM private key in key (both
+ * copied; key NULL: the key is in cert) when a server asks (CURLOPT_SSLCERT, CURLOPT_SSLKEY);
+ * cert NULL: none. For requests started from now on. */
+tfx_hc_status_t tfx_hc_set_client_cert(tfx_hc_t *hc, const char *cert, const char *key);
 /* Cancels every unfinished request (their callbacks run with TFX_HC_ECANCELED), then frees. */
 void tfx_hc_free(tfx_hc_t *hc);
 /* Starts req. On TFX_HC_OK, done runs exactly once later; on an error it never runs. A request

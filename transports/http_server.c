@@ -9,7 +9,9 @@
  * Suspension is guarded by a per-request mutex so that a wake-up arriving before MHD has
  * suspended the connection is not lost: handle simply runs again. Connections are
  * admitted, timed and cut off by the guard (http_guard.c), fed from MHD's accept policy and
- * connection notices; tfx_http_tick sweeps it.
+ * connection notices; tfx_http_tick sweeps it. With a client CA, a request that sends no
+ * Authorization header has its TLS peer verified (GnuTLS, on the connection's session) and
+ * the verified certificate's subject goes into the operation.
  *
  * Threads: MHD's thread pool runs every callback; tfx_req_resume may come from any thread.
  */
@@ -28,6 +30,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -112,9 +116,53 @@ static size_t header_bytes(const tfx_req_t *r)
     return sum;
 }
 
+/* The TLS client certificate of r's connection: 1 with its subject DN (RFC 4514) in subj, when
+ * it verifies against the client CAs (chain, dates, and a key purpose that allows a TLS
+ * client); 0 when none was sent; -1 when one was sent that does not verify, or whose subject
+ * does not fit. Verified on each call: the session is MHD's, and a request is cheap next to a
+ * handshake. */
+static int peer_subject(const tfx_req_t *r, char *subj, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(HR(r)->conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (!ci || !ci->tls_session)
+        return 0;
+    gnutls_session_t ss = (gnutls_session_t)ci->tls_session;
+    unsigned n = 0;
+    const gnutls_datum_t *chain = gnutls_certificate_get_peers(ss, &n);
+    if (!chain || n == 0)
+        return 0;
+    gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
+                                     .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
+    unsigned status = 1;
+    if (gnutls_certificate_verify_peers(ss, &purpose, 1, &status) != GNUTLS_E_SUCCESS ||
+        status != 0)
+        return -1;
+    gnutls_x509_crt_t crt;
+    if (gnutls_x509_crt_init(&crt) != GNUTLS_E_SUCCESS)
+        return -1;
+    int rc = -1;
+    gnutls_datum_t dn = {NULL, 0};
+    if (gnutls_x509_crt_import(crt, &chain[0], GNUTLS_X509_FMT_DER) == GNUTLS_E_SUCCESS &&
+        gnutls_x509_crt_get_dn3(crt, &dn, 0) == GNUTLS_E_SUCCESS) {
+        if (dn.size > 0 && dn.size < cap && !memchr(dn.data, '\0', dn.size)) {
+            memcpy(subj, dn.data, dn.size);
+            subj[dn.size] = '\0';
+            rc = 1;
+        }
+        gnutls_free(dn.data);
+    }
+    gnutls_x509_crt_deinit(crt);
+    return rc;
+}
+
 /* The operation the request line and headers ask for, into r->op (or why not, r->op_err). */
 static void parse_op(tfx_req_t *r, const char *method, const char *url)
 {
+    char subj[2048];
+    int cert = 0;                   /* a bearer token decides: a certificate only without one */
+    if (HR(r)->srv->cfg.tls_client_ca_pem && !header(r, "Authorization"))
+        cert = peer_subject(r, subj, sizeof subj);
     tfp_http_req_t in = {
         .method = method,
         .path = url,
@@ -135,6 +183,8 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .user = header(r, "Tfetch-User"),
         .user_principal = header(r, "Tfetch-User-Principal"),
         .authorization = header(r, "Authorization"),
+        .cert_subject = cert > 0 ? subj : NULL,
+        .cert_bad = cert < 0,
         .request_id = header(r, "Tfetch-Request-Id"),
         .ttl = header(r, "Tfetch-TTL"),
         .worker_secret = header(r, "Tfetch-Worker-Secret"),
@@ -611,10 +661,14 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
         tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cfg->tls_cert_pem,
         MHD_OPTION_HTTPS_MEM_KEY, cfg->tls_key_pem,
         MHD_OPTION_HTTPS_PRIORITIES, TFX_TLS_PRIORITIES,
+        /* a client certificate is asked for (not required: a bearer token may be sent) */
+        cfg->tls_client_ca_pem ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END,
+        cfg->tls_client_ca_pem,
         MHD_OPTION_END);
     if (!s->mhd && tls) {
-        tfp_err_set(err, TFP_EINVAL, "cannot start HTTPS on %s port %u (certificate or key "
-                    "not valid PEM, or they do not match)", cfg->listen_addr, (unsigned)cfg->port);
+        tfp_err_set(err, TFP_EINVAL, "cannot start HTTPS on %s port %u (certificate, key or "
+                    "client CA not valid PEM, or the key does not match)", cfg->listen_addr,
+                    (unsigned)cfg->port);
         tfx_guard_free(s->guard);
         free(s);
         return NULL;

@@ -37,6 +37,9 @@ typedef struct {
     uint64_t max_body;              /* the largest document body announced (tfp_http_req_t) */
     const char *tls_cert_pem;       /* both set: serve HTTPS (TLS 1.2/1.3) with this PEM */
     const char *tls_key_pem;        /* certificate chain and key; NULL: plain HTTP */
+    const char *tls_client_ca_pem;  /* with TLS: ask for a client certificate and verify it
+                                     * against these PEM CAs (tfp_http_req_t.cert_subject);
+                                     * NULL: none asked for */
 } tfx_http_config_t;
 
 typedef tfx_handlers_t tfx_http_handlers_t;

@@ -10,6 +10,7 @@ completed through either.
 """
 import ctypes
 import json
+import os
 import threading
 import urllib.parse
 import weakref
@@ -31,7 +32,7 @@ class Client(FeedCalls):
     """A connection to tfetchd servers, kept open and reused.
 
     Client(url=None, user=None, transport=None, timeout=60.0, format="safetensors",
-           max_connections=None, max_body=None, token=None)
+           max_connections=None, max_body=None, token=None, cert=None, key=None)
 
     url: the base of the server that names resolve against (http://host:port); methods
       also take full URLs (http://host:port/v1/tensors/NAME).
@@ -46,6 +47,10 @@ class Client(FeedCalls):
     format: "safetensors" (any document) or "shumai" (stock Shumai's one-F32 format).
     token: the bearer token sent as Authorization with every request, for a tfetchd run
       with auth-tokens; None: $TFETCH_TOKEN when set. Never shown by repr.
+    cert, key: https: the PEM client certificate presented to a tfetchd run with
+      tls-client-ca, and its PEM private key (key None: in the cert file); without a token
+      the server serves requests as the principal the certificate's subject maps to.
+      None: $TFETCH_CERT and $TFETCH_KEY when set.
 
     Blocking: get, put, call, delete, list, info, upgrade, transport_info.
     Asynchronous (asyncio, many in flight): aget, aput, acall, adelete, alist, ainfo.
@@ -59,7 +64,7 @@ class Client(FeedCalls):
 
     def __init__(self, url=None, user=None, transport=None, timeout=60.0,
                  format="safetensors", max_connections=None, max_body=None, token=None,
-                 upgrade=None):
+                 upgrade=None, cert=None, key=None):
         if transport is not None and transport not in _lib.TRANSPORTS:
             raise ValueError("tfetch: transport must be one of %s" % ", ".join(_lib.TRANSPORTS))
         if upgrade is not None and upgrade not in _lib.UPGRADES:
@@ -75,6 +80,9 @@ class Client(FeedCalls):
         self.max_connections = max_connections
         self.max_body = max_body
         self._token = token
+        if key is not None and cert is None:
+            raise ValueError("tfetch: key needs cert")
+        self._cert = (cert, key)
         self._lock = threading.Lock()
         self._feeds = weakref.WeakSet()          # the _Core of every attached feed
         self._last = None
@@ -100,6 +108,13 @@ class Client(FeedCalls):
                 if st != 0:         # the token itself is not repeated
                     raise error_for(st, "bad token (expected [A-Za-z0-9-._~+/]+ then '='s, "
                                     "at most 512 characters)")
+            if self._cert[0] is not None:
+                cert, key = self._cert
+                st = lib.tf_client_set_cert(c, os.fsencode(cert),
+                                            None if key is None else os.fsencode(key))
+                if st != 0:
+                    raise error_for(st, "cannot read the client certificate %r or its key %r"
+                                    % (cert, key))
             lib.tf_client_set_timeout(c, _seconds_to_ms(self.timeout))
             if self.transport is not None:
                 lib.tf_client_set_transport(c, _lib.TRANSPORTS[self.transport])

@@ -107,6 +107,7 @@ _PROTOS = {
     "tf_client_free": (None, [_P]),
     "tf_client_set_user": (c_int, [_P, c_char_p]),
     "tf_client_set_token": (c_int, [_P, c_char_p]),
+    "tf_client_set_cert": (c_int, [_P, c_char_p, c_char_p]),
     "tf_client_set_request_id": (c_int, [_P, c_char_p]),
     "tf_client_set_timeout": (None, [_P, c_long]),
     "tf_client_set_max_body": (None, [_P, c_uint64]),

@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -668,6 +669,69 @@ class TestAuth(unittest.TestCase):
         with self.assertRaises(tfetch.Error) as e:
             tfetch.Client(self.d.base, token="not a token")
         self.assertNotIn("not a token", str(e.exception))
+
+
+class TestClientCert(unittest.TestCase):
+    """Client(cert=..., key=...) against tfetchd --tls-client-ca: the certificate's principal."""
+
+    def cert(self, name, tmpl, ca=None):
+        d = self.dir.name
+        with open(os.path.join(d, name + ".tmpl"), "w") as f:
+            f.write(tmpl)
+        run = lambda *a: subprocess.run(a, cwd=d, check=True, capture_output=True)
+        run("certtool", "--generate-privkey", "--key-type=ecdsa", "--outfile", name + ".key")
+        if ca:
+            run("certtool", "--generate-certificate", "--load-privkey", name + ".key",
+                "--load-ca-certificate", ca + ".pem", "--load-ca-privkey", ca + ".key",
+                "--template", name + ".tmpl", "--outfile", name + ".pem")
+        else:
+            run("certtool", "--generate-self-signed", "--load-privkey", name + ".key",
+                "--template", name + ".tmpl", "--outfile", name + ".pem")
+        return os.path.join(d, name + ".pem"), os.path.join(d, name + ".key")
+
+    def setUp(self):
+        if not shutil.which("certtool"):
+            self.skipTest("certtool not found (gnutls-bin)")
+        self.dir = tempfile.TemporaryDirectory(prefix="tfetch-py-mtls-")
+        ca, _ = self.cert("ca", 'cn = "py CA"\nca\ncert_signing_key\nexpiration_days = 30\n')
+        srv, srv_key = self.cert("srv", 'cn = "127.0.0.1"\nip_address = "127.0.0.1"\n'
+                                 'tls_www_server\nexpiration_days = 30\n', "ca")
+        self.alice = self.cert("alice", 'cn = "alice"\norganization = "ml"\ntls_www_client\n'
+                               'expiration_days = 30\n', "ca")
+        tokens = os.path.join(self.dir.name, "tokens")
+        with open(tokens, "w") as f:
+            f.write("cert:CN=alice,O=ml alice read:alice.* write:alice.*\n")
+        self.d = Daemon("--tls-cert", srv, "--tls-key", srv_key, "--tls-client-ca", ca,
+                        "--auth-tokens", tokens)
+        self.env = {k: os.environ.pop(k, None) for k in ("TFETCH_CA_FILE", "TFETCH_CERT",
+                                                         "TFETCH_KEY", "TFETCH_TOKEN")}
+        os.environ["TFETCH_CA_FILE"] = ca
+
+    def tearDown(self):
+        self.d.stop()
+        for k, v in self.env.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+        self.dir.cleanup()
+
+    def test_cert(self):
+        arr = np.arange(4, dtype=np.float32)
+        cert, key = self.alice
+        with tfetch.Client(self.d.base, cert=cert, key=key) as c:
+            c.put("alice.x", {"t": arr})
+            self.assertTrue(np.array_equal(c.get("alice.x")["t"], arr))
+            with self.assertRaises(tfetch.Error) as e:
+                c.put("bob.x", {"t": arr})
+            self.assertEqual(e.exception.name, "TF_EFORBIDDEN")
+        with tfetch.Client(self.d.base) as c:
+            with self.assertRaises(tfetch.Error) as e:
+                c.get("alice.x")
+            self.assertEqual(e.exception.name, "TF_EUNAUTH")
+        with self.assertRaises(tfetch.Error):
+            tfetch.Client(self.d.base, cert=cert + ".missing", key=key)
+        with self.assertRaises(ValueError):
+            tfetch.Client(self.d.base, key=key)
 
 
 class TestReadme(Base):
