@@ -28,6 +28,10 @@
 #include "proto/jsonw.h"
 #include "transports/req.h"
 
+/* A setting SIGHUP may change while requests run (server.c's live_keys that sit in cfg):
+ * read with this, as the reload stores it atomically. */
+#define TFD_LIVE(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
 struct tfd_upgrade;
 
 /* The handlers' view of the daemon, set up by the server before its transports start. */

@@ -202,7 +202,7 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
         call->session = tfd_sessions_acquire(s->sessions, c->state_key);
         if (!call->session) {
             tfd_call_fail(call, TFP_EBUSY, "too many user sessions (max-sessions %u, all in use)",
-                          s->cfg->max_sessions);
+                          TFD_LIVE(s->cfg->max_sessions));
             respond_call(r, c);
             return;
         }

@@ -127,7 +127,7 @@ static int feed_wait(tfx_req_t *r, tfd_ctx_t *c, int what, unsigned dev, uint64_
     }
     if (armed == -1)
         api_fail(r, c, TFP_EBUSY, "too many waiting requests (max-waiters %u)",
-                 c->api->cfg->max_waiters);
+                 TFD_LIVE(c->api->cfg->max_waiters));
     else
         api_fail(r, c, TFP_EBUSY, "the server is shutting down");
     return -1;

@@ -42,7 +42,7 @@ static int respond_view(tfx_req_t *r, tfd_ctx_t *c, const tfp_doc_t *doc,
         char *json;
         size_t len;
         tfp_err_t err;
-        if (tfp_jsonview_render(doc, c->api->cfg->json_max_elems, &json, &len, &err) != TFP_OK)
+        if (tfp_jsonview_render(doc, TFD_LIVE(c->api->cfg->json_max_elems), &json, &len, &err) != TFP_OK)
             api_fail(r, c, err.code, "%s", err.msg);
         else
             api_respond_text(r, 200, "application/json", json, len);
@@ -205,7 +205,7 @@ void api_handle_get(tfx_req_t *r, tfd_ctx_t *c)
         }
     } else if (armed == -1) {
         api_fail(r, c, TFP_EBUSY, "too many waiting requests (max-waiters %u)",
-                 s->cfg->max_waiters);
+                 TFD_LIVE(s->cfg->max_waiters));
     } else {
         api_fail(r, c, TFP_EBUSY, "the server is shutting down");
     }

@@ -151,7 +151,7 @@ static void flush(tfd_feed_t *f, const wakes_t *w)
 static int charge(tfd_feeds_t *fs, uint64_t bytes)
 {
     uint64_t was = atomic_fetch_add(&fs->bytes, bytes);
-    if (was + bytes > fs->lim.memory) {
+    if (was + bytes > __atomic_load_n(&fs->lim.memory, __ATOMIC_RELAXED)) {
         atomic_fetch_sub(&fs->bytes, bytes);
         return -1;
     }
@@ -204,6 +204,16 @@ static void ring_clear(tfd_feed_t *f)
 }
 
 /* ---- the registry ------------------------------------------------------------------------- */
+
+void tfd_feeds_set_limits(tfd_feeds_t *fs, uint64_t memory, unsigned max_feeds,
+                          unsigned feeds_per_user)
+{
+    pthread_mutex_lock(&fs->lock);
+    __atomic_store_n(&fs->lim.memory, memory, __ATOMIC_RELAXED);    /* charge reads it bare */
+    fs->lim.max_feeds = max_feeds;
+    fs->lim.feeds_per_user = feeds_per_user;
+    pthread_mutex_unlock(&fs->lock);
+}
 
 tfd_feeds_t *tfd_feeds_new(const tfd_feeds_limits_t *l)
 {
@@ -587,7 +597,7 @@ tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_r
         }
     if (charge(f->fs, total) != 0) {
         st = tfp_err_set(err, TFP_ENOSPACE, "feeds would hold more than feed-memory (%llu "
-                         "bytes)", (unsigned long long)f->fs->lim.memory);
+                         "bytes)", (unsigned long long)__atomic_load_n(&f->fs->lim.memory, __ATOMIC_RELAXED));
         goto done;
     }
     uint64_t now = tfx_now_ns(), rno = round ? ++f->rounds : 0;
@@ -815,7 +825,7 @@ tfp_status_t tfd_feed_outfeed_push(tfd_feed_t *f, unsigned dev, const char *prod
     }
     if (charge(f->fs, bytes) != 0) {
         st = tfp_err_set(err, TFP_ENOSPACE, "feeds would hold more than feed-memory (%llu "
-                         "bytes)", (unsigned long long)f->fs->lim.memory);
+                         "bytes)", (unsigned long long)__atomic_load_n(&f->fs->lim.memory, __ATOMIC_RELAXED));
         goto done;
     }
     size_t cap = (size_t)f->decl.outfeed_items;

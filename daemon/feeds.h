@@ -57,6 +57,10 @@ enum { TFD_FEED_IN, TFD_FEED_POP, TFD_FEED_OUT };
 void tfd_feed_key(char *buf, const char *feed, int what, unsigned dev);
 
 tfd_feeds_t *tfd_feeds_new(const tfd_feeds_limits_t *l);
+/* New limits while serving (SIGHUP): what is held over them stays; new items and feeds are
+ * refused until it fits. */
+void tfd_feeds_set_limits(tfd_feeds_t *fs, uint64_t memory, unsigned max_feeds,
+                          unsigned feeds_per_user);
 void tfd_feeds_free(tfd_feeds_t *fs);           /* NULL is a no-op */
 
 /* Declares name, owned by owner ("" for none). New: takes decl's contents (decl is left

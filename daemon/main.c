@@ -114,14 +114,15 @@ int main(int argc, char **argv)
         }
     }
 
-    if (cfg.drain_grace)
+    const tfd_config_t *now = tfd_server_config(srv);   /* drain settings as reloaded */
+    if (now->drain_grace)
         tfd_log(LOG_NOTICE, "stopping: /readyz now answers 503; serving for %u s more "
-                "(drain-grace) before the drain", cfg.drain_grace);
+                "(drain-grace) before the drain", now->drain_grace);
     tfd_log(LOG_NOTICE, "stopping: no new connections%s; finishing transfers in flight (up to "
-            "%u s)", cfg.drain_grace ? " after the grace period" : "", cfg.drain_timeout);
+            "%u s)", now->drain_grace ? " after the grace period" : "", now->drain_timeout);
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
     watchdog_on = wd_usec != 0;
-    unsigned left = tfd_server_drain(srv, cfg.drain_timeout, pet_watchdog);
+    unsigned left = tfd_server_drain(srv, now->drain_timeout, pet_watchdog);
     if (left)
         tfd_log(LOG_WARNING, "drain timeout: closing %u requests still in flight", left);
     tfd_server_free(srv);

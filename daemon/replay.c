@@ -213,10 +213,18 @@ out:
     pthread_mutex_unlock(&r->lock);
 }
 
+void tfd_replay_set_limits(tfd_replay_t *r, const tfd_replay_limits_t *lim)
+{
+    pthread_mutex_lock(&r->lock);
+    r->lim = *lim;
+    trim(r);                    /* lower bounds hold at once for finished answers */
+    pthread_mutex_unlock(&r->lock);
+}
+
 void tfd_replay_sweep(tfd_replay_t *r)
 {
-    time_t cutoff = (time_t)tfx_now_s() - (time_t)r->lim.window_s;
     pthread_mutex_lock(&r->lock);
+    time_t cutoff = (time_t)tfx_now_s() - (time_t)r->lim.window_s;
     entry_t *e, *tmp;
     HASH_ITER(hh, r->map, e, tmp) {
         if (e->done && e->at <= cutoff)

@@ -34,6 +34,8 @@ typedef struct {
 enum { TFD_REPLAY_NEW, TFD_REPLAY_DONE, TFD_REPLAY_WAIT, TFD_REPLAY_CONFLICT, TFD_REPLAY_FULL };
 
 tfd_replay_t *tfd_replay_new(const tfd_replay_limits_t *lim);
+/* New limits while serving (SIGHUP): finished answers beyond them are forgotten now. */
+void tfd_replay_set_limits(tfd_replay_t *r, const tfd_replay_limits_t *lim);
 void tfd_replay_free(tfd_replay_t *r);
 
 /* Looks up (user, id) for route:

@@ -62,7 +62,7 @@ static void begin_wait(tfd_ctx_t *c, uint64_t cap)
 static void begin_get(tfx_req_t *r, tfd_ctx_t *c)
 {
     (void)r;
-    begin_wait(c, c->api->cfg->max_wait_ms);
+    begin_wait(c, TFD_LIVE(c->api->cfg->max_wait_ms));
 }
 
 static void begin_poll(tfx_req_t *r, tfd_ctx_t *c)

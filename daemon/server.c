@@ -367,8 +367,17 @@ void tfd_server_reopen_logs(tfd_server_t *s)
 }
 
 /* The settings tfd_server_reload applies while serving. */
-static const char *const live_keys[] = {"log-level", "access-log", "store-memory",
-                                        "store-evict", "auth-tokens"};
+static const char *const live_keys[] = {
+    "log-level", "access-log", "store-memory", "store-evict", "auth-tokens",
+    "drain-timeout", "drain-grace", "max-wait", "max-waiters", "json-max-elements",
+    "session-ttl", "max-sessions", "session-user-memory", "session-memory",
+    "replay-window", "replay-entries", "replay-memory",
+    "feed-memory", "max-feeds", "feeds-per-user"};
+
+/* A live limit the request threads read: stored atomically (they load it so, TFD_LIVE). */
+#define SET_LIVE(s, n, field) __atomic_store_n(&(s)->cfg.field, (n)->field, __ATOMIC_RELAXED)
+
+static int is(const char *key, const char *a) { return strcmp(key, a) == 0; }
 
 typedef struct {
     tfd_server_t *s;
@@ -411,6 +420,35 @@ static void reload_one(const char *key, void *arg)
         }
         tfd_store_set_evict_lru(s->store, strcmp(n->store_evict, "lru") == 0);
         memcpy(s->cfg.store_evict, n->store_evict, sizeof s->cfg.store_evict);
+    } else if (is(key, "drain-timeout") || is(key, "drain-grace")) {
+        s->cfg.drain_timeout = n->drain_timeout;    /* read by the main thread, this one */
+        s->cfg.drain_grace = n->drain_grace;
+    } else if (is(key, "max-wait") || is(key, "json-max-elements")) {
+        SET_LIVE(s, n, max_wait_ms);
+        SET_LIVE(s, n, json_max_elems);
+    } else if (is(key, "max-waiters")) {
+        tfd_waiters_set_max(s->waiters, n->max_waiters);
+        SET_LIVE(s, n, max_waiters);
+    } else if (is(key, "session-ttl") || is(key, "max-sessions") ||
+               is(key, "session-user-memory") || is(key, "session-memory")) {
+        tfd_sessions_limits_t sl = {n->session_ttl, n->max_sessions, n->session_user_memory,
+                                    n->session_memory};
+        tfd_sessions_set_limits(s->sessions, &sl);
+        SET_LIVE(s, n, session_ttl);
+        SET_LIVE(s, n, max_sessions);
+        SET_LIVE(s, n, session_user_memory);
+        SET_LIVE(s, n, session_memory);
+    } else if (strncmp(key, "replay-", 7) == 0) {
+        tfd_replay_limits_t lim = {n->replay_window, n->replay_entries, n->replay_memory};
+        tfd_replay_set_limits(s->replay, &lim);
+        SET_LIVE(s, n, replay_window);
+        SET_LIVE(s, n, replay_entries);
+        SET_LIVE(s, n, replay_memory);
+    } else if (is(key, "feed-memory") || is(key, "max-feeds") || is(key, "feeds-per-user")) {
+        tfd_feeds_set_limits(s->feeds, n->feed_memory, n->max_feeds, n->feeds_per_user);
+        SET_LIVE(s, n, feed_memory);
+        SET_LIVE(s, n, max_feeds);
+        SET_LIVE(s, n, feeds_per_user);
     } else if (strcmp(key, "auth-tokens") == 0) {
         tfp_err_t e = {0};
         rl->auth_done = 1;
@@ -423,6 +461,11 @@ static void reload_one(const char *key, void *arg)
     }
     tfd_log(LOG_NOTICE, "SIGHUP: %s applied", key);
     rl->applied++;
+}
+
+const tfd_config_t *tfd_server_config(const tfd_server_t *s)
+{
+    return &s->cfg;
 }
 
 unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next)

@@ -16,6 +16,9 @@ typedef struct tfd_server tfd_server_t;
 
 tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err);
 uint16_t tfd_server_port(const tfd_server_t *s);
+/* The settings in force (SIGHUP may have changed the live ones); for the main thread, which
+ * is the one that reloads. */
+const tfd_config_t *tfd_server_config(const tfd_server_t *s);
 /* Periodic housekeeping (worker leases, session and replay expiry): call a few times a
  * second from the main thread. */
 void tfd_server_tick(tfd_server_t *s);

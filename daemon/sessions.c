@@ -231,10 +231,17 @@ int tfd_sessions_end(tfd_sessions_t *s, const char *user)
     return rc;
 }
 
+void tfd_sessions_set_limits(tfd_sessions_t *s, const tfd_sessions_limits_t *limits)
+{
+    pthread_mutex_lock(&s->lock);
+    s->lim = *limits;           /* sessions over a new bound are trimmed as they next change */
+    pthread_mutex_unlock(&s->lock);
+}
+
 void tfd_sessions_sweep(tfd_sessions_t *s)
 {
-    time_t cutoff = (time_t)tfx_now_s() - (time_t)s->lim.ttl_s;
     pthread_mutex_lock(&s->lock);
+    time_t cutoff = (time_t)tfx_now_s() - (time_t)s->lim.ttl_s;
     tfd_session_t *se, *tmp;
     HASH_ITER(hh, s->map, se, tmp) {
         if (se->inuse == 0 && se->last_used <= cutoff) {

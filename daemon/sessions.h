@@ -28,6 +28,8 @@ typedef struct {
 } tfd_sessions_stats_t;
 
 tfd_sessions_t *tfd_sessions_new(const tfd_sessions_limits_t *limits);
+/* New limits while serving (SIGHUP); sessions already over them are not cut short. */
+void tfd_sessions_set_limits(tfd_sessions_t *s, const tfd_sessions_limits_t *limits);
 void tfd_sessions_free(tfd_sessions_t *s);
 
 /* The session of user (created if needed), locked for the caller. NULL when it cannot be

@@ -71,6 +71,13 @@ static void *timer_main(void *arg)
     return NULL;
 }
 
+void tfd_waiters_set_max(tfd_waiters_t *ws, unsigned max_waiters)
+{
+    pthread_mutex_lock(&ws->lock);
+    ws->max = max_waiters;
+    pthread_mutex_unlock(&ws->lock);
+}
+
 tfd_waiters_t *tfd_waiters_new(unsigned max_waiters)
 {
     tfd_waiters_t *ws = calloc(1, sizeof *ws);

@@ -24,6 +24,9 @@ typedef struct tfd_waiter {
 typedef struct tfd_waiters tfd_waiters_t;
 
 tfd_waiters_t *tfd_waiters_new(unsigned max_waiters);
+/* A new max-waiters while serving (SIGHUP): waiters over it finish as they would; new ones
+ * are refused until the count is under it. */
+void tfd_waiters_set_max(tfd_waiters_t *ws, unsigned max_waiters);
 void tfd_waiters_free(tfd_waiters_t *w);    /* after shutdown; joins the timer */
 
 /* Arms w unless present(arg) says the name exists now (checked under the lock).

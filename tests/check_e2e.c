@@ -7,6 +7,7 @@
 #include "tests/suites.h"
 #include "tests/fixtures.h"
 #include "client/tfetch.h"
+#include "transports/clock.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -690,8 +691,14 @@ START_TEST(sighup_reloads_live_settings)
     ck_assert_int_eq(td_run("head -c 200 /dev/zero > /tmp/tf-e2e-200", NULL, 0), 0);
     ck_assert_int_eq(curl(put, "/v1/tensors/a"), 201);
     ck_assert_int_eq(curl(put, "/v1/tensors/b"), 507);
+    const char *decl = "-X PUT -H 'Content-Type: application/json' --data "
+                       "'{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
+                       "\"shape\":[2]}]}'";
+    ck_assert_int_eq(curl(decl, "/v1/feeds/f1"), 201);
+    ck_assert_int_eq(curl(decl, "/v1/feeds/f2"), 201);
     f = fopen(conf, "w");
-    fprintf(f, "store-memory = 1M\naccess-log = %s\nmax-body = 2G\n", alog);
+    fprintf(f, "store-memory = 1M\naccess-log = %s\nmax-body = 2G\nmax-feeds = 2\n"
+            "max-wait = 200\nsession-memory = 5M\nreplay-window = 7\ndrain-timeout = 9\n", alog);
     fclose(f);
     kill(D.pid, SIGHUP);
     snprintf(cmd, sizeof cmd, "for i in $(seq 600); do grep -q 'SIGHUP: settings read again' %s "
@@ -704,6 +711,20 @@ START_TEST(sighup_reloads_live_settings)
              D.log_path);
     ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
     ck_assert_str_eq(out, "1\n");
+    /* Limits of the feeds, long-polls, sessions and replay apply live too, and say so. */
+    snprintf(cmd, sizeof cmd, "grep -c -E 'SIGHUP: (max-feeds|max-wait|session-memory|"
+             "replay-window|drain-timeout) applied' %s", D.log_path);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "5\n");
+    ck_assert_int_eq(curl(decl, "/v1/feeds/f3"), 507);                 /* max-feeds 2 */
+    ck_assert_msg(strstr(out, "max-feeds"), "%s", out);
+    ck_assert_int_eq(curl("", "/v1/info"), 200);
+    ck_assert_msg(strstr(out, "\"max_feeds\":2,") && strstr(out, "\"max_wait_ms\":200,") &&
+                  strstr(out, "\"session_memory\":5242880,") &&
+                  strstr(out, "\"replay_window_s\":7,"), "%s", out);
+    double t0 = tfx_now_s();        /* ?wait= is capped by the new max-wait */
+    ck_assert_int_eq(curl("", "/v1/tensors/never?wait=20000"), 404);
+    ck_assert_msg(tfx_now_s() - t0 < 10.0, "a 20 s wait was not capped at 200 ms");
     /* A broken file: nothing changes. */
     f = fopen(conf, "w");
     fputs("store-memory = lots\n", f);
