@@ -5,6 +5,8 @@
 # under `wrk -t2 -c64 -d10s` against a tfetchd of its own, then, if bun and Shumai are already
 # in tests/shumai/setup.sh's cache, bench/shumai/run.sh: Shumai's client round trips (8 B and
 # 4 MiB, one at a time and 64 in flight) against tfetchd and against stock Shumai's serve.
+# Between them: bench/ucx-raw (the raw UCX ceiling, with issue 9's targets) and
+# bench/tfetch-shm-bench for 4 KiB .. 1 GiB (same-host shm/memfd against memcpy).
 # Builds nothing (run `make` first) and installs nothing (the Shumai step is skipped when the
 # cache is not ready: run tests/shumai/setup.sh DIR once, with the npm registry, to fill it).
 # Loopback traffic only; every step has a time limit, and the daemons it starts are stopped
@@ -15,7 +17,7 @@
 # 600, per step), WRK_DURATION (default 10s), BENCH_SHUMAI (0: skip the Shumai step), and for
 # that step BENCH_TINY_BYTES (default here 8), BENCH_BIG_MIB (4), BENCH_TINY_N (1000),
 # BENCH_BIG_N (50), BENCH_INFLIGHT (64), BENCH_INFLIGHT_TINY_N (5000), BENCH_INFLIGHT_BIG_N
-# (640) and TFETCH_SHUMAI_CACHE, TFETCH_SHUMAI_BUN, TFETCH_SHUMAI_VERSION (see
+# (640), SHM_BENCH, BENCH_SHM_SIZES (default "4K 4M 64M 1G"), BENCH_SHM_REPS (5), and TFETCH_SHUMAI_CACHE, TFETCH_SHUMAI_BUN, TFETCH_SHUMAI_VERSION (see
 # tests/shumai/setup.sh), BENCH_FEEDS (1: then also bench/tfetch-feed-bench, its table on
 # stderr; TFETCH_FEED_BENCH names it). Paths are relative to the top of the tree.
 # Output: JSON lines on stdout (tfetch-bench's, wrk's); tables and messages on stderr.
@@ -157,6 +159,26 @@ if [ -x "$UCX_RAW" ] && grep -q '"transport":"ucx' "$tmp/bench.jsonl"; then
     fi
 else
     say "== ucx-raw: skipped (not built, or tfetch-bench measured no UCX) =="
+fi
+
+# ---- 1c. same host without copies: shm/memfd against memcpy ----------------------------
+# tfetch-shm-bench starts its own tfetchd and prints a table per size with the issue's
+# targets (GET < 1 ms and >= 10x memcpy; PUT >= 1x memcpy), measured, never asserted.
+SHM_BENCH=${SHM_BENCH:-./bench/tfetch-shm-bench}
+if [ -x "$SHM_BENCH" ]; then
+    for size in ${BENCH_SHM_SIZES:-4K 4M 64M 1G}; do
+        say "== tfetch-shm-bench $size: shm/memfd GET and PUT against memcpy (same run) =="
+        if run_bounded env TFETCHD="$TFETCHD" timeout --kill-after=10 "$BENCH_TIMEOUT" \
+                "$SHM_BENCH" "$size" "${BENCH_SHM_REPS:-5}" >"$tmp/shm.out" 2>"$tmp/shm.err"; then
+            sed 's/^/  /' "$tmp/shm.out" >&2
+            sed -n 's/^targets: /issue 9: shm\/memfd '"$size"': /p' "$tmp/shm.out" >&2
+        else
+            say "run.sh: tfetch-shm-bench $size failed: $(tail -3 "$tmp/shm.err")"
+            status=1
+        fi
+    done
+else
+    say "== tfetch-shm-bench: not built (configure found no UCX?) =="
 fi
 
 # ---- 2. wrk: 16 B GETs ------------------------------------------------------------------
