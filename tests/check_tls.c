@@ -503,6 +503,19 @@ START_TEST(test_mtls_revoked_on_sighup)
     start_mtls();
     char o[8192], cmd[512];
     ck_assert_int_eq(curl(as("alice", NULL), "/v1/tensors", o, sizeof o), 200);
+    /* A kept-alive connection whose certificate was verified once (tfetchd remembers that
+     * per connection) is still checked against the cert: lines on every request. */
+    tf_client_t *c = NULL;
+    char *json = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_ca_file(c, path("ca.pem")), TF_OK);
+    ck_assert_int_eq(tf_client_set_cert(c, path("alice.pem"), path("alice.key")), TF_OK);
+    ck_assert_int_eq(tf_info(c, base, &json), TF_OK);
+    free(json);
+    json = NULL;
+    ck_assert_int_eq(tf_info(c, base, &json), TF_OK);           /* the cached verification */
+    free(json);
+    json = NULL;
     write_file("tokens", "tk-bob bob read:bob.* write:bob.*\ntk-adm adm admin:*\n");
     kill(D.pid, SIGHUP);
     snprintf(cmd, sizeof cmd, "for i in $(seq 600); do grep -q 'read again: 2 tokens, 0 "
@@ -510,6 +523,8 @@ START_TEST(test_mtls_revoked_on_sighup)
     ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
     ck_assert_int_eq(curl(as("alice", NULL), "/v1/tensors", o, sizeof o), 401);
     ck_assert_msg(strstr(o, "no cert: line"), "%s", o);
+    ck_assert_int_eq(tf_info(c, base, &json), TF_EUNAUTH);       /* same client, revoked */
+    tf_client_free(c);
     ck_assert_int_eq(curl(as(NULL, "-H 'Authorization: Bearer tk-bob'"), "/v1/tensors", o,
                           sizeof o), 200);
     stop_clean();
