@@ -8,7 +8,9 @@
 # Between them: bench/ucx-raw (the raw UCX ceiling, with issue 9's targets) and
 # bench/tfetch-shm-bench for 4 KiB .. 1 GiB (same-host shm/memfd against memcpy).
 # Builds nothing (run `make` first) and installs nothing (the Shumai step is skipped when the
-# cache is not ready: run tests/shumai/setup.sh DIR once, with the npm registry, to fill it).
+# cache is not ready: run tests/shumai/setup.sh DIR once, with the npm registry, to fill it),
+# then bench/https.sh: the same 64 MiB PUT/GET and 16 B GETs against a plain and an HTTPS
+# tfetchd, with the cost of TLS and issue 8's target (at most 2x at 64 MiB).
 # Loopback traffic only; every step has a time limit, and the daemons it starts are stopped
 # on any exit. Arguments are passed to tfetch-bench (e.g. --reps 3).
 #
@@ -19,7 +21,8 @@
 # BENCH_BIG_N (50), BENCH_INFLIGHT (64), BENCH_INFLIGHT_TINY_N (5000), BENCH_INFLIGHT_BIG_N
 # (640), SHM_BENCH, BENCH_SHM_SIZES (default "4K 4M 64M 1G"), BENCH_SHM_REPS (5), and TFETCH_SHUMAI_CACHE, TFETCH_SHUMAI_BUN, TFETCH_SHUMAI_VERSION (see
 # tests/shumai/setup.sh), BENCH_FEEDS (1: then also bench/tfetch-feed-bench, its table on
-# stderr; TFETCH_FEED_BENCH names it). Paths are relative to the top of the tree.
+# stderr; TFETCH_FEED_BENCH names it), BENCH_HTTPS (0: skip bench/https.sh; its own settings:
+# HTTPS_REPS, HTTPS_TINY_N, and WRK_DURATION as here). Paths are relative to the top of the tree.
 # Output: JSON lines on stdout (tfetch-bench's, wrk's); tables and messages on stderr.
 # Exit status: 0 if every measurement ran, 1 otherwise. Targets missed are reported, not failed.
 set -euo pipefail
@@ -296,6 +299,24 @@ else
         say "run.sh: bench/shumai/run.sh failed or ran past $((BENCH_TIMEOUT + 120))s"
         status=1
     fi
+fi
+
+# ---- 4. HTTPS next to plain HTTP (bench/https.sh; BENCH_HTTPS=0 skips it) ----------------
+if [ "${BENCH_HTTPS:-1}" = 0 ]; then
+    say "== BENCH_HTTPS=0: skipping HTTPS vs plain HTTP (bench/https.sh) =="
+elif ! command -v certtool >/dev/null 2>&1; then
+    say "== skipping HTTPS vs plain HTTP (bench/https.sh): no certtool (apt install gnutls-bin) =="
+else
+    say "== HTTPS vs plain HTTP: 64 MiB PUT/GET and 16 B GETs, two daemons (bench/https.sh) =="
+    if ! run_bounded timeout --kill-after=10 $((BENCH_TIMEOUT + 120)) \
+            env TFETCHD="$TFETCHD" TFETCH_BENCH="$TFETCH_BENCH" BENCH_TIMEOUT="$BENCH_TIMEOUT" \
+            WRK_DURATION="$WRK_DURATION" \
+            bench/https.sh >"$tmp/https.jsonl"; then
+        say "run.sh: bench/https.sh failed or ran past $((BENCH_TIMEOUT + 120))s"
+        status=1
+    fi
+    cat "$tmp/https.jsonl"
+    [ -n "${BENCH_JSON:-}" ] && cat "$tmp/https.jsonl" >>"$BENCH_JSON"
 fi
 
 # ---- feeds (BENCH_FEEDS=1, or bench/tfetch-feed-bench alone) ------------------------------

@@ -324,8 +324,9 @@ static void usage(FILE *out)
             "Config file keys are the long option names (`max-body = 1G`), optionally under a\n"
             "[tfetchd] section; flags override the file (--plugin flags replace the file's\n"
             "plugin lines). See tfetchd(8), tfetchd.conf(5).\n\n"
-            "There is no authentication yet: a --listen address other than loopback exposes\n"
-            "every tensor and route to anyone who can reach it.\n");
+            "Without --auth-tokens there is no authentication: a --listen address other than\n"
+            "loopback exposes every tensor and route to anyone who can reach it; with tokens,\n"
+            "add --tls-cert and --tls-key so that they do not cross the network in the clear.\n");
 }
 
 void tfd_config_changed(const tfd_config_t *a, const tfd_config_t *b,
