@@ -30,10 +30,14 @@
 
 #define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
 #define CLOSE_DRAIN_MS 1000L            /* tf_client_free waits this long for UCX requests */
-/* How long a blocking call drives the worker itself before it sleeps: a small round trip
- * over shared memory takes 1-3 us, a 64 KiB one ~10 us; waking a sleeping thread costs
- * 10-30 us here (bench/README.md, issue 9). */
-#define DRIVE_US 200L
+/* A blocking call drives the worker itself: busily for DRIVE_SPIN_US (a small round trip
+ * over shared memory takes 1-3 us when the server is awake; waking a sleeping thread costs
+ * 10-30 us here, bench/README.md, issue 9), then asleep on the worker's event fd, which
+ * leaves the CPU to the server on a busy machine, for DRIVE_WAIT_MS in all; a request
+ * still out then completes through the progress thread while the client sleeps as usual,
+ * so HTTP transfers and feeds wait DRIVE_WAIT_MS at most. */
+#define DRIVE_SPIN_US 50L
+#define DRIVE_WAIT_MS 20L
 
 /* ---- connections --------------------------------------------------------------------------- */
 
@@ -363,19 +367,16 @@ static void ucx_cancel(tf_client_t *c, tf_fetch_t *f)
 }
 
 /* A blocking caller waits for f: it drives the worker itself (sending f first, when it
- * started it) for DRIVE_US at most, once per request; what is still out then completes
- * through the progress thread while the client sleeps as usual (HTTP, feeds and
- * tf_client_wakeup are not starved by a long wait). Completions it saw are drained next,
- * on this thread, by the client's loop. */
+ * started it), once per request, for DRIVE_WAIT_MS at most (and at most ms); what is
+ * still out then completes through the progress thread while the client sleeps as usual.
+ * Completions it saw are drained next, on this thread, by the client's loop. */
 static int ucx_wait(tf_client_t *c, tf_fetch_t *f, long ms)
 {
     if (!f->treq || f->drove || !c->up_state)
         return 0;
     f->drove = 1;
-    long budget = DRIVE_US;
-    if (ms >= 0 && ms < budget / 1000)
-        budget = ms * 1000;
-    if (tfx_ucxc_drive(c->up_state, f->treq, budget) && f->origin)
+    long wait = ms >= 0 && ms < DRIVE_WAIT_MS ? ms : DRIVE_WAIT_MS;
+    if (tfx_ucxc_drive(c->up_state, f->treq, DRIVE_SPIN_US, wait) && f->origin)
         f->origin->caller_driven++;
     return 1;
 }

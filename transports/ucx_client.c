@@ -31,6 +31,7 @@
 #include "transports/clock.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <pthread.h>
@@ -977,7 +978,17 @@ static void give_worker(tfx_ucxc_t *u)
         tfx_ucx_base_wake(&u->base);
 }
 
-int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long budget_us)
+/* Progresses the worker and runs what the owner runs (rendezvous receives, deadlines, a dead
+ * server) until nothing is left to do now or r completed. */
+static void drive_pass(tfx_ucxc_t *u)
+{
+    while (ucp_worker_progress(u->worker) && !u->drive_done)
+        ;
+    if (!u->drive_done)
+        run_cmds(u);
+}
+
+int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
 {
     if (!take_worker(u)) {
         if (r->deferred)
@@ -993,15 +1004,25 @@ int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long budget_us)
         r->spare = NULL;
         do_start(u, r);
     }
-    uint64_t end = tfx_now_ns() + (uint64_t)(budget_us > 0 ? budget_us : 0) * 1000u;
+    uint64_t t0 = tfx_now_ns();
+    uint64_t spin_end = t0 + (uint64_t)(spin_us > 0 ? spin_us : 0) * 1000u;
+    uint64_t wait_end = t0 + (uint64_t)(wait_ms > 0 ? wait_ms : 0) * 1000000u;
     while (!u->drive_done) {
-        while (ucp_worker_progress(u->worker) && !u->drive_done)
-            ;
-        if (u->drive_done)
+        drive_pass(u);
+        uint64_t now = tfx_now_ns();
+        if (u->drive_done || now >= wait_end)
             break;
-        run_cmds(u);                /* rendezvous receives, deadlines, a dead server */
-        if (u->drive_done || tfx_now_ns() >= end)
-            break;
+        if (now < spin_end)
+            continue;
+        /* The reply is slow (the server was asleep, or the machine is busy): sleep on the
+         * worker's event fd, leaving the CPU to the server, at most until the next deadline
+         * check is due (10 ms) or the wait ends. */
+        ucs_status_t st = ucp_worker_arm(u->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        uint64_t left_ms = (wait_end - now) / 1000000u + 1;
+        struct pollfd pf = {.fd = u->base.efd, .events = POLLIN};
+        poll(&pf, 1, st == UCS_OK ? (int)(left_ms < 10 ? left_ms : 10) : 1);
     }
     int done = u->drive_done;
     u->drive_req = NULL;

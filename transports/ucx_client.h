@@ -12,8 +12,8 @@
  *
  * A blocking caller need not wait for the progress thread: a request started with
  * TFX_UCXC_DRIVEN is sent by tfx_ucxc_drive on the caller's thread, which takes the worker
- * from the progress thread, progresses it until the reply is in (or a short budget is spent)
- * and hands it back: no thread hand-off on the way out or back. Completions of other
+ * from the progress thread, progresses it (busily, then asleep on its event fd) until the
+ * reply is in or a bounded wait ends, and hands it back: no thread hand-off on the way out or back. Completions of other
  * requests it sees on the way are queued for tfx_ucxc_next as always.
  *
  * Threads: any one thread at a time calls these functions for a given tfx_ucxc_t (the
@@ -81,11 +81,12 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
                             const void *const *segs, const size_t *lens, size_t nsegs,
                             long timeout_ms, int flags, void *user_data, tfx_ucxc_req_t **out);
 /* Drives the worker on the calling thread for r (sending it first if DRIVEN): takes it from
- * the progress thread, progresses it until r completes or budget_us pass, gives it back.
- * 1 if r completed (tfx_ucxc_next returns it, after any completion queued before it); 0 if
- * not yet (it completes as usual, through the progress thread and wake()). Completions of
- * other requests are queued on the way without wake(): drain after the call. */
-int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long budget_us);
+ * the progress thread, progresses it busily for spin_us, then sleeping on the worker's
+ * event fd, until r completes or wait_ms pass, and gives it back. 1 if r completed
+ * (tfx_ucxc_next returns it, after any completion queued before it); 0 if not yet (it
+ * completes as usual, through the progress thread and wake()). Completions of other
+ * requests are queued on the way without wake(): drain after the call. */
+int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms);
 /* The next completed request, or NULL. */
 tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u);
 void *tfx_ucxc_req_user_data(const tfx_ucxc_req_t *r);
