@@ -1607,7 +1607,13 @@ START_TEST(ucx_connection_lost_retried_over_http)
     ck_assert_msg(longr.st == TF_OK, "%s: %s", tf_err_name(longr.st), longr.res.error);
     ck_assert_str_eq(longr.res.transport, "http");
     ck_assert_str_eq(longr.res.request_id, "long-1");
-    ck_assert_msg(strstr(longr.res.fallback, "retried over HTTP"), "%s", longr.res.fallback);
+    /* Usually it went out over UCX and was retried. But the short one's start puts a request
+     * in flight, and with one the client checks the server's pid (every 100 ms): when that
+     * finds the old daemon gone before the long one starts (a slow run, under TSan), the
+     * long one goes straight over HTTP, saying so. */
+    ck_assert_msg(strstr(longr.res.fallback, "retried over HTTP") ||
+                      strstr(longr.res.fallback, "the UCX connection failed"),
+                  "%s", longr.res.fallback);
     ck_assert(docs_equal(longr.doc, d));
     tf_doc_free(longr.doc);
     ck_assert_int_eq(shortr.calls, 1);
