@@ -219,7 +219,7 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
 
 /* tf_fetch_start for any operation, the internal ones included. */
 static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
-                               const tfi_call_t *call, tf_fetch_cb cb, void *ud,
+                               const tfi_call_t *call, int blocking, tf_fetch_cb cb, void *ud,
                                tf_fetch_t **out)
 {
     tf_result_t res;
@@ -243,6 +243,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     f->ud = ud;
     f->policy = policy;
     f->held = out != NULL;
+    f->blocking = blocking;
     f->result = res;
     f->total_ms = request_timeout(c, rq);
     f->t0_ns = tfx_now_ns();
@@ -298,7 +299,7 @@ tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb c
         return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
-    return start_fetch(c, &r, op, NULL, cb, user_data, out);
+    return start_fetch(c, &r, op, NULL, 0, cb, user_data, out);
 }
 
 /* The tf_request_t a generic call rides on: its URL, body document and time limit. */
@@ -319,7 +320,7 @@ tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb c
     if (!cb && !out)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "a request needs a callback or a handle");
     tf_request_t rq = call_request(call);
-    return start_fetch(c, &rq, TFI_OP_CALL, call, cb, ud, out);
+    return start_fetch(c, &rq, TFI_OP_CALL, call, 0, cb, ud, out);
 }
 
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
@@ -352,6 +353,10 @@ static void drive_loop(tf_client_t *c, const tf_fetch_t *f, const int *flag, lon
             if (wait <= 0)
                 return;
         }
+        /* Waiting for one request: its transport may drive it on this thread first (UCX:
+         * no hand-off to its progress thread and back); then drain it like any other. */
+        if (f && f->via && f->via->wait && f->via->wait(c, (tf_fetch_t *)f, wait))
+            continue;
         tfi_wait(c, wait);
     }
 }
@@ -478,7 +483,7 @@ static tf_status_t blocking_call(tf_client_t *c, const tf_request_t *rq, int op,
         return tfi_refuse(c, op, TF_EINVAL,
                           "blocking calls are not allowed inside a callback (start a request)");
     tf_fetch_t *f = NULL;
-    tf_status_t st = start_fetch(c, rq, op, call, NULL, NULL, &f);
+    tf_status_t st = start_fetch(c, rq, op, call, 1, NULL, NULL, &f);
     if (st != TF_OK)
         return st;
     f->holds++;

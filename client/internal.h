@@ -141,6 +141,11 @@ typedef struct tfi_transport {
     void (*cancel)(tf_client_t *c, tf_fetch_t *f);
     /* Completes what it has finished, without waiting (callbacks run here). */
     void (*drain)(tf_client_t *c);
+    /* Optional: drives f, which it carries, on the calling thread for a short while, at most
+     * ms (-1: its own bound), instead of the client's sleep. 1 if it did (completions are
+     * ready to drain; the caller drains before it waits again), 0 if the client should
+     * sleep as usual (tfi_wait). Never runs callbacks. */
+    int (*wait)(tf_client_t *c, tf_fetch_t *f, long ms);
     /* Requests in flight over it. */
     size_t (*running)(const tf_client_t *c);
     /* tf_client_free: completes what it still carries (canceled) and frees its state. */
@@ -189,6 +194,8 @@ struct origin {
     uint64_t conn_gen;              /* counts connections made, to tell them apart */
     char transport[32];             /* what carries conn: "ucx/sysv+cma" */
     void *shm;                      /* the same-host shm connection (shm.c), or NULL */
+    uint64_t caller_driven;         /* requests whose UCX round trip the caller's thread
+                                     * drove (tf_transport_info_t) */
     char shm_why[160];              /* why there is none, when the upgrade said why */
 };
 
@@ -272,6 +279,9 @@ struct tf_fetch {
     int canceled;                   /* canceled while the transport holds its buffers:
                                      * completes with TF_ECANCELED */
     int background;                 /* not counted in c->npending (tfi_call_t) */
+    int blocking;                   /* started by a blocking call, which waits for it at
+                                     * once: the transport may leave sending to its wait */
+    int drove;                      /* its transport's wait drove it once already */
 };
 
 /* Internal functions use the tfi_ prefix: they cross files inside libtfetch but are not

@@ -28,8 +28,8 @@
  * (tf_request_t, tf_transport_info_t) starts with `size_t size`, the struct's size as the
  * caller compiled it, so a library with more fields never reads or writes past an older
  * caller's struct. Set it with the type's _INIT macro (TF_REQUEST_INIT), or leave it 0: 0
- * means the fields of libtfetch 0.1, which are all the fields of this header. A field added
- * later is used only when size covers it.
+ * means the fields of libtfetch 0.1 (all of tf_request_t's; tf_transport_info_t's up to
+ * retry_ms). A field added later is used only when size covers it.
  */
 #ifndef TFETCH_H
 #define TFETCH_H
@@ -289,6 +289,10 @@ typedef struct {
     int offered;                    /* 1: the server's last response offered UCX; 0: it did
                                      * not; -1: no response seen yet */
     long retry_ms;                  /* after a failure: ms before the next attempt; else 0 */
+    /* After 0.1: */
+    uint64_t caller_driven;         /* requests to this origin whose UCX round trip the
+                                     * calling thread drove itself, start to reply (blocking
+                                     * calls: no progress thread in between) */
 } tf_transport_info_t;
 #define TF_TRANSPORT_INFO_INIT { .size = sizeof(tf_transport_info_t) }
 /* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL;

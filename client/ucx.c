@@ -30,6 +30,14 @@
 
 #define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
 #define CLOSE_DRAIN_MS 1000L            /* tf_client_free waits this long for UCX requests */
+/* A blocking call drives the worker itself: busily for DRIVE_SPIN_US (a small round trip
+ * over shared memory takes 1-3 us when the server is awake; waking a sleeping thread costs
+ * 10-30 us here, bench/README.md, issue 9), then asleep on the worker's event fd, which
+ * leaves the CPU to the server on a busy machine, for DRIVE_WAIT_MS in all; a request
+ * still out then completes through the progress thread while the client sleeps as usual,
+ * so HTTP transfers and feeds wait DRIVE_WAIT_MS at most. */
+#define DRIVE_SPIN_US 50L
+#define DRIVE_WAIT_MS 20L
 
 /* ---- connections --------------------------------------------------------------------------- */
 
@@ -158,10 +166,12 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     if (op->kind == TFI_OP_CALL && feed_frame(f, &h, &jseg, &jlen) != TF_OK)
         return TF_EINVAL;
     tfx_ucxc_req_t *ur = NULL;
+    /* A blocking call sends it itself, from its wait (ucx_wait). */
+    int flags = f->blocking ? TFX_UCXC_DRIVEN : 0;
     tfp_status_t st = jseg ? tfx_ucxc_start(o->conn, &h, &jseg, &jlen, 1, tfi_remaining_ms(f),
-                                            f, &ur)
+                                            flags, f, &ur)
                            : tfx_ucxc_start(o->conn, &h, op->segs, op->lens, op->nsegs,
-                                            tfi_remaining_ms(f), f, &ur);
+                                            tfi_remaining_ms(f), flags, f, &ur);
     if (st != TFP_OK)
         return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
                          tfp_status_text(st));
@@ -356,6 +366,21 @@ static void ucx_cancel(tf_client_t *c, tf_fetch_t *f)
     f->canceled = 1;
 }
 
+/* A blocking caller waits for f: it drives the worker itself (sending f first, when it
+ * started it), once per request, for DRIVE_WAIT_MS at most (and at most ms); what is
+ * still out then completes through the progress thread while the client sleeps as usual.
+ * Completions it saw are drained next, on this thread, by the client's loop. */
+static int ucx_wait(tf_client_t *c, tf_fetch_t *f, long ms)
+{
+    if (!f->treq || f->drove || !c->up_state)
+        return 0;
+    f->drove = 1;
+    long wait = ms >= 0 && ms < DRIVE_WAIT_MS ? ms : DRIVE_WAIT_MS;
+    if (tfx_ucxc_drive(c->up_state, f->treq, DRIVE_SPIN_US, wait) && f->origin)
+        f->origin->caller_driven++;
+    return 1;
+}
+
 /* Completes the requests UCX finished (their callbacks run here). */
 static void ucx_drain(tf_client_t *c)
 {
@@ -408,6 +433,7 @@ static const tfi_transport_t ucx_transport = {
     .start = ucx_start,
     .cancel = ucx_cancel,
     .drain = ucx_drain,
+    .wait = ucx_wait,
     .running = ucx_running,
     .close = ucx_close,
     .connect = ucx_connect,

@@ -393,6 +393,7 @@ static void fill_transport_info(const tf_client_t *c, const origin_t *o,
     memset(out, 0, sizeof(*out));
     snprintf(out->transport, sizeof(out->transport), "http");
     out->offered = o ? o->offered : -1;
+    out->caller_driven = o ? o->caller_driven : 0;
     if (o && o->conn && !c->up->broken(o)) {
         snprintf(out->transport, sizeof(out->transport), "%s", o->transport);
         return;

@@ -663,7 +663,7 @@ static int ucx_call_for(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *of, co
         snprintf(h.user_principal, sizeof h.user_principal, "%s", of);
     const void *segs[1] = {body};
     tfx_ucxc_req_t *r = NULL;
-    ck_assert_int_eq(tfx_ucxc_start(conn, &h, segs, &len, 1, 5000, NULL, &r), TFP_OK);
+    ck_assert_int_eq(tfx_ucxc_start(conn, &h, segs, &len, 1, 5000, 0, NULL, &r), TFP_OK);
     tfx_ucxc_req_t *done = NULL;
     for (int i = 0; i < 500 && !(done = tfx_ucxc_next(u)); i++)
         sleep_ms(10);

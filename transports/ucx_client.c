@@ -1,8 +1,16 @@
 /* ucx_client.c - the client side of tfetch's UCX transport (see ucx_client.h).
  *
- * The progress thread owns the UCX worker. The caller's thread queues commands (connect,
- * start, close) under `lock` and signals the worker; the thread runs them, progresses UCX,
- * and queues finished requests for the caller, calling wake() so the caller's poll returns.
+ * The progress thread owns the UCX worker, except while it lends it to the caller. The
+ * caller's thread queues commands (connect, start, close) under `lock` and signals the
+ * worker; the thread runs them, progresses UCX, and queues finished requests for the
+ * caller, calling wake() so the caller's poll returns. A blocking call does better
+ * (tfx_ucxc_drive): it takes the worker (`owner`, under `lock`; the thread gives it up
+ * between two passes while `want` is set, and parks on its wake fd), sends its own request
+ * and progresses UCX itself until the reply is in or a short budget is spent, then hands the
+ * worker back, waking the thread only if something is left for it. Whoever owns the worker
+ * runs the same code (run_cmds, the callbacks, deadlines), so every field marked "owner"
+ * below is touched by one thread at a time, handed over under `lock`. Completions seen
+ * while the caller drives are queued exactly as the thread queues them, without wake().
  * A request is finished only when both its send and its reply are done (its body segments
  * are borrowed until then), or when its connection is closed and UCX has given back every
  * operation. A request past its deadline breaks its connection: the endpoint is closed with
@@ -23,6 +31,8 @@
 #include "transports/clock.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -67,6 +77,10 @@ struct tfx_ucxc_req {
     uint64_t t0_ns;                 /* tfx_now_ns() when it started */
     int sending, receiving, replied;
     int orphan;                     /* handed back early; freed when UCX lets go of it */
+    int deferred;                   /* TFX_UCXC_DRIVEN and not sent yet: tfx_ucxc_drive
+                                     * sends it (the caller's until then) */
+    struct cmd *spare;              /* deferred: the command that posts it if the caller
+                                     * cannot take the worker */
     void *rndv_desc;
     size_t rndv_len;
     tfx_ucxc_result_t res;
@@ -95,19 +109,30 @@ struct tfx_ucxc {
     pthread_cond_t cond;
     cmd_t *cmd_head, *cmd_tail;
     tfx_ucxc_req_t *done_head, *done_tail;
-    tfx_ucxc_req_t *live;           /* thread only */
-    tfx_ucxc_conn_t **conns;        /* thread only: connections with their handshakes */
+    tfx_ucxc_req_t *live;           /* owner */
+    tfx_ucxc_conn_t **conns;        /* owner: connections with their handshakes */
     size_t nconns, capconns;
     uint64_t next_seq;
     int stopping;
     int thread_done;                /* the progress thread left its loop (under lock) */
     int abandoned;                  /* tfx_ucxc_free gave up waiting: the thread frees all */
-    uint64_t last_pid_check_ms;     /* thread only */
+    uint64_t last_pid_check_ms;     /* owner */
+    /* Who drives the worker (under lock): the thread between a pass's hold and let_go, a
+     * blocking caller inside tfx_ucxc_drive, or nobody. */
+    int owner;                      /* OWN_* */
+    int want;                       /* a caller waits for the worker: the thread yields */
+    int caller_waits;               /* ... asleep on cond: let_go broadcasts */
+    tfx_ucxc_req_t *drive_req;      /* owner: the request the caller drives, or NULL */
+    int drive_done;                 /* owner: it (or its early copy) was queued */
 };
 
-#define STOP_WAIT_MS 500L           /* tfx_ucxc_free waits this long for the thread */
+enum { OWN_NONE, OWN_THREAD, OWN_CALLER };
 
-/* ---- on the progress thread --------------------------------------------------------------- */
+#define STOP_WAIT_MS 500L           /* tfx_ucxc_free waits this long for the thread */
+#define TAKE_SPIN_NS 20000u         /* a caller spins this long for the worker, then sleeps */
+#define TAKE_MAX_MS 100u            /* ... and gives up after this (a thread stuck in UCX) */
+
+/* ---- on whichever thread owns the worker --------------------------------------------------- */
 
 static void conn_unref(tfx_ucxc_conn_t *c)
 {
@@ -192,9 +217,18 @@ static void queue_done(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     else
         u->done_head = r;
     u->done_tail = r;
-    if (u->wake)                    /* under the lock: tfx_ucxc_free may be letting go */
+    /* Under the lock: tfx_ucxc_free may be letting go. A caller driving the worker drains
+     * the queue itself when it hands the worker back: no wake-up. */
+    if (u->wake && u->owner != OWN_CALLER)
         u->wake(u->wake_arg);
     pthread_mutex_unlock(&u->lock);
+}
+
+/* r's outcome is queued (r itself, or its early copy): the caller driving it may stop. */
+static void note_done(tfx_ucxc_t *u, const tfx_ucxc_req_t *r)
+{
+    if (r == u->drive_req)
+        u->drive_done = 1;
 }
 
 static void maybe_complete(tfx_ucxc_req_t *r)
@@ -224,6 +258,7 @@ static void maybe_complete(tfx_ucxc_req_t *r)
     r->res.seconds = tfx_since_s(r->t0_ns);
     conn_unref(r->conn);
     r->conn = NULL;
+    note_done(u, r);
     queue_done(u, r);
 }
 
@@ -251,6 +286,7 @@ static void hand_back_early(tfx_ucxc_req_t *r)
     r->orphan = 1;
     conn_unref(r->conn);            /* the orphan keeps no connection alive */
     r->conn = NULL;
+    note_done(u, r);
     queue_done(u, copy);
 }
 
@@ -403,7 +439,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
             tfx_ucxc_conn_t *c = u->conns[i];
             if (c->hello_seq == h.seq && c->hello_state == 0) {
                 if (h.status == TFP_OK)
-                    describe(c);        /* on the thread that owns the worker */
+                    describe(c);        /* by the worker's owner */
                 else
                     snprintf(c->why, sizeof c->why, "the server refused the HELLO: %.200s",
                              h.msg);
@@ -640,6 +676,28 @@ static unsigned run_cmds(tfx_ucxc_t *u)
 
 static unsigned loop_run(void *arg) { return run_cmds(arg); }
 
+/* The thread's pass may touch the worker: nobody else has it, nor waits for it. */
+static int loop_hold(void *arg)
+{
+    tfx_ucxc_t *u = arg;
+    pthread_mutex_lock(&u->lock);
+    int ok = u->owner == OWN_NONE && !u->want;
+    if (ok)
+        u->owner = OWN_THREAD;
+    pthread_mutex_unlock(&u->lock);
+    return ok;
+}
+
+static void loop_let_go(void *arg)
+{
+    tfx_ucxc_t *u = arg;
+    pthread_mutex_lock(&u->lock);
+    u->owner = OWN_NONE;
+    if (u->caller_waits)
+        pthread_cond_broadcast(&u->cond);
+    pthread_mutex_unlock(&u->lock);
+}
+
 static int loop_stopping(void *arg)
 {
     tfx_ucxc_t *u = arg;
@@ -670,7 +728,8 @@ static void *progress_main(void *arg)
     tfx_ucxc_t *u = arg;
     const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
                                  .drained = loop_drained, .drain_max_ns = 2000000000u,
-                                 .sleep_ms = 50, .arg = u};
+                                 .sleep_ms = 50, .hold = loop_hold, .let_go = loop_let_go,
+                                 .arg = u};
 
     tfx_ucx_loop_run(&u->base, &loop);
     pthread_mutex_lock(&u->lock);
@@ -709,7 +768,7 @@ tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err
     u->wake_arg = wake_arg;
     pthread_mutex_init(&u->lock, NULL);
     pthread_cond_init(&u->cond, NULL);
-    if (tfx_ucx_base_open(&u->base, "libtfetch", TFX_UCX_AM_REPLY, on_reply, u, err) != TFP_OK)
+    if (tfx_ucx_base_open(&u->base, "libtfetch", TFX_UCX_AM_REPLY, on_reply, u, 1, err) != TFP_OK)
         goto free_u;
     u->worker = u->base.worker;
     if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
@@ -820,7 +879,7 @@ void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c)
 
 tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
                             const void *const *segs, const size_t *lens, size_t nsegs,
-                            long timeout_ms, void *user_data, tfx_ucxc_req_t **out)
+                            long timeout_ms, int flags, void *user_data, tfx_ucxc_req_t **out)
 {
     if (atomic_load(&c->broken))
         return TFP_EBUSY;
@@ -849,14 +908,127 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     r->hdr.body_len = total;
     r->res.bytes_sent = total;
     r->deadline_ms = timeout_ms > 0 ? tfx_now_ms() + (uint64_t)timeout_ms : 0;
+    pthread_mutex_lock(&c->u->lock);
+    c->refs++;                      /* dropped by the owner when r completes */
+    pthread_mutex_unlock(&c->u->lock);
+    *out = r;
     cm->kind = CMD_START;
     cm->req = r;
-    pthread_mutex_lock(&c->u->lock);
-    c->refs++;                      /* dropped by the thread when r completes */
-    pthread_mutex_unlock(&c->u->lock);
+    if (flags & TFX_UCXC_DRIVEN) {
+        r->deferred = 1;            /* sent by tfx_ucxc_drive */
+        r->spare = cm;
+        return TFP_OK;
+    }
     post(c->u, cm);
-    *out = r;
     return TFP_OK;
+}
+
+/* A deferred request the caller could not send itself goes the usual way. */
+static void post_deferred(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
+{
+    cmd_t *cm = r->spare;
+    r->spare = NULL;
+    r->deferred = 0;
+    post(u, cm);
+}
+
+/* Takes the worker for the calling thread: at once when nobody has it, else it asks the
+ * thread to yield (want) and waits for the end of its pass, spinning TAKE_SPIN_NS, then
+ * sleeping. 0 if it did not get it within TAKE_MAX_MS or the thread is stopping. */
+static int take_worker(tfx_ucxc_t *u)
+{
+    uint64_t t0 = 0;
+    pthread_mutex_lock(&u->lock);
+    while (u->owner != OWN_NONE) {
+        uint64_t now = tfx_now_ns();
+        if (!t0)
+            t0 = now;
+        if (u->stopping || u->thread_done || now - t0 >= (uint64_t)TAKE_MAX_MS * 1000000u) {
+            u->want = 0;
+            pthread_mutex_unlock(&u->lock);
+            return 0;
+        }
+        u->want = 1;
+        if (now - t0 < TAKE_SPIN_NS) {
+            pthread_mutex_unlock(&u->lock);
+            sched_yield();
+            pthread_mutex_lock(&u->lock);
+            continue;
+        }
+        u->caller_waits = 1;
+        struct timespec ts = tfx_deadline_rt(5);
+        pthread_cond_timedwait(&u->cond, &u->lock, &ts);
+        u->caller_waits = 0;
+    }
+    u->want = 0;
+    u->owner = OWN_CALLER;
+    pthread_mutex_unlock(&u->lock);
+    return 1;
+}
+
+/* Hands the worker back; the thread is woken only when something is left for it (requests
+ * in flight, commands): otherwise it stays parked until its next tick or post. */
+static void give_worker(tfx_ucxc_t *u)
+{
+    pthread_mutex_lock(&u->lock);
+    int work = u->live != NULL || u->cmd_head != NULL;
+    u->owner = OWN_NONE;
+    pthread_mutex_unlock(&u->lock);
+    if (work)
+        tfx_ucx_base_wake(&u->base);
+}
+
+/* Progresses the worker and runs what the owner runs (rendezvous receives, deadlines, a dead
+ * server) until nothing is left to do now or r completed. */
+static void drive_pass(tfx_ucxc_t *u)
+{
+    while (ucp_worker_progress(u->worker) && !u->drive_done)
+        ;
+    if (!u->drive_done)
+        run_cmds(u);
+}
+
+int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
+{
+    if (!take_worker(u)) {
+        if (r->deferred)
+            post_deferred(u, r);
+        return 0;
+    }
+    u->drive_req = r;
+    u->drive_done = 0;
+    run_cmds(u);                    /* what was posted before goes first */
+    if (r->deferred) {
+        r->deferred = 0;
+        free(r->spare);
+        r->spare = NULL;
+        do_start(u, r);
+    }
+    uint64_t t0 = tfx_now_ns();
+    uint64_t spin_end = t0 + (uint64_t)(spin_us > 0 ? spin_us : 0) * 1000u;
+    uint64_t wait_end = t0 + (uint64_t)(wait_ms > 0 ? wait_ms : 0) * 1000000u;
+    while (!u->drive_done) {
+        drive_pass(u);
+        uint64_t now = tfx_now_ns();
+        if (u->drive_done || now >= wait_end)
+            break;
+        if (now < spin_end)
+            continue;
+        /* The reply is slow (the server was asleep, or the machine is busy): sleep on the
+         * worker's event fd, leaving the CPU to the server, at most until the next deadline
+         * check is due (10 ms) or the wait ends. */
+        ucs_status_t st = ucp_worker_arm(u->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        uint64_t left_ms = (wait_end - now) / 1000000u + 1;
+        struct pollfd pf = {.fd = u->base.efd, .events = POLLIN};
+        poll(&pf, 1, st == UCS_OK ? (int)(left_ms < 10 ? left_ms : 10) : 1);
+    }
+    int done = u->drive_done;
+    u->drive_req = NULL;
+    u->drive_done = 0;
+    give_worker(u);
+    return done;
 }
 
 tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u)
@@ -880,6 +1052,7 @@ void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
 {
     if (!r)
         return;
+    free(r->spare);
     tfx_buf_free(r->res.body, r->res.body_cap);
     free(r->iov);
     free(r);

@@ -1,6 +1,6 @@
 /* ucx_client.h - the client side of tfetch's UCX transport.
  *
- * A tfx_ucxc_t owns a UCX context, a worker and the progress thread that alone touches them.
+ * A tfx_ucxc_t owns a UCX context, a worker and the progress thread that drives them.
  * The caller's thread hands it work (connect, requests) through a queue and gets completions
  * back through another queue, announced by a wake-up function it supplies (libtfetch passes
  * curl_multi_wakeup, so one poll loop sleeps on both HTTP and UCX). A connection is one UCX
@@ -9,6 +9,12 @@
  * concatenating them); its reply lands in a buffer the client allocates (rendezvous for large
  * ones). A request that does not complete in time breaks its connection: every request on it
  * fails (so the caller can retry over HTTP) and the endpoint is closed.
+ *
+ * A blocking caller need not wait for the progress thread: a request started with
+ * TFX_UCXC_DRIVEN is sent by tfx_ucxc_drive on the caller's thread, which takes the worker
+ * from the progress thread, progresses it (busily, then asleep on its event fd) until the
+ * reply is in or a bounded wait ends, and hands it back: no thread hand-off on the way out or back. Completions of other
+ * requests it sees on the way are queued for tfx_ucxc_next as always.
  *
  * Threads: any one thread at a time calls these functions for a given tfx_ucxc_t (the
  * thread driving the client); the progress thread is internal.
@@ -65,12 +71,22 @@ typedef struct {
     double seconds;
 } tfx_ucxc_result_t;
 
+/* tfx_ucxc_start's flags. DRIVEN: the caller drives this request itself next
+ * (tfx_ucxc_drive, before any other call for this tfx_ucxc_t); it is not sent until then. */
+#define TFX_UCXC_DRIVEN 1
 /* Starts a request: hdr (op, seq ignored: the client numbers requests), the body as nsegs
  * borrowed segments (they must live until completion), a timeout for the whole exchange.
  * On TFP_OK the request completes exactly once, later, and is returned by tfx_ucxc_next. */
 tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
                             const void *const *segs, const size_t *lens, size_t nsegs,
-                            long timeout_ms, void *user_data, tfx_ucxc_req_t **out);
+                            long timeout_ms, int flags, void *user_data, tfx_ucxc_req_t **out);
+/* Drives the worker on the calling thread for r (sending it first if DRIVEN): takes it from
+ * the progress thread, progresses it busily for spin_us, then sleeping on the worker's
+ * event fd, until r completes or wait_ms pass, and gives it back. 1 if r completed
+ * (tfx_ucxc_next returns it, after any completion queued before it); 0 if not yet (it
+ * completes as usual, through the progress thread and wake()). Completions of other
+ * requests are queued on the way without wake(): drain after the call. */
+int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms);
 /* The next completed request, or NULL. */
 tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u);
 void *tfx_ucxc_req_user_data(const tfx_ucxc_req_t *r);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -18,7 +19,7 @@
 static tfp_status_t worker_open(tfx_ucx_base_t *b, tfp_err_t *err)
 {
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+                              .thread_mode = b->thread_mode};
     ucs_status_t st = ucp_worker_create(b->ctx, &wp, &b->worker);
     if (st != UCS_OK) {
         b->worker = NULL;
@@ -59,10 +60,12 @@ static void worker_close(tfx_ucx_base_t *b)
 }
 
 tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
-                               ucp_am_recv_callback_t cb, void *arg, tfp_err_t *err)
+                               ucp_am_recv_callback_t cb, void *arg, int serialized,
+                               tfp_err_t *err)
 {
     memset(b, 0, sizeof *b);
     b->epfd = b->wakefd = b->efd = -1;
+    b->thread_mode = serialized ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
     b->am_id = am_id;
     b->am_cb = cb;
     b->am_arg = arg;
@@ -143,12 +146,47 @@ int tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms)
     return 0;
 }
 
+void tfx_ucx_base_park(tfx_ucx_base_t *b, int timeout_ms)
+{
+    struct pollfd p = {.fd = b->wakefd, .events = POLLIN};
+    poll(&p, 1, timeout_ms);
+    uint64_t v;
+    while (read(b->wakefd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+}
+
+/* Arms the worker (held), lets it go and sleeps on it (tfx_ucx_base_sleep with the lending
+ * hooks): 1 when arm said BUSY (nothing slept). */
+static int loop_sleep(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
+{
+    if (!l->hold)
+        return tfx_ucx_base_sleep(b, l->sleep_ms);
+    ucs_status_t st = b->worker ? ucp_worker_arm(b->worker) : UCS_OK;
+    l->let_go(l->arg);
+    if (st == UCS_ERR_BUSY)
+        return 1;
+    /* A thread that takes the worker now sees its events itself; one of them may still end
+     * this sleep, and the next pass then parks. */
+    struct epoll_event ev[2];
+    epoll_wait(b->epfd, ev, 2, st == UCS_OK ? l->sleep_ms : 1);
+    uint64_t v;
+    while (read(b->wakefd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+    return 0;
+}
+
 void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
 {
     uint64_t last_work_ns = 0, stop_ns = 0, busy_since_ns = 0;
 
     for (;;) {
         unsigned n = 0;
+        if (l->hold && !l->hold(l->arg)) {
+            /* Lent: the borrower progresses it, and wakes us if it hands back work. */
+            tfx_ucx_base_park(b, l->sleep_ms);
+            last_work_ns = busy_since_ns = 0;
+            continue;
+        }
         while (b->worker && ucp_worker_progress(b->worker))
             n++;
         n += l->run(l->arg);
@@ -157,16 +195,21 @@ void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
             if (!stop_ns)
                 stop_ns = now;
             if (l->drained(l->arg) || (l->drain_max_ns && now - stop_ns >= l->drain_max_ns))
-                break;
+                break;                  /* still held: nobody borrows it any more */
         }
         if (n) {
             last_work_ns = tfx_now_ns();
             busy_since_ns = 0;
+            if (l->let_go)
+                l->let_go(l->arg);
             continue;
         }
-        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS)
+        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS) {
+            if (l->let_go)
+                l->let_go(l->arg);
             continue;                   /* spin a little before sleeping */
-        if (!tfx_ucx_base_sleep(b, l->sleep_ms)) {
+        }
+        if (!loop_sleep(b, l)) {
             busy_since_ns = 0;
             continue;
         }
@@ -177,7 +220,11 @@ void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
         if (now - busy_since_ns < (uint64_t)TFX_UCX_WEDGED_MS * 1000000u)
             continue;
         if (l->wedged) {
+            if (l->hold && !l->hold(l->arg))
+                continue;               /* lent again: the borrower progresses it */
             l->wedged(l->arg);
+            if (l->let_go)
+                l->let_go(l->arg);
             busy_since_ns = 0;
         } else {
             struct epoll_event ev[2];

@@ -4,8 +4,11 @@
  *
  * Open and close run on the thread that creates the worker; tfx_ucx_loop_run is the body of
  * each side's progress thread, the only thread that then touches the worker (it may even
- * replace it: tfx_ucx_base_renew). Other threads reach the loop only through tfx_ucx_base_wake
- * (our own eventfd, which ends its sleep; never the worker itself) and the side's hooks.
+ * replace it: tfx_ucx_base_renew), unless the side lends it: with the loop's hold and let_go
+ * hooks another thread may drive the worker between two passes (the client's blocking
+ * calls do, ucx_client.c), and the loop then waits on the wake fd alone until woken. Other
+ * threads reach the loop only through tfx_ucx_base_wake (our own eventfd, which ends its
+ * sleep) and the side's hooks.
  */
 #ifndef TFX_UCX_COMMON_H
 #define TFX_UCX_COMMON_H
@@ -21,13 +24,17 @@ typedef struct {
     int wakefd;                     /* an eventfd other threads write to wake the loop */
     int epfd;                       /* an epoll set holding efd and wakefd */
     unsigned am_id;                 /* the handler, kept for tfx_ucx_base_renew */
+    ucs_thread_mode_t thread_mode;  /* the worker's, kept for tfx_ucx_base_renew */
     ucp_am_recv_callback_t am_cb;
     void *am_arg;
 } tfx_ucx_base_t;
 
-/* Creates context and worker (name shows in UCX's logs) and registers cb for am_id. */
+/* Creates context and worker (name shows in UCX's logs) and registers cb for am_id. The
+ * worker is SINGLE-threaded, or with serialized set SERIALIZED (several threads drive it,
+ * one at a time, handing it over under a lock of their own: the client). */
 tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
-                               ucp_am_recv_callback_t cb, void *arg, tfp_err_t *err);
+                               ucp_am_recv_callback_t cb, void *arg, int serialized,
+                               tfp_err_t *err);
 void tfx_ucx_base_close(tfx_ucx_base_t *b);
 /* On the progress thread: destroys the worker (every endpoint and operation on it goes) and
  * makes a new one with the same handler; its address differs. TFP_OK, or err set (the base
@@ -38,6 +45,9 @@ void tfx_ucx_base_wake(tfx_ucx_base_t *b);
 /* Arms the worker and sleeps up to timeout_ms for an event or a wake. Returns 1 at once if
  * the worker says it has events (arm: BUSY), else 0 after the sleep. */
 int tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms);
+/* Sleeps up to timeout_ms on the wake fd alone (not the worker's: another thread drives it
+ * and sees its events), then drains it. */
+void tfx_ucx_base_park(tfx_ucx_base_t *b, int timeout_ms);
 /* After work, a progress loop keeps polling this long before it sleeps: waking a sleeping
  * thread costs tens of microseconds here, more than a whole small round trip over shared
  * memory (1-3 us), so replies that follow quickly are caught without a wake-up. */
@@ -63,6 +73,13 @@ typedef struct {
      * (tfx_ucx_base_renew) or gives up on it. Optional; without it the loop only stops
      * spinning (it sleeps 1 ms at a time). */
     void (*wedged)(void *arg);
+    /* Optional, both or neither: the worker is lent to other threads between passes. hold
+     * runs before each pass: 1 when the loop may touch the worker until its let_go, 0 when
+     * another thread has it (or wants it): the loop then parks (tfx_ucx_base_park, up to
+     * sleep_ms) and tries again; the lender wakes it when it hands back work. let_go runs
+     * after each pass, and before the loop sleeps on an armed worker. */
+    int (*hold)(void *arg);
+    void (*let_go)(void *arg);
     void *arg;
 } tfx_ucx_loop_t;
 #define TFX_UCX_WEDGED_MS 500
