@@ -77,6 +77,11 @@ static tf_upgrade_t upgrade_from_env(char *bad, size_t badlen)
 
 static atomic_uint live_clients;        /* clients made and not yet freed */
 
+int tfi_clients_live(void)
+{
+    return atomic_load(&live_clients) != 0;
+}
+
 tf_status_t tf_client_new(tf_client_t **out)
 {
     if (!out)

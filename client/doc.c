@@ -45,7 +45,10 @@ void tf_doc_free(tf_doc_t *doc)
     free(doc->copies);
     free(doc->views);
     tfp_doc_free(doc->d);
-    tfx_buf_free(doc->buf, doc->buf_cap);   /* cap 0: free() */
+    if (doc->buf_cap && !tfi_clients_live())
+        tfx_buf_free_uncached(doc->buf, doc->buf_cap);  /* nobody left to reuse it */
+    else
+        tfx_buf_free(doc->buf, doc->buf_cap);           /* cap 0: free() */
     if (doc->release)
         doc->release(doc->release_arg);     /* after everything that points into it */
     free(doc);

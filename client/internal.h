@@ -290,6 +290,8 @@ struct tf_fetch {
 /* Wraps a decoded proto doc whose data points into buf (taken over when not NULL: freed
  * with the doc). On failure neither d nor buf is freed. */
 tf_status_t tfi_doc_wrap(tfp_doc_t *d, void *buf, tf_doc_t **out);
+/* 1 while some client is alive: a freed reply buffer is kept for reuse only then. */
+int tfi_clients_live(void);
 
 /* The proto status with the same name (the values are equal by construction). */
 static inline tf_status_t tfi_from_proto(tfp_status_t st)

@@ -169,7 +169,8 @@ static void take_ids(tfd_router_t *rt, tfx_req_t *r, tfd_ctx_t *c)
     }
     tfx_req_add_header(r, "Tfetch-Request-Id", c->request_id);
     tfx_req_add_header(r, "Tfetch-Transport", tfx_req_transport(r));
-    if (tfd_upgrade_offered_to(c->api->upgrade, tfx_req_peer(r)))
+    /* Not to a principal known by its certificate alone: its upgrade is refused (upgrade.c). */
+    if (who->cred != TFP_CRED_CERT && tfd_upgrade_offered_to(c->api->upgrade, tfx_req_peer(r)))
         tfx_req_add_header(r, "Tfetch-Upgrade", "ucx");
     if (who->user[0]) {
         snprintf(c->user, sizeof c->user, "%s", who->user);

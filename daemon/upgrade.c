@@ -19,6 +19,7 @@
 #endif
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,9 @@ struct tfd_upgrade {
     int tls;                        /* HTTPS on: UCX only to this host and to trusted */
     tfp_netlist_t trusted;          /* ucx-trusted's ranges (immutable once HTTP is up) */
     char trusted_text[128];         /* ucx-trusted as given, for the refusal */
-    tfp_netlist_t local;            /* this host's addresses (under lock) */
-    uint64_t local_at_ms;           /* when they were read */
+    pthread_rwlock_t local_lock;    /* local: read by every HTTPS request's offer */
+    tfp_netlist_t local;            /* this host's addresses */
+    _Atomic uint64_t local_at_ms;   /* when they were read; 0: never */
 #ifdef HAVE_UCX
     tfx_ucx_t *ucx;
 #endif
@@ -132,6 +134,7 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
     if (!up)
         return NULL;
     pthread_mutex_init(&up->lock, NULL);
+    pthread_rwlock_init(&up->local_lock, NULL);
     up->ttl_ms = token_ttl_ms;
     tfp_err_t err;
     if (tfx_hostid_get(&up->self, &err) != TFP_OK) {
@@ -171,19 +174,25 @@ void tfd_upgrade_set_tls(tfd_upgrade_t *up, const tfp_netlist_t *trusted, const 
 }
 
 /* peer (an address's text) is one of this host's addresses: the cached list, read again
- * when it misses and is older than LOCAL_REFRESH_MS (addresses come and go). */
+ * when it misses and is older than LOCAL_REFRESH_MS (addresses come and go), by one thread,
+ * outside any lock (getifaddrs asks the kernel); the others answer from the list they have. */
 static int peer_is_local(tfd_upgrade_t *up, const char *peer)
 {
-    pthread_mutex_lock(&up->lock);
-    int hit = up->local_at_ms && tfp_netlist_match(&up->local, peer);
-    uint64_t now = tfx_now_ms();
-    if (!hit && (!up->local_at_ms || now - up->local_at_ms >= LOCAL_REFRESH_MS)) {
-        tfx_local_addrs(&up->local);
-        up->local_at_ms = now ? now : 1;
-        hit = tfp_netlist_match(&up->local, peer);
-    }
-    pthread_mutex_unlock(&up->lock);
-    return hit;
+    pthread_rwlock_rdlock(&up->local_lock);
+    int hit = tfp_netlist_match(&up->local, peer);
+    pthread_rwlock_unlock(&up->local_lock);
+    if (hit)
+        return 1;
+    uint64_t now = tfx_now_ms(), at = atomic_load(&up->local_at_ms);
+    if ((at && now - at < LOCAL_REFRESH_MS) ||
+        !atomic_compare_exchange_strong(&up->local_at_ms, &at, now ? now : 1))
+        return 0;
+    tfp_netlist_t fresh;
+    tfx_local_addrs(&fresh);        /* on failure it still holds the loopback ranges */
+    pthread_rwlock_wrlock(&up->local_lock);
+    up->local = fresh;
+    pthread_rwlock_unlock(&up->local_lock);
+    return tfp_netlist_match(&fresh, peer);
 }
 
 /* With TLS on, may a client at peer that says it is (same_host) on this host get UCX in the
@@ -364,6 +373,7 @@ void tfd_upgrade_free(tfd_upgrade_t *up)
     tfx_ucx_stop(up->ucx);
 #endif
     free(up->tokens);
+    pthread_rwlock_destroy(&up->local_lock);
     pthread_mutex_destroy(&up->lock);
     free(up);
 }

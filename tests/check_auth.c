@@ -503,6 +503,7 @@ START_TEST(test_upgrade_authed)
 END_TEST
 
 #ifdef HAVE_UCX
+#include "transports/buf.h"
 #include "transports/ucx_client.h"
 
 /* HELLO with the upgrade token of resp, for host h, proving bearer (NULL: no proof). */
@@ -678,7 +679,7 @@ static int ucx_call_for(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *of, co
         *sum = ((const int32_t *)tf_doc_find(got, "x")->data)[0];
         tf_doc_free(got);
     }
-    free(res->body);
+    tfx_buf_free(res->body, res->body_cap);
     res->body = NULL;
     tfx_ucxc_req_free(done);
     tf_free(body);

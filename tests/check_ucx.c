@@ -15,6 +15,7 @@
 #include "client/tfetch.h"
 
 #include <pthread.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1856,6 +1857,43 @@ END_TEST
  * over ucx, and the connection is dropped; a tf_fetch_wait that gives up early leaves its
  * request to the progress thread, which a cancel then completes when the server answers;
  * tf_client_free with such a request in flight is bounded. */
+/* 1 when every thread of pid is stopped ('T' or 't' in /proc/PID/task/TID/stat). */
+static int all_stopped(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int all = 1, seen = 0;
+    for (struct dirent *e; all && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char stat[sizeof path + sizeof e->d_name + 8];
+        snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(stat, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        const char *close = strrchr(buf, ')');      /* "tid (comm) S ..." */
+        all = close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+        seen++;
+    }
+    closedir(d);
+    return all && seen > 0;
+}
+
+/* kill(SIGSTOP) returns before every thread of the target has stopped: waits (up to 5 s)
+ * until /proc says they all have. */
+static void stop_process(pid_t pid)
+{
+    kill(pid, SIGSTOP);
+    for (int i = 0; i < 500 && !all_stopped(pid); i++)
+        sleep_ms(10);
+    ck_assert_msg(all_stopped(pid), "tfetchd (pid %d) did not stop", (int)pid);
+}
+
 START_TEST(ucx_driving_timeout_cancel_free)
 {
     if (!have_daemon("ucx_driving_timeout_cancel_free"))
@@ -1867,7 +1905,7 @@ START_TEST(ucx_driving_timeout_cancel_free)
     assert_ucx_result(tf_client_last(c));
     /* Timeout while the caller drives (policy ucx: not retried). */
     tf_client_set_timeout(c, 300);
-    kill(D.pid, SIGSTOP);
+    stop_process(D.pid);
     double t0 = now_s();
     tf_status_t st = tf_get(c, url("/v1/tensors/%s", "w"), 0, &got);
     double took = now_s() - t0;

@@ -40,38 +40,50 @@
 #define HUGE_ALIGN ((size_t)2 << 20)
 #define CACHE_SLOTS 16
 
+/* Cached buffers keep their kind: memfd-backed ones go only to tfx_buf_alloc (so a stored
+ * document can still be handed to a same-host peer), anonymous ones to
+ * tfx_buf_alloc_private first (and to tfx_buf_alloc when no descriptor is left). Anonymous
+ * bytes have a bound of their own, TFX_BUF_PRIVATE_CACHE_MAX: in a client process they are
+ * memory the program did not ask to keep. */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     void *p;
     size_t len;
+    int anon;
 } cache[CACHE_SLOTS];
-static size_t cached_bytes;
+static size_t cached_bytes, cached_anon;
 
-static void *from_cache(size_t len)
+static void *from_cache(size_t len, int anon)
 {
     void *p = NULL;
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < CACHE_SLOTS; i++)
-        if (cache[i].p && cache[i].len == len) {
+        if (cache[i].p && cache[i].len == len && cache[i].anon == anon) {
             p = cache[i].p;
             cache[i].p = NULL;
             cached_bytes -= len;
+            if (anon)
+                cached_anon -= len;
             break;
         }
     pthread_mutex_unlock(&cache_lock);
     return p;
 }
 
-static int to_cache(void *p, size_t len)
+static int to_cache(void *p, size_t len, int anon)
 {
     int kept = 0;
     pthread_mutex_lock(&cache_lock);
-    if (cached_bytes + len <= TFX_BUF_CACHE_MAX)
+    if (cached_bytes + len <= TFX_BUF_CACHE_MAX &&
+        (!anon || cached_anon + len <= TFX_BUF_PRIVATE_CACHE_MAX))
         for (int i = 0; i < CACHE_SLOTS; i++)
             if (!cache[i].p) {
                 cache[i].p = p;
                 cache[i].len = len;
+                cache[i].anon = anon;
                 cached_bytes += len;
+                if (anon)
+                    cached_anon += len;
                 kept = 1;
                 break;
             }
@@ -214,7 +226,7 @@ static void *alloc(size_t size, size_t *cap, int memfd)
     size_t len = (size + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
     if (len < size)
         return NULL;
-    void *p = from_cache(len);
+    void *p = from_cache(len, !memfd);
     if (!p && memfd && (p = memfd_map(len))) {
 #ifdef MADV_HUGEPAGE
         /* shmem gets huge pages only where the host allows it (shmem_enabled advise or
@@ -223,6 +235,8 @@ static void *alloc(size_t size, size_t *cap, int memfd)
         (void)madvise(p, len, MADV_HUGEPAGE);
 #endif
     }
+    if (!p && memfd)
+        p = from_cache(len, 1);         /* no descriptor to be had: anonymous, as below */
     if (!p) {
         p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
@@ -251,7 +265,17 @@ void tfx_buf_free(void *p, size_t cap)
         return;
     if (cap < BIG)
         free(p);
-    else if (tfx_buf_sealed(p) || !to_cache(p, cap))
+    else if (tfx_buf_sealed(p) || !to_cache(p, cap, tfx_buf_fd(p) < 0))
+        unmap_big(p, cap);
+}
+
+void tfx_buf_free_uncached(void *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (cap < BIG)
+        free(p);
+    else
         unmap_big(p, cap);
 }
 
@@ -328,6 +352,6 @@ void tfx_buf_trim(void)
             unmap_big(cache[i].p, cache[i].len);
             cache[i].p = NULL;
         }
-    cached_bytes = 0;
+    cached_bytes = cached_anon = 0;
     pthread_mutex_unlock(&cache_lock);
 }

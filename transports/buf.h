@@ -21,7 +21,8 @@
 void *tfx_buf_alloc(size_t size, size_t *cap);
 /* As tfx_buf_alloc, for memory that will never be shared with another process (a client's
  * reply bodies): never memfd-backed (anonymous, huge pages advised), so it costs no
- * descriptor. Returned with tfx_buf_free, to the same cache. */
+ * descriptor. Returned with tfx_buf_free, to the same cache, where anonymous buffers are
+ * kept apart and bounded by TFX_BUF_PRIVATE_CACHE_MAX. */
 void *tfx_buf_alloc_private(size_t size, size_t *cap);
 /* Grows a tfx_buf_alloc buffer p of *cap bytes, whose first `used` bytes matter, to at least
  * size bytes (p NULL: a new one). Large buffers grow in place or move their pages (mremap),
@@ -31,6 +32,8 @@ void *tfx_buf_grow(void *p, size_t *cap, size_t used, size_t size);
 /* Returns the buffer: small ones to malloc, large ones to the reuse cache when it has room
  * (at most TFX_BUF_CACHE_MAX bytes, fully faulted in), else to the kernel. */
 void tfx_buf_free(void *p, size_t cap);          /* NULL is a no-op */
+/* As tfx_buf_free, but straight back to malloc or the kernel, never to the cache. */
+void tfx_buf_free_uncached(void *p, size_t cap);
 /* A buffer of size bytes (0 allowed) that free() releases and realloc() may grow, or NULL:
  * big ones 2 MiB-aligned with huge pages advised, small ones plain malloc. */
 void *tfx_buf_malloc(size_t size);
@@ -48,5 +51,6 @@ int tfx_buf_sealed(const void *p);
 void tfx_buf_trim(void);
 
 #define TFX_BUF_CACHE_MAX ((size_t)512 << 20)
+#define TFX_BUF_PRIVATE_CACHE_MAX ((size_t)256 << 20)   /* of it, anonymous buffers */
 
 #endif

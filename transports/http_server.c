@@ -59,6 +59,8 @@ struct tfx_http {
 
 enum { RUNNING, SUSPENDED };
 
+#define CERT_RECHECK_S 300              /* a connection's client certificate verified again */
+
 /* What is kept per connection (MHD's socket context). A connection is served by one of
  * MHD's threads at a time, so none of it is locked. */
 typedef struct {
@@ -159,12 +161,26 @@ static int verify_subject(const tfx_req_t *r, char *subj, size_t cap, time_t *un
         if (dn.size > 0 && dn.size < cap && !memchr(dn.data, '\0', dn.size)) {
             memcpy(subj, dn.data, dn.size);
             subj[dn.size] = '\0';
-            *until = gnutls_x509_crt_get_expiration_time(crt);
             rc = 1;
         }
         gnutls_free(dn.data);
     }
     gnutls_x509_crt_deinit(crt);
+    /* The verdict holds until the first certificate of the chain expires (the CA behind it
+     * is tfetchd's own, read at start) and for CERT_RECHECK_S at most. */
+    *until = time(NULL) + CERT_RECHECK_S;
+    for (unsigned i = 0; rc == 1 && i < n; i++) {
+        gnutls_x509_crt_t c;
+        if (gnutls_x509_crt_init(&c) != GNUTLS_E_SUCCESS)
+            return -1;
+        time_t t = gnutls_x509_crt_import(c, &chain[i], GNUTLS_X509_FMT_DER) == GNUTLS_E_SUCCESS
+                       ? gnutls_x509_crt_get_expiration_time(c) : (time_t)-1;
+        gnutls_x509_crt_deinit(c);
+        if (t == (time_t)-1)
+            return -1;
+        if (t < *until)
+            *until = t;
+    }
     return rc;
 }
 
@@ -181,8 +197,8 @@ static const gnutls_datum_t *peer_leaf(const tfx_req_t *r)
 
 /* verify_subject, once per connection and certificate: verifying took ~0.5 ms a request (an
  * ECDSA chain check), while a session's peer certificate changes only by a renegotiation,
- * which is caught by comparing it with the one verified. Checked again once that one has
- * expired. */
+ * which is caught by comparing it with the one verified. Checked again once a certificate
+ * of the chain has expired, and every CERT_RECHECK_S. */
 static int peer_subject(const tfx_req_t *r, char *subj, size_t cap)
 {
     conn_ctx_t *cc = HR(r)->cc;

@@ -119,8 +119,9 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_
     }
     /* A buffer lent to fill is faulted in at once: one pass in the kernel is cheaper than a
      * fault per page while it is written. Huge pages are advised first, so where the host
-     * gives shmem huge pages (shmem_enabled advise) the pass allocates 2 MiB ones; a kernel
-     * without MADV_POPULATE_WRITE (before 5.14) faults them as they are written. */
+     * gives shmem huge pages (shmem_enabled advise) the pass allocates 2 MiB ones. A kernel
+     * without MADV_POPULATE_WRITE (before 5.14) maps it again with MAP_POPULATE; memory
+     * that cannot be had is refused now (it would be a SIGBUS at the writes). */
     void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
@@ -132,9 +133,22 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_
 #ifdef MADV_HUGEPAGE
         (void)madvise(p, size, MADV_HUGEPAGE);              /* advice only */
 #endif
+        int e = EINVAL;
 #ifdef MADV_POPULATE_WRITE
-        (void)madvise(p, size, MADV_POPULATE_WRITE);        /* ENOMEM shows at the writes */
+        e = madvise(p, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
 #endif
+        if (e == EINVAL) {              /* not known to this kernel */
+            munmap(p, size);
+            p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+            e = p == MAP_FAILED ? errno : 0;
+        }
+        if (e != 0) {
+            if (p != MAP_FAILED)
+                munmap(p, size);
+            close(fd);
+            return tfp_err_set(err, TFP_ENOMEM, "shm: no memory to fill %zu bytes: %s", size,
+                               strerror(e));
+        }
     }
     out->fd = fd;
     out->p = p;
