@@ -185,6 +185,24 @@ static tf_doc_t *small_doc(float *v)
     return in;
 }
 
+/* A client made now takes its settings from the environment: a get works; with var naming an
+ * unreadable file instead, its requests fail with TF_EINVAL naming var. */
+static void env_good_then_bad(const char *url, const char *var, const char *bad)
+{
+    tf_client_t *c = NULL;
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
+    tf_doc_free(got);
+    got = NULL;
+    tf_client_free(c);
+    setenv(var, bad, 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EINVAL);
+    ck_assert_msg(strstr(tf_client_last(c)->error, var), "%s", tf_client_last(c)->error);
+    tf_client_free(c);
+}
+
 START_TEST(test_libtfetch_round_trip)
 {
     make_certs();
@@ -219,17 +237,7 @@ START_TEST(test_libtfetch_round_trip)
     tf_client_free(c);
     /* TFETCH_CA_FILE is the default; an unreadable one fails requests until set */
     setenv("TFETCH_CA_FILE", path("ca.pem"), 1);
-    ck_assert_int_eq(tf_client_new(&c), TF_OK);
-    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
-    tf_doc_free(got);
-    got = NULL;
-    tf_client_free(c);
-    setenv("TFETCH_CA_FILE", path("nonexistent.pem"), 1);
-    ck_assert_int_eq(tf_client_new(&c), TF_OK);
-    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EINVAL);
-    ck_assert_msg(strstr(tf_client_last(c)->error, "TFETCH_CA_FILE"), "%s",
-                  tf_client_last(c)->error);
-    tf_client_free(c);
+    env_good_then_bad(url, "TFETCH_CA_FILE", path("nonexistent.pem"));
     unsetenv("TFETCH_CA_FILE");
     tf_doc_free(in);
     /* the CLI: --cacert */
@@ -468,17 +476,7 @@ START_TEST(test_mtls_libtfetch)
     setenv("TFETCH_CA_FILE", path("ca.pem"), 1);
     setenv("TFETCH_CERT", path("alice.pem"), 1);
     setenv("TFETCH_KEY", path("alice.key"), 1);
-    ck_assert_int_eq(tf_client_new(&c), TF_OK);
-    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_OK);
-    tf_doc_free(got);
-    got = NULL;
-    tf_client_free(c);
-    setenv("TFETCH_CERT", path("none.pem"), 1);
-    ck_assert_int_eq(tf_client_new(&c), TF_OK);
-    ck_assert_int_eq(tf_get(c, url, 0, &got), TF_EINVAL);
-    ck_assert_msg(strstr(tf_client_last(c)->error, "TFETCH_CERT"), "%s",
-                  tf_client_last(c)->error);
-    tf_client_free(c);
+    env_good_then_bad(url, "TFETCH_CERT", path("none.pem"));
     unsetenv("TFETCH_CERT");
     unsetenv("TFETCH_KEY");
     unsetenv("TFETCH_CA_FILE");
