@@ -15,6 +15,7 @@
 # on any exit. Arguments are passed to tfetch-bench (e.g. --reps 3).
 #
 # Environment: TFETCHD (default ./daemon/tfetchd), TFETCH_BENCH (default ./bench/tfetch-bench),
+# TFETCH_UCX_RAW (default ./bench/ucx-raw),
 # BENCH_JSON (a file to which the JSON lines are also written), BENCH_TIMEOUT (seconds, default
 # 600, per step), WRK_DURATION (default 10s), BENCH_SHUMAI (0: skip the Shumai step), and for
 # that step BENCH_TINY_BYTES (default here 8), BENCH_BIG_MIB (4), BENCH_TINY_N (1000),
@@ -116,7 +117,8 @@ tfield() {
     { grep -E "^\{\"bench\":\"$2\",\"transport\":\"$3[^\"]*\",.*\"bytes\":$4," "$1" || true; } |
         head -n1 | sed -nE "s/.*\"$5\":\"?([^,\"}]*).*/\1/p"
 }
-UCX_RAW=${UCX_RAW:-./bench/ucx-raw}
+# Not UCX_RAW: UCX reads every UCX_* variable of its environment and warns of unknown ones.
+UCX_RAW=${TFETCH_UCX_RAW:-./bench/ucx-raw}
 if [ -x "$UCX_RAW" ] && grep -q '"transport":"ucx' "$tmp/bench.jsonl"; then
     say "== ucx-raw: our own UCX active-message request/ack, one host (the ceiling) =="
     if run_bounded timeout --kill-after=10 120 "$UCX_RAW" --sizes 8,4M,64M,256M \
