@@ -289,7 +289,9 @@ class Client(FeedCalls):
 
     def transport_info(self, base=None):
         """What this client knows of a server's transports: {transport, reason, offered,
-        retry_ms} (tf_client_transport_info). offered: True, False or None (not seen yet)."""
+        retry_ms, caller_driven} (tf_client_transport_info). offered: True, False or None
+        (not seen yet); caller_driven: requests whose UCX round trip the calling thread drove
+        itself (blocking calls)."""
         b = self._base(base).encode()
         ti = _lib.TransportInfo(size=ctypes.sizeof(_lib.TransportInfo))
         with self._lock:
@@ -297,7 +299,8 @@ class Client(FeedCalls):
         if st != 0:
             raise error_for(st, "bad URL %r" % b.decode())
         return {"transport": ti.transport.decode(), "reason": ti.reason.decode(),
-                "offered": {1: True, 0: False}.get(ti.offered), "retry_ms": ti.retry_ms}
+                "offered": {1: True, 0: False}.get(ti.offered), "retry_ms": ti.retry_ms,
+                "caller_driven": ti.caller_driven}
 
     # ---- asynchronous calls (asyncio) -----------------------------------------------------
 

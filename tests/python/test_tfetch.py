@@ -431,6 +431,7 @@ class TestUpgrade(Base):
             self.assertEqual(c.last.fallback, "")
             self.assertTrue(c.transport_info()["transport"].startswith("ucx/"))
             self.assertIs(c.transport_info()["offered"], True)
+            self.assertGreaterEqual(c.transport_info()["caller_driven"], 1)   # blocking calls
 
     def test_strict_ucx(self):
         if not ucx_available(self.c):
