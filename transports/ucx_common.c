@@ -133,46 +133,41 @@ void tfx_ucx_base_wake(tfx_ucx_base_t *b)
     while (n < 0 && errno == EINTR);        /* EAGAIN: the counter is full, a wake pending */
 }
 
-int tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms)
+/* Empties the wake fd's counter (EAGAIN: nothing pending). */
+static void drain_wake(tfx_ucx_base_t *b)
+{
+    uint64_t v;
+    while (read(b->wakefd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+}
+
+/* Arms the worker, runs let_go (NULL: none) and sleeps on the worker's events and the wake
+ * fd up to timeout_ms (1 ms when arming failed), draining the wake fd after the wait so no
+ * wake is lost: 1 when arm said BUSY (nothing slept). A thread that takes the worker once
+ * let_go ran sees its events itself; one of them may still end this sleep. */
+static int arm_and_sleep(tfx_ucx_base_t *b, int timeout_ms, void (*let_go)(void *), void *arg)
 {
     ucs_status_t st = b->worker ? ucp_worker_arm(b->worker) : UCS_OK;
+    if (let_go)
+        let_go(arg);
     if (st == UCS_ERR_BUSY)
         return 1;
     struct epoll_event ev[2];
     epoll_wait(b->epfd, ev, 2, st == UCS_OK ? timeout_ms : 1);
-    uint64_t v;
-    while (read(b->wakefd, &v, sizeof v) < 0 && errno == EINTR)
-        ;                                   /* drained after the wait: no wake is lost */
+    drain_wake(b);
     return 0;
+}
+
+int tfx_ucx_base_sleep(tfx_ucx_base_t *b, int timeout_ms)
+{
+    return arm_and_sleep(b, timeout_ms, NULL, NULL);
 }
 
 void tfx_ucx_base_park(tfx_ucx_base_t *b, int timeout_ms)
 {
     struct pollfd p = {.fd = b->wakefd, .events = POLLIN};
     poll(&p, 1, timeout_ms);
-    uint64_t v;
-    while (read(b->wakefd, &v, sizeof v) < 0 && errno == EINTR)
-        ;
-}
-
-/* Arms the worker (held), lets it go and sleeps on it (tfx_ucx_base_sleep with the lending
- * hooks): 1 when arm said BUSY (nothing slept). */
-static int loop_sleep(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
-{
-    if (!l->hold)
-        return tfx_ucx_base_sleep(b, l->sleep_ms);
-    ucs_status_t st = b->worker ? ucp_worker_arm(b->worker) : UCS_OK;
-    l->let_go(l->arg);
-    if (st == UCS_ERR_BUSY)
-        return 1;
-    /* A thread that takes the worker now sees its events itself; one of them may still end
-     * this sleep, and the next pass then parks. */
-    struct epoll_event ev[2];
-    epoll_wait(b->epfd, ev, 2, st == UCS_OK ? l->sleep_ms : 1);
-    uint64_t v;
-    while (read(b->wakefd, &v, sizeof v) < 0 && errno == EINTR)
-        ;
-    return 0;
+    drain_wake(b);
 }
 
 void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
@@ -209,7 +204,9 @@ void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
                 l->let_go(l->arg);
             continue;                   /* spin a little before sleeping */
         }
-        if (!loop_sleep(b, l)) {
+        /* A loop that lends the worker lets it go before it sleeps (the next pass then
+         * parks if a caller took it). */
+        if (!arm_and_sleep(b, l->sleep_ms, l->hold ? l->let_go : NULL, l->arg)) {
             busy_since_ns = 0;
             continue;
         }
