@@ -130,69 +130,61 @@ static size_t header_bytes(const tfx_req_t *r)
     return sum;
 }
 
-/* The TLS client certificate of r's connection: 1 with its subject DN (RFC 4514) in subj, when
- * it verifies against the client CAs (chain, dates, and a key purpose that allows a TLS
- * client); 0 when none was sent; -1 when one was sent that does not verify, or whose subject
- * does not fit. */
-static int verify_subject(const tfx_req_t *r, char *subj, size_t cap, time_t *until)
+/* The peer's certificate chain (leaf first) of r's TLS session: its session in *ss, the
+ * chain's length in *n; NULL (and *n 0) when there is none. */
+static const gnutls_datum_t *peer_chain(const tfx_req_t *r, gnutls_session_t *ss, unsigned *n)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(HR(r)->conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-    if (!ci || !ci->tls_session)
-        return 0;
-    gnutls_session_t ss = (gnutls_session_t)ci->tls_session;
-    unsigned n = 0;
-    const gnutls_datum_t *chain = gnutls_certificate_get_peers(ss, &n);
-    if (!chain || n == 0)
-        return 0;
+    *n = 0;
+    *ss = ci ? (gnutls_session_t)ci->tls_session : NULL;
+    const gnutls_datum_t *chain = *ss ? gnutls_certificate_get_peers(*ss, n) : NULL;
+    if (!chain)
+        *n = 0;
+    return *n ? chain : NULL;
+}
+
+/* The client certificate chain of session ss: 1 with the leaf's subject DN (RFC 4514) in subj
+ * when it verifies against the client CAs (chain, dates, and a key purpose that allows a TLS
+ * client), and in *until how long that verdict holds: until the first certificate of the
+ * chain expires (the CA behind it is tfetchd's own, read at start), CERT_RECHECK_S at most;
+ * -1 when it does not verify, or a certificate does not parse, or the subject does not fit. */
+static int verify_subject(gnutls_session_t ss, const gnutls_datum_t *chain, unsigned n,
+                          char *subj, size_t cap, time_t *until)
+{
     gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
                                      .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
     unsigned status = 1;
     if (gnutls_certificate_verify_peers(ss, &purpose, 1, &status) != GNUTLS_E_SUCCESS ||
         status != 0)
         return -1;
-    gnutls_x509_crt_t crt;
-    if (gnutls_x509_crt_init(&crt) != GNUTLS_E_SUCCESS)
-        return -1;
-    int rc = -1;
-    gnutls_datum_t dn = {NULL, 0};
-    if (gnutls_x509_crt_import(crt, &chain[0], GNUTLS_X509_FMT_DER) == GNUTLS_E_SUCCESS &&
-        gnutls_x509_crt_get_dn3(crt, &dn, 0) == GNUTLS_E_SUCCESS) {
-        if (dn.size > 0 && dn.size < cap && !memchr(dn.data, '\0', dn.size)) {
-            memcpy(subj, dn.data, dn.size);
-            subj[dn.size] = '\0';
-            rc = 1;
-        }
-        gnutls_free(dn.data);
-    }
-    gnutls_x509_crt_deinit(crt);
-    /* The verdict holds until the first certificate of the chain expires (the CA behind it
-     * is tfetchd's own, read at start) and for CERT_RECHECK_S at most. */
     *until = time(NULL) + CERT_RECHECK_S;
+    int rc = 1;
     for (unsigned i = 0; rc == 1 && i < n; i++) {
-        gnutls_x509_crt_t c;
-        if (gnutls_x509_crt_init(&c) != GNUTLS_E_SUCCESS)
+        gnutls_x509_crt_t crt;
+        if (gnutls_x509_crt_init(&crt) != GNUTLS_E_SUCCESS)
             return -1;
-        time_t t = gnutls_x509_crt_import(c, &chain[i], GNUTLS_X509_FMT_DER) == GNUTLS_E_SUCCESS
-                       ? gnutls_x509_crt_get_expiration_time(c) : (time_t)-1;
-        gnutls_x509_crt_deinit(c);
+        rc = gnutls_x509_crt_import(crt, &chain[i], GNUTLS_X509_FMT_DER) == GNUTLS_E_SUCCESS
+                 ? 1 : -1;
+        time_t t = rc == 1 ? gnutls_x509_crt_get_expiration_time(crt) : (time_t)-1;
         if (t == (time_t)-1)
-            return -1;
-        if (t < *until)
+            rc = -1;
+        else if (t < *until)
             *until = t;
+        gnutls_datum_t dn = {NULL, 0};
+        if (rc == 1 && i == 0) {                /* the leaf: whose subject it is */
+            rc = gnutls_x509_crt_get_dn3(crt, &dn, 0) == GNUTLS_E_SUCCESS && dn.size > 0 &&
+                         dn.size < cap && !memchr(dn.data, '\0', dn.size)
+                     ? 1 : -1;
+            if (rc == 1) {
+                memcpy(subj, dn.data, dn.size);
+                subj[dn.size] = '\0';
+            }
+            gnutls_free(dn.data);
+        }
+        gnutls_x509_crt_deinit(crt);
     }
     return rc;
-}
-
-/* The peer's leaf certificate (DER) of r's TLS session, or NULL. */
-static const gnutls_datum_t *peer_leaf(const tfx_req_t *r)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(HR(r)->conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-    unsigned n = 0;
-    const gnutls_datum_t *chain =
-        ci && ci->tls_session ? gnutls_certificate_get_peers(ci->tls_session, &n) : NULL;
-    return chain && n ? &chain[0] : NULL;
 }
 
 /* verify_subject, once per connection and certificate: verifying took ~0.5 ms a request (an
@@ -202,7 +194,10 @@ static const gnutls_datum_t *peer_leaf(const tfx_req_t *r)
 static int peer_subject(const tfx_req_t *r, char *subj, size_t cap)
 {
     conn_ctx_t *cc = HR(r)->cc;
-    const gnutls_datum_t *leaf = peer_leaf(r);
+    gnutls_session_t ss;
+    unsigned n;
+    const gnutls_datum_t *chain = peer_chain(r, &ss, &n);
+    const gnutls_datum_t *leaf = chain ? &chain[0] : NULL;
     size_t len = leaf ? leaf->size : 0;
     if (cc && cc->cert != 2 && len == cc->der_len &&
         (len == 0 || memcmp(leaf->data, cc->der, len) == 0) &&
@@ -212,7 +207,7 @@ static int peer_subject(const tfx_req_t *r, char *subj, size_t cap)
         return cc->cert;
     }
     time_t until = 0;
-    int rc = verify_subject(r, subj, cap, &until);
+    int rc = chain ? verify_subject(ss, chain, n, subj, cap, &until) : 0;
     if (cc) {
         free(cc->subj);
         free(cc->der);
