@@ -182,16 +182,23 @@ static void drop_upgrades(tf_client_t *c, int https_only)
     }
 }
 
+/* 1 if path can be opened for reading now. */
+static int readable(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
 tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path)
 {
     if (!c)
         return TF_EINVAL;
     char *p = NULL;
     if (path) {
-        FILE *f = fopen(path, "r");            /* say so now, not at the first request */
-        if (!f)
+        if (!readable(path))                   /* say so now, not at the first request */
             return TF_EINVAL;
-        fclose(f);
         if (!(p = strdup(path)))
             return TF_ENOMEM;
     }
@@ -206,15 +213,6 @@ tf_status_t tf_client_set_ca_file(tf_client_t *c, const char *path)
     if (strncmp(c->env_bad, "TFETCH_CA_FILE", 14) == 0)
         c->env_bad[0] = '\0';              /* the program's choice overrides the environment */
     return TF_OK;
-}
-
-/* 1 if path can be opened for reading now. */
-static int readable(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f)
-        fclose(f);
-    return f != NULL;
 }
 
 tf_status_t tf_client_set_cert(tf_client_t *c, const char *cert_pem_path, const char *key_pem_path)

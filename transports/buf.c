@@ -259,16 +259,6 @@ void *tfx_buf_alloc_private(size_t size, size_t *cap)
     return alloc(size, cap, 0);
 }
 
-void tfx_buf_free(void *p, size_t cap)
-{
-    if (!p)
-        return;
-    if (cap < BIG)
-        free(p);
-    else if (tfx_buf_sealed(p) || !to_cache(p, cap, tfx_buf_fd(p) < 0))
-        unmap_big(p, cap);
-}
-
 void tfx_buf_free_uncached(void *p, size_t cap)
 {
     if (!p)
@@ -277,6 +267,13 @@ void tfx_buf_free_uncached(void *p, size_t cap)
         free(p);
     else
         unmap_big(p, cap);
+}
+
+void tfx_buf_free(void *p, size_t cap)
+{
+    if (p && cap >= BIG && !tfx_buf_sealed(p) && to_cache(p, cap, tfx_buf_fd(p) < 0))
+        return;
+    tfx_buf_free_uncached(p, cap);
 }
 
 void *tfx_buf_grow(void *p, size_t *cap, size_t used, size_t size)
