@@ -172,6 +172,9 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
                                             flags, f, &ur)
                            : tfx_ucxc_start(o->conn, &h, op->segs, op->lens, op->nsegs,
                                             tfi_remaining_ms(f), flags, f, &ur);
+    if (st == TFP_EBUSY)            /* broken since tfi_choose looked (upgrade.c's words) */
+        return tfi_rfail(&f->result, TF_EIO, "the UCX connection failed (%s) as the request "
+                         "started", o->transport);
     if (st != TFP_OK)
         return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
                          tfp_status_text(st));
