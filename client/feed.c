@@ -28,7 +28,9 @@
 #include <sys/random.h>
 
 #include "client/feed.h"
+#include "client/ring.h"
 #include "proto/jsonread.h"
+#include "proto/shmframe.h"
 
 #define DEFAULT_PREFETCH 2
 #define MAX_PREFETCH 64
@@ -96,6 +98,11 @@ struct tf_feed {
     int busy;                       /* inside pump */
     int detaching;
     int no_prefetch;                /* TF_FEED_NO_PREFETCH */
+    /* Same host: items come from a ring in shared memory (client/ring.h), not requests. */
+    tfi_ring_t *ring;
+    int ring_tried;
+    uint64_t ring_got;              /* items the ring delivered (credit is counted so) */
+    char ring_why[256];             /* why there is no ring */
 };
 
 #ifndef HAVE_CUDA
@@ -295,6 +302,10 @@ static void take_item(tf_feed_t *feed, const tfi_reply_t *rp, tf_doc_t *doc)
         set_err(feed, TF_EPROTO, "pop reply without a valid Tfetch-Position");
         return;
     }
+    if (rp->position <= feed->delivered) {
+        tf_doc_free(doc);               /* given again after a rewind: the feed has it */
+        return;
+    }
     tf_item_t *it = calloc(1, sizeof(*it));
     if (!it) {
         tf_doc_free(doc);
@@ -381,6 +392,97 @@ static void start_pop(tf_feed_t *feed, long wait_ms)
         feed->pop = NULL;
         set_err(feed, st, tf_client_last(feed->c)->error);
     }
+}
+
+/* ---- the same-host ring ------------------------------------------------------------------- */
+
+/* Opens the feed's ring when its server is on this host (policy auto, the origin's shm
+ * connection): items then come from shared memory, not from pop requests. When that is not
+ * possible, why is kept and pops go over UCX or HTTP. */
+static void try_ring(tf_feed_t *feed)
+{
+    feed->ring_tried = 1;
+    origin_t *o = NULL;
+    if (feed->c->transport != TF_TRANSPORT_AUTO) {
+        snprintf(feed->ring_why, sizeof(feed->ring_why), "the transport policy is not auto");
+        return;
+    }
+    if (tfi_origin_of(feed->c, feed->url, TFI_OP_CALL, &o) != TF_OK || !o->shm) {
+        snprintf(feed->ring_why, sizeof(feed->ring_why), "no shared memory with the server "
+                 "(another host, or no upgrade)");
+        return;
+    }
+    int n = feed->prefetch + 2;         /* what is prefetched, held by the caller, copying */
+    if (n > TFP_SF_MAX_SLOTS)
+        n = TFP_SF_MAX_SLOTS;
+    if (tfi_ring_open(feed->c, o, feed->name, feed->dev, feed->consumer, (unsigned)n,
+                      &feed->ring, feed->ring_why, sizeof(feed->ring_why)) != TF_OK)
+        feed->ring = NULL;
+}
+
+/* Pops go over requests from here on; what the ring gave and the caller did not release
+ * comes again (rewind), and take_item drops the copies of what the feed still has. */
+static void ring_end(tf_feed_t *feed, const char *why)
+{
+    tfi_ring_close(feed->ring);
+    feed->ring = NULL;
+    snprintf(feed->ring_why, sizeof(feed->ring_why), "%s", why);
+    feed->rewind = 1;
+}
+
+/* Takes what the ring said: 1 if anything. */
+static int ring_drain(tf_feed_t *feed)
+{
+    int any = 0;
+    tfi_ring_msg_t m;
+    while (feed->ring && tfi_ring_take(feed->ring, &m)) {
+        any = 1;
+        switch (m.kind) {
+        case TFI_RING_ITEM:
+            feed->ring_got++;
+            snprintf(feed->transport, sizeof(feed->transport), "shm/ring");
+            take_item(feed, &m.reply, m.doc);
+            break;
+        case TFI_RING_GENERATION:
+            if (!feed->have_generation || m.reply.generation != feed->generation)
+                new_generation(feed, m.reply.generation);
+            break;
+        case TFI_RING_DONE:
+            feed->done = TF_EDONE;
+            break;
+        case TFI_RING_ERROR:
+            set_err(feed, m.status, m.why);
+            ring_end(feed, m.why);
+            break;
+        default:                        /* BROKEN: requests take over */
+            ring_end(feed, m.why);
+            break;
+        }
+    }
+    return any;
+}
+
+/* Tells the ring what the feed wants (credit, as a pop request would be sent) and what the
+ * caller released (the acknowledgement). */
+static void ring_ask(tf_feed_t *feed)
+{
+    uint64_t target = feed->nwaiters > feed->nqueued ? feed->nwaiters - feed->nqueued : 0;
+    if (!feed->no_prefetch && feed->nqueued < (size_t)feed->prefetch &&
+        (uint64_t)feed->prefetch - feed->nqueued > target)
+        target = (uint64_t)feed->prefetch - feed->nqueued;
+    uint64_t outstanding = tfi_ring_asked(feed->ring) - feed->ring_got;
+    int ok = 0;
+    if (feed->popping && !feed->detaching && feed->done == TF_OK && feed->err == TF_OK &&
+        target > outstanding)
+        ok = tfi_ring_credit(feed->ring, feed->ring_got + target);
+    uint64_t through = ack_through(feed);
+    if (ok == 0 && through > feed->acked) {
+        ok = tfi_ring_ack(feed->ring, through, feed->generation);
+        if (ok == 0)
+            feed->acked = through;
+    }
+    if (ok != 0)
+        ring_end(feed, "the ring's connection failed");
 }
 
 /* ---- the state machine ---------------------------------------------------------------------- */
@@ -542,8 +644,15 @@ static void pump(tf_feed_t *feed)
             progress = 1;
         int want = feed->nwaiters > feed->nqueued ||
                    (!feed->no_prefetch && feed->nqueued < (size_t)feed->prefetch);
-        if (feed->popping && !feed->pop && !feed->detaching && feed->done == TF_OK &&
-            feed->err == TF_OK && want) {
+        if (feed->popping && !feed->ring_tried && !feed->pop && !feed->detaching)
+            try_ring(feed);
+        if (feed->ring) {
+            if (ring_drain(feed))
+                progress = 1;
+            if (feed->ring)
+                ring_ask(feed);
+        } else if (feed->popping && !feed->pop && !feed->detaching && feed->done == TF_OK &&
+                   feed->err == TF_OK && want) {
             long wait = feed->poll_ms;
             if (feed->wh && feed->wh->deadline_ms && feed->nqueued == 0) {
                 uint64_t now = tfx_now_ms();
@@ -571,6 +680,8 @@ static size_t feed_running(const tfi_source_t *s)
     size_t n = feed->ncopying;
     if (feed->ph && !feed->ph->f)
         n++;
+    if (feed->ring && feed->nwaiters)
+        n++;                            /* the ring's reader thread wakes the client */
     return n;
 }
 
@@ -757,6 +868,8 @@ void tf_feed_detach(tf_feed_t *feed)
     tf_result_t last = c->last;
     tf_feed_ack(feed);                  /* best effort */
     c->last = last;
+    tfi_ring_close(feed->ring);         /* the daemon detaches: unreleased items go back */
+    feed->ring = NULL;
     while (feed->head)
         item_free(feed, feed->head);
     tfi_source_remove(c, &feed->src);

@@ -172,7 +172,12 @@ extern const tfi_transport_t tfi_shm;
 /* Connects o's shm socket with the upgrade's answer: 0 (o->shm), or -1 with why. */
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
                     size_t why_size);
-void tfi_shm_disconnect(origin_t *o);           /* o->shm NULL is a no-op */
+void tfi_shm_disconnect(origin_t *o);
+/* A one-time token for another connection to o's shm socket (named in *name), as o's
+ * principal: 0, or -1 with why (a failed connection is closed). Calling thread; a round
+ * trip. */
+int tfi_shm_token(origin_t *o, char name[TFP_UP_MAX_SHM_SOCKET + 1],
+                  char token[TFP_UP_TOKEN_LEN + 1], char *why, size_t why_size);           /* o->shm NULL is a no-op */
 /* 1 if f can go over its origin's shm connection. */
 int tfi_shm_can(const tf_fetch_t *f);
 

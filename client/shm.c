@@ -33,6 +33,7 @@ typedef struct {
     int sock;
     atomic_int refs;                    /* the origin's, and one per doc with a lease */
     uint64_t seq;
+    char name[TFP_UP_MAX_SHM_SOCKET + 1];       /* the daemon's socket, for TOKEN's */
 } shmc_t;
 
 /* What the transport holds per client: finished requests waiting for drain. */
@@ -108,6 +109,7 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     }
     k->sock = sock;
     atomic_init(&k->refs, 1);
+    snprintf(k->name, sizeof k->name, "%s", resp->shm_socket);
     tfp_sf_t m, r;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_HELLO;
@@ -127,6 +129,35 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
         return -1;
     }
     o->shm = k;
+    return 0;
+}
+
+int tfi_shm_token(origin_t *o, char name[TFP_UP_MAX_SHM_SOCKET + 1],
+                  char token[TFP_UP_TOKEN_LEN + 1], char *why, size_t why_size)
+{
+    shmc_t *k = o->shm;
+    if (!k) {
+        snprintf(why, why_size, "no shm connection to this server");
+        return -1;
+    }
+    tfp_sf_t m, r;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_TOKEN;
+    m.seq = ++k->seq;
+    int fd;
+    if (send_msg(k, &m) != 0 || recv_reply(k, m.seq, SHM_TIMEOUT_MS, &r, &fd, why,
+                                            why_size) != 0) {
+        if (!why[0])
+            snprintf(why, why_size, "the shm connection failed");
+        tfi_shm_disconnect(o);
+        return -1;
+    }
+    if (r.status != TFP_OK || r.str_len != TFP_UP_TOKEN_LEN || !tfp_up_token_valid(r.str)) {
+        snprintf(why, why_size, "no token: %s", r.status != TFP_OK ? r.str : "a bad answer");
+        return -1;
+    }
+    memcpy(token, r.str, TFP_UP_TOKEN_LEN + 1);
+    snprintf(name, TFP_UP_MAX_SHM_SOCKET + 1, "%s", k->name);
     return 0;
 }
 

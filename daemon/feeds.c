@@ -758,6 +758,18 @@ done:
     return st;
 }
 
+void tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer)
+{
+    wakes_t w = {0};
+    pthread_mutex_lock(&f->lock);
+    if (!f->deleted && dev < f->decl.ndev && strcmp(f->q[dev].consumer, consumer) == 0) {
+        f->q[dev].consumer[0] = '\0';
+        rewind_q(f, dev, &w);
+    }
+    pthread_mutex_unlock(&f->lock);
+    flush(f, &w);
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 void tfd_feed_done(tfd_feed_t *f)

@@ -137,6 +137,11 @@ tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, con
 tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, uint64_t through,
                           tfp_err_t *err);
 
+/* Ends consumer's lease on dev's queue now, if it holds it: what it was delivered and did
+ * not release goes to whoever attaches next, in order (a same-host ring whose connection
+ * closed). */
+void tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer);
+
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 /* End of data: producers are refused from now on; consumers drain, then TFP_EDONE. */

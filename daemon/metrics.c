@@ -388,6 +388,19 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->shm.expired, (unsigned long long)g->shm.gets,
          (unsigned long long)g->shm.puts, (unsigned long long)g->shm.refused);
     outf(&o,
+         "# HELP tfetch_shm_rings Feeds' same-host rings open now (one per attached consumer).\n"
+         "# TYPE tfetch_shm_rings gauge\ntfetch_shm_rings %llu\n"
+         "# HELP tfetch_shm_ring_bytes Shared memory the rings hold (in the shm-lease-memory "
+         "bound).\n"
+         "# TYPE tfetch_shm_ring_bytes gauge\ntfetch_shm_ring_bytes %llu\n"
+         "# HELP tfetch_shm_ring_items_total Feed items copied into a ring's slot.\n"
+         "# TYPE tfetch_shm_ring_items_total counter\ntfetch_shm_ring_items_total %llu\n"
+         "# HELP tfetch_shm_ring_overflow_total Feed items sent to a ring as a memfd of their "
+         "own (larger than a slot, or every slot taken).\n"
+         "# TYPE tfetch_shm_ring_overflow_total counter\ntfetch_shm_ring_overflow_total %llu\n",
+         (unsigned long long)g->shm.rings, (unsigned long long)g->shm.ring_bytes,
+         (unsigned long long)g->shm.ring_items, (unsigned long long)g->shm.ring_overflow);
+    outf(&o,
          "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
          "unknown bearer token or client certificate: 401) or authorization (forbidden: 403).\n"
          "# TYPE tfetch_auth_failures_total counter\n"

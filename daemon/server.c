@@ -72,10 +72,14 @@ static void gauges(void *arg, tfd_gauges_t *g)
     }
 }
 
-/* The feeds' wake callback: their waiters are the long-poll waiters. */
+/* The feeds' wake callback: their waiters are the long-poll waiters, and the same-host
+ * rings when a consumer's queue may have something. */
 static void wake_feed(void *arg, const char *key)
 {
-    tfd_waiters_notify(arg, key);
+    tfd_server_t *s = arg;
+    tfd_waiters_notify(s->waiters, key);
+    if (strstr(key, "/pop/"))
+        tfd_shm_feed_wake(__atomic_load_n(&s->shm, __ATOMIC_ACQUIRE));
 }
 
 /* Frees whatever start made, in reverse order. */
@@ -83,7 +87,9 @@ static void teardown(tfd_server_t *s)
 {
     tfx_http_stop(s->http);
     tfd_upgrade_free(s->upgrade);           /* stops UCX */
-    tfd_shm_free(s->shm);                   /* ends its leases: before the store */
+    tfd_shm_t *shm = s->shm;                /* no feed wakes it from here on */
+    __atomic_store_n(&s->shm, NULL, __ATOMIC_RELEASE);
+    tfd_shm_free(shm);                      /* ends its leases: before the store */
     tfd_router_free(s->router);
     tfd_workers_free(s->workers);
     tfd_feeds_free(s->feeds);
@@ -243,7 +249,7 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
                 "port reads, writes and deletes every tensor (set auth-tokens)", cfg->listen);
     if (!(s->plugins = tfd_plugins_start(s->routes, cfg, err)))
         return -1;
-    fl.wake_arg = s->waiters;
+    fl.wake_arg = s;
     if (!(s->sessions = tfd_sessions_new(&sl)) ||
         !(s->replay = tfd_replay_new(&rl)) ||
         !(s->workers = tfd_workers_new(s->routes, &wl)) ||
@@ -311,8 +317,10 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
                                      cfg->shm_lease_memory, cfg->shm_lease_ms,
                                      cfg->upgrade_token_ttl_ms, why, sizeof why)))
             tfd_log(LOG_WARNING, "shm: not offered: %s", why);
-        else
+        else {
             tfd_shm_set_auth(s->shm, s->auth);  /* each request checked as over HTTP */
+            tfd_shm_set_feeds(s->shm, s->feeds);
+        }
         tfd_upgrade_set_shm(s->upgrade, s->shm);
         s->api.shm = s->shm;
     }

@@ -10,12 +10,14 @@
 #include "config.h"
 #include "daemon/shm.h"
 #include "daemon/log.h"
+#include "daemon/ring.h"
 #include "proto/safetensors.h"
 #include "proto/shmframe.h"
 #include "transports/clock.h"
 #include "transports/shm.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@
 #define MAX_TOKENS 1024
 #define MAX_LEASES_PER_CONN 4096
 #define MAX_ALLOCS_PER_CONN 16
+#define MAX_TOKENS_PER_CONN 16      /* TOKENs one connection may hold unused at once */
 
 typedef struct {
     uint64_t id;
@@ -52,6 +55,8 @@ typedef struct {
     size_t n, cap;
     alloc_t allocs[MAX_ALLOCS_PER_CONN];
     size_t nallocs;
+    tfd_ring_t *ring;               /* a feed's ring: the connection serves nothing else */
+    uint64_t token_until[MAX_TOKENS_PER_CONN];  /* when each TOKEN it got expires */
 } conn_t;
 
 typedef struct {
@@ -62,12 +67,15 @@ typedef struct {
 
 struct tfd_shm {
     tfd_store_t *store;
+    tfd_feeds_t *feeds;             /* NULL: no rings */
     tfd_waiters_t *waiters;
     tfd_auth_t *auth;                /* NULL or off: nothing is checked */
     uint64_t max_body;
     uint64_t lease_max;
     unsigned lease_ms, token_ttl_ms;
     int listen_fd, stop_fd;
+    int wake_fd;                    /* an eventfd: a feed's pop events changed (rings) */
+    atomic_uint nrings;
     char name[TFX_SHM_MAX_NAME + 1];
     pthread_t thread;
     conn_t conns[MAX_CONNS];
@@ -91,6 +99,7 @@ static void drop_expired_tokens(tfd_shm_t *s, uint64_t now)
 }
 
 void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth) { s->auth = auth; }
+void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds) { s->feeds = feeds; }
 
 int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
                   char token[TFP_UP_TOKEN_LEN + 1], const tfp_op_who_t *who)
@@ -164,7 +173,8 @@ static uint64_t lease_open(tfd_shm_t *s, conn_t *c, tfd_blob_t *b)
         c->cap = ncap;
     }
     pthread_mutex_lock(&s->lock);
-    int fits = b->len <= s->lease_max && s->st.leased_bytes <= s->lease_max - b->len;
+    uint64_t held = s->st.leased_bytes + s->st.ring_bytes;
+    int fits = b->len <= s->lease_max && held <= s->lease_max - b->len;
     if (fits) {
         s->st.leases++;
         s->st.leased_bytes += b->len;
@@ -194,6 +204,14 @@ static void conn_close(tfd_shm_t *s, size_t k)
         lease_end(s, c, c->n - 1, 0);
     while (c->nallocs)
         alloc_drop(s, c, c->nallocs - 1);
+    if (c->ring) {
+        pthread_mutex_lock(&s->lock);
+        s->st.rings--;
+        s->st.ring_bytes -= tfd_ring_bytes(c->ring);
+        pthread_mutex_unlock(&s->lock);
+        atomic_fetch_sub(&s->nrings, 1);
+        tfd_ring_free(c->ring);
+    }
     free(c->leases);
     close(c->fd);
     s->conns[k] = s->conns[--s->nconns];
@@ -415,6 +433,96 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     return sent;
 }
 
+/* TOKEN: a one-time token for another connection of this principal (a feed's ring). At
+ * most MAX_TOKENS_PER_CONN unused at once, so one client cannot fill the token table. */
+static int do_token(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    uint64_t now = tfx_now_ms();
+    int k = -1;
+    for (int i = 0; i < MAX_TOKENS_PER_CONN && k < 0; i++)
+        if (c->token_until[i] <= now)
+            k = i;
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    char name[TFP_UP_MAX_SHM_SOCKET + 1];
+    if (k < 0 || tfd_shm_token(s, name, m.str, &c->who) != 0)
+        return reply_error(s, c, q->seq, TFP_EBUSY, "shm: too many tokens asked for at once");
+    c->token_until[k] = now + s->token_ttl_ms;
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.str_len = strlen(m.str);
+    return reply(c, &m, -1);
+}
+
+/* RING: this connection becomes a feed device queue's ring (daemon/ring.h), its memfd in
+ * the answer. Rights as a pop over HTTP: consume on the feed. */
+static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    char feed[TFP_MAX_TENSOR_NAME + 1], dev[TFP_MAX_TENSOR_NAME + 1];
+    char consumer[TFP_MAX_USER_ID + 1];
+    tfp_err_t err;
+    int rc;
+    if (tfp_sf_ring_spec(q->str, feed, dev, consumer, &err) != TFP_OK)
+        return -1;                          /* the decoder checked it: cannot happen */
+    if (refused(s, c, q, TFP_RIGHT_CONSUME, feed, &rc))
+        return rc;
+    if (!s->feeds)
+        return reply_error(s, c, q->seq, TFP_ENOTIMPL, "shm: this server has no feeds");
+    if (c->n || c->nallocs || c->ring)
+        return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: RING must be a connection's "
+                           "first request");
+    pthread_mutex_lock(&s->lock);
+    uint64_t held = s->st.leased_bytes + s->st.ring_bytes;
+    uint64_t left = held < s->lease_max ? s->lease_max - held : 0;
+    pthread_mutex_unlock(&s->lock);
+    tfd_ring_t *r;
+    int fd;
+    tfp_status_t st = tfd_ring_open(s->feeds, feed, dev, consumer, (unsigned)q->a, q->b, left,
+                                    &r, &fd, &err);
+    if (st != TFP_OK)
+        return reply_error(s, c, q->seq, st, err.msg);
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.a = tfd_ring_slots(r);
+    m.b = tfd_ring_slot_bytes(r);
+    if (reply(c, &m, fd) != 0) {
+        tfd_ring_free(r);
+        return -1;
+    }
+    c->ring = r;
+    pthread_mutex_lock(&s->lock);
+    s->st.rings++;
+    s->st.ring_bytes += tfd_ring_bytes(r);
+    pthread_mutex_unlock(&s->lock);
+    atomic_fetch_add(&s->nrings, 1);
+    return 0;
+}
+
+/* Fills a ring connection's free slots; -1: close it. */
+static int ring_fill(tfd_shm_t *s, conn_t *c)
+{
+    tfd_ring_stats_t rs = {0, 0};
+    int rc = tfd_ring_fill(c->ring, c->fd, &rs);
+    if (rs.items || rs.overflow) {
+        pthread_mutex_lock(&s->lock);
+        s->st.ring_items += rs.items;
+        s->st.ring_overflow += rs.overflow;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return rc;
+}
+
+void tfd_shm_feed_wake(tfd_shm_t *s)
+{
+    uint64_t one = 1;
+    if (s && atomic_load_explicit(&s->nrings, memory_order_relaxed) &&
+        write(s->wake_fd, &one, sizeof one) < 0) {
+        /* a full counter: the thread is woken anyway */
+    }
+}
+
 static void do_release(tfd_shm_t *s, conn_t *c, uint64_t id)
 {
     for (size_t i = 0; i < c->nallocs; i++)
@@ -460,7 +568,21 @@ static int serve(tfd_shm_t *s, size_t k)
         m.seq = q.seq;
         return reply(c, &m, -1);
     }
+    if (c->ring) {
+        if (q.op != TFP_SF_CREDIT && q.op != TFP_SF_ACK && q.op != TFP_SF_FREE)
+            return -1;                  /* a ring's connection serves nothing else */
+        if (tfd_ring_message(c->ring, &q) != 0) {
+            tfd_log(LOG_NOTICE, "shm: a ring's consumer broke its rules (credit that "
+                    "shrinks, or a slot it does not hold); connection closed");
+            return -1;
+        }
+        return ring_fill(s, c);
+    }
     switch (q.op) {
+    case TFP_SF_TOKEN:
+        return do_token(s, c, &q);
+    case TFP_SF_RING:
+        return do_ring(s, c, &q);
     case TFP_SF_GET:
         return do_get(s, c, &q);
     case TFP_SF_RELEASE:
@@ -491,6 +613,11 @@ static int expire(tfd_shm_t *s)
                 next = e;
             i++;
         }
+        if (c->ring) {
+            uint64_t e = now + tfd_ring_tick(c->ring, now);
+            if (!next || e < next)
+                next = e;
+        }
     }
     return next ? (int)(next - now > 60000 ? 60000 : next - now) : -1;
 }
@@ -498,24 +625,33 @@ static int expire(tfd_shm_t *s)
 static void *loop(void *arg)
 {
     tfd_shm_t *s = arg;
-    struct pollfd p[MAX_CONNS + 2];
+    struct pollfd p[MAX_CONNS + 3];
     for (;;) {
         int timeout = expire(s);
         p[0] = (struct pollfd){ .fd = s->stop_fd, .events = POLLIN };
         p[1] = (struct pollfd){ .fd = s->listen_fd, .events = POLLIN };
+        p[2] = (struct pollfd){ .fd = s->wake_fd, .events = POLLIN };
         size_t n = s->nconns;
         for (size_t k = 0; k < n; k++)
-            p[2 + k] = (struct pollfd){ .fd = s->conns[k].fd, .events = POLLIN };
-        int r = poll(p, 2 + n, timeout);
+            p[3 + k] = (struct pollfd){ .fd = s->conns[k].fd, .events = POLLIN };
+        int r = poll(p, 3 + n, timeout);
         if (r < 0 && errno != EINTR)
             break;
         if (r <= 0)
             continue;
         if (p[0].revents)
             break;
+        uint64_t woken;
+        if (p[2].revents && read(s->wake_fd, &woken, sizeof woken) < 0) {
+            /* drained already */
+        }
         /* Backwards: closing k moves the last connection into its place. */
         for (size_t k = n; k-- > 0;)
-            if (p[2 + k].revents && serve(s, k) != 0)
+            if (p[3 + k].revents && serve(s, k) != 0)
+                conn_close(s, k);
+        /* Rings: a feed changed (wake_fd), or a ring's consumer said something. */
+        for (size_t k = s->nconns; k-- > 0;)
+            if (s->conns[k].ring && ring_fill(s, &s->conns[k]) != 0)
                 conn_close(s, k);
         if (p[1].revents & POLLIN) {
             int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -549,7 +685,7 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
     s->lease_max = lease_max_bytes;
     s->lease_ms = lease_ms;
     s->token_ttl_ms = token_ttl_ms;
-    s->listen_fd = s->stop_fd = -1;
+    s->listen_fd = s->stop_fd = s->wake_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     tfp_err_t err;
     tfx_shm_t probe;
@@ -563,12 +699,15 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
         goto fail;
     }
     if ((s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
+        (s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
         pthread_create(&s->thread, NULL, loop, s) != 0) {
         snprintf(why, why_size, "shm: no thread: %s", strerror(errno));
         goto fail;
     }
     return s;
 fail:
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
     if (s->stop_fd >= 0)
         close(s->stop_fd);
     if (s->listen_fd >= 0)
@@ -598,6 +737,7 @@ void tfd_shm_free(tfd_shm_t *s)
         pthread_join(s->thread, NULL);
     while (s->nconns)
         conn_close(s, s->nconns - 1);
+    close(s->wake_fd);
     close(s->stop_fd);
     close(s->listen_fd);
     pthread_mutex_destroy(&s->lock);

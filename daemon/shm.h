@@ -18,6 +18,11 @@
  * name), ALLOC (write on some name) and COMMIT (write on the name) is authenticated and
  * authorized per request as over HTTP, so a revoked token stops working at once.
  *
+ * A feed's consumer on this host gets a ring (daemon/ring.h): TOKEN on an admitted
+ * connection gives a token for a second one, whose first request is RING (consume on the
+ * feed); that connection then carries only the ring's messages, and its slots count in the
+ * lease bound.
+ *
  * One thread of its own serves the socket (poll over the listener and every connection);
  * tfd_shm_token and tfd_shm_stats take a mutex and may come from any thread.
  */
@@ -28,6 +33,7 @@
 #include <stdint.h>
 
 #include "daemon/auth.h"
+#include "daemon/feeds.h"
 #include "daemon/store.h"
 #include "daemon/waiters.h"
 #include "proto/upgrade.h"
@@ -41,6 +47,11 @@ typedef struct {
     uint64_t gets, refused;         /* GETs answered with a memfd; requests refused */
     uint64_t puts;                  /* documents stored from a lent memfd */
     uint64_t connections;           /* open now */
+    uint64_t rings, ring_bytes;     /* feeds' same-host rings open now, their memory
+                                     * (counted in the lease bound) */
+    uint64_t ring_items;            /* items copied into a ring's slot */
+    uint64_t ring_overflow;         /* items sent as a memfd of their own (over a slot, or
+                                     * every slot taken) */
 } tfd_shm_stats_t;
 
 /* Starts serving: NULL with why set when it cannot (no memfd, no socket, no thread). PUTs
@@ -50,6 +61,12 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
                          char *why, size_t why_size);
 /* Checks every request against auth (NULL or off: none); set before any token is issued. */
 void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth);
+/* Feeds whose device queues same-host consumers may attach rings to (daemon/ring.h);
+ * without it RING is refused. Set before serving. */
+void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds);
+/* Any thread: some feed's pop events changed (the feeds' wake callback): rings look again.
+ * s NULL, or no ring open: nothing (no system call). */
+void tfd_shm_feed_wake(tfd_shm_t *s);
 /* Issues a one-time token for the socket: writes the socket's name and the token. who: the
  * credential it is issued to (cred and token_hash; NULL with authentication off). 0, or
  * -1 (too many pending). */

@@ -5,6 +5,8 @@
 #include "config.h"
 #include "proto/shmframe.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "proto/upgrade.h"
@@ -48,7 +50,8 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
 {
     const char *s = m->str;
     size_t n = m->str_len;
-    int req = m->op != TFP_SF_REPLY;
+    int req = m->op != TFP_SF_REPLY && m->op != TFP_SF_ITEM;
+    tfp_err_t sub;
     if (req && m->status != 0)
         return tfp_err_set(err, code, "shm: a request with status %d", (int)m->status);
     switch (m->op) {
@@ -80,6 +83,49 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
     case TFP_SF_RELEASE:
         if (n || !m->lease || m->a || m->b)
             return tfp_err_set(err, code, "shm: RELEASE without exactly a lease");
+        return TFP_OK;
+    case TFP_SF_TOKEN:
+        if (n || m->lease || m->a || m->b)
+            return tfp_err_set(err, code, "shm: TOKEN with fields set");
+        return TFP_OK;
+    case TFP_SF_RING:
+        if (tfp_sf_ring_spec(s, NULL, NULL, NULL, &sub) != TFP_OK)
+            return tfp_err_set(err, code, "%s", sub.msg);
+        if (m->lease || m->a == 0 || m->a > TFP_SF_MAX_SLOTS || m->b > TFP_SF_MAX_SLOT)
+            return tfp_err_set(err, code, "shm: RING of %llu slots of %llu bytes (1..%d slots, "
+                               "at most %llu bytes each)", (unsigned long long)m->a,
+                               (unsigned long long)m->b, TFP_SF_MAX_SLOTS,
+                               (unsigned long long)TFP_SF_MAX_SLOT);
+        return TFP_OK;
+    case TFP_SF_CREDIT:
+        if (n || m->lease || m->a == 0 || m->b)
+            return tfp_err_set(err, code, "shm: CREDIT without exactly a count");
+        return TFP_OK;
+    case TFP_SF_ACK:
+        if (n || m->lease)
+            return tfp_err_set(err, code, "shm: ACK with a string or a lease");
+        return TFP_OK;
+    case TFP_SF_FREE:
+        if (n || m->lease || m->a == 0 || m->a > TFP_SF_MAX_SLOTS || m->b)
+            return tfp_err_set(err, code, "shm: FREE without exactly a slot (1..%d)",
+                               TFP_SF_MAX_SLOTS);
+        return TFP_OK;
+    case TFP_SF_ITEM:
+        if (!status_known(m->status))
+            return tfp_err_set(err, code, "shm: ITEM with unknown status %d", (int)m->status);
+        if (m->status != TFP_OK) {
+            if (m->lease || m->a || m->b || n > TFP_SF_MAX_MSG || !tfp_utf8_valid(s, n))
+                return tfp_err_set(err, code, "shm: a failed ITEM with numbers set or a "
+                                   "message that is not UTF-8");
+            return TFP_OK;
+        }
+        if (tfp_sf_item_get(m, NULL, NULL, NULL, &sub) != TFP_OK)
+            return tfp_err_set(err, code, "%s", sub.msg);
+        if (m->lease ? m->b == 0 || m->a > TFP_SF_MAX_SIZE || m->b > TFP_SF_MAX_SIZE
+                     : m->a || m->b)
+            return tfp_err_set(err, code, "shm: ITEM at %llu with %llu bytes at %llu",
+                               (unsigned long long)m->lease, (unsigned long long)m->b,
+                               (unsigned long long)m->a);
         return TFP_OK;
     case TFP_SF_REPLY:
         if (!status_known(m->status))
@@ -160,5 +206,70 @@ tfp_status_t tfp_sf_check_span(uint64_t a, uint64_t b, uint64_t size, tfp_err_t 
         return tfp_err_set(err, TFP_EPROTO, "shm: a document at %llu+%llu in %llu bytes",
                            (unsigned long long)a, (unsigned long long)b,
                            (unsigned long long)size);
+    return TFP_OK;
+}
+
+/* Copies the part of s up to '/' (or the end, last) into out (size bytes): its end, or NULL. */
+static const char *part(const char *s, int last, char *out, size_t size)
+{
+    const char *e = last ? s + strlen(s) : strchr(s, '/');
+    if (!e || (size_t)(e - s) >= size)
+        return NULL;
+    memcpy(out, s, (size_t)(e - s));
+    out[e - s] = '\0';
+    return e;
+}
+
+tfp_status_t tfp_sf_ring_spec(const char *s, char feed[TFP_MAX_TENSOR_NAME + 1],
+                              char dev[TFP_MAX_TENSOR_NAME + 1],
+                              char consumer[TFP_MAX_USER_ID + 1], tfp_err_t *err)
+{
+    char f[TFP_MAX_TENSOR_NAME + 1], d[TFP_MAX_TENSOR_NAME + 1], c[TFP_MAX_USER_ID + 1];
+    const char *p = part(s, 0, f, sizeof f);
+    const char *q = p ? part(p + 1, 0, d, sizeof d) : NULL;
+    if (!q || !part(q + 1, 1, c, sizeof c) || !tfp_name_valid(f) || !tfp_name_valid(d) ||
+        !tfp_user_id_valid(c))
+        return tfp_err_set(err, TFP_EPROTO, "shm: RING names no FEED/DEV/CONSUMER");
+    if (feed)
+        memcpy(feed, f, sizeof f);
+    if (dev)
+        memcpy(dev, d, sizeof d);
+    if (consumer)
+        memcpy(consumer, c, sizeof c);
+    return TFP_OK;
+}
+
+void tfp_sf_item_set(tfp_sf_t *m, uint64_t seq, uint64_t round, uint64_t generation)
+{
+    int n = snprintf(m->str, sizeof m->str, "%" PRIu64 " %" PRIu64 " %" PRIu64, seq, round,
+                     generation);
+    m->str_len = n > 0 ? (size_t)n : 0;
+}
+
+tfp_status_t tfp_sf_item_get(const tfp_sf_t *m, uint64_t *seq, uint64_t *round,
+                             uint64_t *generation, tfp_err_t *err)
+{
+    uint64_t v[3];
+    const char *s = m->str;
+    for (int i = 0; i < 3; i++) {
+        char num[24];
+        size_t k = 0;
+        while (s[k] >= '0' && s[k] <= '9' && k < sizeof num - 1)
+            k++;
+        if (k == 0 || k >= 21 || (i < 2 ? s[k] != ' ' : s[k] != '\0'))
+            return tfp_err_set(err, TFP_EPROTO, "shm: ITEM numbers are not 'SEQ ROUND "
+                               "GENERATION'");
+        memcpy(num, s, k);
+        num[k] = '\0';
+        if (tfp_parse_u64(num, UINT64_MAX, &v[i]) != 0)
+            return tfp_err_set(err, TFP_EPROTO, "shm: ITEM number '%s' is out of range", num);
+        s += k + (i < 2);
+    }
+    if (seq)
+        *seq = v[0];
+    if (round)
+        *round = v[1];
+    if (generation)
+        *generation = v[2];
     return TFP_OK;
 }

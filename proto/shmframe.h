@@ -31,7 +31,28 @@
  *            the REPLY's b is the stored version
  *   RELEASE  lease = a GET's lease the client no longer maps (no REPLY)
  *   REPLY    status; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when not
- *            TFP_OK; a descriptor only with an OK reply to GET or ALLOC
+ *            TFP_OK; a descriptor only with an OK reply to GET, ALLOC or RING
+ *
+ * A feed's same-host ring (DESIGN.md section 7; doc/PROTOCOL.md "Feeds on one host") runs on
+ * a connection of its own, opened with a token that TOKEN gives on an admitted one:
+ *   TOKEN    no fields; the REPLY's string is a new one-time token (32 lowercase hex) for
+ *            the same principal, good for one HELLO on a new connection
+ *   RING     string = "FEED/DEV/CONSUMER" (a feed name, a device token, a consumer id),
+ *            a = slots (1..TFP_SF_MAX_SLOTS), b = slot bytes (0: the daemon's choice, else
+ *            at most TFP_SF_MAX_SLOT); the first request after HELLO. The REPLY carries the
+ *            ring's memfd (sealed against resizes; the daemon writes it, the client maps it
+ *            read-only), a = slots, b = slot bytes. From then on the connection is the
+ *            ring's: only CREDIT, ACK and FREE go up, only ITEM comes down.
+ *   CREDIT   a = how many items the client has asked for in all (cumulative, growing)
+ *   ACK      a = position released through (cumulative), b = its generation
+ *   FREE     a = a slot (1-based) whose item the client no longer maps
+ *   ITEM     the daemon's, unasked: status OK with lease = the item's position (>= 1),
+ *            a = its offset, b = its length (> 0), string = "SEQ ROUND GENERATION" in
+ *            decimal; the item is in slot a / slot bytes of the ring, or, with a memfd
+ *            attached (an item larger than a slot), at a in that memfd (sealed against
+ *            writes). lease 0 (a, b 0): no item, the generation changed (a reset). Status
+ *            TFP_EDONE: the feed is done and this queue drained; any other status: the
+ *            ring is over (string = why), and the connection closes.
  * Pure functions, no I/O; any thread.
  */
 #ifndef TFP_SHMFRAME_H
@@ -57,7 +78,16 @@ typedef enum {
     TFP_SF_COMMIT = 4,
     TFP_SF_RELEASE = 5,
     TFP_SF_REPLY = 6,
+    TFP_SF_TOKEN = 7,
+    TFP_SF_RING = 8,
+    TFP_SF_CREDIT = 9,
+    TFP_SF_ACK = 10,
+    TFP_SF_FREE = 11,
+    TFP_SF_ITEM = 12,
 } tfp_sf_op_t;
+
+#define TFP_SF_MAX_SLOTS 64
+#define TFP_SF_MAX_SLOT ((uint64_t)1 << 32)     /* 4 GiB: one slot's bytes */
 
 typedef struct {
     tfp_sf_op_t op;
@@ -77,5 +107,16 @@ tfp_status_t tfp_sf_decode(const uint8_t *buf, size_t len, tfp_sf_t *out, tfp_er
 /* Checks the geometry of a GET REPLY against the memfd the client received: the document
  * [a, a + b) inside size bytes, b > 0. TFP_EPROTO when not. */
 tfp_status_t tfp_sf_check_span(uint64_t a, uint64_t b, uint64_t size, tfp_err_t *err);
+
+/* A RING request's string split into its three parts (each checked: tfp_name_valid for the
+ * feed and the device token, tfp_user_id_valid for the consumer). TFP_OK, or TFP_EPROTO. */
+tfp_status_t tfp_sf_ring_spec(const char *s, char feed[TFP_MAX_TENSOR_NAME + 1],
+                              char dev[TFP_MAX_TENSOR_NAME + 1],
+                              char consumer[TFP_MAX_USER_ID + 1], tfp_err_t *err);
+/* An OK ITEM's numbers: writes "SEQ ROUND GENERATION" into m's string; reads them back
+ * (TFP_EPROTO unless exactly three decimal numbers, one space apart). */
+void tfp_sf_item_set(tfp_sf_t *m, uint64_t seq, uint64_t round, uint64_t generation);
+tfp_status_t tfp_sf_item_get(const tfp_sf_t *m, uint64_t *seq, uint64_t *round,
+                             uint64_t *generation, tfp_err_t *err);
 
 #endif

@@ -6,8 +6,10 @@
  * no-device fall back, argument checks, and the tfetch feed commands.
  * The end-to-end cases run twice: over HTTP, then (TCase feedclient_ucx) with the client on
  * transport policy ucx, so every feed operation travels as a UCX FEED frame (and each check
- * of what carried it says so); plus, over UCX, a consumer and a producer killed with SIGKILL
- * in the middle of their streams: nothing lost, nothing twice.
+ * of what carried it says so); then (TCase feedclient_ring) on policy auto, where the same-host
+ * client's pops come from a ring in shared memory (shm/ring) and everything else over UCX;
+ * plus, over UCX and over the ring, a consumer and a producer killed with SIGKILL in the
+ * middle of their streams: nothing lost, nothing twice.
  * Each test starts its own daemon (Check forks per test).
  */
 #include "config.h"
@@ -29,12 +31,13 @@ Suite *suite_feedclient(void);         /* registered in tests/suites.h */
 static td_daemon_t D;
 static tf_client_t *C;
 static char FEED[128];
-static int UCX;                         /* the feedclient_ucx TCase: policy ucx */
+static int UCX;                         /* feedclient_ucx: policy ucx; feedclient_ring too */
+static int RING;                        /* feedclient_ring: policy auto, pops by the ring */
 
 static const char DECL[] = "{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
                            "\"shape\":[4]}],\"max_items\":16,\"lease_ms\":2000}";
 
-/* What carried the last request: UCX in the feedclient_ucx TCase, else HTTP. */
+/* What carried the last request: UCX in the feedclient_ucx and _ring TCases, else HTTP. */
 static void carried_right(const char *transport)
 {
     if (UCX)
@@ -43,12 +46,22 @@ static void carried_right(const char *transport)
         ck_assert_str_eq(transport, "http");
 }
 
+/* What carried the last pop: the ring in feedclient_ring, else as any request. */
+static void popped_right(const char *transport)
+{
+    if (RING)
+        ck_assert_str_eq(transport, "shm/ring");
+    else
+        carried_right(transport);
+}
+
 static void setup(void)
 {
     const char *const args[] = {NULL};
     ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
     ck_assert_int_eq(tf_client_new(&C), TF_OK);
-    ck_assert_int_eq(tf_client_set_transport(C, UCX ? TF_TRANSPORT_UCX : TF_TRANSPORT_HTTP),
+    ck_assert_int_eq(tf_client_set_transport(C, RING ? TF_TRANSPORT_AUTO
+                                                : UCX ? TF_TRANSPORT_UCX : TF_TRANSPORT_HTTP),
                      TF_OK);
     snprintf(FEED, sizeof(FEED), "%s/v1/feeds/f", D.base);
     ck_assert_int_eq(tf_feed_declare(C, FEED, DECL, NULL), TF_OK);
@@ -58,6 +71,12 @@ static void setup(void)
 static void setup_ucx(void)
 {
     UCX = 1;
+    setup();
+}
+
+static void setup_ring(void)
+{
+    UCX = RING = 1;
     setup();
 }
 
@@ -128,7 +147,7 @@ static void pop_in_order(const char *be, int n)
         ck_assert_uint_eq(tf_item_seq(it), (uint64_t)i + 1);
         ck_assert_uint_eq(tf_item_generation(it), 1);
         ck_assert(first_value(it) == (float)(10 * i));
-        carried_right(tf_feed_transport(feed));
+        popped_right(tf_feed_transport(feed));
         tf_item_release(it);
     }
     tf_feed_detach(feed);
@@ -239,8 +258,18 @@ START_TEST(unreleased_comes_again)
     tf_item_t *it = NULL;
     ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
     tf_feed_detach(feed);               /* the step died: never released */
-    /* Another consumer is refused while the lease lives. */
     o.consumer = "loop-b";
+    if (RING) {
+        /* A ring's lease ends with its connection: the next consumer gets it at once. */
+        ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "host", &o, &feed), TF_OK);
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert(first_value(it) == 0.0f);
+        tf_item_release(it);
+        tf_feed_detach(feed);
+        ck_assert_int_ge(stat_of("redeliveries"), 1);
+        return;
+    }
+    /* Another consumer is refused while the lease lives. */
     ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "host", &o, &feed), TF_OK);
     ck_assert_int_eq(tf_infeed_pop(feed, 200, &it), TF_ECONFLICT);
     tf_feed_detach(feed);
@@ -600,12 +629,102 @@ START_TEST(outfeed_gone_resumes)
 }
 END_TEST
 
+/* ---- the same-host ring ---------------------------------------------------------------------- */
+
+/* The mapping of /proc/self/maps that holds p: its permissions and path, or 0. */
+static int mapping_of(const void *p, char perms[8], char path[256])
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        path[0] = '\0';
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255[^\n]", &lo, &hi, perms, path) >= 3 &&
+            (uintptr_t)p >= lo && (uintptr_t)p < hi)
+            found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/* A popped item's tensors are in the ring: a memfd shared read-only with the daemon, which
+ * copied the item there once; /metrics counts the ring and its items. */
+START_TEST(ring_items_in_shared_memory)
+{
+    for (int i = 0; i < 3; i++)
+        push((float)(10 * i), 0);
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    for (int i = 0; i < 3; i++) {
+        tf_item_t *it = NULL;
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert_str_eq(tf_feed_transport(feed), "shm/ring");
+        ck_assert(first_value(it) == (float)(10 * i));
+        char perms[8], path[256];
+        const void *data = tf_doc_find(tf_item_doc(it), "x")->data;
+        ck_assert(mapping_of(data, perms, path));
+        ck_assert_msg(strstr(path, "tfetch-ring") != NULL, "item data in '%s'", path);
+        ck_assert_msg(perms[0] == 'r' && perms[1] == '-' && perms[3] == 's', "mapped %s",
+                      perms);
+        tf_item_release(it);
+    }
+    char out[1 << 16];
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "curl -s %s/metrics", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "\ntfetch_shm_rings 1\n"), "%s", out);
+    ck_assert_msg(strstr(out, "\ntfetch_shm_ring_items_total 3\n"), "%s", out);
+    tf_feed_detach(feed);
+    ck_assert_int_eq(stat_of("released"), 3);
+}
+END_TEST
+
+/* An item larger than a slot (its metadata is free: here 40 KiB of it, the slots having room
+ * for 16 KiB of header) comes as a memfd of its own, intact, between two that fit. */
+START_TEST(ring_item_over_a_slot)
+{
+    push(0, 0);
+    tf_doc_t *d = item_doc(10);
+    char *big = malloc(40000);
+    memset(big, 'm', 39999);
+    big[39999] = '\0';
+    ck_assert_int_eq(tf_doc_set_meta(d, "note", big), TF_OK);
+    ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, 0, 0, NULL), TF_OK);
+    tf_doc_free(d);
+    push(20, 0);
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    for (int i = 0; i < 3; i++) {
+        tf_item_t *it = NULL;
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert_str_eq(tf_feed_transport(feed), "shm/ring");
+        ck_assert(first_value(it) == (float)(10 * i));
+        const char *note = tf_doc_meta(tf_item_doc(it), "note");
+        if (i == 1)
+            ck_assert(note && strcmp(note, big) == 0);
+        else
+            ck_assert_ptr_null(note);
+        tf_item_release(it);
+    }
+    free(big);
+    char out[1 << 16];
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "curl -s %s/metrics", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "\ntfetch_shm_ring_overflow_total 1\n"), "%s", out);
+    tf_feed_detach(feed);
+    ck_assert_int_eq(stat_of("released"), 3);
+}
+END_TEST
+
 /* ---- processes killed with SIGKILL (over UCX) ------------------------------------------------ */
 /* The children fork before this process has a client (a forked UCX thread would not run in
  * them), so these tests have their own fixture: the daemon, and the feed declared by a client
  * freed before any fork. */
 
-static void setup_kill(void)
+static void setup_kill_decl(const char *decl)
 {
     const char *const args[] = {NULL};
     UCX = 1;
@@ -613,16 +732,40 @@ static void setup_kill(void)
     snprintf(FEED, sizeof(FEED), "%s/v1/feeds/f", D.base);
     tf_client_t *c = NULL;
     ck_assert_int_eq(tf_client_new(&c), TF_OK);
-    ck_assert_int_eq(tf_feed_declare(c, FEED, DECL, NULL), TF_OK);
+    ck_assert_int_eq(tf_feed_declare(c, FEED, decl, NULL), TF_OK);
     tf_client_free(c);
 }
 
+static void setup_kill(void)
+{
+    setup_kill_decl(DECL);
+}
+
+/* Over the ring, with a lease of a minute: an heir under another id gets the dead consumer's
+ * items only because its ring's connection closing detached it (the lease would hold them
+ * past the heir's 10 s of retries). */
+static void setup_kill_ring(void)
+{
+    RING = 1;
+    setup_kill_decl("{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
+                    "\"shape\":[4]}],\"max_items\":16,\"lease_ms\":60000}");
+}
+
+/* A client on the TCase's policy for these tests: ucx, or auto for the ring. */
 static tf_client_t *ucx_client(void)
 {
     tf_client_t *c = NULL;
-    if (tf_client_new(&c) != TF_OK || tf_client_set_transport(c, TF_TRANSPORT_UCX) != TF_OK)
+    if (tf_client_new(&c) != TF_OK ||
+        tf_client_set_transport(c, RING ? TF_TRANSPORT_AUTO : TF_TRANSPORT_UCX) != TF_OK)
         return NULL;
     return c;
+}
+
+/* 1 if the last pop came the TCase's way: the ring, or UCX. */
+static int popped_our_way(const tf_feed_t *feed)
+{
+    const char *t = tf_feed_transport(feed);
+    return RING ? strcmp(t, "shm/ring") == 0 : strncmp(t, "ucx/", 4) == 0;
 }
 
 /* Pops every item there is (until 1.5 s of nothing) over UCX as consumer id, checking that
@@ -645,8 +788,7 @@ static int drain_in_order(tf_client_t *c, const char *id, float base)
         if (st == TF_EAGAIN)
             break;
         ck_assert_int_eq(st, TF_OK);
-        ck_assert_msg(strncmp(tf_feed_transport(feed), "ucx/", 4) == 0, "popped over %s",
-                      tf_feed_transport(feed));
+        ck_assert_msg(popped_our_way(feed), "popped over %s", tf_feed_transport(feed));
         ck_assert_msg(first_value(it) == base + (float)(10 * n), "item %d is %g", n,
                       (double)first_value(it));
         tf_item_release(it);
@@ -688,8 +830,7 @@ static void consumer_killed_mid_step(const char *id, int release_first)
             if (tf_feed_ack(feed) != TF_OK)
                 _exit(1);
         }
-        if (tf_infeed_pop(feed, 5000, &b) != TF_OK ||
-            strncmp(tf_feed_transport(feed), "ucx/", 4) != 0)
+        if (tf_infeed_pop(feed, 5000, &b) != TF_OK || !popped_our_way(feed))
             _exit(1);
         (void)b;
         if (write(fds[1], "k", 1) != 1)
@@ -828,6 +969,29 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, ucx_consumer_killed);
     tcase_add_test(tc, ucx_consumer_relaunched_same_id);
     tcase_add_test(tc, ucx_producer_killed);
+    suite_add_tcase(s, tc);
+    /* The same end to end on one host with policy auto: pops come from the ring. */
+    tc = tcase_create("feedclient_ring");
+    tcase_add_checked_fixture(tc, setup_ring, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, host_end_to_end);
+    tcase_add_test(tc, sim_end_to_end);
+    tcase_add_test(tc, seq_retry_once);
+    tcase_add_test(tc, prefetch_fills);
+    tcase_add_test(tc, ack_is_cumulative);
+    tcase_add_test(tc, unreleased_comes_again);
+    tcase_add_test(tc, done_after_drain);
+    tcase_add_test(tc, empty_times_out);
+    tcase_add_test(tc, reset_new_generation);
+    tcase_add_test(tc, async_pops_in_order);
+    tcase_add_test(tc, ring_items_in_shared_memory);
+    tcase_add_test(tc, ring_item_over_a_slot);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("feedclient_ring_kill");
+    tcase_add_checked_fixture(tc, setup_kill_ring, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, ucx_consumer_killed);
+    tcase_add_test(tc, ucx_consumer_relaunched_same_id);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,56 @@
+/* ring.h - a device feed's same-host ring, the daemon's side (DESIGN.md section 7;
+ * proto/shmframe.h RING, CREDIT, ACK, FREE, ITEM; doc/PROTOCOL.md "Feeds on one host").
+ *
+ * One consumer process on this host attached to one device queue over a connection of the
+ * shm transport (daemon/shm.c). The ring is one memfd of n fixed slots, sealed against
+ * resizes, mapped read-write here and read-only by the consumer, and faulted in once, so the
+ * pages are reused item after item (fresh pages cost more than the copy on our machines).
+ * As the consumer grants credit (how many items it asked for in all) the ring pops the queue
+ * under the consumer's id, which holds the queue's lease while the connection lives, copies
+ * each item's document into a free slot and says so with an ITEM message; an item larger
+ * than a slot, or one that finds every slot taken, goes as a sealed memfd of its own. FREE
+ * gives a slot back; ACK releases positions in the queue (tfd_feed_ack), as HTTP's ?ack=
+ * does. Closing the ring detaches the consumer, so what it was given and never released
+ * goes, in order, to whoever attaches next. Nothing the consumer could write into its
+ * mapping is ever read back here.
+ *
+ * Threads: only shm.c's thread touches a ring.
+ */
+#ifndef TFD_RING_H
+#define TFD_RING_H
+
+#include <stdint.h>
+#include "daemon/feeds.h"
+#include "proto/shmframe.h"
+
+typedef struct tfd_ring tfd_ring_t;
+
+typedef struct {
+    uint64_t items;                 /* items sent through a slot */
+    uint64_t overflow;              /* items sent as a memfd of their own */
+} tfd_ring_stats_t;
+
+/* A ring for consumer on feed's device devtok: nslots (1..TFP_SF_MAX_SLOTS) of slot_bytes
+ * each (0: the feed's item bytes plus room for the header, page-rounded), at most max_bytes
+ * in all. TFP_OK with *out and *fd (the memfd, borrowed: valid while the ring lives), else
+ * TFP_ENOTFOUND (no such feed or device), TFP_EFULL (over max_bytes) or TFP_ENOMEM, with
+ * err. */
+tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok,
+                           const char *consumer, unsigned nslots, uint64_t slot_bytes,
+                           uint64_t max_bytes, tfd_ring_t **out, int *fd, tfp_err_t *err);
+uint64_t tfd_ring_bytes(const tfd_ring_t *r);
+unsigned tfd_ring_slots(const tfd_ring_t *r);
+uint64_t tfd_ring_slot_bytes(const tfd_ring_t *r);
+/* A CREDIT, ACK or FREE from the consumer: 0, or -1 when it breaks the ring's rules (credit
+ * that shrinks, a slot not taken): close the connection. */
+int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m);
+/* Sends what credit and slots allow over sock: 0, or -1 when the ring is over (the feed was
+ * deleted, another consumer holds the queue: said in an ITEM; or sock failed). Cheap when
+ * nothing changed. *st counts what was sent. */
+int tfd_ring_fill(tfd_ring_t *r, int sock, tfd_ring_stats_t *st);
+/* Keeps the consumer's lease alive while the connection is: the ms until it is due next. */
+uint64_t tfd_ring_tick(tfd_ring_t *r, uint64_t now_ms);
+/* Detaches the consumer, unmaps, frees. NULL is a no-op. */
+void tfd_ring_free(tfd_ring_t *r);
+
+#endif
