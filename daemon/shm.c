@@ -56,6 +56,7 @@ typedef struct {
     alloc_t allocs[MAX_ALLOCS_PER_CONN];
     size_t nallocs;
     tfd_ring_t *ring;               /* a feed's ring: the connection serves nothing else */
+    uint64_t requests;              /* served after HELLO (RING must be the first) */
     uint64_t token_until[MAX_TOKENS_PER_CONN];  /* when each TOKEN it got expires */
 } conn_t;
 
@@ -468,7 +469,7 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return rc;
     if (!s->feeds)
         return reply_error(s, c, q->seq, TFP_ENOTIMPL, "shm: this server has no feeds");
-    if (c->n || c->nallocs || c->ring)
+    if (c->requests > 1 || c->ring)
         return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: RING must be a connection's "
                            "first request");
     pthread_mutex_lock(&s->lock);
@@ -568,6 +569,7 @@ static int serve(tfd_shm_t *s, size_t k)
         m.seq = q.seq;
         return reply(c, &m, -1);
     }
+    c->requests++;
     if (c->ring) {
         if (q.op != TFP_SF_CREDIT && q.op != TFP_SF_ACK && q.op != TFP_SF_FREE)
             return -1;                  /* a ring's connection serves nothing else */

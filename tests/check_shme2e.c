@@ -677,6 +677,171 @@ START_TEST(shm_auth_rights)
 }
 END_TEST
 
+/* ---- a feed's ring, spoken by a hostile client ---------------------------------------------- */
+
+/* The next ITEM on a ring's connection (a descriptor that came is closed). */
+static tfp_sf_t raw_item(int fd)
+{
+    int got;
+    tfp_sf_t r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.op, TFP_SF_ITEM);
+    if (got >= 0)
+        close(got);
+    return r;
+}
+
+/* 1 once the daemon closed fd (within 5 s). */
+static int closed_by_daemon(int fd)
+{
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[TFP_SF_MAX];
+    for (;;) {
+        ssize_t n = recv(fd, b, sizeof b, 0);
+        if (n == 0)
+            return 1;
+        if (n < 0)
+            return 0;
+    }
+}
+
+/* A ring's connection as alice, from a TOKEN on fd: its memfd in *mem (size *size). */
+static int raw_ring(int fd, const char *spec, uint64_t slots, tfp_status_t want, int *mem,
+                    char *msg, size_t msg_size)
+{
+    tfp_sf_t m = sf(TFP_SF_TOKEN, NULL), r;
+    int got;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    char token[TFP_UP_TOKEN_LEN + 1];
+    ck_assert_uint_eq(r.str_len, TFP_UP_TOKEN_LEN);
+    memcpy(token, r.str, sizeof token);
+    char sock[TFP_UP_MAX_SHM_SOCKET + 1], unused[TFP_UP_TOKEN_LEN + 1];
+    raw_upgrade(sock, unused);
+    tfp_err_t err;
+    int rf = tfx_shm_connect(sock, &err);
+    ck_assert_int_ge(rf, 0);
+    m = sf(TFP_SF_HELLO, token);
+    raw_send(rf, &m, -1);
+    r = raw_reply(rf, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    m = sf(TFP_SF_RING, spec);
+    m.a = slots;
+    raw_send(rf, &m, -1);
+    r = raw_reply(rf, &got);
+    if (msg)
+        snprintf(msg, msg_size, "%s", r.str);
+    ck_assert_msg(r.status == (int32_t)want, "RING %s: %d %s", spec, (int)r.status, r.str);
+    if (mem)
+        *mem = got;
+    else if (got >= 0)
+        close(got);
+    return rf;
+}
+
+/* The ring's protocol from a client that does not play by it: a ring needs consume on the
+ * feed; its memfd cannot be resized under the daemon; credit that shrinks, a FREE of a slot
+ * it does not hold, or any other request on a ring's connection closes it, and the items it
+ * held go to the next consumer at once; TOKENs are bounded per connection. */
+START_TEST(shm_ring_hostile)
+{
+    if (!ready("shm_ring_hostile"))
+        return;
+    const char *tokens = "tka-1f2e alice produce:* consume:f* admin:*\n"
+                         "tkr-5c5c reader read:* produce:*\n";
+    const char *file = td_tmpfile(3, tokens, strlen(tokens));
+    const char *args[] = {"--auth-tokens", file, NULL};
+    start(args);
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "curl -sf -X PUT -H 'Authorization: Bearer tka-1f2e' --data "
+             "'{\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[4]}],"
+             "\"lease_ms\":60000}' %s/v1/feeds/f", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "printf 'ab%dd' | curl -sf -H 'Authorization: Bearer tka-1f2e' "
+                 "-H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: U8' "
+                 "-H 'Tfetch-Shape: 4' --data-binary @- %s/v1/feeds/f/devices/0/infeed", i,
+                 D.base);
+        ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    }
+    /* reader has no consume right: refused, as a pop over HTTP is */
+    bearer = "tkr-5c5c";
+    int fd = raw_hello();
+    char msg[600];
+    int rf = raw_ring(fd, "f/0/r", 2, TFP_EFORBIDDEN, NULL, msg, sizeof msg);
+    ck_assert_msg(strstr(msg, "principal reader has no consume right on 'f'"), "%s", msg);
+    close(rf);
+    close(fd);
+    /* alice: no such feed, no such device */
+    bearer = "tka-1f2e";
+    fd = raw_hello();
+    close(raw_ring(fd, "g/0/a", 2, TFP_EFORBIDDEN, NULL, NULL, 0));
+    close(raw_ring(fd, "f2/0/a", 2, TFP_ENOTFOUND, NULL, NULL, 0));
+    close(raw_ring(fd, "f/7/a", 2, TFP_ENOTFOUND, NULL, NULL, 0));
+    /* her ring: the memfd is sealed in size; two items come as credit allows */
+    int mem = -1;
+    rf = raw_ring(fd, "f/0/a", 2, TFP_OK, &mem, NULL, 0);
+    ck_assert_int_ge(mem, 0);
+    ck_assert_int_ne(ftruncate(mem, 0), 0);
+    close(mem);
+    ck_assert_int_eq(metric("tfetch_shm_rings"), 1);
+    tfp_sf_t m = sf(TFP_SF_CREDIT, NULL);
+    m.seq = 0;
+    m.a = 2;
+    raw_send(rf, &m, -1);
+    tfp_sf_t it = raw_item(rf);
+    ck_assert_uint_eq(it.lease, 1);
+    it = raw_item(rf);
+    ck_assert_uint_eq(it.lease, 2);
+    /* a FREE of a slot it does not hold (slot 2 holds item 2; there is no slot 5) */
+    m = sf(TFP_SF_FREE, NULL);
+    m.seq = 0;
+    m.a = 5;
+    raw_send(rf, &m, -1);
+    ck_assert(closed_by_daemon(rf));
+    close(rf);
+    ck_assert(metric_becomes("tfetch_shm_rings", 0));
+    /* the next consumer gets items 1 and 2 again at once (the lease was a minute) */
+    rf = raw_ring(fd, "f/0/b", 2, TFP_OK, NULL, NULL, 0);
+    m = sf(TFP_SF_CREDIT, NULL);
+    m.seq = 0;
+    m.a = 3;
+    raw_send(rf, &m, -1);
+    ck_assert_uint_eq(raw_item(rf).lease, 1);
+    ck_assert_uint_eq(raw_item(rf).lease, 2);
+    ck_assert_uint_eq(raw_item(rf).lease, 3);           /* no slot left: a memfd of its own */
+    ck_assert_int_eq(metric("tfetch_shm_ring_overflow_total"), 1);
+    m.a = 2;                                            /* credit that shrinks */
+    raw_send(rf, &m, -1);
+    ck_assert(closed_by_daemon(rf));
+    close(rf);
+    /* a request other than the ring's on its connection */
+    rf = raw_ring(fd, "f/0/c", 1, TFP_OK, NULL, NULL, 0);
+    m = sf(TFP_SF_GET, "w");
+    raw_send(rf, &m, -1);
+    ck_assert(closed_by_daemon(rf));
+    close(rf);
+    /* RING after another request on a connection: refused */
+    ck_assert_int_eq(raw_call(fd, TFP_SF_RING, "f/0/d", 1, 0, NULL, msg, sizeof msg),
+                     TFP_EBADREQ);
+    /* TOKENs: 16 unused at once per connection, then refused */
+    int fd2 = raw_hello();
+    tfp_status_t st = TFP_OK;
+    int n = 0;
+    for (; n < 40 && st == TFP_OK; n++)
+        st = raw_call(fd2, TFP_SF_TOKEN, NULL, 0, 0, NULL, msg, sizeof msg);
+    ck_assert_int_eq(st, TFP_EBUSY);
+    ck_assert_int_eq(n, 17);
+    close(fd2);
+    close(fd);
+    ck_assert(metric_becomes("tfetch_shm_rings", 0));
+    ck_assert(metric_becomes("tfetch_shm_ring_bytes", 0));
+    bearer = NULL;
+    stop();
+}
+END_TEST
+
 Suite *suite_shme2e(void)
 {
     Suite *s = suite_create("shme2e");
@@ -691,6 +856,7 @@ Suite *suite_shme2e(void)
     tcase_add_test(tc, shm_put_malformed_refused);
     tcase_add_test(tc, shm_hostile_client);
     tcase_add_test(tc, shm_auth_rights);
+    tcase_add_test(tc, shm_ring_hostile);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,5 +1,6 @@
 /* check_shmframe.c - the shmframe suite: the shm transport's messages (proto/shmframe.c):
- * round trips of every op, and each rule the decoder enforces on hostile bytes.
+ * round trips of every op, and each rule the decoder enforces on hostile bytes, the feed
+ * ring's messages (RING's FEED/DEV/CONSUMER, ITEM's numbers) included.
  *
  * Single-threaded, no I/O.
  */
@@ -152,6 +153,99 @@ START_TEST(sf_decode_refuses)
 }
 END_TEST
 
+/* The ring's messages: each one's fields round trip; each rule refuses a forged one. */
+START_TEST(sf_ring_ops)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_sf_t m, out;
+    tfp_err_t err;
+    char feed[TFP_MAX_TENSOR_NAME + 1], dev[TFP_MAX_TENSOR_NAME + 1];
+    char consumer[TFP_MAX_USER_ID + 1];
+    /* RING names FEED/DEV/CONSUMER, 1..64 slots, a slot size or 0 */
+    m = msg(TFP_SF_RING, "batches/gpu0/train-loop");
+    m.a = 6;
+    size_t n = enc(&m, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_int_eq(tfp_sf_ring_spec(out.str, feed, dev, consumer, &err), TFP_OK);
+    ck_assert_str_eq(feed, "batches");
+    ck_assert_str_eq(dev, "gpu0");
+    ck_assert_str_eq(consumer, "train-loop");
+    const char *specs[] = {"batches/gpu0", "batches/gpu0/", "/gpu0/x", "a/b/c/d", "a/b/bad id",
+                           "../b/c", "a//c", ""};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        m = msg(TFP_SF_RING, specs[i]);
+        m.a = 1;
+        ck_assert_msg(tfp_sf_encode(&m, buf, sizeof buf, &err) == 0, "%s", specs[i]);
+        ck_assert_int_eq(tfp_sf_ring_spec(specs[i], NULL, NULL, NULL, &err), TFP_EPROTO);
+    }
+    m = msg(TFP_SF_RING, "f/0/c");
+    m.a = TFP_SF_MAX_SLOTS + 1;                     /* too many slots */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = 0;                                        /* none */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = 1;
+    m.b = TFP_SF_MAX_SLOT + 1;                      /* a slot too large */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    /* TOKEN: nothing; CREDIT: a count; FREE: a slot 1..64; ACK: through and generation */
+    m = msg(TFP_SF_TOKEN, NULL);
+    ck_assert_uint_gt(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = 1;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_CREDIT, NULL);
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = 3;
+    ck_assert_uint_gt(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_FREE, NULL);
+    m.a = TFP_SF_MAX_SLOTS + 1;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = 0;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = TFP_SF_MAX_SLOTS;
+    ck_assert_uint_gt(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_ACK, NULL);
+    m.a = 10;
+    m.b = 2;
+    ck_assert_uint_gt(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.lease = 1;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    /* ITEM: the daemon's; its numbers round trip exactly */
+    m = msg(TFP_SF_ITEM, NULL);
+    m.lease = 7;
+    m.a = 8192;
+    m.b = 100;
+    tfp_sf_item_set(&m, 18446744073709551615ull, 3, 2);
+    n = enc(&m, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    uint64_t seq, round, gen;
+    ck_assert_int_eq(tfp_sf_item_get(&out, &seq, &round, &gen, &err), TFP_OK);
+    ck_assert_uint_eq(seq, 18446744073709551615ull);
+    ck_assert_uint_eq(round, 3);
+    ck_assert_uint_eq(gen, 2);
+    ck_assert_uint_eq(out.lease, 7);
+    const char *nums[] = {"1 2", "1 2 3 4", "1  2 3", "1 2 3 ", "-1 2 3", "1 2 x",
+                          "18446744073709551616 0 0", ""};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        tfp_sf_t f = msg(TFP_SF_ITEM, nums[i]);
+        f.lease = 1;
+        f.b = 1;
+        ck_assert_msg(tfp_sf_encode(&f, buf, sizeof buf, &err) == 0, "'%s'", nums[i]);
+    }
+    m.b = 0;                                        /* an item of no bytes */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.lease = m.a = 0;                              /* a generation notice: no numbers */
+    ck_assert_uint_gt(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = 1;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_ITEM, "feed 'f' is done");       /* the end, with a message */
+    m.status = TFP_EDONE;
+    n = enc(&m, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_int_eq(out.status, TFP_EDONE);
+    m.lease = 3;                                    /* ... and no numbers */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+}
+END_TEST
+
 START_TEST(sf_span)
 {
     tfp_err_t err;
@@ -172,6 +266,7 @@ Suite *suite_shmframe(void)
     tcase_add_test(tc, sf_round_trips);
     tcase_add_test(tc, sf_encode_refuses);
     tcase_add_test(tc, sf_decode_refuses);
+    tcase_add_test(tc, sf_ring_ops);
     tcase_add_test(tc, sf_span);
     suite_add_tcase(s, tc);
     return s;
