@@ -3,8 +3,11 @@
  * thread per measurement, each with its own connection:
  *
  *   feed   a tfetchd feed through libtfetch (tf_infeed_push with Tfetch-Seq and Prefer: wait;
- *          tf_feed_attach + tf_infeed_pop, prefetch 4, release after the step), over the
- *          client's UCX connection (policy auto: upgraded after the first request)
+ *          tf_feed_attach + tf_infeed_pop, prefetch 4, release after the step), policy auto:
+ *          pushes over the client's UCX connection, pops from the same-host ring (shm/ring;
+ *          over UCX with --base, another host)
+ *   feedu  the same feed with the consumer on policy ucx: every pop a UCX request (the path
+ *          before the ring, and the one across hosts), at 4 MiB
  *   store  tfetchd's store used as a queue: PUT q<i>, GET q<i> with a long poll, DELETE
  *   redis  a Redis list: RPUSH / BLPOP, speaking RESP by hand over a unix socket to a
  *          redis-server the bench starts and stops (no client library: two commands, and the
@@ -469,6 +472,7 @@ static void store_close(run_t *r)
 
 typedef struct {
     char url[160];
+    int ucx;                            /* feedu: the consumer on policy ucx */
 } feedst_t;
 
 static int feed_open(run_t *r)
@@ -489,6 +493,14 @@ static int feed_open(run_t *r)
     tf_client_free(c);
     r->st = f;
     return st == TF_OK ? 0 : -1;
+}
+
+static int feedu_open(run_t *r)
+{
+    if (feed_open(r) != 0)
+        return -1;
+    ((feedst_t *)r->st)->ucx = 1;
+    return 0;
 }
 
 static int feed_produce(run_t *r)
@@ -518,7 +530,9 @@ static int feed_consume(run_t *r, double *wait_s)
     tf_feed_t *feed = NULL;
     tf_feed_opts_t o = TF_FEED_OPTS_INIT;
     o.prefetch = 4;
-    if (tf_client_new(&c) != TF_OK || tf_feed_attach_opts(c, f->url, "0", "host", &o, &feed) != TF_OK) {
+    if (tf_client_new(&c) != TF_OK ||
+        (f->ucx && tf_client_set_transport(c, TF_TRANSPORT_UCX) != TF_OK) ||
+        tf_feed_attach_opts(c, f->url, "0", "host", &o, &feed) != TF_OK) {
         tf_client_free(c);
         return -1;
     }
@@ -559,6 +573,7 @@ static void feed_close(run_t *r)
 
 static const method_t METHODS[] = {
     {"feed", feed_open, feed_produce, feed_consume, feed_close},
+    {"feedu", feedu_open, feed_produce, feed_consume, feed_close},
     {"store", store_open, store_produce, store_consume, store_close},
     {"redis", redis_open, redis_produce, redis_consume, redis_close},
     {"tcp", tcp_open, tcp_produce, tcp_consume, tcp_close},
