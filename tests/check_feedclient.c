@@ -649,6 +649,17 @@ static int mapping_of(const void *p, char perms[8], char path[256])
     return found;
 }
 
+/* 1 if the daemon's /metrics has the line "NAME VALUE". */
+static int metric_is(const char *line)
+{
+    static char out[1 << 16];
+    char cmd[256], want[128];
+    snprintf(cmd, sizeof(cmd), "curl -s %s/metrics", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    snprintf(want, sizeof(want), "\n%s\n", line);
+    return strstr(out, want) != NULL;
+}
+
 /* A popped item's tensors are in the ring: a memfd shared read-only with the daemon, which
  * copied the item there once; /metrics counts the ring and its items. */
 START_TEST(ring_items_in_shared_memory)
@@ -670,12 +681,8 @@ START_TEST(ring_items_in_shared_memory)
                       perms);
         tf_item_release(it);
     }
-    char out[1 << 16];
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "curl -s %s/metrics", D.base);
-    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
-    ck_assert_msg(strstr(out, "\ntfetch_shm_rings 1\n"), "%s", out);
-    ck_assert_msg(strstr(out, "\ntfetch_shm_ring_items_total 3\n"), "%s", out);
+    ck_assert(metric_is("tfetch_shm_rings 1"));
+    ck_assert(metric_is("tfetch_shm_ring_items_total 3"));
     tf_feed_detach(feed);
     ck_assert_int_eq(stat_of("released"), 3);
 }
@@ -709,11 +716,7 @@ START_TEST(ring_item_over_a_slot)
         tf_item_release(it);
     }
     free(big);
-    char out[1 << 16];
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "curl -s %s/metrics", D.base);
-    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
-    ck_assert_msg(strstr(out, "\ntfetch_shm_ring_overflow_total 1\n"), "%s", out);
+    ck_assert(metric_is("tfetch_shm_ring_overflow_total 1"));
     tf_feed_detach(feed);
     ck_assert_int_eq(stat_of("released"), 3);
 }
@@ -922,12 +925,9 @@ START_TEST(ucx_producer_killed)
 }
 END_TEST
 
-Suite *suite_feedclient(void)
+/* The end-to-end cases every TCase of a transport runs. */
+static void add_end_to_end(TCase *tc)
 {
-    Suite *s = suite_create("feedclient");
-    TCase *tc = tcase_create("feedclient");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, host_end_to_end);
     tcase_add_test(tc, sim_end_to_end);
     tcase_add_test(tc, seq_retry_once);
@@ -937,61 +937,47 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, done_after_drain);
     tcase_add_test(tc, empty_times_out);
     tcase_add_test(tc, reset_new_generation);
-    tcase_add_test(tc, outfeed_both_ways);
     tcase_add_test(tc, async_pops_in_order);
+}
+
+/* A TCase of s with its fixture (the daemon per test) and a minute per test. */
+static TCase *new_case(Suite *s, const char *name, void (*fixture)(void))
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, fixture, teardown);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+Suite *suite_feedclient(void)
+{
+    Suite *s = suite_create("feedclient");
+    TCase *tc = new_case(s, "feedclient", setup);
+    add_end_to_end(tc);
+    tcase_add_test(tc, outfeed_both_ways);
     tcase_add_test(tc, async_pushes_in_order);
     tcase_add_test(tc, cuda_falls_back);
     tcase_add_test(tc, bad_arguments);
     tcase_add_test(tc, cli_feed);
     tcase_add_test(tc, outfeed_gone_resumes);
-    suite_add_tcase(s, tc);
     /* The same end to end over UCX (policy ucx: every feed request is a FEED frame). */
-    tc = tcase_create("feedclient_ucx");
-    tcase_add_checked_fixture(tc, setup_ucx, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, host_end_to_end);
-    tcase_add_test(tc, sim_end_to_end);
-    tcase_add_test(tc, seq_retry_once);
-    tcase_add_test(tc, prefetch_fills);
-    tcase_add_test(tc, ack_is_cumulative);
-    tcase_add_test(tc, unreleased_comes_again);
-    tcase_add_test(tc, done_after_drain);
-    tcase_add_test(tc, empty_times_out);
-    tcase_add_test(tc, reset_new_generation);
+    tc = new_case(s, "feedclient_ucx", setup_ucx);
+    add_end_to_end(tc);
     tcase_add_test(tc, outfeed_both_ways);
-    tcase_add_test(tc, async_pops_in_order);
     tcase_add_test(tc, async_pushes_in_order);
     tcase_add_test(tc, outfeed_gone_resumes);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("feedclient_kill");
-    tcase_add_checked_fixture(tc, setup_kill, teardown);
-    tcase_set_timeout(tc, 60);
+    tc = new_case(s, "feedclient_kill", setup_kill);
     tcase_add_test(tc, ucx_consumer_killed);
     tcase_add_test(tc, ucx_consumer_relaunched_same_id);
     tcase_add_test(tc, ucx_producer_killed);
-    suite_add_tcase(s, tc);
     /* The same end to end on one host with policy auto: pops come from the ring. */
-    tc = tcase_create("feedclient_ring");
-    tcase_add_checked_fixture(tc, setup_ring, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, host_end_to_end);
-    tcase_add_test(tc, sim_end_to_end);
-    tcase_add_test(tc, seq_retry_once);
-    tcase_add_test(tc, prefetch_fills);
-    tcase_add_test(tc, ack_is_cumulative);
-    tcase_add_test(tc, unreleased_comes_again);
-    tcase_add_test(tc, done_after_drain);
-    tcase_add_test(tc, empty_times_out);
-    tcase_add_test(tc, reset_new_generation);
-    tcase_add_test(tc, async_pops_in_order);
+    tc = new_case(s, "feedclient_ring", setup_ring);
+    add_end_to_end(tc);
     tcase_add_test(tc, ring_items_in_shared_memory);
     tcase_add_test(tc, ring_item_over_a_slot);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("feedclient_ring_kill");
-    tcase_add_checked_fixture(tc, setup_kill_ring, teardown);
-    tcase_set_timeout(tc, 60);
+    tc = new_case(s, "feedclient_ring_kill", setup_kill_ring);
     tcase_add_test(tc, ucx_consumer_killed);
     tcase_add_test(tc, ucx_consumer_relaunched_same_id);
-    suite_add_tcase(s, tc);
     return s;
 }
