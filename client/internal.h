@@ -173,6 +173,9 @@ extern const tfi_transport_t tfi_shm;
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
                     size_t why_size);
 void tfi_shm_disconnect(origin_t *o);
+/* ucx.c: the memory types the client's UCX can move (tfx_ucxc_memory), or NULL when it has
+ * not started in this client (or tfetch was built without UCX). */
+const char *tfi_ucx_memory(const tf_client_t *c);
 /* A one-time token for another connection to o's shm socket (named in *name), as o's
  * principal: 0, or -1 with why (a failed connection is closed). Calling thread; a round
  * trip. */

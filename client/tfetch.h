@@ -293,6 +293,9 @@ typedef struct {
     uint64_t caller_driven;         /* requests to this origin whose UCX round trip the
                                      * calling thread drove itself, start to reply (blocking
                                      * calls: no progress thread in between) */
+    char ucx_memory[64];            /* the memory types this process's UCX can move, asked
+                                     * of UCX at run time ("host"; a CUDA-enabled UCX adds
+                                     * "cuda", ...); "" before UCX started here */
 } tf_transport_info_t;
 #define TF_TRANSPORT_INFO_INIT { .size = sizeof(tf_transport_info_t) }
 /* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL;

@@ -445,6 +445,17 @@ static const tfi_transport_t ucx_transport = {
 };
 
 const tfi_transport_t *const tfi_ucx = &ucx_transport;
+
+const char *tfi_ucx_memory(const tf_client_t *c)
+{
+    return c->up_state ? tfx_ucxc_memory(c->up_state) : NULL;
+}
 #else
 const tfi_transport_t *const tfi_ucx = NULL;
+
+const char *tfi_ucx_memory(const tf_client_t *c)
+{
+    (void)c;
+    return NULL;
+}
 #endif

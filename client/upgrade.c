@@ -394,6 +394,8 @@ static void fill_transport_info(const tf_client_t *c, const origin_t *o,
     snprintf(out->transport, sizeof(out->transport), "http");
     out->offered = o ? o->offered : -1;
     out->caller_driven = o ? o->caller_driven : 0;
+    const char *mt = tfi_ucx_memory(c);
+    snprintf(out->ucx_memory, sizeof(out->ucx_memory), "%s", mt ? mt : "");
     if (o && o->conn && !c->up->broken(o)) {
         snprintf(out->transport, sizeof(out->transport), "%s", o->transport);
         return;

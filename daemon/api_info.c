@@ -9,7 +9,9 @@
 #include "daemon/auth.h"
 #include "daemon/upgrade.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void api_handle_health(tfx_req_t *r, tfd_ctx_t *c)
 {
@@ -104,6 +106,19 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     if (!ucx) {
         tfp_jw_key(&w, "reason");
         tfp_jw_str(&w, why);
+    }
+    const char *mt = tfd_upgrade_memory_types(s->upgrade);
+    if (mt) {                   /* comma-separated names, as UCX spells them */
+        tfp_jw_key(&w, "memory_types");
+        tfp_jw_arr_begin(&w);
+        for (const char *p = mt; *p;) {
+            size_t n = strcspn(p, ",");
+            char name[32];
+            snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+            tfp_jw_str(&w, name);
+            p += n + (p[n] == ',');
+        }
+        tfp_jw_arr_end(&w);
     }
     const char *trusted = tfd_upgrade_trusted(s->upgrade);
     if (ucx && trusted) {       /* TLS on: offered to this host and these links only */

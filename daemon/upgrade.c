@@ -151,6 +151,11 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
     if (!up->ucx) {
         snprintf(up->why, sizeof up->why, "UCX did not start: %.200s", err.msg);
         tfd_log(LOG_WARNING, "%s; serving HTTP only", up->why);
+    } else {
+        /* Asked, never assumed: a CUDA-enabled UCX could land items in device memory. */
+        const char *mt = tfx_ucx_server_memory(up->ucx);
+        tfd_log(LOG_INFO, "ucx: memory types %s%s", mt, strstr(mt, "cuda") ? ""
+                : " (host memory only: device feeds stage through pinned host memory)");
     }
 #else
     (void)enable;
@@ -212,6 +217,16 @@ int tfd_upgrade_offered_to(tfd_upgrade_t *up, const char *peer)
 const char *tfd_upgrade_trusted(const tfd_upgrade_t *up)
 {
     return up->tls ? up->trusted_text : NULL;
+}
+
+const char *tfd_upgrade_memory_types(const tfd_upgrade_t *up)
+{
+#ifdef HAVE_UCX
+    if (up->ucx)
+        return tfx_ucx_server_memory(up->ucx);
+#endif
+    (void)up;
+    return NULL;
 }
 
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why)

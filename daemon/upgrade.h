@@ -32,6 +32,9 @@ typedef struct {
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
+/* The memory types the server's UCX can move, comma-separated ("host"; a CUDA-enabled UCX
+ * adds "cuda", ...), or NULL when UCX is not running. */
+const char *tfd_upgrade_memory_types(const tfd_upgrade_t *up);
 /* HTTPS is on: UCX is not encrypted, so it is offered only to clients on this host (their
  * address one of this host's and their host identity ours) and to addresses in trusted
  * (ucx-trusted; text as given, for messages). Others are refused, the fallback saying why.

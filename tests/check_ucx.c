@@ -428,6 +428,37 @@ START_TEST(ucx_first_request_upgrades_same_host)
 }
 END_TEST
 
+/* Which memory UCX can move is asked of UCX at run time, on both sides, never assumed: the
+ * server's in /v1/info, the client's in its transport info once UCX started in it. Debian's
+ * UCX knows host memory (a CUDA-enabled build adds cuda: either way host comes first). */
+START_TEST(ucx_memory_types_reported)
+{
+    if (!have_daemon("ucx_memory_types_reported"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    if (ucx_unavailable(c, "ucx_memory_types_reported")) {
+        tf_client_free(c);
+        stop();
+        return;
+    }
+    char *json = NULL;
+    ck_assert_int_eq(tf_info(c, D.base, &json), TF_OK);
+    ck_assert_msg(strstr(json, "\"memory_types\":[\"host\""), "%s", json);
+    free(json);
+    tf_client_free(c);
+    c = client(TF_TRANSPORT_UCX);
+    tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_str_eq(ti.ucx_memory, "");        /* UCX has not started in this client */
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_msg(strncmp(ti.ucx_memory, "host", 4) == 0, "ucx_memory '%s'", ti.ucx_memory);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 START_TEST(ucx_callback_does_not_negotiate)
 {
     if (!have_daemon("ucx_callback_does_not_negotiate"))
@@ -1966,6 +1997,7 @@ Suite *suite_ucx(void)
     tcase_add_test(up, ucx_upgrade_after_first_request);
     tcase_add_test(up, ucx_policies);
     tcase_add_test(up, ucx_first_request_upgrades_same_host);
+    tcase_add_test(up, ucx_memory_types_reported);
     tcase_add_test(up, ucx_callback_does_not_negotiate);
     tcase_add_test(up, ucx_server_without_ucx);
     tcase_add_test(up, ucx_cli_transport);

@@ -1086,6 +1086,8 @@ static void cleanup(tfx_ucxc_t *u)
 /* Stops the thread, waiting STOP_WAIT_MS at most: a thread still inside UCX then (a call that
  * blocks on the network) is left to finish, and frees everything itself when it does; it
  * wakes and completes nothing any more, so the caller may go. */
+const char *tfx_ucxc_memory(const tfx_ucxc_t *u) { return u->base.memory_types; }
+
 void tfx_ucxc_free(tfx_ucxc_t *u)
 {
     if (!u)

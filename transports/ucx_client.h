@@ -39,6 +39,8 @@ tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err
  * Bounded: a thread that has not stopped within 0.5 s (stuck inside UCX) is left to free
  * everything itself; it wakes and completes nothing any more. */
 void tfx_ucxc_free(tfx_ucxc_t *u);
+/* The memory types this client's UCX can move ("host", "host,cuda,..."; ucx_common.h). */
+const char *tfx_ucxc_memory(const tfx_ucxc_t *u);
 
 /* Connects to a server worker address and presents token (HELLO with identity "boot_id
  * netns"). Blocks up to timeout_ms. same_host selects UCX's error handling: none on one host

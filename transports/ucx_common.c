@@ -59,6 +59,24 @@ static void worker_close(tfx_ucx_base_t *b)
     b->efd = -1;
 }
 
+void tfx_ucx_memory_types(ucp_context_h ctx, char *out, size_t size)
+{
+    ucp_context_attr_t a = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    size_t n = 0;
+    out[0] = '\0';
+    if (ucp_context_query(ctx, &a) == UCS_OK)
+        for (int t = 0; t < UCS_MEMORY_TYPE_LAST; t++)
+            if (a.memory_types & UCS_BIT(t)) {
+                int k = snprintf(out + n, size - n, "%s%s", n ? "," : "",
+                                 ucs_memory_type_names[t]);
+                if (k < 0 || (size_t)k >= size - n)
+                    break;
+                n += (size_t)k;
+            }
+    if (!out[0])
+        snprintf(out, size, "host");
+}
+
 tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
                                ucp_am_recv_callback_t cb, void *arg, int serialized,
                                tfp_err_t *err)
@@ -87,6 +105,7 @@ tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_
         b->ctx = NULL;
         return tfp_err_set(err, TFP_EINTERNAL, "UCX init: %s", ucs_status_string(st));
     }
+    tfx_ucx_memory_types(b->ctx, b->memory_types, sizeof b->memory_types);
     b->epfd = epoll_create1(EPOLL_CLOEXEC);
     b->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = b->wakefd};

@@ -27,7 +27,14 @@ typedef struct {
     ucs_thread_mode_t thread_mode;  /* the worker's, kept for tfx_ucx_base_renew */
     ucp_am_recv_callback_t am_cb;
     void *am_arg;
+    char memory_types[64];          /* what this UCX can move, asked at run time: "host",
+                                     * or e.g. "host,cuda,cuda-managed" for a CUDA-enabled
+                                     * build (Debian's UCX 1.13 knows host memory only) */
 } tfx_ucx_base_t;
+
+/* The memory types ctx supports (ucp_context_query), comma-separated in out: "host" when
+ * the query fails. Any thread. */
+void tfx_ucx_memory_types(ucp_context_h ctx, char *out, size_t size);
 
 /* Creates context and worker (name shows in UCX's logs) and registers cb for am_id. The
  * worker is SINGLE-threaded, or with serialized set SERIALIZED (several threads drive it,

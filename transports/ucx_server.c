@@ -965,6 +965,7 @@ int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len)
 void tfx_ucx_quiesce(tfx_ucx_t *u) { atomic_store(&u->draining, 1); }
 
 unsigned tfx_ucx_inflight(tfx_ucx_t *u) { return atomic_load(&u->inflight); }
+const char *tfx_ucx_server_memory(const tfx_ucx_t *u) { return u->base.memory_types; }
 
 void tfx_ucx_stats(tfx_ucx_t *u, tfx_ucx_stats_t *st)
 {

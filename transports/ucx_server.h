@@ -61,6 +61,8 @@ int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len);
 /* Refuses new requests (503); those in flight go on. */
 void tfx_ucx_quiesce(tfx_ucx_t *u);
 unsigned tfx_ucx_inflight(tfx_ucx_t *u);
+/* The memory types this server's UCX can move ("host", "host,cuda,..."; ucx_common.h). */
+const char *tfx_ucx_server_memory(const tfx_ucx_t *u);
 void tfx_ucx_stats(tfx_ucx_t *u, tfx_ucx_stats_t *st);
 /* Stops the progress thread and frees everything. No request may be suspended. */
 void tfx_ucx_stop(tfx_ucx_t *u);

@@ -289,9 +289,10 @@ class Client(FeedCalls):
 
     def transport_info(self, base=None):
         """What this client knows of a server's transports: {transport, reason, offered,
-        retry_ms, caller_driven} (tf_client_transport_info). offered: True, False or None
-        (not seen yet); caller_driven: requests whose UCX round trip the calling thread drove
-        itself (blocking calls)."""
+        retry_ms, caller_driven, ucx_memory} (tf_client_transport_info). offered: True, False
+        or None (not seen yet); caller_driven: requests whose UCX round trip the calling
+        thread drove itself (blocking calls); ucx_memory: the memory types this process's UCX
+        moves ("host"; "" before it started)."""
         b = self._base(base).encode()
         ti = _lib.TransportInfo(size=ctypes.sizeof(_lib.TransportInfo))
         with self._lock:
@@ -300,7 +301,7 @@ class Client(FeedCalls):
             raise error_for(st, "bad URL %r" % b.decode())
         return {"transport": ti.transport.decode(), "reason": ti.reason.decode(),
                 "offered": {1: True, 0: False}.get(ti.offered), "retry_ms": ti.retry_ms,
-                "caller_driven": ti.caller_driven}
+                "caller_driven": ti.caller_driven, "ucx_memory": ti.ucx_memory.decode()}
 
     # ---- asynchronous calls (asyncio) -----------------------------------------------------
 

@@ -48,7 +48,8 @@ class Request(Structure):
 class TransportInfo(Structure):
     """tf_transport_info_t (versioned)"""
     _fields_ = [("size", c_size_t), ("transport", c_char * 32), ("reason", c_char * 160),
-                ("offered", c_int), ("retry_ms", c_long), ("caller_driven", c_uint64)]
+                ("offered", c_int), ("retry_ms", c_long), ("caller_driven", c_uint64),
+                ("ucx_memory", c_char * 64)]
 
 
 class Entry(Structure):
