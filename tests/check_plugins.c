@@ -91,7 +91,10 @@ static void load_fails(const char *spec, const char *want, const char *want2)
 static int has_route(const char *name)
 {
     tfd_route_ops_t ops;
-    return tfd_routes_find(E.rs, name, &ops) == 0;
+    if (tfd_routes_find(E.rs, name, &ops) != 0)
+        return 0;
+    tfd_route_ops_release(&ops);
+    return 1;
 }
 
 /* Runs route on in as user, the way api_calls.c does; the caller frees the call. */
@@ -107,6 +110,7 @@ static tfd_call_t *run(const char *route, const char *user, const tfp_doc_t *in)
     ck_assert_int_eq(ops.start(ops.arg, c), TFD_CALL_DONE);
     tfd_sessions_release(E.ss, c->session);
     c->session = NULL;
+    tfd_route_ops_release(&ops);
     return c;
 }
 
@@ -191,8 +195,10 @@ START_TEST(scale_multiplies_and_refuses)
     ck_assert_int_eq(tfd_routes_find(E.rs, "scale", &ops), 0);
     ck_assert_str_eq(ops.kind, "plugin");
     ck_assert_int_eq(ops.stateless, 1);
+    tfd_route_ops_release(&ops);
     ck_assert_int_eq(tfd_routes_find(E.rs, "count", &ops), 0);
     ck_assert_int_eq(ops.stateless, 0);
+    tfd_route_ops_release(&ops);
     ck_assert(has_route("echo"));
 
     /* factor from metadata; F32 and F64 tensors */
