@@ -940,6 +940,228 @@ START_TEST(daemon_refuses_to_start_with_a_bad_plugin)
 }
 END_TEST
 
+/* ---- the real daemon, reloading (SIGHUP) ----------------------------------------------------- */
+
+static char conf_path[64];
+
+static void write_conf(const char *text)
+{
+    FILE *f = fopen(conf_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* How many lines of the daemon's log contain needle. */
+static int log_count(const char *needle)
+{
+    char cmd[1024], out[32];
+    snprintf(cmd, sizeof cmd, "grep -c -F -e '%s' %s", needle, D.log_path);
+    td_run(cmd, out, sizeof out);
+    return atoi(out);
+}
+
+/* Waits (up to 30 s) until the daemon's log has n lines containing needle. */
+static void wait_log(const char *needle, int n)
+{
+    for (int i = 0; i < 600 && log_count(needle) < n; i++)
+        usleep(50000);
+    if (log_count(needle) < n)
+        td_show_log(&D);
+    ck_assert_msg(log_count(needle) >= n, "the log never said '%s' %d times", needle, n);
+}
+
+static int sighups;
+
+/* Writes the config, sends SIGHUP and waits until the daemon has read it. */
+static void reload_with(const char *text)
+{
+    write_conf(text);
+    ck_assert_int_eq(kill(D.pid, SIGHUP), 0);
+    wait_log("SIGHUP: settings read again", ++sighups);
+}
+
+/* POSTs one U8 tensor to route; returns the HTTP status (the body in resp, freed here). */
+static int call_status(const char *route)
+{
+    uint8_t *resp, zero = 0;
+    size_t len;
+    int code = post_raw(route, "alice", "U8", "1", &zero, 1, &resp, &len);
+    free(resp);
+    return code;
+}
+
+/* scale's factor for x = {1}, over HTTP. */
+static double e2e_factor(void)
+{
+    float x = 1;
+    uint8_t *resp;
+    size_t len;
+    ck_assert_int_eq(post_raw("scale", "alice", "F32", "1", &x, sizeof x, &resp, &len), 200);
+    tfp_doc_t *doc = decode(resp, len);
+    double f = atof(tfp_doc_meta(doc, "factor"));
+    tfp_doc_free(doc);
+    free(resp);
+    return f;
+}
+
+/* A config with these plugin lines (and drain-timeout 30), as text. */
+static const char *conf_text(const char *a, const char *b, const char *c)
+{
+    static char text[4096];
+    int n = snprintf(text, sizeof text, "drain-timeout = 30\n");
+    const char *v[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (v[i])
+            n += snprintf(text + n, sizeof text - (size_t)n, "plugin = %s\n", v[i]);
+    return text;
+}
+
+static void start_with_conf(const char *text)
+{
+    snprintf(conf_path, sizeof conf_path, "/tmp/tf-plugins-reload-%d.conf", (int)getpid());
+    write_conf(text);
+    sighups = 0;
+    const char *const args[] = {"--config", conf_path, NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+}
+
+static void stop_with_conf(void)
+{
+    ck_assert_int_eq(log_count("while"), 0);      /* testplug: "fini while N states are alive" */
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    unlink(conf_path);
+    td_cleanup();
+}
+
+/* SIGHUP loads a plugin added to the config, unloads one removed from it (404 after), starts
+ * one whose arguments changed again, and keeps everything as it was when one is refused. */
+START_TEST(sighup_loads_and_unloads_plugins)
+{
+    const char *scale3 = with_args(scale_so(), "factor=3");
+    start_with_conf(conf_text(scale3, NULL, NULL));
+    ck_assert(e2e_factor() == 3);
+    ck_assert_int_eq(call_status("tp_probe"), 404);
+    ck_assert_int_eq(e2e_count("alice"), 1);
+
+    reload_with(conf_text(scale3, test_so("testplug"), NULL));
+    ck_assert_int_eq(call_status("tp_probe"), 200);
+    ck_assert_int_eq(log_count("<5>plugin testplug loaded from"), 1);
+    ck_assert_int_eq(log_count("<5>SIGHUP: plugin applied"), 1);
+    ck_assert_int_eq(e2e_count("alice"), 2);          /* scale was left alone */
+    uint8_t *resp;
+    size_t len;
+    char body[1 << 14], cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -sS '%s'", td_url(&D, "/v1/info"));
+    ck_assert_int_eq(td_run(cmd, body, sizeof body), 0);
+    ck_assert_msg(strstr(body, "{\"name\":\"tp_probe\",\"kind\":\"plugin\",\"stateful\":false}"),
+                  "%s", body);
+
+    /* Refused: a bad ABI, a missing file, an init that refuses new arguments. */
+    reload_with(conf_text(scale3, test_so("testplug"), test_so("badabi")));
+    ck_assert_int_eq(log_count("<3>SIGHUP: plugin: plugin "), 1);
+    ck_assert_int_eq(log_count("badabi.so was built for plugin ABI 2"), 1);
+    reload_with(conf_text(scale3, "/nonexistent/tfetch-plugin.so", NULL));
+    ck_assert_int_eq(log_count("cannot load plugin /nonexistent/tfetch-plugin.so"), 1);
+    ck_assert_int_eq(call_status("tp_probe"), 200);    /* not removed either */
+    ck_assert_int_eq(e2e_count("alice"), 3);
+    reload_with(conf_text(with_args(scale_so(), "factor=zz"), test_so("testplug"), NULL));
+    ck_assert_int_eq(log_count("(scale) refused to start"), 1);
+    ck_assert_int_eq(log_count("kept the 2 plugins loaded before"), 3);
+    ck_assert(e2e_factor() == 3);                       /* started again, factor 3 */
+    ck_assert_int_eq(call_status("tp_probe"), 200);
+
+    /* Other arguments: a fresh start (no arguments: the default factor, 2). */
+    reload_with(conf_text(test_so("testplug"), scale_so(), NULL));
+    ck_assert(e2e_factor() == 2);
+    ck_assert_int_eq(e2e_count("alice"), 1);
+
+    /* Removed, with states its routes keep: freed by its destructors, then unloaded. */
+    ck_assert_int_eq(post_raw("tp_state", "bob", "U8", "1", "x", 1, &resp, &len), 200);
+    free(resp);
+    reload_with(conf_text(scale_so(), NULL, NULL));
+    ck_assert_int_eq(log_count("<5>plugin testplug unloaded"), 1);
+    ck_assert_int_eq(call_status("tp_probe"), 404);
+    ck_assert_int_eq(call_status("tp_state"), 404);
+    ck_assert(e2e_factor() == 2);
+    reload_with(conf_text(NULL, NULL, NULL));
+    ck_assert_int_eq(post_raw("scale", "alice", "F32", "1", "abcd", 4, &resp, &len), 404);
+    free(resp);
+    reload_with(conf_text(test_so("testplug"), NULL, NULL));
+    ck_assert_int_eq(call_status("tp_probe"), 200);
+    stop_with_conf();
+}
+END_TEST
+
+/* A background curl of tp_sleep, which blocks in the handler until its path exists. */
+typedef struct {
+    char path[128];
+} bg_t;
+
+static void bg_start(bg_t *b, const char *tag)
+{
+    snprintf(b->path, sizeof b->path, "/tmp/tf-plugins-bg-%d-%s", (int)getpid(), tag);
+    char cmd[2048], in_path[160];
+    snprintf(in_path, sizeof in_path, "%s.in", b->path);
+    snprintf(cmd, sizeof cmd, "rm -f %s %s %s.code; printf %%s '%s' > %s.req", b->path, in_path,
+             b->path, b->path, b->path);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "curl -sS -o %s.body -w '%%{http_code}' -X POST --data-binary "
+             "@%s.req -H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: U8' "
+             "-H 'Tfetch-Shape: %zu' '%s' > %s.code 2>&1 &", b->path, b->path, strlen(b->path),
+             td_url(&D, "/v1/call/tp_sleep"), b->path);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    for (int i = 0; i < 600 && access(in_path, F_OK) != 0; i++)
+        usleep(50000);
+    ck_assert_msg(access(in_path, F_OK) == 0, "tp_sleep was not entered");
+}
+
+/* Lets the call go and returns its HTTP status once curl is done. */
+static int bg_finish(const bg_t *b)
+{
+    char cmd[2048], out[64] = "";
+    snprintf(cmd, sizeof cmd, "touch %s; for i in $(seq 600); do c=$(cat %s.code 2>/dev/null); "
+             "[ -n \"$c\" ] && break; sleep 0.05; done; cat %s.code; rm -f %s %s.in %s.req "
+             "%s.body %s.code", b->path, b->path, b->path, b->path, b->path, b->path, b->path,
+             b->path);
+    td_run(cmd, out, sizeof out);
+    return atoi(out);
+}
+
+/* SIGHUP removes a plugin while a call runs in its handler: its routes answer 503 while it
+ * waits, the call completes, then the plugin is unloaded (404). With a short drain-timeout
+ * the wait gives up and the plugin stays. */
+START_TEST(sighup_waits_for_a_call_in_a_removed_plugin)
+{
+    start_with_conf(conf_text(scale_so(), test_so("testplug"), NULL));
+    bg_t b;
+    bg_start(&b, "a");
+    write_conf(conf_text(scale_so(), NULL, NULL));
+    ck_assert_int_eq(kill(D.pid, SIGHUP), 0);
+    wait_log("plugin testplug: waiting up to 30000 ms for 1 calls", 1);
+    ck_assert_int_eq(call_status("tp_probe"), 503);     /* being reloaded */
+    ck_assert(e2e_factor() == 2);                       /* the others serve meanwhile */
+    ck_assert_int_eq(bg_finish(&b), 200);
+    wait_log("SIGHUP: settings read again", ++sighups);
+    ck_assert_int_eq(log_count("<5>plugin testplug unloaded"), 1);
+    ck_assert_int_eq(call_status("tp_probe"), 404);
+    ck_assert_int_eq(call_status("tp_sleep"), 404);
+
+    /* drain-timeout 1: the call outlasts it, nothing changes. */
+    reload_with(conf_text(scale_so(), test_so("testplug"), NULL));
+    bg_start(&b, "b");
+    char text[2048];
+    snprintf(text, sizeof text, "drain-timeout = 1\nplugin = %s\n", scale_so());
+    reload_with(text);
+    ck_assert_int_eq(log_count("(testplug): 1 calls still running in its handlers after 1000 "
+                               "ms (kept the 2 plugins loaded before)"), 1);
+    ck_assert_int_eq(call_status("tp_probe"), 200);
+    ck_assert_int_eq(bg_finish(&b), 200);
+    ck_assert_int_eq(call_status("tp_sleep"), 400);     /* not a path: its own answer */
+    stop_with_conf();
+}
+END_TEST
+
 Suite *suite_plugins(void)
 {
     Suite *s = suite_create("plugins");
@@ -959,6 +1181,8 @@ Suite *suite_plugins(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, daemon_serves_plugin_routes);
     tcase_add_test(tc, daemon_refuses_to_start_with_a_bad_plugin);
+    tcase_add_test(tc, sighup_loads_and_unloads_plugins);
+    tcase_add_test(tc, sighup_waits_for_a_call_in_a_removed_plugin);
     suite_add_tcase(s, tc);
     return s;
 }
