@@ -88,8 +88,9 @@ typedef struct {
     size_t call_cap, call_len;
     tfd_blob_t *call_st;            /* a Shumai request re-encoded as safetensors */
     atomic_int call_done;
-    tfd_route_ops_t call_ops;       /* the route's, once its start answered PENDING */
-    int call_pending;               /* ... and so call_ops.cancel is due in finish */
+    tfd_route_ops_t call_ops;       /* the route's, held from its lookup (routes.h) */
+    int call_held;                  /* call_ops not released yet */
+    int call_pending;               /* its start answered PENDING: call_ops.cancel is due */
     int replay_owner;               /* this request must complete the replay entry */
     int replay_waiting;
     int64_t shumai_provenance;

@@ -155,6 +155,16 @@ static int replayed(tfx_req_t *r, tfd_ctx_t *c)
     }
 }
 
+/* Lets go of the route found for the call (a plugin's may be unloading: SIGHUP waits for
+ * this), once its start answered or its pending call is over. */
+static void route_done(tfd_ctx_t *c)
+{
+    if (c->call_held) {
+        c->call_held = 0;
+        tfd_route_ops_release(&c->call_ops);
+    }
+}
+
 void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
@@ -176,10 +186,12 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, TFP_ENOTFOUND, "no route named '%s'", c->name);
         goto abandon;
     }
+    c->call_ops = ops;
+    c->call_held = 1;
     tfd_call_t *call = tfd_call_new(c->name, c->state_key, c->request_id, c->call_in);
     if (!call) {
         api_fail(r, c, TFP_ENOMEM, "out of memory");
-        goto abandon;
+        goto release;
     }
     call->in_bytes = c->call_base;
     call->in_len = c->call_len;
@@ -189,7 +201,7 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
         if (strcmp(ops.kind, "worker") == 0 && !(c->call_st = api_encode_blob(c->call_in, &err))) {
             tfd_call_free(call);
             api_fail(r, c, err.code, "%s", err.msg);
-            goto abandon;
+            goto release;
         }
         call->in_bytes = c->call_st ? c->call_st->data : NULL;
         call->in_len = c->call_st ? c->call_st->len : 0;
@@ -201,6 +213,7 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
     if (!ops.stateless) {
         call->session = tfd_sessions_acquire(s->sessions, c->state_key);
         if (!call->session) {
+            route_done(c);
             tfd_call_fail(call, TFP_EBUSY, "too many user sessions (max-sessions %u, all in use)",
                           TFD_LIVE(s->cfg->max_sessions));
             respond_call(r, c);
@@ -211,13 +224,15 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
     if (rc == TFD_CALL_DONE) {
         tfd_sessions_release(s->sessions, call->session);
         call->session = NULL;
+        route_done(c);
         respond_call(r, c);
     } else {
-        c->call_ops = ops;
         c->call_pending = 1;
         tfx_req_suspend(r);
     }
     return;
+release:
+    route_done(c);
 abandon:
     if (c->replay_owner) {
         tfd_replay_abandon(s->replay, c->state_key, c->request_id);
@@ -241,6 +256,7 @@ void api_finish_call(tfx_req_t *r, tfd_ctx_t *c)
         tfd_sessions_release(s->sessions, c->call->session);
         tfd_call_free(c->call);
     }
+    route_done(c);
     tfp_doc_free(c->call_in);
     tfx_buf_free(c->call_base, c->call_cap);
 }

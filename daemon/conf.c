@@ -47,7 +47,7 @@ static const opt_t opts[] = {
     {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 60000)"},
     {"max-waiters", K_UINT, F(max_waiters), "N", "long-polling GETs at once, else 503 (default 4096)"},
     {"store-evict", K_STR, F(store_evict), "none|lru", "when the store is full: none answers 507; lru drops the least recently used documents nobody is reading (default none)"},
-    {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers (default 30)"},
+    {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers, and SIGHUP for calls in an unloading plugin (default 30)"},
     {"drain-grace", K_UINT, F(drain_grace), "SEC", "after SIGTERM, /readyz answers 503 this long while all else is served, then the drain starts (default 0)"},
     {"body-memory", K_SIZE, F(body_memory), "SIZE", "request bodies held outside the store (calls), else 503 (default 2G)"},
     {"min-upload-rate", K_SIZE, F(min_upload_rate), "SIZE", "bytes/s an upload must keep up in every 10 s, else 408 and the connection is closed; 0: none (default 16K)"},

@@ -28,7 +28,8 @@ static int sd_watchdog_enabled(int unset, uint64_t *usec) { (void)unset; (void)u
 
 static int watchdog_on;
 
-/* Keeps systemd's watchdog fed while SIGTERM drains transfers. */
+/* Keeps systemd's watchdog fed while SIGTERM drains transfers, and while SIGHUP waits for
+ * calls in the handlers of plugins it unloads. */
 static void pet_watchdog(void)
 {
     static time_t last;
@@ -37,6 +38,16 @@ static void pet_watchdog(void)
         last = now;
         sd_notify(0, "WATCHDOG=1");
     }
+}
+
+/* While SIGHUP waits: pets the watchdog; non-zero (give the plugin change up) once SIGTERM
+ * or SIGINT is pending, so stopping is not held up. */
+static int reload_idle(void)
+{
+    pet_watchdog();
+    sigset_t pending;
+    return sigpending(&pending) == 0 &&
+           (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1);
 }
 
 /* SIGHUP: reopen the access log (logrotate), read the settings again (file, then the same
@@ -53,7 +64,7 @@ static void reload(tfd_server_t *srv, int argc, char **argv)
         sd_notify(0, "READY=1\nSTATUS=serving (reload failed)");
         return;
     }
-    unsigned n = tfd_server_reload(srv, &next);
+    unsigned n = tfd_server_reload(srv, &next, reload_idle);
     sd_notify(0, "READY=1\nSTATUS=serving");
     tfd_log(LOG_NOTICE, "SIGHUP: settings read again (%s); %u applied, access log reopened",
             next.config_file[0] ? next.config_file : "no config file", n);
@@ -98,6 +109,7 @@ int main(int argc, char **argv)
     long tick_ms = 250;                 /* housekeeping: worker leases, session expiry */
     if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec / 2000 < (uint64_t)tick_ms)
         tick_ms = (long)(wd_usec / 2000);
+    watchdog_on = wd_usec != 0;
     for (;;) {
         struct timespec ts = {tick_ms / 1000, (tick_ms % 1000) * 1000000L};
         int sig = sigtimedwait(&sigs, NULL, &ts);
@@ -121,7 +133,6 @@ int main(int argc, char **argv)
     tfd_log(LOG_NOTICE, "stopping: no new connections%s; finishing transfers in flight (up to "
             "%u s)", now->drain_grace ? " after the grace period" : "", now->drain_timeout);
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
-    watchdog_on = wd_usec != 0;
     unsigned left = tfd_server_drain(srv, now->drain_timeout, pet_watchdog);
     if (left)
         tfd_log(LOG_WARNING, "drain timeout: closing %u requests still in flight", left);

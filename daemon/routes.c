@@ -1,8 +1,10 @@
 /* routes.c - the route table and the call object routes work on.
  *
  * The table is a uthash map under a rwlock; lookups copy the ops out, so a route removed
- * meanwhile is never dereferenced through the table (owners keep their arg alive until the
- * daemon stops). Calls own their output buffers. Thread-safe table; a call is one request's.
+ * meanwhile is never dereferenced through the table. An owner whose arg can go away while
+ * serving (plugins) counts the holds lookups take under the lock and frees arg only once the
+ * route is gone and they are released; the others keep their arg alive until the daemon
+ * stops. Calls own their output buffers. Thread-safe table; a call is one request's.
  */
 #include "config.h"
 #include "daemon/routes.h"
@@ -205,15 +207,38 @@ int tfd_routes_remove(tfd_routes_t *rs, const char *name, const void *arg)
     return 0;
 }
 
+int tfd_routes_replace(tfd_routes_t *rs, const char *name, const void *arg,
+                       const tfd_route_ops_t *ops)
+{
+    pthread_rwlock_wrlock(&rs->lock);
+    entry_t *e = NULL;
+    HASH_FIND_STR(rs->table, name, e);
+    if (e && e->ops.arg == arg)
+        e->ops = *ops;
+    else
+        e = NULL;
+    pthread_rwlock_unlock(&rs->lock);
+    return e ? 0 : -1;
+}
+
 int tfd_routes_find(tfd_routes_t *rs, const char *name, tfd_route_ops_t *ops)
 {
     pthread_rwlock_rdlock(&rs->lock);
     entry_t *e = NULL;
     HASH_FIND_STR(rs->table, name, e);
-    if (e)
+    if (e) {
         *ops = e->ops;
+        if (ops->hold)
+            ops->hold(ops->arg);            /* under the lock: before any remove can return */
+    }
     pthread_rwlock_unlock(&rs->lock);
     return e ? 0 : -1;
+}
+
+void tfd_route_ops_release(const tfd_route_ops_t *ops)
+{
+    if (ops->release)
+        ops->release(ops->arg);
 }
 
 void tfd_routes_each(tfd_routes_t *rs, void (*fn)(const char *, const tfd_route_ops_t *, void *),

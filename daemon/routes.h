@@ -6,8 +6,8 @@
  * call's output document and status. Handlers either finish inside start (built-ins, plugins)
  * or later from another thread (worker routes), by calling tfd_call_finish.
  *
- * Threads: the table is read by every worker thread and changed when plugins load or workers
- * come and go (rwlock). A call belongs to one request.
+ * Threads: the table is read by every worker thread and changed when plugins load or unload
+ * (start-up, SIGHUP) or workers come and go (rwlock). A call belongs to one request.
  */
 #ifndef TFD_ROUTES_H
 #define TFD_ROUTES_H
@@ -35,7 +35,17 @@ typedef struct {
     void *arg;
     const char *kind;               /* "builtin", "plugin", "worker": for /v1/info and logs */
     int stateless;                  /* no per-user session is opened for its calls */
+    /* Optional (both or neither), for a route whose arg goes away while serving (a plugin
+     * unloaded on SIGHUP): tfd_routes_find calls hold(arg) under the table's lock, and the
+     * finder calls tfd_route_ops_release once it is done with the ops (start answered DONE,
+     * or the pending call was finished or cancelled). Once the route is removed no new hold
+     * can happen, so its owner frees arg when the holds it counted are all released. */
+    void (*hold)(void *arg);
+    void (*release)(void *arg);
 } tfd_route_ops_t;
+
+/* Lets go of ops found with tfd_routes_find (its release, if it has one). */
+void tfd_route_ops_release(const tfd_route_ops_t *ops);
 
 /* ---- calls --------------------------------------------------------------------------- */
 
@@ -101,7 +111,12 @@ void tfd_routes_free(tfd_routes_t *rs);
 int tfd_routes_add(tfd_routes_t *rs, const char *name, const tfd_route_ops_t *ops);
 /* Removes name if its ops.arg is arg. 0, or -1 if absent/not that owner. */
 int tfd_routes_remove(tfd_routes_t *rs, const char *name, const void *arg);
-/* Copies the ops for name into *ops. 0, or -1 if there is no such route. */
+/* Gives name new ops if its ops.arg is arg, in one step: a lookup sees either. 0, or -1 if
+ * absent/not that owner. */
+int tfd_routes_replace(tfd_routes_t *rs, const char *name, const void *arg,
+                       const tfd_route_ops_t *ops);
+/* Copies the ops for name into *ops and holds them (see hold): call tfd_route_ops_release
+ * when done. 0, or -1 if there is no such route. */
 int tfd_routes_find(tfd_routes_t *rs, const char *name, tfd_route_ops_t *ops);
 /* Calls fn for each route (under the read lock). */
 void tfd_routes_each(tfd_routes_t *rs, void (*fn)(const char *name, const tfd_route_ops_t *ops,

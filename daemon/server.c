@@ -5,7 +5,8 @@
  * handlers their view of them (tfd_api_t), makes the router, then starts UCX and HTTP, both
  * with the router's handlers. One teardown undoes that in reverse and serves both a failed start and
  * tfd_server_free: transports first (no request runs after them), plugins after the
- * sessions whose states use their code.
+ * sessions whose states use their code. SIGHUP applies the live settings, plugins included
+ * (plugins.c unloads one only after its calls and states are gone).
  *
  * Threads: the main thread starts, ticks, drains and frees; requests run on the transports'
  * threads (router.c).
@@ -24,6 +25,7 @@
 #include "transports/http_server.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,7 +382,7 @@ static const char *const live_keys[] = {
     "drain-timeout", "drain-grace", "max-wait", "max-waiters", "json-max-elements",
     "session-ttl", "max-sessions", "session-user-memory", "session-memory",
     "replay-window", "replay-entries", "replay-memory",
-    "feed-memory", "max-feeds", "feeds-per-user"};
+    "feed-memory", "max-feeds", "feeds-per-user", "plugin"};
 
 /* A live limit the request threads read: stored atomically (they load it so, TFD_LIVE). */
 #define SET_LIVE(s, n, field) __atomic_store_n(&(s)->cfg.field, (n)->field, __ATOMIC_RELAXED)
@@ -390,9 +392,19 @@ static int is(const char *key, const char *a) { return strcmp(key, a) == 0; }
 typedef struct {
     tfd_server_t *s;
     const tfd_config_t *next;
+    int (*idle)(void);              /* the caller's, while a plugin reload waits */
     unsigned applied;
     int auth_done;                  /* auth-tokens named another file: read already */
 } reload_t;
+
+/* While a plugin reload waits for calls to finish: the housekeeping the main loop would do,
+ * then the caller's (watchdog; non-zero when the daemon is told to stop). */
+static int reload_idle(void *arg)
+{
+    reload_t *rl = arg;
+    tfd_server_tick(rl->s);
+    return rl->idle ? rl->idle() : 0;
+}
 
 static void reload_one(const char *key, void *arg)
 {
@@ -457,6 +469,18 @@ static void reload_one(const char *key, void *arg)
         SET_LIVE(s, n, feed_memory);
         SET_LIVE(s, n, max_feeds);
         SET_LIVE(s, n, feeds_per_user);
+    } else if (is(key, "plugin")) {
+        /* All or nothing; waits (drain-timeout at most) for calls in the handlers of the
+         * plugins that go, and for their per-user states to be freed, before unloading. */
+        tfp_err_t e = {0};
+        unsigned ms = n->drain_timeout < UINT_MAX / 1000u ? n->drain_timeout * 1000u : UINT_MAX;
+        tfd_plugins_wait_t w = {ms, reload_idle, rl};
+        if (tfd_plugins_reload(s->plugins, n, s->sessions, &w, &e) != 0) {
+            tfd_log(LOG_ERR, "SIGHUP: plugin: %s (kept the %zu plugins loaded before)", e.msg,
+                    tfd_plugins_count(s->plugins));
+            return;
+        }
+        s->cfg.plugins = n->plugins;
     } else if (strcmp(key, "auth-tokens") == 0) {
         tfp_err_t e = {0};
         rl->auth_done = 1;
@@ -476,9 +500,9 @@ const tfd_config_t *tfd_server_config(const tfd_server_t *s)
     return &s->cfg;
 }
 
-unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next)
+unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next, int (*idle)(void))
 {
-    reload_t rl = {s, next, 0, 0};
+    reload_t rl = {s, next, idle, 0, 0};
     tfd_config_t now = s->cfg;
     now.store_memory = tfd_store_max(s->store);     /* as last applied */
     tfd_config_changed(&now, next, reload_one, &rl);

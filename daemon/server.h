@@ -24,10 +24,13 @@ const tfd_config_t *tfd_server_config(const tfd_server_t *s);
 void tfd_server_tick(tfd_server_t *s);
 /* SIGHUP: reopens the access log file (after a rotation). Main thread. */
 void tfd_server_reopen_logs(tfd_server_t *s);
-/* SIGHUP with the config read again: applies what can change while serving (log-level,
- * access-log, store-memory, store-evict) and logs, for every other setting that differs,
- * that it needs a restart. Main thread. Returns how many settings were applied. */
-unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next);
+/* SIGHUP with the config read again: applies what can change while serving (the live_keys of
+ * server.c: logging, limits, tokens, plugins) and logs, for every other setting that differs,
+ * that it needs a restart. A plugin change may wait for calls in the handlers of plugins
+ * that go (up to next's drain-timeout): meanwhile it ticks the server and calls idle (if not
+ * NULL) every 20 ms; idle returning non-zero gives the plugin change up. Main thread.
+ * Returns how many settings were applied. */
+unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next, int (*idle)(void));
 /* Stops accepting, answers long-polls and pending worker calls with 503, and waits up to
  * timeout_s for requests in flight to finish, calling tick (if not NULL) while it waits.
  * Returns the number still in flight when it gave up (0: clean). */

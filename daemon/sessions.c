@@ -3,8 +3,9 @@
  * fail for want of memory).
  *
  * One global mutex guards the map, the LRU order and the byte counters; each session has its
- * own mutex, held by the call using it. Eviction and expiry only touch sessions nobody holds
- * (inuse == 0), so they never need a session's mutex. Lock order: global before session, and
+ * own mutex, held by the call using it. Eviction, expiry and dropping a route's states (a
+ * plugin unloaded) only touch sessions nobody holds (inuse == 0), so they never need a
+ * session's mutex. Lock order: global before session, and
  * a call holding a session may take the global lock (set_state) but never the reverse wait.
  */
 #include "config.h"
@@ -229,6 +230,33 @@ int tfd_sessions_end(tfd_sessions_t *s, const char *user)
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+unsigned tfd_sessions_drop_route(tfd_sessions_t *s, const char *route)
+{
+    unsigned busy = 0;
+    pthread_mutex_lock(&s->lock);
+    for (tfd_session_t *se = s->map; se; se = se->hh.next) {
+        slot_t **pp = &se->slots;
+        while (*pp && strcmp((*pp)->route, route) != 0)
+            pp = &(*pp)->next;
+        slot_t *sl = *pp;
+        if (!sl)
+            continue;
+        if (se->inuse) {            /* its call may be walking the slots right now */
+            busy++;
+            continue;
+        }
+        *pp = sl->next;
+        se->bytes -= sl->bytes;
+        s->bytes -= sl->bytes;
+        if (sl->destroy && sl->state)
+            sl->destroy(sl->state);
+        free(sl->route);
+        free(sl);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return busy;
 }
 
 void tfd_sessions_set_limits(tfd_sessions_t *s, const tfd_sessions_limits_t *limits)

@@ -48,6 +48,10 @@ int tfd_session_set_state(tfd_sessions_t *s, void *session, const char *route, v
 /* Ends user's session now (DELETE /v1/sessions/self): 0, or -1 if it had none. A session in
  * use is ended when its call releases it. */
 int tfd_sessions_end(tfd_sessions_t *s, const char *user);
+/* Frees (destroy) every state kept for route in the sessions no call holds, as a plugin's
+ * routes go (SIGHUP). Returns how many sessions in use still keep one: call again once their
+ * calls are over (a session's slots belong to the call holding it). */
+unsigned tfd_sessions_drop_route(tfd_sessions_t *s, const char *route);
 /* Expires idle sessions past their ttl; call periodically. */
 void tfd_sessions_sweep(tfd_sessions_t *s);
 void tfd_sessions_stats(tfd_sessions_t *s, tfd_sessions_stats_t *out);

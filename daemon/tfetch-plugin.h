@@ -1,22 +1,31 @@
 /* tfetch-plugin.h - the C ABI of tfetchd route plugins (installed; see tfetch-plugin(3)).
  *
  * A plugin is a shared object that tfetchd loads at start-up (`plugin = /path/x.so [ARGS]` in
- * tfetchd.conf, or `--plugin`) and whose routes answer POST /v1/call/{route}. It exports one
- * function, tfpl_plugin_entry, which returns a static description of the plugin: its name,
- * its routes and optional init/fini. A route's handler reads the request's tensors through
+ * tfetchd.conf, or `--plugin`), or on SIGHUP when its line is added, and whose routes answer
+ * POST /v1/call/{route}. It exports one function, tfpl_plugin_entry, which returns a static
+ * description of the plugin: its name, its routes and optional init/fini. A route's handler reads the request's tensors through
  * the host table the daemon passes it, keeps per-user state in a slot the daemon owns, and
  * answers tensors or a status. The plugin links against nothing of tfetch: everything it
  * needs is in this header (standard headers, and tfetch-status.h, the table of status codes
  * installed beside it) and the host table.
  *
  * Versioning. TFPL_ABI changes only when something here changes incompatibly; tfetchd refuses
- * (and does not start) a plugin built for another ABI. Within an ABI, functions are only ever
- * appended to tfpl_host_t: a plugin that uses one added later tests TFPL_HOST_HAS first.
+ * a plugin built for another ABI (and does not start; on SIGHUP, keeps the plugins it had).
+ * Within an ABI, functions are only ever appended to tfpl_host_t: a plugin that uses one
+ * added later tests TFPL_HOST_HAS first.
  *
- * Threads. init and fini run on the daemon's main thread, before the first call and after the
- * last. Handlers run on the daemon's HTTP threads, concurrently: for different users, for
- * different routes, and for anything on a stateless route. The calls of one user to one
- * stateful route are serialised, so a per-user state needs no lock of its own.
+ * Threads. init and fini run on the daemon's main thread, before the plugin's first call and
+ * after its last, while other plugins may be serving (SIGHUP). Handlers run on the daemon's
+ * HTTP threads, concurrently: for different users, for different routes, and for anything
+ * on a stateless route. The calls of one user to one stateful route are serialised, so a
+ * per-user state needs no lock of its own.
+ *
+ * Unloading. On SIGHUP a plugin whose line was removed, or whose arguments changed, is
+ * unloaded only after every call in its handlers returned and every state its routes set was
+ * destroyed; then fini runs and the object is dlclose'd. A changed line then loads the file
+ * again: init runs on fresh static data, as at start-up (unless something keeps the object
+ * loaded, e.g. RTLD_NODELETE or C++ unique symbols). A plugin with threads of its own stops
+ * them in fini.
  *
  * Lifetimes. The host table lives from init until after fini. A tfpl_call_t, and everything
  * read through it (tensors, names, strings), lives until the handler returns. The plugin's
@@ -173,10 +182,11 @@ typedef struct {
     size_t nroutes;
     /* Optional. args is what followed the path in the plugin setting ("" if nothing); a
      * plugin without init refuses arguments. Non-zero refuses to load (log why first): tfetchd
-     * then does not start. */
+     * then does not start (on SIGHUP: keeps the plugins it had). */
     int (*init)(const tfpl_host_t *host, const char *args);
     /* Optional; after the last call and after every state was destroyed. Runs when init
-     * succeeded (or there is none), also when the daemon then fails to start. */
+     * succeeded (or there is none), also when the daemon then fails to start or a SIGHUP
+     * that started it is undone. */
     void (*fini)(const tfpl_host_t *host);
 } tfpl_plugin_t;
 

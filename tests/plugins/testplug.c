@@ -4,7 +4,11 @@
  *                 "tp_status" (returns the status in metadata "status", optionally failing
  *                 first with metadata "fail"), "tp_badout" (describes an output wrongly in the
  *                 way metadata "how" says) and "tp_state" (a per-user state whose destructor
- *                 counts, read through the exported tp_destroyed)
+ *                 counts, read through the exported tp_destroyed) and "tp_sleep" (the request's
+ *                 one U8 tensor is an absolute path P: creates P.in, then blocks until P exists or
+ *                 60 s passed, and answers a U8 "slept"; lets a test hold a call inside a
+ *                 handler while it reloads). fini counts, and complains (log, tp_bad_finis)
+ *                 when a state is still alive: the daemon destroys them all first.
  *   badabi.so     (-DTP_BAD_ABI) claims ABI TFPL_ABI + 1
  *   refuse.so     (-DTP_REFUSE) wants a newer host: returns NULL from tfpl_plugin_entry
  * (noentry.c is the fourth: a shared object without tfpl_plugin_entry.)
@@ -14,9 +18,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 TFPL_EXPORT int tp_destroyed;           /* states destroyed so far */
 TFPL_EXPORT int tp_finis;               /* fini calls so far */
+TFPL_EXPORT int tp_bad_finis;           /* fini calls while states were alive */
+static int tp_alive;                    /* states made and not destroyed (calls of one user are
+                                         * serialised, of several users not: atomics) */
 static int tp_route_tag = 7;                   /* what tp_probe's route_arg points at */
 
 static int probe(const tfpl_host_t *host, tfpl_call_t *call)
@@ -88,7 +97,8 @@ static int badout(const tfpl_host_t *host, tfpl_call_t *call)
 static void state_free(void *p)
 {
     free(p);
-    tp_destroyed++;
+    __atomic_fetch_add(&tp_destroyed, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&tp_alive, 1, __ATOMIC_SEQ_CST);
 }
 
 /* Keeps a counter of size metadata "bytes" (default 8); answers it as U32 "n". */
@@ -100,6 +110,7 @@ static int state(const tfpl_host_t *host, tfpl_call_t *call)
     if (!n) {
         if (!(n = calloc(1, sizeof *n)))
             return TFPL_ENOMEM;
+        __atomic_fetch_add(&tp_alive, 1, __ATOMIC_SEQ_CST);
         if (host->set_state(call, n, bytes, state_free) != 0)
             return host->fail(call, TFPL_ENOSPACE, "tp_state: over quota");
     } else if (b && host->set_state(call, n, bytes, state_free) != 0) {
@@ -107,6 +118,32 @@ static int state(const tfpl_host_t *host, tfpl_call_t *call)
     }
     (*n)++;
     return host->output_add(call, "n", TFPL_U32, 0, NULL, n, sizeof *n);
+}
+
+static int sleep_route(const tfpl_host_t *host, tfpl_call_t *call)
+{
+    tfpl_tensor_t t;
+    char path[512], in[600];
+    if (host->input_at(call, 0, &t) != 0 || t.dtype != TFPL_U8 || t.nbytes == 0 ||
+        t.nbytes >= sizeof path)
+        return host->fail(call, TFPL_EBADREQ, "tp_sleep: send a path as one U8 tensor");
+    memcpy(path, t.data, (size_t)t.nbytes);
+    path[t.nbytes] = '\0';
+    if (path[0] != '/' || strlen(path) != t.nbytes)
+        return host->fail(call, TFPL_EBADREQ, "tp_sleep: the path must be absolute");
+    snprintf(in, sizeof in, "%s.in", path);
+    FILE *f = fopen(in, "w");
+    if (!f)
+        return host->fail(call, TFPL_EINTERNAL, "tp_sleep: cannot create %s", in);
+    fclose(f);
+    uint8_t slept = 1;
+    for (int i = 0; i < 6000 && access(path, F_OK) != 0; i++) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (access(path, F_OK) != 0)
+        slept = 0;
+    return host->output_add(call, "slept", TFPL_U8, 0, NULL, &slept, 1);
 }
 
 static int tp_init(const tfpl_host_t *host, const char *args)
@@ -120,7 +157,11 @@ static int tp_init(const tfpl_host_t *host, const char *args)
 
 static void tp_fini(const tfpl_host_t *host)
 {
-    (void)host;
+    int alive = __atomic_load_n(&tp_alive, __ATOMIC_SEQ_CST);
+    if (alive) {
+        host->log(host, TFPL_LOG_ERR, "fini while %d states are alive", alive);
+        tp_bad_finis++;
+    }
     tp_finis++;
 }
 
@@ -131,6 +172,7 @@ const tfpl_plugin_t *tfpl_plugin_entry(unsigned host_abi)
         {"tp_status", status, TFPL_ROUTE_STATELESS, NULL},
         {"tp_badout", badout, TFPL_ROUTE_STATELESS, NULL},
         {"tp_state", state, 0, NULL},
+        {"tp_sleep", sleep_route, TFPL_ROUTE_STATELESS, NULL},
     };
     static const tfpl_plugin_t plugin = {
 #ifdef TP_BAD_ABI
