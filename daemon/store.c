@@ -77,17 +77,21 @@ int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size)
 {
     int rc = -1;
     pthread_mutex_lock(&share_lock);
-    int own = b->base ? tfx_buf_seal(b->base, b->cap) : -1;
-    if (own >= 0) {
-        *fd = own;
-        *offset = (size_t)(b->data - b->base);
-        *size = b->cap;
-        rc = 0;
-    } else if (b->share_fd >= 0) {
+    if (b->share_fd >= 0) {
         *fd = b->share_fd;
-        *offset = 0;
+        *offset = 0;                    /* a copy, or a document put over shm */
         *size = b->share_size;
         rc = 0;
+    } else if (b->base && b->cap >= TFX_BUF_BIG) {
+        /* Moved into a memfd where it is, never copied beside itself: a large document's
+         * memory stays counted once. */
+        int own = tfx_buf_seal(b->base, b->cap);
+        if (own >= 0) {
+            *fd = own;
+            *offset = (size_t)(b->data - b->base);
+            *size = b->cap;
+            rc = 0;
+        }
     } else {
         tfx_shm_t m;
         if (tfx_shm_create(b->len ? b->len : 1, "tfetch-doc", &m, NULL) == TFP_OK) {

@@ -39,12 +39,13 @@ void tfd_blob_unref(tfd_blob_t *b);         /* NULL is a no-op; frees on the las
 void tfd_blob_release(void *b);             /* tfd_blob_unref for release callbacks */
 /* The blob's bytes as a sealed memfd, to hand to a same-host peer (transports/shm.h): *fd
  * (borrowed: lives as long as the blob), the document at *offset in it, *size the memfd's
- * size. A large document is its own memfd (transports/buf.c), sealed in place now, on the
- * first share, so a buffer no peer ever mapped can still go back to the reuse cache; a small
- * one, or one in anonymous memory, is copied once into a new sealed memfd kept with the blob.
- * Either way its bytes never change while the blob or any mapping of it lives: a replace
- * stores a new blob, and the old one's memfd goes with its last reference. 0, or -1 (out of
- * memory or descriptors). Thread-safe. */
+ * size. A document put over shm is its own memfd already. A large one received over HTTP or
+ * UCX lives in anonymous memory (huge pages, for UCX GETs) and moves into a memfd of its own
+ * at its first share (tfx_buf_seal: one copy, a chunk at a time, at the same address; its
+ * memory still counted once), none after; a small one is copied once into a new sealed memfd
+ * kept with the blob. Either way its bytes never change while the blob or any mapping of it
+ * lives: a replace stores a new blob, and the old one's memfd goes with its last reference.
+ * 0, or -1 (out of memory or descriptors). Thread-safe. */
 int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size);
 
 typedef struct tfd_store tfd_store_t;

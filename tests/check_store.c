@@ -249,8 +249,8 @@ START_TEST(store_each_in_name_order)
 }
 END_TEST
 
-/* Sharing a stored document with a same-host peer (tfd_blob_share): large ones are their own
- * memfd, sealed in place; small ones copied once into a sealed memfd. The peer's mapping is
+/* Sharing a stored document with a same-host peer (tfd_blob_share): large ones move into a
+ * memfd of their own, in place; small ones are copied once into a sealed memfd. The peer's mapping is
  * read-only for good, and a replace or delete never changes the bytes it sees. */
 static void share_case(size_t n)
 {
@@ -297,7 +297,7 @@ static void share_case(size_t n)
 START_TEST(store_share)
 {
     share_case(100);                        /* small: copied into its own memfd */
-    share_case((size_t)3 << 20);            /* large: the buffer's own memfd */
+    share_case((size_t)3 << 20);            /* large: moved into a memfd, in place */
 }
 END_TEST
 
