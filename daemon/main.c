@@ -87,6 +87,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    tfx_buf_set_cache_max(TFX_BUF_CACHE_DAEMON);   /* freed bodies, kept for the next PUT */
     tfp_err_t err;
     tfd_server_t *srv = tfd_server_start(&cfg, &err);
     if (!srv) {

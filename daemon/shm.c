@@ -292,8 +292,12 @@ static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     }
     int fd;
     size_t off, size;
-    if (tfd_blob_share(b, &fd, &off, &size) != 0) {
+    int shared = tfd_store_share(s->store, b, &fd, &off, &size);
+    if (shared != 0) {
         tfd_blob_unref(b);
+        if (shared == -2)
+            return reply_error(s, c, q->seq, TFP_ENOSPACE, "no room under the store's limit "
+                               "for the document's shared copy");
         return reply_error(s, c, q->seq, TFP_ENOMEM, "no shared memory for the document");
     }
     uint64_t id = lease_open(s, c, b);

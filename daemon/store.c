@@ -41,10 +41,17 @@ struct tfd_store {
     int evict_lru;
 };
 
+/* The bytes a blob holds in the store's account: the document, and the copy a same-host
+ * share made of a small one (tfd_store_share). Under the lock. */
+static uint64_t held(const tfd_blob_t *b)
+{
+    return b->len + b->share_copy;
+}
+
 static void retire(tfd_store_t *s, tfd_blob_t *b)
 {
     b->retired_in = s;
-    s->retired += b->len;
+    s->retired += held(b);
 }
 
 tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t len,
@@ -68,29 +75,39 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
     b->share_fd = -1;
     b->share_p = NULL;
     b->share_size = 0;
+    b->share_copy = 0;
     return b;
 }
 
 static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;    /* tfd_blob_share, rare */
 
-int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size)
+/* tfd_blob_share, and with s (not NULL) tfd_store_share: a copy is reserved in s before it is
+ * made and counted with the blob after. */
+static int share(tfd_store_t *s, tfd_blob_t *b, int *fd, size_t *offset, size_t *size)
 {
     int rc = -1;
     pthread_mutex_lock(&share_lock);
-    int own = b->base ? tfx_buf_seal(b->base, b->cap) : -1;
-    if (own >= 0) {
-        *fd = own;
-        *offset = (size_t)(b->data - b->base);
-        *size = b->cap;
-        rc = 0;
-    } else if (b->share_fd >= 0) {
+    if (b->share_fd >= 0) {
         *fd = b->share_fd;
-        *offset = 0;
+        *offset = 0;                    /* a copy, or a document put over shm */
         *size = b->share_size;
         rc = 0;
+    } else if (b->base && b->cap >= TFX_BUF_BIG) {
+        /* Moved into a memfd where it is, never copied beside itself: a large document's
+         * memory stays counted once. */
+        int own = tfx_buf_seal(b->base, b->cap);
+        if (own >= 0) {
+            *fd = own;
+            *offset = (size_t)(b->data - b->base);
+            *size = b->cap;
+            rc = 0;
+        }
     } else {
+        size_t want = b->len ? b->len : 1;
         tfx_shm_t m;
-        if (tfx_shm_create(b->len ? b->len : 1, "tfetch-doc", &m, NULL) == TFP_OK) {
+        if (s && tfd_store_reserve(s, want) != 0)
+            rc = -2;
+        else if (tfx_shm_create(want, "tfetch-doc", &m, NULL) == TFP_OK) {
             memcpy(m.p, b->data, b->len);
             if (tfx_shm_seal(&m, TFX_SHM_SEAL_WRITE, NULL) == TFP_OK) {
                 b->share_fd = *fd = m.fd;
@@ -102,9 +119,31 @@ int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size)
                 tfx_shm_close(&m);
             }
         }
+        if (s && rc != -2) {
+            pthread_mutex_lock(&s->lock);
+            s->reserved -= want <= s->reserved ? want : s->reserved;
+            if (rc == 0) {                  /* counted where the blob is: stored or retired */
+                b->share_copy = want;
+                if (b->retired_in == s)
+                    s->retired += want;
+                else
+                    s->bytes += want;
+            }
+            pthread_mutex_unlock(&s->lock);
+        }
     }
     pthread_mutex_unlock(&share_lock);
     return rc;
+}
+
+int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size)
+{
+    return share(NULL, b, fd, offset, size);
+}
+
+int tfd_store_share(tfd_store_t *s, tfd_blob_t *b, int *fd, size_t *offset, size_t *size)
+{
+    return share(s, b, fd, offset, size);
 }
 
 tfd_blob_t *tfd_blob_ref(tfd_blob_t *b)
@@ -119,7 +158,7 @@ void tfd_blob_unref(tfd_blob_t *b)
         return;
     if (b->retired_in) {
         pthread_mutex_lock(&b->retired_in->lock);
-        b->retired_in->retired -= b->len;
+        b->retired_in->retired -= held(b);
         pthread_mutex_unlock(&b->retired_in->lock);
     }
     tfx_buf_free(b->base, b->cap);
@@ -181,7 +220,7 @@ static tfd_blob_t *unlink_entry(tfd_store_t *s, entry_t *e, int retire_it)
 {
     tfd_blob_t *b = e->blob;
     HASH_DEL(s->table, e);
-    s->bytes -= b->len;
+    s->bytes -= held(b);
     if (retire_it)
         retire(s, b);
     s->count--;
@@ -253,7 +292,7 @@ static int evict_for(tfd_store_t *s, uint64_t bytes, tfd_blob_t **freed, size_t 
     size_t n = 0;
     for (entry_t *e = s->table; e && n < cap; e = e->hh.next)
         if (atomic_load(&e->blob->refs) == 1) {
-            can += e->blob->len;
+            can += held(e->blob);
             n++;
         }
     if (bytes > s->max_bytes || used - can > s->max_bytes - bytes)
@@ -360,7 +399,7 @@ int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_
         rc = -2;
         goto unlock;
     }
-    if (!fits(s, blob->len)) {
+    if (!fits(s, held(blob))) {
         rc = -1;
         goto unlock;
     }
@@ -369,7 +408,7 @@ int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_
         *version = blob->version;
     if (e) {
         old = e->blob;
-        s->bytes -= old->len;
+        s->bytes -= held(old);
         s->with_ttl -= old->expires_ms != 0;
         retire(s, old);
         e->blob = blob;
@@ -392,7 +431,7 @@ int tfd_store_put_if(tfd_store_t *s, const char *name, tfd_blob_t *blob, uint64_
         s->count++;
         rc = 0;
     }
-    s->bytes += blob->len;
+    s->bytes += held(blob);
     s->with_ttl += blob->expires_ms != 0;
     e->last_used = ++s->clock;
 unlock:

@@ -3,9 +3,10 @@
  * Owns every stored document as a blob: the safetensors bytes (in one tfx_buf) and their
  * parsed index. Readers get a reference that keeps the bytes alive until released, so a GET can
  * stream a document while a PUT replaces the name: readers see the old or the new, never half.
- * Memory is accounted in payload bytes against a limit: stored documents, replaced ones that
- * readers still hold, and reservations of uploads in progress (made before their bodies are
- * read, so concurrent PUTs cannot overcommit). Thread-safe.
+ * Memory is accounted in payload bytes against a limit: stored documents (with the copies of
+ * small ones made for same-host peers, tfd_store_share), replaced ones that readers still
+ * hold, and reservations of uploads in progress (made before their bodies are read, so
+ * concurrent PUTs cannot overcommit). Thread-safe.
  */
 #ifndef TFD_STORE_H
 #define TFD_STORE_H
@@ -28,6 +29,7 @@ typedef struct tfd_blob {
     int share_fd;                   /* tfd_blob_share's copy: its memfd, or -1 */
     void *share_p;                  /* and its read-only mapping (share_size bytes) */
     size_t share_size;
+    size_t share_copy;              /* of it, bytes a share copied and the store counts */
 } tfd_blob_t;
 
 /* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
@@ -39,12 +41,13 @@ void tfd_blob_unref(tfd_blob_t *b);         /* NULL is a no-op; frees on the las
 void tfd_blob_release(void *b);             /* tfd_blob_unref for release callbacks */
 /* The blob's bytes as a sealed memfd, to hand to a same-host peer (transports/shm.h): *fd
  * (borrowed: lives as long as the blob), the document at *offset in it, *size the memfd's
- * size. A large document is its own memfd (transports/buf.c), sealed in place now, on the
- * first share, so a buffer no peer ever mapped can still go back to the reuse cache; a small
- * one, or one in anonymous memory, is copied once into a new sealed memfd kept with the blob.
- * Either way its bytes never change while the blob or any mapping of it lives: a replace
- * stores a new blob, and the old one's memfd goes with its last reference. 0, or -1 (out of
- * memory or descriptors). Thread-safe. */
+ * size. A document put over shm is its own memfd already. A large one received over HTTP or
+ * UCX lives in anonymous memory (huge pages, for UCX GETs) and moves into a memfd of its own
+ * at its first share (tfx_buf_seal: one copy, a chunk at a time, at the same address; its
+ * memory still counted once), none after; a small one is copied once into a new sealed memfd
+ * kept with the blob. Either way its bytes never change while the blob or any mapping of it
+ * lives: a replace stores a new blob, and the old one's memfd goes with its last reference.
+ * 0, or -1 (out of memory or descriptors). Thread-safe. */
 int tfd_blob_share(tfd_blob_t *b, int *fd, size_t *offset, size_t *size);
 
 typedef struct tfd_store tfd_store_t;
@@ -54,6 +57,11 @@ void tfd_store_free(tfd_store_t *s);
 
 /* A new reference to the blob stored under name, or NULL. */
 tfd_blob_t *tfd_store_get(tfd_store_t *s, const char *name);
+/* tfd_blob_share for a blob got from s: the copy a small document needs is reserved first
+ * (evicting as tfd_store_reserve does) and then counted with the document, in the store's
+ * bytes or as retired, until the blob goes, so the same-host peers of a store full of small
+ * documents cannot double its memory. -2 when that copy would exceed the limit. */
+int tfd_store_share(tfd_store_t *s, tfd_blob_t *b, int *fd, size_t *offset, size_t *size);
 /* Reserves bytes for an upload. The document it may replace is not counted as freed: both
  * live while the upload runs, and the old one until its last reader lets go. 0, or -1 if
  * the store would exceed its limit. */

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -282,35 +284,79 @@ START_TEST(shm_listen_connect)
 }
 END_TEST
 
-/* The body allocator's memfd kind (transports/buf.c): large buffers are memfds, reused from
- * the cache until sealed, never after; growing keeps the bytes and the descriptor. */
-START_TEST(shm_buf_memfd)
+/* What backs the page at p in this process: 1 a memfd ("/memfd:" in /proc/self/maps), 0
+ * anything else (anonymous memory), -1 nothing. */
+static int memfd_backed(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    int r = -1;
+    while (r < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi)
+            r = strstr(line, "/memfd:") != NULL;
+    }
+    fclose(f);
+    return r;
+}
+
+/* The body allocator (transports/buf.c): large buffers are anonymous memory (a UCX GET out of
+ * the store reads huge pages), grown in place; tfx_buf_seal moves one into a sealed memfd at
+ * the same address with every byte kept, and it is never reused after. */
+START_TEST(shm_buf_seal_moves)
 {
     size_t cap;
     uint8_t *p = tfx_buf_alloc((size_t)3 << 20, &cap);
     ck_assert_ptr_nonnull(p);
-    int fd = tfx_buf_fd(p);
-    ck_assert_int_ge(fd, 0);
-    memset(p, 5, cap);
+    ck_assert_int_eq(memfd_backed(p), 0);
+    ck_assert_int_eq(tfx_buf_fd(p), -1);
     ck_assert_int_eq(tfx_buf_sealed(p), 0);
-    p = tfx_buf_grow(p, &cap, cap, (size_t)9 << 20);
+    memset(p, 5, cap);
+    p = tfx_buf_grow(p, &cap, cap, (size_t)19 << 20);  /* 20 MiB: the last chunk partial */
     ck_assert_ptr_nonnull(p);
-    ck_assert_int_ge(tfx_buf_fd(p), 0);
+    ck_assert_uint_eq(cap, (size_t)20 << 20);
+    ck_assert_int_eq(memfd_backed(p + cap - 1), 0);
     ck_assert_int_eq(p[(3 << 20) - 1], 5);
-    p[cap - 1] = 6;
+    for (size_t i = 0; i < cap; i++)
+        p[i] = (uint8_t)(i * 7 + (i >> 20));
+    int before = open_fds();
     int sfd = tfx_buf_seal(p, cap);
-    ck_assert_int_eq(sfd, tfx_buf_fd(p));
+    ck_assert_int_ge(sfd, 0);
+    ck_assert_int_eq(open_fds(), before + 1);          /* its memfd, nothing else left open */
     ck_assert_int_eq(tfx_buf_seal(p, cap), sfd);        /* idempotent */
+    ck_assert_int_eq(tfx_buf_fd(p), sfd);
     ck_assert_int_eq(tfx_buf_sealed(p), 1);
-    ck_assert_int_eq(p[cap - 1], 6);                    /* still readable, same address */
+    ck_assert_int_eq(memfd_backed(p), 1);               /* same address, the memfd's pages */
+    ck_assert_int_eq(memfd_backed(p + cap - 1), 1);
+    size_t wrong = 0;
+    for (size_t i = 0; i < cap; i++)
+        wrong += p[i] != (uint8_t)(i * 7 + (i >> 20));
+    ck_assert_uint_eq(wrong, 0);
     tfp_err_t err;
     size_t size;
     ck_assert_int_eq(tfx_shm_check(sfd, cap, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
     ck_assert_uint_eq(size, cap);
+    ck_assert(mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0) == MAP_FAILED);
+    ck_assert_int_ne(mprotect(p, 4096, PROT_READ | PROT_WRITE), 0);   /* ours, read-only too */
+    tfx_shm_t peer;
+    ck_assert_int_eq(tfx_shm_map(dup(sfd), cap, 0, &peer, &err), TFP_OK);
+    ck_assert_int_eq(memcmp(peer.p, p, cap), 0);
+    size_t c2 = cap;
+    ck_assert_ptr_null(tfx_buf_grow(p, &c2, cap, cap + 1));  /* a sealed buffer never changes */
+    ck_assert_uint_eq(c2, cap);
     tfx_buf_free(p, cap);                               /* sealed: unmapped, not cached */
     ck_assert_int_eq(tfx_buf_fd(p), -1);
-    /* Small ones have none. */
-    uint8_t *q = tfx_buf_alloc(100, &cap);
+    ck_assert_uint_eq(peer.p[cap - 1], (uint8_t)((cap - 1) * 7 + ((cap - 1) >> 20)));
+    tfx_shm_close(&peer);
+    ck_assert_int_eq(open_fds(), before);
+    /* The next buffer of that size is fresh, writable memory. */
+    uint8_t *q = tfx_buf_alloc(cap, &c2);
+    ck_assert_int_eq(memfd_backed(q), 0);
+    q[0] = q[c2 - 1] = 1;
+    tfx_buf_free(q, c2);
+    /* Small ones are malloc's: never sealed in place. */
+    q = tfx_buf_alloc(100, &cap);
     ck_assert_int_eq(tfx_buf_fd(q), -1);
     ck_assert_int_eq(tfx_buf_seal(q, cap), -1);
     tfx_buf_free(q, cap);
@@ -330,7 +376,7 @@ Suite *suite_shm(void)
     tcase_add_test(tc, shm_hostile_truncated);
     tcase_add_test(tc, shm_hostile_credentials);
     tcase_add_test(tc, shm_listen_connect);
-    tcase_add_test(tc, shm_buf_memfd);
+    tcase_add_test(tc, shm_buf_seal_moves);
     suite_add_tcase(s, tc);
     return s;
 }

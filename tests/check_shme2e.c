@@ -16,6 +16,7 @@
 #include "transports/hostid.h"
 #include "transports/shm.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,94 @@ START_TEST(shm_replace_delete_while_mapped)
     tf_doc_free(now);
     tf_doc_free(held);
     ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
+/* How many of the daemon's descriptors are memfds named name. */
+static int daemon_memfds(const char *name)
+{
+    char dir[64], want[128];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)D.pid);
+    snprintf(want, sizeof want, "/memfd:%s ", name);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[320], target[256];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strncmp(target, want, strlen(want)) == 0;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* Waits up to 5 s for the daemon to hold n memfds named name. */
+static int daemon_memfds_become(const char *name, int n)
+{
+    for (int i = 0; i < 500; i++) {
+        if (daemon_memfds(name) == n)
+            return 1;
+        sleep_ms(10);
+    }
+    return 0;
+}
+
+/* A document PUT over HTTP or UCX lives in the daemon's anonymous memory (huge pages for a
+ * UCX GET out of it), in no memfd, until a same-host client maps it: that first GET moves it
+ * into a sealed memfd of its own, once whatever the GETs after, and the store still counts
+ * it once. UCX and HTTP GETs read it as before. */
+START_TEST(shm_get_moves_a_put_document)
+{
+    if (!ready("shm_get_moves_a_put_document"))
+        return;
+    start(NULL);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO), *u = client(TF_TRANSPORT_UCX);
+    tf_client_t *h = client(TF_TRANSPORT_HTTP);
+    const size_t n = (size_t)12 << 20;
+    put_u8(h, "h", n, 3);
+    ck_assert_str_eq(tf_client_last(h)->transport, "http");
+    put_u8(u, "u", n, 4);
+    ck_assert_msg(strncmp(tf_client_last(u)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(u)->transport);
+    ck_assert_int_eq(daemon_memfds("tfetch-doc"), 0);
+    long long stored = metric("tfetch_stored_bytes");
+    ck_assert_int_gt(stored, 2 * (long long)n);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    tf_doc_t *a = NULL, *a2 = NULL, *b = NULL, *v = NULL;
+    ck_assert_int_eq(tf_get(c, url("h"), 0, &a), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert(all(tf_doc_find(a, "t")->data, n, 3));
+    ck_assert_int_eq(daemon_memfds("tfetch-doc"), 1);
+    ck_assert_int_eq(tf_get(c, url("h"), 0, &a2), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert(all(tf_doc_find(a2, "t")->data, n, 3));
+    ck_assert_int_eq(daemon_memfds("tfetch-doc"), 1);
+    ck_assert_int_eq(tf_get(c, url("u"), 0, &b), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert(all(tf_doc_find(b, "t")->data, n, 4));
+    ck_assert_int_eq(daemon_memfds("tfetch-doc"), 2);
+    ck_assert_int_eq(metric("tfetch_shm_gets_total"), 3);
+    ck_assert_int_eq(metric("tfetch_stored_bytes"), stored);
+    ck_assert_int_eq(tf_get(u, url("h"), 0, &v), TF_OK);         /* moved: UCX reads it too */
+    ck_assert_msg(strncmp(tf_client_last(u)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(u)->transport);
+    ck_assert(all(tf_doc_find(v, "t")->data, n, 3));
+    tf_doc_free(v);
+    ck_assert_int_eq(tf_delete(u, url("h")), TF_OK);
+    ck_assert(all(tf_doc_find(a, "t")->data, n, 3));
+    tf_doc_free(a);
+    tf_doc_free(a2);
+    tf_doc_free(b);
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    ck_assert(daemon_memfds_become("tfetch-doc", 1));            /* h's went with h */
+    tf_client_free(h);
+    tf_client_free(u);
     tf_client_free(c);
     stop();
 }
@@ -849,6 +938,7 @@ Suite *suite_shme2e(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, shm_get_maps_read_only);
     tcase_add_test(tc, shm_replace_delete_while_mapped);
+    tcase_add_test(tc, shm_get_moves_a_put_document);
     tcase_add_test(tc, shm_client_killed_frees_leases);
     tcase_add_test(tc, shm_lease_bound_and_expiry);
     tcase_add_test(tc, shm_policies);

@@ -249,8 +249,8 @@ START_TEST(store_each_in_name_order)
 }
 END_TEST
 
-/* Sharing a stored document with a same-host peer (tfd_blob_share): large ones are their own
- * memfd, sealed in place; small ones copied once into a sealed memfd. The peer's mapping is
+/* Sharing a stored document with a same-host peer (tfd_blob_share): large ones move into a
+ * memfd of their own, in place; small ones are copied once into a sealed memfd. The peer's mapping is
  * read-only for good, and a replace or delete never changes the bytes it sees. */
 static void share_case(size_t n)
 {
@@ -297,7 +297,66 @@ static void share_case(size_t n)
 START_TEST(store_share)
 {
     share_case(100);                        /* small: copied into its own memfd */
-    share_case((size_t)3 << 20);            /* large: the buffer's own memfd */
+    share_case((size_t)3 << 20);            /* large: moved into a memfd, in place */
+}
+END_TEST
+
+/* What a same-host share costs the store (tfd_store_share): a small document's copy is
+ * reserved first (refused over the limit: the peer falls back to UCX or HTTP), then counted
+ * with the document, stored or retired, until the blob goes; a large one moves into its memfd
+ * in place and is counted once. */
+START_TEST(store_share_counted)
+{
+    tfd_blob_t *a = make_blob("w", 1000, 7);
+    uint64_t len = a->len;
+    tfd_store_t *s = tfd_store_new(len + len / 2);     /* the document, not its copy */
+    ck_assert_int_eq(tfd_store_put(s, "w", a, 0), 0);
+    tfd_blob_t *got = tfd_store_get(s, "w");
+    int fd, fd2;
+    size_t off, size;
+    tfd_store_stats_t st;
+    ck_assert_int_eq(tfd_store_share(s, got, &fd, &off, &size), -2);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.bytes, len);
+    ck_assert_uint_eq(st.reserved, 0);
+    tfd_store_set_max(s, 2 * len);
+    ck_assert_int_eq(tfd_store_share(s, got, &fd, &off, &size), 0);
+    ck_assert_int_eq(tfd_store_share(s, got, &fd2, &off, &size), 0);     /* one copy */
+    ck_assert_int_eq(fd, fd2);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.bytes, 2 * len);
+    ck_assert_uint_eq(st.reserved, 0);
+    ck_assert_int_eq(tfd_store_reserve(s, 1), -1);             /* the copy filled it */
+    ck_assert_int_eq(tfd_store_delete(s, "w"), 0);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.bytes, 0);
+    ck_assert_uint_eq(st.retired, 2 * len);                     /* the reader holds both */
+    tfd_blob_unref(got);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.retired, 0);
+    /* Retired first, shared after: counted as retired. */
+    ck_assert_int_eq(tfd_store_put(s, "w", make_blob("w", 1000, 8), 0), 0);
+    got = tfd_store_get(s, "w");
+    ck_assert_int_eq(tfd_store_delete(s, "w"), 0);
+    ck_assert_int_eq(tfd_store_share(s, got, &fd, &off, &size), 0);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.bytes, 0);
+    ck_assert_uint_eq(st.retired, 2 * len);
+    tfd_blob_unref(got);
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.retired, 0);
+    /* A large one is its own memfd from then on: nothing more to count. */
+    tfd_store_set_max(s, (uint64_t)8 << 20);
+    tfd_blob_t *big = make_blob("b", (size_t)3 << 20, 1);
+    uint64_t blen = big->len;
+    ck_assert_int_eq(tfd_store_put(s, "b", big, 0), 0);
+    got = tfd_store_get(s, "b");
+    ck_assert_int_eq(tfd_store_share(s, got, &fd, &off, &size), 0);
+    ck_assert_int_eq(fd, tfx_buf_fd(got->base));
+    tfd_store_stats(s, &st);
+    ck_assert_uint_eq(st.bytes, blen);
+    tfd_blob_unref(got);
+    tfd_store_free(s);
 }
 END_TEST
 
@@ -312,6 +371,7 @@ Suite *suite_store(void)
     tcase_add_test(tc, store_evict_lru);
     tcase_add_test(tc, store_each_in_name_order);
     tcase_add_test(tc, store_share);
+    tcase_add_test(tc, store_share_counted);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -377,7 +377,7 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     /* A large reply lands in reused memory whose pages are already faulted in (buf.h's
      * cache, fed when a document received here is freed): a fresh 64 MiB buffer per GET
      * made the copy pay first touch, half the GET's time. */
-    r->res.body = tfx_buf_alloc_private(r->rndv_len, &r->res.body_cap);
+    r->res.body = tfx_buf_alloc(r->rndv_len, &r->res.body_cap);
     if (!r->res.body) {
         ucp_am_data_release(u->worker, desc);
         fail_req(r, TFP_ENOMEM, "out of memory for the reply");
