@@ -412,7 +412,9 @@ static void try_ring(tf_feed_t *feed)
                  "(another host, or no upgrade)");
         return;
     }
-    int n = feed->prefetch + 2;         /* what is prefetched, held by the caller, copying */
+    /* What is prefetched, held by the caller and copying; a tool taking one item at a time
+     * (TF_FEED_NO_PREFETCH) needs two. */
+    int n = feed->no_prefetch ? 2 : feed->prefetch + 2;
     if (n > TFP_SF_MAX_SLOTS)
         n = TFP_SF_MAX_SLOTS;
     if (tfi_ring_open(feed->c, o, feed->name, feed->dev, feed->consumer, (unsigned)n,
