@@ -116,6 +116,12 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
 }
 
 uint64_t tfd_ring_bytes(const tfd_ring_t *r) { return r->m.size; }
+const char *tfd_ring_feed(const tfd_ring_t *r) { return tfd_feed_name(r->f); }
+
+void tfd_ring_end(tfd_ring_t *r, int sock, tfp_status_t status, const char *msg)
+{
+    (void)send_item(r, sock, status, msg, 0, 0, 0, NULL, -1);
+}
 unsigned tfd_ring_slots(const tfd_ring_t *r) { return r->nslots; }
 uint64_t tfd_ring_slot_bytes(const tfd_ring_t *r) { return r->slot_bytes; }
 

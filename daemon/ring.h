@@ -48,6 +48,11 @@ int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m);
  * deleted, another consumer holds the queue: said in an ITEM; or sock failed). Cheap when
  * nothing changed. *st counts what was sent. */
 int tfd_ring_fill(tfd_ring_t *r, int sock, tfd_ring_stats_t *st);
+/* The feed's name (borrowed, as long as r lives). */
+const char *tfd_ring_feed(const tfd_ring_t *r);
+/* Ends the ring for the consumer: an ITEM with status and msg; the caller closes the
+ * connection. */
+void tfd_ring_end(tfd_ring_t *r, int sock, tfp_status_t status, const char *msg);
 /* Keeps the consumer's lease alive while the connection is: the ms until it is due next. */
 uint64_t tfd_ring_tick(tfd_ring_t *r, uint64_t now_ms);
 /* Detaches the consumer, unmaps, frees. NULL is a no-op. */

@@ -505,9 +505,29 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     return 0;
 }
 
-/* Fills a ring connection's free slots; -1: close it. */
+/* Fills a ring connection's free slots; -1: close it. With authentication on, the
+ * principal must still hold consume on the feed (its token looked up again, as each GET's
+ * is), so revoking a token or a right by SIGHUP stops a ring at its next wake. */
 static int ring_fill(tfd_shm_t *s, conn_t *c)
 {
+    if (s->auth && tfd_auth_on(s->auth)) {
+        tfp_op_who_t w = c->who;
+        const char *feed = tfd_ring_feed(c->ring);
+        tfd_auth_result_t res = tfd_auth_identify(s->auth, &w, 0);
+        if (res != TFD_AUTH_OK || !tfd_auth_allows(s->auth, &w, 0, TFP_RIGHT_CONSUME, feed)) {
+            char msg[TFP_SF_MAX_MSG];
+            if (res != TFD_AUTH_OK)
+                snprintf(msg, sizeof msg, "the ring's token is no longer valid");
+            else
+                snprintf(msg, sizeof msg, "principal %s has no consume right on '%.200s' any "
+                         "more", w.principal, feed);
+            tfd_auth_count_failure(s->auth, res != TFD_AUTH_OK ? res : TFD_AUTH_FORBIDDEN);
+            tfd_ring_end(c->ring, c->fd, res != TFD_AUTH_OK ? TFP_EUNAUTH : TFP_EFORBIDDEN,
+                         msg);
+            tfd_log(LOG_NOTICE, "shm: ring of feed '%s' ended: %s", feed, msg);
+            return -1;
+        }
+    }
     tfd_ring_stats_t rs = {0, 0};
     int rc = tfd_ring_fill(c->ring, c->fd, &rs);
     if (rs.items || rs.overflow) {

@@ -832,7 +832,8 @@ static int raw_ring(int fd, const char *spec, uint64_t slots, tfp_status_t want,
 /* The ring's protocol from a client that does not play by it: a ring needs consume on the
  * feed; its memfd cannot be resized under the daemon; credit that shrinks, a FREE of a slot
  * it does not hold, or any other request on a ring's connection closes it, and the items it
- * held go to the next consumer at once; TOKENs are bounded per connection. */
+ * held go to the next consumer at once; TOKENs are bounded per connection; a token revoked
+ * by SIGHUP ends an open ring. */
 START_TEST(shm_ring_hostile)
 {
     if (!ready("shm_ring_hostile"))
@@ -923,6 +924,36 @@ START_TEST(shm_ring_hostile)
     ck_assert_int_eq(st, TFP_EBUSY);
     ck_assert_int_eq(n, 17);
     close(fd2);
+    close(fd);
+    /* alice's token revoked by SIGHUP while her ring is open: its next wake ends it (EUNAUTH),
+     * before any item is sent */
+    fd = raw_hello();
+    rf = raw_ring(fd, "f/0/e", 2, TFP_OK, NULL, NULL, 0);
+    const char *less = "tkr-5c5c reader read:* produce:* admin:*\n";
+    FILE *tf = fopen(file, "w");
+    ck_assert_ptr_nonnull(tf);
+    fputs(less, tf);
+    fclose(tf);
+    kill(D.pid, SIGHUP);
+    bearer = "tkr-5c5c";
+    tfp_sf_t info = {0};
+    for (int i = 0; i < 200; i++) {     /* the reload is the main thread's: until it lands */
+        char cmd2[512], out2[4096];
+        snprintf(cmd2, sizeof cmd2, "curl -s -o /dev/null -w '%%{http_code}' "
+                 "-H 'Authorization: Bearer tka-1f2e' %s/v1/info", D.base);
+        if (td_run(cmd2, out2, sizeof out2) == 0 && strcmp(out2, "401") == 0)
+            break;
+        sleep_ms(20);
+    }
+    m = sf(TFP_SF_CREDIT, NULL);
+    m.seq = 0;
+    m.a = 1;
+    raw_send(rf, &m, -1);
+    info = raw_item(rf);
+    ck_assert_int_eq(info.status, TFP_EUNAUTH);
+    ck_assert_uint_eq(info.lease, 0);
+    ck_assert(closed_by_daemon(rf));
+    close(rf);
     close(fd);
     ck_assert(metric_becomes("tfetch_shm_rings", 0));
     ck_assert(metric_becomes("tfetch_shm_ring_bytes", 0));
