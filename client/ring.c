@@ -206,7 +206,8 @@ tf_status_t tfi_ring_open(tf_client_t *c, origin_t *o, const char *feed, const c
     /* Trust nothing the daemon said about the memory: its own size and seals. */
     size_t size;
     if (fd < 0 || a.a == 0 || a.a > TFP_SF_MAX_SLOTS || a.b == 0 || a.b > TFP_SF_MAX_SLOT ||
-        tfx_shm_check(fd, (size_t)(a.a * a.b), TFX_SHM_SEAL_SIZE, &size, &err) != TFP_OK) {
+        tfx_shm_check(fd, (size_t)(a.a * a.b), TFX_SHM_SEAL_SIZE | TFX_SHM_SEAL_WRITERS, &size,
+                      &err) != TFP_OK) {
         snprintf(why, why_size, "a bad ring: %s", fd < 0 ? "no memfd" : err.msg);
         if (fd >= 0)
             close(fd);

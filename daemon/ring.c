@@ -93,8 +93,10 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
         return tfp_err_set(err, TFP_ENOMEM, "out of memory");
     }
     r->m = (tfx_shm_t)TFX_SHM_NONE;
+    /* Only this mapping writes it, ever: the consumer cannot resize it under us, nor write
+     * into it through any descriptor. */
     if (tfx_shm_create(slot * nslots, "tfetch-ring", &r->m, err) != TFP_OK ||
-        tfx_shm_seal(&r->m, TFX_SHM_SEAL_SIZE, err) != TFP_OK) {
+        tfx_shm_seal(&r->m, TFX_SHM_SEAL_SIZE | TFX_SHM_SEAL_WRITERS, err) != TFP_OK) {
         tfx_shm_close(&r->m);
         free(r);
         tfd_feed_unref(f);

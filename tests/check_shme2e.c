@@ -17,6 +17,7 @@
 #include "transports/shm.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -874,6 +875,22 @@ START_TEST(shm_ring_hostile)
     rf = raw_ring(fd, "f/0/a", 2, TFP_OK, &mem, NULL, 0);
     ck_assert_int_ge(mem, 0);
     ck_assert_int_ne(ftruncate(mem, 0), 0);
+    /* ... and written by the daemon alone: no writable mapping, no write(2), not even
+     * through the descriptor reopened read-write */
+    ck_assert(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0) == MAP_FAILED);
+    ck_assert_int_lt(pwrite(mem, "x", 1, 0), 0);
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", mem);
+    int rw = open(proc, O_RDWR);
+    if (rw >= 0) {
+        ck_assert_int_lt(pwrite(rw, "x", 1, 0), 0);
+        ck_assert(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) == MAP_FAILED);
+        close(rw);
+    }
+    void *ro = mmap(NULL, 4096, PROT_READ, MAP_SHARED, mem, 0);
+    ck_assert(ro != MAP_FAILED);
+    ck_assert_int_ne(mprotect(ro, 4096, PROT_READ | PROT_WRITE), 0);
+    munmap(ro, 4096);
     close(mem);
     ck_assert_int_eq(metric("tfetch_shm_rings"), 1);
     tfp_sf_t m = sf(TFP_SF_CREDIT, NULL);

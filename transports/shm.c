@@ -26,6 +26,8 @@ static unsigned kernel_seals(unsigned seals)
     unsigned k = F_SEAL_SHRINK | F_SEAL_GROW;
     if (seals & TFX_SHM_SEAL_WRITE)
         k |= F_SEAL_WRITE;
+    if (seals & TFX_SHM_SEAL_WRITERS)
+        k |= F_SEAL_FUTURE_WRITE;
     return k;
 }
 
@@ -82,8 +84,10 @@ tfp_status_t tfx_shm_seal(tfx_shm_t *m, unsigned seals, tfp_err_t *err)
             return tfp_err_set(err, TFP_EINTERNAL, "shm: remap read-only: %s", strerror(e));
         m->writable = 0;
     }
-    /* Final only with the write seal: a lent buffer or a ring gets the write seal later. */
-    if (fcntl(m->fd, F_ADD_SEALS, (int)(want | (want & F_SEAL_WRITE ? F_SEAL_SEAL : 0))) != 0)
+    /* Final with a write seal (a ring's writers seal too: nobody adds another, say
+     * F_SEAL_WRITE, under the maker); a lent buffer gets the write seal later. */
+    unsigned final = want & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE) ? F_SEAL_SEAL : 0;
+    if (fcntl(m->fd, F_ADD_SEALS, (int)(want | final)) != 0)
         return tfp_err_set(err, TFP_EINTERNAL, "shm: F_ADD_SEALS: %s", strerror(errno));
     return TFP_OK;
 }

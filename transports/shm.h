@@ -24,8 +24,9 @@
  * one-time token.
  *
  * The same layer carries rings (the device feeds' same-host ring, issue 11): one region of a
- * header plus n fixed slots, made by the writer, sealed TFX_SHM_SEAL_SIZE only (it keeps
- * writing), handed once to the reader, who maps it read-only (tfx_shm_map) and checks the size
+ * header plus n fixed slots, made by the writer, sealed TFX_SHM_SEAL_SIZE and
+ * TFX_SHM_SEAL_WRITERS (it keeps writing through its own mapping; nobody else ever can, not
+ * even by reopening the descriptor read-write through /proc), handed once to the reader, who maps it read-only (tfx_shm_map) and checks the size
  * seal (tfx_shm_check); slot indices then travel as small messages over the same socket, or
  * as atomics in the header. Nothing here knows of documents, slots or the daemon.
  *
@@ -46,6 +47,9 @@
 
 #define TFX_SHM_SEAL_SIZE 0x1u              /* F_SEAL_SHRINK | F_SEAL_GROW */
 #define TFX_SHM_SEAL_WRITE 0x2u             /* F_SEAL_WRITE */
+#define TFX_SHM_SEAL_WRITERS 0x4u           /* F_SEAL_FUTURE_WRITE: the maker's own mapping
+                                             * keeps writing; no new writable mapping and
+                                             * no write(2), through any descriptor (a ring) */
 
 typedef struct {
     int fd;                                 /* the memfd (owned), -1 when none */
