@@ -102,6 +102,9 @@ struct tf_feed {
     tfi_ring_t *ring;
     int ring_tried;
     uint64_t ring_got;              /* items the ring delivered (credit is counted so) */
+    uint64_t ring_acked;            /* released through this, told the ring (an ACK datagram:
+                                     * not yet confirmed, so acked, which tf_feed_ack
+                                     * confirms, stays apart) */
     char ring_why[256];             /* why there is no ring */
 };
 
@@ -277,7 +280,7 @@ static void new_generation(tf_feed_t *feed, uint64_t g)
     }
     feed->generation = g;
     feed->have_generation = 1;
-    feed->delivered = feed->acked = 0;
+    feed->delivered = feed->acked = feed->ring_acked = 0;
     feed->done = TF_OK;
 }
 
@@ -478,10 +481,10 @@ static void ring_ask(tf_feed_t *feed)
         target > outstanding)
         ok = tfi_ring_credit(feed->ring, feed->ring_got + target);
     uint64_t through = ack_through(feed);
-    if (ok == 0 && through > feed->acked) {
+    if (ok == 0 && through > feed->acked && through > feed->ring_acked) {
         ok = tfi_ring_ack(feed->ring, through, feed->generation);
         if (ok == 0)
-            feed->acked = through;
+            feed->ring_acked = through;
     }
     if (ok != 0)
         ring_end(feed, "the ring's connection failed");

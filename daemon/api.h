@@ -79,6 +79,9 @@ typedef struct {
     uint64_t charged;               /* body bytes approved by the router's body_grow */
     uint64_t reserved;              /* PUT: store reservation still held */
     uint64_t body_charged;          /* other bodies: charged to the router's body memory */
+    void (*body_give_back)(void *); /* api_body_doc's base is lent (a feed ring's slot, from
+                                     * api_feed_begin_lent): this returns it, not tfx_buf_free */
+    void *body_give_back_arg;
     /* GET ?wait= and worker polls */
     tfd_waiter_t waiter;
     /* calls */
@@ -158,6 +161,11 @@ void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c);
 /* Feeds (api_feeds.c). api_feed_raw_name: the name a raw infeed body's one tensor takes
  * (the signature's only entry) into buf; 0 when there is no such feed or entry. */
 int api_feed_raw_name(const tfd_ctx_t *c, char *buf, size_t size);
+/* In begin, for an infeed: a UCX push of a safetensors item to a device queue with a
+ * same-host ring attached is received straight into a free slot of that ring (the consumer
+ * then gets it with no copy through the daemon). 1 when the body was accepted so, else 0
+ * (the caller accepts it as usual). */
+int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max);
 void api_handle_feed_list(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_declare(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_stats(tfx_req_t *r, tfd_ctx_t *c);

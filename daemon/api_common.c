@@ -140,6 +140,14 @@ int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out
     }
     size_t cap;
     uint8_t *base = tfx_req_take_body(r, &cap);
+    /* A feed ring's slot the body was received into: given back, never tfx_buf_free'd. */
+    if (base && tfx_req_take_lent(r, &c->body_give_back, &c->body_give_back_arg) &&
+        kind != TFP_BODY_SAFETENSORS) {
+        c->body_give_back(c->body_give_back_arg);   /* cannot happen: lent for those only */
+        c->body_give_back = NULL;
+        api_fail(r, c, TFP_EINTERNAL, "a lent body of the wrong kind");
+        return -1;
+    }
     if (!base && !(base = tfx_buf_alloc(c->raw_hdr_len, &cap))) {     /* empty body */
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return -1;
@@ -167,7 +175,12 @@ int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out
     *doc_out = doc;
     return 0;
 bad:
-    tfx_buf_free(base, cap);
+    if (c->body_give_back) {
+        c->body_give_back(c->body_give_back_arg);
+        c->body_give_back = NULL;
+    } else {
+        tfx_buf_free(base, cap);
+    }
     api_fail(r, c, err.code, "%s", err.msg);
     return -1;
 }

@@ -23,6 +23,7 @@
  */
 #include "config.h"
 #include "daemon/api.h"
+#include "daemon/shm.h"
 #include "proto/jsonw.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
@@ -385,18 +386,22 @@ static int take_item(tfx_req_t *r, tfd_ctx_t *c, feed_req_t *fr, int check, int 
     tfp_err_t err;
     if (api_body_doc(r, c, &base, &cap, &len, &doc) != 0)
         return -1;
-    if (check && tfp_feed_sig_check(d, doc, &err) != TFP_OK) {
-        tfx_buf_free(base, cap);
-        tfp_doc_free(doc);
-        api_fail(r, c, err.code, "feed '%s': %s", c->name, err.msg);
-        return -1;
-    }
-    fr->bytes = tfp_doc_data_bytes(doc);
-    tfd_blob_t *whole = tfd_blob_new(base, cap, base, len, doc);
+    /* A body received into a ring's slot stays there: the blob gives the slot back. */
+    tfd_blob_t *whole = c->body_give_back
+                            ? tfd_blob_new_lent(base, cap, base, len, doc, c->body_give_back,
+                                                c->body_give_back_arg)
+                            : tfd_blob_new(base, cap, base, len, doc);
+    c->body_give_back = NULL;
     if (!whole) {
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return -1;
     }
+    if (check && tfp_feed_sig_check(d, whole->doc, &err) != TFP_OK) {
+        tfd_blob_unref(whole);
+        api_fail(r, c, err.code, "feed '%s': %s", c->name, err.msg);
+        return -1;
+    }
+    fr->bytes = tfp_doc_data_bytes(whole->doc);
     if (!split) {
         fr->blobs[0] = whole;
         fr->nrefs = 1;
@@ -419,6 +424,31 @@ static int take_item(tfx_req_t *r, tfd_ctx_t *c, feed_req_t *fr, int check, int 
     fr->bytes /= d->ndev;
     tfd_blob_unref(whole);
     return 0;
+}
+
+int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
+{
+    const tfp_op_t *op = c->op;
+    if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] ||
+        op->body.kind != TFP_BODY_SAFETENSORS || op->body.length <= 0 ||
+        (uint64_t)op->body.length > max || strcmp(tfx_req_transport(r), "ucx") != 0)
+        return 0;
+    tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
+    if (!f)
+        return 0;                       /* the handler says so */
+    const tfp_feed_decl_t *d = tfd_feed_decl(f);
+    int dev = tfp_feed_dev_index(d, op->sub);
+    uint8_t *buf;
+    size_t cap;
+    void (*give_back)(void *);
+    void *arg;
+    int lent = dev >= 0 && d->fanout == TFP_FANOUT_PER_DEVICE &&
+               tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)op->body.length, &buf, &cap,
+                            &give_back, &arg) == 0;
+    tfd_feed_unref(f);
+    if (lent)
+        tfx_req_accept_body_into(r, 0, max, buf, cap, give_back, arg);
+    return lent;
 }
 
 void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c)

@@ -397,9 +397,16 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# TYPE tfetch_shm_ring_items_total counter\ntfetch_shm_ring_items_total %llu\n"
          "# HELP tfetch_shm_ring_overflow_total Feed items sent to a ring as a memfd of their "
          "own (larger than a slot, or every slot taken).\n"
-         "# TYPE tfetch_shm_ring_overflow_total counter\ntfetch_shm_ring_overflow_total %llu\n",
+         "# TYPE tfetch_shm_ring_overflow_total counter\ntfetch_shm_ring_overflow_total %llu\n"
+         "# HELP tfetch_shm_ring_lent_total Infeed bodies received over UCX straight into a "
+         "ring's slot.\n"
+         "# TYPE tfetch_shm_ring_lent_total counter\ntfetch_shm_ring_lent_total %llu\n"
+         "# HELP tfetch_shm_ring_in_place_total Feed items sent from the slot they were "
+         "received into (no copy through the daemon).\n"
+         "# TYPE tfetch_shm_ring_in_place_total counter\ntfetch_shm_ring_in_place_total %llu\n",
          (unsigned long long)g->shm.rings, (unsigned long long)g->shm.ring_bytes,
-         (unsigned long long)g->shm.ring_items, (unsigned long long)g->shm.ring_overflow);
+         (unsigned long long)g->shm.ring_items, (unsigned long long)g->shm.ring_overflow,
+         (unsigned long long)g->shm.ring_lent, (unsigned long long)g->shm.ring_in_place);
     outf(&o,
          "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
          "unknown bearer token or client certificate: 401) or authorization (forbidden: 403).\n"

@@ -12,6 +12,8 @@
 #include "transports/clock.h"
 #include "transports/shm.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +22,34 @@
 #define HEADER_ROOM 16384u          /* a slot's bytes beyond the item's payload */
 #define PAGE 4096u
 
+/* The slots' memory and who holds each slot. It outlives the ring while bodies received
+ * into its slots live (their blobs hold a reference), so a ring may close under them. */
+typedef struct {
+    atomic_int refs;                /* the ring's, and one per slot lent to a body */
+    tfx_shm_t m;                    /* the slots, read-write here */
+    unsigned nslots;
+    uint64_t slot_bytes;
+    pthread_mutex_t lock;           /* the bits: shm's thread and the request threads */
+    uint64_t lent;                  /* bit i: slot i holds a body received into it (lent to a
+                                     * request, then its item's blob) */
+    uint64_t client;                /* bit i: slot i was handed to the consumer (ITEM) and
+                                     * not given back (FREE) */
+} mem_t;
+
+/* What a body received into a slot holds: its blob's give_back_arg. */
+typedef struct {
+    mem_t *mem;
+    unsigned slot;
+} lend_t;
+
 struct tfd_ring {
     tfd_feed_t *f;
     unsigned dev;
     char consumer[TFP_MAX_USER_ID + 1];
-    tfx_shm_t m;                    /* the slots, read-write here */
+    mem_t *mem;
+    tfx_shm_t m;                    /* mem's region (a copy of the handle, for reading) */
     unsigned nslots;
     uint64_t slot_bytes;
-    uint64_t busy;                  /* bit i: slot i holds an item the consumer maps */
     uint64_t asked, sent;           /* credit, in items */
     uint64_t generation;            /* the last one told */
     int told_generation, told_done;
@@ -35,6 +57,9 @@ struct tfd_ring {
     int empty;                      /* the last pop found the queue empty ... */
     uint64_t empty_ev;              /* ... at this pop event count */
     uint64_t renew_ms;              /* the lease is renewed then */
+    uint64_t acked;                 /* the consumer's last ACK, this generation */
+    int ack_pending;                /* not applied yet: the lease had lapsed (the queue gave
+                                     * the items back); applied once a pop attaches again */
 };
 
 static int send_item(tfd_ring_t *r, int sock, tfp_status_t status, const char *msg,
@@ -88,24 +113,34 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
                            (unsigned long long)slot, (unsigned long long)max_bytes);
     }
     tfd_ring_t *r = calloc(1, sizeof *r);
-    if (!r) {
+    mem_t *mem = calloc(1, sizeof *mem);
+    if (!r || !mem) {
+        free(r);
+        free(mem);
         tfd_feed_unref(f);
         return tfp_err_set(err, TFP_ENOMEM, "out of memory");
     }
-    r->m = (tfx_shm_t)TFX_SHM_NONE;
+    mem->m = (tfx_shm_t)TFX_SHM_NONE;
     /* Only this mapping writes it, ever: the consumer cannot resize it under us, nor write
      * into it through any descriptor. */
-    if (tfx_shm_create(slot * nslots, "tfetch-ring", &r->m, err) != TFP_OK ||
-        tfx_shm_seal(&r->m, TFX_SHM_SEAL_SIZE | TFX_SHM_SEAL_WRITERS, err) != TFP_OK) {
-        tfx_shm_close(&r->m);
+    if (tfx_shm_create(slot * nslots, "tfetch-ring", &mem->m, err) != TFP_OK ||
+        tfx_shm_seal(&mem->m, TFX_SHM_SEAL_SIZE | TFX_SHM_SEAL_WRITERS, err) != TFP_OK) {
+        tfx_shm_close(&mem->m);
+        free(mem);
         free(r);
         tfd_feed_unref(f);
         return err->code;
     }
 #ifdef MADV_POPULATE_WRITE
     /* Fault every page in now, once, rather than under the first items. Best effort. */
-    (void)madvise(r->m.p, r->m.size, MADV_POPULATE_WRITE);
+    (void)madvise(mem->m.p, mem->m.size, MADV_POPULATE_WRITE);
 #endif
+    atomic_init(&mem->refs, 1);
+    mem->nslots = nslots;
+    mem->slot_bytes = slot;
+    pthread_mutex_init(&mem->lock, NULL);
+    r->mem = mem;
+    r->m = mem->m;
     r->f = f;
     r->dev = (unsigned)dev;
     snprintf(r->consumer, sizeof r->consumer, "%s", consumer);
@@ -118,6 +153,10 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
 }
 
 uint64_t tfd_ring_bytes(const tfd_ring_t *r) { return r->m.size; }
+int tfd_ring_serves(const tfd_ring_t *r, const tfd_feed_t *f, unsigned dev)
+{
+    return r->f == f && r->dev == dev;
+}
 const char *tfd_ring_feed(const tfd_ring_t *r) { return tfd_feed_name(r->f); }
 
 void tfd_ring_end(tfd_ring_t *r, int sock, tfp_status_t status, const char *msg)
@@ -138,41 +177,117 @@ int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m)
         return 0;
     case TFP_SF_FREE: {
         uint64_t bit = (uint64_t)1 << (m->a - 1);       /* 1..TFP_SF_MAX_SLOTS: checked */
-        if (m->a > r->nslots || !(r->busy & bit))
-            return -1;
-        r->busy &= ~bit;
-        return 0;
+        int held;
+        pthread_mutex_lock(&r->mem->lock);
+        held = m->a <= r->nslots && (r->mem->client & bit);
+        r->mem->client &= ~bit;
+        pthread_mutex_unlock(&r->mem->lock);
+        return held ? 0 : -1;
     }
     case TFP_SF_ACK:
-        /* Of an older generation: those items went with the reset. A lease lost meanwhile
-         * (the consumer id taken over) is the next pop's to find. */
-        if (r->told_generation && m->b == r->generation &&
-            tfd_feed_ack(r->f, r->dev, r->consumer, m->a, &err) != TFP_OK)
-            tfd_log(LOG_INFO, "ring: ack of feed '%s': %s", tfd_feed_name(r->f), err.msg);
+        /* Of an older generation: those items went with the reset. */
+        if (!r->told_generation || m->b != r->generation || m->a <= r->acked)
+            return 0;
+        r->acked = m->a;
+        /* A lease that lapsed (a stalled daemon) is taken again by the next pop: the ack is
+         * applied then, not lost (items it released would come again, and stay). */
+        r->ack_pending = tfd_feed_ack(r->f, r->dev, r->consumer, m->a, &err) != TFP_OK;
+        if (r->ack_pending)
+            tfd_log(LOG_INFO, "ring: ack of feed '%s' held until the consumer is attached "
+                    "again: %s", tfd_feed_name(r->f), err.msg);
         return 0;
     default:
         return -1;
     }
 }
 
-/* The first free slot, or -1. */
-static int free_slot(const tfd_ring_t *r)
+/* Under mem->lock: the first slot neither lent nor the consumer's, or -1. */
+static int free_slot(const mem_t *mem)
 {
-    for (unsigned i = 0; i < r->nslots; i++)
-        if (!(r->busy & ((uint64_t)1 << i)))
+    for (unsigned i = 0; i < mem->nslots; i++)
+        if (!((mem->lent | mem->client) & ((uint64_t)1 << i)))
             return (int)i;
     return -1;
 }
 
-/* Sends one popped item: into a free slot when it fits, else as a memfd of its own. */
+static void mem_unref(mem_t *mem)
+{
+    if (atomic_fetch_sub(&mem->refs, 1) != 1)
+        return;
+    tfx_shm_close(&mem->m);
+    pthread_mutex_destroy(&mem->lock);
+    free(mem);
+}
+
+/* A body received into a slot is no longer needed (its blob is freed, or the request ended
+ * without one): the slot is free once the consumer, too, gave it back. Any thread. */
+static void slot_give_back(void *arg)
+{
+    lend_t *l = arg;
+    pthread_mutex_lock(&l->mem->lock);
+    l->mem->lent &= ~((uint64_t)1 << l->slot);
+    pthread_mutex_unlock(&l->mem->lock);
+    mem_unref(l->mem);
+    free(l);
+}
+
+int tfd_ring_lend(tfd_ring_t *r, size_t len, uint8_t **buf, size_t *cap,
+                  void (**give_back)(void *arg), void **arg)
+{
+    if (len == 0 || len > r->slot_bytes)
+        return -1;
+    lend_t *l = malloc(sizeof *l);
+    if (!l)
+        return -1;
+    mem_t *mem = r->mem;
+    pthread_mutex_lock(&mem->lock);
+    int slot = free_slot(mem), spare = 0;
+    for (unsigned i = 0; slot >= 0 && i < mem->nslots; i++)
+        spare += (int)(i != (unsigned)slot &&
+                       !((mem->lent | mem->client) & ((uint64_t)1 << i)));
+    if (slot >= 0 && spare > 0)             /* one left for items that need a copy */
+        mem->lent |= (uint64_t)1 << slot;
+    else
+        slot = -1;
+    pthread_mutex_unlock(&mem->lock);
+    if (slot < 0) {
+        free(l);
+        return -1;
+    }
+    atomic_fetch_add(&mem->refs, 1);
+    l->mem = mem;
+    l->slot = (unsigned)slot;
+    *buf = mem->m.p + (uint64_t)slot * mem->slot_bytes;
+    *cap = (size_t)mem->slot_bytes;
+    *give_back = slot_give_back;
+    *arg = l;
+    return 0;
+}
+
+/* Sends one popped item: from the slot it was received into (no copy), else copied into a
+ * free slot when it fits, else as a memfd of its own. */
 static int deliver(tfd_ring_t *r, int sock, const tfd_feed_item_t *it, tfd_ring_stats_t *st)
 {
     const tfd_blob_t *b = it->blob;
-    int slot = b->len <= r->slot_bytes ? free_slot(r) : -1;
+    mem_t *mem = r->mem;
+    if (b->give_back == slot_give_back && ((const lend_t *)b->give_back_arg)->mem == mem &&
+        b->data == b->base) {
+        unsigned slot = ((const lend_t *)b->give_back_arg)->slot;
+        pthread_mutex_lock(&mem->lock);
+        mem->client |= (uint64_t)1 << slot;
+        pthread_mutex_unlock(&mem->lock);
+        st->in_place++;
+        return send_item(r, sock, TFP_OK, NULL, it->position, (uint64_t)(b->data - r->m.p),
+                         b->len, it, -1);
+    }
+    pthread_mutex_lock(&mem->lock);
+    int slot = b->len <= r->slot_bytes ? free_slot(mem) : -1;
+    if (slot >= 0)
+        mem->client |= (uint64_t)1 << slot;
+    pthread_mutex_unlock(&mem->lock);
     if (slot >= 0) {
         uint64_t off = (uint64_t)slot * r->slot_bytes;
         memcpy(r->m.p + off, b->data, b->len);
-        r->busy |= (uint64_t)1 << slot;
         st->items++;
         return send_item(r, sock, TFP_OK, NULL, it->position, off, b->len, it, -1);
     }
@@ -202,10 +317,15 @@ int tfd_ring_fill(tfd_ring_t *r, int sock, tfd_ring_stats_t *st)
         if (s == TFP_OK || s == TFP_EAGAIN) {
             r->first = 0;
             r->renew_ms = 0;                /* the pop renewed the lease: tick re-arms */
+            if (r->ack_pending && it.generation == r->generation &&
+                tfd_feed_ack(r->f, r->dev, r->consumer, r->acked, &err) == TFP_OK)
+                r->ack_pending = 0;
             if (!r->told_generation || it.generation != r->generation) {
                 r->generation = it.generation;
                 r->told_generation = 1;
                 r->told_done = 0;
+                r->acked = 0;
+                r->ack_pending = 0;
                 if (s == TFP_EAGAIN &&
                     send_item(r, sock, TFP_OK, NULL, 0, 0, 0, NULL, -1) != 0) {
                     return -1;
@@ -261,7 +381,7 @@ void tfd_ring_free(tfd_ring_t *r)
         return;
     if (!r->first)
         tfd_feed_detach(r->f, r->dev, r->consumer);
-    tfx_shm_close(&r->m);
+    mem_unref(r->mem);                      /* bodies received into its slots keep it */
     tfd_feed_unref(r->f);
     free(r);
 }

@@ -14,7 +14,14 @@
  * goes, in order, to whoever attaches next. Nothing the consumer could write into its
  * mapping is ever read back here.
  *
- * Threads: only shm.c's thread touches a ring.
+ * A producer's UCX push to a device queue with a ring attached is received straight into a
+ * free slot (tfd_ring_lend: api_feeds.c asks for one as the request begins); when that item
+ * comes to be delivered to this ring, it is sent from where it lies, with no copy at all
+ * through the daemon. A slot is free when neither a received body (until its item is
+ * acknowledged and freed) nor the consumer (until FREE) holds it.
+ *
+ * Threads: only shm.c's thread touches a ring, except tfd_ring_lend and the give-back it
+ * returns (the slots' bits under their own lock).
  */
 #ifndef TFD_RING_H
 #define TFD_RING_H
@@ -26,7 +33,8 @@
 typedef struct tfd_ring tfd_ring_t;
 
 typedef struct {
-    uint64_t items;                 /* items sent through a slot */
+    uint64_t items;                 /* items copied into a slot */
+    uint64_t in_place;              /* items sent from the slot their body was received into */
     uint64_t overflow;              /* items sent as a memfd of their own */
 } tfd_ring_stats_t;
 
@@ -41,6 +49,17 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
 uint64_t tfd_ring_bytes(const tfd_ring_t *r);
 unsigned tfd_ring_slots(const tfd_ring_t *r);
 uint64_t tfd_ring_slot_bytes(const tfd_ring_t *r);
+/* Lends a free slot (one is always kept for items that need a copy) for a body of len
+ * bytes to be received into, so the item reaches the consumer with no copy through the
+ * daemon: 0 with *buf (*cap bytes; written by the daemon alone, the ring being sealed
+ * against every other writer) and *give_back(*arg), which frees the slot - run it once the
+ * body is no longer needed (its blob's give_back); -1 when no slot is free or len does not
+ * fit. The slot's memory outlives the ring. Any thread, under the caller's guarantee that r
+ * is not freed meanwhile (daemon/shm.c's ring registry). */
+int tfd_ring_lend(tfd_ring_t *r, size_t len, uint8_t **buf, size_t *cap,
+                  void (**give_back)(void *arg), void **arg);
+/* The feed and device queue r serves. */
+int tfd_ring_serves(const tfd_ring_t *r, const tfd_feed_t *f, unsigned dev);
 /* A CREDIT, ACK or FREE from the consumer: 0, or -1 when it breaks the ring's rules (credit
  * that shrinks, a slot not taken): close the connection. */
 int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m);

@@ -77,6 +77,9 @@ struct tfd_shm {
     int listen_fd, stop_fd;
     int wake_fd;                    /* an eventfd: a feed's pop events changed (rings) */
     atomic_uint nrings;
+    pthread_mutex_t ring_lock;      /* rings: what tfd_shm_lend looks through */
+    tfd_ring_t *rings[MAX_CONNS];
+    size_t nreg;
     char name[TFX_SHM_MAX_NAME + 1];
     pthread_t thread;
     conn_t conns[MAX_CONNS];
@@ -206,6 +209,13 @@ static void conn_close(tfd_shm_t *s, size_t k)
     while (c->nallocs)
         alloc_drop(s, c, c->nallocs - 1);
     if (c->ring) {
+        pthread_mutex_lock(&s->ring_lock);     /* no lend finds it from here on */
+        for (size_t i = 0; i < s->nreg; i++)
+            if (s->rings[i] == c->ring) {
+                s->rings[i] = s->rings[--s->nreg];
+                break;
+            }
+        pthread_mutex_unlock(&s->ring_lock);
         pthread_mutex_lock(&s->lock);
         s->st.rings--;
         s->st.ring_bytes -= tfd_ring_bytes(c->ring);
@@ -492,17 +502,17 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     m.seq = q->seq;
     m.a = tfd_ring_slots(r);
     m.b = tfd_ring_slot_bytes(r);
-    if (reply(c, &m, fd) != 0) {
-        tfd_ring_free(r);
-        return -1;
-    }
+    /* Registered before the answer: a push the client sends once it has it finds the ring. */
     c->ring = r;
+    pthread_mutex_lock(&s->ring_lock);
+    s->rings[s->nreg++] = r;                    /* one per connection: never over MAX_CONNS */
+    pthread_mutex_unlock(&s->ring_lock);
     pthread_mutex_lock(&s->lock);
     s->st.rings++;
     s->st.ring_bytes += tfd_ring_bytes(r);
     pthread_mutex_unlock(&s->lock);
     atomic_fetch_add(&s->nrings, 1);
-    return 0;
+    return reply(c, &m, fd);                    /* failed: the caller closes c, and r */
 }
 
 /* Fills a ring connection's free slots; -1: close it. With authentication on, the
@@ -528,12 +538,34 @@ static int ring_fill(tfd_shm_t *s, conn_t *c)
             return -1;
         }
     }
-    tfd_ring_stats_t rs = {0, 0};
+    tfd_ring_stats_t rs = {0, 0, 0};
     int rc = tfd_ring_fill(c->ring, c->fd, &rs);
-    if (rs.items || rs.overflow) {
+    if (rs.items || rs.in_place || rs.overflow) {
         pthread_mutex_lock(&s->lock);
         s->st.ring_items += rs.items;
+        s->st.ring_in_place += rs.in_place;
         s->st.ring_overflow += rs.overflow;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return rc;
+}
+
+int tfd_shm_lend(tfd_shm_t *s, const tfd_feed_t *f, unsigned dev, size_t len, uint8_t **buf,
+                 size_t *cap, void (**give_back)(void *arg), void **arg)
+{
+    int rc = -1;
+    if (!s || !atomic_load_explicit(&s->nrings, memory_order_relaxed))
+        return -1;
+    pthread_mutex_lock(&s->ring_lock);
+    for (size_t i = 0; i < s->nreg; i++)
+        if (tfd_ring_serves(s->rings[i], f, dev)) {
+            rc = tfd_ring_lend(s->rings[i], len, buf, cap, give_back, arg);
+            break;
+        }
+    pthread_mutex_unlock(&s->ring_lock);
+    if (rc == 0) {
+        pthread_mutex_lock(&s->lock);
+        s->st.ring_lent++;
         pthread_mutex_unlock(&s->lock);
     }
     return rc;
@@ -713,6 +745,7 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
     s->token_ttl_ms = token_ttl_ms;
     s->listen_fd = s->stop_fd = s->wake_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->ring_lock, NULL);
     tfp_err_t err;
     tfx_shm_t probe;
     if (tfx_shm_create(1, "tfetch-probe", &probe, &err) != TFP_OK) {
@@ -738,6 +771,7 @@ fail:
         close(s->stop_fd);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
     return NULL;
@@ -766,6 +800,7 @@ void tfd_shm_free(tfd_shm_t *s)
     close(s->wake_fd);
     close(s->stop_fd);
     close(s->listen_fd);
+    pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }

@@ -50,6 +50,8 @@ typedef struct {
     uint64_t rings, ring_bytes;     /* feeds' same-host rings open now, their memory
                                      * (counted in the lease bound) */
     uint64_t ring_items;            /* items copied into a ring's slot */
+    uint64_t ring_lent;             /* bodies received straight into a ring's slot */
+    uint64_t ring_in_place;         /* items sent from the slot they were received into */
     uint64_t ring_overflow;         /* items sent as a memfd of their own (over a slot, or
                                      * every slot taken) */
 } tfd_shm_stats_t;
@@ -64,6 +66,11 @@ void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth);
 /* Feeds whose device queues same-host consumers may attach rings to (daemon/ring.h);
  * without it RING is refused. Set before serving. */
 void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds);
+/* Any thread (a request's begin): a free slot of the ring attached to f's device queue dev,
+ * for a body of len bytes to be received into (tfd_ring_lend): 0 with *buf, *cap and the
+ * give-back; -1 when no ring is attached there or it has no slot to lend. */
+int tfd_shm_lend(tfd_shm_t *s, const tfd_feed_t *f, unsigned dev, size_t len, uint8_t **buf,
+                 size_t *cap, void (**give_back)(void *arg), void **arg);
 /* Any thread: some feed's pop events changed (the feeds' wake callback): rings look again.
  * s NULL, or no ring open: nothing (no system call). */
 void tfd_shm_feed_wake(tfd_shm_t *s);

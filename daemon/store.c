@@ -76,6 +76,23 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
     b->share_p = NULL;
     b->share_size = 0;
     b->share_copy = 0;
+    b->give_back = NULL;
+    b->give_back_arg = NULL;
+    return b;
+}
+
+tfd_blob_t *tfd_blob_new_lent(uint8_t *base, size_t cap, const uint8_t *data, size_t len,
+                              tfp_doc_t *doc, void (*give_back)(void *arg), void *arg)
+{
+    tfd_blob_t *b = tfd_blob_new(NULL, 0, data, len, doc);
+    if (!b) {
+        give_back(arg);
+        return NULL;
+    }
+    b->base = base;
+    b->cap = cap;
+    b->give_back = give_back;
+    b->give_back_arg = arg;
     return b;
 }
 
@@ -92,7 +109,7 @@ static int share(tfd_store_t *s, tfd_blob_t *b, int *fd, size_t *offset, size_t 
         *offset = 0;                    /* a copy, or a document put over shm */
         *size = b->share_size;
         rc = 0;
-    } else if (b->base && b->cap >= TFX_BUF_BIG) {
+    } else if (b->base && b->cap >= TFX_BUF_BIG && !b->give_back) {
         /* Moved into a memfd where it is, never copied beside itself: a large document's
          * memory stays counted once. */
         int own = tfx_buf_seal(b->base, b->cap);
@@ -161,7 +178,10 @@ void tfd_blob_unref(tfd_blob_t *b)
         b->retired_in->retired -= held(b);
         pthread_mutex_unlock(&b->retired_in->lock);
     }
-    tfx_buf_free(b->base, b->cap);
+    if (b->give_back)
+        b->give_back(b->give_back_arg);
+    else
+        tfx_buf_free(b->base, b->cap);
     if (b->share_fd >= 0) {
         tfx_shm_t m = { b->share_fd, b->share_p, b->share_size, 0 };
         tfx_shm_close(&m);

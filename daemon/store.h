@@ -30,12 +30,20 @@ typedef struct tfd_blob {
     void *share_p;                  /* and its read-only mapping (share_size bytes) */
     size_t share_size;
     size_t share_copy;              /* of it, bytes a share copied and the store counts */
+    void (*give_back)(void *arg);   /* base is lent, not a tfx_buf (a feed ring's slot the
+                                     * body was received into): this returns it; NULL: a
+                                     * tfx_buf, freed with tfx_buf_free */
+    void *give_back_arg;
 } tfd_blob_t;
 
 /* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
  * of base and doc (also on failure). NULL on allocation failure. */
 tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t len,
                          tfp_doc_t *doc);
+/* The same for a lent base (give_back(arg) returns it when the blob is freed, or at once on
+ * failure, instead of tfx_buf_free). */
+tfd_blob_t *tfd_blob_new_lent(uint8_t *base, size_t cap, const uint8_t *data, size_t len,
+                              tfp_doc_t *doc, void (*give_back)(void *arg), void *arg);
 tfd_blob_t *tfd_blob_ref(tfd_blob_t *b);
 void tfd_blob_unref(tfd_blob_t *b);         /* NULL is a no-op; frees on the last ref */
 void tfd_blob_release(void *b);             /* tfd_blob_unref for release callbacks */

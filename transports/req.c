@@ -37,6 +37,26 @@ const uint8_t *tfx_req_body(const tfx_req_t *r, size_t *len)
     return r->buf ? r->buf + r->headroom : NULL;
 }
 
+void tfx_req_accept_body_into(tfx_req_t *r, size_t headroom, uint64_t max, uint8_t *buf,
+                              size_t cap, void (*give_back)(void *arg), void *arg)
+{
+    tfx_req_accept_body(r, headroom, max);
+    r->buf = buf;
+    r->cap = cap;
+    r->give_back = give_back;
+    r->give_back_arg = arg;
+}
+
+/* Returns a lent buffer to its lender: the request no longer uses it. */
+static void give_back(tfx_req_t *r)
+{
+    void (*fn)(void *) = r->give_back;
+    r->give_back = NULL;
+    r->buf = NULL;
+    r->cap = 0;
+    fn(r->give_back_arg);
+}
+
 uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap)
 {
     uint8_t *b = r->buf;
@@ -44,6 +64,16 @@ uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap)
     r->buf = NULL;
     r->cap = 0;
     return b;
+}
+
+int tfx_req_take_lent(tfx_req_t *r, void (**fn)(void *), void **arg)
+{
+    if (!r->give_back)
+        return 0;
+    *fn = r->give_back;
+    *arg = r->give_back_arg;
+    r->give_back = NULL;
+    return 1;
 }
 
 tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total)
@@ -54,6 +84,20 @@ tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total)
         tfp_status_t st = r->h->body_grow(r, total, r->h->arg);
         if (st != TFP_OK)
             return st;
+    }
+    if (r->give_back) {
+        if (total <= r->cap)
+            return TFP_OK;                  /* the lent buffer holds it */
+        /* Larger than lent: into a tfx_buf, with what arrived so far. */
+        size_t used = r->headroom + (size_t)r->body_len, ncap;
+        uint8_t *nb = tfx_buf_alloc((size_t)total, &ncap);
+        if (!nb)
+            return TFP_ENOMEM;
+        memcpy(nb, r->buf, used);
+        give_back(r);
+        r->buf = nb;
+        r->cap = ncap;
+        return TFP_OK;
     }
     /* In place where it can: a copy would hold the old and the new buffer at once. */
     size_t cap = r->cap;
@@ -92,6 +136,8 @@ void tfx_req_release(tfx_req_t *r)
         free(r->hdrs);
         r->hdrs = n;
     }
+    if (r->give_back)
+        give_back(r);
     tfx_buf_free(r->buf, r->cap);
     r->buf = NULL;
     r->cap = 0;

@@ -56,6 +56,17 @@ const tfp_op_err_t *tfx_req_op_error(const tfx_req_t *r);
 /* In begin: accept a body of at most max bytes, received at offset headroom of a tfx_buf.
  * Without this call a body is read and discarded. A body above max gets a 413. */
 void tfx_req_accept_body(tfx_req_t *r, size_t headroom, uint64_t max);
+/* In begin, instead of tfx_req_accept_body: the body goes into the caller's memory buf
+ * (cap bytes, the body at offset headroom) rather than a tfx_buf: the transport writes it
+ * there (UCX: the rendezvous lands in it). Whenever the buffer stops being used - the body
+ * is larger than it, the request ends without a handler taking it - give_back(arg) runs
+ * once, and a larger body goes into a tfx_buf as usual; a handler that takes the body
+ * (tfx_req_take_lent) takes that duty over. */
+void tfx_req_accept_body_into(tfx_req_t *r, size_t headroom, uint64_t max, uint8_t *buf,
+                              size_t cap, void (*give_back)(void *arg), void *arg);
+/* In handle, right after tfx_req_take_body: 1 when the buffer it returned was lent (then
+ * *give_back and *arg are the caller's to run instead of tfx_buf_free), else 0. */
+int tfx_req_take_lent(tfx_req_t *r, void (**give_back)(void *arg), void **arg);
 /* In handle: the body received (NULL, 0 if none). */
 const uint8_t *tfx_req_body(const tfx_req_t *r, size_t *len);
 /* In handle: takes the buffer holding the body: *base is the tfx_buf (free with

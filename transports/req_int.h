@@ -37,6 +37,9 @@ struct tfx_req {
     uint64_t max_body;
     uint8_t *buf;
     size_t cap;                     /* of buf */
+    void (*give_back)(void *arg);   /* buf is lent by a handler (tfx_req_accept_body_into),
+                                     * not a tfx_buf: this returns it; NULL otherwise */
+    void *give_back_arg;
     uint64_t body_len;
     uint64_t body_seen;             /* including discarded bytes */
     tfp_status_t body_failed;       /* why the body is being drained, or TFP_OK */
