@@ -152,6 +152,7 @@ void tf_client_free(tf_client_t *c)
         free(o);
     }
     c->origins = NULL;
+    tfi_split_forget(c);
     free(c->user);
     tf_client_set_token(c, NULL);
     free(c->ca_file);

@@ -179,11 +179,50 @@ static tf_status_t build_call(tfi_op_t *op, const tfi_call_t *call)
     return TF_OK;
 }
 
+/* tfx_hc_url_split of url, through a one-URL cache on the client: requests in a loop go to
+ * one URL, and libcurl's parse of it was ~9.6k instructions of the ~54k an 8-byte exchange
+ * costs the client. *key and *path are borrowed from c->split until the next call. Only the
+ * thread using the client calls this (tfetch.h: one thread at a time), so no lock; a URL
+ * that does not split is not kept. */
+void tfi_split_forget(tf_client_t *c)
+{
+    free(c->split.url);
+    free(c->split.key);
+    free(c->split.path);
+    memset(&c->split, 0, sizeof c->split);
+}
+
+static tfx_hc_status_t split_url(tf_client_t *c, const char *url, const char **key,
+                                 const char **path, int *query)
+{
+    if (!url || !c->split.url || strcmp(url, c->split.url) != 0) {
+        char *k = NULL, *p = NULL, *u;
+        int q = 0;
+        tfx_hc_status_t xst = tfx_hc_url_split(url, &k, &p, &q);
+        if (xst != TFX_HC_OK)
+            return xst;
+        if (!(u = strdup(url))) {
+            free(k);
+            free(p);
+            return TFX_HC_ENOMEM;
+        }
+        tfi_split_forget(c);
+        c->split.url = u;
+        c->split.key = k;
+        c->split.path = p;
+        c->split.query = q;
+    }
+    *key = c->split.key;
+    *path = c->split.path;
+    *query = c->split.query;
+    return TFX_HC_OK;
+}
+
 static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *rq, int kind,
                             tf_format_t format, const tfi_call_t *call)
 {
     tfi_op_t *op = &f->op;
-    char *key = NULL, *path = NULL;
+    const char *key = NULL, *path = NULL;
 
     op->kind = kind;
     op->format = format;
@@ -193,27 +232,19 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     snprintf(op->user, sizeof(op->user), "%s", c->user ? c->user : "");
     if (c->token)
         snprintf(op->auth, sizeof(op->auth), "Bearer %s", c->token);
-    tfx_hc_status_t xst = tfx_hc_url_split(rq->url, &key, &path, &op->query);
-    if (xst == TFX_HC_ENOMEM || (xst == TFX_HC_OK && !(op->url = strdup(rq->url)))) {
-        free(key);
-        free(path);
+    tfx_hc_status_t xst = split_url(c, rq->url, &key, &path, &op->query);
+    if (xst == TFX_HC_ENOMEM || (xst == TFX_HC_OK && !(op->url = strdup(rq->url))))
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    }
     if (xst != TFX_HC_OK)
         return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", rq->url ? rq->url : "(null)");
     f->origin = tfi_origin_get(c, key);
-    if (call && build_call(op, call) != TF_OK) {
-        free(key);
-        free(path);
+    if (call && build_call(op, call) != TF_OK)
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
-    }
     const char *prefix = kind == TF_OP_EXCHANGE ? "/v1/call/" : "/v1/tensors/";
     size_t n = strlen(prefix);
     if ((kind >= TF_OP_GET && kind <= TF_OP_EXCHANGE) && strncmp(path, prefix, n) == 0 &&
         tfp_name_valid(path + n) && strlen(path + n) < sizeof(op->name))
         snprintf(op->name, sizeof(op->name), "%s", path + n);
-    free(key);
-    free(path);
     return TF_OK;
 }
 

@@ -259,6 +259,11 @@ struct tf_client {
     tf_progress_fn progress;
     void *progress_ud;
     tf_result_t last;
+    struct {                        /* the last URL a request split (fetch.c), all owned: */
+        char *url;                  /* NULL when none */
+        char *key, *path;           /* tfx_hc_url_split's origin and path of url */
+        int query;
+    } split;
 };
 
 struct tf_fetch {
@@ -357,6 +362,8 @@ void tfi_wakeup(tf_client_t *c);
 tf_status_t tfi_set_max_connections(tf_client_t *c, long n);
 
 /* fetch.c: the request's life */
+/* Frees the client's cached URL split (c->split); the client stays usable. */
+void tfi_split_forget(tf_client_t *c);
 /* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
 long tfi_remaining_ms(const tf_fetch_t *f);
 /* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */

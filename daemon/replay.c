@@ -39,12 +39,17 @@ struct tfd_replay {
     uint64_t entries, bytes, hits, running;
 };
 
+/* "user\nid", malloc'd. Two copies rather than snprintf: this runs twice for every request
+ * that carries an id (begin, then complete), and snprintf was ~900 instructions of it. */
 static char *make_key(const char *user, const char *id)
 {
-    size_t n = strlen(user) + strlen(id) + 2;
-    char *k = malloc(n);
-    if (k)
-        snprintf(k, n, "%s\n%s", user, id);
+    size_t nu = strlen(user), ni = strlen(id);
+    char *k = malloc(nu + ni + 2);
+    if (k) {
+        memcpy(k, user, nu);
+        k[nu] = '\n';
+        memcpy(k + nu + 1, id, ni + 1);
+    }
     return k;
 }
 

@@ -710,6 +710,45 @@ START_TEST(http_get_decodes_and_sends_ids)
 }
 END_TEST
 
+/* One client, requests to different URLs in turn (the client keeps its last URL's split): each
+ * goes to its own server and path, a bad URL in between is still refused. */
+START_TEST(client_each_url_split_anew)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {7, 8, 9, 10};
+    tf_doc_t *src = sample_doc(TF_COPY, w, b);
+    void *body;
+    size_t blen;
+    ck_assert_int_eq(tf_doc_encode(src, &body, &blen), TF_OK);
+    const char *hdrs = "Content-Type: application/x-safetensors\r\n";
+    canned_t *s1 = canned_start(200, hdrs, body, blen);
+    canned_t *s2 = canned_start(200, hdrs, body, blen);
+    char *u1 = url_of(s1, "/v1/tensors/w"), *u2 = url_of(s2, "/v1/tensors/other");
+    tf_client_t *c;
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, u1, 0, &doc), TF_OK);
+    canned_wait(s1);
+    tf_doc_free(doc);
+    doc = NULL;
+    ck_assert_int_eq(tf_get(c, "garbage", 0, &doc), TF_EURL);
+    ck_assert_int_eq(tf_get(c, u1 + 1, 0, &doc), TF_EURL);
+    ck_assert_int_eq(tf_get(c, u2, 0, &doc), TF_OK);
+    canned_wait(s2);
+    ck_assert_ptr_nonnull(strstr(s1->head, "GET /v1/tensors/w HTTP/1.1\r\n"));
+    ck_assert_ptr_nonnull(strstr(s2->head, "GET /v1/tensors/other HTTP/1.1\r\n"));
+    ck_assert_int_eq(tf_get(c, NULL, 0, &(tf_doc_t *){NULL}), TF_EURL);
+    canned_join(s1);
+    canned_join(s2);
+    tf_doc_free(doc);
+    tf_doc_free(src);
+    free(body);
+    free(u1);
+    free(u2);
+    tf_client_free(c);
+}
+END_TEST
+
 /* The request the canned server recorded, checked in the test's thread. */
 START_TEST(http_request_headers_and_body)
 {
@@ -1414,6 +1453,7 @@ Suite *suite_client(void)
      * the request's, so the library must not negotiate an upgrade first. */
     tcase_add_checked_fixture(http, http_lazy, NULL);
     tcase_add_test(http, http_get_decodes_and_sends_ids);
+    tcase_add_test(http, client_each_url_split_anew);
     tcase_add_test(http, http_request_headers_and_body);
     tcase_add_test(http, http_get_wait_query_and_generated_id);
     tcase_add_test(http, http_error_codes_map_by_name);

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,36 @@ START_TEST(jsonw_structure)
 }
 END_TEST
 
+START_TEST(jsonw_numbers_as_printf)
+{
+    /* Each power of ten and its neighbours, both signs, and the extremes: what printf says. */
+    for (int i = 0; i <= 20; i++) {
+        uint64_t p10 = 1;
+        for (int k = 0; k < i && k < 19; k++)
+            p10 *= 10;
+        uint64_t us[] = {p10 - 1, p10, p10 + 1, i == 20 ? UINT64_MAX : p10 * 3 + 7};
+        for (size_t j = 0; j < sizeof us / sizeof us[0]; j++) {
+            char want[128];
+            tfp_jw_t w;
+            char *out;
+            tfp_jw_init(&w);
+            tfp_jw_arr_begin(&w);
+            tfp_jw_uint(&w, us[j]);
+            tfp_jw_int(&w, (int64_t)us[j]);
+            tfp_jw_int(&w, -(int64_t)(us[j] & INT64_MAX));
+            tfp_jw_int(&w, INT64_MAX);
+            tfp_jw_arr_end(&w);
+            out = tfp_jw_finish(&w, NULL);
+            snprintf(want, sizeof want, "[%llu,%lld,%lld,%lld]", (unsigned long long)us[j],
+                     (long long)(int64_t)us[j], -(long long)(us[j] & INT64_MAX),
+                     (long long)INT64_MAX);
+            ck_assert_str_eq(out, want);
+            free(out);
+        }
+    }
+}
+END_TEST
+
 START_TEST(jsonw_large)
 {
     tfp_jw_t w;
@@ -167,6 +198,7 @@ Suite *suite_jsonw(void)
     tcase_add_test(tc, jsonw_escaping);
     tcase_add_test(tc, jsonw_invalid_utf8);
     tcase_add_test(tc, jsonw_structure);
+    tcase_add_test(tc, jsonw_numbers_as_printf);
     tcase_add_test(tc, jsonw_large);
     tcase_add_test(tc, error_json);
     suite_add_tcase(s, tc);

@@ -5,6 +5,7 @@
  */
 #include "config.h"
 #include "tests/suites.h"
+#include "daemon/api.h"
 #include "daemon/store.h"
 #include "proto/safetensors.h"
 #include "transports/buf.h"
@@ -360,6 +361,46 @@ START_TEST(store_share_counted)
 }
 END_TEST
 
+/* api_encode_blob's index (built from the doc, not parsed back) is the doc a decode of the
+ * blob's bytes gives: names, dtypes, shapes, offsets, data pointers and metadata, in order. */
+START_TEST(store_encode_blob_index)
+{
+    tfp_doc_t *doc = tfp_doc_new();
+    tfp_err_t err;
+    uint8_t a[6] = {1, 2, 3, 4, 5, 6}, b[8] = {9, 8, 7, 6, 5, 4, 3, 2};
+    uint64_t sa[2] = {2, 3}, sb[1] = {2}, sz[3] = {4, 0, 2};
+    ck_assert_int_eq(tfp_doc_set_meta(doc, "format", "pt", &err), TFP_OK);
+    ck_assert_int_eq(tfp_doc_add(doc, "zeta", TFP_U8, 2, sa, a, 6, &err), TFP_OK);
+    ck_assert_int_eq(tfp_doc_add(doc, "empty", TFP_F32, 3, sz, NULL, 0, &err), TFP_OK);
+    ck_assert_int_eq(tfp_doc_add(doc, "alpha", TFP_F32, 1, sb, b, 8, &err), TFP_OK);
+    ck_assert_int_eq(tfp_doc_set_meta(doc, "a-key", "v\"q", &err), TFP_OK);
+    tfd_blob_t *bl = api_encode_blob(doc, &err);
+    ck_assert_ptr_nonnull(bl);
+    tfp_doc_t *dec = NULL;
+    ck_assert_int_eq(tfp_st_decode(bl->data, bl->len, NULL, &dec, &err), TFP_OK);
+    const tfp_doc_t *ix = bl->doc;
+    ck_assert_uint_eq(ix->n, dec->n);
+    ck_assert_uint_eq(ix->nmeta, dec->nmeta);
+    for (size_t i = 0; i < dec->n; i++) {
+        ck_assert_str_eq(ix->t[i].name, dec->t[i].name);
+        ck_assert_int_eq(ix->t[i].dtype, dec->t[i].dtype);
+        ck_assert_int_eq(ix->t[i].rank, dec->t[i].rank);
+        ck_assert_mem_eq(ix->t[i].shape, dec->t[i].shape, sizeof dec->t[i].shape);
+        ck_assert_uint_eq(ix->t[i].offset, dec->t[i].offset);
+        ck_assert_uint_eq(ix->t[i].nbytes, dec->t[i].nbytes);
+        ck_assert_ptr_eq(ix->t[i].data, dec->t[i].data);
+    }
+    for (size_t i = 0; i < dec->nmeta; i++) {
+        ck_assert_str_eq(ix->meta[i].key, dec->meta[i].key);
+        ck_assert_str_eq(ix->meta[i].value, dec->meta[i].value);
+    }
+    ck_assert_mem_eq(tfp_doc_find(ix, "alpha")->data, b, 8);
+    tfp_doc_free(dec);
+    tfd_blob_release(bl);
+    tfp_doc_free(doc);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -372,6 +413,7 @@ Suite *suite_store(void)
     tcase_add_test(tc, store_each_in_name_order);
     tcase_add_test(tc, store_share);
     tcase_add_test(tc, store_share_counted);
+    tcase_add_test(tc, store_encode_blob_index);
     suite_add_tcase(s, tc);
     return s;
 }
