@@ -440,8 +440,18 @@ START_TEST(lib_long_poll_answered_on_shutdown)
             _exit(2);
         _exit(tf_get(k, url, 60000, &g) == TF_EBUSY ? 0 : 1);
     }
-    struct timespec ts = {0, 300 * 1000000L};
-    nanosleep(&ts, NULL);
+    /* SIGTERM once the daemon holds the long poll (not after a fixed time: a daemon under
+     * valgrind on a loaded machine took longer than 300 ms to get there). */
+    int waiting = 0;
+    for (int i = 0; i < 400 && !waiting; i++) {
+        curl("", "/metrics");
+        waiting = strstr(out, "\ntfetch_waiting_requests 1\n") != NULL;
+        if (!waiting) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    ck_assert_msg(waiting, "the long poll never reached the daemon");
     ck_assert_int_eq(td_stop(&D, SIGTERM, 5000), 0);
     int st;
     ck_assert_int_eq(waitpid(kid, &st, 0), kid);
