@@ -4,8 +4,8 @@
  * A feed attached through a client whose origin is on this host (an shm connection after
  * the upgrade, policy auto) asks for a ring: a token for a second connection (TOKEN on the
  * origin's), HELLO with it, RING for its device queue. The answer's memfd is checked (its
- * own size, the resize seal) and mapped read-only once; from then on the daemon copies
- * items into its slots as the feed's credit allows and says so (ITEM), and an item's
+ * own size, its seals) and mapped read-only once; from then on the daemon puts items into
+ * its slots (received there, or copied) as the feed's credit allows and says so (ITEM), and an item's
  * document is decoded in place: its tensors point into the slot, which stays the
  * consumer's until tf_doc_free sends FREE. Items larger than a slot come as a sealed memfd
  * of their own, mapped the same way.

@@ -6,8 +6,9 @@
  * resizes, mapped read-write here and read-only by the consumer, and faulted in once, so the
  * pages are reused item after item (fresh pages cost more than the copy on our machines).
  * As the consumer grants credit (how many items it asked for in all) the ring pops the queue
- * under the consumer's id, which holds the queue's lease while the connection lives, copies
- * each item's document into a free slot and says so with an ITEM message; an item larger
+ * under the consumer's id, which holds the queue's lease while the connection lives, puts
+ * each item's document into a slot (where it was received, below, or a copy into a free
+ * one) and says so with an ITEM message; an item larger
  * than a slot, or one that finds every slot taken, goes as a sealed memfd of its own. FREE
  * gives a slot back; ACK releases positions in the queue (tfd_feed_ack), as HTTP's ?ack=
  * does. Closing the ring detaches the consumer, so what it was given and never released
