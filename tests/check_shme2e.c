@@ -646,6 +646,16 @@ START_TEST(shm_hostile_client)
 }
 END_TEST
 
+/* Rewrites the daemon's token file with text and asks it to reload (SIGHUP). */
+static void new_tokens(const char *file, const char *text)
+{
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    kill(D.pid, SIGHUP);
+}
+
 /* HELLO on a new connection with a token from an upgrade as `bearer`: the connected fd. */
 static int raw_hello(void)
 {
@@ -744,12 +754,7 @@ START_TEST(shm_auth_rights)
     ck_assert_msg(strstr(msg, "principal reader has no write right"), "%s", msg);
     close(fd);
     /* alice revoked (SIGHUP): her connection's next request is 401 */
-    const char *less = "tkb-9a8b bob read:bob.* write:bob.* admin:*\n";
-    FILE *f = fopen(file, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(less, f);
-    fclose(f);
-    kill(D.pid, SIGHUP);
+    new_tokens(file, "tkb-9a8b bob read:bob.* write:bob.* admin:*\n");
     tfp_status_t st = TFP_OK;
     for (int i = 0; i < 200; i++) {
         st = raw_call(fd_alice, TFP_SF_GET, "alice.t", 0, 0, NULL, msg, sizeof msg);
@@ -946,12 +951,7 @@ START_TEST(shm_ring_hostile)
      * before any item is sent */
     fd = raw_hello();
     rf = raw_ring(fd, "f/0/e", 2, TFP_OK, NULL, NULL, 0);
-    const char *less = "tkr-5c5c reader read:* produce:* admin:*\n";
-    FILE *tf = fopen(file, "w");
-    ck_assert_ptr_nonnull(tf);
-    fputs(less, tf);
-    fclose(tf);
-    kill(D.pid, SIGHUP);
+    new_tokens(file, "tkr-5c5c reader read:* produce:* admin:*\n");
     bearer = "tkr-5c5c";
     tfp_sf_t info = {0};
     for (int i = 0; i < 200; i++) {     /* the reload is the main thread's: until it lands */
