@@ -46,10 +46,7 @@ struct tfd_ring {
     tfd_feed_t *f;
     unsigned dev;
     char consumer[TFP_MAX_USER_ID + 1];
-    mem_t *mem;
-    tfx_shm_t m;                    /* mem's region (a copy of the handle, for reading) */
-    unsigned nslots;
-    uint64_t slot_bytes;
+    mem_t *mem;                     /* the slots, their geometry and holders */
     uint64_t asked, sent;           /* credit, in items */
     uint64_t generation;            /* the last one told */
     int told_generation, told_done;
@@ -140,19 +137,16 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
     mem->slot_bytes = slot;
     pthread_mutex_init(&mem->lock, NULL);
     r->mem = mem;
-    r->m = mem->m;
     r->f = f;
     r->dev = (unsigned)dev;
     snprintf(r->consumer, sizeof r->consumer, "%s", consumer);
-    r->nslots = nslots;
-    r->slot_bytes = slot;
     r->first = 1;
     *out = r;
-    *fd = r->m.fd;
+    *fd = r->mem->m.fd;
     return TFP_OK;
 }
 
-uint64_t tfd_ring_bytes(const tfd_ring_t *r) { return r->m.size; }
+uint64_t tfd_ring_bytes(const tfd_ring_t *r) { return r->mem->m.size; }
 int tfd_ring_serves(const tfd_ring_t *r, const tfd_feed_t *f, unsigned dev)
 {
     return r->f == f && r->dev == dev;
@@ -163,8 +157,8 @@ void tfd_ring_end(tfd_ring_t *r, int sock, tfp_status_t status, const char *msg)
 {
     (void)send_item(r, sock, status, msg, 0, 0, 0, NULL, -1);
 }
-unsigned tfd_ring_slots(const tfd_ring_t *r) { return r->nslots; }
-uint64_t tfd_ring_slot_bytes(const tfd_ring_t *r) { return r->slot_bytes; }
+unsigned tfd_ring_slots(const tfd_ring_t *r) { return r->mem->nslots; }
+uint64_t tfd_ring_slot_bytes(const tfd_ring_t *r) { return r->mem->slot_bytes; }
 
 int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m)
 {
@@ -179,7 +173,7 @@ int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m)
         uint64_t bit = (uint64_t)1 << (m->a - 1);       /* 1..TFP_SF_MAX_SLOTS: checked */
         int held;
         pthread_mutex_lock(&r->mem->lock);
-        held = m->a <= r->nslots && (r->mem->client & bit);
+        held = m->a <= r->mem->nslots && (r->mem->client & bit);
         r->mem->client &= ~bit;
         pthread_mutex_unlock(&r->mem->lock);
         return held ? 0 : -1;
@@ -201,11 +195,17 @@ int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m)
     }
 }
 
-/* Under mem->lock: the first slot neither lent nor the consumer's, or -1. */
+/* Under mem->lock: 1 if slot i is neither lent nor the consumer's. */
+static int is_free(const mem_t *mem, unsigned i)
+{
+    return !((mem->lent | mem->client) & ((uint64_t)1 << i));
+}
+
+/* Under mem->lock: the first free slot, or -1. */
 static int free_slot(const mem_t *mem)
 {
     for (unsigned i = 0; i < mem->nslots; i++)
-        if (!((mem->lent | mem->client) & ((uint64_t)1 << i)))
+        if (is_free(mem, i))
             return (int)i;
     return -1;
 }
@@ -234,7 +234,7 @@ static void slot_give_back(void *arg)
 int tfd_ring_lend(tfd_ring_t *r, size_t len, uint8_t **buf, size_t *cap,
                   void (**give_back)(void *arg), void **arg)
 {
-    if (len == 0 || len > r->slot_bytes)
+    if (len == 0 || len > r->mem->slot_bytes)
         return -1;
     lend_t *l = malloc(sizeof *l);
     if (!l)
@@ -243,8 +243,7 @@ int tfd_ring_lend(tfd_ring_t *r, size_t len, uint8_t **buf, size_t *cap,
     pthread_mutex_lock(&mem->lock);
     int slot = free_slot(mem), spare = 0;
     for (unsigned i = 0; slot >= 0 && i < mem->nslots; i++)
-        spare += (int)(i != (unsigned)slot &&
-                       !((mem->lent | mem->client) & ((uint64_t)1 << i)));
+        spare += (int)(i != (unsigned)slot && is_free(mem, i));
     if (slot >= 0 && spare > 0)             /* one left for items that need a copy */
         mem->lent |= (uint64_t)1 << slot;
     else
@@ -277,17 +276,17 @@ static int deliver(tfd_ring_t *r, int sock, const tfd_feed_item_t *it, tfd_ring_
         mem->client |= (uint64_t)1 << slot;
         pthread_mutex_unlock(&mem->lock);
         st->in_place++;
-        return send_item(r, sock, TFP_OK, NULL, it->position, (uint64_t)(b->data - r->m.p),
+        return send_item(r, sock, TFP_OK, NULL, it->position, (uint64_t)(b->data - mem->m.p),
                          b->len, it, -1);
     }
     pthread_mutex_lock(&mem->lock);
-    int slot = b->len <= r->slot_bytes ? free_slot(mem) : -1;
+    int slot = b->len <= mem->slot_bytes ? free_slot(mem) : -1;
     if (slot >= 0)
         mem->client |= (uint64_t)1 << slot;
     pthread_mutex_unlock(&mem->lock);
     if (slot >= 0) {
-        uint64_t off = (uint64_t)slot * r->slot_bytes;
-        memcpy(r->m.p + off, b->data, b->len);
+        uint64_t off = (uint64_t)slot * mem->slot_bytes;
+        memcpy(mem->m.p + off, b->data, b->len);
         st->items++;
         return send_item(r, sock, TFP_OK, NULL, it->position, off, b->len, it, -1);
     }
