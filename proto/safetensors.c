@@ -145,17 +145,53 @@ static tfp_status_t parse_offsets(const cJSON *offs, const char *nm, range_t *rg
     return TFP_OK;
 }
 
+/* The checks an entry's parsed fields need whatever read them (nm: the name as quoted in
+ * messages), then the tensor appended to doc with rg as its range. */
+static tfp_status_t add_entry(tfp_doc_t *doc, const char *name, const char *nm, tfp_dtype_t dt,
+                              int rank, const uint64_t *dims, uint64_t data_len, range_t *rg,
+                              tfp_err_t *err)
+{
+    char text[TFP_MAX_RANK * 21];
+    uint64_t nbytes;
+    tfp_err_t inner;
+    tfp_status_t st;
+
+    if (tfp_shape_nbytes(dt, rank, dims, &nbytes, &inner) != TFP_OK) {  /* a header from */
+        shape_text(rank, dims, text, sizeof text);                       /* the wire */
+        return tfp_err_set(err, inner.code == TFP_EINVAL ? TFP_EPROTO : inner.code,
+                           "tensor '%s': %s x [%s]: %s", nm, tfp_dtype_name(dt), text,
+                           inner.msg);
+    }
+    if (rg->end - rg->begin != nbytes) {
+        shape_text(rank, dims, text, sizeof text);
+        return tfp_err_set(err, TFP_EPROTO,
+                           "tensor '%s': data_offsets [%llu, %llu] do not match %s x [%s] = %llu bytes",
+                           nm, (unsigned long long)rg->begin, (unsigned long long)rg->end,
+                           tfp_dtype_name(dt), text, (unsigned long long)nbytes);
+    }
+    if (rg->end > data_len)
+        return tfp_err_set(err, TFP_EPROTO,
+                           "tensor '%s': data_offsets [%llu, %llu] run past the end of the %llu-byte data section",
+                           nm, (unsigned long long)rg->begin, (unsigned long long)rg->end,
+                           (unsigned long long)data_len);
+    rg->idx = doc->n;
+    st = tfp_doc_append(doc, name, dt, rank, dims, NULL, nbytes, err);
+    if (st != TFP_OK)
+        return st;
+    doc->t[rg->idx].offset = rg->begin;
+    return TFP_OK;
+}
+
 /* One "name": {"dtype", "shape", "data_offsets"} entry, appended to doc. */
 static tfp_status_t parse_entry(const cJSON *e, tfp_doc_t *doc, uint64_t data_len,
                                 range_t *rg, tfp_err_t *err)
 {
     const cJSON *dtype = NULL, *shape = NULL, *offs = NULL, *c;
-    uint64_t dims[TFP_MAX_RANK], nbytes;
+    uint64_t dims[TFP_MAX_RANK];
     const char *dup = NULL, *nm;
-    char sb[SHOW_MAX + 4], sb2[SHOW_MAX + 4], text[TFP_MAX_RANK * 21];
+    char sb[SHOW_MAX + 4], sb2[SHOW_MAX + 4];
     size_t len = strlen(e->string);
     tfp_dtype_t dt;
-    tfp_err_t inner;
     tfp_status_t st;
     int rank = 0, r;
 
@@ -198,27 +234,7 @@ static tfp_status_t parse_entry(const cJSON *e, tfp_doc_t *doc, uint64_t data_le
     st = parse_offsets(offs, nm, rg, err);
     if (st != TFP_OK)
         return st;
-    shape_text(rank, dims, text, sizeof text);
-    if (tfp_shape_nbytes(dt, rank, dims, &nbytes, &inner) != TFP_OK)   /* a header from the */
-        return tfp_err_set(err, inner.code == TFP_EINVAL ? TFP_EPROTO : inner.code,   /* wire */
-                           "tensor '%s': %s x [%s]: %s", nm, tfp_dtype_name(dt), text,
-                           inner.msg);
-    if (rg->end - rg->begin != nbytes)
-        return tfp_err_set(err, TFP_EPROTO,
-                           "tensor '%s': data_offsets [%llu, %llu] do not match %s x [%s] = %llu bytes",
-                           nm, (unsigned long long)rg->begin, (unsigned long long)rg->end,
-                           tfp_dtype_name(dt), text, (unsigned long long)nbytes);
-    if (rg->end > data_len)
-        return tfp_err_set(err, TFP_EPROTO,
-                           "tensor '%s': data_offsets [%llu, %llu] run past the end of the %llu-byte data section",
-                           nm, (unsigned long long)rg->begin, (unsigned long long)rg->end,
-                           (unsigned long long)data_len);
-    rg->idx = doc->n;
-    st = tfp_doc_append(doc, e->string, dt, rank, dims, NULL, nbytes, err);
-    if (st != TFP_OK)
-        return st;
-    doc->t[rg->idx].offset = rg->begin;
-    return TFP_OK;
+    return add_entry(doc, e->string, nm, dt, rank, dims, data_len, rg, err);
 }
 
 static int cmp_range(const void *a, const void *b)
@@ -292,12 +308,13 @@ static tfp_status_t parse_header(const char *hdr, size_t n, cJSON **out, tfp_err
     return TFP_OK;
 }
 
-tfp_status_t tfp_st_decode(const uint8_t *buf, size_t len, const tfp_st_limits_t *limits,
-                           tfp_doc_t **out, tfp_err_t *err)
+/* The general path: the header as a cJSON tree, every rule checked and named. */
+static tfp_status_t decode_tree(const uint8_t *buf, const char *hdr, uint64_t hlen,
+                                uint64_t data_len, size_t max_tensors, tfp_doc_t **out,
+                                tfp_err_t *err)
 {
-    uint64_t max_header = TFP_ST_DEFAULT_MAX_HEADER, hlen, data_len;
-    size_t max_tensors = TFP_ST_DEFAULT_MAX_TENSORS, count = 0, ntensors, k = 0;
-    const char *hdr, *dup = NULL;
+    size_t count = 0, ntensors, k = 0;
+    const char *dup = NULL;
     const cJSON *meta = NULL, *c;
     char sb[SHOW_MAX + 4];
     range_t *rg = NULL;
@@ -306,24 +323,6 @@ tfp_status_t tfp_st_decode(const uint8_t *buf, size_t len, const tfp_st_limits_t
     tfp_status_t st;
     int r;
 
-    if (out == NULL || (buf == NULL && len > 0))
-        return tfp_err_set(err, TFP_EINVAL, "no buffer or no output");
-    if (limits != NULL && limits->max_header != 0)
-        max_header = limits->max_header;
-    if (limits != NULL && limits->max_tensors != 0)
-        max_tensors = limits->max_tensors;
-    if (len < 8)
-        return tfp_err_set(err, TFP_EPROTO,
-                           "%zu bytes is shorter than the 8-byte header length", len);
-    hlen = load_le64(buf);
-    if (hlen > max_header)
-        return tfp_err_set(err, TFP_ETOOBIG, "header length %llu exceeds the limit of %llu bytes",
-                           (unsigned long long)hlen, (unsigned long long)max_header);
-    if (hlen > len - 8)
-        return tfp_err_set(err, TFP_EPROTO, "header length %llu exceeds the %zu bytes that follow",
-                           (unsigned long long)hlen, len - 8);
-    hdr = (const char *)buf + 8;
-    data_len = len - 8 - hlen;
     st = parse_header(hdr, (size_t)hlen, &root, err);
     if (st != TFP_OK)
         return st;
@@ -374,6 +373,268 @@ free_doc:
 free_root:
     cJSON_Delete(root);
     return st;
+}
+
+/* ---- the direct scan --------------------------------------------------------------------
+ *
+ * Most headers on the wire are what encoders write: compact or lightly spaced JSON, names in
+ * plain ASCII, a few tensors. Building a cJSON tree for those is most of a small request's
+ * decoding (a 1-tensor header: ~14k instructions through the tree, under 2k here). scan()
+ * reads such a header directly and builds the doc the tree path would build; on anything
+ * else - a backslash, a byte outside printable ASCII, a number with a sign, fraction or
+ * exponent, more than SCAN_MAX tensors or SCAN_MAX_META metadata keys, a key out of place,
+ * any rule broken - it declines, and the tree path decides (with its messages). So it never
+ * refuses anything, and it accepts only text that is valid JSON by construction: objects,
+ * arrays of integers, and strings of printable ASCII without escapes. fuzz_safetensors checks
+ * that whatever it accepts, the tree path accepts as the same doc. */
+
+#define SCAN_MAX 16                 /* tensors */
+#define SCAN_MAX_META 16            /* metadata keys */
+#define SCAN_MAX_VALUE 1024         /* bytes of one metadata value */
+
+typedef struct {
+    const char *p, *end;
+} scan_t;
+
+static int sc_ws(scan_t *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
+    return c->p < c->end;
+}
+
+/* The next token is ch: consumed. */
+static int sc_lit(scan_t *c, char ch)
+{
+    if (!sc_ws(c) || *c->p != ch)
+        return 0;
+    c->p++;
+    return 1;
+}
+
+/* A string without escapes, of printable ASCII, at most max bytes: copied NUL-terminated
+ * into out[max + 1]. */
+static int sc_str(scan_t *c, char *out, size_t max, size_t *len)
+{
+    if (!sc_lit(c, '"'))
+        return 0;
+    const char *b = c->p;
+    while (c->p < c->end && *c->p != '"') {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch < 0x20 || ch > 0x7e || ch == '\\')
+            return 0;
+        c->p++;
+    }
+    size_t n = (size_t)(c->p - b);
+    if (c->p == c->end || n > max)
+        return 0;
+    memcpy(out, b, n);
+    out[n] = '\0';
+    *len = n;
+    c->p++;
+    return 1;
+}
+
+/* A JSON integer in 0..2^53 without sign, fraction or exponent (at most 16 digits). */
+static int sc_uint(scan_t *c, uint64_t *v)
+{
+    uint64_t x = 0;
+    size_t n = 0;
+
+    if (!sc_ws(c))
+        return 0;
+    const char *b = c->p;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9' && n < 17) {
+        x = x * 10 + (uint64_t)(*c->p - '0');
+        c->p++;
+        n++;
+    }
+    if (n == 0 || n > 16 || (n > 1 && *b == '0') || x > MAX_EXACT)
+        return 0;
+    *v = x;
+    return 1;       /* a '.', 'e' or more digits after it are not ',' or ']': the caller stops */
+}
+
+/* [N, ...] of at most max integers. */
+static int sc_uints(scan_t *c, uint64_t *v, int max, int *count)
+{
+    int n = 0;
+
+    if (!sc_lit(c, '['))
+        return 0;
+    if (sc_lit(c, ']')) {
+        *count = 0;
+        return 1;
+    }
+    do {
+        if (n == max || !sc_uint(c, &v[n]))
+            return 0;
+        n++;
+    } while (sc_lit(c, ','));
+    *count = n;
+    return sc_lit(c, ']');
+}
+
+/* {"dtype": "..", "shape": [..], "data_offsets": [b, e]} in any order, each once. */
+static int sc_entry(scan_t *c, tfp_doc_t *doc, const char *name, uint64_t data_len,
+                    range_t *rg)
+{
+    char key[16], dts[16];
+    uint64_t dims[TFP_MAX_RANK], offs[2];
+    unsigned seen = 0;
+    size_t n;
+    int rank = 0, k;
+    tfp_dtype_t dt;
+    tfp_err_t err;
+
+    if (!sc_lit(c, '{'))
+        return 0;
+    do {
+        if (!sc_str(c, key, sizeof key - 1, &n) || !sc_lit(c, ':'))
+            return 0;
+        if (strcmp(key, "dtype") == 0 && !(seen & 1)) {
+            if (!sc_str(c, dts, sizeof dts - 1, &n) || tfp_dtype_from_name(dts, n, &dt) != 0)
+                return 0;
+            seen |= 1;
+        } else if (strcmp(key, "shape") == 0 && !(seen & 2)) {
+            if (!sc_uints(c, dims, TFP_MAX_RANK, &rank))
+                return 0;
+            seen |= 2;
+        } else if (strcmp(key, "data_offsets") == 0 && !(seen & 4)) {
+            if (!sc_uints(c, offs, 2, &k) || k != 2 || offs[0] > offs[1])
+                return 0;
+            seen |= 4;
+        } else {
+            return 0;
+        }
+    } while (sc_lit(c, ','));
+    if (!sc_lit(c, '}') || seen != 7)
+        return 0;
+    rg->begin = offs[0];
+    rg->end = offs[1];
+    return add_entry(doc, name, name, dt, rank, dims, data_len, rg, &err) == TFP_OK;
+}
+
+/* {"key": "value", ...}: string values, keys once each. */
+static int sc_meta(scan_t *c, tfp_doc_t *doc)
+{
+    char key[TFP_MAX_NAME + 1], value[SCAN_MAX_VALUE + 1];
+    size_t n;
+    tfp_err_t err;
+
+    if (!sc_lit(c, '{'))
+        return 0;
+    if (sc_lit(c, '}'))
+        return 1;
+    do {
+        if (doc->nmeta == SCAN_MAX_META || !sc_str(c, key, TFP_MAX_NAME, &n) ||
+            !sc_lit(c, ':') || !sc_str(c, value, SCAN_MAX_VALUE, &n))
+            return 0;
+        for (size_t i = 0; i < doc->nmeta; i++)
+            if (strcmp(doc->meta[i].key, key) == 0)
+                return 0;
+        if (tfp_doc_append_meta(doc, key, value, &err) != TFP_OK)
+            return 0;
+    } while (sc_lit(c, ','));
+    return sc_lit(c, '}');
+}
+
+static int sc_header(scan_t *c, tfp_doc_t *doc, uint64_t data_len, size_t max_tensors,
+                     range_t *rg)
+{
+    char name[TFP_MAX_NAME + 1];
+    size_t n;
+    int meta = 0;
+
+    if (c->p == c->end || *c->p != '{')
+        return 0;
+    c->p++;
+    if (!sc_lit(c, '}')) {
+        do {
+            if (!sc_str(c, name, TFP_MAX_NAME, &n) || !sc_lit(c, ':'))
+                return 0;
+            if (strcmp(name, "__metadata__") == 0) {
+                if (meta++ || !sc_meta(c, doc))
+                    return 0;
+                continue;
+            }
+            if (n == 0 || doc->n == SCAN_MAX || doc->n == max_tensors)
+                return 0;
+            for (size_t i = 0; i < doc->n; i++)
+                if (strcmp(doc->t[i].name, name) == 0)
+                    return 0;
+            if (!sc_entry(c, doc, name, data_len, &rg[doc->n]))
+                return 0;
+        } while (sc_lit(c, ','));
+        if (!sc_lit(c, '}'))
+            return 0;
+    }
+    for (; c->p < c->end; c->p++)
+        if (*c->p != ' ')
+            return 0;
+    return 1;
+}
+
+/* The doc, or NULL: declined (the tree path decides). */
+static tfp_doc_t *scan(const uint8_t *buf, const char *hdr, uint64_t hlen, uint64_t data_len,
+                       size_t max_tensors)
+{
+    range_t rg[SCAN_MAX];
+    scan_t c = {hdr, hdr + hlen};
+    tfp_doc_t *doc = tfp_doc_new();
+    tfp_err_t err;
+
+    if (doc == NULL)
+        return NULL;
+    if (!sc_header(&c, doc, data_len, max_tensors, rg) ||
+        check_tiling(doc, rg, doc->n, data_len, &err) != TFP_OK) {
+        tfp_doc_free(doc);
+        return NULL;
+    }
+    for (size_t i = 0; i < doc->n; i++)
+        doc->t[i].data = buf + 8 + hlen + doc->t[i].offset;
+    return doc;
+}
+
+tfp_status_t tfp_st_decode_path(const uint8_t *buf, size_t len, const tfp_st_limits_t *limits,
+                                int path, tfp_doc_t **out, tfp_err_t *err)
+{
+    uint64_t max_header = TFP_ST_DEFAULT_MAX_HEADER, hlen, data_len;
+    size_t max_tensors = TFP_ST_DEFAULT_MAX_TENSORS;
+    const char *hdr;
+
+    if (out == NULL || (buf == NULL && len > 0))
+        return tfp_err_set(err, TFP_EINVAL, "no buffer or no output");
+    if (limits != NULL && limits->max_header != 0)
+        max_header = limits->max_header;
+    if (limits != NULL && limits->max_tensors != 0)
+        max_tensors = limits->max_tensors;
+    if (len < 8)
+        return tfp_err_set(err, TFP_EPROTO,
+                           "%zu bytes is shorter than the 8-byte header length", len);
+    hlen = load_le64(buf);
+    if (hlen > max_header)
+        return tfp_err_set(err, TFP_ETOOBIG, "header length %llu exceeds the limit of %llu bytes",
+                           (unsigned long long)hlen, (unsigned long long)max_header);
+    if (hlen > len - 8)
+        return tfp_err_set(err, TFP_EPROTO, "header length %llu exceeds the %zu bytes that follow",
+                           (unsigned long long)hlen, len - 8);
+    hdr = (const char *)buf + 8;
+    data_len = len - 8 - hlen;
+    if (path != TFP_ST_PATH_TREE) {
+        *out = scan(buf, hdr, hlen, data_len, max_tensors);
+        if (*out != NULL)
+            return TFP_OK;
+        if (path == TFP_ST_PATH_SCAN)
+            return tfp_err_set(err, TFP_EAGAIN, "declined by the direct scan");
+    }
+    return decode_tree(buf, hdr, hlen, data_len, max_tensors, out, err);
+}
+
+tfp_status_t tfp_st_decode(const uint8_t *buf, size_t len, const tfp_st_limits_t *limits,
+                           tfp_doc_t **out, tfp_err_t *err)
+{
+    return tfp_st_decode_path(buf, len, limits, TFP_ST_PATH_BOTH, out, err);
 }
 
 /* ---- encoding -------------------------------------------------------------------------- */

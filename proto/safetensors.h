@@ -33,6 +33,14 @@ typedef struct {
 tfp_status_t tfp_st_decode(const uint8_t *buf, size_t len, const tfp_st_limits_t *limits,
                            tfp_doc_t **out, tfp_err_t *err);
 
+/* tfp_st_decode with its path chosen, for tests and the fuzzer: TFP_ST_PATH_BOTH is
+ * tfp_st_decode (the direct scan, and the cJSON tree for whatever the scan declines);
+ * TFP_ST_PATH_TREE the tree alone; TFP_ST_PATH_SCAN the scan alone, TFP_EAGAIN where it
+ * declines (the header is not one it reads: that says nothing about its validity). */
+enum { TFP_ST_PATH_BOTH, TFP_ST_PATH_TREE, TFP_ST_PATH_SCAN };
+tfp_status_t tfp_st_decode_path(const uint8_t *buf, size_t len, const tfp_st_limits_t *limits,
+                                int path, tfp_doc_t **out, tfp_err_t *err);
+
 /* Builds the header for doc: the 8-byte length plus JSON padded with spaces so that the data
  * section starts at a multiple of 8. Assigns each tensor's offset in doc order (the data
  * section is the tensors' bytes concatenated in that order). *hdr is malloc'd.

@@ -44,6 +44,11 @@ static uint8_t *mk(const char *json, size_t jlen, const void *data, size_t dlen,
     return b;
 }
 
+static int paths_agree(const uint8_t *b, size_t len, const tfp_st_limits_t *lim,
+                       tfp_status_t st, const tfp_doc_t *doc, const tfp_err_t *err);
+static int scanned;                 /* the last decode_json's header was read by the scan */
+
+/* Decodes through tfp_st_decode, after checking that its two paths agree (paths_agree). */
 static tfp_status_t decode_json(const char *json, size_t jlen, size_t dlen,
                                 const tfp_st_limits_t *lim, tfp_doc_t **doc, tfp_err_t *err,
                                 uint8_t **keep)
@@ -51,6 +56,8 @@ static tfp_status_t decode_json(const char *json, size_t jlen, size_t dlen,
     size_t len;
     uint8_t *b = mk(json, jlen, NULL, dlen, &len);
     tfp_status_t st = tfp_st_decode(b, len, lim, doc, err);
+
+    scanned = paths_agree(b, len, lim, st, *doc, err);
 
     if (keep != NULL)
         *keep = b;
@@ -772,6 +779,46 @@ static void same_docs(const tfp_doc_t *a, const tfp_doc_t *b)
     }
 }
 
+/* What tfp_st_decode gave (st, doc, err) for b, checked against each path alone: the cJSON
+ * tree gives the same doc or the same refusal; the direct scan gives the same doc or
+ * declines, and declines whatever the decoder refuses. 1 if the scan read it. */
+static int paths_agree(const uint8_t *b, size_t len, const tfp_st_limits_t *lim,
+                       tfp_status_t st, const tfp_doc_t *doc, const tfp_err_t *err)
+{
+    tfp_doc_t *tree = NULL, *scan = NULL;
+    tfp_err_t terr = { TFP_OK, "" }, serr = { TFP_OK, "" };
+    tfp_status_t tst = tfp_st_decode_path(b, len, lim, TFP_ST_PATH_TREE, &tree, &terr);
+    tfp_status_t sst = tfp_st_decode_path(b, len, lim, TFP_ST_PATH_SCAN, &scan, &serr);
+
+    ck_assert_int_eq(tst, st);
+    if (st != TFP_OK) {
+        ck_assert_str_eq(terr.msg, err->msg);
+        /* refused before either path runs (the length prefix), or declined by the scan */
+        ck_assert_msg(sst == st || sst == TFP_EAGAIN, "scan: %s", tfp_status_name(sst));
+        ck_assert_ptr_null(scan);
+        return 0;
+    }
+    same_docs(doc, tree);
+    for (size_t i = 0; i < doc->n; i++) {
+        ck_assert_uint_eq(doc->t[i].offset, tree->t[i].offset);
+        ck_assert_ptr_eq(doc->t[i].data, tree->t[i].data);
+    }
+    tfp_doc_free(tree);
+    if (sst == TFP_EAGAIN) {
+        ck_assert_ptr_null(scan);
+        ck_assert_int_eq(serr.code, TFP_EAGAIN);
+        return 0;
+    }
+    ck_assert_int_eq(sst, TFP_OK);
+    same_docs(doc, scan);
+    for (size_t i = 0; i < doc->n; i++) {
+        ck_assert_uint_eq(doc->t[i].offset, scan->t[i].offset);
+        ck_assert_ptr_eq(doc->t[i].data, scan->t[i].data);
+    }
+    tfp_doc_free(scan);
+    return 1;
+}
+
 /* Writes doc's header by hand with entries in the order perm[], keeping the offsets the
  * encoder assigned, and appends the data section of buf. */
 static uint8_t *permuted(const tfp_doc_t *doc, const size_t *perm, const uint8_t *data,
@@ -813,6 +860,8 @@ static uint8_t *permuted(const tfp_doc_t *doc, const size_t *perm, const uint8_t
 
 START_TEST(st_random_round_trips)
 {
+    int scans = 0;
+
     rng_state = UINT64_C(0x9E3779B97F4A7C15);
     for (int iter = 0; iter < 400; iter++) {
         tfp_doc_t *doc = tfp_doc_new(), *back = NULL, *back2 = NULL;
@@ -852,6 +901,7 @@ START_TEST(st_random_round_trips)
         ck_assert_msg(tfp_st_decode(buf, len, NULL, &back, &err) == TFP_OK, "iter %d: %s",
                       iter, err.msg);
         same_docs(doc, back);
+        scans += paths_agree(buf, len, NULL, TFP_OK, back, &err);
         ck_assert_uint_eq((size_t)(back->n ? back->t[0].data - buf : 0) % 8, 0);
 
         /* re-encoding the decoded doc gives the same bytes */
@@ -875,6 +925,7 @@ START_TEST(st_random_round_trips)
         }
         ck_assert_msg(tfp_st_decode(pbuf, plen, NULL, &back2, &err) == TFP_OK, "iter %d: %s",
                       iter, err.msg);
+        paths_agree(pbuf, plen, NULL, TFP_OK, back2, &err);
         ck_assert_uint_eq(back2->n, doc->n);
         for (size_t i = 0; i < doc->n; i++) {
             const tfp_tensor_t *a = &doc->t[perm[i]], *b = &back2->t[i];
@@ -894,6 +945,8 @@ START_TEST(st_random_round_trips)
         for (unsigned i = 0; i < nt; i++)
             free(store[i]);
     }
+    /* both paths ran: plain names are scanned, those with escapes or UTF-8 go to the tree */
+    ck_assert_msg(scans > 10 && scans < 390, "%d of 400 scanned", scans);   /* 29 */
 }
 END_TEST
 
@@ -918,6 +971,103 @@ START_TEST(st_shuffled_offsets)
 }
 END_TEST
 
+/* ---- the direct scan ------------------------------------------------------------------- */
+
+/* What encoders write is read by the scan (and checked against the tree: decode_json). */
+START_TEST(st_scan_reads_common_headers)
+{
+    static const char *const ok[] = {
+        "{}",
+        "{ }",
+        "{\"__metadata__\":{}}",
+        "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"12\"}," ENTRY("x", "F32", "[2]", 0, 8) "}",
+        "{" ENTRY("x", "F32", "[2]", 0, 8) "}      ",
+        "{" ENTRY("s", "F64", "[]", 0, 8) "}",
+        "{" ENTRY("b", "U8", "[4]", 4, 8) "," ENTRY("a", "I32", "[1]", 0, 4) "}",
+        "{" ENTRY("z", "U8", "[0,3]", 0, 0) "," ENTRY("a", "F64", "[1,1,1,1,1,1,1,1]", 0, 8) "}",
+        "{\"w\":{\"data_offsets\":[0,8],\"shape\":[2],\"dtype\":\"F32\"}}",
+        /* Python's json.dumps, and other spacing */
+        "{\"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+        "{\n  \"x\" : {\"dtype\" : \"F32\",\r\n\t\"shape\":[ 2 ], \"data_offsets\":[0,8]}\n} ",
+        "{\"a name/with.dots-and spaces_9\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+        "{" ENTRY("x", "U8", "[8]", 0, 8) ",\"__metadata__\":{\"k\":\"\"}}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        size_t d = strstr(ok[i], "[0,8]") || strstr(ok[i], "[0, 8]") || strstr(ok[i], "4,8]") ||
+                   strstr(ok[i], "0,8]") ? 8 : 0;
+        tfp_doc_t *doc = ACCEPT(ok[i], d, NULL);
+
+        ck_assert_msg(scanned, "not scanned: %s", ok[i]);
+        tfp_doc_free(doc);
+    }
+    /* our own encoder's output, with metadata */
+    {
+        tfp_doc_t *doc = tfp_doc_new(), *back = NULL;
+        uint8_t data[8] = {1, 2, 3, 4, 5, 6, 7, 8}, *buf;
+        uint64_t sh[1] = { 8 };
+        size_t len;
+        tfp_err_t err;
+
+        ck_assert_int_eq(tfp_doc_add(doc, "x", TFP_U8, 1, sh, data, 8, &err), TFP_OK);
+        ck_assert_int_eq(tfp_doc_set_meta(doc, "k", "v", &err), TFP_OK);
+        ck_assert_int_eq(tfp_st_encode(doc, &buf, &len, &err), TFP_OK);
+        ck_assert_int_eq(tfp_st_decode_path(buf, len, NULL, TFP_ST_PATH_SCAN, &back, &err),
+                         TFP_OK);
+        same_docs(doc, back);
+        tfp_doc_free(back);
+        tfp_doc_free(doc);
+        free(buf);
+    }
+}
+END_TEST
+
+/* Valid headers the scan leaves to the tree: the decoder still accepts them, the same way. */
+START_TEST(st_scan_declines_the_rest)
+{
+    static const char *const rest[] = {
+        "{" ENTRY("caf\\u00e9", "U8", "[8]", 0, 8) "}",                  /* an escape */
+        "{" ENTRY("caf\xc3\xa9", "U8", "[8]", 0, 8) "}",                 /* UTF-8 */
+        "{" ENTRY("x", "U8", "[8]", 0, 8) ",\"__metadata__\":{\"k\":\"a\\nb\"}}",
+        "{" ENTRY("x", "U8", "[8]", 0, 8) ",\"__metadata__\":{\"k\":\"\xe2\x82\xac\"}}",
+    };
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) {
+        tfp_doc_t *doc = ACCEPT(rest[i], 8, NULL);
+
+        ck_assert_msg(!scanned, "scanned: %s", rest[i]);
+        tfp_doc_free(doc);
+    }
+    /* 17 tensors, and 17 metadata keys: more than the scan keeps on its stack */
+    char json[4096];
+    size_t k = (size_t)snprintf(json, sizeof json, "{");
+    for (int i = 0; i < 17; i++)
+        k += (size_t)snprintf(json + k, sizeof json - k, "%s\"t%d\":{\"dtype\":\"U8\","
+                              "\"shape\":[1],\"data_offsets\":[%d,%d]}", i ? "," : "", i, i,
+                              i + 1);
+    snprintf(json + k, sizeof json - k, "}");
+    tfp_doc_t *doc = ACCEPT(json, 17, NULL);
+    ck_assert(!scanned);
+    ck_assert_uint_eq(doc->n, 17);
+    tfp_doc_free(doc);
+    k = (size_t)snprintf(json, sizeof json, "{");
+    for (int i = 0; i < 16; i++)
+        k += (size_t)snprintf(json + k, sizeof json - k, "%s\"t%d\":{\"dtype\":\"U8\","
+                              "\"shape\":[1],\"data_offsets\":[%d,%d]}", i ? "," : "", i, i,
+                              i + 1);
+    snprintf(json + k, sizeof json - k, "}");
+    doc = ACCEPT(json, 16, NULL);     /* 16: scanned */
+    ck_assert(scanned);
+    tfp_doc_free(doc);
+    k = (size_t)snprintf(json, sizeof json, "{\"__metadata__\":{");
+    for (int i = 0; i < 17; i++)
+        k += (size_t)snprintf(json + k, sizeof json - k, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    snprintf(json + k, sizeof json - k, "}}");
+    doc = ACCEPT(json, 0, NULL);
+    ck_assert(!scanned);
+    ck_assert_uint_eq(doc->nmeta, 17);
+    tfp_doc_free(doc);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 Suite *suite_safetensors(void)
@@ -926,6 +1076,8 @@ Suite *suite_safetensors(void)
     TCase *tc;
 
     tc = tcase_create("st_reject");
+    tcase_add_test(tc, st_scan_reads_common_headers);
+    tcase_add_test(tc, st_scan_declines_the_rest);
     tcase_add_test(tc, st_reject_short);
     tcase_add_test(tc, st_reject_header_over_limit);
     tcase_add_test(tc, st_reject_header_past_end);

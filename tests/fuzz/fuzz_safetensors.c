@@ -1,6 +1,8 @@
 /* fuzz_safetensors.c - libFuzzer harness for the safetensors decoder.
  *
- * Feeds each input to tfp_st_decode. A rejection must carry a parser status and a message;
+ * Feeds each input to tfp_st_decode, and to each of its two paths alone: the direct scan must
+ * decline whatever the cJSON tree refuses, and give exactly the tree's doc for whatever it
+ * reads. A rejection must carry a parser status and a message;
  * TFP_ENOMEM means cJSON refused text that tfp_json_check accepted (the fuzzer does not make
  * malloc fail), so it aborts too. An accepted document is re-encoded and decoded again and
  * must come back equal, and encoding that again must give the same bytes. Owns nothing
@@ -45,6 +47,34 @@ static void same(const tfp_doc_t *a, const tfp_doc_t *b)
     }
 }
 
+/* The two paths agree with each other and with tfp_st_decode (st, doc). */
+static void paths_agree(const uint8_t *data, size_t size, tfp_status_t st, const tfp_doc_t *doc)
+{
+    tfp_doc_t *tree = NULL, *scan = NULL;
+    tfp_err_t err;
+    tfp_status_t tst = tfp_st_decode_path(data, size, NULL, TFP_ST_PATH_TREE, &tree, &err);
+    tfp_status_t sst = tfp_st_decode_path(data, size, NULL, TFP_ST_PATH_SCAN, &scan, &err);
+
+    if (tst != st)
+        fail("the tree alone decides otherwise", &err);
+    if (sst == TFP_OK && st != TFP_OK)
+        fail("the scan accepted what the tree refuses", NULL);
+    if (sst != TFP_OK && sst != TFP_EAGAIN && sst != st)
+        fail("the scan refused (it may only decline)", &err);
+    if (sst != TFP_OK && scan != NULL)
+        fail("scan output set on failure", NULL);
+    if (tree != NULL)
+        same(doc, tree);
+    if (scan != NULL) {
+        same(doc, scan);
+        for (size_t i = 0; i < doc->n; i++)
+            if (doc->t[i].offset != scan->t[i].offset || doc->t[i].data != scan->t[i].data)
+                fail("the scan placed a tensor elsewhere", NULL);
+    }
+    tfp_doc_free(scan);
+    tfp_doc_free(tree);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     tfp_doc_t *doc = NULL, *again = NULL, *third = NULL;
@@ -54,6 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tfp_status_t st;
 
     st = tfp_st_decode(data, size, NULL, &doc, &err);
+    paths_agree(data, size, st, doc);
     if (st != TFP_OK) {
         if (doc != NULL)
             fail("output set on failure", &err);
