@@ -161,8 +161,8 @@ void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c);
 /* Feeds (api_feeds.c). api_feed_raw_name: the name a raw infeed body's one tensor takes
  * (the signature's only entry) into buf; 0 when there is no such feed or entry. */
 int api_feed_raw_name(const tfd_ctx_t *c, char *buf, size_t size);
-/* In begin, for an infeed: a UCX push of a safetensors item to a device queue with a
- * same-host ring attached is received straight into a free slot of that ring (the consumer
+/* In begin, for an infeed: a push (HTTP or UCX) of a safetensors item of known length to a
+ * device queue with a same-host ring attached is received straight into a free slot of that ring (the consumer
  * then gets it with no copy through the daemon). 1 when the body was accepted so, else 0
  * (the caller accepts it as usual). */
 int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max);

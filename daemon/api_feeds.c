@@ -431,7 +431,7 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
     const tfp_op_t *op = c->op;
     if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] ||
         op->body.kind != TFP_BODY_SAFETENSORS || op->body.length <= 0 ||
-        (uint64_t)op->body.length > max || strcmp(tfx_req_transport(r), "ucx") != 0)
+        (uint64_t)op->body.length > max)
         return 0;
     tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
     if (!f)

@@ -737,6 +737,58 @@ START_TEST(ring_received_in_place)
 }
 END_TEST
 
+/* Pushes over HTTP land in a slot as well: by curl (a safetensors file) and by libtfetch on
+ * plain HTTP. Each is received into a free slot and sent from there: lent == in place, and
+ * nothing copied (one at a time, so a slot is always free for the next). */
+START_TEST(ring_http_push_in_place)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    tf_item_t *it = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);     /* the ring is open */
+    tf_client_t *h = NULL;
+    ck_assert_int_eq(tf_client_new(&h), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(h, TF_TRANSPORT_HTTP), TF_OK);
+    char file[] = "/tmp/tfetch-ring-XXXXXX";
+    int fd = mkstemp(file);
+    ck_assert_int_ge(fd, 0);
+    for (int i = 0; i < 6; i++) {
+        tf_doc_t *d = item_doc((float)(10 * i));
+        if (i % 2 == 0) {
+            uint64_t round = 0;
+            ck_assert_int_eq(tf_infeed_push(h, FEED, 0, d, 0, 0, &round), TF_OK);
+            ck_assert_str_eq(tf_client_last(h)->transport, "http");
+        } else {
+            void *buf = NULL;
+            size_t len = 0;
+            ck_assert_int_eq(tf_doc_encode(d, &buf, &len), TF_OK);
+            ck_assert_int_eq(ftruncate(fd, 0), 0);
+            ck_assert_int_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
+            tf_free(buf);
+            char cmd[512], out[512];
+            snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' -X POST "
+                     "-H 'Content-Type: application/x-safetensors' --data-binary @%s "
+                     "%s/devices/0/infeed", file, FEED);
+            ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+            ck_assert_str_eq(out, "201");
+        }
+        tf_doc_free(d);
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert_str_eq(tf_feed_transport(feed), "shm/ring");
+        ck_assert(first_value(it) == (float)(10 * i));
+        tf_item_release(it);
+        ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
+    }
+    close(fd);
+    unlink(file);
+    tf_client_free(h);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_lent_total"), 6);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 6);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_items_total"), 0);
+    tf_feed_detach(feed);
+}
+END_TEST
+
 /* Bodies received into slots but refused (a signature mismatch) give their slots back: ten
  * of them on a ring of four slots leave every slot free for the good items after; and items
  * received into a ring that closes before they are delivered reach the next consumer, copied
@@ -1083,6 +1135,7 @@ Suite *suite_feedclient(void)
     add_end_to_end(tc);
     tcase_add_test(tc, ring_items_in_shared_memory);
     tcase_add_test(tc, ring_received_in_place);
+    tcase_add_test(tc, ring_http_push_in_place);
     tcase_add_test(tc, ring_slots_given_back);
     tcase_add_test(tc, ring_item_over_a_slot);
     tc = new_case(s, "feedclient_ring_kill", setup_kill_ring);
