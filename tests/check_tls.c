@@ -171,6 +171,16 @@ START_TEST(test_curl_round_trip)
     snprintf(a, sizeof a, "--cacert %s -H 'Accept: application/octet-stream'", path("ca.pem"));
     ck_assert_int_eq(curl(a, "/v1/tensors/w", o, sizeof o), 200);
     ck_assert_msg(strncmp(o, "abcdefgh", 8) == 0, "%s", o);
+    /* the server picks AES-128-GCM though curl (OpenSSL) lists AES-256-GCM first; TLS 1.2
+     * too, and nothing older */
+    snprintf(a, sizeof a, "-v --cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/healthz", o, sizeof o), 200);
+    ck_assert_msg(strstr(o, "TLSv1.3 / TLS_AES_128_GCM_SHA256"), "%s", o);
+    snprintf(a, sizeof a, "-v --tls-max 1.2 --cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/healthz", o, sizeof o), 200);
+    ck_assert_msg(strstr(o, "TLSv1.2 / ECDHE-ECDSA-AES128-GCM-SHA256"), "%s", o);
+    snprintf(a, sizeof a, "-v --tls-max 1.1 --cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a, "/healthz", o, sizeof o), 0);
     /* no CA: curl's own verification refuses the server */
     ck_assert_int_eq(curl("", "/v1/info", o, sizeof o), 0);
     stop_clean();
