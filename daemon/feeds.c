@@ -43,6 +43,12 @@ typedef struct {
     uint64_t published, delivered, released, bytes, high_water;
     char consumer[TFP_MAX_USER_ID + 1];
     uint64_t lease_until_ms;
+    /* The last rewind took back positions through rewound_through from rewound_for: what that
+     * consumer acknowledges up to there is released even though it is undelivered again (it
+     * processed them; its acks after a detach, a lapsed lease or a ring closing are not lost).
+     * Cleared when another consumer attaches. */
+    char rewound_for[TFP_MAX_USER_ID + 1];
+    uint64_t rewound_through;
     uint64_t redeliveries, items_in, items_out, bytes_in, bytes_out, starved_ns, last_round;
     uint64_t lat[TFD_FEED_NLAT + 1], lat_count;
     double lat_sum;
@@ -406,6 +412,9 @@ static void rewind_q(tfd_feed_t *f, unsigned d, wakes_t *w)
 {
     devq_t *q = &f->q[d];
     if (q->delivered > q->released) {
+        snprintf(q->rewound_for, sizeof q->rewound_for, "%s", q->consumer);
+        if (q->delivered > q->rewound_through)
+            q->rewound_through = q->delivered;
         q->redeliveries += q->delivered - q->released;
         q->delivered = q->released;
         q->cursor = q->head;
@@ -418,8 +427,8 @@ static void expire(tfd_feed_t *f, unsigned d, uint64_t now, wakes_t *w)
     devq_t *q = &f->q[d];
     if (!q->consumer[0] || q->lease_until_ms > now)
         return;
-    q->consumer[0] = '\0';
     rewind_q(f, d, w);
+    q->consumer[0] = '\0';
 }
 
 void tfd_feeds_tick(tfd_feeds_t *fs)
@@ -633,23 +642,32 @@ done:
 
 /* ---- consumers ---------------------------------------------------------------------------- */
 
-/* Caller holds f->lock: releases q's delivered items through position p. */
-static void release_through(tfd_feed_t *f, unsigned d, uint64_t p, wakes_t *w)
+/* Caller holds f->lock: releases q's items through position p that were delivered to
+ * consumer (never one it cannot have had: an ack ahead of delivery releases nothing more). */
+static void release_through(tfd_feed_t *f, unsigned d, const char *consumer, uint64_t p,
+                            wakes_t *w)
 {
     devq_t *q = &f->q[d];
-    if (p > q->delivered)
-        p = q->delivered;
+    uint64_t had = q->delivered;
+    if (q->rewound_through > had && strcmp(q->rewound_for, consumer) == 0)
+        had = q->rewound_through;
+    if (p > had)
+        p = had;
     int any = 0;
     while (q->head && q->head->position <= p) {
         item_t *it = q->head;
         q->head = it->next;
         if (!q->head)
             q->tail = NULL;
+        if (q->cursor == it)
+            q->cursor = it->next;
         q->bytes -= it->bytes;
         q->released = it->position;
         item_free(f, it);
         any = 1;
     }
+    if (q->delivered < q->released)
+        q->delivered = q->released;
     if (any)
         wake_in(f, w);
 }
@@ -693,12 +711,14 @@ tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, con
     expire(f, dev, now, &w);
     if ((st = attached(f, dev, consumer, now, err)) != TFP_OK)
         goto done;
+    if (q->rewound_through && strcmp(q->rewound_for, consumer) != 0)
+        q->rewound_through = 0;         /* another consumer: the old one's acks are void */
     snprintf(q->consumer, sizeof q->consumer, "%s", consumer);
     q->lease_until_ms = now + f->decl.lease_ms;
     if (hold_until_ms > q->lease_until_ms)
         q->lease_until_ms = hold_until_ms;
     if (ack)
-        release_through(f, dev, *ack, &w);
+        release_through(f, dev, consumer, *ack, &w);
     if (rewind)
         rewind_q(f, dev, &w);
     item_t *it = q->cursor;
@@ -751,7 +771,7 @@ tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, uin
     }
     if (now + f->decl.lease_ms > q->lease_until_ms)
         q->lease_until_ms = now + f->decl.lease_ms;
-    release_through(f, dev, through, &w);
+    release_through(f, dev, consumer, through, &w);
 done:
     pthread_mutex_unlock(&f->lock);
     flush(f, &w);
@@ -763,8 +783,8 @@ void tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer)
     wakes_t w = {0};
     pthread_mutex_lock(&f->lock);
     if (!f->deleted && dev < f->decl.ndev && strcmp(f->q[dev].consumer, consumer) == 0) {
-        f->q[dev].consumer[0] = '\0';
         rewind_q(f, dev, &w);
+        f->q[dev].consumer[0] = '\0';
     }
     pthread_mutex_unlock(&f->lock);
     flush(f, &w);
@@ -793,7 +813,7 @@ void tfd_feed_reset(tfd_feed_t *f, uint64_t *generation, uint64_t *dropped)
     for (unsigned d = 0; d < f->decl.ndev; d++) {
         devq_t *q = &f->q[d];
         n += queue_clear(f, q);
-        q->published = q->delivered = q->released = 0;
+        q->published = q->delivered = q->released = q->rewound_through = 0;
         q->consumer[0] = '\0';
         q->lease_until_ms = 0;
         q->last_round = 0;

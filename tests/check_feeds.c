@@ -457,6 +457,53 @@ START_TEST(feeds_rewind_redelivers_to_a_restarted_consumer)
 }
 END_TEST
 
+/* A consumer's ack of items it had, arriving after the queue took them back (its ring
+ * closed, it detached, its lease lapsed), still releases them: the items are not delivered
+ * again to it, and the queue does not hold them until some later ack. Only that consumer's:
+ * another's ack, or one beyond what was ever delivered, releases nothing more. */
+START_TEST(feeds_ack_after_a_rewind_is_kept)
+{
+    tfd_feeds_t *fs = feeds(1 << 20);
+    tfd_feed_t *f = declare(fs, "f", "{\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
+                                     "\"shape\":[8]}],\"lease_ms\":60}");
+    for (uint64_t v = 1; v <= 6; v++)
+        ck_assert_int_eq(push(f, 0, NULL, 0, v, NULL), TFP_OK);
+    tfp_status_t st;
+    for (uint64_t v = 1; v <= 4; v++)
+        ck_assert_int_eq(pop(f, 0, "a", &st, NULL), v);
+    tfd_feed_detach(f, 0, "a");                 /* its ring closed: 1..4 taken back */
+    tfd_feed_item_t it;
+    uint64_t ev, ack = 4;
+    tfp_err_t err;
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(it.position, 5);           /* not 1 again */
+    tfd_blob_unref(it.blob);
+    tfd_feed_stats_t s;
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 4);
+    ck_assert_int_eq(s.dev[0].delivered, 5);
+    /* a lapsed lease, then the ack alone (the ring's way) once attached again */
+    sleep_ms(100);
+    tfd_feeds_tick(fs);
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 5);
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "a", 6, &err), TFP_OK);   /* 6: never delivered */
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 5);
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 6);
+    /* another consumer after a's lease: a's old positions are not b's to ack */
+    sleep_ms(100);
+    tfd_feeds_tick(fs);
+    ack = 6;
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", &ack, 0, 0, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(it.position, 6);           /* redelivered to b, not released */
+    tfd_blob_unref(it.blob);
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 5);
+    tfd_feed_unref(f);
+    tfd_feeds_free(fs);
+}
+END_TEST
+
 START_TEST(feeds_lease_expiry_redelivers_once)
 {
     tfd_feeds_t *fs = feeds(1 << 20);
@@ -687,6 +734,7 @@ Suite *suite_feeds(void)
     tcase_add_test(tc, feeds_split_rounds_are_atomic);
     tcase_add_test(tc, feeds_broadcast_charges_once);
     tcase_add_test(tc, feeds_lease_expiry_redelivers_once);
+    tcase_add_test(tc, feeds_ack_after_a_rewind_is_kept);
     tcase_add_test(tc, feeds_rewind_redelivers_to_a_restarted_consumer);
     tcase_add_test(tc, feeds_done_stops_every_consumer);
     tcase_add_test(tc, feeds_reset_starts_a_generation);
