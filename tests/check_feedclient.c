@@ -198,9 +198,12 @@ START_TEST(prefetch_fills)
     ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "sim", &o, &feed), TF_OK);
     tf_item_t *it = NULL;
     ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
-    /* While the caller holds one, the feed brings the next three. */
-    for (int i = 0; i < 100 && stat_of("delivered") < 4; i++)
-        tf_client_run(C, 20);
+    /* While the caller holds one, the feed brings the next three. (tf_client_run returns at
+     * once with no request pending: each turn sleeps to give the daemon time.) */
+    for (int i = 0; i < 500 && stat_of("delivered") < 4; i++) {
+        tf_client_run(C, 0);
+        usleep(10000);
+    }
     ck_assert_int_eq(stat_of("delivered"), 4);
     ck_assert_int_eq(stat_of("released"), 0);
     /* Without a pop waiting, they arrive and are copied: then ready at once (timeout 0). */
@@ -215,9 +218,11 @@ START_TEST(prefetch_fills)
         ck_assert(first_value(it) == (float)(10 * i));
         tf_item_release(it);
     }
-    /* The releases ride on the next pop request. */
-    for (int i = 0; i < 100 && stat_of("released") < 4; i++)
-        tf_client_run(C, 20);
+    /* The releases ride on the next pop request (or the ring's ACK). */
+    for (int i = 0; i < 500 && stat_of("released") < 4; i++) {
+        tf_client_run(C, 0);
+        usleep(10000);
+    }
     ck_assert_int_eq(stat_of("released"), 4);
     tf_feed_detach(feed);
 }
