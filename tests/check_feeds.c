@@ -416,6 +416,19 @@ START_TEST(feeds_broadcast_charges_once)
 }
 END_TEST
 
+/* Feed "f" of U8[8] items (extra: more declaration members, e.g. ",\"lease_ms\":60") with
+ * items of value 1..n pushed to device 0. */
+static tfd_feed_t *u8_feed(tfd_feeds_t *fs, const char *extra, uint64_t n)
+{
+    char decl[256];
+    snprintf(decl, sizeof decl, "{\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
+             "\"shape\":[8]}]%s}", extra);
+    tfd_feed_t *f = declare(fs, "f", decl);
+    for (uint64_t v = 1; v <= n; v++)
+        ck_assert_int_eq(push(f, 0, NULL, 0, v, NULL), TFP_OK);
+    return f;
+}
+
 /* ---- consumers ---------------------------------------------------------------------------- */
 
 /* A consumer restarted under the same id while its lease is live: rewind=1 on its first pop
@@ -424,10 +437,7 @@ END_TEST
 START_TEST(feeds_rewind_redelivers_to_a_restarted_consumer)
 {
     tfd_feeds_t *fs = feeds(1 << 20);
-    tfd_feed_t *f = declare(fs, "f", "{\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
-                                     "\"shape\":[8]}]}");
-    for (uint64_t v = 1; v <= 4; v++)
-        ck_assert_int_eq(push(f, 0, NULL, 0, v, NULL), TFP_OK);
+    tfd_feed_t *f = u8_feed(fs, "", 4);
     tfp_status_t st;
     ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 1);      /* the first run prefetches 1..3 */
     ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 2);
@@ -464,10 +474,7 @@ END_TEST
 START_TEST(feeds_ack_after_a_rewind_is_kept)
 {
     tfd_feeds_t *fs = feeds(1 << 20);
-    tfd_feed_t *f = declare(fs, "f", "{\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
-                                     "\"shape\":[8]}],\"lease_ms\":60}");
-    for (uint64_t v = 1; v <= 6; v++)
-        ck_assert_int_eq(push(f, 0, NULL, 0, v, NULL), TFP_OK);
+    tfd_feed_t *f = u8_feed(fs, ",\"lease_ms\":60", 6);
     tfp_status_t st;
     for (uint64_t v = 1; v <= 4; v++)
         ck_assert_int_eq(pop(f, 0, "a", &st, NULL), v);
@@ -507,10 +514,7 @@ END_TEST
 START_TEST(feeds_lease_expiry_redelivers_once)
 {
     tfd_feeds_t *fs = feeds(1 << 20);
-    tfd_feed_t *f = declare(fs, "f", "{\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
-                                     "\"shape\":[8]}],\"lease_ms\":60}");
-    for (uint64_t v = 1; v <= 3; v++)
-        ck_assert_int_eq(push(f, 0, NULL, 0, v, NULL), TFP_OK);
+    tfd_feed_t *f = u8_feed(fs, ",\"lease_ms\":60", 3);
     tfp_status_t st;
     tfp_err_t err;
     ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 1);
