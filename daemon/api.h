@@ -120,7 +120,8 @@ void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob
 
 /* In begin: accepts the document body the operation describes (safetensors, raw, Shumai),
  * at most max bytes; a raw body gets its safetensors header made, naming the tensor
- * raw_name. 0, or -1 after answering. */
+ * raw_name. An infeed's may go straight into a ring's slot (api_feed_begin_lent). 0, or -1
+ * after answering. */
 int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max);
 /* In handle: the body as a decoded document. Takes the body buffer: *base and *cap (a tfx_buf)
  * hold the document's bytes at offset 0, *len of them. 0, or -1 after answering. */
@@ -161,8 +162,9 @@ void api_finish_poll(tfx_req_t *r, tfd_ctx_t *c);
 /* Feeds (api_feeds.c). api_feed_raw_name: the name a raw infeed body's one tensor takes
  * (the signature's only entry) into buf; 0 when there is no such feed or entry. */
 int api_feed_raw_name(const tfd_ctx_t *c, char *buf, size_t size);
-/* In begin, for an infeed: a push (HTTP or UCX) of a safetensors item of known length to a
- * device queue with a same-host ring attached is received straight into a free slot of that ring (the consumer
+/* In api_begin_doc, for an infeed: a push (HTTP or UCX) of a safetensors item of known
+ * length, or of a raw one (after the header api_begin_doc made), to a device queue with a
+ * same-host ring attached is received straight into a free slot of that ring (the consumer
  * then gets it with no copy through the daemon). 1 when the body was accepted so, else 0
  * (the caller accepts it as usual). */
 int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max);

@@ -154,6 +154,8 @@ int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max
         }
         tfp_doc_free(doc);
     }
+    if (api_feed_begin_lent(r, c, max))
+        return 0;                       /* straight into a same-host ring's slot */
     tfx_req_accept_body(r, c->raw_hdr_len, body->kind == TFP_BODY_RAW ? body->nbytes : max);
     return 0;
 }
@@ -174,7 +176,7 @@ int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out
     uint8_t *base = tfx_req_take_body(r, &cap);
     /* A feed ring's slot the body was received into: given back, never tfx_buf_free'd. */
     if (base && tfx_req_take_lent(r, &c->body_give_back, &c->body_give_back_arg) &&
-        kind != TFP_BODY_SAFETENSORS) {
+        kind != TFP_BODY_SAFETENSORS && kind != TFP_BODY_RAW) {
         c->body_give_back(c->body_give_back_arg);   /* cannot happen: lent for those only */
         c->body_give_back = NULL;
         api_fail(r, c, TFP_EINTERNAL, "a lent body of the wrong kind");

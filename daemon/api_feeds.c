@@ -429,10 +429,14 @@ static int take_item(tfx_req_t *r, tfd_ctx_t *c, feed_req_t *fr, int check, int 
 int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
 {
     const tfp_op_t *op = c->op;
+    int raw = op->body.kind == TFP_BODY_RAW;
     if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] ||
-        op->body.kind != TFP_BODY_SAFETENSORS || op->body.length <= 0 ||
-        (uint64_t)op->body.length > max)
+        (!raw && (op->body.kind != TFP_BODY_SAFETENSORS || op->body.length <= 0 ||
+                  (uint64_t)op->body.length > max)))
         return 0;
+    /* A raw body lands after the safetensors header api_begin_doc made for it. */
+    uint64_t body = raw ? op->body.nbytes : (uint64_t)op->body.length;
+    uint64_t len = c->raw_hdr_len + body;
     tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
     if (!f)
         return 0;                       /* the handler says so */
@@ -443,11 +447,12 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
     void (*give_back)(void *);
     void *arg;
     int lent = dev >= 0 && d->fanout == TFP_FANOUT_PER_DEVICE &&
-               tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)op->body.length, &buf, &cap,
-                            &give_back, &arg) == 0;
+               len >= body && len <= SIZE_MAX &&
+               tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)len, &buf, &cap, &give_back,
+                            &arg) == 0;
     tfd_feed_unref(f);
     if (lent)
-        tfx_req_accept_body_into(r, 0, max, buf, cap, give_back, arg);
+        tfx_req_accept_body_into(r, c->raw_hdr_len, raw ? body : max, buf, cap, give_back, arg);
     return lent;
 }
 

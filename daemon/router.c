@@ -320,8 +320,6 @@ static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
         if ((c->ep->body & EP_FEED_RAW) && c->op->body.kind == TFP_BODY_RAW &&
             api_feed_raw_name(c, sig, sizeof sig))
             raw = sig;
-        if (api_feed_begin_lent(r, c, c->api->cfg->max_body))
-            return 0;                   /* straight into a same-host ring's slot */
         return api_begin_doc(r, c, raw, c->api->cfg->max_body);
     }
     }

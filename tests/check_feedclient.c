@@ -742,9 +742,10 @@ START_TEST(ring_received_in_place)
 }
 END_TEST
 
-/* Pushes over HTTP land in a slot as well: by curl (a safetensors file) and by libtfetch on
- * plain HTTP. Each is received into a free slot and sent from there: lent == in place, and
- * nothing copied (one at a time, so a slot is always free for the next). */
+/* Pushes over HTTP land in a slot as well: by libtfetch on plain HTTP, by curl as a
+ * safetensors file and as raw bytes (Tfetch-Dtype/Shape: its header is made in front of it
+ * in the slot). Each is received into a free slot and sent from there: lent == in place,
+ * and nothing copied (one at a time, so a slot is always free for the next). */
 START_TEST(ring_http_push_in_place)
 {
     tf_feed_t *feed = NULL;
@@ -759,21 +760,27 @@ START_TEST(ring_http_push_in_place)
     ck_assert_int_ge(fd, 0);
     for (int i = 0; i < 6; i++) {
         tf_doc_t *d = item_doc((float)(10 * i));
-        if (i % 2 == 0) {
+        if (i % 3 == 0) {
             uint64_t round = 0;
             ck_assert_int_eq(tf_infeed_push(h, FEED, 0, d, 0, 0, &round), TF_OK);
             ck_assert_str_eq(tf_client_last(h)->transport, "http");
         } else {
             void *buf = NULL;
             size_t len = 0;
+            int raw = i % 3 == 2;
             ck_assert_int_eq(tf_doc_encode(d, &buf, &len), TF_OK);
+            const tf_tensor_t *x = tf_doc_find(d, "x");
             ck_assert_int_eq(ftruncate(fd, 0), 0);
-            ck_assert_int_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
+            if (raw)
+                ck_assert_int_eq(pwrite(fd, x->data, x->nbytes, 0), (ssize_t)x->nbytes);
+            else
+                ck_assert_int_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
             tf_free(buf);
             char cmd[512], out[512];
             snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' -X POST "
-                     "-H 'Content-Type: application/x-safetensors' --data-binary @%s "
-                     "%s/devices/0/infeed", file, FEED);
+                     "-H 'Content-Type: %s' --data-binary @%s %s/devices/0/infeed",
+                     raw ? "application/octet-stream' -H 'Tfetch-Dtype: F32' -H "
+                           "'Tfetch-Shape: 4" : "application/x-safetensors", file, FEED);
             ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
             ck_assert_str_eq(out, "201");
         }
@@ -784,11 +791,28 @@ START_TEST(ring_http_push_in_place)
         tf_item_release(it);
         ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
     }
+    /* Raw bodies received into a slot and then refused (I32, the signature says F32) give
+     * their slots back: after six, more than the ring has slots, a good push still lands in
+     * one. */
+    for (int i = 0; i < 6; i++) {
+        char cmd[512], out[512];
+        snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' -X POST -H "
+                 "'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: I32' -H "
+                 "'Tfetch-Shape: 4' --data-binary @%s %s/devices/0/infeed", file, FEED);
+        ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+        ck_assert_str_eq(out, "422");
+    }
+    tf_doc_t *d = item_doc(60);
+    ck_assert_int_eq(tf_infeed_push(h, FEED, 0, d, 0, 0, NULL), TF_OK);
+    tf_doc_free(d);
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    ck_assert(first_value(it) == 60.0f);
+    tf_item_release(it);
     close(fd);
     unlink(file);
     tf_client_free(h);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_lent_total"), 6);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 6);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_lent_total"), 13);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 7);
     ck_assert_int_eq(metric_value("tfetch_shm_ring_items_total"), 0);
     tf_feed_detach(feed);
 }
