@@ -379,7 +379,7 @@ free_root:
  *
  * Most headers on the wire are what encoders write: compact or lightly spaced JSON, names in
  * plain ASCII, a few tensors. Building a cJSON tree for those is most of a small request's
- * decoding (a 1-tensor header: ~14k instructions through the tree, under 2k here). scan()
+ * decoding (a 1-tensor header: ~14k instructions through the tree, ~3k here). scan()
  * reads such a header directly and builds the doc the tree path would build; on anything
  * else - a backslash, a byte outside printable ASCII, a number with a sign, fraction or
  * exponent, more than SCAN_MAX tensors or SCAN_MAX_META metadata keys, a key out of place,
@@ -605,6 +605,7 @@ tfp_status_t tfp_st_decode_path(const uint8_t *buf, size_t len, const tfp_st_lim
 
     if (out == NULL || (buf == NULL && len > 0))
         return tfp_err_set(err, TFP_EINVAL, "no buffer or no output");
+    *out = NULL;
     if (limits != NULL && limits->max_header != 0)
         max_header = limits->max_header;
     if (limits != NULL && limits->max_tensors != 0)

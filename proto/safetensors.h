@@ -21,7 +21,8 @@ typedef struct {
 #define TFP_ST_DEFAULT_MAX_HEADER  (16u << 20)
 #define TFP_ST_DEFAULT_MAX_TENSORS 100000u
 
-/* Parses and validates a whole safetensors document of len bytes at buf. On success *out
+/* Parses and validates a whole safetensors document of len bytes at buf (on failure *out is
+ * NULL). On success *out
  * describes every tensor with data pointers into buf (buf must outlive the doc), offsets
  * relative to the data section, and tensors listed in header order. limits may be NULL
  * (defaults). Rejections (TFP_EPROTO, TFP_ETOOBIG for the header and tensor-count caps,

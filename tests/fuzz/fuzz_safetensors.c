@@ -47,14 +47,20 @@ static void same(const tfp_doc_t *a, const tfp_doc_t *b)
     }
 }
 
-/* The two paths agree with each other and with tfp_st_decode (st, doc). */
-static void paths_agree(const uint8_t *data, size_t size, tfp_status_t st, const tfp_doc_t *doc)
+/* The two paths agree with each other and with tfp_st_decode (st, doc; doc NULL: not run,
+ * then only the paths are compared), under lim. */
+static void paths_agree(const uint8_t *data, size_t size, const tfp_st_limits_t *lim,
+                        tfp_status_t st, const tfp_doc_t *doc)
 {
     tfp_doc_t *tree = NULL, *scan = NULL;
     tfp_err_t err;
-    tfp_status_t tst = tfp_st_decode_path(data, size, NULL, TFP_ST_PATH_TREE, &tree, &err);
-    tfp_status_t sst = tfp_st_decode_path(data, size, NULL, TFP_ST_PATH_SCAN, &scan, &err);
+    tfp_status_t tst = tfp_st_decode_path(data, size, lim, TFP_ST_PATH_TREE, &tree, &err);
+    tfp_status_t sst = tfp_st_decode_path(data, size, lim, TFP_ST_PATH_SCAN, &scan, &err);
 
+    if (!doc) {
+        st = tst;
+        doc = tree;
+    }
     if (tst != st)
         fail("the tree alone decides otherwise", &err);
     if (sst == TFP_OK && st != TFP_OK)
@@ -67,8 +73,8 @@ static void paths_agree(const uint8_t *data, size_t size, tfp_status_t st, const
         same(doc, tree);
     if (scan != NULL) {
         same(doc, scan);
-        for (size_t i = 0; i < doc->n; i++)
-            if (doc->t[i].offset != scan->t[i].offset || doc->t[i].data != scan->t[i].data)
+        for (size_t i = 0; i < tree->n; i++)     /* the tree's placement, not doc's */
+            if (tree->t[i].offset != scan->t[i].offset || tree->t[i].data != scan->t[i].data)
                 fail("the scan placed a tensor elsewhere", NULL);
     }
     tfp_doc_free(scan);
@@ -84,7 +90,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tfp_status_t st;
 
     st = tfp_st_decode(data, size, NULL, &doc, &err);
-    paths_agree(data, size, st, doc);
+    paths_agree(data, size, NULL, st, doc);
+    if (size > 0) {     /* and under a tensor limit around the scan's own cap of 16, from
+                         * the last byte (data, usually: it varies without breaking the doc) */
+        tfp_st_limits_t lim = {0, 1 + data[size - 1] % 18u};
+        paths_agree(data, size, &lim, TFP_OK, NULL);
+    }
     if (st != TFP_OK) {
         if (doc != NULL)
             fail("output set on failure", &err);
