@@ -165,8 +165,8 @@ int api_feed_raw_name(const tfd_ctx_t *c, char *buf, size_t size);
 /* In api_begin_doc, for an infeed: a push (HTTP or UCX) of a safetensors item of known
  * length, or of a raw one (after the header api_begin_doc made), to a device queue with a
  * same-host ring attached is received straight into a free slot of that ring (the consumer
- * then gets it with no copy through the daemon). 1 when the body was accepted so, else 0
- * (the caller accepts it as usual). */
+ * then gets it with no copy through the daemon), max bytes at most (a raw body's exact size).
+ * 1 when the body was accepted so, else 0 (the caller accepts it as usual). */
 int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max);
 void api_handle_feed_list(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_declare(tfx_req_t *r, tfd_ctx_t *c);

@@ -154,9 +154,10 @@ int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max
         }
         tfp_doc_free(doc);
     }
-    if (api_feed_begin_lent(r, c, max))
+    uint64_t limit = body->kind == TFP_BODY_RAW ? body->nbytes : max;
+    if (api_feed_begin_lent(r, c, limit))
         return 0;                       /* straight into a same-host ring's slot */
-    tfx_req_accept_body(r, c->raw_hdr_len, body->kind == TFP_BODY_RAW ? body->nbytes : max);
+    tfx_req_accept_body(r, c->raw_hdr_len, limit);
     return 0;
 }
 

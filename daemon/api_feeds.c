@@ -452,7 +452,7 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
                             &arg) == 0;
     tfd_feed_unref(f);
     if (lent)
-        tfx_req_accept_body_into(r, c->raw_hdr_len, raw ? body : max, buf, cap, give_back, arg);
+        tfx_req_accept_body_into(r, c->raw_hdr_len, max, buf, cap, give_back, arg);
     return lent;
 }
 

@@ -528,11 +528,9 @@ static int sc_meta(scan_t *c, tfp_doc_t *doc)
         return 1;
     do {
         if (doc->nmeta == SCAN_MAX_META || !sc_str(c, key, TFP_MAX_NAME, &n) ||
-            !sc_lit(c, ':') || !sc_str(c, value, SCAN_MAX_VALUE, &n))
+            !sc_lit(c, ':') || !sc_str(c, value, SCAN_MAX_VALUE, &n) ||
+            tfp_doc_meta(doc, key) != NULL)
             return 0;
-        for (size_t i = 0; i < doc->nmeta; i++)
-            if (strcmp(doc->meta[i].key, key) == 0)
-                return 0;
         if (tfp_doc_append_meta(doc, key, value, &err) != TFP_OK)
             return 0;
     } while (sc_lit(c, ','));
@@ -558,11 +556,9 @@ static int sc_header(scan_t *c, tfp_doc_t *doc, uint64_t data_len, size_t max_te
                     return 0;
                 continue;
             }
-            if (n == 0 || doc->n == SCAN_MAX || doc->n == max_tensors)
+            if (n == 0 || doc->n == SCAN_MAX || doc->n == max_tensors ||
+                tfp_doc_find(doc, name) != NULL)
                 return 0;
-            for (size_t i = 0; i < doc->n; i++)
-                if (strcmp(doc->t[i].name, name) == 0)
-                    return 0;
             if (!sc_entry(c, doc, name, data_len, &rg[doc->n]))
                 return 0;
         } while (sc_lit(c, ','));
