@@ -135,6 +135,16 @@ static long stat_of(const char *key)
     return v;
 }
 
+/* Runs the client until the feed's stat key reaches want, up to 5 s. (tf_client_run returns
+ * at once with no request pending: each turn sleeps to give the daemon time.) */
+static void await_stat(const char *key, long want)
+{
+    for (int i = 0; i < 500 && stat_of(key) < want; i++) {
+        tf_client_run(C, 0);
+        usleep(10000);
+    }
+}
+
 /* Pops n items in order from a feed on backend be and checks each. */
 static void pop_in_order(const char *be, int n)
 {
@@ -198,12 +208,8 @@ START_TEST(prefetch_fills)
     ck_assert_int_eq(tf_feed_attach_opts(C, FEED, "0", "sim", &o, &feed), TF_OK);
     tf_item_t *it = NULL;
     ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
-    /* While the caller holds one, the feed brings the next three. (tf_client_run returns at
-     * once with no request pending: each turn sleeps to give the daemon time.) */
-    for (int i = 0; i < 500 && stat_of("delivered") < 4; i++) {
-        tf_client_run(C, 0);
-        usleep(10000);
-    }
+    /* While the caller holds one, the feed brings the next three. */
+    await_stat("delivered", 4);
     ck_assert_int_eq(stat_of("delivered"), 4);
     ck_assert_int_eq(stat_of("released"), 0);
     /* Without a pop waiting, they arrive and are copied: then ready at once (timeout 0). */
@@ -219,10 +225,7 @@ START_TEST(prefetch_fills)
         tf_item_release(it);
     }
     /* The releases ride on the next pop request (or the ring's ACK). */
-    for (int i = 0; i < 500 && stat_of("released") < 4; i++) {
-        tf_client_run(C, 0);
-        usleep(10000);
-    }
+    await_stat("released", 4);
     ck_assert_int_eq(stat_of("released"), 4);
     tf_feed_detach(feed);
 }
@@ -742,6 +745,21 @@ START_TEST(ring_received_in_place)
 }
 END_TEST
 
+#define RAW_F32 "-H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: F32' " \
+    "-H 'Tfetch-Shape: 4'"
+#define RAW_I32 "-H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: I32' " \
+    "-H 'Tfetch-Shape: 4'"
+
+/* curl POSTs file to device 0's infeed with headers; the HTTP status. */
+static int curl_push(const char *file, const char *headers)
+{
+    char cmd[512], out[64];
+    snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' -X POST %s "
+             "--data-binary @%s %s/devices/0/infeed", headers, file, FEED);
+    ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
+    return atoi(out);
+}
+
 /* Pushes over HTTP land in a slot as well: by libtfetch on plain HTTP, by curl as a
  * safetensors file and as raw bytes (Tfetch-Dtype/Shape: its header is made in front of it
  * in the slot). Each is received into a free slot and sent from there: lent == in place,
@@ -776,13 +794,8 @@ START_TEST(ring_http_push_in_place)
             else
                 ck_assert_int_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
             tf_free(buf);
-            char cmd[512], out[512];
-            snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' -X POST "
-                     "-H 'Content-Type: %s' --data-binary @%s %s/devices/0/infeed",
-                     raw ? "application/octet-stream' -H 'Tfetch-Dtype: F32' -H "
-                           "'Tfetch-Shape: 4" : "application/x-safetensors", file, FEED);
-            ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
-            ck_assert_str_eq(out, "201");
+            ck_assert_int_eq(curl_push(file, raw ? RAW_F32 : "-H 'Content-Type: "
+                                                             "application/x-safetensors'"), 201);
         }
         tf_doc_free(d);
         ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
@@ -794,14 +807,8 @@ START_TEST(ring_http_push_in_place)
     /* Raw bodies received into a slot and then refused (I32, the signature says F32) give
      * their slots back: after six, more than the ring has slots, a good push still lands in
      * one. */
-    for (int i = 0; i < 6; i++) {
-        char cmd[512], out[512];
-        snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' -X POST -H "
-                 "'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: I32' -H "
-                 "'Tfetch-Shape: 4' --data-binary @%s %s/devices/0/infeed", file, FEED);
-        ck_assert_int_eq(td_run(cmd, out, sizeof(out)), 0);
-        ck_assert_str_eq(out, "422");
-    }
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(curl_push(file, RAW_I32), 422);
     tf_doc_t *d = item_doc(60);
     ck_assert_int_eq(tf_infeed_push(h, FEED, 0, d, 0, 0, NULL), TF_OK);
     tf_doc_free(d);
