@@ -379,7 +379,10 @@ static int ucx_wait(tf_client_t *c, tf_fetch_t *f, long ms)
         return 0;
     f->drove = 1;
     long wait = ms >= 0 && ms < DRIVE_WAIT_MS ? ms : DRIVE_WAIT_MS;
-    if (tfx_ucxc_drive(c->up_state, f->treq, DRIVE_SPIN_US, wait) && f->origin)
+    int done = tfx_ucxc_drive(c->up_state, f->treq, DRIVE_SPIN_US, wait);
+    if (done < 0)
+        f->drove = 0;               /* drain what is queued first; f may be among it */
+    else if (done && f->origin)
         f->origin->caller_driven++;
     return 1;
 }

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <dirent.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1239,6 +1240,72 @@ START_TEST(ucx_hello_tokens)
 }
 END_TEST
 
+static void flag_wake(void *arg) { atomic_store((atomic_int *)arg, 1); }
+
+/* tfx_ucxc_drive for a request the progress thread has already finished (its reply came in
+ * before the caller's wait took the worker): -1 at once, to drain first, rather than
+ * driving for a reply that is already queued until the wait runs out (and without reading
+ * the request, which the thread may have handed back early and freed). A DRIVEN request is
+ * the caller's own and is sent and driven whatever is queued. */
+START_TEST(ucx_drive_after_the_thread_finished)
+{
+    if (!have_daemon("ucx_drive_after_the_thread_finished"))
+        return;
+    start(NULL);
+    atomic_int woken = 0;
+    tfp_err_t err;
+    tfx_ucxc_t *u = tfx_ucxc_new(flag_wake, &woken, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfp_up_host_t me;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    tfp_up_resp_t resp;
+    post_upgrade(&me, &resp);
+    char ident[TFP_UP_MAX_IDENT + 1], why[256];
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    tfx_ucxc_conn_t *conn = NULL;
+    ck_assert_int_eq(tfx_ucxc_connect(u, resp.worker_address, resp.worker_address_len,
+                                      resp.same_host, resp.token, ident, 5000, &conn, why,
+                                      sizeof why), TFP_OK);
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_GET, 0);
+    snprintf(h.name, sizeof h.name, "x");
+    snprintf(h.request_id, sizeof h.request_id, "drive-1");
+    /* sent by the thread; its reply queued before anyone drives */
+    tfx_ucxc_req_t *r = NULL, *got;
+    atomic_store(&woken, 0);
+    ck_assert_int_eq(tfx_ucxc_start(conn, &h, NULL, NULL, 0, 5000, 0, NULL, &r), TFP_OK);
+    for (int i = 0; i < 5000 && !atomic_load(&woken); i++)
+        sleep_ms(1);
+    ck_assert_msg(atomic_load(&woken), "no completion within 5 s");
+    ck_assert_int_eq(tfx_ucxc_drive(u, r, 50, 2000), -1);
+    ck_assert_ptr_eq(got = tfx_ucxc_next(u), r);
+    ck_assert_msg(tfx_ucxc_req_result(got)->transport_status == TFP_OK, "%s",
+                  tfx_ucxc_req_result(got)->why);
+    ck_assert_int_eq(tfx_ucxc_req_result(got)->reply.http, 404);    /* no such name */
+    ck_assert_ptr_null(tfx_ucxc_next(u));
+    tfx_ucxc_req_free(got);
+    /* a DRIVEN one behind a queued completion: driven all the same */
+    tfx_ucxc_req_t *r1 = NULL, *r2 = NULL;
+    atomic_store(&woken, 0);
+    ck_assert_int_eq(tfx_ucxc_start(conn, &h, NULL, NULL, 0, 5000, 0, NULL, &r1), TFP_OK);
+    for (int i = 0; i < 5000 && !atomic_load(&woken); i++)
+        sleep_ms(1);
+    ck_assert_msg(atomic_load(&woken), "no completion within 5 s");
+    ck_assert_int_eq(tfx_ucxc_start(conn, &h, NULL, NULL, 0, 5000, TFX_UCXC_DRIVEN, NULL,
+                                    &r2), TFP_OK);
+    ck_assert_int_eq(tfx_ucxc_drive(u, r2, 50, 5000), 1);
+    ck_assert_ptr_eq(got = tfx_ucxc_next(u), r1);
+    tfx_ucxc_req_free(got);
+    ck_assert_ptr_eq(got = tfx_ucxc_next(u), r2);
+    ck_assert_int_eq(tfx_ucxc_req_result(got)->reply.http, 404);
+    tfx_ucxc_req_free(got);
+    tfx_ucxc_conn_close(conn);
+    tfp_up_resp_clear(&resp);
+    tfx_ucxc_free(u);
+    stop();
+}
+END_TEST
+
 /* ---- admission: frames without a token, raw UCX ---------------------------------------------- */
 
 typedef struct {
@@ -1708,20 +1775,27 @@ START_TEST(ucx_blocking_calls_drive_the_worker)
     rec_t r = {0};
     tf_fetch_t *f = NULL;
     tf_request_t rq = {.op = TF_OP_GET, .url = url("/v1/tensors/%s", "x")};
-    int waited = 0;
-    for (int i = 0; i < 10; i++) {
+    /* A started fetch is sent by the progress thread, which may also see its reply before
+     * the caller's wait takes the worker (a loaded machine, 7 of 10 once in CI): that
+     * is allowed, so the wait must drive 5, however many tries that takes up to 50. */
+    int waited = 0, tries = 0;
+    while (waited < 5 && tries < 50) {
         ck_assert_int_eq(tf_fetch_start(c, &rq, rec_cb, &r, &f), TF_OK);
         uint64_t before = driven(c);
         ck_assert_int_eq(tf_fetch_wait(f, 5000), TF_OK);
         waited += driven(c) > before;
         tf_fetch_free(f);
+        tries++;
     }
-    ck_assert_int_eq(r.calls, 10);
-    ck_assert_msg(waited >= 5, "tf_fetch_wait drove only %d of 10", waited);
+    ck_assert_int_eq(r.calls, tries);
+    ck_assert_msg(waited >= 5, "tf_fetch_wait drove only %d of %d", waited, tries);
+    if (tries > 5)
+        printf("ucx_blocking_calls_drive_the_worker: tf_fetch_wait drove %d of %d\n", waited,
+               tries);
     uint64_t n2 = driven(c);
     ck_assert_int_eq(tf_fetch_start(c, &rq, rec_cb, &r, NULL), TF_OK);
     ck_assert_int_eq(tf_client_run(c, 5000), TF_OK);
-    ck_assert_int_eq(r.calls, 11);
+    ck_assert_int_eq(r.calls, tries + 1);
     ck_assert_uint_eq(driven(c), n2);           /* the async path is the progress thread's */
     tf_doc_free(r.doc);
     /* A 0.1 caller's struct ends at retry_ms. */
@@ -2022,6 +2096,7 @@ Suite *suite_ucx(void)
 
     TCase *drv = tcase_create("driven");
     tcase_add_test(drv, ucx_blocking_calls_drive_the_worker);
+    tcase_add_test(drv, ucx_drive_after_the_thread_finished);
     tcase_add_test(drv, ucx_driving_delivers_others_on_the_driver);
     tcase_add_test(drv, ucx_daemon_killed_while_driving);
     tcase_add_test(drv, ucx_driving_timeout_cancel_free);

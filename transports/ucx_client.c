@@ -122,6 +122,7 @@ struct tfx_ucxc {
     int owner;                      /* OWN_* */
     int want;                       /* a caller waits for the worker: the thread yields */
     int caller_waits;               /* ... asleep on cond: let_go broadcasts */
+    tfx_ucxc_req_t *deferred;       /* the caller's: started DRIVEN, not yet driven */
     tfx_ucxc_req_t *drive_req;      /* owner: the request the caller drives, or NULL */
     int drive_done;                 /* owner: it (or its early copy) was queued */
 };
@@ -917,6 +918,7 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     if (flags & TFX_UCXC_DRIVEN) {
         r->deferred = 1;            /* sent by tfx_ucxc_drive */
         r->spare = cm;
+        c->u->deferred = r;
         return TFP_OK;
     }
     post(c->u, cm);
@@ -990,15 +992,29 @@ static void drive_pass(tfx_ucxc_t *u)
 
 int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
 {
+    /* Only a deferred request is the caller's for sure: one the thread sent may have been
+     * handed back early and freed since, its copy queued. So r is not read unless deferred,
+     * or until the done queue, looked at while holding the worker, is empty. */
+    int deferred = r == u->deferred;
+    u->deferred = NULL;
     if (!take_worker(u)) {
-        if (r->deferred)
+        if (deferred)
             post_deferred(u, r);
         return 0;
+    }
+    if (!deferred) {
+        pthread_mutex_lock(&u->lock);
+        int queued = u->done_head != NULL;
+        pthread_mutex_unlock(&u->lock);
+        if (queued) {               /* perhaps r's own outcome: nothing to drive then */
+            give_worker(u);
+            return -1;
+        }
     }
     u->drive_req = r;
     u->drive_done = 0;
     run_cmds(u);                    /* what was posted before goes first */
-    if (r->deferred) {
+    if (deferred) {
         r->deferred = 0;
         free(r->spare);
         r->spare = NULL;

@@ -86,8 +86,10 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
  * the progress thread, progresses it busily for spin_us, then sleeping on the worker's
  * event fd, until r completes or wait_ms pass, and gives it back. 1 if r completed
  * (tfx_ucxc_next returns it, after any completion queued before it); 0 if not yet (it
- * completes as usual, through the progress thread and wake()). Completions of other
- * requests are queued on the way without wake(): drain after the call. */
+ * completes as usual, through the progress thread and wake()); -1, at once, when r was
+ * sent by the thread and completions are queued: r's own may be among them (and r freed),
+ * so drain them first, then call again if r is still out. Completions of other requests
+ * are queued on the way without wake(): drain after the call. */
 int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms);
 /* The next completed request, or NULL. */
 tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u);
