@@ -1027,22 +1027,33 @@ tf_status_t tf_outfeed_push(tf_feed_t *feed, const tf_doc_t *doc, uint64_t *seq)
 /* ---- producers, receivers, operators ---------------------------------------------------------- */
 
 /* A blocking call to a feed's URL plus suffix; the reply's handle in *out when given. */
-static tf_status_t feed_call(tf_client_t *c, tfi_call_t *call, const char *url,
-                             const char *suffix, tf_fetch_t **out)
+/* Points call at url + suffix (*full, free it after the start) and, for a UCX frame, at
+ * the feed's name (name: TFP_MAX_TENSOR_NAME + 1 bytes, live until the start). */
+static tf_status_t feed_target(tf_client_t *c, tfi_call_t *call, const char *url,
+                               const char *suffix, char *name, char **full)
 {
     char *base = NULL;
     tf_status_t st = feed_url(c, url, &base, TFI_OP_CALL);
     if (st != TF_OK)
         return st;
-    char name[TFP_MAX_TENSOR_NAME + 1];
-    snprintf(name, sizeof(name), "%s", name_of(base));
-    char *full = fmt("%s%s", base, suffix);
+    snprintf(name, TFP_MAX_TENSOR_NAME + 1, "%s", name_of(base));
+    *full = fmt("%s%s", base, suffix);
     free(base);
-    if (!full)
+    if (!*full)
         return tfi_refuse(c, TFI_OP_CALL, TF_ENOMEM, NULL);
-    call->url = full;
+    call->url = *full;
     if (call->feed.op)
         call->feed_name = name;
+    return TF_OK;
+}
+
+static tf_status_t feed_call(tf_client_t *c, tfi_call_t *call, const char *url,
+                             const char *suffix, tf_fetch_t **out)
+{
+    char name[TFP_MAX_TENSOR_NAME + 1], *full = NULL;
+    tf_status_t st = feed_target(c, call, url, suffix, name, &full);
+    if (st != TF_OK)
+        return st;
     tf_fetch_t *f = NULL;
     st = tfi_call(c, call, &f);
     free(full);
@@ -1078,40 +1089,111 @@ tf_status_t tf_feed_declare(tf_client_t *c, const char *url, const char *json, c
     return st;
 }
 
+/* An infeed push's request: the call, its suffix and header values in *b. */
+typedef struct {
+    char sfx[64], seq[24], prefer[40];
+} push_bufs_t;
+
+static tf_status_t infeed_call(tf_client_t *c, int dev, const tf_doc_t *doc, uint64_t seq,
+                               long wait_ms, tfi_call_t *call, push_bufs_t *b)
+{
+    if (!doc || wait_ms < 0)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "no document, or a negative wait");
+    if (dev < 0)
+        snprintf(b->sfx, sizeof(b->sfx), "/infeed");
+    else
+        snprintf(b->sfx, sizeof(b->sfx), "/devices/%d/infeed", dev);
+    *call = (tfi_call_t){.method = "POST", .doc = doc, .wait_ms = wait_ms, .what = "feed_push",
+                         .feed = {.op = TFP_UF_FEED_INFEED, .seq = seq}};
+    if (dev >= 0)
+        snprintf(call->feed.dev, sizeof(call->feed.dev), "%d", dev);
+    if (seq > 0) {
+        snprintf(b->seq, sizeof(b->seq), "%" PRIu64, seq);
+        call->hname[call->nheaders] = "Tfetch-Seq";
+        call->hvalue[call->nheaders++] = b->seq;
+    }
+    if (wait_ms > 0) {
+        snprintf(b->prefer, sizeof(b->prefer), "wait=%ld", wait_ms);
+        call->hname[call->nheaders] = "Prefer";
+        call->hvalue[call->nheaders++] = b->prefer;
+    }
+    return TF_OK;
+}
+
+/* The round in an infeed push's reply, or TF_EPROTO (recorded in *r). */
+static tf_status_t infeed_round(const tf_fetch_t *f, tf_result_t *r, uint64_t *round)
+{
+    tfp_err_t err;
+    uint64_t v = 0;
+    if (!f->text || tfp_parse_uint_member(f->text, f->text_len, "round", &v, &err) != TFP_OK)
+        return tfi_rfail(r, TF_EPROTO, "bad infeed reply (expected {\"round\": N})");
+    if (round)
+        *round = v;
+    return TF_OK;
+}
+
 tf_status_t tf_infeed_push(tf_client_t *c, const char *url, int dev, const tf_doc_t *doc,
                            uint64_t seq, long wait_ms, uint64_t *round)
 {
     if (!c)
         return TF_EINVAL;
-    if (!doc || wait_ms < 0)
-        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "no document, or a negative wait");
-    char sfx[64], seqs[24], prefer[40];
-    if (dev < 0)
-        snprintf(sfx, sizeof(sfx), "/infeed");
-    else
-        snprintf(sfx, sizeof(sfx), "/devices/%d/infeed", dev);
-    tfi_call_t call = {.method = "POST", .doc = doc, .wait_ms = wait_ms, .what = "feed_push",
-                       .feed = {.op = TFP_UF_FEED_INFEED, .seq = seq}};
-    if (dev >= 0)
-        snprintf(call.feed.dev, sizeof(call.feed.dev), "%d", dev);
-    if (seq > 0) {
-        snprintf(seqs, sizeof(seqs), "%" PRIu64, seq);
-        call.hname[call.nheaders] = "Tfetch-Seq";
-        call.hvalue[call.nheaders++] = seqs;
-    }
-    if (wait_ms > 0) {
-        snprintf(prefer, sizeof(prefer), "wait=%ld", wait_ms);
-        call.hname[call.nheaders] = "Prefer";
-        call.hvalue[call.nheaders++] = prefer;
-    }
+    tfi_call_t call;
+    push_bufs_t b;
+    tf_status_t st = infeed_call(c, dev, doc, seq, wait_ms, &call, &b);
+    if (st != TF_OK)
+        return st;
     tf_fetch_t *f = NULL;
-    tf_status_t st = feed_call(c, &call, url, sfx, &f);
-    if (st == TF_OK && round) {
-        tfp_err_t err;
-        if (!f->text || tfp_parse_uint_member(f->text, f->text_len, "round", round, &err) != TFP_OK)
-            st = tfi_rfail(&c->last, TF_EPROTO, "bad infeed reply (expected {\"round\": N})");
-    }
+    st = feed_call(c, &call, url, b.sfx, &f);
+    if (st == TF_OK && round)
+        st = infeed_round(f, &c->last, round);
     tf_fetch_free(f);
+    return st;
+}
+
+typedef struct {
+    tf_infeed_push_cb cb;
+    void *ud;
+} push_start_t;
+
+static void on_infeed_pushed(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc,
+                             const tf_result_t *r, void *ud)
+{
+    push_start_t *ps = ud;
+    tf_result_t res = *r;
+    uint64_t round = 0;
+    tf_doc_free(doc);
+    if (st == TF_OK)
+        st = infeed_round(f, &res, &round);
+    ps->cb(f->c, st, round, &res, ps->ud);
+    free(ps);
+}
+
+tf_status_t tf_infeed_push_start(tf_client_t *c, const char *url, int dev, const tf_doc_t *doc,
+                                 uint64_t seq, long wait_ms, tf_infeed_push_cb cb,
+                                 void *user_data)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!cb)
+        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "no callback");
+    tfi_call_t call;
+    push_bufs_t b;
+    tf_status_t st = infeed_call(c, dev, doc, seq, wait_ms, &call, &b);
+    if (st != TF_OK)
+        return st;
+    char name[TFP_MAX_TENSOR_NAME + 1], *full = NULL;
+    if ((st = feed_target(c, &call, url, b.sfx, name, &full)) != TF_OK)
+        return st;
+    push_start_t *ps = malloc(sizeof *ps);
+    if (!ps) {
+        free(full);
+        return tfi_refuse(c, TFI_OP_CALL, TF_ENOMEM, NULL);
+    }
+    *ps = (push_start_t){cb, user_data};
+    st = tfi_call_start(c, &call, on_infeed_pushed, ps, NULL);
+    free(full);
+    if (st != TF_OK)
+        free(ps);
     return st;
 }
 

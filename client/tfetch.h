@@ -613,6 +613,17 @@ tf_status_t tf_feed_declare(tf_client_t *c, const char *url, const char *json, c
  * *round, when not NULL, is the item's round. */
 tf_status_t tf_infeed_push(tf_client_t *c, const char *url, int dev, const tf_doc_t *doc,
                            uint64_t seq, long wait_ms, uint64_t *round);
+/* The same, asynchronous: returns at once; on TF_OK cb runs exactly once, on the thread
+ * driving the client, with the outcome (round on success; result says why otherwise); on an
+ * error it never runs. doc is borrowed until then. A producer may keep several pushes in
+ * flight, seqs consecutive: they may reach the server out of order, and a push ahead of its
+ * stream by at most 64 waits (within wait_ms, so give one) for those before it. Items are
+ * queued in seq order. */
+typedef void (*tf_infeed_push_cb)(tf_client_t *c, tf_status_t status, uint64_t round,
+                                  const tf_result_t *result, void *user_data);
+tf_status_t tf_infeed_push_start(tf_client_t *c, const char *url, int dev, const tf_doc_t *doc,
+                                 uint64_t seq, long wait_ms, tf_infeed_push_cb cb,
+                                 void *user_data);
 /* Marks the feed done: consumers drain it, then get TF_EDONE. */
 tf_status_t tf_feed_done(tf_client_t *c, const char *url);
 /* Starts a new generation of the feed: every queued item is dropped (counted), done, the

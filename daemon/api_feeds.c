@@ -477,10 +477,19 @@ void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c)
         take_producer(c, fr);
     }
     tfd_infeed_t in = {fr->producer, c->op->feed.seq, fr->dev, fr->blobs, fr->bytes};
-    tfd_infeed_res_t res;
+    tfd_infeed_res_t res = {0};
     uint64_t ev = 0;
     tfp_err_t err;
     tfp_status_t st = tfd_feed_infeed(fr->f, &in, &res, &ev, &err);
+    if (st == TFP_ECONFLICT && res.ahead) {
+        /* Ahead of its stream: with a wait, it waits for the pushes before it. */
+        int w = feed_wait(r, c, TFD_FEED_IN, 0, ev);
+        if (w != 0)
+            return;
+        end_wait(c);
+        api_fail(r, c, st, "%s", err.msg);
+        return;
+    }
     if (st == TFP_EFULL) {
         int w = feed_wait(r, c, TFD_FEED_IN, 0, ev);
         if (w != 0)

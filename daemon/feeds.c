@@ -86,6 +86,8 @@ struct tfd_feed {
     uint64_t out_last;              /* last outfeed seq */
     uint64_t out_bytes;
     atomic_uint_fast64_t ev_in, ev_out, ev_pop[TFP_FEED_MAX_DEVICES];
+    int ahead_waits;                /* a push ahead of its stream may be waiting: the next
+                                     * stream advance wakes producers (ev_in) */
 };
 
 struct tfd_feeds {
@@ -492,7 +494,8 @@ static stream_t *stream_find(tfd_feed_t *f, const char *id, int dev, int out, in
 }
 
 /* Checks seq against its stream: 0 go on (*sp the stream, or NULL without seq), 1 already
- * accepted, -1 refused (err set). Caller holds f->lock. */
+ * accepted, -1 refused (err set; -2 when seq is a gap ahead by at most TFD_FEED_SEQ_AHEAD,
+ * which an infeed may wait out). Caller holds f->lock. */
 static int seq_check(tfd_feed_t *f, const char *id, int dev, int out, uint64_t seq,
                      stream_t **sp, tfp_status_t *st, tfp_err_t *err)
 {
@@ -509,7 +512,7 @@ static int seq_check(tfd_feed_t *f, const char *id, int dev, int out, uint64_t s
         *st = tfp_err_set(err, TFP_ECONFLICT, "sequence gap: expected %llu (producer '%s'), "
                           "got %llu", (unsigned long long)last + 1, id ? id : "",
                           (unsigned long long)seq);
-        return -1;
+        return seq - last <= TFD_FEED_SEQ_AHEAD ? -2 : -1;
     }
     if (!s && !(s = stream_find(f, id ? id : "", dev, out, 1))) {
         *st = tfp_err_set(err, TFP_ENOSPACE, "feed '%s' already tracks %u producer streams",
@@ -560,6 +563,7 @@ tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_r
     struct share *share = NULL;
     stream_t *s;
 
+    *res = (tfd_infeed_res_t){0};
     pthread_mutex_lock(&f->lock);
     if (f->deleted) {
         st = tfp_err_set(err, TFP_ENOTFOUND, "feed '%s' was deleted", f->name);
@@ -577,11 +581,17 @@ tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_r
         goto done;
     }
     int sc = seq_check(f, in->producer, round ? -1 : in->dev, 0, in->seq, &s, &st, err);
+    if (sc == -2) {                 /* the pushes before it may still be on their way */
+        f->ahead_waits = 1;
+        *ev = atomic_load(&f->ev_in);
+        res->ahead = 1;
+        goto done;
+    }
     if (sc < 0)
         goto done;
     if (sc == 1) {
         *res = (tfd_infeed_res_t){in->seq, in->seq == s->last ? s->last_round : 0,
-                                  f->generation, 1};
+                                  f->generation, 1, 0};
         goto done;
     }
     for (unsigned d = first; d < first + n; d++)
@@ -628,8 +638,12 @@ tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_r
     if (s) {
         s->last = in->seq;
         s->last_round = rn;
+        if (f->ahead_waits) {
+            f->ahead_waits = 0;
+            wake_in(f, &w);
+        }
     }
-    *res = (tfd_infeed_res_t){in->seq ? in->seq : rn, rn, f->generation, 0};
+    *res = (tfd_infeed_res_t){in->seq ? in->seq : rn, rn, f->generation, 0, 0};
     wake_pop(f, &w, round ? -1 : (int)first);
 done:
     pthread_mutex_unlock(&f->lock);

@@ -105,13 +105,20 @@ typedef struct {
     uint64_t round;                 /* per_device: the item's position in its queue */
     uint64_t generation;
     int dup;                        /* 1: seq was accepted before; nothing enqueued */
+    int ahead;                      /* with TFP_ECONFLICT: a gap of at most
+                                     * TFD_FEED_SEQ_AHEAD, worth waiting out (*ev) */
 } tfd_infeed_res_t;
+
+/* How far ahead of its stream a seq may be and wait for the pushes before it (a producer
+ * with several pushes in flight, completing out of order). */
+#define TFD_FEED_SEQ_AHEAD 64u
 
 /* Enqueues one item (per_device) or one round (split, broadcast), or nothing. TFP_OK (*res;
  * the queues took their own references to the blobs); TFP_EFULL when a target queue lacks
- * room (*ev: the TFD_FEED_IN counter to wait on); TFP_ECONFLICT for a sequence gap, a done
- * feed or the wrong fanout; TFP_ENOSPACE over the feed memory or the producer streams;
- * TFP_ENOTFOUND once deleted. err says why. */
+ * room (*ev: the TFD_FEED_IN counter to wait on); TFP_ECONFLICT for a sequence gap (with
+ * res->ahead and *ev when the gap is small enough to wait for: the counter moves when the
+ * stream does), a done feed or the wrong fanout; TFP_ENOSPACE over the feed memory or the
+ * producer streams; TFP_ENOTFOUND once deleted. err says why. */
 tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_res_t *res,
                              uint64_t *ev, tfp_err_t *err);
 

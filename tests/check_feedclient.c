@@ -490,6 +490,71 @@ START_TEST(async_pushes_in_order)
 }
 END_TEST
 
+/* A producer keeps 12 pushes of one stream in flight (tf_infeed_push_start), the second one
+ * started first: every push is accepted, and the queue holds them in seq order. */
+typedef struct {
+    int calls;
+    tf_status_t st;
+    uint64_t round;
+    char transport[32];
+} inflight_t;
+
+static void on_infeed_pushed(tf_client_t *c, tf_status_t st, uint64_t round,
+                             const tf_result_t *r, void *ud)
+{
+    inflight_t *p = ud;
+    ck_assert_ptr_eq(c, C);
+    p->calls++;
+    p->st = st;
+    p->round = round;
+    snprintf(p->transport, sizeof(p->transport), "%s", r->transport);
+    if (st != TF_OK)
+        fprintf(stderr, "push: %s: %s\n", tf_strerror(st), r->error);
+}
+
+START_TEST(infeed_pushes_in_flight)
+{
+    enum { N = 12 };
+    inflight_t p[N + 1];
+    tf_doc_t *d[N + 1];
+    memset(p, 0, sizeof(p));
+    for (int k = 0; k < N; k++) {
+        uint64_t seq = k == 0 ? 2 : k == 1 ? 1 : (uint64_t)k + 1;
+        d[seq] = item_doc((float)(10 * seq));
+        ck_assert_int_eq(tf_infeed_push_start(C, FEED, 0, d[seq], seq, 10000,
+                                              on_infeed_pushed, &p[seq]), TF_OK);
+    }
+    ck_assert_uint_ge(tf_client_pending(C), 1);
+    ck_assert_int_eq(tf_client_run(C, 20000), TF_OK);
+    for (uint64_t seq = 1; seq <= N; seq++) {
+        ck_assert_int_eq(p[seq].calls, 1);
+        ck_assert_int_eq(p[seq].st, TF_OK);
+        ck_assert_uint_eq(p[seq].round, seq);       /* its position: queued in seq order */
+        carried_right(p[seq].transport);
+        tf_doc_free(d[seq]);
+    }
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    for (uint64_t seq = 1; seq <= N; seq++) {
+        tf_item_t *it = NULL;
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert_uint_eq(tf_item_seq(it), seq);
+        ck_assert(first_value(it) == (float)(10 * seq));
+        tf_item_release(it);
+    }
+    tf_feed_detach(feed);
+    /* Refused at the start: no callback. */
+    tf_doc_t *one = item_doc(1);
+    ck_assert_int_eq(tf_infeed_push_start(C, FEED, 0, one, 1, 0, NULL, NULL), TF_EINVAL);
+    ck_assert_int_eq(tf_infeed_push_start(C, FEED, 0, NULL, 1, 0, on_infeed_pushed, &p[0]),
+                     TF_EINVAL);
+    ck_assert_int_eq(tf_infeed_push_start(C, "http://127.0.0.1:1/nope", 0, one, 1, 0,
+                                          on_infeed_pushed, &p[0]), TF_EURL);
+    ck_assert_int_eq(p[0].calls, 0);
+    tf_doc_free(one);
+}
+END_TEST
+
 /* ---- the cuda backend without a device ----------------------------------------------------- */
 
 /* This machine has cudart (when built --with-cuda) but no driver: "no device", and the fall
@@ -1133,6 +1198,7 @@ static void add_end_to_end(TCase *tc)
     tcase_add_test(tc, empty_times_out);
     tcase_add_test(tc, reset_new_generation);
     tcase_add_test(tc, async_pops_in_order);
+    tcase_add_test(tc, infeed_pushes_in_flight);
 }
 
 /* A TCase of s with its fixture (the daemon per test) and a minute per test. */

@@ -178,12 +178,24 @@ START_TEST(feeds_seq_idempotent_and_gaps)
     ck_assert_int_eq(r.dup, 1);
     ck_assert_int_eq(r.seq, 1);
     ck_assert_int_eq(r.round, 1);
-    ck_assert_int_eq(push(f, 0, "p", 3, 3, &r), TFP_ECONFLICT);  /* gap */
+    ck_assert_int_eq(push(f, 0, "p", 3, 3, &r), TFP_ECONFLICT);  /* gap ... */
+    ck_assert_int_eq(r.ahead, 1);                   /* ... worth waiting for */
+    ck_assert_int_eq(push(f, 0, "p", 2 + TFD_FEED_SEQ_AHEAD, 9, &r), TFP_ECONFLICT);
+    ck_assert_int_eq(r.ahead, 0);                   /* too far ahead: refused outright */
+    ck_assert_int_eq(push(f, 0, "p", 1 + TFD_FEED_SEQ_AHEAD, 9, &r), TFP_ECONFLICT);
+    ck_assert_int_eq(r.ahead, 1);
+    /* the stream's advance moves the producers' counter: a waiting push tries again */
+    uint64_t ev = tfd_feed_events(f, TFD_FEED_IN, 0);
     ck_assert_int_eq(push(f, 0, "p", 2, 2, &r), TFP_OK);
+    ck_assert_uint_gt(tfd_feed_events(f, TFD_FEED_IN, 0), ev);
+    ev = tfd_feed_events(f, TFD_FEED_IN, 0);
+    ck_assert_int_eq(push(f, 0, "q", 1, 100, &r), TFP_OK);     /* nobody was ahead since */
+    ck_assert_uint_eq(tfd_feed_events(f, TFD_FEED_IN, 0), ev);
+    ck_assert_int_eq(push(f, 0, "q", 1, 100, &r), TFP_OK);
+    ck_assert_int_eq(r.dup, 1);
     ck_assert_int_eq(push(f, 0, "p", 1, 1, &r), TFP_OK);       /* older: still a duplicate */
     ck_assert_int_eq(r.dup, 1);
-    /* another stream, and the same producer on another device, start at 1 */
-    ck_assert_int_eq(push(f, 0, "q", 1, 100, &r), TFP_OK);
+    /* another stream (q, above), and the same producer on another device, start at 1 */
     ck_assert_int_eq(push(f, 1, "p", 1, 200, &r), TFP_OK);
     ck_assert_int_eq(r.dup, 0);
     tfd_feed_stats_t s;

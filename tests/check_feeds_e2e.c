@@ -312,6 +312,61 @@ START_TEST(feeds_e2e_seq_retry)
 }
 END_TEST
 
+/* A producer's pushes may arrive out of order: one ahead of its stream (by at most 64) waits
+ * with Prefer: wait for those before it and is queued after them; without a wait, or
+ * further ahead, or when the missing one never comes, it is the 409 gap. */
+START_TEST(feeds_e2e_seq_ahead_waits)
+{
+    start();
+    declare("f", "{" SIG23 "}");
+    const char *in = "/v1/feeds/f/devices/0/infeed";
+    float v[6] = {0};
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        v[0] = 2;
+        int st = infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 2\r\nTfetch-Producer: p\r\n"
+                                              "Prefer: wait=10000\r\n");
+        _exit(st == 201 && strstr((const char *)R.body, "\"seq\":2,\"round\":2") ? 0 : 1);
+    }
+    sleep_ms(300);                                  /* seq 2 is waiting now */
+    ck_assert_int_eq(request("GET", "/v1/feeds/f", NULL, NULL, 0), 200);
+    BODY_HAS("\"depth\":0,");
+    v[0] = 1;
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
+                     201);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the push ahead failed");
+    float w[6];
+    ck_assert_int_eq(POP("f", "0", "c", ""), 200);
+    ck_assert_int_eq(hnum(&R, "Tfetch-Seq"), 1);
+    answer_floats("x", w, 6);
+    ck_assert_float_eq(w[0], 1);
+    ck_assert_int_eq(POP("f", "0", "c", "?ack=1"), 200);
+    ck_assert_int_eq(hnum(&R, "Tfetch-Seq"), 2);
+    answer_floats("x", w, 6);
+    ck_assert_float_eq(w[0], 2);
+    /* no wait: the gap at once; too far ahead: at once even with a wait */
+    const char *p4 = "Tfetch-Seq: 4\r\nTfetch-Producer: p\r\n";
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", p4), 409);
+    BODY_HAS("sequence gap: expected 3");
+    uint64_t t0 = now_ms();
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 67\r\nTfetch-Producer: p\r\n"
+                                                  "Prefer: wait=5000\r\n"), 409);
+    ck_assert_uint_lt(now_ms() - t0, 4000);
+    /* ahead, and the missing one never comes: 409 when the wait ends */
+    t0 = now_ms();
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 66\r\nTfetch-Producer: p\r\n"
+                                                  "Prefer: wait=300\r\n"), 409);
+    ck_assert_uint_ge(now_ms() - t0, 250);
+    BODY_HAS("sequence gap: expected 3");
+    ck_assert_int_eq(request("GET", "/v1/feeds/f", NULL, NULL, 0), 200);
+    BODY_HAS("\"published\":2,");
+    stop_clean();
+}
+END_TEST
+
 START_TEST(feeds_e2e_full_429_and_wait)
 {
     start();
@@ -678,6 +733,7 @@ Suite *suite_feeds_e2e(void)
     tcase_add_test(tc, feeds_e2e_declare);
     tcase_add_test(tc, feeds_e2e_infeed_pop_ack);
     tcase_add_test(tc, feeds_e2e_seq_retry);
+    tcase_add_test(tc, feeds_e2e_seq_ahead_waits);
     tcase_add_test(tc, feeds_e2e_full_429_and_wait);
     tcase_add_test(tc, feeds_e2e_pop_waits);
     tcase_add_test(tc, feeds_e2e_split_and_broadcast);
