@@ -6,6 +6,8 @@
  *          tf_feed_attach + tf_infeed_pop, prefetch 4, release after the step), policy auto:
  *          pushes over the client's UCX connection, pops from the same-host ring (shm/ring;
  *          over UCX with --base, another host)
+ *   feedp  the same feed with a producer that keeps 4 pushes in flight (tf_infeed_push_start,
+ *          consecutive seqs; the server queues them in seq order)
  *   feedu  the same feed with the consumer on policy ucx: every pop a UCX request (the path
  *          before the ring, and the one across hosts), at 4 MiB
  *   store  tfetchd's store used as a queue: PUT q<i>, GET q<i> with a long poll, DELETE
@@ -523,6 +525,63 @@ static int feed_produce(run_t *r)
     return rc;
 }
 
+/* feedp: the same producer with PIPELINE pushes in flight (tf_infeed_push_start; each
+ * completion starts the next), consecutive seqs that may complete out of order. */
+#define PIPELINE 4
+
+typedef struct {
+    tf_client_t *c;
+    const char *url;
+    tf_doc_t *d;
+    long next, n;
+    int err;
+} pipe_t;
+
+static void pipe_next(pipe_t *p);
+
+static void on_piped(tf_client_t *c, tf_status_t st, uint64_t round, const tf_result_t *res,
+                     void *ud)
+{
+    (void)c;
+    (void)round;
+    pipe_t *p = ud;
+    if (st != TF_OK) {
+        if (!p->err)
+            bench_errorf("infeed push: %s", res->error);
+        p->err = 1;
+        return;
+    }
+    pipe_next(p);
+}
+
+static void pipe_next(pipe_t *p)
+{
+    if (p->err || p->next >= p->n)
+        return;
+    uint64_t seq = (uint64_t)++p->next;
+    if (tf_infeed_push_start(p->c, p->url, 0, p->d, seq, 10000, on_piped, p) != TF_OK) {
+        bench_errorf("infeed push start: %s", tf_client_last(p->c)->error);
+        p->err = 1;
+    }
+}
+
+static int feedp_produce(run_t *r)
+{
+    feedst_t *f = r->st;
+    pipe_t p = {.url = f->url, .n = r->n, .d = item_doc(r)};
+    if (!p.d || tf_client_new(&p.c) != TF_OK) {
+        tf_doc_free(p.d);
+        return -1;
+    }
+    for (int k = 0; k < PIPELINE; k++)
+        pipe_next(&p);
+    while (tf_client_pending(p.c) > 0)
+        tf_client_run(p.c, -1);
+    tf_client_free(p.c);
+    tf_doc_free(p.d);
+    return p.err || p.next < p.n ? -1 : 0;
+}
+
 static int feed_consume(run_t *r, double *wait_s)
 {
     feedst_t *f = r->st;
@@ -573,6 +632,7 @@ static void feed_close(run_t *r)
 
 static const method_t METHODS[] = {
     {"feed", feed_open, feed_produce, feed_consume, feed_close},
+    {"feedp", feed_open, feedp_produce, feed_consume, feed_close},
     {"feedu", feedu_open, feed_produce, feed_consume, feed_close},
     {"store", store_open, store_produce, store_consume, store_close},
     {"redis", redis_open, redis_produce, redis_consume, redis_close},
@@ -645,6 +705,17 @@ static double memcpy_gb_s(size_t size)
     return gb;
 }
 
+/* A counter from our tfetchd's /metrics, or -1. */
+static long metric(const char *name)
+{
+    char cmd[512], out[64];
+    snprintf(cmd, sizeof(cmd), "curl -sf '%s/metrics' | awk '$1 == \"%s\" {print $2}'", D.base,
+             name);
+    if (td_run(cmd, out, sizeof(out)) != 0 || !out[0])
+        return -1;
+    return strtol(out, NULL, 10);
+}
+
 static long count_for(size_t size, size_t bytes, long lo, long hi)
 {
     long n = (long)(bytes / size);
@@ -707,20 +778,24 @@ int main(int argc, char **argv)
 
     printf("# throughput: one producer, one consumer, no compute; items/s and GB/s\n");
     printf("%-6s %9s %12s %8s  %s\n", "method", "size", "items/s", "GB/s", "transport");
-    double feed4 = 0, ring4 = 0, redis4 = 0, store4 = 0;
+    double feed4 = 0, feedp4 = 0, ring4 = 0, redis4 = 0, store4 = 0;
     for (int s = 0; s < nsizes; s++) {
         char sb[32];
         for (size_t k = 0; k < NMETHODS; k++) {
             const method_t *m = &METHODS[k];
-            int all = strcmp(m->name, "feed") == 0 || strcmp(m->name, "ring") == 0;
-            if (remote && strcmp(m->name, "feed") != 0 && strcmp(m->name, "store") != 0)
+            int all = strcmp(m->name, "feed") == 0 || strcmp(m->name, "feedp") == 0 ||
+                      strcmp(m->name, "ring") == 0;
+            if (remote && strncmp(m->name, "feed", 4) != 0 && strcmp(m->name, "store") != 0)
                 continue;
             if (!all && sizes[s] != 4 * MIB)
                 continue;               /* the others at 4 MiB only */
             long n = count_for(sizes[s], bytes, quick ? 8 : 32, quick ? 200 : 4000);
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
                 n = n > 64 ? 64 : n;
+            int pushes = !remote && strncmp(m->name, "feed", 4) == 0;
+            long lent0 = pushes ? metric("tfetch_shm_ring_lent_total") : -1;
             result_t res = measure(m, sizes[s], n, 0, src);
+            long lent = lent0 >= 0 ? metric("tfetch_shm_ring_lent_total") - lent0 : -1;
             if (!res.ok) {
                 printf("%-6s %9s %12s %8s\n", m->name, bench_fmt_size(sizes[s], sb, sizeof(sb)),
                        "skipped", "-");
@@ -728,12 +803,16 @@ int main(int argc, char **argv)
                     rc = 1;
                 continue;
             }
-            printf("%-6s %9s %12.0f %8.2f  %s\n", m->name,
+            printf("%-6s %9s %12.0f %8.2f  %s", m->name,
                    bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s,
                    res.transport);
+            if (lent >= 0)              /* pushes received straight into a ring slot */
+                printf(" (%ld of %ld pushes into a slot)", lent, n);
+            printf("\n");
             fflush(stdout);
             if (sizes[s] == 4 * MIB) {
                 double *slot = strcmp(m->name, "feed") == 0    ? &feed4
+                               : strcmp(m->name, "feedp") == 0 ? &feedp4
                                : strcmp(m->name, "ring") == 0  ? &ring4
                                : strcmp(m->name, "redis") == 0 ? &redis4
                                : strcmp(m->name, "store") == 0 ? &store4
@@ -749,12 +828,12 @@ int main(int argc, char **argv)
     printf("\n# starvation: 4 MiB items, the consumer computes STEP ms per item; the fraction "
            "of its wall time spent waiting\n");
     printf("%-6s %8s %10s %10s %8s\n", "method", "step", "demand", "starved", "GB/s");
-    double feed_starved_1g = -1;
+    double feed_starved_1g = -1, feedp_starved_1g = -1;
     const double steps[2] = {0.004, 0.002};     /* 1 GB/s and 2 GB/s of demand */
     for (int k = 0; k < 2; k++) {
         for (size_t j = 0; j < NMETHODS; j++) {
             const method_t *m = &METHODS[j];
-            if (remote && strcmp(m->name, "feed") != 0 && strcmp(m->name, "store") != 0)
+            if (remote && strncmp(m->name, "feed", 4) != 0 && strcmp(m->name, "store") != 0)
                 continue;
             long n = quick ? 20 : 150;
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
@@ -769,6 +848,8 @@ int main(int argc, char **argv)
             fflush(stdout);
             if (k == 0 && strcmp(m->name, "feed") == 0)
                 feed_starved_1g = res.starved;
+            if (k == 0 && strcmp(m->name, "feedp") == 0)
+                feedp_starved_1g = res.starved;
         }
     }
 
@@ -785,6 +866,15 @@ int main(int argc, char **argv)
         printf("SKIP  feed / redis at 4 MiB: no redis-server\n");
     if (store4 > 0)
         target("feed / store as a queue at 4 MiB", feed4 / store4, 3, 1);
+    /* the same with the producer keeping PIPELINE pushes in flight */
+    if (ring4 > 0 && feedp4 > 0)
+        target("feedp / raw ring at 4 MiB", feedp4 / ring4, 0.6, 1);
+    if (mc > 0 && feedp4 > 0)
+        target("feedp / memcpy at 4 MiB", feedp4 / mc, 0.5, 1);
+    if (feedp_starved_1g >= 0)
+        target("feedp starvation at 1 GB/s demand", feedp_starved_1g, 0.02, 0);
+    if (redis4 > 0 && feedp4 > 0)
+        target("feedp / redis at 4 MiB", feedp4 / redis4, 5, 1);
 
     redis_stop();
     if (!remote)
