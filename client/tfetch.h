@@ -618,7 +618,8 @@ tf_status_t tf_infeed_push(tf_client_t *c, const char *url, int dev, const tf_do
  * error it never runs. doc is borrowed until then. A producer may keep several pushes in
  * flight, seqs consecutive: they may reach the server out of order, and a push ahead of its
  * stream by at most 64 waits (within wait_ms, so give one) for those before it. Items are
- * queued in seq order. */
+ * queued in seq order. Over HTTP keep no more in flight than tf_client_set_max_connections
+ * (each needs a connection). A push that waited across a reset is TF_ECONFLICT. */
 typedef void (*tf_infeed_push_cb)(tf_client_t *c, tf_status_t status, uint64_t round,
                                   const tf_result_t *result, void *user_data);
 tf_status_t tf_infeed_push_start(tf_client_t *c, const char *url, int dev, const tf_doc_t *doc,

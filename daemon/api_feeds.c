@@ -476,11 +476,15 @@ void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c)
             return;
         take_producer(c, fr);
     }
-    tfd_infeed_t in = {fr->producer, c->op->feed.seq, fr->dev, fr->blobs, fr->bytes};
+    /* Retries after a wait must find the generation of the first attempt. */
+    tfd_infeed_t in = {fr->producer, c->op->feed.seq, fr->dev, fr->blobs, fr->bytes,
+                       fr->generation};
     tfd_infeed_res_t res = {0};
     uint64_t ev = 0;
     tfp_err_t err;
     tfp_status_t st = tfd_feed_infeed(fr->f, &in, &res, &ev, &err);
+    if (!fr->generation)
+        fr->generation = res.generation;
     if (st == TFP_ECONFLICT && res.ahead) {
         /* Ahead of its stream: with a wait, it waits for the pushes before it. */
         int w = feed_wait(r, c, TFD_FEED_IN, 0, ev);

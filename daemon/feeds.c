@@ -565,8 +565,16 @@ tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_r
 
     *res = (tfd_infeed_res_t){0};
     pthread_mutex_lock(&f->lock);
+    res->generation = f->generation;
     if (f->deleted) {
         st = tfp_err_set(err, TFP_ENOTFOUND, "feed '%s' was deleted", f->name);
+        goto done;
+    }
+    if (in->generation && in->generation != f->generation) {
+        st = tfp_err_set(err, TFP_ECONFLICT, "feed '%s' was reset while this push waited "
+                         "(generation %llu, now %llu): not enqueued", f->name,
+                         (unsigned long long)in->generation,
+                         (unsigned long long)f->generation);
         goto done;
     }
     if (round != (dc->fanout != TFP_FANOUT_PER_DEVICE) || (!round && first >= dc->ndev)) {

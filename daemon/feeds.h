@@ -98,12 +98,14 @@ typedef struct {
     tfd_blob_t *const *blobs;       /* dev >= 0: blobs[0]; -1: blobs[0..ndev), one per device
                                      * (broadcast: the same blob ndev times) */
     uint64_t bytes;                 /* payload bytes of each device's item */
+    uint64_t generation;            /* 0: any; else the feed must still be in it (a push that
+                                     * waited across a reset is refused, not enqueued) */
 } tfd_infeed_t;
 
 typedef struct {
     uint64_t seq;                   /* the producer's seq, or the position (round) if none */
     uint64_t round;                 /* per_device: the item's position in its queue */
-    uint64_t generation;
+    uint64_t generation;            /* the feed's, whatever the outcome */
     int dup;                        /* 1: seq was accepted before; nothing enqueued */
     int ahead;                      /* with TFP_ECONFLICT: a gap of at most
                                      * TFD_FEED_SEQ_AHEAD, worth waiting out (*ev) */
@@ -117,8 +119,9 @@ typedef struct {
  * the queues took their own references to the blobs); TFP_EFULL when a target queue lacks
  * room (*ev: the TFD_FEED_IN counter to wait on); TFP_ECONFLICT for a sequence gap (with
  * res->ahead and *ev when the gap is small enough to wait for: the counter moves when the
- * stream does), a done feed or the wrong fanout; TFP_ENOSPACE over the feed memory or the
- * producer streams; TFP_ENOTFOUND once deleted. err says why. */
+ * stream does), a done feed, the wrong fanout or another generation than in->generation;
+ * TFP_ENOSPACE over the feed memory or the producer streams; TFP_ENOTFOUND once deleted. err
+ * says why. */
 tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_res_t *res,
                              uint64_t *ev, tfp_err_t *err);
 

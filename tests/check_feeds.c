@@ -86,7 +86,7 @@ static tfp_status_t push(tfd_feed_t *f, int dev, const char *p, uint64_t seq, ui
     unsigned n = dev < 0 ? tfd_feed_decl(f)->ndev : 1;
     for (unsigned i = 0; i < n; i++)
         bs[i] = blob(v);
-    tfd_infeed_t in = {p, seq, dev, bs, 8};
+    tfd_infeed_t in = {p, seq, dev, bs, 8, 0};
     tfd_infeed_res_t r;
     uint64_t ev;
     tfp_err_t err;
@@ -219,7 +219,7 @@ START_TEST(feeds_full_items_and_bytes)
     ck_assert_int_eq(push(f, 0, "p", 1, 1, NULL), TFP_OK);
     ck_assert_int_eq(push(f, 0, "p", 2, 2, NULL), TFP_OK);
     tfd_blob_t *b = blob(3);
-    tfd_infeed_t in = {"p", 3, 0, &b, 8};
+    tfd_infeed_t in = {"p", 3, 0, &b, 8, 0};
     tfd_infeed_res_t r;
     uint64_t ev = 0;
     tfp_err_t err;
@@ -379,7 +379,7 @@ START_TEST(feeds_split_rounds_are_atomic)
         tfd_blob_t *bs[NDEV];
         for (unsigned d = 0; d < NDEV; d++)
             bs[d] = blob(r * 100 + d);
-        tfd_infeed_t in = {"p", r, -1, bs, 8};
+        tfd_infeed_t in = {"p", r, -1, bs, 8, 0};
         tfd_infeed_res_t res;
         uint64_t ev;
         tfp_err_t err;
@@ -407,7 +407,7 @@ START_TEST(feeds_broadcast_charges_once)
                                      "[{\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[8]}]}");
     tfd_blob_t *b = blob(7);
     tfd_blob_t *bs[4] = {b, b, b, b};
-    tfd_infeed_t in = {NULL, 0, -1, bs, 8};
+    tfd_infeed_t in = {NULL, 0, -1, bs, 8, 0};
     tfd_infeed_res_t res;
     uint64_t ev;
     tfp_err_t err;

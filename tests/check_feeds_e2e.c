@@ -367,6 +367,58 @@ START_TEST(feeds_e2e_seq_ahead_waits)
 }
 END_TEST
 
+/* A reset while pushes wait (ahead of their stream, or for room) ends their wait with 409:
+ * they belong to the old generation, and enqueued in the new one they would take seqs the
+ * producer is about to push again (its own would then be dropped as duplicates). */
+static pid_t push_in_child(const char *in, float v0, const char *headers)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        float v[6] = {v0};
+        int st = infeed_raw(in, v, 6, "2,3", headers);
+        _exit(st == 409 && strstr((const char *)R.body, "was reset while this push waited")
+                  ? 0 : st == 201 ? 2 : 1);
+    }
+    return pid;
+}
+
+START_TEST(feeds_e2e_reset_ends_producer_waits)
+{
+    start();
+    declare("f", "{" SIG23 ",\"max_items\":1}");
+    const char *in = "/v1/feeds/f/devices/0/infeed";
+    float v[6] = {0};
+    v[0] = 1;
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
+                     201);
+    pid_t ahead = push_in_child(in, 3, "Tfetch-Seq: 3\r\nTfetch-Producer: p\r\n"
+                                       "Prefer: wait=10000\r\n");
+    pid_t full = push_in_child(in, 9, "Tfetch-Producer: q\r\nPrefer: wait=10000\r\n");
+    sleep_ms(300);                                  /* both wait now */
+    ck_assert_int_eq(request("POST", "/v1/feeds/f/reset", NULL, NULL, 0), 200);
+    int status;
+    ck_assert_int_eq(waitpid(ahead, &status, 0), ahead);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the push ahead was not refused (exit %d: 2 = enqueued)", WEXITSTATUS(status));
+    ck_assert_int_eq(waitpid(full, &status, 0), full);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the push waiting for room was not refused (exit %d)", WEXITSTATUS(status));
+    /* the producer starts over: its seqs are its own again */
+    v[0] = 100;
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
+                     201);
+    ck_assert_int_eq(POP("f", "0", "c", ""), 200);
+    ck_assert_int_eq(hnum(&R, "Tfetch-Generation"), 2);
+    float w[6];
+    answer_floats("x", w, 6);
+    ck_assert_float_eq(w[0], 100);
+    ck_assert_int_eq(request("GET", "/v1/feeds/f", NULL, NULL, 0), 200);
+    BODY_HAS("\"published\":1,");
+    stop_clean();
+}
+END_TEST
+
 START_TEST(feeds_e2e_full_429_and_wait)
 {
     start();
@@ -734,6 +786,7 @@ Suite *suite_feeds_e2e(void)
     tcase_add_test(tc, feeds_e2e_infeed_pop_ack);
     tcase_add_test(tc, feeds_e2e_seq_retry);
     tcase_add_test(tc, feeds_e2e_seq_ahead_waits);
+    tcase_add_test(tc, feeds_e2e_reset_ends_producer_waits);
     tcase_add_test(tc, feeds_e2e_full_429_and_wait);
     tcase_add_test(tc, feeds_e2e_pop_waits);
     tcase_add_test(tc, feeds_e2e_split_and_broadcast);

@@ -878,6 +878,8 @@ void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c)
     post(c->u, cm);
 }
 
+static void post_deferred(tfx_ucxc_t *u, tfx_ucxc_req_t *r);
+
 tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
                             const void *const *segs, const size_t *lens, size_t nsegs,
                             long timeout_ms, int flags, void *user_data, tfx_ucxc_req_t **out)
@@ -918,6 +920,8 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     if (flags & TFX_UCXC_DRIVEN) {
         r->deferred = 1;            /* sent by tfx_ucxc_drive */
         r->spare = cm;
+        if (c->u->deferred)         /* never driven (against the contract): not stranded */
+            post_deferred(c->u, c->u->deferred);
         c->u->deferred = r;
         return TFP_OK;
     }
@@ -996,7 +1000,8 @@ int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
      * handed back early and freed since, its copy queued. So r is not read unless deferred,
      * or until the done queue, looked at while holding the worker, is empty. */
     int deferred = r == u->deferred;
-    u->deferred = NULL;
+    if (deferred)
+        u->deferred = NULL;
     if (!take_worker(u)) {
         if (deferred)
             post_deferred(u, r);
