@@ -427,7 +427,8 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# TYPE tfetch_store_limit_bytes gauge\ntfetch_store_limit_bytes %llu\n"
          "# HELP tfetch_inflight_requests Requests being served.\n"
          "# TYPE tfetch_inflight_requests gauge\ntfetch_inflight_requests %u\n"
-         "# HELP tfetch_waiting_requests Long-polling GETs suspended.\n"
+         "# HELP tfetch_waiting_requests Requests suspended: long-polling GETs, feed pops and "
+         "pushes that wait.\n"
          "# TYPE tfetch_waiting_requests gauge\ntfetch_waiting_requests %u\n",
          (unsigned long long)g->stored_count, (unsigned long long)g->stored_bytes,
          (unsigned long long)g->store_reserved, (unsigned long long)g->store_max, g->inflight,

@@ -312,6 +312,21 @@ START_TEST(feeds_e2e_seq_retry)
 }
 END_TEST
 
+/* Until the daemon holds n suspended requests (its /metrics), up to 30 s: the daemon may run
+ * under valgrind. */
+static void await_waiting(unsigned n)
+{
+    char want[64];
+    snprintf(want, sizeof want, "\ntfetch_waiting_requests %u\n", n);
+    for (int i = 0; i < 600; i++) {
+        if (request("GET", "/metrics", NULL, NULL, 0) == 200 &&
+            strstr((const char *)R.body, want))
+            return;
+        sleep_ms(50);
+    }
+    ck_abort_msg("the daemon never held %u waiting requests", n);
+}
+
 /* A producer's pushes may arrive out of order: one ahead of its stream (by at most 64) waits
  * with Prefer: wait for those before it and is queued after them; without a wait, or
  * further ahead, or when the missing one never comes, it is the 409 gap. */
@@ -329,7 +344,7 @@ START_TEST(feeds_e2e_seq_ahead_waits)
                                               "Prefer: wait=10000\r\n");
         _exit(st == 201 && strstr((const char *)R.body, "\"seq\":2,\"round\":2") ? 0 : 1);
     }
-    sleep_ms(300);                                  /* seq 2 is waiting now */
+    await_waiting(1);                               /* seq 2 is waiting now */
     ck_assert_int_eq(request("GET", "/v1/feeds/f", NULL, NULL, 0), 200);
     BODY_HAS("\"depth\":0,");
     v[0] = 1;
@@ -395,7 +410,7 @@ START_TEST(feeds_e2e_reset_ends_producer_waits)
     pid_t ahead = push_in_child(in, 3, "Tfetch-Seq: 3\r\nTfetch-Producer: p\r\n"
                                        "Prefer: wait=10000\r\n");
     pid_t full = push_in_child(in, 9, "Tfetch-Producer: q\r\nPrefer: wait=10000\r\n");
-    sleep_ms(300);                                  /* both wait now */
+    await_waiting(2);                               /* both wait now */
     ck_assert_int_eq(request("POST", "/v1/feeds/f/reset", NULL, NULL, 0), 200);
     int status;
     ck_assert_int_eq(waitpid(ahead, &status, 0), ahead);
