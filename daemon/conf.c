@@ -45,7 +45,7 @@ static const opt_t opts[] = {
     {"conn-memory", K_SIZE, F(conn_memory), "SIZE", "buffer memory per connection (default 64K)"},
     {"json-max-elements", K_SIZE, F(json_max_elems), "N", "largest tensor rendered for Accept: application/json (default 65536)"},
     {"max-wait", K_SIZE, F(max_wait_ms), "MS", "cap on GET ?wait= (default 60000)"},
-    {"max-waiters", K_UINT, F(max_waiters), "N", "long-polling GETs at once, else 503 (default 4096)"},
+    {"max-waiters", K_UINT, F(max_waiters), "N", "waiting requests at once (long-polls, feed pops and pushes), else 503 (default 4096)"},
     {"store-evict", K_STR, F(store_evict), "none|lru", "when the store is full: none answers 507; lru drops the least recently used documents nobody is reading (default none)"},
     {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers, and SIGHUP for calls in an unloading plugin (default 30)"},
     {"drain-grace", K_UINT, F(drain_grace), "SEC", "after SIGTERM, /readyz answers 503 this long while all else is served, then the drain starts (default 0)"},

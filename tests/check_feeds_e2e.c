@@ -362,6 +362,24 @@ START_TEST(feeds_e2e_seq_ahead_waits)
     ck_assert_int_eq(hnum(&R, "Tfetch-Seq"), 2);
     answer_floats("x", w, 6);
     ck_assert_float_eq(w[0], 2);
+    /* pushes that wait count among the waiters (max-waiters): one more is 503 at once */
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    const char *const few[] = {"--max-waiters", "1", NULL};
+    ck_assert_msg(td_start(&D, few) == 0, "tfetchd did not start");
+    declare("f", "{" SIG23 "}");
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 2\r\nTfetch-Producer: p\r\n"
+                                          "Prefer: wait=10000\r\n") == 201 ? 0 : 1);
+    await_waiting(1);
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 3\r\nTfetch-Producer: p\r\n"
+                                                  "Prefer: wait=10000\r\n"), 503);
+    BODY_HAS("too many waiting requests");
+    ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
+                     201);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the push ahead failed");
     /* no wait: the gap at once; too far ahead: at once even with a wait */
     const char *p4 = "Tfetch-Seq: 4\r\nTfetch-Producer: p\r\n";
     ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", p4), 409);
