@@ -6,8 +6,8 @@
  *          tf_feed_attach + tf_infeed_pop, prefetch 4, release after the step), policy auto:
  *          pushes over the client's UCX connection, pops from the same-host ring (shm/ring;
  *          over UCX with --base, another host)
- *   feedp  the same feed with a producer that keeps 4 pushes in flight (tf_infeed_push_start,
- *          consecutive seqs; the server queues them in seq order)
+ *   feedp  the same feed with a producer that keeps 4 (--pipeline) pushes in flight
+ *          (tf_infeed_push_start, consecutive seqs; the server queues them in seq order)
  *   feedu  the same feed with the consumer on policy ucx: every pop a UCX request (the path
  *          before the ring, and the one across hosts), at 4 MiB
  *   store  tfetchd's store used as a queue: PUT q<i>, GET q<i> with a long poll, DELETE
@@ -26,7 +26,9 @@
  * next item, from the second item on). Prints a table and the issue's targets as PASS/MISS
  * (never fails on a miss). Threads: main (consumer) and one producer per run.
  *
- *   tfetch-feed-bench [--sizes LIST] [--bytes N] [--quick] [--base URL]
+ *   tfetch-feed-bench [--sizes LIST] [--bytes N] [--pipeline N] [--quick] [--base URL]
+ *
+ * --pipeline N: feedp's pushes in flight (default 4).
  *
  * --base URL uses a tfetchd already running there (another host, another network
  * namespace) instead of starting one: then only feed and store run, both ends here.
@@ -525,9 +527,9 @@ static int feed_produce(run_t *r)
     return rc;
 }
 
-/* feedp: the same producer with PIPELINE pushes in flight (tf_infeed_push_start; each
+/* feedp: the same producer with `pipeline` pushes in flight (tf_infeed_push_start; each
  * completion starts the next), consecutive seqs that may complete out of order. */
-#define PIPELINE 4
+static int pipeline = 4;
 
 typedef struct {
     tf_client_t *c;
@@ -573,7 +575,7 @@ static int feedp_produce(run_t *r)
         tf_doc_free(p.d);
         return -1;
     }
-    for (int k = 0; k < PIPELINE; k++)
+    for (int k = 0; k < pipeline; k++)
         pipe_next(&p);
     while (tf_client_pending(p.c) > 0)
         tf_client_run(p.c, -1);
@@ -745,11 +747,18 @@ int main(int argc, char **argv)
                 return 2;
         } else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) {
             remote = argv[++i];
+        } else if (strcmp(argv[i], "--pipeline") == 0 && i + 1 < argc) {
+            pipeline = atoi(argv[++i]);
+            if (pipeline < 1 || pipeline > 64) {
+                fprintf(stderr, "%s: --pipeline takes 1..64\n", argv[0]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
             bytes = 32 * MIB;
         } else {
-            fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--quick] [--base URL]\n",
+            fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--pipeline N] [--quick] "
+                    "[--base URL]\n",
                     argv[0]);
             return 2;
         }
@@ -866,7 +875,7 @@ int main(int argc, char **argv)
         printf("SKIP  feed / redis at 4 MiB: no redis-server\n");
     if (store4 > 0)
         target("feed / store as a queue at 4 MiB", feed4 / store4, 3, 1);
-    /* the same with the producer keeping PIPELINE pushes in flight */
+    /* the same with the producer keeping `pipeline` pushes in flight */
     if (ring4 > 0 && feedp4 > 0)
         target("feedp / raw ring at 4 MiB", feedp4 / ring4, 0.6, 1);
     if (mc > 0 && feedp4 > 0)
