@@ -430,17 +430,22 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
 {
     const tfp_op_t *op = c->op;
     int raw = op->body.kind == TFP_BODY_RAW;
-    if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] ||
-        (!raw && (op->body.kind != TFP_BODY_SAFETENSORS || op->body.length <= 0 ||
-                  (uint64_t)op->body.length > max)))
+    int st = op->body.kind == TFP_BODY_SAFETENSORS;
+    if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] || (!raw && !st) ||
+        (st && op->body.length > 0 && (uint64_t)op->body.length > max) ||
+        (st && op->body.length == 0))
         return 0;
-    /* A raw body lands after the safetensors header api_begin_doc made for it. */
-    uint64_t body = raw ? op->body.nbytes : (uint64_t)op->body.length;
-    uint64_t len = c->raw_hdr_len + body;
     tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
     if (!f)
         return 0;                       /* the handler says so */
     const tfp_feed_decl_t *d = tfd_feed_decl(f);
+    /* A raw body lands after the safetensors header api_begin_doc made for it. A chunked
+     * safetensors body of unknown length gets a slot too (its payload is the signature's,
+     * its header has the slot's room): one that outgrows it moves to memory of its own with
+     * what arrived, as before. */
+    uint64_t body = raw ? op->body.nbytes : op->body.length > 0 ? (uint64_t)op->body.length
+                                                                 : d->item_bytes;
+    uint64_t len = c->raw_hdr_len + body;
     int dev = tfp_feed_dev_index(d, op->sub);
     uint8_t *buf;
     size_t cap;

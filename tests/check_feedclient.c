@@ -826,8 +826,8 @@ static int curl_push(const char *file, const char *headers)
 }
 
 /* Pushes over HTTP land in a slot as well: by libtfetch on plain HTTP, by curl as a
- * safetensors file and as raw bytes (Tfetch-Dtype/Shape: its header is made in front of it
- * in the slot). Each is received into a free slot and sent from there: lent == in place,
+ * safetensors file (with a length, or chunked) and as raw bytes (Tfetch-Dtype/Shape: its
+ * header is made in front of it in the slot). Each is received into a free slot and sent from there: lent == in place,
  * and nothing copied (one at a time, so a slot is always free for the next). */
 START_TEST(ring_http_push_in_place)
 {
@@ -841,16 +841,16 @@ START_TEST(ring_http_push_in_place)
     char file[] = "/tmp/tfetch-ring-XXXXXX";
     int fd = mkstemp(file);
     ck_assert_int_ge(fd, 0);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         tf_doc_t *d = item_doc((float)(10 * i));
-        if (i % 3 == 0) {
+        if (i % 4 == 0) {
             uint64_t round = 0;
             ck_assert_int_eq(tf_infeed_push(h, FEED, 0, d, 0, 0, &round), TF_OK);
             ck_assert_str_eq(tf_client_last(h)->transport, "http");
         } else {
             void *buf = NULL;
             size_t len = 0;
-            int raw = i % 3 == 2;
+            int chunked = i % 4 == 2, raw = i % 4 == 3;     /* raw last: the I32 below */
             ck_assert_int_eq(tf_doc_encode(d, &buf, &len), TF_OK);
             const tf_tensor_t *x = tf_doc_find(d, "x");
             ck_assert_int_eq(ftruncate(fd, 0), 0);
@@ -859,8 +859,11 @@ START_TEST(ring_http_push_in_place)
             else
                 ck_assert_int_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
             tf_free(buf);
-            ck_assert_int_eq(curl_push(file, raw ? RAW_F32 : "-H 'Content-Type: "
-                                                             "application/x-safetensors'"), 201);
+            ck_assert_int_eq(curl_push(file, raw ? RAW_F32
+                                       : chunked ? "-H 'Content-Type: application/x-safetensors'"
+                                                   " -H 'Transfer-Encoding: chunked'"
+                                                 : "-H 'Content-Type: "
+                                                   "application/x-safetensors'"), 201);
         }
         tf_doc_free(d);
         ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
@@ -868,6 +871,38 @@ START_TEST(ring_http_push_in_place)
         ck_assert(first_value(it) == (float)(10 * i));
         tf_item_release(it);
         ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
+    }
+    /* A chunked body that outgrows its slot (a header past the slot's room) moves to memory
+     * of its own with what had arrived: accepted, intact, and, larger than a slot, sent to
+     * the consumer as a memfd of its own. */
+    {
+        tf_doc_t *d = item_doc(70);
+        char *pad = malloc(40000);
+        ck_assert_ptr_nonnull(pad);
+        memset(pad, 'p', 39999);
+        pad[39999] = '\0';
+        ck_assert_int_eq(tf_doc_set_meta(d, "pad", pad), TF_OK);
+        free(pad);
+        char big[] = "/tmp/tfetch-ring-big-XXXXXX";
+        int bfd = mkstemp(big);
+        ck_assert_int_ge(bfd, 0);
+        void *buf = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(tf_doc_encode(d, &buf, &len), TF_OK);
+        ck_assert_int_eq(pwrite(bfd, buf, len, 0), (ssize_t)len);
+        tf_free(buf);
+        close(bfd);
+        ck_assert_int_eq(curl_push(big, "-H 'Content-Type: application/x-safetensors'"
+                                        " -H 'Transfer-Encoding: chunked'"), 201);
+        unlink(big);
+        tf_doc_free(d);
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert(first_value(it) == 70.0f);
+        tf_item_release(it);
+        ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
+        ck_assert_int_eq(metric_value("tfetch_shm_ring_lent_total"), 9);
+        ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 8);
+        ck_assert_int_eq(metric_value("tfetch_shm_ring_overflow_total"), 1);
     }
     /* Raw bodies received into a slot and then refused (I32, the signature says F32) give
      * their slots back: after six, more than the ring has slots, a good push still lands in
@@ -883,8 +918,8 @@ START_TEST(ring_http_push_in_place)
     close(fd);
     unlink(file);
     tf_client_free(h);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_lent_total"), 13);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 7);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_lent_total"), 16);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 9);
     ck_assert_int_eq(metric_value("tfetch_shm_ring_items_total"), 0);
     tf_feed_detach(feed);
 }
