@@ -77,9 +77,8 @@ struct tfx_ucxc_req {
     uint64_t t0_ns;                 /* tfx_now_ns() when it started */
     int sending, receiving, replied;
     int orphan;                     /* handed back early; freed when UCX lets go of it */
-    int deferred;                   /* TFX_UCXC_DRIVEN and not sent yet: tfx_ucxc_drive
-                                     * sends it (the caller's until then) */
-    struct cmd *spare;              /* deferred: the command that posts it if the caller
+    struct cmd *spare;              /* started DRIVEN and not sent yet (tfx_ucxc_t's
+                                     * deferred): the command that posts it if the caller
                                      * cannot take the worker */
     void *rndv_desc;
     size_t rndv_len;
@@ -122,7 +121,8 @@ struct tfx_ucxc {
     int owner;                      /* OWN_* */
     int want;                       /* a caller waits for the worker: the thread yields */
     int caller_waits;               /* ... asleep on cond: let_go broadcasts */
-    tfx_ucxc_req_t *deferred;       /* the caller's: started DRIVEN, not yet driven */
+    tfx_ucxc_req_t *deferred;       /* the caller's: started DRIVEN, not yet sent; sent by
+                                     * tfx_ucxc_drive (the caller's until then) */
     tfx_ucxc_req_t *drive_req;      /* owner: the request the caller drives, or NULL */
     int drive_done;                 /* owner: it (or its early copy) was queued */
 };
@@ -878,7 +878,13 @@ void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c)
     post(c->u, cm);
 }
 
-static void post_deferred(tfx_ucxc_t *u, tfx_ucxc_req_t *r);
+/* A deferred request the caller could not send itself goes the usual way. */
+static void post_deferred(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
+{
+    cmd_t *cm = r->spare;
+    r->spare = NULL;
+    post(u, cm);
+}
 
 tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
                             const void *const *segs, const size_t *lens, size_t nsegs,
@@ -918,7 +924,6 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     cm->kind = CMD_START;
     cm->req = r;
     if (flags & TFX_UCXC_DRIVEN) {
-        r->deferred = 1;            /* sent by tfx_ucxc_drive */
         r->spare = cm;
         if (c->u->deferred)         /* never driven (against the contract): not stranded */
             post_deferred(c->u, c->u->deferred);
@@ -927,15 +932,6 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     }
     post(c->u, cm);
     return TFP_OK;
-}
-
-/* A deferred request the caller could not send itself goes the usual way. */
-static void post_deferred(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
-{
-    cmd_t *cm = r->spare;
-    r->spare = NULL;
-    r->deferred = 0;
-    post(u, cm);
 }
 
 /* Takes the worker for the calling thread: at once when nobody has it, else it asks the
@@ -1020,7 +1016,6 @@ int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
     u->drive_done = 0;
     run_cmds(u);                    /* what was posted before goes first */
     if (deferred) {
-        r->deferred = 0;
         free(r->spare);
         r->spare = NULL;
         do_start(u, r);
