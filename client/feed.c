@@ -1026,7 +1026,6 @@ tf_status_t tf_outfeed_push(tf_feed_t *feed, const tf_doc_t *doc, uint64_t *seq)
 
 /* ---- producers, receivers, operators ---------------------------------------------------------- */
 
-/* A blocking call to a feed's URL plus suffix; the reply's handle in *out when given. */
 /* Points call at url + suffix (*full, free it after the start) and, for a UCX frame, at
  * the feed's name (name: TFP_MAX_TENSOR_NAME + 1 bytes, live until the start). */
 static tf_status_t feed_target(tf_client_t *c, tfi_call_t *call, const char *url,
@@ -1047,6 +1046,7 @@ static tf_status_t feed_target(tf_client_t *c, tfi_call_t *call, const char *url
     return TF_OK;
 }
 
+/* A blocking call to a feed's URL plus suffix; the reply's handle in *out when given. */
 static tf_status_t feed_call(tf_client_t *c, tfi_call_t *call, const char *url,
                              const char *suffix, tf_fetch_t **out)
 {

@@ -432,8 +432,8 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
     int raw = op->body.kind == TFP_BODY_RAW;
     int st = op->body.kind == TFP_BODY_SAFETENSORS;
     if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] || (!raw && !st) ||
-        (st && op->body.length > 0 && (uint64_t)op->body.length > max) ||
-        (st && op->body.length == 0))
+        (st && (op->body.length == 0 || (op->body.length > 0 &&
+                                         (uint64_t)op->body.length > max))))
         return 0;
     tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
     if (!f)
