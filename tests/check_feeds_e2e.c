@@ -327,6 +327,32 @@ static void await_waiting(unsigned n)
     ck_abort_msg("the daemon never held %u waiting requests", n);
 }
 
+/* Pushes F32 [2,3] {v0, 0...} to in with headers from a child process, which exits 0 when
+ * the answer is want (and its body holds body, when given), else with the answer's status
+ * class (2 for 201, 4 for 409, ...). */
+static pid_t push_in_child(const char *in, float v0, const char *headers, int want,
+                           const char *body)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        float v[6] = {v0};
+        int st = infeed_raw(in, v, 6, "2,3", headers);
+        _exit(st == want && (!body || strstr((const char *)R.body, body)) ? 0 : st / 100);
+    }
+    return pid;
+}
+
+/* Waits for a push_in_child and checks that it got what it wanted. */
+static void child_got_it(pid_t pid, const char *what)
+{
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "%s: not the answer expected (exit %d: the status class, 2 = enqueued)", what,
+                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 /* A producer's pushes may arrive out of order: one ahead of its stream (by at most 64) waits
  * with Prefer: wait for those before it and is queued after them; without a wait, or
  * further ahead, or when the missing one never comes, it is the 409 gap. */
@@ -336,23 +362,15 @@ START_TEST(feeds_e2e_seq_ahead_waits)
     declare("f", "{" SIG23 "}");
     const char *in = "/v1/feeds/f/devices/0/infeed";
     float v[6] = {0};
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        v[0] = 2;
-        int st = infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 2\r\nTfetch-Producer: p\r\n"
-                                              "Prefer: wait=10000\r\n");
-        _exit(st == 201 && strstr((const char *)R.body, "\"seq\":2,\"round\":2") ? 0 : 1);
-    }
+    const char *ahead2 = "Tfetch-Seq: 2\r\nTfetch-Producer: p\r\nPrefer: wait=10000\r\n";
+    pid_t pid = push_in_child(in, 2, ahead2, 201, "\"seq\":2,\"round\":2");
     await_waiting(1);                               /* seq 2 is waiting now */
     ck_assert_int_eq(request("GET", "/v1/feeds/f", NULL, NULL, 0), 200);
     BODY_HAS("\"depth\":0,");
     v[0] = 1;
     ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
                      201);
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the push ahead failed");
+    child_got_it(pid, "the push ahead");
     float w[6];
     ck_assert_int_eq(POP("f", "0", "c", ""), 200);
     ck_assert_int_eq(hnum(&R, "Tfetch-Seq"), 1);
@@ -367,19 +385,14 @@ START_TEST(feeds_e2e_seq_ahead_waits)
     const char *const few[] = {"--max-waiters", "1", NULL};
     ck_assert_msg(td_start(&D, few) == 0, "tfetchd did not start");
     declare("f", "{" SIG23 "}");
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0)
-        _exit(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 2\r\nTfetch-Producer: p\r\n"
-                                          "Prefer: wait=10000\r\n") == 201 ? 0 : 1);
+    pid = push_in_child(in, 2, ahead2, 201, NULL);
     await_waiting(1);
     ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 3\r\nTfetch-Producer: p\r\n"
                                                   "Prefer: wait=10000\r\n"), 503);
     BODY_HAS("too many waiting requests");
     ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
                      201);
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the push ahead failed");
+    child_got_it(pid, "the push ahead");
     /* no wait: the gap at once; too far ahead: at once even with a wait */
     const char *p4 = "Tfetch-Seq: 4\r\nTfetch-Producer: p\r\n";
     ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", p4), 409);
@@ -403,19 +416,6 @@ END_TEST
 /* A reset while pushes wait (ahead of their stream, or for room) ends their wait with 409:
  * they belong to the old generation, and enqueued in the new one they would take seqs the
  * producer is about to push again (its own would then be dropped as duplicates). */
-static pid_t push_in_child(const char *in, float v0, const char *headers)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        float v[6] = {v0};
-        int st = infeed_raw(in, v, 6, "2,3", headers);
-        _exit(st == 409 && strstr((const char *)R.body, "was reset while this push waited")
-                  ? 0 : st == 201 ? 2 : 1);
-    }
-    return pid;
-}
-
 START_TEST(feeds_e2e_reset_ends_producer_waits)
 {
     start();
@@ -425,18 +425,15 @@ START_TEST(feeds_e2e_reset_ends_producer_waits)
     v[0] = 1;
     ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
                      201);
+    const char *reset = "was reset while this push waited";
     pid_t ahead = push_in_child(in, 3, "Tfetch-Seq: 3\r\nTfetch-Producer: p\r\n"
-                                       "Prefer: wait=10000\r\n");
-    pid_t full = push_in_child(in, 9, "Tfetch-Producer: q\r\nPrefer: wait=10000\r\n");
+                                       "Prefer: wait=10000\r\n", 409, reset);
+    pid_t full = push_in_child(in, 9, "Tfetch-Producer: q\r\nPrefer: wait=10000\r\n", 409,
+                               reset);
     await_waiting(2);                               /* both wait now */
     ck_assert_int_eq(request("POST", "/v1/feeds/f/reset", NULL, NULL, 0), 200);
-    int status;
-    ck_assert_int_eq(waitpid(ahead, &status, 0), ahead);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "the push ahead was not refused (exit %d: 2 = enqueued)", WEXITSTATUS(status));
-    ck_assert_int_eq(waitpid(full, &status, 0), full);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "the push waiting for room was not refused (exit %d)", WEXITSTATUS(status));
+    child_got_it(ahead, "the push ahead");
+    child_got_it(full, "the push waiting for room");
     /* the producer starts over: its seqs are its own again */
     v[0] = 100;
     ck_assert_int_eq(infeed_raw(in, v, 6, "2,3", "Tfetch-Seq: 1\r\nTfetch-Producer: p\r\n"),
