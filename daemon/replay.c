@@ -4,6 +4,7 @@
  */
 #include "config.h"
 #include "daemon/replay.h"
+#include "proto/ids.h"
 #include "transports/clock.h"
 
 #include <pthread.h>
@@ -21,15 +22,33 @@ typedef struct waiter {
     tfx_req_t *req;
 } waiter_t;
 
+/* A remembered answer, compact: the window holds 65536 of them by default, so the answer to a
+ * small call is its bytes in this one allocation, not the blob it was sent from (that blob,
+ * its buffer and its parsed index cost ~1.2 KB per 8-byte echo, and keeping 65536 of them
+ * alive cost every call 1.5 us and the 99th percentile 15 us in bench/README.md's
+ * measurement). A retry is rare: it pays for a blob made again from the bytes. */
+#define INLINE_MAX 4096u
 typedef struct {
-    char *key;
-    char *route;
+    unsigned status;
+    tfp_status_t code;
+    int indexed;                    /* the bytes are a safetensors document (blob->doc) */
+    tfd_blob_t *blob;               /* an answer over INLINE_MAX: a reference */
+    size_t len;                     /* else its bytes, after the strings */
+    const char *content_type, *msg; /* in text */
+    char text[];                    /* content type, NUL, message, NUL, bytes */
+} answer_t;
+
+/* One allocation per entry: the key ("user\nid") and the route follow the struct. */
+typedef struct {
+    UT_hash_handle hh;
     int done;
-    time_t at;
-    tfd_replay_answer_t ans;
+    time_t born;                    /* when it was added: the map's order, oldest first */
+    time_t at;                      /* when it was added, then when it completed */
+    answer_t *ans;                  /* once done */
     uint64_t bytes;                 /* what the answer holds, counted against max_bytes */
     waiter_t *waiters;
-    UT_hash_handle hh;
+    const char *route;              /* in text, after the key */
+    char text[];                    /* key, NUL, route, NUL */
 } entry_t;
 
 struct tfd_replay {
@@ -39,18 +58,80 @@ struct tfd_replay {
     uint64_t entries, bytes, hits, running;
 };
 
-/* "user\nid", malloc'd. Two copies rather than snprintf: this runs twice for every request
- * that carries an id (begin, then complete), and snprintf was ~900 instructions of it. */
-static char *make_key(const char *user, const char *id)
+/* "user\nid" into buf (KEY_MAX bytes): its length, or 0 when it does not fit (never cut: two
+ * cut keys could be one). Looking up copies nothing to the heap: this runs twice for every
+ * call that carries an id (begin, then complete). The user part is a state key, "principal/
+ * user" at most (api.h), the id a request id (proto/ids.h). */
+#define KEY_MAX (2 * (TFP_MAX_USER_ID + 1) + 1 + TFP_MAX_REQUEST_ID + 1)
+static size_t make_key(char *buf, const char *user, const char *id)
 {
     size_t nu = strlen(user), ni = strlen(id);
-    char *k = malloc(nu + ni + 2);
-    if (k) {
-        memcpy(k, user, nu);
-        k[nu] = '\n';
-        memcpy(k + nu + 1, id, ni + 1);
-    }
+    if (nu + 1 + ni + 1 > KEY_MAX)
+        return 0;
+    memcpy(buf, user, nu);
+    buf[nu] = '\n';
+    memcpy(buf + nu + 1, id, ni + 1);
+    return nu + 1 + ni;
+}
+
+static entry_t *find(tfd_replay_t *r, const char *user, const char *id)
+{
+    char key[KEY_MAX];
+    size_t n = make_key(key, user, id);
+    entry_t *e = NULL;
+    if (n)
+        HASH_FIND(hh, r->map, key, n, e);
+    return e;
+}
+
+static answer_t *answer_keep(const tfd_replay_answer_t *a)
+{
+    size_t nc = strlen(a->content_type), nm = strlen(a->msg);
+    int inl = a->body && a->body->len <= INLINE_MAX;
+    size_t len = inl ? a->body->len : 0;
+    answer_t *k = malloc(sizeof *k + nc + 1 + nm + 1 + len);
+    if (!k)
+        return NULL;
+    k->status = a->status;
+    k->code = a->code;
+    k->indexed = a->body && a->body->doc;
+    k->blob = a->body && !inl ? tfd_blob_ref(a->body) : NULL;
+    k->len = len;
+    memcpy(k->text, a->content_type, nc + 1);
+    memcpy(k->text + nc + 1, a->msg, nm + 1);
+    k->content_type = k->text;
+    k->msg = k->text + nc + 1;
+    if (len)
+        memcpy(k->text + nc + 1 + nm + 1, a->body->data, len);
     return k;
+}
+
+static void answer_free(answer_t *k)
+{
+    if (k)
+        tfd_blob_unref(k->blob);
+    free(k);
+}
+
+/* The remembered answer again, its body a new reference (or a failure if it cannot be made). */
+static void answer_give(const answer_t *k, tfd_replay_answer_t *a)
+{
+    tfp_err_t err;
+    memset(a, 0, sizeof *a);
+    a->status = k->status;
+    a->code = k->code;
+    snprintf(a->content_type, sizeof a->content_type, "%s", k->content_type);
+    snprintf(a->msg, sizeof a->msg, "%s", k->msg);
+    if (k->code != TFP_OK)
+        return;
+    a->body = k->blob ? tfd_blob_ref(k->blob)
+                      : tfd_blob_copy((const uint8_t *)k->msg + strlen(k->msg) + 1, k->len,
+                                      k->indexed, &err);
+    if (!a->body) {
+        a->code = err.code;
+        a->status = (unsigned)tfp_status_http(err.code);
+        snprintf(a->msg, sizeof a->msg, "cannot replay the answer: %.200s", err.msg);
+    }
 }
 
 tfd_replay_t *tfd_replay_new(const tfd_replay_limits_t *lim)
@@ -81,9 +162,7 @@ static void drop(tfd_replay_t *r, entry_t *e)
     if (!e->done)
         r->running--;
     wake(e);
-    tfd_blob_unref(e->ans.body);
-    free(e->key);
-    free(e->route);
+    answer_free(e->ans);
     free(e);
 }
 
@@ -113,18 +192,18 @@ static void trim(tfd_replay_t *r)
 int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const char *route,
                      tfx_req_t *req, tfd_replay_answer_t *ans)
 {
-    char *key = make_key(user, id);
-    if (!key)
-        return TFD_REPLAY_FULL;
+    char key[KEY_MAX];
+    size_t nk = make_key(key, user, id);
+    if (!nk)
+        return TFD_REPLAY_FULL;             /* too long to remember: run without */
     int rc;
     pthread_mutex_lock(&r->lock);
     entry_t *e = NULL;
-    HASH_FIND_STR(r->map, key, e);
+    HASH_FIND(hh, r->map, key, nk, e);
     if (e && strcmp(e->route, route) != 0) {
         rc = TFD_REPLAY_CONFLICT;
     } else if (e && e->done) {
-        *ans = e->ans;
-        ans->body = e->ans.body ? tfd_blob_ref(e->ans.body) : NULL;
+        answer_give(e->ans, ans);
         r->hits++;
         rc = TFD_REPLAY_DONE;
     } else if (e) {
@@ -139,57 +218,59 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
         }
     } else if (r->running >= r->lim.max_entries) {
         rc = TFD_REPLAY_FULL;
-    } else if (!(e = calloc(1, sizeof *e)) || !(e->route = strdup(route))) {
-        free(e);
-        rc = TFD_REPLAY_FULL;
     } else {
-        e->key = key;
-        e->at = (time_t)tfx_now_s();
-        HASH_ADD_KEYPTR(hh, r->map, e->key, strlen(e->key), e);
+        size_t nr = strlen(route);
+        if (!(e = calloc(1, sizeof *e + nk + 1 + nr + 1))) {
+            rc = TFD_REPLAY_FULL;
+            goto out;
+        }
+        memcpy(e->text, key, nk + 1);
+        memcpy(e->text + nk + 1, route, nr + 1);
+        e->route = e->text + nk + 1;
+        e->born = e->at = (time_t)tfx_now_s();
+        HASH_ADD(hh, r->map, text, nk, e);
         if (!e->hh.tbl) {
-            free(e->route);
             free(e);
             rc = TFD_REPLAY_FULL;
         } else {
-            key = NULL;
             r->entries++;
             r->running++;
             trim(r);
             rc = TFD_REPLAY_NEW;
         }
     }
+out:
     pthread_mutex_unlock(&r->lock);
-    free(key);
     return rc;
 }
 
 static entry_t *find_running(tfd_replay_t *r, const char *user, const char *id)
 {
-    char *key = make_key(user, id);
-    entry_t *e = NULL;
-    if (key)
-        HASH_FIND_STR(r->map, key, e);
-    free(key);
+    entry_t *e = find(r, user, id);
     return e && !e->done ? e : NULL;
 }
 
 void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id,
                          const tfd_replay_answer_t *ans)
 {
+    answer_t *k = answer_keep(ans);         /* before the lock: it may copy 4 KiB */
     pthread_mutex_lock(&r->lock);
     entry_t *e = find_running(r, user, id);
-    if (e) {
+    if (e && !k) {
+        drop(r, e);                         /* out of memory: forgotten, as if abandoned */
+    } else if (e) {
         e->done = 1;
         r->running--;
         e->at = (time_t)tfx_now_s();
-        e->ans = *ans;
-        e->ans.body = ans->body ? tfd_blob_ref(ans->body) : NULL;
+        e->ans = k;
+        k = NULL;
         e->bytes = ans->body ? ans->body->len : strlen(ans->msg);
         r->bytes += e->bytes;
         wake(e);
         trim(r);
     }
     pthread_mutex_unlock(&r->lock);
+    answer_free(k);
 }
 
 void tfd_replay_abandon(tfd_replay_t *r, const char *user, const char *id)
@@ -226,12 +307,17 @@ void tfd_replay_set_limits(tfd_replay_t *r, const tfd_replay_limits_t *lim)
     pthread_mutex_unlock(&r->lock);
 }
 
+/* The map is in the order entries were added and an answer completes after it was added, so
+ * the first entry added after the cutoff ends the walk: a sweep costs what it forgets, not
+ * the whole window (65536 entries by default, walked under the lock four times a second). */
 void tfd_replay_sweep(tfd_replay_t *r)
 {
     pthread_mutex_lock(&r->lock);
     time_t cutoff = (time_t)tfx_now_s() - (time_t)r->lim.window_s;
     entry_t *e, *tmp;
     HASH_ITER(hh, r->map, e, tmp) {
+        if (e->born > cutoff)
+            break;
         if (e->done && e->at <= cutoff)
             drop(r, e);
     }

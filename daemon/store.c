@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "daemon/store.h"
+#include "proto/safetensors.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
 #include "transports/shm.h"
@@ -93,6 +94,26 @@ tfd_blob_t *tfd_blob_new_lent(uint8_t *base, size_t cap, const uint8_t *data, si
     b->cap = cap;
     b->give_back = give_back;
     b->give_back_arg = arg;
+    return b;
+}
+
+tfd_blob_t *tfd_blob_copy(const uint8_t *data, size_t len, int indexed, tfp_err_t *err)
+{
+    size_t cap;
+    uint8_t *buf = tfx_buf_alloc(len, &cap);
+    tfp_doc_t *doc = NULL;
+    if (!buf) {
+        tfp_err_set(err, TFP_ENOMEM, "out of memory for a %zu-byte copy", len);
+        return NULL;
+    }
+    memcpy(buf, data, len);
+    if (indexed && tfp_st_decode(buf, len, NULL, &doc, err) != TFP_OK) {
+        tfx_buf_free(buf, cap);
+        return NULL;
+    }
+    tfd_blob_t *b = tfd_blob_new(buf, cap, buf, len, doc);
+    if (!b)
+        tfp_err_set(err, TFP_ENOMEM, "out of memory");
     return b;
 }
 

@@ -44,6 +44,9 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
  * failure, instead of tfx_buf_free). */
 tfd_blob_t *tfd_blob_new_lent(uint8_t *base, size_t cap, const uint8_t *data, size_t len,
                               tfp_doc_t *doc, void (*give_back)(void *arg), void *arg);
+/* A blob holding a copy of len bytes at data; indexed: they are a safetensors document (with
+ * the decoder's default limits), indexed again. NULL and *err on failure. */
+tfd_blob_t *tfd_blob_copy(const uint8_t *data, size_t len, int indexed, tfp_err_t *err);
 tfd_blob_t *tfd_blob_ref(tfd_blob_t *b);
 void tfd_blob_unref(tfd_blob_t *b);         /* NULL is a no-op; frees on the last ref */
 void tfd_blob_release(void *b);             /* tfd_blob_unref for release callbacks */

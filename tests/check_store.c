@@ -6,6 +6,7 @@
 #include "config.h"
 #include "tests/suites.h"
 #include "daemon/api.h"
+#include "daemon/replay.h"
 #include "daemon/store.h"
 #include "proto/safetensors.h"
 #include "transports/buf.h"
@@ -401,6 +402,177 @@ START_TEST(store_encode_blob_index)
 }
 END_TEST
 
+/* ---- the replay window (daemon/replay.c) ------------------------------------------------- */
+
+static tfd_replay_t *replay_new(unsigned window_s, unsigned entries, uint64_t bytes)
+{
+    tfd_replay_limits_t lim = {window_s, entries, bytes};
+    tfd_replay_t *r = tfd_replay_new(&lim);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* Runs (user, id) on route to completion with answer a: it was new. */
+static void replay_run(tfd_replay_t *r, const char *user, const char *id, const char *route,
+                       const tfd_replay_answer_t *a)
+{
+    tfd_replay_answer_t got;
+    ck_assert_int_eq(tfd_replay_begin(r, user, id, route, NULL, &got), TFD_REPLAY_NEW);
+    tfd_replay_complete(r, user, id, a);
+}
+
+/* Small answers are kept as bytes and made into a blob again on a retry: the same bytes, and
+ * the same index (Accept: JSON and raw answers are made from it); large ones are kept as the
+ * blob itself. Failures keep their code and message; an answer without an index (Shumai's
+ * format) comes back without one. */
+START_TEST(replay_answers_come_back_the_same)
+{
+    tfd_replay_t *r = replay_new(60, 16, 1 << 20);
+    tfd_blob_t *small = make_blob("x", 8, 7), *large = make_blob("y", 64 << 10, 9);
+    tfp_err_t err;
+    tfd_blob_t *raw = tfd_blob_copy((const uint8_t *)"\x01\x02\x03", 3, 0, &err);
+    ck_assert_ptr_nonnull(raw);
+    tfd_replay_answer_t a = {.status = 200, .code = TFP_OK, .content_type = "application/x-safetensors"};
+    a.body = small;
+    replay_run(r, "u", "1", "echo", &a);
+    a.body = large;
+    replay_run(r, "u", "2", "echo", &a);
+    a.body = raw;
+    snprintf(a.content_type, sizeof a.content_type, "application/octet-stream");
+    replay_run(r, "u", "3", "echo", &a);
+    tfd_replay_answer_t f = {.status = 409, .code = TFP_ECONFLICT};
+    snprintf(f.msg, sizeof f.msg, "the route said no");
+    replay_run(r, "u", "4", "echo", &f);
+
+    tfd_replay_answer_t got;
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "1", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(got.code, TFP_OK);
+    ck_assert_uint_eq(got.status, 200);
+    ck_assert_str_eq(got.content_type, "application/x-safetensors");
+    ck_assert_ptr_nonnull(got.body);
+    ck_assert_ptr_ne(got.body, small);                 /* made again from the kept bytes */
+    ck_assert_uint_eq(got.body->len, small->len);
+    ck_assert_mem_eq(got.body->data, small->data, small->len);
+    ck_assert_ptr_nonnull(got.body->doc);
+    const tfp_tensor_t *t = tfp_doc_find(got.body->doc, "x");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->nbytes, 8);
+    ck_assert_uint_eq(((const uint8_t *)t->data)[7], 7);
+    ck_assert_ptr_eq(t->data, got.body->data + (small->len - 8));  /* into the new blob */
+    tfd_blob_unref(got.body);
+
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "2", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_ptr_eq(got.body, large);                 /* kept as it was */
+    tfd_blob_unref(got.body);
+
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "3", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_str_eq(got.content_type, "application/octet-stream");
+    ck_assert_uint_eq(got.body->len, 3);
+    ck_assert_mem_eq(got.body->data, "\x01\x02\x03", 3);
+    ck_assert_ptr_null(got.body->doc);
+    tfd_blob_unref(got.body);
+
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "4", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(got.code, TFP_ECONFLICT);
+    ck_assert_uint_eq(got.status, 409);
+    ck_assert_str_eq(got.msg, "the route said no");
+    ck_assert_ptr_null(got.body);
+
+    /* Another route with the same id, and the same id of another user. */
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "1", "other", NULL, &got), TFD_REPLAY_CONFLICT);
+    ck_assert_int_eq(tfd_replay_begin(r, "v", "1", "echo", NULL, &got), TFD_REPLAY_NEW);
+    tfd_replay_abandon(r, "v", "1");
+    ck_assert_int_eq(tfd_replay_begin(r, "v", "1", "echo", NULL, &got), TFD_REPLAY_NEW);
+    tfd_replay_abandon(r, "v", "1");
+
+    uint64_t entries, bytes, hits;
+    tfd_replay_stats(r, &entries, &bytes, &hits);
+    ck_assert_uint_eq(entries, 4);
+    ck_assert_uint_eq(bytes, small->len + large->len + 3 + strlen("the route said no"));
+    ck_assert_uint_eq(hits, 4);
+    tfd_blob_unref(small);
+    tfd_blob_unref(large);
+    tfd_blob_unref(raw);
+    tfd_replay_free(r);                                /* holds the large blob until here */
+}
+END_TEST
+
+/* Keys are kept whole, never cut (two cut keys could be one): state keys of the longest kind
+ * that differ in their last byte are two calls; a key longer than any the daemon makes runs
+ * without retry protection. */
+START_TEST(replay_long_keys_run_without)
+{
+    tfd_replay_t *r = replay_new(60, 16, 1 << 20);
+    char user[2 * (TFP_MAX_USER_ID + 1)], id[TFP_MAX_REQUEST_ID + 1], huge[1024];
+    memset(user, 'u', sizeof user - 1);
+    user[sizeof user - 1] = '\0';
+    memset(id, 'i', sizeof id - 1);
+    id[sizeof id - 1] = '\0';
+    tfd_replay_answer_t a = {.status = 200, .code = TFP_OK}, got;
+    tfd_blob_t *b = make_blob("x", 8, 1);
+    a.body = b;
+    replay_run(r, user, id, "echo", &a);
+    user[sizeof user - 2] = 'X';
+    ck_assert_int_eq(tfd_replay_begin(r, user, id, "echo", NULL, &got), TFD_REPLAY_NEW);
+    tfd_replay_abandon(r, user, id);
+    user[sizeof user - 2] = 'u';
+    ck_assert_int_eq(tfd_replay_begin(r, user, id, "echo", NULL, &got), TFD_REPLAY_DONE);
+    tfd_blob_unref(got.body);
+    memset(huge, 'h', sizeof huge - 1);
+    huge[sizeof huge - 1] = '\0';
+    ck_assert_int_eq(tfd_replay_begin(r, huge, id, "echo", NULL, &got), TFD_REPLAY_FULL);
+    tfd_replay_complete(r, huge, id, &a);             /* nothing to complete: no effect */
+    tfd_replay_abandon(r, huge, id);
+    uint64_t entries, bytes, hits;
+    tfd_replay_stats(r, &entries, &bytes, &hits);
+    ck_assert_uint_eq(entries, 1);
+    tfd_blob_unref(b);
+    tfd_replay_free(r);
+}
+END_TEST
+
+/* The window forgets finished answers older than window_s, keeps newer ones and every call
+ * still running, and the entry and byte bounds forget the oldest finished first. */
+START_TEST(replay_window_and_bounds)
+{
+    tfd_replay_t *r = replay_new(1, 3, 1 << 20);
+    tfd_replay_answer_t a = {.status = 200, .code = TFP_OK}, got;
+    tfd_blob_t *b = make_blob("x", 8, 1);
+    a.body = b;
+    replay_run(r, "u", "old", "echo", &a);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", NULL, &got), TFD_REPLAY_NEW);
+    struct timespec ts = {2, 100000000};
+    nanosleep(&ts, NULL);
+    replay_run(r, "u", "new", "echo", &a);
+    tfd_replay_sweep(r);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "old", "echo", NULL, &got), TFD_REPLAY_NEW);
+    tfd_replay_abandon(r, "u", "old");
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "new", "echo", NULL, &got), TFD_REPLAY_DONE);
+    tfd_blob_unref(got.body);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", NULL, &got), TFD_REPLAY_WAIT);
+    tfd_replay_forget_waiter(r, NULL);
+    /* Three entries at most: more finished ones push the oldest finished out ("new", then
+     * "a"), never "running". */
+    replay_run(r, "u", "a", "echo", &a);
+    replay_run(r, "u", "b", "echo", &a);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "new", "echo", NULL, &got), TFD_REPLAY_NEW);
+    tfd_replay_abandon(r, "u", "new");
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "a", "echo", NULL, &got), TFD_REPLAY_NEW);
+    tfd_replay_abandon(r, "u", "a");
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", NULL, &got), TFD_REPLAY_WAIT);
+    tfd_replay_forget_waiter(r, NULL);
+    tfd_replay_abandon(r, "u", "running");
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "b", "echo", NULL, &got), TFD_REPLAY_DONE);
+    tfd_blob_unref(got.body);
+    uint64_t entries, bytes, hits;
+    tfd_replay_stats(r, &entries, &bytes, &hits);
+    ck_assert_uint_eq(entries, 1);
+    ck_assert_uint_eq(bytes, b->len);
+    tfd_blob_unref(b);
+    tfd_replay_free(r);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -414,6 +586,11 @@ Suite *suite_store(void)
     tcase_add_test(tc, store_share);
     tcase_add_test(tc, store_share_counted);
     tcase_add_test(tc, store_encode_blob_index);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("replay");
+    tcase_add_test(tc, replay_answers_come_back_the_same);
+    tcase_add_test(tc, replay_long_keys_run_without);
+    tcase_add_test(tc, replay_window_and_bounds);
     suite_add_tcase(s, tc);
     return s;
 }
