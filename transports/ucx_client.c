@@ -101,6 +101,8 @@ typedef struct cmd {
 struct tfx_ucxc {
     tfx_ucx_base_t base;
     ucp_worker_h worker;            /* = base.worker */
+    unsigned sends_out;             /* request sends UCX has not completed (the worker's
+                                     * holder only): see tfx_ucx_sending_wait */
     pthread_t thread;
     void (*wake)(void *);
     void *wake_arg;
@@ -345,6 +347,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
     tfx_ucxc_req_t *r = user_data;
     ucp_request_free(request);
+    r->u->sends_out--;
     r->sending = 0;
     if (status != UCS_OK)
         fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
@@ -582,9 +585,21 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
                              .cb.send = send_cb, .user_data = r,
                              .flags = UCP_AM_SEND_FLAG_REPLY,
                              .datatype = ucp_dt_make_iov()};
+    /* A body in one piece goes as one: UCX 1.13 sends a large body of several pieces (iov)
+     * as fragments through the peer's FIFO (two copies, and waits for room), one in one
+     * piece by rendezvous, which a peer on this host reads straight from it (cma). */
+    const void *body = r->iov;
+    size_t count = r->niov;
+    if (r->niov == 1) {
+        body = r->iov[0].buffer;
+        count = r->iov[0].length;
+        p.datatype = ucp_dt_make_contig(1);
+    }
     r->sending = 1;
-    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, r->hbuf, r->hlen, r->iov, r->niov, &p);
-    if (!UCS_PTR_IS_PTR(rq)) {
+    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, r->hbuf, r->hlen, body, count, &p);
+    if (UCS_PTR_IS_PTR(rq)) {
+        u->sends_out++;
+    } else {
         r->sending = 0;
         if (UCS_PTR_IS_ERR(rq))
             fail_req(r, TFP_EINTERNAL, ucs_status_string(UCS_PTR_STATUS(rq)));
@@ -676,6 +691,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
 }
 
 static unsigned loop_run(void *arg) { return run_cmds(arg); }
+static int loop_sending(void *arg) { return ((tfx_ucxc_t *)arg)->sends_out > 0; }
 
 /* The thread's pass may touch the worker: nobody else has it, nor waits for it. */
 static int loop_hold(void *arg)
@@ -730,7 +746,7 @@ static void *progress_main(void *arg)
     const tfx_ucx_loop_t loop = {.run = loop_run, .stopping = loop_stopping,
                                  .drained = loop_drained, .drain_max_ns = 2000000000u,
                                  .sleep_ms = 50, .hold = loop_hold, .let_go = loop_let_go,
-                                 .arg = u};
+                                 .sending = loop_sending, .arg = u};
 
     tfx_ucx_loop_run(&u->base, &loop);
     pthread_mutex_lock(&u->lock);
@@ -1030,6 +1046,13 @@ int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
             break;
         if (now < spin_end)
             continue;
+        /* A send still out may wait for room no event announces: yield the core to the
+         * peer for a while, then sleep 1 ms at a time (TFX_UCX_SEND_YIELD_NS). */
+        int sending = u->sends_out > 0;
+        if (sending && now - t0 < (uint64_t)TFX_UCX_SEND_YIELD_NS) {
+            sched_yield();
+            continue;
+        }
         /* The reply is slow (the server was asleep, or the machine is busy): sleep on the
          * worker's event fd, leaving the CPU to the server, at most until the next deadline
          * check is due (10 ms) or the wait ends. */
@@ -1037,8 +1060,9 @@ int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
         if (st == UCS_ERR_BUSY)
             continue;
         uint64_t left_ms = (wait_end - now) / 1000000u + 1;
+        int cap = sending || st != UCS_OK ? 1 : 10;
         struct pollfd pf = {.fd = u->base.efd, .events = POLLIN};
-        poll(&pf, 1, st == UCS_OK ? (int)(left_ms < 10 ? left_ms : 10) : 1);
+        poll(&pf, 1, (int)(left_ms < (uint64_t)cap ? left_ms : (uint64_t)cap));
     }
     int done = u->drive_done;
     u->drive_req = NULL;

@@ -8,6 +8,7 @@
 #include "transports/clock.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
@@ -218,14 +219,18 @@ void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l)
                 l->let_go(l->arg);
             continue;
         }
-        if (tfx_now_ns() - last_work_ns < TFX_UCX_SPIN_NS) {
+        uint64_t idle_ns = tfx_now_ns() - last_work_ns;
+        int sending = l->sending && l->sending(l->arg);
+        if (idle_ns < TFX_UCX_SPIN_NS || (sending && idle_ns < TFX_UCX_SEND_YIELD_NS)) {
             if (l->let_go)
                 l->let_go(l->arg);
+            if (idle_ns >= TFX_UCX_SPIN_NS)
+                sched_yield();          /* a send waits for a peer that may need this core */
             continue;                   /* spin a little before sleeping */
         }
         /* A loop that lends the worker lets it go before it sleeps (the next pass then
          * parks if a caller took it). */
-        if (!arm_and_sleep(b, l->sleep_ms, l->hold ? l->let_go : NULL, l->arg)) {
+        if (!arm_and_sleep(b, sending ? 1 : l->sleep_ms, l->hold ? l->let_go : NULL, l->arg)) {
             busy_since_ns = 0;
             continue;
         }

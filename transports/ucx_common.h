@@ -87,8 +87,19 @@ typedef struct {
      * after each pass, and before the loop sleeps on an armed worker. */
     int (*hold)(void *arg);
     void (*let_go)(void *arg);
+    /* Optional: non-zero while the side has sends UCX has not completed. The loop then does
+     * not sleep on the worker's event fd as long as usual (TFX_UCX_SEND_YIELD_NS). */
+    int (*sending)(void *arg);
     void *arg;
 } tfx_ucx_loop_t;
+/* A send to a peer on this host may wait for room in the peer's shared-memory FIFO (a large
+ * body whose pieces go as fragments), and UCX 1.13 signals no event when the peer makes
+ * room: a thread that slept on the worker's event fd would sleep its whole timeout (10 ms
+ * for a blocking call, 50 ms for the client's loop) with the send stalled, and on a busy host
+ * it did, again and again (bench/README.md, "Feeds: a push stalled"). While a side has sends
+ * out it yields the CPU instead of sleeping (the peer may need this very core) for this long
+ * after its last work, and after that sleeps 1 ms at a time. */
+#define TFX_UCX_SEND_YIELD_NS 2000000L
 #define TFX_UCX_WEDGED_MS 500
 
 /* The progress loop: progress the worker until it has nothing, run the side's work; after
