@@ -8,6 +8,9 @@
  *          over UCX with --base, another host)
  *   feedp  the same feed with a producer that keeps 4 (--pipeline) pushes in flight
  *          (tf_infeed_push_start, consecutive seqs; the server queues them in seq order)
+ *   feedb  the same feed with the producer's item borrowed (tf_doc_add TF_BORROW: its header
+ *          and tensor apart, sent in pieces through the daemon's FIFO) instead of built in
+ *          one buffer (tf_doc_new_packed, what feed, feedp, feedu and store push), at 4 MiB
  *   feedu  the same feed with the consumer on policy ucx: every pop a UCX request (the path
  *          before the ring, and the one across hosts), at 4 MiB
  *   store  tfetchd's store used as a queue: PUT q<i>, GET q<i> with a long poll, DELETE
@@ -418,14 +421,24 @@ static void redis_close(run_t *r)
 
 /* ---- tfetchd: store and feed ----------------------------------------------------------------- */
 
+/* The producer's item, built in one buffer (tf_doc_new_packed), as a producer that fills its
+ * batches in place would: pushed in one piece, read by the daemon straight from it. */
 static tf_doc_t *item_doc(run_t *r)
 {
-    tf_doc_t *d = tf_doc_new();
+    tf_doc_t *d = NULL;
     int64_t shape[1] = {(int64_t)r->size};
-    if (d && tf_doc_add(d, "x", TF_U8, 1, shape, r->src, r->size, TF_BORROW) != TF_OK) {
-        tf_doc_free(d);
-        d = NULL;
+    if (strcmp(r->m->name, "feedb") == 0) {    /* borrowed: header and tensor apart */
+        d = tf_doc_new();
+        if (d && tf_doc_add(d, "x", TF_U8, 1, shape, r->src, r->size, TF_BORROW) != TF_OK) {
+            tf_doc_free(d);
+            d = NULL;
+        }
+        return d;
     }
+    tf_tensor_spec_t spec = {"x", TF_U8, 1, shape};
+    if (tf_doc_new_packed(&spec, 1, &d) != TF_OK)
+        return NULL;
+    memcpy(tf_doc_writable(d, 0), r->src, r->size);
     return d;
 }
 
@@ -652,6 +665,7 @@ static void feed_close(run_t *r)
 static const method_t METHODS[] = {
     {"feed", feed_open, feed_produce, feed_consume, feed_close},
     {"feedp", feed_open, feedp_produce, feed_consume, feed_close},
+    {"feedb", feed_open, feed_produce, feed_consume, feed_close},
     {"feedu", feedu_open, feed_produce, feed_consume, feed_close},
     {"store", store_open, store_produce, store_consume, store_close},
     {"redis", redis_open, redis_produce, redis_consume, redis_close},

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,4 +293,85 @@ tf_status_t tf_doc_decode_msg(const void *buf, size_t len, unsigned flags, tf_do
 tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t **out)
 {
     return tf_doc_decode_msg(buf, len, flags, out, NULL, 0);
+}
+
+/* ---- documents in one buffer ---------------------------------------------------------------- */
+
+static int spec_bytes(const tf_tensor_spec_t *t, size_t *nbytes)
+{
+    unsigned bits = tf_dtype_bits(t->dtype);
+    if (!t->name || !bits || t->rank < 0 || t->rank > TF_MAX_RANK || (t->rank && !t->shape))
+        return -1;
+    uint64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->shape[i] < 0 || (t->shape[i] && n > UINT64_MAX / 8 / (uint64_t)t->shape[i]))
+            return -1;
+        n *= (uint64_t)t->shape[i];
+    }
+    *nbytes = (size_t)((n * bits + 7) / 8);
+    return 0;
+}
+
+tf_status_t tfi_layout_header(const tf_tensor_spec_t *tensors, size_t n, void **hdr,
+                              size_t *hlen, size_t *data)
+{
+    /* The header of a document whose tensors borrow zero pages (never touched). */
+    size_t most = 1;
+    *data = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t nb;
+        if (spec_bytes(&tensors[i], &nb) != 0 || nb > SIZE_MAX - *data)
+            return TF_EINVAL;
+        *data += nb;
+        most = nb > most ? nb : most;
+    }
+    void *zero = mmap(NULL, most, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (zero == MAP_FAILED)
+        return TF_ENOMEM;
+    tf_doc_t *layout = tf_doc_new();
+    tf_status_t st = layout ? TF_OK : TF_ENOMEM;
+    for (size_t i = 0; st == TF_OK && i < n; i++) {
+        size_t nb;
+        spec_bytes(&tensors[i], &nb);
+        st = tf_doc_add(layout, tensors[i].name, tensors[i].dtype, tensors[i].rank,
+                        tensors[i].shape, zero, nb, TF_BORROW);
+    }
+    if (st == TF_OK)
+        st = tf_doc_encode_header(layout, hdr, hlen);
+    tf_doc_free(layout);
+    munmap(zero, most);
+    return st;
+}
+
+tf_status_t tf_doc_new_packed(const tf_tensor_spec_t *tensors, size_t n, tf_doc_t **out)
+{
+    if (!out || (n && !tensors))
+        return TF_EINVAL;
+    void *hdr = NULL;
+    size_t hlen = 0, data = 0, cap = 0;
+    tf_status_t st = tfi_layout_header(tensors, n, &hdr, &hlen, &data);
+    if (st != TF_OK)
+        return st;
+    uint8_t *buf = data <= SIZE_MAX - hlen ? tfx_buf_alloc(hlen + data, &cap) : NULL;
+    if (!buf) {
+        free(hdr);
+        return TF_ENOMEM;
+    }
+    memcpy(buf, hdr, hlen);
+    free(hdr);
+    memset(buf + hlen, 0, data);            /* a reused buffer holds someone's old bytes */
+    tfp_doc_t *d = NULL;
+    tfp_err_t err;
+    tf_doc_t *doc = NULL;
+    if (tfp_st_decode(buf, hlen + data, NULL, &d, &err) != TFP_OK ||
+        tfi_doc_wrap(d, buf, &doc) != TF_OK) {
+        tfp_doc_free(d);
+        tfx_buf_free(buf, cap);
+        return TF_ENOMEM;
+    }
+    doc->buf_cap = cap;
+    doc->packed = hlen + data;
+    doc->frozen = 1;
+    *out = doc;
+    return TF_OK;
 }

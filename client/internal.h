@@ -47,6 +47,8 @@ struct tf_doc {
     void *shm_lent;                 /* tf_doc_new_shm: the lent buffer (shm.c) while the
                                      * caller may still write it; NULL otherwise */
     int frozen;                     /* built in place: no tensor or metadata can be added */
+    size_t packed;                  /* tf_doc_new_packed: its safetensors bytes are buf[0,
+                                     * packed), header and data in one piece; 0 otherwise */
 };
 
 /* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
@@ -303,6 +305,10 @@ struct tf_fetch {
 /* Wraps a decoded proto doc whose data points into buf (taken over when not NULL: freed
  * with the doc). On failure neither d nor buf is freed. */
 tf_status_t tfi_doc_wrap(tfp_doc_t *d, void *buf, tf_doc_t **out);
+/* The safetensors header of tensors[0..n) (*hdr malloc'd, *hlen bytes) and the bytes of
+ * their data (*data): TF_EINVAL for an invalid layout, TF_ENOMEM. */
+tf_status_t tfi_layout_header(const tf_tensor_spec_t *tensors, size_t n, void **hdr,
+                              size_t *hlen, size_t *data);
 /* 1 while some client is alive: a freed reply buffer is kept for reuse only then. */
 int tfi_clients_live(void);
 

@@ -282,6 +282,11 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
 /* The document as a safetensors body: its header, then each tensor's bytes, borrowed. */
 static tf_status_t render_safetensors(tfi_op_t *op, tf_result_t *res)
 {
+    if (op->body->packed) {                 /* already its bytes, in one piece */
+        op->segs[op->nsegs] = op->body->buf;
+        op->lens[op->nsegs++] = op->body->packed;
+        return TF_OK;
+    }
     size_t hlen = 0;
     tf_status_t st = tf_doc_encode_header(op->body, &op->hdr, &hlen);
     if (st != TF_OK)

@@ -515,21 +515,6 @@ const tfi_transport_t tfi_shm = {
 /* ---- documents built in place ------------------------------------------------------------- */
 
 /* The bytes tensor spec t takes: 0 with *nbytes, or -1 when it is invalid or too large. */
-static int spec_bytes(const tf_tensor_spec_t *t, size_t *nbytes)
-{
-    unsigned bits = tf_dtype_bits(t->dtype);
-    if (!t->name || !bits || t->rank < 0 || t->rank > TF_MAX_RANK || (t->rank && !t->shape))
-        return -1;
-    uint64_t n = 1;
-    for (int i = 0; i < t->rank; i++) {
-        if (t->shape[i] < 0 || (t->shape[i] && n > UINT64_MAX / 8 / (uint64_t)t->shape[i]))
-            return -1;
-        n *= (uint64_t)t->shape[i];
-    }
-    *nbytes = (size_t)((n * bits + 7) / 8);
-    return 0;
-}
-
 tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
                            size_t n, tf_doc_t **out)
 {
@@ -550,34 +535,12 @@ tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec
                  o->shm_why[0] ? o->shm_why : o->why[0] ? o->why : "no upgrade");
         return tfi_refuse(c, TF_OP_PUT, TF_ENOTIMPL, why);
     }
-    /* The layout's header, from a document whose tensors borrow zero pages. */
-    size_t most = 1, data = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t nb;
-        if (spec_bytes(&tensors[i], &nb) != 0 || nb > SIZE_MAX - data)
-            return tfi_refuse(c, TF_OP_PUT, TF_EINVAL, "an invalid tensor layout");
-        data += nb;
-        most = nb > most ? nb : most;
-    }
-    void *zero = mmap(NULL, most, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (zero == MAP_FAILED)
-        return tfi_refuse(c, TF_OP_PUT, TF_ENOMEM, NULL);
-    tf_doc_t *layout = tf_doc_new(), *doc = NULL;
     void *hdr = NULL;
-    size_t hlen = 0;
-    tf_status_t st = layout ? TF_OK : TF_ENOMEM;
-    for (size_t i = 0; st == TF_OK && i < n; i++) {
-        size_t nb;
-        spec_bytes(&tensors[i], &nb);
-        st = tf_doc_add(layout, tensors[i].name, tensors[i].dtype, tensors[i].rank,
-                        tensors[i].shape, zero, nb, TF_BORROW);
-    }
-    if (st == TF_OK)
-        st = tf_doc_encode_header(layout, &hdr, &hlen);
-    tf_doc_free(layout);
-    munmap(zero, most);
+    size_t hlen = 0, data = 0;
+    tf_status_t st = tfi_layout_header(tensors, n, &hdr, &hlen, &data);
     if (st != TF_OK)
         return tfi_refuse(c, TF_OP_PUT, st, st == TF_ENOMEM ? NULL : "an invalid tensor layout");
+    tf_doc_t *doc = NULL;
     lease_t *l = calloc(1, sizeof *l);
     char why[256] = "";
     tfp_status_t pst = TFP_OK;
@@ -618,7 +581,7 @@ tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec
 
 void *tf_doc_writable(tf_doc_t *doc, size_t i)
 {
-    if (!doc || !doc->shm_lent || i >= tf_doc_count(doc))
+    if (!doc || (!doc->shm_lent && !doc->packed) || i >= tf_doc_count(doc))
         return NULL;
     return (void *)tf_doc_at(doc, i)->data;
 }

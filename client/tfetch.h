@@ -433,9 +433,19 @@ typedef struct {
  * *out set only on TF_OK. */
 tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
                            size_t n, tf_doc_t **out);
-/* Tensor i's bytes of a document from tf_doc_new_shm, writable until its tf_put; NULL for
- * any other document, after the put, or out of range. */
+/* Tensor i's bytes of a document from tf_doc_new_shm (writable until its tf_put) or
+ * tf_doc_new_packed (writable while no request sends it); NULL for any other document,
+ * after the put, or out of range. */
 void *tf_doc_writable(tf_doc_t *doc, size_t i);
+/* Builds a document in one buffer of this process: its safetensors header, then tensors[0..n)
+ * (zeroed), in one piece, so that sending it needs no gathering: over UCX a large one goes
+ * as one contiguous message, which a server on this host copies straight from this buffer
+ * (one copy, the kernel's; a document whose header and tensors lie apart goes in pieces,
+ * through the shared-memory FIFO: two copies, and a wait for room whenever the server is
+ * slow to drain it). Reuse it for every push or put of that layout: write the tensors
+ * through tf_doc_writable between requests, never while one that sends it is in flight.
+ * Tensors and metadata cannot be added. TF_EINVAL for an invalid layout, TF_ENOMEM. */
+tf_status_t tf_doc_new_packed(const tf_tensor_spec_t *tensors, size_t n, tf_doc_t **out);
 
 /* ---- workers: serving routes from this process ------------------------------------------ */
 

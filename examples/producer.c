@@ -6,7 +6,9 @@
  * Each batch is one F32 tensor "x" of shape [ROWS, 8] (ROWS default 32), filled with the
  * batch number, pushed to device queue 0 with Tfetch-Seq = its number (a retry after a
  * failure is then never enqueued twice), waiting up to 10 s for room when the queue is full.
- * The feed must be declared with that signature (tfetch feed declare). Uses only the public
+ * The feed must be declared with that signature (tfetch feed declare). The batch is built in
+ * one buffer (tf_doc_new_packed) and rewritten in place for each push: over UCX it then goes
+ * in one piece, copied by a same-host daemon straight from that buffer. Uses only the public
  * libtfetch API; single-threaded.
  */
 #include <stdio.h>
@@ -29,26 +31,25 @@ int main(int argc, char **argv)
     tf_client_t *c = NULL;
     if (tf_client_new(&c) != TF_OK)
         return 1;
-    float *x = malloc((size_t)rows * 8 * sizeof(float));
-    if (!x)
+    int64_t shape[2] = {rows, 8};
+    tf_tensor_spec_t spec = {"x", TF_F32, 2, shape};
+    tf_doc_t *d = NULL;
+    if (tf_doc_new_packed(&spec, 1, &d) != TF_OK) {
+        fprintf(stderr, "producer: cannot build a batch of %ld rows\n", rows);
+        tf_client_free(c);
         return 1;
+    }
+    float *x = tf_doc_writable(d, 0);
     int rc = 0;
     for (long i = 1; i <= n && rc == 0; i++) {
         for (long k = 0; k < rows * 8; k++)
             x[k] = (float)i;
-        int64_t shape[2] = {rows, 8};
-        tf_doc_t *d = tf_doc_new();
-        tf_status_t st = d ? tf_doc_add(d, "x", TF_F32, 2, shape, x,
-                                        (size_t)rows * 8 * sizeof(float), TF_BORROW)
-                           : TF_ENOMEM;
-        if (st == TF_OK)
-            st = tf_infeed_push(c, url, 0, d, (uint64_t)i, 10000, NULL);
+        tf_status_t st = tf_infeed_push(c, url, 0, d, (uint64_t)i, 10000, NULL);
         if (st != TF_OK) {
             fprintf(stderr, "producer: push %ld: %s (%s)\n", i, tf_client_last(c)->error,
                     tf_err_name(st));
             rc = 1;
         }
-        tf_doc_free(d);
     }
     if (rc == 0 && tf_feed_done(c, url) != TF_OK) {
         fprintf(stderr, "producer: done: %s\n", tf_client_last(c)->error);
@@ -56,7 +57,7 @@ int main(int argc, char **argv)
     }
     if (rc == 0)
         printf("producer: pushed %ld batches\n", n);
-    free(x);
+    tf_doc_free(d);
     tf_client_free(c);
     return rc;
 }

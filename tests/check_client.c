@@ -276,6 +276,67 @@ START_TEST(doc_encode_header_then_data)
 }
 END_TEST
 
+/* A document built in one buffer: its header, then each tensor, zeroed, exactly the bytes
+ * tf_doc_encode gives; writable through tf_doc_writable (reflected in what it encodes);
+ * closed to new tensors and metadata; an invalid layout refused. */
+START_TEST(doc_packed_layout)
+{
+    int64_t s23[2] = {2, 3}, s4[1] = {4}, bad[1] = {-1};
+    tf_tensor_spec_t specs[2] = {{"w", TF_F32, 2, s23}, {"b", TF_I32, 1, s4}};
+    tf_doc_t *doc = NULL;
+    ck_assert_int_eq(tf_doc_new_packed(specs, 2, &doc), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(doc), 2);
+    const tf_tensor_t *w = tf_doc_find(doc, "w"), *b = tf_doc_find(doc, "b");
+    ck_assert_ptr_nonnull(w);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(w->nbytes, 24);
+    ck_assert_uint_eq(b->nbytes, 16);
+    ck_assert_ptr_eq((const uint8_t *)w->data + 24, b->data);     /* one piece */
+    static const uint8_t zero[24];
+    ck_assert_mem_eq(w->data, zero, 24);
+    float *wv = tf_doc_writable(doc, 0);
+    int32_t *bv = tf_doc_writable(doc, 1);
+    ck_assert_ptr_eq(wv, w->data);
+    ck_assert_ptr_null(tf_doc_writable(doc, 2));
+    for (int i = 0; i < 6; i++)
+        wv[i] = (float)i + 0.5f;
+    for (int i = 0; i < 4; i++)
+        bv[i] = -i;
+    void *enc = NULL, *hdr = NULL;
+    size_t len = 0, hlen = 0;
+    ck_assert_int_eq(tf_doc_encode(doc, &enc, &len), TF_OK);
+    ck_assert_int_eq(tf_doc_encode_header(doc, &hdr, &hlen), TF_OK);
+    ck_assert_uint_eq(len, hlen + 40);
+    ck_assert_mem_eq((const uint8_t *)w->data - hlen, enc, len);  /* the buffer is the body */
+    tf_doc_t *back = NULL;
+    ck_assert_int_eq(tf_doc_decode(enc, len, 0, &back), TF_OK);
+    ck_assert_mem_eq(tf_doc_find(back, "b")->data, bv, 16);
+    tf_doc_free(back);
+    free(enc);
+    free(hdr);
+    float more[1] = {1};
+    int64_t s1[1] = {1};
+    ck_assert_int_eq(tf_doc_add(doc, "more", TF_F32, 1, s1, more, 4, TF_COPY), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_set_meta(doc, "k", "v"), TF_EINVAL);
+    tf_doc_free(doc);
+    /* invalid layouts, and what is not built in place */
+    tf_tensor_spec_t neg = {"n", TF_F32, 1, bad}, noname = {NULL, TF_F32, 1, s4};
+    doc = NULL;
+    ck_assert_int_eq(tf_doc_new_packed(&neg, 1, &doc), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_new_packed(&noname, 1, &doc), TF_EINVAL);
+    ck_assert_int_eq(tf_doc_new_packed(specs, 2, NULL), TF_EINVAL);
+    ck_assert_ptr_null(doc);
+    doc = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(doc, "w", TF_F32, 1, s1, more, 4, TF_BORROW), TF_OK);
+    ck_assert_ptr_null(tf_doc_writable(doc, 0));
+    tf_doc_free(doc);
+    /* none at all: a header alone */
+    ck_assert_int_eq(tf_doc_new_packed(NULL, 0, &doc), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(doc), 0);
+    tf_doc_free(doc);
+}
+END_TEST
+
 START_TEST(doc_add_rejects)
 {
     float w[6] = {0};
@@ -1426,6 +1487,7 @@ Suite *suite_client(void)
     tcase_add_test(docs, doc_copy_vs_borrow);
     tcase_add_test(docs, doc_encode_decode_round_trip);
     tcase_add_test(docs, doc_encode_header_then_data);
+    tcase_add_test(docs, doc_packed_layout);
     tcase_add_test(docs, doc_add_rejects);
     tcase_add_test(docs, doc_decode_rejects);
     tcase_add_test(docs, free_null_is_noop);

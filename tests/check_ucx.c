@@ -973,6 +973,63 @@ START_TEST(ucx_big_tensor)
 }
 END_TEST
 
+/* A document built in one buffer (tf_doc_new_packed) goes over UCX in one piece, by
+ * rendezvous straight from that buffer: it arrives intact, and the buffer, rewritten, goes
+ * again with its new bytes (the same buffer reused, as a producer does). */
+START_TEST(ucx_packed_doc_put)
+{
+    if (!have_daemon("ucx_packed_doc_put"))
+        return;
+    const char *args[] = {"--max-body", "1073741824", NULL};
+    start(args);
+    tf_client_t *c = ucx_client();
+    size_t n = (64u << 20) / 8;
+    int64_t shape[1] = {(int64_t)n};
+    tf_tensor_spec_t spec = {"v", TF_U64, 1, shape};
+    tf_doc_t *d = NULL, *got = NULL;
+    ck_assert_int_eq(tf_doc_new_packed(&spec, 1, &d), TF_OK);
+    uint64_t *v = tf_doc_writable(d, 0);
+    ck_assert_ptr_nonnull(v);
+    const char *names[2] = {"packed0", "packed1"};
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = i * 0x9e3779b97f4a7c15ull + (uint64_t)round;
+        ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", names[round]), d), TF_OK);
+        assert_ucx_result(tf_client_last(c));
+        ck_assert_uint_ge(tf_client_last(c)->bytes_sent, n * 8);
+    }
+    for (int round = 0; round < 2; round++) {
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", names[round]), 0, &got), TF_OK);
+        const tf_tensor_t *t = tf_doc_find(got, "v");
+        ck_assert_ptr_nonnull(t);
+        ck_assert_uint_eq(t->nbytes, n * 8);
+        const uint64_t *w = t->data;
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += w[i] != i * 0x9e3779b97f4a7c15ull + (uint64_t)round;
+        ck_assert_uint_eq(bad, 0);
+        tf_doc_free(got);
+    }
+    /* small ones go eagerly, in one piece too */
+    tf_doc_free(d);
+    int64_t s3[1] = {3};
+    tf_tensor_spec_t small = {"s", TF_I32, 1, s3};
+    ck_assert_int_eq(tf_doc_new_packed(&small, 1, &d), TF_OK);
+    int32_t *sv = tf_doc_writable(d, 0);
+    sv[0] = 7;
+    sv[1] = -8;
+    sv[2] = 9;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "small"), d), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "small"), 0, &got), TF_OK);
+    ck_assert_mem_eq(tf_doc_find(got, "s")->data, sv, 12);
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 /* A large reply over UCX lands in reused memory: once its document is freed the buffer stays
  * mapped and faulted in (libtfetch keeps it for the next reply of that size), and the next
  * GET of the size lands in it, with the new bytes. Without the cache each reply was fresh
@@ -2083,6 +2140,7 @@ Suite *suite_ucx(void)
     tcase_add_test(ops, ucx_long_poll_cancel_free);
     tcase_add_test(ops, ucx_every_dtype_round_trips);
     tcase_add_test(ops, ucx_big_tensor);
+    tcase_add_test(ops, ucx_packed_doc_put);
     tcase_add_test(ops, ucx_reply_buffers_reused);
     tcase_add_test(ops, ucx_thousand_in_flight);
     tcase_set_timeout(ops, 300);
