@@ -297,6 +297,7 @@ tf_status_t tf_doc_decode(const void *buf, size_t len, unsigned flags, tf_doc_t 
 
 /* ---- documents in one buffer ---------------------------------------------------------------- */
 
+/* The bytes tensor spec t takes: 0 with *nbytes, or -1 when it is invalid or too large. */
 static int spec_bytes(const tf_tensor_spec_t *t, size_t *nbytes)
 {
     unsigned bits = tf_dtype_bits(t->dtype);
@@ -363,11 +364,11 @@ tf_status_t tf_doc_new_packed(const tf_tensor_spec_t *tensors, size_t n, tf_doc_
     tfp_doc_t *d = NULL;
     tfp_err_t err;
     tf_doc_t *doc = NULL;
-    if (tfp_st_decode(buf, hlen + data, NULL, &d, &err) != TFP_OK ||
-        tfi_doc_wrap(d, buf, &doc) != TF_OK) {
+    tfp_status_t pst = tfp_st_decode(buf, hlen + data, NULL, &d, &err);
+    if (pst != TFP_OK || tfi_doc_wrap(d, buf, &doc) != TF_OK) {
         tfp_doc_free(d);
         tfx_buf_free(buf, cap);
-        return TF_ENOMEM;
+        return pst != TFP_OK && pst != TFP_ENOMEM ? TF_EINVAL : TF_ENOMEM;  /* past limits */
     }
     doc->buf_cap = cap;
     doc->packed = hlen + data;

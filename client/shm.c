@@ -514,7 +514,6 @@ const tfi_transport_t tfi_shm = {
 
 /* ---- documents built in place ------------------------------------------------------------- */
 
-/* The bytes tensor spec t takes: 0 with *nbytes, or -1 when it is invalid or too large. */
 tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
                            size_t n, tf_doc_t **out)
 {

@@ -535,7 +535,9 @@ END_TEST
  * still running, and the entry and byte bounds forget the oldest finished first. */
 START_TEST(replay_window_and_bounds)
 {
-    tfd_replay_t *r = replay_new(1, 3, 1 << 20);
+    /* Times are whole seconds: with a 2 s window, "new" (added just before the sweep) is
+     * kept even when a second begins between the two, and "old", 2.1 s older, is not. */
+    tfd_replay_t *r = replay_new(2, 3, 1 << 20);
     tfd_replay_answer_t a = {.status = 200, .code = TFP_OK}, got;
     tfd_blob_t *b = make_blob("x", 8, 1);
     a.body = b;

@@ -2056,6 +2056,64 @@ static void stop_process(pid_t pid)
     ck_assert_msg(all_stopped(pid), "tfetchd (pid %d) did not stop", (int)pid);
 }
 
+/* A send the client hands back early (its same-host server died with it in flight, and
+ * UCX may never complete it) stops counting as out: while sends are out the client yields
+ * instead of sleeping, and a leaked count kept it at that for good. The server is stopped
+ * first, so the 16 MiB body's rendezvous is surely still out when it dies. */
+START_TEST(ucx_orphaned_send_uncounted)
+{
+    if (!have_daemon("ucx_orphaned_send_uncounted"))
+        return;
+    start(NULL);
+    atomic_int woken = 0;
+    tfp_err_t err;
+    tfx_ucxc_t *u = tfx_ucxc_new(flag_wake, &woken, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfp_up_host_t me;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    tfp_up_resp_t resp;
+    post_upgrade(&me, &resp);
+    char ident[TFP_UP_MAX_IDENT + 1], why[256];
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    tfx_ucxc_conn_t *conn = NULL;
+    ck_assert_int_eq(tfx_ucxc_connect(u, resp.worker_address, resp.worker_address_len,
+                                      resp.same_host, resp.token, ident, 5000, &conn, why,
+                                      sizeof why), TFP_OK);
+    tfx_ucxc_conn_watch_pid(conn, (long)D.pid);
+    size_t n = 16u << 20;
+    uint8_t *body = calloc(1, n);
+    ck_assert_ptr_nonnull(body);
+    const void *segs[1] = {body};
+    size_t lens[1] = {n};
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_PUT, 0);
+    snprintf(h.name, sizeof h.name, "orphan");
+    snprintf(h.request_id, sizeof h.request_id, "orphan-1");
+    stop_process(D.pid);
+    tfx_ucxc_req_t *r = NULL, *got;
+    ck_assert_int_eq(tfx_ucxc_start(conn, &h, segs, lens, 1, 20000, 0, NULL, &r), TFP_OK);
+    for (int i = 0; i < 5000 && tfx_ucxc_sends_out(u) == 0; i++)
+        sleep_ms(1);
+    ck_assert_uint_eq(tfx_ucxc_sends_out(u), 1);
+    kill(D.pid, SIGKILL);
+    waitpid(D.pid, NULL, 0);
+    for (int i = 0; i < 5000 && !atomic_load(&woken); i++)
+        sleep_ms(1);
+    ck_assert_msg(atomic_load(&woken), "no completion within 5 s of the server's death");
+    ck_assert_ptr_nonnull(got = tfx_ucxc_next(u));
+    ck_assert_int_ne(tfx_ucxc_req_result(got)->transport_status, TFP_OK);
+    ck_assert_uint_eq(tfx_ucxc_sends_out(u), 0);
+    tfx_ucxc_req_free(got);
+    tfx_ucxc_conn_close(conn);
+    tfp_up_resp_clear(&resp);
+    tfx_ucxc_free(u);
+    free(body);
+    unlink(D.log_path);
+    D.pid = 0;
+    td_cleanup();
+}
+END_TEST
+
 START_TEST(ucx_driving_timeout_cancel_free)
 {
     if (!have_daemon("ucx_driving_timeout_cancel_free"))
@@ -2158,6 +2216,7 @@ Suite *suite_ucx(void)
     tcase_add_test(drv, ucx_driving_delivers_others_on_the_driver);
     tcase_add_test(drv, ucx_daemon_killed_while_driving);
     tcase_add_test(drv, ucx_driving_timeout_cancel_free);
+    tcase_add_test(drv, ucx_orphaned_send_uncounted);
     tcase_set_timeout(drv, 120);
     suite_add_tcase(s, drv);
 

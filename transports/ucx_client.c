@@ -101,8 +101,9 @@ typedef struct cmd {
 struct tfx_ucxc {
     tfx_ucx_base_t base;
     ucp_worker_h worker;            /* = base.worker */
-    unsigned sends_out;             /* request sends UCX has not completed (the worker's
-                                     * holder only): see tfx_ucx_sending_wait */
+    atomic_uint sends_out;          /* request sends UCX has not completed, orphans not
+                                     * counted (changed by the worker's holder only): while
+                                     * any, the loop and drives yield (TFX_UCX_SEND_YIELD_NS) */
     pthread_t thread;
     void (*wake)(void *);
     void *wake_arg;
@@ -286,6 +287,8 @@ static void hand_back_early(tfx_ucxc_req_t *r)
     copy->res.body_len = 0;
     copy->res.body_cap = 0;
     copy->res.seconds = tfx_since_s(r->t0_ns);
+    if (r->sending)                 /* its send may never complete: stop waiting for it */
+        atomic_fetch_sub_explicit(&u->sends_out, 1, memory_order_relaxed);
     r->orphan = 1;
     conn_unref(r->conn);            /* the orphan keeps no connection alive */
     r->conn = NULL;
@@ -347,7 +350,8 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
     tfx_ucxc_req_t *r = user_data;
     ucp_request_free(request);
-    r->u->sends_out--;
+    if (!r->orphan)                 /* an orphan's was uncounted when it was handed back */
+        atomic_fetch_sub_explicit(&r->u->sends_out, 1, memory_order_relaxed);
     r->sending = 0;
     if (status != UCS_OK)
         fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
@@ -598,7 +602,7 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     r->sending = 1;
     void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, r->hbuf, r->hlen, body, count, &p);
     if (UCS_PTR_IS_PTR(rq)) {
-        u->sends_out++;
+        atomic_fetch_add_explicit(&u->sends_out, 1, memory_order_relaxed);
     } else {
         r->sending = 0;
         if (UCS_PTR_IS_ERR(rq))
@@ -691,7 +695,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
 }
 
 static unsigned loop_run(void *arg) { return run_cmds(arg); }
-static int loop_sending(void *arg) { return ((tfx_ucxc_t *)arg)->sends_out > 0; }
+static int loop_sending(void *arg) { return tfx_ucxc_sends_out(arg) > 0; }
 
 /* The thread's pass may touch the worker: nobody else has it, nor waits for it. */
 static int loop_hold(void *arg)
@@ -1048,7 +1052,7 @@ int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
             continue;
         /* A send still out may wait for room no event announces: yield the core to the
          * peer for a while, then sleep 1 ms at a time (TFX_UCX_SEND_YIELD_NS). */
-        int sending = u->sends_out > 0;
+        int sending = tfx_ucxc_sends_out(u) > 0;
         if (sending && now - t0 < (uint64_t)TFX_UCX_SEND_YIELD_NS) {
             sched_yield();
             continue;
@@ -1085,6 +1089,11 @@ tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u)
 }
 
 void *tfx_ucxc_req_user_data(const tfx_ucxc_req_t *r) { return r->ud; }
+
+unsigned tfx_ucxc_sends_out(tfx_ucxc_t *u)
+{
+    return atomic_load_explicit(&u->sends_out, memory_order_relaxed);
+}
 
 tfx_ucxc_result_t *tfx_ucxc_req_result(tfx_ucxc_req_t *r) { return &r->res; }
 

@@ -60,6 +60,10 @@ int tfx_ucxc_conn_broken(const tfx_ucxc_conn_t *c);
 /* Closes the connection; its unfinished requests complete with TFP_EBUSY. */
 void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c);
 
+/* Request sends UCX has not completed yet, but those of requests handed back early (a dead
+ * peer's may never complete): while any, the client yields rather than sleeps. Any thread. */
+unsigned tfx_ucxc_sends_out(tfx_ucxc_t *u);
+
 /* Result of a completed request (valid until tfx_ucxc_req_free). */
 typedef struct {
     tfp_status_t transport_status;  /* TFP_OK when a reply arrived; else why not */
