@@ -30,25 +30,26 @@ package's configuration, else the dynamic loader's.
 
 Device feeds: ``with c.feed("batches", device=0) as f: for item in f: ... item.release();
 f.push_outfeed({"loss": loss})`` (tfetch.Feed, tfetch.Item); c.feed_declare, infeed_push,
-feed_done, outfeed_get for producers and receivers.
+feed_done, outfeed_get for producers and receivers. A producer fills a tfetch.Batch (one
+buffer, writable arrays) in place and pushes it: it goes in one piece.
 
-Contents: Client, Feed, Item, fetch, default_client, Document, Array, Result, Error, errors (and the
+Contents: Client, Feed, Item, fetch, default_client, Document, Batch, Array, Result, Error, errors (and the
 short names NotFound, ConnectError, Timeout, TooBig, BadURL), tagged, dtype_name, to_dlpack,
 DTYPES, library_version, __version__. See also doc/python.md.
 """
 from . import _lib
-from ._arrays import DTYPES, PACKED, Array, Document, dtype_name, tagged, to_dlpack
+from ._arrays import DTYPES, PACKED, Array, Batch, Document, dtype_name, tagged, to_dlpack
 from ._client import Client, default_client, fetch
 from ._errors import Error, Result, errors
 from ._feeds import Feed, Item
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Feed", "Item", "fetch", "default_client", "Document", "Array", "Result", "Error",
+__all__ = ["Client", "Feed", "Item", "fetch", "default_client", "Document", "Batch", "Array", "Result", "Error",
            "errors", "tagged", "dtype_name", "to_dlpack", "DTYPES", "PACKED", "library_version",
            "NotFound", "ConnectError", "Timeout", "TooBig", "BadURL"]
 
 # help(tfetch) and reprs show the public classes where users import them from.
-for _cls in (Client, Feed, Item, Document, Array, Result, Error):
+for _cls in (Client, Feed, Item, Document, Batch, Array, Result, Error):
     _cls.__module__ = "tfetch"
 del _cls
 

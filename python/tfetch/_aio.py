@@ -25,7 +25,7 @@ import weakref
 from ctypes import byref, c_void_p
 
 from . import _lib
-from ._arrays import wrap_doc
+from ._arrays import release_doc, wrap_doc
 from ._errors import Result, error_for
 
 lib = _lib.lib
@@ -217,5 +217,5 @@ class Driver:
     @staticmethod
     def _release(job):
         if job.doc:
-            lib.tf_doc_free(job.doc)
+            release_doc(job.doc, job.keep)
         job.doc = job.keep = None

@@ -177,8 +177,12 @@ def _wire_array(value):
 
 def build_doc(tensors, metadata=None):
     """A new tf_doc_t borrowing the arrays of `tensors` (a dict name -> array, or one array,
-    sent as "tensor"), plus string metadata. Returns (doc pointer, the arrays to keep alive
-    until the doc is freed). The caller frees the doc (lib.tf_doc_free)."""
+    sent as "tensor"), plus string metadata; a Batch's own document. Returns (doc pointer,
+    what to keep alive until the request is over). The caller releases it (release_doc)."""
+    if isinstance(tensors, Batch):
+        if metadata:
+            raise ValueError("tfetch: a Batch carries no metadata")
+        return tensors._owner.ptr, [tensors]
     if isinstance(tensors, np.ndarray) or not hasattr(tensors, "items"):
         tensors = {"tensor": tensors}
     doc = lib.tf_doc_new()
@@ -208,6 +212,12 @@ def build_doc(tensors, metadata=None):
         lib.tf_doc_free(doc)
         raise
     return doc, keep
+
+
+def release_doc(doc, keep):
+    """The request that sent a build_doc document is over: frees it (a Batch's stays)."""
+    if doc and not (keep and isinstance(keep[0], Batch)):
+        lib.tf_doc_free(doc)
 
 
 # ---- receiving: a tf_doc_t -> arrays over its buffer ---------------------------------------
@@ -285,6 +295,41 @@ def wrap_doc(ptr, owner=None):
             a._tf_name = name
         out[t.name.decode("utf-8")] = a
     return out
+
+
+class Batch(Document):
+    """A document built in one buffer (tf_doc_new_packed): a dict of tensor name -> writable
+    array over that buffer, zeroed. layout: a dict name -> (dtype, shape), dtype a safetensors
+    name ("F32", "BF16", ...) or a numpy dtype. Fill its arrays in place and pass the Batch
+    itself to put, call or infeed_push: it is sent in one piece (over UCX a tfetchd on this
+    host copies it straight from the buffer, where arrays sent from where they lie go in
+    pieces through its FIFO). Reuse it for every request of that layout; never write it
+    while a request that sends it is running. No metadata; the packed types (F4, F6_*) are
+    not offered."""
+
+    def __init__(self, layout):
+        specs = (_lib.TensorSpec * max(len(layout), 1))()
+        keep = []
+        for i, (key, (dt, shape)) in enumerate(layout.items()):
+            name = dt.upper() if isinstance(dt, str) else dtype_name(np.empty(0, dtype=dt))
+            if name not in DTYPES:
+                raise ValueError("tfetch: a Batch takes one of %s, not %r" %
+                                 (" ".join(DTYPES), dt))
+            dims = tuple(int(n) for n in shape)
+            arr = (c_int64 * max(len(dims), 1))(*dims)
+            kb = str(key).encode()
+            keep += [arr, kb]
+            specs[i].name, specs[i].dtype, specs[i].rank = kb, DTYPES[name][0], len(dims)
+            specs[i].shape = arr
+        ptr = c_void_p()
+        st = lib.tf_doc_new_packed(ctypes.cast(specs, c_void_p), len(layout), ctypes.byref(ptr))
+        if st != 0:
+            raise error_for(st, "tfetch: Batch %r: %s" % (layout, _lib.strerror(st)))
+        self._owner = _Doc(ptr.value)
+        super().__init__(wrap_doc(ptr.value, self._owner))
+
+    def __repr__(self):
+        return "tfetch.Batch(%s)" % super().__repr__()[len("tfetch.Document("):-1]
 
 
 # ---- DLPack ----------------------------------------------------------------------------

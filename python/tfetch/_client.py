@@ -17,7 +17,7 @@ import weakref
 from ctypes import byref, c_size_t, c_void_p
 
 from . import _lib
-from ._arrays import build_doc, wrap_doc
+from ._arrays import build_doc, release_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
 from ._feeds import FeedCalls
 
@@ -221,7 +221,7 @@ class Client(FeedCalls):
                 st = lib.tf_put(self._handle(), url, doc)
                 self._finish(st)
         finally:
-            lib.tf_doc_free(doc)
+            release_doc(doc, keep)
             del keep
 
     def call(self, route, tensors, metadata=None):
@@ -237,7 +237,7 @@ class Client(FeedCalls):
                 st = lib.tf_fetch(self._handle(), url.encode(), doc, byref(out))
                 self._finish(st)
         finally:
-            lib.tf_doc_free(doc)
+            release_doc(doc, keep)
             del keep
         return wrap_doc(out.value)
 
@@ -354,8 +354,6 @@ class Client(FeedCalls):
         b = self._base(base)
         return await self._async().blocking(lambda c: _info_on(c, b))
 
-    # Feeds: c.feed(url) will return a tfetch.Feed (attach(device), iterate items, push the
-    # outfeed) once libtfetch has its feed API; it belongs here, beside get and put.
 
 
 def _list_on(c, base):

@@ -13,7 +13,7 @@ import json
 from ctypes import byref, c_int, c_uint64, c_void_p
 
 from . import _lib
-from ._arrays import build_doc, wrap_doc
+from ._arrays import build_doc, release_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
 
 lib = _lib.lib
@@ -178,7 +178,7 @@ class Feed:
                 st = lib.tf_outfeed_push(self._handle(), doc, byref(seq))
                 _check(c, st)
         finally:
-            lib.tf_doc_free(doc)
+            release_doc(doc, keep)
             del keep
         return seq.value
 
@@ -245,7 +245,7 @@ class FeedCalls:
                                         _ms(wait, 0), byref(rnd))
                 _check(self, st)
         finally:
-            lib.tf_doc_free(doc)
+            release_doc(doc, keep)
             del keep
         return rnd.value
 

@@ -24,6 +24,12 @@ FORMATS = {"safetensors": 1, "shumai": 2}
 TF_OK, TF_EAGAIN = 0, -38
 
 
+class TensorSpec(Structure):
+    """tf_tensor_spec_t"""
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("rank", c_int),
+                ("shape", POINTER(c_int64))]
+
+
 class Tensor(Structure):
     """tf_tensor_t"""
     _fields_ = [("name", c_char_p), ("dtype", c_int), ("rank", c_int),
@@ -104,6 +110,7 @@ _PROTOS = {
     "tf_doc_at": (POINTER(Tensor), [_P, c_size_t]),
     "tf_doc_set_meta": (c_int, [_P, c_char_p, c_char_p]),
     "tf_doc_encode_header": (c_int, [_P, POINTER(_P), POINTER(c_size_t)]),
+    "tf_doc_new_packed": (c_int, [_P, c_size_t, POINTER(_P)]),
     "tf_client_new": (c_int, [POINTER(_P)]),
     "tf_client_free": (None, [_P]),
     "tf_client_set_user": (c_int, [_P, c_char_p]),

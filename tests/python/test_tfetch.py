@@ -181,6 +181,46 @@ class TestDocuments(Base):
         with self.assertRaises(tfetch.NotFound):
             self.c.feed("nosuchfeed", device=0)
 
+    def test_batch_one_buffer(self):
+        """A Batch: writable arrays over one buffer, put and pushed as it is (its document is
+        the Batch's, not freed by the request), rewritten in place between requests; no
+        metadata; an invalid layout refused."""
+        b = tfetch.Batch({"x": ("F32", (4, 2)), "i": (np.int64, (3,))})
+        self.assertEqual(list(b), ["x", "i"])
+        self.assertEqual(b["x"].dtype, np.float32)
+        self.assertEqual(b["x"].shape, (4, 2))
+        self.assertTrue(b["x"].flags.writeable)
+        self.assertEqual(float(b["x"].sum()), 0.0)          # zeroed
+        # one buffer: i follows x
+        self.assertEqual(b["i"].__array_interface__["data"][0],
+                         b["x"].__array_interface__["data"][0] + 32)
+        for k in range(2):
+            b["x"][:] = np.arange(8, dtype=np.float32).reshape(4, 2) + k
+            b["i"][:] = [k, -1, 7]
+            self.c.put("batch%d" % k, b)
+        for k in range(2):
+            got = self.c.get("batch%d" % k)
+            np.testing.assert_array_equal(got["x"], np.arange(8, dtype=np.float32).reshape(4, 2) + k)
+            np.testing.assert_array_equal(got["i"], [k, -1, 7])
+        with self.assertRaises(ValueError):
+            self.c.put("batchm", b, metadata={"k": "v"})
+        decl = {"devices": 1, "signature": [{"name": "x", "dtype": "F32", "shape": [2]}]}
+        self.c.feed_declare("pybatch", decl)
+        xb = tfetch.Batch({"x": ("F32", (2,))})
+        for i in range(1, 3):
+            xb["x"][:] = i
+            self.c.infeed_push("pybatch", xb, device=0, seq=i)
+        with self.c.feed("pybatch", device=0) as f:
+            for step in range(1, 3):
+                item = f.pop(timeout=5)
+                with item:
+                    self.assertEqual(float(item.doc["x"][1]), float(step))
+        self.assertEqual(float(xb["x"][0]), 2.0)               # still ours, still mapped
+        with self.assertRaises(ValueError):
+            tfetch.Batch({"p": ("F4", (2,))})
+        with self.assertRaises(tfetch.Error):
+            tfetch.Batch({"n": ("F32", (-1,))})
+
     def test_packed_dtypes_round_trip(self):
         """F4 and F6_*: bytes as uint8 with the element shape beside them, no copy."""
         for name, (_, bits) in tfetch.PACKED.items():
