@@ -481,7 +481,7 @@ static int bench_size(const opts_t *o, tf_client_t *c, const char *base, size_t 
     int reps = o->reps > 0 ? o->reps : bench_by_size(n, reps_by_size);
     int warmup = o->warmup >= 0 ? o->warmup : bench_by_size(n, warmup_by_size);
     unsigned char *buf = malloc(n);
-    tf_doc_t *doc = NULL, *got = NULL;
+    tf_doc_t *doc = NULL, *got = NULL, *packed = NULL;
     tf_status_t st;
     result_t r;
     int failures = 2;
@@ -526,6 +526,22 @@ static int bench_size(const opts_t *o, tf_client_t *c, const char *base, size_t 
         emit(o, &r);
     else
         failures++;
+    /* put1: the same PUT of a document built in one buffer (tf_doc_new_packed), sent in one
+     * piece (over UCX a same-host daemon reads it straight from there) instead of gathered
+     * from the header and the tensor's own memory. */
+    tf_tensor_spec_t spec = {TENSOR_NAME, TF_U8, 1, shape};
+    if (tf_doc_new_packed(&spec, 1, &packed) != TF_OK) {
+        bench_errorf("%s: tf_doc_new_packed: out of memory", what);
+        failures++;
+    } else {
+        memcpy(tf_doc_writable(packed, 0), buf, n);
+        if (bench_op(c, OP_PUT, url, packed, buf, n, warmup, reps, memcpy_gbps, &r) == 0) {
+            r.bench = "put1";
+            emit(o, &r);
+        } else {
+            failures++;
+        }
+    }
 
     st = tf_delete(c, url);                     /* leave the store as we found it */
     if (st != TF_OK)
@@ -533,6 +549,7 @@ static int bench_size(const opts_t *o, tf_client_t *c, const char *base, size_t 
 out:
     tf_doc_free(got);
     tf_doc_free(doc);
+    tf_doc_free(packed);
     free(buf);
     return failures;
 }
