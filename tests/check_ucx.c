@@ -1299,6 +1299,25 @@ END_TEST
 
 static void flag_wake(void *arg) { atomic_store((atomic_int *)arg, 1); }
 
+/* A UCX client of the transport itself (no libtfetch), upgraded and connected to the daemon
+ * as libtfetch would be; its wake-ups set *woken. */
+static tfx_ucxc_t *transport_connect(atomic_int *woken, tfp_up_resp_t *resp,
+                                     tfx_ucxc_conn_t **conn)
+{
+    tfp_err_t err;
+    tfx_ucxc_t *u = tfx_ucxc_new(flag_wake, woken, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfp_up_host_t me;
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    post_upgrade(&me, resp);
+    char ident[TFP_UP_MAX_IDENT + 1], why[256];
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    ck_assert_int_eq(tfx_ucxc_connect(u, resp->worker_address, resp->worker_address_len,
+                                      resp->same_host, resp->token, ident, 5000, conn, why,
+                                      sizeof why), TFP_OK);
+    return u;
+}
+
 /* tfx_ucxc_drive for a request the progress thread has already finished (its reply came in
  * before the caller's wait took the worker): -1 at once, to drain first, rather than
  * driving for a reply that is already queued until the wait runs out (and without reading
@@ -1310,19 +1329,9 @@ START_TEST(ucx_drive_after_the_thread_finished)
         return;
     start(NULL);
     atomic_int woken = 0;
-    tfp_err_t err;
-    tfx_ucxc_t *u = tfx_ucxc_new(flag_wake, &woken, &err);
-    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
-    tfp_up_host_t me;
-    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
     tfp_up_resp_t resp;
-    post_upgrade(&me, &resp);
-    char ident[TFP_UP_MAX_IDENT + 1], why[256];
-    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
     tfx_ucxc_conn_t *conn = NULL;
-    ck_assert_int_eq(tfx_ucxc_connect(u, resp.worker_address, resp.worker_address_len,
-                                      resp.same_host, resp.token, ident, 5000, &conn, why,
-                                      sizeof why), TFP_OK);
+    tfx_ucxc_t *u = transport_connect(&woken, &resp, &conn);
     tfp_uf_hdr_t h;
     tfp_uf_init(&h, TFP_UF_GET, 0);
     snprintf(h.name, sizeof h.name, "x");
@@ -2066,19 +2075,9 @@ START_TEST(ucx_orphaned_send_uncounted)
         return;
     start(NULL);
     atomic_int woken = 0;
-    tfp_err_t err;
-    tfx_ucxc_t *u = tfx_ucxc_new(flag_wake, &woken, &err);
-    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
-    tfp_up_host_t me;
-    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
     tfp_up_resp_t resp;
-    post_upgrade(&me, &resp);
-    char ident[TFP_UP_MAX_IDENT + 1], why[256];
-    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
     tfx_ucxc_conn_t *conn = NULL;
-    ck_assert_int_eq(tfx_ucxc_connect(u, resp.worker_address, resp.worker_address_len,
-                                      resp.same_host, resp.token, ident, 5000, &conn, why,
-                                      sizeof why), TFP_OK);
+    tfx_ucxc_t *u = transport_connect(&woken, &resp, &conn);
     tfx_ucxc_conn_watch_pid(conn, (long)D.pid);
     size_t n = 16u << 20;
     uint8_t *body = calloc(1, n);
