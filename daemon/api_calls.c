@@ -105,7 +105,7 @@ static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
     }
     if (c->replay_owner) {
         if (ans.body || ans.code != TFP_OK)
-            tfd_replay_complete(c->api->replay, c->state_key, c->request_id, &ans);
+            tfd_replay_complete(c->api->replay, c->state_key, c->request_id, c->name, &ans);
         else
             tfd_replay_abandon(c->api->replay, c->state_key, c->request_id);
         c->replay_owner = 0;

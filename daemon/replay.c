@@ -1,10 +1,12 @@
-/* replay.c - the idempotency window: a uthash map of "user\nid" -> entry, in insertion order
- * (oldest first, which is also the eviction order), under one mutex. Waiting retries are
- * resumed when the first call completes; they then look up again and find the answer.
+/* replay.c - the idempotency window: an index of "user\nid" -> entry (open addressing, a
+ * keyed hash) and a list of the entries in the order they were added (oldest first, which is
+ * also the eviction order), under one mutex. Waiting retries are resumed when the first call
+ * completes; they then look up again and find the answer.
  */
 #include "config.h"
 #include "daemon/replay.h"
 #include "proto/ids.h"
+#include "proto/keyhash.h"
 #include "transports/clock.h"
 
 #include <pthread.h>
@@ -12,51 +14,59 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-/* An allocation failure inside uthash leaves the element out (hh.tbl == NULL) instead of
- * calling exit(-1). */
-#define HASH_NONFATAL_OOM 1
-#include <uthash.h>
 
 typedef struct waiter {
     struct waiter *next;
     tfx_req_t *req;
 } waiter_t;
 
-/* A remembered answer, compact: the window holds 65536 of them by default, so the answer to a
- * small call is its bytes in this one allocation, not the blob it was sent from (that blob,
- * its buffer and its parsed index cost ~1.2 KB per 8-byte echo, and keeping 65536 of them
- * alive cost every call 1.5 us and the 99th percentile 15 us in bench/README.md's
- * measurement). A retry is rare: it pays for a blob made again from the bytes. */
+/* One allocation per entry: the key ("user\nid"), the route and, once the call is done, the
+ * answer follow the struct. The window holds 65536 of them by default, and a call pays for
+ * what it touches: a new call takes the place of the oldest, whose memory is cold by then.
+ * So an answer of at most INLINE_MAX bytes lives in the entry as bytes (the blob it was sent
+ * from, its buffer and its parsed index were ~1.2 KB per 8-byte echo, three more cold
+ * allocations to free); a retry is rare and pays for a blob made again. Larger answers keep
+ * a reference to their blob. */
 #define INLINE_MAX 4096u
-typedef struct {
+typedef struct entry {
+    struct entry *older, *newer;    /* the order they were added: oldest first */
+    uint64_t hash;                  /* of the key */
+    uint32_t nkey;                  /* key bytes, without the NUL */
+    int done;
+    time_t born;                    /* when it was added */
+    time_t at;                      /* when it was added, then when it completed */
+    waiter_t *waiters;
+    uint64_t bytes;                 /* what the answer holds, counted against max_bytes */
+    /* the answer, once done */
     unsigned status;
     tfp_status_t code;
     int indexed;                    /* the bytes are a safetensors document (blob->doc) */
     tfd_blob_t *blob;               /* an answer over INLINE_MAX: a reference */
     size_t len;                     /* else its bytes, after the strings */
-    const char *content_type, *msg; /* in text */
-    char text[];                    /* content type, NUL, message, NUL, bytes */
-} answer_t;
-
-/* One allocation per entry: the key ("user\nid") and the route follow the struct. */
-typedef struct {
-    UT_hash_handle hh;
-    int done;
-    time_t born;                    /* when it was added: the map's order, oldest first */
-    time_t at;                      /* when it was added, then when it completed */
-    answer_t *ans;                  /* once done */
-    uint64_t bytes;                 /* what the answer holds, counted against max_bytes */
-    waiter_t *waiters;
-    const char *route;              /* in text, after the key */
-    char text[];                    /* key, NUL, route, NUL */
+    char text[];                    /* key NUL route NUL [content type NUL message NUL bytes] */
 } entry_t;
+
+/* The index: open addressing with linear probing, at most half full, the key's hash beside
+ * its entry so that a probe reads one cache line, not a chain of cold entries (uthash's
+ * chains, about four entries long at 65536, cost every call ~0.5 us in misses). */
+typedef struct {
+    uint64_t hash;
+    entry_t *e;                     /* NULL: empty */
+} slot_t;
 
 struct tfd_replay {
     pthread_mutex_t lock;
     tfd_replay_limits_t lim;
-    entry_t *map;
+    tfp_hashkey_t hkey;             /* secret: clients choose the ids */
+    slot_t *slots;
+    size_t mask;                    /* slots - 1, a power of two less one */
+    entry_t *oldest, *newest;
     uint64_t entries, bytes, hits, running;
 };
+
+#define SLOTS_MIN 64u
+
+static const char *entry_route(const entry_t *e) { return e->text + e->nkey + 1; }
 
 /* "user\nid" into buf (KEY_MAX bytes): its length, or 0 when it does not fit (never cut: two
  * cut keys could be one). Looking up copies nothing to the heap: this runs twice for every
@@ -74,59 +84,120 @@ static size_t make_key(char *buf, const char *user, const char *id)
     return nu + 1 + ni;
 }
 
-static entry_t *find(tfd_replay_t *r, const char *user, const char *id)
+/* The slot holding key, or the empty slot where it would go. */
+static size_t probe(const tfd_replay_t *r, uint64_t h, const char *key, size_t nk)
 {
-    char key[KEY_MAX];
-    size_t n = make_key(key, user, id);
-    entry_t *e = NULL;
-    if (n)
-        HASH_FIND(hh, r->map, key, n, e);
-    return e;
+    size_t i = (size_t)h & r->mask;
+    for (; r->slots[i].e; i = (i + 1) & r->mask) {
+        const entry_t *e = r->slots[i].e;
+        if (r->slots[i].hash == h && e->nkey == nk && memcmp(e->text, key, nk) == 0)
+            break;
+    }
+    return i;
 }
 
-static answer_t *answer_keep(const tfd_replay_answer_t *a)
+/* The slot of an entry that is in the index. */
+static size_t slot_of(const tfd_replay_t *r, const entry_t *e)
 {
-    size_t nc = strlen(a->content_type), nm = strlen(a->msg);
-    int inl = a->body && a->body->len <= INLINE_MAX;
-    size_t len = inl ? a->body->len : 0;
-    answer_t *k = malloc(sizeof *k + nc + 1 + nm + 1 + len);
-    if (!k)
-        return NULL;
-    k->status = a->status;
-    k->code = a->code;
-    k->indexed = a->body && a->body->doc;
-    k->blob = a->body && !inl ? tfd_blob_ref(a->body) : NULL;
-    k->len = len;
-    memcpy(k->text, a->content_type, nc + 1);
-    memcpy(k->text + nc + 1, a->msg, nm + 1);
-    k->content_type = k->text;
-    k->msg = k->text + nc + 1;
-    if (len)
-        memcpy(k->text + nc + 1 + nm + 1, a->body->data, len);
-    return k;
+    size_t i = (size_t)e->hash & r->mask;
+    while (r->slots[i].e != e)
+        i = (i + 1) & r->mask;
+    return i;
 }
 
-static void answer_free(answer_t *k)
+/* Empties slot i, moving back the entries after it that probed past it (no tombstones). */
+static void slot_clear(tfd_replay_t *r, size_t i)
 {
-    if (k)
-        tfd_blob_unref(k->blob);
-    free(k);
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & r->mask;
+        if (!r->slots[j].e)
+            break;
+        size_t home = (size_t)r->slots[j].hash & r->mask;
+        /* Slot j's entry may move to i unless its home lies cyclically in (i, j]. */
+        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            r->slots[i] = r->slots[j];
+            i = j;
+        }
+    }
+    r->slots[i].e = NULL;
+}
+
+/* Room for one more entry at most half full: 0, or -1 when a bigger index cannot be had. */
+static int reserve(tfd_replay_t *r)
+{
+    size_t n = r->mask + 1;
+    if (r->slots && (r->entries + 1) * 2 <= n)
+        return 0;
+    size_t nn = r->slots ? n * 2 : SLOTS_MIN;
+    slot_t *ns = calloc(nn, sizeof *ns);
+    if (!ns)
+        return -1;
+    slot_t *old = r->slots;
+    r->slots = ns;
+    r->mask = nn - 1;
+    for (entry_t *e = r->oldest; e; e = e->newer) {
+        size_t i = (size_t)e->hash & r->mask;
+        while (r->slots[i].e)
+            i = (i + 1) & r->mask;
+        r->slots[i] = (slot_t){e->hash, e};
+    }
+    free(old);
+    return 0;
+}
+
+static void list_unlink(tfd_replay_t *r, entry_t *e)
+{
+    if (e->older)
+        e->older->newer = e->newer;
+    else
+        r->oldest = e->newer;
+    if (e->newer)
+        e->newer->older = e->older;
+    else
+        r->newest = e->older;
+}
+
+/* Puts e where old was (list and slot i), e.g. the same call with its answer. */
+static void replace(tfd_replay_t *r, size_t i, entry_t *old, entry_t *e)
+{
+    e->older = old->older;
+    e->newer = old->newer;
+    if (e->older)
+        e->older->newer = e;
+    else
+        r->oldest = e;
+    if (e->newer)
+        e->newer->older = e;
+    else
+        r->newest = e;
+    r->slots[i].e = e;
+}
+
+static void entry_free(entry_t *e)
+{
+    if (e)
+        tfd_blob_unref(e->blob);
+    free(e);
 }
 
 /* The remembered answer again, its body a new reference (or a failure if it cannot be made). */
-static void answer_give(const answer_t *k, tfd_replay_answer_t *a)
+static void answer_give(const entry_t *e, tfd_replay_answer_t *a)
 {
     tfp_err_t err;
+    const char *ct = entry_route(e) + strlen(entry_route(e)) + 1;
+    const char *msg = ct + strlen(ct) + 1;
     memset(a, 0, sizeof *a);
-    a->status = k->status;
-    a->code = k->code;
-    snprintf(a->content_type, sizeof a->content_type, "%s", k->content_type);
-    snprintf(a->msg, sizeof a->msg, "%s", k->msg);
-    if (k->code != TFP_OK)
+    a->status = e->status;
+    a->code = e->code;
+    snprintf(a->content_type, sizeof a->content_type, "%s", ct);
+    snprintf(a->msg, sizeof a->msg, "%s", msg);
+    if (e->code != TFP_OK)
         return;
-    a->body = k->blob ? tfd_blob_ref(k->blob)
-                      : tfd_blob_copy((const uint8_t *)k->msg + strlen(k->msg) + 1, k->len,
-                                      k->indexed, &err);
+    a->body = e->blob ? tfd_blob_ref(e->blob)
+                      : tfd_blob_copy((const uint8_t *)msg + strlen(msg) + 1, e->len,
+                                      e->indexed, &err);
     if (!a->body) {
         a->code = err.code;
         a->status = (unsigned)tfp_status_http(err.code);
@@ -141,6 +212,7 @@ tfd_replay_t *tfd_replay_new(const tfd_replay_limits_t *lim)
         return NULL;
     pthread_mutex_init(&r->lock, NULL);
     r->lim = *lim;
+    tfp_hashkey_new(&r->hkey);
     return r;
 }
 
@@ -156,23 +228,23 @@ static void wake(entry_t *e)
 
 static void drop(tfd_replay_t *r, entry_t *e)
 {
-    HASH_DEL(r->map, e);
+    slot_clear(r, slot_of(r, e));
+    list_unlink(r, e);
     r->entries--;
     r->bytes -= e->bytes;
     if (!e->done)
         r->running--;
     wake(e);
-    answer_free(e->ans);
-    free(e);
+    entry_free(e);
 }
 
 void tfd_replay_free(tfd_replay_t *r)
 {
     if (!r)
         return;
-    entry_t *e, *tmp;
-    HASH_ITER(hh, r->map, e, tmp)
-        drop(r, e);
+    while (r->oldest)
+        drop(r, r->oldest);
+    free(r->slots);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }
@@ -180,12 +252,12 @@ void tfd_replay_free(tfd_replay_t *r)
 /* Forgets the oldest finished answers until the bounds hold. Caller holds the lock. */
 static void trim(tfd_replay_t *r)
 {
-    entry_t *e, *tmp;
-    HASH_ITER(hh, r->map, e, tmp) {
-        if (r->entries <= r->lim.max_entries && r->bytes <= r->lim.max_bytes)
-            break;
+    entry_t *e = r->oldest;
+    while (e && (r->entries > r->lim.max_entries || r->bytes > r->lim.max_bytes)) {
+        entry_t *next = e->newer;
         if (e->done)
             drop(r, e);
+        e = next;
     }
 }
 
@@ -196,14 +268,14 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
     size_t nk = make_key(key, user, id);
     if (!nk)
         return TFD_REPLAY_FULL;             /* too long to remember: run without */
+    uint64_t h = tfp_keyhash(&r->hkey, key, nk);
     int rc;
     pthread_mutex_lock(&r->lock);
-    entry_t *e = NULL;
-    HASH_FIND(hh, r->map, key, nk, e);
-    if (e && strcmp(e->route, route) != 0) {
+    entry_t *e = r->slots ? r->slots[probe(r, h, key, nk)].e : NULL;
+    if (e && strcmp(entry_route(e), route) != 0) {
         rc = TFD_REPLAY_CONFLICT;
     } else if (e && e->done) {
-        answer_give(e->ans, ans);
+        answer_give(e, ans);
         r->hits++;
         rc = TFD_REPLAY_DONE;
     } else if (e) {
@@ -219,64 +291,121 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
     } else if (r->running >= r->lim.max_entries) {
         rc = TFD_REPLAY_FULL;
     } else {
+        /* Make room first: the oldest may leave, and the new entry reuses its memory. */
+        r->entries++;
+        trim(r);
+        r->entries--;
         size_t nr = strlen(route);
-        if (!(e = calloc(1, sizeof *e + nk + 1 + nr + 1))) {
+        if (reserve(r) != 0 || !(e = calloc(1, sizeof *e + nk + 1 + nr + 1))) {
             rc = TFD_REPLAY_FULL;
             goto out;
         }
         memcpy(e->text, key, nk + 1);
         memcpy(e->text + nk + 1, route, nr + 1);
-        e->route = e->text + nk + 1;
+        e->nkey = (uint32_t)nk;
+        e->hash = h;
         e->born = e->at = (time_t)tfx_now_s();
-        HASH_ADD(hh, r->map, text, nk, e);
-        if (!e->hh.tbl) {
-            free(e);
-            rc = TFD_REPLAY_FULL;
-        } else {
-            r->entries++;
-            r->running++;
-            trim(r);
-            rc = TFD_REPLAY_NEW;
-        }
+        r->slots[probe(r, h, key, nk)] = (slot_t){h, e};
+        e->older = r->newest;
+        if (r->newest)
+            r->newest->newer = e;
+        else
+            r->oldest = e;
+        r->newest = e;
+        r->entries++;
+        r->running++;
+        rc = TFD_REPLAY_NEW;
     }
 out:
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
 
-static entry_t *find_running(tfd_replay_t *r, const char *user, const char *id)
+/* The finished entry for (key, route, answer), built outside the lock (it may copy 4 KiB):
+ * the list links, times and waiters come from the running entry it replaces. */
+static entry_t *entry_done(const char *key, size_t nk, const char *route,
+                           const tfd_replay_answer_t *a)
 {
-    entry_t *e = find(r, user, id);
+    size_t nr = strlen(route), nc = strlen(a->content_type), nm = strlen(a->msg);
+    int inl = a->body && a->body->len <= INLINE_MAX;
+    size_t len = inl ? a->body->len : 0;
+    entry_t *e = malloc(sizeof *e + nk + 1 + nr + 1 + nc + 1 + nm + 1 + len);
+    if (!e)
+        return NULL;
+    memset(e, 0, sizeof *e);
+    char *p = e->text;
+    memcpy(p, key, nk + 1);
+    p += nk + 1;
+    memcpy(p, route, nr + 1);
+    p += nr + 1;
+    memcpy(p, a->content_type, nc + 1);
+    p += nc + 1;
+    memcpy(p, a->msg, nm + 1);
+    p += nm + 1;
+    if (len)
+        memcpy(p, a->body->data, len);
+    e->nkey = (uint32_t)nk;
+    e->done = 1;
+    e->status = a->status;
+    e->code = a->code;
+    e->indexed = a->body && a->body->doc;
+    e->blob = a->body && !inl ? tfd_blob_ref(a->body) : NULL;
+    e->len = len;
+    e->bytes = a->body ? a->body->len : nm;
+    return e;
+}
+
+/* The running entry for key, or NULL; its slot in *slot. */
+static entry_t *find_running(tfd_replay_t *r, uint64_t h, const char *key, size_t nk,
+                             size_t *slot)
+{
+    if (!r->slots)
+        return NULL;
+    *slot = probe(r, h, key, nk);
+    entry_t *e = r->slots[*slot].e;
     return e && !e->done ? e : NULL;
 }
 
-void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id,
+void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, const char *route,
                          const tfd_replay_answer_t *ans)
 {
-    answer_t *k = answer_keep(ans);         /* before the lock: it may copy 4 KiB */
+    char key[KEY_MAX];
+    size_t nk = make_key(key, user, id), i;
+    if (!nk)
+        return;
+    uint64_t h = tfp_keyhash(&r->hkey, key, nk);
+    entry_t *k = entry_done(key, nk, route, ans);
     pthread_mutex_lock(&r->lock);
-    entry_t *e = find_running(r, user, id);
-    if (e && !k) {
+    entry_t *e = find_running(r, h, key, nk, &i);
+    if (e && (!k || strcmp(entry_route(e), route) != 0)) {
         drop(r, e);                         /* out of memory: forgotten, as if abandoned */
     } else if (e) {
-        e->done = 1;
+        k->hash = h;
+        k->born = e->born;
+        k->at = (time_t)tfx_now_s();
+        k->waiters = e->waiters;
+        e->waiters = NULL;
+        replace(r, i, e, k);
         r->running--;
-        e->at = (time_t)tfx_now_s();
-        e->ans = k;
-        k = NULL;
-        e->bytes = ans->body ? ans->body->len : strlen(ans->msg);
-        r->bytes += e->bytes;
-        wake(e);
+        r->bytes += k->bytes;
+        wake(k);
         trim(r);
+        free(e);
+        k = NULL;
     }
     pthread_mutex_unlock(&r->lock);
-    answer_free(k);
+    entry_free(k);
 }
 
 void tfd_replay_abandon(tfd_replay_t *r, const char *user, const char *id)
 {
+    char key[KEY_MAX];
+    size_t nk = make_key(key, user, id), i;
+    if (!nk)
+        return;
+    uint64_t h = tfp_keyhash(&r->hkey, key, nk);
     pthread_mutex_lock(&r->lock);
-    entry_t *e = find_running(r, user, id);
+    entry_t *e = find_running(r, h, key, nk, &i);
     if (e)
         drop(r, e);
     pthread_mutex_unlock(&r->lock);
@@ -285,7 +414,7 @@ void tfd_replay_abandon(tfd_replay_t *r, const char *user, const char *id)
 void tfd_replay_forget_waiter(tfd_replay_t *r, tfx_req_t *req)
 {
     pthread_mutex_lock(&r->lock);
-    for (entry_t *e = r->map; e; e = e->hh.next) {
+    for (entry_t *e = r->oldest; e; e = e->newer) {
         for (waiter_t **pw = &e->waiters; *pw; pw = &(*pw)->next) {
             if ((*pw)->req == req) {
                 waiter_t *w = *pw;
@@ -307,17 +436,16 @@ void tfd_replay_set_limits(tfd_replay_t *r, const tfd_replay_limits_t *lim)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* The map is in the order entries were added and an answer completes after it was added, so
- * the first entry added after the cutoff ends the walk: a sweep costs what it forgets, not
- * the whole window (65536 entries by default, walked under the lock four times a second). */
+/* The list is in the order entries were added and an answer completes after it was added,
+ * so the first entry added after the cutoff ends the walk: a sweep costs what it forgets,
+ * not the whole window (65536 entries by default, walked under the lock four times a
+ * second). */
 void tfd_replay_sweep(tfd_replay_t *r)
 {
     pthread_mutex_lock(&r->lock);
     time_t cutoff = (time_t)tfx_now_s() - (time_t)r->lim.window_s;
-    entry_t *e, *tmp;
-    HASH_ITER(hh, r->map, e, tmp) {
-        if (e->born > cutoff)
-            break;
+    for (entry_t *e = r->oldest, *next; e && e->born <= cutoff; e = next) {
+        next = e->newer;
         if (e->done && e->at <= cutoff)
             drop(r, e);
     }
@@ -327,7 +455,7 @@ void tfd_replay_sweep(tfd_replay_t *r)
 void tfd_replay_wake_all(tfd_replay_t *r)
 {
     pthread_mutex_lock(&r->lock);
-    for (entry_t *e = r->map; e; e = e->hh.next)
+    for (entry_t *e = r->oldest; e; e = e->newer)
         wake(e);
     pthread_mutex_unlock(&r->lock);
 }

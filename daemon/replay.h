@@ -49,8 +49,8 @@ void tfd_replay_free(tfd_replay_t *r);
 int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const char *route,
                      tfx_req_t *req, tfd_replay_answer_t *ans);
 /* Remembers the answer (copied; takes a new reference to its body) and wakes waiting
- * retries. */
-void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id,
+ * retries. route is begin's. */
+void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, const char *route,
                          const tfd_replay_answer_t *ans);
 void tfd_replay_abandon(tfd_replay_t *r, const char *user, const char *id);
 /* A suspended waiter went away (its request ended): forget it. */

@@ -418,7 +418,7 @@ static void replay_run(tfd_replay_t *r, const char *user, const char *id, const 
 {
     tfd_replay_answer_t got;
     ck_assert_int_eq(tfd_replay_begin(r, user, id, route, NULL, &got), TFD_REPLAY_NEW);
-    tfd_replay_complete(r, user, id, a);
+    tfd_replay_complete(r, user, id, route, a);
 }
 
 /* Small answers are kept as bytes and made into a blob again on a retry: the same bytes, and
@@ -521,7 +521,7 @@ START_TEST(replay_long_keys_run_without)
     memset(huge, 'h', sizeof huge - 1);
     huge[sizeof huge - 1] = '\0';
     ck_assert_int_eq(tfd_replay_begin(r, huge, id, "echo", NULL, &got), TFD_REPLAY_FULL);
-    tfd_replay_complete(r, huge, id, &a);             /* nothing to complete: no effect */
+    tfd_replay_complete(r, huge, id, "echo", &a);             /* nothing to complete: no effect */
     tfd_replay_abandon(r, huge, id);
     uint64_t entries, bytes, hits;
     tfd_replay_stats(r, &entries, &bytes, &hits);
@@ -575,6 +575,73 @@ START_TEST(replay_window_and_bounds)
 }
 END_TEST
 
+/* Thousands of ids through a window of 1000, with every seventh call abandoned and every
+ * fifth a failure: the index finds each of the last 1000 with its own answer, none of the
+ * ones pushed out, and keeps finding them while the oldest leave one by one (each removal
+ * moves later slots back; a slip there loses or misplaces a neighbour). */
+START_TEST(replay_many_ids)
+{
+    enum { WINDOW = 1000, CALLS = 5000 };
+    tfd_replay_t *r = replay_new(60, WINDOW, 1 << 30);
+    tfd_replay_answer_t got;
+    char id[32];
+    for (int i = 0; i < CALLS; i++) {
+        snprintf(id, sizeof id, "c-%d", i);
+        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", NULL, &got), TFD_REPLAY_NEW);
+        if (i % 7 == 3) {
+            tfd_replay_abandon(r, "u", id);
+            continue;
+        }
+        tfd_replay_answer_t a = {.status = 200, .code = TFP_OK};
+        tfd_blob_t *b = NULL;
+        if (i % 5 == 1) {
+            a.code = TFP_ECONFLICT;
+            a.status = 409;
+            snprintf(a.msg, sizeof a.msg, "failure %d", i);
+        } else {
+            b = make_blob(id, 4, 1);
+            a.body = b;
+        }
+        tfd_replay_complete(r, "u", id, "echo", &a);
+        tfd_blob_unref(b);
+    }
+    uint64_t entries, bytes, hits;
+    tfd_replay_stats(r, &entries, &bytes, &hits);
+    ck_assert_uint_eq(entries, WINDOW);
+    /* Newest first, abandoned ids skipped: looking one up would add it (NEW) and push the
+     * oldest kept out. The window holds the last 1000 that finished. */
+    int kept = 0, first = 0;
+    for (int i = CALLS - 1; i >= 0 && kept < WINDOW; i--) {
+        snprintf(id, sizeof id, "c-%d", i);
+        if (i % 7 == 3)
+            continue;
+        first = i;
+        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", NULL, &got), TFD_REPLAY_DONE);
+        if (i % 5 == 1) {
+            char want[32];
+            snprintf(want, sizeof want, "failure %d", i);
+            ck_assert_int_eq(got.code, TFP_ECONFLICT);
+            ck_assert_str_eq(got.msg, want);
+        } else {
+            ck_assert_int_eq(got.code, TFP_OK);
+            tfd_blob_t *want = make_blob(id, 4, 1);
+            ck_assert_uint_eq(got.body->len, want->len);
+            ck_assert_mem_eq(got.body->data, want->data, want->len);
+            tfd_blob_unref(want);
+            tfd_blob_unref(got.body);
+        }
+        kept++;
+    }
+    ck_assert_int_eq(kept, WINDOW);
+    for (int i = 0; i < first; i++) {
+        snprintf(id, sizeof id, "c-%d", i);
+        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", NULL, &got), TFD_REPLAY_NEW);
+        tfd_replay_abandon(r, "u", id);
+    }
+    tfd_replay_free(r);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -593,6 +660,7 @@ Suite *suite_store(void)
     tcase_add_test(tc, replay_answers_come_back_the_same);
     tcase_add_test(tc, replay_long_keys_run_without);
     tcase_add_test(tc, replay_window_and_bounds);
+    tcase_add_test(tc, replay_many_ids);
     suite_add_tcase(s, tc);
     return s;
 }

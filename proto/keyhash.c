@@ -1,0 +1,78 @@
+/* keyhash.c - SipHash-1-3 (see keyhash.h). */
+#include "config.h"
+#include "proto/keyhash.h"
+
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+static inline uint64_t rotl(uint64_t x, unsigned b) { return (x << b) | (x >> (64 - b)); }
+
+/* One SipRound over the state v[4]. */
+static inline void sipround(uint64_t v[4])
+{
+    v[0] += v[1];
+    v[1] = rotl(v[1], 13) ^ v[0];
+    v[0] = rotl(v[0], 32);
+    v[2] += v[3];
+    v[3] = rotl(v[3], 16) ^ v[2];
+    v[0] += v[3];
+    v[3] = rotl(v[3], 21) ^ v[0];
+    v[2] += v[1];
+    v[1] = rotl(v[1], 17) ^ v[2];
+    v[2] = rotl(v[2], 32);
+}
+
+static inline uint64_t le64(const uint8_t *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    return x;
+}
+
+uint64_t tfp_siphash(const tfp_hashkey_t *key, const void *data, size_t len, unsigned c,
+                     unsigned d)
+{
+    const uint8_t *p = data;
+    uint64_t v[4] = {key->k0 ^ 0x736f6d6570736575ull, key->k1 ^ 0x646f72616e646f6dull,
+                     key->k0 ^ 0x6c7967656e657261ull, key->k1 ^ 0x7465646279746573ull};
+    size_t whole = len & ~(size_t)7;
+    for (size_t i = 0; i < whole; i += 8) {
+        uint64_t m = le64(p + i);
+        v[3] ^= m;
+        for (unsigned r = 0; r < c; r++)
+            sipround(v);
+        v[0] ^= m;
+    }
+    /* The last 0-7 bytes, little-endian, with the length's low byte on top. */
+    uint64_t b = (uint64_t)len << 56;
+    for (size_t i = 0; i < (len & 7); i++)
+        b |= (uint64_t)p[whole + i] << (8 * i);
+    v[3] ^= b;
+    for (unsigned r = 0; r < c; r++)
+        sipround(v);
+    v[0] ^= b;
+    v[2] ^= 0xff;
+    for (unsigned r = 0; r < d; r++)
+        sipround(v);
+    return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+uint64_t tfp_keyhash(const tfp_hashkey_t *key, const void *p, size_t len)
+{
+    return tfp_siphash(key, p, len, 1, 3);
+}
+
+int tfp_hashkey_new(tfp_hashkey_t *key)
+{
+    if (getrandom(key, sizeof *key, 0) == (ssize_t)sizeof *key)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    key->k0 = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)key;
+    key->k1 = (uint64_t)ts.tv_sec * 0xbf58476d1ce4e5b9ull ^ (uint64_t)(uintptr_t)&ts;
+    return -1;
+}
