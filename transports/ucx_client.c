@@ -110,6 +110,7 @@ struct tfx_ucxc {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     cmd_t *cmd_head, *cmd_tail;
+    atomic_int cmd_any;             /* cmd_head is not empty: a pass looks without the lock */
     tfx_ucxc_req_t *done_head, *done_tail;
     tfx_ucxc_req_t *live;           /* owner */
     tfx_ucxc_conn_t **conns;        /* owner: connections with their handshakes */
@@ -614,9 +615,8 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
 /* On one host there is no peer failure detection (see connect): every 100 ms, a connection
  * with requests in flight whose server process is gone is broken at once, instead of at
  * the requests' deadlines. */
-static void check_peers(tfx_ucxc_t *u)
+static void check_peers(tfx_ucxc_t *u, uint64_t now)
 {
-    uint64_t now = tfx_now_ms();
     if (!u->live || now - u->last_pid_check_ms < 100)
         return;
     u->last_pid_check_ms = now;
@@ -642,10 +642,14 @@ static void check_peers(tfx_ucxc_t *u)
 static unsigned run_cmds(tfx_ucxc_t *u)
 {
     unsigned n = 0;
-    pthread_mutex_lock(&u->lock);
-    cmd_t *list = u->cmd_head;
-    u->cmd_head = u->cmd_tail = NULL;
-    pthread_mutex_unlock(&u->lock);
+    cmd_t *list = NULL;
+    if (atomic_load(&u->cmd_any)) {        /* every pass asks: the lock only when posted */
+        pthread_mutex_lock(&u->lock);
+        list = u->cmd_head;
+        u->cmd_head = u->cmd_tail = NULL;
+        atomic_store(&u->cmd_any, 0);
+        pthread_mutex_unlock(&u->lock);
+    }
     while (list) {
         cmd_t *cm = list;
         list = cm->next;
@@ -677,8 +681,8 @@ static unsigned run_cmds(tfx_ucxc_t *u)
             n++;
             break;                      /* the list may have changed */
         }
-    check_peers(u);
     uint64_t now = tfx_now_ms();
+    check_peers(u, now);
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
         if (r->deadline_ms && now >= r->deadline_ms && !r->orphan && r->conn &&
@@ -774,6 +778,7 @@ static void post(tfx_ucxc_t *u, cmd_t *cm)
     else
         u->cmd_head = cm;
     u->cmd_tail = cm;
+    atomic_store(&u->cmd_any, 1);
     pthread_mutex_unlock(&u->lock);
     tfx_ucx_base_wake(&u->base);
 }

@@ -93,6 +93,7 @@ struct tfx_ucx {
     pthread_t thread;
     pthread_mutex_t qlock;          /* remote: queued from other threads */
     ucx_req_t *rq_head, *rq_tail;
+    atomic_int rq_any;              /* rq_head is not empty: the loop looks without the lock */
     ucx_req_t *lq_head, *lq_tail;   /* local: queued by the progress thread itself */
     ucx_req_t *live;
     ucx_req_t *husks;               /* ended requests whose operation UCX still holds */
@@ -418,6 +419,7 @@ static void ucx_resume(tfx_req_t *r)
         q->state = S_RUNNING;
         q->queued_as = Q_READY;
         push(&u->rq_head, &u->rq_tail, q);
+        atomic_store(&u->rq_any, 1);
         pthread_mutex_unlock(&u->qlock);
         tfx_ucx_base_wake(&u->base);
         return;
@@ -763,7 +765,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
  * in flight whose client process is gone fail (and every 5 s the idle ones are forgotten). */
 static unsigned check_peers(tfx_ucx_t *u)
 {
-    uint64_t now = tfx_now_ms();
+    uint64_t now = tfx_now_coarse_ms();     /* every pass of the loop asks */
     if (now - u->last_peer_check_ms < 100)
         return 0;
     int all = now / 5000 != u->last_peer_check_ms / 5000;
@@ -792,12 +794,15 @@ static unsigned check_peers(tfx_ucx_t *u)
 static unsigned run_queues(tfx_ucx_t *u)
 {
     unsigned n = 0;
-    pthread_mutex_lock(&u->qlock);
-    while (u->rq_head) {
-        ucx_req_t *q = pop(&u->rq_head, &u->rq_tail);
-        push(&u->lq_head, &u->lq_tail, q);
+    if (atomic_load(&u->rq_any)) {             /* the lock only when a resume queued one */
+        pthread_mutex_lock(&u->qlock);
+        while (u->rq_head) {
+            ucx_req_t *q = pop(&u->rq_head, &u->rq_tail);
+            push(&u->lq_head, &u->lq_tail, q);
+        }
+        atomic_store(&u->rq_any, 0);
+        pthread_mutex_unlock(&u->qlock);
     }
-    pthread_mutex_unlock(&u->qlock);
     while (u->nfail) {
         struct fail_ep f = u->to_fail[--u->nfail];
         fail_ep(u, f.ep);
