@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "client/internal.h"
+#include "proto/strcopy.h"
 #include "proto/jsonread.h"
 
 /* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
@@ -158,11 +159,11 @@ static tf_status_t build_call(tfi_op_t *op, const tfi_call_t *call)
 {
     op->wait_ms = 0;                    /* the URL carries any wait itself */
     op->json = call->doc ? NULL : call->json;
-    snprintf(op->what, sizeof(op->what), "%s", call->what ? call->what : "feed");
+    tfp_strcpy(op->what, sizeof(op->what), call->what ? call->what : "feed");
     op->feed = call->feed;
     op->feed_wait_ms = call->wait_ms > 0 ? call->wait_ms : 0;
     if (call->feed.op && call->feed_name)
-        snprintf(op->name, sizeof(op->name), "%s", call->feed_name);
+        tfp_strcpy(op->name, sizeof(op->name), call->feed_name);
     if (!(op->method = strdup(call->method)))
         return TF_ENOMEM;
     if (call->nheaders == 0)
@@ -228,8 +229,8 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     op->format = format;
     op->body = rq->in;
     op->wait_ms = rq->wait_ms;
-    snprintf(op->request_id, sizeof(op->request_id), "%s", f->result.request_id);
-    snprintf(op->user, sizeof(op->user), "%s", c->user ? c->user : "");
+    tfp_strcpy(op->request_id, sizeof(op->request_id), f->result.request_id);
+    tfp_strcpy(op->user, sizeof(op->user), c->user ? c->user : "");
     if (c->token)
         snprintf(op->auth, sizeof(op->auth), "Bearer %s", c->token);
     tfx_hc_status_t xst = split_url(c, rq->url, &key, &path, &op->query);
@@ -244,7 +245,7 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     size_t n = strlen(prefix);
     if ((kind >= TF_OP_GET && kind <= TF_OP_EXCHANGE) && strncmp(path, prefix, n) == 0 &&
         tfp_name_valid(path + n) && strlen(path + n) < sizeof(op->name))
-        snprintf(op->name, sizeof(op->name), "%s", path + n);
+        tfp_strcpy(op->name, sizeof(op->name), path + n);
     return TF_OK;
 }
 
@@ -262,7 +263,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
 
     tfi_new_result(c, &res, op, rq->request_id);
     if (call)
-        snprintf(res.op, sizeof(res.op), "%s", call->what ? call->what : "feed");
+        tfp_strcpy(res.op, sizeof(res.op), call->what ? call->what : "feed");
     if ((st = check_request(c, rq, op, format, policy, &res)) != TF_OK)
         goto refuse;
     if (!(f = calloc(1, sizeof(*f)))) {
@@ -613,7 +614,7 @@ static tf_status_t fail(tf_client_t *c, tf_status_t st, const char *fmt, ...)
         vsnprintf(c->last.error, sizeof(c->last.error), fmt, ap);
         va_end(ap);
     } else {
-        snprintf(c->last.error, sizeof(c->last.error), "%s", tf_strerror(st));
+        tfp_strcpy(c->last.error, sizeof(c->last.error), tf_strerror(st));
     }
     return st;
 }

@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "client/internal.h"
+#include "proto/strcopy.h"
 #include "proto/jsonread.h"
 #include "proto/raw.h"
 #include "proto/safetensors.h"
@@ -44,16 +45,25 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
 {
     memset(r, 0, sizeof(*r));
     r->status = TF_EAGAIN;
-    snprintf(r->op, sizeof(r->op), "%s", tfi_op_name(op));
-    snprintf(r->transport, sizeof(r->transport), "http");
+    tfp_strcpy(r->op, sizeof(r->op), tfi_op_name(op));
+    tfp_strcpy(r->transport, sizeof(r->transport), "http");
     if (rid && tfp_request_id_valid(rid)) {
-        snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+        tfp_strcpy(r->request_id, sizeof(r->request_id), rid);
     } else if (c->next_rid[0] && !rid) {
-        snprintf(r->request_id, sizeof(r->request_id), "%s", c->next_rid);
+        tfp_strcpy(r->request_id, sizeof(r->request_id), c->next_rid);
         c->next_rid[0] = '\0';
     } else {
-        snprintf(r->request_id, sizeof(r->request_id), "%s-%" PRIu64, c->rid_prefix,
-                 ++c->rid_seq);
+        /* prefix-N, without snprintf: this runs for every request */
+        char num[21], *d = num + sizeof num - 1;
+        uint64_t n = ++c->rid_seq;
+        *d = '\0';
+        do
+            *--d = (char)('0' + n % 10);
+        while ((n /= 10) != 0);
+        size_t np = tfp_strcpy(r->request_id, sizeof(r->request_id) - 1, c->rid_prefix);
+        np = np < sizeof(r->request_id) - 2 ? np : sizeof(r->request_id) - 2;
+        r->request_id[np] = '-';
+        tfp_strcpy(r->request_id + np + 1, sizeof(r->request_id) - np - 1, d);
     }
 }
 
@@ -66,7 +76,7 @@ tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
         vsnprintf(r->error, sizeof(r->error), fmt, ap);
         va_end(ap);
     } else {
-        snprintf(r->error, sizeof(r->error), "%s", tf_strerror(st));
+        tfp_strcpy(r->error, sizeof(r->error), tf_strerror(st));
     }
     return st;
 }

@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include "client/internal.h"
+#include "proto/strcopy.h"
 
 #ifdef HAVE_UCX
 #include <inttypes.h>
@@ -83,7 +84,7 @@ static int ucx_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
     if (resp->same_host)
         tfx_ucxc_conn_watch_pid(conn, (long)resp->server_pid);
     o->conn = conn;
-    snprintf(o->transport, sizeof(o->transport), "%s", tfx_ucxc_conn_transport(conn));
+    tfp_strcpy(o->transport, sizeof(o->transport), tfx_ucxc_conn_transport(conn));
     return 0;
 }
 
@@ -157,9 +158,9 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     size_t jlen = 0;
 
     tfp_uf_init(&h, frame_op(op->kind), 0);
-    snprintf(h.request_id, sizeof(h.request_id), "%s", op->request_id);
-    snprintf(h.user, sizeof(h.user), "%s", op->user);
-    snprintf(h.name, sizeof(h.name), "%s", op->name);
+    tfp_strcpy(h.request_id, sizeof(h.request_id), op->request_id);
+    tfp_strcpy(h.user, sizeof(h.user), op->user);
+    tfp_strcpy(h.name, sizeof(h.name), op->name);
     if (op->kind == TF_OP_GET && op->wait_ms > 0)
         h.wait_ms = op->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)op->wait_ms;
     h.body_len = op->body_len;
@@ -181,7 +182,7 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     f->treq = ur;
     f->conn_gen = o->conn_gen;
     f->via = tfi_ucx;
-    snprintf(f->result.transport, sizeof(f->result.transport), "%s", o->transport);
+    tfp_strcpy(f->result.transport, sizeof(f->result.transport), o->transport);
     c->nup++;
     return TF_OK;
 }
@@ -287,7 +288,7 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
         feed_reply(f, &u->reply);
     res->http_status = (int)u->reply.http;
     if (u->reply.request_id[0])
-        snprintf(res->request_id, sizeof(res->request_id), "%s", u->reply.request_id);
+        tfp_strcpy(res->request_id, sizeof(res->request_id), u->reply.request_id);
     res->bytes_received = u->body_len;
     if (st != TF_OK) {
         tfi_rfail(res, st, "%s", u->reply.msg[0] ? u->reply.msg : tf_strerror(st));

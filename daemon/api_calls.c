@@ -10,6 +10,7 @@
  */
 #include "config.h"
 #include "daemon/api.h"
+#include "proto/strcopy.h"
 #include "daemon/log.h"
 #include "proto/shumai.h"
 #include "transports/buf.h"
@@ -100,7 +101,7 @@ static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
         ans.code = call->status;
         ans.status = (unsigned)tfp_status_http(call->status);
         ans.content_type[0] = '\0';
-        snprintf(ans.msg, sizeof ans.msg, "%s", call->msg);
+        tfp_strcpy(ans.msg, sizeof ans.msg, call->msg);
         c->code = call->status;
     }
     if (c->replay_owner) {

@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "daemon/api.h"
+#include "proto/strcopy.h"
 #include "proto/safetensors.h"
 #include "proto/shumai.h"
 #include "transports/buf.h"
@@ -31,14 +32,14 @@ void api_fail(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t code, const char *fmt, ..
 void api_set_user(tfd_ctx_t *c, const char *user)
 {
     if (user != c->user)
-        snprintf(c->user, sizeof c->user, "%s", user);
+        tfp_strcpy(c->user, sizeof c->user, user);
     const tfp_op_who_t *w = &c->op->who;
     if (w->principal[0])            /* a forwarded user (router.c checked forward) is keyed
                                      * under its own principal */
         snprintf(c->state_key, sizeof c->state_key, "%s/%s",
                  w->user_principal[0] ? w->user_principal : w->principal, c->user);
     else
-        snprintf(c->state_key, sizeof c->state_key, "%s", c->user);
+        tfp_strcpy(c->state_key, sizeof c->state_key, c->user);
 }
 
 int api_forbid(tfx_req_t *r, tfd_ctx_t *c, tfp_right_t right, const char *name)

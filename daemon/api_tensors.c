@@ -8,6 +8,7 @@
  */
 #include "config.h"
 #include "daemon/api.h"
+#include "proto/strcopy.h"
 #include "proto/jsonview.h"
 #include "proto/raw.h"
 #include "transports/clock.h"
@@ -311,7 +312,7 @@ static void list_one(const char *name, const tfd_blob_t *b, void *arg)
         return;
     }
     pg->n++;
-    snprintf(pg->last, sizeof pg->last, "%s", name);
+    tfp_strcpy(pg->last, sizeof pg->last, name);
     tfp_jw_obj_begin(w);
     tfp_jw_key(w, "name");
     tfp_jw_str(w, name);

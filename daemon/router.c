@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "daemon/router.h"
+#include "proto/strcopy.h"
 #include "daemon/accesslog.h"
 #include "daemon/auth.h"
 #include "daemon/log.h"
@@ -160,7 +161,7 @@ static void take_ids(tfd_router_t *rt, tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfp_op_who_t *who = &c->op->who;
     if (who->request_id[0]) {
-        snprintf(c->request_id, sizeof c->request_id, "%s", who->request_id);
+        tfp_strcpy(c->request_id, sizeof c->request_id, who->request_id);
         c->request_id_from_client = 1;
     } else {
         uint64_t n = atomic_fetch_add(&rt->next_id, 1);
@@ -173,7 +174,7 @@ static void take_ids(tfd_router_t *rt, tfx_req_t *r, tfd_ctx_t *c)
     if (who->cred != TFP_CRED_CERT && tfd_upgrade_offered_to(c->api->upgrade, tfx_req_peer(r)))
         tfx_req_add_header(r, "Tfetch-Upgrade", "ucx");
     if (who->user[0]) {
-        snprintf(c->user, sizeof c->user, "%s", who->user);
+        tfp_strcpy(c->user, sizeof c->user, who->user);
         tfx_req_add_header(r, "Tfetch-User", c->user);
     }
 }

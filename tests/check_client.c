@@ -596,6 +596,13 @@ START_TEST(client_user_and_request_ids)
     ck_assert_int_eq(tf_get(c, url, 0, &doc), TF_ECONNECT);
     ck_assert(tfp_request_id_valid(tf_client_last(c)->request_id));
     ck_assert_str_ne(tf_client_last(c)->request_id, first);
+    /* Made ids: the client's 16 hex digits, '-', then a count that goes up by one. */
+    const char *second = tf_client_last(c)->request_id;
+    ck_assert_uint_eq(strspn(first, "0123456789abcdef"), 16);
+    ck_assert_int_eq(first[16], '-');
+    ck_assert_int_eq(strncmp(first, second, 17), 0);
+    ck_assert_uint_eq(strspn(first + 17, "0123456789"), strlen(first + 17));
+    ck_assert_uint_eq(strtoull(second + 17, NULL, 10), strtoull(first + 17, NULL, 10) + 1);
     tf_client_free(c);
 }
 END_TEST

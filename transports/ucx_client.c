@@ -25,6 +25,7 @@
  */
 #include "config.h"
 #include "transports/ucx_client.h"
+#include "proto/strcopy.h"
 #include "transports/ucx_server.h"      /* the active message ids */
 #include "transports/ucx_common.h"
 #include "transports/buf.h"
@@ -301,7 +302,7 @@ static void fail_req(tfx_ucxc_req_t *r, tfp_status_t st, const char *why)
 {
     if (r->res.transport_status == TFP_OK && !r->replied) {
         r->res.transport_status = st;
-        snprintf(r->res.why, sizeof r->res.why, "%s", why);
+        tfp_strcpy(r->res.why, sizeof r->res.why, why);
     }
 }
 
@@ -319,7 +320,7 @@ static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why, int
     }
     if (c->hello_state == 0) {
         c->hello_state = -1;
-        snprintf(c->why, sizeof c->why, "%s", why);
+        tfp_strcpy(c->why, sizeof c->why, why);
     }
     pthread_mutex_lock(&u->lock);
     c->refs++;                      /* keep c while its requests let go of it */
@@ -527,8 +528,8 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
     }
     tfp_uf_hdr_t h;
     tfp_uf_init(&h, TFP_UF_HELLO, ++u->next_seq);
-    snprintf(h.name, sizeof h.name, "%s", cm->token);
-    snprintf(h.msg, sizeof h.msg, "%s", cm->identity);
+    tfp_strcpy(h.name, sizeof h.name, cm->token);
+    tfp_strcpy(h.msg, sizeof h.msg, cm->identity);
     c->hello_seq = h.seq;
     size_t hlen;
     tfp_err_t err;
@@ -834,8 +835,8 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     cm->addr_len = addr_len;
     cm->kind = CMD_CONNECT;
     cm->conn = c;
-    snprintf(cm->token, sizeof cm->token, "%s", token ? token : "");
-    snprintf(cm->identity, sizeof cm->identity, "%s", identity ? identity : "");
+    tfp_strcpy(cm->token, sizeof cm->token, token ? token : "");
+    tfp_strcpy(cm->identity, sizeof cm->identity, identity ? identity : "");
     cm->deadline_ms = tfx_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 2000);
     uint64_t deadline = cm->deadline_ms;
 

@@ -27,6 +27,7 @@
  */
 #include "config.h"
 #include "transports/ucx_server.h"
+#include "proto/strcopy.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
@@ -376,9 +377,9 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
     h.http = (uint16_t)http;
     h.body_len = body_len;
     h.flags = body_len ? TFP_UF_F_REPLY_HAS_BODY : 0;
-    snprintf(h.request_id, sizeof h.request_id, "%s", q->in.request_id);
+    tfp_strcpy(h.request_id, sizeof h.request_id, q->in.request_id);
     if (msg)
-        snprintf(h.msg, sizeof h.msg, "%s", msg);
+        tfp_strcpy(h.msg, sizeof h.msg, msg);
     if (q->in.op == TFP_UF_FEED)
         feed_reply_block(q, &h);
     tfp_err_t err;
@@ -677,7 +678,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
             count(u, &u->st.hellos);
         } else {
             ack.status = TFP_EBADREQ;
-            snprintf(ack.msg, sizeof ack.msg, "%s", why[0] ? why : "token refused");
+            tfp_strcpy(ack.msg, sizeof ack.msg, why[0] ? why : "token refused");
             count(u, &u->st.hellos_refused);
         }
         send_small(u, ep, &ack);
@@ -708,7 +709,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         tfp_uf_init(&rep, TFP_UF_REPLY, h.seq);
         rep.status = TFP_ENOMEM;
         rep.http = 500;
-        snprintf(rep.request_id, sizeof rep.request_id, "%s", h.request_id);
+        tfp_strcpy(rep.request_id, sizeof rep.request_id, h.request_id);
         snprintf(rep.msg, sizeof rep.msg, "out of memory");
         send_small(u, ep, &rep);
         return UCS_OK;
