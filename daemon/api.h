@@ -130,6 +130,11 @@ int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base, size_t *cap, size_t
 /* Encodes doc as safetensors into a new blob (one copy of the data), indexed (b->doc).
  * NULL on failure (err says why). */
 tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err);
+/* The same, written into a free slot of the same-host ring attached to feed f's device dev
+ * when shm has one to lend (tfd_shm_lend): the ring then sends the item from where it lies,
+ * without copying it again. Else (or shm NULL) into new memory, as api_encode_blob. */
+tfd_blob_t *api_encode_blob_for(tfp_doc_t *doc, struct tfd_shm *shm, const tfd_feed_t *f,
+                                unsigned dev, tfp_err_t *err);
 /* Answers 200 with a safetensors blob (b->doc indexes it) in the form Accept asks for:
  * safetensors, JSON, or one tensor's raw bytes (or 406). Takes the reference. */
 void api_serve_blob(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b);

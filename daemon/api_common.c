@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "daemon/api.h"
+#include "daemon/shm.h"
 #include "proto/strcopy.h"
 #include "proto/safetensors.h"
 #include "proto/shumai.h"
@@ -109,13 +110,26 @@ static tfp_status_t index_encoded(const tfp_doc_t *doc, const uint8_t *buf, size
 
 tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err)
 {
+    return api_encode_blob_for(doc, NULL, NULL, 0, err);
+}
+
+tfd_blob_t *api_encode_blob_for(tfp_doc_t *doc, struct tfd_shm *shm, const tfd_feed_t *f,
+                                unsigned dev, tfp_err_t *err)
+{
     uint8_t *hdr;
     size_t hdr_len;
     if (tfp_st_encode_header(doc, &hdr, &hdr_len, err) != TFP_OK)
         return NULL;
     uint64_t total = hdr_len + tfp_doc_data_bytes(doc);
     size_t cap;
-    uint8_t *buf = total <= SIZE_MAX ? tfx_buf_alloc((size_t)total, &cap) : NULL;
+    uint8_t *buf = NULL;
+    void (*give_back)(void *) = NULL;
+    void *arg = NULL;
+    if (shm && total <= SIZE_MAX &&
+        tfd_shm_lend(shm, f, dev, (size_t)total, &buf, &cap, &give_back, &arg) != 0)
+        buf = NULL;
+    if (!buf && total <= SIZE_MAX)
+        buf = tfx_buf_alloc((size_t)total, &cap);
     if (!buf) {
         free(hdr);
         tfp_err_set(err, TFP_ENOMEM, "out of memory for a %llu-byte answer",
@@ -129,10 +143,15 @@ tfd_blob_t *api_encode_blob(tfp_doc_t *doc, tfp_err_t *err)
             memcpy(buf + hdr_len + doc->t[i].offset, doc->t[i].data, (size_t)doc->t[i].nbytes);
     tfp_doc_t *index = NULL;
     if (index_encoded(doc, buf, hdr_len, &index, err) != TFP_OK) {
-        tfx_buf_free(buf, cap);
+        if (give_back)
+            give_back(arg);
+        else
+            tfx_buf_free(buf, cap);
         return NULL;
     }
-    tfd_blob_t *b = tfd_blob_new(buf, cap, buf, (size_t)total, index);
+    tfd_blob_t *b = give_back ? tfd_blob_new_lent(buf, cap, buf, (size_t)total, index,
+                                                  give_back, arg)
+                              : tfd_blob_new(buf, cap, buf, (size_t)total, index);
     if (!b)
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
     return b;

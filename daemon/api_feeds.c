@@ -409,10 +409,12 @@ static int take_item(tfx_req_t *r, tfd_ctx_t *c, feed_req_t *fr, int check, int 
             fr->blobs[k] = whole;
         return 0;
     }
+    /* Each device's rows are written once, into its ring's free slot when one is attached
+     * on this host (then sent from there), else into memory of their own. */
     for (unsigned k = 0; k < d->ndev; k++) {
         tfp_doc_t *part = NULL;
         if (tfp_feed_split(whole->doc, d->ndev, k, &part, &err) != TFP_OK ||
-            !(fr->blobs[k] = api_encode_blob(part, &err))) {
+            !(fr->blobs[k] = api_encode_blob_for(part, c->api->shm, fr->f, k, &err))) {
             tfp_doc_free(part);
             tfd_blob_unref(whole);
             api_fail(r, c, err.code, "%s", err.msg);
