@@ -13,6 +13,9 @@
  *          one buffer (tf_doc_new_packed, what feed, feedp, feedu and store push), at 4 MiB
  *   feedu  the same feed with the consumer on policy ucx: every pop a UCX request (the path
  *          before the ring, and the one across hosts), at 4 MiB
+ *   split  a feed of two devices, fanout split: each round (the size) cut in two halves, one
+ *          per device; one consumer thread attached to both devices' rings pops the two
+ *          halves in turn, at 4 MiB (the producer as feed's)
  *   store  tfetchd's store used as a queue: PUT q<i>, GET q<i> with a long poll, DELETE
  *   redis  a Redis list: RPUSH / BLPOP, speaking RESP by hand over a unix socket to a
  *          redis-server the bench starts and stops (no client library: two commands, and the
@@ -37,7 +40,8 @@
  * --pipeline N: feedp's pushes in flight (default 4).
  *
  * --base URL uses a tfetchd already running there (another host, another network
- * namespace) instead of starting one: then only feed and store run, both ends here.
+ * namespace) instead of starting one: then only the feeds, split and store run, both ends
+ * here.
  */
 #include "config.h"
 
@@ -508,6 +512,7 @@ static void store_close(run_t *r)
 typedef struct {
     char url[160];
     int ucx;                            /* feedu: the consumer on policy ucx */
+    int round;                          /* split: pushes are rounds for every device */
 } feedst_t;
 
 static int feed_open(run_t *r)
@@ -547,7 +552,8 @@ static int feed_produce(run_t *r)
     if (!d || tf_client_new(&c) != TF_OK)
         rc = -1;
     for (long i = 0; rc == 0 && i < r->n; i++) {
-        tf_status_t st = tf_infeed_push(c, f->url, 0, d, (uint64_t)i + 1, 10000, NULL);
+        tf_status_t st = tf_infeed_push(c, f->url, f->round ? -1 : 0, d, (uint64_t)i + 1,
+                                        10000, NULL);
         if (st != TF_OK) {
             bench_errorf("infeed push: %s", tf_client_last(c)->error);
             rc = -1;
@@ -662,11 +668,85 @@ static void feed_close(run_t *r)
     free(r->st);
 }
 
+/* ---- split: one round cut in two, a ring per device ------------------------------------------ */
+
+static int split_open(run_t *r)
+{
+    static int gen;
+    feedst_t *f = calloc(1, sizeof(*f));
+    tf_client_t *c = NULL;
+    char decl[320];
+    if (!f || tf_client_new(&c) != TF_OK) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->url, sizeof(f->url), "%s/v1/feeds/s%d", D.base, ++gen);
+    f->round = 1;
+    snprintf(decl, sizeof(decl), "{\"devices\":2,\"fanout\":\"split\",\"signature\":[{"
+             "\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[%zu]}],\"max_items\":%d,"
+             "\"max_bytes\":%zu}", r->size, AHEAD, (size_t)AHEAD * (r->size / 2) + 4096);
+    tf_status_t st = tf_feed_declare(c, f->url, decl, NULL);
+    if (st != TF_OK)
+        bench_errorf("declare: %s", tf_client_last(c)->error);
+    tf_client_free(c);
+    r->st = f;
+    return st == TF_OK ? 0 : -1;
+}
+
+/* One thread attached to both devices, as a process feeding two devices would be: each round
+ * is its two halves, popped in turn; a round's wait runs from the first pop to the second. */
+static int split_consume(run_t *r, double *wait_s)
+{
+    feedst_t *f = r->st;
+    tf_client_t *c = NULL;
+    tf_feed_t *feed[2] = {NULL, NULL};
+    tf_feed_opts_t o = TF_FEED_OPTS_INIT;
+    o.prefetch = 4;
+    int rc = tf_client_new(&c) == TF_OK ? 0 : -1;
+    for (int k = 0; rc == 0 && k < 2; k++)
+        if (tf_feed_attach_opts(c, f->url, k ? "1" : "0", "host", &o, &feed[k]) != TF_OK)
+            rc = -1;
+    volatile unsigned char sink = 0;
+    for (long i = 0; rc == 0 && i < r->n; i++) {
+        double t0 = tfx_now_s();
+        tf_item_t *it[2] = {NULL, NULL};
+        for (int k = 0; rc == 0 && k < 2; k++) {
+            if (tf_infeed_pop(feed[k], 10000, &it[k]) != TF_OK) {
+                bench_errorf("pop: %s", tf_client_last(c)->error);
+                rc = -1;
+                break;
+            }
+            const tf_tensor_t *t = tf_doc_find(tf_item_doc(it[k]), "x");
+            if (!t || t->nbytes != r->size / 2)
+                rc = -1;
+            else
+                sink ^= ((const unsigned char *)t->data)[t->nbytes - 1];
+        }
+        if (rc == 0) {
+            got_item(r, i, t0, wait_s);
+            spin(r->step_s);
+        }
+        for (int k = 0; k < 2; k++)
+            if (it[k])
+                tf_item_release(it[k]);
+        tf_client_run(c, 0);
+    }
+    (void)sink;
+    if (feed[0])
+        snprintf(r->transport, sizeof(r->transport), "%s", tf_feed_transport(feed[0]));
+    for (int k = 0; k < 2; k++)
+        if (feed[k])
+            tf_feed_detach(feed[k]);
+    tf_client_free(c);
+    return rc;
+}
+
 static const method_t METHODS[] = {
     {"feed", feed_open, feed_produce, feed_consume, feed_close},
     {"feedp", feed_open, feedp_produce, feed_consume, feed_close},
     {"feedb", feed_open, feed_produce, feed_consume, feed_close},
     {"feedu", feedu_open, feed_produce, feed_consume, feed_close},
+    {"split", split_open, feed_produce, split_consume, feed_close},
     {"store", store_open, store_produce, store_consume, store_close},
     {"redis", redis_open, redis_produce, redis_consume, redis_close},
     {"tcp", tcp_open, tcp_produce, tcp_consume, tcp_close},
@@ -745,6 +825,13 @@ static double memcpy_gb_s(size_t size)
 }
 
 /* A counter from our tfetchd's /metrics, or -1. */
+/* With --base: the methods that only need the daemon (the others start their own). */
+static int at_remote(const method_t *m)
+{
+    return strncmp(m->name, "feed", 4) == 0 || strcmp(m->name, "store") == 0 ||
+           strcmp(m->name, "split") == 0;
+}
+
 static long metric(const char *name)
 {
     char cmd[512], out[64];
@@ -834,14 +921,15 @@ int main(int argc, char **argv)
             const method_t *m = &METHODS[k];
             int all = strcmp(m->name, "feed") == 0 || strcmp(m->name, "feedp") == 0 ||
                       strcmp(m->name, "ring") == 0;
-            if (remote && strncmp(m->name, "feed", 4) != 0 && strcmp(m->name, "store") != 0)
+            if (remote && !at_remote(m))
                 continue;
             if (!all && sizes[s] != 4 * MIB)
                 continue;               /* the others at 4 MiB only */
             long n = count_for(sizes[s], bytes, quick ? 8 : 32, quick ? 200 : 4000);
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
                 n = n > 64 ? 64 : n;
-            int pushes = !remote && strncmp(m->name, "feed", 4) == 0;
+            int split = strcmp(m->name, "split") == 0;
+            int pushes = !remote && (strncmp(m->name, "feed", 4) == 0 || split);
             long lent0 = pushes ? metric("tfetch_shm_ring_lent_total") : -1;
             result_t res = measure(m, sizes[s], n, 0, src);
             long lent = lent0 >= 0 ? metric("tfetch_shm_ring_lent_total") - lent0 : -1;
@@ -856,7 +944,8 @@ int main(int argc, char **argv)
                    bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s,
                    res.setup_ms, res.transport);
             if (lent >= 0)              /* pushes received straight into a ring slot */
-                printf(" (%ld of %ld pushes into a slot)", lent, n);
+                printf(" (%ld of %ld %s into a slot)", lent, split ? 2 * n : n,
+                       split ? "halves" : "pushes");
             printf("\n");
             fflush(stdout);
             if (sizes[s] == 4 * MIB) {
@@ -883,7 +972,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++) {
         for (size_t j = 0; j < NMETHODS; j++) {
             const method_t *m = &METHODS[j];
-            if (remote && strncmp(m->name, "feed", 4) != 0 && strcmp(m->name, "store") != 0)
+            if (remote && !at_remote(m))
                 continue;
             long n = quick ? 20 : 150;
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
