@@ -27,11 +27,12 @@ int main(int argc, char **argv)
 {
     long entries = argc > 1 ? atol(argv[1]) : 65536;
     long calls = argc > 2 ? atol(argv[2]) : 4 * entries;
-    if (entries <= 0 || calls < 2 * entries) {
+    if (entries <= 0 || entries > 100000000 || calls < 2 * entries) {
         fprintf(stderr, "usage: %s [ENTRIES [CALLS >= 2 x ENTRIES]]\n", argv[0]);
         return 2;
     }
-    tfd_replay_limits_t lim = {300, (unsigned)entries, (uint64_t)1 << 32};
+    tfd_replay_limits_t lim = {.window_s = 300, .max_entries = (unsigned)entries,
+                               .max_bytes = (uint64_t)1 << 32};
     tfd_replay_t *r = tfd_replay_new(&lim);
     static const uint8_t body[72];
     tfp_err_t err;

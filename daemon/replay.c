@@ -295,12 +295,17 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
     } else if (r->running >= r->lim.max_entries) {
         rc = TFD_REPLAY_FULL;
     } else {
-        /* Make room first: the oldest may leave, and the new entry reuses its memory. */
+        size_t nr = strlen(route);
+        if (!(e = calloc(1, sizeof *e + nk + 1 + nr + 1))) {
+            rc = TFD_REPLAY_FULL;
+            goto out;
+        }
+        /* Room for it: the oldest finished leave first (the index then need not grow). */
         r->entries++;
         trim(r);
         r->entries--;
-        size_t nr = strlen(route);
-        if (reserve(r) != 0 || !(e = calloc(1, sizeof *e + nk + 1 + nr + 1))) {
+        if (reserve(r) != 0) {
+            free(e);
             rc = TFD_REPLAY_FULL;
             goto out;
         }
@@ -382,7 +387,8 @@ void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, cons
     pthread_mutex_lock(&r->lock);
     entry_t *e = find_running(r, h, key, nk, &i);
     if (e && (!k || strcmp(entry_route(e), route) != 0)) {
-        drop(r, e);                         /* out of memory: forgotten, as if abandoned */
+        drop(r, e);             /* out of memory, or not begin's route: forgotten, as if
+                                 * abandoned */
     } else if (e) {
         k->hash = h;
         k->born = e->born;
