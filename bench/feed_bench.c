@@ -16,6 +16,7 @@
  *   split  a feed of two devices, fanout split: each round (the size) cut in two halves, one
  *          per device; one consumer thread attached to both devices' rings pops the two
  *          halves in turn, at 4 MiB (the producer as feed's)
+ *   bcast  the same with fanout broadcast: each device gets the whole round
  *   store  tfetchd's store used as a queue: PUT q<i>, GET q<i> with a long poll, DELETE
  *   redis  a Redis list: RPUSH / BLPOP, speaking RESP by hand over a unix socket to a
  *          redis-server the bench starts and stops (no client library: two commands, and the
@@ -40,8 +41,8 @@
  * --pipeline N: feedp's pushes in flight (default 4).
  *
  * --base URL uses a tfetchd already running there (another host, another network
- * namespace) instead of starting one: then only the feeds, split and store run, both ends
- * here.
+ * namespace) instead of starting one: then only the feeds, split, bcast and store run,
+ * both ends here.
  */
 #include "config.h"
 
@@ -512,7 +513,8 @@ static void store_close(run_t *r)
 typedef struct {
     char url[160];
     int ucx;                            /* feedu: the consumer on policy ucx */
-    int round;                          /* split: pushes are rounds for every device */
+    int round;                          /* split, bcast: pushes are rounds for every device */
+    int half;                           /* split: each device gets half of a round */
 } feedst_t;
 
 static int feed_open(run_t *r)
@@ -670,7 +672,7 @@ static void feed_close(run_t *r)
 
 /* ---- split: one round cut in two, a ring per device ------------------------------------------ */
 
-static int split_open(run_t *r)
+static int rounds_open(run_t *r, const char *fanout)
 {
     static int gen;
     feedst_t *f = calloc(1, sizeof(*f));
@@ -682,9 +684,11 @@ static int split_open(run_t *r)
     }
     snprintf(f->url, sizeof(f->url), "%s/v1/feeds/s%d", D.base, ++gen);
     f->round = 1;
-    snprintf(decl, sizeof(decl), "{\"devices\":2,\"fanout\":\"split\",\"signature\":[{"
+    f->half = strcmp(fanout, "split") == 0;
+    size_t part = f->half ? r->size / 2 : r->size;
+    snprintf(decl, sizeof(decl), "{\"devices\":2,\"fanout\":\"%s\",\"signature\":[{"
              "\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[%zu]}],\"max_items\":%d,"
-             "\"max_bytes\":%zu}", r->size, AHEAD, (size_t)AHEAD * (r->size / 2) + 4096);
+             "\"max_bytes\":%zu}", fanout, r->size, AHEAD, (size_t)AHEAD * part + 4096);
     tf_status_t st = tf_feed_declare(c, f->url, decl, NULL);
     if (st != TF_OK)
         bench_errorf("declare: %s", tf_client_last(c)->error);
@@ -693,9 +697,13 @@ static int split_open(run_t *r)
     return st == TF_OK ? 0 : -1;
 }
 
+static int split_open(run_t *r) { return rounds_open(r, "split"); }
+static int bcast_open(run_t *r) { return rounds_open(r, "broadcast"); }
+
 /* One thread attached to both devices, as a process feeding two devices would be: each round
- * is its two halves, popped in turn; a round's wait runs from the first pop to the second. */
-static int split_consume(run_t *r, double *wait_s)
+ * is its two parts (split: halves; broadcast: the whole, twice), popped in turn; a round's
+ * wait runs from the first pop to the second. */
+static int rounds_consume(run_t *r, double *wait_s)
 {
     feedst_t *f = r->st;
     tf_client_t *c = NULL;
@@ -717,7 +725,7 @@ static int split_consume(run_t *r, double *wait_s)
                 break;
             }
             const tf_tensor_t *t = tf_doc_find(tf_item_doc(it[k]), "x");
-            if (!t || t->nbytes != r->size / 2)
+            if (!t || t->nbytes != (f->half ? r->size / 2 : r->size))
                 rc = -1;
             else
                 sink ^= ((const unsigned char *)t->data)[t->nbytes - 1];
@@ -746,7 +754,8 @@ static const method_t METHODS[] = {
     {"feedp", feed_open, feedp_produce, feed_consume, feed_close},
     {"feedb", feed_open, feed_produce, feed_consume, feed_close},
     {"feedu", feedu_open, feed_produce, feed_consume, feed_close},
-    {"split", split_open, feed_produce, split_consume, feed_close},
+    {"split", split_open, feed_produce, rounds_consume, feed_close},
+    {"bcast", bcast_open, feed_produce, rounds_consume, feed_close},
     {"store", store_open, store_produce, store_consume, store_close},
     {"redis", redis_open, redis_produce, redis_consume, redis_close},
     {"tcp", tcp_open, tcp_produce, tcp_consume, tcp_close},
@@ -829,7 +838,7 @@ static double memcpy_gb_s(size_t size)
 static int at_remote(const method_t *m)
 {
     return strncmp(m->name, "feed", 4) == 0 || strcmp(m->name, "store") == 0 ||
-           strcmp(m->name, "split") == 0;
+           strcmp(m->name, "split") == 0 || strcmp(m->name, "bcast") == 0;
 }
 
 static long metric(const char *name)
@@ -928,8 +937,8 @@ int main(int argc, char **argv)
             long n = count_for(sizes[s], bytes, quick ? 8 : 32, quick ? 200 : 4000);
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
                 n = n > 64 ? 64 : n;
-            int split = strcmp(m->name, "split") == 0;
-            int pushes = !remote && (strncmp(m->name, "feed", 4) == 0 || split);
+            int split = strcmp(m->name, "split") == 0, bcast = strcmp(m->name, "bcast") == 0;
+            int pushes = !remote && (strncmp(m->name, "feed", 4) == 0 || split || bcast);
             long lent0 = pushes ? metric("tfetch_shm_ring_lent_total") : -1;
             result_t res = measure(m, sizes[s], n, 0, src);
             long lent = lent0 >= 0 ? metric("tfetch_shm_ring_lent_total") - lent0 : -1;
@@ -945,7 +954,7 @@ int main(int argc, char **argv)
                    res.setup_ms, res.transport);
             if (lent >= 0)              /* pushes received straight into a ring slot */
                 printf(" (%ld of %ld %s into a slot)", lent, split ? 2 * n : n,
-                       split ? "halves" : "pushes");
+                       split ? "halves" : bcast ? "rounds" : "pushes");
             printf("\n");
             fflush(stdout);
             if (sizes[s] == 4 * MIB) {
