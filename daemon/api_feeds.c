@@ -433,7 +433,7 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
     const tfp_op_t *op = c->op;
     int raw = op->body.kind == TFP_BODY_RAW;
     int st = op->body.kind == TFP_BODY_SAFETENSORS;
-    if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || (!raw && !st) ||
+    if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] || (!raw && !st) ||
         (st && (op->body.length == 0 || (op->body.length > 0 &&
                                          (uint64_t)op->body.length > max))))
         return 0;
@@ -448,24 +448,15 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
     uint64_t body = raw ? op->body.nbytes : op->body.length > 0 ? (uint64_t)op->body.length
                                                                  : d->item_bytes;
     uint64_t len = c->raw_hdr_len + body;
+    int dev = tfp_feed_dev_index(d, op->sub);
     uint8_t *buf;
     size_t cap;
     void (*give_back)(void *);
     void *arg;
-    int lent = 0;
-    if (len < body || len > SIZE_MAX) {
-        /* too large to lend */
-    } else if (op->sub[0] && d->fanout == TFP_FANOUT_PER_DEVICE) {
-        int dev = tfp_feed_dev_index(d, op->sub);
-        lent = dev >= 0 && tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)len, &buf, &cap,
-                                        &give_back, &arg) == 0;
-    } else if (!op->sub[0] && d->fanout == TFP_FANOUT_BROADCAST) {
-        /* A broadcast round lands in the first device's ring with a slot to lend: that
-         * device gets it from where it lies, the others' rings copy it from there. */
-        for (unsigned k = 0; !lent && k < d->ndev; k++)
-            lent = tfd_shm_lend(c->api->shm, f, k, (size_t)len, &buf, &cap, &give_back,
-                                &arg) == 0;
-    }
+    int lent = dev >= 0 && d->fanout == TFP_FANOUT_PER_DEVICE &&
+               len >= body && len <= SIZE_MAX &&
+               tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)len, &buf, &cap, &give_back,
+                            &arg) == 0;
     tfd_feed_unref(f);
     if (lent)
         tfx_req_accept_body_into(r, c->raw_hdr_len, max, buf, cap, give_back, arg);

@@ -399,7 +399,7 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "own (larger than a slot, or every slot taken).\n"
          "# TYPE tfetch_shm_ring_overflow_total counter\ntfetch_shm_ring_overflow_total %llu\n"
          "# HELP tfetch_shm_ring_lent_total Infeed bodies received straight into a ring's "
-         "slot (HTTP or UCX, broadcast rounds too), and split rounds' rows written into one.\n"
+         "slot (HTTP or UCX), and split rounds' rows written into one.\n"
          "# TYPE tfetch_shm_ring_lent_total counter\ntfetch_shm_ring_lent_total %llu\n"
          "# HELP tfetch_shm_ring_in_place_total Feed items sent from the slot they were "
          "received into (no copy through the daemon).\n"

@@ -860,53 +860,6 @@ START_TEST(ring_split_written_in_place)
 }
 END_TEST
 
-/* A broadcast feed's rounds on one host land in the first device's ring (a slot it lends)
- * and go to that device from there; the second device's ring copies them from that slot.
- * Both devices get every round whole, in order, from their rings' memory. */
-START_TEST(ring_broadcast_received_in_place)
-{
-    char url[160];
-    snprintf(url, sizeof(url), "%s/v1/feeds/b", D.base);
-    ck_assert_int_eq(tf_feed_declare(C, url, "{\"devices\":2,\"fanout\":\"broadcast\","
-                                     "\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
-                                     "\"shape\":[4]}],\"max_items\":16,\"lease_ms\":2000}",
-                                     NULL), TF_OK);
-    tf_feed_t *feed[2] = {NULL, NULL};
-    tf_item_t *it = NULL;
-    for (int k = 0; k < 2; k++) {
-        ck_assert_int_eq(tf_feed_attach(C, url, k ? "1" : "0", "host", &feed[k]), TF_OK);
-        ck_assert_int_eq(tf_infeed_pop(feed[k], 0, &it), TF_EAGAIN);  /* the ring is open */
-    }
-    long lent0 = metric_value("tfetch_shm_ring_lent_total");
-    for (int round = 0; round < 3; round++) {
-        tf_doc_t *d = item_doc((float)(100 * round));
-        ck_assert_int_eq(tf_infeed_push(C, url, -1, d, 0, 0, NULL), TF_OK);
-        tf_doc_free(d);
-        for (int k = 0; k < 2; k++) {
-            ck_assert_int_eq(tf_infeed_pop(feed[k], 5000, &it), TF_OK);
-            ck_assert_str_eq(tf_feed_transport(feed[k]), "shm/ring");
-            ck_assert(first_value(it) == (float)(100 * round));
-            const tf_tensor_t *t = tf_doc_find(tf_item_doc(it), "x");
-            float v[4];
-            memcpy(v, t->data, sizeof(v));
-            ck_assert(v[3] == (float)(100 * round + 3));
-            char perms[8], path[256];
-            ck_assert(mapping_of(t->data, perms, path));
-            ck_assert_msg(strstr(path, "tfetch-ring") != NULL, "item data in '%s'", path);
-            tf_item_release(it);
-        }
-    }
-    /* A round received into a slot goes out from it to that device, and is copied into the
-     * other ring; one that found no slot is copied into both. */
-    long lent = metric_value("tfetch_shm_ring_lent_total") - lent0;
-    ck_assert_int_ge(lent, 1);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), lent);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_items_total"), 6 - lent);
-    for (int k = 0; k < 2; k++)
-        tf_feed_detach(feed[k]);
-}
-END_TEST
-
 #define RAW_F32 "-H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: F32' " \
     "-H 'Tfetch-Shape: 4'"
 #define RAW_I32 "-H 'Content-Type: application/octet-stream' -H 'Tfetch-Dtype: I32' " \
@@ -1370,7 +1323,6 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, ring_items_in_shared_memory);
     tcase_add_test(tc, ring_received_in_place);
     tcase_add_test(tc, ring_split_written_in_place);
-    tcase_add_test(tc, ring_broadcast_received_in_place);
     tcase_add_test(tc, ring_http_push_in_place);
     tcase_add_test(tc, ring_slots_given_back);
     tcase_add_test(tc, ring_item_over_a_slot);
