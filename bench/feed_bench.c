@@ -517,18 +517,26 @@ typedef struct {
     int half;                           /* split: each device gets half of a round */
 } feedst_t;
 
-static int feed_open(run_t *r)
+/* Declares a fresh feed of ndev devices with fanout (one item of r->size bytes per push;
+ * split: each device gets half) for this measurement. Named by this process and a count, so
+ * that runs against one daemon (--base) never meet an earlier run's feed. */
+static int declare_open(run_t *r, unsigned ndev, const char *fanout)
 {
     static int gen;
     feedst_t *f = calloc(1, sizeof(*f));
     tf_client_t *c = NULL;
-    char decl[256];
-    if (!f || tf_client_new(&c) != TF_OK)
+    char decl[320];
+    if (!f || tf_client_new(&c) != TF_OK) {
+        free(f);
         return -1;
-    snprintf(f->url, sizeof(f->url), "%s/v1/feeds/b%d", D.base, ++gen);
-    snprintf(decl, sizeof(decl), "{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtype\":\"U8\","
-             "\"shape\":[%zu]}],\"max_items\":%d,\"max_bytes\":%zu}", r->size, AHEAD,
-             (size_t)AHEAD * r->size + 4096);
+    }
+    snprintf(f->url, sizeof(f->url), "%s/v1/feeds/b%ld-%d", D.base, (long)getpid(), ++gen);
+    f->round = ndev > 1;
+    f->half = strcmp(fanout, "split") == 0;
+    size_t part = f->half ? r->size / ndev : r->size;
+    snprintf(decl, sizeof(decl), "{\"devices\":%u,\"fanout\":\"%s\",\"signature\":[{"
+             "\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[%zu]}],\"max_items\":%d,"
+             "\"max_bytes\":%zu}", ndev, fanout, r->size, AHEAD, (size_t)AHEAD * part + 4096);
     tf_status_t st = tf_feed_declare(c, f->url, decl, NULL);
     if (st != TF_OK)
         bench_errorf("declare: %s", tf_client_last(c)->error);
@@ -536,6 +544,8 @@ static int feed_open(run_t *r)
     r->st = f;
     return st == TF_OK ? 0 : -1;
 }
+
+static int feed_open(run_t *r) { return declare_open(r, 1, "per_device"); }
 
 static int feedu_open(run_t *r)
 {
@@ -672,33 +682,8 @@ static void feed_close(run_t *r)
 
 /* ---- split: one round cut in two, a ring per device ------------------------------------------ */
 
-static int rounds_open(run_t *r, const char *fanout)
-{
-    static int gen;
-    feedst_t *f = calloc(1, sizeof(*f));
-    tf_client_t *c = NULL;
-    char decl[320];
-    if (!f || tf_client_new(&c) != TF_OK) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->url, sizeof(f->url), "%s/v1/feeds/s%d", D.base, ++gen);
-    f->round = 1;
-    f->half = strcmp(fanout, "split") == 0;
-    size_t part = f->half ? r->size / 2 : r->size;
-    snprintf(decl, sizeof(decl), "{\"devices\":2,\"fanout\":\"%s\",\"signature\":[{"
-             "\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[%zu]}],\"max_items\":%d,"
-             "\"max_bytes\":%zu}", fanout, r->size, AHEAD, (size_t)AHEAD * part + 4096);
-    tf_status_t st = tf_feed_declare(c, f->url, decl, NULL);
-    if (st != TF_OK)
-        bench_errorf("declare: %s", tf_client_last(c)->error);
-    tf_client_free(c);
-    r->st = f;
-    return st == TF_OK ? 0 : -1;
-}
-
-static int split_open(run_t *r) { return rounds_open(r, "split"); }
-static int bcast_open(run_t *r) { return rounds_open(r, "broadcast"); }
+static int split_open(run_t *r) { return declare_open(r, 2, "split"); }
+static int bcast_open(run_t *r) { return declare_open(r, 2, "broadcast"); }
 
 /* One thread attached to both devices, as a process feeding two devices would be: each round
  * is its two parts (split: halves; broadcast: the whole, twice), popped in turn; a round's
