@@ -53,17 +53,16 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
         tfp_strcpy(r->request_id, sizeof(r->request_id), c->next_rid);
         c->next_rid[0] = '\0';
     } else {
-        /* prefix-N, without snprintf: this runs for every request */
-        char num[21], *d = num + sizeof num - 1;
-        uint64_t n = ++c->rid_seq;
-        *d = '\0';
-        do
-            *--d = (char)('0' + n % 10);
-        while ((n /= 10) != 0);
-        size_t np = tfp_strcpy(r->request_id, sizeof(r->request_id) - 1, c->rid_prefix);
-        np = np < sizeof(r->request_id) - 2 ? np : sizeof(r->request_id) - 2;
+        /* prefix-N, without snprintf: this runs for every request. The prefix, '-' and 20
+         * digits always fit. */
+        _Static_assert(sizeof(c->rid_prefix) + 1 + 20 <= sizeof(r->request_id),
+                       "a made request id fits");
+        char num[21];
+        num[20] = '\0';
+        const char *d = tfp_u64_digits(num + 20, ++c->rid_seq);
+        size_t np = tfp_strcpy(r->request_id, sizeof(c->rid_prefix), c->rid_prefix);
         r->request_id[np] = '-';
-        tfp_strcpy(r->request_id + np + 1, sizeof(r->request_id) - np - 1, d);
+        memcpy(r->request_id + np + 1, d, (size_t)(num + sizeof num - d));  /* with the NUL */
     }
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "proto/jsonw.h"
+#include "proto/strcopy.h"
 #include "proto/utf8.h"
 
 #define MAX_DEPTH ((int)sizeof(((tfp_jw_t *)0)->need_comma) - 1)
@@ -181,11 +182,7 @@ void tfp_jw_strn(tfp_jw_t *w, const char *s, size_t n)
  * numbers in every tensor of every safetensors header). Returns the first byte. */
 static char *put_digits(char *end, uint64_t v, int neg)
 {
-    char *p = end;
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    char *p = tfp_u64_digits(end, v);
     if (neg)
         *--p = '-';
     return p;
