@@ -36,9 +36,11 @@
  * table and the issue's targets as PASS/MISS (never fails on a miss). Threads: main
  * (consumer) and one producer per run.
  *
- *   tfetch-feed-bench [--sizes LIST] [--bytes N] [--pipeline N] [--quick] [--base URL]
+ *   tfetch-feed-bench [--sizes LIST] [--bytes N] [--pipeline N] [--methods LIST] [--quick]
+ *                     [--base URL]
  *
- * --pipeline N: feedp's pushes in flight (default 4).
+ * --pipeline N: feedp's pushes in flight (default 4). --methods feedu,ring: only those rows
+ * (a profile of one path; the targets whose rows did not run are not printed).
  *
  * --base URL uses a tfetchd already running there (another host, another network
  * namespace) instead of starting one: then only the feeds, split, bcast and store run,
@@ -86,6 +88,8 @@ typedef struct {
     void *st;                           /* the method's shared state */
     atomic_long consumed;               /* for the methods bounded by a counter */
     double first_s;                     /* when the consumer had its first item */
+    double last_s;                      /* and its last: what came after (detach, closing
+                                         * connections) is not the method's rate */
     int perr;                           /* the producer failed */
     char transport[32];
 } run_t;
@@ -114,6 +118,7 @@ static void got_item(run_t *r, long i, double t0, double *wait_s)
         r->first_s = now;
     else
         *wait_s += now - t0;
+    r->last_s = now;
 }
 
 static void wait_ahead(run_t *r, long i)
@@ -775,7 +780,6 @@ static result_t measure(const method_t *m, size_t size, long n, double step_s,
         return res;
     }
     int crc = m->consume(&r, &wait);
-    double end = tfx_now_s();
     if (crc != 0 && strcmp(m->name, "tcp") == 0)
         shutdown(((tcp_t *)r.st)->pfd, SHUT_RDWR);
     pthread_join(th, NULL);
@@ -784,7 +788,7 @@ static result_t measure(const method_t *m, size_t size, long n, double step_s,
         return res;
     /* Running, not starting: from the first item to the last, n - 1 items; the setup before
      * the first item is reported on its own. */
-    double wall = end - r.first_s;
+    double wall = r.last_s - r.first_s;
     if (n < 2 || r.first_s <= 0 || wall <= 0)
         return res;
     res.ok = 1;
@@ -820,6 +824,23 @@ static double memcpy_gb_s(size_t size)
 
 /* A counter from our tfetchd's /metrics, or -1. */
 /* With --base: the methods that only need the daemon (the others start their own). */
+static const char *only;               /* --methods: comma-separated names, or NULL: all */
+
+static int wanted(const method_t *m)
+{
+    if (!only)
+        return 1;
+    size_t n = strlen(m->name);
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, m->name, n) == 0)
+            return 1;
+        p += len + (e != NULL);
+    }
+    return 0;
+}
+
 static int at_remote(const method_t *m)
 {
     return strncmp(m->name, "feed", 4) == 0 || strcmp(m->name, "store") == 0 ||
@@ -871,12 +892,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s: --pipeline takes 1..64\n", argv[0]);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--methods") == 0 && i + 1 < argc) {
+            only = argv[++i];
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
             bytes = 32 * MIB;
         } else {
-            fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--pipeline N] [--quick] "
-                    "[--base URL]\n",
+            fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--pipeline N] "
+                    "[--methods LIST] [--quick] [--base URL]\n",
                     argv[0]);
             return 2;
         }
@@ -889,7 +912,10 @@ int main(int argc, char **argv)
         bench_errorf("tfetchd did not start");
         return 1;
     }
-    if (remote)
+    int want_redis = 0;
+    for (size_t k = 0; k < NMETHODS; k++)
+        want_redis |= strcmp(METHODS[k].name, "redis") == 0 && wanted(&METHODS[k]);
+    if (remote || !want_redis)
         ;                               /* redis, tcp and the ring are this host's: not run */
     else if (redis_start() != 0)
         bench_errorf("redis-server did not start (is it installed?): redis is skipped");
@@ -915,7 +941,7 @@ int main(int argc, char **argv)
             const method_t *m = &METHODS[k];
             int all = strcmp(m->name, "feed") == 0 || strcmp(m->name, "feedp") == 0 ||
                       strcmp(m->name, "ring") == 0;
-            if (remote && !at_remote(m))
+            if ((remote && !at_remote(m)) || !wanted(m))
                 continue;
             if (!all && sizes[s] != 4 * MIB)
                 continue;               /* the others at 4 MiB only */
@@ -966,7 +992,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++) {
         for (size_t j = 0; j < NMETHODS; j++) {
             const method_t *m = &METHODS[j];
-            if (remote && !at_remote(m))
+            if ((remote && !at_remote(m)) || !wanted(m))
                 continue;
             long n = quick ? 20 : 150;
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
@@ -995,7 +1021,7 @@ int main(int argc, char **argv)
         target("feed starvation at 1 GB/s demand (4 MiB, 4 ms steps)", feed_starved_1g, 0.02, 0);
     if (redis4 > 0)
         target("feed / redis at 4 MiB", feed4 / redis4, 5, 1);
-    else
+    else if (want_redis && !remote)
         printf("SKIP  feed / redis at 4 MiB: no redis-server\n");
     if (store4 > 0)
         target("feed / store as a queue at 4 MiB", feed4 / store4, 3, 1);
