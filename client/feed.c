@@ -840,6 +840,33 @@ tf_status_t tf_feed_ack(tf_feed_t *feed)
     return st;
 }
 
+/* Tells the server this consumer is done with the device queue (best effort): released
+ * through the feed's ack, the rest goes back to the queue for whoever attaches next, and its
+ * pop waiting there ends. */
+static void send_detach(tf_feed_t *feed)
+{
+    uint64_t ack = ack_through(feed);
+    char q[40] = "";
+    if (ack > feed->acked)
+        snprintf(q, sizeof(q), "?ack=%" PRIu64, ack);
+    char *url = fmt("%s/devices/%s/detach%s", feed->url, feed->dev, q);
+    if (!url)
+        return;
+    tfi_call_t call = {.method = "POST", .url = url, .what = "feed_detach",
+                       .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
+    ucx_op(&call, TFP_UF_FEED_DETACH, feed->name, feed->dev);
+    snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
+    if (ack > feed->acked) {
+        call.feed.flags = TFP_UF_FF_HAS_ACK;
+        call.feed.ack = ack;
+    }
+    tf_fetch_t *f = NULL;
+    if (tfi_call(feed->c, &call, &f) == TF_OK && ack > feed->acked)
+        feed->acked = ack;
+    tf_fetch_free(f);
+    free(url);
+}
+
 void tf_feed_detach(tf_feed_t *feed)
 {
     if (!feed || feed->c->in_cb || feed->c->in_engine)
@@ -851,10 +878,15 @@ void tf_feed_detach(tf_feed_t *feed)
     feed->detaching = 1;
     if (feed->pop)
         tf_fetch_cancel(feed->pop);     /* over HTTP its callback runs now */
-    /* Over UCX it completes later (within its long poll): wait for it, so no request of the
-     * feed is left on a connection the caller may close next (a server replying on an
-     * endpoint whose client closed it is not safe across hosts). An item it brings is
-     * never acknowledged: it comes again. */
+    tf_result_t last = c->last;
+    /* Over UCX it completes later. The detach ends it on the server (204) as it gives back
+     * what the feed held; wait for it then, so no request of the feed is left on a
+     * connection the caller may close next (a server replying on an endpoint whose client
+     * closed it is not safe across hosts). An item it brings is never acknowledged: it
+     * comes again. Without the detach (a server that predates it, a connection that
+     * failed) the pop ends within its long poll. */
+    if (!feed->ring && feed->popping)
+        send_detach(feed);
     int never = 0;
     while (feed->pop)
         tfi_drive_until(c, &never, 50);
@@ -870,8 +902,8 @@ void tf_feed_detach(tf_feed_t *feed)
             tfi_drive_until(c, &never, 50);
     }
     feed->busy = 0;
-    tf_result_t last = c->last;
-    tf_feed_ack(feed);                  /* best effort */
+    if (feed->ring)
+        tf_feed_ack(feed);              /* best effort */
     c->last = last;
     tfi_ring_close(feed->ring);         /* the daemon detaches: unreleased items go back */
     feed->ring = NULL;

@@ -180,6 +180,7 @@ void api_handle_feed_delete(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_ack(tfx_req_t *r, tfd_ctx_t *c);
+void api_handle_feed_detach(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_outfeed_push(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_outfeed_get(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_done(tfx_req_t *r, tfd_ctx_t *c);

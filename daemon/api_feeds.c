@@ -9,6 +9,8 @@
  *   POST   /v1/feeds/{feed}/devices/{dev}/pop?wait=MS&ack=P    the next item; 204 none
  *                                     (&rewind=1: what was delivered and not acked again)
  *   POST   /v1/feeds/{feed}/devices/{dev}/ack?through=P        -> 204
+ *   POST   /v1/feeds/{feed}/devices/{dev}/detach?ack=P         -> 204 (held items go back,
+ *                                     the consumer's waiting pop ends with 204)
  *   POST   /v1/feeds/{feed}/devices/{dev}/outfeed              -> 201 {seq}
  *   GET    /v1/feeds/{feed}/outfeed?after=S&wait=MS            the next result; 204; 410
  *   POST   /v1/feeds/{feed}/done, /reset
@@ -45,6 +47,7 @@ struct tfd_feed_req {
     int what;                       /* TFD_FEED_* */
     unsigned wdev;
     uint64_t ev, generation;
+    uint64_t attach;                /* pop: the attachment it waits under (tfd_feed_pop) */
     uint64_t wait_start_ns;
     char key[TFD_FEED_KEY_SIZE];
 };
@@ -545,8 +548,14 @@ void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c)
     tfp_err_t err;
     unsigned dev = (unsigned)fr->dev;
     tfp_status_t st = tfd_feed_pop(fr->f, dev, c->op->feed.consumer, ack,
-                                   first && c->op->feed.rewind, c->waiter.deadline_ms, &it,
-                                   &ev, &err);
+                                   first && c->op->feed.rewind, c->waiter.deadline_ms,
+                                   &fr->attach, &it, &ev, &err);
+    if (st == TFP_ECANCELED) {          /* its consumer detached while it waited */
+        end_wait(c);
+        header_u64(r, "Tfetch-Generation", it.generation);
+        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+        return;
+    }
     if (st == TFP_EAGAIN) {
         if (first)
             fr->generation = it.generation;
@@ -580,6 +589,20 @@ void api_handle_feed_ack(tfx_req_t *r, tfd_ctx_t *c)
     tfp_err_t err;
     tfp_status_t st = tfd_feed_ack(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
                                    c->op->feed.ack, &err);
+    if (st != TFP_OK)
+        api_fail(r, c, st, "%s", err.msg);
+    else
+        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+}
+
+void api_handle_feed_detach(tfx_req_t *r, tfd_ctx_t *c)
+{
+    feed_req_t *fr = feed_req(r, c);
+    if (!fr)
+        return;
+    tfp_err_t err;
+    tfp_status_t st = tfd_feed_detach(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
+                                      c->op->feed.has_ack ? &c->op->feed.ack : NULL, &err);
     if (st != TFP_OK)
         api_fail(r, c, st, "%s", err.msg);
     else

@@ -49,6 +49,8 @@ typedef struct {
      * Cleared when another consumer attaches. */
     char rewound_for[TFP_MAX_USER_ID + 1];
     uint64_t rewound_through;
+    uint64_t detaches;              /* tfd_feed_detach calls that ended a lease: pops waiting
+                                     * under an earlier count end */
     uint64_t redeliveries, items_in, items_out, bytes_in, bytes_out, starved_ns, last_round;
     uint64_t lat[TFD_FEED_NLAT + 1], lat_count;
     double lat_sum;
@@ -717,8 +719,8 @@ static void record_latency(devq_t *q, uint64_t ns)
 }
 
 tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
-                          int rewind, uint64_t hold_until_ms, tfd_feed_item_t *item,
-                          uint64_t *ev, tfp_err_t *err)
+                          int rewind, uint64_t hold_until_ms, uint64_t *attach,
+                          tfd_feed_item_t *item, uint64_t *ev, tfp_err_t *err)
 {
     tfp_status_t st;
     wakes_t w = {0};
@@ -730,6 +732,14 @@ tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, con
         goto done;
     }
     devq_t *q = &f->q[dev];
+    if (attach && *attach && *attach != q->detaches + 1) {
+        *item = (tfd_feed_item_t){NULL, 0, 0, 0, f->generation};
+        st = tfp_err_set(err, TFP_ECANCELED, "consumer '%s' detached from device queue %u "
+                         "of feed '%s'", consumer, dev, f->name);
+        goto done;
+    }
+    if (attach)
+        *attach = q->detaches + 1;
     expire(f, dev, now, &w);
     if ((st = attached(f, dev, consumer, now, err)) != TFP_OK)
         goto done;
@@ -800,16 +810,33 @@ done:
     return st;
 }
 
-void tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer)
+tfp_status_t tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer,
+                             const uint64_t *ack, tfp_err_t *err)
 {
+    tfp_status_t st = TFP_OK;
     wakes_t w = {0};
     pthread_mutex_lock(&f->lock);
-    if (!f->deleted && dev < f->decl.ndev && strcmp(f->q[dev].consumer, consumer) == 0) {
-        rewind_q(f, dev, &w);
-        f->q[dev].consumer[0] = '\0';
+    if (f->deleted || dev >= f->decl.ndev) {
+        st = tfp_err_set(err, TFP_ENOTFOUND, f->deleted ? "feed '%s' was deleted"
+                         : "feed '%s' has no such device", f->name);
+        goto done;
     }
+    devq_t *q = &f->q[dev];
+    int mine = strcmp(q->consumer, consumer) == 0;
+    /* Its own releases count even after its lease ran out, until another consumer attached
+     * (release_through keeps to what was taken back from it). */
+    if (ack && (mine || !q->consumer[0]))
+        release_through(f, dev, consumer, *ack, &w);
+    if (mine) {
+        rewind_q(f, dev, &w);
+        q->consumer[0] = '\0';
+        q->detaches++;
+        wake_pop(f, &w, (int)dev);
+    }
+done:
     pthread_mutex_unlock(&f->lock);
     flush(f, &w);
+    return st;
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */

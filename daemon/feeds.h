@@ -136,21 +136,30 @@ typedef struct {
  * releases every delivered item at position <= *ack (ack may be NULL), with rewind makes
  * every delivered item not released undelivered again (a consumer that restarted under the
  * same id lost what its last run had prefetched: without it the next cumulative ack would
- * release those unseen), then delivers the next undelivered item. TFP_OK (*item); TFP_EAGAIN when there is none (*ev: the
- * TFD_FEED_POP counter of dev; item->generation set, item->blob NULL); TFP_EDONE when the feed is done and nothing is undelivered;
- * TFP_ECONFLICT while another consumer's lease is live; TFP_ENOTFOUND once deleted. */
+ * release those unseen), then delivers the next undelivered item. TFP_OK (*item);
+ * TFP_EAGAIN when there is none (*ev: the TFD_FEED_POP counter of dev; item->generation set,
+ * item->blob NULL); TFP_EDONE when the feed is done and nothing is undelivered;
+ * TFP_ECONFLICT while another consumer's lease is live; TFP_ENOTFOUND once deleted.
+ *
+ * attach ties a pop that waits to the attachment it began under: 0 on its first call (set
+ * here), the same value on its calls after a wait. When the consumer detached in between
+ * (tfd_feed_detach), TFP_ECANCELED (item->generation set): the pop ends without attaching
+ * it again. NULL: no such tie (the ring's pops, which never wait). */
 tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
-                          int rewind, uint64_t hold_until_ms, tfd_feed_item_t *item,
-                          uint64_t *ev, tfp_err_t *err);
+                          int rewind, uint64_t hold_until_ms, uint64_t *attach,
+                          tfd_feed_item_t *item, uint64_t *ev, tfp_err_t *err);
 /* Releases every delivered item at position <= through and renews the lease. TFP_OK,
  * TFP_ECONFLICT if consumer is not the one attached, TFP_ENOTFOUND once deleted. */
 tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, uint64_t through,
                           tfp_err_t *err);
 
-/* Ends consumer's lease on dev's queue now, if it holds it: what it was delivered and did
- * not release goes to whoever attaches next, in order (a same-host ring whose connection
- * closed). */
-void tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer);
+/* Ends consumer's lease on dev's queue now, if it holds it (a consumer that says so, a
+ * same-host ring whose connection closed): first releases through *ack as tfd_feed_ack does
+ * (ack may be NULL), then what it was delivered and did not release goes to whoever attaches
+ * next, in order, and its pops that wait end (TFP_ECANCELED from tfd_feed_pop). A consumer
+ * that holds no lease changes nothing but its own releases. TFP_OK, or TFP_ENOTFOUND. */
+tfp_status_t tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer,
+                             const uint64_t *ack, tfp_err_t *err);
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 

@@ -310,7 +310,7 @@ int tfd_ring_fill(tfd_ring_t *r, int sock, tfd_ring_stats_t *st)
         tfd_feed_item_t it;
         tfp_err_t err;
         uint64_t wait_ev = 0;
-        tfp_status_t s = tfd_feed_pop(r->f, r->dev, r->consumer, NULL, r->first, 0, &it,
+        tfp_status_t s = tfd_feed_pop(r->f, r->dev, r->consumer, NULL, r->first, 0, NULL, &it,
                                       &wait_ev, &err);
         r->empty = 0;
         if (s == TFP_OK || s == TFP_EAGAIN) {
@@ -378,8 +378,9 @@ void tfd_ring_free(tfd_ring_t *r)
 {
     if (!r)
         return;
+    tfp_err_t err;
     if (!r->first)
-        tfd_feed_detach(r->f, r->dev, r->consumer);
+        (void)tfd_feed_detach(r->f, r->dev, r->consumer, NULL, &err);
     mem_unref(r->mem);                      /* bodies received into its slots keep it */
     tfd_feed_unref(r->f);
     free(r);

@@ -112,6 +112,7 @@ static const struct tfd_endpoint_spec endpoints[TFP_OP_COUNT] = {
     [TFP_OP_FEED_POP] = {TFD_EP_FEED_POP, 0, 0, begin_get, api_handle_feed_pop,
                          api_finish_feed},
     [TFP_OP_FEED_ACK] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_ack, api_finish_feed},
+    [TFP_OP_FEED_DETACH] = {TFD_EP_FEED, 0, 0, NULL, api_handle_feed_detach, api_finish_feed},
     [TFP_OP_FEED_OUTFEED_PUSH] = {TFD_EP_FEED_OUTFEED, EP_DOC, 0, NULL,
                                   api_handle_feed_outfeed_push, api_finish_feed},
     [TFP_OP_FEED_OUTFEED_GET] = {TFD_EP_FEED_OUTFEED, 0, 0, begin_get,
@@ -227,6 +228,7 @@ static need_t needs(const tfp_op_t *op, tfp_right_t *right, const char **name)
         return NEED_RIGHT;
     case TFP_OP_FEED_POP:
     case TFP_OP_FEED_ACK:
+    case TFP_OP_FEED_DETACH:
     case TFP_OP_FEED_OUTFEED_PUSH:
         *right = TFP_RIGHT_CONSUME;
         return NEED_RIGHT;

@@ -126,7 +126,8 @@ static const char *prefixed(const char *path, const char *prefix)
     return strncmp(path, prefix, n) == 0 && path[n] == '/' ? path + n + 1 : NULL;
 }
 
-/* What follows /v1/feeds/: F, F/infeed|outfeed|done|reset, F/devices/D/infeed|pop|ack|outfeed. */
+/* What follows /v1/feeds/: F, F/infeed|outfeed|done|reset,
+ * F/devices/D/infeed|pop|ack|detach|outfeed. */
 static tfp_path_t classify_feed(const char *rest, tfp_path_info_t *o)
 {
     static const struct { const char *tail; tfp_path_t p; } whole[] = {
@@ -135,7 +136,8 @@ static tfp_path_t classify_feed(const char *rest, tfp_path_info_t *o)
         {"/reset", TFP_PATH_FEED_RESET},
     }, dev[] = {
         {"/infeed", TFP_PATH_FEED_DEV_INFEED}, {"/pop", TFP_PATH_FEED_DEV_POP},
-        {"/ack", TFP_PATH_FEED_DEV_ACK}, {"/outfeed", TFP_PATH_FEED_DEV_OUTFEED},
+        {"/ack", TFP_PATH_FEED_DEV_ACK}, {"/detach", TFP_PATH_FEED_DEV_DETACH},
+        {"/outfeed", TFP_PATH_FEED_DEV_OUTFEED},
     };
     if (!(rest = segment(rest, o->name, sizeof o->name)))
         return TFP_PATH_BAD_NAME;
@@ -265,6 +267,7 @@ static tfp_op_kind_t kind_of(tfp_path_t p, const tfp_http_req_t *in)
     case TFP_PATH_FEED_RESET: return TFP_OP_FEED_RESET;
     case TFP_PATH_FEED_DEV_POP: return TFP_OP_FEED_POP;
     case TFP_PATH_FEED_DEV_ACK: return TFP_OP_FEED_ACK;
+    case TFP_PATH_FEED_DEV_DETACH: return TFP_OP_FEED_DETACH;
     case TFP_PATH_FEED_DEV_OUTFEED: return TFP_OP_FEED_OUTFEED_PUSH;
     default: return TFP_OP_NONE;
     }
@@ -289,6 +292,7 @@ static const char *allowed(tfp_path_t p, tfp_op_kind_t k)
     case TFP_PATH_FEED_DEV_INFEED:
     case TFP_PATH_FEED_DEV_POP:
     case TFP_PATH_FEED_DEV_ACK:
+    case TFP_PATH_FEED_DEV_DETACH:
     case TFP_PATH_FEED_DEV_OUTFEED:
     case TFP_PATH_CALL:
     case TFP_PATH_WORKERS:
@@ -458,7 +462,7 @@ static tfp_status_t take_feed(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
     tfp_op_feed_t *f = &op->feed;
     tfp_op_kind_t k = op->kind;
     int pushes = k == TFP_OP_FEED_INFEED || k == TFP_OP_FEED_OUTFEED_PUSH;
-    int consumes = k == TFP_OP_FEED_POP || k == TFP_OP_FEED_ACK;
+    int consumes = k == TFP_OP_FEED_POP || k == TFP_OP_FEED_ACK || k == TFP_OP_FEED_DETACH;
     if (pushes && in->seq && (tfp_parse_u64(in->seq, UINT64_MAX / 2, &f->seq) != 0 || !f->seq))
         return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Seq must be a sequence number from 1, got "
                            "'%.32s'", in->seq);
@@ -489,7 +493,7 @@ static tfp_status_t take_feed(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err
     if (in->rewind && strcmp(in->rewind, "1") != 0 && strcmp(in->rewind, "0") != 0)
         return tfp_op_fail(e, TFP_EBADREQ, "rewind must be 1 or 0, got '%.32s'", in->rewind);
     f->rewind = in->rewind && in->rewind[0] == '1';
-    if (k == TFP_OP_FEED_POP)
+    if (k == TFP_OP_FEED_POP || k == TFP_OP_FEED_DETACH)
         st = take_position(in->ack, "ack", &f->ack, &f->has_ack, e);
     else if (k == TFP_OP_FEED_ACK) {
         if (!in->through)

@@ -44,6 +44,7 @@ typedef enum {
     TFP_PATH_FEED_RESET,            /* /v1/feeds/F/reset */
     TFP_PATH_FEED_DEV_INFEED,       /* /v1/feeds/F/devices/D/infeed */
     TFP_PATH_FEED_DEV_POP,          /* /v1/feeds/F/devices/D/pop */
+    TFP_PATH_FEED_DEV_DETACH,       /* /v1/feeds/F/devices/D/detach */
     TFP_PATH_FEED_DEV_ACK,          /* /v1/feeds/F/devices/D/ack */
     TFP_PATH_FEED_DEV_OUTFEED,      /* /v1/feeds/F/devices/D/outfeed (the computation) */
     TFP_PATH_BAD_NAME               /* a known prefix followed by an invalid name */

@@ -56,6 +56,7 @@ typedef enum {
     X(FEED_INFEED, "feed_infeed")           /* POST /v1/feeds/F[/devices/D]/infeed */\
     X(FEED_POP, "feed_pop")                 /* POST /v1/feeds/F/devices/D/pop */     \
     X(FEED_ACK, "feed_ack")                 /* POST /v1/feeds/F/devices/D/ack */     \
+    X(FEED_DETACH, "feed_detach")           /* POST /v1/feeds/F/devices/D/detach */  \
     X(FEED_OUTFEED_PUSH, "feed_outfeed_push") /* POST /v1/feeds/F/devices/D/outfeed */\
     X(FEED_OUTFEED_GET, "feed_outfeed_get") /* GET /v1/feeds/F/outfeed */            \
     X(FEED_DONE, "feed_done")               /* POST /v1/feeds/F/done */              \

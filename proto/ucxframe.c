@@ -55,8 +55,9 @@ const char *tfp_uf_feed_op_name(int op)
 {
     static const char *const names[] = {"?", "LIST", "DECLARE", "STATS", "DELETE", "INFEED",
                                          "POP", "ACK", "OUTFEED_PUSH", "OUTFEED_GET", "DONE",
-                                         "RESET"};
-    return op >= TFP_UF_FEED_LIST && op <= TFP_UF_FEED_RESET ? names[op] : "?";
+                                         "RESET", "DETACH"};
+    _Static_assert(sizeof names / sizeof names[0] == TFP_UF_FEED_LAST + 1, "a name per op");
+    return op >= TFP_UF_FEED_LIST && op <= TFP_UF_FEED_LAST ? names[op] : "?";
 }
 
 static int op_known(int op)
@@ -184,7 +185,7 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
     int k = f->op;
     const char *fn = tfp_uf_feed_op_name(k);
 
-    if (k < TFP_UF_FEED_LIST || k > TFP_UF_FEED_RESET)
+    if (k < TFP_UF_FEED_LIST || k > TFP_UF_FEED_LAST)
         return tfp_err_set(err, code, WHAT ": unknown feed op %d", k);
     if (f->flags & ~(TFP_UF_FF_HAS_ACK | TFP_UF_FF_JSON | TFP_UF_FF_REWIND))
         return tfp_err_set(err, code, WHAT ": feed flags 0x%02x has unknown bits", f->flags);
@@ -218,9 +219,9 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
         return tfp_err_set(err, code, WHAT ": FEED %s %s feed name", fn,
                            k == TFP_UF_FEED_LIST ? "takes no" : "needs a");
     int dev_needed = k == TFP_UF_FEED_POP || k == TFP_UF_FEED_ACK ||
-                     k == TFP_UF_FEED_OUTFEED_PUSH;
+                     k == TFP_UF_FEED_DETACH || k == TFP_UF_FEED_OUTFEED_PUSH;
     int pushes = k == TFP_UF_FEED_INFEED || k == TFP_UF_FEED_OUTFEED_PUSH;
-    int consumes = k == TFP_UF_FEED_POP || k == TFP_UF_FEED_ACK;
+    int consumes = k == TFP_UF_FEED_POP || k == TFP_UF_FEED_ACK || k == TFP_UF_FEED_DETACH;
     if (f->dev[0] == '\0' ? dev_needed : !(dev_needed || k == TFP_UF_FEED_INFEED))
         return tfp_err_set(err, code, WHAT ": FEED %s %s device", fn,
                            dev_needed ? "needs a" : "takes no");
@@ -239,7 +240,7 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
         return tfp_err_set(err, code, WHAT ": FEED %s takes no seq", fn);
     if ((f->flags & TFP_UF_FF_HAS_ACK) ? !consumes : (k == TFP_UF_FEED_ACK || f->ack != 0))
         return tfp_err_set(err, code, WHAT ": FEED %s: ack and its flag HAS_ACK disagree "
-                           "(only POP may, and ACK must, carry one)", fn);
+                           "(only POP and DETACH may, and ACK must, carry one)", fn);
     if ((f->flags & TFP_UF_FF_REWIND) && k != TFP_UF_FEED_POP)
         return tfp_err_set(err, code, WHAT ": FEED %s: only POP may rewind", fn);
     if (f->after && k != TFP_UF_FEED_OUTFEED_GET)

@@ -24,7 +24,7 @@
  *    40      request_id, user, name, msg, user principal
  *            then, only with flag TFP_UF_F_FEED, the feed block (80 fixed bytes, then its
  *            strings back to back):
- *     0   1  feed_op    tfp_uf_feed_op_t (1..11)
+ *     0   1  feed_op    tfp_uf_feed_op_t (1..12)
  *     1   1  fflags     bit0 TFP_UF_FF_HAS_ACK (requests), bit2 TFP_UF_FF_REWIND (POP
  *                      requests: ?rewind=1), bit1 TFP_UF_FF_JSON (the body is
  *                      JSON text, else a safetensors document)
@@ -34,7 +34,7 @@
  *     6   1  cons_len   requests: the consumer id (0..128)
  *     7   1  reserved   0
  *     8   8  seq        Tfetch-Seq (requests: infeed, outfeed push; replies: the item's)
- *    16   8  ack        pop ?ack=P, ack ?through=P (requests)
+ *    16   8  ack        pop and detach ?ack=P, ack ?through=P (requests)
  *    24   8  after      outfeed get ?after=S (requests)
  *    32   8  position   replies: Tfetch-Position
  *    40   8  round      replies: Tfetch-Round
@@ -131,7 +131,8 @@ typedef enum {
     TFP_UF_FEED = 9
 } tfp_uf_op_t;
 
-/* Which feed operation a FEED frame asks for (the tfp_op_kind_t FEED_* in this order). */
+/* Which feed operation a FEED frame asks for (the tfp_op_kind_t FEED_*; numbers only ever
+ * added at the end). */
 typedef enum {
     TFP_UF_FEED_LIST = 1,
     TFP_UF_FEED_DECLARE = 2,
@@ -143,7 +144,9 @@ typedef enum {
     TFP_UF_FEED_OUTFEED_PUSH = 8,
     TFP_UF_FEED_OUTFEED_GET = 9,
     TFP_UF_FEED_DONE = 10,
-    TFP_UF_FEED_RESET = 11
+    TFP_UF_FEED_RESET = 11,
+    TFP_UF_FEED_DETACH = 12,
+    TFP_UF_FEED_LAST = TFP_UF_FEED_DETACH
 } tfp_uf_feed_op_t;
 
 /* The feed block (flag TFP_UF_F_FEED). Zeroed by tfp_uf_init. */

@@ -102,7 +102,7 @@ static uint64_t pop(tfd_feed_t *f, unsigned dev, const char *c, tfp_status_t *st
     tfd_feed_item_t it;
     uint64_t ev;
     tfp_err_t err;
-    *st = tfd_feed_pop(f, dev, c, NULL, 0, 0, &it, &ev, &err);
+    *st = tfd_feed_pop(f, dev, c, NULL, 0, 0, NULL, &it, &ev, &err);
     if (*st != TFP_OK)
         return ~0ull;
     uint64_t v = value(it.blob);
@@ -292,7 +292,7 @@ START_TEST(feeds_concurrent_producers_keep_order)
         tfd_feed_item_t it;
         uint64_t ev;
         tfp_err_t err;
-        tfp_status_t st = tfd_feed_pop(f, 0, "c", &ack, 0, 0, &it, &ev, &err);
+        tfp_status_t st = tfd_feed_pop(f, 0, "c", &ack, 0, 0, NULL, &it, &ev, &err);
         if (st == TFP_EAGAIN) {
             sleep_ms(0);
             continue;
@@ -342,7 +342,7 @@ static void *round_consumer(void *arg)
         tfd_feed_item_t it;
         uint64_t ev;
         tfp_err_t err;
-        tfp_status_t st = tfd_feed_pop(a->f, a->dev, name, &ack, 0, 0, &it, &ev, &err);
+        tfp_status_t st = tfd_feed_pop(a->f, a->dev, name, &ack, 0, 0, NULL, &it, &ev, &err);
         if (st == TFP_EAGAIN) {
             sleep_ms(0);
             continue;
@@ -458,7 +458,7 @@ START_TEST(feeds_rewind_redelivers_to_a_restarted_consumer)
     tfd_feed_item_t it;
     uint64_t ev, ack = 1;
     tfp_err_t err;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, NULL, &it, &ev, &err), TFP_OK);
     ck_assert_int_eq(value(it.blob), 2);
     ck_assert_int_eq(it.position, 2);
     tfd_blob_unref(it.blob);
@@ -468,10 +468,10 @@ START_TEST(feeds_rewind_redelivers_to_a_restarted_consumer)
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].redeliveries, 2);
     /* Another consumer cannot rewind (or pop) while a's lease is live. */
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 1, 0, &it, &ev, &err), TFP_ECONFLICT);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 1, 0, NULL, &it, &ev, &err), TFP_ECONFLICT);
     /* Nothing delivered and not released: rewind changes nothing. */
     ack = 4;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, &it, &ev, &err), TFP_EAGAIN);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, NULL, &it, &ev, &err), TFP_EAGAIN);
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].redeliveries, 2);
     tfd_feed_unref(f);
@@ -490,11 +490,11 @@ START_TEST(feeds_ack_after_a_rewind_is_kept)
     tfp_status_t st;
     for (uint64_t v = 1; v <= 4; v++)
         ck_assert_int_eq(pop(f, 0, "a", &st, NULL), v);
-    tfd_feed_detach(f, 0, "a");                 /* its ring closed: 1..4 taken back */
     tfd_feed_item_t it;
     uint64_t ev, ack = 4;
     tfp_err_t err;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", NULL, &err), TFP_OK);     /* 1..4 taken back */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, NULL, &it, &ev, &err), TFP_OK);
     ck_assert_int_eq(it.position, 5);           /* not 1 again */
     tfd_blob_unref(it.blob);
     tfd_feed_stats_t s;
@@ -513,11 +513,58 @@ START_TEST(feeds_ack_after_a_rewind_is_kept)
     sleep_ms(100);
     tfd_feeds_tick(fs);
     ack = 6;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", &ack, 0, 0, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", &ack, 0, 0, NULL, &it, &ev, &err), TFP_OK);
     ck_assert_int_eq(it.position, 6);           /* redelivered to b, not released */
     tfd_blob_unref(it.blob);
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].released, 5);
+    tfd_feed_unref(f);
+    tfd_feeds_free(fs);
+}
+END_TEST
+
+/* A consumer that detaches gives back at once what it held (after its own ack), so another
+ * attaches without waiting out the lease; its pop that was waiting ends instead of attaching
+ * it again; a detach from a consumer that holds nothing changes nothing. */
+START_TEST(feeds_detach_ends_the_lease_and_the_wait)
+{
+    tfd_feeds_t *fs = feeds(1 << 20);
+    tfd_feed_t *f = u8_feed(fs, ",\"lease_ms\":60000", 3);
+    tfp_status_t st;
+    tfp_err_t err;
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 1);
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 2);
+    pop(f, 0, "b", &st, NULL);
+    ck_assert_int_eq(st, TFP_ECONFLICT);        /* a's lease holds for a minute */
+    uint64_t ack = 1;
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "c", &ack, &err), TFP_OK);    /* not c's */
+    tfd_feed_stats_t s;
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 0);
+    ck_assert_int_eq(s.dev[0].delivered, 2);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", &ack, &err), TFP_OK);
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 1);
+    ck_assert_int_eq(s.dev[0].delivered, 1);    /* 2 is undelivered again */
+    ck_assert_int_eq(s.dev[0].redeliveries, 1);
+    ck_assert_int_eq(pop(f, 0, "b", &st, NULL), 2);       /* b at once */
+    ck_assert_int_eq(pop(f, 0, "b", &st, NULL), 3);
+    /* b's pop finds the queue empty and waits, tied to b's attachment */
+    tfd_feed_item_t it;
+    uint64_t ev, attach = 0;
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
+    ck_assert_uint_ne(attach, 0);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
+    uint64_t before = tfd_feed_events(f, TFD_FEED_POP, 0);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "b", NULL, &err), TFP_OK);
+    ck_assert_uint_gt(tfd_feed_events(f, TFD_FEED_POP, 0), before);     /* the wait wakes */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 0, 0, &attach, &it, &ev, &err),
+                     TFP_ECANCELED);
+    ck_assert_ptr_null(it.blob);
+    ck_assert_ptr_nonnull(strstr(err.msg, "detached"));
+    /* which left b detached: a attaches, and gets 2 and 3 again */
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 2);
+    ck_assert_int_eq(tfd_feed_detach(f, 9, "a", NULL, &err), TFP_ENOTFOUND);
     tfd_feed_unref(f);
     tfd_feeds_free(fs);
 }
@@ -751,6 +798,7 @@ Suite *suite_feeds(void)
     tcase_add_test(tc, feeds_broadcast_charges_once);
     tcase_add_test(tc, feeds_lease_expiry_redelivers_once);
     tcase_add_test(tc, feeds_ack_after_a_rewind_is_kept);
+    tcase_add_test(tc, feeds_detach_ends_the_lease_and_the_wait);
     tcase_add_test(tc, feeds_rewind_redelivers_to_a_restarted_consumer);
     tcase_add_test(tc, feeds_done_stops_every_consumer);
     tcase_add_test(tc, feeds_reset_starts_a_generation);

@@ -524,6 +524,15 @@ START_TEST(op_feed_kinds)
     PARSES(&in, TFP_OK, TFP_OP_FEED_ACK, NULL);
     ck_assert_int_eq(op.feed.has_ack, 1);
     ck_assert_uint_eq(op.feed.ack, 7);
+    in = req("POST", "/v1/feeds/f/devices/gpu1/detach");
+    in.consumer = "c-1";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_DETACH, NULL);
+    ck_assert_str_eq(op.sub, "gpu1");
+    ck_assert_int_eq(op.feed.has_ack, 0);       /* the ack is optional */
+    in.ack = "12";
+    PARSES(&in, TFP_OK, TFP_OP_FEED_DETACH, NULL);
+    ck_assert_int_eq(op.feed.has_ack, 1);
+    ck_assert_uint_eq(op.feed.ack, 12);
     /* unknown tails and bad names */
     in = req("POST", "/v1/feeds/f/nothing");
     PARSES(&in, TFP_ENOTFOUND, TFP_OP_NONE, NULL);
@@ -623,6 +632,20 @@ START_TEST(op_feed_fields)
     PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_ACK, "ack needs ?through=POSITION");
     in.through = "x";
     PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_ACK, NULL);
+
+    in = req("POST", "/v1/feeds/f/devices/0/detach");
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_DETACH, "a consumer names itself: Tfetch-Consumer is "
+           "required");
+    in.consumer = "c";
+    in.ack = "1.5";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_DETACH, "ack must be a position (a non-negative "
+           "integer), got '1.5'");
+    in.ack = NULL;
+    in.rewind = "1";
+    PARSES(&in, TFP_EBADREQ, TFP_OP_FEED_DETACH, "rewind= belongs to pop only");
+    in = req("GET", "/v1/feeds/f/devices/0/detach");
+    PARSES(&in, TFP_EMETHOD, TFP_OP_FEED_DETACH, NULL);
+    ck_assert_str_eq(e.allow, "POST");
 
     in = req("GET", "/v1/feeds/f/outfeed");
     in.after = "41";

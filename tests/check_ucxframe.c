@@ -109,6 +109,12 @@ static void base_feed(tfp_uf_hdr_t *h, int k)
         h->feed.flags = TFP_UF_FF_HAS_ACK;
         h->feed.ack = UINT64_MAX / 2;
         break;
+    case TFP_UF_FEED_DETACH:                    /* the ack is optional, as on POP */
+        strcpy(h->feed.dev, "0");
+        strcpy(h->feed.consumer, "c");
+        h->feed.flags = TFP_UF_FF_HAS_ACK;
+        h->feed.ack = 4;
+        break;
     case TFP_UF_FEED_OUTFEED_PUSH: strcpy(h->feed.dev, "0"); h->body_len = 16; break;
     case TFP_UF_FEED_OUTFEED_GET: h->feed.after = 9; h->wait_ms = 10; break;
     default: break;                             /* STATS, DELETE, DONE, RESET: the name */
@@ -321,8 +327,9 @@ START_TEST(uf_op_names)
     ck_assert_str_eq(tfp_uf_op_name(10), "?");
     ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_POP), "POP");
     ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_RESET), "RESET");
+    ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_DETACH), "DETACH");
     ck_assert_str_eq(tfp_uf_feed_op_name(0), "?");
-    ck_assert_str_eq(tfp_uf_feed_op_name(12), "?");
+    ck_assert_str_eq(tfp_uf_feed_op_name(13), "?");
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_REPLY), 1);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO_ACK), 1);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
@@ -808,11 +815,16 @@ START_TEST(uf_feed_roundtrip)
     uint8_t buf[TFP_UF_MAX_HEADER];
     tfp_uf_hdr_t h, d;
 
-    for (int k = TFP_UF_FEED_LIST; k <= TFP_UF_FEED_RESET; k++) {
+    for (int k = TFP_UF_FEED_LIST; k <= TFP_UF_FEED_LAST; k++) {
         base_feed(&h, k);
         decode_ok(buf, encode_ok(&h, buf), &d);
         same_hdr(&h, &d);
     }
+    base_feed(&h, TFP_UF_FEED_DETACH);          /* a detach without an ack */
+    h.feed.flags = 0;
+    h.feed.ack = 0;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
     base_feed_reply(&h);
     decode_ok(buf, encode_ok(&h, buf), &d);
     same_hdr(&h, &d);
@@ -876,7 +888,7 @@ static const char *feed_rule(int k, tfp_uf_hdr_t *h)
     case 1: base(h, TFP_UF_GET); h->flags = TFP_UF_F_FEED; return "flag FEED on GET";
     case 2: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_FEED; return "flag FEED on PUT";
     case 3: base(h, TFP_UF_FEED); h->feed.op = 0; return "unknown feed op 0";
-    case 4: base(h, TFP_UF_FEED); h->feed.op = 12; return "unknown feed op 12";
+    case 4: base(h, TFP_UF_FEED); h->feed.op = 13; return "unknown feed op 13";
     case 5: base(h, TFP_UF_FEED); h->feed.flags |= 0x80; return "feed flags 0x81 has unknown";
     case 6: base(h, TFP_UF_FEED); h->feed.position = 1; return "FEED POP carries reply fields";
     case 7: base(h, TFP_UF_FEED); h->feed.present = 1; return "carries reply fields";
@@ -936,11 +948,19 @@ static const char *feed_rule(int k, tfp_uf_hdr_t *h)
     case 40: base_feed_reply(h); h->feed.op = 0; return "unknown feed op 0";
     case 41: base(h, TFP_UF_HELLO_ACK); h->flags = TFP_UF_F_FEED; h->feed.op = 1;
         return "flag FEED on HELLO_ACK";
+    case 42: base_feed(h, TFP_UF_FEED_DETACH); h->feed.dev[0] = 0;
+        return "FEED DETACH needs a device";
+    case 43: base_feed(h, TFP_UF_FEED_DETACH); h->feed.consumer[0] = 0;
+        return "FEED DETACH needs a consumer";
+    case 44: base_feed(h, TFP_UF_FEED_DETACH); h->feed.flags |= TFP_UF_FF_REWIND;
+        return "FEED DETACH: only POP may rewind";
+    case 45: base_feed(h, TFP_UF_FEED_DETACH); h->wait_ms = 10;
+        return "wait_ms 10 on FEED DETACH (which does not wait)";
     }
     return NULL;
 }
 
-#define N_FEED_RULES 42
+#define N_FEED_RULES 46
 
 START_TEST(uf_feed_rule_refused)
 {
