@@ -30,9 +30,10 @@
  * slots, an in-flight counter for store and redis, the socket buffers for tcp). Two kinds of
  * run: throughput (no compute: items/s, GB/s) for each size, and starvation (the consumer
  * computes STEP ms per item, spinning; the fraction of its wall time spent waiting for the
- * next item). Both are timed from the consumer's first item to its last, so that a method's
- * setup (connections, the feed's attach, a ring's memory faulted in) is not averaged into
- * its rate; the setup, from the method's open to the first item, is its own column. Prints a
+ * next item, i.e. between the end of one step and the next item). Each figure is the median
+ * of three runs, printed with their range. Both are timed from the consumer's first item to its last, so that a
+ * method's setup (connections, the feed's attach, a ring's memory faulted in) is not averaged
+ * into its rate; the setup, from the method's open to the first item, is its own column. Prints a
  * table and the issue's targets as PASS/MISS (never fails on a miss). Threads: main
  * (consumer) and one producer per run.
  *
@@ -90,6 +91,7 @@ typedef struct {
     double first_s;                     /* when the consumer had its first item */
     double last_s;                      /* and its last: what came after (detach, closing
                                          * connections) is not the method's rate */
+    double step_end;                    /* when its last step ended */
     int perr;                           /* the producer failed */
     char transport[32];
 } run_t;
@@ -109,15 +111,24 @@ static void spin(double s)
         ;
 }
 
-/* The consumer has item i, for which it began waiting at t0: the first one ends the setup
- * (connections, attach, a ring's memory), every later one's wait counts as starvation. */
-static void got_item(run_t *r, long i, double t0, double *wait_s)
+/* The consumer's step: computes (spins) for the step's time. */
+static void step(run_t *r)
+{
+    spin(r->step_s);
+    r->step_end = tfx_now_s();
+}
+
+/* The consumer has item i: the first one ends the setup (connections, attach, a ring's
+ * memory); for every later one, all the time since the last step ended counts as waiting
+ * (what the consumer did between steps, releasing the last item and driving its client
+ * included: a copy the library runs there is time the step did not compute). */
+static void got_item(run_t *r, long i, double *wait_s)
 {
     double now = tfx_now_s();
     if (i == 0)
         r->first_s = now;
     else
-        *wait_s += now - t0;
+        *wait_s += now - r->step_end;
     r->last_s = now;
 }
 
@@ -180,12 +191,11 @@ static int ring_consume(run_t *r, double *wait_s)
     ring_t *g = r->st;
     volatile unsigned char sink = 0;
     for (long i = 0; i < r->n; i++) {
-        double t0 = tfx_now_s();
         while (atomic_load(g->head) <= (uint64_t)i)
             sched_yield();
-        got_item(r, i, t0, wait_s);
+        got_item(r, i, wait_s);
         sink ^= g->slots[(i % AHEAD) * r->size + r->size - 1];
-        spin(r->step_s);
+        step(r);
         atomic_store(g->tail, (uint64_t)i + 1);
     }
     (void)sink;
@@ -271,13 +281,12 @@ static int tcp_consume(run_t *r, double *wait_s)
 {
     tcp_t *t = r->st;
     for (long i = 0; i < r->n; i++) {
-        double t0 = tfx_now_s();
         uint64_t len;
         if (full_read(t->cfd, &len, sizeof(len)) != 0 || len != r->size ||
             full_read(t->cfd, t->buf, len) != 0)
             return -1;
-        got_item(r, i, t0, wait_s);
-        spin(r->step_s);
+        got_item(r, i, wait_s);
+        step(r);
     }
     return 0;
 }
@@ -404,7 +413,6 @@ static int redis_consume(run_t *r, double *wait_s)
     static const char cmd[] = "*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n";
     char line[64];
     for (long i = 0; i < r->n; i++) {
-        double t0 = tfx_now_s();
         if (full_write(t->cfd, cmd, sizeof(cmd) - 1) != 0 ||
             read_line(t->cfd, line, sizeof(line)) != 0 || strcmp(line, "*2") != 0 ||
             read_line(t->cfd, line, sizeof(line)) != 0 ||         /* $1 */
@@ -413,9 +421,9 @@ static int redis_consume(run_t *r, double *wait_s)
             strtoull(line + 1, NULL, 10) != r->size || full_read(t->cfd, t->buf, r->size) != 0 ||
             full_read(t->cfd, line, 2) != 0)
             return -1;
-        got_item(r, i, t0, wait_s);
+        got_item(r, i, wait_s);
         atomic_fetch_add(&r->consumed, 1);
-        spin(r->step_s);
+        step(r);
     }
     return 0;
 }
@@ -491,16 +499,15 @@ static int store_consume(run_t *r, double *wait_s)
         return -1;
     int rc = 0;
     for (long i = 0; rc == 0 && i < r->n; i++) {
-        double t0 = tfx_now_s();
         tf_doc_t *d = NULL;
         store_url(r, i, u, sizeof(u));
         if (tf_get(c, u, 10000, &d) != TF_OK) {
             rc = -1;
             break;
         }
-        got_item(r, i, t0, wait_s);
+        got_item(r, i, wait_s);
         snprintf(r->transport, sizeof(r->transport), "%s", tf_client_last(c)->transport);
-        spin(r->step_s);
+        step(r);
         tf_doc_free(d);
         if (tf_delete(c, u) != TF_OK)
             rc = -1;
@@ -654,14 +661,13 @@ static int feed_consume(run_t *r, double *wait_s)
     int rc = 0;
     volatile unsigned char sink = 0;
     for (long i = 0; i < r->n; i++) {
-        double t0 = tfx_now_s();
         tf_item_t *it = NULL;
         if (tf_infeed_pop(feed, 10000, &it) != TF_OK) {
             bench_errorf("pop: %s", tf_client_last(c)->error);
             rc = -1;
             break;
         }
-        got_item(r, i, t0, wait_s);
+        got_item(r, i, wait_s);
         const tf_tensor_t *t = tf_doc_find(tf_item_doc(it), "x");
         if (!t || t->nbytes != r->size) {
             rc = -1;
@@ -669,7 +675,7 @@ static int feed_consume(run_t *r, double *wait_s)
             break;
         }
         sink ^= ((const unsigned char *)t->data)[r->size - 1];
-        spin(r->step_s);
+        step(r);
         tf_item_release(it);
         tf_client_run(c, 0);            /* one pass: the prefetch moves on during a step */
     }
@@ -706,7 +712,6 @@ static int rounds_consume(run_t *r, double *wait_s)
             rc = -1;
     volatile unsigned char sink = 0;
     for (long i = 0; rc == 0 && i < r->n; i++) {
-        double t0 = tfx_now_s();
         tf_item_t *it[2] = {NULL, NULL};
         for (int k = 0; rc == 0 && k < 2; k++) {
             if (tf_infeed_pop(feed[k], 10000, &it[k]) != TF_OK) {
@@ -721,8 +726,8 @@ static int rounds_consume(run_t *r, double *wait_s)
                 sink ^= ((const unsigned char *)t->data)[t->nbytes - 1];
         }
         if (rc == 0) {
-            got_item(r, i, t0, wait_s);
-            spin(r->step_s);
+            got_item(r, i, wait_s);
+            step(r);
         }
         for (int k = 0; k < 2; k++)
             if (it[k])
@@ -798,6 +803,37 @@ static result_t measure(const method_t *m, size_t size, long n, double step_s,
     res.starved = wait / wall;
     snprintf(res.transport, sizeof(res.transport), "%s", r.transport[0] ? r.transport : "-");
     return res;
+}
+
+/* Every figure is the median of RUNS runs: one stall of this VM (tens of ms) moves a single
+ * run's rate or starvation fraction by several hundredths. */
+#define RUNS 3
+
+static int by_starved(const void *a, const void *b)
+{
+    double x = ((const result_t *)a)->starved, y = ((const result_t *)b)->starved;
+    return (x > y) - (x < y);
+}
+
+static int by_rate(const void *a, const void *b)
+{
+    double x = ((const result_t *)a)->gb_s, y = ((const result_t *)b)->gb_s;
+    return (x > y) - (x < y);
+}
+
+/* RUNS runs of m: the median (by starvation with a step, else by rate) and the range of
+ * that figure. .ok 0 if any run failed. */
+static result_t measure_runs(const method_t *m, size_t size, long n, double step_s,
+                             unsigned char *src, double *lo, double *hi)
+{
+    result_t runs[RUNS];
+    for (int t = 0; t < RUNS; t++)
+        if (!(runs[t] = measure(m, size, n, step_s, src)).ok)
+            return runs[t];
+    qsort(runs, RUNS, sizeof(runs[0]), step_s > 0 ? by_starved : by_rate);
+    *lo = step_s > 0 ? runs[0].starved : runs[0].gb_s;
+    *hi = step_s > 0 ? runs[RUNS - 1].starved : runs[RUNS - 1].gb_s;
+    return runs[RUNS / 2];
 }
 
 static double memcpy_gb_s(size_t size)
@@ -929,11 +965,12 @@ int main(int argc, char **argv)
     bench_fill_pattern(src, big > 4 * MIB ? big : 4 * MIB, 7);
     int rc = 0;
 
+    printf("# every figure: the median of %d runs, and the range of the %d\n", RUNS, RUNS);
     printf("# throughput: one producer, one consumer, no compute; items/s and GB/s from the "
            "consumer's first item to its last; setup: until its first item (connections, "
            "attach, the ring's memory)\n");
-    printf("%-6s %9s %12s %8s %9s  %s\n", "method", "size", "items/s", "GB/s", "setup ms",
-           "transport");
+    printf("%-6s %9s %12s %8s %11s %9s  %s\n", "method", "size", "items/s", "GB/s", "range",
+           "setup ms", "transport");
     double feed4 = 0, feedp4 = 0, ring4 = 0, redis4 = 0, store4 = 0;
     for (int s = 0; s < nsizes; s++) {
         char sb[32];
@@ -951,7 +988,8 @@ int main(int argc, char **argv)
             int split = strcmp(m->name, "split") == 0, bcast = strcmp(m->name, "bcast") == 0;
             int pushes = !remote && (strncmp(m->name, "feed", 4) == 0 || split || bcast);
             long lent0 = pushes ? metric("tfetch_shm_ring_lent_total") : -1;
-            result_t res = measure(m, sizes[s], n, 0, src);
+            double lo, hi;
+            result_t res = measure_runs(m, sizes[s], n, 0, src, &lo, &hi);
             long lent = lent0 >= 0 ? metric("tfetch_shm_ring_lent_total") - lent0 : -1;
             if (!res.ok) {
                 printf("%-6s %9s %12s %8s\n", m->name, bench_fmt_size(sizes[s], sb, sizeof(sb)),
@@ -960,11 +998,11 @@ int main(int argc, char **argv)
                     rc = 1;
                 continue;
             }
-            printf("%-6s %9s %12.0f %8.2f %9.1f  %s", m->name,
-                   bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s,
+            printf("%-6s %9s %12.0f %8.2f %5.2f-%-5.2f %9.1f  %s", m->name,
+                   bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s, lo, hi,
                    res.setup_ms, res.transport);
             if (lent >= 0)              /* pushes received straight into a ring slot */
-                printf(" (%ld of %ld %s into a slot)", lent, split ? 2 * n : n,
+                printf(" (%ld of %ld %s into a slot)", lent, RUNS * (split ? 2 * n : n),
                        split ? "halves" : bcast ? "rounds" : "pushes");
             printf("\n");
             fflush(stdout);
@@ -984,10 +1022,11 @@ int main(int argc, char **argv)
     printf("%-6s %9s %12.0f %8.2f\n", "memcpy", "4 MiB", mc * 1e9 / (double)(4 * MIB), mc);
 
     printf("\n# starvation: 4 MiB items, the consumer computes STEP ms per item; the fraction "
-           "of its wall time from its first item to its last spent waiting\n");
-    printf("%-6s %8s %10s %10s %8s %9s\n", "method", "step", "demand", "starved", "GB/s",
-           "setup ms");
-    double feed_starved_1g = -1, feedp_starved_1g = -1;
+           "of its wall time from its first item to its last spent waiting (from the end of a "
+           "step to the next item)\n");
+    printf("%-6s %8s %10s %10s %11s %8s %9s\n", "method", "step", "demand", "starved", "range",
+           "GB/s", "setup ms");
+    double feed_starved_1g = -1, feedp_starved_1g = -1, ring_starved_1g = -1;
     const double steps[2] = {0.004, 0.002};     /* 1 GB/s and 2 GB/s of demand */
     for (int k = 0; k < 2; k++) {
         for (size_t j = 0; j < NMETHODS; j++) {
@@ -997,18 +1036,23 @@ int main(int argc, char **argv)
             long n = quick ? 20 : 150;
             if (strcmp(m->name, "store") == 0 || strcmp(m->name, "redis") == 0)
                 n = quick ? 20 : 60;
-            result_t res = measure(m, 4 * MIB, n, steps[k], src);
-            if (!res.ok) {
+            double lo, hi;
+            result_t r = measure_runs(m, 4 * MIB, n, steps[k], src, &lo, &hi);
+            const result_t *res = &r;
+            if (!res->ok) {
                 printf("%-6s %6.0fms %10s %10s\n", m->name, steps[k] * 1e3, "-", "skipped");
                 continue;
             }
-            printf("%-6s %6.0fms %7.2fGB/s %10.3f %8.2f %9.1f\n", m->name, steps[k] * 1e3,
-                   (double)(4 * MIB) / steps[k] / 1e9, res.starved, res.gb_s, res.setup_ms);
+            printf("%-6s %6.0fms %7.2fGB/s %10.3f %.3f-%.3f %8.2f %9.1f\n", m->name,
+                   steps[k] * 1e3, (double)(4 * MIB) / steps[k] / 1e9, res->starved, lo, hi,
+                   res->gb_s, res->setup_ms);
             fflush(stdout);
             if (k == 0 && strcmp(m->name, "feed") == 0)
-                feed_starved_1g = res.starved;
+                feed_starved_1g = res->starved;
             if (k == 0 && strcmp(m->name, "feedp") == 0)
-                feedp_starved_1g = res.starved;
+                feedp_starved_1g = res->starved;
+            if (k == 0 && strcmp(m->name, "ring") == 0)
+                ring_starved_1g = res->starved;
         }
     }
 
@@ -1019,6 +1063,8 @@ int main(int argc, char **argv)
         target("feed / memcpy at 4 MiB", feed4 / mc, 0.5, 1);
     if (feed_starved_1g >= 0)
         target("feed starvation at 1 GB/s demand (4 MiB, 4 ms steps)", feed_starved_1g, 0.02, 0);
+    if (feed_starved_1g >= 0 && ring_starved_1g >= 0)
+        printf("      (the raw ring's own starvation in this run: %.3f)\n", ring_starved_1g);
     if (redis4 > 0)
         target("feed / redis at 4 MiB", feed4 / redis4, 5, 1);
     else if (want_redis && !remote)
