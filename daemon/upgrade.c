@@ -376,6 +376,7 @@ void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
         st->dropped = us.dropped;
         st->requests = us.requests;
         st->byes = us.byes;
+        st->prefixed = us.prefixed;
     }
 #endif
 }

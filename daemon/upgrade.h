@@ -24,6 +24,7 @@ typedef struct {
     uint64_t issued, accepted, refused;     /* tokens; HELLOs */
     uint64_t dropped, requests;             /* UCX messages */
     uint64_t byes;                          /* UCX endpoints closed by a BYE */
+    uint64_t prefixed;                      /* UCX requests sent with a body prefix */
 } tfd_upgrade_stats_t;
 
 /* Starts UCX serving with handlers h, when built with UCX and enabled; request documents

@@ -105,6 +105,20 @@ static int status_known(int64_t v)
     return 0;
 }
 
+int tfp_uf_has_feature(const char *msg, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = msg; p && *p;) {
+        while (*p == ' ')
+            p++;
+        size_t len = strcspn(p, " ");
+        if (len == n && n && memcmp(p, word, n) == 0)
+            return 1;
+        p += len;
+    }
+    return 0;
+}
+
 void tfp_uf_init(tfp_uf_hdr_t *h, tfp_uf_op_t op, uint64_t seq)
 {
     if (h == NULL)
@@ -270,8 +284,21 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
 
     if (!op_known(op))
         return tfp_err_set(err, code, WHAT ": unknown op %d", op);
-    if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_FEED)) != 0)
+    if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_BODY_PREFIX | TFP_UF_F_FEED)) != 0)
         return tfp_err_set(err, code, WHAT ": flags 0x%04x has unknown bits", h->flags);
+    if (h->flags & TFP_UF_F_BODY_PREFIX) {
+        if (op != TFP_UF_PUT && op != TFP_UF_CALL && op != TFP_UF_FEED)
+            return tfp_err_set(err, code, WHAT ": flag BODY_PREFIX on %s", on);
+        if (h->prefix_len == 0 || h->prefix_len > TFP_UF_MAX_PREFIX ||
+            h->prefix_len >= h->body_len)
+            return tfp_err_set(err, code, WHAT ": flag BODY_PREFIX with a body prefix of %u "
+                               "bytes (1..%d, and less than body_len %llu)",
+                               (unsigned)h->prefix_len, TFP_UF_MAX_PREFIX,
+                               (unsigned long long)h->body_len);
+    } else if (h->prefix_len != 0) {
+        return tfp_err_set(err, code, WHAT ": prefix_len %u without flag BODY_PREFIX",
+                           (unsigned)h->prefix_len);
+    }
     if (op == TFP_UF_FEED && !(h->flags & TFP_UF_F_FEED))
         return tfp_err_set(err, code, WHAT ": FEED without its feed block (flag FEED)");
     if ((h->flags & TFP_UF_F_FEED) && op != TFP_UF_FEED && op != TFP_UF_REPLY)
@@ -479,9 +506,17 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
                                "over %d", TFP_MAX_USER_ID);
         total += TFP_UF_FEED_FIXED + nfd + nfp + nfc;
     }
-    if (len != total)
+    size_t prefix = 0;
+    if (get_le(p + 6, 2) & TFP_UF_F_BODY_PREFIX) {
+        if (len <= total || len - total > TFP_UF_MAX_PREFIX)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": flag BODY_PREFIX, but %zu bytes "
+                               "follow the %zu-byte frame (1..%d)", len > total ? len - total
+                               : 0, total, TFP_UF_MAX_PREFIX);
+        prefix = len - total;
+    } else if (len != total) {
         return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes, but the header says %zu "
                            "(40 + strings%s)", len, total, fb ? " + feed block" : "");
+    }
 
     memset(&h, 0, sizeof h);
     h.op = (tfp_uf_op_t)p[5];
@@ -491,6 +526,7 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     h.wait_ms = (uint32_t)get_le(p + 20, 4);
     h.http = (uint16_t)get_le(p + 38, 2);
     h.body_len = get_le(p + 24, 8);
+    h.prefix_len = (uint32_t)prefix;
     p += TFP_UF_FIXED;
     if ((st = take(&p, nid, h.request_id, "request id", err)) != TFP_OK ||
         (st = take(&p, nuser, h.user, "user", err)) != TFP_OK ||

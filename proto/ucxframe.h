@@ -8,7 +8,8 @@
  *     0   4  magic      0x31554654 ("TFU1" as bytes)
  *     4   1  version    2
  *     5   1  op         tfp_uf_op_t
- *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, the others 0
+ *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, bit1 TFP_UF_F_BODY_PREFIX,
+ *                      bit8 TFP_UF_F_FEED, the others 0
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
  *    20   4  wait_ms    GET long-poll in milliseconds; 0 on every other op
@@ -43,6 +44,13 @@
  *    64   8  retry_after  replies: Retry-After (seconds)
  *    72   8  resume_after replies: an outfeed 410's resume point
  *    80      dev, producer, consumer
+ *            then, only with flag TFP_UF_F_BODY_PREFIX (requests that carry a body: PUT,
+ *            CALL, FEED), the first prefix_len bytes of the body (1..TFP_UF_MAX_PREFIX,
+ *            fewer than body_len): what is left of the AM header after the frame. The AM
+ *            data carries the rest of the body, so a document whose small header and large
+ *            tensor lie apart goes as one contiguous piece (rendezvous, read straight from
+ *            the sender) instead of as pieces through the peer's FIFO. A server offers
+ *            it in its HELLO_ACK (TFP_UF_FEATURES); a client sends it only then.
  *
  * Ops and what each may carry (a decoder refuses anything else; an encoder the same):
  *   HELLO      first message on a new endpoint: name = the one-time token (32 lowercase hex,
@@ -102,7 +110,17 @@
      TFP_UF_MAX_MSG + TFP_UF_MAX_FEED)
 
 #define TFP_UF_F_REPLY_HAS_BODY 0x0001u
+#define TFP_UF_F_BODY_PREFIX 0x0002u        /* the body's first bytes end the AM header */
 #define TFP_UF_F_FEED 0x0100u               /* the feed block follows the strings */
+
+/* The most body bytes a header may carry (flag BODY_PREFIX): a document's safetensors
+ * header, and the small tensors before its last one. */
+#define TFP_UF_MAX_PREFIX 2048
+/* What a server's successful HELLO_ACK says in its msg (space-separated words; a client
+ * ignores words it does not know, and an older server says nothing): "body-prefix" = it
+ * takes flag BODY_PREFIX. */
+#define TFP_UF_FEATURES "body-prefix"
+#define TFP_UF_FEATURE_BODY_PREFIX "body-prefix"
 
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u
@@ -169,6 +187,8 @@ typedef struct {
     uint32_t wait_ms;                           /* GET only */
     uint16_t http;                              /* replies only: HTTP-equivalent status */
     uint64_t body_len;
+    uint32_t prefix_len;                        /* with flag BODY_PREFIX: the body bytes
+                                                 * after the frame; else 0 */
     char request_id[TFP_MAX_REQUEST_ID + 1];    /* NUL-terminated; "" for none */
     char user[TFP_MAX_USER_ID + 1];
     char name[TFP_MAX_TENSOR_NAME + 1];
@@ -193,12 +213,17 @@ tfp_status_t tfp_uf_check(const tfp_uf_hdr_t *h, tfp_err_t *err);
 
 /* Writes h into buf[0..size) (size TFP_UF_MAX_HEADER is always enough) and sets *len to the
  * bytes written. TFP_EINVAL, naming the field, if h breaks a rule or buf is too small; buf
- * and *len are then untouched. */
+ * and *len are then untouched. With flag BODY_PREFIX the frame alone is written: the caller
+ * appends the prefix_len body bytes after it. */
 tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
                            tfp_err_t *err);
 
-/* Decodes exactly len bytes (the whole AM header: trailing bytes are refused). TFP_OK and
- * *out set, or TFP_EPROTO with a message naming what was wrong and *out untouched. */
+/* Decodes exactly len bytes (the whole AM header: trailing bytes are refused, except, with
+ * flag BODY_PREFIX, the body's prefix: out->prefix_len bytes at buf + len - prefix_len).
+ * TFP_OK and *out set, or TFP_EPROTO with a message naming what was wrong and *out
+ * untouched. */
+/* 1 if a HELLO_ACK's msg lists the feature word (TFP_UF_FEATURE_*). */
+int tfp_uf_has_feature(const char *msg, const char *word);
 tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_err_t *err);
 
 #endif

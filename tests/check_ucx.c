@@ -1030,6 +1030,95 @@ START_TEST(ucx_packed_doc_put)
 }
 END_TEST
 
+/* A document of borrowed tensors (its header and the tensors' bytes lie apart) whose last
+ * tensor is large and whose header and other tensors fit TFP_UF_MAX_PREFIX goes as one
+ * contiguous piece after those first bytes (BODY_PREFIX: the server offered it in its
+ * HELLO_ACK), for PUT and exchange alike, and arrives intact; any other shape goes in pieces
+ * as before. tfetch_ucx_body_prefix_total counts the first kind only. */
+static void put_and_check(tf_client_t *c, const char *name, tf_doc_t *d, long long want_more)
+{
+    long long before = td_metric(&D, "tfetch_ucx_body_prefix_total");
+    ck_assert_int_ge(before, 0);
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", name), d), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    ck_assert_int_eq(td_metric(&D, "tfetch_ucx_body_prefix_total"), before + want_more);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", name), 0, &got), TF_OK);
+    ck_assert_uint_eq(tf_doc_count(got), tf_doc_count(d));
+    for (size_t i = 0; i < tf_doc_count(d); i++) {
+        const tf_tensor_t *a = tf_doc_at(d, i), *b = tf_doc_find(got, a->name);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_uint_eq(a->nbytes, b->nbytes);
+        ck_assert_mem_eq(a->data, b->data, a->nbytes);
+    }
+    tf_doc_free(got);
+}
+
+START_TEST(ucx_borrowed_doc_prefixed)
+{
+    if (!have_daemon("ucx_borrowed_doc_prefixed"))
+        return;
+    const char *args[] = {"--max-body", "1073741824", NULL};
+    start(args);
+    tf_client_t *c = ucx_client();
+    size_t big = 4u << 20;
+    uint8_t *v = malloc(big), *small = malloc(4096);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_nonnull(small);
+    for (size_t i = 0; i < big; i++)
+        v[i] = (uint8_t)(i * 131 + (i >> 13));
+    for (size_t i = 0; i < 4096; i++)
+        small[i] = (uint8_t)(255 - i);
+    /* one tensor: the header, then its bytes */
+    int64_t sbig[1] = {(int64_t)big}, s12[1] = {12}, s4k[1] = {4096}, s8[1] = {8};
+    tf_doc_t *d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "v", TF_U8, 1, sbig, v, big, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_set_meta(d, "k", "meta"), TF_OK);
+    put_and_check(c, "one", d, 1);
+    tf_doc_free(d);
+    /* small tensors first, the large one last */
+    d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "a", TF_U8, 1, s12, small, 12, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_add(d, "b", TF_U8, 1, s8, small + 100, 8, TF_COPY), TF_OK);
+    ck_assert_int_eq(tf_doc_add(d, "v", TF_U8, 1, sbig, v, big, TF_BORROW), TF_OK);
+    put_and_check(c, "three", d, 1);
+    tf_doc_free(d);
+    /* more than TFP_UF_MAX_PREFIX before the last: in pieces */
+    d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "a", TF_U8, 1, s4k, small, 4096, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_add(d, "v", TF_U8, 1, sbig, v, big, TF_BORROW), TF_OK);
+    put_and_check(c, "pieces", d, 0);
+    tf_doc_free(d);
+    /* the large one first: in pieces */
+    d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "v", TF_U8, 1, sbig, v, big, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_doc_add(d, "a", TF_U8, 1, s12, small, 12, TF_BORROW), TF_OK);
+    put_and_check(c, "last-small", d, 0);
+    tf_doc_free(d);
+    /* a small body goes eagerly, as it was */
+    d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "a", TF_U8, 1, s12, small, 12, TF_BORROW), TF_OK);
+    put_and_check(c, "tiny", d, 0);
+    /* an exchange: the request prefixed, the echo the same bytes */
+    tf_doc_free(d);
+    d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "v", TF_U8, 1, sbig, v, big, TF_BORROW), TF_OK);
+    long long before = td_metric(&D, "tfetch_ucx_body_prefix_total");
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_fetch(c, url("/v1/call/%s", "echo"), d, &got), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    ck_assert_int_eq(td_metric(&D, "tfetch_ucx_body_prefix_total"), before + 1);
+    ck_assert_uint_eq(tf_doc_find(got, "v")->nbytes, big);
+    ck_assert_mem_eq(tf_doc_find(got, "v")->data, v, big);
+    tf_doc_free(got);
+    tf_doc_free(d);
+    free(v);
+    free(small);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 /* A large reply over UCX lands in reused memory: once its document is freed the buffer stays
  * mapped and faulted in (libtfetch keeps it for the next reply of that size), and the next
  * GET of the size lands in it, with the new bytes. Without the cache each reply was fresh
@@ -1378,6 +1467,8 @@ typedef struct {
     ucp_context_h ctx;
     ucp_worker_h w;
     int acks, acks_ok, replies;
+    char ack_msg[TFP_UF_MAX_MSG + 1];   /* the last HELLO_ACK's */
+    unsigned last_http;                 /* the last REPLY's */
 } raw_t;
 
 static ucs_status_t raw_on_reply(void *arg, const void *header, size_t header_length,
@@ -1394,8 +1485,10 @@ static ucs_status_t raw_on_reply(void *arg, const void *header, size_t header_le
     if (h.op == TFP_UF_HELLO_ACK) {
         r->acks++;
         r->acks_ok += h.status == TFP_OK;
+        snprintf(r->ack_msg, sizeof r->ack_msg, "%s", h.msg);
     } else {
         r->replies++;
+        r->last_http = h.http;
     }
     return UCS_OK;
 }
@@ -1429,18 +1522,25 @@ static ucp_ep_h raw_ep(raw_t *r, const tfp_up_resp_t *resp)
     return h;
 }
 
-/* Sends one active message (header only) and progresses until it is out. */
-static void raw_send(raw_t *r, ucp_ep_h ep, const void *hdr, size_t len)
+/* Sends one active message (header, and data of dlen bytes) and progresses until it is
+ * out. */
+static void raw_send_data(raw_t *r, ucp_ep_h ep, const void *hdr, size_t len, const void *data,
+                          size_t dlen)
 {
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                              .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
-    void *rq = ucp_am_send_nbx(ep, TFX_UCX_AM_REQUEST, hdr, len, NULL, 0, &p);
+    void *rq = ucp_am_send_nbx(ep, TFX_UCX_AM_REQUEST, hdr, len, data, dlen, &p);
     ck_assert(!UCS_PTR_IS_ERR(rq));
     if (UCS_PTR_IS_PTR(rq)) {
         while (ucp_request_check_status(rq) == UCS_INPROGRESS)
             ucp_worker_progress(r->w);
         ucp_request_free(rq);
     }
+}
+
+static void raw_send(raw_t *r, ucp_ep_h ep, const void *hdr, size_t len)
+{
+    raw_send_data(r, ep, hdr, len, NULL, 0);
 }
 
 /* Progresses for ms milliseconds (replies are counted by raw_on_reply). */
@@ -1535,10 +1635,58 @@ START_TEST(ucx_raw_frames)
         raw_progress(&r, 100);
     ck_assert_int_eq(r.acks, 1);
     ck_assert_int_eq(r.acks_ok, 1);
+    ck_assert(tfp_uf_has_feature(r.ack_msg, TFP_UF_FEATURE_BODY_PREFIX));
     raw_send(&r, ep, get, get_len);
     for (int i = 0; i < 50 && r.replies == 0; i++)
         raw_progress(&r, 100);
     ck_assert_int_eq(r.replies, 1);
+
+    /* A PUT whose body starts in the header (BODY_PREFIX): the document's header there, its
+     * 16 bytes of data as the message's data; stored whole. */
+    tf_doc_t *d = tf_doc_new();
+    int64_t s16[1] = {16};
+    uint8_t v16[16];
+    for (int i = 0; i < 16; i++)
+        v16[i] = (uint8_t)(3 * i + 1);
+    ck_assert_int_eq(tf_doc_add(d, "x", TF_U8, 1, s16, v16, 16, TF_COPY), TF_OK);
+    void *dh = NULL;
+    size_t dhl = 0;
+    ck_assert_int_eq(tf_doc_encode_header(d, &dh, &dhl), TF_OK);
+    tfp_uf_init(&h, TFP_UF_PUT, 78);
+    snprintf(h.request_id, sizeof h.request_id, "raw-put");
+    snprintf(h.name, sizeof h.name, "pre");
+    h.body_len = dhl + 16;
+    h.flags = TFP_UF_F_BODY_PREFIX;
+    h.prefix_len = (uint32_t)dhl;
+    uint8_t put[TFP_UF_MAX_HEADER + TFP_UF_MAX_PREFIX];
+    size_t put_len = encode(&h, put);
+    memcpy(put + put_len, dh, dhl);
+    raw_send_data(&r, ep, put, put_len + dhl, v16, 16);
+    for (int i = 0; i < 50 && r.replies == 1; i++)
+        raw_progress(&r, 100);
+    ck_assert_int_eq(r.replies, 2);
+    ck_assert_uint_eq(r.last_http, 201);
+    tf_client_t *c = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "pre"), 0, &got), TF_OK);
+    ck_assert_mem_eq(tf_doc_find(got, "x")->data, v16, 16);
+    tf_doc_free(got);
+    /* The same frame claiming one byte more than prefix and data make: dropped unanswered,
+     * and the endpoint still served. */
+    h.body_len = dhl + 17;
+    h.seq = 79;
+    put_len = encode(&h, put);
+    memcpy(put + put_len, dh, dhl);
+    raw_send_data(&r, ep, put, put_len + dhl, v16, 16);
+    raw_progress(&r, 300);
+    ck_assert_int_eq(r.replies, 2);
+    raw_send(&r, ep, get, get_len);
+    for (int i = 0; i < 50 && r.replies == 2; i++)
+        raw_progress(&r, 100);
+    ck_assert_int_eq(r.replies, 3);
+    tf_free(dh);
+    tf_doc_free(d);
+    tf_client_free(c);
     raw_close(&r, ep);
 
     ucp_worker_destroy(r.w);
@@ -2198,6 +2346,7 @@ Suite *suite_ucx(void)
     tcase_add_test(ops, ucx_every_dtype_round_trips);
     tcase_add_test(ops, ucx_big_tensor);
     tcase_add_test(ops, ucx_packed_doc_put);
+    tcase_add_test(ops, ucx_borrowed_doc_prefixed);
     tcase_add_test(ops, ucx_reply_buffers_reused);
     tcase_add_test(ops, ucx_thousand_in_flight);
     tcase_set_timeout(ops, 300);

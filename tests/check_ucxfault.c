@@ -470,13 +470,9 @@ static void raw_bye_close(raw_t *r, ucp_ep_h ep, void *pending)
 /* A number from /metrics. */
 static long long metric(const char *name)
 {
-    char cmd[256], out[65536], pat[128];
-    snprintf(cmd, sizeof cmd, "curl -s -m 5 '%s/metrics'", D.base);
-    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
-    snprintf(pat, sizeof pat, "\n%s ", name);
-    const char *p = strstr(out, pat);
-    ck_assert_msg(p != NULL, "no %s in /metrics", name);
-    return strtoll(p + strlen(pat), NULL, 10);
+    long long v = td_metric(&D, name);
+    ck_assert_msg(v >= 0, "no %s in /metrics", name);
+    return v;
 }
 
 /* A raw client gets a BYE_BIG tensor, holds the reply's rendezvous unreceived, the tensor is

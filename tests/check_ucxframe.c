@@ -193,6 +193,10 @@ static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
         memcpy(p + o + nd + np, f->consumer, nc);
         o += nd + np + nc;
     }
+    if (h->flags & TFP_UF_F_BODY_PREFIX) {      /* the prefix_len body bytes it claims */
+        memset(p + o, 'p', h->prefix_len);
+        o += h->prefix_len;
+    }
     return o;
 }
 
@@ -205,6 +209,7 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
     ck_assert_uint_eq(a->wait_ms, b->wait_ms);
     ck_assert_uint_eq(a->http, b->http);
     ck_assert_uint_eq(a->body_len, b->body_len);
+    ck_assert_uint_eq(a->prefix_len, b->prefix_len);
     ck_assert_str_eq(a->request_id, b->request_id);
     ck_assert_str_eq(a->user, b->user);
     ck_assert_str_eq(a->name, b->name);
@@ -493,7 +498,7 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
     switch (k) {
     case 0: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)0; return "unknown op 0";
     case 1: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)10; return "unknown op 10";
-    case 2: base(h, TFP_UF_GET); h->flags = 2; return "flags 0x0002 has unknown bits";
+    case 2: base(h, TFP_UF_GET); h->flags = 4; return "flags 0x0004 has unknown bits";
     case 3: base(h, TFP_UF_REPLY); h->flags = 0x8001; return "flags 0x8001 has unknown bits";
     case 4: base(h, TFP_UF_GET); h->request_id[0] = 0;
         return "request id is missing (required on GET)";
@@ -592,15 +597,29 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
         return "optional 64-hex-digit proof";
     case 64: base(h, TFP_UF_HELLO); strcpy(h->msg, BOOT " " NETNS " ");
         return "optional 64-hex-digit proof";
+    /* a body's prefix in the header: only on requests with a body, 1..2048 bytes, and less
+     * than the body */
+    case 65: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_BODY_PREFIX; return "flag BODY_PREFIX";
+    case 66: base(h, TFP_UF_GET); h->flags = TFP_UF_F_BODY_PREFIX; h->prefix_len = 4;
+        return "flag BODY_PREFIX on GET";
+    case 67: base(h, TFP_UF_REPLY); h->flags |= TFP_UF_F_BODY_PREFIX; h->prefix_len = 4;
+        return "flag BODY_PREFIX on REPLY";
+    case 68: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_BODY_PREFIX; h->prefix_len = 1000;
+        return "flag BODY_PREFIX";              /* the whole body: nothing left for the data */
+    case 69: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_BODY_PREFIX; h->body_len = 1 << 20;
+        h->prefix_len = TFP_UF_MAX_PREFIX + 1;
+        return "flag BODY_PREFIX";
+    case 70: base(h, TFP_UF_PUT); h->prefix_len = 5; *encode_only = 1;
+        return "prefix_len 5 without flag BODY_PREFIX";
     }
     return NULL;
 }
 
-#define N_RULES 65
+#define N_RULES 71
 
 START_TEST(uf_rule_refused)
 {
-    uint8_t buf[TFP_UF_MAX_HEADER + 64];
+    uint8_t buf[TFP_UF_MAX_HEADER + TFP_UF_MAX_PREFIX + 64];
     tfp_uf_hdr_t h;
     tfp_err_t err = { TFP_OK, "" };
     int encode_only;
@@ -1139,12 +1158,65 @@ START_TEST(uf_random_corruption)
             continue;
         }
         ck_assert_int_eq(tfp_uf_encode(&d, again, sizeof again, &len2, &err), TFP_OK);
-        ck_assert_uint_eq(len, len2);
-        ck_assert_mem_eq(buf, again, len);
+        ck_assert_uint_eq(len, len2 + d.prefix_len);   /* a flipped flag may claim a prefix */
+        ck_assert_mem_eq(buf, again, len2);
         accepted++;
     }
     ck_assert_int_gt(accepted, 100);
     ck_assert_int_gt(rejected, 100);
+}
+END_TEST
+
+/* A body's first bytes at the end of the AM header (flag BODY_PREFIX): encoded as the frame
+ * alone, the caller appends them; decoded from what follows the frame. */
+START_TEST(uf_body_prefix)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + TFP_UF_MAX_PREFIX];
+    tfp_uf_hdr_t h, d;
+    const int ops[] = {TFP_UF_PUT, TFP_UF_CALL, TFP_UF_FEED};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        if (ops[i] == TFP_UF_FEED)
+            base_feed(&h, TFP_UF_FEED_INFEED);
+        else
+            base(&h, (tfp_uf_op_t)ops[i]);
+        h.body_len = 1 << 20;
+        h.flags |= TFP_UF_F_BODY_PREFIX;
+        h.prefix_len = i == 2 ? TFP_UF_MAX_PREFIX : 88;
+        size_t len = encode_ok(&h, buf);
+        size_t plain = len;
+        h.prefix_len = 0;                       /* the frame alone is the same */
+        h.flags &= (uint16_t)~TFP_UF_F_BODY_PREFIX;
+        ck_assert_uint_eq(encode_ok(&h, buf), plain);
+        h.flags |= TFP_UF_F_BODY_PREFIX;
+        h.prefix_len = i == 2 ? TFP_UF_MAX_PREFIX : 88;
+        encode_ok(&h, buf);
+        memset(buf + len, 0xab, h.prefix_len);
+        decode_ok(buf, len + h.prefix_len, &d);
+        same_hdr(&h, &d);
+        ck_assert_uint_eq(d.prefix_len, h.prefix_len);
+        /* the flag with nothing after the frame, or too much */
+        DECODE_REJECTS(buf, len, TFP_EPROTO, "flag BODY_PREFIX, but 0 bytes follow");
+        if (h.prefix_len == TFP_UF_MAX_PREFIX)
+            DECODE_REJECTS(buf, len + h.prefix_len + 1, TFP_EPROTO, "flag BODY_PREFIX, but "
+                           "2049 bytes follow");
+    }
+    /* without the flag, bytes after the frame are refused as before */
+    base(&h, TFP_UF_PUT);
+    size_t len = encode_ok(&h, buf);
+    DECODE_REJECTS(buf, len + 3, TFP_EPROTO, "but the header says");
+}
+END_TEST
+
+/* What a HELLO_ACK offers: words in its msg, the unknown ones ignored. */
+START_TEST(uf_features)
+{
+    ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_BODY_PREFIX), 1);
+    ck_assert_int_eq(tfp_uf_has_feature("x body-prefix y", "body-prefix"), 1);
+    ck_assert_int_eq(tfp_uf_has_feature("  body-prefix", "body-prefix"), 1);
+    ck_assert_int_eq(tfp_uf_has_feature("body-prefixes", "body-prefix"), 0);
+    ck_assert_int_eq(tfp_uf_has_feature("body", "body-prefix"), 0);
+    ck_assert_int_eq(tfp_uf_has_feature("", "body-prefix"), 0);
+    ck_assert_int_eq(tfp_uf_has_feature("a b", ""), 0);
 }
 END_TEST
 
@@ -1175,6 +1247,8 @@ Suite *suite_ucxframe(void)
     tcase_add_loop_test(tc, uf_feed_rule_refused, 0, N_FEED_RULES);
     tcase_add_test(tc, uf_feed_rules_cover);
     tcase_add_test(tc, uf_feed_reject_bytes);
+    tcase_add_test(tc, uf_body_prefix);
+    tcase_add_test(tc, uf_features);
     tcase_add_test(tc, uf_random_roundtrip);
     tcase_add_test(tc, uf_random_corruption);
     suite_add_tcase(s, tc);

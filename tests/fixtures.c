@@ -230,6 +230,19 @@ int td_run(const char *cmd, char *out, size_t cap)
     return WEXITSTATUS(st);
 }
 
+long long td_metric(const td_daemon_t *d, const char *name)
+{
+    char cmd[256], pat[128];
+    static char out[256 * 1024];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 '%s/metrics'", d->base);
+    if (td_run(cmd, out + 1, sizeof out - 1) != 0)
+        return -1;
+    out[0] = '\n';                      /* every line, the first too, follows a newline */
+    snprintf(pat, sizeof pat, "\n%s ", name);
+    const char *p = strstr(out, pat);
+    return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
 const char *td_url(const td_daemon_t *d, const char *fmt, ...)
 {
     static char bufs[4][512];

@@ -45,6 +45,8 @@ void td_show_log(const td_daemon_t *d);
 /* Runs a shell command; captures stdout (up to cap bytes, NUL-terminated) into out (may be
  * NULL). Returns its exit status, or -1. */
 int td_run(const char *cmd, char *out, size_t cap);
+/* An unlabelled number from the daemon's /metrics (curl), or -1 when it has none. */
+long long td_metric(const td_daemon_t *d, const char *name);
 /* snprintf into a static per-call buffer for building URLs: td_url(d, "/v1/tensors/%s", n). */
 const char *td_url(const td_daemon_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

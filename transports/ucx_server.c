@@ -66,6 +66,8 @@ typedef struct ucx_req {
     tfp_uf_hdr_t in;
     void *rndv_desc;
     size_t rndv_len;
+    uint8_t *prefix;                /* the body's first in.prefix_len bytes, from the AM
+                                     * header, until the rendezvous puts the rest after them */
     /* the answer */
     uint8_t hdr[TFP_UF_MAX_HEADER];
     size_t hdr_len;
@@ -470,6 +472,7 @@ static void end_req(ucx_req_t *q, int completed)
 static void free_req(ucx_req_t *q, int completed)
 {
     end_req(q, completed);
+    free(q->prefix);
     free(q);
 }
 
@@ -477,6 +480,7 @@ static void free_req(ucx_req_t *q, int completed)
 static void free_husk(ucx_req_t *q)
 {
     unlink_from(&q->u->husks, q);
+    free(q->prefix);
     free(q);
 }
 
@@ -592,8 +596,8 @@ static void recv_done(void *request, ucs_status_t status, size_t length, void *u
         free_req(q, 0);
         return;
     }
-    q->base.body_len = length;
-    q->base.body_seen = length;
+    q->base.body_len = q->in.prefix_len + length;
+    q->base.body_seen = q->base.body_len;
     queue_local(q, Q_READY);
 }
 
@@ -604,19 +608,26 @@ static void do_recv(ucx_req_t *q)
     tfx_req_t *r = &q->base;
     void *desc = q->rndv_desc;
     q->rndv_desc = NULL;
-    tfp_status_t st = tfx_req_grow_body(r, r->headroom + q->rndv_len);
+    size_t pre = q->in.prefix_len;
+    tfp_status_t st = tfx_req_grow_body(r, r->headroom + pre + q->rndv_len);
     if (st != TFP_OK) {
         ucp_am_data_release(u->base.worker, desc);
-        tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", q->rndv_len,
+        tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", pre + q->rndv_len,
                           tfp_status_text(st));
         return;
+    }
+    if (pre) {
+        memcpy(r->buf + r->headroom, q->prefix, pre);
+        free(q->prefix);
+        q->prefix = NULL;
     }
     q->state = S_RECEIVING;
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                              UCP_OP_ATTR_FIELD_USER_DATA |
                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                              .cb.recv_am = recv_done, .user_data = q};
-    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom, q->rndv_len, &p);
+    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom + pre,
+                                    q->rndv_len, &p);
     if (UCS_PTR_IS_ERR(rq))
         tfx_respond_error(r, TFP_EPROTO, "cannot receive the body: %s",
                           ucs_status_string(UCS_PTR_STATUS(rq)));
@@ -660,7 +671,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     tfp_err_t err;
 
     if (!ep || tfp_uf_decode(header, header_length, &h, &err) != TFP_OK ||
-        tfp_uf_op_is_reply(h.op) || h.body_len != length) {
+        tfp_uf_op_is_reply(h.op) || h.body_len != h.prefix_len + length) {
         count(u, &u->st.dropped);
         if (ep && !is_authed(u, ep))
             close_ep(u, ep);
@@ -676,6 +687,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
                                 u->cfg.verify_arg) == 0) {
             add_peer(u, ep, watchable_pid(pid), &who);
             count(u, &u->st.hellos);
+            tfp_strcpy(ack.msg, sizeof ack.msg, TFP_UF_FEATURES);   /* what it takes */
         } else {
             ack.status = TFP_EBADREQ;
             tfp_strcpy(ack.msg, sizeof ack.msg, why[0] ? why : "token refused");
@@ -727,6 +739,8 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     u->live = q;
     atomic_fetch_add(&u->inflight, 1);
     count(u, &u->st.requests);
+    if (h.prefix_len)
+        count(u, &u->st.prefixed);
 
     if (atomic_load(&u->draining))
         tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");
@@ -734,27 +748,36 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         u->h.begin(r, u->h.arg);
     if (r->answered)
         return UCS_OK;                  /* refused at begin: the body is dropped */
-    if (length && r->accept_body) {
-        if (length > r->max_body) {
+    if (h.body_len && r->accept_body) {
+        if (h.body_len > r->max_body) {
             tfx_respond_error(r, TFP_ETOOBIG, "request body exceeds the limit of %llu bytes",
                               (unsigned long long)r->max_body);
             return UCS_OK;
         }
+        /* With flag BODY_PREFIX the body's first bytes end the AM header. */
+        const uint8_t *prefix = (const uint8_t *)header + header_length - h.prefix_len;
         if (rndv) {
+            if (h.prefix_len && !(q->prefix = malloc(h.prefix_len))) {
+                tfx_respond_error(r, TFP_ENOMEM, "out of memory");
+                return UCS_OK;
+            }
+            if (h.prefix_len)
+                memcpy(q->prefix, prefix, h.prefix_len);
             q->rndv_desc = data;
             q->rndv_len = length;
             queue_local(q, Q_RECV);
             return UCS_INPROGRESS;      /* the descriptor is ours until do_recv */
         }
-        tfp_status_t st = tfx_req_grow_body(r, r->headroom + length);
+        tfp_status_t st = tfx_req_grow_body(r, r->headroom + (size_t)h.body_len);
         if (st != TFP_OK) {
-            tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", length,
-                              tfp_status_text(st));
+            tfx_respond_error(r, st, "no room for a %llu-byte request body: %s",
+                              (unsigned long long)h.body_len, tfp_status_text(st));
             return UCS_OK;
         }
-        memcpy(r->buf + r->headroom, data, length);
-        r->body_len = length;
-        r->body_seen = length;
+        memcpy(r->buf + r->headroom, prefix, h.prefix_len);
+        memcpy(r->buf + r->headroom + h.prefix_len, data, length);
+        r->body_len = (size_t)h.body_len;
+        r->body_seen = r->body_len;
     }
     queue_local(q, Q_READY);
     return UCS_OK;

@@ -50,6 +50,7 @@ typedef struct {
     uint64_t hellos, hellos_refused, dropped, requests;
     uint64_t renewals;              /* workers replaced because they wedged */
     uint64_t byes;                  /* endpoints their clients closed with BYE */
+    uint64_t prefixed;              /* requests whose body's first bytes came in the header */
 } tfx_ucx_stats_t;
 
 /* Creates the UCX context and worker and starts the progress thread. NULL with err set when
