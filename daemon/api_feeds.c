@@ -581,18 +581,23 @@ void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c)
     api_serve_blob(r, c, it.blob);
 }
 
+/* 204, or the failure. */
+static void answer_204(tfx_req_t *r, tfd_ctx_t *c, tfp_status_t st, const tfp_err_t *err)
+{
+    if (st != TFP_OK)
+        api_fail(r, c, st, "%s", err->msg);
+    else
+        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+}
+
 void api_handle_feed_ack(tfx_req_t *r, tfd_ctx_t *c)
 {
     feed_req_t *fr = feed_req(r, c);
     if (!fr)
         return;
     tfp_err_t err;
-    tfp_status_t st = tfd_feed_ack(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
-                                   c->op->feed.ack, &err);
-    if (st != TFP_OK)
-        api_fail(r, c, st, "%s", err.msg);
-    else
-        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    answer_204(r, c, tfd_feed_ack(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
+                                  c->op->feed.ack, &err), &err);
 }
 
 void api_handle_feed_detach(tfx_req_t *r, tfd_ctx_t *c)
@@ -601,12 +606,9 @@ void api_handle_feed_detach(tfx_req_t *r, tfd_ctx_t *c)
     if (!fr)
         return;
     tfp_err_t err;
-    tfp_status_t st = tfd_feed_detach(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
-                                      c->op->feed.has_ack ? &c->op->feed.ack : NULL, &err);
-    if (st != TFP_OK)
-        api_fail(r, c, st, "%s", err.msg);
-    else
-        tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    answer_204(r, c, tfd_feed_detach(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
+                                     c->op->feed.has_ack ? &c->op->feed.ack : NULL, &err),
+               &err);
 }
 
 /* ---- outfeed ------------------------------------------------------------------------------ */

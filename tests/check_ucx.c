@@ -1116,6 +1116,28 @@ START_TEST(ucx_borrowed_doc_prefixed)
     free(small);
     tf_client_free(c);
     stop();
+    /* A prefixed call the daemon has no body memory for: refused (503) when the receive
+     * would start, its prefix already taken (it goes with the request), and again. */
+    const char *tight[] = {"--body-memory", "65536", NULL};
+    start(tight);
+    c = ucx_client();
+    size_t mid = 1u << 20;
+    v = calloc(1, mid);
+    ck_assert_ptr_nonnull(v);
+    int64_t smid[1] = {(int64_t)mid};
+    d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "v", TF_U8, 1, smid, v, mid, TF_BORROW), TF_OK);
+    got = NULL;
+    for (int i = 0; i < 3; i++) {
+        tf_status_t st = tf_fetch(c, url("/v1/call/%s", "echo"), d, &got);
+        ck_assert_msg(st == TF_EBUSY, "%s: %s", tf_err_name(st), tf_client_last(c)->error);
+        assert_ucx_result(tf_client_last(c));
+    }
+    ck_assert_int_ge(td_metric(&D, "tfetch_ucx_body_prefix_total"), 3);
+    tf_doc_free(d);
+    free(v);
+    tf_client_free(c);
+    stop();
 }
 END_TEST
 

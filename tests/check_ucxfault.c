@@ -438,6 +438,12 @@ static void *raw_send(ucp_ep_h ep, const tfp_uf_hdr_t *h, const void *body, size
     size_t hlen;
     tfp_err_t err;
     ck_assert_int_eq(tfp_uf_encode(h, hbuf, TFP_UF_MAX_HEADER, &hlen, &err), TFP_OK);
+    if (h->flags & TFP_UF_F_BODY_PREFIX) {  /* the body's first bytes after the frame */
+        memcpy(hbuf + hlen, body, h->prefix_len);     /* (hbuf has room for them) */
+        hlen += h->prefix_len;
+        body = (const uint8_t *)body + h->prefix_len;
+        len -= h->prefix_len;
+    }
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                              .flags = UCP_AM_SEND_FLAG_REPLY};
     void *rq = ucp_am_send_nbx(ep, TFX_UCX_AM_REQUEST, hbuf, hlen, body, len, &p);
@@ -522,7 +528,8 @@ START_TEST(ucxfault_bye_mid_get)
 }
 END_TEST
 
-/* A raw client starts a BYE_BIG put and says BYE at once, closing with the body unfinished:
+/* A raw client starts a BYE_BIG put (every other round with the document's header in the
+ * message header: BODY_PREFIX) and says BYE at once, closing with the body unfinished:
  * the reservation goes back (whether the daemon had begun the receive or not), nothing is
  * left in flight, and UCX clients are served; BYE_ROUNDS times on one daemon. */
 START_TEST(ucxfault_bye_mid_put)
@@ -556,7 +563,11 @@ START_TEST(ucxfault_bye_mid_put)
         snprintf(put.request_id, sizeof put.request_id, "bye-put-%d", round);
         snprintf(put.name, sizeof put.name, "bp");
         put.body_len = len;
-        uint8_t hbuf[TFP_UF_MAX_HEADER];
+        if (round % 2 == 0) {           /* the document's header in the message header */
+            put.flags = TFP_UF_F_BODY_PREFIX;
+            put.prefix_len = 8 + (uint32_t)jl;
+        }
+        uint8_t hbuf[TFP_UF_MAX_HEADER + TFP_UF_MAX_PREFIX];
         void *rq = raw_send(ep, &put, body, len, hbuf);
         raw_bye_close(&r, ep, rq);
         assert_settles("reserved", round);
