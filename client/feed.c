@@ -840,10 +840,27 @@ tf_status_t tf_feed_ack(tf_feed_t *feed)
     return st;
 }
 
-/* Tells the server this consumer is done with the device queue (best effort): released
- * through the feed's ack, the rest goes back to the queue for whoever attaches next, and its
- * pop waiting there ends. */
-static void send_detach(tf_feed_t *feed)
+/* 1 when the feed's server takes a consumer's detach: over UCX when its HELLO_ACK offered it
+ * (an older server drops the frame unanswered); over HTTP always (an older one answers 404,
+ * and the final ack goes instead). */
+static int server_detaches(tf_feed_t *feed)
+{
+    origin_t *o = NULL;
+    if (tfi_origin_of(feed->c, feed->url, TFI_OP_CALL, &o) != TF_OK)
+        return 0;
+    if (!o->conn)
+        return 1;
+    return tfi_ucx && tfi_ucx->has_feature(o, TFP_UF_FEATURE_FEED_DETACH);
+}
+
+/* Tells the server this consumer leaves the device queue: it releases through the feed's
+ * acknowledgement, what it held goes back to the queue for whoever attaches next, and its
+ * pop waiting there ends. Safe with that pop in flight: the pop's item, if it brings one, lies
+ * beyond every position the client received, and a pop waiting across a reset ends without
+ * an item of the new generation (the old generation's ack could release it). A short limit:
+ * a server that does not answer does not hold the caller. */
+#define DETACH_TIMEOUT_MS 5000
+static tf_status_t send_detach(tf_feed_t *feed)
 {
     uint64_t ack = ack_through(feed);
     char q[40] = "";
@@ -851,9 +868,10 @@ static void send_detach(tf_feed_t *feed)
         snprintf(q, sizeof(q), "?ack=%" PRIu64, ack);
     char *url = fmt("%s/devices/%s/detach%s", feed->url, feed->dev, q);
     if (!url)
-        return;
+        return TF_ENOMEM;
     tfi_call_t call = {.method = "POST", .url = url, .what = "feed_detach",
-                       .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
+                       .timeout_ms = DETACH_TIMEOUT_MS, .hname = {"Tfetch-Consumer"},
+                       .hvalue = {feed->consumer}, .nheaders = 1};
     ucx_op(&call, TFP_UF_FEED_DETACH, feed->name, feed->dev);
     snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
     if (ack > feed->acked) {
@@ -861,10 +879,12 @@ static void send_detach(tf_feed_t *feed)
         call.feed.ack = ack;
     }
     tf_fetch_t *f = NULL;
-    if (tfi_call(feed->c, &call, &f) == TF_OK && ack > feed->acked)
+    tf_status_t st = tfi_call(feed->c, &call, &f);
+    if (st == TF_OK && ack > feed->acked)
         feed->acked = ack;
     tf_fetch_free(f);
     free(url);
+    return st;
 }
 
 void tf_feed_detach(tf_feed_t *feed)
@@ -879,14 +899,15 @@ void tf_feed_detach(tf_feed_t *feed)
     if (feed->pop)
         tf_fetch_cancel(feed->pop);     /* over HTTP its callback runs now */
     tf_result_t last = c->last;
-    /* Over UCX it completes later. The detach ends it on the server (204) as it gives back
-     * what the feed held; wait for it then, so no request of the feed is left on a
-     * connection the caller may close next (a server replying on an endpoint whose client
-     * closed it is not safe across hosts). An item it brings is never acknowledged: it
-     * comes again. Without the detach (a server that predates it, a connection that
-     * failed) the pop ends within its long poll. */
-    if (!feed->ring && feed->popping)
-        send_detach(feed);
+    /* Over UCX it completes later. The detach ends it on the server (204); wait for it then,
+     * so no request of the feed is left on a connection the caller may close next (a server
+     * replying on an endpoint whose client closed it is not safe across hosts). An item it
+     * brings is never acknowledged: it comes again. Without the detach (a server that
+     * predates it, or one that did not answer) the pop ends within its long poll, and the
+     * acknowledgement goes alone after it. */
+    tf_status_t dst = TF_EINVAL;
+    if (!feed->ring && feed->popping && server_detaches(feed))
+        dst = send_detach(feed);
     int never = 0;
     while (feed->pop)
         tfi_drive_until(c, &never, 50);
@@ -902,7 +923,7 @@ void tf_feed_detach(tf_feed_t *feed)
             tfi_drive_until(c, &never, 50);
     }
     feed->busy = 0;
-    if (feed->ring)
+    if (dst != TF_OK)
         tf_feed_ack(feed);              /* best effort */
     c->last = last;
     tfi_ring_close(feed->ring);         /* the daemon detaches: unreleased items go back */

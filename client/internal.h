@@ -162,6 +162,8 @@ typedef struct tfi_transport {
     int (*broken)(const origin_t *o);
     /* Closes o's connection: its unfinished requests complete with a transport failure. */
     void (*disconnect)(origin_t *o);
+    /* 1 if o's server offered the feature word when o connected (TFP_UF_FEATURE_*). */
+    int (*has_feature)(const origin_t *o, const char *word);
 } tfi_transport_t;
 
 #define TFI_MAX_TRANSPORTS 4

@@ -564,11 +564,12 @@ const char *tf_feed_backend(const tf_feed_t *feed);
 const char *tf_feed_transport(const tf_feed_t *feed);
 /* Sends the pending acknowledgement now, if any (blocking; not inside a callback). */
 tf_status_t tf_feed_ack(tf_feed_t *feed);
-/* Acknowledges what was released (best effort), cancels what is in flight (pending pop and
- * push callbacks run with TF_ECANCELED), frees the items still held and the feed. An item
- * the server delivered to a pop request canceled here, or that was never released, comes
- * again after the lease, or at once to a consumer that attaches with the same id. Not
- * inside a callback of this feed's client (then it does nothing). NULL is a no-op. */
+/* Cancels what is in flight (pending pop and push callbacks run with TF_ECANCELED), tells
+ * the server the consumer leaves (POST .../detach: what was released is acknowledged, and
+ * what it was delivered and never released goes to the next consumer that attaches, at once;
+ * best effort, with an older server the acknowledgement alone and the rest after the
+ * lease), frees the items still held and the feed. Not inside a callback of this feed's
+ * client (then it does nothing). NULL is a no-op. */
 void tf_feed_detach(tf_feed_t *feed);
 
 /* The next item of the device queue, waiting up to timeout_ms (0: only what is ready; -1: no

@@ -93,6 +93,11 @@ static int ucx_broken(const origin_t *o)
     return tfx_ucxc_conn_broken(o->conn);
 }
 
+static int ucx_has_feature(const origin_t *o, const char *word)
+{
+    return o->conn && tfx_ucxc_conn_feature(o->conn, word);
+}
+
 /* Closes o's connection: its unfinished requests complete with a transport failure. */
 static void ucx_disconnect(origin_t *o)
 {
@@ -446,6 +451,7 @@ static const tfi_transport_t ucx_transport = {
     .connect = ucx_connect,
     .broken = ucx_broken,
     .disconnect = ucx_disconnect,
+    .has_feature = ucx_has_feature,
 };
 
 const tfi_transport_t *const tfi_ucx = &ucx_transport;

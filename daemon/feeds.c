@@ -49,7 +49,7 @@ typedef struct {
      * Cleared when another consumer attaches. */
     char rewound_for[TFP_MAX_USER_ID + 1];
     uint64_t rewound_through;
-    uint64_t detaches;              /* tfd_feed_detach calls that ended a lease: pops waiting
+    uint64_t detaches;              /* detaches that ended a lease, and resets: pops waiting
                                      * under an earlier count end */
     uint64_t redeliveries, items_in, items_out, bytes_in, bytes_out, starved_ns, last_round;
     uint64_t lat[TFD_FEED_NLAT + 1], lat_count;
@@ -866,6 +866,8 @@ void tfd_feed_reset(tfd_feed_t *f, uint64_t *generation, uint64_t *dropped)
         q->consumer[0] = '\0';
         q->lease_until_ms = 0;
         q->last_round = 0;
+        q->detaches++;              /* a pop waiting across it ends (204), never attaching
+                                     * its consumer to the new generation */
     }
     f->nstreams = 0;
     f->done = 0;

@@ -143,8 +143,10 @@ typedef struct {
  *
  * attach ties a pop that waits to the attachment it began under: 0 on its first call (set
  * here), the same value on its calls after a wait. When the consumer detached in between
- * (tfd_feed_detach), TFP_ECANCELED (item->generation set): the pop ends without attaching
- * it again. NULL: no such tie (the ring's pops, which never wait). */
+ * (tfd_feed_detach), or the feed was reset, TFP_ECANCELED (item->generation set): the pop
+ * ends without attaching it again (nor delivering it an item of the new generation, which
+ * an acknowledgement of the old one could release). NULL: no such tie (the ring's pops,
+ * which never wait). */
 tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
                           int rewind, uint64_t hold_until_ms, uint64_t *attach,
                           tfd_feed_item_t *item, uint64_t *ev, tfp_err_t *err);

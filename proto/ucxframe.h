@@ -118,9 +118,11 @@
 #define TFP_UF_MAX_PREFIX 2048
 /* What a server's successful HELLO_ACK says in its msg (space-separated words; a client
  * ignores words it does not know, and an older server says nothing): "body-prefix" = it
- * takes flag BODY_PREFIX. */
-#define TFP_UF_FEATURES "body-prefix"
+ * takes flag BODY_PREFIX; "feed-detach" = it takes FEED op DETACH (an older server drops the
+ * frame unanswered). */
 #define TFP_UF_FEATURE_BODY_PREFIX "body-prefix"
+#define TFP_UF_FEATURE_FEED_DETACH "feed-detach"
+#define TFP_UF_FEATURES TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH
 
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u
@@ -204,6 +206,8 @@ void tfp_uf_init(tfp_uf_hdr_t *h, tfp_uf_op_t op, uint64_t seq);
 const char *tfp_uf_op_name(int op);
 /* "LIST", "POP", ...; "?" for a value that is no feed op. Static strings. */
 const char *tfp_uf_feed_op_name(int op);
+/* 1 if a HELLO_ACK's msg lists the feature word (TFP_UF_FEATURE_*). */
+int tfp_uf_has_feature(const char *msg, const char *word);
 /* 1 for HELLO_ACK and REPLY, 0 for the requests and for unknown values. */
 int tfp_uf_op_is_reply(int op);
 
@@ -222,8 +226,6 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
  * flag BODY_PREFIX, the body's prefix: out->prefix_len bytes at buf + len - prefix_len).
  * TFP_OK and *out set, or TFP_EPROTO with a message naming what was wrong and *out
  * untouched. */
-/* 1 if a HELLO_ACK's msg lists the feature word (TFP_UF_FEATURE_*). */
-int tfp_uf_has_feature(const char *msg, const char *word);
 tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_err_t *err);
 
 #endif

@@ -564,6 +564,24 @@ START_TEST(feeds_detach_ends_the_lease_and_the_wait)
     ck_assert_ptr_nonnull(strstr(err.msg, "detached"));
     /* which left b detached: a attaches, and gets 2 and 3 again */
     ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 2);
+    /* a pop waiting across a reset ends, without an item of the new generation: a's ack of
+     * the old one (through 3) then releases nothing of the new */
+    attach = 0;
+    ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 3);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
+    uint64_t gen, dropped;
+    tfd_feed_reset(f, &gen, &dropped);
+    ck_assert_int_eq(push(f, 0, NULL, 0, 42, NULL), TFP_OK);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", NULL, 0, 0, &attach, &it, &ev, &err),
+                     TFP_ECANCELED);
+    ck_assert_ptr_null(it.blob);
+    ck_assert_uint_eq(it.generation, gen);
+    ack = 3;
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", &ack, &err), TFP_OK);
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 0);
+    ck_assert_int_eq(s.dev[0].depth, 1);
+    ck_assert_int_eq(pop(f, 0, "b", &st, NULL), 42);      /* the new generation's, whole */
     ck_assert_int_eq(tfd_feed_detach(f, 9, "a", NULL, &err), TFP_ENOTFOUND);
     tfd_feed_unref(f);
     tfd_feeds_free(fs);

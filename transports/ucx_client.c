@@ -56,6 +56,7 @@ struct tfx_ucxc_conn {
     int refs;                       /* the caller's + one per live request (thread only) */
     char transport[48];
     int body_prefix;                /* its server takes flag BODY_PREFIX (HELLO_ACK) */
+    char features[TFP_UF_MAX_MSG + 1];  /* what its HELLO_ACK offered (TFP_UF_FEATURES) */
     atomic_long peer_pid;           /* the server's pid on this host, to notice its death */
     /* connect handshake (thread, then the caller under lock) */
     uint8_t hello[TFP_UF_MAX_HEADER];   /* the HELLO frame, until its send completes */
@@ -453,6 +454,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
             if (c->hello_seq == h.seq && c->hello_state == 0) {
                 if (h.status == TFP_OK) {
                     describe(c);        /* by the worker's owner */
+                    tfp_strcpy(c->features, sizeof c->features, h.msg);
                     c->body_prefix = tfp_uf_has_feature(h.msg, TFP_UF_FEATURE_BODY_PREFIX);
                 }
                 else
@@ -572,10 +574,10 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
  * its one tensor, borrowed) goes as one contiguous piece when the server takes it: the others
  * at the end of the AM header (flag BODY_PREFIX), the last as the AM data, by rendezvous. In
  * pieces (iov) UCX 1.13 pushes it through the peer's FIFO instead: two copies, but on two
- * cores at once. Measured on one host (bench/README.md, "PUT of borrowed tensors"): one piece
- * is 1.3-1.7x faster from 1 to 6 MiB, even at 8, and slower from 12 MiB on, where the single
- * copy of a source in 4 KiB pages falls behind the pipeline; so up to 8 MiB. Returns the
- * prefix's bytes, or 0 to send the pieces as they are. */
+ * cores at once. Measured on one host (bench/README.md, "PUT of borrowed tensors"), one piece
+ * against pieces: 1.1-1.3x faster at 1 MiB, 1.4-1.7x at 4, 1.0-1.5x at 6, about even at 8,
+ * slower from 12 MiB on, where the single copy of a source in 4 KiB pages falls behind the
+ * pipeline; so up to 8 MiB. Returns the prefix's bytes, or 0 to send the pieces as they are. */
 #define PREFIX_MIN_LAST 8192            /* smaller bodies go eagerly either way */
 #define PREFIX_MAX_LAST ((size_t)8 << 20)
 static size_t prefix_of(const tfx_ucxc_conn_t *c, const tfx_ucxc_req_t *r)
@@ -611,7 +613,15 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
         r->hdr.prefix_len = (uint32_t)pre;
     }
     tfp_err_t err;
-    if (tfp_uf_encode(&r->hdr, r->hbuf, sizeof r->hbuf, &r->hlen, &err) != TFP_OK) {
+    tfp_status_t est = tfp_uf_encode(&r->hdr, r->hbuf, sizeof r->hbuf, &r->hlen, &err);
+    if (est == TFP_OK && pre && r->hlen + pre > u->base.max_am_header) {
+        /* more header than this worker sends (a long name on a small-MTU transport) */
+        r->hdr.flags &= (uint16_t)~TFP_UF_F_BODY_PREFIX;
+        r->hdr.prefix_len = 0;
+        pre = 0;
+        est = tfp_uf_encode(&r->hdr, r->hbuf, sizeof r->hbuf, &r->hlen, &err);
+    }
+    if (est != TFP_OK) {
         fail_req(r, TFP_EINVAL, err.msg);
         maybe_complete(r);
         return;
@@ -927,6 +937,11 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     }
     *out = c;
     return TFP_OK;
+}
+
+int tfx_ucxc_conn_feature(const tfx_ucxc_conn_t *c, const char *word)
+{
+    return c && tfp_uf_has_feature(c->features, word);
 }
 
 const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c) { return c->transport; }

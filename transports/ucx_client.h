@@ -50,6 +50,9 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
                               int same_host, const char *token, const char *identity,
                               long timeout_ms, tfx_ucxc_conn_t **out, char *why,
                               size_t why_size);
+/* 1 if the connection's server offered the feature word in its HELLO_ACK
+ * (TFP_UF_FEATURE_*, proto/ucxframe.h). */
+int tfx_ucxc_conn_feature(const tfx_ucxc_conn_t *c, const char *word);
 /* What carries the connection, e.g. "ucx/sysv+cma" or "ucx/tcp" (borrowed). */
 const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c);
 /* The server runs on this host as pid: the connection breaks within ~100 ms of its death

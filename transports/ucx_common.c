@@ -37,6 +37,8 @@ static tfp_status_t worker_open(tfx_ucx_base_t *b, tfp_err_t *err)
         tfp_err_set(err, TFP_EINTERNAL, "UCX worker setup: %s", ucs_status_string(st));
         goto destroy;
     }
+    ucp_worker_attr_t wa = {.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER};
+    b->max_am_header = ucp_worker_query(b->worker, &wa) == UCS_OK ? wa.max_am_header : 0;
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = b->efd};
     if (epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->efd, &ev) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "epoll: %s", strerror(errno));

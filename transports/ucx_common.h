@@ -27,6 +27,7 @@ typedef struct {
     ucs_thread_mode_t thread_mode;  /* the worker's, kept for tfx_ucx_base_renew */
     ucp_am_recv_callback_t am_cb;
     void *am_arg;
+    size_t max_am_header;           /* the largest AM header the worker sends (0: unknown) */
     char memory_types[64];          /* what this UCX can move, asked at run time: "host",
                                      * or e.g. "host,cuda,cuda-managed" for a CUDA-enabled
                                      * build (Debian's UCX 1.13 knows host memory only) */

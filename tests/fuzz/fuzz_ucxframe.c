@@ -46,13 +46,16 @@ static void frame(const uint8_t *data, size_t size)
         rejected(st, &err, "ucx frame: ", 0);
         return;
     }
-    if (size > TFP_UF_MAX_HEADER)
-        fail("accepted a frame over TFP_UF_MAX_HEADER", NULL);
+    /* With flag BODY_PREFIX the body's first bytes follow the frame: the encoder writes the
+     * frame alone. */
+    if (size - h.prefix_len > TFP_UF_MAX_HEADER || h.prefix_len > TFP_UF_MAX_PREFIX)
+        fail("accepted a frame over TFP_UF_MAX_HEADER, or a prefix over TFP_UF_MAX_PREFIX",
+             NULL);
     if (tfp_uf_check(&h, &err) != TFP_OK)
         fail("a decoded header fails the check", &err);
     if (tfp_uf_encode(&h, buf, sizeof buf, &len, &err) != TFP_OK)
         fail("re-encoding failed", &err);
-    if (len != size || memcmp(buf, data, size) != 0)
+    if (len != size - h.prefix_len || memcmp(buf, data, len) != 0)
         fail("re-encoding differs from the input", NULL);
 }
 

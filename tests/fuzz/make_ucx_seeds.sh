@@ -53,6 +53,10 @@ frame call 6 0 5 0 0 64 host:1:7 bob echo ''
 frame reply 7 1 2 0 0 1000 req-1 '' '' '' 200
 frame reply_err 7 0 2 4294967291 0 0 req-1 '' w 'no such tensor' 404
 frame bye 8 0 6 0 0 0 '' '' '' ''
+# a PUT whose body's first 16 bytes follow the frame (flag BODY_PREFIX)
+frame put_prefix 4 2 7 0 0 1000 req-4 alice w ''
+printf 'prefix-16-bytes!' >> "$dir/put_prefix"
+frame hello_ack_features 2 0 1 0 0 0 '' '' '' 'body-prefix feed-detach'
 
 printf '%s' "{\"transports\":[\"ucx\"],\"host\":{\"boot_id\":\"$boot\",\"netns\":\"$netns\",\"pid\":1234},\"policy\":\"auto\"}" > "$dir/req"
 printf '%s' "{\"transport\":\"ucx\",\"token\":\"$token\",\"expires_ms\":10000,\"worker_address\":\"Zm9vYmE=\",\"same_host\":true,\"server_pid\":4321}" > "$dir/resp"
