@@ -31,7 +31,7 @@
  * run: throughput (no compute: items/s, GB/s) for each size, and starvation (the consumer
  * computes STEP ms per item, spinning; the fraction of its wall time spent waiting for the
  * next item, i.e. between the end of one step and the next item). Each figure is the median
- * of three runs, printed with their range. Both are timed from the consumer's first item to its last, so that a
+ * of three runs (one with --quick), printed with their range. Both are timed from the consumer's first item to its last, so that a
  * method's setup (connections, the feed's attach, a ring's memory faulted in) is not averaged
  * into its rate; the setup, from the method's open to the first item, is its own column. Prints a
  * table and the issue's targets as PASS/MISS (never fails on a miss). Threads: main
@@ -805,9 +805,11 @@ static result_t measure(const method_t *m, size_t size, long n, double step_s,
     return res;
 }
 
-/* Every figure is the median of RUNS runs: one stall of this VM (tens of ms) moves a single
- * run's rate or starvation fraction by several hundredths. */
+/* Every figure is the median of runs runs (RUNS; --quick, a smoke test: one): one stall of
+ * this VM (tens of ms) moves a single run's rate or starvation fraction by several
+ * hundredths. */
 #define RUNS 3
+static int runs = RUNS;
 
 static int by_starved(const void *a, const void *b)
 {
@@ -826,14 +828,14 @@ static int by_rate(const void *a, const void *b)
 static result_t measure_runs(const method_t *m, size_t size, long n, double step_s,
                              unsigned char *src, double *lo, double *hi)
 {
-    result_t runs[RUNS];
-    for (int t = 0; t < RUNS; t++)
-        if (!(runs[t] = measure(m, size, n, step_s, src)).ok)
-            return runs[t];
-    qsort(runs, RUNS, sizeof(runs[0]), step_s > 0 ? by_starved : by_rate);
-    *lo = step_s > 0 ? runs[0].starved : runs[0].gb_s;
-    *hi = step_s > 0 ? runs[RUNS - 1].starved : runs[RUNS - 1].gb_s;
-    return runs[RUNS / 2];
+    result_t r[RUNS];
+    for (int t = 0; t < runs; t++)
+        if (!(r[t] = measure(m, size, n, step_s, src)).ok)
+            return r[t];
+    qsort(r, (size_t)runs, sizeof(r[0]), step_s > 0 ? by_starved : by_rate);
+    *lo = step_s > 0 ? r[0].starved : r[0].gb_s;
+    *hi = step_s > 0 ? r[runs - 1].starved : r[runs - 1].gb_s;
+    return r[runs / 2];
 }
 
 static double memcpy_gb_s(size_t size)
@@ -932,6 +934,7 @@ int main(int argc, char **argv)
             only = argv[++i];
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+            runs = 1;
             bytes = 32 * MIB;
         } else {
             fprintf(stderr, "usage: %s [--sizes LIST] [--bytes N] [--pipeline N] "
@@ -965,7 +968,7 @@ int main(int argc, char **argv)
     bench_fill_pattern(src, big > 4 * MIB ? big : 4 * MIB, 7);
     int rc = 0;
 
-    printf("# every figure: the median of %d runs, and the range of the %d\n", RUNS, RUNS);
+    printf("# every figure: the median of %d runs, and the range of the %d\n", runs, runs);
     printf("# throughput: one producer, one consumer, no compute; items/s and GB/s from the "
            "consumer's first item to its last; setup: until its first item (connections, "
            "attach, the ring's memory)\n");
@@ -1002,7 +1005,7 @@ int main(int argc, char **argv)
                    bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s, lo, hi,
                    res.setup_ms, res.transport);
             if (lent >= 0)              /* pushes received straight into a ring slot */
-                printf(" (%ld of %ld %s into a slot)", lent, RUNS * (split ? 2 * n : n),
+                printf(" (%ld of %ld %s into a slot)", lent, runs * (split ? 2 * n : n),
                        split ? "halves" : bcast ? "rounds" : "pushes");
             printf("\n");
             fflush(stdout);
