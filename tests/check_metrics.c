@@ -74,6 +74,26 @@ START_TEST(metrics_build_and_process)
     ck_assert(sample(t, "process_max_fds") >= fds + 1);
     close(fd);
     free(t);
+#if defined(HAVE_MALLINFO2) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* The heap in use follows a block held and given back (a sanitizer's malloc is not
+     * glibc's: mallinfo2 does not see it). */
+    t = tfd_metrics_render(m, &g, &len);
+    double heap = sample(t, "tfetch_heap_in_use_bytes");
+    free(t);
+    ck_assert_msg(heap > 0, "heap %g", heap);
+    char *block = malloc(8u << 20);
+    ck_assert_ptr_nonnull(block);
+    memset(block, 1, 8u << 20);
+    t = tfd_metrics_render(m, &g, &len);
+    double held = sample(t, "tfetch_heap_in_use_bytes");
+    free(t);
+    free(block);
+    t = tfd_metrics_render(m, &g, &len);
+    double back = sample(t, "tfetch_heap_in_use_bytes");
+    free(t);
+    ck_assert_msg(held >= heap + (8u << 20) && back <= held - (8u << 20), "heap %g, holding 8 "
+                  "MiB %g, given back %g", heap, held, back);
+#endif
     tfd_metrics_free(m);
 }
 END_TEST
