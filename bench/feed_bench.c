@@ -885,16 +885,6 @@ static int at_remote(const method_t *m)
            strcmp(m->name, "split") == 0 || strcmp(m->name, "bcast") == 0;
 }
 
-static long metric(const char *name)
-{
-    char cmd[512], out[64];
-    snprintf(cmd, sizeof(cmd), "curl -sf '%s/metrics' | awk '$1 == \"%s\" {print $2}'", D.base,
-             name);
-    if (td_run(cmd, out, sizeof(out)) != 0 || !out[0])
-        return -1;
-    return strtol(out, NULL, 10);
-}
-
 static long count_for(size_t size, size_t bytes, long lo, long hi)
 {
     long n = (long)(bytes / size);
@@ -990,10 +980,10 @@ int main(int argc, char **argv)
                 n = n > 64 ? 64 : n;
             int split = strcmp(m->name, "split") == 0, bcast = strcmp(m->name, "bcast") == 0;
             int pushes = !remote && (strncmp(m->name, "feed", 4) == 0 || split || bcast);
-            long lent0 = pushes ? metric("tfetch_shm_ring_lent_total") : -1;
+            long long lent0 = pushes ? td_metric(&D, "tfetch_shm_ring_lent_total") : -1;
             double lo, hi;
             result_t res = measure_runs(m, sizes[s], n, 0, src, &lo, &hi);
-            long lent = lent0 >= 0 ? metric("tfetch_shm_ring_lent_total") - lent0 : -1;
+            long long lent = lent0 >= 0 ? td_metric(&D, "tfetch_shm_ring_lent_total") - lent0 : -1;
             if (!res.ok) {
                 printf("%-6s %9s %12s %8s\n", m->name, bench_fmt_size(sizes[s], sb, sizeof(sb)),
                        "skipped", "-");
@@ -1005,7 +995,7 @@ int main(int argc, char **argv)
                    bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s, lo, hi,
                    res.setup_ms, res.transport);
             if (lent >= 0)              /* pushes received straight into a ring slot */
-                printf(" (%ld of %ld %s into a slot)", lent, runs * (split ? 2 * n : n),
+                printf(" (%lld of %ld %s into a slot)", lent, runs * (split ? 2 * n : n),
                        split ? "halves" : bcast ? "rounds" : "pushes");
             printf("\n");
             fflush(stdout);

@@ -177,6 +177,22 @@ static void ucx_op(tfi_call_t *call, int op, const char *name, const char *dev)
         snprintf(call->feed.dev, sizeof(call->feed.dev), "%s", dev);
 }
 
+/* A call this consumer makes on its device queue (pop, ack, detach): the consumer in its
+ * header and in the UCX frame, and the acknowledgement through ack when ack is not 0. */
+static void consumer_call(tfi_call_t *call, tf_feed_t *feed, int op, uint64_t ack)
+{
+    call->method = "POST";
+    call->hname[0] = "Tfetch-Consumer";
+    call->hvalue[0] = feed->consumer;
+    call->nheaders = 1;
+    ucx_op(call, op, feed->name, feed->dev);
+    snprintf(call->feed.consumer, sizeof(call->feed.consumer), "%s", feed->consumer);
+    if (ack) {
+        call->feed.flags |= TFP_UF_FF_HAS_ACK;
+        call->feed.ack = ack;
+    }
+}
+
 static void note_transport(tf_feed_t *feed, const tf_result_t *r)
 {
     snprintf(feed->transport, sizeof(feed->transport), "%s", r->transport);
@@ -378,15 +394,9 @@ static void start_pop(tf_feed_t *feed, long wait_ms)
         set_err(feed, TF_ENOMEM, NULL);
         return;
     }
-    tfi_call_t call = {.method = "POST", .url = url, .wait_ms = wait_ms, .what = "feed_pop",
-                       .background = 1, .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
+    tfi_call_t call = {.url = url, .wait_ms = wait_ms, .what = "feed_pop", .background = 1};
     feed->pop_ack = ack > feed->acked ? ack : 0;
-    ucx_op(&call, TFP_UF_FEED_POP, feed->name, feed->dev);
-    snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
-    if (feed->pop_ack) {
-        call.feed.flags |= TFP_UF_FF_HAS_ACK;
-        call.feed.ack = feed->pop_ack;
-    }
+    consumer_call(&call, feed, TFP_UF_FEED_POP, feed->pop_ack);
     if (feed->rewind)
         call.feed.flags |= TFP_UF_FF_REWIND;
     tf_status_t st = tfi_call_start(feed->c, &call, on_pop_done, feed, &feed->pop);
@@ -815,22 +825,20 @@ const char *tf_feed_backend(const tf_feed_t *feed)
     return feed ? feed->be->name : NULL;
 }
 
-tf_status_t tf_feed_ack(tf_feed_t *feed)
+/* A consumer's synchronous call that carries its acknowledgement, when one is due, as
+ * ?ackq=P: POST {feed}/devices/{dev}/{verb}. Once answered, that much counts as acknowledged. */
+static tf_status_t acking_call(tf_feed_t *feed, const char *verb, const char *ackq, int op,
+                               const char *what, long timeout_ms)
 {
-    if (!feed)
-        return TF_EINVAL;
     uint64_t ack = ack_through(feed);
     if (ack <= feed->acked)
-        return TF_OK;
-    char *url = fmt("%s/devices/%s/ack?through=%" PRIu64, feed->url, feed->dev, ack);
+        ack = 0;
+    char *url = ack ? fmt("%s/devices/%s/%s?%s=%" PRIu64, feed->url, feed->dev, verb, ackq, ack)
+                    : fmt("%s/devices/%s/%s", feed->url, feed->dev, verb);
     if (!url)
         return tfi_refuse(feed->c, TFI_OP_CALL, TF_ENOMEM, NULL);
-    tfi_call_t call = {.method = "POST", .url = url, .what = "feed_ack",
-                       .hname = {"Tfetch-Consumer"}, .hvalue = {feed->consumer}, .nheaders = 1};
-    ucx_op(&call, TFP_UF_FEED_ACK, feed->name, feed->dev);
-    snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
-    call.feed.flags = TFP_UF_FF_HAS_ACK;
-    call.feed.ack = ack;
+    tfi_call_t call = {.url = url, .what = what, .timeout_ms = timeout_ms};
+    consumer_call(&call, feed, op, ack);
     tf_fetch_t *f = NULL;
     tf_status_t st = tfi_call(feed->c, &call, &f);
     tf_fetch_free(f);
@@ -838,6 +846,15 @@ tf_status_t tf_feed_ack(tf_feed_t *feed)
     if (st == TF_OK && ack > feed->acked)
         feed->acked = ack;
     return st;
+}
+
+tf_status_t tf_feed_ack(tf_feed_t *feed)
+{
+    if (!feed)
+        return TF_EINVAL;
+    if (ack_through(feed) <= feed->acked)
+        return TF_OK;
+    return acking_call(feed, "ack", "through", TFP_UF_FEED_ACK, "feed_ack", 0);
 }
 
 /* 1 when the feed's server takes a consumer's detach: over UCX when its HELLO_ACK offered it
@@ -862,29 +879,8 @@ static int server_detaches(tf_feed_t *feed)
 #define DETACH_TIMEOUT_MS 5000
 static tf_status_t send_detach(tf_feed_t *feed)
 {
-    uint64_t ack = ack_through(feed);
-    char q[40] = "";
-    if (ack > feed->acked)
-        snprintf(q, sizeof(q), "?ack=%" PRIu64, ack);
-    char *url = fmt("%s/devices/%s/detach%s", feed->url, feed->dev, q);
-    if (!url)
-        return TF_ENOMEM;
-    tfi_call_t call = {.method = "POST", .url = url, .what = "feed_detach",
-                       .timeout_ms = DETACH_TIMEOUT_MS, .hname = {"Tfetch-Consumer"},
-                       .hvalue = {feed->consumer}, .nheaders = 1};
-    ucx_op(&call, TFP_UF_FEED_DETACH, feed->name, feed->dev);
-    snprintf(call.feed.consumer, sizeof(call.feed.consumer), "%s", feed->consumer);
-    if (ack > feed->acked) {
-        call.feed.flags = TFP_UF_FF_HAS_ACK;
-        call.feed.ack = ack;
-    }
-    tf_fetch_t *f = NULL;
-    tf_status_t st = tfi_call(feed->c, &call, &f);
-    if (st == TF_OK && ack > feed->acked)
-        feed->acked = ack;
-    tf_fetch_free(f);
-    free(url);
-    return st;
+    return acking_call(feed, "detach", "ack", TFP_UF_FEED_DETACH, "feed_detach",
+                       DETACH_TIMEOUT_MS);
 }
 
 void tf_feed_detach(tf_feed_t *feed)

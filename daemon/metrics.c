@@ -165,11 +165,13 @@ static void render_process(out_t *o)
     }
 #ifdef HAVE_MALLINFO2
     /* What malloc has handed out and not had back: unlike RSS it does not move with trimming
-     * and fragmentation, so a leak shows in it at once (tfetch-soak compares it at rest). */
+     * and fragmentation, so a leak shows in it at once (tfetch-soak compares it at rest).
+     * Left out when glibc's malloc is not the one in use (valgrind, a sanitizer): 0 then. */
     struct mallinfo2 mi = mallinfo2();
-    outf(o, "# HELP tfetch_heap_in_use_bytes Bytes malloc has handed out and not had back.\n"
-            "# TYPE tfetch_heap_in_use_bytes gauge\ntfetch_heap_in_use_bytes %zu\n",
-         mi.uordblks + mi.hblkhd);
+    if (mi.uordblks + mi.hblkhd > 0)
+        outf(o, "# HELP tfetch_heap_in_use_bytes Bytes malloc has handed out and not had back.\n"
+             "# TYPE tfetch_heap_in_use_bytes gauge\ntfetch_heap_in_use_bytes %zu\n",
+             mi.uordblks + mi.hblkhd);
 #endif
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
