@@ -30,7 +30,9 @@
  * slots, an in-flight counter for store and redis, the socket buffers for tcp). Two kinds of
  * run: throughput (no compute: items/s, GB/s) for each size, and starvation (the consumer
  * computes STEP ms per item, spinning; the fraction of its wall time spent waiting for the
- * next item, i.e. between the end of one step and the next item). Each figure is the median
+ * next item, i.e. between the end of one step and the next item, in the steady state from
+ * item AHEAD on, with each item's wait as median, p99 and most, and the start's waits
+ * apart). Each figure is the median
  * of three runs (one with --quick), printed with their range. Both are timed from the consumer's first item to its last, so that a
  * method's setup (connections, the feed's attach, a ring's memory faulted in) is not averaged
  * into its rate; the setup, from the method's open to the first item, is its own column. Prints a
@@ -92,6 +94,11 @@ typedef struct {
     double last_s;                      /* and its last: what came after (detach, closing
                                          * connections) is not the method's rate */
     double step_end;                    /* when its last step ended */
+    long settle;                        /* the start: items 1..settle (AHEAD; 0 for short runs) */
+    double steady_s;                    /* when it had item settle: the steady state from here */
+    double start_wait;                  /* its waits before that */
+    double *waits;                      /* each later item's wait, for their spread */
+    long nwaits;
     int perr;                           /* the producer failed */
     char transport[32];
 } run_t;
@@ -121,14 +128,25 @@ static void step(run_t *r)
 /* The consumer has item i: the first one ends the setup (connections, attach, a ring's
  * memory); for every later one, all the time since the last step ended counts as waiting
  * (what the consumer did between steps, releasing the last item and driving its client
- * included: a copy the library runs there is time the step did not compute). */
+ * included: a copy the library runs there is time the step did not compute). Waits up to
+ * item AHEAD are the start's: the producer thread begins on the consumer's core and the
+ * scheduler moves it away only after a few steps (on this 2-core VM the raw ring's first
+ * seven items waited ~4 ms each, its later ones none), so they are kept apart from the
+ * steady state, which starts at item AHEAD (*wait_s). */
 static void got_item(run_t *r, long i, double *wait_s)
 {
     double now = tfx_now_s();
     if (i == 0)
         r->first_s = now;
-    else
+    else if (i <= r->settle)
+        r->start_wait += now - r->step_end;
+    else {
         *wait_s += now - r->step_end;
+        if (r->waits && r->nwaits < r->n)
+            r->waits[r->nwaits++] = now - r->step_end;
+    }
+    if (i == r->settle)
+        r->steady_s = now;
     r->last_s = now;
 }
 
@@ -768,20 +786,34 @@ static void *producer(void *arg)
 typedef struct {
     int ok;
     double items_s, gb_s, starved, setup_ms;
+    double wait_p50_us, wait_p99_us, wait_max_ms;   /* per item, with a step */
+    double start_ms;                    /* the waits of items 1..AHEAD, with a step */
     char transport[32];
 } result_t;
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 
 static result_t measure(const method_t *m, size_t size, long n, double step_s,
                         unsigned char *src)
 {
     result_t res = {0};
-    run_t r = {.m = m, .size = size, .n = n, .step_s = step_s, .src = src};
-    double t0 = tfx_now_s(), wait = 0;
-    if (m->open(&r) != 0)
+    run_t r = {.m = m, .size = size, .n = n, .step_s = step_s, .src = src,
+               .settle = step_s > 0 && n > 2 * AHEAD ? AHEAD : 0};
+    if (step_s > 0 && !(r.waits = malloc((size_t)n * sizeof(double))))
         return res;
+    double t0 = tfx_now_s(), wait = 0;
+    if (m->open(&r) != 0) {
+        free(r.waits);
+        return res;
+    }
     pthread_t th;
     if (pthread_create(&th, NULL, producer, &r) != 0) {
         m->close(&r);
+        free(r.waits);
         return res;
     }
     int crc = m->consume(&r, &wait);
@@ -789,6 +821,15 @@ static result_t measure(const method_t *m, size_t size, long n, double step_s,
         shutdown(((tcp_t *)r.st)->pfd, SHUT_RDWR);
     pthread_join(th, NULL);
     m->close(&r);
+    /* Whether the wait is many small ones (the path's cost per item) or a few long ones
+     * (the producer fell behind, or this VM stalled): its median, 99th percentile and most. */
+    if (r.nwaits > 0) {
+        qsort(r.waits, (size_t)r.nwaits, sizeof(double), by_double);
+        res.wait_p50_us = r.waits[r.nwaits / 2] * 1e6;
+        res.wait_p99_us = r.waits[(r.nwaits * 99) / 100] * 1e6;
+        res.wait_max_ms = r.waits[r.nwaits - 1] * 1e3;
+    }
+    free(r.waits);
     if (crc != 0 || r.perr)
         return res;
     /* Running, not starting: from the first item to the last, n - 1 items; the setup before
@@ -800,7 +841,10 @@ static result_t measure(const method_t *m, size_t size, long n, double step_s,
     res.setup_ms = (r.first_s - t0) * 1e3;
     res.items_s = (double)(n - 1) / wall;
     res.gb_s = res.items_s * (double)size / 1e9;
-    res.starved = wait / wall;
+    /* Starvation in the steady state (from item settle); the start's waits on their own. */
+    double steady = r.last_s - r.steady_s;
+    res.starved = steady > 0 ? wait / steady : 0;
+    res.start_ms = r.start_wait * 1e3;
     snprintf(res.transport, sizeof(res.transport), "%s", r.transport[0] ? r.transport : "-");
     return res;
 }
@@ -1016,9 +1060,11 @@ int main(int argc, char **argv)
 
     printf("\n# starvation: 4 MiB items, the consumer computes STEP ms per item; the fraction "
            "of its wall time from its first item to its last spent waiting (from the end of a "
-           "step to the next item)\n");
-    printf("%-6s %8s %10s %10s %11s %8s %9s\n", "method", "step", "demand", "starved", "range",
-           "GB/s", "setup ms");
+           "step to the next item) in the steady state, from item %d on; each of those items' "
+           "wait: median, 99th percentile, most; start: the waits of items 1..%d, as the "
+           "producer gets going\n", AHEAD, AHEAD);
+    printf("%-6s %8s %10s %10s %11s %8s %9s %9s %9s %8s %9s\n", "method", "step", "demand",
+           "starved", "range", "GB/s", "setup ms", "wait p50", "p99", "max", "start ms");
     double feed_starved_1g = -1, feedp_starved_1g = -1, ring_starved_1g = -1;
     const double steps[2] = {0.004, 0.002};     /* 1 GB/s and 2 GB/s of demand */
     for (int k = 0; k < 2; k++) {
@@ -1036,9 +1082,10 @@ int main(int argc, char **argv)
                 printf("%-6s %6.0fms %10s %10s\n", m->name, steps[k] * 1e3, "-", "skipped");
                 continue;
             }
-            printf("%-6s %6.0fms %7.2fGB/s %10.3f %.3f-%.3f %8.2f %9.1f\n", m->name,
-                   steps[k] * 1e3, (double)(4 * MIB) / steps[k] / 1e9, res->starved, lo, hi,
-                   res->gb_s, res->setup_ms);
+            printf("%-6s %6.0fms %7.2fGB/s %10.3f %.3f-%.3f %8.2f %9.1f %7.0fus %7.0fus "
+                   "%6.1fms %9.1f\n", m->name, steps[k] * 1e3, (double)(4 * MIB) / steps[k] / 1e9,
+                   res->starved, lo, hi, res->gb_s, res->setup_ms, res->wait_p50_us,
+                   res->wait_p99_us, res->wait_max_ms, res->start_ms);
             fflush(stdout);
             if (k == 0 && strcmp(m->name, "feed") == 0)
                 feed_starved_1g = res->starved;
