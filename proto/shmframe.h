@@ -41,7 +41,8 @@
  *            a = slots (1..TFP_SF_MAX_SLOTS), b = slot bytes (0: the daemon's choice, else
  *            at most TFP_SF_MAX_SLOT); the first request after HELLO. The REPLY carries the
  *            ring's memfd (sealed against resizes; the daemon writes it, the client maps it
- *            read-only), a = slots, b = slot bytes. From then on the connection is the
+ *            read-only), a = slots (at least those asked: the daemon adds room for its
+ *            queue's items), b = slot bytes. From then on the connection is the
  *            ring's: only CREDIT, ACK and FREE go up, only ITEM comes down.
  *   CREDIT   a = how many items the client has asked for in all (cumulative, growing)
  *   ACK      a = position released through (cumulative), b = its generation

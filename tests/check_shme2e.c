@@ -801,6 +801,8 @@ static int closed_by_daemon(int fd)
 }
 
 /* A ring's connection as alice, from a TOKEN on fd: its memfd in *mem (size *size). */
+static uint64_t ring_slots;            /* what the last RING's answer gave */
+
 static int raw_ring(int fd, const char *spec, uint64_t slots, tfp_status_t want, int *mem,
                     char *msg, size_t msg_size)
 {
@@ -828,6 +830,7 @@ static int raw_ring(int fd, const char *spec, uint64_t slots, tfp_status_t want,
     if (msg)
         snprintf(msg, msg_size, "%s", r.str);
     ck_assert_msg(r.status == (int32_t)want, "RING %s: %d %s", spec, (int)r.status, r.str);
+    ring_slots = r.a;
     if (mem)
         *mem = got;
     else if (got >= 0)
@@ -847,7 +850,9 @@ START_TEST(shm_ring_hostile)
     const char *tokens = "tka-1f2e alice produce:* consume:f* admin:*\n"
                          "tkr-5c5c reader read:* produce:*\n";
     const char *file = td_tmpfile(3, tokens, strlen(tokens));
-    const char *args[] = {"--auth-tokens", file, NULL};
+    /* Lease memory for rings of a few 20 KiB slots: too little (half of it) for slots for
+     * the queue's items as well, so a ring has what its consumer asked, and no more. */
+    const char *args[] = {"--auth-tokens", file, "--shm-lease-memory", "96K", NULL};
     start(args);
     char cmd[1024], out[4096];
     snprintf(cmd, sizeof cmd, "curl -sf -X PUT -H 'Authorization: Bearer tka-1f2e' --data "
@@ -879,6 +884,7 @@ START_TEST(shm_ring_hostile)
     int mem = -1;
     rf = raw_ring(fd, "f/0/a", 2, TFP_OK, &mem, NULL, 0);
     ck_assert_int_ge(mem, 0);
+    ck_assert_uint_eq(ring_slots, 2);
     ck_assert_int_ne(ftruncate(mem, 0), 0);
     /* ... and written by the daemon alone: no writable mapping, no write(2), not even
      * through the descriptor reopened read-write */
@@ -930,6 +936,7 @@ START_TEST(shm_ring_hostile)
     close(rf);
     /* a request other than the ring's on its connection */
     rf = raw_ring(fd, "f/0/c", 1, TFP_OK, NULL, NULL, 0);
+    ck_assert_uint_eq(ring_slots, 2);       /* one for the queue: half the memory allows 2 */
     m = sf(TFP_SF_GET, "w");
     raw_send(rf, &m, -1);
     ck_assert(closed_by_daemon(rf));
