@@ -477,27 +477,25 @@ static int ring_drain(tf_feed_t *feed)
     return any;
 }
 
-/* Tells the ring what the feed wants (credit, as a pop request would be sent) and what the
- * caller released (the acknowledgement). */
+/* Tells the ring what the feed wants (credit, as a pop request would be sent), what the
+ * caller released (the acknowledgement) and which slots it gave back, in one send. */
 static void ring_ask(tf_feed_t *feed)
 {
     uint64_t target = feed->nwaiters > feed->nqueued ? feed->nwaiters - feed->nqueued : 0;
     if (!feed->no_prefetch && feed->nqueued < (size_t)feed->prefetch &&
         (uint64_t)feed->prefetch - feed->nqueued > target)
         target = (uint64_t)feed->prefetch - feed->nqueued;
-    uint64_t outstanding = tfi_ring_asked(feed->ring) - feed->ring_got;
-    int ok = 0;
+    uint64_t outstanding = tfi_ring_asked(feed->ring) - feed->ring_got, credit = 0;
     if (feed->popping && !feed->detaching && feed->done == TF_OK && feed->err == TF_OK &&
         target > outstanding)
-        ok = tfi_ring_credit(feed->ring, feed->ring_got + target);
+        credit = feed->ring_got + target;
     uint64_t through = ack_through(feed);
-    if (ok == 0 && through > feed->acked && through > feed->ring_acked) {
-        ok = tfi_ring_ack(feed->ring, through, feed->generation);
-        if (ok == 0)
-            feed->ring_acked = through;
-    }
-    if (ok != 0)
+    if (through <= feed->acked || through <= feed->ring_acked)
+        through = 0;
+    if (tfi_ring_sync(feed->ring, credit, through, feed->generation) != 0)
         ring_end(feed, "the ring's connection failed");
+    else if (through)
+        feed->ring_acked = through;
 }
 
 /* ---- the state machine ---------------------------------------------------------------------- */

@@ -34,11 +34,12 @@ tf_status_t tfi_ring_open(tf_client_t *c, origin_t *o, const char *feed, const c
                           size_t why_size);
 /* The next thing the daemon said, if any: 1 with *m, 0 when nothing is waiting. */
 int tfi_ring_take(tfi_ring_t *r, tfi_ring_msg_t *m);
-/* Asks for items up to total in all (no-op unless it grows). 0, or -1 (the socket failed). */
-int tfi_ring_credit(tfi_ring_t *r, uint64_t total);
+/* Tells the daemon, in one send: the slots whose documents were freed since the last sync
+ * (FREE), the queue's items released through ack of generation (ACK; ack 0: none), and that
+ * items up to credit in all are wanted (CREDIT; only when it grows). 0, or -1 (the socket
+ * failed). */
+int tfi_ring_sync(tfi_ring_t *r, uint64_t credit, uint64_t ack, uint64_t generation);
 uint64_t tfi_ring_asked(const tfi_ring_t *r);
-/* Releases the queue's items through position of generation. 0, or -1. */
-int tfi_ring_ack(tfi_ring_t *r, uint64_t through, uint64_t generation);
 /* Ends the ring (the daemon detaches the consumer); documents still mapping slots stay
  * valid until freed. NULL is a no-op. */
 void tfi_ring_close(tfi_ring_t *r);

@@ -860,6 +860,28 @@ START_TEST(ring_received_in_place)
 }
 END_TEST
 
+/* A consumer that releases each item gives its slot back (FREE goes with the feed's next
+ * sync, batched with ACK and CREDIT): many more items than the ring has slots all come in
+ * its slots, none as a memfd of its own (the overflow when no slot is free). */
+START_TEST(ring_frees_reach_the_daemon)
+{
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    tf_item_t *it = NULL;
+    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);     /* the ring is open */
+    for (int i = 0; i < 60; i++) {                  /* 20 slots: prefetch 2 + 2, 16 queued */
+        push((float)i, 0);
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert_str_eq(tf_feed_transport(feed), "shm/ring");
+        ck_assert(first_value(it) == (float)i);
+        tf_item_release(it);
+    }
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_overflow_total"), 0);
+    tf_feed_detach(feed);
+    ck_assert_int_eq(stat_of("released"), 60);
+}
+END_TEST
+
 /* A split feed's rounds on one host: each device's rows are written once, straight into a
  * free slot of the ring attached to that device, and sent from there (lent == in place, no
  * second copy into the ring), each device getting its own rows of every round, in order. */
@@ -1024,8 +1046,9 @@ START_TEST(ring_http_push_in_place)
 }
 END_TEST
 
-/* Bodies received into slots but refused (a signature mismatch) give their slots back: ten
- * of them on a ring of four slots leave every slot free for the good items after; and items
+/* Bodies received into slots but refused (a signature mismatch) give their slots back:
+ * twenty-five of them on a ring of twenty slots (prefetch 2 + 2, max_items 16) leave every
+ * slot free for the good items after; and items
  * received into a ring that closes before they are delivered reach the next consumer, copied
  * from the closed ring's memory, intact. */
 START_TEST(ring_slots_given_back)
@@ -1038,7 +1061,7 @@ START_TEST(ring_slots_given_back)
     int64_t shape[1] = {3};
     tf_doc_t *d = tf_doc_new();
     ck_assert_int_eq(tf_doc_add(d, "x", TF_F32, 1, shape, bad, sizeof(bad), TF_COPY), TF_OK);
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 25; i++)
         ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, 0, 0, NULL), TF_EUNPROC);
     tf_doc_free(d);
     for (int i = 0; i < 3; i++)
@@ -1049,7 +1072,7 @@ START_TEST(ring_slots_given_back)
         tf_item_release(it);
     }
     /* every bad body gave its slot back at once: the three good ones found slots too */
-    ck_assert(metric_is("tfetch_shm_ring_lent_total 13"));
+    ck_assert(metric_is("tfetch_shm_ring_lent_total 28"));
     /* two more in its slots, then the ring closes before the consumer took them */
     push(30, 0);
     push(40, 0);
@@ -1372,6 +1395,7 @@ Suite *suite_feedclient(void)
     add_end_to_end(tc);
     tcase_add_test(tc, ring_items_in_shared_memory);
     tcase_add_test(tc, ring_received_in_place);
+    tcase_add_test(tc, ring_frees_reach_the_daemon);
     tcase_add_test(tc, ring_split_written_in_place);
     tcase_add_test(tc, ring_http_push_in_place);
     tcase_add_test(tc, ring_slots_given_back);

@@ -274,6 +274,39 @@ tfp_status_t tfx_shm_send(int sock, const void *buf, size_t len, const int *fds,
     return TFP_OK;
 }
 
+tfp_status_t tfx_shm_send_many(int sock, const void *const *bufs, const size_t *lens, size_t n,
+                               tfp_err_t *err)
+{
+    enum { MAX = 128 };
+    struct iovec iov[MAX];
+    struct mmsghdr mm[MAX];
+    if (n > MAX)
+        return tfp_err_set(err, TFP_EINVAL, "shm: %zu messages in one send", n);
+    for (size_t k = 0; k < n; k++) {
+        if (lens[k] == 0 || lens[k] > TFX_SHM_MAX_MSG)
+            return tfp_err_set(err, TFP_EINVAL, "shm: a message of %zu bytes", lens[k]);
+        iov[k] = (struct iovec){ (void *)bufs[k], lens[k] };
+        memset(&mm[k], 0, sizeof mm[k]);
+        mm[k].msg_hdr.msg_iov = &iov[k];
+        mm[k].msg_hdr.msg_iovlen = 1;
+    }
+    /* A blocking socket sends them all, unless interrupted or failing part way: go on from
+     * the first one not sent. */
+    for (size_t done = 0; done < n;) {
+        int sent = sendmmsg(sock, mm + done, (unsigned)(n - done), MSG_NOSIGNAL);
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent <= 0)
+            return tfp_err_set(err, TFP_EIO, "shm: sendmmsg: %s", sent < 0 ? strerror(errno)
+                                                                         : "nothing sent");
+        for (int k = 0; k < sent; k++)
+            if (mm[done + (size_t)k].msg_len != lens[done + (size_t)k])
+                return tfp_err_set(err, TFP_EIO, "shm: sendmmsg: short");
+        done += (size_t)sent;
+    }
+    return TFP_OK;
+}
+
 /* Closes every descriptor the control messages of mh carry. */
 static void close_all(struct msghdr *mh)
 {

@@ -96,6 +96,10 @@ int tfx_shm_peer(int sock, pid_t *pid, uid_t *uid);
  * (the peer is gone) / TFP_EINVAL with err set. */
 tfp_status_t tfx_shm_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
                           tfp_err_t *err);
+/* Sends n messages (no descriptors) in one call (sendmmsg): each is its own record, in
+ * order, and the peer is woken once. */
+tfp_status_t tfx_shm_send_many(int sock, const void *const *bufs, const size_t *lens, size_t n,
+                               tfp_err_t *err);
 /* Receives one message into buf (cap bytes) and up to max_fds descriptors into fds (close-on-
  * exec; *nfds how many, the caller's to close). *len its length; 0 with TFP_OK: the peer
  * closed. TFP_EAGAIN on a non-blocking socket with nothing to read. TFP_EPROTO (every
