@@ -436,7 +436,7 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
     const tfp_op_t *op = c->op;
     int raw = op->body.kind == TFP_BODY_RAW;
     int st = op->body.kind == TFP_BODY_SAFETENSORS;
-    if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || !op->sub[0] || (!raw && !st) ||
+    if (!c->api->shm || op->kind != TFP_OP_FEED_INFEED || (!raw && !st) ||
         (st && (op->body.length == 0 || (op->body.length > 0 &&
                                          (uint64_t)op->body.length > max))))
         return 0;
@@ -451,15 +451,26 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
     uint64_t body = raw ? op->body.nbytes : op->body.length > 0 ? (uint64_t)op->body.length
                                                                  : d->item_bytes;
     uint64_t len = c->raw_hdr_len + body;
-    int dev = tfp_feed_dev_index(d, op->sub);
     uint8_t *buf;
     size_t cap;
     void (*give_back)(void *);
     void *arg;
-    int lent = dev >= 0 && d->fanout == TFP_FANOUT_PER_DEVICE &&
-               len >= body && len <= SIZE_MAX &&
-               tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)len, &buf, &cap, &give_back,
-                            &arg) == 0;
+    int lent = 0;
+    if (len >= body && len <= SIZE_MAX) {
+        if (op->sub[0]) {               /* per_device: that device's ring */
+            int dev = tfp_feed_dev_index(d, op->sub);
+            lent = dev >= 0 && d->fanout == TFP_FANOUT_PER_DEVICE &&
+                   tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)len, &buf, &cap,
+                                &give_back, &arg) == 0;
+        } else if (d->fanout == TFP_FANOUT_BROADCAST) {
+            /* A broadcast round: into the first ring with a slot; that device's consumer
+             * reads it in place, the others' rings get it copied from there (one copy fewer
+             * than from the heap into each). */
+            for (unsigned dev = 0; !lent && dev < d->ndev; dev++)
+                lent = tfd_shm_lend(c->api->shm, f, dev, (size_t)len, &buf, &cap, &give_back,
+                                    &arg) == 0;
+        }
+    }
     tfd_feed_unref(f);
     if (lent)
         tfx_req_accept_body_into(r, c->raw_hdr_len, max, buf, cap, give_back, arg);

@@ -798,6 +798,17 @@ static long metric_value(const char *name)
     return p ? strtol(p + strlen(key), NULL, 10) : -1;
 }
 
+/* Attaches to device dev of the feed at url with the host backend and opens its ring (the
+ * first pop opens it; nothing is queued yet, so it answers TF_EAGAIN). */
+static tf_feed_t *attach_ring(const char *url, const char *dev)
+{
+    tf_feed_t *feed = NULL;
+    tf_item_t *it = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, url, dev, "host", &feed), TF_OK);
+    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);
+    return feed;
+}
+
 /* A popped item's tensors are in the ring: a memfd shared read-only with the daemon, which
  * copied the item there once; /metrics counts the ring and its items. */
 START_TEST(ring_items_in_shared_memory)
@@ -831,10 +842,8 @@ END_TEST
  * in order, intact; their slots are used again once released and acknowledged. */
 START_TEST(ring_received_in_place)
 {
-    tf_feed_t *feed = NULL;
-    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    tf_feed_t *feed = attach_ring(FEED, "0");
     tf_item_t *it = NULL;
-    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);     /* the ring is open */
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < 6; i++)
             push((float)(100 * round + 10 * i), 0);
@@ -865,10 +874,8 @@ END_TEST
  * its slots, none as a memfd of its own (the overflow when no slot is free). */
 START_TEST(ring_frees_reach_the_daemon)
 {
-    tf_feed_t *feed = NULL;
-    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    tf_feed_t *feed = attach_ring(FEED, "0");
     tf_item_t *it = NULL;
-    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);     /* the ring is open */
     for (int i = 0; i < 60; i++) {                  /* 20 slots: prefetch 2 + 2, 16 queued */
         push((float)i, 0);
         ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
@@ -882,24 +889,24 @@ START_TEST(ring_frees_reach_the_daemon)
 }
 END_TEST
 
-/* A split feed's rounds on one host: each device's rows are written once, straight into a
- * free slot of the ring attached to that device, and sent from there (lent == in place, no
- * second copy into the ring), each device getting its own rows of every round, in order. */
-START_TEST(ring_split_written_in_place)
+/* Pushes three rounds of item_doc(100 * round) to a fresh feed of two devices with fanout
+ * (split or broadcast), each device's ring attached on this host, and checks that each
+ * device pops its part of every round (split: its two rows; broadcast: all four), in order,
+ * from its ring; returns how many parts were received into a slot (tfetch_shm_ring_lent_total)
+ * and copies how many were copied into a ring afterwards (tfetch_shm_ring_items_total). */
+static long rounds_in_rings(const char *fanout, long *copies)
 {
-    char url[160];
-    snprintf(url, sizeof(url), "%s/v1/feeds/s", D.base);
-    ck_assert_int_eq(tf_feed_declare(C, url, "{\"devices\":2,\"fanout\":\"split\","
-                                     "\"signature\":[{\"name\":\"x\",\"dtype\":\"F32\","
-                                     "\"shape\":[4]}],\"max_items\":16,\"lease_ms\":2000}",
-                                     NULL), TF_OK);
-    tf_feed_t *feed[2] = {NULL, NULL};
+    char url[160], decl[256];
+    int split = strcmp(fanout, "split") == 0;
+    snprintf(url, sizeof(url), "%s/v1/feeds/%s", D.base, fanout);
+    snprintf(decl, sizeof(decl), "{\"devices\":2,\"fanout\":\"%s\",\"signature\":[{\"name\":"
+             "\"x\",\"dtype\":\"F32\",\"shape\":[4]}],\"max_items\":16,\"lease_ms\":2000}",
+             fanout);
+    ck_assert_int_eq(tf_feed_declare(C, url, decl, NULL), TF_OK);
+    tf_feed_t *feed[2] = {attach_ring(url, "0"), attach_ring(url, "1")};
     tf_item_t *it = NULL;
-    for (int k = 0; k < 2; k++) {
-        ck_assert_int_eq(tf_feed_attach(C, url, k ? "1" : "0", "host", &feed[k]), TF_OK);
-        ck_assert_int_eq(tf_infeed_pop(feed[k], 0, &it), TF_EAGAIN);  /* the ring is open */
-    }
     long lent0 = metric_value("tfetch_shm_ring_lent_total");
+    long items0 = metric_value("tfetch_shm_ring_items_total");
     for (int round = 0; round < 3; round++) {
         tf_doc_t *d = item_doc((float)(100 * round));
         ck_assert_int_eq(tf_infeed_push(C, url, -1, d, 0, 0, NULL), TF_OK);
@@ -909,25 +916,45 @@ START_TEST(ring_split_written_in_place)
             ck_assert_str_eq(tf_feed_transport(feed[k]), "shm/ring");
             const tf_tensor_t *t = tf_doc_find(tf_item_doc(it), "x");
             ck_assert_ptr_nonnull(t);
-            ck_assert_uint_eq(t->nbytes, 8);
-            float v[2];
-            memcpy(v, t->data, sizeof(v));
-            ck_assert(v[0] == (float)(100 * round + 2 * k) &&
-                      v[1] == (float)(100 * round + 2 * k + 1));
+            ck_assert_uint_eq(t->nbytes, split ? 8 : 16);
+            float v[4];
+            memcpy(v, t->data, (size_t)t->nbytes);
+            for (size_t j = 0; j < t->nbytes / sizeof(float); j++)
+                ck_assert(v[j] == (float)(100 * round + (split ? 2 * k : 0) + (int)j));
             char perms[8], path[256];
             ck_assert(mapping_of(t->data, perms, path));
             ck_assert_msg(strstr(path, "tfetch-ring") != NULL, "item data in '%s'", path);
             tf_item_release(it);
         }
     }
-    /* Each ring has slots for its queue's items too: every part found one, and went out
-     * from it; none was copied. */
-    long lent = metric_value("tfetch_shm_ring_lent_total") - lent0;
-    ck_assert_int_eq(lent, 6);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), lent);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_items_total"), 0);
     for (int k = 0; k < 2; k++)
         tf_feed_detach(feed[k]);
+    *copies = metric_value("tfetch_shm_ring_items_total") - items0;
+    return metric_value("tfetch_shm_ring_lent_total") - lent0;
+}
+
+/* A split feed's rounds on one host: each device's rows are written once, straight into a
+ * free slot of the ring attached to that device, and sent from there (lent == in place, no
+ * second copy into the ring). Each ring has slots for its queue's items too: every part
+ * found one. */
+START_TEST(ring_split_written_in_place)
+{
+    long copies, lent = rounds_in_rings("split", &copies);
+    ck_assert_int_eq(lent, 6);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), lent);
+    ck_assert_int_eq(copies, 0);
+}
+END_TEST
+
+/* A broadcast round on one host is received into a slot of the first device's ring (read
+ * there in place) and copied from there into the other's: one copy per round, where from
+ * the heap each ring would get one (lent 0, 6 copies). */
+START_TEST(ring_broadcast_received_in_place)
+{
+    long copies, lent = rounds_in_rings("broadcast", &copies);
+    ck_assert_int_eq(lent, 3);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 3);
+    ck_assert_int_eq(copies, 3);
 }
 END_TEST
 
@@ -952,10 +979,8 @@ static int curl_push(const char *file, const char *headers)
  * and nothing copied (one at a time, so a slot is always free for the next). */
 START_TEST(ring_http_push_in_place)
 {
-    tf_feed_t *feed = NULL;
-    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    tf_feed_t *feed = attach_ring(FEED, "0");
     tf_item_t *it = NULL;
-    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);     /* the ring is open */
     tf_client_t *h = NULL;
     ck_assert_int_eq(tf_client_new(&h), TF_OK);
     ck_assert_int_eq(tf_client_set_transport(h, TF_TRANSPORT_HTTP), TF_OK);
@@ -1053,10 +1078,8 @@ END_TEST
  * from the closed ring's memory, intact. */
 START_TEST(ring_slots_given_back)
 {
-    tf_feed_t *feed = NULL;
-    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    tf_feed_t *feed = attach_ring(FEED, "0");
     tf_item_t *it = NULL;
-    ck_assert_int_eq(tf_infeed_pop(feed, 0, &it), TF_EAGAIN);     /* the ring is open */
     float bad[3] = {1, 2, 3};
     int64_t shape[1] = {3};
     tf_doc_t *d = tf_doc_new();
@@ -1397,6 +1420,7 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, ring_received_in_place);
     tcase_add_test(tc, ring_frees_reach_the_daemon);
     tcase_add_test(tc, ring_split_written_in_place);
+    tcase_add_test(tc, ring_broadcast_received_in_place);
     tcase_add_test(tc, ring_http_push_in_place);
     tcase_add_test(tc, ring_slots_given_back);
     tcase_add_test(tc, ring_item_over_a_slot);
