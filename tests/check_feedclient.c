@@ -890,11 +890,12 @@ START_TEST(ring_frees_reach_the_daemon)
 END_TEST
 
 /* Pushes three rounds of item_doc(100 * round) to a fresh feed of two devices with fanout
- * (split or broadcast), each device's ring attached on this host, and checks that each
- * device pops its part of every round (split: its two rows; broadcast: all four), in order,
- * from its ring; returns how many parts were received into a slot (tfetch_shm_ring_lent_total)
- * and copies how many were copied into a ring afterwards (tfetch_shm_ring_items_total). */
-static long rounds_in_rings(const char *fanout, long *copies)
+ * (split or broadcast), and checks that each device pops its part of every round (split: its
+ * two rows; broadcast: all four), in order: from its ring on this host, or, for device 0 when
+ * http0, by pop requests of a client on plain HTTP. Returns how many parts were received into
+ * a slot (tfetch_shm_ring_lent_total) and copies how many were copied into a ring afterwards
+ * (tfetch_shm_ring_items_total). */
+static long rounds_in_rings(const char *fanout, int http0, long *copies)
 {
     char url[160], decl[256];
     int split = strcmp(fanout, "split") == 0;
@@ -903,7 +904,15 @@ static long rounds_in_rings(const char *fanout, long *copies)
              "\"x\",\"dtype\":\"F32\",\"shape\":[4]}],\"max_items\":16,\"lease_ms\":2000}",
              fanout);
     ck_assert_int_eq(tf_feed_declare(C, url, decl, NULL), TF_OK);
-    tf_feed_t *feed[2] = {attach_ring(url, "0"), attach_ring(url, "1")};
+    tf_client_t *h = NULL;
+    tf_feed_t *feed[2] = {NULL, attach_ring(url, "1")};
+    if (http0) {
+        ck_assert_int_eq(tf_client_new(&h), TF_OK);
+        ck_assert_int_eq(tf_client_set_transport(h, TF_TRANSPORT_HTTP), TF_OK);
+        ck_assert_int_eq(tf_feed_attach(h, url, "0", "host", &feed[0]), TF_OK);
+    } else {
+        feed[0] = attach_ring(url, "0");
+    }
     tf_item_t *it = NULL;
     long lent0 = metric_value("tfetch_shm_ring_lent_total");
     long items0 = metric_value("tfetch_shm_ring_items_total");
@@ -912,8 +921,9 @@ static long rounds_in_rings(const char *fanout, long *copies)
         ck_assert_int_eq(tf_infeed_push(C, url, -1, d, 0, 0, NULL), TF_OK);
         tf_doc_free(d);
         for (int k = 0; k < 2; k++) {
+            int ring = k || !http0;
             ck_assert_int_eq(tf_infeed_pop(feed[k], 5000, &it), TF_OK);
-            ck_assert_str_eq(tf_feed_transport(feed[k]), "shm/ring");
+            ck_assert_str_eq(tf_feed_transport(feed[k]), ring ? "shm/ring" : "http");
             const tf_tensor_t *t = tf_doc_find(tf_item_doc(it), "x");
             ck_assert_ptr_nonnull(t);
             ck_assert_uint_eq(t->nbytes, split ? 8 : 16);
@@ -923,12 +933,14 @@ static long rounds_in_rings(const char *fanout, long *copies)
                 ck_assert(v[j] == (float)(100 * round + (split ? 2 * k : 0) + (int)j));
             char perms[8], path[256];
             ck_assert(mapping_of(t->data, perms, path));
-            ck_assert_msg(strstr(path, "tfetch-ring") != NULL, "item data in '%s'", path);
+            ck_assert_msg((strstr(path, "tfetch-ring") != NULL) == ring, "item data in '%s'",
+                          path);
             tf_item_release(it);
         }
     }
     for (int k = 0; k < 2; k++)
         tf_feed_detach(feed[k]);
+    tf_client_free(h);
     *copies = metric_value("tfetch_shm_ring_items_total") - items0;
     return metric_value("tfetch_shm_ring_lent_total") - lent0;
 }
@@ -939,7 +951,7 @@ static long rounds_in_rings(const char *fanout, long *copies)
  * found one. */
 START_TEST(ring_split_written_in_place)
 {
-    long copies, lent = rounds_in_rings("split", &copies);
+    long copies, lent = rounds_in_rings("split", 0, &copies);
     ck_assert_int_eq(lent, 6);
     ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), lent);
     ck_assert_int_eq(copies, 0);
@@ -951,10 +963,22 @@ END_TEST
  * the heap each ring would get one (lent 0, 6 copies). */
 START_TEST(ring_broadcast_received_in_place)
 {
-    long copies, lent = rounds_in_rings("broadcast", &copies);
+    long copies, lent = rounds_in_rings("broadcast", 0, &copies);
     ck_assert_int_eq(lent, 3);
     ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 3);
     ck_assert_int_eq(copies, 3);
+}
+END_TEST
+
+/* With only device 1's ring on this host, a broadcast round is received into that ring's
+ * slot, and device 0's consumer, popping over HTTP, is sent the same bytes from there: no
+ * copy into any ring. */
+START_TEST(ring_broadcast_shared_with_a_request)
+{
+    long copies, lent = rounds_in_rings("broadcast", 1, &copies);
+    ck_assert_int_eq(lent, 3);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 3);
+    ck_assert_int_eq(copies, 0);
 }
 END_TEST
 
@@ -1421,6 +1445,7 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, ring_frees_reach_the_daemon);
     tcase_add_test(tc, ring_split_written_in_place);
     tcase_add_test(tc, ring_broadcast_received_in_place);
+    tcase_add_test(tc, ring_broadcast_shared_with_a_request);
     tcase_add_test(tc, ring_http_push_in_place);
     tcase_add_test(tc, ring_slots_given_back);
     tcase_add_test(tc, ring_item_over_a_slot);
