@@ -406,8 +406,8 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
     outf(&o,
          "# HELP tfetch_shm_rings Feeds' same-host rings open now (one per attached consumer).\n"
          "# TYPE tfetch_shm_rings gauge\ntfetch_shm_rings %llu\n"
-         "# HELP tfetch_shm_ring_bytes Shared memory the rings hold (in the shm-lease-memory "
-         "bound).\n"
+         "# HELP tfetch_shm_ring_bytes Shared memory the rings hold, closed rings' slots "
+         "that queued items still hold included (in the shm-lease-memory bound).\n"
          "# TYPE tfetch_shm_ring_bytes gauge\ntfetch_shm_ring_bytes %llu\n"
          "# HELP tfetch_shm_ring_items_total Feed items copied into a ring's slot.\n"
          "# TYPE tfetch_shm_ring_items_total counter\ntfetch_shm_ring_items_total %llu\n"

@@ -22,10 +22,35 @@
 #define HEADER_ROOM 16384u          /* a slot's bytes beyond the item's payload */
 #define PAGE 4096u
 
+struct tfd_ring_acct {
+    atomic_int refs;
+    _Atomic uint64_t bytes;
+};
+
+tfd_ring_acct_t *tfd_ring_acct_new(void)
+{
+    tfd_ring_acct_t *a = calloc(1, sizeof *a);
+    if (a)
+        atomic_init(&a->refs, 1);
+    return a;
+}
+
+void tfd_ring_acct_unref(tfd_ring_acct_t *a)
+{
+    if (a && atomic_fetch_sub(&a->refs, 1) == 1)
+        free(a);
+}
+
+uint64_t tfd_ring_acct_bytes(const tfd_ring_acct_t *a)
+{
+    return a ? atomic_load(&a->bytes) : 0;
+}
+
 /* The slots' memory and who holds each slot. It outlives the ring while bodies received
  * into its slots live (their blobs hold a reference), so a ring may close under them. */
 typedef struct {
     atomic_int refs;                /* the ring's, and one per slot lent to a body */
+    tfd_ring_acct_t *acct;          /* counts m.size until the slots are freed; or NULL */
     tfx_shm_t m;                    /* the slots, read-write here */
     unsigned nslots;
     uint64_t slot_bytes;
@@ -112,7 +137,8 @@ static unsigned queue_slots(const tfp_feed_decl_t *d, unsigned nslots, uint64_t 
 
 tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok,
                            const char *consumer, unsigned nslots, uint64_t slot_bytes,
-                           uint64_t max_bytes, tfd_ring_t **out, int *fd, tfp_err_t *err)
+                           uint64_t max_bytes, tfd_ring_acct_t *acct, tfd_ring_t **out, int *fd,
+                           tfp_err_t *err)
 {
     tfd_feed_t *f = tfd_feeds_get(fs, feed);
     if (!f)
@@ -157,6 +183,11 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
     (void)madvise(mem->m.p, mem->m.size, MADV_POPULATE_WRITE);
 #endif
     atomic_init(&mem->refs, 1);
+    if (acct) {
+        atomic_fetch_add(&acct->refs, 1);
+        atomic_fetch_add(&acct->bytes, (uint64_t)mem->m.size);
+        mem->acct = acct;
+    }
     mem->nslots = nslots;
     mem->slot_bytes = slot;
     pthread_mutex_init(&mem->lock, NULL);
@@ -170,7 +201,6 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
     return TFP_OK;
 }
 
-uint64_t tfd_ring_bytes(const tfd_ring_t *r) { return r->mem->m.size; }
 int tfd_ring_serves(const tfd_ring_t *r, const tfd_feed_t *f, unsigned dev)
 {
     return r->f == f && r->dev == dev;
@@ -238,6 +268,10 @@ static void mem_unref(mem_t *mem)
 {
     if (atomic_fetch_sub(&mem->refs, 1) != 1)
         return;
+    if (mem->acct) {
+        atomic_fetch_sub(&mem->acct->bytes, (uint64_t)mem->m.size);
+        tfd_ring_acct_unref(mem->acct);
+    }
     tfx_shm_close(&mem->m);
     pthread_mutex_destroy(&mem->lock);
     free(mem);

@@ -39,15 +39,25 @@ typedef struct {
     uint64_t overflow;              /* items sent as a memfd of their own */
 } tfd_ring_stats_t;
 
+/* The shared memory a server's rings hold, from a ring's opening until its slots are freed:
+ * a ring that closed keeps its slots while bodies received into them live (items still
+ * queued, for this device or, broadcast, for the others), and they still count, so that a
+ * consumer that reconnects cannot leave memory behind outside the bound. Reference-counted
+ * (the server's, and each ring's slots'), so it outlives whichever goes last; any thread. */
+typedef struct tfd_ring_acct tfd_ring_acct_t;
+tfd_ring_acct_t *tfd_ring_acct_new(void);
+void tfd_ring_acct_unref(tfd_ring_acct_t *a);
+uint64_t tfd_ring_acct_bytes(const tfd_ring_acct_t *a);
+
 /* A ring for consumer on feed's device devtok: nslots (1..TFP_SF_MAX_SLOTS) of slot_bytes
  * each (0: the feed's item bytes plus room for the header, page-rounded), at most max_bytes
- * in all. TFP_OK with *out and *fd (the memfd, borrowed: valid while the ring lives), else
- * TFP_ENOTFOUND (no such feed or device), TFP_EFULL (over max_bytes) or TFP_ENOMEM, with
- * err. */
+ * in all, counted in acct (may be NULL) until its slots are freed. TFP_OK with *out and *fd
+ * (the memfd, borrowed: valid while the ring lives), else TFP_ENOTFOUND (no such feed or
+ * device), TFP_EFULL (over max_bytes) or TFP_ENOMEM, with err. */
 tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok,
                            const char *consumer, unsigned nslots, uint64_t slot_bytes,
-                           uint64_t max_bytes, tfd_ring_t **out, int *fd, tfp_err_t *err);
-uint64_t tfd_ring_bytes(const tfd_ring_t *r);
+                           uint64_t max_bytes, tfd_ring_acct_t *acct, tfd_ring_t **out, int *fd,
+                           tfp_err_t *err);
 unsigned tfd_ring_slots(const tfd_ring_t *r);
 uint64_t tfd_ring_slot_bytes(const tfd_ring_t *r);
 /* Lends a free slot (one is always kept for items that need a copy) for a body of len

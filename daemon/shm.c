@@ -77,6 +77,7 @@ struct tfd_shm {
     int listen_fd, stop_fd;
     int wake_fd;                    /* an eventfd: a feed's pop events changed (rings) */
     atomic_uint nrings;
+    tfd_ring_acct_t *ring_acct;     /* what the rings' slots hold, closed rings' too */
     pthread_mutex_t ring_lock;      /* rings: what tfd_shm_lend looks through */
     tfd_ring_t *rings[MAX_CONNS];
     size_t nreg;
@@ -177,7 +178,7 @@ static uint64_t lease_open(tfd_shm_t *s, conn_t *c, tfd_blob_t *b)
         c->cap = ncap;
     }
     pthread_mutex_lock(&s->lock);
-    uint64_t held = s->st.leased_bytes + s->st.ring_bytes;
+    uint64_t held = s->st.leased_bytes + tfd_ring_acct_bytes(s->ring_acct);
     int fits = b->len <= s->lease_max && held <= s->lease_max - b->len;
     if (fits) {
         s->st.leases++;
@@ -218,7 +219,6 @@ static void conn_close(tfd_shm_t *s, size_t k)
         pthread_mutex_unlock(&s->ring_lock);
         pthread_mutex_lock(&s->lock);
         s->st.rings--;
-        s->st.ring_bytes -= tfd_ring_bytes(c->ring);
         pthread_mutex_unlock(&s->lock);
         atomic_fetch_sub(&s->nrings, 1);
         tfd_ring_free(c->ring);
@@ -487,13 +487,13 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: RING must be a connection's "
                            "first request");
     pthread_mutex_lock(&s->lock);
-    uint64_t held = s->st.leased_bytes + s->st.ring_bytes;
+    uint64_t held = s->st.leased_bytes + tfd_ring_acct_bytes(s->ring_acct);
     uint64_t left = held < s->lease_max ? s->lease_max - held : 0;
     pthread_mutex_unlock(&s->lock);
     tfd_ring_t *r;
     int fd;
     tfp_status_t st = tfd_ring_open(s->feeds, feed, dev, consumer, (unsigned)q->a, q->b, left,
-                                    &r, &fd, &err);
+                                    s->ring_acct, &r, &fd, &err);
     if (st != TFP_OK)
         return reply_error(s, c, q->seq, st, err.msg);
     tfp_sf_t m;
@@ -509,7 +509,6 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     pthread_mutex_unlock(&s->ring_lock);
     pthread_mutex_lock(&s->lock);
     s->st.rings++;
-    s->st.ring_bytes += tfd_ring_bytes(r);
     pthread_mutex_unlock(&s->lock);
     atomic_fetch_add(&s->nrings, 1);
     return reply(c, &m, fd);                    /* failed: the caller closes c, and r */
@@ -747,6 +746,10 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->ring_lock, NULL);
     tfp_err_t err;
+    if (!(s->ring_acct = tfd_ring_acct_new())) {
+        snprintf(why, why_size, "out of memory");
+        goto fail;
+    }
     tfx_shm_t probe;
     if (tfx_shm_create(1, "tfetch-probe", &probe, &err) != TFP_OK) {
         snprintf(why, why_size, "%s", err.msg);
@@ -771,6 +774,7 @@ fail:
         close(s->stop_fd);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    tfd_ring_acct_unref(s->ring_acct);
     pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -786,6 +790,7 @@ void tfd_shm_stats(tfd_shm_t *s, tfd_shm_stats_t *st)
     pthread_mutex_lock(&s->lock);
     *st = s->st;
     pthread_mutex_unlock(&s->lock);
+    st->ring_bytes = tfd_ring_acct_bytes(s->ring_acct);
 }
 
 void tfd_shm_free(tfd_shm_t *s)
@@ -800,6 +805,7 @@ void tfd_shm_free(tfd_shm_t *s)
     close(s->wake_fd);
     close(s->stop_fd);
     close(s->listen_fd);
+    tfd_ring_acct_unref(s->ring_acct);     /* rings' slots that queued items keep count */
     pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -47,8 +47,9 @@ typedef struct {
     uint64_t gets, refused;         /* GETs answered with a memfd; requests refused */
     uint64_t puts;                  /* documents stored from a lent memfd */
     uint64_t connections;           /* open now */
-    uint64_t rings, ring_bytes;     /* feeds' same-host rings open now, their memory
-                                     * (counted in the lease bound) */
+    uint64_t rings;                 /* feeds' same-host rings open now */
+    uint64_t ring_bytes;            /* the memory of their slots, and of closed rings' slots
+                                     * that queued items still hold (in the lease bound) */
     uint64_t ring_items;            /* items copied into a ring's slot */
     uint64_t ring_lent;             /* bodies received straight into a ring's slot */
     uint64_t ring_in_place;         /* items sent from the slot they were received into */

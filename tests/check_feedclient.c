@@ -889,6 +889,47 @@ START_TEST(ring_frees_reach_the_daemon)
 }
 END_TEST
 
+/* /metrics line name once it reads want (polled up to 5 s: the daemon closes a ring when it
+ * reads the connection's end); its last value. */
+static long metric_settles(const char *name, long want)
+{
+    long v = -1;
+    for (int i = 0; i < 100 && (v = metric_value(name)) != want; i++)
+        usleep(50 * 1000);
+    return v;
+}
+
+/* A ring that closes while an item received into its slot is still queued (delivered, not
+ * released: it goes to the next consumer) keeps its memory, and that memory still counts in
+ * shm-lease-memory (tfetch_shm_ring_bytes) until the item is gone: a consumer reconnecting
+ * again and again could otherwise leave ring after ring behind outside the bound. */
+START_TEST(ring_closed_under_a_queued_item_still_counts)
+{
+    tf_feed_t *feed = attach_ring(FEED, "0");
+    tf_item_t *it = NULL;
+    push(7, 0);
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    ck_assert(first_value(it) == 7);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_lent_total"), 1);
+    long bytes = metric_value("tfetch_shm_ring_bytes");
+    ck_assert_int_gt(bytes, 0);
+    tf_feed_detach(feed);                           /* not released: queued again */
+    ck_assert_int_eq(metric_settles("tfetch_shm_rings", 0), 0);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_bytes"), bytes);
+    /* The next consumer gets it (copied into its own ring), releases it: both rings' memory
+     * is gone once it is acknowledged and that ring closed. */
+    feed = attach_ring(FEED, "0");
+    ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+    ck_assert(first_value(it) == 7);
+    ck_assert_int_gt(metric_value("tfetch_shm_ring_bytes"), bytes);
+    tf_item_release(it);
+    ck_assert_int_eq(tf_feed_ack(feed), TF_OK);
+    tf_feed_detach(feed);
+    ck_assert_int_eq(metric_settles("tfetch_shm_ring_bytes", 0), 0);
+    ck_assert_int_eq(stat_of("released"), 1);
+}
+END_TEST
+
 /* Pushes three rounds of item_doc(100 * round) to a fresh feed of two devices with fanout
  * (split or broadcast), and checks that each device pops its part of every round (split: its
  * two rows; broadcast: all four), in order: from its ring on this host, or, for device 0 when
@@ -1443,6 +1484,7 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, ring_items_in_shared_memory);
     tcase_add_test(tc, ring_received_in_place);
     tcase_add_test(tc, ring_frees_reach_the_daemon);
+    tcase_add_test(tc, ring_closed_under_a_queued_item_still_counts);
     tcase_add_test(tc, ring_split_written_in_place);
     tcase_add_test(tc, ring_broadcast_received_in_place);
     tcase_add_test(tc, ring_broadcast_shared_with_a_request);
