@@ -986,16 +986,23 @@ static long rounds_in_rings(const char *fanout, int http0, long *copies)
     return metric_value("tfetch_shm_ring_lent_total") - lent0;
 }
 
+/* rounds_in_rings(fanout, http0) received lent parts into a slot, sent in_place of them
+ * from the slot they were received into, and copied copies into a ring. */
+static void expect_rounds(const char *fanout, int http0, long lent, long in_place, long copies)
+{
+    long copied, got = rounds_in_rings(fanout, http0, &copied);
+    ck_assert_int_eq(got, lent);
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), in_place);
+    ck_assert_int_eq(copied, copies);
+}
+
 /* A split feed's rounds on one host: each device's rows are written once, straight into a
  * free slot of the ring attached to that device, and sent from there (lent == in place, no
  * second copy into the ring). Each ring has slots for its queue's items too: every part
  * found one. */
 START_TEST(ring_split_written_in_place)
 {
-    long copies, lent = rounds_in_rings("split", 0, &copies);
-    ck_assert_int_eq(lent, 6);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), lent);
-    ck_assert_int_eq(copies, 0);
+    expect_rounds("split", 0, 6, 6, 0);
 }
 END_TEST
 
@@ -1004,10 +1011,7 @@ END_TEST
  * the heap each ring would get one (lent 0, 6 copies). */
 START_TEST(ring_broadcast_received_in_place)
 {
-    long copies, lent = rounds_in_rings("broadcast", 0, &copies);
-    ck_assert_int_eq(lent, 3);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 3);
-    ck_assert_int_eq(copies, 3);
+    expect_rounds("broadcast", 0, 3, 3, 3);
 }
 END_TEST
 
@@ -1016,10 +1020,7 @@ END_TEST
  * copy into any ring. */
 START_TEST(ring_broadcast_shared_with_a_request)
 {
-    long copies, lent = rounds_in_rings("broadcast", 1, &copies);
-    ck_assert_int_eq(lent, 3);
-    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 3);
-    ck_assert_int_eq(copies, 0);
+    expect_rounds("broadcast", 1, 3, 3, 0);
 }
 END_TEST
 
