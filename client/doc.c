@@ -372,6 +372,7 @@ tf_status_t tf_doc_new_packed(const tf_tensor_spec_t *tensors, size_t n, tf_doc_
     }
     doc->buf_cap = cap;
     doc->packed = hlen + data;
+    doc->packed_p = buf;
     doc->frozen = 1;
     *out = doc;
     return TF_OK;

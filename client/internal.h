@@ -22,6 +22,7 @@
 #include "proto/auth.h"
 #include "proto/doc.h"
 #include "proto/ids.h"
+#include "proto/shmframe.h"
 #include "proto/status.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
@@ -46,9 +47,13 @@ struct tf_doc {
     void *release_arg;
     void *shm_lent;                 /* tf_doc_new_shm: the lent buffer (shm.c) while the
                                      * caller may still write it; NULL otherwise */
+    void *staged;                   /* tf_doc_new_staging: its staging buffer (shm.c), for
+                                     * the life of the doc; NULL otherwise */
     int frozen;                     /* built in place: no tensor or metadata can be added */
-    size_t packed;                  /* tf_doc_new_packed: its safetensors bytes are buf[0,
-                                     * packed), header and data in one piece; 0 otherwise */
+    size_t packed;                  /* tf_doc_new_packed, tf_doc_new_staging: its
+                                     * safetensors bytes are packed_p[0, packed), header
+                                     * and data in one piece; 0 otherwise */
+    const void *packed_p;
 };
 
 /* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
@@ -123,6 +128,8 @@ typedef struct {
     char what[16];                  /* tf_result_t op */
     tfp_uf_feed_t feed;             /* its FEED frame (feed.op 0: none; ucx.c) */
     long feed_wait_ms;              /* the frame's wait */
+    uint8_t staged[TFP_SF_STAGED_LEN];  /* a staged body (ucx.c), sent instead of a doc
+                                     * from tf_doc_new_staging over its own connection */
 } tfi_op_t;
 
 /* A transport of the client: how a request travels once the client has chosen it. One table
@@ -185,6 +192,10 @@ const char *tfi_ucx_memory(const tf_client_t *c);
  * trip. */
 int tfi_shm_token(origin_t *o, char name[TFP_UP_MAX_SHM_SOCKET + 1],
                   char token[TFP_UP_TOKEN_LEN + 1], char *why, size_t why_size);           /* o->shm NULL is a no-op */
+/* 1 with ref set (proto/shmframe.h) when doc lies in a staging buffer of o's current shm
+ * connection (tf_doc_new_staging), so a push over o's UCX connection may name it instead of
+ * carrying it; else 0. */
+int tfi_shm_staged(const origin_t *o, const tf_doc_t *doc, uint8_t ref[TFP_SF_STAGED_LEN]);
 /* 1 if f can go over its origin's shm connection. */
 int tfi_shm_can(const tf_fetch_t *f);
 

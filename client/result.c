@@ -292,7 +292,7 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
 static tf_status_t render_safetensors(tfi_op_t *op, tf_result_t *res)
 {
     if (op->body->packed) {                 /* already its bytes, in one piece */
-        op->segs[op->nsegs] = op->body->buf;
+        op->segs[op->nsegs] = op->body->packed_p;
         op->lens[op->nsegs++] = op->body->packed;
         return TF_OK;
     }

@@ -231,15 +231,15 @@ static tf_status_t queue_done(tf_client_t *c, tf_fetch_t *f)
     return TF_OK;
 }
 
-/* ALLOC: a writable memfd of size bytes from the daemon, mapped: 0 with *m and *lease, or the
- * daemon's refusal (*st, msg), or -1 with why (the connection failed). */
-static int ask_buffer(shmc_t *k, size_t size, long ms, tfx_shm_t *m, uint64_t *lease,
-                      tfp_status_t *st, char *why, size_t why_size)
+/* ALLOC or STAGE (op): a writable memfd of size bytes from the daemon, mapped: 0 with *m and
+ * *lease, or the daemon's refusal (*st, msg), or -1 with why (the connection failed). */
+static int ask_buffer(shmc_t *k, tfp_sf_op_t op, size_t size, long ms, tfx_shm_t *m,
+                      uint64_t *lease, tfp_status_t *st, char *why, size_t why_size)
 {
     tfp_sf_t q, r;
     tfp_err_t err;
     memset(&q, 0, sizeof q);
-    q.op = TFP_SF_ALLOC;
+    q.op = op;
     q.seq = ++k->seq;
     q.a = size;
     int fd;
@@ -343,7 +343,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     }
     lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
     tfp_status_t st = TFP_OK;
-    int rc = f->op.body_len ? ask_buffer(k, (size_t)f->op.body_len, ms, &tmp.map, &tmp.lease,
+    int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, (size_t)f->op.body_len, ms, &tmp.map, &tmp.lease,
                                          &st, why, sizeof why) : 1;
     if (rc < 0)
         tfi_shm_disconnect(o);
@@ -514,16 +514,21 @@ const tfi_transport_t tfi_shm = {
 
 /* ---- documents built in place ------------------------------------------------------------- */
 
-tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
-                           size_t n, tf_doc_t **out)
+/* tf_doc_new_shm (ALLOC: lent for one put) and tf_doc_new_staging (STAGE: the producer's
+ * for its pushes): the document's header written into a buffer the daemon at url lends. */
+static tf_status_t new_in_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
+                              size_t n, tfp_sf_op_t sop, const char *fn, tf_doc_t **out)
 {
+    int op = sop == TFP_SF_ALLOC ? TF_OP_PUT : TFI_OP_CALL;
     if (!c || !url || !out || (n && !tensors))
         return TF_EINVAL;
-    if (c->in_cb || c->in_engine || c->closing)
-        return tfi_refuse(c, TF_OP_PUT, TF_EINVAL, "tf_doc_new_shm is not allowed inside a "
-                          "callback");
+    if (c->in_cb || c->in_engine || c->closing) {
+        char why[96];
+        snprintf(why, sizeof why, "%s is not allowed inside a callback", fn);
+        return tfi_refuse(c, op, TF_EINVAL, why);
+    }
     origin_t *o = NULL;
-    tf_status_t ost = tfi_origin_of(c, url, TF_OP_PUT, &o);
+    tf_status_t ost = tfi_origin_of(c, url, op, &o);
     if (ost != TF_OK)
         return ost;
     if (!o->shm)
@@ -532,50 +537,76 @@ tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec
         char why[sizeof(o->shm_why) + 64];
         snprintf(why, sizeof why, "no shared memory with this server: %s",
                  o->shm_why[0] ? o->shm_why : o->why[0] ? o->why : "no upgrade");
-        return tfi_refuse(c, TF_OP_PUT, TF_ENOTIMPL, why);
+        return tfi_refuse(c, op, TF_ENOTIMPL, why);
     }
     void *hdr = NULL;
     size_t hlen = 0, data = 0;
     tf_status_t st = tfi_layout_header(tensors, n, &hdr, &hlen, &data);
     if (st != TF_OK)
-        return tfi_refuse(c, TF_OP_PUT, st, st == TF_ENOMEM ? NULL : "an invalid tensor layout");
+        return tfi_refuse(c, op, st, st == TF_ENOMEM ? NULL : "an invalid tensor layout");
     tf_doc_t *doc = NULL;
     lease_t *l = calloc(1, sizeof *l);
     char why[256] = "";
     tfp_status_t pst = TFP_OK;
     shmc_t *k = o->shm;
-    int rc = l ? ask_buffer(k, hlen + data, SHM_TIMEOUT_MS, &l->map, &l->lease, &pst, why,
+    int rc = l ? ask_buffer(k, sop, hlen + data, SHM_TIMEOUT_MS, &l->map, &l->lease, &pst, why,
                             sizeof why) : -1;
     if (rc != 0) {
         free(hdr);
         free(l);
         if (rc < 0 && l)
             tfi_shm_disconnect(o);
-        return tfi_refuse(c, TF_OP_PUT, rc > 0 ? tfi_from_proto(pst) : l ? TF_EIO : TF_ENOMEM,
+        return tfi_refuse(c, op, rc > 0 ? tfi_from_proto(pst) : l ? TF_EIO : TF_ENOMEM,
                           why[0] ? why : NULL);
     }
     memcpy(l->map.p, hdr, hlen);
     free(hdr);
     l->len = hlen + data;
     l->map.writable = 1;
+    atomic_fetch_add(&k->refs, 1);
+    l->conn = k;
     tfp_doc_t *d = NULL;
     tfp_err_t err;
     if (tfp_st_decode(l->map.p, l->len, NULL, &d, &err) != TFP_OK ||
         tfi_doc_wrap(d, NULL, &doc) != TF_OK) {
         tfp_doc_free(d);
-        atomic_fetch_add(&k->refs, 1);
-        l->conn = k;
         lease_release(l);               /* gives the buffer back */
-        return tfi_refuse(c, TF_OP_PUT, TF_ENOMEM, NULL);
+        return tfi_refuse(c, op, TF_ENOMEM, NULL);
     }
-    atomic_fetch_add(&k->refs, 1);
-    l->conn = k;
     doc->release = lease_release;
     doc->release_arg = l;
-    doc->shm_lent = l;
+    if (sop == TFP_SF_ALLOC) {
+        doc->shm_lent = l;
+    } else {
+        doc->staged = l;
+        doc->packed_p = l->map.p;       /* one piece, as tf_doc_new_packed's */
+        doc->packed = l->len;
+    }
     doc->frozen = 1;
     *out = doc;
     return TF_OK;
+}
+
+tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
+                           size_t n, tf_doc_t **out)
+{
+    return new_in_shm(c, url, tensors, n, TFP_SF_ALLOC, "tf_doc_new_shm", out);
+}
+
+tf_status_t tf_doc_new_staging(tf_client_t *c, const char *url,
+                               const tf_tensor_spec_t *tensors, size_t n, tf_doc_t **out)
+{
+    return new_in_shm(c, url, tensors, n, TFP_SF_STAGE, "tf_doc_new_staging", out);
+}
+
+int tfi_shm_staged(const origin_t *o, const tf_doc_t *doc, uint8_t ref[TFP_SF_STAGED_LEN])
+{
+    const lease_t *l = doc ? doc->staged : NULL;
+    if (!l || !o->shm || l->conn != o->shm)
+        return 0;                       /* another server's, or an earlier connection's */
+    tfp_sf_staged_t r = {l->lease, 0, l->len};
+    tfp_sf_staged_encode(&r, ref);
+    return 1;
 }
 
 void *tf_doc_writable(tf_doc_t *doc, size_t i)

@@ -446,6 +446,22 @@ void *tf_doc_writable(tf_doc_t *doc, size_t i);
  * through tf_doc_writable between requests, never while one that sends it is in flight.
  * Tensors and metadata cannot be added. TF_EINVAL for an invalid layout, TF_ENOMEM. */
 tf_status_t tf_doc_new_packed(const tf_tensor_spec_t *tensors, size_t n, tf_doc_t **out);
+/* Builds a document, as tf_doc_new_packed, in a staging buffer the tfetchd at url (on this
+ * host) lends this client for its pushes (shm/memfd): memory that stays this process's,
+ * writable and reused. A tf_infeed_push or tf_outfeed_push of it (and their _start forms)
+ * over the same client and server then sends only where it lies, and the server copies it
+ * from there into the feed's queue (into a same-host consumer's ring slot when one is free):
+ * one user-space memcpy on the server instead of the kernel's copy out of this process
+ * (process_vm_readv), and nothing for this process to do. The server checks the copy, never
+ * the buffer, so writing the tensors while a push is in flight can tear only that item.
+ * Write them through tf_doc_writable between pushes. Sent any other way (another client or
+ * server, over HTTP, after the shm connection was lost) it is an ordinary packed document.
+ * The buffer counts in the server's shm-lease-memory until tf_doc_free (at most 16 per
+ * client connection). TF_ENOTIMPL when this origin offers no shared memory (another host,
+ * the server's shm off; tf_client_last says why); TF_EFULL over shm-lease-memory; TF_ETOOBIG
+ * over max-body; TF_EINVAL for a bad layout or inside a callback. *out set only on TF_OK. */
+tf_status_t tf_doc_new_staging(tf_client_t *c, const char *url,
+                               const tf_tensor_spec_t *tensors, size_t n, tf_doc_t **out);
 
 /* ---- workers: serving routes from this process ------------------------------------------ */
 

@@ -146,6 +146,13 @@ static tf_status_t feed_frame(tf_fetch_t *f, tfp_uf_hdr_t *h, const void **seg, 
         *len = strlen(op->json);
         h->body_len = *len;
         h->feed.flags |= TFP_UF_FF_JSON;
+    } else if ((h->feed.op == TFP_UF_FEED_INFEED || h->feed.op == TFP_UF_FEED_OUTFEED_PUSH) &&
+               tfi_shm_staged(f->origin, op->body, f->op.staged)) {
+        /* The document lies in this server's staging buffer: say where (it copies it). */
+        *seg = f->op.staged;
+        *len = TFP_SF_STAGED_LEN;
+        h->body_len = *len;
+        h->feed.flags |= TFP_UF_FF_STAGED;
     }
     if (tfp_uf_check(h, &err) != TFP_OK)
         return tfi_rfail(&f->result, TF_EINVAL, "feed request has no UCX frame: %s", err.msg);

@@ -124,7 +124,10 @@ void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob
  * after answering. */
 int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max);
 /* In handle: the body as a decoded document. Takes the body buffer: *base and *cap (a tfx_buf)
- * hold the document's bytes at offset 0, *len of them. 0, or -1 after answering. */
+ * hold the document's bytes at offset 0, *len of them. A staged body (TFP_BODY_STAGED) is
+ * the document copied out of the staging buffer it names (into a ring's slot when an
+ * infeed's ring has one free, as api_feed_begin_lent): the copy is what is checked and
+ * kept. 0, or -1 after answering. */
 int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base, size_t *cap, size_t *len,
                  tfp_doc_t **doc);
 /* Encodes doc as safetensors into a new blob (one copy of the data), indexed (b->doc).
@@ -173,6 +176,11 @@ int api_feed_raw_name(const tfd_ctx_t *c, char *buf, size_t size);
  * then gets it with no copy through the daemon), max bytes at most (a raw body's exact size).
  * 1 when the body was accepted so, else 0 (the caller accepts it as usual). */
 int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max);
+/* The ring slot api_feed_begin_lent takes, for an infeed body of len bytes: per_device the
+ * device's ring, a broadcast round the first ring with a free slot. 1 with *buf, *cap and
+ * the give-back (tfd_shm_lend), else 0 (not an infeed, no ring, no slot). */
+int api_feed_lend(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
+                  void (**give_back)(void *), void **arg);
 void api_handle_feed_list(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_declare(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_stats(tfx_req_t *r, tfd_ctx_t *c);

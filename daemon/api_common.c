@@ -181,6 +181,38 @@ int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max
     return 0;
 }
 
+/* A staged body: the document it names copied out of its staging buffer into a ring's slot
+ * (api_feed_lend) or new memory. The buffer stays the client's, who may write it even now:
+ * only the copy is read from here on. NULL after answering. */
+static uint8_t *staged_body(tfx_req_t *r, tfd_ctx_t *c, size_t *cap, size_t *len)
+{
+    size_t n;
+    const uint8_t *body = tfx_req_body(r, &n);
+    tfp_sf_staged_t ref;
+    tfp_err_t err;
+    const uint8_t *src;
+    tfd_stage_t *g;
+    if (tfp_sf_staged_decode(body, n, &ref, &err) != TFP_OK ||
+        tfd_shm_staged_get(c->api->shm, c->op->who.principal, &ref, &src, &g, &err) != TFP_OK) {
+        api_fail(r, c, err.code, "%s", err.msg);
+        return NULL;
+    }
+    uint8_t *base = NULL;
+    if (ref.length > c->api->cfg->max_body)
+        api_fail(r, c, TFP_ETOOBIG, "a document of %llu bytes is over max-body (%llu)",
+                 (unsigned long long)ref.length, (unsigned long long)c->api->cfg->max_body);
+    else if (!api_feed_lend(c, ref.length, &base, cap, &c->body_give_back,
+                            &c->body_give_back_arg) &&
+             !(base = tfx_buf_alloc((size_t)ref.length, cap)))
+        api_fail(r, c, TFP_ENOMEM, "out of memory");
+    if (base) {
+        memcpy(base, src, (size_t)ref.length);
+        *len = (size_t)ref.length;
+    }
+    tfd_shm_staged_put(c->api->shm, g, base != NULL);
+    return base;
+}
+
 int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out, size_t *len_out,
                  tfp_doc_t **doc_out)
 {
@@ -194,14 +226,20 @@ int api_body_doc(tfx_req_t *r, tfd_ctx_t *c, uint8_t **base_out, size_t *cap_out
         return -1;
     }
     size_t cap;
-    uint8_t *base = tfx_req_take_body(r, &cap);
-    /* A feed ring's slot the body was received into: given back, never tfx_buf_free'd. */
-    if (base && tfx_req_take_lent(r, &c->body_give_back, &c->body_give_back_arg) &&
-        kind != TFP_BODY_SAFETENSORS && kind != TFP_BODY_RAW) {
-        c->body_give_back(c->body_give_back_arg);   /* cannot happen: lent for those only */
-        c->body_give_back = NULL;
-        api_fail(r, c, TFP_EINTERNAL, "a lent body of the wrong kind");
-        return -1;
+    uint8_t *base;
+    if (kind == TFP_BODY_STAGED) {
+        if (!(base = staged_body(r, c, &cap, &len)))
+            return -1;
+    } else {
+        base = tfx_req_take_body(r, &cap);
+        /* A feed ring's slot the body was received into: given back, never tfx_buf_free'd. */
+        if (base && tfx_req_take_lent(r, &c->body_give_back, &c->body_give_back_arg) &&
+            kind != TFP_BODY_SAFETENSORS && kind != TFP_BODY_RAW) {
+            c->body_give_back(c->body_give_back_arg);   /* cannot happen: lent for those */
+            c->body_give_back = NULL;
+            api_fail(r, c, TFP_EINTERNAL, "a lent body of the wrong kind");
+            return -1;
+        }
     }
     if (!base && !(base = tfx_buf_alloc(c->raw_hdr_len, &cap))) {     /* empty body */
         api_fail(r, c, TFP_ENOMEM, "out of memory");

@@ -431,6 +431,33 @@ static int take_item(tfx_req_t *r, tfd_ctx_t *c, feed_req_t *fr, int check, int 
     return 0;
 }
 
+int api_feed_lend(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
+                  void (**give_back)(void *), void **arg)
+{
+    if (!c->api->shm || c->op->kind != TFP_OP_FEED_INFEED || len > SIZE_MAX)
+        return 0;
+    tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
+    if (!f)
+        return 0;                       /* the handler says so */
+    const tfp_feed_decl_t *d = tfd_feed_decl(f);
+    int lent = 0;
+    if (c->op->sub[0]) {                /* per_device: that device's ring */
+        int dev = tfp_feed_dev_index(d, c->op->sub);
+        lent = dev >= 0 && d->fanout == TFP_FANOUT_PER_DEVICE &&
+               tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)len, buf, cap, give_back,
+                            arg) == 0;
+    } else if (d->fanout == TFP_FANOUT_BROADCAST) {
+        /* A broadcast round: into the first ring with a slot; that device's consumer reads
+         * it in place, the others' rings get it copied from there (one copy fewer than from
+         * the heap into each). */
+        for (unsigned dev = 0; !lent && dev < d->ndev; dev++)
+            lent = tfd_shm_lend(c->api->shm, f, dev, (size_t)len, buf, cap, give_back,
+                                arg) == 0;
+    }
+    tfd_feed_unref(f);
+    return lent;
+}
+
 int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
 {
     const tfp_op_t *op = c->op;
@@ -440,41 +467,27 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
         (st && (op->body.length == 0 || (op->body.length > 0 &&
                                          (uint64_t)op->body.length > max))))
         return 0;
-    tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
-    if (!f)
-        return 0;                       /* the handler says so */
-    const tfp_feed_decl_t *d = tfd_feed_decl(f);
     /* A raw body lands after the safetensors header api_begin_doc made for it. A chunked
      * safetensors body of unknown length gets a slot too (its payload is the signature's,
      * its header has the slot's room): one that outgrows it moves to memory of its own with
      * what arrived, as before. */
-    uint64_t body = raw ? op->body.nbytes : op->body.length > 0 ? (uint64_t)op->body.length
-                                                                 : d->item_bytes;
+    uint64_t body;
+    if (raw || op->body.length > 0) {
+        body = raw ? op->body.nbytes : (uint64_t)op->body.length;
+    } else {
+        tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
+        body = f ? tfd_feed_decl(f)->item_bytes : 0;
+        tfd_feed_unref(f);
+    }
     uint64_t len = c->raw_hdr_len + body;
     uint8_t *buf;
     size_t cap;
     void (*give_back)(void *);
     void *arg;
-    int lent = 0;
-    if (len >= body && len <= SIZE_MAX) {
-        if (op->sub[0]) {               /* per_device: that device's ring */
-            int dev = tfp_feed_dev_index(d, op->sub);
-            lent = dev >= 0 && d->fanout == TFP_FANOUT_PER_DEVICE &&
-                   tfd_shm_lend(c->api->shm, f, (unsigned)dev, (size_t)len, &buf, &cap,
-                                &give_back, &arg) == 0;
-        } else if (d->fanout == TFP_FANOUT_BROADCAST) {
-            /* A broadcast round: into the first ring with a slot; that device's consumer
-             * reads it in place, the others' rings get it copied from there (one copy fewer
-             * than from the heap into each). */
-            for (unsigned dev = 0; !lent && dev < d->ndev; dev++)
-                lent = tfd_shm_lend(c->api->shm, f, dev, (size_t)len, &buf, &cap, &give_back,
-                                    &arg) == 0;
-        }
-    }
-    tfd_feed_unref(f);
-    if (lent)
-        tfx_req_accept_body_into(r, c->raw_hdr_len, max, buf, cap, give_back, arg);
-    return lent;
+    if (len < body || !api_feed_lend(c, len, &buf, &cap, &give_back, &arg))
+        return 0;
+    tfx_req_accept_body_into(r, c->raw_hdr_len, max, buf, cap, give_back, arg);
+    return 1;
 }
 
 void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c)

@@ -424,6 +424,16 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->shm.ring_items, (unsigned long long)g->shm.ring_overflow,
          (unsigned long long)g->shm.ring_lent, (unsigned long long)g->shm.ring_in_place);
     outf(&o,
+         "# HELP tfetch_shm_stagings Staging buffers lent to same-host producers now.\n"
+         "# TYPE tfetch_shm_stagings gauge\ntfetch_shm_stagings %llu\n"
+         "# HELP tfetch_shm_staged_bytes Their memory (in the shm-lease-memory bound).\n"
+         "# TYPE tfetch_shm_staged_bytes gauge\ntfetch_shm_staged_bytes %llu\n"
+         "# HELP tfetch_shm_staged_pushes_total Pushes whose document the daemon copied out "
+         "of a staging buffer.\n"
+         "# TYPE tfetch_shm_staged_pushes_total counter\ntfetch_shm_staged_pushes_total %llu\n",
+         (unsigned long long)g->shm.stagings, (unsigned long long)g->shm.staged_bytes,
+         (unsigned long long)g->shm.staged_pushes);
+    outf(&o,
          "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
          "unknown bearer token or client certificate: 401) or authorization (forbidden: 403).\n"
          "# TYPE tfetch_auth_failures_total counter\n"

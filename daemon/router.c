@@ -17,6 +17,7 @@
 #include "daemon/auth.h"
 #include "daemon/log.h"
 #include "daemon/upgrade.h"
+#include "proto/shmframe.h"
 #include "transports/clock.h"
 
 #include <stdatomic.h>
@@ -314,6 +315,10 @@ static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
     case TFP_BODY_JSON:
         if (c->ep->body & EP_JSON)
             tfx_req_accept_body(r, 0, c->ep->json_max);
+        return 0;
+    case TFP_BODY_STAGED:               /* where the document lies: api_body_doc copies it */
+        if (c->ep->body & EP_DOC)
+            tfx_req_accept_body(r, 0, TFP_SF_STAGED_LEN);
         return 0;
     default: {
         if (!(c->ep->body & EP_DOC))

@@ -33,6 +33,7 @@
 #define MAX_LEASES_PER_CONN 4096
 #define MAX_ALLOCS_PER_CONN 16
 #define MAX_TOKENS_PER_CONN 16      /* TOKENs one connection may hold unused at once */
+#define MAX_STAGES_PER_CONN 16
 
 typedef struct {
     uint64_t id;
@@ -47,6 +48,15 @@ typedef struct {
     uint64_t reserved;              /* store bytes reserved for it */
 } alloc_t;
 
+/* A staging buffer (STAGE): the producer's, writable by it and reused for its pushes;
+ * request threads copy documents out of it (tfd_shm_staged_get). Mapped read-only here. */
+struct tfd_stage {
+    uint64_t id;                    /* random, never 0: what a staged body names */
+    tfx_shm_t m;
+    char principal[TFP_MAX_USER_ID + 1];    /* whose (authentication on); "" with it off */
+    unsigned refs;                  /* the table's, and one per copy going on (stage_lock) */
+};
+
 typedef struct {
     int fd;
     int hello;                      /* presented a valid token */
@@ -55,6 +65,8 @@ typedef struct {
     size_t n, cap;
     alloc_t allocs[MAX_ALLOCS_PER_CONN];
     size_t nallocs;
+    tfd_stage_t *stages[MAX_STAGES_PER_CONN];
+    size_t nstages;
     tfd_ring_t *ring;               /* a feed's ring: the connection serves nothing else */
     uint64_t requests;              /* served after HELLO (RING must be the first) */
     uint64_t token_until[MAX_TOKENS_PER_CONN];  /* when each TOKEN it got expires */
@@ -81,6 +93,9 @@ struct tfd_shm {
     pthread_mutex_t ring_lock;      /* rings: what tfd_shm_lend looks through */
     tfd_ring_t *rings[MAX_CONNS];
     size_t nreg;
+    pthread_mutex_t stage_lock;     /* stages: what tfd_shm_staged_get looks through */
+    tfd_stage_t *stages[MAX_CONNS * MAX_STAGES_PER_CONN];
+    size_t nstages;
     char name[TFX_SHM_MAX_NAME + 1];
     pthread_t thread;
     conn_t conns[MAX_CONNS];
@@ -153,6 +168,12 @@ static int take_token(tfd_shm_t *s, const char *token, tfp_op_who_t *who)
 
 /* ---- leases ------------------------------------------------------------------------------- */
 
+/* What counts in the lease bound: GET leases, staging buffers, rings' slots. Under s->lock. */
+static uint64_t held_locked(tfd_shm_t *s)
+{
+    return s->st.leased_bytes + s->st.staged_bytes + tfd_ring_acct_bytes(s->ring_acct);
+}
+
 static void lease_end(tfd_shm_t *s, conn_t *c, size_t i, int expired)
 {
     tfd_blob_t *b = c->leases[i].blob;
@@ -178,7 +199,7 @@ static uint64_t lease_open(tfd_shm_t *s, conn_t *c, tfd_blob_t *b)
         c->cap = ncap;
     }
     pthread_mutex_lock(&s->lock);
-    uint64_t held = s->st.leased_bytes + tfd_ring_acct_bytes(s->ring_acct);
+    uint64_t held = held_locked(s);
     int fits = b->len <= s->lease_max && held <= s->lease_max - b->len;
     if (fits) {
         s->st.leases++;
@@ -202,6 +223,34 @@ static void alloc_drop(tfd_shm_t *s, conn_t *c, size_t i)
     c->allocs[i] = c->allocs[--c->nallocs];
 }
 
+static void stage_unref(tfd_stage_t *g)
+{
+    tfx_shm_close(&g->m);
+    free(g);
+}
+
+/* Ends c's staging buffer i: out of the table at once (no push finds it from here on), its
+ * mapping gone once the copies going on from it end. */
+static void stage_drop(tfd_shm_t *s, conn_t *c, size_t i)
+{
+    tfd_stage_t *g = c->stages[i];
+    c->stages[i] = c->stages[--c->nstages];
+    pthread_mutex_lock(&s->stage_lock);
+    for (size_t j = 0; j < s->nstages; j++)
+        if (s->stages[j] == g) {
+            s->stages[j] = s->stages[--s->nstages];
+            break;
+        }
+    int last = --g->refs == 0;
+    pthread_mutex_unlock(&s->stage_lock);
+    pthread_mutex_lock(&s->lock);
+    s->st.stagings--;
+    s->st.staged_bytes -= g->m.size;
+    pthread_mutex_unlock(&s->lock);
+    if (last)
+        stage_unref(g);
+}
+
 static void conn_close(tfd_shm_t *s, size_t k)
 {
     conn_t *c = &s->conns[k];
@@ -209,6 +258,8 @@ static void conn_close(tfd_shm_t *s, size_t k)
         lease_end(s, c, c->n - 1, 0);
     while (c->nallocs)
         alloc_drop(s, c, c->nallocs - 1);
+    while (c->nstages)
+        stage_drop(s, c, c->nstages - 1);
     if (c->ring) {
         pthread_mutex_lock(&s->ring_lock);     /* no lend finds it from here on */
         for (size_t i = 0; i < s->nreg; i++)
@@ -260,7 +311,8 @@ static int reply_error(tfd_shm_t *s, conn_t *c, uint64_t seq, tfp_status_t st, c
 }
 
 /* With authentication on: the connection's principal (its token looked up again, so a
- * revoked one fails now) must hold right on name (NULL: on some name). 0 when it does;
+ * revoked one fails now) must hold right on name (NULL: on some name; TFP_RIGHT_COUNT: no
+ * right, only a valid token). 0 when it does;
  * else 1 with the refusal answered (401 or 403, as HTTP says it) and *rc the answer's. */
 static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right,
                    const char *name, int *rc)
@@ -276,7 +328,7 @@ static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right
                           "this server needs Authorization: Bearer TOKEN" : "unknown token");
         return 1;
     }
-    if (tfd_auth_allows(s->auth, &w, 0, right, name))
+    if (right == TFP_RIGHT_COUNT || tfd_auth_allows(s->auth, &w, 0, right, name))
         return 0;
     tfd_auth_count_failure(s->auth, TFD_AUTH_FORBIDDEN);
     if (name)
@@ -368,6 +420,127 @@ static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     m.lease = a->id;
     m.a = q->a;
     return reply(c, &m, a->m.fd);
+}
+
+/* STAGE: a staging buffer for this principal's pushes (see struct tfd_stage), in the lease
+ * bound. Rights are the pushes' business: each one that names it is authorized as any. */
+static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    char msg[200];
+    int rc;
+    if (refused(s, c, q, TFP_RIGHT_COUNT, NULL, &rc))
+        return rc;
+    if (q->a > s->max_body) {
+        snprintf(msg, sizeof msg, "a staging buffer of %llu bytes is over max-body (%llu)",
+                 (unsigned long long)q->a, (unsigned long long)s->max_body);
+        return reply_error(s, c, q->seq, TFP_ETOOBIG, msg);
+    }
+    if (c->nstages == MAX_STAGES_PER_CONN)
+        return reply_error(s, c, q->seq, TFP_EBUSY, "too many staging buffers lent at once");
+    pthread_mutex_lock(&s->lock);
+    uint64_t held = held_locked(s);
+    int fits = q->a <= s->lease_max && held <= s->lease_max - q->a;
+    if (fits) {
+        s->st.stagings++;
+        s->st.staged_bytes += q->a;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!fits) {
+        snprintf(msg, sizeof msg, "a staging buffer of %llu bytes would go over "
+                 "shm-lease-memory (%llu bytes)", (unsigned long long)q->a,
+                 (unsigned long long)s->lease_max);
+        return reply_error(s, c, q->seq, TFP_EFULL, msg);
+    }
+    tfd_stage_t *g = calloc(1, sizeof *g);
+    tfp_err_t err = {TFP_ENOMEM, "out of memory"};
+    if (g)
+        g->m.fd = -1;
+    /* Sealed in size before it is lent (a client that truncated it would SIGBUS us); this
+     * side only ever reads it. */
+    if (!g || tfx_shm_create((size_t)q->a, "tfetch-stage", &g->m, &err) != TFP_OK ||
+        tfx_shm_seal(&g->m, TFX_SHM_SEAL_SIZE, &err) != TFP_OK ||
+        tfx_shm_read_only(&g->m, &err) != TFP_OK ||
+        getrandom(&g->id, sizeof g->id, 0) != (ssize_t)sizeof g->id) {
+        if (g)
+            stage_unref(g);
+        pthread_mutex_lock(&s->lock);
+        s->st.stagings--;
+        s->st.staged_bytes -= q->a;
+        pthread_mutex_unlock(&s->lock);
+        return reply_error(s, c, q->seq, err.code, err.msg);
+    }
+    if (s->auth && tfd_auth_on(s->auth)) {
+        tfp_op_who_t w = c->who;
+        if (tfd_auth_identify(s->auth, &w, 0) == TFD_AUTH_OK)  /* refused() said it is */
+            snprintf(g->principal, sizeof g->principal, "%s", w.principal);
+    }
+    g->refs = 1;
+    pthread_mutex_lock(&s->stage_lock);
+    int clash;                                  /* 2^-64 a pair, but never two alike */
+    do {
+        clash = !g->id;
+        for (size_t j = 0; j < s->nstages && !clash; j++)
+            clash = s->stages[j]->id == g->id;
+        g->id += (uint64_t)clash;
+    } while (clash);
+    s->stages[s->nstages++] = g;                /* MAX_STAGES_PER_CONN a connection */
+    pthread_mutex_unlock(&s->stage_lock);
+    c->stages[c->nstages++] = g;
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.lease = g->id;
+    m.a = q->a;
+    rc = reply(c, &m, g->m.fd);
+    close(g->m.fd);                             /* the client's now; the mapping stays */
+    g->m.fd = -1;
+    return rc;
+}
+
+tfp_status_t tfd_shm_staged_get(tfd_shm_t *s, const char *principal,
+                                const tfp_sf_staged_t *ref, const uint8_t **p,
+                                tfd_stage_t **held, tfp_err_t *err)
+{
+    tfd_stage_t *g = NULL;
+    if (s) {
+        pthread_mutex_lock(&s->stage_lock);
+        for (size_t j = 0; j < s->nstages && !g; j++)
+            if (s->stages[j]->id == ref->lease &&
+                strcmp(s->stages[j]->principal, principal) == 0)
+                g = s->stages[j];
+        if (g && (ref->length > g->m.size || ref->offset > g->m.size - ref->length)) {
+            pthread_mutex_unlock(&s->stage_lock);
+            return tfp_err_set(err, TFP_EBADREQ, "a staged body of %llu bytes at %llu in a "
+                               "staging buffer of %zu bytes", (unsigned long long)ref->length,
+                               (unsigned long long)ref->offset, g->m.size);
+        }
+        if (g)
+            g->refs++;
+        pthread_mutex_unlock(&s->stage_lock);
+    }
+    /* Another principal's buffer reads as none at all: ids are not to be probed. */
+    if (!g)
+        return tfp_err_set(err, TFP_ENOTFOUND, "no staging buffer %llu on this server for "
+                           "this principal (released, or its client's shm connection closed)",
+                           (unsigned long long)ref->lease);
+    *p = g->m.p + ref->offset;
+    *held = g;
+    return TFP_OK;
+}
+
+void tfd_shm_staged_put(tfd_shm_t *s, tfd_stage_t *g, int copied)
+{
+    pthread_mutex_lock(&s->stage_lock);
+    int last = --g->refs == 0;
+    pthread_mutex_unlock(&s->stage_lock);
+    if (last)
+        stage_unref(g);
+    if (copied) {
+        pthread_mutex_lock(&s->lock);
+        s->st.staged_pushes++;
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 /* COMMIT: seal the lent buffer (which fails while the client still maps it writable),
@@ -487,7 +660,7 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: RING must be a connection's "
                            "first request");
     pthread_mutex_lock(&s->lock);
-    uint64_t held = s->st.leased_bytes + tfd_ring_acct_bytes(s->ring_acct);
+    uint64_t held = held_locked(s);
     uint64_t left = held < s->lease_max ? s->lease_max - held : 0;
     pthread_mutex_unlock(&s->lock);
     tfd_ring_t *r;
@@ -591,6 +764,11 @@ static void do_release(tfd_shm_t *s, conn_t *c, uint64_t id)
             lease_end(s, c, i, 0);
             return;
         }
+    for (size_t i = 0; i < c->nstages; i++)
+        if (c->stages[i]->id == id) {       /* a staging buffer the client is done with */
+            stage_drop(s, c, i);
+            return;
+        }
 }
 
 /* Reads one message of connection k: -1 when it is to be closed. */
@@ -647,6 +825,8 @@ static int serve(tfd_shm_t *s, size_t k)
         return 0;
     case TFP_SF_ALLOC:
         return do_alloc(s, c, &q);
+    case TFP_SF_STAGE:
+        return do_stage(s, c, &q);
     case TFP_SF_COMMIT:
         return do_commit(s, c, &q);
     default:
@@ -745,6 +925,7 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
     s->listen_fd = s->stop_fd = s->wake_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->ring_lock, NULL);
+    pthread_mutex_init(&s->stage_lock, NULL);
     tfp_err_t err;
     if (!(s->ring_acct = tfd_ring_acct_new())) {
         snprintf(why, why_size, "out of memory");
@@ -775,6 +956,7 @@ fail:
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     tfd_ring_acct_unref(s->ring_acct);
+    pthread_mutex_destroy(&s->stage_lock);
     pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -806,6 +988,7 @@ void tfd_shm_free(tfd_shm_t *s)
     close(s->stop_fd);
     close(s->listen_fd);
     tfd_ring_acct_unref(s->ring_acct);     /* rings' slots that queued items keep count */
+    pthread_mutex_destroy(&s->stage_lock);
     pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -36,6 +36,7 @@
 #include "daemon/feeds.h"
 #include "daemon/store.h"
 #include "daemon/waiters.h"
+#include "proto/shmframe.h"
 #include "proto/upgrade.h"
 
 typedef struct tfd_shm tfd_shm_t;
@@ -55,7 +56,12 @@ typedef struct {
     uint64_t ring_in_place;         /* items sent from the slot they were received into */
     uint64_t ring_overflow;         /* items sent as a memfd of their own (over a slot, or
                                      * every slot taken) */
+    uint64_t stagings;              /* staging buffers lent now (STAGE) */
+    uint64_t staged_bytes;          /* their bytes (in the lease bound) */
+    uint64_t staged_pushes;         /* pushes whose document was copied from one */
 } tfd_shm_stats_t;
+
+typedef struct tfd_stage tfd_stage_t;
 
 /* Starts serving: NULL with why set when it cannot (no memfd, no socket, no thread). PUTs
  * wake the long-poll waiters of their name; documents above max_body are refused. */
@@ -72,6 +78,17 @@ void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds);
  * give-back; -1 when no ring is attached there or it has no slot to lend. */
 int tfd_shm_lend(tfd_shm_t *s, const tfd_feed_t *f, unsigned dev, size_t len, uint8_t **buf,
                  size_t *cap, void (**give_back)(void *arg), void **arg);
+/* Any thread (a request's handler): the document a staged body (ref) names, in a staging
+ * buffer lent to principal ("" with authentication off): TFP_OK with *p pointing at its
+ * ref->length bytes, readable until tfd_shm_staged_put(s, *held, copied) however the
+ * client's connection fares; else TFP_ENOTFOUND (no such buffer for that principal: ids
+ * are not to be probed) or TFP_EBADREQ (outside the buffer). The client may write the
+ * buffer all along: copy it out once and check the copy, never the buffer. */
+tfp_status_t tfd_shm_staged_get(tfd_shm_t *s, const char *principal,
+                                const tfp_sf_staged_t *ref, const uint8_t **p,
+                                tfd_stage_t **held, tfp_err_t *err);
+/* copied: the document was taken (counted in staged_pushes). */
+void tfd_shm_staged_put(tfd_shm_t *s, tfd_stage_t *g, int copied);
 /* Any thread: some feed's pop events changed (the feeds' wake callback): rings look again.
  * s NULL, or no ring open: nothing (no system call). */
 void tfd_shm_feed_wake(tfd_shm_t *s);

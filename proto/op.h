@@ -78,7 +78,10 @@ typedef enum {
     TFP_BODY_SAFETENSORS,           /* a safetensors document */
     TFP_BODY_RAW,                   /* one tensor's bytes, described by dtype and shape */
     TFP_BODY_SHUMAI,                /* a Shumai message */
-    TFP_BODY_JSON                   /* a JSON document (registrations, upgrades, errors) */
+    TFP_BODY_JSON,                  /* a JSON document (registrations, upgrades, errors) */
+    TFP_BODY_STAGED                 /* infeed, outfeed push over UCX: a staged body
+                                     * (proto/shmframe.h), the document in a staging buffer
+                                     * this server lent (daemon/shm.h) */
 } tfp_body_kind_t;
 
 typedef struct {

@@ -68,12 +68,15 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
             return tfp_err_set(err, code, "shm: GET with numbers set");
         return TFP_OK;
     case TFP_SF_ALLOC:
+    case TFP_SF_STAGE: {
+        const char *op = m->op == TFP_SF_ALLOC ? "ALLOC" : "STAGE";
         if (n || m->lease || m->b)
-            return tfp_err_set(err, code, "shm: ALLOC with fields besides its size");
+            return tfp_err_set(err, code, "shm: %s with fields besides its size", op);
         if (m->a == 0 || m->a > TFP_SF_MAX_SIZE)
-            return tfp_err_set(err, code, "shm: ALLOC of %llu bytes",
+            return tfp_err_set(err, code, "shm: %s of %llu bytes", op,
                                (unsigned long long)m->a);
         return TFP_OK;
+    }
     case TFP_SF_COMMIT:
         if (!n || n > TFP_MAX_TENSOR_NAME || !tfp_name_valid(s))
             return tfp_err_set(err, code, "shm: COMMIT to an invalid tensor name");
@@ -271,5 +274,29 @@ tfp_status_t tfp_sf_item_get(const tfp_sf_t *m, uint64_t *seq, uint64_t *round,
         *round = v[1];
     if (generation)
         *generation = v[2];
+    return TFP_OK;
+}
+
+void tfp_sf_staged_encode(const tfp_sf_staged_t *ref, uint8_t out[TFP_SF_STAGED_LEN])
+{
+    put64(out, ref->lease);
+    put64(out + 8, ref->offset);
+    put64(out + 16, ref->length);
+}
+
+tfp_status_t tfp_sf_staged_decode(const uint8_t *buf, size_t len, tfp_sf_staged_t *out,
+                                  tfp_err_t *err)
+{
+    if (len != TFP_SF_STAGED_LEN)
+        return tfp_err_set(err, TFP_EBADREQ, "a staged body is %d bytes (lease, offset, "
+                           "length), not %zu", TFP_SF_STAGED_LEN, len);
+    tfp_sf_staged_t r = {get64(buf), get64(buf + 8), get64(buf + 16)};
+    if (r.lease == 0 || r.length == 0 || r.length > TFP_SF_MAX_SIZE ||
+        r.offset > TFP_SF_MAX_SIZE - r.length)
+        return tfp_err_set(err, TFP_EBADREQ, "a staged body names lease %llu, %llu bytes at "
+                           "%llu (a lease, and 1..2^46 bytes inside 2^46)",
+                           (unsigned long long)r.lease, (unsigned long long)r.length,
+                           (unsigned long long)r.offset);
+    *out = r;
     return TFP_OK;
 }

@@ -27,11 +27,18 @@
  *            memfd (sealed against writes and resizes), a = offset, b = length, a lease
  *   ALLOC    a = the size of a document to PUT (1..TFP_SF_MAX_SIZE); the REPLY carries a
  *            writable memfd of exactly that size and a lease naming it
+ *   STAGE    a = the size of a staging buffer (1..TFP_SF_MAX_SIZE): memory lent to a
+ *            producer for its pushes, which stays the client's (writable, reused) until it
+ *            sends RELEASE with its lease or the connection closes. The REPLY carries a
+ *            memfd of exactly that size, sealed against resizes, and lease = the buffer's
+ *            id, random (never 0): a push over UCX names it (a staged body, below) instead
+ *            of carrying the bytes, and tfetchd copies them from there.
  *   COMMIT   lease = the ALLOC's, a = the document's length (<= its size), string = name;
  *            the REPLY's b is the stored version
- *   RELEASE  lease = a GET's lease the client no longer maps (no REPLY)
+ *   RELEASE  lease = a GET's lease the client no longer maps, an ALLOC's buffer it gives
+ *            up, or a STAGE's buffer it no longer uses (no REPLY)
  *   REPLY    status; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when not
- *            TFP_OK; a descriptor only with an OK reply to GET, ALLOC or RING
+ *            TFP_OK; a descriptor only with an OK reply to GET, ALLOC, STAGE or RING
  *
  * A feed's same-host ring (DESIGN.md section 7; doc/PROTOCOL.md "Feeds on one host") runs on
  * a connection of its own, opened with a token that TOKEN gives on an admitted one:
@@ -85,6 +92,7 @@ typedef enum {
     TFP_SF_ACK = 10,
     TFP_SF_FREE = 11,
     TFP_SF_ITEM = 12,
+    TFP_SF_STAGE = 13,
 } tfp_sf_op_t;
 
 #define TFP_SF_MAX_SLOTS 64
@@ -119,5 +127,22 @@ tfp_status_t tfp_sf_ring_spec(const char *s, char feed[TFP_MAX_TENSOR_NAME + 1],
 void tfp_sf_item_set(tfp_sf_t *m, uint64_t seq, uint64_t round, uint64_t generation);
 tfp_status_t tfp_sf_item_get(const tfp_sf_t *m, uint64_t *seq, uint64_t *round,
                              uint64_t *generation, tfp_err_t *err);
+
+/* A staged body: what a push over UCX carries instead of its document when the document
+ * lies in a staging buffer (STAGE) of the same tfetchd (doc/PROTOCOL.md, "Staged pushes").
+ * 24 bytes, little-endian: lease (8, the STAGE reply's), offset (8), length (8) of the
+ * document in that buffer. The decoder checks only the numbers' shape (lease != 0, length
+ * 1..TFP_SF_MAX_SIZE, offset + length <= TFP_SF_MAX_SIZE); the daemon checks them against
+ * the buffer, and the copy it takes like any body. */
+#define TFP_SF_STAGED_LEN 24
+
+typedef struct {
+    uint64_t lease, offset, length;
+} tfp_sf_staged_t;
+
+void tfp_sf_staged_encode(const tfp_sf_staged_t *ref, uint8_t out[TFP_SF_STAGED_LEN]);
+/* TFP_OK and *out, or TFP_EBADREQ (*out untouched). */
+tfp_status_t tfp_sf_staged_decode(const uint8_t *buf, size_t len, tfp_sf_staged_t *out,
+                                  tfp_err_t *err);
 
 #endif

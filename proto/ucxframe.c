@@ -11,6 +11,7 @@
 #include "proto/auth.h"
 #include "proto/jsonw.h"
 #include "proto/ucxframe.h"
+#include "proto/shmframe.h"
 #include "proto/upgrade.h"
 #include "proto/utf8.h"
 
@@ -201,7 +202,7 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
 
     if (k < TFP_UF_FEED_LIST || k > TFP_UF_FEED_LAST)
         return tfp_err_set(err, code, WHAT ": unknown feed op %d", k);
-    if (f->flags & ~(TFP_UF_FF_HAS_ACK | TFP_UF_FF_JSON | TFP_UF_FF_REWIND))
+    if (f->flags & ~(TFP_UF_FF_HAS_ACK | TFP_UF_FF_JSON | TFP_UF_FF_REWIND | TFP_UF_FF_STAGED))
         return tfp_err_set(err, code, WHAT ": feed flags 0x%02x has unknown bits", f->flags);
     if (memchr(f->dev, '\0', sizeof f->dev) == NULL ||
         memchr(f->producer, '\0', sizeof f->producer) == NULL ||
@@ -209,9 +210,9 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
         return tfp_err_set(err, code, WHAT ": a feed string is not NUL-terminated");
     if (h->op == TFP_UF_REPLY) {
         if (f->dev[0] || f->producer[0] || f->consumer[0] || f->ack || f->after ||
-            (f->flags & (TFP_UF_FF_HAS_ACK | TFP_UF_FF_REWIND)))
+            (f->flags & (TFP_UF_FF_HAS_ACK | TFP_UF_FF_REWIND | TFP_UF_FF_STAGED)))
             return tfp_err_set(err, code, WHAT ": a feed REPLY carries request fields "
-                               "(dev, producer, consumer, ack, after)");
+                               "(dev, producer, consumer, ack, after, staged)");
         if (f->present & ~TFP_UF_FP_ALL)
             return tfp_err_set(err, code, WHAT ": feed present 0x%04x has unknown bits",
                                f->present);
@@ -270,6 +271,11 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
         return tfp_err_set(err, code, WHAT ": FEED %s: %s", fn, k == TFP_UF_FEED_DECLARE
                            ? "a declaration is a JSON body (flag JSON, body_len > 0)"
                            : "only DECLARE has a JSON body");
+    if ((f->flags & TFP_UF_FF_STAGED) &&
+        (!pushes || h->body_len != TFP_SF_STAGED_LEN || (h->flags & TFP_UF_F_BODY_PREFIX)))
+        return tfp_err_set(err, code, WHAT ": FEED %s: flag STAGED is for INFEED and "
+                           "OUTFEED_PUSH with a body of exactly %d bytes, no prefix", fn,
+                           TFP_SF_STAGED_LEN);
     if (h->body_len && !pushes && k != TFP_UF_FEED_DECLARE)
         return tfp_err_set(err, code, WHAT ": body_len %llu on FEED %s (which has no body)",
                            (unsigned long long)h->body_len, fn);

@@ -28,7 +28,11 @@
  *     0   1  feed_op    tfp_uf_feed_op_t (1..12)
  *     1   1  fflags     bit0 TFP_UF_FF_HAS_ACK (requests), bit2 TFP_UF_FF_REWIND (POP
  *                      requests: ?rewind=1), bit1 TFP_UF_FF_JSON (the body is
- *                      JSON text, else a safetensors document)
+ *                      JSON text, else a safetensors document), bit3 TFP_UF_FF_STAGED
+ *                      (INFEED and OUTFEED_PUSH requests: the body is not the document
+ *                      but a staged body, proto/shmframe.h: where the document lies in a
+ *                      staging buffer the same server lent this host's client; body_len
+ *                      exactly TFP_SF_STAGED_LEN, no BODY_PREFIX)
  *     2   2  present    replies: which of the reply numbers below are set (TFP_UF_FP_*)
  *     4   1  dev_len    requests: the {dev} token (0..255)
  *     5   1  prod_len   requests: the producer stream id (0..128)
@@ -128,6 +132,7 @@
 #define TFP_UF_FF_HAS_ACK 0x01u
 #define TFP_UF_FF_JSON 0x02u
 #define TFP_UF_FF_REWIND 0x04u         /* POP requests: ?rewind=1 */
+#define TFP_UF_FF_STAGED 0x08u         /* INFEED, OUTFEED_PUSH: a staged body */
 #define TFP_UF_FP_POSITION 0x0001u
 #define TFP_UF_FP_SEQ 0x0002u
 #define TFP_UF_FP_ROUND 0x0004u

@@ -453,9 +453,9 @@ END_TEST
 
 /* POST /v1/upgrade as token (NULL: none) for this host's identity; the status, the offer
  * parsed into *resp when 200 and upgraded. */
-static int upgrade_as(const char *token, tfp_up_resp_t *resp)
+static int upgrade_for(const char *token, unsigned transports, tfp_up_resp_t *resp)
 {
-    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .policy = TFP_UP_POLICY_UCX};
+    tfp_up_req_t q = {.transports = transports, .policy = TFP_UP_POLICY_UCX};
     tfp_err_t err;
     ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
     char *json = NULL;
@@ -472,6 +472,11 @@ static int upgrade_as(const char *token, tfp_up_resp_t *resp)
             ck_assert_int_eq(tfp_up_resp_parse(out, strlen(out), resp, &err), TFP_OK);
     }
     return st;
+}
+
+static int upgrade_as(const char *token, tfp_up_resp_t *resp)
+{
+    return upgrade_for(token, TFP_UP_T_UCX, resp);
 }
 
 static void rewrite_tokens(const char *text)
@@ -503,7 +508,11 @@ START_TEST(test_upgrade_authed)
 END_TEST
 
 #ifdef HAVE_UCX
+#include <sys/mman.h>
+
+#include "proto/shmframe.h"
 #include "transports/buf.h"
+#include "transports/shm.h"
 #include "transports/ucx_client.h"
 
 /* HELLO with the upgrade token of resp, for host h, proving bearer (NULL: no proof). */
@@ -642,6 +651,23 @@ static tfx_ucxc_conn_t *ucx_conn_as(tfx_ucxc_t *u, const char *bearer)
     return conn;
 }
 
+/* Sends frame h with a body of len bytes over conn and waits for its reply (5 s): the
+ * request, done (tfx_ucxc_req_free it). */
+static tfx_ucxc_req_t *ucx_send(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, tfp_uf_hdr_t *h,
+                                const void *body, size_t len)
+{
+    const void *segs[1] = {body};
+    tfx_ucxc_req_t *r = NULL;
+    ck_assert_int_eq(tfx_ucxc_start(conn, h, segs, &len, 1, 5000, 0, NULL, &r), TFP_OK);
+    tfx_ucxc_req_t *done = NULL;
+    for (int i = 0; i < 500 && !(done = tfx_ucxc_next(u)); i++)
+        sleep_ms(10);
+    ck_assert_ptr_eq(done, r);
+    tfx_ucxc_result_t *res = tfx_ucxc_req_result(done);
+    ck_assert_msg(res->transport_status == TFP_OK, "%s", res->why);
+    return done;
+}
+
 /* CALL accumulate [a, a] over conn as user, of principal `of` (NULL: the caller's own):
  * the reply's HTTP status; its first value in *sum (200), its msg in msg. */
 static int ucx_call_for(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *of, const char *user,
@@ -662,15 +688,8 @@ static int ucx_call_for(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *of, co
     snprintf(h.user, sizeof h.user, "%s", user);
     if (of)
         snprintf(h.user_principal, sizeof h.user_principal, "%s", of);
-    const void *segs[1] = {body};
-    tfx_ucxc_req_t *r = NULL;
-    ck_assert_int_eq(tfx_ucxc_start(conn, &h, segs, &len, 1, 5000, 0, NULL, &r), TFP_OK);
-    tfx_ucxc_req_t *done = NULL;
-    for (int i = 0; i < 500 && !(done = tfx_ucxc_next(u)); i++)
-        sleep_ms(10);
-    ck_assert_ptr_eq(done, r);
+    tfx_ucxc_req_t *done = ucx_send(u, conn, &h, body, len);
     tfx_ucxc_result_t *res = tfx_ucxc_req_result(done);
-    ck_assert_msg(res->transport_status == TFP_OK, "%s", res->why);
     snprintf(msg, msg_size, "%s", res->reply.msg);
     int http = res->reply.http;
     if (http == 200) {
@@ -726,6 +745,135 @@ START_TEST(test_ucx_forward)
     tfx_ucxc_conn_close(alice);
     tfx_ucxc_conn_close(gw);
     tfx_ucxc_conn_close(team);
+    tfx_ucxc_free(u);
+    stop_clean();
+}
+END_TEST
+
+/* Asks for a staging buffer of size bytes over a new shm connection admitted as bearer: its
+ * lease, the buffer mapped writable in *map, the connection in *fd. */
+static uint64_t shm_stage(const char *bearer, size_t size, void **map, int *fd)
+{
+    tfp_up_resp_t resp;
+    ck_assert_int_eq(upgrade_for(bearer, TFP_UP_T_UCX | TFP_UP_T_SHM, &resp), 200);
+    ck_assert_str_ne(resp.shm_socket, "");
+    tfp_err_t err;
+    ck_assert_int_ge(*fd = tfx_shm_connect(resp.shm_socket, &err), 0);
+    tfp_sf_t m, r;
+    uint8_t buf[TFP_SF_MAX];
+    int mfd = -1;
+    for (int k = 0; k < 2; k++) {       /* HELLO with the token, then STAGE */
+        memset(&m, 0, sizeof m);
+        m.op = k ? TFP_SF_STAGE : TFP_SF_HELLO;
+        m.seq = (uint64_t)k + 1;
+        m.a = k ? size : 0;
+        m.str_len = k ? 0 : strlen(resp.shm_token);
+        memcpy(m.str, resp.shm_token, k ? 0 : m.str_len + 1);
+        size_t n = tfp_sf_encode(&m, buf, sizeof buf, &err), nfds;
+        ck_assert_uint_gt(n, 0);
+        ck_assert_int_eq(tfx_shm_send(*fd, buf, n, NULL, 0, &err), TFP_OK);
+        ck_assert_int_eq(tfx_shm_recv(*fd, buf, sizeof buf, &n, &mfd, 1, &nfds, &err), TFP_OK);
+        ck_assert_int_eq(tfp_sf_decode(buf, n, &r, &err), TFP_OK);
+        ck_assert_msg(r.status == TFP_OK, "%s", r.str);
+    }
+    tfp_up_resp_clear(&resp);
+    ck_assert_int_ge(mfd, 0);
+    ck_assert_uint_ne(r.lease, 0);
+    *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    ck_assert(*map != MAP_FAILED);
+    close(mfd);
+    return r.lease;
+}
+
+/* An infeed push to device 0 of feed over conn whose body is a staged one naming (lease,
+ * offset, length): the reply's HTTP status, its message in msg. */
+static int ucx_staged_push(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *feed,
+                           uint64_t lease, uint64_t offset, uint64_t length, char *msg,
+                           size_t msg_size)
+{
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_FEED, 0);
+    static int k;
+    snprintf(h.request_id, sizeof h.request_id, "st-%d", ++k);
+    snprintf(h.name, sizeof h.name, "%s", feed);
+    h.flags = TFP_UF_F_FEED;
+    h.feed.op = TFP_UF_FEED_INFEED;
+    h.feed.flags = TFP_UF_FF_STAGED;
+    snprintf(h.feed.dev, sizeof h.feed.dev, "0");
+    uint8_t ref[TFP_SF_STAGED_LEN];
+    tfp_sf_staged_t sr = {lease, offset, length};
+    tfp_sf_staged_encode(&sr, ref);
+    h.body_len = sizeof ref;
+    tfx_ucxc_req_t *done = ucx_send(u, conn, &h, ref, sizeof ref);
+    tfx_ucxc_result_t *res = tfx_ucxc_req_result(done);
+    snprintf(msg, msg_size, "%s", res->reply.msg);
+    int http = res->reply.http;
+    tfx_buf_free(res->body, res->body_cap);
+    res->body = NULL;
+    tfx_ucxc_req_free(done);
+    return http;
+}
+
+/* A staged body (what a same-host push over UCX sends instead of its document) is good only
+ * for the principal whose shm connection the buffer was lent on, inside the buffer, while
+ * that connection lasts: bob naming alice's buffer, a guessed id, a span past its end or a
+ * buffer whose connection closed are refused, and nothing of hers reaches his feed. What is
+ * queued is the copy taken at the push: alice writing her buffer afterwards changes nothing
+ * queued. */
+START_TEST(test_staged_body_is_the_principals)
+{
+    start_with("tka alice produce:alice.* consume:alice.* read:alice.*\n"
+               "tkb bob produce:bob.* consume:bob.* read:bob.*\n", NULL);
+    ck_assert_int_eq(as("tka", FEED_DECL, "/v1/feeds/alice.f"), 201);
+    ck_assert_int_eq(as("tkb", FEED_DECL, "/v1/feeds/bob.f"), 201);
+    /* alice's item, written into her staging buffer */
+    float v[2] = {7, 8};
+    int64_t shape[1] = {2};
+    tf_doc_t *doc = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
+    void *body;
+    size_t len;
+    ck_assert_int_eq(tf_doc_encode(doc, &body, &len), TF_OK);
+    tf_doc_free(doc);
+    void *map;
+    int sfd;
+    uint64_t lease = shm_stage("tka", 4096, &map, &sfd);
+    memcpy(map, body, len);
+    tf_free(body);
+    tfp_err_t err;
+    tfx_ucxc_t *u = tfx_ucxc_new(NULL, NULL, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfx_ucxc_conn_t *alice = ucx_conn_as(u, "tka"), *bob = ucx_conn_as(u, "tkb");
+    char msg[600];
+    ck_assert_int_eq(ucx_staged_push(u, alice, "alice.f", lease, 0, len, msg, sizeof msg), 201);
+    memset(map, 0xff, 4096);            /* after the push: the queued copy is not this */
+    /* bob names her buffer, on his own feed: as if it did not exist */
+    ck_assert_int_eq(ucx_staged_push(u, bob, "bob.f", lease, 0, len, msg, sizeof msg), 404);
+    ck_assert_msg(strstr(msg, "no staging buffer"), "%s", msg);
+    /* a guessed id; a span past the buffer's end (4096 bytes) */
+    ck_assert_int_eq(ucx_staged_push(u, alice, "alice.f", lease ^ 1, 0, len, msg, sizeof msg),
+                     404);
+    ck_assert_int_eq(ucx_staged_push(u, alice, "alice.f", lease, 4000, 97, msg, sizeof msg),
+                     400);
+    ck_assert_msg(strstr(msg, "in a staging buffer of 4096 bytes"), "%s", msg);
+    /* the bytes it names are checked as any body: 0xff... announces a header of 2^64-1 */
+    ck_assert_int_eq(ucx_staged_push(u, alice, "alice.f", lease, 0, len, msg, sizeof msg), 413);
+    /* her shm connection closes: the buffer is no more */
+    close(sfd);
+    int st = 0;
+    for (int i = 0; i < 100 && (st = ucx_staged_push(u, alice, "alice.f", lease, 0, len, msg,
+                                                     sizeof msg)) != 404; i++)
+        sleep_ms(20);
+    ck_assert_int_eq(st, 404);
+    munmap(map, 4096);
+    /* one item queued, alice's [7, 8]; nothing on bob's feed */
+    const char *pop = "-X POST -H 'Tfetch-Consumer: c1' -H 'Accept: application/json'";
+    ck_assert_int_eq(as("tka", pop, "/v1/feeds/alice.f/devices/0/pop"), 200);
+    ck_assert_msg(strstr(out, "[7,8]") || strstr(out, "[7.0,8.0]"), "%s", out);
+    ck_assert_int_eq(as("tka", pop, "/v1/feeds/alice.f/devices/0/pop?wait=0"), 204);
+    ck_assert_int_eq(as("tkb", pop, "/v1/feeds/bob.f/devices/0/pop?wait=0"), 204);
+    tfx_ucxc_conn_close(alice);
+    tfx_ucxc_conn_close(bob);
     tfx_ucxc_free(u);
     stop_clean();
 }
@@ -877,6 +1025,7 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_ucx_rights_and_revocation);
     tcase_add_test(tc, test_ucx_user_is_own_principal);
     tcase_add_test(tc, test_ucx_forward);
+    tcase_add_test(tc, test_staged_body_is_the_principals);
 #endif
     tcase_add_test(tc, test_libtfetch_and_cli);
     tcase_add_test(tc, test_broken_file_refused_at_start);

@@ -930,6 +930,61 @@ START_TEST(ring_closed_under_a_queued_item_still_counts)
 }
 END_TEST
 
+/* A same-host producer's item built in a staging buffer (tf_doc_new_staging: a memfd the
+ * daemon lends, writable here): each push over UCX names it and the daemon copies it from
+ * there into a free slot of the ring (tfetch_shm_staged_pushes_total); the copy is taken at
+ * the push, so writing the buffer for the next item changes no item queued. Pushed over
+ * HTTP (another client) the same document travels as its bytes. The buffer counts in
+ * tfetch_shm_stagings until tf_doc_free. */
+START_TEST(ring_staged_push_copied)
+{
+    tf_feed_t *feed = attach_ring(FEED, "0");
+    int64_t shape[1] = {4};
+    tf_tensor_spec_t spec = {"x", TF_F32, 1, shape};
+    tf_doc_t *d = NULL;
+    ck_assert_int_eq(tf_doc_new_staging(C, FEED, &spec, 1, &d), TF_OK);
+    ck_assert(metric_is("tfetch_shm_stagings 1"));
+    float *x = tf_doc_writable(d, 0);
+    char perms[8], path[256];
+    ck_assert(mapping_of(x, perms, path));
+    ck_assert_msg(strstr(path, "tfetch-stage") != NULL, "staged in '%s'", path);
+    ck_assert_msg(perms[1] == 'w' && perms[3] == 's', "mapped %s", perms);
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < 4; k++)
+            x[k] = (float)(10 * i + k);
+        ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, 0, 0, NULL), TF_OK);
+        carried_right(tf_client_last(C)->transport);
+    }
+    tf_client_t *h = NULL;
+    ck_assert_int_eq(tf_client_new(&h), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(h, TF_TRANSPORT_HTTP), TF_OK);
+    for (int k = 0; k < 4; k++)
+        x[k] = (float)(30 + k);
+    ck_assert_int_eq(tf_infeed_push(h, FEED, 0, d, 0, 0, NULL), TF_OK);
+    ck_assert_str_eq(tf_client_last(h)->transport, "http");
+    tf_client_free(h);
+    for (int k = 0; k < 4; k++)
+        x[k] = -1;
+    ck_assert_int_eq(metric_value("tfetch_shm_staged_pushes_total"), 3);
+    for (int i = 0; i < 4; i++) {
+        tf_item_t *it = NULL;
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        const float *got = tf_doc_find(tf_item_doc(it), "x")->data;
+        for (int k = 0; k < 4; k++)
+            ck_assert_msg(got[k] == (float)(10 * i + k), "item %d [%d] = %g", i, k,
+                          (double)got[k]);
+        ck_assert(mapping_of(got, perms, path));
+        ck_assert_msg(strstr(path, "tfetch-ring") != NULL, "item %d in '%s'", i, path);
+        tf_item_release(it);
+    }
+    ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 4);
+    tf_doc_free(d);
+    ck_assert_int_eq(metric_settles("tfetch_shm_stagings", 0), 0);
+    ck_assert_int_eq(metric_value("tfetch_shm_staged_bytes"), 0);
+    tf_feed_detach(feed);
+}
+END_TEST
+
 /* Pushes three rounds of item_doc(100 * round) to a fresh feed of two devices with fanout
  * (split or broadcast), and checks that each device pops its part of every round (split: its
  * two rows; broadcast: all four), in order: from its ring on this host, or, for device 0 when
@@ -1484,6 +1539,7 @@ Suite *suite_feedclient(void)
     add_end_to_end(tc);
     tcase_add_test(tc, ring_items_in_shared_memory);
     tcase_add_test(tc, ring_received_in_place);
+    tcase_add_test(tc, ring_staged_push_copied);
     tcase_add_test(tc, ring_frees_reach_the_daemon);
     tcase_add_test(tc, ring_closed_under_a_queued_item_still_counts);
     tcase_add_test(tc, ring_split_written_in_place);

@@ -246,6 +246,58 @@ START_TEST(sf_ring_ops)
 }
 END_TEST
 
+/* STAGE asks for a size and nothing else; a staged body's numbers (the 24 bytes a push over
+ * UCX carries instead of its document) are checked for shape before any lookup. */
+START_TEST(sf_staged)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_sf_t m = msg(TFP_SF_STAGE, NULL), out;
+    tfp_err_t err;
+    m.a = 4 << 20;
+    size_t n = enc(&m, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_int_eq(out.op, TFP_SF_STAGE);
+    ck_assert_uint_eq(out.a, 4 << 20);
+    m.lease = 3;                                    /* fields besides the size */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    ck_assert_msg(strstr(err.msg, "STAGE with fields besides its size"), "%s", err.msg);
+    buf[24] = 3;                                    /* the same in bytes */
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_EPROTO);
+    m = msg(TFP_SF_STAGE, NULL);                    /* size 0, and over 2^46 */
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.a = TFP_SF_MAX_SIZE + 1;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    ck_assert_msg(strstr(err.msg, "STAGE of"), "%s", err.msg);
+
+    uint8_t ref[TFP_SF_STAGED_LEN];
+    tfp_sf_staged_t r = {0x1122334455667788ull, 64, 4096}, got = {0, 0, 0};
+    tfp_sf_staged_encode(&r, ref);
+    ck_assert_uint_eq(ref[0], 0x88);                /* little-endian */
+    ck_assert_uint_eq(ref[8], 64);
+    ck_assert_uint_eq(ref[17], 0x10);
+    ck_assert_int_eq(tfp_sf_staged_decode(ref, sizeof ref, &got, &err), TFP_OK);
+    ck_assert_uint_eq(got.lease, r.lease);
+    ck_assert_uint_eq(got.offset, 64);
+    ck_assert_uint_eq(got.length, 4096);
+    got.lease = 5;
+    ck_assert_int_eq(tfp_sf_staged_decode(ref, sizeof ref - 1, &got, &err), TFP_EBADREQ);
+    ck_assert_int_eq(tfp_sf_staged_decode(ref, sizeof ref + 1, &got, &err), TFP_EBADREQ);
+    const tfp_sf_staged_t bad[] = {
+        {0, 0, 10},                                 /* no lease */
+        {1, 0, 0},                                  /* nothing */
+        {1, 0, TFP_SF_MAX_SIZE + 1},                /* larger than any buffer */
+        {1, TFP_SF_MAX_SIZE, 1},                    /* past 2^46 */
+        {1, UINT64_MAX, 2},                         /* offset + length wraps */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tfp_sf_staged_encode(&bad[i], ref);
+        ck_assert_int_eq(tfp_sf_staged_decode(ref, sizeof ref, &got, &err), TFP_EBADREQ);
+        ck_assert_msg(strstr(err.msg, "a staged body names"), "%zu: %s", i, err.msg);
+    }
+    ck_assert_uint_eq(got.lease, 5);                /* untouched on failure */
+}
+END_TEST
+
 START_TEST(sf_span)
 {
     tfp_err_t err;
@@ -268,6 +320,7 @@ Suite *suite_shmframe(void)
     tcase_add_test(tc, sf_decode_refuses);
     tcase_add_test(tc, sf_ring_ops);
     tcase_add_test(tc, sf_span);
+    tcase_add_test(tc, sf_staged);
     suite_add_tcase(s, tc);
     return s;
 }

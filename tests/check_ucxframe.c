@@ -17,6 +17,7 @@
 #include <check.h>
 
 #include "proto/status.h"
+#include "proto/shmframe.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
 #include "tests/fixtures.h"
@@ -975,11 +976,19 @@ static const char *feed_rule(int k, tfp_uf_hdr_t *h)
         return "FEED DETACH: only POP may rewind";
     case 45: base_feed(h, TFP_UF_FEED_DETACH); h->wait_ms = 10;
         return "wait_ms 10 on FEED DETACH (which does not wait)";
+    case 46: base(h, TFP_UF_FEED); h->feed.flags |= TFP_UF_FF_STAGED;
+        h->body_len = TFP_SF_STAGED_LEN; return "FEED POP: flag STAGED is for INFEED";
+    case 47: base_feed(h, TFP_UF_FEED_INFEED); h->feed.flags = TFP_UF_FF_STAGED;
+        h->body_len = TFP_SF_STAGED_LEN + 1; return "FEED INFEED: flag STAGED is for INFEED";
+    case 48: base_feed(h, TFP_UF_FEED_OUTFEED_PUSH); h->feed.flags = TFP_UF_FF_STAGED;
+        h->body_len = 0; return "FEED OUTFEED_PUSH: flag STAGED is for INFEED";
+    case 49: base_feed_reply(h); h->feed.flags = TFP_UF_FF_STAGED;
+        return "a feed REPLY carries request fields";
     }
     return NULL;
 }
 
-#define N_FEED_RULES 46
+#define N_FEED_RULES 50
 
 START_TEST(uf_feed_rule_refused)
 {
@@ -1008,6 +1017,15 @@ START_TEST(uf_feed_rules_cover)
     base(&h, TFP_UF_FEED);
     ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
     base_feed_reply(&h);
+    ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
+    /* a staged body: 24 bytes on either push */
+    base_feed(&h, TFP_UF_FEED_INFEED);
+    h.feed.flags = TFP_UF_FF_STAGED;
+    h.body_len = TFP_SF_STAGED_LEN;
+    ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
+    base_feed(&h, TFP_UF_FEED_OUTFEED_PUSH);
+    h.feed.flags = TFP_UF_FF_STAGED;
+    h.body_len = TFP_SF_STAGED_LEN;
     ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
 }
 END_TEST

@@ -161,6 +161,14 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_
     return TFP_OK;
 }
 
+tfp_status_t tfx_shm_read_only(tfx_shm_t *m, tfp_err_t *err)
+{
+    if (m->p && m->writable && mprotect(m->p, m->size, PROT_READ) != 0)
+        return tfp_err_set(err, TFP_EINTERNAL, "shm: mprotect: %s", strerror(errno));
+    m->writable = 0;
+    return TFP_OK;
+}
+
 void tfx_shm_close(tfx_shm_t *m)
 {
     if (!m)

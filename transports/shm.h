@@ -77,6 +77,9 @@ tfp_status_t tfx_shm_check(int fd, size_t min_size, unsigned seals, size_t *size
 /* Wraps fd (taken over: closed on failure too) as a region of size bytes mapped read-only
  * (writable 0) or read-write (1, for a buffer lent to fill). */
 tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_err_t *err);
+/* Makes m's mapping read-only (this side only reads it; the memfd's other holders may
+ * still write). */
+tfp_status_t tfx_shm_read_only(tfx_shm_t *m, tfp_err_t *err);
 /* Unmaps and closes; m becomes TFX_SHM_NONE. NULL or an empty region is a no-op. */
 void tfx_shm_close(tfx_shm_t *m);
 

@@ -363,6 +363,9 @@ static void feed_frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
     if (f->op == TFP_UF_FEED_DECLARE) {
         op->body.kind = TFP_BODY_JSON;
         op->body.media = TFP_MEDIA_JSON;
+    } else if (f->flags & TFP_UF_FF_STAGED) {
+        op->body.kind = TFP_BODY_STAGED;        /* the decoder checked: 24 bytes */
+        op->body.media = TFP_MEDIA_NONE;
     } else if (h->body_len) {
         op->body.kind = TFP_BODY_SAFETENSORS;
         tfp_op_check_length(op, u->cfg.max_body, &r->op_err);
