@@ -4,13 +4,17 @@
  *
  *   feed   a tfetchd feed through libtfetch (tf_infeed_push with Tfetch-Seq and Prefer: wait;
  *          tf_feed_attach + tf_infeed_pop, prefetch 4, release after the step), policy auto:
- *          pushes over the client's UCX connection, pops from the same-host ring (shm/ring;
- *          over UCX with --base, another host)
+ *          the item built in a staging buffer the daemon lends (tf_doc_new_staging; a packed
+ *          one where it cannot: another host), pushes over the client's UCX connection that
+ *          name it (the daemon copies it into a ring slot), pops from the same-host ring
+ *          (shm/ring; over UCX with --base, another host)
+ *   feedk  the same with the item built in the producer's own memory (tf_doc_new_packed):
+ *          the daemon receives it by UCX rendezvous, the kernel's copy (cma), at 4 MiB
  *   feedp  the same feed with a producer that keeps 4 (--pipeline) pushes in flight
  *          (tf_infeed_push_start, consecutive seqs; the server queues them in seq order)
  *   feedb  the same feed with the producer's item borrowed (tf_doc_add TF_BORROW: its header
  *          and tensor apart, sent in pieces through the daemon's FIFO) instead of built in
- *          one buffer (tf_doc_new_packed, what feed, feedp, feedu and store push), at 4 MiB
+ *          one buffer, at 4 MiB
  *   feedu  the same feed with the consumer on policy ucx: every pop a UCX request (the path
  *          before the ring, and the one across hosts), at 4 MiB
  *   split  a feed of two devices, fanout split: each round (the size) cut in two halves, one
@@ -471,12 +475,15 @@ static void redis_close(run_t *r)
 
 /* ---- tfetchd: store and feed ----------------------------------------------------------------- */
 
-/* The producer's item, built in one buffer (tf_doc_new_packed), as a producer that fills its
- * batches in place would: pushed in one piece, read by the daemon straight from it. */
-static tf_doc_t *item_doc(run_t *r)
+/* The producer's item, built in one buffer as a producer that fills its batches in place
+ * would: in a staging buffer of the daemon at url when c is given and it lends one (the feed
+ * methods but feedk and feedb), else in this process's memory (tf_doc_new_packed; store,
+ * feedk, and feeds on another host), pushed in one piece. feedb: borrowed, in pieces. */
+static tf_doc_t *item_doc(run_t *r, tf_client_t *c, const char *url)
 {
     tf_doc_t *d = NULL;
     int64_t shape[1] = {(int64_t)r->size};
+    tf_tensor_spec_t spec = {"x", TF_U8, 1, shape};
     if (strcmp(r->m->name, "feedb") == 0) {    /* borrowed: header and tensor apart */
         d = tf_doc_new();
         if (d && tf_doc_add(d, "x", TF_U8, 1, shape, r->src, r->size, TF_BORROW) != TF_OK) {
@@ -485,8 +492,9 @@ static tf_doc_t *item_doc(run_t *r)
         }
         return d;
     }
-    tf_tensor_spec_t spec = {"x", TF_U8, 1, shape};
-    if (tf_doc_new_packed(&spec, 1, &d) != TF_OK)
+    int staged = c && strcmp(r->m->name, "feedk") != 0 &&
+                 tf_doc_new_staging(c, url, &spec, 1, &d) == TF_OK;
+    if (!staged && tf_doc_new_packed(&spec, 1, &d) != TF_OK)
         return NULL;
     memcpy(tf_doc_writable(d, 0), r->src, r->size);
     return d;
@@ -507,7 +515,7 @@ static void store_url(run_t *r, long i, char *u, size_t cap)
 static int store_produce(run_t *r)
 {
     tf_client_t *c = NULL;
-    tf_doc_t *d = item_doc(r);
+    tf_doc_t *d = item_doc(r, NULL, NULL);
     int rc = 0;
     char u[160];
     if (!d || tf_client_new(&c) != TF_OK)
@@ -603,9 +611,9 @@ static int feed_produce(run_t *r)
 {
     feedst_t *f = r->st;
     tf_client_t *c = NULL;
-    tf_doc_t *d = item_doc(r);
-    int rc = 0;
-    if (!d || tf_client_new(&c) != TF_OK)
+    int rc = tf_client_new(&c) == TF_OK ? 0 : -1;
+    tf_doc_t *d = rc == 0 ? item_doc(r, c, f->url) : NULL;
+    if (!d)
         rc = -1;
     for (long i = 0; rc == 0 && i < r->n; i++) {
         tf_status_t st = tf_infeed_push(c, f->url, f->round ? -1 : 0, d, (uint64_t)i + 1,
@@ -663,9 +671,11 @@ static void pipe_next(pipe_t *p)
 static int feedp_produce(run_t *r)
 {
     feedst_t *f = r->st;
-    pipe_t p = {.url = f->url, .n = r->n, .d = item_doc(r)};
-    if (!p.d || tf_client_new(&p.c) != TF_OK) {
-        tf_doc_free(p.d);
+    pipe_t p = {.url = f->url, .n = r->n};
+    if (tf_client_new(&p.c) != TF_OK)
+        return -1;
+    if (!(p.d = item_doc(r, p.c, f->url))) {
+        tf_client_free(p.c);
         return -1;
     }
     for (int k = 0; k < pipeline; k++)
@@ -786,6 +796,7 @@ static int rounds_consume(run_t *r, double *wait_s)
 static const method_t METHODS[] = {
     {"feed", feed_open, feed_produce, feed_consume, feed_close},
     {"feedp", feed_open, feedp_produce, feed_consume, feed_close},
+    {"feedk", feed_open, feed_produce, feed_consume, feed_close},
     {"feedb", feed_open, feed_produce, feed_consume, feed_close},
     {"feedu", feedu_open, feed_produce, feed_consume, feed_close},
     {"split", split_open, feed_produce, rounds_consume, feed_close},
@@ -1074,9 +1085,13 @@ int main(int argc, char **argv)
             int split = strcmp(m->name, "split") == 0, bcast = strcmp(m->name, "bcast") == 0;
             int pushes = !remote && (strncmp(m->name, "feed", 4) == 0 || split || bcast);
             long long lent0 = pushes ? td_metric(&D, "tfetch_shm_ring_lent_total") : -1;
+            long long staged0 = pushes ? td_metric(&D, "tfetch_shm_staged_pushes_total") : -1;
             double lo, hi;
             result_t res = measure_runs(m, sizes[s], n, 0, src, &lo, &hi);
             long long lent = lent0 >= 0 ? td_metric(&D, "tfetch_shm_ring_lent_total") - lent0 : -1;
+            long long staged = staged0 >= 0
+                                   ? td_metric(&D, "tfetch_shm_staged_pushes_total") - staged0
+                                   : -1;
             if (!res.ok) {
                 printf("%-6s %9s %12s %8s\n", m->name, bench_fmt_size(sizes[s], sb, sizeof(sb)),
                        "skipped", "-");
@@ -1088,8 +1103,9 @@ int main(int argc, char **argv)
                    bench_fmt_size(sizes[s], sb, sizeof(sb)), res.items_s, res.gb_s, lo, hi,
                    res.setup_ms, res.transport);
             if (lent >= 0)              /* pushes received straight into a ring slot */
-                printf(" (%lld of %ld %s into a slot)", lent, runs * (split ? 2 * n : n),
-                       split ? "halves" : bcast ? "rounds" : "pushes");
+                printf(" (%lld of %ld %s into a slot, %lld staged)", lent,
+                       runs * (split ? 2 * n : n), split ? "halves" : bcast ? "rounds" : "pushes",
+                       staged);
             printf("\n");
             fflush(stdout);
             if (sizes[s] == 4 * MIB) {
