@@ -527,6 +527,9 @@ static tf_status_t new_in_shm(tf_client_t *c, const char *url, const tf_tensor_s
         snprintf(why, sizeof why, "%s is not allowed inside a callback", fn);
         return tfi_refuse(c, op, TF_EINVAL, why);
     }
+    if (sop == TFP_SF_STAGE && c->transport == TF_TRANSPORT_HTTP)
+        return tfi_refuse(c, op, TF_ENOTIMPL, "transport policy http: pushes go over HTTP, "
+                          "which carries no staged body");
     origin_t *o = NULL;
     tf_status_t ost = tfi_origin_of(c, url, op, &o);
     if (ost != TF_OK)

@@ -934,8 +934,8 @@ END_TEST
  * daemon lends, writable here): each push over UCX names it and the daemon copies it from
  * there into a free slot of the ring (tfetch_shm_staged_pushes_total); the copy is taken at
  * the push, so writing the buffer for the next item changes no item queued. Pushed over
- * HTTP (another client) the same document travels as its bytes. The buffer counts in
- * tfetch_shm_stagings until tf_doc_free. */
+ * HTTP (another client) the same document travels as its bytes; pushed to the outfeed it is
+ * staged too. The buffer counts in tfetch_shm_stagings until tf_doc_free. */
 START_TEST(ring_staged_push_copied)
 {
     tf_feed_t *feed = attach_ring(FEED, "0");
@@ -978,6 +978,19 @@ START_TEST(ring_staged_push_copied)
         tf_item_release(it);
     }
     ck_assert_int_eq(metric_value("tfetch_shm_ring_in_place_total"), 4);
+    /* the outfeed the same way: a result pushed from the buffer, copied at the push */
+    for (int k = 0; k < 4; k++)
+        x[k] = (float)(50 + k);
+    uint64_t oseq = 0;
+    ck_assert_int_eq(tf_outfeed_push(feed, d, &oseq), TF_OK);
+    x[0] = -1;
+    ck_assert_int_eq(metric_value("tfetch_shm_staged_pushes_total"), 4);
+    tf_doc_t *o = NULL;
+    uint64_t got_seq = 0;
+    ck_assert_int_eq(tf_outfeed_get(C, FEED, 0, 1000, &o, &got_seq, NULL), TF_OK);
+    ck_assert_uint_eq(got_seq, oseq);
+    ck_assert(((const float *)tf_doc_find(o, "x")->data)[0] == 50.0f);
+    tf_doc_free(o);
     tf_doc_free(d);
     ck_assert_int_eq(metric_settles("tfetch_shm_stagings", 0), 0);
     ck_assert_int_eq(metric_value("tfetch_shm_staged_bytes"), 0);

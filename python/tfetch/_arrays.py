@@ -305,9 +305,10 @@ class Batch(Document):
     host copies it straight from the buffer, where arrays sent from where they lie go in
     pieces through its FIFO). Reuse it for every request of that layout; never write it
     while a request that sends it is running. No metadata; the packed types (F4, F6_*) are
-    not offered."""
+    not offered. Client.staging_batch builds one in a staging buffer a same-host tfetchd
+    lends (tf_doc_new_staging) instead."""
 
-    def __init__(self, layout):
+    def __init__(self, layout, _staging=None):
         specs = (_lib.TensorSpec * max(len(layout), 1))()
         keep = []
         for i, (key, (dt, shape)) in enumerate(layout.items()):
@@ -322,7 +323,13 @@ class Batch(Document):
             specs[i].name, specs[i].dtype, specs[i].rank = kb, DTYPES[name][0], len(dims)
             specs[i].shape = arr
         ptr = c_void_p()
-        st = lib.tf_doc_new_packed(ctypes.cast(specs, c_void_p), len(layout), ctypes.byref(ptr))
+        if _staging is None:
+            st = lib.tf_doc_new_packed(ctypes.cast(specs, c_void_p), len(layout),
+                                       ctypes.byref(ptr))
+        else:                                       # (client handle, feed URL)
+            st = lib.tf_doc_new_staging(_staging[0], _staging[1].encode(),
+                                        ctypes.cast(specs, c_void_p), len(layout),
+                                        ctypes.byref(ptr))
         if st != 0:
             raise error_for(st, "tfetch: Batch %r: %s" % (layout, _lib.strerror(st)))
         self._owner = _Doc(ptr.value)

@@ -13,7 +13,7 @@ import json
 from ctypes import byref, c_int, c_uint64, c_void_p
 
 from . import _lib
-from ._arrays import build_doc, release_doc, wrap_doc
+from ._arrays import Batch, build_doc, release_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
 
 lib = _lib.lib
@@ -248,6 +248,16 @@ class FeedCalls:
             release_doc(doc, keep)
             del keep
         return rnd.value
+
+    def staging_batch(self, name, layout):
+        """A tfetch.Batch built in a staging buffer that the tfetchd of feed `name` (on this
+        host, transport "auto") lends this client: infeed_push and push_outfeed of it over
+        this client send only where it lies, and tfetchd copies it from there (one memcpy
+        on its side instead of the kernel's copy out of this process; doc/PROTOCOL.md
+        section 9.9). Refill it between pushes, never while one runs. Raises (TF_ENOTIMPL)
+        where the server offers no shared memory: another host, transport http or ucx."""
+        with self._lock:
+            return Batch(layout, _staging=(self._handle(), self._resolve(name, "feeds")))
 
     def feed_done(self, name):
         """Marks the feed done: consumers drain it, then their iteration ends."""

@@ -111,6 +111,7 @@ _PROTOS = {
     "tf_doc_set_meta": (c_int, [_P, c_char_p, c_char_p]),
     "tf_doc_encode_header": (c_int, [_P, POINTER(_P), POINTER(c_size_t)]),
     "tf_doc_new_packed": (c_int, [_P, c_size_t, POINTER(_P)]),
+    "tf_doc_new_staging": (c_int, [_P, c_char_p, _P, c_size_t, POINTER(_P)]),
     "tf_client_new": (c_int, [POINTER(_P)]),
     "tf_client_free": (None, [_P]),
     "tf_client_set_user": (c_int, [_P, c_char_p]),

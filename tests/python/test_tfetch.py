@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 import numpy as np
 
@@ -472,6 +473,33 @@ class TestUpgrade(Base):
             self.assertTrue(c.transport_info()["transport"].startswith("ucx/"))
             self.assertIs(c.transport_info()["offered"], True)
             self.assertGreaterEqual(c.transport_info()["caller_driven"], 1)   # blocking calls
+
+    def test_staging_batch(self):
+        """A Batch in a staging buffer the same-host tfetchd lends (Client.staging_batch):
+        pushes over UCX name it and tfetchd copies each item out of it at the push, so
+        refilling it after a push changes no queued item; the daemon counts the staged
+        pushes. A client on transport http has no shared memory: refused."""
+        if not ucx_available(self.c):
+            self.skipTest("the daemon has no UCX")
+        decl = {"devices": 1, "signature": [{"name": "x", "dtype": "F32", "shape": [4]}]}
+        self.c.feed_declare("pystaged", decl)
+        with tfetch.Client(self.d.base, transport="auto") as c:
+            b = c.staging_batch("pystaged", {"x": ("F32", (4,))})
+            self.assertTrue(b["x"].flags.writeable)
+            for i in range(1, 4):
+                b["x"][:] = i
+                c.infeed_push("pystaged", b, device=0, seq=i)
+                self.assertTrue(c.last.transport.startswith("ucx/"), c.last)
+            b["x"][:] = -1
+            with c.feed("pystaged", device=0) as f:
+                for i in range(1, 4):
+                    item = f.pop(timeout=5)
+                    with item:
+                        np.testing.assert_array_equal(item.doc["x"], np.full(4, i, np.float32))
+        metrics = urllib.request.urlopen(self.d.base + "/metrics", timeout=5).read().decode()
+        self.assertIn("\ntfetch_shm_staged_pushes_total 3\n", metrics)
+        with self.assertRaises(tfetch.Error):
+            self.c.staging_batch("pystaged", {"x": ("F32", (4,))})
 
     def test_strict_ucx(self):
         if not ucx_available(self.c):
