@@ -68,7 +68,7 @@ static const opt_t opts[] = {
     {"ucx-trusted", K_STR, F(ucx_trusted), "LIST", "with tls-cert, the links UCX (not encrypted) may still be offered on: same-host and/or address ranges such as 10.0.0.0/8, comma-separated; clients on this host (shared memory) always are (default: same-host)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
     {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; with auth-tokens, checked against the upgrading token's rights)"},
-    {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of shared memory same-host clients may hold at once: documents mapped or lent, feed rings (with a closed ring's slots that queued items still hold); over it they copy over UCX or HTTP (default 4G)"},
+    {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of shared memory same-host clients may hold at once: documents mapped or lent, staging buffers lent to same-host producers, feed rings (with a closed ring's slots that queued items still hold); over it they copy over UCX or HTTP, a staging buffer is refused (default 4G)"},
     {"shm-lease-ms", K_UINT, F(shm_lease_ms), "MS", "a same-host mapping's lease ends this long after it opened, if neither a release nor the client's exit ended it; 0: never (default 600000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
     {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
