@@ -174,6 +174,21 @@ static uint64_t held_locked(tfd_shm_t *s)
     return s->st.leased_bytes + s->st.staged_bytes + tfd_ring_acct_bytes(s->ring_acct);
 }
 
+/* Counts len more bytes in the lease bound (and one more in *count, len in *bytes: fields of
+ * s->st) when they fit: 1, else 0 and nothing counted. */
+static int bound_take(tfd_shm_t *s, uint64_t len, uint64_t *count, uint64_t *bytes)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t held = held_locked(s);
+    int fits = len <= s->lease_max && held <= s->lease_max - len;
+    if (fits) {
+        (*count)++;
+        *bytes += len;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return fits;
+}
+
 static void lease_end(tfd_shm_t *s, conn_t *c, size_t i, int expired)
 {
     tfd_blob_t *b = c->leases[i].blob;
@@ -198,15 +213,7 @@ static uint64_t lease_open(tfd_shm_t *s, conn_t *c, tfd_blob_t *b)
         c->leases = nl;
         c->cap = ncap;
     }
-    pthread_mutex_lock(&s->lock);
-    uint64_t held = held_locked(s);
-    int fits = b->len <= s->lease_max && held <= s->lease_max - b->len;
-    if (fits) {
-        s->st.leases++;
-        s->st.leased_bytes += b->len;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (!fits)
+    if (!bound_take(s, b->len, &s->st.leases, &s->st.leased_bytes))
         return 0;
     lease_t *l = &c->leases[c->n++];
     l->id = ++s->next_lease;
@@ -381,20 +388,50 @@ static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     return reply(c, &m, fd);
 }
 
+/* The answer to ALLOC or STAGE q: the buffer's memfd fd, lease = its id, a = its size. */
+static int reply_lent(conn_t *c, const tfp_sf_t *q, uint64_t id, int fd)
+{
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_REPLY;
+    m.seq = q->seq;
+    m.lease = id;
+    m.a = q->a;
+    return reply(c, &m, fd);
+}
+
+/* What ALLOC and STAGE check before lending a buffer of q->a bytes (what: "a document"
+ * or "a staging buffer"; kind: what too many of is called): right (TFP_RIGHT_COUNT: only
+ * a valid token), max-body, n of max per connection. 0, or 1 with the refusal answered and
+ * *rc its answer's. */
+static int lend_refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right,
+                        const char *what, const char *kind, size_t n, size_t max, int *rc)
+{
+    char msg[200];
+    if (refused(s, c, q, right, NULL, rc))
+        return 1;
+    if (q->a > s->max_body) {
+        snprintf(msg, sizeof msg, "%s of %llu bytes is over max-body (%llu)", what,
+                 (unsigned long long)q->a, (unsigned long long)s->max_body);
+        *rc = reply_error(s, c, q->seq, TFP_ETOOBIG, msg);
+        return 1;
+    }
+    if (n == max) {
+        snprintf(msg, sizeof msg, "too many %s lent at once", kind);
+        *rc = reply_error(s, c, q->seq, TFP_EBUSY, msg);
+        return 1;
+    }
+    return 0;
+}
+
 /* ALLOC: a writable memfd of exactly the size asked, store bytes reserved for it. */
 static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     char msg[160];
     int rc;
-    if (refused(s, c, q, TFP_RIGHT_WRITE, NULL, &rc))
+    if (lend_refused(s, c, q, TFP_RIGHT_WRITE, "a document", "shm buffers", c->nallocs,
+                     MAX_ALLOCS_PER_CONN, &rc))
         return rc;
-    if (q->a > s->max_body) {
-        snprintf(msg, sizeof msg, "a document of %llu bytes is over max-body (%llu)",
-                 (unsigned long long)q->a, (unsigned long long)s->max_body);
-        return reply_error(s, c, q->seq, TFP_ETOOBIG, msg);
-    }
-    if (c->nallocs == MAX_ALLOCS_PER_CONN)
-        return reply_error(s, c, q->seq, TFP_EBUSY, "too many shm buffers lent at once");
     if (tfd_store_reserve(s->store, q->a) != 0) {
         snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
                  "bytes", (unsigned long long)q->a,
@@ -413,13 +450,7 @@ static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     a->id = ++s->next_lease;
     a->reserved = q->a;
     c->nallocs++;
-    tfp_sf_t m;
-    memset(&m, 0, sizeof m);
-    m.op = TFP_SF_REPLY;
-    m.seq = q->seq;
-    m.lease = a->id;
-    m.a = q->a;
-    return reply(c, &m, a->m.fd);
+    return reply_lent(c, q, a->id, a->m.fd);
 }
 
 /* STAGE: a staging buffer for this principal's pushes (see struct tfd_stage), in the lease
@@ -428,24 +459,10 @@ static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     char msg[200];
     int rc;
-    if (refused(s, c, q, TFP_RIGHT_COUNT, NULL, &rc))
+    if (lend_refused(s, c, q, TFP_RIGHT_COUNT, "a staging buffer", "staging buffers",
+                     c->nstages, MAX_STAGES_PER_CONN, &rc))
         return rc;
-    if (q->a > s->max_body) {
-        snprintf(msg, sizeof msg, "a staging buffer of %llu bytes is over max-body (%llu)",
-                 (unsigned long long)q->a, (unsigned long long)s->max_body);
-        return reply_error(s, c, q->seq, TFP_ETOOBIG, msg);
-    }
-    if (c->nstages == MAX_STAGES_PER_CONN)
-        return reply_error(s, c, q->seq, TFP_EBUSY, "too many staging buffers lent at once");
-    pthread_mutex_lock(&s->lock);
-    uint64_t held = held_locked(s);
-    int fits = q->a <= s->lease_max && held <= s->lease_max - q->a;
-    if (fits) {
-        s->st.stagings++;
-        s->st.staged_bytes += q->a;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (!fits) {
+    if (!bound_take(s, q->a, &s->st.stagings, &s->st.staged_bytes)) {
         snprintf(msg, sizeof msg, "a staging buffer of %llu bytes would go over "
                  "shm-lease-memory (%llu bytes)", (unsigned long long)q->a,
                  (unsigned long long)s->lease_max);
@@ -486,13 +503,7 @@ static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     s->stages[s->nstages++] = g;                /* MAX_STAGES_PER_CONN a connection */
     pthread_mutex_unlock(&s->stage_lock);
     c->stages[c->nstages++] = g;
-    tfp_sf_t m;
-    memset(&m, 0, sizeof m);
-    m.op = TFP_SF_REPLY;
-    m.seq = q->seq;
-    m.lease = g->id;
-    m.a = q->a;
-    rc = reply(c, &m, g->m.fd);
+    rc = reply_lent(c, q, g->id, g->m.fd);
     close(g->m.fd);                             /* the client's now; the mapping stays */
     g->m.fd = -1;
     return rc;

@@ -668,18 +668,27 @@ static tfx_ucxc_req_t *ucx_send(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, tfp_uf_hdr
     return done;
 }
 
+/* A safetensors document of one tensor x = the two values at v (dtype dt, 8 bytes): its
+ * bytes (tf_free them) and *len. */
+static void *pair_doc(tf_dtype_t dt, const void *v, size_t *len)
+{
+    int64_t shape[1] = {2};
+    tf_doc_t *in = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(in, "x", dt, 1, shape, v, 8, TF_BORROW), TF_OK);
+    void *body;
+    ck_assert_int_eq(tf_doc_encode(in, &body, len), TF_OK);
+    tf_doc_free(in);
+    return body;
+}
+
 /* CALL accumulate [a, a] over conn as user, of principal `of` (NULL: the caller's own):
  * the reply's HTTP status; its first value in *sum (200), its msg in msg. */
 static int ucx_call_for(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *of, const char *user,
                         int32_t a, int32_t *sum, char *msg, size_t msg_size)
 {
     int32_t v[2] = {a, a};
-    int64_t shape[1] = {2};
-    tf_doc_t *in = tf_doc_new();
-    ck_assert_int_eq(tf_doc_add(in, "x", TF_I32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
-    void *body;
     size_t len;
-    ck_assert_int_eq(tf_doc_encode(in, &body, &len), TF_OK);
+    void *body = pair_doc(TF_I32, v, &len);
     tfp_uf_hdr_t h;
     tfp_uf_init(&h, TFP_UF_CALL, 0);
     static int k;
@@ -702,7 +711,6 @@ static int ucx_call_for(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, const char *of, co
     res->body = NULL;
     tfx_ucxc_req_free(done);
     tf_free(body);
-    tf_doc_free(in);
     return http;
 }
 
@@ -828,13 +836,8 @@ START_TEST(test_staged_body_is_the_principals)
     ck_assert_int_eq(as("tkb", FEED_DECL, "/v1/feeds/bob.f"), 201);
     /* alice's item, written into her staging buffer */
     float v[2] = {7, 8};
-    int64_t shape[1] = {2};
-    tf_doc_t *doc = tf_doc_new();
-    ck_assert_int_eq(tf_doc_add(doc, "x", TF_F32, 1, shape, v, sizeof v, TF_BORROW), TF_OK);
-    void *body;
     size_t len;
-    ck_assert_int_eq(tf_doc_encode(doc, &body, &len), TF_OK);
-    tf_doc_free(doc);
+    void *body = pair_doc(TF_F32, v, &len);
     void *map;
     int sfd;
     uint64_t lease = shm_stage("tka", 4096, &map, &sfd);
