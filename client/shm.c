@@ -90,12 +90,17 @@ static int recv_reply(shmc_t *k, uint64_t seq, long ms, tfp_sf_t *r, int *fd, ch
     return 0;
 }
 
-/* Connects o's shm socket with the upgrade's token: 0, or -1 (o->shm stays NULL; why). */
+/* Connects o's shm socket with the upgrade's token: 0, or -1 (o->shm stays NULL; why). A
+ * connection o has to that very socket is kept; one to another (the daemon restarted) is
+ * dropped first, so documents staged with the old one go as their bytes. */
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
                     size_t why_size)
 {
     (void)c;
     tfp_err_t err;
+    if (o->shm && strcmp(((shmc_t *)o->shm)->name, resp->shm_socket) == 0)
+        return 0;                       /* the same daemon: the connection holds */
+    tfi_shm_disconnect(o);              /* another daemon (a restart): its buffers are gone */
     int sock = tfx_shm_connect(resp->shm_socket, &err);
     if (sock < 0) {
         snprintf(why, why_size, "%s", err.msg);

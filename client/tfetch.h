@@ -455,11 +455,13 @@ tf_status_t tf_doc_new_packed(const tf_tensor_spec_t *tensors, size_t n, tf_doc_
  * (process_vm_readv), and nothing for this process to do. The server checks the copy, never
  * the buffer, so writing the tensors while a push is in flight can tear only that item.
  * Write them through tf_doc_writable between pushes. Sent any other way (another client or
- * server, over HTTP, after the shm connection was lost) it is an ordinary packed document.
- * The buffer counts in the server's shm-lease-memory until tf_doc_free (at most 16 per
- * client connection). TF_ENOTIMPL when this origin offers no shared memory (another host,
- * the server's shm off, transport policy http or ucx; tf_client_last says why); TF_EFULL over shm-lease-memory; TF_ETOOBIG
- * over max-body; TF_EINVAL for a bad layout or inside a callback. *out set only on TF_OK. */
+ * server, over HTTP, after the daemon restarted) it is an ordinary packed document. The
+ * buffer counts in the server's shm-lease-memory until tf_doc_free (at most 16 per client
+ * connection). TF_ENOTIMPL when this origin offers no shared memory (another host, the
+ * server's shm off, transport policy http; tf_client_last says why); TF_EFULL over
+ * shm-lease-memory; TF_ETOOBIG over max-body; TF_EFORBIDDEN for a principal without produce
+ * or consume on any name; TF_EINVAL for a bad layout or inside a callback. *out set only on
+ * TF_OK. */
 tf_status_t tf_doc_new_staging(tf_client_t *c, const char *url,
                                const tf_tensor_spec_t *tensors, size_t n, tf_doc_t **out);
 

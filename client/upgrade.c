@@ -271,7 +271,7 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long time
     if (!resp.shm_socket[0])
         snprintf(o->shm_why, sizeof(o->shm_why), "the server offers no shm (not the same "
                  "host, or shm off)");
-    else if (!o->shm && tfi_shm_connect(c, o, &resp, o->shm_why, sizeof(o->shm_why)) != 0)
+    else if (tfi_shm_connect(c, o, &resp, o->shm_why, sizeof(o->shm_why)) != 0)
         tfi_shm_disconnect(o);
     o->conn_gen++;
     o->why[0] = '\0';

@@ -34,6 +34,7 @@
 #define MAX_ALLOCS_PER_CONN 16
 #define MAX_TOKENS_PER_CONN 16      /* TOKENs one connection may hold unused at once */
 #define MAX_STAGES_PER_CONN 16
+#define RIGHT_PUSH TFP_RIGHT_COUNT      /* refused(): produce or consume on some name */
 
 typedef struct {
     uint64_t id;
@@ -241,6 +242,7 @@ static void stage_unref(tfd_stage_t *g)
 static void stage_drop(tfd_shm_t *s, conn_t *c, size_t i)
 {
     tfd_stage_t *g = c->stages[i];
+    uint64_t size = g->m.size;          /* g may be gone once the lock is dropped */
     c->stages[i] = c->stages[--c->nstages];
     pthread_mutex_lock(&s->stage_lock);
     for (size_t j = 0; j < s->nstages; j++)
@@ -252,7 +254,7 @@ static void stage_drop(tfd_shm_t *s, conn_t *c, size_t i)
     pthread_mutex_unlock(&s->stage_lock);
     pthread_mutex_lock(&s->lock);
     s->st.stagings--;
-    s->st.staged_bytes -= g->m.size;
+    s->st.staged_bytes -= size;
     pthread_mutex_unlock(&s->lock);
     if (last)
         stage_unref(g);
@@ -318,8 +320,8 @@ static int reply_error(tfd_shm_t *s, conn_t *c, uint64_t seq, tfp_status_t st, c
 }
 
 /* With authentication on: the connection's principal (its token looked up again, so a
- * revoked one fails now) must hold right on name (NULL: on some name; TFP_RIGHT_COUNT: no
- * right, only a valid token). 0 when it does;
+ * revoked one fails now) must hold right on name (NULL: on some name; RIGHT_PUSH: produce
+ * or consume on some name, what infeed and outfeed pushes need). 0 when it does;
  * else 1 with the refusal answered (401 or 403, as HTTP says it) and *rc the answer's. */
 static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right,
                    const char *name, int *rc)
@@ -335,7 +337,9 @@ static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right
                           "this server needs Authorization: Bearer TOKEN" : "unknown token");
         return 1;
     }
-    if (right == TFP_RIGHT_COUNT || tfd_auth_allows(s->auth, &w, 0, right, name))
+    if (right == RIGHT_PUSH ? tfd_auth_allows(s->auth, &w, 0, TFP_RIGHT_PRODUCE, NULL) ||
+                                  tfd_auth_allows(s->auth, &w, 0, TFP_RIGHT_CONSUME, NULL)
+                            : tfd_auth_allows(s->auth, &w, 0, right, name))
         return 0;
     tfd_auth_count_failure(s->auth, TFD_AUTH_FORBIDDEN);
     if (name)
@@ -343,7 +347,7 @@ static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right
                  tfp_right_name(right), name);
     else
         snprintf(msg, sizeof msg, "principal %s has no %s right", w.principal,
-                 tfp_right_name(right));
+                 right == RIGHT_PUSH ? "produce or consume" : tfp_right_name(right));
     *rc = reply_error(s, c, q->seq, TFP_EFORBIDDEN, msg);
     return 1;
 }
@@ -454,12 +458,13 @@ static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 }
 
 /* STAGE: a staging buffer for this principal's pushes (see struct tfd_stage), in the lease
- * bound. Rights are the pushes' business: each one that names it is authorized as any. */
+ * bound, for a principal that may push somewhere (produce or consume on some name); each
+ * push that names it is authorized as any. */
 static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     char msg[200];
     int rc;
-    if (lend_refused(s, c, q, TFP_RIGHT_COUNT, "a staging buffer", "staging buffers",
+    if (lend_refused(s, c, q, RIGHT_PUSH, "a staging buffer", "staging buffers",
                      c->nstages, MAX_STAGES_PER_CONN, &rc))
         return rc;
     if (!bound_take(s, q->a, &s->st.stagings, &s->st.staged_bytes)) {
@@ -477,7 +482,8 @@ static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     if (!g || tfx_shm_create((size_t)q->a, "tfetch-stage", &g->m, &err) != TFP_OK ||
         tfx_shm_seal(&g->m, TFX_SHM_SEAL_SIZE, &err) != TFP_OK ||
         tfx_shm_read_only(&g->m, &err) != TFP_OK ||
-        getrandom(&g->id, sizeof g->id, 0) != (ssize_t)sizeof g->id) {
+        (getrandom(&g->id, sizeof g->id, 0) != (ssize_t)sizeof g->id &&
+         tfp_err_set(&err, TFP_EINTERNAL, "shm: getrandom: %s", strerror(errno)) != TFP_OK)) {
         if (g)
             stage_unref(g);
         pthread_mutex_lock(&s->lock);

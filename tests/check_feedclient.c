@@ -869,6 +869,56 @@ START_TEST(ring_received_in_place)
 }
 END_TEST
 
+/* A producer's staging buffer belongs to the daemon that lent it. Restarted on the same
+ * port, the daemon knows no such buffer: the client, upgrading to the new daemon, connects
+ * its shm socket (another name) in place of the old one, so the document goes as its bytes
+ * and every push still lands. */
+START_TEST(ring_staged_after_restart)
+{
+    int64_t shape[1] = {4};
+    tf_tensor_spec_t spec = {"x", TF_F32, 1, shape};
+    tf_doc_t *d = NULL;
+    ck_assert_int_eq(tf_doc_new_staging(C, FEED, &spec, 1, &d), TF_OK);
+    float *x = tf_doc_writable(d, 0);
+    x[0] = 1;
+    ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, 0, 0, NULL), TF_OK);
+    ck_assert_int_eq(metric_value("tfetch_shm_staged_pushes_total"), 1);
+    char port[16];
+    snprintf(port, sizeof port, "%u", D.port);
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    const char *const args[] = {"--port", port, NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start again on port %s", port);
+    ck_assert_str_eq(FEED + strlen(D.base), "/v1/feeds/f");     /* the same origin */
+    ck_assert_int_eq(tf_feed_declare(C, FEED, DECL, NULL), TF_OK);
+    tf_status_t st = TF_EIO;
+    for (int i = 0; i < 100 && (st = tf_client_upgrade(C, D.base)) != TF_OK; i++)
+        usleep(50 * 1000);              /* the old connection's backoff */
+    ck_assert_int_eq(st, TF_OK);
+    for (int i = 2; i <= 3; i++) {
+        x[0] = (float)i;
+        st = tf_infeed_push(C, FEED, 0, d, 0, 0, NULL);
+        ck_assert_msg(st == TF_OK, "push %d: %s", i, tf_client_last(C)->error);
+        carried_right(tf_client_last(C)->transport);
+    }
+    ck_assert_int_eq(metric_value("tfetch_shm_staged_pushes_total"), 0);
+    tf_doc_free(d);
+    /* a buffer from the new daemon is staged again */
+    ck_assert_int_eq(tf_doc_new_staging(C, FEED, &spec, 1, &d), TF_OK);
+    ck_assert_int_eq(tf_infeed_push(C, FEED, 0, d, 0, 0, NULL), TF_OK);
+    ck_assert_int_eq(metric_value("tfetch_shm_staged_pushes_total"), 1);
+    tf_doc_free(d);
+    tf_feed_t *feed = NULL;
+    ck_assert_int_eq(tf_feed_attach(C, FEED, "0", "host", &feed), TF_OK);
+    for (int i = 2; i <= 4; i++) {
+        tf_item_t *it = NULL;
+        ck_assert_int_eq(tf_infeed_pop(feed, 5000, &it), TF_OK);
+        ck_assert(first_value(it) == (float)(i == 4 ? 0 : i));
+        tf_item_release(it);
+    }
+    tf_feed_detach(feed);
+}
+END_TEST
+
 /* A consumer that releases each item gives its slot back (FREE goes with the feed's next
  * sync, batched with ACK and CREDIT): many more items than the ring has slots all come in
  * its slots, none as a memfd of its own (the overflow when no slot is free). */
@@ -1553,6 +1603,7 @@ Suite *suite_feedclient(void)
     tcase_add_test(tc, ring_items_in_shared_memory);
     tcase_add_test(tc, ring_received_in_place);
     tcase_add_test(tc, ring_staged_push_copied);
+    tcase_add_test(tc, ring_staged_after_restart);
     tcase_add_test(tc, ring_frees_reach_the_daemon);
     tcase_add_test(tc, ring_closed_under_a_queued_item_still_counts);
     tcase_add_test(tc, ring_split_written_in_place);

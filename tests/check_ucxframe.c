@@ -1027,6 +1027,10 @@ START_TEST(uf_feed_rules_cover)
     h.feed.flags = TFP_UF_FF_STAGED;
     h.body_len = TFP_SF_STAGED_LEN;
     ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
+    h.flags |= TFP_UF_F_BODY_PREFIX;                /* ... but never with a prefix */
+    h.prefix_len = 8;
+    ck_assert_int_ne(tfp_uf_check(&h, &err), TFP_OK);
+    ck_assert_msg(strstr(err.msg, "flag STAGED is for INFEED and OUTFEED_PUSH"), "%s", err.msg);
 }
 END_TEST
 

@@ -326,10 +326,12 @@ class Batch(Document):
         if _staging is None:
             st = lib.tf_doc_new_packed(ctypes.cast(specs, c_void_p), len(layout),
                                        ctypes.byref(ptr))
-        else:                                       # (client handle, feed URL)
+        else:                                       # (client handle, feed URL, on failure)
             st = lib.tf_doc_new_staging(_staging[0], _staging[1].encode(),
                                         ctypes.cast(specs, c_void_p), len(layout),
                                         ctypes.byref(ptr))
+            if st != 0:
+                _staging[2](st)                     # raises with the client's words
         if st != 0:
             raise error_for(st, "tfetch: Batch %r: %s" % (layout, _lib.strerror(st)))
         self._owner = _Doc(ptr.value)

@@ -251,13 +251,14 @@ class FeedCalls:
 
     def staging_batch(self, name, layout):
         """A tfetch.Batch built in a staging buffer that the tfetchd of feed `name` (on this
-        host, transport "auto") lends this client: infeed_push and push_outfeed of it over
+        host, transport "auto" or "ucx") lends this client: infeed_push and push_outfeed of it over
         this client send only where it lies, and tfetchd copies it from there (one memcpy
         on its side instead of the kernel's copy out of this process; doc/PROTOCOL.md
         section 9.9). Refill it between pushes, never while one runs. Raises (TF_ENOTIMPL)
-        where the server offers no shared memory: another host, transport http or ucx."""
+        where the server offers no shared memory: another host, transport http."""
         with self._lock:
-            return Batch(layout, _staging=(self._handle(), self._resolve(name, "feeds")))
+            return Batch(layout, _staging=(self._handle(), self._resolve(name, "feeds"),
+                                           lambda st: _check(self, st)))
 
     def feed_done(self, name):
         """Marks the feed done: consumers drain it, then their iteration ends."""

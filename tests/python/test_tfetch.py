@@ -498,8 +498,9 @@ class TestUpgrade(Base):
                         np.testing.assert_array_equal(item.doc["x"], np.full(4, i, np.float32))
         metrics = urllib.request.urlopen(self.d.base + "/metrics", timeout=5).read().decode()
         self.assertIn("\ntfetch_shm_staged_pushes_total 3\n", metrics)
-        with self.assertRaises(tfetch.Error):
+        with self.assertRaises(tfetch.errors.ENOTIMPL) as e:
             self.c.staging_batch("pystaged", {"x": ("F32", (4,))})
+        self.assertIn("policy http", str(e.exception))
 
     def test_strict_ucx(self):
         if not ucx_available(self.c):
