@@ -405,8 +405,8 @@ static int reply_lent(conn_t *c, const tfp_sf_t *q, uint64_t id, int fd)
 }
 
 /* What ALLOC and STAGE check before lending a buffer of q->a bytes (what: "a document"
- * or "a staging buffer"; kind: what too many of is called): right (TFP_RIGHT_COUNT: only
- * a valid token), max-body, n of max per connection. 0, or 1 with the refusal answered and
+ * or "a staging buffer"; kind: what too many of is called): right (as refused() takes it),
+ * max-body, n of max per connection. 0, or 1 with the refusal answered and
  * *rc its answer's. */
 static int lend_refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right,
                         const char *what, const char *kind, size_t n, size_t max, int *rc)
