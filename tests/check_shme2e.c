@@ -18,6 +18,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -793,7 +794,9 @@ static int closed_by_daemon(int fd)
     char b[TFP_SF_MAX];
     for (;;) {
         ssize_t n = recv(fd, b, sizeof b, 0);
-        if (n == 0)
+        /* A daemon that closed with something of ours unread shows as ECONNRESET (once)
+         * rather than end of file: closed all the same. A timeout is not. */
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
             return 1;
         if (n < 0)
             return 0;
