@@ -348,8 +348,9 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     }
     lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
     tfp_status_t st = TFP_OK;
-    int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, (size_t)f->op.body_len, ms, &tmp.map, &tmp.lease,
-                                         &st, why, sizeof why) : 1;
+    int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, (size_t)f->op.body_len, ms,
+                                         &tmp.map, &tmp.lease, &st, why, sizeof why)
+                            : 1;
     if (rc < 0)
         tfi_shm_disconnect(o);
     if (rc != 0 || !f->op.body_len) {

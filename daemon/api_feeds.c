@@ -431,14 +431,12 @@ static int take_item(tfx_req_t *r, tfd_ctx_t *c, feed_req_t *fr, int check, int 
     return 0;
 }
 
-int api_feed_lend(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
-                  void (**give_back)(void *), void **arg)
+/* api_feed_lend for the feed f the request names (looked up by the caller). */
+static int lend_in(tfd_ctx_t *c, tfd_feed_t *f, uint64_t len, uint8_t **buf, size_t *cap,
+                   void (**give_back)(void *), void **arg)
 {
-    if (!c->api->shm || c->op->kind != TFP_OP_FEED_INFEED || len > SIZE_MAX)
+    if (len > SIZE_MAX)
         return 0;
-    tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
-    if (!f)
-        return 0;                       /* the handler says so */
     const tfp_feed_decl_t *d = tfd_feed_decl(f);
     int lent = 0;
     if (c->op->sub[0]) {                /* per_device: that device's ring */
@@ -454,6 +452,16 @@ int api_feed_lend(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
             lent = tfd_shm_lend(c->api->shm, f, dev, (size_t)len, buf, cap, give_back,
                                 arg) == 0;
     }
+    return lent;
+}
+
+int api_feed_lend(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
+                  void (**give_back)(void *), void **arg)
+{
+    if (!c->api->shm || c->op->kind != TFP_OP_FEED_INFEED)
+        return 0;
+    tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);      /* none: the handler says so */
+    int lent = f && lend_in(c, f, len, buf, cap, give_back, arg);
     tfd_feed_unref(f);
     return lent;
 }
@@ -471,20 +479,19 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
      * safetensors body of unknown length gets a slot too (its payload is the signature's,
      * its header has the slot's room): one that outgrows it moves to memory of its own with
      * what arrived, as before. */
-    uint64_t body;
-    if (raw || op->body.length > 0) {
-        body = raw ? op->body.nbytes : (uint64_t)op->body.length;
-    } else {
-        tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
-        body = f ? tfd_feed_decl(f)->item_bytes : 0;
-        tfd_feed_unref(f);
-    }
+    tfd_feed_t *f = tfd_feeds_get(c->api->feeds, c->name);
+    if (!f)
+        return 0;                       /* the handler says so */
+    uint64_t body = raw ? op->body.nbytes : op->body.length > 0 ? (uint64_t)op->body.length
+                                                                 : tfd_feed_decl(f)->item_bytes;
     uint64_t len = c->raw_hdr_len + body;
     uint8_t *buf;
     size_t cap;
     void (*give_back)(void *);
     void *arg;
-    if (len < body || !api_feed_lend(c, len, &buf, &cap, &give_back, &arg))
+    int lent = len >= body && lend_in(c, f, len, &buf, &cap, &give_back, &arg);
+    tfd_feed_unref(f);
+    if (!lent)
         return 0;
     tfx_req_accept_body_into(r, c->raw_hdr_len, max, buf, cap, give_back, arg);
     return 1;

@@ -190,6 +190,15 @@ static int bound_take(tfd_shm_t *s, uint64_t len, uint64_t *count, uint64_t *byt
     return fits;
 }
 
+/* Takes back what bound_take counted. */
+static void bound_give(tfd_shm_t *s, uint64_t len, uint64_t *count, uint64_t *bytes)
+{
+    pthread_mutex_lock(&s->lock);
+    (*count)--;
+    *bytes -= len;
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void lease_end(tfd_shm_t *s, conn_t *c, size_t i, int expired)
 {
     tfd_blob_t *b = c->leases[i].blob;
@@ -252,10 +261,7 @@ static void stage_drop(tfd_shm_t *s, conn_t *c, size_t i)
         }
     int last = --g->refs == 0;
     pthread_mutex_unlock(&s->stage_lock);
-    pthread_mutex_lock(&s->lock);
-    s->st.stagings--;
-    s->st.staged_bytes -= size;
-    pthread_mutex_unlock(&s->lock);
+    bound_give(s, size, &s->st.stagings, &s->st.staged_bytes);
     if (last)
         stage_unref(g);
 }
@@ -486,10 +492,7 @@ static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
          tfp_err_set(&err, TFP_EINTERNAL, "shm: getrandom: %s", strerror(errno)) != TFP_OK)) {
         if (g)
             stage_unref(g);
-        pthread_mutex_lock(&s->lock);
-        s->st.stagings--;
-        s->st.staged_bytes -= q->a;
-        pthread_mutex_unlock(&s->lock);
+        bound_give(s, q->a, &s->st.stagings, &s->st.staged_bytes);
         return reply_error(s, c, q->seq, err.code, err.msg);
     }
     if (s->auth && tfd_auth_on(s->auth)) {
