@@ -245,6 +245,7 @@ tf_status_t tfi_doc_wrap(tfp_doc_t *d, void *buf, tf_doc_t **out)
     }
     doc->d = d;
     doc->buf = buf;
+    doc->owns_bytes = buf != NULL;
     for (size_t i = 0; i < d->n; i++)
         sync_view(doc, i);
     *out = doc;

@@ -50,6 +50,10 @@ struct tf_doc {
     void *staged;                   /* tf_doc_new_staging: its staging buffer (shm.c), for
                                      * the life of the doc; NULL otherwise */
     int frozen;                     /* built in place: no tensor or metadata can be added */
+    int owns_bytes;                 /* received: the tensors' bytes are this document's to
+                                     * write (its own buffer, or a copy-on-write mapping);
+                                     * tf_doc_writable gives them. 0 for a feed item in a
+                                     * same-host ring's slot (mapped read-only) */
     size_t packed;                  /* tf_doc_new_packed, tf_doc_new_staging: its
                                      * safetensors bytes are packed_p[0, packed), header
                                      * and data in one piece; 0 otherwise */

@@ -222,7 +222,7 @@ tf_status_t tfi_ring_open(tf_client_t *c, origin_t *o, const char *feed, const c
         snprintf(why, why_size, "out of memory");
         goto fail_sock;
     }
-    if (tfx_shm_map(fd, size, 0, &r->map, &err) != TFP_OK) {
+    if (tfx_shm_map(fd, size, TFX_SHM_MAP_READ, &r->map, &err) != TFP_OK) {
         free(r);
         snprintf(why, why_size, "%s", err.msg);
         goto fail_sock;
@@ -296,7 +296,9 @@ static tf_status_t item_doc(tfi_ring_t *r, const tfp_sf_t *m, int fd, tf_doc_t *
                  tfp_sf_check_span(m->a, m->b, size, &err) == TFP_OK;
         if (!ok)
             close(fd);                      /* else tfx_shm_map takes it, failing or not */
-        if (!ok || tfx_shm_map(fd, size, 0, &x->map, &err) != TFP_OK) {
+        /* An item in a memfd of its own is this document's alone: copy-on-write, as a
+         * same-host get's. */
+        if (!ok || tfx_shm_map(fd, size, TFX_SHM_MAP_COPY_ON_WRITE, &x->map, &err) != TFP_OK) {
             free(x);
             snprintf(why, why_size, "a bad item memfd: %.200s", err.msg);
             return TF_EPROTO;
@@ -317,6 +319,10 @@ static tf_status_t item_doc(tfi_ring_t *r, const tfp_sf_t *m, int fd, tf_doc_t *
     atomic_fetch_add(&r->refs, 1);
     (*out)->release = slot_release;
     (*out)->release_arg = x;
+    /* An item in its own memfd is copy-on-write, the caller's to write. One in a slot is
+     * not: the ring is mapped read-only (the daemon writes it; a private copy of a slot's
+     * page would go stale when the slot is reused). */
+    (*out)->owns_bytes = x->slot == 0;
     return TF_OK;
 }
 

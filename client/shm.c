@@ -265,7 +265,7 @@ static int ask_buffer(shmc_t *k, tfp_sf_op_t op, size_t size, long ms, tfx_shm_t
         snprintf(why, why_size, "bad shm buffer: %.200s", fd < 0 ? "none" : err.msg);
         return -1;
     }
-    if (tfx_shm_map(fd, size, 1, m, &err) != TFP_OK) {
+    if (tfx_shm_map(fd, size, TFX_SHM_MAP_FILL, m, &err) != TFP_OK) {
         snprintf(why, why_size, "%s", err.msg);
         return -1;
     }
@@ -424,7 +424,9 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
         goto bad;
     }
     l->lease = r.lease;
-    if (tfx_shm_map(fd, size, 0, &l->map, &err) != TFP_OK)
+    /* Copy-on-write: the caller may write into what it got (a page it writes becomes its
+     * own) while the stored bytes stay as they are; reads share the daemon's pages. */
+    if (tfx_shm_map(fd, size, TFX_SHM_MAP_COPY_ON_WRITE, &l->map, &err) != TFP_OK)
         goto bad;
     if (c->max_body > 0 && r.b > c->max_body) {
         snprintf(err.msg, sizeof err.msg, "the document (%llu bytes) exceeds the cap",
@@ -442,6 +444,7 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     l->conn = k;
     f->doc->release = lease_release;
     f->doc->release_arg = l;
+    f->doc->owns_bytes = 1;             /* copy-on-write: the caller's to write */
     res->status = TF_OK;
     res->http_status = 200;
     res->bytes_received = r.b;
@@ -618,9 +621,9 @@ int tfi_shm_staged(const origin_t *o, const tf_doc_t *doc, uint8_t ref[TFP_SF_ST
     return 1;
 }
 
-void *tf_doc_writable(tf_doc_t *doc, size_t i)
+void *tf_doc_writable(const tf_doc_t *doc, size_t i)
 {
-    if (!doc || (!doc->shm_lent && !doc->packed) || i >= tf_doc_count(doc))
+    if (!doc || (!doc->shm_lent && !doc->packed && !doc->owns_bytes) || i >= tf_doc_count(doc))
         return NULL;
     return (void *)tf_doc_at(doc, i)->data;
 }

@@ -221,7 +221,7 @@ tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
  * it went over HTTP although UCX was allowed, why (tf_result_t fallback).
  * On one host (the same kernel and network namespace), policy auto goes further: a get or
  * put of /v1/tensors/NAME travels over shared memory ("shm/memfd"): a get maps the stored
- * document read-only and its tensors point into that mapping (nothing is copied; the
+ * document copy-on-write and its tensors point into that mapping (nothing is copied; the
  * document holds a lease until tf_doc_free, and no replace or delete on the server changes
  * its bytes), a put writes into memory the server stores as it is (tf_doc_new_shm: not even
  * that copy). When the server refuses (its bound on mapped bytes) or the socket fails, the
@@ -433,10 +433,15 @@ typedef struct {
  * *out set only on TF_OK. */
 tf_status_t tf_doc_new_shm(tf_client_t *c, const char *url, const tf_tensor_spec_t *tensors,
                            size_t n, tf_doc_t **out);
-/* Tensor i's bytes of a document from tf_doc_new_shm (writable until its tf_put) or
- * tf_doc_new_packed (writable while no request sends it); NULL for any other document,
- * after the put, or out of range. */
-void *tf_doc_writable(tf_doc_t *doc, size_t i);
+/* Tensor i's bytes, for writing, where the caller may write them; NULL where a write would
+ * fault or is not the caller's to make. Writable: every received document (tf_get,
+ * tf_fetch, feed items, tf_doc_decode TF_COPY; a same-host get's mapping is copy-on-write,
+ * so a write copies the page it touches and never reaches the server's copy), a
+ * tf_doc_new_packed or tf_doc_new_staging document (while no request sends it), a
+ * tf_doc_new_shm document until its put. NULL: a feed item in a same-host ring's slot
+ * (the ring is mapped read-only), a tf_doc_new_shm document after its put, a document of
+ * tf_doc_new/tf_doc_add or TF_BORROW, i out of range. See tf_doc_writable(3). */
+void *tf_doc_writable(const tf_doc_t *doc, size_t i);
 /* Builds a document in one buffer of this process: its safetensors header, then tensors[0..n)
  * (zeroed), in one piece, so that sending it needs no gathering: over UCX a large one goes
  * as one contiguous message, which a server on this host copies straight from this buffer

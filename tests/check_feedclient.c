@@ -828,6 +828,7 @@ START_TEST(ring_items_in_shared_memory)
         ck_assert_msg(strstr(path, "tfetch-ring") != NULL, "item data in '%s'", path);
         ck_assert_msg(perms[0] == 'r' && perms[1] == '-' && perms[3] == 's', "mapped %s",
                       perms);
+        ck_assert_ptr_null(tf_doc_writable(tf_item_doc(it), 0)); /* says so */
         tf_item_release(it);
     }
     ck_assert(metric_is("tfetch_shm_rings 1"));

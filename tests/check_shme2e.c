@@ -136,9 +136,12 @@ static int all(const uint8_t *p, size_t n, uint8_t v)
     return 1;
 }
 
-START_TEST(shm_get_maps_read_only)
+/* A same-host get maps the stored document copy-on-write: the caller may write into it
+ * (tf_doc_writable), a write copies only the page it touches, and neither the store nor
+ * another reader of the same name ever sees it. */
+START_TEST(shm_get_maps_copy_on_write)
 {
-    if (!ready("shm_get_maps_read_only"))
+    if (!ready("shm_get_maps_copy_on_write"))
         return;
     start(NULL);
     tf_client_t *c = client(TF_TRANSPORT_AUTO);
@@ -156,10 +159,21 @@ START_TEST(shm_get_maps_read_only)
     ck_assert_uint_eq(t->nbytes, big);
     ck_assert(all(t->data, big, 7));
     ck_assert(all(tf_doc_find(b, "t")->data, small, 8));
-    /* The mapping cannot be made writable: the client can never write into stored data. */
-    long pg = sysconf(_SC_PAGESIZE);
-    void *page = (void *)((uintptr_t)t->data & ~(uintptr_t)(pg - 1));
-    ck_assert_int_ne(mprotect(page, (size_t)pg, PROT_READ | PROT_WRITE), 0);
+    /* Writable where it lies, copy-on-write: the store and a second reader keep 7s. */
+    uint8_t *w = tf_doc_writable(a, 0);
+    ck_assert_ptr_eq(w, t->data);
+    tf_doc_t *a2 = NULL;
+    ck_assert_int_eq(tf_get(c, url("big"), 0, &a2), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    memset(w + 4096, 1, 8192);                      /* two pages, mid-document */
+    ck_assert_uint_eq(w[4096], 1);
+    ck_assert(all(tf_doc_find(a2, "t")->data, big, 7));
+    tf_doc_free(a2);
+    tf_client_t *h = client(TF_TRANSPORT_HTTP);
+    ck_assert_int_eq(tf_get(h, url("big"), 0, &a2), TF_OK);
+    ck_assert(all(tf_doc_find(a2, "t")->data, big, 7));
+    tf_doc_free(a2);
+    tf_client_free(h);
     ck_assert_int_eq(metric("tfetch_shm_leases"), 2);
     ck_assert_int_ge(metric("tfetch_shm_leased_bytes"), (long long)big + (long long)small);
     tf_doc_free(a);
@@ -1011,7 +1025,7 @@ Suite *suite_shme2e(void)
     Suite *s = suite_create("shme2e");
     TCase *tc = tcase_create("shme2e");
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, shm_get_maps_read_only);
+    tcase_add_test(tc, shm_get_maps_copy_on_write);
     tcase_add_test(tc, shm_replace_delete_while_mapped);
     tcase_add_test(tc, shm_get_moves_a_put_document);
     tcase_add_test(tc, shm_client_killed_frees_leases);

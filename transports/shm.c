@@ -115,12 +115,26 @@ tfp_status_t tfx_shm_check(int fd, size_t min_size, unsigned seals, size_t *size
     return TFP_OK;
 }
 
-tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_err_t *err)
+tfp_status_t tfx_shm_map(int fd, size_t size, int mode, tfx_shm_t *out, tfp_err_t *err)
 {
     if (size == 0) {
         close(fd);
         return tfp_err_set(err, TFP_EPROTO, "shm: an empty region");
     }
+    if (mode == TFX_SHM_MAP_COPY_ON_WRITE) {
+        /* MAP_NORESERVE: only the pages a write copies are charged, when written, not the
+         * whole region up front (a 5 GiB document read and never written costs nothing). */
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return tfp_err_set(err, e == ENOMEM ? TFP_ENOMEM : TFP_EPROTO,
+                               "shm: mmap (copy on write): %s", strerror(e));
+        }
+        *out = (tfx_shm_t){ .fd = fd, .p = p, .size = size, .writable = 1 };
+        return TFP_OK;
+    }
+    int writable = mode == TFX_SHM_MAP_FILL;
     /* A buffer lent to fill is faulted in at once: one pass in the kernel is cheaper than a
      * fault per page while it is written. Huge pages are advised first, so where the host
      * gives shmem huge pages (shmem_enabled advise) the pass allocates 2 MiB ones. A kernel

@@ -74,9 +74,18 @@ tfp_status_t tfx_shm_seal(tfx_shm_t *m, unsigned seals, tfp_err_t *err);
  * *size (not NULL) its size. */
 tfp_status_t tfx_shm_check(int fd, size_t min_size, unsigned seals, size_t *size,
                            tfp_err_t *err);
-/* Wraps fd (taken over: closed on failure too) as a region of size bytes mapped read-only
- * (writable 0) or read-write (1, for a buffer lent to fill). */
-tfp_status_t tfx_shm_map(int fd, size_t size, int writable, tfx_shm_t *out, tfp_err_t *err);
+/* How tfx_shm_map maps a region. */
+#define TFX_SHM_MAP_READ 0                  /* PROT_READ, shared: a write faults (SIGSEGV) */
+#define TFX_SHM_MAP_FILL 1                  /* PROT_READ|PROT_WRITE, shared, faulted in at
+                                             * once: a buffer lent to fill */
+#define TFX_SHM_MAP_COPY_ON_WRITE 2         /* PROT_READ|PROT_WRITE, MAP_PRIVATE: reads share
+                                             * the region's pages; a write copies the page it
+                                             * touches into this process, and no other holder
+                                             * ever sees it (allowed on an F_SEAL_WRITE memfd) */
+
+/* Wraps fd (taken over: closed on failure too) as a region of size bytes mapped as mode
+ * (TFX_SHM_MAP_*); its tfx_shm_t writable is 1 for FILL and COPY_ON_WRITE. */
+tfp_status_t tfx_shm_map(int fd, size_t size, int mode, tfx_shm_t *out, tfp_err_t *err);
 /* Makes m's mapping read-only (this side only reads it; the memfd's other holders may
  * still write). */
 tfp_status_t tfx_shm_read_only(tfx_shm_t *m, tfp_err_t *err);

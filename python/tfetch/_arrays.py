@@ -240,10 +240,10 @@ class _View:
     and keeps the document that holds it alive (owner)."""
     __slots__ = ("__array_interface__", "owner")
 
-    def __init__(self, owner, shape, typestr, addr):
+    def __init__(self, owner, shape, typestr, addr, readonly):
         self.owner = owner
         self.__array_interface__ = {"version": 3, "shape": shape, "typestr": typestr,
-                                    "data": (addr, False)}
+                                    "data": (addr, readonly)}
 
 
 class Document(dict):
@@ -282,13 +282,17 @@ def wrap_doc(ptr, owner=None):
         t = lib.tf_doc_at(ptr, i).contents
         name = BY_CODE[t.dtype]
         shape = tuple(t.shape[k] for k in range(t.rank))
+        # Writable exactly where libtfetch says the caller may write (tf_doc_writable(3)):
+        # a same-host get is copy-on-write; a feed item in a same-host ring's slot lies in
+        # memory mapped read-only, so its arrays say writeable=False and refuse writes.
+        ro = not lib.tf_doc_writable(ptr, i)
         if name in PACKED:                          # bytes, with the shape beside them
-            a = np.asarray(_View(owner, (t.nbytes,), "|u1", t.data)).view(Array)
+            a = np.asarray(_View(owner, (t.nbytes,), "|u1", t.data, ro)).view(Array)
             a._tf_name, a._tf_shape = name, shape
             out[t.name.decode("utf-8")] = a
             continue
         store = DTYPES[name][1]
-        a = np.asarray(_View(owner, shape, store.str, t.data))
+        a = np.asarray(_View(owner, shape, store.str, t.data, ro))
         if name in EXTENDED:
             ml = _ml_dtype(name)
             a = (a.view(ml) if ml is not None else a).view(Array)
@@ -394,6 +398,9 @@ def to_dlpack(a):
     name = dtype_name(a)
     if name in PACKED:
         raise BufferError("tfetch: packed %s has no DLPack export here" % name)
+    if not a.flags.writeable:   # as numpy: DLPack cannot say read-only, and a consumer writes
+        raise BufferError("tfetch: cannot export a read-only array through DLPack "
+                          "(a same-host ring's item: copy it first, a.copy())")
     code, bits = DTYPES[name][2]
     if a.dtype.itemsize * 8 != bits:
         raise BufferError("tfetch: %s stored in %d-byte elements" % (name, a.dtype.itemsize))

@@ -182,6 +182,14 @@ class Feed:
             del keep
         return seq.value
 
+    @property
+    def transport(self):
+        """What carried the last pop or outfeed push: "http", "ucx/...", "shm/ring" (a
+        same-host ring: its items' arrays are read-only views of the ring, writeable=False;
+        copy one to change it), "none" before the first."""
+        with self._client._lock:
+            return lib.tf_feed_transport(self._handle()).decode()
+
     def set_prefetch(self, depth):
         """Items in flight or ready ahead of the caller (1..64)."""
         with self._client._lock:

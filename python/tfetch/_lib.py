@@ -108,6 +108,7 @@ _PROTOS = {
     "tf_doc_add": (c_int, [_P, c_char_p, c_int, c_int, POINTER(c_int64), _P, c_size_t, c_uint]),
     "tf_doc_count": (c_size_t, [_P]),
     "tf_doc_at": (POINTER(Tensor), [_P, c_size_t]),
+    "tf_doc_writable": (_P, [_P, c_size_t]),
     "tf_doc_set_meta": (c_int, [_P, c_char_p, c_char_p]),
     "tf_doc_encode_header": (c_int, [_P, POINTER(_P), POINTER(c_size_t)]),
     "tf_doc_new_packed": (c_int, [_P, c_size_t, POINTER(_P)]),
@@ -143,6 +144,7 @@ _PROTOS = {
     # feeds
     "tf_feed_attach": (c_int, [_P, c_char_p, c_char_p, c_char_p, POINTER(_P)]),
     "tf_feed_backend": (c_char_p, [_P]),
+    "tf_feed_transport": (c_char_p, [_P]),
     "tf_feed_set_prefetch": (c_int, [_P, c_int]),
     "tf_feed_detach": (None, [_P]),
     "tf_infeed_pop": (c_int, [_P, c_long, POINTER(_P)]),

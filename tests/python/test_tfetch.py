@@ -23,6 +23,11 @@ import urllib.request
 
 import numpy as np
 
+try:  # optional: the DLPack cases run through torch where it is installed
+    import torch
+except ImportError:
+    torch = None
+
 import tfetch
 from tfetch import _arrays, _lib
 
@@ -436,6 +441,87 @@ class TestZeroCopy(Base):
                 gc.collect()
                 self.assertEqual(len(_arrays._EXPORTS), n)
                 del cap
+
+
+class TestWritableArrays(Base):
+    """Every kind of array the package returns either takes a write or says writeable=False
+    and refuses it: none may crash the interpreter (a write into a read-only mapping is a
+    SIGSEGV). A same-host get is a copy-on-write mapping: the write stays ours, the stored
+    tensor keeps its bytes. A same-host ring's items are read-only views of the ring."""
+
+    def write_and_check(self, arr, stored):
+        """Writes into arr (writable), then shows what the server keeps is unchanged."""
+        self.assertTrue(arr.flags.writeable)
+        arr[0] = 42
+        self.assertEqual(arr[0], 42)
+        np.testing.assert_array_equal(stored(), np.arange(8, dtype=np.float32))
+
+    def refused(self, arr):
+        self.assertFalse(arr.flags.writeable)
+        with self.assertRaises(ValueError):
+            arr[0] = 42
+        with self.assertRaises(BufferError):   # DLPack cannot say read-only: refused too
+            arr.__dlpack__()
+
+    def test_get_and_call_over_every_transport(self):
+        x = np.arange(8, dtype=np.float32)
+        self.c.put("wr", {"x": x, "b": tfetch.tagged(np.arange(8, dtype=np.uint16), "BF16")})
+        stored = lambda: self.c.get("wr")["x"]                      # noqa: E731, over HTTP
+        clients = [("http", self.c)]
+        if ucx_available(self.c):
+            clients += [("ucx/", tfetch.Client(self.d.base, transport="ucx")),
+                        ("shm/memfd", tfetch.Client(self.d.base, transport="auto"))]
+        for want, c in clients:
+            with self.subTest(transport=want):
+                c.get("wr")                                 # the first may go before shm is up
+                doc = c.get("wr")
+                self.assertTrue(c.last.transport.startswith(want), c.last)
+                self.write_and_check(doc["x"], stored)
+                doc["b"][1] = 7                                     # bf16: a tfetch.Array
+                self.assertEqual(int(doc["b"].view(np.uint16)[1]), 7)
+                self.assertEqual(int(self.c.get("wr")["b"].view(np.uint16)[1]), 1)
+                out = c.call("echo", {"x": x})
+                self.write_and_check(out["x"], stored)
+                if torch is not None:                               # through DLPack too
+                    torch.from_dlpack(doc["x"]).add_(1)
+                    self.assertEqual(doc["x"][1], 2)
+                    np.testing.assert_array_equal(stored(), x)
+        for _, c in clients[1:]:
+            c.close()
+
+    def test_feed_items(self):
+        decl = {"devices": 2, "signature": [{"name": "x", "dtype": "F32", "shape": [8]}]}
+        self.c.feed_declare("wrfeed", decl)
+        x = np.arange(8, dtype=np.float32)
+        cases = [("http", self.c)]
+        if ucx_available(self.c):
+            cases.append(("shm/ring", tfetch.Client(self.d.base, transport="auto")))
+        for dev, (want, c) in enumerate(cases):
+            with self.subTest(transport=want):
+                self.c.infeed_push("wrfeed", {"x": x}, device=dev)
+                with c.feed("wrfeed", device=dev) as f:
+                    with f.pop(timeout=5) as item:
+                        self.assertEqual(f.transport, want)
+                        arr = item.doc["x"]
+                        np.testing.assert_array_equal(arr, x)
+                        if want == "shm/ring":
+                            self.refused(arr)
+                            np.testing.assert_array_equal(arr, x)   # untouched
+                            mine = arr.copy()                       # the way to change one
+                            mine[0] = 42
+                            self.assertEqual(mine[0], 42)
+                        else:
+                            arr[0] = 42
+                            self.assertEqual(arr[0], 42)
+        for _, c in cases[1:]:
+            c.close()
+
+    def test_batch_stays_writable(self):
+        b = tfetch.Batch({"x": ("F32", (8,))})
+        b["x"][:] = np.arange(8, dtype=np.float32)
+        self.c.put("wrb", b)
+        b["x"][0] = 42                                  # ours to refill after the request
+        self.assertEqual(self.c.get("wrb")["x"][0], 0)
 
 
 def c_header(doc_ptr):
