@@ -158,6 +158,8 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     kv_uint(&w, "max_body", cfg->max_body);
     kv_uint(&w, "max_header", cfg->max_header);
     kv_uint(&w, "store_memory", tfd_store_max(s->store));
+    tfp_jw_key(&w, "store_memory_source");
+    tfp_jw_str(&w, cfg->store_memory_source);
     kv_uint(&w, "body_memory", cfg->body_memory);
     kv_uint(&w, "max_connections", cfg->max_connections);
     kv_uint(&w, "max_per_ip", cfg->max_per_ip);

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "daemon/conf.h"
 #include "daemon/log.h"
+#include "daemon/memlimit.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -35,9 +36,9 @@ static const opt_t opts[] = {
     {"listen", K_STR, F(listen), "ADDR", "numeric address to listen on (default 127.0.0.1)"},
     {"port", K_UINT, F(port), "N", "TCP port; 0 picks a free one (default 7070)"},
     {"threads", K_UINT, F(threads), "N", "HTTP worker threads (default: the CPU count, at least 2)"},
-    {"max-body", K_SIZE, F(max_body), "SIZE", "largest request body, else 413 (default 1G)"},
+    {"max-body", K_SIZE, F(max_body), "SIZE", "largest request body, else 413 (default: store-memory)"},
     {"max-header", K_SIZE, F(max_header), "SIZE", "largest request header block, else 431 (default 16K)"},
-    {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of physical memory)"},
+    {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of physical memory or of the cgroup's memory limit, whichever is smaller)"},
     {"max-connections", K_UINT, F(max_connections), "N", "open connections in total; at the limit one waiting for a request head makes room, else a newcomer is closed at once (default 1024)"},
     {"max-per-ip", K_UINT, F(max_per_ip), "N", "open connections per client address; 0: no limit (default 256)"},
     {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
@@ -88,11 +89,16 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->port = TFD_DEFAULT_PORT;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     cfg->threads = n > 2 ? (unsigned)n : 2;
-    cfg->max_body = 1ull << 30;
     cfg->max_header = 16u << 10;
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    cfg->store_memory = (pages > 0 && psize > 0) ? (uint64_t)pages * (uint64_t)psize / 2
-                                                 : 4ull << 30;
+    /* The store gets half of what this process may use: the machine's memory, or less when
+     * its cgroup (a container, a systemd MemoryMax=) is limited; a body may be as large as
+     * the store can hold (a 5 GB shard goes in). */
+    tfd_memlimit_t ml;
+    tfd_memlimit_read("", 0, &ml);
+    cfg->store_memory = ml.bytes ? ml.bytes / 2 : 4ull << 30;
+    snprintf(cfg->store_memory_source, sizeof cfg->store_memory_source, "half of %s",
+             ml.bytes ? ml.source : "an unknown memory size (4G)");
+    cfg->max_body = cfg->store_memory;
     cfg->max_connections = 1024;
     cfg->max_per_ip = 256;
     cfg->idle_timeout = 60;
@@ -171,6 +177,10 @@ static int apply(tfd_config_t *cfg, const opt_t *o, const char *val, const char 
 {
     char *field = (char *)cfg + o->off;
     uint64_t v;
+    if (o->off == offsetof(tfd_config_t, store_memory))
+        cfg->store_memory_given = 1;
+    else if (o->off == offsetof(tfd_config_t, max_body))
+        cfg->max_body_given = 1;
     switch (o->kind) {
     case K_STR:
         if (strlen(val) >= o->size) {
@@ -412,6 +422,11 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
         fprintf(stderr, "tfetchd: --conn-memory must be at least 8K\n");
         return -1;
     }
+    if (cfg->store_memory_given)
+        snprintf(cfg->store_memory_source, sizeof cfg->store_memory_source,
+                 "the store-memory setting");
+    if (!cfg->max_body_given)
+        cfg->max_body = cfg->store_memory;
     tfd_log_set_level(cfg->log_level);
     return 0;
 }

@@ -74,6 +74,10 @@ typedef struct {
     int log_level;                  /* syslog priority */
     tfd_strlist_t plugins;          /* "PATH [ARGS]" of each plugin, in load order */
     char config_file[512];
+    /* Derived, not settings: where store_memory came from ("half of cgroup v2 PATH", "the
+     * store-memory setting"), and which of the two sizes a file or flag gave. */
+    char store_memory_source[2240];
+    unsigned store_memory_given, max_body_given;
 } tfd_config_t;
 
 void tfd_config_defaults(tfd_config_t *cfg);

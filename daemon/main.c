@@ -101,9 +101,10 @@ int main(int argc, char **argv)
     printf("listening on %s://%s:%u\n", scheme, host, (unsigned)tfd_server_port(srv));
     fflush(stdout);
     tfd_log(LOG_NOTICE, "tfetchd %s serving on %s://%s:%u (%u threads, store limit %llu "
-            "bytes%s%s)", PACKAGE_VERSION, scheme, host, (unsigned)tfd_server_port(srv), cfg.threads,
-            (unsigned long long)cfg.store_memory, cfg.config_file[0] ? ", config " : "",
-            cfg.config_file);
+            "bytes: %s; max body %llu bytes%s%s)", PACKAGE_VERSION, scheme, host,
+            (unsigned)tfd_server_port(srv), cfg.threads, (unsigned long long)cfg.store_memory,
+            cfg.store_memory_source, (unsigned long long)cfg.max_body,
+            cfg.config_file[0] ? ", config " : "", cfg.config_file);
     sd_notify(0, "READY=1\nSTATUS=serving");
 
     uint64_t wd_usec = 0;
