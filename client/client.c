@@ -173,7 +173,7 @@ static void drop_upgrades(tf_client_t *c, int https_only)
     for (origin_t *o = c->origins; o; o = o->next) {
         if (https_only && strncmp(o->key, "https:", 6) != 0)
             continue;
-        if (o->conn && c->up) {
+        if ((o->conn || o->pending) && c->up) {
             c->up->disconnect(o);
             o->why[0] = '\0';
             o->retry_at = 0;

@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "client/tfetch.h"
 #include "proto/auth.h"
@@ -167,8 +168,13 @@ typedef struct tfi_transport {
     /* Transports reached by an upgrade (NULL for HTTP): one connection per origin. */
     /* Connects o with the server's answer to POST /v1/upgrade, starting the transport in
      * this process first if needed (when it cannot start, c->up_dead says why): 0 with
-     * o->conn and o->transport set, or -1 with o->why set (tfi_up_failed). */
+     * o->conn and o->transport set; 1 when the connection is made but not yet confirmed
+     * within a few tens of milliseconds (o->pending, o->why saying so: settle decides it
+     * later, and nothing waits for it meanwhile); or -1 with o->why set (tfi_up_failed). */
     int (*connect)(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp);
+    /* o->pending: waits up to wait_ms (0: looks) for its confirmation. 0 once it is o->conn,
+     * 1 while still pending, -1 when it failed (o->why, a backoff). */
+    int (*settle)(tf_client_t *c, origin_t *o, long wait_ms);
     /* 1 once o's connection failed (a request timed out, the peer went away). */
     int (*broken)(const origin_t *o);
     /* Closes o's connection: its unfinished requests complete with a transport failure. */
@@ -188,6 +194,11 @@ extern const tfi_transport_t tfi_shm;
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
                     size_t why_size);
 void tfi_shm_disconnect(origin_t *o);
+/* The uid the server's process runs as, from its shm socket (SO_PEERCRED): 0 and *uid, or
+ * -1 when o has no shm connection. */
+int tfi_shm_peer_uid(const origin_t *o, uid_t *uid);
+/* o's connection was made: no backoff, no reason left (upgrade.c). */
+void tfi_up_connected(origin_t *o);
 /* ucx.c: the memory types the client's UCX can move (tfx_ucxc_memory), or NULL when it has
  * not started in this client (or tfetch was built without UCX). */
 const char *tfi_ucx_memory(const tf_client_t *c);
@@ -218,6 +229,9 @@ struct origin {
                                      * client is next driven */
     tf_transport_t want_policy;
     void *conn;                     /* the connection (c->up's: tfx_ucxc_conn_t), or NULL */
+    void *pending;                  /* one made but not yet confirmed (its HELLO unanswered),
+                                     * or NULL: requests go on without it until it settles */
+    long pending_pid;               /* its server's pid on this host (0: another host) */
     uint64_t conn_gen;              /* counts connections made, to tell them apart */
     char transport[32];             /* what carries conn: "ucx/sysv+cma" */
     void *shm;                      /* the same-host shm connection (shm.c), or NULL */

@@ -34,6 +34,8 @@ typedef struct {
     atomic_int refs;                    /* the origin's, and one per doc with a lease */
     uint64_t seq;
     char name[TFP_UP_MAX_SHM_SOCKET + 1];       /* the daemon's socket, for TOKEN's */
+    int peer_known;                     /* peer_uid read from the socket (SO_PEERCRED) */
+    uid_t peer_uid;                     /* the uid the daemon runs as */
 } shmc_t;
 
 /* What the transport holds per client: finished requests waiting for drain. */
@@ -115,6 +117,7 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     k->sock = sock;
     atomic_init(&k->refs, 1);
     snprintf(k->name, sizeof k->name, "%s", resp->shm_socket);
+    k->peer_known = tfx_shm_peer(sock, NULL, &k->peer_uid) == 0;
     tfp_sf_t m, r;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_HELLO;
@@ -134,6 +137,15 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
         return -1;
     }
     o->shm = k;
+    return 0;
+}
+
+int tfi_shm_peer_uid(const origin_t *o, uid_t *uid)
+{
+    const shmc_t *k = o->shm;
+    if (!k || !k->peer_known)
+        return -1;
+    *uid = k->peer_uid;
     return 0;
 }
 

@@ -231,10 +231,16 @@ tf_status_t tf_client_set_format(tf_client_t *c, tf_format_t format);
  *     this host's own addresses; or the request's body is 1 MiB or more), the first
  *     request to an origin negotiates before it starts (the upgrade policy, below);
  *     otherwise it goes over HTTP and, once a response offered UCX, the next request
- *     negotiates (POST /v1/upgrade, then a UCX connection; up to ~4 s when the server is
- *     slow; tf_client_upgrade negotiates before the first request). A failed upgrade is
- *     retried after a backoff (1 s doubling to 5 min); a request whose UCX connection fails
- *     is retried once over HTTP with the same request id, time permitting.
+ *     negotiates (POST /v1/upgrade; then the same-host shm socket, when offered, and a
+ *     UCX connection; tf_client_upgrade negotiates before the first request). No request
+ *     waits for UCX past 50 ms: a connection whose HELLO is not answered by then goes on
+ *     connecting beside the request, which goes over shm/memfd or HTTP ("UCX is still
+ *     connecting"), and carries the requests after it once it is up (or fails by its own
+ *     2 s deadline). A server of another uid gets a UCX without shared memory (ucx/tcp:
+ *     UCX's shared memory needs the same uid); its gets and puts go over shm/memfd. A failed
+ *     upgrade is retried after a backoff (1 s doubling to 5 min), but not one that failed
+ *     because nothing listened at the URL; a request whose UCX connection fails is retried
+ *     once over HTTP with the same request id, time permitting.
  *   TF_TRANSPORT_HTTP: HTTP only.
  *   TF_TRANSPORT_UCX: strict: requests UCX can carry fail (TF_ECONNECT when no connection
  *     can be made, TF_EIO / TF_ETIMEDOUT when it fails mid-request) rather than fall back;

@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "client/tfetch.h"
-#include "transports/hostid.h"
 
 enum {
     EXIT_OK = 0,
@@ -1455,174 +1454,6 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
     return -1;
 }
 
-/* ---- the upgrade by default, and this user's memory of failed ones ------------------------ */
-
-#define BIG_BODY (1u << 20)
-
-/* The host of an http(s) URL, into buf ("" when it has none). */
-static void url_host(const char *url, char *buf, size_t n)
-{
-    const char *p = strstr(url, "://");
-    buf[0] = '\0';
-    if (!p)
-        return;
-    p += 3;
-    size_t k;
-    if (*p == '[') {
-        p++;
-        k = strcspn(p, "]");
-    } else {
-        k = strcspn(p, ":/?#");
-    }
-    if (k >= n)
-        return;
-    memcpy(buf, p, k);
-    buf[k] = '\0';
-}
-
-/* A server on this host: loopback, or one of this host's own addresses. */
-static int same_host(const char *url)
-{
-    char host[256];
-    url_host(url, host, sizeof host);
-    return host[0] && tfx_addr_is_local(host);
-}
-
-/* Upgrading before the first request costs a round trip or two: worth it for a server on
- * this host (shared memory) or a large body (put and call of a file of 1 MiB or more). */
-static int worth_upgrading(const char *cmd, char **args, int nargs)
-{
-    if (same_host(args[0]))
-        return 1;
-    if (!is(cmd, "put") && !is(cmd, "call"))
-        return 0;
-    for (int i = 1; i < nargs; i += 2) {
-        struct stat st;
-        if (strcmp(args[i], "-") != 0 && stat(args[i], &st) == 0 && S_ISREG(st.st_mode) &&
-            (uint64_t)st.st_size >= BIG_BODY)
-            return 1;
-    }
-    return 0;
-}
-
-/* ${XDG_CACHE_HOME:-~/.cache}/tfetch/upgrade: one line per origin whose upgrade failed,
- * "ORIGIN UNTIL FAILS": not tried again before UNTIL (unix seconds); the wait doubles with
- * each failure from 30 s to an hour, and a success removes the line. A cache that cannot be
- * read or written only costs an attempt. */
-static int cache_path(char *buf, size_t n)
-{
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg)
-        return snprintf(buf, n, "%s/tfetch/upgrade", xdg) < (int)n ? 0 : -1;
-    if (home && *home)
-        return snprintf(buf, n, "%s/.cache/tfetch/upgrade", home) < (int)n ? 0 : -1;
-    return -1;
-}
-
-static void origin_of(const char *url, char *buf, size_t n)
-{
-    const char *p = strstr(url, "://");
-    size_t k = p ? (size_t)(p - url) + 3 + strcspn(p + 3, "/?#") : 0;
-    if (k >= n)
-        k = 0;
-    memcpy(buf, url, k);
-    buf[k] = '\0';
-}
-
-/* Rewrites the cache with origin's line set to (until, fails), or removed when fails is 0. */
-static void cache_set(const char *origin, long long until, unsigned fails)
-{
-    char path[4096], tmp[4200], line[1024];
-    if (cache_path(path, sizeof path) != 0)
-        return;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *s = dir + 1; (s = strchr(s, '/')); s++) {    /* mkdir -p */
-        *s = '\0';
-        mkdir(dir, 0700);
-        *s = '/';
-    }
-    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
-    if (!out) {
-        if (in)
-            fclose(in);
-        return;
-    }
-    long long now = (long long)time(NULL);
-    while (in && fgets(line, sizeof line, in)) {
-        char o[900];
-        long long u;
-        unsigned f;
-        if (sscanf(line, "%899s %lld %u", o, &u, &f) == 3 && strcmp(o, origin) != 0 &&
-            u > now)                                        /* others, still in force */
-            fprintf(out, "%s %lld %u\n", o, u, f);
-    }
-    if (fails)
-        fprintf(out, "%s %lld %u\n", origin, until, fails);
-    if (in)
-        fclose(in);
-    if (fclose(out) != 0 || rename(tmp, path) != 0)
-        unlink(tmp);
-}
-
-/* The cached failure count of origin, and whether it is still waiting (*until in future). */
-static unsigned cache_get(const char *origin, long long *until)
-{
-    char path[4096], line[1024];
-    *until = 0;
-    if (cache_path(path, sizeof path) != 0)
-        return 0;
-    FILE *in = fopen(path, "r");
-    unsigned fails = 0;
-    while (in && fgets(line, sizeof line, in)) {
-        char o[900];
-        long long u;
-        unsigned f;
-        if (sscanf(line, "%899s %lld %u", o, &u, &f) == 3 && strcmp(o, origin) == 0) {
-            *until = u;
-            fails = f;
-        }
-    }
-    if (in)
-        fclose(in);
-    return fails;
-}
-
-static void upgrade_cached(tf_client_t *c, const char *url, int worth)
-{
-    char origin[900];
-    long long until;
-    origin_of(url, origin, sizeof origin);
-    if (!origin[0])
-        return;
-    unsigned fails = cache_get(origin, &until);
-    if (fails && until > (long long)time(NULL)) {
-        /* Failed recently: straight to HTTP, as the cache says (and the library must not
-         * negotiate by itself either). */
-        tf_client_set_upgrade_policy(c, TF_UPGRADE_LAZY);
-        return;
-    }
-    if (!worth)
-        return;                     /* the library negotiates itself when a body is large */
-    if (tf_client_upgrade(c, url) == TF_OK) {
-        if (fails)
-            cache_set(origin, 0, 0);
-        return;
-    }
-    unsigned shift = fails < 7 ? fails : 7;                 /* 30 s .. 3840 s */
-    long long wait = 30LL << shift;
-    cache_set(origin, (long long)time(NULL) + (wait > 3600 ? 3600 : wait), fails + 1);
-}
-
-/* TFETCH_UPGRADE=lazy: no negotiation before the server offered UCX (the library reads it
- * too, and refuses a value that is neither eager nor lazy). */
-static int lazy_env(void)
-{
-    const char *v = getenv("TFETCH_UPGRADE");
-    return v && strcasecmp(v, "lazy") == 0;
-}
-
 static int run(const char *cmd, char **args, int nargs, const opts_t *o)
 {
     tf_client_t *c = NULL;
@@ -1637,20 +1468,16 @@ static int run(const char *cmd, char **args, int nargs, const opts_t *o)
     if ((rc = configure(c, o, one)) >= 0)
         goto free_client;
 
-    /* An explicit auto or ucx wants UCX from the first request on: by itself the library
-     * upgrades a server only once a response has offered it. A failure here is reported by
-     * the requests (they fall back, or fail under ucx, saying why). With no policy given, a
-     * one-shot CLI would never see that offer: upgrade first when it is worth it (a server
-     * on this host, or a body of 1 MiB or more), unless this user's cache says the origin
-     * failed recently. */
+    /* The strict ucx policy wants UCX from the first request on, and waits for it: a failure
+     * here is reported by the requests (they fail, saying why). Under auto, given or not,
+     * the library decides by itself (its eager upgrade policy: a server on this host, or a
+     * body of 1 MiB or more, is negotiated with before the first request, and never waited
+     * on past a few tens of milliseconds); the tool keeps no cache of its own. */
     const char *policy = o->transport ? o->transport : getenv("TFETCH_TRANSPORT");
     int can_upgrade = !is(cmd, "ls") && !is(cmd, "info") && !is(cmd, "feed") &&
                       !(o->format && is(o->format, "shumai"));
-    if (can_upgrade && policy && *policy &&
-        (strcasecmp(policy, "auto") == 0 || strcasecmp(policy, "ucx") == 0))
+    if (can_upgrade && policy && strcasecmp(policy, "ucx") == 0)
         tf_client_upgrade(c, args[0]);
-    else if (can_upgrade && (!policy || !*policy) && !lazy_env())
-        upgrade_cached(c, args[0], worth_upgrading(cmd, args, nargs));
     /* After the upgrade, which is a request of its own: --request-id names the first of the
      * user's. */
     if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK) {

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "proto/safetensors.h"
 #include "proto/ucxframe.h"
@@ -30,6 +31,11 @@
 #include "transports/ucx_client.h"
 
 #define UCX_CONNECT_TIMEOUT_MS 2000L    /* the UCX endpoint and its HELLO */
+/* How long a request waits for a new connection's HELLO to be answered before it goes on
+ * without it (the connection keeps trying beside it, up to UCX_CONNECT_TIMEOUT_MS): on one
+ * host an answer takes 1-3 ms, across a LAN a few more; a firewall that drops UCX's ports
+ * never answers, and no request may wait out a timeout to find that out. */
+#define UCX_CONFIRM_MS 50L
 #define CLOSE_DRAIN_MS 1000L            /* tf_client_free waits this long for UCX requests */
 /* A blocking call drives the worker itself: busily for DRIVE_SPIN_US (a small round trip
  * over shared memory takes 1-3 us when the server is awake; waking a sleeping thread costs
@@ -48,18 +54,47 @@ static void ucx_wake(void *arg)
     tfi_wakeup(arg);
 }
 
+/* o's connection, made: it carries o's requests from now on. */
+static void adopt(origin_t *o, tfx_ucxc_conn_t *conn, long server_pid)
+{
+    if (server_pid > 0)
+        tfx_ucxc_conn_watch_pid(conn, server_pid);
+    o->conn = conn;
+    tfp_strcpy(o->transport, sizeof(o->transport), tfx_ucxc_conn_transport(conn));
+    tfi_up_connected(o);
+}
+
+/* Whether UCX may use shared memory with o's server: not when the server runs as another
+ * uid (its shm socket says which, SO_PEERCRED). UCX's same-host transports all need to
+ * attach the peer's memory (sysv shmat, posix files, cma's process_vm_readv), which the
+ * kernel refuses across uids: UCX would fail the connection after logging errors on both
+ * sides, so the client's UCX goes without them (TCP on one host) and the bytes of gets and
+ * puts go over the daemon's own shm socket (shm/memfd), which needs no such rights. */
+static int other_uid(const origin_t *o, const tfp_up_resp_t *resp, uid_t *uid)
+{
+    return resp->same_host && tfi_shm_peer_uid(o, uid) == 0 && *uid != geteuid();
+}
+
 /* Starts the transport at the first upgrade, then connects o presenting the server's
- * one-time token. */
+ * one-time token; waits UCX_CONFIRM_MS for the answer, then leaves it pending. */
 static int ucx_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
 {
     tfp_err_t err;
     char ident[TFP_UP_MAX_IDENT + 1 + 1 + TFP_AUTH_PROOF_LEN];
     char why[256] = "";
+    uid_t uid = 0;
+    int no_shm = other_uid(o, resp, &uid);
 
-    if (!c->up_state && !(c->up_state = tfx_ucxc_new(ucx_wake, c, &err))) {
+    if (!c->up_state && !(c->up_state = tfx_ucxc_new_tuned(ucx_wake, c, no_shm, &err))) {
         snprintf(c->up_dead, sizeof(c->up_dead), "UCX does not start in this process: %.120s",
                  err.msg);
         tfi_up_failed(o, "%s", c->up_dead);
+        return -1;
+    }
+    if (no_shm && !tfx_ucxc_no_shm(c->up_state)) {
+        tfi_up_failed(o, "tfetchd runs as uid %u, another than this process's, and this "
+                      "client's UCX started with shared memory for an earlier server",
+                      (unsigned)uid);
         return -1;
     }
     if (tfp_up_ident_format(&c->host, ident, sizeof(ident), &err) != TFP_OK) {
@@ -74,17 +109,43 @@ static int ucx_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
         tfp_auth_hello_proof(h, resp->token, ident + n + 1);
     }
     tfx_ucxc_conn_t *conn = NULL;
-    tfp_status_t st = tfx_ucxc_connect(c->up_state, resp->worker_address,
-                                       resp->worker_address_len, resp->same_host, resp->token,
-                                       ident, UCX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
+    tfp_status_t st = tfx_ucxc_connect_start(c->up_state, resp->worker_address,
+                                             resp->worker_address_len, resp->same_host,
+                                             resp->token, ident, UCX_CONFIRM_MS,
+                                             UCX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
+    long pid = resp->same_host ? (long)resp->server_pid : 0;
+    if (st == TFP_EAGAIN) {
+        o->pending = conn;
+        o->pending_pid = pid;
+        snprintf(o->why, sizeof(o->why), "UCX is still connecting (its HELLO unanswered after "
+                 "%ld ms; it goes on trying beside this request)", UCX_CONFIRM_MS);
+        return 1;
+    }
     if (st != TFP_OK) {
         tfi_up_failed(o, "cannot connect over UCX: %s", why[0] ? why : tfp_status_text(st));
         return -1;
     }
-    if (resp->same_host)
-        tfx_ucxc_conn_watch_pid(conn, (long)resp->server_pid);
-    o->conn = conn;
-    tfp_strcpy(o->transport, sizeof(o->transport), tfx_ucxc_conn_transport(conn));
+    adopt(o, conn, pid);
+    return 0;
+}
+
+static int ucx_settle(tf_client_t *c, origin_t *o, long wait_ms)
+{
+    (void)c;
+    if (!o->pending)
+        return o->conn ? 0 : -1;
+    char why[256] = "";
+    tfp_status_t st = tfx_ucxc_conn_settle(o->pending, wait_ms, why, sizeof(why));
+    if (st == TFP_EAGAIN)
+        return 1;
+    tfx_ucxc_conn_t *conn = o->pending;
+    o->pending = NULL;
+    if (st != TFP_OK) {
+        tfx_ucxc_conn_close(conn);
+        tfi_up_failed(o, "cannot connect over UCX: %s", why[0] ? why : tfp_status_text(st));
+        return -1;
+    }
+    adopt(o, conn, o->pending_pid);
     return 0;
 }
 
@@ -101,6 +162,10 @@ static int ucx_has_feature(const origin_t *o, const char *word)
 /* Closes o's connection: its unfinished requests complete with a transport failure. */
 static void ucx_disconnect(origin_t *o)
 {
+    if (o->pending) {
+        tfx_ucxc_conn_close(o->pending);
+        o->pending = NULL;
+    }
     if (o->conn) {
         tfx_ucxc_conn_close(o->conn);
         o->conn = NULL;
@@ -456,6 +521,7 @@ static const tfi_transport_t ucx_transport = {
     .running = ucx_running,
     .close = ucx_close,
     .connect = ucx_connect,
+    .settle = ucx_settle,
     .broken = ucx_broken,
     .disconnect = ucx_disconnect,
     .has_feature = ucx_has_feature,

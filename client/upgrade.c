@@ -92,13 +92,23 @@ static int host_is_local(const char *key)
     return tfx_addr_is_local(host);
 }
 
+/* The bytes of f's document's tensors: the body is rendered only once the transport is
+ * chosen (op.body_len is 0 until then). */
+static uint64_t doc_bytes(const tf_fetch_t *f)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; f->op.body && i < tf_doc_count(f->op.body); i++)
+        n += tf_doc_at(f->op.body, i)->nbytes;
+    return n;
+}
+
 /* Under policy auto and TF_UPGRADE_EAGER: is f worth negotiating for before its origin has
  * offered UCX? A server on this host (shared memory), or a body of 1 MiB or more. */
 static int worth_eager(const tf_client_t *c, origin_t *o, const tf_fetch_t *f)
 {
     if (c->upgrade != TF_UPGRADE_EAGER)
         return 0;
-    if (f->op.body_len >= EAGER_BODY)
+    if (doc_bytes(f) >= EAGER_BODY)
         return 1;
     if (o->local < 0)
         o->local = host_is_local(o->key);
@@ -145,6 +155,14 @@ void tfi_up_failed(origin_t *o, const char *fmt, ...)
     else if ((o->backoff_ms *= 2) > BACKOFF_MAX_MS)
         o->backoff_ms = BACKOFF_MAX_MS;
     o->retry_at = tfx_now_ms() + (uint64_t)o->backoff_ms;
+}
+
+void tfi_up_connected(origin_t *o)
+{
+    o->conn_gen++;
+    o->why[0] = '\0';
+    o->backoff_ms = 0;
+    o->retry_at = 0;
 }
 
 /* o's connection failed: closes it, remembering why. */
@@ -226,7 +244,13 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long 
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     if (r->status > 0)
         o->offered = tfi_offers_ucx(r->upgrade);
-    if (done != TFX_HC_OK) {
+    if (done == TFX_HC_ECONNECT || done == TFX_HC_EURL) {
+        /* Nothing listens there yet, or the URL is wrong: the request fails by itself, and
+         * it says nothing of UCX, so no backoff keeps a later, good one from negotiating. */
+        const char *why = tfx_hc_req_error(req);
+        snprintf(o->why, sizeof(o->why), "POST /v1/upgrade failed: %s",
+                 why[0] ? why : tfx_hc_strerror(done));
+    } else if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
         tfi_up_failed(o, "POST /v1/upgrade failed: %s", why[0] ? why : tfx_hc_strerror(done));
     } else if (r->status != 200) {
@@ -247,8 +271,11 @@ out:
     return rc;
 }
 
-/* Negotiates and connects o: 0 with o->conn, or -1 with o->why (and a backoff). POST
- * /v1/upgrade waits up to timeout_ms. */
+/* Negotiates and connects o: 0 with o->conn; 1 with o->pending (made, not confirmed yet:
+ * nothing waits for it); or -1 with o->why (and a backoff). POST /v1/upgrade waits up to
+ * timeout_ms. The same-host shm socket is connected first: it answers in milliseconds,
+ * carries gets and puts whatever becomes of UCX, and tells the server's uid, which decides
+ * whether UCX may use shared memory (ucx.c). */
 static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long timeout_ms)
 {
     tfp_up_resp_t resp;
@@ -265,20 +292,13 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long time
     memset(&resp, 0, sizeof(resp));
     if (ask_upgrade(c, o, policy, timeout_ms, &resp) != 0)
         return -1;
-    if (c->up->connect(c, o, &resp) != 0)
-        goto clear;
     o->shm_why[0] = '\0';
     if (!resp.shm_socket[0])
         snprintf(o->shm_why, sizeof(o->shm_why), "the server offers no shm (not the same "
                  "host, or shm off)");
     else if (tfi_shm_connect(c, o, &resp, o->shm_why, sizeof(o->shm_why)) != 0)
         tfi_shm_disconnect(o);
-    o->conn_gen++;
-    o->why[0] = '\0';
-    o->backoff_ms = 0;
-    o->retry_at = 0;
-    rc = 0;
-clear:
+    rc = c->up->connect(c, o, &resp);
     tfp_up_resp_clear(&resp);
     return rc;
 }
@@ -294,7 +314,8 @@ void tfi_upgrade_wanted(tf_client_t *c)
         if (!o->want_upgrade)
             continue;
         o->want_upgrade = 0;
-        if (!o->conn && !c->up_dead[0] && !(o->retry_at && tfx_now_ms() < o->retry_at))
+        if (!o->conn && !o->pending && !c->up_dead[0] &&
+            !(o->retry_at && tfx_now_ms() < o->retry_at))
             upgrade(c, o, o->want_policy, UPGRADE_TIMEOUT_MS);
     }
 }
@@ -323,6 +344,10 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
         return TF_OK;
     }
     drop_broken(c, o);
+    /* A connection still confirming: under policy ucx wait for it (it fails by its own
+     * deadline); otherwise look, and go on without it while it is not there. */
+    if (o->pending && c->up->settle(c, o, strict ? UPGRADE_TIMEOUT_MS : 0) == 1)
+        return no_ucx(f, o->why);
     if (o->conn) {
         *via = c->up;
         return TF_OK;
@@ -355,7 +380,16 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     long timeout_ms = UPGRADE_TIMEOUT_MS;
     if (!strict && o->offered < 0 && f->total_ms > 0 && f->total_ms / 4 < timeout_ms)
         timeout_ms = f->total_ms / 4 > 0 ? f->total_ms / 4 : 1;
-    if (upgrade(c, o, f->policy, timeout_ms) != 0)
+    int rc = upgrade(c, o, f->policy, timeout_ms);
+    if (rc == 1 && strict)
+        rc = c->up->settle(c, o, UPGRADE_TIMEOUT_MS);
+    /* The shm socket the upgrade connected carries what it can, also when UCX did not (or
+     * not yet) connect: a server of another uid, a firewall on UCX's ports. */
+    if (tfi_shm_can(f)) {
+        *via = &tfi_shm;
+        return TF_OK;
+    }
+    if (rc != 0)
         return no_ucx(f, o->why);
     *via = c->up;
     return TF_OK;
@@ -375,12 +409,15 @@ tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)
     drop_broken(c, o);
     tfi_new_result(c, &c->last, TFI_OP_UPGRADE, NULL);
     if (!o->conn) {
-        const char *why = c->up_dead[0]                            ? c->up_dead
-                          : o->retry_at && tfx_now_ms() < o->retry_at ? o->why
-                          : upgrade(c, o, TF_TRANSPORT_UCX, UPGRADE_TIMEOUT_MS) != 0 ? o->why
-                                                                  : NULL;
-        if (why)
-            return tfi_rfail(&c->last, TF_ECONNECT, "%s", why);
+        /* Blocking by contract: a connection made but not yet confirmed is waited for. */
+        int rc = o->pending                                   ? 1
+                 : c->up_dead[0] || (o->retry_at && tfx_now_ms() < o->retry_at) ? -1
+                                                              : upgrade(c, o, TF_TRANSPORT_UCX,
+                                                                        UPGRADE_TIMEOUT_MS);
+        if (rc == 1)
+            rc = c->up->settle(c, o, UPGRADE_TIMEOUT_MS);
+        if (rc != 0)
+            return tfi_rfail(&c->last, TF_ECONNECT, "%s", c->up_dead[0] ? c->up_dead : o->why);
     }
     c->last.status = TF_OK;
     snprintf(c->last.transport, sizeof(c->last.transport), "%s", o->transport);

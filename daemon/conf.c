@@ -67,6 +67,7 @@ static const opt_t opts[] = {
     {"feeds-per-user", K_UINT, F(feeds_per_user), "N", "device feeds one user id may declare, else 507 (default 64)"},
     {"ucx", K_BOOL, F(ucx), "on|off", "offer clients the upgrade to UCX (shared memory, RDMA, TCP) (default on)"},
     {"ucx-trusted", K_STR, F(ucx_trusted), "LIST", "with tls-cert, the links UCX (not encrypted) may still be offered on: same-host and/or address ranges such as 10.0.0.0/8, comma-separated; clients on this host (shared memory) always are (default: same-host)"},
+    {"ucx-ports", K_STR, F(ucx_ports), "LO-HI", "the TCP ports UCX listens on, a range such as 7071-7079, so a firewall can open them beside the HTTP port (default: any free port)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
     {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; with auth-tokens, checked against the upgrading token's rights)"},
     {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of shared memory same-host clients may hold at once: documents mapped or lent, staging buffers lent to same-host producers, feed rings (with a closed ring's slots that queued items still hold); over it they copy over UCX or HTTP, a staging buffer is refused (default 4G)"},
@@ -416,6 +417,15 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
     if (cfg->max_sessions == 0 || cfg->max_workers == 0 || cfg->worker_queue == 0) {
         fprintf(stderr, "tfetchd: --max-sessions, --max-workers and --worker-queue must be at "
                         "least 1\n");
+        return -1;
+    }
+    unsigned port_lo, port_hi;
+    char tail;
+    if (cfg->ucx_ports[0] &&
+        (sscanf(cfg->ucx_ports, "%u-%u%c", &port_lo, &port_hi, &tail) != 2 || port_lo == 0 ||
+         port_lo > port_hi || port_hi > 65535)) {
+        fprintf(stderr, "tfetchd: --ucx-ports wants a port range such as 7071-7079, got "
+                        "'%s'\n", cfg->ucx_ports);
         return -1;
     }
     if (cfg->conn_memory < 8192) {

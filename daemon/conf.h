@@ -32,6 +32,7 @@ typedef struct {
     char tls_cert[512];             /* PEM certificate (chain) file; with tls_key: HTTPS */
     char tls_key[512];              /* PEM private key file; "" for both: plain HTTP */
     char ucx_trusted[512];          /* with TLS: who may get UCX in the clear (proto/netaddr.h) */
+    char ucx_ports[32];             /* "LO-HI": UCX's TCP listener ports; "": any */
     char tls_client_ca[512];        /* PEM CA file client certificates are verified against;
                                      * "": none asked for */
     char shumai_principal[129];     /* who the Shumai paths are served as; "": refused */

@@ -128,7 +128,7 @@ out:
 #endif
 
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
-                                 const tfx_handlers_t *h)
+                                 const char *tcp_ports, const tfx_handlers_t *h)
 {
     tfd_upgrade_t *up = calloc(1, sizeof *up);
     if (!up)
@@ -146,7 +146,7 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
         snprintf(up->why, sizeof up->why, "UCX is turned off (--ucx off)");
         return up;
     }
-    tfx_ucx_config_t cfg = {verify_hello, up, max_body};
+    tfx_ucx_config_t cfg = {verify_hello, up, max_body, tcp_ports};
     up->ucx = tfx_ucx_start(&cfg, h, &err);
     if (!up->ucx) {
         snprintf(up->why, sizeof up->why, "UCX did not start: %.200s", err.msg);
@@ -160,6 +160,7 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
 #else
     (void)enable;
     (void)max_body;
+    (void)tcp_ports;
     (void)h;
     snprintf(up->why, sizeof up->why, "this tfetchd was built without UCX");
 #endif

@@ -28,10 +28,10 @@ typedef struct {
 } tfd_upgrade_stats_t;
 
 /* Starts UCX serving with handlers h, when built with UCX and enabled; request documents
- * above max_body are refused. Never NULL on memory: when UCX is off or fails,
- * tfd_upgrade_enabled says no and why. */
+ * above max_body are refused; tcp_ports ("LO-HI", or NULL/"": any) pins UCX's TCP listener.
+ * Never NULL on memory: when UCX is off or fails, tfd_upgrade_enabled says no and why. */
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
-                                 const tfx_handlers_t *h);
+                                 const char *tcp_ports, const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
 /* The memory types the server's UCX can move, comma-separated ("host"; a CUDA-enabled UCX
  * adds "cuda", ...), or NULL when UCX is not running. */

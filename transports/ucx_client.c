@@ -62,6 +62,9 @@ struct tfx_ucxc_conn {
     uint8_t hello[TFP_UF_MAX_HEADER];   /* the HELLO frame, until its send completes */
     uint64_t hello_seq;
     int hello_state;                /* 0 waiting, 1 accepted, -1 failed */
+    uint64_t hello_deadline;        /* CLOCK_MONOTONIC ms: no HELLO_ACK by then is a failure */
+    long hello_timeout_ms;          /* what that deadline was, for the message */
+    int hello_timed_out;            /* hello_state -1 because that deadline passed */
     char why[256];
 };
 
@@ -105,6 +108,7 @@ typedef struct cmd {
 struct tfx_ucxc {
     tfx_ucx_base_t base;
     ucp_worker_h worker;            /* = base.worker */
+    int no_shm;                     /* started without shared-memory transports */
     atomic_uint sends_out;          /* request sends UCX has not completed, orphans not
                                      * counted (changed by the worker's holder only): while
                                      * any, the loop and drives yield (TFX_UCX_SEND_YIELD_NS) */
@@ -844,6 +848,12 @@ static void post(tfx_ucxc_t *u, cmd_t *cm)
 
 tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err)
 {
+    return tfx_ucxc_new_tuned(wake, wake_arg, 0, err);
+}
+
+tfx_ucxc_t *tfx_ucxc_new_tuned(void (*wake)(void *arg), void *wake_arg, int no_shm,
+                               tfp_err_t *err)
+{
     tfx_ucxc_t *u = calloc(1, sizeof *u);
     if (!u) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
@@ -853,7 +863,10 @@ tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err
     u->wake_arg = wake_arg;
     pthread_mutex_init(&u->lock, NULL);
     pthread_cond_init(&u->cond, NULL);
-    if (tfx_ucx_base_open(&u->base, "libtfetch", TFX_UCX_AM_REPLY, on_reply, u, 1, err) != TFP_OK)
+    tfx_ucx_tune_t tune = {.no_shm = no_shm};
+    u->no_shm = no_shm;
+    if (tfx_ucx_base_open(&u->base, "libtfetch", TFX_UCX_AM_REPLY, on_reply, u, 1, &tune,
+                          err) != TFP_OK)
         goto free_u;
     u->worker = u->base.worker;
     if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
@@ -873,6 +886,21 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
                               int same_host, const char *token, const char *identity,
                               long timeout_ms, tfx_ucxc_conn_t **out, char *why,
                               size_t why_size)
+{
+    tfp_status_t st = tfx_ucxc_connect_start(u, addr, addr_len, same_host, token, identity, -1,
+                                             timeout_ms, out, why, why_size);
+    if (st == TFP_EAGAIN) {         /* not reached: the whole timeout was waited for */
+        tfx_ucxc_conn_close(*out);
+        *out = NULL;
+        st = TFP_EBUSY;
+    }
+    return st;
+}
+
+tfp_status_t tfx_ucxc_connect_start(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
+                                    int same_host, const char *token, const char *identity,
+                                    long confirm_ms, long timeout_ms, tfx_ucxc_conn_t **out,
+                                    char *why, size_t why_size)
 {
     tfx_ucxc_conn_t *c = calloc(1, sizeof *c);
     cmd_t *cm = calloc(1, sizeof *cm);
@@ -918,25 +946,41 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
     pthread_mutex_unlock(&u->lock);
     post(u, cm);
 
+    c->hello_deadline = deadline;
+    c->hello_timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
+    long wait = confirm_ms < 0 || confirm_ms > c->hello_timeout_ms ? c->hello_timeout_ms
+                                                                   : confirm_ms;
+    tfp_status_t st = tfx_ucxc_conn_settle(c, wait, why, why_size);
+    if (st == TFP_OK || st == TFP_EAGAIN)
+        *out = c;                   /* EAGAIN: still connecting; the caller settles it */
+    else
+        tfx_ucxc_conn_close(c);
+    return st;
+}
+
+tfp_status_t tfx_ucxc_conn_settle(tfx_ucxc_conn_t *c, long wait_ms, char *why, size_t why_size)
+{
+    tfx_ucxc_t *u = c->u;
+    uint64_t until = tfx_now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+    if (until > c->hello_deadline)
+        until = c->hello_deadline;
     pthread_mutex_lock(&u->lock);
-    while (c->hello_state == 0 && tfx_now_ms() < deadline) {
-        struct timespec ts = tfx_deadline_rt(20);
+    for (uint64_t now; c->hello_state == 0 && (now = tfx_now_ms()) < until;) {
+        struct timespec ts = tfx_deadline_rt(until - now < 20 ? until - now : 20);
         pthread_cond_timedwait(&u->cond, &u->lock, &ts);
     }
-    int state = c->hello_state;
-    if (state == 0) {
+    if (c->hello_state == 0 && tfx_now_ms() >= c->hello_deadline) {
         c->hello_state = -1;
-        snprintf(c->why, sizeof c->why, "no answer to HELLO within %ld ms (UCX unreachable?)",
-                 timeout_ms);
+        c->hello_timed_out = 1;
+        snprintf(c->why, sizeof c->why, "no answer to HELLO within %ld ms (UCX unreachable? "
+                 "a firewall that lets only the HTTP port through: tfetchd's ucx-ports)",
+                 c->hello_timeout_ms);
     }
-    snprintf(why, why_size, "%s", c->why);
+    int state = c->hello_state;
+    snprintf(why, why_size, "%s", state == 0 ? "UCX is still connecting" : c->why);
     pthread_mutex_unlock(&u->lock);
-    if (state != 1) {
-        tfx_ucxc_conn_close(c);
-        return state == 0 ? TFP_EBUSY : TFP_EBADREQ;
-    }
-    *out = c;
-    return TFP_OK;
+    return state == 1 ? TFP_OK : state == 0 ? TFP_EAGAIN
+                              : c->hello_timed_out ? TFP_EBUSY : TFP_EBADREQ;
 }
 
 int tfx_ucxc_conn_feature(const tfx_ucxc_conn_t *c, const char *word)
@@ -1206,6 +1250,7 @@ static void cleanup(tfx_ucxc_t *u)
  * blocks on the network) is left to finish, and frees everything itself when it does; it
  * wakes and completes nothing any more, so the caller may go. */
 const char *tfx_ucxc_memory(const tfx_ucxc_t *u) { return u->base.memory_types; }
+int tfx_ucxc_no_shm(const tfx_ucxc_t *u) { return u->no_shm; }
 
 void tfx_ucxc_free(tfx_ucxc_t *u)
 {

@@ -32,8 +32,14 @@ typedef struct tfx_ucxc_conn tfx_ucxc_conn_t;
 typedef struct tfx_ucxc_req tfx_ucxc_req_t;
 
 /* Starts the context, worker and progress thread. wake(arg) is called from the progress
- * thread whenever a completion is queued. NULL with err set if UCX cannot start. */
+ * thread whenever a completion is queued. no_shm: without UCX's shared-memory transports
+ * (for a server of another uid, which could not attach them). NULL with err set if UCX
+ * cannot start. tfx_ucxc_new is tfx_ucxc_new_tuned with no_shm 0. */
 tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err);
+tfx_ucxc_t *tfx_ucxc_new_tuned(void (*wake)(void *arg), void *wake_arg, int no_shm,
+                               tfp_err_t *err);
+/* The no_shm it was started with. */
+int tfx_ucxc_no_shm(const tfx_ucxc_t *u);
 /* Closes every connection (requests fail with TFP_EBUSY... and are completed), stops the
  * thread, frees. Completions not yet taken are dropped: call after draining. NULL: no-op.
  * Bounded: a thread that has not stopped within 0.5 s (stuck inside UCX) is left to free
@@ -43,13 +49,27 @@ void tfx_ucxc_free(tfx_ucxc_t *u);
 const char *tfx_ucxc_memory(const tfx_ucxc_t *u);
 
 /* Connects to a server worker address and presents token (HELLO with identity "boot_id
- * netns"). Blocks up to timeout_ms. same_host selects UCX's error handling: none on one host
- * (PEER mode makes UCX fall back to TCP there), peer failure detection across hosts.
- * TFP_OK and *out, or a status with why filled (refused token, unreachable, timeout). */
+ * netns"); the server has timeout_ms to answer. same_host selects UCX's error handling: none
+ * on one host (PEER mode makes UCX fall back to TCP there), peer failure detection across
+ * hosts. Blocks until the answer: TFP_OK and *out, or a status with why filled (refused
+ * token, unreachable, timeout) and no connection. */
 tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
                               int same_host, const char *token, const char *identity,
                               long timeout_ms, tfx_ucxc_conn_t **out, char *why,
                               size_t why_size);
+/* tfx_ucxc_connect that waits only up to confirm_ms (-1: the whole timeout) for the
+ * answer: TFP_OK and *out when it came; TFP_EAGAIN and *out, still connecting, when it did
+ * not yet (the caller settles it later with tfx_ucxc_conn_settle, or closes it); else a
+ * failure and no connection. */
+tfp_status_t tfx_ucxc_connect_start(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
+                                    int same_host, const char *token, const char *identity,
+                                    long confirm_ms, long timeout_ms, tfx_ucxc_conn_t **out,
+                                    char *why, size_t why_size);
+/* A connection tfx_ucxc_connect left connecting: waits up to wait_ms (0: only looks) for
+ * its HELLO's answer. TFP_OK (usable), TFP_EAGAIN (still connecting: why says so), or a
+ * failure with why (refused, or no answer by its deadline); a failed connection stays the
+ * caller's to close. */
+tfp_status_t tfx_ucxc_conn_settle(tfx_ucxc_conn_t *c, long wait_ms, char *why, size_t why_size);
 /* 1 if the connection's server offered the feature word in its HELLO_ACK
  * (TFP_UF_FEATURE_*, proto/ucxframe.h). */
 int tfx_ucxc_conn_feature(const tfx_ucxc_conn_t *c, const char *word);

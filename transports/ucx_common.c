@@ -82,7 +82,7 @@ void tfx_ucx_memory_types(ucp_context_h ctx, char *out, size_t size)
 
 tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
                                ucp_am_recv_callback_t cb, void *arg, int serialized,
-                               tfp_err_t *err)
+                               const tfx_ucx_tune_t *tune, tfp_err_t *err)
 {
     memset(b, 0, sizeof *b);
     b->epfd = b->wakefd = b->efd = -1;
@@ -99,6 +99,16 @@ tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_
      * chose otherwise in the environment, connects are non-blocking. */
     if (!getenv("UCX_TCP_CONN_NB"))
         (void)ucp_config_modify(config, "CONN_NB", "y");   /* the tcp transport's key */
+    if (tune && tune->no_shm && !getenv("UCX_TLS"))
+        (void)ucp_config_modify(config, "TLS", "^sm");
+    /* The tcp transport listens on one port per network interface it uses, each picked in
+     * the range (its key, as CONN_NB: "TCP_PORT_RANGE" is accepted and ignored). */
+    if (tune && tune->tcp_ports && tune->tcp_ports[0] &&
+        (st = ucp_config_modify(config, "PORT_RANGE", tune->tcp_ports)) != UCS_OK) {
+        ucp_config_release(config);
+        return tfp_err_set(err, TFP_EINVAL, "UCX: ucx-ports %s: %s", tune->tcp_ports,
+                           ucs_status_string(st));
+    }
     ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
                        .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
                        .name = name};

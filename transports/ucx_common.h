@@ -37,12 +37,23 @@ typedef struct {
  * the query fails. Any thread. */
 void tfx_ucx_memory_types(ucp_context_h ctx, char *out, size_t size);
 
+/* What a side asks of UCX's configuration beyond the environment's (NULL members: as
+ * configured). */
+typedef struct {
+    int no_shm;                     /* no shared-memory transports (UCX_TLS=^sm): a peer of
+                                     * another uid cannot attach ours, nor we its (sysv shmat,
+                                     * posix, cma all need the same uid or ptrace rights);
+                                     * ignored when UCX_TLS is set in the environment */
+    const char *tcp_ports;          /* "LO-HI": the tcp transport listens on a port in that
+                                     * range (UCX_TCP_PORT_RANGE), so a firewall can open it */
+} tfx_ucx_tune_t;
+
 /* Creates context and worker (name shows in UCX's logs) and registers cb for am_id. The
  * worker is SINGLE-threaded, or with serialized set SERIALIZED (several threads drive it,
- * one at a time, handing it over under a lock of their own: the client). */
+ * one at a time, handing it over under a lock of their own: the client). tune may be NULL. */
 tfp_status_t tfx_ucx_base_open(tfx_ucx_base_t *b, const char *name, unsigned am_id,
                                ucp_am_recv_callback_t cb, void *arg, int serialized,
-                               tfp_err_t *err);
+                               const tfx_ucx_tune_t *tune, tfp_err_t *err);
 void tfx_ucx_base_close(tfx_ucx_base_t *b);
 /* On the progress thread: destroys the worker (every endpoint and operation on it goes) and
  * makes a new one with the same handler; its address differs. TFP_OK, or err set (the base

@@ -955,7 +955,9 @@ tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, t
     atomic_init(&u->draining, 0);
     atomic_init(&u->inflight, 0);
 
-    if (tfx_ucx_base_open(&u->base, "tfetchd", TFX_UCX_AM_REQUEST, on_am, u, 0, err) != TFP_OK)
+    tfx_ucx_tune_t tune = {.tcp_ports = cfg->tcp_ports};
+    if (tfx_ucx_base_open(&u->base, "tfetchd", TFX_UCX_AM_REQUEST, on_am, u, 0, &tune, err) !=
+        TFP_OK)
         goto free_u;
     if (query_address(u->base.worker, 0, &u->addr_all, &u->addr_all_len) != 0 ||
         query_address(u->base.worker, 1, &u->addr_net, &u->addr_net_len) != 0) {

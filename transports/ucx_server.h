@@ -44,6 +44,7 @@ typedef struct {
                         tfp_op_who_t *who, char *why, size_t why_size, void *arg);
     void *verify_arg;
     uint64_t max_body;              /* the largest request document (larger: 413 at once) */
+    const char *tcp_ports;          /* "LO-HI" for the tcp transport's listener; NULL: any */
 } tfx_ucx_config_t;
 
 typedef struct {

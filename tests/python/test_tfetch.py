@@ -551,13 +551,17 @@ class TestUpgrade(Base):
             self.assertEqual(c.last.transport, "http")
             self.assertIn("not offered", c.last.fallback)      # why the first went over HTTP
             deadline = time.monotonic() + 20
-            while not c.last.transport.startswith("ucx/") and time.monotonic() < deadline:
+            # Upgraded: a get on this host then takes the shm socket (or UCX).
+            while (not c.last.transport.startswith(("ucx/", "shm/")) and
+                   time.monotonic() < deadline):
                 c.get("up")
                 time.sleep(0.05)
-            self.assertTrue(c.last.transport.startswith("ucx/"), c.last)
+            self.assertTrue(c.last.transport.startswith(("ucx/", "shm/")), c.last)
             self.assertEqual(c.last.fallback, "")
             self.assertTrue(c.transport_info()["transport"].startswith("ucx/"))
             self.assertIs(c.transport_info()["offered"], True)
+            c.call("echo", {"x": np.arange(4, dtype=np.float32)})   # an exchange: UCX's
+            self.assertTrue(c.last.transport.startswith("ucx/"), c.last)
             self.assertGreaterEqual(c.transport_info()["caller_driven"], 1)   # blocking calls
 
     def test_staging_batch(self):
