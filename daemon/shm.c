@@ -674,6 +674,10 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return -1;                          /* the decoder checked it: cannot happen */
     if (refused(s, c, q, TFP_RIGHT_CONSUME, feed, &rc))
         return rc;
+    tfp_op_who_t w = c->who;            /* the consumer id is this principal's (feeds.h) */
+    w.principal[0] = '\0';
+    if (s->auth && tfd_auth_on(s->auth))
+        (void)tfd_auth_identify(s->auth, &w, 0);    /* refused() said it is known */
     if (!s->feeds)
         return reply_error(s, c, q->seq, TFP_ENOTIMPL, "shm: this server has no feeds");
     if (c->requests > 1 || c->ring)
@@ -685,8 +689,8 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     pthread_mutex_unlock(&s->lock);
     tfd_ring_t *r;
     int fd;
-    tfp_status_t st = tfd_ring_open(s->feeds, feed, dev, consumer, (unsigned)q->a, q->b, left,
-                                    s->ring_acct, &r, &fd, &err);
+    tfp_status_t st = tfd_ring_open(s->feeds, feed, dev, consumer, w.principal, (unsigned)q->a,
+                                    q->b, left, s->ring_acct, &r, &fd, &err);
     if (st != TFP_OK)
         return reply_error(s, c, q->seq, st, err.msg);
     tfp_sf_t m;

@@ -324,6 +324,67 @@ START_TEST(test_feeds_per_principal)
 }
 END_TEST
 
+/* Tokens for the consumer tests: alice produces and consumes f*, bob consumes f* too, carol
+ * administers them (and may read, never consume). */
+static const char CONSUMERS[] = "tka alice produce:f* consume:f* read:f*\n"
+                                "tkb bob consume:f* read:f*\n"
+                                "tkc carol read:f* admin:f*\n";
+
+/* alice declares f and pushes two items, then pops the first as consumer c1. */
+static void consumer_c1_attached(void)
+{
+    ck_assert_int_eq(as("tka", FEED_DECL, "/v1/feeds/f"), 201);
+    float v[2] = {1, 2};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    char in[512];
+    snprintf(in, sizeof in, "-X POST --data-binary @%s -H 'Content-Type: application/octet-stream'"
+             " -H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2'", f);
+    ck_assert_int_eq(as("tka", in, "/v1/feeds/f/devices/0/infeed"), 201);
+    ck_assert_int_eq(as("tka", in, "/v1/feeds/f/devices/0/infeed"), 201);
+    ck_assert_int_eq(as("tka", "-X POST -H 'Tfetch-Consumer: c1'", "/v1/feeds/f/devices/0/pop"),
+                     200);
+}
+
+/* Nothing of alice's was acknowledged, and c1 is still hers: she pops item 2. */
+static void c1_still_alices(void)
+{
+    ck_assert_int_eq(as("tka", "", "/v1/feeds/f"), 200);
+    ck_assert_msg(strstr(out, "\"released\":0") && strstr(out, "\"consumer\":\"c1\""), "%s",
+                  out);
+    ck_assert_int_eq(as("tka", "-X POST -H 'Tfetch-Consumer: c1' -H 'Accept: application/json'",
+                        "/v1/feeds/f/devices/0/pop"), 200);
+    ck_assert_msg(strstr(hdrs, "Tfetch-Position: 2"), "%s", hdrs);
+}
+
+/* A consumer id belongs to the principal that attached it. bob, who may consume the feed
+ * too, learns c1 neither from the stats nor from a 409, and naming it (pop, ack, detach) is
+ * 403 naming nothing of alice; the stats show it to alice and to carol (admin). */
+START_TEST(test_feed_consumer_is_the_principals)
+{
+    start_with(CONSUMERS, NULL);
+    consumer_c1_attached();
+    ck_assert_int_eq(as("tkb", "", "/v1/feeds/f"), 200);
+    ck_assert_msg(!strstr(out, "c1") && strstr(out, "\"consumer\":\"(another principal's)\""),
+                  "%s", out);
+    ck_assert_int_eq(as("tkc", "", "/v1/feeds/f"), 200);
+    ck_assert_msg(strstr(out, "\"consumer\":\"c1\""), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c2'", "/v1/feeds/f/devices/0/pop"),
+                     409);
+    ck_assert_msg(!strstr(out, "c1") && strstr(out, "another principal's consumer"), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c1'",
+                        "/v1/feeds/f/devices/0/pop?ack=2"), 403);
+    ck_assert_msg(strstr(out, "TF_EFORBIDDEN") && !strstr(out, "alice"), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c1'",
+                        "/v1/feeds/f/devices/0/ack?through=2"), 403);
+    ck_assert_msg(!strstr(out, "alice"), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c1'",
+                        "/v1/feeds/f/devices/0/detach?ack=2"), 403);
+    ck_assert_msg(!strstr(out, "alice"), "%s", out);
+    c1_still_alices();
+    stop_clean();
+}
+END_TEST
+
 /* alice and bob both send user u1 and request id r1: neither sees the other's state. */
 START_TEST(test_state_per_principal)
 {
@@ -906,6 +967,99 @@ START_TEST(test_staged_body_is_the_principals)
 }
 END_TEST
 
+/* A feed request over UCX as conn's principal: op (TFP_UF_FEED_POP, ACK, DETACH) on f's
+ * device 0 as consumer c1, with ack (pop, detach) or through (ack) 2. The reply's HTTP
+ * status, its message in msg. */
+static int ucx_feed_as(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, uint8_t op, char *msg,
+                       size_t msg_size)
+{
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_FEED, 0);
+    static int k;
+    snprintf(h.request_id, sizeof h.request_id, "fc-%d", ++k);
+    snprintf(h.name, sizeof h.name, "f");
+    h.flags = TFP_UF_F_FEED;
+    h.feed.op = op;
+    snprintf(h.feed.dev, sizeof h.feed.dev, "0");
+    snprintf(h.feed.consumer, sizeof h.feed.consumer, "c1");
+    h.feed.ack = 2;
+    h.feed.flags = TFP_UF_FF_HAS_ACK;
+    tfx_ucxc_req_t *done = ucx_send(u, conn, &h, NULL, 0, NULL, NULL);
+    tfx_ucxc_result_t *res = tfx_ucxc_req_result(done);
+    snprintf(msg, msg_size, "%s", res->reply.msg);
+    int http = res->reply.http;
+    tfx_buf_free(res->body, res->body_cap);
+    res->body = NULL;
+    tfx_ucxc_req_free(done);
+    return http;
+}
+
+/* RING for spec over a new shm connection admitted as bearer: the answer's status, its
+ * message in msg. */
+static tfp_status_t shm_ring_as(const char *bearer, const char *spec, char *msg,
+                                size_t msg_size)
+{
+    tfp_up_resp_t resp;
+    ck_assert_int_eq(upgrade_for(bearer, TFP_UP_T_UCX | TFP_UP_T_SHM, &resp), 200);
+    ck_assert_str_ne(resp.shm_socket, "");
+    tfp_err_t err;
+    int fd = tfx_shm_connect(resp.shm_socket, &err);
+    ck_assert_int_ge(fd, 0);
+    tfp_sf_t m, r;
+    uint8_t buf[TFP_SF_MAX];
+    int mfd = -1;
+    for (int k = 0; k < 2; k++) {       /* HELLO with the token, then RING */
+        memset(&m, 0, sizeof m);
+        m.op = k ? TFP_SF_RING : TFP_SF_HELLO;
+        m.seq = (uint64_t)k + 1;
+        m.a = k ? 1 : 0;
+        const char *str = k ? spec : resp.shm_token;
+        m.str_len = strlen(str);
+        memcpy(m.str, str, m.str_len + 1);
+        size_t n = tfp_sf_encode(&m, buf, sizeof buf, &err), nfds;
+        ck_assert_uint_gt(n, 0);
+        ck_assert_int_eq(tfx_shm_send(fd, buf, n, NULL, 0, &err), TFP_OK);
+        ck_assert_int_eq(tfx_shm_recv(fd, buf, sizeof buf, &n, &mfd, 1, &nfds, &err), TFP_OK);
+        ck_assert_int_eq(tfp_sf_decode(buf, n, &r, &err), TFP_OK);
+        if (!k)
+            ck_assert_msg(r.status == TFP_OK, "%s", r.str);
+    }
+    if (mfd >= 0)
+        close(mfd);
+    close(fd);
+    tfp_up_resp_clear(&resp);
+    snprintf(msg, msg_size, "%s", r.str);
+    return (tfp_status_t)r.status;
+}
+
+/* test_feed_consumer_is_the_principals over UCX and the same-host ring: bob naming alice's
+ * consumer c1 in a pop, an ack or a detach over UCX, or in a RING, is refused 403 naming
+ * nothing of her, and her items stay unacknowledged. */
+START_TEST(test_feed_consumer_is_the_principals_ucx_shm)
+{
+    start_with(CONSUMERS, NULL);
+    consumer_c1_attached();
+    tfp_err_t err;
+    tfx_ucxc_t *u = tfx_ucxc_new(NULL, NULL, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfx_ucxc_conn_t *bob = ucx_conn_as(u, "tkb");
+    char msg[600];
+    static const uint8_t ops[] = {TFP_UF_FEED_POP, TFP_UF_FEED_ACK, TFP_UF_FEED_DETACH};
+    for (size_t i = 0; i < sizeof ops; i++) {
+        ck_assert_int_eq(ucx_feed_as(u, bob, ops[i], msg, sizeof msg), 403);
+        ck_assert_msg(strstr(msg, "another principal") && !strstr(msg, "alice"), "%s", msg);
+    }
+    ck_assert_int_eq(shm_ring_as("tkb", "f/0/c1", msg, sizeof msg), TFP_EFORBIDDEN);
+    ck_assert_msg(strstr(msg, "another principal") && !strstr(msg, "alice"), "%s", msg);
+    c1_still_alices();
+    /* her own ring under c1 is hers to open */
+    ck_assert_int_eq(shm_ring_as("tka", "f/0/c1", msg, sizeof msg), TFP_OK);
+    tfx_ucxc_conn_close(bob);
+    tfx_ucxc_free(u);
+    stop_clean();
+}
+END_TEST
+
 /* What test_staged_release_during_copy does while its push is on its way: waits ns, then
  * closes the buffer's shm connection and unmaps it. */
 typedef struct {
@@ -1120,6 +1274,7 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_state_per_principal);
     tcase_add_test(tc, test_forward);
     tcase_add_test(tc, test_feeds_per_principal);
+    tcase_add_test(tc, test_feed_consumer_is_the_principals);
     tcase_add_test(tc, test_worker_bound_to_principal);
     tcase_add_test(tc, test_sighup_reload);
     tcase_add_test(tc, test_shumai_refused);
@@ -1132,6 +1287,7 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_ucx_forward);
     tcase_add_test(tc, test_staged_body_is_the_principals);
     tcase_add_test(tc, test_staged_release_during_copy);
+    tcase_add_test(tc, test_feed_consumer_is_the_principals_ucx_shm);
 #endif
     tcase_add_test(tc, test_libtfetch_and_cli);
     tcase_add_test(tc, test_broken_file_refused_at_start);
