@@ -72,7 +72,7 @@ static const opt_t opts[] = {
     {"shm-lease-ms", K_UINT, F(shm_lease_ms), "MS", "a same-host mapping's lease ends this long after it opened, if neither a release nor the client's exit ended it; 0: never (default 600000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
     {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
-    {"auth-tokens", K_STR, F(auth_tokens), "PATH", "require a bearer token (Authorization: Bearer) on every request but /healthz and /readyz: lines of TOKEN PRINCIPAL RIGHT... in PATH, read again on SIGHUP; without it authentication is off (default: none)"},
+    {"auth-tokens", K_STR, F(auth_tokens), "PATH", "require a bearer token (Authorization: Bearer) on every request but /healthz and /readyz: lines of TOKEN PRINCIPAL RIGHT... in PATH (mode 0600, or 0640 for a group only tfetchd is in: refused if others can read it), read again on SIGHUP (kept when broken, empty or cut short: replace it by rename); without it authentication is off (default: none)"},
     {"shumai-principal", K_STR, F(shumai_principal), "NAME", "with auth-tokens, serve the Shumai paths (which send no token) with the rights the token file gives NAME; without it they answer 401 (default: none)"},
     {"tls-cert", K_STR, F(tls_cert), "PATH", "serve HTTPS (TLS 1.2 and 1.3) with the PEM certificate chain in PATH; needs tls-key; with it the UCX upgrade is offered only as ucx-trusted says (default: none, plain HTTP)"},
     {"tls-key", K_STR, F(tls_key), "PATH", "the PEM private key for tls-cert (default: none)"},

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -485,6 +486,133 @@ START_TEST(test_sighup_reload)
     ck_assert_int_gt(atoi(log), 0);
     ck_assert_int_eq(as("tka-1f2e3d", "", "/v1/tensors"), 200);    /* still there */
     ck_assert_int_eq(as("tkz", "", "/v1/tensors"), 401);
+    stop_clean();
+}
+END_TEST
+
+/* The times the daemon's log holds needle. */
+static int logged(const char *needle)
+{
+    char cmd[512], log[64] = "";
+    snprintf(cmd, sizeof cmd, "grep -c -F -e '%s' %s || true", needle, D.log_path);
+    td_run(cmd, log, sizeof log);
+    return atoi(log);
+}
+
+/* Sends SIGHUP and waits (5 s) until the daemon has read the token file again (its log
+ * says so, done or refused). */
+static void sighup_read(void)
+{
+    int before = logged("SIGHUP: auth-tokens");
+    kill(D.pid, SIGHUP);
+    for (int i = 0; i < 100 && logged("SIGHUP: auth-tokens") == before; i++)
+        sleep_ms(50);
+    ck_assert_msg(logged("SIGHUP: auth-tokens") > before, "SIGHUP: the token file not read");
+}
+
+/* Writes text over the token file in place (the way an editor may), mode kept. */
+static void overwrite_tokens(const void *text, size_t len)
+{
+    FILE *f = fopen(token_file, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+    fclose(f);
+}
+
+/* A SIGHUP that lands while the file is being written in place (empty, or cut in the middle
+ * of a line) or on a garbled one keeps the table read before: every principal keeps its
+ * rights, and the log says why. A cut that still parses (bob's write:bob.* cut to write:b)
+ * would otherwise take bob's right away. */
+START_TEST(test_sighup_partial_file_keeps_old)
+{
+    start();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 201);
+    overwrite_tokens("", 0);
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 204);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("no token or cert: line"), 1);
+    static const char cut[] = "tka-1f2e3d alice read:alice.*\ntkb-9a8b bob read:bob.* write:b";
+    overwrite_tokens(cut, strlen(cut));
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 204);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("the last line has no newline"), 1);
+    static const char junk[] = "tkb-9a8b bob read:bob.*\n\x01\xff\x7f garbage\n";
+    overwrite_tokens(junk, strlen(junk));
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 204);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("kept the tokens read before"), 3);
+    /* and a whole file, renamed into place, is read */
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.new", token_file);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fchmod(fileno(f), 0600), 0);
+    fputs("tkb-9a8b bob read:bob.*\n", f);
+    fclose(f);
+    ck_assert_int_eq(rename(tmp, token_file), 0);
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 403);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 401);
+    ck_assert_int_eq(logged("read again: 1 tokens"), 1);
+    stop_clean();
+}
+END_TEST
+
+/* tfetchd with the token file at mode (and, uid/gid not -1, that owner): 0 if it started. */
+static int start_mode(mode_t mode, long uid, long gid, char *log, size_t log_size)
+{
+    token_file = td_tmpfile(3, TOKENS, strlen(TOKENS));
+    ck_assert_int_eq(chmod(token_file, mode), 0);
+    if (uid >= 0 || gid >= 0)
+        ck_assert_int_eq(chown(token_file, (uid_t)uid, (gid_t)gid), 0);
+    const char *args[] = {"--auth-tokens", token_file, NULL};
+    td_opts_t o = {.args = args, .start_ms = 10000};
+    int rc = td_start_opts(&D, &o);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cat %s", D.log_path);
+    td_run(cmd, log, log_size);
+    if (rc != 0) {
+        unlink(D.log_path);
+        td_cleanup();
+    }
+    return rc;
+}
+
+/* A token file other users may read (0644, 0666), a group may write, or another user owns
+ * is refused at start (tfetchd exits, saying why) and on SIGHUP (the tokens read before
+ * stay). Read by a group tfetchd is in (a dedicated tokens group): accepted. */
+START_TEST(test_token_file_must_be_private)
+{
+    char log[8192];
+    ck_assert_int_ne(start_mode(0644, -1, -1, log, sizeof log), 0);
+    ck_assert_msg(strstr(log, "mode 0644 lets every user read or write the bearer tokens"), "%s",
+                  log);
+    ck_assert_int_ne(start_mode(0666, -1, -1, log, sizeof log), 0);
+    ck_assert_msg(strstr(log, "mode 0666"), "%s", log);
+    ck_assert_int_ne(start_mode(0620, -1, -1, log, sizeof log), 0);      /* group-writable */
+    ck_assert_msg(strstr(log, "mode 0620"), "%s", log);
+    if (geteuid() == 0) {       /* root can give the file away */
+        ck_assert_int_ne(start_mode(0600, 65534, -1, log, sizeof log), 0);
+        ck_assert_msg(strstr(log, "owned by uid 65534"), "%s", log);
+        ck_assert_int_ne(start_mode(0640, -1, 65534, log, sizeof log), 0);
+        ck_assert_msg(strstr(log, "mode 0640 lets another group read"), "%s", log);
+    }
+    /* its own group may read it */
+    ck_assert_int_eq(start_mode(0640, -1, (long)getegid(), log, sizeof log), 0);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    /* SIGHUP: loosened, it is refused and the old tokens stay */
+    overwrite_tokens("tkb-9a8b bob read:bob.*\n", 24);
+    ck_assert_int_eq(chmod(token_file, 0644), 0);
+    sighup_read();
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("mode 0644 lets every user read"), 1);
+    ck_assert_int_eq(chmod(token_file, 0600), 0);
+    sighup_read();
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 401);
+    ck_assert_int_eq(logged("read again: 1 tokens"), 1);
     stop_clean();
 }
 END_TEST
@@ -1277,6 +1405,8 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_feed_consumer_is_the_principals);
     tcase_add_test(tc, test_worker_bound_to_principal);
     tcase_add_test(tc, test_sighup_reload);
+    tcase_add_test(tc, test_sighup_partial_file_keeps_old);
+    tcase_add_test(tc, test_token_file_must_be_private);
     tcase_add_test(tc, test_shumai_refused);
     tcase_add_test(tc, test_shumai_principal);
     tcase_add_test(tc, test_upgrade_authed);
