@@ -67,6 +67,7 @@ static const opt_t opts[] = {
     {"ucx", K_BOOL, F(ucx), "on|off", "offer clients the upgrade to UCX (shared memory, RDMA, TCP) (default on)"},
     {"ucx-trusted", K_STR, F(ucx_trusted), "LIST", "with tls-cert, the links UCX (not encrypted) may still be offered on: same-host and/or address ranges such as 10.0.0.0/8, comma-separated; clients on this host (shared memory) always are (default: same-host)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
+    {"upgrade-tokens-per-client", K_UINT, F(upgrade_tokens_per_client), "N", "unused upgrade (UCX, shm) tokens one principal, or without auth-tokens one client address, may hold at once; over it its upgrades get 429 with Retry-After, everyone else's still succeed; 0: no limit (default 128, of 4096 in all)"},
     {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; with auth-tokens, checked against the upgrading token's rights)"},
     {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of shared memory same-host clients may hold at once: documents mapped or lent, staging buffers lent to same-host producers, feed rings (with a closed ring's slots that queued items still hold); over it they copy over UCX or HTTP, a staging buffer is refused (default 4G)"},
     {"shm-lease-ms", K_UINT, F(shm_lease_ms), "MS", "a same-host mapping's lease ends this long after it opened, if neither a release nor the client's exit ended it; 0: never (default 600000)"},
@@ -112,6 +113,7 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->worker_lease_ms = 5000;
     cfg->ucx = 1;
     cfg->upgrade_token_ttl_ms = 10000;
+    cfg->upgrade_tokens_per_client = 128;
     cfg->shm = 1;
     cfg->shm_lease_memory = 4ull << 30;
     cfg->shm_lease_ms = 600000;

@@ -1188,6 +1188,107 @@ START_TEST(test_feed_consumer_is_the_principals_ucx_shm)
 }
 END_TEST
 
+/* One principal that asks for upgrades and never connects (nobody: a token with no right
+ * that matters) runs into its own quota of unused tokens: 429 with Retry-After, naming only
+ * itself; alice and bob still upgrade. The shm socket's TOKENs count the same way. */
+START_TEST(test_upgrade_quota_per_principal)
+{
+    static const char toks[] = "tkn nobody read:nothing\n"
+                               "tka alice produce:f* consume:f* read:f*\n"
+                               "tkb bob read:*\n";
+    token_file = td_tmpfile(3, toks, strlen(toks));
+    const char *args[] = {"--auth-tokens", token_file, "--upgrade-tokens-per-client", "4", NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    tfp_up_resp_t resp;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(upgrade_as("tkn", &resp), 200);
+        ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+        tfp_up_resp_clear(&resp);
+    }
+    ck_assert_int_eq(upgrade_as("tkn", NULL), 429);
+    ck_assert_msg(strstr(out, "TF_EFULL") && strstr(out, "principal nobody holds 4 unused "
+                  "upgrade tokens"), "%s", out);
+    ck_assert_msg(strstr(hdrs, "Retry-After: "), "%s", hdrs);
+    int after = atoi(strstr(hdrs, "Retry-After: ") + 13);
+    ck_assert_msg(after >= 1 && after <= 10, "%s", hdrs);   /* upgrade-token-ttl: 10 s */
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(upgrade_as(i % 2 ? "tka" : "tkb", &resp), 200);
+        ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+        ck_assert_ptr_null(strstr(out, "nobody"));
+        tfp_up_resp_clear(&resp);
+    }
+    /* the shm socket's TOKENs: alice's fourth unused one is her last */
+    ck_assert_int_eq(upgrade_for("tka", TFP_UP_T_UCX | TFP_UP_T_SHM, &resp), 200);
+    ck_assert_str_ne(resp.shm_token, "");
+    tfp_err_t err;
+    int fd = tfx_shm_connect(resp.shm_socket, &err);
+    ck_assert_int_ge(fd, 0);
+    tfp_status_t st = TFP_OK;
+    int n = 0;
+    char msg[TFP_SF_MAX_STR + 1] = "";
+    for (int k = 0; k < 8 && st == TFP_OK; k++) {
+        tfp_sf_t m, r;
+        memset(&m, 0, sizeof m);
+        m.op = k ? TFP_SF_TOKEN : TFP_SF_HELLO;
+        m.seq = (uint64_t)k + 1;
+        if (!k) {
+            m.str_len = strlen(resp.shm_token);
+            memcpy(m.str, resp.shm_token, m.str_len + 1);
+        }
+        uint8_t buf[TFP_SF_MAX];
+        size_t len = tfp_sf_encode(&m, buf, sizeof buf, &err), nfds;
+        int mfd = -1;
+        ck_assert_uint_gt(len, 0);
+        ck_assert_int_eq(tfx_shm_send(fd, buf, len, NULL, 0, &err), TFP_OK);
+        ck_assert_int_eq(tfx_shm_recv(fd, buf, sizeof buf, &len, &mfd, 1, &nfds, &err), TFP_OK);
+        ck_assert_int_eq(tfp_sf_decode(buf, len, &r, &err), TFP_OK);
+        st = (tfp_status_t)r.status;
+        snprintf(msg, sizeof msg, "%s", r.str);
+        n += k && st == TFP_OK;
+    }
+    ck_assert_int_eq(st, TFP_EFULL);
+    ck_assert_msg(strstr(msg, "upgrade-tokens-per-client"), "%s", msg);
+    ck_assert_int_eq(n, 4);
+    close(fd);
+    tfp_up_resp_clear(&resp);
+    /* bob's shm token still comes */
+    ck_assert_int_eq(upgrade_for("tkb", TFP_UP_T_UCX | TFP_UP_T_SHM, &resp), 200);
+    ck_assert_str_ne(resp.shm_token, "");
+    tfp_up_resp_clear(&resp);
+    stop_clean();
+}
+END_TEST
+
+/* Without authentication the quota is per client address: 127.0.0.1 at its quota gets 429,
+ * 127.0.0.2 still upgrades. */
+START_TEST(test_upgrade_quota_per_address)
+{
+    const char *args[] = {"--upgrade-tokens-per-client", "2", NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .policy = TFP_UP_POLICY_UCX};
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
+    char *json = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
+    const char *f = td_tmpfile(0, json, len);
+    free(json);
+    char args1[512], args2[512];
+    snprintf(args1, sizeof args1, "-X POST -H 'Content-Type: application/json' "
+             "--data-binary @%s --interface 127.0.0.1", f);
+    snprintf(args2, sizeof args2, "-X POST -H 'Content-Type: application/json' "
+             "--data-binary @%s --interface 127.0.0.2", f);
+    ck_assert_int_eq(as(NULL, args1, "/v1/upgrade"), 200);
+    ck_assert_int_eq(as(NULL, args1, "/v1/upgrade"), 200);
+    ck_assert_int_eq(as(NULL, args1, "/v1/upgrade"), 429);
+    ck_assert_msg(strstr(out, "client 127.0.0.1 holds 2 unused"), "%s", out);
+    ck_assert_msg(strstr(hdrs, "Retry-After: "), "%s", hdrs);
+    ck_assert_int_eq(as(NULL, args2, "/v1/upgrade"), 200);
+    ck_assert_msg(strstr(out, "\"transport\":\"ucx\",\"token\":\""), "%s", out);
+    stop_clean();
+}
+END_TEST
+
 /* What test_staged_release_during_copy does while its push is on its way: waits ns, then
  * closes the buffer's shm connection and unmaps it. */
 typedef struct {
@@ -1418,6 +1519,8 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_staged_body_is_the_principals);
     tcase_add_test(tc, test_staged_release_during_copy);
     tcase_add_test(tc, test_feed_consumer_is_the_principals_ucx_shm);
+    tcase_add_test(tc, test_upgrade_quota_per_principal);
+    tcase_add_test(tc, test_upgrade_quota_per_address);
 #endif
     tcase_add_test(tc, test_libtfetch_and_cli);
     tcase_add_test(tc, test_broken_file_refused_at_start);
