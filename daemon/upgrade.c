@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define MAX_TOKENS 4096
 #define DEFAULT_QUOTA 128               /* live tokens per principal (or address): upgrade.h */
