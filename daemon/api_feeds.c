@@ -172,7 +172,20 @@ static void kv_uint(tfp_jw_t *w, const char *k, uint64_t v)
     tfp_jw_uint(w, v);
 }
 
-static void write_stats(tfp_jw_t *w, tfd_feed_t *f)
+/* A device queue's consumer as c's principal may see it: its own, or any with admin on
+ * the feed (authentication off: every one). Another principal's id would let its reader act
+ * as that consumer (pop, ack, detach), so others see only that one is attached. */
+static const char *consumer_seen(tfd_ctx_t *c, const char *feed, const tfd_feed_dev_stats_t *q)
+{
+    if (!q->consumer[0])
+        return NULL;
+    if (!tfd_auth_on(c->api->auth) || strcmp(q->consumer_by, c->op->who.principal) == 0 ||
+        tfd_auth_allows(c->api->auth, &c->op->who, 0, TFP_RIGHT_ADMIN, feed))
+        return q->consumer;
+    return TFD_FEED_CONSUMER_HIDDEN;
+}
+
+static void write_stats(tfp_jw_t *w, tfd_ctx_t *c, tfd_feed_t *f)
 {
     const tfp_feed_decl_t *d = tfd_feed_decl(f);
     tfd_feed_stats_t *st = malloc(sizeof *st);
@@ -207,8 +220,9 @@ static void write_stats(tfp_jw_t *w, tfd_feed_t *f)
         kv_uint(w, "delivered", q->delivered);
         kv_uint(w, "released", q->released);
         tfp_jw_key(w, "consumer");
-        if (q->consumer[0])
-            tfp_jw_str(w, q->consumer);
+        const char *seen = consumer_seen(c, st->name, q);
+        if (seen)
+            tfp_jw_str(w, seen);
         else
             tfp_jw_null(w);
         kv_uint(w, "redeliveries", q->redeliveries);
@@ -254,7 +268,7 @@ static void respond_stats(tfx_req_t *r, tfd_ctx_t *c, unsigned status, tfd_feed_
 {
     tfp_jw_t w;
     tfp_jw_init(&w);
-    write_stats(&w, f);
+    write_stats(&w, c, f);
     respond_json_status(r, c, status, &w);
 }
 
@@ -578,8 +592,8 @@ void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c)
     uint64_t ev = 0;
     tfp_err_t err;
     unsigned dev = (unsigned)fr->dev;
-    tfp_status_t st = tfd_feed_pop(fr->f, dev, c->op->feed.consumer, ack,
-                                   first && c->op->feed.rewind, c->waiter.deadline_ms,
+    tfp_status_t st = tfd_feed_pop(fr->f, dev, c->op->feed.consumer, c->op->who.principal,
+                                   ack, first && c->op->feed.rewind, c->waiter.deadline_ms,
                                    &fr->attach, &it, &ev, &err);
     if (st == TFP_ECANCELED) {          /* its consumer detached while it waited */
         end_wait(c);
@@ -628,7 +642,7 @@ void api_handle_feed_ack(tfx_req_t *r, tfd_ctx_t *c)
         return;
     tfp_err_t err;
     answer_204(r, c, tfd_feed_ack(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
-                                  c->op->feed.ack, &err), &err);
+                                  c->op->who.principal, c->op->feed.ack, &err), &err);
 }
 
 void api_handle_feed_detach(tfx_req_t *r, tfd_ctx_t *c)
@@ -638,6 +652,7 @@ void api_handle_feed_detach(tfx_req_t *r, tfd_ctx_t *c)
         return;
     tfp_err_t err;
     answer_204(r, c, tfd_feed_detach(fr->f, (unsigned)fr->dev, c->op->feed.consumer,
+                                     c->op->who.principal,
                                      c->op->feed.has_ack ? &c->op->feed.ack : NULL, &err),
                &err);
 }

@@ -3,13 +3,17 @@
 #include "daemon/auth.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_FILE (16u << 20)
+#define MAX_GROUPS 256
 
 struct tfd_auth {
     int on;
@@ -19,12 +23,65 @@ struct tfd_auth {
     atomic_uint_fast64_t failures[3];
 };
 
-/* Reads and parses path into *out. 0, or -1 with err set. */
-static int load(const char *path, tfp_tokens_t *out, tfp_err_t *err)
+/* 1 if gid is this process's group or one of its supplementary groups. */
+static int in_my_groups(gid_t gid)
+{
+    if (gid == getegid())
+        return 1;
+    gid_t groups[MAX_GROUPS];
+    int n = getgroups(MAX_GROUPS, groups);
+    for (int i = 0; i < n; i++)
+        if (groups[i] == gid)
+            return 1;
+    return 0;
+}
+
+/* Whether the token file, as st describes it, is private enough to trust (as ssh judges a
+ * private key): a regular file, owned by this process's user or root, that no other user
+ * can read or write and no group can write. Read by a group only when that group is one of
+ * this process's: a dedicated group that exists to let tfetchd read the file (systemd's
+ * DynamicUser has no fixed uid to own it; Kubernetes mounts a Secret root-owned with the
+ * pod's fsGroup), never a group of other users. 0, or -1 with err saying why. */
+static int check_private(const char *path, const struct stat *st, tfp_err_t *err)
+{
+    uid_t me = geteuid();
+    if (!S_ISREG(st->st_mode)) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: not a regular file", path);
+        return -1;
+    }
+    if (st->st_uid != me && st->st_uid != 0) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: owned by uid %u, neither tfetchd's (%u) "
+                    "nor root: refused (chown it)", path, (unsigned)st->st_uid, (unsigned)me);
+        return -1;
+    }
+    unsigned mode = (unsigned)(st->st_mode & 07777);
+    if ((mode & 0027) || ((mode & 0040) && !in_my_groups(st->st_gid))) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: mode %04o lets %s read or write the "
+                    "bearer tokens: refused (chmod 600 it, or 640 with a group only tfetchd "
+                    "is in)", path, mode, (mode & 0007) ? "every user" : "another group");
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads and parses path into *out; reload (SIGHUP) also refuses a file that holds no entry,
+ * or whose last line has no newline, as one being written in place (doc: write a new file
+ * and rename it over the old). 0, or -1 with err set. */
+static int load(const char *path, tfp_tokens_t *out, int reload, tfp_err_t *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
         tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: %s", path, strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    if (check_private(path, &st, err) != 0) {
+        fclose(f);
         return -1;
     }
     char *buf = malloc(MAX_FILE + 1);
@@ -37,12 +94,20 @@ static int load(const char *path, tfp_tokens_t *out, tfp_err_t *err)
         free(buf);
         return -1;
     }
+    int torn = reload && n > 0 && buf[n - 1] != '\n';
     tfp_err_t pe = {0};
-    tfp_status_t st = tfp_tokens_parse(buf, n, out, &pe);
+    tfp_status_t rc = tfp_tokens_parse(buf, n, out, &pe);
     memset(buf, 0, n);                      /* the tokens themselves are not kept */
     free(buf);
-    if (st != TFP_OK) {
+    if (rc != TFP_OK) {
         tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: %s", path, pe.msg);
+        return -1;
+    }
+    if (reload && (torn || out->n == 0)) {
+        tfp_err_set(err, TFP_EINVAL, "auth-tokens %s: %s: a file being written? (write a new "
+                    "file and rename it into place)", path, torn ? "the last line has no "
+                    "newline" : "no token or cert: line");
+        tfp_tokens_free(out);
         return -1;
     }
     return 0;
@@ -67,7 +132,7 @@ tfd_auth_t *tfd_auth_new(const char *path, const char *shumai_principal, tfp_err
         snprintf(a->shumai, sizeof a->shumai, "%s", shumai_principal);
     }
     if (path && path[0]) {
-        if (load(path, &a->tokens, err) != 0) {
+        if (load(path, &a->tokens, 0, err) != 0) {
             tfd_auth_free(a);
             return NULL;
         }
@@ -98,7 +163,7 @@ int tfd_auth_reload(tfd_auth_t *a, const char *path, tfp_err_t *err)
     if (!want)
         return 0;
     tfp_tokens_t next;
-    if (load(path, &next, err) != 0)
+    if (load(path, &next, 1, err) != 0)
         return -1;
     pthread_rwlock_wrlock(&a->lock);
     tfp_tokens_t old = a->tokens;

@@ -28,12 +28,16 @@ typedef enum {
 } tfd_auth_result_t;
 
 /* path "" or NULL: off. shumai_principal "" or NULL: the Shumai paths are refused when on.
- * NULL with err set when the file cannot be read or parsed. */
+ * NULL with err set when the file cannot be read or parsed, or is not private: it must be a
+ * regular file owned by tfetchd's user or root, readable by no other user, writable by no
+ * group, and readable by a group only if tfetchd is in it (tfetchd.conf(5)). */
 tfd_auth_t *tfd_auth_new(const char *path, const char *shumai_principal, tfp_err_t *err);
 void tfd_auth_free(tfd_auth_t *a);
 int tfd_auth_on(const tfd_auth_t *a);
 /* Reads path again (or a new one): 0 with the new table in use, -1 with err set and the old
- * table kept. Turning authentication on or off takes a restart (-1). */
+ * table kept: a file that is not private, does not parse, holds no entry, or whose last
+ * line lacks its newline (one being written in place). Turning authentication on or off
+ * takes a restart (-1). */
 int tfd_auth_reload(tfd_auth_t *a, const char *path, tfp_err_t *err);
 /* Lines (tokens and cert: lines) in the table now; *ncerts (unless NULL) the cert: lines. */
 size_t tfd_auth_count(tfd_auth_t *a, size_t *ncerts);

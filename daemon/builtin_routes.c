@@ -24,6 +24,7 @@ static int echo_start(void *arg, tfd_call_t *c)
             return TFD_CALL_DONE;
     }
     tfp_err_t err;
+    c->out->meta_object = c->in->meta_object;   /* an empty "__metadata__" comes back too */
     for (size_t i = 0; i < c->in->nmeta; i++)
         if (tfp_doc_set_meta(c->out, c->in->meta[i].key, c->in->meta[i].value, &err) != TFP_OK) {
             tfd_call_fail(c, err.code, "%s", err.msg);

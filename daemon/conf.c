@@ -69,12 +69,13 @@ static const opt_t opts[] = {
     {"ucx-trusted", K_STR, F(ucx_trusted), "LIST", "with tls-cert, the links UCX (not encrypted) may still be offered on: same-host and/or address ranges such as 10.0.0.0/8, comma-separated; clients on this host (shared memory) always are (default: same-host)"},
     {"ucx-ports", K_STR, F(ucx_ports), "LO-HI", "the TCP ports UCX listens on, a range such as 7071-7079, so a firewall can open them beside the HTTP port (default: any free port)"},
     {"upgrade-token-ttl", K_UINT, F(upgrade_token_ttl_ms), "MS", "how long an upgrade token stays valid (default 10000)"},
+    {"upgrade-tokens-per-client", K_UINT, F(upgrade_tokens_per_client), "N", "unused upgrade (UCX, shm) tokens one principal, or without auth-tokens one client address, may hold at once; over it its upgrades get 429 with Retry-After, everyone else's still succeed; 0: no limit (default 128, of 4096 in all)"},
     {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; with auth-tokens, checked against the upgrading token's rights)"},
     {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of shared memory same-host clients may hold at once: documents mapped or lent, staging buffers lent to same-host producers, feed rings (with a closed ring's slots that queued items still hold); over it they copy over UCX or HTTP, a staging buffer is refused (default 4G)"},
     {"shm-lease-ms", K_UINT, F(shm_lease_ms), "MS", "a same-host mapping's lease ends this long after it opened, if neither a release nor the client's exit ended it; 0: never (default 600000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
     {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
-    {"auth-tokens", K_STR, F(auth_tokens), "PATH", "require a bearer token (Authorization: Bearer) on every request but /healthz and /readyz: lines of TOKEN PRINCIPAL RIGHT... in PATH, read again on SIGHUP; without it authentication is off (default: none)"},
+    {"auth-tokens", K_STR, F(auth_tokens), "PATH", "require a bearer token (Authorization: Bearer) on every request but /healthz and /readyz: lines of TOKEN PRINCIPAL RIGHT... in PATH (mode 0600, or 0640 for a group only tfetchd is in: refused if others can read it), read again on SIGHUP (kept when broken, empty or cut short: replace it by rename); without it authentication is off (default: none)"},
     {"shumai-principal", K_STR, F(shumai_principal), "NAME", "with auth-tokens, serve the Shumai paths (which send no token) with the rights the token file gives NAME; without it they answer 401 (default: none)"},
     {"tls-cert", K_STR, F(tls_cert), "PATH", "serve HTTPS (TLS 1.2 and 1.3) with the PEM certificate chain in PATH; needs tls-key; with it the UCX upgrade is offered only as ucx-trusted says (default: none, plain HTTP)"},
     {"tls-key", K_STR, F(tls_key), "PATH", "the PEM private key for tls-cert (default: none)"},
@@ -119,6 +120,7 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->worker_lease_ms = 5000;
     cfg->ucx = 1;
     cfg->upgrade_token_ttl_ms = 10000;
+    cfg->upgrade_tokens_per_client = 128;
     cfg->shm = 1;
     cfg->shm_lease_memory = 4ull << 30;
     cfg->shm_lease_ms = 600000;

@@ -69,6 +69,7 @@ typedef struct {
     unsigned feeds_per_user;        /* device feeds one user id may declare */
     unsigned ucx;                   /* 1: offer the UCX upgrade (when built with UCX) */
     unsigned upgrade_token_ttl_ms;
+    unsigned upgrade_tokens_per_client;     /* unused upgrade tokens per principal/address */
     unsigned shm;                   /* 1: offer same-host clients shared memory (shm/memfd) */
     uint64_t shm_lease_memory;      /* bytes same-host clients may hold mapped at once */
     unsigned shm_lease_ms;          /* a lease ends this long after it opened; 0: never */

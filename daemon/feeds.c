@@ -42,12 +42,14 @@ typedef struct {
     item_t *head, *tail, *cursor;   /* cursor: first undelivered (NULL: none) */
     uint64_t published, delivered, released, bytes, high_water;
     char consumer[TFP_MAX_USER_ID + 1];
+    char consumer_by[TFP_MAX_USER_ID + 1];  /* the principal that attached it ("": auth off) */
     uint64_t lease_until_ms;
     /* The last rewind took back positions through rewound_through from rewound_for: what that
      * consumer acknowledges up to there is released even though it is undelivered again (it
      * processed them; its acks after a detach, a lapsed lease or a ring closing are not lost).
      * Cleared when another consumer attaches. */
     char rewound_for[TFP_MAX_USER_ID + 1];
+    char rewound_by[TFP_MAX_USER_ID + 1];   /* rewound_for's principal */
     uint64_t rewound_through;
     uint64_t detaches;              /* detaches that ended a lease, and resets: pops waiting
                                      * under an earlier count end */
@@ -417,6 +419,7 @@ static void rewind_q(tfd_feed_t *f, unsigned d, wakes_t *w)
     devq_t *q = &f->q[d];
     if (q->delivered > q->released) {
         snprintf(q->rewound_for, sizeof q->rewound_for, "%s", q->consumer);
+        snprintf(q->rewound_by, sizeof q->rewound_by, "%s", q->consumer_by);
         if (q->delivered > q->rewound_through)
             q->rewound_through = q->delivered;
         q->redeliveries += q->delivered - q->released;
@@ -696,15 +699,47 @@ static void release_through(tfd_feed_t *f, unsigned d, const char *consumer, uin
         wake_in(f, w);
 }
 
-static tfp_status_t attached(tfd_feed_t *f, unsigned d, const char *consumer, uint64_t now,
-                             tfp_err_t *err)
+/* Caller holds f->lock: TFP_EFORBIDDEN when consumer is another principal's: the one
+ * attached under that id, or the one whose rewound positions that id still acknowledges. The
+ * answer names nothing of the owner. With authentication off every principal is "". */
+static tfp_status_t owned(tfd_feed_t *f, unsigned d, const char *consumer, const char *by,
+                          tfp_err_t *err)
 {
     const devq_t *q = &f->q[d];
-    if (q->consumer[0] && strcmp(q->consumer, consumer) != 0)
-        return tfp_err_set(err, TFP_ECONFLICT, "device queue %u of feed '%s' is attached to "
-                           "consumer '%s' (lease for %llu ms more)", d, f->name, q->consumer,
-                           (unsigned long long)(q->lease_until_ms - now));
+    int theirs = (q->consumer[0] && strcmp(q->consumer, consumer) == 0 &&
+                  strcmp(q->consumer_by, by) != 0) ||
+                 (q->rewound_through && strcmp(q->rewound_for, consumer) == 0 &&
+                  strcmp(q->rewound_by, by) != 0);
+    if (theirs)
+        return tfp_err_set(err, TFP_EFORBIDDEN, "consumer '%s' of device queue %u of feed '%s' "
+                           "belongs to another principal", consumer, d, f->name);
     return TFP_OK;
+}
+
+static tfp_status_t attached(tfd_feed_t *f, unsigned d, const char *consumer, const char *by,
+                             uint64_t now, tfp_err_t *err)
+{
+    const devq_t *q = &f->q[d];
+    tfp_status_t st = owned(f, d, consumer, by, err);
+    if (st != TFP_OK || !q->consumer[0] || strcmp(q->consumer, consumer) == 0)
+        return st;
+    /* Another principal's consumer id is not told: it would let its holder act as it. */
+    int own = strcmp(q->consumer_by, by) == 0;
+    return tfp_err_set(err, TFP_ECONFLICT, "device queue %u of feed '%s' is attached to "
+                       "%s%s%s (lease for %llu ms more)", d, f->name,
+                       own ? "consumer '" : "another principal's consumer",
+                       own ? q->consumer : "", own ? "'" : "",
+                       (unsigned long long)(q->lease_until_ms - now));
+}
+
+tfp_status_t tfd_feed_consumer_check(tfd_feed_t *f, unsigned dev, const char *consumer,
+                                     const char *by, tfp_err_t *err)
+{
+    pthread_mutex_lock(&f->lock);
+    tfp_status_t st = dev < f->decl.ndev ? owned(f, dev, consumer, by, err)
+                      : tfp_err_set(err, TFP_ENOTFOUND, "feed '%s' has no such device", f->name);
+    pthread_mutex_unlock(&f->lock);
+    return st;
 }
 
 static void record_latency(devq_t *q, uint64_t ns)
@@ -718,8 +753,8 @@ static void record_latency(devq_t *q, uint64_t ns)
     q->lat_sum += s;
 }
 
-tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
-                          int rewind, uint64_t hold_until_ms, uint64_t *attach,
+tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const char *by,
+                          const uint64_t *ack, int rewind, uint64_t hold_until_ms, uint64_t *attach,
                           tfd_feed_item_t *item, uint64_t *ev, tfp_err_t *err)
 {
     tfp_status_t st;
@@ -741,11 +776,12 @@ tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, con
     if (attach)
         *attach = q->detaches + 1;
     expire(f, dev, now, &w);
-    if ((st = attached(f, dev, consumer, now, err)) != TFP_OK)
+    if ((st = attached(f, dev, consumer, by, now, err)) != TFP_OK)
         goto done;
     if (q->rewound_through && strcmp(q->rewound_for, consumer) != 0)
         q->rewound_through = 0;         /* another consumer: the old one's acks are void */
     snprintf(q->consumer, sizeof q->consumer, "%s", consumer);
+    snprintf(q->consumer_by, sizeof q->consumer_by, "%s", by);
     q->lease_until_ms = now + f->decl.lease_ms;
     if (hold_until_ms > q->lease_until_ms)
         q->lease_until_ms = hold_until_ms;
@@ -781,8 +817,8 @@ done:
     return st;
 }
 
-tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, uint64_t through,
-                          tfp_err_t *err)
+tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, const char *by,
+                          uint64_t through, tfp_err_t *err)
 {
     tfp_status_t st = TFP_OK;
     wakes_t w = {0};
@@ -795,6 +831,8 @@ tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, uin
     }
     devq_t *q = &f->q[dev];
     expire(f, dev, now, &w);
+    if ((st = owned(f, dev, consumer, by, err)) != TFP_OK)
+        goto done;
     if (strcmp(q->consumer, consumer) != 0) {
         st = tfp_err_set(err, TFP_ECONFLICT, "consumer '%s' is not attached to device queue %u "
                          "of feed '%s' (its lease ran out, or the feed was reset)", consumer,
@@ -811,7 +849,7 @@ done:
 }
 
 tfp_status_t tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer,
-                             const uint64_t *ack, tfp_err_t *err)
+                             const char *by, const uint64_t *ack, tfp_err_t *err)
 {
     tfp_status_t st = TFP_OK;
     wakes_t w = {0};
@@ -822,6 +860,8 @@ tfp_status_t tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer,
         goto done;
     }
     devq_t *q = &f->q[dev];
+    if ((st = owned(f, dev, consumer, by, err)) != TFP_OK)
+        goto done;
     int mine = strcmp(q->consumer, consumer) == 0;
     /* Its own releases count even after its lease ran out, until another consumer attached
      * (release_through keeps to what was taken back from it). */
@@ -1005,8 +1045,10 @@ void tfd_feed_stats(tfd_feed_t *f, tfd_feed_stats_t *st)
         o->published = q->published;
         o->delivered = q->delivered;
         o->released = q->released;
-        if (q->consumer[0] && q->lease_until_ms > now)
+        if (q->consumer[0] && q->lease_until_ms > now) {
             snprintf(o->consumer, sizeof o->consumer, "%s", q->consumer);
+            snprintf(o->consumer_by, sizeof o->consumer_by, "%s", q->consumer_by);
+        }
         o->redeliveries = q->redeliveries;
         o->items_in = q->items_in;
         o->items_out = q->items_out;

@@ -127,6 +127,13 @@ tfp_status_t tfd_feed_infeed(tfd_feed_t *f, const tfd_infeed_t *in, tfd_infeed_r
 
 /* ---- consumers ---------------------------------------------------------------------------- */
 
+/* Consumers belong to principals. Every call below names the consumer and, as by, the
+ * principal that asks ("" with authentication off: then everyone is the same one). A
+ * consumer id attached by one principal (its lease live), or whose rewound positions it may
+ * still acknowledge, is refused to every other with TFP_EFORBIDDEN, naming nothing of the
+ * owner; a TFP_ECONFLICT for a queue attached to another principal's consumer does not name
+ * that consumer. */
+
 typedef struct {
     tfd_blob_t *blob;               /* a new reference */
     uint64_t position, seq, round, generation;
@@ -139,7 +146,8 @@ typedef struct {
  * release those unseen), then delivers the next undelivered item. TFP_OK (*item);
  * TFP_EAGAIN when there is none (*ev: the TFD_FEED_POP counter of dev; item->generation set,
  * item->blob NULL); TFP_EDONE when the feed is done and nothing is undelivered;
- * TFP_ECONFLICT while another consumer's lease is live; TFP_ENOTFOUND once deleted.
+ * TFP_ECONFLICT while another consumer's lease is live; TFP_EFORBIDDEN when consumer is
+ * another principal's; TFP_ENOTFOUND once deleted.
  *
  * attach ties a pop that waits to the attachment it began under: 0 on its first call (set
  * here), the same value on its calls after a wait. When the consumer detached in between
@@ -147,21 +155,27 @@ typedef struct {
  * ends without attaching it again (nor delivering it an item of the new generation, which
  * an acknowledgement of the old one could release). NULL: no such tie (the ring's pops,
  * which never wait). */
-tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const uint64_t *ack,
-                          int rewind, uint64_t hold_until_ms, uint64_t *attach,
+tfp_status_t tfd_feed_pop(tfd_feed_t *f, unsigned dev, const char *consumer, const char *by,
+                          const uint64_t *ack, int rewind, uint64_t hold_until_ms, uint64_t *attach,
                           tfd_feed_item_t *item, uint64_t *ev, tfp_err_t *err);
+/* Whether by may use consumer on dev's queue now: TFP_OK, or TFP_EFORBIDDEN (another
+ * principal's) or TFP_ENOTFOUND with err. For a same-host ring, asked as it opens. */
+tfp_status_t tfd_feed_consumer_check(tfd_feed_t *f, unsigned dev, const char *consumer,
+                                     const char *by, tfp_err_t *err);
 /* Releases every delivered item at position <= through and renews the lease. TFP_OK,
- * TFP_ECONFLICT if consumer is not the one attached, TFP_ENOTFOUND once deleted. */
-tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, uint64_t through,
-                          tfp_err_t *err);
+ * TFP_ECONFLICT if consumer is not the one attached, TFP_EFORBIDDEN if it is another
+ * principal's (see "Consumers belong to principals" above), TFP_ENOTFOUND once deleted. */
+tfp_status_t tfd_feed_ack(tfd_feed_t *f, unsigned dev, const char *consumer, const char *by,
+                          uint64_t through, tfp_err_t *err);
 
 /* Ends consumer's lease on dev's queue now, if it holds it (a consumer that says so, a
  * same-host ring whose connection closed): first releases through *ack as tfd_feed_ack does
  * (ack may be NULL), then what it was delivered and did not release goes to whoever attaches
  * next, in order, and its pops that wait end (TFP_ECANCELED from tfd_feed_pop). A consumer
- * that holds no lease changes nothing but its own releases. TFP_OK, or TFP_ENOTFOUND. */
+ * that holds no lease changes nothing but its own releases. TFP_OK, TFP_EFORBIDDEN (another
+ * principal's consumer), or TFP_ENOTFOUND. */
 tfp_status_t tfd_feed_detach(tfd_feed_t *f, unsigned dev, const char *consumer,
-                             const uint64_t *ack, tfp_err_t *err);
+                             const char *by, const uint64_t *ack, tfp_err_t *err);
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
@@ -199,10 +213,15 @@ tfp_status_t tfd_feed_outfeed_get(tfd_feed_t *f, uint64_t after, tfd_outfeed_ite
 #define TFD_FEED_NLAT 14
 extern const double tfd_feed_lat_buckets[TFD_FEED_NLAT];
 
+/* What a feed's stats show in place of another principal's consumer id (api_feeds.c): not a
+ * valid id, so it cannot be used as one. */
+#define TFD_FEED_CONSUMER_HIDDEN "(another principal's)"
+
 typedef struct {
     uint64_t depth, bytes, high_water;          /* items queued (delivered or not), bytes */
     uint64_t published, delivered, released;    /* positions, this generation */
     char consumer[TFP_MAX_USER_ID + 1];         /* "" when none is attached */
+    char consumer_by[TFP_MAX_USER_ID + 1];      /* its principal ("": auth off) */
     uint64_t redeliveries;
     uint64_t items_in, items_out, bytes_in, bytes_out;      /* since declared */
     uint64_t starved_ns;            /* pops waiting on this empty queue */

@@ -71,6 +71,7 @@ struct tfd_ring {
     tfd_feed_t *f;
     unsigned dev;
     char consumer[TFP_MAX_USER_ID + 1];
+    char by[TFP_MAX_USER_ID + 1];   /* the consumer's principal ("": authentication off) */
     mem_t *mem;                     /* the slots, their geometry and holders */
     uint64_t asked, sent;           /* credit, in items */
     uint64_t generation;            /* the last one told */
@@ -136,9 +137,9 @@ static unsigned queue_slots(const tfp_feed_decl_t *d, unsigned nslots, uint64_t 
 }
 
 tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok,
-                           const char *consumer, unsigned nslots, uint64_t slot_bytes,
-                           uint64_t max_bytes, tfd_ring_acct_t *acct, tfd_ring_t **out, int *fd,
-                           tfp_err_t *err)
+                           const char *consumer, const char *by, unsigned nslots,
+                           uint64_t slot_bytes, uint64_t max_bytes, tfd_ring_acct_t *acct,
+                           tfd_ring_t **out, int *fd, tfp_err_t *err)
 {
     tfd_feed_t *f = tfd_feeds_get(fs, feed);
     if (!f)
@@ -148,6 +149,11 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
     if (dev < 0) {
         tfd_feed_unref(f);
         return tfp_err_set(err, TFP_ENOTFOUND, "feed '%s' has no device '%s'", feed, devtok);
+    }
+    tfp_status_t own = tfd_feed_consumer_check(f, (unsigned)dev, consumer, by, err);
+    if (own != TFP_OK) {
+        tfd_feed_unref(f);
+        return own;
     }
     uint64_t slot = slot_bytes ? slot_bytes : d->item_bytes + HEADER_ROOM;
     slot = (slot + PAGE - 1) / PAGE * PAGE;
@@ -195,6 +201,7 @@ tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok
     r->f = f;
     r->dev = (unsigned)dev;
     snprintf(r->consumer, sizeof r->consumer, "%s", consumer);
+    snprintf(r->by, sizeof r->by, "%s", by);
     r->first = 1;
     *out = r;
     *fd = r->mem->m.fd;
@@ -239,7 +246,7 @@ int tfd_ring_message(tfd_ring_t *r, const tfp_sf_t *m)
         r->acked = m->a;
         /* A lease that lapsed (a stalled daemon) is taken again by the next pop: the ack is
          * applied then, not lost (items it released would come again, and stay). */
-        r->ack_pending = tfd_feed_ack(r->f, r->dev, r->consumer, m->a, &err) != TFP_OK;
+        r->ack_pending = tfd_feed_ack(r->f, r->dev, r->consumer, r->by, m->a, &err) != TFP_OK;
         if (r->ack_pending)
             tfd_log(LOG_INFO, "ring: ack of feed '%s' held until the consumer is attached "
                     "again: %s", tfd_feed_name(r->f), err.msg);
@@ -368,14 +375,14 @@ int tfd_ring_fill(tfd_ring_t *r, int sock, tfd_ring_stats_t *st)
         tfd_feed_item_t it;
         tfp_err_t err;
         uint64_t wait_ev = 0;
-        tfp_status_t s = tfd_feed_pop(r->f, r->dev, r->consumer, NULL, r->first, 0, NULL, &it,
+        tfp_status_t s = tfd_feed_pop(r->f, r->dev, r->consumer, r->by, NULL, r->first, 0, NULL, &it,
                                       &wait_ev, &err);
         r->empty = 0;
         if (s == TFP_OK || s == TFP_EAGAIN) {
             r->first = 0;
             r->renew_ms = 0;                /* the pop renewed the lease: tick re-arms */
             if (r->ack_pending && it.generation == r->generation &&
-                tfd_feed_ack(r->f, r->dev, r->consumer, r->acked, &err) == TFP_OK)
+                tfd_feed_ack(r->f, r->dev, r->consumer, r->by, r->acked, &err) == TFP_OK)
                 r->ack_pending = 0;
             if (!r->told_generation || it.generation != r->generation) {
                 r->generation = it.generation;
@@ -426,7 +433,7 @@ uint64_t tfd_ring_tick(tfd_ring_t *r, uint64_t now)
         tfp_err_t err;
         /* Through 0 releases nothing and renews the lease; refused when none is held. */
         if (!r->first)
-            (void)tfd_feed_ack(r->f, r->dev, r->consumer, 0, &err);
+            (void)tfd_feed_ack(r->f, r->dev, r->consumer, r->by, 0, &err);
         r->renew_ms = now + every;
     }
     return r->renew_ms - now;
@@ -438,7 +445,7 @@ void tfd_ring_free(tfd_ring_t *r)
         return;
     tfp_err_t err;
     if (!r->first)
-        (void)tfd_feed_detach(r->f, r->dev, r->consumer, NULL, &err);
+        (void)tfd_feed_detach(r->f, r->dev, r->consumer, r->by, NULL, &err);
     mem_unref(r->mem);                      /* bodies received into its slots keep it */
     tfd_feed_unref(r->f);
     free(r);

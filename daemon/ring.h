@@ -49,15 +49,16 @@ tfd_ring_acct_t *tfd_ring_acct_new(void);
 void tfd_ring_acct_unref(tfd_ring_acct_t *a);
 uint64_t tfd_ring_acct_bytes(const tfd_ring_acct_t *a);
 
-/* A ring for consumer on feed's device devtok: nslots (1..TFP_SF_MAX_SLOTS) of slot_bytes
+/* A ring for consumer, of principal by ("": authentication off), on feed's device devtok
+ * (TFP_EFORBIDDEN when that consumer id is another principal's, feeds.h): nslots (1..TFP_SF_MAX_SLOTS) of slot_bytes
  * each (0: the feed's item bytes plus room for the header, page-rounded), at most max_bytes
  * in all, counted in acct (may be NULL) until its slots are freed. TFP_OK with *out and *fd
  * (the memfd, borrowed: valid while the ring lives), else TFP_ENOTFOUND (no such feed or
  * device), TFP_EFULL (over max_bytes) or TFP_ENOMEM, with err. */
 tfp_status_t tfd_ring_open(tfd_feeds_t *fs, const char *feed, const char *devtok,
-                           const char *consumer, unsigned nslots, uint64_t slot_bytes,
-                           uint64_t max_bytes, tfd_ring_acct_t *acct, tfd_ring_t **out, int *fd,
-                           tfp_err_t *err);
+                           const char *consumer, const char *by, unsigned nslots,
+                           uint64_t slot_bytes, uint64_t max_bytes, tfd_ring_acct_t *acct,
+                           tfd_ring_t **out, int *fd, tfp_err_t *err);
 unsigned tfd_ring_slots(const tfd_ring_t *r);
 uint64_t tfd_ring_slot_bytes(const tfd_ring_t *r);
 /* Lends a free slot (one is always kept for items that need a copy) for a body of len

@@ -308,6 +308,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;
     }
+    tfd_upgrade_set_token_quota(s->upgrade, cfg->upgrade_tokens_per_client);
     if (s->tls_cert)        /* UCX would carry the bytes in the clear: trusted links only */
         tfd_upgrade_set_tls(s->upgrade, &trusted, cfg->ucx_trusted);
     else if (cfg->ucx_trusted[0])

@@ -5,11 +5,13 @@
  * (single use); anything else, or a malformed message, closes it. Each connection owns its
  * leases (a blob reference each); they end with RELEASE, with the connection, or at their
  * expiry, which the poll timeout wakes for. Only this thread touches connections and
- * leases; the mutex covers the tokens and the counters that /metrics reads.
+ * leases; the mutex covers the tokens (a one-time token table, daemon/otokens.h: looked up
+ * by hash, bounded per principal as the upgrade's are) and the counters /metrics reads.
  */
 #include "config.h"
 #include "daemon/shm.h"
 #include "daemon/log.h"
+#include "daemon/otokens.h"
 #include "daemon/ring.h"
 #include "proto/safetensors.h"
 #include "proto/shmframe.h"
@@ -62,6 +64,7 @@ typedef struct {
     int fd;
     int hello;                      /* presented a valid token */
     tfp_op_who_t who;               /* the credential its token was issued to */
+    char owner[TFD_OTOK_MAX_OWNER]; /* whose tokens its TOKENs count as (its token's owner) */
     lease_t *leases;
     size_t n, cap;
     alloc_t allocs[MAX_ALLOCS_PER_CONN];
@@ -73,11 +76,6 @@ typedef struct {
     uint64_t token_until[MAX_TOKENS_PER_CONN];  /* when each TOKEN it got expires */
 } conn_t;
 
-typedef struct {
-    char token[TFP_UP_TOKEN_LEN + 1];
-    uint64_t expires_ms;
-    tfp_op_who_t who;               /* cred and token_hash of the upgrade's principal */
-} token_t;
 
 struct tfd_shm {
     tfd_store_t *store;
@@ -103,68 +101,55 @@ struct tfd_shm {
     size_t nconns;
     uint64_t next_lease;            /* the thread's */
     pthread_mutex_t lock;           /* tokens and st */
-    token_t tokens[MAX_TOKENS];
-    size_t ntokens;
+    tfd_otokens_t *tokens;          /* of tfp_op_who_t: cred and token_hash of the
+                                     * upgrade's principal */
     tfd_shm_stats_t st;
 };
 
 /* ---- tokens ------------------------------------------------------------------------------- */
 
-static void drop_expired_tokens(tfd_shm_t *s, uint64_t now)
-{
-    for (size_t i = 0; i < s->ntokens;)
-        if (s->tokens[i].expires_ms <= now)
-            s->tokens[i] = s->tokens[--s->ntokens];
-        else
-            i++;
-}
-
 void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth) { s->auth = auth; }
 void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds) { s->feeds = feeds; }
 
-int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
-                  char token[TFP_UP_TOKEN_LEN + 1], const tfp_op_who_t *who)
+void tfd_shm_set_token_quota(tfd_shm_t *s, unsigned per_owner)
 {
-    uint8_t rnd[16];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-        return -1;
-    for (int i = 0; i < 16; i++)
-        snprintf(token + 2 * i, 3, "%02x", rnd[i]);
     pthread_mutex_lock(&s->lock);
-    uint64_t now = tfx_now_ms();
-    drop_expired_tokens(s, now);
-    int rc = -1;
-    if (s->ntokens < MAX_TOKENS) {
-        token_t *t = &s->tokens[s->ntokens++];
-        memcpy(t->token, token, sizeof t->token);
-        t->expires_ms = now + s->token_ttl_ms;
-        memset(&t->who, 0, sizeof t->who);
-        if (who) {
-            t->who.cred = who->cred;
-            memcpy(t->who.token_hash, who->token_hash, sizeof t->who.token_hash);
-        }
-        rc = 0;
-    }
+    tfd_otokens_set_quota(s->tokens, per_owner);
     pthread_mutex_unlock(&s->lock);
-    snprintf(name, TFP_UP_MAX_SHM_SOCKET + 1, "%s", s->name);
-    return rc;
 }
 
-/* Takes token if it was issued and is still valid (single use): its credential into *who. */
-static int take_token(tfd_shm_t *s, const char *token, tfp_op_who_t *who)
+int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
+                  char token[TFP_UP_TOKEN_LEN + 1], const tfp_op_who_t *who, const char *owner)
 {
-    int ok = 0;
+    tfp_op_who_t w;
+    memset(&w, 0, sizeof w);
+    if (who) {
+        w.cred = who->cred;
+        memcpy(w.token_hash, who->token_hash, sizeof w.token_hash);
+    }
     pthread_mutex_lock(&s->lock);
-    drop_expired_tokens(s, tfx_now_ms());
-    for (size_t i = 0; i < s->ntokens; i++)
-        if (strcmp(s->tokens[i].token, token) == 0) {
-            *who = s->tokens[i].who;
-            s->tokens[i] = s->tokens[--s->ntokens];
-            ok = 1;
-            break;
-        }
+    tfd_otok_result_t got = tfd_otokens_issue(s->tokens, owner ? owner : "", &w, tfx_now_ms(),
+                                              s->token_ttl_ms, token, NULL);
     pthread_mutex_unlock(&s->lock);
-    return ok;
+    memset(&w, 0, sizeof w);
+    snprintf(name, TFP_UP_MAX_SHM_SOCKET + 1, "%s", s->name);
+    return got == TFD_OTOK_OK ? 0 : got == TFD_OTOK_QUOTA ? -2 : -1;
+}
+
+/* Takes token if it was issued and is still valid (single use): its credential into *who,
+ * its owner into owner. */
+static int take_token(tfd_shm_t *s, const char *token, tfp_op_who_t *who,
+                      char owner[TFD_OTOK_MAX_OWNER])
+{
+    pthread_mutex_lock(&s->lock);
+    tfp_op_who_t *w = tfd_otokens_find(s->tokens, token, tfx_now_ms());
+    if (w) {
+        *who = *w;
+        snprintf(owner, TFD_OTOK_MAX_OWNER, "%s", tfd_otokens_owner(s->tokens, w));
+        tfd_otokens_take(s->tokens, w);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return w != NULL;
 }
 
 /* ---- leases ------------------------------------------------------------------------------- */
@@ -642,7 +627,9 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 }
 
 /* TOKEN: a one-time token for another connection of this principal (a feed's ring). At
- * most MAX_TOKENS_PER_CONN unused at once, so one client cannot fill the token table. */
+ * most MAX_TOKENS_PER_CONN unused at once per connection, and as many as the principal's
+ * quota allows over all its connections (upgrade-tokens-per-client), so no client can fill
+ * the token table. */
 static int do_token(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     uint64_t now = tfx_now_ms();
@@ -653,7 +640,11 @@ static int do_token(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfp_sf_t m;
     memset(&m, 0, sizeof m);
     char name[TFP_UP_MAX_SHM_SOCKET + 1];
-    if (k < 0 || tfd_shm_token(s, name, m.str, &c->who) != 0)
+    int rc = k < 0 ? -1 : tfd_shm_token(s, name, m.str, &c->who, c->owner);
+    if (rc == -2)
+        return reply_error(s, c, q->seq, TFP_EFULL, "shm: this principal holds as many unused "
+                           "tokens as upgrade-tokens-per-client allows");
+    if (rc != 0)
         return reply_error(s, c, q->seq, TFP_EBUSY, "shm: too many tokens asked for at once");
     c->token_until[k] = now + s->token_ttl_ms;
     m.op = TFP_SF_REPLY;
@@ -674,6 +665,10 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return -1;                          /* the decoder checked it: cannot happen */
     if (refused(s, c, q, TFP_RIGHT_CONSUME, feed, &rc))
         return rc;
+    tfp_op_who_t w = c->who;            /* the consumer id is this principal's (feeds.h) */
+    w.principal[0] = '\0';
+    if (s->auth && tfd_auth_on(s->auth))
+        (void)tfd_auth_identify(s->auth, &w, 0);    /* refused() said it is known */
     if (!s->feeds)
         return reply_error(s, c, q->seq, TFP_ENOTIMPL, "shm: this server has no feeds");
     if (c->requests > 1 || c->ring)
@@ -685,8 +680,8 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     pthread_mutex_unlock(&s->lock);
     tfd_ring_t *r;
     int fd;
-    tfp_status_t st = tfd_ring_open(s->feeds, feed, dev, consumer, (unsigned)q->a, q->b, left,
-                                    s->ring_acct, &r, &fd, &err);
+    tfp_status_t st = tfd_ring_open(s->feeds, feed, dev, consumer, w.principal, (unsigned)q->a,
+                                    q->b, left, s->ring_acct, &r, &fd, &err);
     if (st != TFP_OK)
         return reply_error(s, c, q->seq, st, err.msg);
     tfp_sf_t m;
@@ -810,7 +805,7 @@ static int serve(tfd_shm_t *s, size_t k)
         return -1;
     }
     if (!c->hello) {
-        if (q.op != TFP_SF_HELLO || !take_token(s, q.str, &c->who)) {
+        if (q.op != TFP_SF_HELLO || !take_token(s, q.str, &c->who, c->owner)) {
             reply_error(s, c, q.seq, TFP_EUNAUTH, "unknown, expired or already used token");
             tfd_log(LOG_NOTICE, "shm: HELLO refused");
             return -1;
@@ -947,7 +942,8 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
     pthread_mutex_init(&s->ring_lock, NULL);
     pthread_mutex_init(&s->stage_lock, NULL);
     tfp_err_t err;
-    if (!(s->ring_acct = tfd_ring_acct_new())) {
+    if (!(s->ring_acct = tfd_ring_acct_new()) ||
+        !(s->tokens = tfd_otokens_new(MAX_TOKENS, sizeof(tfp_op_who_t), 0))) {
         snprintf(why, why_size, "out of memory");
         goto fail;
     }
@@ -976,6 +972,7 @@ fail:
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     tfd_ring_acct_unref(s->ring_acct);
+    tfd_otokens_free(s->tokens);
     pthread_mutex_destroy(&s->stage_lock);
     pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);
@@ -1008,6 +1005,7 @@ void tfd_shm_free(tfd_shm_t *s)
     close(s->stop_fd);
     close(s->listen_fd);
     tfd_ring_acct_unref(s->ring_acct);     /* rings' slots that queued items keep count */
+    tfd_otokens_free(s->tokens);
     pthread_mutex_destroy(&s->stage_lock);
     pthread_mutex_destroy(&s->ring_lock);
     pthread_mutex_destroy(&s->lock);

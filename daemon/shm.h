@@ -93,10 +93,14 @@ void tfd_shm_staged_put(tfd_shm_t *s, tfd_stage_t *g, int copied);
  * s NULL, or no ring open: nothing (no system call). */
 void tfd_shm_feed_wake(tfd_shm_t *s);
 /* Issues a one-time token for the socket: writes the socket's name and the token. who: the
- * credential it is issued to (cred and token_hash; NULL with authentication off). 0, or
- * -1 (too many pending). */
+ * credential it is issued to (cred and token_hash; NULL with authentication off); owner:
+ * whose quota it counts in (the principal, or with authentication off the client's
+ * address). 0, -2 (owner over its quota) or -1 (too many pending in all). */
 int tfd_shm_token(tfd_shm_t *s, char name[TFP_UP_MAX_SHM_SOCKET + 1],
-                  char token[TFP_UP_TOKEN_LEN + 1], const tfp_op_who_t *who);
+                  char token[TFP_UP_TOKEN_LEN + 1], const tfp_op_who_t *who,
+                  const char *owner);
+/* Unused tokens one owner may hold at once (upgrade-tokens-per-client; 0: no limit). */
+void tfd_shm_set_token_quota(tfd_shm_t *s, unsigned per_owner);
 void tfd_shm_stats(tfd_shm_t *s, tfd_shm_stats_t *st);     /* s NULL: zeroes */
 /* Stops the thread, closes every connection (ending their leases), frees. NULL: no-op. */
 void tfd_shm_free(tfd_shm_t *s);

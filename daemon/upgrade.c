@@ -1,13 +1,16 @@
 /* upgrade.c - POST /v1/upgrade and the UCX transport's admission tokens.
  *
- * Tokens live in a small array under a mutex (a few per client connection; expired ones are
- * reclaimed as new ones are issued). The UCX progress thread verifies HELLOs through
- * verify_hello; HTTP threads issue tokens. Built without UCX, every upgrade is refused with
+ * Tokens live in a one-time token table (daemon/otokens.h) under a mutex: looked up by their
+ * hash, bounded in all and per principal (per client address with authentication off), so
+ * one client that asks without connecting cannot starve the others (429 with Retry-After for
+ * it alone). The UCX progress thread verifies HELLOs through verify_hello; HTTP threads issue
+ * tokens. Built without UCX, every upgrade is refused with
  * that reason and the daemon serves HTTP alone.
  */
 #include "config.h"
 #include "daemon/upgrade.h"
 #include "daemon/log.h"
+#include "daemon/otokens.h"
 #include "daemon/shm.h"
 #include "proto/auth.h"
 #include "proto/netaddr.h"
@@ -23,14 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define MAX_TOKENS 4096
+#define DEFAULT_QUOTA 128               /* live tokens per principal (or address): upgrade.h */
 #define LOCAL_REFRESH_MS 5000           /* this host's addresses, read again at most this often */
 
+/* What a token was issued for: its payload in the table. */
 typedef struct {
-    char token[TFP_UP_TOKEN_LEN + 1];
-    uint64_t expires_ms;
     tfp_up_host_t host;             /* who asked */
     tfp_cred_t cred;                /* TFP_CRED_BEARER: issued to the principal whose bearer */
     uint8_t token_hash[TFP_AUTH_HASH_LEN];  /* token hashes so (authentication on) */
@@ -39,8 +41,7 @@ typedef struct {
 
 struct tfd_upgrade {
     pthread_mutex_t lock;
-    token_t *tokens;
-    size_t ntokens;
+    tfd_otokens_t *tokens;          /* of token_t; under lock */
     unsigned ttl_ms;
     tfp_up_host_t self;
     char why[256];                  /* why UCX is off, "" when on */
@@ -56,15 +57,6 @@ struct tfd_upgrade {
     tfx_ucx_t *ucx;
 #endif
 };
-
-static __attribute__((unused)) void drop_expired(tfd_upgrade_t *up, uint64_t now)
-{
-    for (size_t i = 0; i < up->ntokens;)
-        if (up->tokens[i].expires_ms <= now)
-            up->tokens[i] = up->tokens[--up->ntokens];
-        else
-            i++;
-}
 
 #ifdef HAVE_UCX
 /* The client's pid, from the token, when it shares this host: the UCX side watches it
@@ -88,29 +80,24 @@ static int verify_hello(const char *token, const char *identity, long *peer_pid,
         goto out;
     }
     pthread_mutex_lock(&up->lock);
-    drop_expired(up, tfx_now_ms());
-    size_t i;
-    for (i = 0; i < up->ntokens; i++)
-        if (strcmp(up->tokens[i].token, token) == 0)
-            break;
-    if (i == up->ntokens) {
+    token_t *t = tfd_otokens_find(up->tokens, token, tfx_now_ms());
+    if (!t) {
         snprintf(why, why_size, "unknown, expired or already used token");
-    } else if (strcmp(up->tokens[i].host.boot_id, who.boot_id) != 0 ||
-               strcmp(up->tokens[i].host.netns, who.netns) != 0) {
+    } else if (strcmp(t->host.boot_id, who.boot_id) != 0 ||
+               strcmp(t->host.netns, who.netns) != 0) {
         snprintf(why, why_size, "the token was issued to another peer");
-    } else if (up->tokens[i].cred == TFP_CRED_BEARER && !proof[0]) {
+    } else if (t->cred == TFP_CRED_BEARER && !proof[0]) {
         snprintf(why, why_size, "the token was issued to principal '%s': HELLO must carry its "
-                 "proof (authentication is on)", up->tokens[i].principal);
-    } else if (up->tokens[i].cred == TFP_CRED_BEARER &&
-               (tfp_auth_hello_proof(up->tokens[i].token_hash, token, expect),
+                 "proof (authentication is on)", t->principal);
+    } else if (t->cred == TFP_CRED_BEARER &&
+               (tfp_auth_hello_proof(t->token_hash, token, expect),
                 !tfp_auth_proof_equal(expect, proof))) {
         snprintf(why, why_size, "the token was issued to another principal");
     } else {
-        cred->cred = up->tokens[i].cred;
-        memcpy(cred->token_hash, up->tokens[i].token_hash, sizeof cred->token_hash);
-        *peer_pid = tfp_up_host_same(&up->self, &up->tokens[i].host)
-                        ? (long)up->tokens[i].host.pid : 0;
-        up->tokens[i] = up->tokens[--up->ntokens];       /* single use */
+        cred->cred = t->cred;
+        memcpy(cred->token_hash, t->token_hash, sizeof cred->token_hash);
+        *peer_pid = tfp_up_host_same(&up->self, &t->host) ? (long)t->host.pid : 0;
+        tfd_otokens_take(up->tokens, t);                 /* single use */
         rc = 0;
     }
     pthread_mutex_unlock(&up->lock);
@@ -136,6 +123,10 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
     pthread_mutex_init(&up->lock, NULL);
     pthread_rwlock_init(&up->local_lock, NULL);
     up->ttl_ms = token_ttl_ms;
+    if (!(up->tokens = tfd_otokens_new(MAX_TOKENS, sizeof(token_t), DEFAULT_QUOTA))) {
+        tfd_upgrade_free(up);
+        return NULL;
+    }
     tfp_err_t err;
     if (tfx_hostid_get(&up->self, &err) != TFP_OK) {
         snprintf(up->why, sizeof up->why, "cannot tell this host's identity: %.200s", err.msg);
@@ -170,6 +161,17 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
 void tfd_upgrade_set_shm(tfd_upgrade_t *up, struct tfd_shm *shm)
 {
     up->shm = shm;
+    if (shm)
+        tfd_shm_set_token_quota(shm, tfd_otokens_quota(up->tokens));
+}
+
+void tfd_upgrade_set_token_quota(tfd_upgrade_t *up, unsigned per_client)
+{
+    pthread_mutex_lock(&up->lock);
+    tfd_otokens_set_quota(up->tokens, per_client);
+    pthread_mutex_unlock(&up->lock);
+    if (up->shm)
+        tfd_shm_set_token_quota(up->shm, per_client);
 }
 
 void tfd_upgrade_set_tls(tfd_upgrade_t *up, const tfp_netlist_t *trusted, const char *text)
@@ -287,52 +289,53 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
     resp.same_host = tfp_up_host_same(&up->self, &req.host);
     resp.server_pid = up->self.pid;
     resp.expires_ms = up->ttl_ms;
-    uint8_t rnd[16];
-    if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) {
-        tfx_respond_error(r, TFP_EINTERNAL, "no randomness for a token");
-        return;
-    }
-    for (int i = 0; i < 16; i++)
-        snprintf(resp.token + 2 * i, 3, "%02x", rnd[i]);
     if (tfx_ucx_address(up->ucx, !resp.same_host, &resp.worker_address,
                         &resp.worker_address_len) != 0) {
         tfx_respond_error(r, TFP_ENOMEM, "out of memory");
         return;
     }
-    pthread_mutex_lock(&up->lock);
-    drop_expired(up, tfx_now_ms());
-    int full = up->ntokens >= MAX_TOKENS;
-    if (!full) {
-        token_t *nt = realloc(up->tokens, (up->ntokens + 1) * sizeof *nt);
-        if (nt) {
-            up->tokens = nt;
-            token_t *t = &up->tokens[up->ntokens++];
-            memcpy(t->token, resp.token, sizeof t->token);
-            t->expires_ms = tfx_now_ms() + up->ttl_ms;
-            t->host = req.host;
-            const tfp_op_who_t *w = tfx_req_op_who(r);
-            if (w->principal[0] && w->cred == TFP_CRED_BEARER) {     /* authentication on */
-                t->cred = TFP_CRED_BEARER;
-                memcpy(t->token_hash, w->token_hash, sizeof t->token_hash);
-                snprintf(t->principal, sizeof t->principal, "%s", w->principal);
-            } else {
-                t->cred = TFP_CRED_NONE;
-                t->principal[0] = '\0';
-            }
-            up->st.issued++;
-        } else {
-            full = 1;
-        }
+    token_t t;
+    memset(&t, 0, sizeof t);
+    t.host = req.host;
+    const tfp_op_who_t *w = tfx_req_op_who(r);
+    if (w->principal[0] && w->cred == TFP_CRED_BEARER) {     /* authentication on */
+        t.cred = TFP_CRED_BEARER;
+        memcpy(t.token_hash, w->token_hash, sizeof t.token_hash);
+        snprintf(t.principal, sizeof t.principal, "%s", w->principal);
+    } else {
+        t.cred = TFP_CRED_NONE;
     }
+    /* Counted per principal; without authentication per client address. */
+    const char *owner = w->principal[0] ? w->principal : peer;
+    uint64_t retry_ms = 0;
+    pthread_mutex_lock(&up->lock);
+    tfd_otok_result_t got = tfd_otokens_issue(up->tokens, owner, &t, tfx_now_ms(), up->ttl_ms,
+                                              resp.token, &retry_ms);
+    if (got == TFD_OTOK_OK)
+        up->st.issued++;
+    size_t quota = tfd_otokens_quota(up->tokens);
     pthread_mutex_unlock(&up->lock);
-    if (full) {
+    memset(&t, 0, sizeof t);
+    if (got != TFD_OTOK_OK) {
         free(resp.worker_address);
-        tfx_respond_error(r, TFP_EBUSY, "too many upgrades pending");
+        if (got == TFD_OTOK_NORANDOM) {
+            tfx_respond_error(r, TFP_EINTERNAL, "no randomness for a token");
+            return;
+        }
+        char after[32];
+        snprintf(after, sizeof after, "%llu", (unsigned long long)((retry_ms + 999) / 1000));
+        tfx_req_add_header(r, "Retry-After", after);
+        if (got == TFD_OTOK_QUOTA)      /* names only the asker's own principal or address */
+            tfx_respond_error(r, TFP_EFULL, "%s %s holds %zu unused upgrade tokens, the most "
+                              "upgrade-tokens-per-client allows: use them or wait for them to "
+                              "expire", w->principal[0] ? "principal" : "client", owner, quota);
+        else
+            tfx_respond_error(r, TFP_EBUSY, "too many upgrades pending");
         return;
     }
     /* Same host, and the client can map memory: the shm socket with its own token. */
     if (up->shm && resp.same_host && (req.transports & TFP_UP_T_SHM) &&
-        tfd_shm_token(up->shm, resp.shm_socket, resp.shm_token, tfx_req_op_who(r)) != 0)
+        tfd_shm_token(up->shm, resp.shm_socket, resp.shm_token, w, owner) != 0)
         resp.shm_socket[0] = resp.shm_token[0] = '\0';
     char *json;
     tfp_status_t st = tfp_up_resp_build(&resp, &json, &len, &err);
@@ -389,7 +392,7 @@ void tfd_upgrade_free(tfd_upgrade_t *up)
 #ifdef HAVE_UCX
     tfx_ucx_stop(up->ucx);
 #endif
-    free(up->tokens);
+    tfd_otokens_free(up->tokens);
     pthread_rwlock_destroy(&up->local_lock);
     pthread_mutex_destroy(&up->lock);
     free(up);

@@ -50,6 +50,11 @@ const char *tfd_upgrade_trusted(const tfd_upgrade_t *up);
  * list "shm" get with their UCX answer; NULL: none. Set before HTTP starts. */
 struct tfd_shm;
 void tfd_upgrade_set_shm(tfd_upgrade_t *up, struct tfd_shm *shm);
+/* Unused one-time tokens one principal (with authentication off: one client address) may
+ * hold at once, the UCX upgrade's and the shm socket's each (upgrade-tokens-per-client,
+ * default 128; 0: no limit); over it an upgrade is answered 429 with Retry-After, for that
+ * asker alone. Of 4096 in all. */
+void tfd_upgrade_set_token_quota(tfd_upgrade_t *up, unsigned per_client);
 /* POST /v1/upgrade (the body is complete). */
 void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r);
 void tfd_upgrade_quiesce(tfd_upgrade_t *up);

@@ -23,6 +23,11 @@ const char *tfp_right_name(int right)
     return right >= 0 && right < TFP_RIGHT_COUNT ? right_names[right] : "?";
 }
 
+int tfp_auth_equal(const void *a, const void *b, size_t n)
+{
+    return n == 0 || memeql_sec(a, b, n) != 0;
+}
+
 void tfp_auth_hash(const char *token, size_t len, uint8_t out[TFP_AUTH_HASH_LEN])
 {
     struct sha256_ctx h;
@@ -132,7 +137,7 @@ const tfp_token_t *tfp_tokens_find(const tfp_tokens_t *t, const uint8_t hash[TFP
     }
     if (lo == t->n)
         return NULL;
-    return memeql_sec(t->tokens[lo].hash, hash, TFP_AUTH_HASH_LEN) ? &t->tokens[lo] : NULL;
+    return tfp_auth_equal(t->tokens[lo].hash, hash, TFP_AUTH_HASH_LEN) ? &t->tokens[lo] : NULL;
 }
 
 static int by_hash(const void *a, const void *b)
@@ -424,5 +429,5 @@ int tfp_auth_proof_equal(const char *a, const char *b)
 {
     if (strlen(a) != TFP_AUTH_PROOF_LEN || strlen(b) != TFP_AUTH_PROOF_LEN)
         return 0;
-    return memeql_sec(a, b, TFP_AUTH_PROOF_LEN) != 0;
+    return tfp_auth_equal(a, b, TFP_AUTH_PROOF_LEN);
 }

@@ -78,6 +78,10 @@ typedef struct {
 tfp_status_t tfp_tokens_parse(const char *text, size_t len, tfp_tokens_t *out, tfp_err_t *err);
 void tfp_tokens_free(tfp_tokens_t *t);
 
+/* 1 if a[0..n) equals b[0..n), in time that depends on n alone, never on where they differ
+ * (nettle's memeql_sec): how every secret or its hash is compared. n 0: 1. */
+int tfp_auth_equal(const void *a, const void *b, size_t n);
+
 /* SHA-256 of a token's len bytes. */
 void tfp_auth_hash(const char *token, size_t len, uint8_t out[TFP_AUTH_HASH_LEN]);
 

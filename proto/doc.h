@@ -35,6 +35,9 @@ typedef struct {
     tfp_tensor_t *t;
     size_t nmeta, capmeta;
     tfp_meta_t *meta;
+    int meta_object;                /* 1: it had a "__metadata__" object even with no keys
+                                     * (decoded as such; encoded back, so what echoes a
+                                     * document returns what it got) */
 } tfp_doc_t;
 
 tfp_doc_t *tfp_doc_new(void);

@@ -350,8 +350,10 @@ static tfp_status_t decode_tree(const uint8_t *buf, const char *hdr, uint64_t hl
         goto free_doc;
     }
     cJSON_ArrayForEach(c, root) {
-        if (c == meta)
+        if (c == meta) {
+            doc->meta_object = 1;           /* kept even when empty: encoded back */
             st = parse_meta(c, doc, err);
+        }
         else
             st = parse_entry(c, doc, data_len, &rg[k++], err);
         if (st != TFP_OK)
@@ -524,6 +526,7 @@ static int sc_meta(scan_t *c, tfp_doc_t *doc)
 
     if (!sc_lit(c, '{'))
         return 0;
+    doc->meta_object = 1;
     if (sc_lit(c, '}'))
         return 1;
     do {
@@ -665,7 +668,7 @@ tfp_status_t tfp_st_encode_header(tfp_doc_t *doc, uint8_t **hdr, size_t *hdr_len
 
     tfp_jw_init(&w);
     tfp_jw_obj_begin(&w);
-    if (doc->nmeta > 0) {
+    if (doc->nmeta > 0 || doc->meta_object) {
         tfp_jw_key(&w, "__metadata__");
         tfp_jw_obj_begin(&w);
         for (size_t i = 0; i < doc->nmeta; i++) {

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -324,6 +325,67 @@ START_TEST(test_feeds_per_principal)
 }
 END_TEST
 
+/* Tokens for the consumer tests: alice produces and consumes f*, bob consumes f* too, carol
+ * administers them (and may read, never consume). */
+static const char CONSUMERS[] = "tka alice produce:f* consume:f* read:f*\n"
+                                "tkb bob consume:f* read:f*\n"
+                                "tkc carol read:f* admin:f*\n";
+
+/* alice declares f and pushes two items, then pops the first as consumer c1. */
+static void consumer_c1_attached(void)
+{
+    ck_assert_int_eq(as("tka", FEED_DECL, "/v1/feeds/f"), 201);
+    float v[2] = {1, 2};
+    const char *f = td_tmpfile(0, v, sizeof v);
+    char in[512];
+    snprintf(in, sizeof in, "-X POST --data-binary @%s -H 'Content-Type: application/octet-stream'"
+             " -H 'Tfetch-Dtype: F32' -H 'Tfetch-Shape: 2'", f);
+    ck_assert_int_eq(as("tka", in, "/v1/feeds/f/devices/0/infeed"), 201);
+    ck_assert_int_eq(as("tka", in, "/v1/feeds/f/devices/0/infeed"), 201);
+    ck_assert_int_eq(as("tka", "-X POST -H 'Tfetch-Consumer: c1'", "/v1/feeds/f/devices/0/pop"),
+                     200);
+}
+
+/* Nothing of alice's was acknowledged, and c1 is still hers: she pops item 2. */
+static void c1_still_alices(void)
+{
+    ck_assert_int_eq(as("tka", "", "/v1/feeds/f"), 200);
+    ck_assert_msg(strstr(out, "\"released\":0") && strstr(out, "\"consumer\":\"c1\""), "%s",
+                  out);
+    ck_assert_int_eq(as("tka", "-X POST -H 'Tfetch-Consumer: c1' -H 'Accept: application/json'",
+                        "/v1/feeds/f/devices/0/pop"), 200);
+    ck_assert_msg(strstr(hdrs, "Tfetch-Position: 2"), "%s", hdrs);
+}
+
+/* A consumer id belongs to the principal that attached it. bob, who may consume the feed
+ * too, learns c1 neither from the stats nor from a 409, and naming it (pop, ack, detach) is
+ * 403 naming nothing of alice; the stats show it to alice and to carol (admin). */
+START_TEST(test_feed_consumer_is_the_principals)
+{
+    start_with(CONSUMERS, NULL);
+    consumer_c1_attached();
+    ck_assert_int_eq(as("tkb", "", "/v1/feeds/f"), 200);
+    ck_assert_msg(!strstr(out, "c1") && strstr(out, "\"consumer\":\"(another principal's)\""),
+                  "%s", out);
+    ck_assert_int_eq(as("tkc", "", "/v1/feeds/f"), 200);
+    ck_assert_msg(strstr(out, "\"consumer\":\"c1\""), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c2'", "/v1/feeds/f/devices/0/pop"),
+                     409);
+    ck_assert_msg(!strstr(out, "c1") && strstr(out, "another principal's consumer"), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c1'",
+                        "/v1/feeds/f/devices/0/pop?ack=2"), 403);
+    ck_assert_msg(strstr(out, "TF_EFORBIDDEN") && !strstr(out, "alice"), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c1'",
+                        "/v1/feeds/f/devices/0/ack?through=2"), 403);
+    ck_assert_msg(!strstr(out, "alice"), "%s", out);
+    ck_assert_int_eq(as("tkb", "-X POST -H 'Tfetch-Consumer: c1'",
+                        "/v1/feeds/f/devices/0/detach?ack=2"), 403);
+    ck_assert_msg(!strstr(out, "alice"), "%s", out);
+    c1_still_alices();
+    stop_clean();
+}
+END_TEST
+
 /* alice and bob both send user u1 and request id r1: neither sees the other's state. */
 START_TEST(test_state_per_principal)
 {
@@ -424,6 +486,133 @@ START_TEST(test_sighup_reload)
     ck_assert_int_gt(atoi(log), 0);
     ck_assert_int_eq(as("tka-1f2e3d", "", "/v1/tensors"), 200);    /* still there */
     ck_assert_int_eq(as("tkz", "", "/v1/tensors"), 401);
+    stop_clean();
+}
+END_TEST
+
+/* The times the daemon's log holds needle. */
+static int logged(const char *needle)
+{
+    char cmd[512], log[64] = "";
+    snprintf(cmd, sizeof cmd, "grep -c -F -e '%s' %s || true", needle, D.log_path);
+    td_run(cmd, log, sizeof log);
+    return atoi(log);
+}
+
+/* Sends SIGHUP and waits (5 s) until the daemon has read the token file again (its log
+ * says so, done or refused). */
+static void sighup_read(void)
+{
+    int before = logged("SIGHUP: auth-tokens");
+    kill(D.pid, SIGHUP);
+    for (int i = 0; i < 100 && logged("SIGHUP: auth-tokens") == before; i++)
+        sleep_ms(50);
+    ck_assert_msg(logged("SIGHUP: auth-tokens") > before, "SIGHUP: the token file not read");
+}
+
+/* Writes text over the token file in place (the way an editor may), mode kept. */
+static void overwrite_tokens(const void *text, size_t len)
+{
+    FILE *f = fopen(token_file, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+    fclose(f);
+}
+
+/* A SIGHUP that lands while the file is being written in place (empty, or cut in the middle
+ * of a line) or on a garbled one keeps the table read before: every principal keeps its
+ * rights, and the log says why. A cut that still parses (bob's write:bob.* cut to write:b)
+ * would otherwise take bob's right away. */
+START_TEST(test_sighup_partial_file_keeps_old)
+{
+    start();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 201);
+    overwrite_tokens("", 0);
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 204);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("no token or cert: line"), 1);
+    static const char cut[] = "tka-1f2e3d alice read:alice.*\ntkb-9a8b bob read:bob.* write:b";
+    overwrite_tokens(cut, strlen(cut));
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 204);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("the last line has no newline"), 1);
+    static const char junk[] = "tkb-9a8b bob read:bob.*\n\x01\xff\x7f garbage\n";
+    overwrite_tokens(junk, strlen(junk));
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 204);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("kept the tokens read before"), 3);
+    /* and a whole file, renamed into place, is read */
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.new", token_file);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fchmod(fileno(f), 0600), 0);
+    fputs("tkb-9a8b bob read:bob.*\n", f);
+    fclose(f);
+    ck_assert_int_eq(rename(tmp, token_file), 0);
+    sighup_read();
+    ck_assert_int_eq(put_f32("tkb-9a8b", "bob.x"), 403);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 401);
+    ck_assert_int_eq(logged("read again: 1 tokens"), 1);
+    stop_clean();
+}
+END_TEST
+
+/* tfetchd with the token file at mode (and, uid/gid not -1, that owner): 0 if it started. */
+static int start_mode(mode_t mode, long uid, long gid, char *log, size_t log_size)
+{
+    token_file = td_tmpfile(3, TOKENS, strlen(TOKENS));
+    ck_assert_int_eq(chmod(token_file, mode), 0);
+    if (uid >= 0 || gid >= 0)
+        ck_assert_int_eq(chown(token_file, (uid_t)uid, (gid_t)gid), 0);
+    const char *args[] = {"--auth-tokens", token_file, NULL};
+    td_opts_t o = {.args = args, .start_ms = 10000};
+    int rc = td_start_opts(&D, &o);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cat %s", D.log_path);
+    td_run(cmd, log, log_size);
+    if (rc != 0) {
+        unlink(D.log_path);
+        td_cleanup();
+    }
+    return rc;
+}
+
+/* A token file other users may read (0644, 0666), a group may write, or another user owns
+ * is refused at start (tfetchd exits, saying why) and on SIGHUP (the tokens read before
+ * stay). Read by a group tfetchd is in (a dedicated tokens group): accepted. */
+START_TEST(test_token_file_must_be_private)
+{
+    char log[8192];
+    ck_assert_int_ne(start_mode(0644, -1, -1, log, sizeof log), 0);
+    ck_assert_msg(strstr(log, "mode 0644 lets every user read or write the bearer tokens"), "%s",
+                  log);
+    ck_assert_int_ne(start_mode(0666, -1, -1, log, sizeof log), 0);
+    ck_assert_msg(strstr(log, "mode 0666"), "%s", log);
+    ck_assert_int_ne(start_mode(0620, -1, -1, log, sizeof log), 0);      /* group-writable */
+    ck_assert_msg(strstr(log, "mode 0620"), "%s", log);
+    if (geteuid() == 0) {       /* root can give the file away */
+        ck_assert_int_ne(start_mode(0600, 65534, -1, log, sizeof log), 0);
+        ck_assert_msg(strstr(log, "owned by uid 65534"), "%s", log);
+        ck_assert_int_ne(start_mode(0640, -1, 65534, log, sizeof log), 0);
+        ck_assert_msg(strstr(log, "mode 0640 lets another group read"), "%s", log);
+    }
+    /* its own group may read it */
+    ck_assert_int_eq(start_mode(0640, -1, (long)getegid(), log, sizeof log), 0);
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    /* SIGHUP: loosened, it is refused and the old tokens stay */
+    overwrite_tokens("tkb-9a8b bob read:bob.*\n", 24);
+    ck_assert_int_eq(chmod(token_file, 0644), 0);
+    sighup_read();
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 200);
+    ck_assert_int_eq(logged("mode 0644 lets every user read"), 1);
+    ck_assert_int_eq(chmod(token_file, 0600), 0);
+    sighup_read();
+    ck_assert_int_eq(as("tkc", "", "/v1/tensors"), 401);
+    ck_assert_int_eq(logged("read again: 1 tokens"), 1);
     stop_clean();
 }
 END_TEST
@@ -906,6 +1095,200 @@ START_TEST(test_staged_body_is_the_principals)
 }
 END_TEST
 
+/* A feed request over UCX as conn's principal: op (TFP_UF_FEED_POP, ACK, DETACH) on f's
+ * device 0 as consumer c1, with ack (pop, detach) or through (ack) 2. The reply's HTTP
+ * status, its message in msg. */
+static int ucx_feed_as(tfx_ucxc_t *u, tfx_ucxc_conn_t *conn, uint8_t op, char *msg,
+                       size_t msg_size)
+{
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_FEED, 0);
+    static int k;
+    snprintf(h.request_id, sizeof h.request_id, "fc-%d", ++k);
+    snprintf(h.name, sizeof h.name, "f");
+    h.flags = TFP_UF_F_FEED;
+    h.feed.op = op;
+    snprintf(h.feed.dev, sizeof h.feed.dev, "0");
+    snprintf(h.feed.consumer, sizeof h.feed.consumer, "c1");
+    h.feed.ack = 2;
+    h.feed.flags = TFP_UF_FF_HAS_ACK;
+    tfx_ucxc_req_t *done = ucx_send(u, conn, &h, NULL, 0, NULL, NULL);
+    tfx_ucxc_result_t *res = tfx_ucxc_req_result(done);
+    snprintf(msg, msg_size, "%s", res->reply.msg);
+    int http = res->reply.http;
+    tfx_buf_free(res->body, res->body_cap);
+    res->body = NULL;
+    tfx_ucxc_req_free(done);
+    return http;
+}
+
+/* RING for spec over a new shm connection admitted as bearer: the answer's status, its
+ * message in msg. */
+static tfp_status_t shm_ring_as(const char *bearer, const char *spec, char *msg,
+                                size_t msg_size)
+{
+    tfp_up_resp_t resp;
+    ck_assert_int_eq(upgrade_for(bearer, TFP_UP_T_UCX | TFP_UP_T_SHM, &resp), 200);
+    ck_assert_str_ne(resp.shm_socket, "");
+    tfp_err_t err;
+    int fd = tfx_shm_connect(resp.shm_socket, &err);
+    ck_assert_int_ge(fd, 0);
+    tfp_sf_t m, r;
+    uint8_t buf[TFP_SF_MAX];
+    int mfd = -1;
+    for (int k = 0; k < 2; k++) {       /* HELLO with the token, then RING */
+        memset(&m, 0, sizeof m);
+        m.op = k ? TFP_SF_RING : TFP_SF_HELLO;
+        m.seq = (uint64_t)k + 1;
+        m.a = k ? 1 : 0;
+        const char *str = k ? spec : resp.shm_token;
+        m.str_len = strlen(str);
+        memcpy(m.str, str, m.str_len + 1);
+        size_t n = tfp_sf_encode(&m, buf, sizeof buf, &err), nfds;
+        ck_assert_uint_gt(n, 0);
+        ck_assert_int_eq(tfx_shm_send(fd, buf, n, NULL, 0, &err), TFP_OK);
+        ck_assert_int_eq(tfx_shm_recv(fd, buf, sizeof buf, &n, &mfd, 1, &nfds, &err), TFP_OK);
+        ck_assert_int_eq(tfp_sf_decode(buf, n, &r, &err), TFP_OK);
+        if (!k)
+            ck_assert_msg(r.status == TFP_OK, "%s", r.str);
+    }
+    if (mfd >= 0)
+        close(mfd);
+    close(fd);
+    tfp_up_resp_clear(&resp);
+    snprintf(msg, msg_size, "%s", r.str);
+    return (tfp_status_t)r.status;
+}
+
+/* test_feed_consumer_is_the_principals over UCX and the same-host ring: bob naming alice's
+ * consumer c1 in a pop, an ack or a detach over UCX, or in a RING, is refused 403 naming
+ * nothing of her, and her items stay unacknowledged. */
+START_TEST(test_feed_consumer_is_the_principals_ucx_shm)
+{
+    start_with(CONSUMERS, NULL);
+    consumer_c1_attached();
+    tfp_err_t err;
+    tfx_ucxc_t *u = tfx_ucxc_new(NULL, NULL, &err);
+    ck_assert_msg(u != NULL, "UCX: %s", err.msg);
+    tfx_ucxc_conn_t *bob = ucx_conn_as(u, "tkb");
+    char msg[600];
+    static const uint8_t ops[] = {TFP_UF_FEED_POP, TFP_UF_FEED_ACK, TFP_UF_FEED_DETACH};
+    for (size_t i = 0; i < sizeof ops; i++) {
+        ck_assert_int_eq(ucx_feed_as(u, bob, ops[i], msg, sizeof msg), 403);
+        ck_assert_msg(strstr(msg, "another principal") && !strstr(msg, "alice"), "%s", msg);
+    }
+    ck_assert_int_eq(shm_ring_as("tkb", "f/0/c1", msg, sizeof msg), TFP_EFORBIDDEN);
+    ck_assert_msg(strstr(msg, "another principal") && !strstr(msg, "alice"), "%s", msg);
+    c1_still_alices();
+    /* her own ring under c1 is hers to open */
+    ck_assert_int_eq(shm_ring_as("tka", "f/0/c1", msg, sizeof msg), TFP_OK);
+    tfx_ucxc_conn_close(bob);
+    tfx_ucxc_free(u);
+    stop_clean();
+}
+END_TEST
+
+/* One principal that asks for upgrades and never connects (nobody: a token with no right
+ * that matters) runs into its own quota of unused tokens: 429 with Retry-After, naming only
+ * itself; alice and bob still upgrade. The shm socket's TOKENs count the same way. */
+START_TEST(test_upgrade_quota_per_principal)
+{
+    static const char toks[] = "tkn nobody read:nothing\n"
+                               "tka alice produce:f* consume:f* read:f*\n"
+                               "tkb bob read:*\n";
+    token_file = td_tmpfile(3, toks, strlen(toks));
+    const char *args[] = {"--auth-tokens", token_file, "--upgrade-tokens-per-client", "4", NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    tfp_up_resp_t resp;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(upgrade_as("tkn", &resp), 200);
+        ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+        tfp_up_resp_clear(&resp);
+    }
+    ck_assert_int_eq(upgrade_as("tkn", NULL), 429);
+    ck_assert_msg(strstr(out, "TF_EFULL") && strstr(out, "principal nobody holds 4 unused "
+                  "upgrade tokens"), "%s", out);
+    ck_assert_msg(strstr(hdrs, "Retry-After: "), "%s", hdrs);
+    int after = atoi(strstr(hdrs, "Retry-After: ") + 13);
+    ck_assert_msg(after >= 1 && after <= 10, "%s", hdrs);   /* upgrade-token-ttl: 10 s */
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(upgrade_as(i % 2 ? "tka" : "tkb", &resp), 200);
+        ck_assert_msg(resp.upgraded == 1, "%s", resp.reason);
+        ck_assert_ptr_null(strstr(out, "nobody"));
+        tfp_up_resp_clear(&resp);
+    }
+    /* the shm socket's TOKENs: alice's fourth unused one is her last */
+    ck_assert_int_eq(upgrade_for("tka", TFP_UP_T_UCX | TFP_UP_T_SHM, &resp), 200);
+    ck_assert_str_ne(resp.shm_token, "");
+    tfp_err_t err;
+    int fd = tfx_shm_connect(resp.shm_socket, &err);
+    ck_assert_int_ge(fd, 0);
+    tfp_status_t st = TFP_OK;
+    int n = 0;
+    char msg[TFP_SF_MAX_STR + 1] = "";
+    for (int k = 0; k < 8 && st == TFP_OK; k++) {
+        tfp_sf_t m, r;
+        memset(&m, 0, sizeof m);
+        m.op = k ? TFP_SF_TOKEN : TFP_SF_HELLO;
+        m.seq = (uint64_t)k + 1;
+        if (!k) {
+            m.str_len = strlen(resp.shm_token);
+            memcpy(m.str, resp.shm_token, m.str_len + 1);
+        }
+        uint8_t buf[TFP_SF_MAX];
+        size_t len = tfp_sf_encode(&m, buf, sizeof buf, &err), nfds;
+        int mfd = -1;
+        ck_assert_uint_gt(len, 0);
+        ck_assert_int_eq(tfx_shm_send(fd, buf, len, NULL, 0, &err), TFP_OK);
+        ck_assert_int_eq(tfx_shm_recv(fd, buf, sizeof buf, &len, &mfd, 1, &nfds, &err), TFP_OK);
+        ck_assert_int_eq(tfp_sf_decode(buf, len, &r, &err), TFP_OK);
+        st = (tfp_status_t)r.status;
+        snprintf(msg, sizeof msg, "%s", r.str);
+        n += k && st == TFP_OK;
+    }
+    ck_assert_int_eq(st, TFP_EFULL);
+    ck_assert_msg(strstr(msg, "upgrade-tokens-per-client"), "%s", msg);
+    ck_assert_int_eq(n, 4);
+    close(fd);
+    tfp_up_resp_clear(&resp);
+    /* bob's shm token still comes */
+    ck_assert_int_eq(upgrade_for("tkb", TFP_UP_T_UCX | TFP_UP_T_SHM, &resp), 200);
+    ck_assert_str_ne(resp.shm_token, "");
+    tfp_up_resp_clear(&resp);
+    stop_clean();
+}
+END_TEST
+
+/* Without authentication the quota is per client address: 127.0.0.1 at its quota gets 429,
+ * 127.0.0.2 still upgrades. */
+START_TEST(test_upgrade_quota_per_address)
+{
+    const char *args[] = {"--upgrade-tokens-per-client", "2", NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    tfp_up_req_t q = {.transports = TFP_UP_T_UCX, .policy = TFP_UP_POLICY_UCX};
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_hostid_get(&q.host, &err), TFP_OK);
+    char *json = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(tfp_up_req_build(&q, &json, &len, &err), TFP_OK);
+    const char *f = td_tmpfile(0, json, len);
+    free(json);
+    char args1[512], args2[512];
+    snprintf(args1, sizeof args1, "-X POST -H 'Content-Type: application/json' "
+             "--data-binary @%s --interface 127.0.0.1", f);
+    snprintf(args2, sizeof args2, "-X POST -H 'Content-Type: application/json' "
+             "--data-binary @%s --interface 127.0.0.2", f);
+    ck_assert_int_eq(as(NULL, args1, "/v1/upgrade"), 200);
+    ck_assert_int_eq(as(NULL, args1, "/v1/upgrade"), 200);
+    ck_assert_int_eq(as(NULL, args1, "/v1/upgrade"), 429);
+    ck_assert_msg(strstr(out, "client 127.0.0.1 holds 2 unused"), "%s", out);
+    ck_assert_msg(strstr(hdrs, "Retry-After: "), "%s", hdrs);
+    ck_assert_int_eq(as(NULL, args2, "/v1/upgrade"), 200);
+    ck_assert_msg(strstr(out, "\"transport\":\"ucx\",\"token\":\""), "%s", out);
+    stop_clean();
+}
+END_TEST
+
 /* What test_staged_release_during_copy does while its push is on its way: waits ns, then
  * closes the buffer's shm connection and unmaps it. */
 typedef struct {
@@ -1120,8 +1503,11 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_state_per_principal);
     tcase_add_test(tc, test_forward);
     tcase_add_test(tc, test_feeds_per_principal);
+    tcase_add_test(tc, test_feed_consumer_is_the_principals);
     tcase_add_test(tc, test_worker_bound_to_principal);
     tcase_add_test(tc, test_sighup_reload);
+    tcase_add_test(tc, test_sighup_partial_file_keeps_old);
+    tcase_add_test(tc, test_token_file_must_be_private);
     tcase_add_test(tc, test_shumai_refused);
     tcase_add_test(tc, test_shumai_principal);
     tcase_add_test(tc, test_upgrade_authed);
@@ -1132,6 +1518,9 @@ Suite *suite_authe2e(void)
     tcase_add_test(tc, test_ucx_forward);
     tcase_add_test(tc, test_staged_body_is_the_principals);
     tcase_add_test(tc, test_staged_release_during_copy);
+    tcase_add_test(tc, test_feed_consumer_is_the_principals_ucx_shm);
+    tcase_add_test(tc, test_upgrade_quota_per_principal);
+    tcase_add_test(tc, test_upgrade_quota_per_address);
 #endif
     tcase_add_test(tc, test_libtfetch_and_cli);
     tcase_add_test(tc, test_broken_file_refused_at_start);

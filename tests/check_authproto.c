@@ -9,8 +9,10 @@
 #include "proto/http.h"
 
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static tfp_status_t parse(const char *text, tfp_tokens_t *t, tfp_err_t *err)
 {
@@ -184,6 +186,54 @@ START_TEST(test_hash)
     uint8_t h[TFP_AUTH_HASH_LEN];
     tfp_auth_hash("abc", 3, h);
     ck_assert_mem_eq(h, abc, 32);
+}
+END_TEST
+
+/* Nanoseconds of the fastest of reps comparisons of a and b (n bytes). */
+static uint64_t fastest(const uint8_t *a, const uint8_t *b, size_t n, int reps, int *eq)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < reps; i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        *eq += tfp_auth_equal(a, b, n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        uint64_t ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+                      (uint64_t)(t1.tv_nsec - t0.tv_nsec);
+        if (ns < best)
+            best = ns;
+    }
+    return best;
+}
+
+/* tfp_auth_equal, how secrets and their hashes are compared: right answers, and a time that
+ * does not depend on where the bytes differ (a memcmp or strcmp returns at the first
+ * difference: over 64 KiB, a difference at byte 0 then costs a small fraction of one at the
+ * last byte; here both cost the same, so the fastest of many runs of each are close). */
+START_TEST(test_equal_constant_time)
+{
+    static uint8_t a[1 << 16], b[1 << 16];
+    memset(a, 0x5a, sizeof a);
+    memcpy(b, a, sizeof b);
+    ck_assert_int_eq(tfp_auth_equal(a, b, sizeof a), 1);
+    ck_assert_int_eq(tfp_auth_equal(a, b, 0), 1);
+    b[sizeof b - 1] ^= 1;
+    ck_assert_int_eq(tfp_auth_equal(a, b, sizeof a), 0);
+    ck_assert_int_eq(tfp_auth_equal(a, b, sizeof a - 1), 1);
+    b[sizeof b - 1] ^= 1;
+    b[0] ^= 0x80;
+    ck_assert_int_eq(tfp_auth_equal(a, b, sizeof a), 0);
+    ck_assert_int_eq(tfp_auth_equal("tok", "tok", 3), 1);
+    ck_assert_int_eq(tfp_auth_equal("tok", "toc", 3), 0);
+    int eq = 0;
+    uint64_t first = fastest(a, b, sizeof a, 200, &eq);         /* differs at byte 0 */
+    b[0] ^= 0x80;
+    b[sizeof b - 1] ^= 1;
+    uint64_t last = fastest(a, b, sizeof a, 200, &eq);          /* differs at the end */
+    ck_assert_int_eq(eq, 0);
+    ck_assert_msg(first * 2 >= last, "a difference at byte 0 took %llu ns, at the last byte "
+                  "%llu ns: the comparison stops early", (unsigned long long)first,
+                  (unsigned long long)last);
 }
 END_TEST
 
@@ -436,6 +486,7 @@ Suite *suite_auth(void)
     tcase_add_test(tc, test_match);
     tcase_add_test(tc, test_many_tokens);
     tcase_add_test(tc, test_hash);
+    tcase_add_test(tc, test_equal_constant_time);
     tcase_add_test(tc, test_bearer);
     tcase_add_test(tc, test_http_op);
     tcase_add_test(tc, test_hello_proof);

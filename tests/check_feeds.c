@@ -102,7 +102,7 @@ static uint64_t pop(tfd_feed_t *f, unsigned dev, const char *c, tfp_status_t *st
     tfd_feed_item_t it;
     uint64_t ev;
     tfp_err_t err;
-    *st = tfd_feed_pop(f, dev, c, NULL, 0, 0, NULL, &it, &ev, &err);
+    *st = tfd_feed_pop(f, dev, c, "", NULL, 0, 0, NULL, &it, &ev, &err);
     if (*st != TFP_OK)
         return ~0ull;
     uint64_t v = value(it.blob);
@@ -152,11 +152,11 @@ START_TEST(feeds_fifo_and_positions)
     ck_assert_int_eq(s.dev[0].released, 0);
     ck_assert_str_eq(s.dev[0].consumer, "c");
     tfp_err_t err;
-    ck_assert_int_eq(tfd_feed_ack(f, 0, "c", 1, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "c", "", 1, &err), TFP_OK);
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].depth, 1);
     ck_assert_int_eq(s.dev[0].released, 1);
-    ck_assert_int_eq(tfd_feed_ack(f, 0, "c", 99, &err), TFP_OK);     /* clamped to delivered */
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "c", "", 99, &err), TFP_OK);     /* clamped to delivered */
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].released, 2);
     ck_assert_int_eq(s.dev[0].depth, 0);
@@ -230,7 +230,7 @@ START_TEST(feeds_full_items_and_bytes)
     ck_assert_int_eq(pop(f, 0, "c", &st, NULL), 1);
     ck_assert_int_eq(tfd_feed_infeed(f, &in, &r, &ev, &err), TFP_EFULL);
     woken[0] = '\0';
-    ck_assert_int_eq(tfd_feed_ack(f, 0, "c", 1, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "c", "", 1, &err), TFP_OK);
     ck_assert_uint_ne(ev, tfd_feed_events(f, TFD_FEED_IN, 0));   /* a waiter would wake */
     ck_assert_msg(strstr(woken, "f/in;") != NULL, "%s", woken);
     ck_assert_int_eq(tfd_feed_infeed(f, &in, &r, &ev, &err), TFP_OK);
@@ -292,7 +292,7 @@ START_TEST(feeds_concurrent_producers_keep_order)
         tfd_feed_item_t it;
         uint64_t ev;
         tfp_err_t err;
-        tfp_status_t st = tfd_feed_pop(f, 0, "c", &ack, 0, 0, NULL, &it, &ev, &err);
+        tfp_status_t st = tfd_feed_pop(f, 0, "c", "", &ack, 0, 0, NULL, &it, &ev, &err);
         if (st == TFP_EAGAIN) {
             sleep_ms(0);
             continue;
@@ -342,7 +342,7 @@ static void *round_consumer(void *arg)
         tfd_feed_item_t it;
         uint64_t ev;
         tfp_err_t err;
-        tfp_status_t st = tfd_feed_pop(a->f, a->dev, name, &ack, 0, 0, NULL, &it, &ev, &err);
+        tfp_status_t st = tfd_feed_pop(a->f, a->dev, name, "", &ack, 0, 0, NULL, &it, &ev, &err);
         if (st == TFP_EAGAIN) {
             sleep_ms(0);
             continue;
@@ -419,7 +419,7 @@ START_TEST(feeds_broadcast_charges_once)
     uint64_t pos;
     for (unsigned d = 0; d < 4; d++) {
         ck_assert_int_eq(pop(f, d, "c", &st, &pos), 7);
-        ck_assert_int_eq(tfd_feed_ack(f, d, "c", pos, &err), TFP_OK);
+        ck_assert_int_eq(tfd_feed_ack(f, d, "c", "", pos, &err), TFP_OK);
         ck_assert_uint_eq(tfd_feeds_bytes(fs), d < 3 ? 16 : 8);  /* freed by the last */
     }
     tfd_blob_unref(b);
@@ -458,7 +458,7 @@ START_TEST(feeds_rewind_redelivers_to_a_restarted_consumer)
     tfd_feed_item_t it;
     uint64_t ev, ack = 1;
     tfp_err_t err;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, NULL, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", "", &ack, 1, 0, NULL, &it, &ev, &err), TFP_OK);
     ck_assert_int_eq(value(it.blob), 2);
     ck_assert_int_eq(it.position, 2);
     tfd_blob_unref(it.blob);
@@ -468,10 +468,10 @@ START_TEST(feeds_rewind_redelivers_to_a_restarted_consumer)
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].redeliveries, 2);
     /* Another consumer cannot rewind (or pop) while a's lease is live. */
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 1, 0, NULL, &it, &ev, &err), TFP_ECONFLICT);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", "", NULL, 1, 0, NULL, &it, &ev, &err), TFP_ECONFLICT);
     /* Nothing delivered and not released: rewind changes nothing. */
     ack = 4;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, NULL, &it, &ev, &err), TFP_EAGAIN);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", "", &ack, 1, 0, NULL, &it, &ev, &err), TFP_EAGAIN);
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].redeliveries, 2);
     tfd_feed_unref(f);
@@ -493,8 +493,8 @@ START_TEST(feeds_ack_after_a_rewind_is_kept)
     tfd_feed_item_t it;
     uint64_t ev, ack = 4;
     tfp_err_t err;
-    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", NULL, &err), TFP_OK);     /* 1..4 taken back */
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", &ack, 1, 0, NULL, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", "", NULL, &err), TFP_OK);     /* 1..4 taken back */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", "", &ack, 1, 0, NULL, &it, &ev, &err), TFP_OK);
     ck_assert_int_eq(it.position, 5);           /* not 1 again */
     tfd_blob_unref(it.blob);
     tfd_feed_stats_t s;
@@ -505,7 +505,7 @@ START_TEST(feeds_ack_after_a_rewind_is_kept)
     sleep_ms(100);
     tfd_feeds_tick(fs);
     ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 5);
-    ck_assert_int_eq(tfd_feed_ack(f, 0, "a", 6, &err), TFP_OK);   /* 6: never delivered */
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "a", "", 6, &err), TFP_OK);   /* 6: never delivered */
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].released, 5);
     ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 6);
@@ -513,7 +513,7 @@ START_TEST(feeds_ack_after_a_rewind_is_kept)
     sleep_ms(100);
     tfd_feeds_tick(fs);
     ack = 6;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", &ack, 0, 0, NULL, &it, &ev, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", "", &ack, 0, 0, NULL, &it, &ev, &err), TFP_OK);
     ck_assert_int_eq(it.position, 6);           /* redelivered to b, not released */
     tfd_blob_unref(it.blob);
     tfd_feed_stats(f, &s);
@@ -537,12 +537,12 @@ START_TEST(feeds_detach_ends_the_lease_and_the_wait)
     pop(f, 0, "b", &st, NULL);
     ck_assert_int_eq(st, TFP_ECONFLICT);        /* a's lease holds for a minute */
     uint64_t ack = 1;
-    ck_assert_int_eq(tfd_feed_detach(f, 0, "c", &ack, &err), TFP_OK);    /* not c's */
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "c", "", &ack, &err), TFP_OK);    /* not c's */
     tfd_feed_stats_t s;
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].released, 0);
     ck_assert_int_eq(s.dev[0].delivered, 2);
-    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", &ack, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", "", &ack, &err), TFP_OK);
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].released, 1);
     ck_assert_int_eq(s.dev[0].delivered, 1);    /* 2 is undelivered again */
@@ -552,13 +552,13 @@ START_TEST(feeds_detach_ends_the_lease_and_the_wait)
     /* b's pop finds the queue empty and waits, tied to b's attachment */
     tfd_feed_item_t it;
     uint64_t ev, attach = 0;
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", "", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
     ck_assert_uint_ne(attach, 0);
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", "", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
     uint64_t before = tfd_feed_events(f, TFD_FEED_POP, 0);
-    ck_assert_int_eq(tfd_feed_detach(f, 0, "b", NULL, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "b", "", NULL, &err), TFP_OK);
     ck_assert_uint_gt(tfd_feed_events(f, TFD_FEED_POP, 0), before);     /* the wait wakes */
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", NULL, 0, 0, &attach, &it, &ev, &err),
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "b", "", NULL, 0, 0, &attach, &it, &ev, &err),
                      TFP_ECANCELED);
     ck_assert_ptr_null(it.blob);
     ck_assert_ptr_nonnull(strstr(err.msg, "detached"));
@@ -568,21 +568,88 @@ START_TEST(feeds_detach_ends_the_lease_and_the_wait)
      * the old one (through 3) then releases nothing of the new */
     attach = 0;
     ck_assert_int_eq(pop(f, 0, "a", &st, NULL), 3);
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", "", NULL, 0, 0, &attach, &it, &ev, &err), TFP_EAGAIN);
     uint64_t gen, dropped;
     tfd_feed_reset(f, &gen, &dropped);
     ck_assert_int_eq(push(f, 0, NULL, 0, 42, NULL), TFP_OK);
-    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", NULL, 0, 0, &attach, &it, &ev, &err),
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "a", "", NULL, 0, 0, &attach, &it, &ev, &err),
                      TFP_ECANCELED);
     ck_assert_ptr_null(it.blob);
     ck_assert_uint_eq(it.generation, gen);
     ack = 3;
-    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", &ack, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "a", "", &ack, &err), TFP_OK);
     tfd_feed_stats(f, &s);
     ck_assert_int_eq(s.dev[0].released, 0);
     ck_assert_int_eq(s.dev[0].depth, 1);
     ck_assert_int_eq(pop(f, 0, "b", &st, NULL), 42);      /* the new generation's, whole */
-    ck_assert_int_eq(tfd_feed_detach(f, 9, "a", NULL, &err), TFP_ENOTFOUND);
+    ck_assert_int_eq(tfd_feed_detach(f, 9, "a", "", NULL, &err), TFP_ENOTFOUND);
+    tfd_feed_unref(f);
+    tfd_feeds_free(fs);
+}
+END_TEST
+
+/* A consumer id belongs to the principal that attached it: another principal naming it
+ * is refused (403) on pop, ack and detach, and told nothing of the owner; a 409 for a queue
+ * held by another principal's consumer does not name that consumer; once the lease lapsed,
+ * the old owner's rewound positions are still not the other's to acknowledge. The
+ * principal "" (authentication off) is one principal like any. */
+START_TEST(feeds_consumer_belongs_to_its_principal)
+{
+    tfd_feeds_t *fs = feeds(1 << 20);
+    tfd_feed_t *f = u8_feed(fs, ",\"lease_ms\":1000", 3);
+    tfd_feed_item_t it;
+    uint64_t ev, ack = 2;
+    tfp_err_t err;
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c1", "alice", NULL, 0, 0, NULL, &it, &ev, &err),
+                     TFP_OK);
+    tfd_blob_unref(it.blob);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c1", "alice", NULL, 0, 0, NULL, &it, &ev, &err),
+                     TFP_OK);
+    tfd_blob_unref(it.blob);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c1", "bob", &ack, 0, 0, NULL, &it, &ev, &err),
+                     TFP_EFORBIDDEN);
+    ck_assert_ptr_null(strstr(err.msg, "alice"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "another principal"));
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "c1", "bob", 2, &err), TFP_EFORBIDDEN);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "c1", "bob", &ack, &err), TFP_EFORBIDDEN);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "c1", "", &ack, &err), TFP_EFORBIDDEN);
+    ck_assert_int_eq(tfd_feed_consumer_check(f, 0, "c1", "bob", &err), TFP_EFORBIDDEN);
+    ck_assert_int_eq(tfd_feed_consumer_check(f, 0, "c1", "alice", &err), TFP_OK);
+    /* bob under his own id: the queue is taken, by whom is not said */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c2", "bob", NULL, 0, 0, NULL, &it, &ev, &err),
+                     TFP_ECONFLICT);
+    ck_assert_msg(!strstr(err.msg, "c1") && strstr(err.msg, "another principal's"), "%s",
+                  err.msg);
+    /* alice's own other consumer is told which */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c3", "alice", NULL, 0, 0, NULL, &it, &ev, &err),
+                     TFP_ECONFLICT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "'c1'"));
+    tfd_feed_stats_t s;
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 0);     /* nothing of alice's was acknowledged */
+    ck_assert_str_eq(s.dev[0].consumer, "c1");
+    ck_assert_str_eq(s.dev[0].consumer_by, "alice");
+    /* her lease lapses: 1 and 2 are taken back, and her acks of them still count; bob under
+     * her id can neither attach with an ack of them nor acknowledge them by detaching */
+    sleep_ms(1100);
+    tfd_feeds_tick(fs);
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c1", "bob", &ack, 0, 0, NULL, &it, &ev, &err),
+                     TFP_EFORBIDDEN);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "c1", "bob", &ack, &err), TFP_EFORBIDDEN);
+    tfd_feed_stats(f, &s);
+    ck_assert_int_eq(s.dev[0].released, 0);
+    /* under his own id he attaches, and gets 1 again: alice's acks are void from here on */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c2", "bob", NULL, 0, 0, NULL, &it, &ev, &err),
+                     TFP_OK);
+    ck_assert_int_eq(it.position, 1);
+    tfd_blob_unref(it.blob);
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "c2", "bob", 1, &err), TFP_OK);
+    ck_assert_int_eq(tfd_feed_detach(f, 0, "c2", "bob", NULL, &err), TFP_OK);
+    /* detached, c1 is anyone's again */
+    ck_assert_int_eq(tfd_feed_pop(f, 0, "c1", "bob", NULL, 0, 0, NULL, &it, &ev, &err),
+                     TFP_OK);
+    ck_assert_int_eq(it.position, 2);
+    tfd_blob_unref(it.blob);
     tfd_feed_unref(f);
     tfd_feeds_free(fs);
 }
@@ -607,7 +674,7 @@ START_TEST(feeds_lease_expiry_redelivers_once)
     ck_assert_str_eq(s.dev[0].consumer, "");
     ck_assert_int_eq(s.dev[0].redeliveries, 2);
     ck_assert_int_eq(s.dev[0].delivered, 0);
-    ck_assert_int_eq(tfd_feed_ack(f, 0, "a", 2, &err), TFP_ECONFLICT);   /* a lost them */
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "a", "", 2, &err), TFP_ECONFLICT);   /* a lost them */
     uint64_t pos;
     ck_assert_int_eq(pop(f, 0, "b", &st, &pos), 1);
     ck_assert_int_eq(pos, 1);
@@ -676,7 +743,7 @@ START_TEST(feeds_reset_starts_a_generation)
     ck_assert_int_eq(r.dup, 0);
     ck_assert_int_eq(r.generation, 2);
     tfp_err_t err;
-    ck_assert_int_eq(tfd_feed_ack(f, 0, "a", 1, &err), TFP_ECONFLICT);   /* slot cleared */
+    ck_assert_int_eq(tfd_feed_ack(f, 0, "a", "", 1, &err), TFP_ECONFLICT);   /* slot cleared */
     uint64_t pos;
     ck_assert_int_eq(pop(f, 0, "b", &st, &pos), 9);
     ck_assert_int_eq(pos, 1);
@@ -815,6 +882,7 @@ Suite *suite_feeds(void)
     tcase_add_test(tc, feeds_split_rounds_are_atomic);
     tcase_add_test(tc, feeds_broadcast_charges_once);
     tcase_add_test(tc, feeds_lease_expiry_redelivers_once);
+    tcase_add_test(tc, feeds_consumer_belongs_to_its_principal);
     tcase_add_test(tc, feeds_ack_after_a_rewind_is_kept);
     tcase_add_test(tc, feeds_detach_ends_the_lease_and_the_wait);
     tcase_add_test(tc, feeds_rewind_redelivers_to_a_restarted_consumer);

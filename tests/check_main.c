@@ -46,6 +46,7 @@ int main(void)
     srunner_add_suite(sr, suite_feeds_e2e());
     srunner_add_suite(sr, suite_auth());
     srunner_add_suite(sr, suite_authe2e());
+    srunner_add_suite(sr, suite_otokens());
     srunner_add_suite(sr, suite_shm());
     srunner_add_suite(sr, suite_shmframe());
     srunner_add_suite(sr, suite_shme2e());

@@ -773,6 +773,7 @@ static void same_docs(const tfp_doc_t *a, const tfp_doc_t *b)
             ck_assert_int_eq(memcmp(a->t[i].data, b->t[i].data, a->t[i].nbytes), 0);
     }
     ck_assert_uint_eq(a->nmeta, b->nmeta);
+    ck_assert_int_eq(a->nmeta || a->meta_object, b->nmeta || b->meta_object);  /* one there */
     for (size_t i = 0; i < a->nmeta; i++) {
         ck_assert_str_eq(a->meta[i].key, b->meta[i].key);
         ck_assert_str_eq(a->meta[i].value, b->meta[i].value);
@@ -821,6 +822,38 @@ static int paths_agree(const uint8_t *b, size_t len, const tfp_st_limits_t *lim,
     tfp_doc_free(scan);
     return 1;
 }
+
+/* An empty "__metadata__" object is kept by both decoder paths and written back by the
+ * encoder (echo returns what it got); a document without one gets none. */
+START_TEST(st_empty_metadata_round_trips)
+{
+    static const char with[] = "{\"__metadata__\":{},\"x\":{\"dtype\":\"U8\",\"shape\":[1],"
+                               "\"data_offsets\":[0,1]}}";
+    static const char without[] = "{\"x\":{\"dtype\":\"U8\",\"shape\":[1],"
+                                  "\"data_offsets\":[0,1]}}";
+    const char *jsons[2] = {with, without};
+    uint8_t v = 9;
+    for (int k = 0; k < 2; k++) {
+        size_t len;
+        uint8_t *b = mk(jsons[k], strlen(jsons[k]), &v, 1, &len);
+        for (int path = 0; path < 2; path++) {
+            tfp_doc_t *doc = NULL;
+            tfp_err_t err;
+            ck_assert_int_eq(tfp_st_decode_path(b, len, NULL, path ? TFP_ST_PATH_SCAN
+                                                : TFP_ST_PATH_TREE, &doc, &err), TFP_OK);
+            ck_assert_int_eq(doc->meta_object, k == 0);
+            ck_assert_uint_eq(doc->nmeta, 0);
+            uint8_t *out;
+            size_t olen;
+            ck_assert_int_eq(tfp_st_encode(doc, &out, &olen, &err), TFP_OK);
+            ck_assert_int_eq(memmem(out, olen, "\"__metadata__\":{}", 17) != NULL, k == 0);
+            free(out);
+            tfp_doc_free(doc);
+        }
+        free(b);
+    }
+}
+END_TEST
 
 /* Writes doc's header by hand with entries in the order perm[], keeping the offsets the
  * encoder assigned, and appends the data section of buf. */
@@ -1079,6 +1112,7 @@ Suite *suite_safetensors(void)
 
     tc = tcase_create("st_reject");
     tcase_add_test(tc, st_scan_reads_common_headers);
+    tcase_add_test(tc, st_empty_metadata_round_trips);
     tcase_add_test(tc, st_scan_declines_the_rest);
     tcase_add_test(tc, st_reject_short);
     tcase_add_test(tc, st_reject_header_over_limit);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static td_daemon_t D;
@@ -39,6 +40,7 @@ static void write_file(const char *name, const char *text)
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "w");
     ck_assert_msg(f != NULL, "cannot write %s", p);
+    fchmod(fileno(f), 0600);        /* a token file others can read is refused */
     fputs(text, f);
     fclose(f);
 }

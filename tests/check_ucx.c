@@ -2340,6 +2340,55 @@ START_TEST(ucx_driving_timeout_cancel_free)
 END_TEST
 #endif
 
+#ifdef HAVE_UCX
+/* A document with an empty "__metadata__" object sent to echo comes back with it, over HTTP
+ * and over UCX: echo returns what it got (the object is kept when decoded and encoded back,
+ * in the daemon and in libtfetch alike). */
+START_TEST(echo_keeps_empty_metadata)
+{
+    if (!have_daemon("echo_keeps_empty_metadata"))
+        return;
+    start(NULL);
+    static const char hdr[] = "{\"__metadata__\":{},\"x\":{\"dtype\":\"U8\",\"shape\":[1],"
+                              "\"data_offsets\":[0,1]}}";
+    uint8_t body[8 + sizeof hdr + 8];
+    size_t hlen = (sizeof hdr - 1 + 7) / 8 * 8;
+    uint64_t le = hlen;
+    memcpy(body, &le, 8);
+    memset(body + 8, ' ', hlen);
+    memcpy(body + 8, hdr, sizeof hdr - 1);
+    body[8 + hlen] = 42;
+    tf_doc_t *in = NULL;
+    ck_assert_int_eq(tf_doc_decode(body, 8 + hlen + 1, 0, &in), TF_OK);
+    tf_client_t *cs[2] = {client(TF_TRANSPORT_HTTP), ucx_client()};
+    for (int k = 0; k < 2; k++) {
+        tf_doc_t *got = NULL;
+        ck_assert_int_eq(tf_fetch(cs[k], url("/v1/call/%s", "echo"), in, &got), TF_OK);
+        ck_assert_msg(strncmp(tf_client_last(cs[k])->transport, k ? "ucx/" : "http", 4) == 0,
+                      "%s", tf_client_last(cs[k])->transport);
+        void *enc;
+        size_t len;
+        ck_assert_int_eq(tf_doc_encode(got, &enc, &len), TF_OK);
+        ck_assert_msg(memmem(enc, len, "\"__metadata__\":{}", 17) != NULL, "%s: %.*s",
+                      tf_client_last(cs[k])->transport, (int)len, (const char *)enc);
+        tf_free(enc);
+        tf_doc_free(got);
+        tf_client_free(cs[k]);
+    }
+    tf_doc_free(in);
+    /* and over HTTP as curl sends it, the reply's bytes */
+    const char *f = td_tmpfile(0, body, 8 + hlen + 1);
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "curl -sS --data-binary @%s -H 'Content-Type: "
+             "application/x-safetensors' %s/v1/call/echo | grep -c -a '\"__metadata__\":{}'",
+             f, D.base);
+    td_run(cmd, out, sizeof out);
+    ck_assert_msg(atoi(out) == 1, "%s", out);
+    stop();
+}
+END_TEST
+#endif
+
 Suite *suite_ucx(void)
 {
     Suite *s = suite_create("ucx");
@@ -2364,6 +2413,7 @@ Suite *suite_ucx(void)
 
     TCase *ops = tcase_create("ops");
     tcase_add_test(ops, ucx_every_op);
+    tcase_add_test(ops, echo_keeps_empty_metadata);
     tcase_add_test(ops, ucx_long_poll_cancel_free);
     tcase_add_test(ops, ucx_every_dtype_round_trips);
     tcase_add_test(ops, ucx_big_tensor);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -264,6 +265,7 @@ const char *td_tmpfile(int slot, const void *data, size_t len)
     FILE *f = fopen(p, "wb");
     if (!f)
         return NULL;
+    fchmod(fileno(f), 0600);        /* private: tfetchd refuses a token file others can read */
     if (len && fwrite(data, 1, len, f) != len) {
         fclose(f);
         return NULL;

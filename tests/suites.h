@@ -43,6 +43,7 @@ Suite *suite_feedclient(void);
 Suite *suite_workers(void);
 Suite *suite_auth(void);
 Suite *suite_authe2e(void);
+Suite *suite_otokens(void);
 Suite *suite_shm(void);
 Suite *suite_shmframe(void);
 Suite *suite_shme2e(void);

@@ -25,7 +25,8 @@ static void fail(const char *what, const tfp_err_t *err)
 
 static void same(const tfp_doc_t *a, const tfp_doc_t *b)
 {
-    if (a->n != b->n || a->nmeta != b->nmeta)
+    if (a->n != b->n || a->nmeta != b->nmeta ||
+        (a->nmeta || a->meta_object) != (b->nmeta || b->meta_object))
         fail("tensor or metadata count changed", NULL);
     for (size_t i = 0; i < a->n; i++) {
         const tfp_tensor_t *x = &a->t[i], *y = &b->t[i];

@@ -864,7 +864,7 @@ class TestClientCert(unittest.TestCase):
         self.alice = self.cert("alice", 'cn = "alice"\norganization = "ml"\ntls_www_client\n'
                                'expiration_days = 30\n', "ca")
         tokens = os.path.join(self.dir.name, "tokens")
-        with open(tokens, "w") as f:
+        with open(os.open(tokens, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("cert:CN=alice,O=ml alice read:alice.* write:alice.*\n")
         self.d = Daemon("--tls-cert", srv, "--tls-key", srv_key, "--tls-client-ca", ca,
                         "--auth-tokens", tokens)
