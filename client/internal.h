@@ -194,8 +194,8 @@ extern const tfi_transport_t tfi_shm;
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
                     size_t why_size);
 void tfi_shm_disconnect(origin_t *o);
-/* The uid the server's process runs as, from its shm socket (SO_PEERCRED): 0 and *uid, or
- * -1 when o has no shm connection. */
+/* The uid the server's process runs as, from its shm socket (SO_PEERCRED, or the socket
+ * file's owner when the file's mode keeps us out): 0 and *uid, or -1 when not known. */
 int tfi_shm_peer_uid(const origin_t *o, uid_t *uid);
 /* o's connection was made: no backoff, no reason left (upgrade.c). */
 void tfi_up_connected(origin_t *o);
@@ -238,6 +238,10 @@ struct origin {
     uint64_t caller_driven;         /* requests whose UCX round trip the caller's thread
                                      * drove (tf_transport_info_t) */
     char shm_why[160];              /* why there is none, when the upgrade said why */
+    int shm_failed;                 /* the server offered shm and connecting to it failed */
+    int server_uid_known;           /* server_uid was read: the shm socket's peer credentials,
+                                     * or the owner of a socket file we may not connect to */
+    uid_t server_uid;
 };
 
 /* A source of completions besides the transports, drained with them whenever the client is

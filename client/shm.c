@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/internal.h"
@@ -34,8 +35,6 @@ typedef struct {
     atomic_int refs;                    /* the origin's, and one per doc with a lease */
     uint64_t seq;
     char name[TFP_UP_MAX_SHM_SOCKET + 1];       /* the daemon's socket, for TOKEN's */
-    int peer_known;                     /* peer_uid read from the socket (SO_PEERCRED) */
-    uid_t peer_uid;                     /* the uid the daemon runs as */
 } shmc_t;
 
 /* What the transport holds per client: finished requests waiting for drain. */
@@ -104,10 +103,19 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
         return 0;                       /* the same daemon: the connection holds */
     tfi_shm_disconnect(o);              /* another daemon (a restart): its buffers are gone */
     int sock = tfx_shm_connect(resp->shm_socket, &err);
+    struct stat sb;
     if (sock < 0) {
+        /* A socket file that keeps us out still says whose it is. */
+        if (resp->shm_socket[0] == '/' && stat(resp->shm_socket, &sb) == 0) {
+            o->server_uid = sb.st_uid;
+            o->server_uid_known = 1;
+        }
         snprintf(why, why_size, "%s", err.msg);
         return -1;
     }
+    pid_t pid;
+    if (tfx_shm_peer(sock, &pid, &o->server_uid) == 0)
+        o->server_uid_known = 1;
     shmc_t *k = calloc(1, sizeof *k);
     if (!k) {
         close(sock);
@@ -117,7 +125,6 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     k->sock = sock;
     atomic_init(&k->refs, 1);
     snprintf(k->name, sizeof k->name, "%s", resp->shm_socket);
-    k->peer_known = tfx_shm_peer(sock, NULL, &k->peer_uid) == 0;
     tfp_sf_t m, r;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_HELLO;
@@ -142,10 +149,9 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
 
 int tfi_shm_peer_uid(const origin_t *o, uid_t *uid)
 {
-    const shmc_t *k = o->shm;
-    if (!k || !k->peer_known)
+    if (!o->server_uid_known)
         return -1;
-    *uid = k->peer_uid;
+    *uid = o->server_uid;
     return 0;
 }
 

@@ -140,7 +140,7 @@ static tf_status_t no_ucx(tf_fetch_t *f, const char *why)
     if (f->policy == TF_TRANSPORT_UCX)
         return tfi_rfail(&f->result, TF_ECONNECT, "no UCX connection (transport policy ucx): %s",
                          why);
-    snprintf(f->result.fallback, sizeof(f->result.fallback), "%s", why);
+    snprintf(f->result.fallback, sizeof(f->result.fallback), "%.159s", why);
     return TF_OK;
 }
 
@@ -298,6 +298,7 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long time
                  "host, or shm off)");
     else if (tfi_shm_connect(c, o, &resp, o->shm_why, sizeof(o->shm_why)) != 0)
         tfi_shm_disconnect(o);
+    o->shm_failed = resp.shm_socket[0] && !o->shm;
     rc = c->up->connect(c, o, &resp);
     tfp_up_resp_clear(&resp);
     return rc;
@@ -388,6 +389,12 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     if (tfi_shm_can(f)) {
         *via = &tfi_shm;
         return TF_OK;
+    }
+    if (rc != 0 && o->shm_failed && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT)) {
+        /* Shared memory would have carried it: its reason first, it is the one to act on. */
+        char both[sizeof(o->shm_why) + sizeof(o->why) + 8];
+        snprintf(both, sizeof(both), "%s; %s", o->shm_why, o->why);
+        return no_ucx(f, both);
     }
     if (rc != 0)
         return no_ucx(f, o->why);

@@ -72,6 +72,8 @@ static const opt_t opts[] = {
     {"upgrade-tokens-per-client", K_UINT, F(upgrade_tokens_per_client), "N", "unused upgrade (UCX, shm) tokens one principal, or without auth-tokens one client address, may hold at once; over it its upgrades get 429 with Retry-After, everyone else's still succeed; 0: no limit (default 128, of 4096 in all)"},
     {"shm", K_BOOL, F(shm), "on|off", "offer same-host clients stored documents as shared memory they map read-only (default on; with auth-tokens, checked against the upgrading token's rights)"},
     {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of shared memory same-host clients may hold at once: documents mapped or lent, staging buffers lent to same-host producers, feed rings (with a closed ring's slots that queued items still hold); over it they copy over UCX or HTTP, a staging buffer is refused (default 4G)"},
+    {"shm-socket", K_STR, F(shm_socket), "PATH", "the same-host shared-memory socket as a file (mode 0660, group shm-socket-group), so that who may use it is the file's business, as with docker.sock (default: an abstract socket, private to the network namespace)"},
+    {"shm-socket-group", K_STR, F(shm_socket_group), "GROUP", "the group that may connect to shm-socket, by name or number (default: tfetchd's own group)"},
     {"shm-lease-ms", K_UINT, F(shm_lease_ms), "MS", "a same-host mapping's lease ends this long after it opened, if neither a release nor the client's exit ended it; 0: never (default 600000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
     {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
@@ -428,6 +430,11 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
          port_lo > port_hi || port_hi > 65535)) {
         fprintf(stderr, "tfetchd: --ucx-ports wants a port range such as 7071-7079, got "
                         "'%s'\n", cfg->ucx_ports);
+        return -1;
+    }
+    if (cfg->shm_socket[0] && cfg->shm_socket[0] != '/') {
+        fprintf(stderr, "tfetchd: --shm-socket wants an absolute path, got '%s'\n",
+                cfg->shm_socket);
         return -1;
     }
     if (cfg->conn_memory < 8192) {

@@ -71,6 +71,8 @@ typedef struct {
     unsigned upgrade_token_ttl_ms;
     unsigned upgrade_tokens_per_client;     /* unused upgrade tokens per principal/address */
     unsigned shm;                   /* 1: offer same-host clients shared memory (shm/memfd) */
+    char shm_socket[97];            /* its socket as a file path; "": abstract */
+    char shm_socket_group[64];      /* that file's group; "": tfetchd's */
     uint64_t shm_lease_memory;      /* bytes same-host clients may hold mapped at once */
     unsigned shm_lease_ms;          /* a lease ends this long after it opened; 0: never */
     int log_level;                  /* syslog priority */

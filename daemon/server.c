@@ -25,6 +25,7 @@
 #include "transports/http_server.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +281,31 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
     return 0;
 }
 
+/* The gid a group setting names, by name or number: 0 and *gid ("": (gid_t)-1, tfetchd's
+ * own), or -1 with why. */
+static int group_id(const char *name, gid_t *gid, char *why, size_t why_size)
+{
+    *gid = (gid_t)-1;
+    if (!name[0])
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(name, &end, 10);
+    if (!*end && !errno && n < (unsigned long)(gid_t)-1) {
+        *gid = (gid_t)n;
+        return 0;
+    }
+    struct group gr, *res = NULL;
+    char buf[4096];
+    int e = getgrnam_r(name, &gr, buf, sizeof buf, &res);
+    if (!res) {
+        snprintf(why, why_size, "no group '%s'%s%s", name, e ? ": " : "", e ? strerror(e) : "");
+        return -1;
+    }
+    *gid = gr.gr_gid;
+    return 0;
+}
+
 tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
 {
     tfd_server_t *s = calloc(1, sizeof *s);
@@ -319,11 +345,26 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         say_shmem_pages();
     if (cfg->shm) {
         char why[256];
+        gid_t gid = (gid_t)-1;
+        if (group_id(cfg->shm_socket_group, &gid, why, sizeof why) != 0) {
+            tfp_err_set(err, TFP_EINVAL, "shm-socket-group: %s", why);
+            goto fail;
+        }
         if (!(s->shm = tfd_shm_start(s->store, s->waiters, cfg->max_body,
                                      cfg->shm_lease_memory, cfg->shm_lease_ms,
-                                     cfg->upgrade_token_ttl_ms, why, sizeof why)))
+                                     cfg->upgrade_token_ttl_ms, cfg->shm_socket, gid, why,
+                                     sizeof why))) {
+            if (cfg->shm_socket[0]) {           /* asked for by name: not to be ignored */
+                tfp_err_set(err, TFP_EINVAL, "shm-socket %s: %s", cfg->shm_socket, why);
+                goto fail;
+            }
             tfd_log(LOG_WARNING, "shm: not offered: %s", why);
-        else {
+        } else if (cfg->shm_socket[0]) {
+            tfd_log(LOG_INFO, "shm: same-host clients connect to %s (mode 0660, group %s)",
+                    cfg->shm_socket, cfg->shm_socket_group[0] ? cfg->shm_socket_group
+                                                                : "tfetchd's");
+        }
+        if (s->shm) {
             tfd_shm_set_auth(s->shm, s->auth);  /* each request checked as over HTTP */
             tfd_shm_set_feeds(s->shm, s->feeds);
         }

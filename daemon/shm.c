@@ -62,6 +62,7 @@ struct tfd_stage {
 
 typedef struct {
     int fd;
+    long peer_pid, peer_uid;        /* who connected (SO_PEERCRED; -1 unknown), for the log */
     int hello;                      /* presented a valid token */
     tfp_op_who_t who;               /* the credential its token was issued to */
     char owner[TFD_OTOK_MAX_OWNER]; /* whose tokens its TOKENs count as (its token's owner) */
@@ -96,6 +97,7 @@ struct tfd_shm {
     tfd_stage_t *stages[MAX_CONNS * MAX_STAGES_PER_CONN];
     size_t nstages;
     char name[TFX_SHM_MAX_NAME + 1];
+    int path;                       /* name is a file system path (unlinked at the end) */
     pthread_t thread;
     conn_t conns[MAX_CONNS];
     size_t nconns;
@@ -807,10 +809,12 @@ static int serve(tfd_shm_t *s, size_t k)
     if (!c->hello) {
         if (q.op != TFP_SF_HELLO || !take_token(s, q.str, &c->who, c->owner)) {
             reply_error(s, c, q.seq, TFP_EUNAUTH, "unknown, expired or already used token");
-            tfd_log(LOG_NOTICE, "shm: HELLO refused");
+            tfd_log(LOG_NOTICE, "shm: HELLO refused (pid %ld, uid %ld)", c->peer_pid,
+                    c->peer_uid);
             return -1;
         }
         c->hello = 1;
+        tfd_log(LOG_DEBUG, "shm: pid %ld (uid %ld) connected", c->peer_pid, c->peer_uid);
         tfp_sf_t m;
         memset(&m, 0, sizeof m);
         m.op = TFP_SF_REPLY;
@@ -910,7 +914,11 @@ static void *loop(void *arg)
             if (fd >= 0 && s->nconns == MAX_CONNS) {
                 close(fd);
             } else if (fd >= 0) {
-                s->conns[s->nconns++] = (conn_t){ .fd = fd };
+                pid_t pid = -1;
+                uid_t uid = (uid_t)-1;
+                int known = tfx_shm_peer(fd, &pid, &uid) == 0;
+                s->conns[s->nconns++] = (conn_t){ .fd = fd, .peer_pid = known ? (long)pid : -1,
+                                                  .peer_uid = known ? (long)uid : -1 };
                 pthread_mutex_lock(&s->lock);
                 s->st.connections++;
                 pthread_mutex_unlock(&s->lock);
@@ -924,7 +932,7 @@ static void *loop(void *arg)
 
 tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t max_body,
                          uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
-                         char *why, size_t why_size)
+                         const char *socket_path, gid_t socket_gid, char *why, size_t why_size)
 {
     tfd_shm_t *s = calloc(1, sizeof *s);
     if (!s) {
@@ -953,7 +961,14 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
         goto fail;
     }
     tfx_shm_close(&probe);
-    if ((s->listen_fd = tfx_shm_listen(s->name, sizeof s->name, &err)) < 0) {
+    if (socket_path && socket_path[0]) {
+        snprintf(s->name, sizeof s->name, "%s", socket_path);
+        s->listen_fd = tfx_shm_listen_path(socket_path, socket_gid, &err);
+        s->path = s->listen_fd >= 0;
+    } else {
+        s->listen_fd = tfx_shm_listen(s->name, sizeof s->name, &err);
+    }
+    if (s->listen_fd < 0) {
         snprintf(why, why_size, "%s", err.msg);
         goto fail;
     }
@@ -1004,6 +1019,8 @@ void tfd_shm_free(tfd_shm_t *s)
     close(s->wake_fd);
     close(s->stop_fd);
     close(s->listen_fd);
+    if (s->path)
+        (void)unlink(s->name);
     tfd_ring_acct_unref(s->ring_acct);     /* rings' slots that queued items keep count */
     tfd_otokens_free(s->tokens);
     pthread_mutex_destroy(&s->stage_lock);

@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "daemon/auth.h"
 #include "daemon/feeds.h"
@@ -64,10 +65,13 @@ typedef struct {
 typedef struct tfd_stage tfd_stage_t;
 
 /* Starts serving: NULL with why set when it cannot (no memfd, no socket, no thread). PUTs
- * wake the long-poll waiters of their name; documents above max_body are refused. */
+ * wake the long-poll waiters of their name; documents above max_body are refused. The socket
+ * is a fresh abstract name, or with socket_path the file there (mode 0660, group socket_gid,
+ * -1: tfetchd's; unlinked by tfd_shm_free): who may connect is then the file's business. */
 tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t max_body,
                          uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
-                         char *why, size_t why_size);
+                         const char *socket_path, gid_t socket_gid, char *why,
+                         size_t why_size);
 /* Checks every request against auth (NULL or off: none); set before any token is issued. */
 void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth);
 /* Feeds whose device queues same-host consumers may attach rings to (daemon/ring.h);

@@ -27,7 +27,8 @@
 #define TFP_UP_MAX_EXPIRES_MS 600000        /* tokens live 1 ms .. 10 min */
 #define TFP_UP_MAX_ADDR 65536               /* decoded worker address bytes, 1..this */
 #define TFP_UP_MAX_REASON 512               /* bytes of a refusal's reason, UTF-8 */
-#define TFP_UP_MAX_SHM_SOCKET 96            /* an abstract socket name: [A-Za-z0-9._-] */
+#define TFP_UP_MAX_SHM_SOCKET 96            /* an abstract socket name, [A-Za-z0-9._-], or an
+                                             * absolute path of those and / */
 #define TFP_UP_MAX_REQ_JSON 4096            /* largest request body a parser takes */
 #define TFP_UP_MAX_RESP_JSON (128 * 1024)   /* largest response body a parser takes */
 /* The HELLO identity "boot_id netns" (proto/ucxframe.h): at most this many bytes. */

@@ -201,8 +201,60 @@ static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
     size_t n = strlen(name);
     memset(sa, 0, sizeof *sa);
     sa->sun_family = AF_UNIX;
+    if (name[0] == '/') {                   /* a file system path */
+        memcpy(sa->sun_path, name, n);
+        return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    }
     memcpy(sa->sun_path + 1, name, n);      /* sun_path[0] = 0: the abstract namespace */
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+int tfx_shm_listen_path(const char *path, gid_t gid, tfp_err_t *err)
+{
+    char tmp[TFX_SHM_MAX_NAME + 32];
+    struct stat sb;
+    if (!path || path[0] != '/' || strlen(path) > TFX_SHM_MAX_NAME) {
+        tfp_err_set(err, TFP_EINVAL, "shm: shm-socket must be an absolute path of at most %d "
+                    "bytes", TFX_SHM_MAX_NAME);
+        return -1;
+    }
+    if (lstat(path, &sb) == 0) {
+        if (!S_ISSOCK(sb.st_mode)) {
+            tfp_err_set(err, TFP_EINVAL, "shm: %s exists and is not a socket", path);
+            return -1;
+        }
+        tfp_err_t e2;
+        int probe = tfx_shm_connect(path, &e2);
+        if (probe >= 0) {
+            close(probe);
+            tfp_err_set(err, TFP_EBUSY, "shm: %s is in use (another tfetchd?)", path);
+            return -1;
+        }
+    }
+    snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: socket: %s", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_un sa;
+    socklen_t sl = abstract_addr(&sa, tmp);
+    (void)unlink(tmp);
+    /* Until the chmod the file has the umask's mode: no write bit for others, so no one but
+     * this uid can connect; it is renamed into place only once it has its mode and group. */
+    if (bind(s, (struct sockaddr *)&sa, sl) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: bind %s: %s", tmp, strerror(errno));
+        close(s);
+        return -1;
+    }
+    if ((gid != (gid_t)-1 && chown(tmp, (uid_t)-1, gid) != 0) || chmod(tmp, 0660) != 0 ||
+        listen(s, 64) != 0 || rename(tmp, path) != 0) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: %s: %s", path, strerror(errno));
+        (void)unlink(tmp);
+        close(s);
+        return -1;
+    }
+    return s;
 }
 
 int tfx_shm_listen(char *name, size_t size, tfp_err_t *err)
@@ -244,7 +296,12 @@ int tfx_shm_connect(const char *name, tfp_err_t *err)
     struct sockaddr_un sa;
     socklen_t sl = abstract_addr(&sa, name);
     if (connect(s, (struct sockaddr *)&sa, sl) != 0) {
-        tfp_err_set(err, TFP_ECONNECT, "shm: connect: %s", strerror(errno));
+        int e = errno;
+        if (name[0] == '/' && (e == EACCES || e == EPERM))
+            tfp_err_set(err, TFP_ECONNECT, "shm: connect %s: %s (join the socket's group)",
+                        name, strerror(e));
+        else
+            tfp_err_set(err, TFP_ECONNECT, "shm: connect: %s", strerror(e));
         close(s);
         return -1;
     }

@@ -98,7 +98,16 @@ void tfx_shm_close(tfx_shm_t *m);
  * name "tfetch-shm.PID.HEX", written NUL-terminated into name (size > TFX_SHM_MAX_NAME). The
  * socket, or -1 with err set. */
 int tfx_shm_listen(char *name, size_t size, tfp_err_t *err);
-/* Connects (blocking, close-on-exec) to the abstract name: the socket, or -1 with err set. */
+/* A listening socket as tfx_shm_listen's, at the file system path (absolute, at most
+ * TFX_SHM_MAX_NAME bytes) instead: who may connect is the file's mode 0660 and group gid
+ * (-1: the process's), as with docker.sock. The file appears whole: made under a temporary
+ * name, given its mode and group, then renamed over path; a socket already there is replaced
+ * unless something answers on it (another tfetchd: refused, "in use"); anything else there
+ * is refused. The caller unlinks path when it stops. */
+int tfx_shm_listen_path(const char *path, gid_t gid, tfp_err_t *err);
+/* Connects (blocking, close-on-exec) to name: an abstract name, or a file system path when
+ * it starts with '/'. The socket, or -1 with err set (a path the caller may not connect to:
+ * "Permission denied", naming it). */
 int tfx_shm_connect(const char *name, tfp_err_t *err);
 /* The connecting peer's pid and uid (SO_PEERCRED). 0, or -1. */
 int tfx_shm_peer(int sock, pid_t *pid, uid_t *uid);
