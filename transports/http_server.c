@@ -9,7 +9,7 @@
  * Suspension is guarded by a per-request mutex so that a wake-up arriving before MHD has
  * suspended the connection is not lost: handle simply runs again. Connections are
  * admitted, timed and cut off by the guard (http_guard.c), fed from MHD's accept policy and
- * connection notices; tfx_http_tick sweeps it. With a client CA, a request that sends no
+ * connection notices and the answers queued; tfx_http_tick sweeps it. With a client CA, a request that sends no
  * Authorization header has its TLS peer verified (GnuTLS, on the connection's session) and
  * the verified certificate's subject goes into the operation.
  *
@@ -396,6 +396,8 @@ static enum MHD_Result queue_pending(http_req_t *hr)
     MHD_destroy_response(hr->resp);
     hr->resp = NULL;
     hr->queued = 1;
+    if (ok == MHD_YES)                  /* written from now on: the reader's rate counts */
+        tfx_guard_send(hr->srv->guard, hr->gc, tfx_now_ms());
     return ok;
 }
 
@@ -519,7 +521,8 @@ void tfx_http_guard_stats(const tfx_http_t *s, tfx_http_guard_stats_t *out)
     tfx_guard_stats_t st;
     tfx_guard_stats(s->guard, &st);
     *out = (tfx_http_guard_stats_t){tfx_guard_count(s->guard), st.refused, st.evicted,
-                                    st.head_timeouts, st.slow_bodies};
+                                    st.head_timeouts, st.slow_bodies, st.slow_readers,
+                                    st.evicted_slow};
 }
 
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
@@ -720,7 +723,8 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
     atomic_init(&s->draining, 0);
     s->quiesced_fd = MHD_INVALID_SOCKET;
     tfx_guard_config_t gcfg = {cfg->max_connections, cfg->header_timeout_s * 1000u,
-                               cfg->min_upload_rate};
+                               cfg->min_upload_rate, cfg->min_download_rate,
+                               cfg->rate_window_s * 1000u};
     if (!(s->guard = tfx_guard_new(&gcfg))) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         free(s);
