@@ -872,6 +872,89 @@ START_TEST(slow_but_moving_transfers_complete)
 }
 END_TEST
 
+/* ---- SIGTERM's drain ---------------------------------------------------------------------- */
+
+/* A newcomer during the drain: refused by the kernel, or closed, or answered 503, within a
+ * second; never left waiting. Returns how long it took (ms). */
+static double newcomer_turned_away(void)
+{
+    uint64_t t0 = now_ms();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)D.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        ck_assert_msg(errno == ECONNREFUSED || errno == ECONNRESET, "connect: %s",
+                      strerror(errno));
+    } else {
+        char buf[4096] = "";
+        send_str(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+        ck_assert_msg(peer_closed(fd, 3000, buf, sizeof buf),
+                      "a newcomer waited %llu ms during the drain: %s",
+                      (unsigned long long)(now_ms() - t0), buf);
+        ck_assert_msg(!buf[0] || strncmp(buf, "HTTP/1.1 503", 12) == 0, "%s", buf);
+    }
+    close(fd);
+    return (double)(now_ms() - t0);
+}
+
+START_TEST(drain_turns_newcomers_away_at_once_and_finishes_transfers)
+{
+    const char *args[] = {"--drain-timeout", "30", NULL};
+    start(args);
+    static char doc[8 << 20];
+    int fd = connect_from(NULL);
+    char head[256];
+    snprintf(head, sizeof head, "PUT /v1/tensors/big HTTP/1.1\r\nHost: x\r\n"
+             "Content-Type: application/octet-stream\r\nTfetch-Dtype: U8\r\nTfetch-Shape: %zu\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n", sizeof doc, sizeof doc);
+    send_all(fd, head, strlen(head));
+    send_all(fd, doc, sizeof doc);
+    char buf[4096];
+    ck_assert(peer_closed(fd, 10000, buf, sizeof buf));
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 201", 12) == 0, "%s", buf);
+    close(fd);
+    /* A transfer in flight (read slowly, through a small buffer), and a connection open but
+     * with no request yet. */
+    int inflight = slow_open(1, 0);
+    static char block[65536];
+    size_t got = 0;
+    while (got < 65536) {
+        ssize_t k = recv(inflight, block, sizeof block, 0);
+        ck_assert_int_gt(k, 0);
+        got += (size_t)k;
+    }
+    int early = connect_from(NULL);
+    sleep_ms(100);
+    ck_assert_int_eq(kill(D.pid, SIGTERM), 0);
+    sleep_ms(400);                                  /* the main loop ticks every 250 ms */
+    double worst = 0;
+    for (int i = 0; i < 5; i++) {
+        double ms = newcomer_turned_away();
+        worst = ms > worst ? ms : worst;
+        sleep_ms(100);
+    }
+    ck_assert_msg(worst < 1000, "a newcomer took %.0f ms to be turned away", worst);
+    /* The connection opened before: its first request is answered 503 and closed. */
+    ck_assert_int_eq(send_str(early, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+    buf[0] = '\0';
+    ck_assert(peer_closed(early, 2000, buf, sizeof buf));
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 503", 12) == 0, "%s", buf);
+    ck_assert_msg(strstr(buf, "Connection: close") != NULL, "%s", buf);
+    close(early);
+    /* The transfer in flight completes. */
+    for (;;) {
+        ssize_t k = recv(inflight, block, sizeof block, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    ck_assert_uint_gt(got, sizeof doc);
+    close(inflight);
+    stop_clean();
+}
+END_TEST
+
 /* ---- memory -------------------------------------------------------------------------------- */
 
 static long vmhwm_kb(pid_t pid)
@@ -1102,6 +1185,7 @@ Suite *suite_conns(void)
     tcase_add_test(tc, probe_served_while_slow_bodies_hold_every_slot);
     tcase_add_test(tc, probe_served_while_slow_readers_hold_every_slot);
     tcase_add_test(tc, slow_but_moving_transfers_complete);
+    tcase_add_test(tc, drain_turns_newcomers_away_at_once_and_finishes_transfers);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -35,6 +35,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
@@ -46,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -784,10 +786,35 @@ unsigned tfx_http_connections(const tfx_http_t *s)
     return di ? di->num_connections : 0;
 }
 
+/* The connections the kernel accepted on fd that MHD has not taken yet (the listen backlog at
+ * the instant of the drain): handed to MHD, so that each is answered 503 with "Connection:
+ * close" at its first request instead of waiting in a queue nobody reads. */
+static void take_backlog(tfx_http_t *s, int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return;
+    for (unsigned i = 0; i < 4096; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        int c = accept4(fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0)
+            return;                 /* EAGAIN: none left (or a worker took it: it is served) */
+        (void)MHD_add_connection(s->mhd, c, (struct sockaddr *)&ss, len);  /* closes on error */
+    }
+}
+
 void tfx_http_quiesce(tfx_http_t *s)
 {
     atomic_store(&s->draining, 1);
     s->quiesced_fd = MHD_quiesce_daemon(s->mhd);
+    if (s->quiesced_fd == MHD_INVALID_SOCKET)
+        return;
+    take_backlog(s, s->quiesced_fd);
+    /* Stop listening: a newcomer is refused by the kernel at once (a reset), not left in the
+     * backlog until its own timeout. shutdown, not close: the descriptor stays ours (an MHD
+     * worker that has not seen the quiesce yet may still poll it) until tfx_http_stop. */
+    (void)shutdown(s->quiesced_fd, SHUT_RDWR);
 }
 
 void tfx_http_stop(tfx_http_t *s)

@@ -51,8 +51,10 @@ typedef tfx_handlers_t tfx_http_handlers_t;
 tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers_t *h,
                            tfp_err_t *err);
 uint16_t tfx_http_port(const tfx_http_t *s);
-/* Stops accepting new connections; requests in flight go on. From now on every response
- * carries "Connection: close" and new requests on open connections get 503. */
+/* Stops accepting new connections: the listening socket is shut down, so the kernel refuses
+ * newcomers at once, and those already in its backlog are handed to the server. Requests in
+ * flight go on. From now on every response carries "Connection: close" and new requests on
+ * open connections (those from the backlog included) get 503. */
 void tfx_http_quiesce(tfx_http_t *s);
 /* Housekeeping: closes connections past the head deadline, below the body rate or reading
  * an answer below the download rate. Call a few times a second (the main thread's tick). */
