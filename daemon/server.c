@@ -91,6 +91,14 @@ static void wake_feed(void *arg, const char *key)
         tfd_shm_feed_wake(__atomic_load_n(&s->shm, __ATOMIC_ACQUIRE));
 }
 
+/* libmicrohttpd's messages: warnings, rate-limited by kind like every log line (a client
+ * that opens connections to the HTTPS port and never shakes hands is worth one each). */
+static void http_log(void *arg, const char *fmt, va_list ap)
+{
+    (void)arg;
+    tfd_vlog(LOG_WARNING, "http: ", fmt, ap);
+}
+
 /* Frees whatever start made, in reverse order. */
 static void teardown(tfd_server_t *s)
 {
@@ -352,6 +360,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .tls_cert_pem = s->tls_cert,
         .tls_key_pem = s->tls_key,
         .tls_client_ca_pem = s->tls_client_ca,
+        .log = http_log,
     };
     /* Stored atomically: /metrics (gauges) may be asked on MHD's threads before it is set. */
     tfx_http_t *http = tfx_http_start(&hc, &h, err);
@@ -566,6 +575,7 @@ void tfd_server_tick(tfd_server_t *s)
 {
     tfx_http_tick(s->http);                 /* head deadlines, body and answer rates */
     log_guard(s);
+    tfd_log_flush(0);                       /* counts of repeated lines suppressed */
     tfd_workers_tick(s->workers);
     tfd_store_sweep(s->store);
     tfd_feeds_tick(s->feeds);
@@ -623,4 +633,5 @@ void tfd_server_free(tfd_server_t *s)
 {
     if (s)
         teardown(s);
+    tfd_log_flush(1);                       /* what was suppressed, before the process ends */
 }

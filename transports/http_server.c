@@ -671,6 +671,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    const tfx_http_config_t *cfg = cls;
+    if (cfg->log) {
+        cfg->log(cfg->log_arg, fmt, ap);
+        return;
+    }
     fputs("<4>http: ", stderr);
     vfprintf(stderr, fmt, ap);
     size_t n = strlen(fmt);
@@ -735,7 +740,7 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
 
     s->mhd = MHD_start_daemon(
         flags, cfg->port, on_accept, s, on_request, s,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, &s->cfg,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads ? cfg->threads : 1),
         MHD_OPTION_CONNECTION_LIMIT, mhd_connection_limit(cfg),

@@ -14,6 +14,7 @@
 #ifndef TFX_HTTP_SERVER_H
 #define TFX_HTTP_SERVER_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/status.h"
@@ -43,6 +44,10 @@ typedef struct {
     const char *tls_client_ca_pem;  /* with TLS: ask for a client certificate and verify it
                                      * against these PEM CAs (tfp_http_req_t.cert_subject);
                                      * NULL: none asked for */
+    /* libmicrohttpd's own messages (a handshake that failed, a socket error): to this, fmt
+     * being the same string for the same message; NULL: to stderr as warnings. */
+    void (*log)(void *arg, const char *fmt, va_list ap);
+    void *log_arg;
 } tfx_http_config_t;
 
 typedef tfx_handlers_t tfx_http_handlers_t;
