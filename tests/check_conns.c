@@ -927,7 +927,23 @@ START_TEST(drain_turns_newcomers_away_at_once_and_finishes_transfers)
     int early = connect_from(NULL);
     sleep_ms(100);
     ck_assert_int_eq(kill(D.pid, SIGTERM), 0);
-    sleep_ms(400);                                  /* the main loop ticks every 250 ms */
+    /* The main loop sees the signal at its next tick (250 ms; longer on a loaded machine):
+     * until then /healthz is still served. */
+    for (uint64_t t0 = now_ms(); now_ms() - t0 < 10000;) {
+        int nf = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)D.port)};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        int served = 0;
+        buf[0] = '\0';
+        if (connect(nf, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+            send_str(nf, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") == 0 &&
+            peer_closed(nf, 3000, buf, sizeof buf))
+            served = strncmp(buf, "HTTP/1.1 200", 12) == 0;
+        close(nf);
+        if (!served)
+            break;                                  /* the drain has begun */
+        sleep_ms(50);
+    }
     double worst = 0;
     for (int i = 0; i < 5; i++) {
         double ms = newcomer_turned_away();
