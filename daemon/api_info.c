@@ -166,6 +166,8 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     kv_uint(&w, "idle_timeout_s", cfg->idle_timeout);
     kv_uint(&w, "header_timeout_s", cfg->header_timeout);
     kv_uint(&w, "min_upload_rate", cfg->min_upload_rate);
+    kv_uint(&w, "min_download_rate", cfg->min_download_rate);
+    kv_uint(&w, "rate_window_s", cfg->rate_window);
     kv_uint(&w, "json_max_elements", TFD_LIVE(cfg->json_max_elems));
     kv_uint(&w, "max_wait_ms", TFD_LIVE(cfg->max_wait_ms));
     kv_uint(&w, "max_waiters", TFD_LIVE(cfg->max_waiters));

@@ -39,7 +39,7 @@ static const opt_t opts[] = {
     {"max-body", K_SIZE, F(max_body), "SIZE", "largest request body, else 413 (default: store-memory)"},
     {"max-header", K_SIZE, F(max_header), "SIZE", "largest request header block, else 431 (default 16K)"},
     {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of physical memory or of the cgroup's memory limit, whichever is smaller)"},
-    {"max-connections", K_UINT, F(max_connections), "N", "open connections in total; at the limit one waiting for a request head makes room, else a newcomer is closed at once (default 1024)"},
+    {"max-connections", K_UINT, F(max_connections), "N", "open connections in total; at the limit one waiting for a request head, or the slowest transfer below min-upload-rate or min-download-rate, makes room, else a newcomer is closed at once (default 1024)"},
     {"max-per-ip", K_UINT, F(max_per_ip), "N", "open connections per client address; 0: no limit (default 256)"},
     {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
     {"header-timeout", K_UINT, F(header_timeout), "SEC", "close a connection whose request head is not complete this long after it opened or after its previous request; 0: none (default 10)"},
@@ -51,7 +51,9 @@ static const opt_t opts[] = {
     {"drain-timeout", K_UINT, F(drain_timeout), "SEC", "how long SIGTERM waits for transfers, and SIGHUP for calls in an unloading plugin (default 30)"},
     {"drain-grace", K_UINT, F(drain_grace), "SEC", "after SIGTERM, /readyz answers 503 this long while all else is served, then the drain starts (default 0)"},
     {"body-memory", K_SIZE, F(body_memory), "SIZE", "request bodies held outside the store (calls), else 503 (default 2G)"},
-    {"min-upload-rate", K_SIZE, F(min_upload_rate), "SIZE", "bytes/s an upload must keep up in every 10 s, else 408 and the connection is closed; 0: none (default 16K)"},
+    {"min-upload-rate", K_SIZE, F(min_upload_rate), "SIZE", "bytes/s a request body must keep up, averaged over every rate-window, else 408 and the connection is closed; at the connection limit the slowest body below it makes room for a newcomer; 0: none (default 16K)"},
+    {"min-download-rate", K_SIZE, F(min_download_rate), "SIZE", "bytes/s a client must take an answer at, averaged over every rate-window, else the connection is closed; at the connection limit the slowest reader below it makes room for a newcomer; 0: none (default 16K)"},
+    {"rate-window", K_UINT, F(rate_window), "SEC", "the window min-upload-rate and min-download-rate are averaged over: a transfer is cut only after a whole window below its rate (default 10)"},
     {"session-ttl", K_UINT, F(session_ttl), "SEC", "seconds a user session lives unused (default 600)"},
     {"max-sessions", K_UINT, F(max_sessions), "N", "user sessions at once; the least recently used idle one is evicted (default 10000)"},
     {"session-user-memory", K_SIZE, F(session_user_memory), "SIZE", "state bytes one user session may hold (default 64M)"},
@@ -112,6 +114,8 @@ void tfd_config_defaults(tfd_config_t *cfg)
     cfg->max_wait_ms = 60000;       /* suspended requests are not idle-timed: keep this short */
     cfg->body_memory = 2ull << 30;
     cfg->min_upload_rate = 16u << 10;
+    cfg->min_download_rate = 16u << 10;
+    cfg->rate_window = 10;
     cfg->session_ttl = 600;
     cfg->max_sessions = 10000;
     cfg->session_user_memory = 64u << 20;
@@ -421,6 +425,10 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
     if (cfg->max_sessions == 0 || cfg->max_workers == 0 || cfg->worker_queue == 0) {
         fprintf(stderr, "tfetchd: --max-sessions, --max-workers and --worker-queue must be at "
                         "least 1\n");
+        return -1;
+    }
+    if (cfg->rate_window == 0 || cfg->rate_window > 3600) {
+        fprintf(stderr, "tfetchd: --rate-window must be 1..3600 seconds\n");
         return -1;
     }
     unsigned port_lo, port_hi;

@@ -53,7 +53,9 @@ typedef struct {
     unsigned drain_timeout;         /* seconds SIGTERM waits for transfers */
     unsigned drain_grace;           /* seconds /readyz says 503 before the drain begins */
     uint64_t body_memory;           /* request bodies held outside the store */
-    uint64_t min_upload_rate;       /* bytes/s an upload must keep up in every 10 s window */
+    uint64_t min_upload_rate;       /* bytes/s an upload must keep up in every rate window */
+    uint64_t min_download_rate;     /* bytes/s a client must take an answer at, likewise */
+    unsigned rate_window;           /* seconds the two rates are averaged over */
     unsigned session_ttl;           /* seconds a session lives unused */
     unsigned max_sessions;
     uint64_t session_user_memory;   /* state bytes per session */

@@ -474,10 +474,13 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "tfetch_http_connections_closed_total{reason=\"refused\"} %llu\n"
          "tfetch_http_connections_closed_total{reason=\"evicted\"} %llu\n"
          "tfetch_http_connections_closed_total{reason=\"header_timeout\"} %llu\n"
-         "tfetch_http_connections_closed_total{reason=\"slow_body\"} %llu\n",
+         "tfetch_http_connections_closed_total{reason=\"slow_body\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"slow_reader\"} %llu\n"
+         "tfetch_http_connections_closed_total{reason=\"evicted_slow\"} %llu\n",
          g->connections, (unsigned long long)g->conns_refused,
          (unsigned long long)g->conns_evicted, (unsigned long long)g->head_timeouts,
-         (unsigned long long)g->slow_bodies);
+         (unsigned long long)g->slow_bodies, (unsigned long long)g->slow_readers,
+         (unsigned long long)g->evicted_slow);
     render_process(&o);
     render_feeds(&o, g);
     if (o.failed) {

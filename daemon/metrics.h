@@ -67,6 +67,7 @@ typedef struct {
     /* the HTTP connection guard (transports/http_guard.h) */
     unsigned connections;
     uint64_t conns_refused, conns_evicted, head_timeouts, slow_bodies;
+    uint64_t slow_readers, evicted_slow;
     tfd_feed_stats_t *const *feeds;         /* one snapshot per device feed */
     size_t nfeeds;
     uint64_t feed_bytes;

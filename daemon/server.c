@@ -53,7 +53,12 @@ struct tfd_server {
     char *tls_cert, *tls_key;               /* PEM text of tls-cert and tls-key; NULL: HTTP */
     char *tls_client_ca;                    /* PEM text of tls-client-ca; NULL: no mTLS */
     atomic_int draining;                    /* /readyz: 503 from the first moment of drain */
+    tfx_http_guard_stats_t guard_logged;    /* the guard's counters at its last log line */
+    uint64_t guard_logged_at;               /* when that line was written (ms) */
 };
+
+/* How often at most the connection guard's closes are summed up in the log. */
+#define GUARD_LOG_MS 10000u
 
 /* The gauges only the server knows, for /metrics. */
 static void gauges(void *arg, tfd_gauges_t *g)
@@ -72,6 +77,8 @@ static void gauges(void *arg, tfd_gauges_t *g)
         g->conns_evicted = gs.evicted;
         g->head_timeouts = gs.head_timeouts;
         g->slow_bodies = gs.slow_bodies;
+        g->slow_readers = gs.slow_readers;
+        g->evicted_slow = gs.evicted_slow;
     }
 }
 
@@ -83,6 +90,14 @@ static void wake_feed(void *arg, const char *key)
     tfd_waiters_notify(s->waiters, key);
     if (strstr(key, "/pop/"))
         tfd_shm_feed_wake(__atomic_load_n(&s->shm, __ATOMIC_ACQUIRE));
+}
+
+/* libmicrohttpd's messages: warnings, rate-limited by kind like every log line (a client
+ * that opens connections to the HTTPS port and never shakes hands is worth one each). */
+static void http_log(void *arg, const char *fmt, va_list ap)
+{
+    (void)arg;
+    tfd_vlog(LOG_WARNING, "http: ", fmt, ap);
 }
 
 /* Frees whatever start made, in reverse order. */
@@ -382,10 +397,13 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .conn_memory = (size_t)cfg->conn_memory,
         .max_header_bytes = (size_t)cfg->max_header,
         .min_upload_rate = cfg->min_upload_rate,
+        .min_download_rate = cfg->min_download_rate,
+        .rate_window_s = cfg->rate_window,
         .max_body = cfg->max_body,
         .tls_cert_pem = s->tls_cert,
         .tls_key_pem = s->tls_key,
         .tls_client_ca_pem = s->tls_client_ca,
+        .log = http_log,
     };
     /* Stored atomically: /metrics (gauges) may be asked on MHD's threads before it is set. */
     tfx_http_t *http = tfx_http_start(&hc, &h, err);
@@ -567,9 +585,40 @@ unsigned tfd_server_reload(tfd_server_t *s, const tfd_config_t *next, int (*idle
     return rl.applied;
 }
 
+/* One log line, every GUARD_LOG_MS at most, for the connections the guard closed since the
+ * last one (an attack shows as a line every 10 s, not one per connection). */
+static void log_guard(tfd_server_t *s)
+{
+    uint64_t now = tfx_now_ms();
+    if (now - s->guard_logged_at < GUARD_LOG_MS && s->guard_logged_at)
+        return;
+    tfx_http_guard_stats_t g, *o = &s->guard_logged;
+    tfx_http_guard_stats(s->http, &g);
+    if (g.refused != o->refused || g.evicted != o->evicted || g.evicted_slow != o->evicted_slow ||
+        g.slow_bodies != o->slow_bodies || g.slow_readers != o->slow_readers ||
+        g.head_timeouts != o->head_timeouts)
+        tfd_log(LOG_WARNING, "http: closed %llu slow transfers at the connection limit "
+                "(%u open), %llu bodies below min-upload-rate (408), %llu readers below "
+                "min-download-rate, %llu heads past header-timeout, %llu idle for newcomers; "
+                "refused %llu newcomers (in the last %llu s)",
+                (unsigned long long)(g.evicted_slow - o->evicted_slow), g.open,
+                (unsigned long long)(g.slow_bodies - o->slow_bodies),
+                (unsigned long long)(g.slow_readers - o->slow_readers),
+                (unsigned long long)(g.head_timeouts - o->head_timeouts),
+                (unsigned long long)(g.evicted - o->evicted),
+                (unsigned long long)(g.refused - o->refused),
+                (unsigned long long)((now - s->guard_logged_at + 999) / 1000));
+    else if (s->guard_logged_at)
+        return;                             /* nothing new: the next change logs at once */
+    *o = g;
+    s->guard_logged_at = now;
+}
+
 void tfd_server_tick(tfd_server_t *s)
 {
-    tfx_http_tick(s->http);                 /* head deadlines, body rates */
+    tfx_http_tick(s->http);                 /* head deadlines, body and answer rates */
+    log_guard(s);
+    tfd_log_flush(0);                       /* counts of repeated lines suppressed */
     tfd_workers_tick(s->workers);
     tfd_store_sweep(s->store);
     tfd_feeds_tick(s->feeds);
@@ -627,4 +676,5 @@ void tfd_server_free(tfd_server_t *s)
 {
     if (s)
         teardown(s);
+    tfd_log_flush(1);                       /* what was suppressed, before the process ends */
 }

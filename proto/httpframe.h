@@ -48,9 +48,11 @@ typedef struct {
  *   TFP_EBADREQ (400): a version other than HTTP/1.0 or HTTP/1.1; a flagged line (bare LF,
  *     NUL, obs-fold); a header name that is not a token (a space before the colon); a control
  *     character in a value; a NUL in a query parameter; Content-Length twice (equal or not)
- *     or not digits; Transfer-Encoding with Content-Length, in HTTP/1.0, empty, or with
- *     chunked twice or not last; HTTP/1.1 without Host; Host, Content-Type, Tfetch-User,
- *     Tfetch-Request-Id, Tfetch-Dtype or Tfetch-Shape twice;
+ *     or not digits; Transfer-Encoding with Content-Length, in HTTP/1.0, empty, with an
+ *     empty list element or whitespace after its last coding, or with chunked twice or not
+ *     last; HTTP/1.1 without Host; Host, Content-Type, Tfetch-User, Tfetch-Request-Id,
+ *     Tfetch-Dtype, Tfetch-Shape, Authorization, Tfetch-User-Principal or
+ *     Tfetch-Worker-Secret twice;
  *   TFP_ENOTIMPL (501): a transfer coding other than chunked (gzip, identity, ...);
  *   TFP_ETOOBIG (413): a Content-Length above 2^63-1. */
 tfp_status_t tfp_http_frame_check(const tfp_http_frame_t *in, tfp_http_framing_t *out,

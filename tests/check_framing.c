@@ -207,6 +207,35 @@ START_TEST(framing_unknown_coding_501_at_once)
 }
 END_TEST
 
+/* A Transfer-Encoding that libmicrohttpd does not read as chunked (it compares the whole
+ * value) while a lenient reader would: refused at once, not a 408 after waiting for a body
+ * neither side can frame. */
+START_TEST(framing_loose_chunked_400_at_once)
+{
+    static const char *const codings[] = { "chunked ", ",chunked", "chunked\t", "chunked,",
+                                           ", chunked", "chunked , " };
+
+    start(NULL);
+    put_victim();
+    for (size_t i = 0; i < sizeof codings / sizeof codings[0]; i++) {
+        char raw[512];
+        int n = snprintf(raw, sizeof raw, PUT0 "Transfer-Encoding: %s\r\n\r\n0\r\n\r\n",
+                         codings[i]);
+        reply_t r;
+
+        refused_at(__LINE__, codings[i], raw, (size_t)n, 400, "\"code\":\"TF_EBADREQ\"");
+        n = snprintf(raw, sizeof raw, PUT0 "Transfer-Encoding: %s\r\n\r\n", codings[i]);
+        ck_assert_int_eq(request(raw, 10000, &r), 400);
+        ck_assert_msg(r.ms < 3000, "'%s': 400 took %llu ms", codings[i],
+                      (unsigned long long)r.ms);
+    }
+    /* Two tokens: one reader would take the first, another the last. */
+    BAD("two Authorization", "DELETE /v1/tensors/victim HTTP/1.1\r\nHost: t\r\n"
+        "Authorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n");
+    stop_clean();
+}
+END_TEST
+
 START_TEST(framing_host_lines_names)
 {
     start(NULL);
@@ -329,6 +358,7 @@ Suite *suite_framing(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, framing_body_length);
     tcase_add_test(tc, framing_unknown_coding_501_at_once);
+    tcase_add_test(tc, framing_loose_chunked_400_at_once);
     tcase_add_test(tc, framing_host_lines_names);
     tcase_add_test(tc, framing_ids_and_nul);
     tcase_add_test(tc, framing_nul_in_path);

@@ -20,14 +20,20 @@
 #include "tests/suites.h"
 #include "tests/fixtures.h"
 #include "client/tfetch.h"
+#include "daemon/log.h"
 #include "transports/hostid.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static td_daemon_t D;
@@ -332,6 +338,102 @@ START_TEST(test_plain_http_refused)
     snprintf(a, sizeof a, "--cacert %s", path("ca.pem"));
     ck_assert_int_eq(curl(a, "/healthz", o, sizeof o), 200);      /* still serving */
     stop_clean();
+}
+END_TEST
+
+/* Lines of the file at path that contain what, and the sum of the numbers N in its lines
+ * "N similar lines suppressed ... (like: ...what...)" into *suppressed. */
+static int count_lines(const char *path_, const char *what, long long *suppressed)
+{
+    FILE *f = fopen(path_, "r");
+    ck_assert_msg(f != NULL, "cannot read %s", path_);
+    char line[2048];
+    int n = 0;
+    *suppressed = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, what))
+            continue;
+        const char *s = strstr(line, " similar lines suppressed");
+        const char *p = s;
+        while (s && p > line && p[-1] >= '0' && p[-1] <= '9')
+            p--;
+        if (s && p < s)
+            *suppressed += atoll(p);
+        else
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Connections to the HTTPS port that never shake hands: each is worth a warning from
+ * libmicrohttpd, but the log holds a few of them and a count of the rest, not one each. */
+START_TEST(test_handshakeless_flood_logs_a_count)
+{
+    make_certs();
+    start_tls("srv", NULL, NULL);
+    const int total = 300;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)D.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    for (int i = 0; i < total; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+        close(fd);
+    }
+    char o[4096], a2[256];
+    snprintf(a2, sizeof a2, "--cacert %s", path("ca.pem"));
+    ck_assert_int_eq(curl(a2, "/healthz", o, sizeof o), 200);      /* still serving */
+    /* Stop it and read its log before td_stop (which removes it after a clean exit). */
+    ck_assert_int_eq(kill(D.pid, SIGTERM), 0);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "for i in $(seq 200); do grep -q '>stopped' %s && exit 0; "
+             "sleep 0.05; done; exit 1", D.log_path);
+    ck_assert_int_eq(td_run(cmd, NULL, 0), 0);
+    long long suppressed = 0;
+    int shown = count_lines(D.log_path, "handshake", &suppressed);
+    fprintf(stderr, "%d handshake-less connections: %d lines, %lld counted as suppressed\n",
+            total, shown, suppressed);
+    ck_assert_msg(shown >= 1 && shown < total / 10, "%d warnings logged for %d connections",
+                  shown, total);
+    ck_assert_msg(shown + suppressed == total, "%d shown + %lld suppressed != %d", shown,
+                  suppressed, total);
+    stop_clean();
+}
+END_TEST
+
+/* The rate limit itself, in this process: one kind's repeats beyond the burst are counted,
+ * and written as one line when flushed; another kind is not held back by them. */
+START_TEST(test_log_repeats_counted)
+{
+    char tmpl[] = "/tmp/tfetch-log-XXXXXX";
+    int fd = mkstemp(tmpl);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    for (int i = 0; i < 100; i++) {
+        tfd_log(LOG_WARNING, "flood %d from peer", i);
+        if (i % 10 == 0)
+            tfd_log(LOG_NOTICE, "other kind %d", i);
+    }
+    tfd_log_flush(0);                           /* the window is not over: nothing */
+    tfd_log_flush(1);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    long long suppressed = 0;
+    int shown = count_lines(tmpl, "flood", &suppressed);
+    ck_assert_int_eq(shown, (int)TFD_LOG_BURST);
+    ck_assert_int_eq(suppressed, 100 - (int)TFD_LOG_BURST);
+    ck_assert_int_eq(count_lines(tmpl, "other kind", &suppressed), 10);
+    ck_assert_int_eq(suppressed, 0);
+    char cmd[256], o[4096];
+    snprintf(cmd, sizeof cmd, "grep -c '^<4>90 similar lines suppressed in [0-9]* s (like: "
+             "flood 0 from peer)$' %s", tmpl);
+    td_run(cmd, o, sizeof o);
+    ck_assert_msg(atoi(o) == 1, "%s", o);
+    unlink(tmpl);
 }
 END_TEST
 
@@ -666,6 +768,8 @@ Suite *suite_tls(void)
     tcase_add_test(tc, test_expired_refused);
     tcase_add_test(tc, test_self_signed_refused);
     tcase_add_test(tc, test_plain_http_refused);
+    tcase_add_test(tc, test_handshakeless_flood_logs_a_count);
+    tcase_add_test(tc, test_log_repeats_counted);
     tcase_add_test(tc, test_bearer_over_https);
     tcase_add_test(tc, test_bad_settings_refused_at_start);
     tcase_add_test(tc, test_mtls_curl_principal);

@@ -9,7 +9,7 @@
  * Suspension is guarded by a per-request mutex so that a wake-up arriving before MHD has
  * suspended the connection is not lost: handle simply runs again. Connections are
  * admitted, timed and cut off by the guard (http_guard.c), fed from MHD's accept policy and
- * connection notices; tfx_http_tick sweeps it. With a client CA, a request that sends no
+ * connection notices and the answers queued; tfx_http_tick sweeps it. With a client CA, a request that sends no
  * Authorization header has its TLS peer verified (GnuTLS, on the connection's session) and
  * the verified certificate's subject goes into the operation.
  *
@@ -35,6 +35,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
@@ -46,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -396,6 +398,8 @@ static enum MHD_Result queue_pending(http_req_t *hr)
     MHD_destroy_response(hr->resp);
     hr->resp = NULL;
     hr->queued = 1;
+    if (ok == MHD_YES)                  /* written from now on: the reader's rate counts */
+        tfx_guard_send(hr->srv->guard, hr->gc, tfx_now_ms());
     return ok;
 }
 
@@ -519,7 +523,8 @@ void tfx_http_guard_stats(const tfx_http_t *s, tfx_http_guard_stats_t *out)
     tfx_guard_stats_t st;
     tfx_guard_stats(s->guard, &st);
     *out = (tfx_http_guard_stats_t){tfx_guard_count(s->guard), st.refused, st.evicted,
-                                    st.head_timeouts, st.slow_bodies};
+                                    st.head_timeouts, st.slow_bodies, st.slow_readers,
+                                    st.evicted_slow};
 }
 
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
@@ -666,6 +671,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    const tfx_http_config_t *cfg = cls;
+    if (cfg->log) {
+        cfg->log(cfg->log_arg, fmt, ap);
+        return;
+    }
     fputs("<4>http: ", stderr);
     vfprintf(stderr, fmt, ap);
     size_t n = strlen(fmt);
@@ -720,7 +730,8 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
     atomic_init(&s->draining, 0);
     s->quiesced_fd = MHD_INVALID_SOCKET;
     tfx_guard_config_t gcfg = {cfg->max_connections, cfg->header_timeout_s * 1000u,
-                               cfg->min_upload_rate};
+                               cfg->min_upload_rate, cfg->min_download_rate,
+                               cfg->rate_window_s * 1000u};
     if (!(s->guard = tfx_guard_new(&gcfg))) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         free(s);
@@ -729,7 +740,7 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
 
     s->mhd = MHD_start_daemon(
         flags, cfg->port, on_accept, s, on_request, s,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, &s->cfg,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads ? cfg->threads : 1),
         MHD_OPTION_CONNECTION_LIMIT, mhd_connection_limit(cfg),
@@ -780,10 +791,35 @@ unsigned tfx_http_connections(const tfx_http_t *s)
     return di ? di->num_connections : 0;
 }
 
+/* The connections the kernel accepted on fd that MHD has not taken yet (the listen backlog at
+ * the instant of the drain): handed to MHD, so that each is answered 503 with "Connection:
+ * close" at its first request instead of waiting in a queue nobody reads. */
+static void take_backlog(tfx_http_t *s, int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return;
+    for (unsigned i = 0; i < 4096; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        int c = accept4(fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0)
+            return;                 /* EAGAIN: none left (or a worker took it: it is served) */
+        (void)MHD_add_connection(s->mhd, c, (struct sockaddr *)&ss, len);  /* closes on error */
+    }
+}
+
 void tfx_http_quiesce(tfx_http_t *s)
 {
     atomic_store(&s->draining, 1);
     s->quiesced_fd = MHD_quiesce_daemon(s->mhd);
+    if (s->quiesced_fd == MHD_INVALID_SOCKET)
+        return;
+    take_backlog(s, s->quiesced_fd);
+    /* Stop listening: a newcomer is refused by the kernel at once (a reset), not left in the
+     * backlog until its own timeout. shutdown, not close: the descriptor stays ours (an MHD
+     * worker that has not seen the quiesce yet may still poll it) until tfx_http_stop. */
+    (void)shutdown(s->quiesced_fd, SHUT_RDWR);
 }
 
 void tfx_http_stop(tfx_http_t *s)

@@ -14,6 +14,7 @@
 #ifndef TFX_HTTP_SERVER_H
 #define TFX_HTTP_SERVER_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/status.h"
@@ -33,13 +34,20 @@ typedef struct {
                                      * opened or its previous request ended; 0: no deadline */
     size_t conn_memory;             /* per-connection buffer memory (headers + read buffer) */
     size_t max_header_bytes;        /* sum of request header names and values */
-    uint64_t min_upload_rate;       /* body bytes/s in each 10 s window, else 408; 0: no floor */
+    uint64_t min_upload_rate;       /* body bytes/s in each rate window, else 408; 0: no floor */
+    uint64_t min_download_rate;     /* answer bytes/s the client must take in each rate window,
+                                     * else the connection is closed; 0: no floor */
+    unsigned rate_window_s;         /* the window both rates are averaged over; 0: 10 s */
     uint64_t max_body;              /* the largest document body announced (tfp_http_req_t) */
     const char *tls_cert_pem;       /* both set: serve HTTPS (TLS 1.2/1.3) with this PEM */
     const char *tls_key_pem;        /* certificate chain and key; NULL: plain HTTP */
     const char *tls_client_ca_pem;  /* with TLS: ask for a client certificate and verify it
                                      * against these PEM CAs (tfp_http_req_t.cert_subject);
                                      * NULL: none asked for */
+    /* libmicrohttpd's own messages (a handshake that failed, a socket error): to this, fmt
+     * being the same string for the same message; NULL: to stderr as warnings. */
+    void (*log)(void *arg, const char *fmt, va_list ap);
+    void *log_arg;
 } tfx_http_config_t;
 
 typedef tfx_handlers_t tfx_http_handlers_t;
@@ -48,18 +56,20 @@ typedef tfx_handlers_t tfx_http_handlers_t;
 tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers_t *h,
                            tfp_err_t *err);
 uint16_t tfx_http_port(const tfx_http_t *s);
-/* Stops accepting new connections; requests in flight go on. From now on every response
- * carries "Connection: close" and new requests on open connections get 503. */
+/* Stops accepting new connections: the listening socket is shut down, so the kernel refuses
+ * newcomers at once, and those already in its backlog are handed to the server. Requests in
+ * flight go on. From now on every response carries "Connection: close" and new requests on
+ * open connections (those from the backlog included) get 503. */
 void tfx_http_quiesce(tfx_http_t *s);
-/* Housekeeping: closes connections past the head deadline or below the body rate. Call a
- * few times a second (the main thread's tick). */
+/* Housekeeping: closes connections past the head deadline, below the body rate or reading
+ * an answer below the download rate. Call a few times a second (the main thread's tick). */
 void tfx_http_tick(tfx_http_t *s);
 /* Requests between begin and finish right now. */
 unsigned tfx_http_inflight(const tfx_http_t *s);
 /* What the connection guard has done (http_guard.h), and the connections it counts. */
 typedef struct {
     unsigned open;
-    uint64_t refused, evicted, head_timeouts, slow_bodies;
+    uint64_t refused, evicted, head_timeouts, slow_bodies, slow_readers, evicted_slow;
 } tfx_http_guard_stats_t;
 void tfx_http_guard_stats(const tfx_http_t *s, tfx_http_guard_stats_t *out);
 /* Open connections right now. */
