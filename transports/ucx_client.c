@@ -26,6 +26,7 @@
 #include "config.h"
 #include "transports/ucx_client.h"
 #include "proto/strcopy.h"
+#include "proto/ucxaddr.h"
 #include "transports/ucx_server.h"      /* the active message ids */
 #include "transports/ucx_common.h"
 #include "transports/buf.h"
@@ -133,6 +134,11 @@ struct tfx_ucxc {
                                      * tfx_ucxc_drive (the caller's until then) */
     tfx_ucxc_req_t *drive_req;      /* owner: the request the caller drives, or NULL */
     int drive_done;                 /* owner: it (or its early copy) was queued */
+    /* This process's own worker address, parsed (proto/ucxaddr.h) at start: what a server's
+     * address is held to before UCX reads it; NULL when ours does not parse (a UCX other
+     * than 1.13's layout, or UCX_UNIFIED_MODE): then no remote address is trusted either. */
+    tfp_ucxaddr_t *self_addr;
+    char self_why[256];             /* why self_addr is NULL */
 };
 
 enum { OWN_NONE, OWN_THREAD, OWN_CALLER };
@@ -842,6 +848,32 @@ static void post(tfx_ucxc_t *u, cmd_t *cm)
     tfx_ucx_base_wake(&u->base);
 }
 
+/* Parses this worker's own address (every transport) into u->self_addr, or says why not.
+ * Called before the progress thread starts: the worker is ours alone. */
+static void parse_self_address(tfx_ucxc_t *u)
+{
+    ucp_worker_attr_t a = {.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS |
+                                         UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS,
+                           .address_flags = 0};
+    tfp_err_t err;
+
+    if (ucp_worker_query(u->worker, &a) != UCS_OK) {
+        snprintf(u->self_why, sizeof u->self_why, "cannot read this process's UCX address");
+        return;
+    }
+    u->self_addr = malloc(sizeof *u->self_addr);
+    if (!u->self_addr)
+        snprintf(u->self_why, sizeof u->self_why, "out of memory");
+    else if (tfp_ucxaddr_parse((const uint8_t *)a.address, a.address_length, u->self_addr, &err) != TFP_OK) {
+        snprintf(u->self_why, sizeof u->self_why, "this process's UCX writes addresses in a "
+                 "layout tfetch cannot check (not UCX 1.13's, or UCX_UNIFIED_MODE=y): %.80s",
+                 err.msg);
+        free(u->self_addr);
+        u->self_addr = NULL;
+    }
+    ucp_worker_release_address(u->worker, a.address);
+}
+
 tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err)
 {
     tfx_ucxc_t *u = calloc(1, sizeof *u);
@@ -856,6 +888,7 @@ tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err
     if (tfx_ucx_base_open(&u->base, "libtfetch", TFX_UCX_AM_REPLY, on_reply, u, 1, err) != TFP_OK)
         goto free_u;
     u->worker = u->base.worker;
+    parse_self_address(u);
     if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot start the UCX progress thread");
         tfx_ucx_base_close(&u->base);
@@ -863,10 +896,38 @@ tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err
     }
     return u;
 free_u:
+    free(u->self_addr);
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->cond);
     free(u);
     return NULL;
+}
+
+/* Nothing a server sends reaches UCX unchecked: UCX 1.13 reads a worker address without
+ * its length and asserts on what it does not expect (a SIGABRT of the whole client). The
+ * address must parse exactly (proto/ucxaddr.h) and match our own UCX's sizes. */
+static tfp_status_t check_address(const tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
+                                  char *why, size_t why_size)
+{
+    tfp_ucxaddr_t *remote;
+    tfp_err_t err;
+    tfp_status_t st;
+
+    if (!u->self_addr) {
+        snprintf(why, why_size, "%s", u->self_why);
+        return TFP_EPROTO;
+    }
+    if (!(remote = malloc(sizeof *remote))) {
+        snprintf(why, why_size, "out of memory");
+        return TFP_ENOMEM;
+    }
+    st = tfp_ucxaddr_parse(addr, addr_len, remote, &err);
+    if (st == TFP_OK)
+        st = tfp_ucxaddr_match(remote, u->self_addr, &err);
+    if (st != TFP_OK)
+        snprintf(why, why_size, "the server's address is refused: %.200s", err.msg);
+    free(remote);
+    return st;
 }
 
 tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
@@ -874,6 +935,9 @@ tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_le
                               long timeout_ms, tfx_ucxc_conn_t **out, char *why,
                               size_t why_size)
 {
+    tfp_status_t cst = check_address(u, addr, addr_len, why, why_size);
+    if (cst != TFP_OK)
+        return cst;
     tfx_ucxc_conn_t *c = calloc(1, sizeof *c);
     cmd_t *cm = calloc(1, sizeof *cm);
     if (!c || !cm || !(cm->addr = malloc(addr_len ? addr_len : 1))) {
@@ -1197,6 +1261,7 @@ static void cleanup(tfx_ucxc_t *u)
     for (size_t i = 0; i < u->nconns; i++)
         free(u->conns[i]);
     free(u->conns);
+    free(u->self_addr);
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->cond);
     free(u);
