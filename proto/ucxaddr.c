@@ -265,10 +265,9 @@ tfp_status_t tfp_ucxaddr_match(const tfp_ucxaddr_t *remote, const tfp_ucxaddr_t 
             fits = l->dev_addr_len == r->dev_addr_len && l->iface_addr_len == r->iface_addr_len;
         }
         if (known && !fits)
-            return tfp_err_set(err, TFP_EPROTO, "UCX worker address: entry %u (transport "
-                               "0x%04x): %u-byte device, %u-byte interface address, not the "
-                               "sizes our UCX reads", i, r->tl_csum, r->dev_addr_len,
-                               r->iface_addr_len);
+            return tfp_err_set(err, TFP_EPROTO, "UCX worker address: transport 0x%04x with "
+                               "%u+%u address bytes, not the sizes our UCX reads",
+                               r->tl_csum, r->dev_addr_len, r->iface_addr_len);
     }
     return TFP_OK;
 }

@@ -80,6 +80,10 @@ struct tfx_ucxc_req {
     size_t niov;
     uint64_t deadline_ms;
     uint64_t t0_ns;                 /* tfx_now_ns() when it started */
+    long stall_ms;                  /* the stall window (wait included); 0: off */
+    uint64_t stall_rate;
+    int phase;                      /* owner: what it waits for (PHASE_*), since ... */
+    uint64_t phase_ms;              /* ... this time */
     int sending, receiving, replied;
     int orphan;                     /* handed back early; freed when UCX lets go of it */
     struct cmd *spare;              /* started DRIVEN and not sent yet (tfx_ucxc_t's
@@ -138,6 +142,8 @@ struct tfx_ucxc {
      * address is held to before UCX reads it; NULL when ours does not parse (a UCX other
      * than 1.13's layout, or UCX_UNIFIED_MODE): then no remote address is trusted either. */
     tfp_ucxaddr_t *self_addr;
+    atomic_long stall_ms;           /* tfx_ucxc_set_stall; 0: off */
+    atomic_ullong stall_rate;
     char self_why[256];             /* why self_addr is NULL */
 };
 
@@ -703,6 +709,38 @@ static void check_peers(tfx_ucxc_t *u, uint64_t now)
     }
 }
 
+/* Stall detection (tfx_ucxc_set_stall): 1 when r has been in one phase longer than its
+ * window allows. UCX reports no progress within a send or a rendezvous receive, so those
+ * phases get their size's worth of time at the rate (at least 1 MiB/s) on top. */
+enum { PHASE_NONE, PHASE_SEND, PHASE_REPLY, PHASE_RECV };
+#define STALL_MIN_RATE ((uint64_t)1 << 20)
+static int stalled(tfx_ucxc_req_t *r, uint64_t now)
+{
+    if (!r->stall_ms || r->orphan || !r->conn || r->conn->closed)
+        return 0;
+    int phase = r->sending ? PHASE_SEND : r->receiving || r->rndv_desc ? PHASE_RECV :
+                !r->replied && r->res.transport_status == TFP_OK ? PHASE_REPLY : PHASE_NONE;
+    if (phase != r->phase) {
+        r->phase = phase;
+        r->phase_ms = now;
+        return 0;
+    }
+    if (phase == PHASE_NONE)
+        return 0;
+    uint64_t rate = r->stall_rate > STALL_MIN_RATE ? r->stall_rate : STALL_MIN_RATE;
+    uint64_t bytes = phase == PHASE_SEND ? r->res.bytes_sent : phase == PHASE_RECV ?
+                     r->rndv_len : 0;
+    uint64_t window = (uint64_t)r->stall_ms + bytes / rate * 1000u +
+                      (phase == PHASE_REPLY ? r->hdr.wait_ms : 0);
+    return now - r->phase_ms >= window;
+}
+
+void tfx_ucxc_set_stall(tfx_ucxc_t *u, uint64_t rate, long stall_ms)
+{
+    atomic_store(&u->stall_rate, rate);
+    atomic_store(&u->stall_ms, stall_ms > 0 ? stall_ms : 0);
+}
+
 /* Runs queued commands and expired deadlines. Returns how much it did. */
 static unsigned run_cmds(tfx_ucxc_t *u)
 {
@@ -750,6 +788,16 @@ static unsigned run_cmds(tfx_ucxc_t *u)
     check_peers(u, now);
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
+        if (stalled(r, now)) {
+            char why[160];
+            snprintf(why, sizeof why, "stalled: no progress of the UCX request within "
+                     "%llu ms (%s)", (unsigned long long)(now - r->phase_ms),
+                     r->phase == PHASE_SEND ? "sending" : r->phase == PHASE_RECV ?
+                     "receiving the reply" : "waiting for the reply");
+            break_conn(r->conn, TFP_EINTERNAL, why, 0);
+            n++;
+            break;
+        }
         if (r->deadline_ms && now >= r->deadline_ms && !r->orphan && r->conn &&
             !r->conn->closed) {
             char why[128];
@@ -925,7 +973,7 @@ static tfp_status_t check_address(const tfx_ucxc_t *u, const uint8_t *addr, size
     if (st == TFP_OK)
         st = tfp_ucxaddr_match(remote, u->self_addr, &err);
     if (st != TFP_OK)
-        snprintf(why, why_size, "the server's address is refused: %.200s", err.msg);
+        snprintf(why, why_size, "%s", err.msg);      /* "UCX worker address: ..." */
     free(remote);
     return st;
 }
@@ -1070,6 +1118,8 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     r->hdr.body_len = total;
     r->res.bytes_sent = total;
     r->deadline_ms = timeout_ms > 0 ? tfx_now_ms() + (uint64_t)timeout_ms : 0;
+    r->stall_ms = atomic_load(&c->u->stall_ms);
+    r->stall_rate = atomic_load(&c->u->stall_rate);
     pthread_mutex_lock(&c->u->lock);
     c->refs++;                      /* dropped by the owner when r completes */
     pthread_mutex_unlock(&c->u->lock);
