@@ -2327,6 +2327,37 @@ START_TEST(stall_detected_http_and_ucx)
 }
 END_TEST
 
+/* The response-size cap over UCX: a reply announced larger than the cap is refused before
+ * it is received (nothing allocated), TF_ETOOBIG saying so, and the connection stays up. */
+START_TEST(ucx_reply_cap)
+{
+    if (!have_daemon("ucx_reply_cap"))
+        return;
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    tf_doc_t *d = tf_doc_new(), *got = NULL;
+    uint8_t *bytes = calloc(1, 1u << 20);                          /* 1 MiB: rendezvous */
+    int64_t shape[1] = {1 << 20};
+    ck_assert_int_eq(tf_doc_add(d, "big", TF_U8, 1, shape, bytes, 1u << 20, TF_COPY), TF_OK);
+    free(bytes);
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "big"), d), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    tf_client_set_max_body(c, 64 * 1024);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "big"), 0, &got), TF_ETOOBIG);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "announces"), "%s",
+                  tf_client_last(c)->error);
+    ck_assert_ptr_null(got);
+    tf_client_set_max_body(c, 0);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "big"), 0, &got), TF_OK);
+    assert_ucx_result(tf_client_last(c));                       /* the same connection */
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_client_free(c);
+    unlink(D.log_path);
+    td_cleanup();
+}
+END_TEST
+
 START_TEST(ucx_driving_timeout_cancel_free)
 {
     if (!have_daemon("ucx_driving_timeout_cancel_free"))
@@ -2431,6 +2462,7 @@ Suite *suite_ucx(void)
     tcase_add_test(drv, ucx_daemon_killed_while_driving);
     tcase_add_test(drv, ucx_driving_timeout_cancel_free);
     tcase_add_test(drv, stall_detected_http_and_ucx);
+    tcase_add_test(drv, ucx_reply_cap);
     tcase_add_test(drv, ucx_orphaned_send_uncounted);
     tcase_set_timeout(drv, 120);
     suite_add_tcase(s, drv);

@@ -82,6 +82,7 @@ struct tfx_ucxc_req {
     uint64_t t0_ns;                 /* tfx_now_ns() when it started */
     long stall_ms;                  /* the stall window (wait included); 0: off */
     uint64_t stall_rate;
+    uint64_t max_body;              /* a larger reply is refused before its receive */
     int phase;                      /* owner: what it waits for (PHASE_*), since ... */
     uint64_t phase_ms;              /* ... this time */
     int sending, receiving, replied;
@@ -144,6 +145,7 @@ struct tfx_ucxc {
     tfp_ucxaddr_t *self_addr;
     atomic_long stall_ms;           /* tfx_ucxc_set_stall; 0: off */
     atomic_ullong stall_rate;
+    atomic_ullong max_body;         /* tfx_ucxc_set_max_body; 0: no cap */
     char self_why[256];             /* why self_addr is NULL */
 };
 
@@ -322,6 +324,18 @@ static void fail_req(tfx_ucxc_req_t *r, tfp_status_t st, const char *why)
     }
 }
 
+/* 1 (and r failed with TFP_ETOOBIG) when a reply body of len bytes passes r's cap. */
+static int too_big(tfx_ucxc_req_t *r, size_t len)
+{
+    if (!r->max_body || len <= r->max_body)
+        return 0;
+    char why[160];
+    snprintf(why, sizeof why, "the reply body announces %zu bytes, more than this client "
+             "takes (max body %llu bytes)", len, (unsigned long long)r->max_body);
+    fail_req(r, TFP_ETOOBIG, why);
+    return 1;
+}
+
 /* Breaks a connection: every request on it fails. With peer failure detection (between
  * hosts) UCX gives their operations back; on one host it may not, so they are handed back
  * early (hand_back_early). */
@@ -395,6 +409,12 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     void *desc = r->rndv_desc;
     r->rndv_desc = NULL;
     if (r->orphan || r->conn->closed) {
+        ucp_am_data_release(u->worker, desc);
+        r->receiving = 0;
+        maybe_complete(r);
+        return;
+    }
+    if (too_big(r, r->rndv_len)) {                    /* never allocated nor received */
         ucp_am_data_release(u->worker, desc);
         r->receiving = 0;
         maybe_complete(r);
@@ -493,6 +513,10 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
         r->rndv_len = length;
         r->receiving = 1;
         return UCS_INPROGRESS;                          /* received by the loop */
+    }
+    if (too_big(r, length)) {
+        maybe_complete(r);
+        return UCS_OK;
     }
     r->res.body = tfx_buf_malloc(length);
     if (!r->res.body) {
@@ -733,6 +757,11 @@ static int stalled(tfx_ucxc_req_t *r, uint64_t now)
     uint64_t window = (uint64_t)r->stall_ms + bytes / rate * 1000u +
                       (phase == PHASE_REPLY ? r->hdr.wait_ms : 0);
     return now - r->phase_ms >= window;
+}
+
+void tfx_ucxc_set_max_body(tfx_ucxc_t *u, uint64_t max)
+{
+    atomic_store(&u->max_body, max);
 }
 
 void tfx_ucxc_set_stall(tfx_ucxc_t *u, uint64_t rate, long stall_ms)
@@ -1120,6 +1149,7 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     r->deadline_ms = timeout_ms > 0 ? tfx_now_ms() + (uint64_t)timeout_ms : 0;
     r->stall_ms = atomic_load(&c->u->stall_ms);
     r->stall_rate = atomic_load(&c->u->stall_rate);
+    r->max_body = atomic_load(&c->u->max_body);
     pthread_mutex_lock(&c->u->lock);
     c->refs++;                      /* dropped by the owner when r completes */
     pthread_mutex_unlock(&c->u->lock);
