@@ -3,8 +3,10 @@
  *
  *   hostile-driver URL auto|http|ucx STALL_MS MAX_BODY
  *
- * Prints "TF_OK transport=T fallback=F" or "TF_Exxx error=MESSAGE fallback=F" and exits 0
- * on success, 1 on a refusal; a signal or any other exit is the defect run.py looks for.
+ * A GET that succeeds is made once more: the first one upgrades (policy auto), the second
+ * is the one that may take the same-host shm path the upgrade opened. Prints "TF_OK
+ * transport=T fallback=F" or "TF_Exxx error=MESSAGE fallback=F" (of the last GET) and exits
+ * 0 on success, 1 on a refusal; a signal or any other exit is the defect run.py looks for.
  * Public API only (client/tfetch.h).
  */
 #include <stdio.h>
@@ -31,6 +33,11 @@ int main(int argc, char **argv)
         tf_client_set_max_body(c, strtoull(argv[4], NULL, 10));
     tf_doc_t *d = NULL;
     tf_status_t st = tf_get(c, argv[1], 0, &d);
+    if (st == TF_OK) {
+        tf_doc_free(d);
+        d = NULL;
+        st = tf_get(c, argv[1], 0, &d);
+    }
     const tf_result_t *r = tf_client_last(c);
     if (st == TF_OK)
         printf("TF_OK transport=%s fallback=%s\n", r->transport, r->fallback);

@@ -11,9 +11,13 @@ own, held to what a client owes its user whatever a server sends:
   * bounded memory: the client's peak RSS within its limit (a body cap is honoured as the
     bytes arrive, not after).
 
-Usage: run.py --cli TFETCH --driver HOSTILE_DRIVER [--python PY] [-j N] [-k WORD]
+Usage: run.py --cli TFETCH --driver HOSTILE_DRIVER [--python PY] [--tfetchd TFETCHD]
+              [-j N] [-k WORD]
 The Python client runs when --python is given (with PYTHONPATH and TFETCH_LIBRARY set by
-the caller). Prints one line per failed case and a summary; exit 0 when all pass.
+the caller). With --tfetchd (and UCX in the build) the shm-* modes run too: a real tfetchd
+(port 0) holds the tensor, server.py proxies it and answers the same-host shm socket
+itself; each client must get the tensor over UCX or HTTP instead, and, as a control, gets
+it over shm from the real daemon directly. Prints one line per failed case and a summary; exit 0 when all pass.
 """
 import argparse
 import concurrent.futures
@@ -65,8 +69,45 @@ CASES += [
 ]
 
 
-def start_server(mode):
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py"), mode],
+SHM_MODES = ["shm-hello-garbage", "shm-hello-refused", "shm-hello-stall", "shm-hello-fd",
+             "shm-get-nofd", "shm-get-pipe", "shm-get-unsealed", "shm-get-small",
+             "shm-get-offset", "shm-get-baddoc", "shm-get-wrongseq", "shm-get-garbage",
+             "shm-get-twofds", "shm-get-close", "shm-get-stall"]
+SHM_CASES = [(m, "auto", 10000, None, True, "TF_OK", 15, 300) for m in SHM_MODES]
+# The control: the real daemon itself, whose answers take the shm path.
+SHM_CASES.append(("direct", "auto", 10000, None, True, "shm/memfd", 15, 300))
+
+
+def start_tfetchd(path, cli, tmp):
+    """A real tfetchd on port 0 holding the tensor x (64 bytes); (process, base URL)."""
+    log = open(os.path.join(tmp, "tfetchd.log"), "w+")
+    p = subprocess.Popen([path, "--port", "0", "--listen", "127.0.0.1", "--config",
+                          "/dev/null"], stdout=log, stderr=subprocess.STDOUT)
+    base = None
+    for _ in range(300):
+        log.seek(0)
+        for line in log:
+            if "listening on http://" in line:
+                base = "http://" + line.split("http://", 1)[1].split()[0].rstrip("/")
+        if base:
+            break
+        time.sleep(0.05)
+    if not base:
+        p.kill()
+        raise RuntimeError("tfetchd did not start")
+    sys.path.insert(0, HERE)
+    import server
+    doc = os.path.join(tmp, "x.safetensors")
+    with open(doc, "wb") as f:
+        f.write(server.doc(64))
+    subprocess.run([cli, "-q", "--transport", "http", "put", base + "/v1/tensors/x", doc],
+                   check=True)
+    return p, base
+
+
+def start_server(mode, upstream=None):
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py"), mode] +
+                         ([upstream] if mode.startswith("shm-") else []),
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     port = p.stdout.readline().strip()
     if not port.isdigit():
@@ -91,8 +132,11 @@ def command(kind, args, url, policy, stall_ms, max_body, tmp):
 def run_case(kind, case, args):
     mode, policy, stall_ms, max_body, ok, words, limit_s, limit_mb = case
     name = "%s %s --transport %s" % (kind, mode, policy)
-    srv, port = start_server(mode)
-    url = "http://127.0.0.1:%d/v1/tensors/x" % port
+    if mode == "direct":
+        srv, url = None, args.upstream + "/v1/tensors/x"
+    else:
+        srv, port = start_server(mode, args.upstream)
+        url = "http://127.0.0.1:%d/v1/tensors/x" % port
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, XDG_CACHE_HOME=tmp)
         env.pop("TFETCH_TRANSPORT", None)
@@ -108,8 +152,9 @@ def run_case(kind, case, args):
             killed = True
             out, _ = p.communicate()
         took = time.monotonic() - t0
-    srv.kill()
-    srv.wait()
+    if srv:
+        srv.kill()
+        srv.wait()
     text = out.decode("utf-8", "replace")
     rss_mb = peak_rss_mb(p)
     why = []
@@ -123,6 +168,8 @@ def run_case(kind, case, args):
         why.append("succeeded, expected a refusal")
     if words not in text:
         why.append("no %r in its output" % words)
+    if mode.startswith("shm-") and "shm/memfd" in text:
+        why.append("took a hostile shm answer")
     if took > limit_s:
         why.append("took %.1f s, limit %d s" % (took, limit_s))
     if rss_mb is not None and rss_mb > limit_mb:
@@ -157,11 +204,19 @@ def main():
     ap.add_argument("--cli", required=True)
     ap.add_argument("--driver", required=True)
     ap.add_argument("--python")
+    ap.add_argument("--tfetchd")
     ap.add_argument("-j", type=int, default=4)
     ap.add_argument("-k", default="")
     args = ap.parse_args()
     kinds = ["cli", "c"] + (["py"] if args.python else [])
-    jobs = [(k, c) for k in kinds for c in CASES if args.k in "%s %s %s" % (k, c[0], c[1])]
+    cases = CASES
+    daemon = None
+    tmp = tempfile.TemporaryDirectory()
+    args.upstream = None
+    if args.tfetchd:
+        daemon, args.upstream = start_tfetchd(args.tfetchd, args.cli, tmp.name)
+        cases = CASES + SHM_CASES
+    jobs = [(k, c) for k in kinds for c in cases if args.k in "%s %s %s" % (k, c[0], c[1])]
     failed = 0
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(args.j) as ex:
@@ -171,8 +226,13 @@ def main():
                 print("FAIL %s: %s\n    %s" % (name, "; ".join(why), "\n    ".join(tail)))
             else:
                 print("ok   %s (%.1f s)" % (name, took))
-    print("hostile: %d of %d cases passed in %.0f s (clients: %s)"
-          % (len(jobs) - failed, len(jobs), time.monotonic() - t0, ", ".join(kinds)))
+    if daemon:
+        daemon.kill()
+        daemon.wait()
+    tmp.cleanup()
+    print("hostile: %d of %d cases passed in %.0f s (clients: %s%s)"
+          % (len(jobs) - failed, len(jobs), time.monotonic() - t0, ", ".join(kinds),
+             "; shm modes against a real tfetchd" if daemon else ""))
     return 1 if failed or not jobs else 0
 
 

@@ -4,11 +4,19 @@ would, one behaviour (a mode) per process, so a test can hold the clients (the t
 libtfetch, Python) to the rule that a peer's bytes never crash them, hang them past their
 limits or make them keep more memory than they asked for.
 
-Usage: server.py MODE  -- listens on 127.0.0.1, port 0, prints "PORT\n" on stdout, serves
-until killed. Every GET/PUT/POST of /v1/tensors/... and /v1/call/... gets the mode's answer;
+Usage: server.py MODE [UPSTREAM]  -- listens on 127.0.0.1, port 0, prints "PORT\n" on
+stdout, serves until killed. Every GET/PUT/POST of /v1/tensors/... and /v1/call/... gets the mode's answer;
 POST /v1/upgrade gets the mode's upgrade answer (a plain refusal unless the mode is about the
 upgrade); every answer offers UCX (Tfetch-Upgrade: ucx) so a client under policy auto asks.
 Python 3 standard library only. `server.py --list` prints the modes.
+
+The shm-* modes need UPSTREAM, a real tfetchd (http://127.0.0.1:PORT): the server forwards
+every request to it, except that an upgrade answer's shm socket is replaced by one of its
+own (an abstract unix socket) that answers the same-host shm messages (proto/shmframe.h)
+the mode's way: garbage, refusals, the wrong seq, no descriptor, a descriptor that is no
+memfd, an unsealed memfd, one smaller than the span it claims, a document that does not
+decode, silence. UCX still connects to the real daemon, so a client that refuses the shm
+answer goes on over UCX or HTTP.
 """
 import base64
 import json
@@ -19,6 +27,8 @@ import struct
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -107,6 +117,108 @@ UPGRADES = {
 }
 
 
+# ---- the shm socket (proto/shmframe.h): 48 fixed bytes, then the string -------------------
+SF_MAGIC, SF_HELLO, SF_GET, SF_REPLY = 0x31534654, 1, 2, 6
+SF_FMT = "<IBBHQiIQQQ"
+
+
+def sf_encode(op, seq, status=0, s=b"", lease=0, a=0, b=0):
+    return struct.pack(SF_FMT, SF_MAGIC, 1, op, len(s), seq, status, 0, lease, a, b) + s
+
+
+def sf_decode(m):
+    if len(m) < 48:
+        return None
+    magic, ver, op, slen, seq, status, _, lease, a, b = struct.unpack(SF_FMT, m[:48])
+    return op, seq
+
+
+def memfd(data, size=None, seal=True):
+    fd = os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
+    os.write(fd, data)
+    if size is not None:
+        os.ftruncate(fd, size)
+    if seal:
+        import fcntl
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    return fd
+
+
+def shm_answer(mode, conn, op, seq):
+    """Answers one shm request (HELLO or GET) the mode's way."""
+    ok = sf_encode(SF_REPLY, seq)
+    if op == SF_HELLO:
+        if mode == "shm-hello-garbage":
+            conn.send(os.urandom(100))
+        elif mode == "shm-hello-refused":
+            conn.send(sf_encode(SF_REPLY, seq, -5, b"no such token"))
+        elif mode == "shm-hello-stall":
+            stall()
+        elif mode == "shm-hello-fd":      # an fd on a HELLO answer: never expected
+            socket.send_fds(conn, [ok], [memfd(b"x" * 64)])
+        else:
+            conn.send(ok)
+        return
+    if op != SF_GET:
+        return
+    d = doc(64)
+    if mode == "shm-hello-fd":           # a valid answer: only the HELLO's fd was wrong
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq, 0, b"", 1, 0, len(d))], [memfd(d)])
+    elif mode == "shm-get-nofd":
+        conn.send(sf_encode(SF_REPLY, seq, 0, b"", 1, 0, len(d)))
+    elif mode == "shm-get-pipe":          # a descriptor that is no memfd
+        r, w = os.pipe()
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq, 0, b"", 1, 0, len(d))], [r])
+    elif mode == "shm-get-unsealed":
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq, 0, b"", 1, 0, len(d))],
+                        [memfd(d, seal=False)])
+    elif mode == "shm-get-small":         # the span claims more than the memfd holds
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq, 0, b"", 1, 0, 1 << 30)],
+                        [memfd(d)])
+    elif mode == "shm-get-offset":        # an offset far past the end
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq, 0, b"", 1, (1 << 62), len(d))],
+                        [memfd(d)])
+    elif mode == "shm-get-baddoc":        # a sealed memfd whose bytes are no document
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq, 0, b"", 1, 0, 64)],
+                        [memfd(os.urandom(64))])
+    elif mode == "shm-get-wrongseq":
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq + 7, 0, b"", 1, 0, len(d))],
+                        [memfd(d)])
+    elif mode == "shm-get-garbage":
+        conn.send(os.urandom(300))
+    elif mode == "shm-get-twofds":
+        socket.send_fds(conn, [sf_encode(SF_REPLY, seq, 0, b"", 1, 0, len(d))],
+                        [memfd(d), memfd(d)])
+    elif mode == "shm-get-close":
+        conn.close()
+    elif mode == "shm-get-stall":
+        stall()
+
+
+def shm_serve(mode, name):
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ls.bind("\0" + name)
+    ls.listen(16)
+
+    def one(conn):
+        try:
+            while True:
+                m = conn.recv(4096)
+                if not m:
+                    return
+                h = sf_decode(m)
+                if h is None:
+                    return
+                shm_answer(mode, conn, h[0], h[1])
+        except OSError:
+            pass
+
+    while True:
+        conn, _ = ls.accept()
+        threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+
 class Handler(socketserver.BaseRequestHandler):
     def read_request(self):
         f = self.request.makefile("rb")
@@ -123,6 +235,7 @@ class Handler(socketserver.BaseRequestHandler):
             headers[k.strip().lower()] = v.strip()
         n = int(headers.get("content-length", "0") or 0)
         body = f.read(n) if n else b""
+        self.req_headers = headers
         return method, path, body
 
     def send(self, data):
@@ -142,16 +255,37 @@ class Handler(socketserver.BaseRequestHandler):
     def handle(self):
         try:
             while True:
-                method, path, _ = self.read_request()
+                method, path, body = self.read_request()
                 if method is None:
                     return
-                if path.startswith("/v1/upgrade"):
+                if self.server.upstream:
+                    self.forward(method, path, body)
+                elif path.startswith("/v1/upgrade"):
                     self.upgrade()
                 else:
                     if self.tensor() == "close":
                         return
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def forward(self, method, path, body):
+        """Proxy mode: the real daemon answers; an upgrade's shm socket becomes ours."""
+        hdrs = {k: v for k, v in self.req_headers.items()
+                if k in ("content-type", "accept", "tfetch-user", "tfetch-request-id",
+                         "authorization")}
+        rq = urllib.request.Request(self.server.upstream + path, data=body or None,
+                                    method=method, headers=hdrs)
+        try:
+            with urllib.request.urlopen(rq, timeout=30) as r:
+                status, ctype, data = r.status, r.headers.get("Content-Type", ""), r.read()
+        except urllib.error.HTTPError as e:
+            status, ctype, data = e.code, e.headers.get("Content-Type", ""), e.read()
+        if path.startswith("/v1/upgrade") and status == 200:
+            a = json.loads(data)
+            if "shm_socket" in a:
+                a["shm_socket"] = self.server.shm_name
+            data = json.dumps(a).encode()
+        self.answer(status, data, ctype or "application/octet-stream")
 
     def upgrade(self):
         mode = self.server.mode
@@ -232,14 +366,18 @@ class Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
 
-MODES = sorted(list(UPGRADES) + ["ok", "garbage", "bad-status", "cl-short", "cl-twice",
+SHM_MODES = ["shm-hello-garbage", "shm-hello-refused", "shm-hello-stall", "shm-hello-fd",
+             "shm-get-nofd", "shm-get-pipe", "shm-get-unsealed", "shm-get-small",
+             "shm-get-offset", "shm-get-baddoc", "shm-get-wrongseq", "shm-get-garbage",
+             "shm-get-twofds", "shm-get-close", "shm-get-stall"]
+MODES = sorted(list(UPGRADES) + SHM_MODES + ["ok", "garbage", "bad-status", "cl-short", "cl-twice",
                                  "cl-huge", "stream-huge", "st-offsets", "st-shape",
                                  "st-hdrlen", "json-error-huge", "stall-head", "stall-body",
                                  "drip", "throttled"])
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     if sys.argv[1] == "--list":
         print("\n".join(MODES))
@@ -248,6 +386,12 @@ def main():
         sys.exit("unknown mode %r (--list)" % sys.argv[1])
     srv = Server(("127.0.0.1", 0), Handler)
     srv.mode = sys.argv[1]
+    srv.upstream = sys.argv[2].rstrip("/") if len(sys.argv) == 3 else None
+    if srv.mode.startswith("shm-"):
+        if not srv.upstream:
+            sys.exit("mode %s needs UPSTREAM (a real tfetchd)" % srv.mode)
+        srv.shm_name = "tfetch-hostile-%d" % os.getpid()
+        threading.Thread(target=shm_serve, args=(srv.mode, srv.shm_name), daemon=True).start()
     print(srv.server_address[1], flush=True)
     srv.serve_forever()
 
