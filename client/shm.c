@@ -224,6 +224,8 @@ static void lease_release(void *arg)
  * retries over HTTP when this fails). */
 static tf_status_t fall_back(tf_client_t *c, tf_fetch_t *f, const char *why)
 {
+    if (strncmp(why, "shm: ", 5) == 0)     /* transports/shm.c's own words say it already */
+        why += 5;
     snprintf(f->result.fallback, sizeof(f->result.fallback), "shm: %.150s", why);
     if (f->origin->conn && c->up)
         return c->up->start(c, f);
