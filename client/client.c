@@ -11,6 +11,7 @@
  */
 #include "config.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +25,15 @@
 #include "client/internal.h"
 #include "transports/buf.h"
 
-#define DEFAULT_TIMEOUT_MS 60000L
+#define DEFAULT_TIMEOUT_MS 0L          /* none: stalls are caught by the stall limit */
+/* Stall detection (doc/PROTOCOL.md, "What a client does when a server misbehaves"): a
+ * transfer slower than 1 KiB/s for 10 s in a row is a stalled peer; any real link moves
+ * more, and a long-poll's wait is added to the window. */
+#define DEFAULT_STALL_RATE 1024u
+#define DEFAULT_STALL_MS 10000L
+/* Response bodies above 2 GiB are refused unless the caller raises the cap: twice the
+ * daemon's default max-body (1G), so what a default daemon stores always fits. */
+#define DEFAULT_MAX_BODY ((uint64_t)2 << 30)
 #define MAX_CONNECTIONS_CAP 4096L
 
 /* ---- handle ------------------------------------------------------------------------------ */
@@ -105,6 +114,9 @@ tf_status_t tf_client_new(tf_client_t **out)
     if (!c->up)
         snprintf(c->up_dead, sizeof(c->up_dead), "this libtfetch was built without UCX");
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
+    c->stall_rate = DEFAULT_STALL_RATE;
+    c->stall_ms = DEFAULT_STALL_MS;
+    c->max_body = DEFAULT_MAX_BODY;
     c->format = TF_FORMAT_SAFETENSORS;
     c->transport = transport_from_env(c->env_bad, sizeof(c->env_bad));
     if (!c->env_bad[0])
@@ -320,6 +332,26 @@ void tf_client_set_max_body(tf_client_t *c, uint64_t max)
 {
     if (c)
         c->max_body = max;
+}
+
+tf_status_t tf_client_set_stall(tf_client_t *c, uint64_t min_bytes_per_s, long stall_ms)
+{
+    if (!c || stall_ms < 0 || (stall_ms > 0 && (min_bytes_per_s == 0 ||
+                                                min_bytes_per_s > (uint64_t)LONG_MAX)))
+        return TF_EINVAL;
+    c->stall_rate = stall_ms > 0 ? min_bytes_per_s : 0;
+    c->stall_ms = stall_ms;
+    return TF_OK;
+}
+
+long tfi_stall_seconds(const tf_fetch_t *f)
+{
+    const tf_client_t *c = f->c;
+    if (!c || c->stall_ms <= 0)
+        return 0;
+    long ms = c->stall_ms;
+    ms = f->hold_ms > LONG_MAX - ms - 999 ? LONG_MAX - 999 : ms + f->hold_ms;
+    return (ms + 999) / 1000;
 }
 
 tf_status_t tf_client_set_max_connections(tf_client_t *c, long n)

@@ -278,6 +278,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     f->blocking = blocking;
     f->result = res;
     f->total_ms = request_timeout(c, rq);
+    f->hold_ms = rq->wait_ms > 0 ? rq->wait_ms : 0;
     f->t0_ns = tfx_now_ns();
     if ((st = build_op(c, f, rq, op, format, call)) != TF_OK)
         goto free_fetch;

@@ -31,6 +31,7 @@ tf_status_t tfi_from_hc(tfx_hc_status_t st)
     case TFX_HC_ETIMEDOUT: return TF_ETIMEDOUT;
     case TFX_HC_ECANCELED: return TF_ECANCELED;
     case TFX_HC_ETOOBIG: return TF_ETOOBIG;
+    case TFX_HC_EPROTO: return TF_EPROTO;
     case TFX_HC_EIO:
     case TFX_HC_EAGAIN:
         break;
@@ -162,6 +163,7 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
     if (bad)
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
     tfx_hc_req_set_timeout(req, timeout);
+    tfx_hc_req_set_low_speed(req, (long)c->stall_rate, tfi_stall_seconds(f));
     if (c->max_body > 0)
         tfx_hc_req_set_max_body(req, c->max_body > SIZE_MAX ? SIZE_MAX : (size_t)c->max_body);
     if (c->progress)

@@ -292,6 +292,8 @@ struct tf_client {
     uint64_t rid_seq;
     long timeout_ms;
     uint64_t max_body;
+    uint64_t stall_rate;            /* stall detection: below this many bytes/s ... */
+    long stall_ms;                  /* ... for this long fails a request; 0: off */
     tf_format_t format;
     tf_progress_fn progress;
     void *progress_ud;
@@ -322,6 +324,8 @@ struct tf_fetch {
     size_t text_len;
     tfi_reply_t reply;              /* TFI_OP_CALL: the reply's feed headers */
     long total_ms;                  /* the whole request's time limit, wait included; 0 none */
+    long hold_ms;                   /* how long the server may hold it (a long-poll's wait):
+                                     * added to the stall window */
     tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
     origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
     uint64_t t0_ns;                 /* when it started (tfx_now_ns) */
@@ -333,6 +337,10 @@ struct tf_fetch {
                                      * once: the transport may leave sending to its wait */
     int drove;                      /* its transport's wait drove it once already */
 };
+
+/* The stall window of f in whole seconds (curl's low-speed time): the client's stall time
+ * plus the server's hold, rounded up; 0 when stall detection is off. */
+long tfi_stall_seconds(const tf_fetch_t *f);
 
 /* Internal functions use the tfi_ prefix: they cross files inside libtfetch but are not
  * exported (the library exports only ^tf_). */

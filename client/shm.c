@@ -80,9 +80,13 @@ static int recv_reply(shmc_t *k, uint64_t seq, long ms, tfp_sf_t *r, int *fd, ch
     }
     if (nfds == 0)
         *fd = -1;
-    if (tfp_sf_decode(buf, len, r, &err) != TFP_OK || r->op != TFP_SF_REPLY || r->seq != seq ||
+    tfp_status_t st = tfp_sf_decode(buf, len, r, &err);
+    if (st != TFP_OK || r->op != TFP_SF_REPLY || r->seq != seq ||
         (*fd >= 0 && r->status != TFP_OK)) {
-        snprintf(why, why_size, "bad shm answer: %s", err.msg[0] ? err.msg : "not the reply");
+        /* err.msg says something only when the decoder refused */
+        snprintf(why, why_size, "bad shm answer: %s", st != TFP_OK ? err.msg :
+                 r->op != TFP_SF_REPLY ? "not a REPLY" : r->seq != seq ?
+                 "the reply to another request" : "a descriptor with a refusal");
         if (*fd >= 0)
             close(*fd);
         *fd = -1;
@@ -138,6 +142,10 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
              r.status != TFP_OK) {
         snprintf(why, why_size, "shm HELLO refused: %s", r.str);
         rc = -1;
+    } else if (rc == 0 && fd >= 0) {    /* never sent with HELLO's answer: not kept open */
+        close(fd);
+        snprintf(why, why_size, "bad shm answer: a descriptor with the HELLO reply");
+        rc = -1;
     }
     if (rc != 0) {
         conn_unref(k);
@@ -175,6 +183,8 @@ int tfi_shm_token(origin_t *o, char name[TFP_UP_MAX_SHM_SOCKET + 1],
         tfi_shm_disconnect(o);
         return -1;
     }
+    if (fd >= 0)                        /* TOKEN's answer carries none: not kept open */
+        close(fd);
     if (r.status != TFP_OK || r.str_len != TFP_UP_TOKEN_LEN || !tfp_up_token_valid(r.str)) {
         snprintf(why, why_size, "no token: %s", r.status != TFP_OK ? r.str : "a bad answer");
         return -1;
@@ -232,6 +242,8 @@ static void lease_release(void *arg)
  * retries over HTTP when this fails). */
 static tf_status_t fall_back(tf_client_t *c, tf_fetch_t *f, const char *why)
 {
+    if (strncmp(why, "shm: ", 5) == 0)     /* transports/shm.c's own words say it already */
+        why += 5;
     snprintf(f->result.fallback, sizeof(f->result.fallback), "shm: %.150s", why);
     if (f->origin->conn && c->up)
         return c->up->start(c, f);

@@ -184,11 +184,21 @@ tf_status_t tf_client_set_cert(tf_client_t *c, const char *cert_pem_path, const 
 /* The request id for the next request only (NULL: the client makes one). Reusing the id of a
  * request on retry lets the server recognise the retry. */
 tf_status_t tf_client_set_request_id(tf_client_t *c, const char *request_id);
-/* Whole-request timeout in milliseconds (0: none; default 60000). Connect timeout 10 s. */
+/* Whole-request timeout in milliseconds (0: none, the default: a stalled peer is caught by
+ * tf_client_set_stall instead, so a slow but moving transfer is never cut). Connect timeout
+ * 10 s. */
 void tf_client_set_timeout(tf_client_t *c, long timeout_ms);
 void tf_client_set_progress(tf_client_t *c, tf_progress_fn fn, void *user_data);
-/* Refuses response bodies larger than max bytes (TF_ETOOBIG; 0: no cap, the default). */
+/* Refuses response bodies larger than max bytes (TF_ETOOBIG), as soon as the announced
+ * length or the bytes received pass it; 0: no cap. Default 2 GiB (2147483648). */
 void tf_client_set_max_body(tf_client_t *c, uint64_t max);
+/* Stall detection: a request fails with TF_ETIMEDOUT ("stalled") once its transfer moves
+ * fewer than min_bytes_per_s bytes a second for stall_ms in a row, waiting for the answer
+ * included (a long-poll's wait is added to the window). Over HTTP, curl's low-speed limit;
+ * over UCX, no reply within the window once the request is sent (a body in flight gets
+ * its size at 1 MiB/s more). Default 1024 bytes/s for 10000 ms. stall_ms 0: off.
+ * TF_EINVAL for a negative stall_ms, or a rate of 0 (or above LONG_MAX) with stall_ms > 0. */
+tf_status_t tf_client_set_stall(tf_client_t *c, uint64_t min_bytes_per_s, long stall_ms);
 /* The outcome of the last blocking request, or why the last tf_fetch_start failed
  * (borrowed; valid until the next request or free). Asynchronous requests report through
  * their callback and tf_fetch_result instead. */

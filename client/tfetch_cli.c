@@ -101,7 +101,15 @@ static const char usage_text[] =
     "                         key is in the --cert file)\n"
     "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the (first)\n"
     "                         request\n"
-    "  -t, --timeout MS       whole-request timeout in milliseconds (0: none; default 60000)\n"
+    "  -t, --timeout MS       whole-request timeout in milliseconds (default 0: none; a\n"
+    "                         stalled server is caught by --stall-time instead)\n"
+    "      --stall-time MS    fail a request whose transfer moves fewer than --stall-rate\n"
+    "                         bytes a second for MS milliseconds in a row, waiting for the\n"
+    "                         answer included (--wait is added; 0: never; default 10000)\n"
+    "      --stall-rate BYTES the rate below which a transfer counts as stalled (default\n"
+    "                         1024)\n"
+    "      --max-body SIZE    refuse a response body larger than SIZE bytes (suffix K, M, G\n"
+    "                         or T: powers of 1024; 0: no limit; default 2G)\n"
     "  -w, --wait MS          get: wait up to MS milliseconds for the tensor to appear;\n"
     "                         feed push: for room in a full queue; feed pop and outfeed:\n"
     "                         for an item\n"
@@ -164,6 +172,9 @@ typedef struct {
     const char *cert, *key;         /* --cert, --key (else $TFETCH_CERT, $TFETCH_KEY) */
     const char *request_id;
     long timeout_ms;                /* -1: library default */
+    long stall_ms;                  /* -1: library default */
+    long stall_rate;                /* -1: library default */
+    int64_t max_body;               /* -1: library default */
     long wait_ms;
     long parallel;                  /* 0: not given (1) */
     const char *dir;
@@ -494,6 +505,29 @@ static int parse_ms(const char *s, long *out)
     if (errno || end == s || *end || v < 0)
         return -1;
     *out = v;
+    return 0;
+}
+
+/* A size in bytes: digits, then optionally K, M, G or T (powers of 1024). */
+static int parse_size(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return -1;
+    int shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'K': case 'k': shift = 10; end++; break;
+    case 'M': case 'm': shift = 20; end++; break;
+    case 'G': case 'g': shift = 30; end++; break;
+    case 'T': case 't': shift = 40; end++; break;
+    default: return -1;
+    }
+    if (*end || v > (INT64_MAX >> shift))
+        return -1;
+    *out = (int64_t)v << shift;
     return 0;
 }
 
@@ -1072,7 +1106,7 @@ static int cmd_info(tf_client_t *c, const char *base)
 
 enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT, OPT_DEVICE, OPT_SEQ,
        OPT_AFTER, OPT_CONSUMER, OPT_TOKEN,
-       OPT_CACERT, OPT_CERT, OPT_KEY };
+       OPT_CACERT, OPT_CERT, OPT_KEY, OPT_STALL_TIME, OPT_STALL_RATE, OPT_MAX_BODY };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
@@ -1082,6 +1116,9 @@ static const struct option long_opts[] = {
     {"cert", required_argument, NULL, OPT_CERT},
     {"key", required_argument, NULL, OPT_KEY},
     {"timeout", required_argument, NULL, 't'},
+    {"stall-time", required_argument, NULL, OPT_STALL_TIME},
+    {"stall-rate", required_argument, NULL, OPT_STALL_RATE},
+    {"max-body", required_argument, NULL, OPT_MAX_BODY},
     {"wait", required_argument, NULL, 'w'},
     {"parallel", required_argument, NULL, 'P'},
     {"dir", required_argument, NULL, 'd'},
@@ -1118,6 +1155,18 @@ static int parse_options(int argc, char **argv, opts_t *o)
         case 't':
             if (parse_ms(optarg, &o->timeout_ms) != 0)
                 return usage_error("bad --timeout '%s' (milliseconds)", optarg);
+            break;
+        case OPT_STALL_TIME:
+            if (parse_ms(optarg, &o->stall_ms) != 0)
+                return usage_error("bad --stall-time '%s' (milliseconds)", optarg);
+            break;
+        case OPT_STALL_RATE:
+            if (parse_ms(optarg, &o->stall_rate) != 0 || o->stall_rate < 1)
+                return usage_error("bad --stall-rate '%s' (bytes a second, at least 1)", optarg);
+            break;
+        case OPT_MAX_BODY:
+            if (parse_size(optarg, &o->max_body) != 0)
+                return usage_error("bad --max-body '%s' (bytes, suffix K, M, G or T)", optarg);
             break;
         case 'w':
             if (parse_ms(optarg, &o->wait_ms) != 0)
@@ -1435,6 +1484,12 @@ static int configure(tf_client_t *c, const opts_t *o, int one_request)
                            cert, key ? ", key " : "", key ? key : "");
     if (o->timeout_ms >= 0)
         tf_client_set_timeout(c, o->timeout_ms);
+    if ((o->stall_ms >= 0 || o->stall_rate >= 0) &&
+        tf_client_set_stall(c, o->stall_rate >= 0 ? (uint64_t)o->stall_rate : 1024u,
+                            o->stall_ms >= 0 ? o->stall_ms : 10000L) != TF_OK)
+        return usage_error("bad --stall-time or --stall-rate");
+    if (o->max_body >= 0)
+        tf_client_set_max_body(c, (uint64_t)o->max_body);
     if (o->parallel > 0 && tf_client_set_max_connections(c, o->parallel) != TF_OK)
         return usage_error("bad --parallel %ld", o->parallel);
     if (o->format && is(o->format, "shumai"))
@@ -1601,7 +1656,7 @@ static int resolve_urls(const char *cmd, char **args, int *nargs, const opts_t *
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.timeout_ms = -1};
+    opts_t o = {.timeout_ms = -1, .stall_ms = -1, .stall_rate = -1, .max_body = -1};
 
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)

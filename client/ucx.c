@@ -246,6 +246,8 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     tfx_ucxc_req_t *ur = NULL;
     /* A blocking call sends it itself, from its wait (ucx_wait). */
     int flags = f->blocking ? TFX_UCXC_DRIVEN : 0;
+    tfx_ucxc_set_stall(c->up_state, c->stall_rate, c->stall_ms);
+    tfx_ucxc_set_max_body(c->up_state, c->max_body);
     tfp_status_t st = jseg ? tfx_ucxc_start(o->conn, &h, &jseg, &jlen, 1, tfi_remaining_ms(f),
                                             flags, f, &ur)
                            : tfx_ucxc_start(o->conn, &h, op->segs, op->lens, op->nsegs,
@@ -268,7 +270,7 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
 static int is_timeout(const char *why)
 {
     return strstr(why, "timed out") || strstr(why, "timeout") || strstr(why, "Timeout") ||
-           strstr(why, "no UCX reply within");
+           strstr(why, "no UCX reply within") || strstr(why, "stalled");
 }
 
 /* The transport failed f (why): drop the connection it went over, then retry over HTTP
@@ -422,6 +424,8 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
     f->result.seconds = tfx_since_s(f->t0_ns);
     if (f->canceled || c->closing) {
         tfi_rfail(&f->result, TF_ECANCELED, "request canceled");
+    } else if (u->transport_status == TFP_ETOOBIG) {     /* refused by the cap: not a failure */
+        tfi_rfail(&f->result, TF_ETOOBIG, "%s", u->why);
     } else if (u->transport_status != TFP_OK) {
         char why[sizeof(u->why)];
         snprintf(why, sizeof(why), "%s",

@@ -2283,6 +2283,81 @@ START_TEST(ucx_orphaned_send_uncounted)
 }
 END_TEST
 
+/* Stall detection (issue 30): with no whole-request timeout, a server stopped (SIGSTOP)
+ * before it answers is noticed within the stall window, over HTTP and over UCX (policy
+ * ucx: not retried), with an error that says "stalled"; a long-poll's wait is not a stall.
+ * Without stall detection each of these waited for ever (the old 60 s default gone too). */
+START_TEST(stall_detected_http_and_ucx)
+{
+    if (!have_daemon("stall_detected_http_and_ucx"))
+        return;
+    start(NULL);
+    static const tf_transport_t policies[] = {TF_TRANSPORT_HTTP, TF_TRANSPORT_UCX};
+    tf_doc_t *d = f32_doc("s", 4, 1), *got = NULL;
+    for (int i = 0; i < 2; i++) {
+        tf_client_t *c = policies[i] == TF_TRANSPORT_UCX ? ucx_client() : client(TF_TRANSPORT_HTTP);
+        tf_client_set_timeout(c, 0);
+        ck_assert_int_eq(tf_client_set_stall(c, 1024, 1500), TF_OK);
+        ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "s"), d), TF_OK);
+        /* A long-poll longer than the window, answered in time: not a stall. */
+        double t0 = now_s();
+        ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "absent"), 2500, &got), TF_ENOTFOUND);
+        ck_assert_msg(now_s() - t0 >= 2.4, "the long-poll ended after %.3f s", now_s() - t0);
+        stop_process(D.pid);
+        t0 = now_s();
+        tf_status_t st = tf_get(c, url("/v1/tensors/%s", "s"), 0, &got);
+        double took = now_s() - t0;
+        kill(D.pid, SIGCONT);
+        ck_assert_msg(st == TF_ETIMEDOUT, "%s: %s", tf_err_name(st), tf_client_last(c)->error);
+        ck_assert_msg(strstr(tf_client_last(c)->error, "stalled"), "%s",
+                      tf_client_last(c)->error);
+        ck_assert_msg(took >= 1.4 && took < 5.0, "policy %d: took %.3f s", (int)policies[i],
+                      took);
+        tf_client_free(c);
+    }
+    ck_assert_int_eq(tf_client_set_stall(NULL, 1, 1), TF_EINVAL);
+    tf_client_t *c = client(TF_TRANSPORT_HTTP);
+    ck_assert_int_eq(tf_client_set_stall(c, 0, 1000), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_stall(c, 1, -1), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_stall(c, 0, 0), TF_OK);             /* off */
+    tf_client_free(c);
+    tf_doc_free(d);
+    unlink(D.log_path);
+    td_cleanup();
+}
+END_TEST
+
+/* The response-size cap over UCX: a reply announced larger than the cap is refused before
+ * it is received (nothing allocated), TF_ETOOBIG saying so, and the connection stays up. */
+START_TEST(ucx_reply_cap)
+{
+    if (!have_daemon("ucx_reply_cap"))
+        return;
+    start(NULL);
+    tf_client_t *c = ucx_client();
+    tf_doc_t *d = tf_doc_new(), *got = NULL;
+    uint8_t *bytes = calloc(1, 1u << 20);                          /* 1 MiB: rendezvous */
+    int64_t shape[1] = {1 << 20};
+    ck_assert_int_eq(tf_doc_add(d, "big", TF_U8, 1, shape, bytes, 1u << 20, TF_COPY), TF_OK);
+    free(bytes);
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "big"), d), TF_OK);
+    assert_ucx_result(tf_client_last(c));
+    tf_client_set_max_body(c, 64 * 1024);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "big"), 0, &got), TF_ETOOBIG);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "announces"), "%s",
+                  tf_client_last(c)->error);
+    ck_assert_ptr_null(got);
+    tf_client_set_max_body(c, 0);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "big"), 0, &got), TF_OK);
+    assert_ucx_result(tf_client_last(c));                       /* the same connection */
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_client_free(c);
+    unlink(D.log_path);
+    td_cleanup();
+}
+END_TEST
+
 START_TEST(ucx_driving_timeout_cancel_free)
 {
     if (!have_daemon("ucx_driving_timeout_cancel_free"))
@@ -2436,6 +2511,8 @@ Suite *suite_ucx(void)
     tcase_add_test(drv, ucx_driving_delivers_others_on_the_driver);
     tcase_add_test(drv, ucx_daemon_killed_while_driving);
     tcase_add_test(drv, ucx_driving_timeout_cancel_free);
+    tcase_add_test(drv, stall_detected_http_and_ucx);
+    tcase_add_test(drv, ucx_reply_cap);
     tcase_add_test(drv, ucx_orphaned_send_uncounted);
     tcase_set_timeout(drv, 120);
     suite_add_tcase(s, drv);

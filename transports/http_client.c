@@ -13,6 +13,7 @@
 #include "config.h"
 
 #include <curl/curl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@ struct tfx_hc_req {
     uint64_t body_total;
     long timeout_ms;
     size_t max_body;
+    long low_speed, low_speed_s;    /* CURLOPT_LOW_SPEED_LIMIT, _TIME; 0: none */
     tfx_hc_progress_fn progress;
     void *progress_ud;
 
@@ -64,6 +66,7 @@ struct tfx_hc_req {
     tfx_hc_req_t *prev, *next;         /* the engine's running list */
     uint64_t t0_ns;                 /* tfx_now_ns() at the start */
     tfx_hc_status_t write_err;         /* why the write callback refused data */
+    char why[160];                  /* ... in words; "" for libcurl's own text */
 
     /* what came back */
     tfx_hc_resp_t resp;
@@ -114,6 +117,7 @@ static void clear_response(tfx_hc_req_t *req)
     memset(&req->resp, 0, sizeof(req->resp));
     req->body_cap = 0;
     req->errbuf[0] = '\0';
+    req->why[0] = '\0';
     req->write_err = TFX_HC_OK;
 }
 
@@ -133,6 +137,7 @@ void tfx_hc_req_reset(tfx_hc_req_t *req)
     req->body_total = 0;
     req->timeout_ms = 0;
     req->max_body = 0;
+    req->low_speed = req->low_speed_s = 0;
     req->progress = NULL;
     req->progress_ud = NULL;
     clear_response(req);
@@ -223,6 +228,14 @@ void tfx_hc_req_set_timeout(tfx_hc_req_t *req, long timeout_ms)
 {
     if (req)
         req->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+void tfx_hc_req_set_low_speed(tfx_hc_req_t *req, long bytes_per_s, long seconds)
+{
+    if (req && !req->running) {
+        req->low_speed = bytes_per_s > 0 ? bytes_per_s : 0;
+        req->low_speed_s = seconds > 0 ? seconds : 0;
+    }
 }
 
 void tfx_hc_req_set_max_body(tfx_hc_req_t *req, size_t max)
@@ -367,6 +380,14 @@ static int reserve_body(tfx_hc_req_t *req, size_t need)
     return 0;
 }
 
+/* The response body passes the cap: refused now, saying so (complete() keeps the text). */
+static void too_big(tfx_hc_req_t *req, uint64_t bytes, const char *how)
+{
+    req->write_err = TFX_HC_ETOOBIG;
+    snprintf(req->why, sizeof req->why, "the response body %s %" PRIu64 " bytes, more than "
+             "this client takes (max body %zu bytes)", how, bytes, req->max_body);
+}
+
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
     tfx_hc_req_t *req = ud;
@@ -379,7 +400,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
             cl = -1;
         if (cl >= 0) {
             if ((uint64_t)cl >= SIZE_MAX || (req->max_body && (uint64_t)cl > req->max_body)) {
-                req->write_err = TFX_HC_ETOOBIG;
+                too_big(req, (uint64_t)cl, "announces");
                 return 0;
             }
             req->resp.body = tfx_buf_malloc((size_t)cl + 1);   /* free()d by the caller */
@@ -392,7 +413,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
     }
     if (n > SIZE_MAX - 1 - req->resp.body_len ||
         (req->max_body && req->resp.body_len + n > req->max_body)) {
-        req->write_err = TFX_HC_ETOOBIG;
+        too_big(req, (uint64_t)req->resp.body_len + n, "passes");
         return 0;
     }
     if (reserve_body(req, req->resp.body_len + n) != 0) {
@@ -506,8 +527,13 @@ static tfx_hc_status_t map_curl(const tfx_hc_req_t *req, CURLcode rc)
     case CURLE_OK:
         return TFX_HC_OK;
     case CURLE_UNSUPPORTED_PROTOCOL:
+        /* also a reply that is not HTTP at all ("Received HTTP/0.9"): the server's fault */
+        return strstr(req->errbuf, "HTTP/0.9") || strstr(req->errbuf, "response") ?
+               TFX_HC_EPROTO : TFX_HC_EURL;
     case CURLE_URL_MALFORMAT:
         return TFX_HC_EURL;
+    case CURLE_WEIRD_SERVER_REPLY:
+        return TFX_HC_EPROTO;
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
@@ -546,6 +572,12 @@ static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
     req->resp.seconds = tfx_since_s(req->t0_ns);
     if (st == TFX_HC_ECANCELED && !req->errbuf[0])
         snprintf(req->errbuf, sizeof(req->errbuf), "request canceled");
+    if (req->why[0] && st == req->write_err)
+        snprintf(req->errbuf, sizeof(req->errbuf), "%s", req->why);
+    else if (st == TFX_HC_ETIMEDOUT && strstr(req->errbuf, "too slow"))
+        snprintf(req->errbuf, sizeof(req->errbuf), "stalled: fewer than %ld bytes a second "
+                 "moved for %ld s (the server stopped answering)", req->low_speed,
+                 req->low_speed_s);
     req->running = 0;
     req->hc = NULL;
     tfx_hc_done_fn done = req->done;
@@ -661,6 +693,8 @@ static tfx_hc_status_t configure(tfx_hc_req_t *req)
         connect_ms = req->timeout_ms;
     SET(CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
     SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
+    SET(CURLOPT_LOW_SPEED_LIMIT, req->low_speed_s > 0 ? req->low_speed : 0L);
+    SET(CURLOPT_LOW_SPEED_TIME, req->low_speed > 0 ? req->low_speed_s : 0L);
     if (req->progress) {
         SET(CURLOPT_XFERINFOFUNCTION, on_progress);
         SET(CURLOPT_XFERINFODATA, (void *)req);

@@ -36,6 +36,7 @@ typedef int tfx_hc_status_t;
 #define TFX_HC_ECANCELED TFP_ECANCELED
 #define TFX_HC_ETOOBIG TFP_ETOOBIG
 #define TFX_HC_EAGAIN TFP_EAGAIN
+#define TFX_HC_EPROTO TFP_EPROTO           /* the server's answer is not HTTP */
 
 static inline const char *tfx_hc_strerror(tfx_hc_status_t st)
 {
@@ -143,6 +144,10 @@ tfx_hc_status_t tfx_hc_req_add_body(tfx_hc_req_t *req, const void *ptr, size_t l
 void tfx_hc_req_set_timeout(tfx_hc_req_t *req, long timeout_ms);
 /* Refuses a response body larger than max (TFX_HC_ETOOBIG); 0: no cap. */
 void tfx_hc_req_set_max_body(tfx_hc_req_t *req, size_t max);
+/* Stall detection (curl's low-speed limit): the transfer fails (TFX_HC_ETIMEDOUT, "too
+ * slow") once it moves fewer than bytes_per_s bytes a second, both ways together, for
+ * seconds in a row; waiting for the answer counts. 0 for either: none (the default). */
+void tfx_hc_req_set_low_speed(tfx_hc_req_t *req, long bytes_per_s, long seconds);
 void tfx_hc_req_set_progress(tfx_hc_req_t *req, tfx_hc_progress_fn fn, void *user_data);
 
 /* Valid after completion, until reset or free. */

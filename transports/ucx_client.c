@@ -26,6 +26,7 @@
 #include "config.h"
 #include "transports/ucx_client.h"
 #include "proto/strcopy.h"
+#include "proto/ucxaddr.h"
 #include "transports/ucx_server.h"      /* the active message ids */
 #include "transports/ucx_common.h"
 #include "transports/buf.h"
@@ -82,6 +83,11 @@ struct tfx_ucxc_req {
     size_t niov;
     uint64_t deadline_ms;
     uint64_t t0_ns;                 /* tfx_now_ns() when it started */
+    long stall_ms;                  /* the stall window (wait included); 0: off */
+    uint64_t stall_rate;
+    uint64_t max_body;              /* a larger reply is refused before its receive */
+    int phase;                      /* owner: what it waits for (PHASE_*), since ... */
+    uint64_t phase_ms;              /* ... this time */
     int sending, receiving, replied;
     int orphan;                     /* handed back early; freed when UCX lets go of it */
     struct cmd *spare;              /* started DRIVEN and not sent yet (tfx_ucxc_t's
@@ -137,6 +143,14 @@ struct tfx_ucxc {
                                      * tfx_ucxc_drive (the caller's until then) */
     tfx_ucxc_req_t *drive_req;      /* owner: the request the caller drives, or NULL */
     int drive_done;                 /* owner: it (or its early copy) was queued */
+    /* This process's own worker address, parsed (proto/ucxaddr.h) at start: what a server's
+     * address is held to before UCX reads it; NULL when ours does not parse (a UCX other
+     * than 1.13's layout, or UCX_UNIFIED_MODE): then no remote address is trusted either. */
+    tfp_ucxaddr_t *self_addr;
+    atomic_long stall_ms;           /* tfx_ucxc_set_stall; 0: off */
+    atomic_ullong stall_rate;
+    atomic_ullong max_body;         /* tfx_ucxc_set_max_body; 0: no cap */
+    char self_why[256];             /* why self_addr is NULL */
 };
 
 enum { OWN_NONE, OWN_THREAD, OWN_CALLER };
@@ -314,6 +328,18 @@ static void fail_req(tfx_ucxc_req_t *r, tfp_status_t st, const char *why)
     }
 }
 
+/* 1 (and r failed with TFP_ETOOBIG) when a reply body of len bytes passes r's cap. */
+static int too_big(tfx_ucxc_req_t *r, size_t len)
+{
+    if (!r->max_body || len <= r->max_body)
+        return 0;
+    char why[160];
+    snprintf(why, sizeof why, "the reply body announces %zu bytes, more than this client "
+             "takes (max body %llu bytes)", len, (unsigned long long)r->max_body);
+    fail_req(r, TFP_ETOOBIG, why);
+    return 1;
+}
+
 /* Breaks a connection: every request on it fails. With peer failure detection (between
  * hosts) UCX gives their operations back; on one host it may not, so they are handed back
  * early (hand_back_early). */
@@ -387,6 +413,12 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     void *desc = r->rndv_desc;
     r->rndv_desc = NULL;
     if (r->orphan || r->conn->closed) {
+        ucp_am_data_release(u->worker, desc);
+        r->receiving = 0;
+        maybe_complete(r);
+        return;
+    }
+    if (too_big(r, r->rndv_len)) {                    /* never allocated nor received */
         ucp_am_data_release(u->worker, desc);
         r->receiving = 0;
         maybe_complete(r);
@@ -485,6 +517,10 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
         r->rndv_len = length;
         r->receiving = 1;
         return UCS_INPROGRESS;                          /* received by the loop */
+    }
+    if (too_big(r, length)) {
+        maybe_complete(r);
+        return UCS_OK;
     }
     r->res.body = tfx_buf_malloc(length);
     if (!r->res.body) {
@@ -701,6 +737,43 @@ static void check_peers(tfx_ucxc_t *u, uint64_t now)
     }
 }
 
+/* Stall detection (tfx_ucxc_set_stall): 1 when r has been in one phase longer than its
+ * window allows. UCX reports no progress within a send or a rendezvous receive, so those
+ * phases get their size's worth of time at the rate (at least 1 MiB/s) on top. */
+enum { PHASE_NONE, PHASE_SEND, PHASE_REPLY, PHASE_RECV };
+#define STALL_MIN_RATE ((uint64_t)1 << 20)
+static int stalled(tfx_ucxc_req_t *r, uint64_t now)
+{
+    if (!r->stall_ms || r->orphan || !r->conn || r->conn->closed)
+        return 0;
+    int phase = r->sending ? PHASE_SEND : r->receiving || r->rndv_desc ? PHASE_RECV :
+                !r->replied && r->res.transport_status == TFP_OK ? PHASE_REPLY : PHASE_NONE;
+    if (phase != r->phase) {
+        r->phase = phase;
+        r->phase_ms = now;
+        return 0;
+    }
+    if (phase == PHASE_NONE)
+        return 0;
+    uint64_t rate = r->stall_rate > STALL_MIN_RATE ? r->stall_rate : STALL_MIN_RATE;
+    uint64_t bytes = phase == PHASE_SEND ? r->res.bytes_sent : phase == PHASE_RECV ?
+                     r->rndv_len : 0;
+    uint64_t window = (uint64_t)r->stall_ms + bytes / rate * 1000u +
+                      (phase == PHASE_REPLY ? r->hdr.wait_ms : 0);
+    return now - r->phase_ms >= window;
+}
+
+void tfx_ucxc_set_max_body(tfx_ucxc_t *u, uint64_t max)
+{
+    atomic_store(&u->max_body, max);
+}
+
+void tfx_ucxc_set_stall(tfx_ucxc_t *u, uint64_t rate, long stall_ms)
+{
+    atomic_store(&u->stall_rate, rate);
+    atomic_store(&u->stall_ms, stall_ms > 0 ? stall_ms : 0);
+}
+
 /* Runs queued commands and expired deadlines. Returns how much it did. */
 static unsigned run_cmds(tfx_ucxc_t *u)
 {
@@ -748,6 +821,16 @@ static unsigned run_cmds(tfx_ucxc_t *u)
     check_peers(u, now);
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
+        if (stalled(r, now)) {
+            char why[160];
+            snprintf(why, sizeof why, "stalled: no progress of the UCX request within "
+                     "%llu ms (%s)", (unsigned long long)(now - r->phase_ms),
+                     r->phase == PHASE_SEND ? "sending" : r->phase == PHASE_RECV ?
+                     "receiving the reply" : "waiting for the reply");
+            break_conn(r->conn, TFP_EINTERNAL, why, 0);
+            n++;
+            break;
+        }
         if (r->deadline_ms && now >= r->deadline_ms && !r->orphan && r->conn &&
             !r->conn->closed) {
             char why[128];
@@ -846,6 +929,32 @@ static void post(tfx_ucxc_t *u, cmd_t *cm)
     tfx_ucx_base_wake(&u->base);
 }
 
+/* Parses this worker's own address (every transport) into u->self_addr, or says why not.
+ * Called before the progress thread starts: the worker is ours alone. */
+static void parse_self_address(tfx_ucxc_t *u)
+{
+    ucp_worker_attr_t a = {.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS |
+                                         UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS,
+                           .address_flags = 0};
+    tfp_err_t err;
+
+    if (ucp_worker_query(u->worker, &a) != UCS_OK) {
+        snprintf(u->self_why, sizeof u->self_why, "cannot read this process's UCX address");
+        return;
+    }
+    u->self_addr = malloc(sizeof *u->self_addr);
+    if (!u->self_addr)
+        snprintf(u->self_why, sizeof u->self_why, "out of memory");
+    else if (tfp_ucxaddr_parse((const uint8_t *)a.address, a.address_length, u->self_addr, &err) != TFP_OK) {
+        snprintf(u->self_why, sizeof u->self_why, "this process's UCX writes addresses in a "
+                 "layout tfetch cannot check (not UCX 1.13's, or UCX_UNIFIED_MODE=y): %.80s",
+                 err.msg);
+        free(u->self_addr);
+        u->self_addr = NULL;
+    }
+    ucp_worker_release_address(u->worker, a.address);
+}
+
 tfx_ucxc_t *tfx_ucxc_new(void (*wake)(void *arg), void *wake_arg, tfp_err_t *err)
 {
     return tfx_ucxc_new_tuned(wake, wake_arg, 0, err);
@@ -869,6 +978,7 @@ tfx_ucxc_t *tfx_ucxc_new_tuned(void (*wake)(void *arg), void *wake_arg, int no_s
                           err) != TFP_OK)
         goto free_u;
     u->worker = u->base.worker;
+    parse_self_address(u);
     if (pthread_create(&u->thread, NULL, progress_main, u) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "cannot start the UCX progress thread");
         tfx_ucx_base_close(&u->base);
@@ -876,10 +986,38 @@ tfx_ucxc_t *tfx_ucxc_new_tuned(void (*wake)(void *arg), void *wake_arg, int no_s
     }
     return u;
 free_u:
+    free(u->self_addr);
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->cond);
     free(u);
     return NULL;
+}
+
+/* Nothing a server sends reaches UCX unchecked: UCX 1.13 reads a worker address without
+ * its length and asserts on what it does not expect (a SIGABRT of the whole client). The
+ * address must parse exactly (proto/ucxaddr.h) and match our own UCX's sizes. */
+static tfp_status_t check_address(const tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
+                                  char *why, size_t why_size)
+{
+    tfp_ucxaddr_t *remote;
+    tfp_err_t err;
+    tfp_status_t st;
+
+    if (!u->self_addr) {
+        snprintf(why, why_size, "%s", u->self_why);
+        return TFP_EPROTO;
+    }
+    if (!(remote = malloc(sizeof *remote))) {
+        snprintf(why, why_size, "out of memory");
+        return TFP_ENOMEM;
+    }
+    st = tfp_ucxaddr_parse(addr, addr_len, remote, &err);
+    if (st == TFP_OK)
+        st = tfp_ucxaddr_match(remote, u->self_addr, &err);
+    if (st != TFP_OK)
+        snprintf(why, why_size, "%s", err.msg);      /* "UCX worker address: ..." */
+    free(remote);
+    return st;
 }
 
 tfp_status_t tfx_ucxc_connect(tfx_ucxc_t *u, const uint8_t *addr, size_t addr_len,
@@ -902,6 +1040,9 @@ tfp_status_t tfx_ucxc_connect_start(tfx_ucxc_t *u, const uint8_t *addr, size_t a
                                     long confirm_ms, long timeout_ms, tfx_ucxc_conn_t **out,
                                     char *why, size_t why_size)
 {
+    tfp_status_t cst = check_address(u, addr, addr_len, why, why_size);
+    if (cst != TFP_OK)
+        return cst;
     tfx_ucxc_conn_t *c = calloc(1, sizeof *c);
     cmd_t *cm = calloc(1, sizeof *cm);
     if (!c || !cm || !(cm->addr = malloc(addr_len ? addr_len : 1))) {
@@ -1050,6 +1191,9 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     r->hdr.body_len = total;
     r->res.bytes_sent = total;
     r->deadline_ms = timeout_ms > 0 ? tfx_now_ms() + (uint64_t)timeout_ms : 0;
+    r->stall_ms = atomic_load(&c->u->stall_ms);
+    r->stall_rate = atomic_load(&c->u->stall_rate);
+    r->max_body = atomic_load(&c->u->max_body);
     pthread_mutex_lock(&c->u->lock);
     c->refs++;                      /* dropped by the owner when r completes */
     pthread_mutex_unlock(&c->u->lock);
@@ -1241,6 +1385,7 @@ static void cleanup(tfx_ucxc_t *u)
     for (size_t i = 0; i < u->nconns; i++)
         free(u->conns[i]);
     free(u->conns);
+    free(u->self_addr);
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->cond);
     free(u);

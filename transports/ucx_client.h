@@ -83,6 +83,16 @@ int tfx_ucxc_conn_broken(const tfx_ucxc_conn_t *c);
 /* Closes the connection; its unfinished requests complete with TFP_EBUSY. */
 void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c);
 
+/* Stall detection for requests started from now on (0 ms: off, the default): a request
+ * whose reply has not begun within stall_ms (plus its frame's wait_ms) after its send
+ * completed breaks its connection ("stalled"); a send or a reply body in flight gets its
+ * size at max(rate, 1 MiB/s) more. Any thread. */
+void tfx_ucxc_set_stall(tfx_ucxc_t *u, uint64_t rate, long stall_ms);
+/* For requests started from now on: a reply body announced larger than max (0: no cap)
+ * is not received; the request completes with transport_status TFP_ETOOBIG and why set,
+ * the connection intact. Any thread. */
+void tfx_ucxc_set_max_body(tfx_ucxc_t *u, uint64_t max);
+
 /* Request sends UCX has not completed yet, but those of requests handed back early (a dead
  * peer's may never complete): while any, the client yields rather than sleeps. Any thread. */
 unsigned tfx_ucxc_sends_out(tfx_ucxc_t *u);

@@ -31,8 +31,9 @@ def _seconds_to_ms(s):
 class Client(FeedCalls):
     """A connection to tfetchd servers, kept open and reused.
 
-    Client(url=None, user=None, transport=None, timeout=60.0, format="safetensors",
-           max_connections=None, max_body=None, token=None, cert=None, key=None)
+    Client(url=None, user=None, transport=None, timeout=None, format="safetensors",
+           max_connections=None, max_body=None, token=None, cert=None, key=None,
+           stall_time=None, stall_rate=None)
 
     url: the base of the server that names resolve against (http://host:port); methods
       also take full URLs (http://host:port/v1/tensors/NAME).
@@ -43,7 +44,15 @@ class Client(FeedCalls):
     upgrade: under "auto", "eager" (negotiate UCX before the first request to a server on
       this host, or with a body of 1 MiB or more) or "lazy" (only once the server offered
       it); None: $TFETCH_UPGRADE when set, else "eager".
-    timeout: whole-request timeout in seconds (0 or None: none).
+    timeout: whole-request timeout in seconds (0 or None: none, the default: a stalled
+      server is caught by the stall limit, so a slow but moving transfer is never cut).
+    stall_time, stall_rate: a request fails (tfetch.errors.ETIMEDOUT, "stalled") once its
+      transfer moves fewer than stall_rate bytes a second for stall_time seconds in a row,
+      waiting for the answer included (a long-poll's wait is added); None: the library's
+      defaults, 10 s and 1024 bytes/s; stall_time 0: never.
+    max_body: refuse a response body larger than this many bytes (tfetch.errors.ETOOBIG), as
+      soon as its announced length or the bytes received pass it; None: the library's
+      default, 2 GiB; 0: no limit.
     format: "safetensors" (any document) or "shumai" (stock Shumai's one-F32 format).
     token: the bearer token sent as Authorization with every request, for a tfetchd run
       with auth-tokens; None: $TFETCH_TOKEN when set. Never shown by repr.
@@ -62,9 +71,9 @@ class Client(FeedCalls):
     outfeed_get are the producer and operator calls.
     """
 
-    def __init__(self, url=None, user=None, transport=None, timeout=60.0,
+    def __init__(self, url=None, user=None, transport=None, timeout=None,
                  format="safetensors", max_connections=None, max_body=None, token=None,
-                 upgrade=None, cert=None, key=None):
+                 upgrade=None, cert=None, key=None, stall_time=None, stall_rate=None):
         if transport is not None and transport not in _lib.TRANSPORTS:
             raise ValueError("tfetch: transport must be one of %s" % ", ".join(_lib.TRANSPORTS))
         if upgrade is not None and upgrade not in _lib.UPGRADES:
@@ -79,6 +88,8 @@ class Client(FeedCalls):
         self.format = format
         self.max_connections = max_connections
         self.max_body = max_body
+        self.stall_time = stall_time
+        self.stall_rate = stall_rate
         self._token = token
         if key is not None and cert is None:
             raise ValueError("tfetch: key needs cert")
@@ -127,6 +138,12 @@ class Client(FeedCalls):
                     raise error_for(st, "max_connections must be 1..4096")
             if self.max_body is not None:
                 lib.tf_client_set_max_body(c, int(self.max_body))
+            if self.stall_time is not None or self.stall_rate is not None:
+                ms = 10000 if self.stall_time is None else int(self.stall_time * 1000)
+                rate = 1024 if self.stall_rate is None else int(self.stall_rate)
+                st = lib.tf_client_set_stall(c, rate, ms)
+                if st != 0:
+                    raise error_for(st, "stall_time must be >= 0 and stall_rate >= 1")
         except BaseException:
             lib.tf_client_free(c)
             raise

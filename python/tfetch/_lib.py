@@ -121,6 +121,7 @@ _PROTOS = {
     "tf_client_set_request_id": (c_int, [_P, c_char_p]),
     "tf_client_set_timeout": (None, [_P, c_long]),
     "tf_client_set_max_body": (None, [_P, c_uint64]),
+    "tf_client_set_stall": (c_int, [_P, c_uint64, c_long]),
     "tf_client_set_max_connections": (c_int, [_P, c_long]),
     "tf_client_set_format": (c_int, [_P, c_int]),
     "tf_client_set_transport": (c_int, [_P, c_int]),
