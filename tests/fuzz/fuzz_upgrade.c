@@ -17,21 +17,11 @@
 #include "proto/ucxaddr.h"
 #include "proto/upgrade.h"
 
+#define FUZZ_NAME "fuzz_upgrade"
+#include "tests/fuzz/fuzz_check.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void fail(const char *what, const tfp_err_t *err)
-{
-    fprintf(stderr, "fuzz_upgrade: %s (%s)\n", what, err != NULL ? err->msg : "");
-    abort();
-}
-
-static void rejected(tfp_status_t st, const tfp_err_t *err, const char *prefix, int toobig_ok)
-{
-    if (st != TFP_EPROTO && !(toobig_ok && st == TFP_ETOOBIG))
-        fail("unexpected status", err);
-    if (err->code != st || err->msg[0] == '\0' || strncmp(err->msg, prefix, strlen(prefix)) != 0)
-        fail("rejection without its message", err);
-}
 
 static void address(const uint8_t *data, size_t size)
 {
