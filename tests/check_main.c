@@ -50,6 +50,7 @@ int main(void)
     srunner_add_suite(sr, suite_shmframe());
     srunner_add_suite(sr, suite_shme2e());
     srunner_add_suite(sr, suite_tls());
+    srunner_add_suite(sr, suite_driver());
     srunner_add_suite(sr, suite_feedclient());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -47,5 +47,6 @@ Suite *suite_shm(void);
 Suite *suite_shmframe(void);
 Suite *suite_shme2e(void);
 Suite *suite_tls(void);
+Suite *suite_driver(void);
 
 #endif
