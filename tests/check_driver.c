@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +341,42 @@ START_TEST(driver_free_cancels)
 }
 END_TEST
 
+/* The Bun package (js/src/lib.ts) reads and writes these structs by offset, through bun:ffi:
+ * a change here must change it too. */
+START_TEST(driver_struct_layout_js)
+{
+    ck_assert_uint_eq(sizeof(tf_request_t), 80);
+    ck_assert_uint_eq(offsetof(tf_request_t, op), 8);
+    ck_assert_uint_eq(offsetof(tf_request_t, url), 16);
+    ck_assert_uint_eq(offsetof(tf_request_t, in), 24);
+    ck_assert_uint_eq(offsetof(tf_request_t, wait_ms), 32);
+    ck_assert_uint_eq(offsetof(tf_request_t, timeout_ms), 40);
+    ck_assert_uint_eq(offsetof(tf_request_t, format), 48);
+    ck_assert_uint_eq(offsetof(tf_request_t, request_id), 56);
+    ck_assert_uint_eq(offsetof(tf_request_t, transport), 64);
+    ck_assert_uint_eq(offsetof(tf_request_t, user), 72);
+    ck_assert_uint_eq(sizeof(tf_completion_t), 664);
+    ck_assert_uint_eq(offsetof(tf_completion_t, tag), 8);
+    ck_assert_uint_eq(offsetof(tf_completion_t, status), 16);
+    ck_assert_uint_eq(offsetof(tf_completion_t, doc), 24);
+    ck_assert_uint_eq(offsetof(tf_completion_t, result), 32);
+    ck_assert_uint_eq(offsetof(tf_result_t, http_status), 4);
+    ck_assert_uint_eq(offsetof(tf_result_t, request_id), 8);
+    ck_assert_uint_eq(offsetof(tf_result_t, transport), 137);
+    ck_assert_uint_eq(offsetof(tf_result_t, op), 169);
+    ck_assert_uint_eq(offsetof(tf_result_t, bytes_sent), 192);
+    ck_assert_uint_eq(offsetof(tf_result_t, bytes_received), 200);
+    ck_assert_uint_eq(offsetof(tf_result_t, seconds), 208);
+    ck_assert_uint_eq(offsetof(tf_result_t, error), 216);
+    ck_assert_uint_eq(offsetof(tf_result_t, fallback), 472);
+    ck_assert_uint_eq(offsetof(tf_tensor_t, dtype), 8);
+    ck_assert_uint_eq(offsetof(tf_tensor_t, rank), 12);
+    ck_assert_uint_eq(offsetof(tf_tensor_t, shape), 16);
+    ck_assert_uint_eq(offsetof(tf_tensor_t, data), 80);
+    ck_assert_uint_eq(offsetof(tf_tensor_t, nbytes), 88);
+}
+END_TEST
+
 Suite *suite_driver(void)
 {
     Suite *s = suite_create("driver");
@@ -349,6 +386,7 @@ Suite *suite_driver(void)
     tcase_add_test(tc, driver_refusals_complete);
     tcase_add_test(tc, driver_inline_completes_in_submit);
     tcase_add_test(tc, driver_free_cancels);
+    tcase_add_test(tc, driver_struct_layout_js);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     return s;
