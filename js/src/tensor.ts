@@ -174,9 +174,27 @@ export function buildDoc(tensors: Record<string, TensorLike>, keep: unknown[]): 
 
 // ---- received documents ---------------------------------------------------------------------
 
+// Bytes of received documents not yet freed, and that figure when a collection was last
+// asked for. The engine does not see this memory (it is the library's), so it would not
+// collect for it: past GC_STEP more, a collection is asked for (Bun.gc(false): in the
+// background), so replies dropped by the caller are freed and their buffers reused.
+const GC_STEP = 256 * 1048576
+let heldBytes = 0
+let heldAtGc = 0
+
+function held(n: number) {
+  heldBytes += n
+  if (heldBytes < heldAtGc) heldAtGc = heldBytes
+  if (heldBytes - heldAtGc > GC_STEP) {
+    heldAtGc = heldBytes
+    Bun.gc(false)
+  }
+}
+
 /** One received tf_doc_t: freed when all its arrays are collected, or by its Client. */
 export class DocRef {
   live = 0
+  bytes = 0
   buffers: WeakRef<ArrayBuffer>[] = []
   constructor(public doc: Pointer | null, public owner: Set<DocRef>) {
     owner.add(this)
@@ -194,6 +212,7 @@ export class DocRef {
     }
     lib().tf_doc_free(this.doc)
     this.doc = null
+    held(-this.bytes)
     this.owner.delete(this)
   }
 }
@@ -220,6 +239,7 @@ export function wrapDoc(doc: Pointer, owner: Set<DocRef>): Tensor[] {
       buf = toArrayBuffer(data, 0, nbytes)
       ref.buffers.push(new WeakRef(buf))
       ref.live++
+      ref.bytes += nbytes
       registry.register(buf, ref)
     } else {
       buf = new ArrayBuffer(0)
@@ -230,6 +250,7 @@ export function wrapDoc(doc: Pointer, owner: Set<DocRef>): Tensor[] {
     out.push({ data: view, dtype, shape, name })
   }
   if (ref.live === 0) ref.free(false)
+  else held(ref.bytes)
   return out
 }
 
