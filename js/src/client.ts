@@ -167,7 +167,12 @@ class Core {
     all: boolean, holder: Client): Promise<any> {
     if (!this.d) return Promise.reject(new Error('tfetch: the client is closed'))
     const keep: unknown[] = []
-    const inDoc = body ? buildDoc(body, keep) : null
+    let inDoc: Pointer | null
+    try {
+      inDoc = body ? buildDoc(body, keep) : null
+    } catch (e) {
+      return Promise.reject(e)
+    }
     const v = this.rqView
     const u = this.url(url)
     const user = o.user !== undefined ? cstr(o.user) : null
@@ -295,8 +300,17 @@ function trimBase(base: string): string {
 }
 
 function nameOf(name: string): string {
-  if (!/^[^/?#]+$/.test(name)) throw new TypeError(`tfetch: bad tensor or route name '${name}'`)
+  if (typeof name !== 'string' || !/^[^/?#]+$/.test(name)) throw new TypeError(`tfetch: bad tensor or route name '${name}'`)
   return encodeURIComponent(name)
+}
+
+// fn(), or a rejected Promise when it throws (bad arguments reject like failed requests).
+function attempt<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return fn()
+  } catch (e) {
+    return Promise.reject(e)
+  }
 }
 
 function asDoc(t: TensorLike | Record<string, TensorLike>): Record<string, TensorLike> {
@@ -348,38 +362,43 @@ export class Client {
   /** The tensor stored as `name` (the first of its document), over shared memory when the
    *  server is on this host. */
   get(name: string, o: RequestOptions = {}): Promise<Tensor> {
-    return this.core.submit(OP.get, `${this.base}/v1/tensors/${nameOf(name)}`, null, o, false, this)
+    return attempt(() => this.core.submit(OP.get, `${this.base}/v1/tensors/${nameOf(name)}`, null, o, false, this))
   }
 
   /** Every tensor of the document stored as `name`, by tensor name. */
   getAll(name: string, o: RequestOptions = {}): Promise<Record<string, Tensor>> {
-    return this.core.submit(OP.get, `${this.base}/v1/tensors/${nameOf(name)}`, null, o, true, this)
+    return attempt(() => this.core.submit(OP.get, `${this.base}/v1/tensors/${nameOf(name)}`, null, o, true, this))
   }
 
   /** Stores a tensor (named "tensor" in the document) or a {name: tensor} record. */
   put(name: string, t: TensorLike | Record<string, TensorLike>, o: RequestOptions = {}): Promise<void> {
-    return this.core.submit(OP.put, `${this.base}/v1/tensors/${nameOf(name)}`, asDoc(t), o, false, this)
+    return attempt(() => this.core.submit(OP.put, `${this.base}/v1/tensors/${nameOf(name)}`, asDoc(t), o, false, this))
   }
 
   /** Sends a tensor to a route (POST /v1/call/ROUTE) and resolves with the first tensor of
    *  its answer (undefined when it answers none). */
   call(route: string, t: TensorLike | Record<string, TensorLike>, o: RequestOptions = {}): Promise<Tensor | undefined> {
-    return this.core.submit(OP.exchange, `${this.base}/v1/call/${nameOf(route)}`, asDoc(t), o, false, this)
+    return attempt(() => this.core.submit(OP.exchange, `${this.base}/v1/call/${nameOf(route)}`, asDoc(t), o, false, this))
   }
 
   /** call, resolving with every tensor of the answer by name. */
   callAll(route: string, t: TensorLike | Record<string, TensorLike>, o: RequestOptions = {}): Promise<Record<string, Tensor>> {
-    return this.core.submit(OP.exchange, `${this.base}/v1/call/${nameOf(route)}`, asDoc(t), o, true, this)
+    return attempt(() => this.core.submit(OP.exchange, `${this.base}/v1/call/${nameOf(route)}`, asDoc(t), o, true, this))
   }
 
   /** Removes the tensor stored as `name`. */
   delete(name: string, o: RequestOptions = {}): Promise<void> {
-    return this.core.submit(OP.delete, `${this.base}/v1/tensors/${nameOf(name)}`, null, o, false, this)
+    return attempt(() => this.core.submit(OP.delete, `${this.base}/v1/tensors/${nameOf(name)}`, null, o, false, this))
   }
 
   /** Shumai's tfetch against this server: see the package's tfetch(). */
   tfetch(url: string, t?: TensorLike, o: RequestOptions = {}): Promise<Tensor | undefined> {
-    const { op, target } = route(url, t !== undefined)
+    let op: number, target: string
+    try {
+      ({ op, target } = route(url, t !== undefined))
+    } catch (e) {
+      return Promise.reject(e)
+    }
     const opts = { ...o }
     if (t !== undefined && opts.user === undefined) opts.user = provenanceOf(t)
     return this.core.submit(op, target, t === undefined ? null : asDoc(t), opts, false, this)
@@ -436,5 +455,17 @@ export function clientFor(url: string): Client {
  * Tfetch-User.
  */
 export function tfetch(url: string, t?: TensorLike, o: RequestOptions = {}): Promise<Tensor | undefined> {
-  return clientFor(url).tfetch(url, t, o)
+  let c: Client
+  try {
+    c = clientFor(url)
+  } catch (e) {
+    return Promise.reject(e)
+  }
+  return c.tfetch(url, t, o)
 }
+
+// At exit every driver stops first (what is in flight is canceled), so no driver thread
+// calls into a runtime that is going away.
+process.on('exit', () => {
+  for (const core of [...cores.values()]) core.close(false)
+})

@@ -81,10 +81,14 @@ describe('every dtype round-trips', () => {
     expect(Array.from(all.a.data)).toEqual([1, 2])
     expect(Array.from(all.b.data)).toEqual([9])
   })
-  test('bad tensors are refused before anything is sent', () => {
-    expect(() => c.put('x', { dtype: 'F32', shape: [3], data: new Float32Array(2) })).toThrow(/needs 12 bytes/)
-    expect(() => c.put('x', { dtype: 'Q7', data: new Uint8Array(1) })).toThrow(/unknown dtype/)
-    expect(() => c.put('x', 'nonsense')).toThrow()
+  test('bad tensors and names reject before anything is sent', async () => {
+    await expect(c.put('x', { dtype: 'F32', shape: [3], data: new Float32Array(2) })).rejects.toThrow(/needs 12 bytes/)
+    await expect(c.put('x', { dtype: 'Q7', data: new Uint8Array(1) })).rejects.toThrow(/unknown dtype/)
+    await expect(c.put('x', 'nonsense')).rejects.toThrow()
+    await expect(c.get('a/b')).rejects.toThrow(/bad tensor or route name/)
+    await expect(tfetch('ftp://x/y')).rejects.toThrow(/http/)
+    await expect(tfetch(`${base}/v1/call/echo`)).rejects.toThrow(/send it a tensor/)
+    expect(c.pending).toBe(0)
   })
 })
 
