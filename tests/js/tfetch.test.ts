@@ -200,9 +200,12 @@ describe('transports', () => {
     const r = await c.call('echo', big)
     expect(c.last.transport).toMatch(/^ucx\//)
     expect(r.data[(1 << 18) - 1]).toBe((1 << 18) - 1)
-    const g = await tfetch(`${base}/js_big`)
+    const g = await tfetch(`${base}/js_big`)               // Shumai's URLs take it too
     expect(clientFor(base).last.transport).not.toBe('http')
     expect(g.data.length).toBe(1 << 18)
+    const e = await tfetch(`${base}/echo`, sm.tensor(Float32Array.of(4, 5)))
+    expect(clientFor(base).last.transport).toMatch(/^ucx\//)
+    expect(Array.from(e.data)).toEqual([4, 5])
   })
   test('policy http stays on HTTP and says so', async () => {
     const c = client({ transport: 'http' })
