@@ -112,6 +112,38 @@ function fixed(b: Uint8Array, off: number, max: number): string {
   return end === off ? '' : decoder.decode(b.subarray(off, end))
 }
 
+const RESULT_SIZE = 632
+
+// An Outcome over a copy of a tf_result_t: each field decoded on first use.
+class Result implements Outcome {
+  private v: DataView
+  private cache: Record<string, string> = {}
+  constructor(private b: Uint8Array) {
+    this.v = new DataView(b.buffer, b.byteOffset, b.byteLength)
+  }
+  private str(key: string, off: number, max: number): string {
+    return (this.cache[key] ??= fixed(this.b, off, max))
+  }
+  get transport() { return this.str('transport', RESULT.transport, 32) }
+  get fallback() { return this.str('fallback', RESULT.fallback, 160) }
+  get requestId() { return this.str('requestId', RESULT.request_id, 129) }
+  get op() { return this.str('op', RESULT.op, 16) }
+  get error() { return this.str('error', RESULT.error, 256) }
+  get status() { return this.v.getInt32(RESULT.status, true) }
+  get code() { return codeName(this.status) }
+  get httpStatus() { return this.v.getInt32(RESULT.http_status, true) }
+  get bytesSent() { return Number(this.v.getBigUint64(RESULT.bytes_sent, true)) }
+  get bytesReceived() { return Number(this.v.getBigUint64(RESULT.bytes_received, true)) }
+  get seconds() { return this.v.getFloat64(RESULT.seconds, true) }
+  toJSON(): Outcome {
+    const { transport, fallback, status, code, httpStatus, requestId, op, bytesSent, bytesReceived, seconds, error } = this
+    return { transport, fallback, status, code, httpStatus, requestId, op, bytesSent, bytesReceived, seconds, error }
+  }
+  [Symbol.for('nodejs.util.inspect.custom')]() {
+    return this.toJSON()
+  }
+}
+
 const codeNames = new Map<number, string>()
 function codeName(st: number): string {
   let n = codeNames.get(st)
@@ -210,24 +242,10 @@ class Core {
     return p
   }
 
+  // The completion's tf_result_t, decoded when read (a copy: the buffer is reused).
   outcome(): Outcome {
-    const b = this.comp
-    const v = this.compView
     const r = COMPLETION.result
-    const status = v.getInt32(r + RESULT.status, true)
-    return {
-      transport: fixed(b, r + RESULT.transport, 32),
-      fallback: fixed(b, r + RESULT.fallback, 160),
-      status,
-      code: codeName(status),
-      httpStatus: v.getInt32(r + RESULT.http_status, true),
-      requestId: fixed(b, r + RESULT.request_id, 129),
-      op: fixed(b, r + RESULT.op, 16),
-      bytesSent: Number(v.getBigUint64(r + RESULT.bytes_sent, true)),
-      bytesReceived: Number(v.getBigUint64(r + RESULT.bytes_received, true)),
-      seconds: v.getFloat64(r + RESULT.seconds, true),
-      error: fixed(b, r + RESULT.error, 256)
-    }
+    return new Result(this.comp.slice(r, r + RESULT_SIZE))
   }
 
   // Takes every waiting completion and settles its Promise (Bun's JS thread).
@@ -241,7 +259,7 @@ class Core {
       const doc = Number(v.getBigUint64(COMPLETION.doc, true)) as Pointer
       const o = this.outcome()
       this.last = o
-      if (o.transport !== 'http' && o.transport !== '') this.fast = true
+      if (!this.fast) this.fast = o.transport !== 'http' && o.transport !== ''
       const job = this.pending.get(tag)
       this.pending.delete(tag)
       if (job?.inDoc) L.tf_doc_free(job.inDoc)
@@ -415,7 +433,20 @@ export class Client {
 // Shumai's URL (http://h:p/NAME) as tfetchd's native one, so the fast path can carry it:
 // without a tensor GET /v1/tensors/NAME, with one POST /v1/call/NAME (an exchange, as
 // tfetchd serves Shumai's own POST /NAME). Native URLs (/v1/tensors/..., /v1/call/...) stay.
+const routes = new Map<string, { op: number; target: string }>()
+
 function route(url: string, send: boolean): { op: number; target: string } {
+  const key = (send ? '>' : '<') + url
+  let r = routes.get(key)
+  if (!r) {
+    r = routeOf(url, send)
+    if (routes.size > 1024) routes.clear()
+    routes.set(key, r)
+  }
+  return r
+}
+
+function routeOf(url: string, send: boolean): { op: number; target: string } {
   const u = new URL(url)
   if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new TypeError(`tfetch: not an http(s) URL: ${url}`)
   const base = `${u.protocol}//${u.host}`
@@ -435,8 +466,15 @@ function route(url: string, send: boolean): { op: number; target: string } {
 const shared = new Map<string, Client>()
 
 /** The Client tfetch() uses for url's server (one per origin, made on first use). */
+const bases = new Map<string, string>()
+
 export function clientFor(url: string): Client {
-  const base = trimBase(url)
+  let base = bases.get(url)
+  if (base === undefined) {
+    base = trimBase(url)
+    if (bases.size > 1024) bases.clear()
+    bases.set(url, base)
+  }
   let c = shared.get(base)
   if (!c) {
     c = new Client(base)

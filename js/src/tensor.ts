@@ -148,6 +148,8 @@ export function normalize(t: TensorLike): { dtype: DType; shape: number[]; view:
   return { dtype, shape, view }
 }
 
+const TENSOR_NAME = cstr('tensor')
+
 /** A tf_doc_t borrowing each tensor's bytes; keep[] holds what must outlive the request. */
 export function buildDoc(tensors: Record<string, TensorLike>, keep: unknown[]): Pointer {
   const L = lib()
@@ -159,7 +161,7 @@ export function buildDoc(tensors: Record<string, TensorLike>, keep: unknown[]): 
       if (shape.length > 8) throw new TypeError(`tfetch: rank ${shape.length} > 8`)
       const dims = new BigInt64Array(Math.max(shape.length, 1))
       shape.forEach((d, i) => (dims[i] = BigInt(d)))
-      const nm = cstr(name)
+      const nm = name === 'tensor' ? TENSOR_NAME : cstr(name)
       const data = view.byteLength ? ptr(view) : null
       keep.push(view, dims, nm)
       const st = L.tf_doc_add(doc, nm, code(dtype), shape.length, ptr(dims), data, view.byteLength, TF_BORROW)
