@@ -308,9 +308,13 @@ tf_status_t tf_driver_submit(tf_driver_t *d, const tf_request_t *rq, uint64_t ta
         pthread_mutex_unlock(&d->mu);
         return TF_OK;
     }
+    /* The driver takes the whole queue at once: only the first of a batch wakes it. */
+    int first = !d->queued.head;
     push(&d->queued, j);
-    pthread_cond_signal(&d->work);
-    tf_client_wakeup(d->c);
+    if (first) {
+        pthread_cond_signal(&d->work);
+        tf_client_wakeup(d->c);
+    }
     pthread_mutex_unlock(&d->mu);
     return TF_OK;
 }

@@ -164,6 +164,10 @@ class Core {
   last: Outcome | null = null
   holder: Client | null = null
   fast = false
+  burst = 0                         // requests made since this thread last yielded
+  endBurst = () => {
+    this.burst = 0
+  }
   keepAlive = setInterval(() => {}, 1 << 30)
   rq = new ArrayBuffer(REQUEST.size)
   rqView = new DataView(this.rq)
@@ -224,10 +228,14 @@ class Core {
     const p = new Promise((resolve, reject) => {
       job = { resolve, reject, inDoc, keep, all }
     })
+    // Inline (on this thread, up to 1 ms, no hand-off) for a request made alone: once this
+    // client reached the server over shared memory or UCX (the first request may negotiate,
+    // which the driver does), with nothing else pending, and only the first of the requests
+    // made in one run of this thread (a burst or a pipeline goes to the driver, in parallel).
+    const first = this.burst++ === 0
+    if (first) queueMicrotask(this.endBurst)
+    const inline = this.fast && first && this.pending.size === 0 ? TF_DRIVER_INLINE : 0
     this.pending.set(tag, job)
-    // Inline (on this thread, up to 1 ms, no hand-off) once this client reached the server
-    // over shared memory or UCX: the first request may negotiate, which the driver does.
-    const inline = this.fast && process.env.TFD_NOINLINE === undefined ? TF_DRIVER_INLINE : 0
     const st = lib().tf_driver_submit(this.d, ptr(this.rq), tag, inline)
     if (st !== TF_OK) {
       this.pending.delete(tag)
