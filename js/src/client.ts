@@ -165,6 +165,7 @@ class Core {
   holder: Client | null = null
   fast = false
   burst = 0                         // requests made since this thread last yielded
+  lastBatch = 0                     // completions the last drain took (> 1: in parallel)
   endBurst = () => {
     this.burst = 0
   }
@@ -234,7 +235,7 @@ class Core {
     // made in one run of this thread (a burst or a pipeline goes to the driver, in parallel).
     const first = this.burst++ === 0
     if (first) queueMicrotask(this.endBurst)
-    const inline = this.fast && first && this.pending.size === 0 ? TF_DRIVER_INLINE : 0
+    const inline = this.fast && first && this.pending.size === 0 && this.lastBatch <= 1 ? TF_DRIVER_INLINE : 0
     this.pending.set(tag, job)
     const st = lib().tf_driver_submit(this.d, ptr(this.rq), tag, inline)
     if (st !== TF_OK) {
@@ -261,7 +262,9 @@ class Core {
     const L = lib()
     const v = this.compView
     const cp = ptr(this.comp)
+    let n = 0
     while (this.d && L.tf_driver_reap(this.d, cp) === TF_OK) {
+      n++
       const tag = Number(v.getBigUint64(COMPLETION.tag, true))
       const status = v.getInt32(COMPLETION.status, true)
       const doc = Number(v.getBigUint64(COMPLETION.doc, true)) as Pointer
@@ -289,6 +292,7 @@ class Core {
         }
       }
     }
+    if (n) this.lastBatch = n
     this.idle()
   }
 
