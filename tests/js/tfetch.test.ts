@@ -227,6 +227,26 @@ describe('received tensors are views over the received buffer', () => {
     expect(['resolved', 'tfetch: the client was closed']).toContain(await pending)
     await expect(c.get('js_view')).rejects.toThrow(/closed/)
   })
+  test('a Client that is garbage-collected stops its driver (its threads end)', async () => {
+    const threads = () => require('fs').readdirSync('/proc/self/task').length
+    const settle = async () => {
+      for (let i = 0; i < 10; i++) {
+        Bun.gc(true)
+        await Bun.sleep(20)
+      }
+    }
+    await settle()
+    const before = threads()
+    const n = 8
+    await (async () => {
+      for (let i = 0; i < n; i++) await new Client(base).call('echo', Float32Array.of(i))
+    })()
+    const during = threads()
+    expect(during).toBeGreaterThanOrEqual(before + n)          // a driver thread each, at least
+    await settle()
+    // JSC scans the stack conservatively: one may survive a while, not all of them
+    expect(threads()).toBeLessThanOrEqual(before + (during - before) / n)
+  })
   test('a collected tensor frees its document (no growth over many gets)', async () => {
     const c = client()
     await c.put('js_gc', new Uint8Array(1 << 20))
