@@ -28,8 +28,8 @@
  * (tf_request_t, tf_transport_info_t) starts with `size_t size`, the struct's size as the
  * caller compiled it, so a library with more fields never reads or writes past an older
  * caller's struct. Set it with the type's _INIT macro (TF_REQUEST_INIT), or leave it 0: 0
- * means the fields of libtfetch 0.1 (all of tf_request_t's; tf_transport_info_t's up to
- * retry_ms). A field added later is used only when size covers it.
+ * means the fields of libtfetch 0.1 (tf_request_t's up to transport; tf_transport_info_t's
+ * up to retry_ms). A field added later is used only when size covers it.
  */
 #ifndef TFETCH_H
 #define TFETCH_H
