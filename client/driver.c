@@ -204,7 +204,7 @@ static void *run(void *arg)
     return NULL;
 }
 
-/* ---- callers ------------------------------------------------------------------------------ */
+/* ---- callers ---------------------------------------------------------------------------- */
 
 tf_status_t tf_driver_new(tf_client_t *c, tf_notify_fn notify, void *user_data,
                           tf_driver_t **out)

@@ -413,7 +413,7 @@ size_t tf_client_pending(const tf_client_t *c);
  * but go on waiting. Never lost; several wakeups before a run count as one. */
 void tf_client_wakeup(tf_client_t *c);
 
-/* ---- a client driven by a thread of its own: event loops and language bindings ----------- */
+/* ---- a client driven by a thread of its own: event loops and language bindings ---------- */
 
 /* A tf_driver_t owns a client and one thread that drives it: any thread submits requests
  * (copied, queued, started by the driver thread) and takes their outcomes back as

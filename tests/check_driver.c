@@ -75,7 +75,7 @@ static void reap_all(tf_driver_t *d, int want, void (*fn)(const tf_completion_t 
     }
 }
 
-/* ---- many in flight, from two threads ------------------------------------------------------ */
+/* ---- many in flight, from two threads --------------------------------------------------- */
 
 typedef struct {
     tf_driver_t *d;
@@ -169,7 +169,7 @@ START_TEST(driver_thousand_from_two_threads)
 }
 END_TEST
 
-/* ---- per-request users, refusals, inline, wait --------------------------------------------- */
+/* ---- per-request users, refusals, inline, wait ------------------------------------------ */
 
 typedef struct {
     int n;
