@@ -176,7 +176,7 @@ class Core {
   compView = new DataView(this.comp.buffer)
   urls = new Map<string, Buffer>()
 
-  constructor(c: Pointer) {
+  constructor(c: Pointer, public base: string) {
     this.keepAlive.unref()
     cores.set(this.id, this)
     const out = new BigUint64Array(1)
@@ -232,10 +232,12 @@ class Core {
     // Inline (on this thread, up to 1 ms, no hand-off) for a request made alone: once this
     // client reached the server over shared memory or UCX (the first request may negotiate,
     // which the driver does), with nothing else pending, and only the first of the requests
-    // made in one run of this thread (a burst or a pipeline goes to the driver, in parallel).
+    // made in one run of this thread (a burst or a pipeline goes to the driver, in parallel);
+    // and to this client's own server (another, reached through tfetch(url), may negotiate).
     const first = this.burst++ === 0
     if (first) queueMicrotask(this.endBurst)
-    const inline = this.fast && first && this.pending.size === 0 && this.lastBatch <= 1 ? TF_DRIVER_INLINE : 0
+    const inline = this.fast && first && this.pending.size === 0 && this.lastBatch <= 1 &&
+      url.startsWith(this.base + '/') ? TF_DRIVER_INLINE : 0
     this.pending.set(tag, job)
     const st = lib().tf_driver_submit(this.d, ptr(this.rq), tag, inline)
     if (st !== TF_OK) {
@@ -375,7 +377,7 @@ export class Client {
     }
     if (opts.maxConnections !== undefined && (s = L.tf_client_set_max_connections(c, opts.maxConnections)) !== TF_OK) fail('maxConnections', s)
     if (opts.timeout !== undefined) L.tf_client_set_timeout(c, Math.max(0, Math.ceil(opts.timeout)))
-    this.core = new Core(c)         // owns c from here, also when it throws
+    this.core = new Core(c, this.base)   // owns c from here, also when it throws
     collected.register(this, this.core, this)
   }
 

@@ -238,10 +238,18 @@ describe('received tensors are views over the received buffer', () => {
     await settle()
     const before = threads()
     const n = 8
-    await (async () => {
-      for (let i = 0; i < n; i++) await new Client(base).call('echo', Float32Array.of(i))
-    })()
-    const during = threads()
+    // made, used and dropped (never closed) in a function of their own: an async function's
+    // locals live in its heap frame while it runs
+    const use = async () => {
+      const held: unknown[] = []
+      for (let i = 0; i < n; i++) {
+        const c = new Client(base)
+        await c.call('echo', Float32Array.of(i))
+        held.push(c)
+      }
+      return threads()
+    }
+    const during = await use()
     expect(during).toBeGreaterThanOrEqual(before + n)          // a driver thread each, at least
     await settle()
     // JSC scans the stack conservatively: one may survive a while, not all of them
