@@ -124,6 +124,8 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
     if (rq->request_id && (!tfp_request_id_valid(rq->request_id) ||
                            strlen(rq->request_id) > TFP_MAX_REQUEST_ID))
         return tfi_rfail(res, TF_EINVAL, "bad request id (expected [A-Za-z0-9._:-]{1,128})");
+    if (rq->user && !tfp_user_id_valid(rq->user))
+        return tfi_rfail(res, TF_EINVAL, "bad user id (expected [A-Za-z0-9._-]{1,128})");
     if (op == TFI_OP_CALL)
         return TF_OK;                   /* tfi_call_start checked it */
     int needs_doc = op == TF_OP_PUT || op == TF_OP_EXCHANGE;
@@ -230,7 +232,7 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     op->body = rq->in;
     op->wait_ms = rq->wait_ms;
     tfp_strcpy(op->request_id, sizeof(op->request_id), f->result.request_id);
-    tfp_strcpy(op->user, sizeof(op->user), c->user ? c->user : "");
+    tfp_strcpy(op->user, sizeof(op->user), rq->user ? rq->user : c->user ? c->user : "");
     if (c->token)
         snprintf(op->auth, sizeof(op->auth), "Bearer %s", c->token);
     tfx_hc_status_t xst = split_url(c, rq->url, &key, &path, &op->query);
@@ -313,8 +315,9 @@ refuse:
     return st;
 }
 
-tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
-                           void *user_data, tf_fetch_t **out)
+/* tf_fetch_start; driven: the caller waits for it at once (tfi_fetch_start_driven). */
+static tf_status_t fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
+                               void *user_data, tf_fetch_t **out, int driven)
 {
     if (!c)
         return TF_EINVAL;
@@ -332,7 +335,19 @@ tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb c
         return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
-    return start_fetch(c, &r, op, NULL, 0, cb, user_data, out);
+    return start_fetch(c, &r, op, NULL, driven, cb, user_data, out);
+}
+
+tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
+                           void *user_data, tf_fetch_t **out)
+{
+    return fetch_start(c, rq, cb, user_data, out, 0);
+}
+
+tf_status_t tfi_fetch_start_driven(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
+                                   void *user_data, tf_fetch_t **out)
+{
+    return fetch_start(c, rq, cb, user_data, out, 1);
 }
 
 /* The tf_request_t a generic call rides on: its URL, body document and time limit. */

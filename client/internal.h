@@ -352,6 +352,11 @@ tf_status_t tfi_doc_wrap(tfp_doc_t *d, void *buf, tf_doc_t **out);
  * their data (*data): TF_EINVAL for an invalid layout, TF_ENOMEM. */
 tf_status_t tfi_layout_header(const tf_tensor_spec_t *tensors, size_t n, void **hdr,
                               size_t *hlen, size_t *data);
+/* tf_fetch_start for a caller that waits for the request at once (tf_fetch_wait), as a
+ * blocking call does: its transport may leave the sending to that wait (UCX: no hand-off to
+ * the progress thread and back). driver.c's inline requests. */
+tf_status_t tfi_fetch_start_driven(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
+                                   void *user_data, tf_fetch_t **out);
 /* 1 while some client is alive: a freed reply buffer is kept for reuse only then. */
 int tfi_clients_live(void);
 

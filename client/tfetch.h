@@ -28,8 +28,8 @@
  * (tf_request_t, tf_transport_info_t) starts with `size_t size`, the struct's size as the
  * caller compiled it, so a library with more fields never reads or writes past an older
  * caller's struct. Set it with the type's _INIT macro (TF_REQUEST_INIT), or leave it 0: 0
- * means the fields of libtfetch 0.1 (all of tf_request_t's; tf_transport_info_t's up to
- * retry_ms). A field added later is used only when size covers it.
+ * means the fields of libtfetch 0.1 (tf_request_t's up to transport; tf_transport_info_t's
+ * up to retry_ms). A field added later is used only when size covers it.
  */
 #ifndef TFETCH_H
 #define TFETCH_H
@@ -364,6 +364,11 @@ typedef struct {
     tf_format_t format;             /* TF_FORMAT_DEFAULT: the client's */
     const char *request_id;         /* NULL: the client's next id (see set_request_id) */
     tf_transport_t transport;       /* TF_TRANSPORT_DEFAULT: the client's policy */
+    /* After 0.1: */
+    const char *user;               /* Tfetch-User for this request only, validated as
+                                     * tf_client_set_user's (NULL: the client's): a server
+                                     * that forwards calls for many users through one client
+                                     * keeps each caller's id */
 } tf_request_t;
 #define TF_REQUEST_INIT { .size = sizeof(tf_request_t) }
 
@@ -423,6 +428,68 @@ size_t tf_client_pending(const tf_client_t *c);
  * driver to start requests it was handed. Waits in tf_fetch_wait and blocking calls are woken
  * but go on waiting. Never lost; several wakeups before a run count as one. */
 void tf_client_wakeup(tf_client_t *c);
+
+/* ---- a client driven by a thread of its own: event loops and language bindings ---------- */
+
+/* A tf_driver_t owns a client and one thread that drives it: any thread submits requests
+ * (copied, queued, started by the driver thread) and takes their outcomes back as
+ * completions, never touching the client itself. It is the shape an event loop or another
+ * language's runtime needs (Bun, Node, asyncio) when it can neither run callbacks on a
+ * foreign thread nor block: it is told, through `notify`, when completions are waiting, and
+ * takes them on its own thread with tf_driver_reap. Nothing is polled. */
+typedef struct tf_driver tf_driver_t;
+
+/* Called on the driver thread when a completion is queued and none was waiting (the caller
+ * had reaped everything): at most once until the caller next finds the queue empty in
+ * tf_driver_reap. It must return quickly and must not call into the driver or its client
+ * (post a task to the caller's loop, write to an eventfd, signal a condition). Never called
+ * after tf_driver_free has begun. */
+typedef void (*tf_notify_fn)(void *user_data);
+
+/* One completed request, filled by tf_driver_reap. A versioned struct (see the top): set
+ * size (TF_COMPLETION_INIT). */
+typedef struct {
+    size_t size;                    /* sizeof(tf_completion_t) as the caller compiled it */
+    uint64_t tag;                   /* the caller's, from tf_driver_submit */
+    tf_status_t status;             /* the request's outcome (result.status) */
+    tf_doc_t *doc;                  /* the reply of a get or exchange that succeeded, else
+                                     * NULL: the caller's (tf_doc_free) */
+    tf_result_t result;             /* op, transport, fallback, HTTP status, message, ... */
+} tf_completion_t;
+#define TF_COMPLETION_INIT { .size = sizeof(tf_completion_t) }
+
+/* Starts a thread that drives c, which the driver owns from now on (configure it first:
+ * user, token, transport, timeout; it is freed by tf_driver_free, also when this fails).
+ * notify (may be NULL: then poll with tf_driver_wait) and user_data as above. TF_EINVAL for
+ * c NULL; TF_ENOMEM; TF_EIO when no thread can be started. *out set only on TF_OK. */
+tf_status_t tf_driver_new(tf_client_t *c, tf_notify_fn notify, void *user_data,
+                          tf_driver_t **out);
+/* From any thread: queues rq (url, request_id and user copied; rq->in borrowed until its
+ * completion is reaped) for the driver to start; tag comes back in its completion. Exactly
+ * one completion per TF_OK, whatever happens (a request tf_fetch_start refuses completes
+ * with that status and tf_client_last's message); none on an error return: TF_EINVAL (rq or
+ * d NULL, a bad rq->size, after tf_driver_free began), TF_ENOMEM. */
+tf_status_t tf_driver_submit(tf_driver_t *d, const tf_request_t *rq, uint64_t tag,
+                            unsigned flags);
+/* tf_driver_submit's flags. TF_DRIVER_INLINE: when the driver has nothing in flight, start
+ * the request on the calling thread and drive it there for up to 1 ms (no thread hand-off:
+ * a small request to a same-host server completes in microseconds); if it completed, its
+ * completion is waiting for tf_driver_reap when this returns (notify is not called for
+ * it), else the driver thread takes it over. The calling thread may block that long, and,
+ * the first time a server is reached (or after a failed upgrade's backoff), for the
+ * upgrade's negotiation (a few ms on one host, at most about 4 s). */
+#define TF_DRIVER_INLINE 1u
+/* From any thread: takes the oldest completion into *out (TF_OK), or TF_EAGAIN when none is
+ * waiting (and re-arms notify). TF_EINVAL for a bad out->size. */
+tf_status_t tf_driver_reap(tf_driver_t *d, tf_completion_t *out);
+/* From any thread: waits up to timeout_ms (-1: no limit) until a completion is waiting:
+ * TF_OK, or TF_EAGAIN. For callers without a notify function (a thread of their own). */
+tf_status_t tf_driver_wait(tf_driver_t *d, long timeout_ms);
+/* Stops the driver: requests in flight are canceled (their replies freed), completions not
+ * reaped are dropped (their docs freed), the thread joined, the client freed. Call it from
+ * a thread that is not the driver's (not from notify), once no other thread submits. NULL
+ * is a no-op. */
+void tf_driver_free(tf_driver_t *d);
 
 /* ---- same host: documents built in shared memory ----------------------------------------- */
 

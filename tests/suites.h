@@ -49,5 +49,6 @@ Suite *suite_shmframe(void);
 Suite *suite_shme2e(void);
 Suite *suite_tls(void);
 Suite *suite_ucxaddr(void);
+Suite *suite_driver(void);
 
 #endif

@@ -1,9 +1,11 @@
 #!/bin/sh
 # run.sh - Shumai's client (sm.network.tfetch, @shumai/shumai 0.0.13, real code) round trips,
 # 16 B and 64 MiB by default, against tfetchd's echo route and against Shumai's own
-# sm.network.serve (real code with our stand-in tensor module: see tests/shumai/standins/), in
-# one run, p50/p99; with BENCH_INFLIGHT=N also N round trips in flight (bench/run.sh runs it
-# with 8 B, 4 MiB and 64 in flight).
+# sm.network.serve (real code with our stand-in tensor module: see tests/shumai/standins/), and
+# this tree's Bun package (js/, over the built libtfetch) against the same tfetchd, in one
+# run, p50/p99, with its speedup over Shumai's client; with BENCH_INFLIGHT=N also N round
+# trips in flight (bench/run.sh runs it with 8 B, 4 MiB and 64 in flight). The issue's
+# comparison: BENCH_TINY_BYTES=8 BENCH_BIG_MIB=16 BENCH_INFLIGHT=64 bench/shumai/run.sh
 #
 # Not a test: run it by hand from the top of a built tree:  bench/shumai/run.sh
 # Needs the npm registry the first time (tests/shumai/setup.sh caches what it installs).
@@ -11,8 +13,9 @@
 # Environment: TFETCHD (default ./daemon/tfetchd), BENCH_BIG_N (default 10), BENCH_TINY_N
 # (default 1000), BENCH_BIG_MIB (default 64), BENCH_TINY_BYTES (default 16), BENCH_INFLIGHT
 # (default 0: one at a time only), BENCH_INFLIGHT_TINY_N (default 5000), BENCH_INFLIGHT_BIG_N
-# (default 4 x BENCH_INFLIGHT), BENCH_TIMEOUT (seconds, default 600), and what setup.sh reads
-# (TFETCH_SHUMAI_CACHE, ...). Exit status: 0 if every measurement ran.
+# (default 4 x BENCH_INFLIGHT), BENCH_TIMEOUT (seconds, default 600), BENCH_JS (0: leave the
+# Bun package out), TFETCH_LIBRARY (default: the libtfetch beside TFETCHD's build), and what
+# setup.sh reads (TFETCH_SHUMAI_CACHE, ...). Exit status: 0 if every measurement ran.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -65,8 +68,21 @@ pids="$pids $!"
 st_url=$(wait_url "$work/stock.out" $!) || { say "Shumai's serve did not start"; cat "$work/stock.err" >&2; exit 1; }
 
 say "tfetchd $tf_url, Shumai serve $st_url; $(nproc) CPUs"
+js_target=
+if [ "${BENCH_JS:-1}" != 0 ]; then
+    lib=${TFETCH_LIBRARY:-$(cd "$(dirname "$tfetchd")/.." && pwd)/client/.libs/libtfetch.so.1}
+    if [ -f "$lib" ]; then
+        TFETCH_LIBRARY=$lib TFETCH_JS_DIR=$top/js
+        export TFETCH_LIBRARY TFETCH_JS_DIR
+        js_target="js:tfetch-js=$tf_url/echo"
+        say "the Bun package: $top/js over $lib"
+    else
+        say "no libtfetch at $lib: leaving the Bun package out (set TFETCH_LIBRARY)"
+    fi
+fi
+# shellcheck disable=SC2086  # js_target: one word or none
 (cd "$work/client" && exec timeout "$timeout_s" "$bun" run bench.ts \
-    "tfetchd=$tf_url/echo" "shumai-serve=$st_url/echo")
+    "tfetchd=$tf_url/echo" $js_target "shumai-serve=$st_url/echo")
 rc=$?
 if [ $rc -ne 0 ]; then
     say "some measurements failed ($rc); server logs:"
