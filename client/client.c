@@ -31,9 +31,18 @@
  * more, and a long-poll's wait is added to the window. */
 #define DEFAULT_STALL_RATE 1024u
 #define DEFAULT_STALL_MS 10000L
-/* Response bodies above 2 GiB are refused unless the caller raises the cap: twice the
- * daemon's default max-body (1G), so what a default daemon stores always fits. */
-#define DEFAULT_MAX_BODY ((uint64_t)2 << 30)
+/* Response bodies larger than this machine's memory are refused unless the caller raises
+ * the cap (a reply is held in memory: one larger could never be), and never less than
+ * 2 GiB: a server streaming without end is cut there, while any document a daemon's store
+ * (half of its host's memory by default) holds fits a client of a host like it. */
+#define MIN_DEFAULT_MAX_BODY ((uint64_t)2 << 30)
+
+static uint64_t default_max_body(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+    return phys > MIN_DEFAULT_MAX_BODY ? phys : MIN_DEFAULT_MAX_BODY;
+}
 #define MAX_CONNECTIONS_CAP 4096L
 
 /* ---- handle ------------------------------------------------------------------------------ */
@@ -116,7 +125,7 @@ tf_status_t tf_client_new(tf_client_t **out)
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     c->stall_rate = DEFAULT_STALL_RATE;
     c->stall_ms = DEFAULT_STALL_MS;
-    c->max_body = DEFAULT_MAX_BODY;
+    c->max_body = default_max_body();
     c->format = TF_FORMAT_SAFETENSORS;
     c->transport = transport_from_env(c->env_bad, sizeof(c->env_bad));
     if (!c->env_bad[0])

@@ -35,6 +35,7 @@ typedef struct {
     atomic_int refs;                    /* the origin's, and one per doc with a lease */
     uint64_t seq;
     char name[TFP_UP_MAX_SHM_SOCKET + 1];       /* the daemon's socket, for TOKEN's */
+    long peer_pid;                      /* the daemon's pid, from the socket (0: unknown) */
 } shmc_t;
 
 /* What the transport holds per client: finished requests waiting for drain. */
@@ -96,16 +97,19 @@ static int recv_reply(shmc_t *k, uint64_t seq, long ms, tfp_sf_t *r, int *fd, ch
 }
 
 /* Connects o's shm socket with the upgrade's token: 0, or -1 (o->shm stays NULL; why). A
- * connection o has to that very socket is kept; one to another (the daemon restarted) is
+ * connection o has to that very socket of that very daemon is kept; one to another (the
+ * daemon restarted: a new abstract name, or the same socket file served by a new pid) is
  * dropped first, so documents staged with the old one go as their bytes. */
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
                     size_t why_size)
 {
     (void)c;
     tfp_err_t err;
-    if (o->shm && strcmp(((shmc_t *)o->shm)->name, resp->shm_socket) == 0)
+    if (o->shm && strcmp(((shmc_t *)o->shm)->name, resp->shm_socket) == 0 &&
+        (((shmc_t *)o->shm)->peer_pid <= 0 || ((shmc_t *)o->shm)->peer_pid == resp->server_pid))
         return 0;                       /* the same daemon: the connection holds */
     tfi_shm_disconnect(o);              /* another daemon (a restart): its buffers are gone */
+    o->server_uid_known = 0;            /* read again below, from this daemon */
     int sock = tfx_shm_connect(resp->shm_socket, &err);
     struct stat sb;
     if (sock < 0) {
@@ -117,7 +121,7 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
         snprintf(why, why_size, "%s", err.msg);
         return -1;
     }
-    pid_t pid;
+    pid_t pid = 0;
     if (tfx_shm_peer(sock, &pid, &o->server_uid) == 0)
         o->server_uid_known = 1;
     shmc_t *k = calloc(1, sizeof *k);
@@ -129,6 +133,7 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     k->sock = sock;
     atomic_init(&k->refs, 1);
     snprintf(k->name, sizeof k->name, "%s", resp->shm_socket);
+    k->peer_pid = (long)pid;        /* SO_PEERCRED's, in our pid namespace (0: unknown) */
     tfp_sf_t m, r;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_HELLO;

@@ -190,7 +190,8 @@ tf_status_t tf_client_set_request_id(tf_client_t *c, const char *request_id);
 void tf_client_set_timeout(tf_client_t *c, long timeout_ms);
 void tf_client_set_progress(tf_client_t *c, tf_progress_fn fn, void *user_data);
 /* Refuses response bodies larger than max bytes (TF_ETOOBIG), as soon as the announced
- * length or the bytes received pass it; 0: no cap. Default 2 GiB (2147483648). */
+ * length or the bytes received pass it; 0: no cap. Default: this machine's physical memory,
+ * at least 2 GiB (a reply is held in memory; a tfetchd's store is half of its host's). */
 void tf_client_set_max_body(tf_client_t *c, uint64_t max);
 /* Stall detection: a request fails with TF_ETIMEDOUT ("stalled") once its transfer moves
  * fewer than min_bytes_per_s bytes a second for stall_ms in a row, waiting for the answer

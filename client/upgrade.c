@@ -347,7 +347,8 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     drop_broken(c, o);
     /* A connection still confirming: under policy ucx wait for it (it fails by its own
      * deadline); otherwise look, and go on without it while it is not there. */
-    if (o->pending && c->up->settle(c, o, strict ? UPGRADE_TIMEOUT_MS : 0) == 1)
+    if (o->pending &&
+        c->up->settle(c, o, strict && !c->in_cb && !c->in_engine ? UPGRADE_TIMEOUT_MS : 0) == 1)
         return no_ucx(f, o->why);
     if (o->conn) {
         *via = c->up;

@@ -8,6 +8,7 @@
 #include "daemon/conf.h"
 #include "daemon/log.h"
 #include "daemon/memlimit.h"
+#include "proto/upgrade.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -440,9 +441,11 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
                         "'%s'\n", cfg->ucx_ports);
         return -1;
     }
-    if (cfg->shm_socket[0] && cfg->shm_socket[0] != '/') {
-        fprintf(stderr, "tfetchd: --shm-socket wants an absolute path, got '%s'\n",
-                cfg->shm_socket);
+    if (cfg->shm_socket[0] &&
+        (cfg->shm_socket[0] != '/' || !tfp_up_shm_socket_valid(cfg->shm_socket))) {
+        fprintf(stderr, "tfetchd: --shm-socket wants an absolute path of at most %d bytes of "
+                        "[A-Za-z0-9._-] and '/', without empty or .. components, got '%s'\n",
+                TFP_UP_MAX_SHM_SOCKET, cfg->shm_socket);
         return -1;
     }
     if (cfg->conn_memory < 8192) {

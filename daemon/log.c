@@ -66,13 +66,17 @@ static kind_t *slot_of(const char *key)
  * over, or a slot taken from another kind). */
 static int admit(int priority, const char *key, char *summary, size_t cap, kind_t **kp)
 {
-    uint64_t now = tfx_now_ms();
     kind_t *k = slot_of(key);
     int ok;
 
     pthread_mutex_lock(&lock);
+    uint64_t now = tfx_now_ms();        /* under the lock: windows start in order */
     summary[0] = '\0';
-    if (k->key != key) {
+    if (k->key != key && k->key && now - k->start < TFD_LOG_WINDOW_MS) {
+        /* Another kind in the same slot during its window: they share its budget, so two
+         * kinds taking turns cannot each start afresh and flood together. */
+        k->key = key;
+    } else if (k->key != key) {
         if (k->key)
             close_window(k, now, summary, cap);
         k->key = key;

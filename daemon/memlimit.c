@@ -68,8 +68,8 @@ static void read_cgroups(const char *root, hier_t *v2, hier_t *v1)
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2 || c2[1] != '/')
-            continue;
+        if (!c2 || c2[1] != '/' || strstr(c2 + 1, "/..") || strstr(c2 + 1, "//"))
+            continue;               /* outside our cgroup namespace's root: not ours to read */
         *c1 = *c2 = '\0';
         if (strcmp(line, "0") == 0 && c1[1] == '\0') {
             v2->found = 1;

@@ -311,14 +311,23 @@ static int group_id(const char *name, gid_t *gid, char *why, size_t why_size)
         return 0;
     }
     struct group gr, *res = NULL;
-    char buf[4096];
-    int e = getgrnam_r(name, &gr, buf, sizeof buf, &res);
-    if (!res) {
-        snprintf(why, why_size, "no group '%s'%s%s", name, e ? ": " : "", e ? strerror(e) : "");
-        return -1;
+    char *buf = NULL;
+    int e = ERANGE;
+    for (size_t size = 4096; e == ERANGE && size <= (1u << 24); size *= 4) {   /* big groups */
+        char *nb = realloc(buf, size);
+        if (!nb) {
+            e = ENOMEM;
+            break;
+        }
+        buf = nb;
+        e = getgrnam_r(name, &gr, buf, size, &res);
     }
-    *gid = gr.gr_gid;
-    return 0;
+    if (res)
+        *gid = gr.gr_gid;
+    else
+        snprintf(why, why_size, "no group '%s'%s%s", name, e ? ": " : "", e ? strerror(e) : "");
+    free(buf);
+    return res ? 0 : -1;
 }
 
 tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)

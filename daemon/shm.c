@@ -98,6 +98,7 @@ struct tfd_shm {
     size_t nstages;
     char name[TFX_SHM_MAX_NAME + 1];
     int path;                       /* name is a file system path (unlinked at the end) */
+    tfx_shm_file_t file;            /* which file it is */
     pthread_t thread;
     conn_t conns[MAX_CONNS];
     size_t nconns;
@@ -963,7 +964,7 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
     tfx_shm_close(&probe);
     if (socket_path && socket_path[0]) {
         snprintf(s->name, sizeof s->name, "%s", socket_path);
-        s->listen_fd = tfx_shm_listen_path(socket_path, socket_gid, &err);
+        s->listen_fd = tfx_shm_listen_path(socket_path, socket_gid, &s->file, &err);
         s->path = s->listen_fd >= 0;
     } else {
         s->listen_fd = tfx_shm_listen(s->name, sizeof s->name, &err);
@@ -1020,7 +1021,7 @@ void tfd_shm_free(tfd_shm_t *s)
     close(s->stop_fd);
     close(s->listen_fd);
     if (s->path)
-        (void)unlink(s->name);
+        tfx_shm_unlink_path(s->name, &s->file);
     tfd_ring_acct_unref(s->ring_acct);     /* rings' slots that queued items keep count */
     tfd_otokens_free(s->tokens);
     pthread_mutex_destroy(&s->stage_lock);

@@ -104,6 +104,8 @@ static tfp_status_t transfer_codings(const tfp_http_frame_t *in, tfp_err_t *err)
 
         if (!name_is(f, "Transfer-Encoding"))
             continue;
+        if (f->value_len == 0)          /* an empty field beside another: no coding at all */
+            return tfp_err_set(err, TFP_EBADREQ, "a Transfer-Encoding field names no coding");
         if (f->value_len && (f->value[f->value_len - 1] == ' ' ||
                              f->value[f->value_len - 1] == '\t'))
             return tfp_err_set(err, TFP_EBADREQ, "Transfer-Encoding '%.*s' ends in whitespace",

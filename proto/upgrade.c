@@ -412,7 +412,7 @@ void tfp_up_resp_clear(tfp_up_resp_t *resp)
 /* 1 if s is an abstract socket name the shm transport may use. */
 /* An abstract name, or an absolute path: [A-Za-z0-9._-] and, in a path, '/' (no empty or
  * dot-dot component: the path is what the server configured, nothing to be resolved). */
-static int shm_socket_valid(const char *s)
+int tfp_up_shm_socket_valid(const char *s)
 {
     size_t n = strnlen(s, TFP_UP_MAX_SHM_SOCKET + 1);
     if (n == 0 || n > TFP_UP_MAX_SHM_SOCKET)
@@ -438,7 +438,7 @@ static tfp_status_t check_shm(const tfp_up_resp_t *r, tfp_status_t code, tfp_err
     const char *what = "upgrade response";
     if (!r->shm_socket[0] && !r->shm_token[0])
         return TFP_OK;
-    if (!shm_socket_valid(r->shm_socket))
+    if (!tfp_up_shm_socket_valid(r->shm_socket))
         return tfp_err_set(err, code, "%s: \"shm_socket\" is not 1..%d of [A-Za-z0-9._-] or "
                            "an absolute path of them", what, TFP_UP_MAX_SHM_SOCKET);
     if (!tfp_up_token_valid(r->shm_token))

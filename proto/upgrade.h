@@ -121,6 +121,10 @@ tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *l
                                tfp_err_t *err);
 tfp_status_t tfp_up_resp_parse(const char *body, size_t len, tfp_up_resp_t *out,
                                tfp_err_t *err);
+/* 1 if s may be an answer's "shm_socket": an abstract name of 1..TFP_UP_MAX_SHM_SOCKET of
+ * [A-Za-z0-9._-], or an absolute path of those and '/' (no empty or .. component). What a
+ * server configures must pass it, or no client could be told the name. */
+int tfp_up_shm_socket_valid(const char *s);
 /* Frees a parsed worker_address and zeroes *resp. NULL is a no-op. */
 void tfp_up_resp_clear(tfp_up_resp_t *resp);
 

@@ -66,6 +66,14 @@ START_TEST(conf_file_and_flags)
     ck_assert_int_eq(load("log-level = chatty\n", NULL, &cfg), -1);
     ck_assert_int_eq(load("", "--threads=0", &cfg), -1);
     ck_assert_int_eq(load("", "--bogus", &cfg), -1);
+    /* An shm-socket no upgrade answer could name is refused at start, not at every upgrade. */
+    ck_assert_int_eq(load("shm-socket = /run/tfetchd/shm.sock\n", NULL, &cfg), 0);
+    ck_assert_int_eq(load("shm-socket = run/shm.sock\n", NULL, &cfg), -1);
+    ck_assert_int_eq(load("shm-socket = /run/tf etchd/shm.sock\n", NULL, &cfg), -1);
+    ck_assert_int_eq(load("shm-socket = /run/../shm.sock\n", NULL, &cfg), -1);
+    ck_assert_int_eq(load("ucx-ports = 7071-7079\n", NULL, &cfg), 0);
+    ck_assert_int_eq(load("ucx-ports = 7079-7071\n", NULL, &cfg), -1);
+    ck_assert_int_eq(load("ucx-ports = 7071\n", NULL, &cfg), -1);
 }
 END_TEST
 

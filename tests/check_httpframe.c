@@ -120,6 +120,9 @@ START_TEST(frame_transfer_encoding)
             "chunked is not the last");
     REFUSED(CHECK11("Transfer-Encoding: "), "names no coding");
     REFUSED(CHECK11("Transfer-Encoding: ,"), "has an empty list element");
+    /* An empty field beside a good one: the count of codings cannot hide it. */
+    REFUSED(CHECK11("Transfer-Encoding: ", "Transfer-Encoding: chunked"), "names no coding");
+    REFUSED(CHECK11("Transfer-Encoding: chunked", "Transfer-Encoding: "), "names no coding");
     /* Read as a whole by another parser (libmicrohttpd compares the value with "chunked"),
      * these are not chunked there: it would wait for a body it cannot frame. */
     REFUSED(CHECK11("Transfer-Encoding: chunked "), "ends in whitespace");

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -284,6 +285,52 @@ START_TEST(shm_listen_connect)
 }
 END_TEST
 
+/* The socket as a file: mode 0660, made whole; a live one is not taken over, a stale one
+ * is, anything else there is refused; unlinked only while it is still ours. */
+START_TEST(shm_listen_path)
+{
+    char dir[] = "/tmp/tfetch-shmpath-XXXXXX", path[128], other[160];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/shm.sock", dir);
+    tfp_err_t err = { TFP_OK, "" };
+    tfx_shm_file_t f, g;
+    int l = tfx_shm_listen_path(path, (gid_t)-1, &f, &err);
+    ck_assert_msg(l >= 0, "%s", err.msg);
+    struct stat sb;
+    ck_assert_int_eq(lstat(path, &sb), 0);
+    ck_assert(S_ISSOCK(sb.st_mode));
+    ck_assert_int_eq(sb.st_mode & 0777, 0660);
+    int c = tfx_shm_connect(path, &err);                   /* by path */
+    ck_assert_msg(c >= 0, "%s", err.msg);
+    close(c);
+    /* A second listener on a live socket: refused, the first untouched. */
+    ck_assert_int_lt(tfx_shm_listen_path(path, (gid_t)-1, &g, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "in use"));
+    ck_assert_int_ge((c = tfx_shm_connect(path, &err)), 0);
+    close(c);
+    /* Nothing listens any more (the file stays, as after a crash): taken over. */
+    close(l);
+    l = tfx_shm_listen_path(path, (gid_t)-1, &g, &err);
+    ck_assert_msg(l >= 0, "%s", err.msg);
+    /* The old one's unlink leaves the new file alone; the new one's removes it. */
+    tfx_shm_unlink_path(path, &f);
+    ck_assert_int_eq(lstat(path, &sb), 0);
+    tfx_shm_unlink_path(path, &g);
+    ck_assert_int_ne(lstat(path, &sb), 0);
+    close(l);
+    /* Not a socket there, or a relative path: refused. */
+    snprintf(other, sizeof other, "%s/file", dir);
+    FILE *fp = fopen(other, "w");
+    ck_assert_ptr_nonnull(fp);
+    fclose(fp);
+    ck_assert_int_lt(tfx_shm_listen_path(other, (gid_t)-1, &g, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not a socket"));
+    ck_assert_int_lt(tfx_shm_listen_path("rel.sock", (gid_t)-1, &g, &err), 0);
+    unlink(other);
+    ck_assert_int_eq(rmdir(dir), 0);                     /* no temporary left behind */
+}
+END_TEST
+
 /* What backs the page at p in this process: 1 a memfd ("/memfd:" in /proc/self/maps), 0
  * anything else (anonymous memory), -1 nothing. */
 static int memfd_backed(const void *p)
@@ -376,6 +423,7 @@ Suite *suite_shm(void)
     tcase_add_test(tc, shm_hostile_truncated);
     tcase_add_test(tc, shm_hostile_credentials);
     tcase_add_test(tc, shm_listen_connect);
+    tcase_add_test(tc, shm_listen_path);
     tcase_add_test(tc, shm_buf_seal_moves);
     suite_add_tcase(s, tc);
     return s;

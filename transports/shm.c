@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -209,9 +210,28 @@ static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-int tfx_shm_listen_path(const char *path, gid_t gid, tfp_err_t *err)
+/* Is a socket file in use? 1 when something listens on it (a connect is answered, or its
+ * backlog is full), 0 when nothing does (ECONNREFUSED: a file left by a stopped process), -1
+ * with errno when it cannot be told (permission: another uid's socket is not ours to take). */
+static int socket_in_use(const char *path)
 {
-    char tmp[TFX_SHM_MAX_NAME + 32];
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_un sa;
+    socklen_t sl = abstract_addr(&sa, path);
+    int rc = connect(s, (struct sockaddr *)&sa, sl) == 0 || errno == EAGAIN ? 1
+             : errno == ECONNREFUSED                                     ? 0
+                                                                         : -1;
+    int e = errno;
+    close(s);
+    errno = e;
+    return rc;
+}
+
+int tfx_shm_listen_path(const char *path, gid_t gid, tfx_shm_file_t *file, tfp_err_t *err)
+{
+    char dir[TFX_SHM_MAX_NAME + 16], tmp[TFX_SHM_MAX_NAME + 24];
     struct stat sb;
     if (!path || path[0] != '/' || strlen(path) > TFX_SHM_MAX_NAME) {
         tfp_err_set(err, TFP_EINVAL, "shm: shm-socket must be an absolute path of at most %d "
@@ -223,38 +243,51 @@ int tfx_shm_listen_path(const char *path, gid_t gid, tfp_err_t *err)
             tfp_err_set(err, TFP_EINVAL, "shm: %s exists and is not a socket", path);
             return -1;
         }
-        tfp_err_t e2;
-        int probe = tfx_shm_connect(path, &e2);
-        if (probe >= 0) {
-            close(probe);
-            tfp_err_set(err, TFP_EBUSY, "shm: %s is in use (another tfetchd?)", path);
+        int used = socket_in_use(path);
+        if (used != 0) {
+            tfp_err_set(err, TFP_EBUSY, used > 0 ? "shm: %s is in use (another tfetchd?)"
+                                                 : "shm: cannot tell whether %s is in use: %s",
+                        path, strerror(errno));
             return -1;
         }
     }
-    snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
+    /* Made in a directory of our own (mode 0700) beside path, so no one can put anything in
+     * its place between the bind and the chmod; then renamed over path, whole. */
+    snprintf(dir, sizeof dir, "%s.XXXXXX", path);
+    if (!mkdtemp(dir)) {
+        tfp_err_set(err, TFP_EINTERNAL, "shm: mkdtemp beside %s: %s", path, strerror(errno));
+        return -1;
+    }
+    snprintf(tmp, sizeof tmp, "%s/s", dir);
     int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) {
         tfp_err_set(err, TFP_EINTERNAL, "shm: socket: %s", strerror(errno));
+        (void)rmdir(dir);
         return -1;
     }
     struct sockaddr_un sa;
     socklen_t sl = abstract_addr(&sa, tmp);
-    (void)unlink(tmp);
-    /* Until the chmod the file has the umask's mode: no write bit for others, so no one but
-     * this uid can connect; it is renamed into place only once it has its mode and group. */
-    if (bind(s, (struct sockaddr *)&sa, sl) != 0) {
-        tfp_err_set(err, TFP_EINTERNAL, "shm: bind %s: %s", tmp, strerror(errno));
-        close(s);
-        return -1;
-    }
-    if ((gid != (gid_t)-1 && chown(tmp, (uid_t)-1, gid) != 0) || chmod(tmp, 0660) != 0 ||
-        listen(s, 64) != 0 || rename(tmp, path) != 0) {
+    if (bind(s, (struct sockaddr *)&sa, sl) != 0 ||
+        (gid != (gid_t)-1 && chown(tmp, (uid_t)-1, gid) != 0) || chmod(tmp, 0660) != 0 ||
+        listen(s, 64) != 0 || lstat(tmp, &sb) != 0 || rename(tmp, path) != 0) {
         tfp_err_set(err, TFP_EINTERNAL, "shm: %s: %s", path, strerror(errno));
         (void)unlink(tmp);
+        (void)rmdir(dir);
         close(s);
         return -1;
     }
+    (void)rmdir(dir);
+    file->dev = sb.st_dev;
+    file->ino = sb.st_ino;
     return s;
+}
+
+void tfx_shm_unlink_path(const char *path, const tfx_shm_file_t *file)
+{
+    struct stat sb;
+    /* Only our own file: a tfetchd started since may have put its socket there. */
+    if (lstat(path, &sb) == 0 && sb.st_dev == file->dev && sb.st_ino == file->ino)
+        (void)unlink(path);
 }
 
 int tfx_shm_listen(char *name, size_t size, tfp_err_t *err)

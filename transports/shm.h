@@ -101,10 +101,18 @@ int tfx_shm_listen(char *name, size_t size, tfp_err_t *err);
 /* A listening socket as tfx_shm_listen's, at the file system path (absolute, at most
  * TFX_SHM_MAX_NAME bytes) instead: who may connect is the file's mode 0660 and group gid
  * (-1: the process's), as with docker.sock. The file appears whole: made under a temporary
- * name, given its mode and group, then renamed over path; a socket already there is replaced
- * unless something answers on it (another tfetchd: refused, "in use"); anything else there
- * is refused. The caller unlinks path when it stops. */
-int tfx_shm_listen_path(const char *path, gid_t gid, tfp_err_t *err);
+ * name in a private directory, given its mode and group, then renamed over path; a socket
+ * already there is replaced when nothing listens on it (another tfetchd: refused, "in use");
+ * anything else there is refused, and so is a socket whose use cannot be told (another
+ * uid's). *file identifies the file for tfx_shm_unlink_path. The directory should be
+ * writable by its owner only. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} tfx_shm_file_t;
+int tfx_shm_listen_path(const char *path, gid_t gid, tfx_shm_file_t *file, tfp_err_t *err);
+/* Removes the socket file tfx_shm_listen_path made, if it is still that file. */
+void tfx_shm_unlink_path(const char *path, const tfx_shm_file_t *file);
 /* Connects (blocking, close-on-exec) to name: an abstract name, or a file system path when
  * it starts with '/'. The socket, or -1 with err set (a path the caller may not connect to:
  * "Permission denied", naming it). */

@@ -352,11 +352,12 @@ static void break_conn(tfx_ucxc_conn_t *c, tfp_status_t st, const char *why, int
         if (r->conn == c)
             fail_req(r, st, why);
     }
-    if (c->hello_state == 0) {
+    pthread_mutex_lock(&u->lock);
+    if (c->hello_state == 0) {      /* a caller may be settling it: under the lock, woken */
         c->hello_state = -1;
         tfp_strcpy(c->why, sizeof c->why, why);
+        pthread_cond_broadcast(&u->cond);
     }
-    pthread_mutex_lock(&u->lock);
     c->refs++;                      /* keep c while its requests let go of it */
     pthread_mutex_unlock(&u->lock);
     close_ep(c, bye);

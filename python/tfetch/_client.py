@@ -52,7 +52,7 @@ class Client(FeedCalls):
       defaults, 10 s and 1024 bytes/s; stall_time 0: never.
     max_body: refuse a response body larger than this many bytes (tfetch.errors.ETOOBIG), as
       soon as its announced length or the bytes received pass it; None: the library's
-      default, 2 GiB; 0: no limit.
+      default, this machine's memory (at least 2 GiB); 0: no limit.
     format: "safetensors" (any document) or "shumai" (stock Shumai's one-F32 format).
     token: the bearer token sent as Authorization with every request, for a tfetchd run
       with auth-tokens; None: $TFETCH_TOKEN when set. Never shown by repr.
