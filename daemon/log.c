@@ -54,39 +54,57 @@ static void close_window(kind_t *k, uint64_t now, char *out, size_t cap)
     k->suppressed = 0;
 }
 
-static kind_t *slot_of(const char *key)
+#define PROBES 8                    /* slots a kind may take, from its home slot on */
+
+static size_t home_of(const char *key)
 {
     uintptr_t h = (uintptr_t)key;
     h ^= h >> 17;
     h *= 0x9E3779B97F4A7C15ull;
-    return &kinds[(h >> 32) % SLOTS];
+    return (size_t)((h >> 32) % SLOTS);
+}
+
+/* key's slot: its own among the PROBES from its home, else the first free or idle one there
+ * (an idle kind's window closed first: *summary), else, with all of them busy with other
+ * kinds, its home slot, shared: the kinds there share one budget, so kinds that collide and
+ * take turns cannot each start afresh and flood together. Caller holds the lock. */
+static kind_t *slot_of(const char *key, uint64_t now, char *summary, size_t cap)
+{
+    size_t home = home_of(key);
+    kind_t *take = NULL;
+    for (size_t i = 0; i < PROBES; i++) {
+        kind_t *k = &kinds[(home + i) % SLOTS];
+        if (k->key == key)
+            return k;
+        if (!take && (!k->key || now - k->start >= TFD_LOG_WINDOW_MS))
+            take = k;
+    }
+    if (!take) {
+        kinds[home].key = key;
+        return &kinds[home];
+    }
+    if (take->key)
+        close_window(take, now, summary, cap);
+    take->key = key;
+    take->start = now;
+    take->printed = 0;
+    take->suppressed = 0;
+    take->sample[0] = '\0';
+    return take;
 }
 
 /* Whether a line of kind key may print now; *summary gets a line to write first (a window
  * over, or a slot taken from another kind). */
 static int admit(int priority, const char *key, char *summary, size_t cap, kind_t **kp)
 {
-    kind_t *k = slot_of(key);
     int ok;
 
     pthread_mutex_lock(&lock);
     uint64_t now = tfx_now_ms();        /* under the lock: windows start in order */
     summary[0] = '\0';
-    if (k->key != key && k->key && now - k->start < TFD_LOG_WINDOW_MS) {
-        /* Another kind in the same slot during its window: they share its budget, so two
-         * kinds taking turns cannot each start afresh and flood together. */
-        k->key = key;
-    } else if (k->key != key) {
-        if (k->key)
-            close_window(k, now, summary, cap);
-        k->key = key;
-        k->start = now;
-        k->printed = 0;
-        k->suppressed = 0;
-        k->sample[0] = '\0';
-    } else if (now - k->start >= TFD_LOG_WINDOW_MS) {
+    kind_t *k = slot_of(key, now, summary, cap);
+    if (!summary[0] && now - k->start >= TFD_LOG_WINDOW_MS)
         close_window(k, now, summary, cap);
-    }
     k->priority = priority;
     ok = k->printed < TFD_LOG_BURST;
     if (ok)

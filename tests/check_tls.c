@@ -437,6 +437,134 @@ START_TEST(test_log_repeats_counted)
 }
 END_TEST
 
+/* More kinds than the limiter has slots (64), taking turns: some must share a slot, and
+ * sharing must not let them start afresh each turn. Every line is printed or counted, and
+ * no more than the slots' bursts are printed. */
+static const char *const colliding[] = {
+    "collide k00 %d",
+    "collide k01 %d",
+    "collide k02 %d",
+    "collide k03 %d",
+    "collide k04 %d",
+    "collide k05 %d",
+    "collide k06 %d",
+    "collide k07 %d",
+    "collide k08 %d",
+    "collide k09 %d",
+    "collide k10 %d",
+    "collide k11 %d",
+    "collide k12 %d",
+    "collide k13 %d",
+    "collide k14 %d",
+    "collide k15 %d",
+    "collide k16 %d",
+    "collide k17 %d",
+    "collide k18 %d",
+    "collide k19 %d",
+    "collide k20 %d",
+    "collide k21 %d",
+    "collide k22 %d",
+    "collide k23 %d",
+    "collide k24 %d",
+    "collide k25 %d",
+    "collide k26 %d",
+    "collide k27 %d",
+    "collide k28 %d",
+    "collide k29 %d",
+    "collide k30 %d",
+    "collide k31 %d",
+    "collide k32 %d",
+    "collide k33 %d",
+    "collide k34 %d",
+    "collide k35 %d",
+    "collide k36 %d",
+    "collide k37 %d",
+    "collide k38 %d",
+    "collide k39 %d",
+    "collide k40 %d",
+    "collide k41 %d",
+    "collide k42 %d",
+    "collide k43 %d",
+    "collide k44 %d",
+    "collide k45 %d",
+    "collide k46 %d",
+    "collide k47 %d",
+    "collide k48 %d",
+    "collide k49 %d",
+    "collide k50 %d",
+    "collide k51 %d",
+    "collide k52 %d",
+    "collide k53 %d",
+    "collide k54 %d",
+    "collide k55 %d",
+    "collide k56 %d",
+    "collide k57 %d",
+    "collide k58 %d",
+    "collide k59 %d",
+    "collide k60 %d",
+    "collide k61 %d",
+    "collide k62 %d",
+    "collide k63 %d",
+    "collide k64 %d",
+    "collide k65 %d",
+    "collide k66 %d",
+    "collide k67 %d",
+    "collide k68 %d",
+    "collide k69 %d",
+    "collide k70 %d",
+    "collide k71 %d",
+    "collide k72 %d",
+    "collide k73 %d",
+    "collide k74 %d",
+    "collide k75 %d",
+    "collide k76 %d",
+    "collide k77 %d",
+    "collide k78 %d",
+    "collide k79 %d",
+    "collide k80 %d",
+    "collide k81 %d",
+    "collide k82 %d",
+    "collide k83 %d",
+    "collide k84 %d",
+    "collide k85 %d",
+    "collide k86 %d",
+    "collide k87 %d",
+    "collide k88 %d",
+    "collide k89 %d",
+    "collide k90 %d",
+    "collide k91 %d",
+    "collide k92 %d",
+    "collide k93 %d",
+    "collide k94 %d",
+    "collide k95 %d"
+};
+
+START_TEST(test_log_colliding_kinds_limited)
+{
+    char tmpl[] = "/tmp/tfetch-log-XXXXXX";
+    int fd = mkstemp(tmpl);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    const int nk = (int)(sizeof colliding / sizeof colliding[0]), rounds = 30;
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < nk; k++)
+            tfd_log(LOG_WARNING, colliding[k], r);
+    tfd_log_flush(1);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    long long suppressed = 0;
+    int shown = count_lines(tmpl, "collide k", &suppressed);
+    ck_assert_msg(shown <= 64 * (int)TFD_LOG_BURST, "%d lines printed", shown);
+    ck_assert_msg(shown + suppressed == (long long)nk * rounds, "%d shown + %lld counted != %d",
+                  shown, suppressed, nk * rounds);
+    unlink(tmpl);
+}
+END_TEST
+
 START_TEST(test_bearer_over_https)
 {
     make_certs();
@@ -770,6 +898,7 @@ Suite *suite_tls(void)
     tcase_add_test(tc, test_plain_http_refused);
     tcase_add_test(tc, test_handshakeless_flood_logs_a_count);
     tcase_add_test(tc, test_log_repeats_counted);
+    tcase_add_test(tc, test_log_colliding_kinds_limited);
     tcase_add_test(tc, test_bearer_over_https);
     tcase_add_test(tc, test_bad_settings_refused_at_start);
     tcase_add_test(tc, test_mtls_curl_principal);
