@@ -134,6 +134,16 @@ static void on_done(tf_fetch_t *f, tf_status_t status, tf_doc_t *doc, const tf_r
     finish(d, j);
 }
 
+/* A start the client refused (st): j completes at once with the client's reason. */
+static void start_failed(tf_driver_t *d, job_t *j, tf_status_t st)
+{
+    d->running--;
+    j->result = *tf_client_last(d->c);
+    j->result.status = st;
+    j->status = st;
+    finish(d, j);
+}
+
 /* Starts j on the driver thread; a refusal completes it at once with the client's reason. */
 static void start(tf_driver_t *d, job_t *j, int stopping)
 {
@@ -144,13 +154,8 @@ static void start(tf_driver_t *d, job_t *j, int stopping)
     }
     d->running++;
     tf_status_t st = tf_fetch_start(d->c, &j->rq, on_done, j, &j->f);
-    if (st != TF_OK) {
-        d->running--;
-        j->result = *tf_client_last(d->c);
-        j->result.status = st;
-        j->status = st;
-        finish(d, j);
-    }
+    if (st != TF_OK)
+        start_failed(d, j, st);
 }
 
 /* Starts j on the submitting thread, the driver being idle, and drives the client for up to
@@ -161,11 +166,7 @@ static void run_inline(tf_driver_t *d, job_t *j)
     d->running++;
     tf_status_t st = tfi_fetch_start_driven(d->c, &j->rq, on_done, j, &j->f);
     if (st != TF_OK) {
-        d->running--;
-        j->result = *tf_client_last(d->c);
-        j->result.status = st;
-        j->status = st;
-        finish(d, j);
+        start_failed(d, j, st);
         return;
     }
     tf_fetch_wait(j->f, INLINE_MS);

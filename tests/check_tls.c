@@ -401,16 +401,32 @@ START_TEST(test_handshakeless_flood_logs_a_count)
 }
 END_TEST
 
-/* The rate limit itself, in this process: one kind's repeats beyond the burst are counted,
- * and written as one line when flushed; another kind is not held back by them. */
-START_TEST(test_log_repeats_counted)
+/* Sends this process's stderr to a new file named from tmpl ("...XXXXXX"); returns the old
+ * stderr for stderr_back. */
+static int stderr_to_tmp(char *tmpl)
 {
-    char tmpl[] = "/tmp/tfetch-log-XXXXXX";
     int fd = mkstemp(tmpl);
     ck_assert_int_ge(fd, 0);
     fflush(stderr);
     int saved = dup(2);
     ck_assert_int_eq(dup2(fd, 2), 2);
+    close(fd);
+    return saved;
+}
+
+static void stderr_back(int saved)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* The rate limit itself, in this process: one kind's repeats beyond the burst are counted,
+ * and written as one line when flushed; another kind is not held back by them. */
+START_TEST(test_log_repeats_counted)
+{
+    char tmpl[] = "/tmp/tfetch-log-XXXXXX";
+    int saved = stderr_to_tmp(tmpl);
     for (int i = 0; i < 100; i++) {
         tfd_log(LOG_WARNING, "flood %d from peer", i);
         if (i % 10 == 0)
@@ -418,10 +434,7 @@ START_TEST(test_log_repeats_counted)
     }
     tfd_log_flush(0);                           /* the window is not over: nothing */
     tfd_log_flush(1);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    close(fd);
+    stderr_back(saved);
     long long suppressed = 0;
     int shown = count_lines(tmpl, "flood", &suppressed);
     ck_assert_int_eq(shown, (int)TFD_LOG_BURST);
@@ -542,20 +555,13 @@ static const char *const colliding[] = {
 START_TEST(test_log_colliding_kinds_limited)
 {
     char tmpl[] = "/tmp/tfetch-log-XXXXXX";
-    int fd = mkstemp(tmpl);
-    ck_assert_int_ge(fd, 0);
-    fflush(stderr);
-    int saved = dup(2);
-    ck_assert_int_eq(dup2(fd, 2), 2);
+    int saved = stderr_to_tmp(tmpl);
     const int nk = (int)(sizeof colliding / sizeof colliding[0]), rounds = 30;
     for (int r = 0; r < rounds; r++)
         for (int k = 0; k < nk; k++)
             tfd_log(LOG_WARNING, colliding[k], r);
     tfd_log_flush(1);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    close(fd);
+    stderr_back(saved);
     long long suppressed = 0;
     int shown = count_lines(tmpl, "collide k", &suppressed);
     ck_assert_msg(shown <= 64 * (int)TFD_LOG_BURST, "%d lines printed", shown);
