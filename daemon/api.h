@@ -46,6 +46,7 @@ typedef struct {
     tfd_workers_t *workers;                 /* worker processes */
     struct tfd_upgrade *upgrade;            /* the UCX side and its tokens */
     struct tfd_shm *shm;                    /* the same-host shm transport, or NULL */
+    struct tfd_shmpool *shm_pool;           /* its ready regions for PUTs, or NULL */
     tfd_feeds_t *feeds;                     /* device feeds */
     /* Fills the gauges only the server knows (requests in flight, body memory held). */
     atomic_int *draining;                   /* 1 once SIGTERM began the drain (/readyz) */

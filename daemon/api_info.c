@@ -230,6 +230,7 @@ void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
     g.ucx_byes = us.byes;
     g.ucx_prefixed = us.prefixed;
     tfd_shm_stats(s->shm, &g.shm);
+    tfd_shmpool_stats(s->shm_pool, &g.shm_pool);
     g.shm_enabled = s->shm != NULL;
     tfd_auth_failures(s->auth, g.auth_failures);
     size_t len, nfeeds;

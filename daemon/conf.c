@@ -77,6 +77,7 @@ static const opt_t opts[] = {
     {"shm-lease-memory", K_SIZE, F(shm_lease_memory), "SIZE", "bytes of shared memory same-host clients may hold at once: documents mapped or lent, staging buffers lent to same-host producers, feed rings (with a closed ring's slots that queued items still hold); over it they copy over UCX or HTTP, a staging buffer is refused (default 4G)"},
     {"shm-socket", K_STR, F(shm_socket), "PATH", "the same-host shared-memory socket as a file (mode 0660, group shm-socket-group), so that who may use it is the file's business, as with docker.sock (default: an abstract socket, private to the network namespace)"},
     {"shm-socket-group", K_STR, F(shm_socket_group), "GROUP", "the group that may connect to shm-socket, by name or number (default: tfetchd's own group)"},
+    {"shm-ready-memory", K_SIZE, F(shm_ready_memory), "SIZE", "memory made ready ahead of time for same-host PUTs (memfds of the sizes PUTs asked for lately, pages faulted in off the request path, counted in store-memory): a steady stream of same-host PUTs writes at memory speed instead of faulting in fresh pages; 0: none (default: a quarter of store-memory, at most 4G)"},
     {"shm-lease-ms", K_UINT, F(shm_lease_ms), "MS", "a same-host mapping's lease ends this long after it opened, if neither a release nor the client's exit ended it; 0: never (default 600000)"},
     {"log-level", K_LEVEL, F(log_level), "LEVEL", "error, warning, notice, info or debug (default info)"},
     {"access-log", K_STR, F(access_log), "off|stderr|PATH", "one JSON line per request: to stderr (the journal under systemd) or appended to PATH, reopened on SIGHUP (default off)"},
@@ -191,6 +192,8 @@ static int apply(tfd_config_t *cfg, const opt_t *o, const char *val, const char 
         cfg->store_memory_given = 1;
     else if (o->off == offsetof(tfd_config_t, max_body))
         cfg->max_body_given = 1;
+    else if (o->off == offsetof(tfd_config_t, shm_ready_memory))
+        cfg->shm_ready_memory_given = 1;
     switch (o->kind) {
     case K_STR:
         if (strlen(val) >= o->size) {
@@ -457,6 +460,9 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
                  "the store-memory setting");
     if (!cfg->max_body_given)
         cfg->max_body = cfg->store_memory;
+    if (!cfg->shm_ready_memory_given)
+        cfg->shm_ready_memory = cfg->store_memory / 4 < (4ull << 30) ? cfg->store_memory / 4
+                                                                      : 4ull << 30;
     tfd_log_set_level(cfg->log_level);
     return 0;
 }

@@ -77,6 +77,8 @@ typedef struct {
     char shm_socket_group[64];      /* that file's group; "": tfetchd's */
     uint64_t shm_lease_memory;      /* bytes same-host clients may hold mapped at once */
     unsigned shm_lease_ms;          /* a lease ends this long after it opened; 0: never */
+    uint64_t shm_ready_memory;      /* regions made ready for same-host PUTs (shmpool.h) */
+    int shm_ready_memory_given;
     int log_level;                  /* syslog priority */
     tfd_strlist_t plugins;          /* "PATH [ARGS]" of each plugin, in load order */
     char config_file[512];

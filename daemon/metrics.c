@@ -434,6 +434,19 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          (unsigned long long)g->shm.stagings, (unsigned long long)g->shm.staged_bytes,
          (unsigned long long)g->shm.staged_pushes);
     outf(&o,
+         "# HELP tfetch_shm_ready_bytes Memory made ready for same-host PUTs (regions whose "
+         "pages are faulted in; counted in the store's memory).\n"
+         "# TYPE tfetch_shm_ready_bytes gauge\ntfetch_shm_ready_bytes %llu\n"
+         "# HELP tfetch_shm_ready_max_bytes Its bound (shm-ready-memory).\n"
+         "# TYPE tfetch_shm_ready_max_bytes gauge\ntfetch_shm_ready_max_bytes %llu\n"
+         "# HELP tfetch_shm_put_regions_total Regions lent to same-host PUTs: ready (pages "
+         "already there) or fresh (made on the request path).\n"
+         "# TYPE tfetch_shm_put_regions_total counter\n"
+         "tfetch_shm_put_regions_total{kind=\"ready\"} %llu\n"
+         "tfetch_shm_put_regions_total{kind=\"fresh\"} %llu\n",
+         (unsigned long long)g->shm_pool.ready_bytes, (unsigned long long)g->shm_pool.max_bytes,
+         (unsigned long long)g->shm_pool.hits, (unsigned long long)g->shm_pool.misses);
+    outf(&o,
          "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
          "unknown bearer token or client certificate: 401) or authorization (forbidden: 403).\n"
          "# TYPE tfetch_auth_failures_total counter\n"

@@ -62,6 +62,7 @@ typedef struct {
     uint64_t upgrades_issued, hellos_accepted, hellos_refused, ucx_dropped, ucx_requests;
     uint64_t ucx_byes, ucx_prefixed;
     tfd_shm_stats_t shm;            /* the same-host shm transport (daemon/shm.h) */
+    tfd_shmpool_stats_t shm_pool;   /* its ready regions for PUTs (daemon/shmpool.h) */
     int shm_enabled;
     uint64_t auth_failures[3];      /* requests refused: no token, unknown token, forbidden */
     /* the HTTP connection guard (transports/http_guard.h) */

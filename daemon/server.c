@@ -47,6 +47,7 @@ struct tfd_server {
     tfd_router_t *router;
     tfd_upgrade_t *upgrade;                 /* the UCX transport and its tokens */
     tfd_shm_t *shm;                         /* the same-host shm transport, or NULL */
+    tfd_shmpool_t *shm_pool;                /* its ready regions for PUTs, or NULL */
     tfx_http_t *http;
     tfd_access_log_t *access_log;           /* NULL: off */
     tfd_auth_t *auth;
@@ -108,6 +109,7 @@ static void teardown(tfd_server_t *s)
     tfd_shm_t *shm = s->shm;                /* no feed wakes it from here on */
     __atomic_store_n(&s->shm, NULL, __ATOMIC_RELEASE);
     tfd_shm_free(shm);                      /* ends its leases: before the store */
+    tfd_shmpool_free(s->shm_pool);          /* its regions' bytes go back to the store */
     tfd_router_free(s->router);
     tfd_workers_free(s->workers);
     tfd_feeds_free(s->feeds);
@@ -193,6 +195,23 @@ static void say_shmem_pages(void)
         tfd_log(LOG_INFO, "store: %s is %.*s: documents put over shm, or mapped by a "
                 "same-host client, sit in 4 KiB pages: UCX GETs of them run about half as "
                 "fast as with 'advise' (README, Transports)", path, len, open + 1);
+}
+
+/* Same-host PUTs write into regions made ready ahead of time (daemon/shmpool.h): says how
+ * much and in which pages. Without one (no thread) PUTs fault their pages in as they write. */
+static void start_shm_pool(tfd_server_t *s, const tfd_config_t *cfg)
+{
+    char why[128];
+    if (!(s->shm_pool = tfd_shmpool_new(s->store, cfg->shm_ready_memory, why, sizeof why))) {
+        tfd_log(LOG_WARNING, "shm: no ready memory for PUTs: %s", why);
+        return;
+    }
+    tfd_shm_set_pool(s->shm, s->shm_pool);
+    s->api.shm_pool = s->shm_pool;
+    if (cfg->shm_ready_memory)
+        tfd_log(LOG_INFO, "shm: up to %llu MiB made ready ahead of same-host PUTs, in %s",
+                (unsigned long long)(cfg->shm_ready_memory >> 20),
+                tfd_shmpool_pages(s->shm_pool));
 }
 
 /* tls-cert and tls-key: both or neither; tls-client-ca only with them and auth-tokens (the
@@ -391,6 +410,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         if (s->shm) {
             tfd_shm_set_auth(s->shm, s->auth);  /* each request checked as over HTTP */
             tfd_shm_set_feeds(s->shm, s->feeds);
+            start_shm_pool(s, cfg);
         }
         tfd_upgrade_set_shm(s->upgrade, s->shm);
         s->api.shm = s->shm;

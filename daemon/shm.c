@@ -81,6 +81,7 @@ typedef struct {
 struct tfd_shm {
     tfd_store_t *store;
     tfd_feeds_t *feeds;             /* NULL: no rings */
+    tfd_shmpool_t *pool;            /* ready regions for ALLOC, or NULL */
     tfd_waiters_t *waiters;
     tfd_auth_t *auth;                /* NULL or off: nothing is checked */
     uint64_t max_body;
@@ -113,6 +114,8 @@ struct tfd_shm {
 
 void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth) { s->auth = auth; }
 void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds) { s->feeds = feeds; }
+void tfd_shm_set_pool(tfd_shm_t *s, tfd_shmpool_t *pool) { s->pool = pool; }
+int tfd_shm_is_file(const tfd_shm_t *s) { return s && s->path; }
 
 void tfd_shm_set_token_quota(tfd_shm_t *s, unsigned per_owner)
 {
@@ -430,16 +433,18 @@ static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     if (lend_refused(s, c, q, TFP_RIGHT_WRITE, "a document", "shm buffers", c->nallocs,
                      MAX_ALLOCS_PER_CONN, &rc))
         return rc;
-    if (tfd_store_reserve(s->store, q->a) != 0) {
+    alloc_t *a = &c->allocs[c->nallocs];
+    tfp_err_t err = {TFP_OK, ""};
+    /* A ready region comes with its bytes reserved; a fresh one reserves them first. */
+    int ready = tfd_shmpool_take(s->pool, (size_t)q->a, &a->m);
+    if (!ready && tfd_store_reserve(s->store, q->a) != 0) {
         snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
                  "bytes", (unsigned long long)q->a,
                  (unsigned long long)tfd_store_max(s->store));
         return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
     }
-    alloc_t *a = &c->allocs[c->nallocs];
-    tfp_err_t err;
     /* Sealed in size before it is lent: a client that truncated it would SIGBUS us. */
-    if (tfx_shm_create((size_t)q->a, "tfetch-put", &a->m, &err) != TFP_OK ||
+    if ((!ready && tfx_shm_create((size_t)q->a, "tfetch-put", &a->m, &err) != TFP_OK) ||
         tfx_shm_seal(&a->m, TFX_SHM_SEAL_SIZE, &err) != TFP_OK) {
         tfx_shm_close(&a->m);
         tfd_store_unreserve(s->store, q->a);

@@ -35,6 +35,7 @@
 
 #include "daemon/auth.h"
 #include "daemon/feeds.h"
+#include "daemon/shmpool.h"
 #include "daemon/store.h"
 #include "daemon/waiters.h"
 #include "proto/shmframe.h"
@@ -77,6 +78,11 @@ void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth);
 /* Feeds whose device queues same-host consumers may attach rings to (daemon/ring.h);
  * without it RING is refused. Set before serving. */
 void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds);
+/* ALLOC lends regions from pool (daemon/shmpool.h) where it has one ready. Set before
+ * serving; the pool outlives s. */
+void tfd_shm_set_pool(tfd_shm_t *s, tfd_shmpool_t *pool);
+/* Whether the socket is a file (shm-socket), which other network namespaces may reach. */
+int tfd_shm_is_file(const tfd_shm_t *s);
 /* Any thread (a request's begin): a free slot of the ring attached to f's device queue dev,
  * for a body of len bytes to be received into (tfd_ring_lend): 0 with *buf, *cap and the
  * give-back; -1 when no ring is attached there or it has no slot to lend. */

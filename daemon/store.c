@@ -33,6 +33,7 @@ struct tfd_store {
     pthread_mutex_t lock;
     entry_t *table;
     uint64_t bytes, reserved, max_bytes, count;
+    uint64_t spare;                 /* reserved for memory kept ready (reserve_spare) */
     uint64_t retired;
     uint64_t next_version;          /* under lock */
     uint64_t epoch;                 /* fixed at start */
@@ -40,6 +41,8 @@ struct tfd_store {
     uint64_t with_ttl;              /* stored documents that have a TTL */
     uint64_t evictions, expirations;
     int evict_lru;
+    void (*reclaim)(void *);        /* gives spare reservations back (tfd_store_set_reclaim) */
+    void *reclaim_arg;
 };
 
 /* The bytes a blob holds in the store's account: the document, and the copy a same-host
@@ -329,7 +332,7 @@ static int evict_for(tfd_store_t *s, uint64_t bytes, tfd_blob_t **freed, size_t 
                      size_t cap)
 {
     /* Only when dropping what can be dropped is enough: never evict for nothing. */
-    uint64_t can = 0, used = s->bytes + s->retired + s->reserved;
+    uint64_t can = 0, used = s->bytes + s->retired + s->reserved + s->spare;
     size_t n = 0;
     for (entry_t *e = s->table; e && n < cap; e = e->hh.next)
         if (atomic_load(&e->blob->refs) == 1) {
@@ -382,8 +385,34 @@ unsigned tfd_store_sweep(tfd_store_t *s)
 /* Would `bytes` more fit? Caller holds the lock. */
 static int fits(const tfd_store_t *s, uint64_t bytes)
 {
-    uint64_t used = s->bytes + s->retired + s->reserved;
+    uint64_t used = s->bytes + s->retired + s->reserved + s->spare;
     return bytes <= s->max_bytes && used <= s->max_bytes - bytes;
+}
+
+void tfd_store_set_reclaim(tfd_store_t *s, void (*reclaim)(void *), void *arg)
+{
+    pthread_mutex_lock(&s->lock);
+    s->reclaim = reclaim;
+    s->reclaim_arg = arg;
+    pthread_mutex_unlock(&s->lock);
+}
+
+int tfd_store_reserve_spare(tfd_store_t *s, uint64_t bytes)
+{
+    pthread_mutex_lock(&s->lock);
+    int ok = fits(s, bytes);
+    if (ok)
+        s->spare += bytes;
+    pthread_mutex_unlock(&s->lock);
+    return ok ? 0 : -1;
+}
+
+void tfd_store_unreserve_spare(tfd_store_t *s, uint64_t bytes, uint64_t to_reserved)
+{
+    pthread_mutex_lock(&s->lock);
+    s->spare -= bytes <= s->spare ? bytes : s->spare;
+    s->reserved += to_reserved;
+    pthread_mutex_unlock(&s->lock);
 }
 
 int tfd_store_reserve(tfd_store_t *s, uint64_t bytes)
@@ -392,7 +421,16 @@ int tfd_store_reserve(tfd_store_t *s, uint64_t bytes)
     tfd_blob_t *freed[MAX_EVICT];
     size_t nfreed = 0;
     pthread_mutex_lock(&s->lock);
-    int ok = fits(s, bytes) || (s->evict_lru && evict_for(s, bytes, freed, &nfreed, MAX_EVICT));
+    int ok = fits(s, bytes);
+    if (!ok && s->reclaim) {        /* spare memory goes before any document does */
+        void (*reclaim)(void *) = s->reclaim;
+        void *arg = s->reclaim_arg;
+        pthread_mutex_unlock(&s->lock);
+        reclaim(arg);
+        pthread_mutex_lock(&s->lock);
+        ok = fits(s, bytes);
+    }
+    ok = ok || (s->evict_lru && evict_for(s, bytes, freed, &nfreed, MAX_EVICT));
     if (ok)
         s->reserved += bytes;
     pthread_mutex_unlock(&s->lock);

@@ -78,6 +78,15 @@ int tfd_store_share(tfd_store_t *s, tfd_blob_t *b, int *fd, size_t *offset, size
  * the store would exceed its limit. */
 int tfd_store_reserve(tfd_store_t *s, uint64_t bytes);
 void tfd_store_unreserve(tfd_store_t *s, uint64_t bytes);
+/* Reserves bytes for memory kept spare (ready ahead of need, daemon/shmpool.h): only if
+ * they fit as the store stands, never evicting. 0, or -1. */
+int tfd_store_reserve_spare(tfd_store_t *s, uint64_t bytes);
+/* Gives back bytes of spare reservation, to_reserved of them (at most bytes) becoming an
+ * upload's reservation (tfd_store_reserve's) in the same step. */
+void tfd_store_unreserve_spare(tfd_store_t *s, uint64_t bytes, uint64_t to_reserved);
+/* A reservation that does not fit first calls reclaim(arg) (outside the store's lock),
+ * which gives spare reservations back, then tries again (and evicts, under lru). */
+void tfd_store_set_reclaim(tfd_store_t *s, void (*reclaim)(void *), void *arg);
 /* Stores blob under name (taking the caller's reference), releasing `reserved` bytes of
  * reservation. Returns 1 if it replaced a document, 0 if new, -1 if over the limit (then the
  * blob is not stored and the caller keeps its reference) or out of memory. */

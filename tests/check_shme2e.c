@@ -483,6 +483,56 @@ START_TEST(shm_put_both_ways)
 }
 END_TEST
 
+/* Waits up to 10 s for a metric to be above v; its value then, or -1. */
+static long long metric_above(const char *name, long long v)
+{
+    for (int i = 0; i < 1000; i++) {
+        long long m = metric(name);
+        if (m > v)
+            return m;
+        sleep_ms(10);
+    }
+    return -1;
+}
+
+/* Repeated same-host PUTs of one size write into memory made ready while the last one was
+ * in use (daemon/shmpool.h): the first is fresh, the next ones ready, the bytes right; the
+ * ready memory counts in the store but not as an upload's, and gives way to a document
+ * that needs it (here an HTTP PUT that fits only without it). */
+START_TEST(shm_put_ready_memory)
+{
+    if (!ready("shm_put_ready_memory"))
+        return;
+    static const char *const args[] = {"--store-memory", "48M", "--shm-ready-memory", "16M",
+                                       NULL};
+    start(args);
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    put_u8(c, "r", (size_t)4 << 20, 1);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(metric("tfetch_shm_put_regions_total{kind=\"fresh\"}"), 1);
+    long long ready_bytes = metric_above("tfetch_shm_ready_bytes", 0);
+    ck_assert_int_gt(ready_bytes, 4 << 20);                 /* the document's size */
+    ck_assert_int_eq(metric("tfetch_store_reserved_bytes"), 0);
+    put_u8(c, "r", (size_t)4 << 20, 2);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(metric("tfetch_shm_put_regions_total{kind=\"ready\"}"), 1);
+    tf_client_t *h = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(h, url("r"), 0, &got), TF_OK);
+    ck_assert(all(tf_doc_find(got, "t")->data, (size_t)4 << 20, 2));
+    tf_doc_free(got);
+    ck_assert_int_eq(metric_above("tfetch_shm_ready_bytes", 0), ready_bytes);
+    /* 4 MiB stored + 4 ready + 41 > 48: fits only once the ready memory gives way. */
+    put_u8(h, "big", (size_t)41 << 20, 3);
+    ck_assert_int_eq(tf_client_last(h)->http_status, 201);
+    ck_assert_int_eq(metric("tfetch_shm_ready_bytes"), 0);
+    tf_client_free(h);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 /* A malformed document committed from shared memory is refused; nothing is stored. */
 START_TEST(shm_put_malformed_refused)
 {
@@ -1032,6 +1082,7 @@ Suite *suite_shme2e(void)
     tcase_add_test(tc, shm_lease_bound_and_expiry);
     tcase_add_test(tc, shm_policies);
     tcase_add_test(tc, shm_put_both_ways);
+    tcase_add_test(tc, shm_put_ready_memory);
     tcase_add_test(tc, shm_put_malformed_refused);
     tcase_add_test(tc, shm_hostile_client);
     tcase_add_test(tc, shm_auth_rights);
