@@ -14,6 +14,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <stdatomic.h>
@@ -114,11 +115,16 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     struct stat sb;
     if (sock < 0) {
         /* A socket file that keeps us out still says whose it is. */
+        int absent = 0;
         if (resp->shm_socket[0] == '/' && stat(resp->shm_socket, &sb) == 0) {
             o->server_uid = sb.st_uid;
             o->server_uid_known = 1;
+        } else if (resp->shm_socket[0] == '/') {
+            absent = errno == ENOENT || errno == ENOTDIR;
         }
-        snprintf(why, why_size, "%s", err.msg);
+        /* Another container of this host, the socket's directory not mounted into it. */
+        snprintf(why, why_size, "%s%s", err.msg, absent ? " (not in this file system: mount "
+                 "its directory here, e.g. a hostPath)" : "");
         return -1;
     }
     pid_t pid = 0;

@@ -399,6 +399,9 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     }
     if (rc != 0)
         return no_ucx(f, o->why);
+    /* UCX carries what shared memory would have: no silent fallback, say why. */
+    if (o->shm_failed && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT))
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "no shm: %.150s", o->shm_why);
     *via = c->up;
     return TF_OK;
 }

@@ -333,8 +333,12 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
             tfx_respond_error(r, TFP_EBUSY, "too many upgrades pending");
         return;
     }
-    /* Same host, and the client can map memory: the shm socket with its own token. */
-    if (up->shm && resp.same_host && (req.transports & TFP_UP_T_SHM) &&
+    /* Same host, and the client can map memory: the shm socket with its own token. From
+     * another network namespace of this kernel (a pod beside a DaemonSet's) only a socket
+     * file reaches it; whether that client has it mounted, its connect says at once. */
+    int shm_reach = resp.same_host ||
+                    (tfp_up_host_same_kernel(&up->self, &req.host) && tfd_shm_is_file(up->shm));
+    if (up->shm && shm_reach && (req.transports & TFP_UP_T_SHM) &&
         tfd_shm_token(up->shm, resp.shm_socket, resp.shm_token, w, owner) != 0)
         resp.shm_socket[0] = resp.shm_token[0] = '\0';
     char *json;

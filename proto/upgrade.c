@@ -90,6 +90,11 @@ tfp_status_t tfp_up_host_check(const tfp_up_host_t *h, tfp_err_t *err)
     return TFP_OK;
 }
 
+int tfp_up_host_same_kernel(const tfp_up_host_t *a, const tfp_up_host_t *b)
+{
+    return a && b && tfp_up_boot_id_valid(a->boot_id) && strcmp(a->boot_id, b->boot_id) == 0;
+}
+
 int tfp_up_host_same(const tfp_up_host_t *a, const tfp_up_host_t *b)
 {
     if (a == NULL || b == NULL || !tfp_up_boot_id_valid(a->boot_id) ||
@@ -432,7 +437,9 @@ int tfp_up_shm_socket_valid(const char *s)
     return 1;
 }
 
-/* The optional shm members: both or neither, only between same-host peers. */
+/* The optional shm members: both or neither, only between same-host peers, or peers of one
+ * kernel in two network namespaces when the socket is a file (abstract names stay in
+ * theirs). */
 static tfp_status_t check_shm(const tfp_up_resp_t *r, tfp_status_t code, tfp_err_t *err)
 {
     const char *what = "upgrade response";
@@ -444,8 +451,9 @@ static tfp_status_t check_shm(const tfp_up_resp_t *r, tfp_status_t code, tfp_err
     if (!tfp_up_token_valid(r->shm_token))
         return tfp_err_set(err, code, "%s: \"shm_token\" is not %d lowercase hex characters",
                            what, TFP_UP_TOKEN_LEN);
-    if (!r->same_host)
-        return tfp_err_set(err, code, "%s: shm offered to a peer on another host", what);
+    if (!r->same_host && r->shm_socket[0] != '/')
+        return tfp_err_set(err, code, "%s: an abstract shm socket offered to a peer on "
+                           "another host or network namespace", what);
     return TFP_OK;
 }
 

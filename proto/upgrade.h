@@ -52,6 +52,10 @@ int tfp_up_token_valid(const char *s);
 tfp_status_t tfp_up_host_check(const tfp_up_host_t *h, tfp_err_t *err);
 /* 1 if both identities name the same kernel and network namespace (pids may differ). */
 int tfp_up_host_same(const tfp_up_host_t *a, const tfp_up_host_t *b);
+/* The same kernel (boot ids), whatever the network namespaces: memory and descriptors can
+ * be shared through a socket file both can open (a container beside tfetchd's, with the
+ * socket's directory mounted), though not through an abstract socket. */
+int tfp_up_host_same_kernel(const tfp_up_host_t *a, const tfp_up_host_t *b);
 
 /* The identity a UCX HELLO carries in its msg: "boot_id netns" (one space; no pid).
  * tfp_up_ident_format writes it NUL-terminated into buf (size >= TFP_UP_MAX_IDENT + 1),
@@ -111,7 +115,8 @@ typedef struct {
 /* Success: {"transport": "ucx", "token": ..., "expires_ms": N, "worker_address": "<base64>",
  * "same_host": bool, "server_pid": N[, "shm_socket": NAME, "shm_token": HEX]}; refusal:
  * {"transport": "http", "reason": "..."}. The shm members come together or not at all, only
- * with same_host true, and only to a client whose request listed "shm" (an older client's
+ * with same_host true (or, for a socket file, to another network namespace of the same
+ * kernel), and only to a client whose request listed "shm" (an older client's
  * strict parser would refuse them).
  * build writes only the members of its kind (the others are ignored); parse requires exactly
  * those members, at most TFP_UP_MAX_RESP_JSON bytes, and zeroes the unused ones. On success

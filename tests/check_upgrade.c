@@ -528,6 +528,23 @@ START_TEST(up_resp_shm)
     r.same_host = 0;
     ck_assert_int_eq(tfp_up_resp_build(&r, &json, &len, &err), TFP_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "another host"));
+    /* A socket file reaches another network namespace of the same kernel. */
+    strcpy(r.shm_socket, "/run/tfetchd/shm.sock");
+    ck_assert_int_eq(tfp_up_resp_build(&r, &json, &len, &err), TFP_OK);
+    ck_assert_int_eq(tfp_up_resp_parse(json, len, &got, &err), TFP_OK);
+    ck_assert_int_eq(got.same_host, 0);
+    ck_assert_str_eq(got.shm_socket, "/run/tfetchd/shm.sock");
+    tfp_up_resp_clear(&got);
+    free(json);
+    /* Same kernel: the boot ids alone. */
+    tfp_up_host_t h1 = {0}, h2 = {0};
+    strcpy(h1.boot_id, "01234567-89ab-cdef-0123-456789abcdef");
+    strcpy(h1.netns, "net:[4026531840]");
+    h2 = h1;
+    strcpy(h2.netns, "net:[4026532000]");
+    ck_assert(tfp_up_host_same_kernel(&h1, &h2) && !tfp_up_host_same(&h1, &h2));
+    h2.boot_id[0] = '1';
+    ck_assert(!tfp_up_host_same_kernel(&h1, &h2));
     /* The parser the same, on hostile text. */
     static const char *const bad[] = {
         "{\"transport\":\"ucx\",\"token\":\"" TOKEN "\",\"expires_ms\":1,\"worker_address\":"

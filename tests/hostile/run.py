@@ -45,7 +45,7 @@ for policy in ("auto", "ucx"):
             ("up-hugeaddr", "worker_address"),
             ("up-hugebody", "more than this client takes"),
             ("up-expired", "expires_ms"), ("up-types", "expires_ms"),
-            ("up-shm-contradict", "shm offered to a peer on another host"),
+            ("up-shm-contradict", "offered to a peer on another host"),
             ("up-shm-noucx", "UCX worker address: "), ("up-badtoken", "token"),
             ("up-notjson", "upgrade response"), ("up-unknown-key", "upgrade response")]:
         CASES.append((mode, policy, 10000, None, ok, words, 15, 300))
