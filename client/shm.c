@@ -355,7 +355,7 @@ static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
         return;
     }
     res->status = TF_OK;
-    res->http_status = r->a ? 204 : 201;
+    res->http_status = r->http ? (int)r->http : r->a ? 204 : 201;
 }
 
 /* A PUT over shm: a document built in place (tf_doc_new_shm) is committed as it is; any

@@ -390,6 +390,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         }
         if (s->shm) {
             tfd_shm_set_auth(s->shm, s->auth);  /* each request checked as over HTTP */
+            tfd_shm_set_handlers(s->shm, &h);   /* GET and COMMIT: the router's ops */
             tfd_shm_set_feeds(s->shm, s->feeds);
         }
         tfd_upgrade_set_shm(s->upgrade, s->shm);
