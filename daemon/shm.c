@@ -363,15 +363,14 @@ static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, const tfp_right_t
     return 1;
 }
 
-/* A GET or COMMIT q as the operation it asks for: kind, the name and conditions of its
- * string (the decoder checked them), the connection's credential; TTL from COMMIT's b. */
-static void frame_op(const conn_t *c, const tfp_sf_t *q, tfp_op_kind_t kind, tfp_op_t *op)
+void tfd_shm_op(const tfp_op_who_t *who, const tfp_sf_t *q, tfp_op_t *op)
 {
     tfp_err_t err;
+    tfp_op_kind_t kind = q->op == TFP_SF_COMMIT ? TFP_OP_TENSOR_PUT : TFP_OP_TENSOR_GET;
     memset(op, 0, sizeof *op);
     op->kind = kind;
-    op->who.cred = c->who.cred;
-    memcpy(op->who.token_hash, c->who.token_hash, sizeof op->who.token_hash);
+    op->who.cred = who->cred;
+    memcpy(op->who.token_hash, who->token_hash, sizeof op->who.token_hash);
     (void)tfp_sf_target(q, op->name, &op->cond.if_match, &op->cond.if_none_match, &err);
     if (kind == TFP_OP_TENSOR_PUT) {
         op->ttl_s = q->b;
@@ -423,7 +422,7 @@ static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfp_op_t op;
     tfx_shm_call_t call = {.body = TFX_SHM_NONE, .admit = lease_admit, .admit_arg = s};
     tfp_op_err_t e = {TFP_OK, "", NULL};
-    frame_op(c, q, TFP_OP_TENSOR_GET, &op);
+    tfd_shm_op(&c->who, q, &op);
     if (lease_room(c) != 0)
         tfp_op_fail(&e, TFP_EFULL, "shm: this connection holds as many leases as it may");
     tfx_shm_call(&s->h, &op, &e, "shm", &call);
@@ -621,7 +620,7 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfp_op_t op;
     tfp_op_err_t e = {TFP_OK, "", NULL};
     tfp_err_t err;
-    frame_op(c, q, TFP_OP_TENSOR_PUT, &op);
+    tfd_shm_op(&c->who, q, &op);
     if (q->a > a.m.size)
         tfp_op_fail(&e, TFP_EBADREQ, "shm: a document of %llu bytes in a buffer of %zu",
                     (unsigned long long)q->a, a.m.size);

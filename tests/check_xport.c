@@ -19,6 +19,7 @@
 #include "proto/upgrade.h"
 #include "transports/hostid.h"
 #include "transports/shm.h"
+#include "transports/shm_server.h"
 #ifdef HAVE_UCX
 #include "proto/ucxframe.h"
 #include "transports/ucx_client.h"
@@ -464,7 +465,80 @@ START_TEST(xport_one_table)
 }
 END_TEST
 
-#else
+#endif
+
+/* ---- transports/shm_server.c alone, under handlers of the test's own ----------------------- */
+
+static unsigned t_finished;
+static const char *t_body;              /* what handle answers with: bytes without a backing */
+
+static void t_begin(tfx_req_t *r, void *arg)
+{
+    (void)r;
+    (void)arg;
+}
+
+static void t_handle(tfx_req_t *r, void *arg)
+{
+    (void)arg;
+    tfx_req_add_header(r, "ETag", "\"00000000000000ab-9\"");
+    tfx_respond(r, 200, "application/json", t_body, strlen(t_body), NULL, NULL);
+}
+
+static void t_finish(tfx_req_t *r, int completed, void *arg)
+{
+    (void)arg;
+    ck_assert_int_eq(completed, 1);
+    ck_assert_uint_eq(tfx_req_status(r), t_finished ? 429 : 200);
+    t_finished++;
+}
+
+static tfp_status_t t_refuse(void *arg, uint64_t len, char *msg, size_t msg_size)
+{
+    (void)arg;
+    snprintf(msg, msg_size, "over the bound by %llu", (unsigned long long)len);
+    return TFP_EFULL;
+}
+
+/* An answer whose body knows no memfd goes to the peer as a sealed copy of its own, with
+ * its ETag; the lending policy (admit) may refuse it, and the status says so. */
+START_TEST(xport_shm_answer_copy)
+{
+    tfx_handlers_t h = {t_begin, t_handle, t_finish, NULL, NULL};
+    tfp_op_t op;
+    memset(&op, 0, sizeof op);
+    op.kind = TFP_OP_INFO;
+    t_body = "{\"tfetch\":1}";
+    t_finished = 0;
+    tfx_shm_call_t call = {.body = TFX_SHM_NONE};
+    tfx_shm_call(&h, &op, NULL, "shm", &call);
+    ck_assert_uint_eq(t_finished, 1);
+    ck_assert_int_eq(call.code, TFP_OK);
+    ck_assert_uint_eq(call.http, 200);
+    ck_assert_str_eq(call.etag, "\"00000000000000ab-9\"");
+    ck_assert_int_ge(call.fd, 0);
+    ck_assert_uint_eq(call.len, strlen(t_body));
+    size_t size;
+    tfp_err_t err;
+    ck_assert_int_eq(tfx_shm_check(call.fd, call.len, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    char got[32] = "";
+    ck_assert_int_eq(pread(call.fd, got, call.len, (off_t)call.offset), (ssize_t)call.len);
+    ck_assert_str_eq(got, t_body);
+    ck_assert_ptr_nonnull(call.hold);
+    call.hold(call.hold_arg);
+    /* refused by the lending policy: no memfd, the status the policy gave */
+    tfx_shm_call_t no = {.body = TFX_SHM_NONE, .admit = t_refuse};
+    tfx_shm_call(&h, &op, NULL, "shm", &no);
+    ck_assert_uint_eq(t_finished, 2);
+    ck_assert_int_eq(no.code, TFP_EFULL);
+    ck_assert_uint_eq(no.http, 429);
+    ck_assert_int_eq(no.fd, -1);
+    ck_assert_ptr_null(no.hold);
+    ck_assert_str_eq(no.msg, "over the bound by 12");
+}
+END_TEST
+
+#ifndef HAVE_UCX
 
 START_TEST(xport_one_table)
 {
@@ -480,6 +554,7 @@ Suite *suite_xport(void)
     TCase *tc = tcase_create("xport");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, xport_one_table);
+    tcase_add_test(tc, xport_shm_answer_copy);
     suite_add_tcase(s, tc);
     return s;
 }

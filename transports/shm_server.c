@@ -126,9 +126,8 @@ static void shm_respond(tfx_req_t *r, unsigned status, const char *content_type,
         *m = (tfx_shm_t)TFX_SHM_NONE;
     tfp_status_t st = m ? tfx_shm_create(len, "tfetch-answer", m, &err) : TFP_ENOMEM;
     if (st == TFP_OK) {
-        memcpy(m->p, body, len);
-        if ((st = tfx_shm_read_only(m, &err)) == TFP_OK)
-            st = tfx_shm_seal(m, TFX_SHM_SEAL_WRITE, &err);
+        memcpy(m->p, body, len);        /* then sealed: remapped read-only first */
+        st = tfx_shm_seal(m, TFX_SHM_SEAL_WRITE | TFX_SHM_SEAL_SIZE, &err);
     }
     if (release)
         release(release_arg);
