@@ -3,6 +3,7 @@
  */
 #include "config.h"
 #include "daemon/metrics.h"
+#include "transports/ucx_server.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -118,11 +119,7 @@ static void outf(out_t *o, const char *fmt, ...)
  * node exporter. A value /proc does not give is left out rather than reported as 0. */
 static void render_process(out_t *o)
 {
-#ifdef HAVE_UCX
-    const char *ucx = "yes";
-#else
-    const char *ucx = "no";
-#endif
+    const char *ucx = TFX_UCX_BUILT ? "yes" : "no";
 #ifdef HAVE_SYSTEMD
     const char *sd = "yes";
 #else
