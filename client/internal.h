@@ -31,6 +31,7 @@
 #include "transports/http_client.h"
 
 #define REQ_POOL_MAX 256
+#define TFI_MAX_COND 255                /* an If-Match / If-None-Match value's bytes */
 #define MIME_SAFETENSORS "application/x-safetensors"
 #define MIME_JSON "application/json"
 #define MIME_RAW "application/octet-stream"
@@ -135,7 +136,23 @@ typedef struct {
     long feed_wait_ms;              /* the frame's wait */
     uint8_t staged[TFP_SF_STAGED_LEN];  /* a staged body (ucx.c), sent instead of a doc
                                      * from tf_doc_new_staging over its own connection */
+    /* Conditions, lifetime and range (tf_request_t, tf_get_range): each transport renders
+     * them or declines an op that has them (tfi_op_has_cond). */
+    struct {
+        char if_match[TFI_MAX_COND + 1];        /* "" when none */
+        char if_none_match[TFI_MAX_COND + 1];   /* "" when none */
+        uint64_t ttl_s;                         /* put: 0 for ever */
+        int range;                              /* tf_get_range: a byte range, raw reply */
+        uint64_t first, last;                   /* its bytes; last UINT64_MAX: to the end */
+    } cond;
 } tfi_op_t;
+
+/* 1 if op carries a condition, a lifetime or a range (what only HTTP renders today). */
+static inline int tfi_op_has_cond(const tfi_op_t *op)
+{
+    return op->cond.if_match[0] || op->cond.if_none_match[0] || op->cond.ttl_s ||
+           op->cond.range;
+}
 
 /* A transport of the client: how a request travels once the client has chosen it. One table
  * of functions per transport, as redis' connection.h has per connection type: http.c's

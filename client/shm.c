@@ -215,7 +215,10 @@ int tfi_shm_can(const tf_fetch_t *f)
 {
     return f->origin && f->origin->shm && f->policy == TF_TRANSPORT_AUTO &&
            ((f->op.kind == TF_OP_GET && f->op.wait_ms <= 0) || f->op.kind == TF_OP_PUT) &&
-           !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0];
+           !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0] &&
+           /* a PUT's conditions and TTL go in its COMMIT; a GET's stay with HTTP, whose
+            * answer (304, a range) is no mapped document */
+           !(f->op.kind == TF_OP_GET ? tfi_op_has_cond(&f->op) : f->op.cond.range);
 }
 
 /* ---- the doc's mapping ---------------------------------------------------------------------- */
@@ -330,19 +333,24 @@ static void remap_read_only(lease_t *l)
     (void)p;                            /* on failure the PROT_NONE stays: reads fault */
 }
 
-/* COMMIT of l's buffer as name: the daemon's answer in *r; -1 with why on a transport
- * failure. */
-static int commit(shmc_t *k, lease_t *l, const char *name, long ms, tfp_sf_t *r, char *why,
+/* COMMIT of l's buffer as op's name, under its conditions and TTL: the daemon's answer in
+ * *r; -1 with why on a transport failure. */
+static int commit(shmc_t *k, lease_t *l, const tfi_op_t *op, long ms, tfp_sf_t *r, char *why,
                   size_t why_size)
 {
     tfp_sf_t q;
+    tfp_err_t err;
     memset(&q, 0, sizeof q);
     q.op = TFP_SF_COMMIT;
     q.seq = ++k->seq;
     q.lease = l->lease;
     q.a = l->len;
-    q.str_len = strlen(name);
-    memcpy(q.str, name, q.str_len + 1);
+    q.b = op->cond.ttl_s;
+    if (tfp_sf_set_target(&q, op->name, op->cond.if_match, op->cond.if_none_match, &err) !=
+        TFP_OK) {
+        snprintf(why, why_size, "%s", err.msg);
+        return -1;
+    }
     unmap_writable(l);
     int fd, rc = send_msg(k, &q) != 0 ? -1 : recv_reply(k, q.seq, ms, r, &fd, why, why_size);
     l->lease = 0;                       /* no longer lent, whatever happened */
@@ -361,7 +369,7 @@ static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
         return;
     }
     res->status = TF_OK;
-    res->http_status = r->a ? 204 : 201;
+    res->http_status = r->http ? (int)r->http : r->a ? 204 : 201;
 }
 
 /* A PUT over shm: a document built in place (tf_doc_new_shm) is committed as it is; any
@@ -379,7 +387,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     lease_t *l = doc ? doc->shm_lent : NULL;
     if (l && l->conn == k) {
         doc->shm_lent = NULL;           /* committed now: read-only from here on */
-        if (commit(k, l, f->op.name, ms, &r, why, sizeof why) != 0) {
+        if (commit(k, l, &f->op, ms, &r, why, sizeof why) != 0) {
             tfi_shm_disconnect(o);
             return fall_back(c, f, why);    /* the doc is readable again: sent as any */
         }
@@ -408,7 +416,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
         memcpy(tmp.map.p + off, f->op.segs[i], f->op.lens[i]);
         off += f->op.lens[i];
     }
-    rc = commit(k, &tmp, f->op.name, ms, &r, why, sizeof why);
+    rc = commit(k, &tmp, &f->op, ms, &r, why, sizeof why);
     tfx_shm_close(&tmp.map);
     if (rc != 0) {
         tfi_shm_disconnect(o);

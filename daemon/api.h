@@ -118,6 +118,15 @@ void api_respond_text(tfx_req_t *r, unsigned status, const char *ctype, char *te
 void api_respond_json(tfx_req_t *r, tfd_ctx_t *c, tfp_jw_t *w);
 /* Responds with a blob's bytes (takes the reference). */
 void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b);
+/* The same for a blob got from the store: a same-host peer (shm) gets its sealed memfd
+ * (tfd_store_share) rather than its bytes. */
+void api_respond_stored(tfx_req_t *r, tfd_ctx_t *c, unsigned status, const char *ctype,
+                        tfd_blob_t *b);
+/* A blob of the body api_body_doc gave (base, cap, len, doc; taken, also on failure): a lent
+ * body stays lent (tfd_blob_new_lent), one that lies in a sealed memfd (a same-host PUT's)
+ * becomes the blob's shared copy as it is. NULL when out of memory. */
+tfd_blob_t *api_body_blob(tfx_req_t *r, tfd_ctx_t *c, uint8_t *base, size_t cap, size_t len,
+                          tfp_doc_t *doc);
 
 /* In begin: accepts the document body the operation describes (safetensors, raw, Shumai),
  * at most max bytes; a raw body gets its safetensors header made, naming the tensor

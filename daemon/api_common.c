@@ -11,6 +11,7 @@
 #include "proto/safetensors.h"
 #include "proto/shumai.h"
 #include "transports/buf.h"
+#include "transports/shm.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,9 +72,49 @@ void api_respond_json(tfx_req_t *r, tfd_ctx_t *c, tfp_jw_t *w)
     api_respond_text(r, 200, "application/json", text, len);
 }
 
+/* tfx_body_t's share for a stored blob: its sealed memfd (tfd_store_share). */
+static tfp_status_t share_blob(void *store, void *blob, int *fd, size_t *offset, size_t *size)
+{
+    int rc = tfd_store_share(store, blob, fd, offset, size);
+    return rc == 0 ? TFP_OK : rc == -2 ? TFP_ENOSPACE : TFP_ENOMEM;
+}
+
 void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b)
 {
-    tfx_respond(r, status, ctype, b->data, b->len, tfd_blob_release, b);
+    tfx_body_t body = {b->data, b->len, tfd_blob_release, b, NULL, NULL};
+    tfx_respond_body(r, status, ctype, &body);
+}
+
+void api_respond_stored(tfx_req_t *r, tfd_ctx_t *c, unsigned status, const char *ctype,
+                        tfd_blob_t *b)
+{
+    tfx_body_t body = {b->data, b->len, tfd_blob_release, b, share_blob, c->api->store};
+    tfx_respond_body(r, status, ctype, &body);
+}
+
+tfd_blob_t *api_body_blob(tfx_req_t *r, tfd_ctx_t *c, uint8_t *base, size_t cap, size_t len,
+                          tfp_doc_t *doc)
+{
+    void (*give_back)(void *) = c->body_give_back;
+    int fd;
+    void *p;
+    size_t size;
+    c->body_give_back = NULL;
+    if (!give_back)
+        return tfd_blob_new(base, cap, base, len, doc);
+    if (!tfx_req_take_memfd(r, &fd, &p, &size))
+        return tfd_blob_new_lent(base, cap, base, len, doc, give_back, c->body_give_back_arg);
+    give_back(c->body_give_back_arg);       /* the lending is over; the memfd is ours */
+    tfd_blob_t *b = tfd_blob_new(NULL, 0, base, len, doc);
+    if (!b) {
+        tfx_shm_t m = {fd, p, size, 0};
+        tfx_shm_close(&m);
+        return NULL;
+    }
+    b->share_fd = fd;                       /* the blob owns the sealed memfd now */
+    b->share_p = p;
+    b->share_size = size;
+    return b;
 }
 
 /* The index of an answer just encoded from doc into buf (hdr_len header bytes, then the data

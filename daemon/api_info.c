@@ -8,6 +8,7 @@
 #include "daemon/api.h"
 #include "daemon/auth.h"
 #include "daemon/upgrade.h"
+#include "transports/ucx_server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,11 +97,7 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_key(&w, "ucx");
     tfp_jw_obj_begin(&w);
     tfp_jw_key(&w, "compiled");
-#ifdef HAVE_UCX
-    tfp_jw_bool(&w, 1);
-#else
-    tfp_jw_bool(&w, 0);
-#endif
+    tfp_jw_bool(&w, TFX_UCX_BUILT);
     tfp_jw_key(&w, "enabled");
     tfp_jw_bool(&w, ucx);
     if (!ucx) {

@@ -151,7 +151,7 @@ static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
                     tfd_blob_release, b);
         return;
     }
-    api_respond_blob(r, 200, "application/x-safetensors", b);
+    api_respond_stored(r, c, 200, "application/x-safetensors", b);
 }
 
 static int tensor_present(void *arg)
@@ -242,7 +242,7 @@ void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
     tfp_doc_t *doc;
     if (api_body_doc(r, c, &base, &cap, &len, &doc) != 0)
         return;
-    tfd_blob_t *b = tfd_blob_new(base, cap, base, len, doc);
+    tfd_blob_t *b = api_body_blob(r, c, base, cap, len, doc);
     if (!b) {
         api_fail(r, c, TFP_ENOMEM, "out of memory");
         return;

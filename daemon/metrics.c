@@ -3,6 +3,7 @@
  */
 #include "config.h"
 #include "daemon/metrics.h"
+#include "transports/ucx_server.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -25,8 +26,8 @@ static const double buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 
 typedef atomic_uint_fast64_t ctr_t;
 
 struct tfd_metrics {
-    ctr_t requests[TFD_EP_COUNT][NSTATUS];
-    ctr_t errors[TFD_EP_COUNT][NCODES];
+    ctr_t requests[TFD_TR_COUNT][TFD_EP_COUNT][NSTATUS];
+    ctr_t errors[TFD_TR_COUNT][TFD_EP_COUNT][NCODES];
     ctr_t bytes_in[TFD_EP_COUNT], bytes_out[TFD_EP_COUNT];
     ctr_t hist[TFD_EP_COUNT][NBUCKETS + 1];
     ctr_t lat_sum_ns[TFD_EP_COUNT];
@@ -42,20 +43,33 @@ const char *tfd_endpoint_name(tfd_endpoint_t ep)
     return (unsigned)ep < TFD_EP_COUNT ? names[ep] : "other";
 }
 
+static const char *const transports[TFD_TR_COUNT] = {"http", "ucx", "shm"};
+
+tfd_transport_t tfd_metrics_transport(const char *name)
+{
+    for (int t = 1; t < TFD_TR_COUNT; t++)
+        if (strcmp(name, transports[t]) == 0)
+            return (tfd_transport_t)t;
+    return TFD_TR_HTTP;
+}
+
 tfd_metrics_t *tfd_metrics_new(void) { return calloc(1, sizeof(tfd_metrics_t)); }
 void tfd_metrics_free(tfd_metrics_t *m) { free(m); }
 
 static void add(ctr_t *c, uint64_t v) { atomic_fetch_add_explicit(c, v, memory_order_relaxed); }
 static uint64_t get(ctr_t *c) { return atomic_load_explicit(c, memory_order_relaxed); }
 
-void tfd_metrics_record(tfd_metrics_t *m, tfd_endpoint_t ep, unsigned status, tfp_status_t code,
-                        uint64_t bytes_in, uint64_t bytes_out, double seconds)
+void tfd_metrics_record(tfd_metrics_t *m, tfd_endpoint_t ep, tfd_transport_t tr,
+                        unsigned status, tfp_status_t code, uint64_t bytes_in,
+                        uint64_t bytes_out, double seconds)
 {
     if ((unsigned)ep >= TFD_EP_COUNT)
         ep = TFD_EP_OTHER;
-    add(&m->requests[ep][status < NSTATUS ? status : 0], 1);
+    if ((unsigned)tr >= TFD_TR_COUNT)
+        tr = TFD_TR_HTTP;
+    add(&m->requests[tr][ep][status < NSTATUS ? status : 0], 1);
     if (code != TFP_OK && -(int)code > 0 && -(int)code < NCODES)
-        add(&m->errors[ep][-(int)code], 1);
+        add(&m->errors[tr][ep][-(int)code], 1);
     add(&m->bytes_in[ep], bytes_in);
     add(&m->bytes_out[ep], bytes_out);
     size_t b = 0;
@@ -105,11 +119,7 @@ static void outf(out_t *o, const char *fmt, ...)
  * node exporter. A value /proc does not give is left out rather than reported as 0. */
 static void render_process(out_t *o)
 {
-#ifdef HAVE_UCX
-    const char *ucx = "yes";
-#else
-    const char *ucx = "no";
-#endif
+    const char *ucx = TFX_UCX_BUILT ? "yes" : "no";
 #ifdef HAVE_SYSTEMD
     const char *sd = "yes";
 #else
@@ -288,24 +298,27 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
         return NULL;
     o.buf[0] = '\0';
 
-    outf(&o, "# HELP tfetch_requests_total Requests answered, by route and HTTP status.\n"
-             "# TYPE tfetch_requests_total counter\n");
-    for (int r = 0; r < TFD_EP_COUNT; r++)
-        for (int s = 0; s < NSTATUS; s++) {
-            uint64_t v = get(&m->requests[r][s]);
-            if (v)
-                outf(&o, "tfetch_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
-                     tfd_endpoint_name(r), s, (unsigned long long)v);
-        }
-    outf(&o, "# HELP tfetch_errors_total Error answers, by route and error code.\n"
+    outf(&o, "# HELP tfetch_requests_total Requests answered, by route, HTTP status and "
+             "transport.\n# TYPE tfetch_requests_total counter\n");
+    for (int t = 0; t < TFD_TR_COUNT; t++)
+        for (int r = 0; r < TFD_EP_COUNT; r++)
+            for (int s = 0; s < NSTATUS; s++) {
+                uint64_t v = get(&m->requests[t][r][s]);
+                if (v)
+                    outf(&o, "tfetch_requests_total{route=\"%s\",status=\"%d\",transport=\"%s\"} "
+                         "%llu\n", tfd_endpoint_name(r), s, transports[t], (unsigned long long)v);
+            }
+    outf(&o, "# HELP tfetch_errors_total Error answers, by route, error code and transport.\n"
              "# TYPE tfetch_errors_total counter\n");
-    for (int r = 0; r < TFD_EP_COUNT; r++)
-        for (int c = 1; c < NCODES; c++) {
-            uint64_t v = get(&m->errors[r][c]);
-            if (v)
-                outf(&o, "tfetch_errors_total{route=\"%s\",code=\"%s\"} %llu\n",
-                     tfd_endpoint_name(r), tfp_status_name((tfp_status_t)-c), (unsigned long long)v);
-        }
+    for (int t = 0; t < TFD_TR_COUNT; t++)
+        for (int r = 0; r < TFD_EP_COUNT; r++)
+            for (int c = 1; c < NCODES; c++) {
+                uint64_t v = get(&m->errors[t][r][c]);
+                if (v)
+                    outf(&o, "tfetch_errors_total{route=\"%s\",code=\"%s\",transport=\"%s\"} "
+                         "%llu\n", tfd_endpoint_name(r), tfp_status_name((tfp_status_t)-c),
+                         transports[t], (unsigned long long)v);
+            }
     outf(&o, "# HELP tfetch_received_bytes_total Request body bytes received, by route.\n"
              "# TYPE tfetch_received_bytes_total counter\n");
     for (int r = 0; r < TFD_EP_COUNT; r++)

@@ -74,12 +74,19 @@ typedef struct {
     uint64_t feed_bytes;
 } tfd_gauges_t;
 
+/* The transport a request came by, a label of tfetch_requests_total and _errors_total. */
+typedef enum { TFD_TR_HTTP, TFD_TR_UCX, TFD_TR_SHM, TFD_TR_COUNT } tfd_transport_t;
+/* tfx_req_transport's name ("http", "ucx", "shm") as a tfd_transport_t (HTTP if unknown). */
+tfd_transport_t tfd_metrics_transport(const char *name);
+
 tfd_metrics_t *tfd_metrics_new(void);
 void tfd_metrics_free(tfd_metrics_t *m);
-/* One finished request: its endpoint, HTTP status, wire error code (TFP_OK if none), body bytes
- * received and sent, and seconds from first byte of headers to completion. */
-void tfd_metrics_record(tfd_metrics_t *m, tfd_endpoint_t ep, unsigned status, tfp_status_t code,
-                        uint64_t bytes_in, uint64_t bytes_out, double seconds);
+/* One finished request: its endpoint, transport, HTTP status, wire error code (TFP_OK if
+ * none), body bytes received and sent, and seconds from first byte of headers to
+ * completion. */
+void tfd_metrics_record(tfd_metrics_t *m, tfd_endpoint_t ep, tfd_transport_t tr,
+                        unsigned status, tfp_status_t code, uint64_t bytes_in,
+                        uint64_t bytes_out, double seconds);
 /* Renders everything; malloc'd text. */
 char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len);
 

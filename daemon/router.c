@@ -252,6 +252,34 @@ static const char *unauth_why(tfd_auth_result_t res, tfp_cred_t cred)
     return "unknown token";
 }
 
+tfp_status_t tfd_router_check(tfd_auth_t *a, tfp_op_who_t *who, const tfp_right_t *rights,
+                              size_t nrights, const char *name, char *msg, size_t msg_size)
+{
+    if (!a || !tfd_auth_on(a))
+        return TFP_OK;
+    tfd_auth_result_t res = tfd_auth_identify(a, who, 0);
+    if (res != TFD_AUTH_OK) {
+        tfd_auth_count_failure(a, res);
+        snprintf(msg, msg_size, "%s", unauth_why(res, who->cred));
+        return TFP_EUNAUTH;
+    }
+    char names[64] = "";
+    for (size_t i = 0; i < nrights; i++) {
+        if (tfd_auth_allows(a, who, 0, rights[i], name))
+            return TFP_OK;
+        size_t n = strlen(names);
+        snprintf(names + n, sizeof names - n, "%s%s", i ? " or " : "",
+                 tfp_right_name(rights[i]));
+    }
+    tfd_auth_count_failure(a, TFD_AUTH_FORBIDDEN);
+    if (name)       /* as api_forbid says it */
+        snprintf(msg, msg_size, "principal %s has no %s right on '%.200s'", who->principal,
+                 names, name);
+    else
+        snprintf(msg, msg_size, "principal %s has no %s right", who->principal, names);
+    return TFP_EFORBIDDEN;
+}
+
 /* Establishes the principal (401 without a known token). 0, or -1 after answering. */
 static int authenticate(tfx_req_t *r, tfd_ctx_t *c)
 {
@@ -391,8 +419,9 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
     unsigned status = tfx_req_status(r);
     uint64_t out = completed ? tfx_req_response_bytes(r) : 0;
     const char *what = tfp_op_name(c->op->kind);
-    tfd_metrics_record(rt->api->metrics, c->ep->id, status, c->code, tfx_req_body_bytes(r), out,
-                       secs);
+    tfd_metrics_record(rt->api->metrics, c->ep->id,
+                       tfd_metrics_transport(tfx_req_transport(r)), status, c->code,
+                       tfx_req_body_bytes(r), out, secs);
     tfd_access_log_write(rt->api->access_log, &(tfd_access_t){
         .client = tfx_req_peer(r), .transport = tfx_req_transport(r), .op = what,
         .name = c->name, .user = c->user, .principal = c->op->who.principal,

@@ -1,9 +1,11 @@
-/* server.c - tfetchd's life: the daemon's parts, both transports, housekeeping and drain.
+/* server.c - tfetchd's life: the daemon's parts, the three transports, housekeeping and
+ * drain.
  *
  * Start builds the parts in dependency order (store, waiters, metrics, routes and their
  * plugins, sessions, replay window, worker processes' table, device feeds), gives the
- * handlers their view of them (tfd_api_t), makes the router, then starts UCX and HTTP, both
- * with the router's handlers. One teardown undoes that in reverse and serves both a failed start and
+ * handlers their view of them (tfd_api_t), makes the router, then starts UCX (through the
+ * upgrade, which admits its clients), the same-host shm socket and HTTP, all three with the
+ * router's one set of handlers. One teardown undoes that in reverse and serves both a failed start and
  * tfd_server_free: transports first (no request runs after them), plugins after the
  * sessions whose states use their code. SIGHUP applies the live settings, plugins included
  * (plugins.c unloads one only after its calls and states are gone).
@@ -409,6 +411,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         }
         if (s->shm) {
             tfd_shm_set_auth(s->shm, s->auth);  /* each request checked as over HTTP */
+            tfd_shm_set_handlers(s->shm, &h);   /* GET and COMMIT: the router's ops */
             tfd_shm_set_feeds(s->shm, s->feeds);
             start_shm_pool(s, cfg);
         }

@@ -13,10 +13,11 @@
 #include "daemon/log.h"
 #include "daemon/otokens.h"
 #include "daemon/ring.h"
-#include "proto/safetensors.h"
+#include "daemon/router.h"
 #include "proto/shmframe.h"
 #include "transports/clock.h"
 #include "transports/shm.h"
+#include "transports/shm_server.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -36,11 +37,14 @@
 #define MAX_ALLOCS_PER_CONN 16
 #define MAX_TOKENS_PER_CONN 16      /* TOKENs one connection may hold unused at once */
 #define MAX_STAGES_PER_CONN 16
-#define RIGHT_PUSH TFP_RIGHT_COUNT      /* refused(): produce or consume on some name */
-
+/* A GET's answer lent to the peer: its memfd's hold (a stored document's reference, or an
+ * answer's own copy), counted in the lease bound until RELEASE, the connection's end or
+ * expiry. */
 typedef struct {
     uint64_t id;
-    tfd_blob_t *blob;
+    void (*hold)(void *arg);
+    void *hold_arg;
+    uint64_t len;
     uint64_t expires_ms;
 } lease_t;
 
@@ -84,6 +88,8 @@ struct tfd_shm {
     tfd_shmpool_t *pool;            /* ready regions for ALLOC, or NULL */
     tfd_waiters_t *waiters;
     tfd_auth_t *auth;                /* NULL or off: nothing is checked */
+    tfx_handlers_t h;               /* the router's: what GET and COMMIT run through */
+    int has_h;
     uint64_t max_body;
     uint64_t lease_max;
     unsigned lease_ms, token_ttl_ms;
@@ -113,6 +119,11 @@ struct tfd_shm {
 /* ---- tokens ------------------------------------------------------------------------------- */
 
 void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth) { s->auth = auth; }
+void tfd_shm_set_handlers(tfd_shm_t *s, const tfx_handlers_t *h)
+{
+    s->h = *h;
+    s->has_h = 1;
+}
 void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds) { s->feeds = feeds; }
 void tfd_shm_set_pool(tfd_shm_t *s, tfd_shmpool_t *pool) { s->pool = pool; }
 int tfd_shm_is_file(const tfd_shm_t *s) { return s && s->path; }
@@ -192,33 +203,48 @@ static void bound_give(tfd_shm_t *s, uint64_t len, uint64_t *count, uint64_t *by
 
 static void lease_end(tfd_shm_t *s, conn_t *c, size_t i, int expired)
 {
-    tfd_blob_t *b = c->leases[i].blob;
+    lease_t l = c->leases[i];
     pthread_mutex_lock(&s->lock);
     s->st.leases--;
-    s->st.leased_bytes -= b->len;
+    s->st.leased_bytes -= l.len;
     s->st.expired += expired != 0;
     pthread_mutex_unlock(&s->lock);
     c->leases[i] = c->leases[--c->n];
-    tfd_blob_unref(b);
+    l.hold(l.hold_arg);
 }
 
-/* Opens a lease on b for c (taking the reference): its id, or 0 when over the bound. */
-static uint64_t lease_open(tfd_shm_t *s, conn_t *c, tfd_blob_t *b)
+/* Room in c's table for one more lease: 0, or -1 (out of memory, or MAX_LEASES_PER_CONN). */
+static int lease_room(conn_t *c)
 {
-    if (c->n == c->cap) {
-        size_t ncap = c->cap ? 2 * c->cap : 8;
-        lease_t *nl = ncap <= MAX_LEASES_PER_CONN ? realloc(c->leases, ncap * sizeof *nl)
-                                                  : NULL;
-        if (!nl)
-            return 0;
-        c->leases = nl;
-        c->cap = ncap;
-    }
-    if (!bound_take(s, b->len, &s->st.leases, &s->st.leased_bytes))
+    if (c->n < c->cap)
         return 0;
+    size_t ncap = c->cap ? 2 * c->cap : 8;
+    lease_t *nl = ncap <= MAX_LEASES_PER_CONN ? realloc(c->leases, ncap * sizeof *nl) : NULL;
+    if (!nl)
+        return -1;
+    c->leases = nl;
+    c->cap = ncap;
+    return 0;
+}
+
+/* tfx_shm_call_t's admit: the answer's len bytes in the lease bound, or TFP_EFULL. */
+static tfp_status_t lease_admit(void *arg, uint64_t len, char *msg, size_t msg_size)
+{
+    tfd_shm_t *s = arg;
+    if (bound_take(s, len, &s->st.leases, &s->st.leased_bytes))
+        return TFP_OK;
+    snprintf(msg, msg_size, "shm: the lease bound (shm-lease-memory) is reached");
+    return TFP_EFULL;
+}
+
+/* A lease for c on an answer lease_admit counted (room made by lease_room): its id. */
+static uint64_t lease_open(tfd_shm_t *s, conn_t *c, const tfx_shm_call_t *call)
+{
     lease_t *l = &c->leases[c->n++];
     l->id = ++s->next_lease;
-    l->blob = b;
+    l->hold = call->hold;
+    l->hold_arg = call->hold_arg;
+    l->len = call->len;
     l->expires_ms = s->lease_ms ? tfx_now_ms() + s->lease_ms : 0;
     return l->id;
 }
@@ -316,77 +342,94 @@ static int reply_error(tfd_shm_t *s, conn_t *c, uint64_t seq, tfp_status_t st, c
     return reply(c, &m, -1);
 }
 
-/* With authentication on: the connection's principal (its token looked up again, so a
- * revoked one fails now) must hold right on name (NULL: on some name; RIGHT_PUSH: produce
- * or consume on some name, what infeed and outfeed pushes need). 0 when it does;
- * else 1 with the refusal answered (401 or 403, as HTTP says it) and *rc the answer's. */
-static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right,
-                   const char *name, int *rc)
+/* The rights a lending needs besides an operation's: write (ALLOC), produce or consume
+ * (STAGE: a producer's pushes), consume (RING). */
+static const tfp_right_t R_WRITE[] = {TFP_RIGHT_WRITE};
+static const tfp_right_t R_PUSH[] = {TFP_RIGHT_PRODUCE, TFP_RIGHT_CONSUME};
+static const tfp_right_t R_CONSUME[] = {TFP_RIGHT_CONSUME};
+#define RIGHTS(a) (a), sizeof(a) / sizeof(a)[0]
+
+/* The router's decision (tfd_router_check) for what c's principal asks to be lent: 0 when
+ * it may; else 1 with the refusal answered and *rc the answer's. *who (NULL: not wanted)
+ * gets the principal. */
+static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, const tfp_right_t *rights,
+                   size_t n, const char *name, tfp_op_who_t *who, int *rc)
 {
-    if (!s->auth || !tfd_auth_on(s->auth))
-        return 0;
     tfp_op_who_t w = c->who;
-    tfd_auth_result_t res = tfd_auth_identify(s->auth, &w, 0);
     char msg[TFP_SF_MAX_MSG];
-    if (res != TFD_AUTH_OK) {
-        tfd_auth_count_failure(s->auth, res);
-        *rc = reply_error(s, c, q->seq, TFP_EUNAUTH, res == TFD_AUTH_MISSING ?
-                          "this server needs Authorization: Bearer TOKEN" : "unknown token");
-        return 1;
-    }
-    if (right == RIGHT_PUSH ? tfd_auth_allows(s->auth, &w, 0, TFP_RIGHT_PRODUCE, NULL) ||
-                                  tfd_auth_allows(s->auth, &w, 0, TFP_RIGHT_CONSUME, NULL)
-                            : tfd_auth_allows(s->auth, &w, 0, right, name))
+    tfp_status_t st = tfd_router_check(s->auth, &w, rights, n, name, msg, sizeof msg);
+    if (who)
+        *who = w;
+    if (st == TFP_OK)
         return 0;
-    tfd_auth_count_failure(s->auth, TFD_AUTH_FORBIDDEN);
-    if (name)
-        snprintf(msg, sizeof msg, "principal %s has no %s right on '%.200s'", w.principal,
-                 tfp_right_name(right), name);
-    else
-        snprintf(msg, sizeof msg, "principal %s has no %s right", w.principal,
-                 right == RIGHT_PUSH ? "produce or consume" : tfp_right_name(right));
-    *rc = reply_error(s, c, q->seq, TFP_EFORBIDDEN, msg);
+    *rc = reply_error(s, c, q->seq, st, msg);
     return 1;
 }
 
-static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+void tfd_shm_op(const tfp_op_who_t *who, const tfp_sf_t *q, tfp_op_t *op)
 {
-    int rc;
-    if (refused(s, c, q, TFP_RIGHT_READ, q->str, &rc))
-        return rc;
-    tfd_blob_t *b = tfd_store_get(s->store, q->str);
-    if (!b) {
-        char msg[TFP_SF_MAX_STR + 32];
-        snprintf(msg, sizeof msg, "no tensor named '%s'", q->str);     /* as HTTP says */
-        return reply_error(s, c, q->seq, TFP_ENOTFOUND, msg);
+    tfp_err_t err;
+    tfp_op_kind_t kind = q->op == TFP_SF_COMMIT ? TFP_OP_TENSOR_PUT : TFP_OP_TENSOR_GET;
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    op->who.cred = who->cred;
+    memcpy(op->who.token_hash, who->token_hash, sizeof op->who.token_hash);
+    (void)tfp_sf_target(q, op->name, &op->cond.if_match, &op->cond.if_none_match, &err);
+    if (kind == TFP_OP_TENSOR_PUT) {
+        op->ttl_s = q->b;
+        op->body.kind = TFP_BODY_SAFETENSORS;
+        op->body.media = TFP_MEDIA_SAFETENSORS;
+        op->body.length = (int64_t)q->a;
     }
-    int fd;
-    size_t off, size;
-    int shared = tfd_store_share(s->store, b, &fd, &off, &size);
-    if (shared != 0) {
-        tfd_blob_unref(b);
-        if (shared == -2)
-            return reply_error(s, c, q->seq, TFP_ENOSPACE, "no room under the store's limit "
-                               "for the document's shared copy");
-        return reply_error(s, c, q->seq, TFP_ENOMEM, "no shared memory for the document");
-    }
-    uint64_t id = lease_open(s, c, b);
-    if (!id) {
-        tfd_blob_unref(b);
-        return reply_error(s, c, q->seq, TFP_EFULL, "shm: the lease bound (shm-lease-memory) "
-                           "is reached");
-    }
+}
+
+/* Sends call's answer to q: status, HTTP status, the ETag or the message, and for a body its
+ * memfd under a new lease. */
+static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t *call)
+{
     tfp_sf_t m;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_REPLY;
     m.seq = q->seq;
-    m.lease = id;
-    m.a = off;
-    m.b = b->len;
+    m.status = call->code;
+    m.http = call->http >= 100 && call->http <= 599 ? call->http : 0;
+    const char *str = call->code != TFP_OK ? call->msg : call->etag;
+    m.str_len = strlen(str) < TFP_SF_MAX_MSG ? strlen(str) : TFP_SF_MAX_MSG;
+    memcpy(m.str, str, m.str_len);
+    m.str[m.str_len] = '\0';
     pthread_mutex_lock(&s->lock);
-    s->st.gets++;
+    if (call->code != TFP_OK)
+        s->st.refused++;
+    else if (q->op == TFP_SF_GET)
+        s->st.gets++;
+    else
+        s->st.puts++;
     pthread_mutex_unlock(&s->lock);
-    return reply(c, &m, fd);
+    tfp_etags_t tag;
+    if (q->op == TFP_SF_COMMIT && call->code == TFP_OK) {
+        m.a = call->http == 204;            /* replaced (HTTP 204) or new (201) */
+        if (tfp_etags_parse(call->etag, 0, &tag) == 0 && tag.n == 1)
+            m.b = tag.tag[0].version;       /* the stored version */
+    }
+    if (call->fd < 0)
+        return reply(c, &m, -1);
+    m.lease = lease_open(s, c, call);
+    m.a = call->offset;
+    m.b = call->len;
+    return reply(c, &m, call->fd);
+}
+
+/* GET: the tensor_get operation through the router and the handlers; a body's memfd lent. */
+static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    tfp_op_t op;
+    tfx_shm_call_t call = {.body = TFX_SHM_NONE, .admit = lease_admit, .admit_arg = s};
+    tfp_op_err_t e = {TFP_OK, "", NULL};
+    tfd_shm_op(&c->who, q, &op);
+    if (lease_room(c) != 0)
+        tfp_op_fail(&e, TFP_EFULL, "shm: this connection holds as many leases as it may");
+    tfx_shm_call(&s->h, &op, &e, "shm", &call);
+    return reply_call(s, c, q, &call);
 }
 
 /* The answer to ALLOC or STAGE q: the buffer's memfd fd, lease = its id, a = its size. */
@@ -402,14 +445,15 @@ static int reply_lent(conn_t *c, const tfp_sf_t *q, uint64_t id, int fd)
 }
 
 /* What ALLOC and STAGE check before lending a buffer of q->a bytes (what: "a document"
- * or "a staging buffer"; kind: what too many of is called): right (as refused() takes it),
+ * or "a staging buffer"; kind: what too many of is called): the rights (refused()),
  * max-body, n of max per connection. 0, or 1 with the refusal answered and
  * *rc its answer's. */
-static int lend_refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t right,
-                        const char *what, const char *kind, size_t n, size_t max, int *rc)
+static int lend_refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, const tfp_right_t *rights,
+                        size_t nrights, const char *what, const char *kind, size_t n,
+                        size_t max, int *rc)
 {
     char msg[200];
-    if (refused(s, c, q, right, NULL, rc))
+    if (refused(s, c, q, rights, nrights, NULL, NULL, rc))
         return 1;
     if (q->a > s->max_body) {
         snprintf(msg, sizeof msg, "%s of %llu bytes is over max-body (%llu)", what,
@@ -425,12 +469,25 @@ static int lend_refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfp_right_t 
     return 0;
 }
 
+/* The memfd lent for a PUT (ALLOC) of size bytes, writable and mapped: *m itself when it is
+ * a region made ready (daemon/shmpool.h), else a fresh one; sealed in size before it is
+ * lent (a client that truncated it would SIGBUS us). TFP_OK, or why not (*m closed). */
+static tfp_status_t put_memfd(int ready, size_t size, tfx_shm_t *m, tfp_err_t *err)
+{
+    if ((!ready && tfx_shm_create(size, "tfetch-put", m, err) != TFP_OK) ||
+        tfx_shm_seal(m, TFX_SHM_SEAL_SIZE, err) != TFP_OK) {
+        tfx_shm_close(m);
+        return err->code;
+    }
+    return TFP_OK;
+}
+
 /* ALLOC: a writable memfd of exactly the size asked, store bytes reserved for it. */
 static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     char msg[160];
     int rc;
-    if (lend_refused(s, c, q, TFP_RIGHT_WRITE, "a document", "shm buffers", c->nallocs,
+    if (lend_refused(s, c, q, RIGHTS(R_WRITE), "a document", "shm buffers", c->nallocs,
                      MAX_ALLOCS_PER_CONN, &rc))
         return rc;
     alloc_t *a = &c->allocs[c->nallocs];
@@ -443,10 +500,7 @@ static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
                  (unsigned long long)tfd_store_max(s->store));
         return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
     }
-    /* Sealed in size before it is lent: a client that truncated it would SIGBUS us. */
-    if ((!ready && tfx_shm_create((size_t)q->a, "tfetch-put", &a->m, &err) != TFP_OK) ||
-        tfx_shm_seal(&a->m, TFX_SHM_SEAL_SIZE, &err) != TFP_OK) {
-        tfx_shm_close(&a->m);
+    if (put_memfd(ready, (size_t)q->a, &a->m, &err) != TFP_OK) {
         tfd_store_unreserve(s->store, q->a);
         return reply_error(s, c, q->seq, TFP_ENOMEM, err.msg);
     }
@@ -463,7 +517,7 @@ static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     char msg[200];
     int rc;
-    if (lend_refused(s, c, q, RIGHT_PUSH, "a staging buffer", "staging buffers",
+    if (lend_refused(s, c, q, RIGHTS(R_PUSH), "a staging buffer", "staging buffers",
                      c->nstages, MAX_STAGES_PER_CONN, &rc))
         return rc;
     if (!bound_take(s, q->a, &s->st.stagings, &s->st.staged_bytes)) {
@@ -490,7 +544,7 @@ static int do_stage(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     }
     if (s->auth && tfd_auth_on(s->auth)) {
         tfp_op_who_t w = c->who;
-        if (tfd_auth_identify(s->auth, &w, 0) == TFD_AUTH_OK)  /* refused() said it is */
+        if (tfd_auth_identify(s->auth, &w, 0) == TFD_AUTH_OK)  /* the router said it is */
             snprintf(g->principal, sizeof g->principal, "%s", w.principal);
     }
     g->refs = 1;
@@ -556,9 +610,9 @@ void tfd_shm_staged_put(tfd_shm_t *s, tfd_stage_t *g, int copied)
     }
 }
 
-/* COMMIT: seal the lent buffer (which fails while the client still maps it writable),
- * validate it as any PUT's body, and store it as it is. Whatever the outcome the buffer is
- * no longer lent. */
+/* COMMIT: the tensor_put operation through the router and the handlers, its body the lent
+ * buffer, sealed first (which fails while the client still maps it writable) and then kept
+ * as it is. Whatever the outcome the buffer is no longer lent. */
 static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     size_t i;
@@ -568,68 +622,25 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: COMMIT of no buffer lent");
     alloc_t a = c->allocs[i];
     c->allocs[i] = c->allocs[--c->nallocs];
-    int refused_rc;
-    if (refused(s, c, q, TFP_RIGHT_WRITE, q->str, &refused_rc)) {
-        tfd_store_unreserve(s->store, a.reserved);
-        tfx_shm_close(&a.m);
-        return refused_rc;
-    }
+    tfd_store_unreserve(s->store, a.reserved);  /* the PUT reserves its own length */
+    tfp_op_t op;
+    tfp_op_err_t e = {TFP_OK, "", NULL};
     tfp_err_t err;
-    char msg[TFP_SF_MAX_MSG];
-    tfp_status_t st = TFP_OK;
-    tfp_doc_t *doc = NULL;
-    if (q->a > a.m.size) {
-        snprintf(msg, sizeof msg, "shm: a document of %llu bytes in a buffer of %zu",
-                 (unsigned long long)q->a, a.m.size);
-        st = TFP_EBADREQ;
-    } else if (tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK) {
-        snprintf(msg, sizeof msg, "shm: the buffer cannot be sealed (still mapped writable "
-                 "by the client?): %.200s", err.msg);
-        st = TFP_EBADREQ;
-    } else if ((st = tfp_st_decode(a.m.p, (size_t)q->a, NULL, &doc, &err)) != TFP_OK) {
-        snprintf(msg, sizeof msg, "%.500s", err.msg);
-        if (st != TFP_ENOMEM)
-            st = TFP_EBADREQ;
-    }
-    if (st != TFP_OK) {
-        tfd_store_unreserve(s->store, a.reserved);
+    tfd_shm_op(&c->who, q, &op);
+    if (q->a > a.m.size)
+        tfp_op_fail(&e, TFP_EBADREQ, "shm: a document of %llu bytes in a buffer of %zu",
+                    (unsigned long long)q->a, a.m.size);
+    else if (tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK)
+        tfp_op_fail(&e, TFP_EBADREQ, "shm: the buffer cannot be sealed (still mapped writable "
+                    "by the client?): %.200s", err.msg);
+    if (e.code != TFP_OK)
         tfx_shm_close(&a.m);
-        return reply_error(s, c, q->seq, st, msg);
-    }
-    tfd_blob_t *b = tfd_blob_new(NULL, 0, a.m.p, (size_t)q->a, doc);
-    if (!b) {
-        tfd_store_unreserve(s->store, a.reserved);
-        tfx_shm_close(&a.m);
-        return reply_error(s, c, q->seq, TFP_ENOMEM, "out of memory");
-    }
-    b->share_fd = a.m.fd;               /* the blob owns the sealed memfd now */
-    b->share_p = a.m.p;
-    b->share_size = a.m.size;
-    uint64_t version = 0;
+    tfx_shm_call_t call = {.body = a.m, .body_len = (size_t)q->a};
     /* The document this replaces is freed after the answer, not before: unmapping a large
      * one takes longer than all the rest of a commit. */
-    tfd_blob_t *old = tfd_store_get(s->store, q->str);
-    int rc = tfd_store_put_if(s->store, q->str, b, a.reserved, NULL, &version);
-    if (rc < 0) {
-        tfd_blob_unref(old);
-        tfd_blob_unref(b);
-        snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
-                 "bytes", (unsigned long long)q->a,
-                 (unsigned long long)tfd_store_max(s->store));
-        return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
-    }
-    if (s->waiters)
-        tfd_waiters_notify(s->waiters, q->str);
-    tfp_sf_t m;
-    memset(&m, 0, sizeof m);
-    m.op = TFP_SF_REPLY;
-    m.seq = q->seq;
-    m.a = rc == 1;                      /* replaced (HTTP 204) or new (201) */
-    m.b = version;
-    pthread_mutex_lock(&s->lock);
-    s->st.puts++;
-    pthread_mutex_unlock(&s->lock);
-    int sent = reply(c, &m, -1);
+    tfd_blob_t *old = tfd_store_get(s->store, op.name);
+    tfx_shm_call(&s->h, &op, &e, "shm", &call);
+    int sent = reply_call(s, c, q, &call);
     tfd_blob_unref(old);
     return sent;
 }
@@ -671,12 +682,9 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     int rc;
     if (tfp_sf_ring_spec(q->str, feed, dev, consumer, &err) != TFP_OK)
         return -1;                          /* the decoder checked it: cannot happen */
-    if (refused(s, c, q, TFP_RIGHT_CONSUME, feed, &rc))
+    tfp_op_who_t w;                     /* the consumer id is this principal's (feeds.h) */
+    if (refused(s, c, q, RIGHTS(R_CONSUME), feed, &w, &rc))
         return rc;
-    tfp_op_who_t w = c->who;            /* the consumer id is this principal's (feeds.h) */
-    w.principal[0] = '\0';
-    if (s->auth && tfd_auth_on(s->auth))
-        (void)tfd_auth_identify(s->auth, &w, 0);    /* refused() said it is known */
     if (!s->feeds)
         return reply_error(s, c, q->seq, TFP_ENOTIMPL, "shm: this server has no feeds");
     if (c->requests > 1 || c->ring)
@@ -715,23 +723,14 @@ static int do_ring(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
  * is), so revoking a token or a right by SIGHUP stops a ring at its next wake. */
 static int ring_fill(tfd_shm_t *s, conn_t *c)
 {
-    if (s->auth && tfd_auth_on(s->auth)) {
-        tfp_op_who_t w = c->who;
-        const char *feed = tfd_ring_feed(c->ring);
-        tfd_auth_result_t res = tfd_auth_identify(s->auth, &w, 0);
-        if (res != TFD_AUTH_OK || !tfd_auth_allows(s->auth, &w, 0, TFP_RIGHT_CONSUME, feed)) {
-            char msg[TFP_SF_MAX_MSG];
-            if (res != TFD_AUTH_OK)
-                snprintf(msg, sizeof msg, "the ring's token is no longer valid");
-            else
-                snprintf(msg, sizeof msg, "principal %s has no consume right on '%.200s' any "
-                         "more", w.principal, feed);
-            tfd_auth_count_failure(s->auth, res != TFD_AUTH_OK ? res : TFD_AUTH_FORBIDDEN);
-            tfd_ring_end(c->ring, c->fd, res != TFD_AUTH_OK ? TFP_EUNAUTH : TFP_EFORBIDDEN,
-                         msg);
-            tfd_log(LOG_NOTICE, "shm: ring of feed '%s' ended: %s", feed, msg);
-            return -1;
-        }
+    tfp_op_who_t w = c->who;
+    const char *feed = tfd_ring_feed(c->ring);
+    char msg[TFP_SF_MAX_MSG];
+    tfp_status_t st = tfd_router_check(s->auth, &w, RIGHTS(R_CONSUME), feed, msg, sizeof msg);
+    if (st != TFP_OK) {
+        tfd_ring_end(c->ring, c->fd, st, msg);
+        tfd_log(LOG_NOTICE, "shm: ring of feed '%s' ended: %s", feed, msg);
+        return -1;
     }
     tfd_ring_stats_t rs = {0, 0, 0};
     int rc = tfd_ring_fill(c->ring, c->fd, &rs);

@@ -1,22 +1,26 @@
-/* shm.h - tfetchd's same-host shared-memory transport (shm/memfd): the unix socket, its
- * one-time tokens, and the leases on stored documents that same-host clients map.
+/* shm.h - tfetchd's same-host shared-memory transport (shm/memfd): the unix socket and its
+ * thread, its one-time tokens, and the lending policy: leases on the memfds same-host
+ * clients map, their bound, buffers lent for PUTs and for pushes, rings.
  *
  * POST /v1/upgrade from a same-host client that lists "shm" gets this socket's abstract
  * name and a one-time token (tfd_shm_token, from daemon/upgrade.c). The client connects and
- * presents it (HELLO); then each GET answers with the document's sealed memfd
- * (tfd_blob_share) and opens a lease: the daemon keeps a reference to the blob, so the
- * store counts its bytes (retired once replaced or deleted) until the lease ends: RELEASE,
- * the connection closing (the client exited or died: the kernel closes it), or expiry
- * (shm-lease-ms). Leased bytes are bounded (shm-lease-memory): a GET over the bound is
- * answered TF_EFULL and the client falls back to copying transports. A PUT goes the other
- * way: ALLOC lends the client a writable memfd of the document's size (store bytes reserved
- * for it), the client writes the document and unmaps it, and COMMIT seals it, validates it
- * as any PUT's body and stores it as it is; a refused one leaves nothing stored. Messages are
- * proto/shmframe.h's, moved by transports/shm.h. With authentication on, the token is
- * issued to the principal of the upgrade request and carries its credential (as the UCX
- * token does): the connection it admits acts as that principal, and every GET (read on the
- * name), ALLOC (write on some name) and COMMIT (write on the name) is authenticated and
- * authorized per request as over HTTP, so a revoked token stops working at once.
+ * presents it (HELLO). GET and COMMIT are operations like HTTP's and UCX's: each runs
+ * through the router and the tensor handlers (transports/shm_server.h: tensor_get and
+ * tensor_put, with authentication, rights, conditions, TTL and ETag decided there, and
+ * counted in the metrics and the access log as transport "shm"). A GET's answer is the
+ * document's sealed memfd (tfd_store_share) under a lease: the daemon keeps the answer's
+ * hold (a reference to the blob), so the store counts its bytes (retired once replaced or
+ * deleted) until the lease ends: RELEASE, the connection closing (the client exited or
+ * died: the kernel closes it), or expiry (shm-lease-ms). Leased bytes are bounded
+ * (shm-lease-memory): a GET over the bound is answered TF_EFULL and the client falls back
+ * to copying transports. A PUT goes the other way: ALLOC lends the client a writable memfd
+ * of the document's size (store bytes reserved for it), the client writes the document and
+ * unmaps it, and COMMIT seals it and runs the PUT with it as its body, stored as it is; a
+ * refused one leaves nothing stored. Messages are proto/shmframe.h's, moved by
+ * transports/shm.h. With authentication on, the token is issued to the principal of the
+ * upgrade request and carries its credential (as the UCX token does): the connection it
+ * admits acts as that principal, checked per request by the router (tfd_router_check for
+ * ALLOC, STAGE and RING), so a revoked token stops working at once.
  *
  * A feed's consumer on this host gets a ring (daemon/ring.h): TOKEN on an admitted
  * connection gives a token for a second one, whose first request is RING (consume on the
@@ -40,6 +44,7 @@
 #include "daemon/waiters.h"
 #include "proto/shmframe.h"
 #include "proto/upgrade.h"
+#include "transports/req.h"
 
 typedef struct tfd_shm tfd_shm_t;
 
@@ -73,8 +78,17 @@ tfd_shm_t *tfd_shm_start(tfd_store_t *store, tfd_waiters_t *waiters, uint64_t ma
                          uint64_t lease_max_bytes, unsigned lease_ms, unsigned token_ttl_ms,
                          const char *socket_path, gid_t socket_gid, char *why,
                          size_t why_size);
-/* Checks every request against auth (NULL or off: none); set before any token is issued. */
+/* Checks what it lends against auth (NULL or off: none; tfd_router_check); set before any
+ * token is issued. */
 void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth);
+/* The handlers GET and COMMIT run through as operations (transports/shm_server.h): the
+ * router's, as HTTP's and UCX's. Set before any token is issued. */
+void tfd_shm_set_handlers(tfd_shm_t *s, const tfx_handlers_t *h);
+/* A decoded GET or COMMIT q as the operation it asks for (tensor_get, tensor_put): the name
+ * and conditions of its string, COMMIT's TTL and safetensors body of q->a bytes, and who's
+ * credential (the connection's; the router establishes the principal). What the socket's
+ * thread runs through tfx_shm_call, and the request fuzzer too. */
+void tfd_shm_op(const tfp_op_who_t *who, const tfp_sf_t *q, tfp_op_t *op);
 /* Feeds whose device queues same-host consumers may attach rings to (daemon/ring.h);
  * without it RING is refused. Set before serving. */
 void tfd_shm_set_feeds(tfd_shm_t *s, tfd_feeds_t *feeds);

@@ -4,8 +4,8 @@
  * hash, bounded in all and per principal (per client address with authentication off), so
  * one client that asks without connecting cannot starve the others (429 with Retry-After for
  * it alone). The UCX progress thread verifies HELLOs through verify_hello; HTTP threads issue
- * tokens. Built without UCX, every upgrade is refused with
- * that reason and the daemon serves HTTP alone.
+ * tokens. Built without UCX (transports/ucx_server.h's stubs: no UCX worker ever starts),
+ * every upgrade is refused with that reason and the daemon serves HTTP alone.
  */
 #include "config.h"
 #include "daemon/upgrade.h"
@@ -17,9 +17,7 @@
 #include "proto/upgrade.h"
 #include "transports/clock.h"
 #include "transports/hostid.h"
-#ifdef HAVE_UCX
 #include "transports/ucx_server.h"
-#endif
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,12 +51,9 @@ struct tfd_upgrade {
     pthread_rwlock_t local_lock;    /* local: read by every HTTPS request's offer */
     tfp_netlist_t local;            /* this host's addresses */
     _Atomic uint64_t local_at_ms;   /* when they were read; 0: never */
-#ifdef HAVE_UCX
-    tfx_ucx_t *ucx;
-#endif
+    tfx_ucx_t *ucx;                 /* NULL: UCX is off (why says so) */
 };
 
-#ifdef HAVE_UCX
 /* The client's pid, from the token, when it shares this host: the UCX side watches it
  * (UCX has no peer failure detection on one host). */
 static int verify_hello(const char *token, const char *identity, long *peer_pid,
@@ -112,7 +107,6 @@ out:
         tfd_log(LOG_NOTICE, "ucx: HELLO refused: %s", why);
     return rc;
 }
-#endif
 
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const char *tcp_ports, const tfx_handlers_t *h)
@@ -132,14 +126,15 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
         snprintf(up->why, sizeof up->why, "cannot tell this host's identity: %.200s", err.msg);
         return up;
     }
-#ifdef HAVE_UCX
     if (!enable) {
         snprintf(up->why, sizeof up->why, "UCX is turned off (--ucx off)");
         return up;
     }
     tfx_ucx_config_t cfg = {verify_hello, up, max_body, tcp_ports};
     up->ucx = tfx_ucx_start(&cfg, h, &err);
-    if (!up->ucx) {
+    if (!up->ucx && err.code == TFP_ENOTIMPL) {         /* built without UCX */
+        snprintf(up->why, sizeof up->why, "%.200s", err.msg);
+    } else if (!up->ucx) {
         snprintf(up->why, sizeof up->why, "UCX did not start: %.200s", err.msg);
         tfd_log(LOG_WARNING, "%s; serving HTTP only", up->why);
     } else {
@@ -148,13 +143,6 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
         tfd_log(LOG_INFO, "ucx: memory types %s%s", mt, strstr(mt, "cuda") ? ""
                 : " (host memory only: device feeds stage through pinned host memory)");
     }
-#else
-    (void)enable;
-    (void)max_body;
-    (void)tcp_ports;
-    (void)h;
-    snprintf(up->why, sizeof up->why, "this tfetchd was built without UCX");
-#endif
     return up;
 }
 
@@ -224,12 +212,7 @@ const char *tfd_upgrade_trusted(const tfd_upgrade_t *up)
 
 const char *tfd_upgrade_memory_types(const tfd_upgrade_t *up)
 {
-#ifdef HAVE_UCX
-    if (up->ucx)
-        return tfx_ucx_server_memory(up->ucx);
-#endif
-    (void)up;
-    return NULL;
+    return up->ucx ? tfx_ucx_server_memory(up->ucx) : NULL;
 }
 
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why)
@@ -283,7 +266,6 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         refuse(r, why);
         return;
     }
-#ifdef HAVE_UCX
     tfp_up_resp_t resp = {0};
     resp.upgraded = 1;
     resp.same_host = tfp_up_host_same(&up->self, &req.host);
@@ -349,27 +331,17 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         return;
     }
     tfx_respond(r, 200, "application/json", json, len, free, json);
-#endif
 }
 
 void tfd_upgrade_quiesce(tfd_upgrade_t *up)
 {
-#ifdef HAVE_UCX
     if (up->ucx)
         tfx_ucx_quiesce(up->ucx);
-#else
-    (void)up;
-#endif
 }
 
 unsigned tfd_upgrade_inflight(tfd_upgrade_t *up)
 {
-#ifdef HAVE_UCX
     return up->ucx ? tfx_ucx_inflight(up->ucx) : 0;
-#else
-    (void)up;
-    return 0;
-#endif
 }
 
 void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
@@ -377,7 +349,6 @@ void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
     pthread_mutex_lock(&up->lock);
     *st = up->st;
     pthread_mutex_unlock(&up->lock);
-#ifdef HAVE_UCX
     if (up->ucx) {
         tfx_ucx_stats_t us;
         tfx_ucx_stats(up->ucx, &us);
@@ -386,16 +357,13 @@ void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
         st->byes = us.byes;
         st->prefixed = us.prefixed;
     }
-#endif
 }
 
 void tfd_upgrade_free(tfd_upgrade_t *up)
 {
     if (!up)
         return;
-#ifdef HAVE_UCX
     tfx_ucx_stop(up->ucx);
-#endif
     tfd_otokens_free(up->tokens);
     pthread_rwlock_destroy(&up->local_lock);
     pthread_mutex_destroy(&up->lock);

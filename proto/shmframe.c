@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "proto/op.h"
 #include "proto/upgrade.h"
 #include "proto/utf8.h"
 
@@ -54,6 +55,14 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
     tfp_err_t sub;
     if (req && m->status != 0)
         return tfp_err_set(err, code, "shm: a request with status %d", (int)m->status);
+    if (m->op != TFP_SF_REPLY && m->http)
+        return tfp_err_set(err, code, "shm: an HTTP status outside a REPLY");
+    if (m->op == TFP_SF_REPLY && m->http && (m->http < 100 || m->http > 599))
+        return tfp_err_set(err, code, "shm: a REPLY with HTTP status %u", (unsigned)m->http);
+    if (m->flags & ~(uint32_t)((m->op == TFP_SF_GET || m->op == TFP_SF_COMMIT) ? TFP_SF_F_COND
+                                                                                 : 0))
+        return tfp_err_set(err, code, "shm: flags 0x%x on op %d", (unsigned)m->flags,
+                           (int)m->op);
     switch (m->op) {
     case TFP_SF_HELLO:
         if (n != TFP_UP_TOKEN_LEN || !tfp_up_token_valid(s))
@@ -62,8 +71,8 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
             return tfp_err_set(err, code, "shm: HELLO with numbers set");
         return TFP_OK;
     case TFP_SF_GET:
-        if (!n || n > TFP_MAX_TENSOR_NAME || !tfp_name_valid(s))
-            return tfp_err_set(err, code, "shm: GET of an invalid tensor name");
+        if (tfp_sf_target(m, NULL, NULL, NULL, &sub) != TFP_OK)
+            return tfp_err_set(err, code, "%s", sub.msg);
         if (m->lease || m->a || m->b)
             return tfp_err_set(err, code, "shm: GET with numbers set");
         return TFP_OK;
@@ -78,10 +87,13 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
         return TFP_OK;
     }
     case TFP_SF_COMMIT:
-        if (!n || n > TFP_MAX_TENSOR_NAME || !tfp_name_valid(s))
-            return tfp_err_set(err, code, "shm: COMMIT to an invalid tensor name");
-        if (!m->lease || m->b || m->a == 0 || m->a > TFP_SF_MAX_SIZE)
+        if (tfp_sf_target(m, NULL, NULL, NULL, &sub) != TFP_OK)
+            return tfp_err_set(err, code, "%s", sub.msg);
+        if (!m->lease || m->a == 0 || m->a > TFP_SF_MAX_SIZE)
             return tfp_err_set(err, code, "shm: COMMIT without a lease and a length");
+        if (m->b > TFP_MAX_TTL_S)
+            return tfp_err_set(err, code, "shm: COMMIT with a TTL of %llu s (at most %u)",
+                               (unsigned long long)m->b, TFP_MAX_TTL_S);
         return TFP_OK;
     case TFP_SF_RELEASE:
         if (n || !m->lease || m->a || m->b)
@@ -164,6 +176,7 @@ size_t tfp_sf_encode(const tfp_sf_t *m, uint8_t *buf, size_t size, tfp_err_t *er
     buf[7] = (uint8_t)(m->str_len >> 8);
     put64(buf + 8, m->seq);
     put32(buf + 16, (uint32_t)m->status);
+    put32(buf + 20, m->op == TFP_SF_REPLY ? m->http : m->flags);
     put64(buf + 24, m->lease);
     put64(buf + 32, m->a);
     put64(buf + 40, m->b);
@@ -179,8 +192,6 @@ tfp_status_t tfp_sf_decode(const uint8_t *buf, size_t len, tfp_sf_t *out, tfp_er
         return tfp_err_set(err, TFP_EPROTO, "shm: bad magic");
     if (buf[4] != TFP_SF_VERSION)
         return tfp_err_set(err, TFP_EPROTO, "shm: version %u", buf[4]);
-    if (get32(buf + 20) != 0)
-        return tfp_err_set(err, TFP_EPROTO, "shm: reserved bytes set");
     size_t n = (size_t)buf[6] | (size_t)buf[7] << 8;
     if (n > TFP_SF_MAX_STR || len != TFP_SF_FIXED + n)
         return tfp_err_set(err, TFP_EPROTO, "shm: %zu bytes for a string of %zu", len, n);
@@ -190,6 +201,8 @@ tfp_status_t tfp_sf_decode(const uint8_t *buf, size_t len, tfp_sf_t *out, tfp_er
     m.op = (tfp_sf_op_t)buf[5];
     m.seq = get64(buf + 8);
     m.status = (int32_t)get32(buf + 16);
+    m.flags = m.op == TFP_SF_REPLY ? 0 : get32(buf + 20);
+    m.http = m.op == TFP_SF_REPLY ? get32(buf + 20) : 0;
     m.lease = get64(buf + 24);
     m.a = get64(buf + 32);
     m.b = get64(buf + 40);
@@ -209,6 +222,106 @@ tfp_status_t tfp_sf_check_span(uint64_t a, uint64_t b, uint64_t size, tfp_err_t 
         return tfp_err_set(err, TFP_EPROTO, "shm: a document at %llu+%llu in %llu bytes",
                            (unsigned long long)a, (unsigned long long)b,
                            (unsigned long long)size);
+    return TFP_OK;
+}
+
+/* One condition line's value (what follows "\n" NAME ": ") checked as HTTP checks it: TFP_OK
+ * with *out, else TFP_EPROTO. */
+static tfp_status_t cond_value(const char *v, size_t n, const char *what, int weak_ok,
+                               tfp_etags_t *out, tfp_err_t *err)
+{
+    char buf[TFP_SF_MAX_COND + 1];
+    tfp_etags_t l;
+    if (out && out->present)
+        return tfp_err_set(err, TFP_EPROTO, "shm: %s given twice", what);
+    if (n == 0 || n > TFP_SF_MAX_COND)
+        return tfp_err_set(err, TFP_EPROTO, "shm: %s of %zu bytes (1..%d)", what, n,
+                           TFP_SF_MAX_COND);
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    if (tfp_etags_parse(buf, weak_ok, &l) != 0)
+        return tfp_err_set(err, TFP_EPROTO, "shm: %s is not an ETag list or *", what);
+    *out = l;
+    return TFP_OK;
+}
+
+tfp_status_t tfp_sf_target(const tfp_sf_t *m, char name[TFP_MAX_TENSOR_NAME + 1],
+                           tfp_etags_t *if_match, tfp_etags_t *if_none_match, tfp_err_t *err)
+{
+    static const char im_key[] = "\nIf-Match: ", inm_key[] = "\nIf-None-Match: ";
+    const char *op = m->op == TFP_SF_GET ? "GET" : "COMMIT";
+    tfp_etags_t im, inm;
+    const char *s = m->str, *end = m->str + m->str_len;
+    const char *nl = memchr(s, '\n', m->str_len);
+    size_t n = (size_t)((nl ? nl : end) - s);
+    char nm[TFP_MAX_TENSOR_NAME + 1];
+    memset(&im, 0, sizeof im);
+    memset(&inm, 0, sizeof inm);
+    if (!n || n > TFP_MAX_TENSOR_NAME)
+        return tfp_err_set(err, TFP_EPROTO, "shm: %s of an invalid tensor name", op);
+    memcpy(nm, s, n);
+    nm[n] = '\0';
+    if (!tfp_name_valid(nm))
+        return tfp_err_set(err, TFP_EPROTO, "shm: %s of an invalid tensor name", op);
+    if (!(m->flags & TFP_SF_F_COND) != !nl)
+        return tfp_err_set(err, TFP_EPROTO, "shm: %s with %s", op, nl ? "conditions but no "
+                           "flag COND" : "flag COND but no conditions");
+    for (const char *p = nl; p && p < end;) {
+        const char *e = memchr(p + 1, '\n', (size_t)(end - p - 1));
+        e = e ? e : end;
+        size_t len = (size_t)(e - p);
+        tfp_status_t st;
+        if (len > sizeof im_key - 1 && memcmp(p, im_key, sizeof im_key - 1) == 0)
+            st = cond_value(p + sizeof im_key - 1, len - (sizeof im_key - 1), "If-Match", 0,
+                            &im, err);
+        else if (len > sizeof inm_key - 1 && memcmp(p, inm_key, sizeof inm_key - 1) == 0)
+            st = cond_value(p + sizeof inm_key - 1, len - (sizeof inm_key - 1),
+                            "If-None-Match", 1, &inm, err);
+        else
+            st = tfp_err_set(err, TFP_EPROTO, "shm: a condition that is neither If-Match "
+                             "nor If-None-Match");
+        if (st != TFP_OK)
+            return st;
+        p = e;
+    }
+    if (name)
+        memcpy(name, nm, n + 1);
+    if (if_match)
+        *if_match = im;
+    if (if_none_match)
+        *if_none_match = inm;
+    return TFP_OK;
+}
+
+tfp_status_t tfp_sf_set_target(tfp_sf_t *m, const char *name, const char *if_match,
+                               const char *if_none_match, tfp_err_t *err)
+{
+    int has_im = if_match && if_match[0], has_inm = if_none_match && if_none_match[0];
+    int n = snprintf(m->str, sizeof m->str, "%s%s%s%s%s", name, has_im ? "\nIf-Match: " : "",
+                     has_im ? if_match : "", has_inm ? "\nIf-None-Match: " : "",
+                     has_inm ? if_none_match : "");
+    if (n < 0 || (size_t)n >= sizeof m->str) {
+        m->str[0] = '\0';
+        m->str_len = 0;
+        return tfp_err_set(err, TFP_EINVAL, "shm: a name and conditions of %d bytes", n);
+    }
+    m->str_len = (size_t)n;
+    m->flags = (has_im || has_inm) ? m->flags | TFP_SF_F_COND : m->flags & ~TFP_SF_F_COND;
+    if (tfp_sf_target(m, NULL, NULL, NULL, err) != TFP_OK) {
+        err->code = TFP_EINVAL;
+        return TFP_EINVAL;
+    }
+    return TFP_OK;
+}
+
+tfp_status_t tfp_sf_reply_etag(const tfp_sf_t *m, char etag[TFP_ETAG_LEN], tfp_err_t *err)
+{
+    tfp_etags_t l;
+    if (m->op != TFP_SF_REPLY || m->status != TFP_OK || m->str_len == 0 ||
+        m->str_len >= TFP_ETAG_LEN || tfp_etags_parse(m->str, 0, &l) != 0 || l.any ||
+        l.n + l.foreign != 1 || m->str[0] != '"')
+        return tfp_err_set(err, TFP_EPROTO, "shm: the answer carries no ETag");
+    memcpy(etag, m->str, m->str_len + 1);
     return TFP_OK;
 }
 

@@ -11,20 +11,26 @@
  *     6   2  str_len    the string's bytes (name, token or message)
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in REPLY, 0 in requests
- *    20   4  reserved   0
+ *    20   4  flags/http requests: flags (TFP_SF_F_COND on GET and COMMIT, else 0);
+ *                       REPLY: the HTTP-equivalent status (0 unsaid, else 100..599: 200,
+ *                       304 for a GET whose If-None-Match holds, 201 or 204 for a COMMIT,
+ *                       the error's); ITEM: 0
  *    24   8  lease      REPLY to GET/ALLOC: the lease it opened; RELEASE, COMMIT: the one
  *                       it names; 0 elsewhere
  *    32   8  a          GET REPLY: the document's offset in the memfd; ALLOC: the size
  *                       asked; COMMIT: the document's length; 0 elsewhere
- *    40   8  b          GET REPLY: the document's length; COMMIT REPLY: the stored
+ *    40   8  b          GET REPLY: the document's length; COMMIT: the TTL in seconds (0:
+ *                       for ever, at most TFP_MAX_TTL_S); COMMIT REPLY: the stored
  *                       version (a: 1 if it replaced one, 0 if new); 0 elsewhere
  *    48      string
  *
  * Ops (a decoder refuses anything else, and so does the encoder):
  *   HELLO    first message on a connection: string = the one-time token of the upgrade (32
  *            lowercase hex); the REPLY says whether it was taken
- *   GET      string = the tensor's name (tfp_name_valid); the REPLY carries the document's
- *            memfd (sealed against writes and resizes), a = offset, b = length, a lease
+ *   GET      string = the tensor's name (tfp_name_valid), then with flag COND its
+ *            conditions (below); the REPLY carries the document's memfd (sealed against
+ *            writes and resizes), a = offset, b = length, a lease, string = its ETag; or,
+ *            http 304, none of them (If-None-Match names the stored version)
  *   ALLOC    a = the size of a document to PUT (1..TFP_SF_MAX_SIZE); the REPLY carries a
  *            writable memfd of exactly that size and a lease naming it
  *   STAGE    a = the size of a staging buffer (1..TFP_SF_MAX_SIZE): memory lent to a
@@ -33,12 +39,18 @@
  *            memfd of exactly that size, sealed against resizes, and lease = the buffer's
  *            id, random (never 0): a push over UCX names it (a staged body, below) instead
  *            of carrying the bytes, and tfetchd copies them from there.
- *   COMMIT   lease = the ALLOC's, a = the document's length (<= its size), string = name;
- *            the REPLY's b is the stored version
+ *   COMMIT   lease = the ALLOC's, a = the document's length (<= its size), b = TTL,
+ *            string = name, then with flag COND its conditions; the REPLY's b is the stored
+ *            version, its string the ETag ("EPOCH-VERSION", quoted, as HTTP's)
+ *   Conditions (flag COND; tfp_sf_target reads them): after the name, one to two lines,
+ *            each "\n" then "If-Match: " or "If-None-Match: " and the header's value as HTTP
+ *            takes it (an ETag list or "*", proto/httpcond.h), each at most once. A GET or
+ *            COMMIT answered for a request without the flag is exactly what it was.
  *   RELEASE  lease = a GET's lease the client no longer maps, an ALLOC's buffer it gives
  *            up, or a STAGE's buffer it no longer uses (no REPLY)
- *   REPLY    status; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when not
- *            TFP_OK; a descriptor only with an OK reply to GET, ALLOC, STAGE or RING
+ *   REPLY    status; http; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when
+ *            not TFP_OK, the ETag on an OK reply to GET or COMMIT; a descriptor only with an
+ *            OK reply to GET, ALLOC, STAGE or RING
  *
  * A feed's same-host ring (DESIGN.md section 7; doc/PROTOCOL.md "Feeds on one host") runs on
  * a connection of its own, opened with a token that TOKEN gives on an admitted one:
@@ -68,6 +80,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/httpcond.h"
 #include "proto/ids.h"
 #include "proto/status.h"
 
@@ -75,7 +88,10 @@
 #define TFP_SF_VERSION 1
 #define TFP_SF_FIXED 48
 #define TFP_SF_MAX_MSG 512
-#define TFP_SF_MAX_STR TFP_SF_MAX_MSG           /* every string fits in this */
+#define TFP_SF_MAX_STR 1024                     /* every string fits in this: a name and
+                                                 * two conditions of TFP_SF_MAX_COND */
+#define TFP_SF_MAX_COND 360                     /* one condition's value */
+#define TFP_SF_F_COND 1u                        /* GET, COMMIT: conditions follow the name */
 #define TFP_SF_MAX (TFP_SF_FIXED + TFP_SF_MAX_STR)
 #define TFP_SF_MAX_SIZE ((uint64_t)1 << 46)     /* 64 TiB: a memfd's size, sanity only */
 
@@ -102,6 +118,8 @@ typedef struct {
     tfp_sf_op_t op;
     uint64_t seq;
     int32_t status;
+    uint32_t flags;                             /* requests: TFP_SF_F_* */
+    uint32_t http;                              /* REPLY: the HTTP-equivalent status, 0 */
     uint64_t lease, a, b;
     char str[TFP_SF_MAX_STR + 1];               /* NUL-terminated copy of the string */
     size_t str_len;
@@ -116,6 +134,20 @@ tfp_status_t tfp_sf_decode(const uint8_t *buf, size_t len, tfp_sf_t *out, tfp_er
 /* Checks the geometry of a GET REPLY against the memfd the client received: the document
  * [a, a + b) inside size bytes, b > 0. TFP_EPROTO when not. */
 tfp_status_t tfp_sf_check_span(uint64_t a, uint64_t b, uint64_t size, tfp_err_t *err);
+
+/* A GET's or COMMIT's string: the tensor's name into name, and with flag COND its
+ * conditions into *if_match and *if_none_match (each zeroed first; present when given;
+ * either may be NULL). TFP_OK, or TFP_EPROTO saying what is wrong. */
+tfp_status_t tfp_sf_target(const tfp_sf_t *m, char name[TFP_MAX_TENSOR_NAME + 1],
+                           tfp_etags_t *if_match, tfp_etags_t *if_none_match, tfp_err_t *err);
+/* Writes a GET's or COMMIT's string: name, then each condition given (NULL or "": none);
+ * sets flag COND when there is one. TFP_OK, or TFP_EINVAL when it does not fit or breaks a
+ * rule (tfp_sf_target's). */
+tfp_status_t tfp_sf_set_target(tfp_sf_t *m, const char *name, const char *if_match,
+                               const char *if_none_match, tfp_err_t *err);
+/* An OK REPLY's ETag (the string of a GET's or COMMIT's answer): TFP_OK when it is one
+ * strong tag (then copied to etag), TFP_EPROTO otherwise (an older server says none). */
+tfp_status_t tfp_sf_reply_etag(const tfp_sf_t *m, char etag[TFP_ETAG_LEN], tfp_err_t *err);
 
 /* A RING request's string split into its three parts (each checked: tfp_name_valid for the
  * feed and the device token, tfp_user_id_valid for the consumer). TFP_OK, or TFP_EPROTO. */

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "proto/auth.h"
+#include "proto/httpcond.h"
+#include "proto/op.h"
 #include "proto/jsonw.h"
 #include "proto/ucxframe.h"
 #include "proto/shmframe.h"
@@ -282,6 +284,31 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
     return TFP_OK;
 }
 
+/* The conditions block's rules (flag COND set): GET, PUT and DELETE requests; a TTL on PUT
+ * only; each value empty or what HTTP's parser takes; something set. */
+static tfp_status_t check_cond(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
+{
+    const tfp_uf_cond_t *c = &h->cond;
+    tfp_etags_t l;
+    if (h->op != TFP_UF_GET && h->op != TFP_UF_PUT && h->op != TFP_UF_DELETE)
+        return tfp_err_set(err, code, WHAT ": flag COND on %s", tfp_uf_op_name(h->op));
+    if (c->ttl_s && h->op != TFP_UF_PUT)
+        return tfp_err_set(err, code, WHAT ": a TTL on %s (only PUT takes one)",
+                           tfp_uf_op_name(h->op));
+    if (c->ttl_s > TFP_MAX_TTL_S)
+        return tfp_err_set(err, code, WHAT ": a TTL of %llu s (at most %u)",
+                           (unsigned long long)c->ttl_s, TFP_MAX_TTL_S);
+    if (strlen(c->if_match) > TFP_UF_MAX_COND || strlen(c->if_none_match) > TFP_UF_MAX_COND)
+        return tfp_err_set(err, code, WHAT ": a condition over %d bytes", TFP_UF_MAX_COND);
+    if (c->if_match[0] && tfp_etags_parse(c->if_match, 0, &l) != 0)
+        return tfp_err_set(err, code, WHAT ": If-Match is not an ETag list or *");
+    if (c->if_none_match[0] && tfp_etags_parse(c->if_none_match, 1, &l) != 0)
+        return tfp_err_set(err, code, WHAT ": If-None-Match is not an ETag list or *");
+    if (!c->ttl_s && !c->if_match[0] && !c->if_none_match[0])
+        return tfp_err_set(err, code, WHAT ": flag COND with no condition and no TTL");
+    return TFP_OK;
+}
+
 static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
 {
     int op = (int)h->op;
@@ -290,7 +317,8 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
 
     if (!op_known(op))
         return tfp_err_set(err, code, WHAT ": unknown op %d", op);
-    if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_BODY_PREFIX | TFP_UF_F_FEED)) != 0)
+    if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_BODY_PREFIX | TFP_UF_F_FEED |
+                      TFP_UF_F_COND)) != 0)
         return tfp_err_set(err, code, WHAT ": flags 0x%04x has unknown bits", h->flags);
     if (h->flags & TFP_UF_F_BODY_PREFIX) {
         if (op != TFP_UF_PUT && op != TFP_UF_CALL && op != TFP_UF_FEED)
@@ -345,6 +373,11 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
             return tfp_err_set(err, code, WHAT ": flag REPLY_HAS_BODY is %s but body_len is "
                                "%llu", (h->flags & TFP_UF_F_REPLY_HAS_BODY) ? "set" : "clear",
                                (unsigned long long)h->body_len);
+    }
+    if (h->flags & TFP_UF_F_COND) {
+        st = check_cond(h, code, err);
+        if (st != TFP_OK)
+            return st;
     }
     if (h->flags & TFP_UF_F_FEED)
         return check_feed(h, code, err);
@@ -406,6 +439,8 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     if (h->flags & TFP_UF_F_FEED)
         total += TFP_UF_FEED_FIXED + strlen(h->feed.dev) + strlen(h->feed.producer) +
                  strlen(h->feed.consumer);
+    if (h->flags & TFP_UF_F_COND)
+        total += TFP_UF_COND_FIXED + strlen(h->cond.if_match) + strlen(h->cond.if_none_match);
     if (size < total)
         return tfp_err_set(err, TFP_EINVAL, WHAT ": buffer of %zu bytes is too small for %zu",
                            size, total);
@@ -436,6 +471,14 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     p += nup;
     if (h->flags & TFP_UF_F_FEED)
         encode_feed(&h->feed, p);
+    if (h->flags & TFP_UF_F_COND) {
+        size_t nim = strlen(h->cond.if_match), ninm = strlen(h->cond.if_none_match);
+        put_le(p, h->cond.ttl_s, 8);
+        put_le(p + 8, nim, 2);
+        put_le(p + 10, ninm, 2);
+        memcpy(p + TFP_UF_COND_FIXED, h->cond.if_match, nim);
+        memcpy(p + TFP_UF_COND_FIXED + nim, h->cond.if_none_match, ninm);
+    }
     *len = total;
     return TFP_OK;
 }
@@ -512,6 +555,22 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
                                "over %d", TFP_MAX_USER_ID);
         total += TFP_UF_FEED_FIXED + nfd + nfp + nfc;
     }
+    size_t nim = 0, ninm = 0;
+    const uint8_t *cb = NULL;
+    if (get_le(p + 6, 2) & TFP_UF_F_COND) {
+        if (fb)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": flags FEED and COND together");
+        if (len < total + TFP_UF_COND_FIXED)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the "
+                               "conditions block (%zu + 12)", len, total);
+        cb = p + total;
+        nim = (size_t)get_le(cb + 8, 2);
+        ninm = (size_t)get_le(cb + 10, 2);
+        if (nim > TFP_UF_MAX_COND || ninm > TFP_UF_MAX_COND)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": a condition over %d bytes",
+                               TFP_UF_MAX_COND);
+        total += TFP_UF_COND_FIXED + nim + ninm;
+    }
     size_t prefix = 0;
     if (get_le(p + 6, 2) & TFP_UF_F_BODY_PREFIX) {
         if (len <= total || len - total > TFP_UF_MAX_PREFIX)
@@ -551,6 +610,13 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         if ((st = take(&p, nfd, h.feed.dev, "feed device", err)) != TFP_OK ||
             (st = take(&p, nfp, h.feed.producer, "feed producer", err)) != TFP_OK ||
             (st = take(&p, nfc, h.feed.consumer, "feed consumer", err)) != TFP_OK)
+            return st;
+    }
+    if (cb) {
+        h.cond.ttl_s = get_le(cb, 8);
+        p = cb + TFP_UF_COND_FIXED;
+        if ((st = take(&p, nim, h.cond.if_match, "If-Match", err)) != TFP_OK ||
+            (st = take(&p, ninm, h.cond.if_none_match, "If-None-Match", err)) != TFP_OK)
             return st;
     }
     st = check(&h, TFP_EPROTO, err);

@@ -9,7 +9,7 @@
  *     4   1  version    2
  *     5   1  op         tfp_uf_op_t
  *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, bit1 TFP_UF_F_BODY_PREFIX,
- *                      bit8 TFP_UF_F_FEED, the others 0
+ *                      bit8 TFP_UF_F_FEED, bit9 TFP_UF_F_COND, the others 0
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
  *    20   4  wait_ms    GET long-poll in milliseconds; 0 on every other op
@@ -48,6 +48,15 @@
  *    64   8  retry_after  replies: Retry-After (seconds)
  *    72   8  resume_after replies: an outfeed 410's resume point
  *    80      dev, producer, consumer
+ *            then, only with flag TFP_UF_F_COND (GET, PUT, DELETE requests), the conditions
+ *            block (12 fixed bytes, then its strings back to back), what HTTP carries in
+ *            If-Match, If-None-Match and Tfetch-TTL:
+ *     0   8  ttl_s      PUT: seconds the document lives (0: for ever, at most
+ *                      TFP_MAX_TTL_S); 0 on GET and DELETE
+ *     8   2  im_len     If-Match's value (0..TFP_UF_MAX_COND; 0: none)
+ *    10   2  inm_len    If-None-Match's value (0..TFP_UF_MAX_COND; 0: none)
+ *    12      if_match, if_none_match: each an ETag list or "*" as HTTP takes it
+ *            (proto/httpcond.h); at least one of the three is set
  *            then, only with flag TFP_UF_F_BODY_PREFIX (requests that carry a body: PUT,
  *            CALL, FEED), the first prefix_len bytes of the body (1..TFP_UF_MAX_PREFIX,
  *            fewer than body_len): what is left of the AM header after the frame. The AM
@@ -108,14 +117,22 @@
 /* The largest feed block: a device and one stream id (a producer's or a consumer's, never
  * both: no feed op takes both). */
 #define TFP_UF_MAX_FEED (TFP_UF_FEED_FIXED + TFP_MAX_TENSOR_NAME + TFP_MAX_USER_ID)
+#define TFP_UF_COND_FIXED 12                /* the conditions block's bytes before its strings */
+#define TFP_UF_MAX_COND 360                 /* one condition's value */
 /* The largest header an encoder writes or a decoder accepts. */
+/* The larger of the two blocks a frame may carry (never both: FEED frames, or GET, PUT and
+ * DELETE requests). */
+#define TFP_UF_MAX_COND_BLOCK (TFP_UF_COND_FIXED + 2 * TFP_UF_MAX_COND)
+#define TFP_UF_MAX_BLOCK                                                                    \
+    (TFP_UF_MAX_COND_BLOCK > TFP_UF_MAX_FEED ? TFP_UF_MAX_COND_BLOCK : TFP_UF_MAX_FEED)
 #define TFP_UF_MAX_HEADER                                                                   \
     (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + 2 * TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +        \
-     TFP_UF_MAX_MSG + TFP_UF_MAX_FEED)
+     TFP_UF_MAX_MSG + TFP_UF_MAX_BLOCK)
 
 #define TFP_UF_F_REPLY_HAS_BODY 0x0001u
 #define TFP_UF_F_BODY_PREFIX 0x0002u        /* the body's first bytes end the AM header */
 #define TFP_UF_F_FEED 0x0100u               /* the feed block follows the strings */
+#define TFP_UF_F_COND 0x0200u               /* the conditions block follows the strings */
 
 /* The most body bytes a header may carry (flag BODY_PREFIX): a document's safetensors
  * header, and the small tensors before its last one. */
@@ -186,6 +203,13 @@ typedef struct {
     char consumer[TFP_MAX_USER_ID + 1];
 } tfp_uf_feed_t;
 
+/* The conditions block (flag TFP_UF_F_COND). Zeroed by tfp_uf_init. */
+typedef struct {
+    uint64_t ttl_s;
+    char if_match[TFP_UF_MAX_COND + 1];         /* NUL-terminated; "" for none */
+    char if_none_match[TFP_UF_MAX_COND + 1];
+} tfp_uf_cond_t;
+
 typedef struct {
     tfp_uf_op_t op;
     uint16_t flags;
@@ -202,6 +226,7 @@ typedef struct {
     char msg[TFP_UF_MAX_MSG + 1];
     char user_principal[TFP_MAX_USER_ID + 1];   /* "" unless forwarding another's user */
     tfp_uf_feed_t feed;                         /* with flag TFP_UF_F_FEED only */
+    tfp_uf_cond_t cond;                         /* with flag TFP_UF_F_COND only */
 } tfp_uf_hdr_t;
 
 /* Zeroes *h and sets op and seq: the rest is filled in by the caller. */

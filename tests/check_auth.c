@@ -1158,7 +1158,7 @@ static tfp_status_t shm_ring_as(const char *bearer, const char *spec, char *msg,
         close(mfd);
     close(fd);
     tfp_up_resp_clear(&resp);
-    snprintf(msg, msg_size, "%s", r.str);
+    snprintf(msg, msg_size, "%.512s", r.str);
     return (tfp_status_t)r.status;
 }
 

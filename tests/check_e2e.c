@@ -171,8 +171,8 @@ START_TEST(curl_endpoints_and_errors)
     ck_assert_msg(strcasestr(out, "Tfetch-Request-Id: tfd-") != NULL, "%s", out);
     /* The metrics saw all of it. */
     ck_assert_int_eq(curl("", "/metrics"), 200);
-    ck_assert_msg(strstr(out, "tfetch_requests_total{route=\"tensor_put\",status=\"415\"} 1") != NULL, "%s", out);
-    ck_assert_msg(strstr(out, "tfetch_errors_total{route=\"tensor_put\",code=\"TF_EPROTO\"}") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "tfetch_requests_total{route=\"tensor_put\",status=\"415\",transport=\"http\"} 1") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "tfetch_errors_total{route=\"tensor_put\",code=\"TF_EPROTO\",transport=\"http\"}") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "tfetch_stored_tensors 0") != NULL, "%s", out);
     stop_clean();
 }

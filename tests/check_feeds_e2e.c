@@ -798,7 +798,7 @@ START_TEST(feeds_e2e_metrics)
         "tfetch_feed_latency_seconds_bucket{feed=\"f\",device=\"1\",le=\"+Inf\"} 1",
         "tfetch_feed_round_skew{feed=\"f\",device=\"1\"} 1",
         "tfetch_feed_bytes 48",
-        "tfetch_requests_total{route=\"feed_pop\",status=\"200\"} 1",
+        "tfetch_requests_total{route=\"feed_pop\",status=\"200\",transport=\"http\"} 1",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr((const char *)R.body, want[i]) != NULL, "no '%s' in /metrics",

@@ -17,17 +17,17 @@
 START_TEST(metrics_render)
 {
     tfd_metrics_t *m = tfd_metrics_new();
-    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 200, TFP_OK, 0, 1234, 0.002);
-    tfd_metrics_record(m, TFD_EP_TENSOR_GET, 404, TFP_ENOTFOUND, 0, 50, 0.0001);
-    tfd_metrics_record(m, TFD_EP_TENSOR_PUT, 413, TFP_ETOOBIG, 10, 60, 3.0);
+    tfd_metrics_record(m, TFD_EP_TENSOR_GET, TFD_TR_HTTP, 200, TFP_OK, 0, 1234, 0.002);
+    tfd_metrics_record(m, TFD_EP_TENSOR_GET, TFD_TR_UCX, 404, TFP_ENOTFOUND, 0, 50, 0.0001);
+    tfd_metrics_record(m, TFD_EP_TENSOR_PUT, TFD_TR_SHM, 413, TFP_ETOOBIG, 10, 60, 3.0);
     tfd_gauges_t g = {.stored_count = 3, .stored_bytes = 4096, .inflight = 1};
     size_t len;
     char *t = tfd_metrics_render(m, &g, &len);
     ck_assert_ptr_nonnull(t);
     ck_assert_uint_eq(strlen(t), len);
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"200\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"404\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(t, "tfetch_errors_total{route=\"tensor_put\",code=\"TF_ETOOBIG\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"200\",transport=\"http\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_requests_total{route=\"tensor_get\",status=\"404\",transport=\"ucx\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "tfetch_errors_total{route=\"tensor_put\",code=\"TF_ETOOBIG\",transport=\"shm\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(t, "tfetch_sent_bytes_total{route=\"tensor_get\"} 1284\n"));
     ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_bucket{route=\"tensor_get\",le=\"0.0025\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(t, "tfetch_request_duration_seconds_bucket{route=\"tensor_put\",le=\"2.5\"} 0\n"));

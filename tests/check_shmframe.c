@@ -10,6 +10,7 @@
 
 #include <check.h>
 
+#include "proto/op.h"
 #include "proto/shmframe.h"
 #include "tests/suites.h"
 
@@ -298,6 +299,96 @@ START_TEST(sf_staged)
 }
 END_TEST
 
+/* GET's and COMMIT's conditions (flag COND, lines after the name), COMMIT's TTL, a REPLY's
+ * HTTP status and ETag: round trips, and each rule refusing a forged message. */
+START_TEST(sf_conditions)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_sf_t m = msg(TFP_SF_COMMIT, NULL), out;
+    tfp_err_t err;
+    char name[TFP_MAX_TENSOR_NAME + 1];
+    tfp_etags_t im, inm;
+    m.lease = 7;
+    m.a = 100;
+    m.b = 3600;                                     /* TTL */
+    ck_assert_int_eq(tfp_sf_set_target(&m, "w", "\"00000000000000ab-3\"", "*", &err), TFP_OK);
+    ck_assert_uint_eq(m.flags, TFP_SF_F_COND);
+    size_t n = enc(&m, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_uint_eq(out.flags, TFP_SF_F_COND);
+    ck_assert_uint_eq(out.b, 3600);
+    ck_assert_int_eq(tfp_sf_target(&out, name, &im, &inm, &err), TFP_OK);
+    ck_assert_str_eq(name, "w");
+    ck_assert(im.present && !im.any && im.n == 1 && im.tag[0].epoch == 0xab &&
+              im.tag[0].version == 3);
+    ck_assert(inm.present && inm.any);
+    /* none: no flag, the name alone, as an older client sends it */
+    m = msg(TFP_SF_GET, NULL);
+    ck_assert_int_eq(tfp_sf_set_target(&m, "w", NULL, "", &err), TFP_OK);
+    ck_assert_uint_eq(m.flags, 0);
+    ck_assert_str_eq(m.str, "w");
+    /* refused: each on its own */
+    static const struct { unsigned flags; const char *str; } bad[] = {
+        {TFP_SF_F_COND, "w"},                                   /* the flag, no conditions */
+        {0, "w\nIf-None-Match: *"},                             /* conditions, no flag */
+        {TFP_SF_F_COND, "w\nIf-Match: nope"},                   /* not an ETag list */
+        {TFP_SF_F_COND, "w\nIf-Match: *\nIf-Match: *"},          /* twice */
+        {TFP_SF_F_COND, "w\nRange: bytes=0-1"},                 /* not a condition */
+        {TFP_SF_F_COND, "w\nIf-Match: "},                       /* empty */
+        {TFP_SF_F_COND, "\nIf-Match: *"},                       /* no name */
+        {2, "w"},                                               /* an unknown flag */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tfp_sf_t b = msg(i % 2 ? TFP_SF_GET : TFP_SF_COMMIT, bad[i].str);
+        if (b.op == TFP_SF_COMMIT) {
+            b.lease = 1;
+            b.a = 1;
+        }
+        b.flags = bad[i].flags;
+        ck_assert_msg(tfp_sf_encode(&b, buf, sizeof buf, &err) == 0, "encoded bad[%zu]", i);
+    }
+    /* the decoder sees the forged bytes: flags at 20, the string after 48 */
+    m = msg(TFP_SF_GET, "w");
+    n = enc(&m, buf);
+    buf[20] = TFP_SF_F_COND;                        /* the flag, no conditions */
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_EPROTO);
+    /* a TTL over the bound, and one on a GET */
+    m = msg(TFP_SF_COMMIT, "w");
+    m.lease = 1;
+    m.a = 1;
+    m.b = TFP_MAX_TTL_S + 1;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m = msg(TFP_SF_GET, "w");
+    m.b = 5;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    /* flags on any other op, an HTTP status outside a REPLY or out of range */
+    m = msg(TFP_SF_ALLOC, NULL);
+    m.a = 10;
+    m.flags = TFP_SF_F_COND;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    m.flags = 0;
+    m.http = 200;
+    ck_assert_uint_eq(tfp_sf_encode(&m, buf, sizeof buf, &err), 0);
+    tfp_sf_t r = msg(TFP_SF_REPLY, "\"00000000000000ab-4\"");
+    r.http = 600;
+    ck_assert_uint_eq(tfp_sf_encode(&r, buf, sizeof buf, &err), 0);
+    /* a REPLY's HTTP status and ETag round trip */
+    r.http = 201;
+    n = enc(&r, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_uint_eq(out.http, 201);
+    char etag[TFP_ETAG_LEN];
+    ck_assert_int_eq(tfp_sf_reply_etag(&out, etag, &err), TFP_OK);
+    ck_assert_str_eq(etag, "\"00000000000000ab-4\"");
+    buf[21] = 0x7f;                                 /* http 0x7fc9: out of range */
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_EPROTO);
+    r = msg(TFP_SF_REPLY, NULL);                    /* an older server: no ETag */
+    ck_assert_int_eq(tfp_sf_reply_etag(&r, etag, &err), TFP_EPROTO);
+    r = msg(TFP_SF_REPLY, "W/\"x\"");               /* a weak tag is none */
+    ck_assert_int_eq(tfp_sf_reply_etag(&r, etag, &err), TFP_EPROTO);
+}
+END_TEST
+
 START_TEST(sf_span)
 {
     tfp_err_t err;
@@ -320,6 +411,7 @@ Suite *suite_shmframe(void)
     tcase_add_test(tc, sf_decode_refuses);
     tcase_add_test(tc, sf_ring_ops);
     tcase_add_test(tc, sf_span);
+    tcase_add_test(tc, sf_conditions);
     tcase_add_test(tc, sf_staged);
     suite_add_tcase(s, tc);
     return s;

@@ -16,6 +16,7 @@
 
 #include <check.h>
 
+#include "proto/op.h"
 #include "proto/status.h"
 #include "proto/shmframe.h"
 #include "proto/ucxframe.h"
@@ -218,6 +219,11 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
     ck_assert_str_eq(a->user_principal, b->user_principal);
     if (a->flags & TFP_UF_F_FEED)
         ck_assert_mem_eq(&a->feed, &b->feed, sizeof a->feed);
+    if (a->flags & TFP_UF_F_COND) {
+        ck_assert_uint_eq(a->cond.ttl_s, b->cond.ttl_s);
+        ck_assert_str_eq(a->cond.if_match, b->cond.if_match);
+        ck_assert_str_eq(a->cond.if_none_match, b->cond.if_none_match);
+    }
 }
 
 /* Decoding must fail with want and a message containing substr, leaving *out untouched. */
@@ -341,7 +347,7 @@ START_TEST(uf_op_names)
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(77), 0);
-    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 128 + 255 + 512 + 80 + 255 + 128);
+    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 128 + 255 + 512 + 12 + 360 + 360);
 }
 END_TEST
 
@@ -414,6 +420,64 @@ START_TEST(uf_roundtrip_ops)
 }
 END_TEST
 
+/* The conditions block (flag COND): GET, PUT and DELETE carry If-Match, If-None-Match and
+ * (PUT) a TTL as HTTP does; each rule refuses a forged frame. */
+START_TEST(uf_cond_block)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 8];
+    tfp_uf_hdr_t h, d;
+    tfp_err_t err;
+    size_t len;
+    base(&h, TFP_UF_PUT);
+    h.flags |= TFP_UF_F_COND;
+    strcpy(h.cond.if_match, "\"00000000000000ab-3\", \"x\"");
+    strcpy(h.cond.if_none_match, "*");
+    h.cond.ttl_s = 60;
+    len = encode_ok(&h, buf);
+    decode_ok(buf, len, &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_GET);
+    h.flags |= TFP_UF_F_COND;
+    strcpy(h.cond.if_none_match, "W/\"w\"");            /* weak: If-None-Match takes it */
+    len = encode_ok(&h, buf);
+    decode_ok(buf, len, &d);
+    same_hdr(&h, &d);
+    /* what the encoder refuses */
+    static const struct { tfp_uf_op_t op; uint64_t ttl; const char *im, *inm; } bad[] = {
+        {TFP_UF_CALL, 0, "*", ""},                  /* not on a CALL */
+        {TFP_UF_GET, 5, "", ""},                    /* a TTL on a GET */
+        {TFP_UF_PUT, TFP_MAX_TTL_S + 1, "", ""},    /* over a year */
+        {TFP_UF_PUT, 0, "nope", ""},                /* not an ETag list */
+        {TFP_UF_PUT, 0, "", ""},                    /* the flag, nothing in it */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        base(&h, bad[i].op);
+        h.flags |= TFP_UF_F_COND;
+        h.cond.ttl_s = bad[i].ttl;
+        strcpy(h.cond.if_match, bad[i].im);
+        strcpy(h.cond.if_none_match, bad[i].inm);
+        ck_assert_msg(tfp_uf_encode(&h, buf, sizeof buf, &len, &err) == TFP_EINVAL,
+                      "bad[%zu] encoded", i);
+    }
+    /* what the decoder refuses: a truncated block, a length over the bound, FEED with it */
+    base(&h, TFP_UF_PUT);
+    h.flags |= TFP_UF_F_COND;
+    strcpy(h.cond.if_none_match, "*");
+    len = encode_ok(&h, buf);
+    DECODE_REJECTS(buf, len - 1, TFP_EPROTO, "");
+    size_t at = len - 1 - 12;                       /* the block: 12 bytes, then "*" */
+    buf[at + 10] = 0xff;
+    buf[at + 11] = 0x7f;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "over 360");
+    len = encode_ok(&h, buf);
+    buf[7] |= TFP_UF_F_FEED >> 8;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "");
+    len = encode_ok(&h, buf);
+    buf[len - 1] = 'x';                             /* If-None-Match: x */
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "If-None-Match");
+}
+END_TEST
+
 /* The longest header there is: every string at its bound. */
 START_TEST(uf_max_header)
 {
@@ -434,10 +498,30 @@ START_TEST(uf_max_header)
     h.msg[TFP_UF_MAX_MSG] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     /* A reply carries no user principal (requests only), so it is one user id short. */
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_FEED - TFP_MAX_USER_ID);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK - TFP_MAX_USER_ID);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
-    /* the same strings on an infeed with the longest device and producer: the longest */
+    /* the same strings on a PUT with the longest conditions: the longest */
+    tfp_uf_hdr_t c = h;
+    c.op = TFP_UF_PUT;
+    c.status = TFP_OK;
+    c.http = 0;
+    c.body_len = 1;
+    c.flags = TFP_UF_F_COND;
+    memset(c.user_principal, 'q', TFP_MAX_USER_ID);
+    c.user_principal[TFP_MAX_USER_ID] = '\0';
+    memset(c.cond.if_match, 'm', TFP_UF_MAX_COND);
+    c.cond.if_match[0] = c.cond.if_match[TFP_UF_MAX_COND - 1] = '"';
+    c.cond.if_match[TFP_UF_MAX_COND] = '\0';
+    memcpy(c.cond.if_none_match, c.cond.if_match, sizeof c.cond.if_match);
+    c.cond.ttl_s = TFP_MAX_TTL_S;
+    ck_assert_int_eq(tfp_uf_encode(&c, buf, sizeof buf, &len, &err), TFP_OK);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
+    decode_ok(buf, len, &d);
+    same_hdr(&c, &d);
+    ck_assert_str_eq(d.cond.if_match, c.cond.if_match);
+    ck_assert_uint_eq(d.cond.ttl_s, TFP_MAX_TTL_S);
+    /* the same strings on an infeed with the longest device and producer */
     h.op = TFP_UF_FEED;
     h.flags = TFP_UF_F_FEED;
     h.body_len = 1;
@@ -449,9 +533,10 @@ START_TEST(uf_max_header)
     memset(h.user_principal, 'q', TFP_MAX_USER_ID);     /* a request may name whose user */
     h.user_principal[TFP_MAX_USER_ID] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK + TFP_UF_MAX_FEED);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
+    h = c;
     /* one byte short of room: refused, nothing written */
     memset(buf, 0x5A, sizeof buf);
     len = 7;
@@ -1255,6 +1340,7 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_op_names);
     tcase_add_test(tc, uf_roundtrip_ops);
     tcase_add_test(tc, uf_max_header);
+    tcase_add_test(tc, uf_cond_block);
     tcase_add_test(tc, uf_null_args);
     tcase_add_loop_test(tc, uf_rule_refused, 0, N_RULES);
     tcase_add_test(tc, uf_rules_cover_ops);

@@ -157,6 +157,30 @@ void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const 
     r->ops->respond(r, status, content_type, body, len, release, release_arg);
 }
 
+void tfx_respond_body(tfx_req_t *r, unsigned status, const char *content_type,
+                      const tfx_body_t *body)
+{
+    if (!r->ops->respond_body) {
+        tfx_respond(r, status, content_type, body->data, body->len, body->release,
+                    body->release_arg);
+        return;
+    }
+    if (r->answered) {                              /* a second answer: keep the first */
+        if (body->release)
+            body->release(body->release_arg);
+        return;
+    }
+    r->answered = 1;
+    r->status = status;
+    r->resp_len = body->len;
+    r->ops->respond_body(r, status, content_type, body);
+}
+
+int tfx_req_take_memfd(tfx_req_t *r, int *fd, void **p, size_t *size)
+{
+    return r->ops->take_memfd ? r->ops->take_memfd(r, fd, p, size) : 0;
+}
+
 void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
 {
     if (r->answered)                                /* a second answer: keep the first */

@@ -4,7 +4,8 @@
  * one set of handlers serves both.
  *
  * Each request carries the operation it asks for (tfp_op_t, proto/op.h), filled once by its
- * transport before begin: HTTP parses the request line and headers, UCX reads the frame. A
+ * transport before begin: HTTP parses the request line and headers, UCX reads the frame, the
+ * same-host shm transport (transports/shm_server.c) reads its message. A
  * request the transport could not make sense of carries why (tfx_req_op_error), for begin to
  * answer. Handlers answer a status with a message (tfx_respond_error) or a body
  * (tfx_respond); each transport renders that its own way (HTTP: a status line and a JSON
@@ -39,7 +40,7 @@ typedef struct {
     void *arg;
 } tfx_handlers_t;
 
-/* The transport a request came by: "http" or "ucx". */
+/* The transport a request came by: "http", "ucx" or "shm". */
 const char *tfx_req_transport(const tfx_req_t *r);
 /* The client's address ("127.0.0.1", "::1"), "" when the transport does not know it. */
 const char *tfx_req_peer(const tfx_req_t *r);
@@ -87,6 +88,29 @@ void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const 
  * transport refused a method with); UCX: a REPLY frame without a body. */
 void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* An answer body that knows its backing (as nginx's ngx_buf_t is memory or a file): its
+ * bytes and who frees them, and optionally how to hand them to a same-host peer as a sealed
+ * memfd. HTTP and UCX send the bytes; shm passes the memfd (share), or a sealed copy of the
+ * bytes when the body has none. */
+typedef struct {
+    const void *data;
+    size_t len;
+    void (*release)(void *arg);     /* NULL for static data */
+    void *release_arg;
+    /* Optional: the bytes as a sealed memfd: *fd (borrowed until release runs), the body at
+     * *offset of its *size bytes. TFP_OK, or why not (TFP_ENOMEM, TFP_ENOSPACE). */
+    tfp_status_t (*share)(void *share_arg, void *release_arg, int *fd, size_t *offset,
+                          size_t *size);
+    void *share_arg;
+} tfx_body_t;
+/* tfx_respond with such a body (release runs exactly once, as there). */
+void tfx_respond_body(tfx_req_t *r, unsigned status, const char *content_type,
+                      const tfx_body_t *body);
+/* In handle, after tfx_req_take_lent: when the lent body lies at offset 0 of a sealed memfd
+ * (a same-host PUT's), takes that memfd over: 1 with *fd, its mapping *p and *size (the
+ * caller's to close, tfx_shm_close; the give-back then only ends the lending); else 0. */
+int tfx_req_take_memfd(tfx_req_t *r, int *fd, void **p, size_t *size);
+
 /* The status of the response queued (0 if none yet). */
 unsigned tfx_req_status(const tfx_req_t *r);
 uint64_t tfx_req_response_bytes(const tfx_req_t *r);

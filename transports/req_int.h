@@ -14,13 +14,18 @@ typedef struct tfx_hdr {
 } tfx_hdr_t;
 
 typedef struct {
-    const char *name;               /* "http", "ucx" */
+    const char *name;               /* "http", "ucx", "shm" */
     void (*respond)(tfx_req_t *r, unsigned status, const char *content_type, const void *body,
                     size_t len, void (*release)(void *), void *release_arg);
     /* Renders a failure (code, msg) the transport's way. r->status is set; sets r->resp_len
      * to the body bytes it sends, if any. */
     void (*respond_error)(tfx_req_t *r, tfp_status_t code, const char *msg);
     void (*resume)(tfx_req_t *r);
+    /* Optional (NULL: respond with the body's bytes): a body that knows its backing. */
+    void (*respond_body)(tfx_req_t *r, unsigned status, const char *content_type,
+                         const tfx_body_t *body);
+    /* Optional (NULL: never): tfx_req_take_memfd. */
+    int (*take_memfd)(tfx_req_t *r, int *fd, void **p, size_t *size);
 } tfx_req_ops_t;
 
 struct tfx_req {

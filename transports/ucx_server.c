@@ -660,6 +660,13 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const pe
         op->body.kind = TFP_BODY_SAFETENSORS;
         tfp_op_check_length(op, u->cfg.max_body, &r->op_err);
     }
+    if (h->flags & TFP_UF_F_COND) {     /* the decoder checked the values as HTTP does */
+        if (h->cond.if_match[0])
+            (void)tfp_etags_parse(h->cond.if_match, 0, &op->cond.if_match);
+        if (h->cond.if_none_match[0])
+            (void)tfp_etags_parse(h->cond.if_none_match, 1, &op->cond.if_none_match);
+        op->ttl_s = h->cond.ttl_s;
+    }
     if (h->op == TFP_UF_FEED)
         feed_frame_op(u, r, h);
 }

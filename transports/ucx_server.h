@@ -18,6 +18,9 @@
  *
  * Threads: one progress thread owns the UCX worker and runs the handlers of UCX requests;
  * tfx_req_resume from any thread queues the request back to it.
+ *
+ * Built without UCX (no HAVE_UCX), the same calls exist as stubs below: tfx_ucx_start says
+ * so and returns NULL, and the rest take that NULL. The daemon needs no #ifdef of its own.
  */
 #ifndef TFX_UCX_SERVER_H
 #define TFX_UCX_SERVER_H
@@ -54,6 +57,9 @@ typedef struct {
     uint64_t prefixed;              /* requests whose body's first bytes came in the header */
 } tfx_ucx_stats_t;
 
+#ifdef HAVE_UCX
+#define TFX_UCX_BUILT 1                     /* this build has the UCX transport */
+
 /* Creates the UCX context and worker and starts the progress thread. NULL with err set when
  * UCX cannot start (the daemon then serves HTTP only and says why). */
 tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, tfp_err_t *err);
@@ -68,5 +74,36 @@ const char *tfx_ucx_server_memory(const tfx_ucx_t *u);
 void tfx_ucx_stats(tfx_ucx_t *u, tfx_ucx_stats_t *st);
 /* Stops the progress thread and frees everything. No request may be suspended. */
 void tfx_ucx_stop(tfx_ucx_t *u);
+
+#else  /* built without UCX: what the daemon calls, doing nothing */
+#define TFX_UCX_BUILT 0
+
+static inline tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h,
+                                       tfp_err_t *err)
+{
+    (void)cfg;
+    (void)h;
+    tfp_err_set(err, TFP_ENOTIMPL, "this tfetchd was built without UCX");
+    return NULL;
+}
+static inline int tfx_ucx_address(tfx_ucx_t *u, int net_only, uint8_t **addr, size_t *len)
+{
+    (void)u;
+    (void)net_only;
+    *addr = NULL;
+    *len = 0;
+    return -1;
+}
+static inline void tfx_ucx_quiesce(tfx_ucx_t *u) { (void)u; }
+static inline unsigned tfx_ucx_inflight(tfx_ucx_t *u) { (void)u; return 0; }
+static inline const char *tfx_ucx_server_memory(const tfx_ucx_t *u) { (void)u; return NULL; }
+static inline void tfx_ucx_stats(tfx_ucx_t *u, tfx_ucx_stats_t *st)
+{
+    (void)u;
+    *st = (tfx_ucx_stats_t){0, 0, 0, 0, 0, 0, 0};
+}
+static inline void tfx_ucx_stop(tfx_ucx_t *u) { (void)u; }
+
+#endif
 
 #endif

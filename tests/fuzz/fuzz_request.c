@@ -9,7 +9,13 @@
  * (CR before LF is dropped; blank lines before a request are skipped). With Transfer-Encoding
  * the body is chunked (hex size line, data, LF; size 0 ends it) and each chunk arrives as
  * its own piece, else Content-Length bytes arrive at once; a body cut short by the end of
- * the input is a client that went away mid-upload (finish without an answer). In TARGET,
+ * the input is a client that went away mid-upload (finish without an answer). The methods
+ * SHMGET and SHMCOMMIT are a same-host GET or PUT instead (daemon/shm.c's path): TARGET and
+ * the If-Match and If-None-Match lines make a shm message's string (proto/shmframe.h's
+ * conditions, flag COND set when there is one), Tfetch-TTL its TTL, the body the document
+ * lent in a sealed memfd; the message's bytes go through tfp_sf_decode and, when it takes
+ * them, tfd_shm_op and tfx_shm_call (transports/shm_server.c) run the op over the same
+ * router, and an answer's memfd is checked (inside it, a safetensors document). In TARGET,
  * "$W" stands for the last worker id a registration answered and "$C" for the last call id
  * a poll handed out, so one input can run the worker protocol end to end. The line
  * "!CLOSE N" is no request: the client of the Nth request still open (suspended; newest
@@ -37,6 +43,7 @@
 #include "daemon/api.h"
 #include "daemon/log.h"
 #include "daemon/router.h"
+#include "daemon/shm.h"
 #include "daemon/upgrade.h"
 #include "proto/http.h"
 #include "proto/jsonread.h"
@@ -45,6 +52,7 @@
 #include "proto/safetensors.h"
 #include "proto/shumai.h"
 #include "transports/req_int.h"
+#include "transports/shm_server.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -52,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -697,6 +706,80 @@ static void run_request(const wire_t *w)
     pump();
 }
 
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A same-host GET or COMMIT (see the top): the message as the socket would carry it. */
+static void run_shm(const wire_t *w)
+{
+    int commit = strcmp(w->method, "SHMCOMMIT") == 0;
+    const char *im = header(w, "If-Match"), *inm = header(w, "If-None-Match");
+    const char *ttl = header(w, "Tfetch-TTL");
+    uint8_t buf[TFP_SF_MAX];
+    size_t len = 0;
+    for (int i = 0; i < w->npieces; i++)
+        len += w->piece_len[i];
+    int n = snprintf((char *)buf + TFP_SF_FIXED, sizeof buf - TFP_SF_FIXED, "%s%s%s%s%s",
+                     w->target, im ? "\nIf-Match: " : "", im ? im : "",
+                     inm ? "\nIf-None-Match: " : "", inm ? inm : "");
+    if (n < 0 || (size_t)n >= sizeof buf - TFP_SF_FIXED || w->cut)
+        return;
+    memset(buf, 0, TFP_SF_FIXED);
+    put_le(buf, TFP_SF_MAGIC, 4);
+    buf[4] = TFP_SF_VERSION;
+    buf[5] = commit ? TFP_SF_COMMIT : TFP_SF_GET;
+    put_le(buf + 6, (uint64_t)n, 2);
+    put_le(buf + 8, 1, 8);
+    put_le(buf + 20, (im || inm) ? TFP_SF_F_COND : 0, 4);
+    put_le(buf + 24, commit, 8);
+    put_le(buf + 32, commit ? len : 0, 8);
+    put_le(buf + 40, commit && ttl ? strtoull(ttl, NULL, 10) : 0, 8);
+    tfp_sf_t q;
+    tfp_err_t err;
+    if (tfp_sf_decode(buf, TFP_SF_FIXED + (size_t)n, &q, &err) != TFP_OK)
+        return;                             /* the daemon closes such a connection */
+    tfp_op_t op;
+    tfp_op_who_t who;
+    memset(&who, 0, sizeof who);
+    tfd_shm_op(&who, &q, &op);
+    tfx_shm_call_t call = {.body = TFX_SHM_NONE, .body_len = len};
+    if (commit) {                           /* the document in the memfd lent for it */
+        size_t off = 0;
+        if (tfx_shm_create(len, "fuzz-put", &call.body, &err) != TFP_OK)
+            fail("no memfd", err.msg);
+        for (int i = 0; i < w->npieces; i++) {
+            memcpy(call.body.p + off, w->piece[i], w->piece_len[i]);
+            off += w->piece_len[i];
+        }
+        if (tfx_shm_seal(&call.body, TFX_SHM_SEAL_WRITE | TFX_SHM_SEAL_SIZE, &err) != TFP_OK)
+            fail("cannot seal the memfd", err.msg);
+    }
+    tfx_shm_call(&handlers, &op, NULL, "shm", &call);
+    if (call.http < 100 || call.http > 599)
+        fail("a shm answer without an HTTP status", NULL);
+    if (call.code != TFP_OK && tfp_status_http(call.code) > 0 &&
+        call.http != (unsigned)tfp_status_http(call.code))
+        fail("a shm failure whose status is not its code's", call.msg);
+    if (call.fd >= 0) {
+        size_t size;
+        tfx_shm_t m;
+        tfp_doc_t *doc = NULL;
+        if (tfx_shm_check(call.fd, 1, TFX_SHM_SEAL_WRITE, &size, &err) != TFP_OK ||
+            tfp_sf_check_span(call.offset, call.len, size, &err) != TFP_OK ||
+            tfx_shm_map(dup(call.fd), size, TFX_SHM_MAP_READ, &m, &err) != TFP_OK)
+            fail("a shm answer's memfd", err.msg);
+        if (tfp_st_decode(m.p + call.offset, call.len, NULL, &doc, &err) != TFP_OK)
+            fail("a shm answer that is no safetensors document", err.msg);
+        tfp_doc_free(doc);
+        tfx_shm_close(&m);
+    }
+    if (call.hold)
+        call.hold(call.hold_arg);
+}
+
 /* "!CLOSE N": the client of the Nth open (suspended) request, newest first, goes away. */
 static void drop_open(int n)
 {
@@ -719,6 +802,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < MAX_REQS && read_request(&p, end, &w) == 0; i++) {
         if (strcmp(w.method, "!CLOSE") == 0)
             drop_open(atoi(w.target));
+        else if (strncmp(w.method, "SHM", 3) == 0)
+            run_shm(&w);
         else
             run_request(&w);
         wire_free(&w);
