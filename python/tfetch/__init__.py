@@ -61,6 +61,6 @@ TooBig = errors.ETOOBIG
 BadURL = errors.EURL
 
 
-def library_version():
+def library_version() -> str:
     """The version of the libtfetch loaded (tf_version)."""
     return _lib.version()

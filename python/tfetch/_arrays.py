@@ -11,10 +11,13 @@ array alive in _EXPORTS until the consumer calls the deleter. Documents are plai
 by one thread at a time; the deleter and capsule destructor may run on any thread (ctypes
 takes the GIL).
 """
+from __future__ import annotations
+
 import ctypes
 import json
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int64, c_size_t,
                     c_uint8, c_uint16, c_void_p)
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -76,12 +79,12 @@ class Array(np.ndarray):
         self._tf_shape = getattr(obj, "_tf_shape", None)
 
     @property
-    def packed_shape(self):
+    def packed_shape(self) -> Optional[tuple]:
         """A packed tensor's (F4, F6_*) shape in elements; None for the others."""
         return self._tf_shape
 
     @property
-    def dtype_name(self):
+    def dtype_name(self) -> str:
         """The safetensors dtype name ("BF16"), while the storage still fits it."""
         return dtype_name(self)
 
@@ -96,7 +99,7 @@ class Array(np.ndarray):
         return (1, 0)  # kDLCPU
 
 
-def dtype_name(a):
+def dtype_name(a: Any) -> str:
     """The safetensors dtype name of an array ("F32", "BF16", ...); ValueError if it has none.
     A tfetch.Array keeps its name while its elements keep the size and kind of its storage."""
     dt = a.dtype
@@ -114,7 +117,7 @@ def dtype_name(a):
     return n
 
 
-def tagged(a, name, shape=None):
+def tagged(a: Any, name: str, shape: Optional[Sequence[int]] = None) -> np.ndarray:
     """A view of a's bytes as a tensor of dtype `name` (e.g. raw uint16 bits as "BF16").
     For the extended types the view is a tfetch.Array; for the others a plain array. A packed
     type (F4, F6_E2M3, F6_E3M2) takes its bytes as uint8 and its `shape` in elements."""
@@ -392,7 +395,7 @@ def _capsule_dtor(capsule):
         _EXPORTS.pop(_capsule_ptr(capsule, b"dltensor"), None)
 
 
-def to_dlpack(a):
+def to_dlpack(a: np.ndarray) -> Any:
     """A DLPack capsule ("dltensor") over a's memory, no copy: bf16 as kDLBfloat, fp8 as
     kDLFloat8_e4m3fn / kDLFloat8_e5m2, the rest as numpy would."""
     name = dtype_name(a)
