@@ -20,7 +20,7 @@ from ctypes import byref, c_size_t, c_void_p
 from typing import Any, Dict, Mapping, Optional, Union
 
 from . import _lib
-from ._arrays import Document, build_doc, release_doc, wrap_doc
+from ._arrays import Document, build_doc, convert, release_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
 from ._feeds import FeedCalls
 
@@ -41,6 +41,8 @@ class Client(FeedCalls):
         c = tfetch.Client("http://127.0.0.1:7070", user="alice")
         c.put("w", {"w": np.ones((2, 3), np.float32)})
         c.get("w")["w"]              # a numpy view over the received bytes
+        c.get("w", like="torch")     # the same bytes as torch tensors, no copy
+        c.put("t", {"t": torch.ones(3, dtype=torch.bfloat16)})   # anything with __dlpack__
 
     url: the base of the server that names resolve against (http://host:port); methods
       also take full URLs (http://host:port/v1/tensors/NAME).
@@ -71,7 +73,9 @@ class Client(FeedCalls):
     Blocking: get, put, call, delete, list, info, upgrade, transport_info.
     Asynchronous (asyncio, many in flight): aget, aput, acall, adelete, alist, ainfo.
     Results: get and call return a tfetch.Document (a dict name -> numpy array, the arrays
-    being views over the received bytes, not copies) and ``last`` is a tfetch.Result.
+    being views over the received bytes, not copies; like="torch": torch tensors over
+    them) and ``last`` is a tfetch.Result. put and call send numpy arrays and anything with
+    __dlpack__ (torch, jax; bf16 and fp8 included) from where they lie.
     Errors raise tfetch.Error subclasses (tfetch.errors).
     Feeds: c.feed(name, device) attaches to a device queue (a tfetch.Feed: pop, iterate,
     push_outfeed); c.feed_declare, infeed_push, feed_done, feed_reset, feed_stats and
@@ -226,16 +230,18 @@ class Client(FeedCalls):
 
     # ---- blocking calls -------------------------------------------------------------------
 
-    def get(self, name, wait=None):
+    def get(self, name, wait=None, like=None):
         """GET a document: a tfetch.Document (dict name -> numpy array, views over the
         received buffer). name: a tensor name under the client's url, or a full URL.
-        wait: seconds to long-poll for it to appear (None: fail at once if absent)."""
+        wait: seconds to long-poll for it to appear (None: fail at once if absent).
+        like: "torch" for torch tensors over the same received buffer (no copy; bf16 as
+        torch.bfloat16), "numpy" or None for numpy arrays."""
         url = self._resolve(name).encode()
         out = c_void_p()
         with self._lock:
             st = lib.tf_get(self._handle(), url, _seconds_to_ms(wait), byref(out))
             self._finish(st)
-        return wrap_doc(out.value)
+        return convert(wrap_doc(out.value), like)
 
     def put(self, name, tensors, metadata=None):
         """PUT a document: tensors is a dict name -> array (or one array, stored as
@@ -253,10 +259,11 @@ class Client(FeedCalls):
             del keep
 
     def call(self, route: str, tensors: Tensors,
-             metadata: Optional[Mapping[str, str]] = None) -> Document:
+             metadata: Optional[Mapping[str, str]] = None,
+             like: Optional[str] = None) -> Document:
         """Exchange: POST a document to a route (/v1/call/ROUTE) and return its reply
-        (a tfetch.Document)."""
-        return self._exchange(self._resolve(route, "call"), tensors, metadata)
+        (a tfetch.Document; like="torch": of torch tensors, as get)."""
+        return convert(self._exchange(self._resolve(route, "call"), tensors, metadata), like)
 
     def _exchange(self, url, tensors, metadata=None):
         doc, keep = build_doc(tensors, metadata)
@@ -270,13 +277,14 @@ class Client(FeedCalls):
             del keep
         return wrap_doc(out.value)
 
-    def fetch(self, url: str, tensors: Optional[Tensors] = None) -> Document:
+    def fetch(self, url: str, tensors: Optional[Tensors] = None,
+              like: Optional[str] = None) -> Document:
         """Shumai's tfetch: no tensors: GET url; with tensors: exchange (POST them to url,
         return the reply). url is a full URL or a name (a tensor for GET, a route for an
-        exchange)."""
+        exchange). like: as get's."""
         if tensors is None:
-            return self.get(url)
-        return self._exchange(self._resolve(url, "call"), tensors)
+            return self.get(url, like=like)
+        return convert(self._exchange(self._resolve(url, "call"), tensors), like)
 
     def delete(self, name: str) -> None:
         """DELETE a stored document."""
@@ -345,11 +353,11 @@ class Client(FeedCalls):
         return self._driver
 
     async def aget(self, name: str, wait: Optional[float] = None,
-                   timeout: Optional[float] = None) -> Document:
-        """await: get(name, wait) through the async engine. timeout: this request's, in
-        seconds (None: the client's)."""
-        return await self._async().fetch(_lib.TF_OP_GET, self._resolve(name), None,
-                                         wait=wait, timeout=timeout)
+                   timeout: Optional[float] = None, like: Optional[str] = None) -> Document:
+        """await: get(name, wait, like) through the async engine. timeout: this request's,
+        in seconds (None: the client's)."""
+        return convert(await self._async().fetch(_lib.TF_OP_GET, self._resolve(name), None,
+                                                 wait=wait, timeout=timeout), like)
 
     async def aput(self, name: str, tensors: Tensors,
                    metadata: Optional[Mapping[str, str]] = None,
@@ -361,18 +369,19 @@ class Client(FeedCalls):
 
     async def acall(self, route: str, tensors: Tensors,
                     metadata: Optional[Mapping[str, str]] = None,
-                    timeout: Optional[float] = None) -> Document:
-        """await: call(route, tensors) through the async engine."""
+                    timeout: Optional[float] = None, like: Optional[str] = None) -> Document:
+        """await: call(route, tensors, metadata, like) through the async engine."""
         doc = build_doc(tensors, metadata)
-        return await self._async().fetch(_lib.TF_OP_EXCHANGE, self._resolve(route, "call"),
-                                         doc, timeout=timeout)
+        return convert(await self._async().fetch(_lib.TF_OP_EXCHANGE,
+                                                 self._resolve(route, "call"), doc,
+                                                 timeout=timeout), like)
 
     async def afetch(self, url: str, tensors: Optional[Tensors] = None,
-                     timeout: Optional[float] = None) -> Document:
-        """await: fetch(url, tensors) through the async engine."""
+                     timeout: Optional[float] = None, like: Optional[str] = None) -> Document:
+        """await: fetch(url, tensors, like) through the async engine."""
         if tensors is None:
-            return await self.aget(url, timeout=timeout)
-        return await self.acall(url, tensors, timeout=timeout)
+            return await self.aget(url, timeout=timeout, like=like)
+        return await self.acall(url, tensors, timeout=timeout, like=like)
 
     async def adelete(self, name: str, timeout: Optional[float] = None) -> None:
         """await: delete(name) through the async engine."""

@@ -13,7 +13,7 @@ import json
 from ctypes import byref, c_int, c_uint64, c_void_p
 
 from . import _lib
-from ._arrays import Batch, build_doc, release_doc, wrap_doc
+from ._arrays import Batch, build_doc, convert, release_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
 
 lib = _lib.lib
@@ -94,13 +94,13 @@ class Item:
     the queue, the producer's ``seq``, its ``round`` and ``generation``. release() (or the
     with block's end) says the step is done with it."""
 
-    def __init__(self, ptr, core):
+    def __init__(self, ptr, core, like=None):
         self._owner = _ItemOwner(ptr, core)
         self.position = lib.tf_item_position(ptr)
         self.seq = lib.tf_item_seq(ptr)
         self.round = lib.tf_item_round(ptr)
         self.generation = lib.tf_item_generation(ptr)
-        self.doc = wrap_doc(lib.tf_item_doc(ptr), owner=self._owner)
+        self.doc = convert(wrap_doc(lib.tf_item_doc(ptr), owner=self._owner), like)
 
     def release(self):
         """Done with this item: it is acknowledged once no array from it is alive."""
@@ -123,7 +123,9 @@ class Feed:
     next item; iterating yields items until the feed is done and drained; push_outfeed()
     sends a step's results. detach() lets go of the queue once no item array is alive."""
 
-    def __init__(self, client, url, device, backend):
+    def __init__(self, client, url, device, backend, like=None):
+        convert({}, like)                       # refuses an unknown like now, not per item
+        self._like = like
         self._client = client
         self.url = url
         out = c_void_p()
@@ -153,7 +155,7 @@ class Feed:
             if st == TF_EAGAIN:
                 return None
             _check(c, st)
-            return Item(out.value, self._core)
+            return Item(out.value, self._core, self._like)
 
     def __iter__(self):
         """Items until the feed is done (then the iteration ends)."""
@@ -223,11 +225,13 @@ def _json_out(client, st, ptr):
 class FeedCalls:
     """The producer and operator calls of a Client (mixed into tfetch.Client)."""
 
-    def feed(self, name, device=0, backend="host"):
+    def feed(self, name, device=0, backend="host", like=None):
         """Attaches to device queue `device` (index or declared name) of feed `name` (a name
         under the client's url, or http://host:port/v1/feeds/NAME) with a backend ("host",
-        "sim", "cuda"): a tfetch.Feed."""
-        return Feed(self, self._resolve(name, "feeds"), device, backend)
+        "sim", "cuda"): a tfetch.Feed. like="torch": its items' documents hold torch tensors
+        over the received item (no copy; a same-host ring's are read-only memory that torch
+        cannot mark: clone() one to write it)."""
+        return Feed(self, self._resolve(name, "feeds"), device, backend, like)
 
     def feed_declare(self, name, declaration):
         """Declares the feed (a dict or JSON text, doc/PROTOCOL.md section 9); returns its
