@@ -52,7 +52,7 @@ int main(int argc, char **argv)
         char id[48];
         snprintf(id, sizeof id, "c7f3a9e2b1d04c55-%ld", i);    /* libtfetch's form */
         tfd_replay_answer_t got;
-        if (tfd_replay_begin(r, "anonymous", id, "echo", NULL, &got) != TFD_REPLAY_NEW) {
+        if (tfd_replay_begin(r, "anonymous", id, "echo", 0, NULL, &got) != TFD_REPLAY_NEW) {
             fprintf(stderr, "call %ld was not new\n", i);
             return 1;
         }

@@ -128,7 +128,11 @@ static int replayed(tfx_req_t *r, tfd_ctx_t *c)
     if (!c->request_id_from_client)
         return 0;
     tfd_replay_answer_t ans;
-    switch (tfd_replay_begin(c->api->replay, c->state_key, c->request_id, c->name, r, &ans)) {
+    /* The body as it arrived (a Shumai or safetensors document, or a raw tensor after the
+     * header made for it: the same bytes give the same digest). */
+    uint64_t digest = tfd_replay_digest(c->api->replay, c->call_base, c->call_len);
+    switch (tfd_replay_begin(c->api->replay, c->state_key, c->request_id, c->name, digest, r,
+                             &ans)) {
     case TFD_REPLAY_NEW:
         c->replay_owner = 1;
         return 0;
@@ -147,6 +151,11 @@ static int replayed(tfx_req_t *r, tfd_ctx_t *c)
         return 1;
     case TFD_REPLAY_CONFLICT:
         api_fail(r, c, TFP_EUNPROC, "request id '%s' was already used for another route",
+                 c->request_id);
+        return 1;
+    case TFD_REPLAY_MISMATCH:                       /* as the IETF Idempotency-Key draft */
+        api_fail(r, c, TFP_EUNPROC, "request id '%s' was already used with a different body: "
+                 "a retry must resend the same request (use a new id for a new one)",
                  c->request_id);
         return 1;
     default:                                        /* full: run without a retry guarantee */

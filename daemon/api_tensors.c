@@ -105,6 +105,32 @@ static int unchanged(const tfd_ctx_t *c, const tfd_blob_t *b)
     return inm->present && tfp_etags_match(inm, tfd_store_epoch(c->api->store), b->version);
 }
 
+/* Content-Disposition for a stored document's GET: a download (wget, a browser) is saved as
+ * NAME.safetensors, NAME.raw (one tensor's bytes) or NAME.json, by the form served. Names are
+ * [A-Za-z0-9._-] (proto/ids.c), so they go in the quoted filename as they are. */
+static void add_disposition(tfx_req_t *r, const tfd_ctx_t *c, const tfp_doc_t *doc)
+{
+    const char *ext;
+    switch (c->op->accept) {
+    case TFP_MEDIA_OCTET:
+        if (doc->n != 1)
+            return;                         /* a 406 follows */
+        ext = "raw";
+        break;
+    case TFP_MEDIA_JSON:
+        ext = "json";
+        break;
+    case TFP_MEDIA_OTHER:
+        return;                             /* a 406 follows */
+    default:
+        ext = "safetensors";
+        break;
+    }
+    char v[TFP_MAX_TENSOR_NAME + 64];
+    snprintf(v, sizeof v, "attachment; filename=\"%s.%s\"", c->name, ext);
+    tfx_req_add_header(r, "Content-Disposition", v);
+}
+
 /* A stored document, answered under the request's conditions: ETag and Accept-Ranges with
  * the safetensors form; 412 when If-Match fails, 304 when If-None-Match holds, 206 for one
  * satisfiable Range (If-Range permitting; zero copy, a slice of the blob), 416 otherwise. */
@@ -114,6 +140,7 @@ static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
     uint64_t epoch = tfd_store_epoch(c->api->store);
     if (op->accept != TFP_MEDIA_NONE && op->accept != TFP_MEDIA_SAFETENSORS &&
         op->accept != TFP_MEDIA_ANY) {
+        add_disposition(r, c, b->doc);
         api_serve_blob(r, c, b);            /* a view: its own representation, no tag */
         return;
     }
@@ -132,6 +159,7 @@ static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
         return;
     }
     tfx_req_add_header(r, "Accept-Ranges", "bytes");
+    add_disposition(r, c, b->doc);
     const tfp_range_t *rg = &op->cond.range;
     if (rg->kind != TFP_RANGE_NONE &&
         (!op->cond.if_range.present || tfp_etags_match(&op->cond.if_range, epoch, b->version))) {

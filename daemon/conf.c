@@ -86,6 +86,7 @@ static const opt_t opts[] = {
     {"tls-cert", K_STR, F(tls_cert), "PATH", "serve HTTPS (TLS 1.2 and 1.3) with the PEM certificate chain in PATH; needs tls-key; with it the UCX upgrade is offered only as ucx-trusted says (default: none, plain HTTP)"},
     {"tls-key", K_STR, F(tls_key), "PATH", "the PEM private key for tls-cert (default: none)"},
     {"tls-client-ca", K_STR, F(tls_client_ca), "PATH", "ask clients for a certificate and trust those the PEM CA certificates in PATH signed: a verified certificate whose subject has a cert:SUBJECT line in auth-tokens acts as that line's principal when no bearer token is sent; needs tls-cert, tls-key and auth-tokens (default: none)"},
+    {"cors-origins", K_STR, F(cors_origins), "ORIGINS", "let web pages from these origins (scheme://host[:port], separated by spaces or commas) call tfetchd from a browser: preflights answered, the origin echoed with credentials allowed; * allows any origin, never with credentials (default: none, CORS off)"},
     {"plugin", K_LIST, F(plugins), "PATH", "load routes from a plugin shared object (\"PATH [ARGS]\"); repeatable, up to 16; see tfetch-plugin(3)"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])

@@ -35,6 +35,7 @@ typedef struct {
     char ucx_ports[32];             /* "LO-HI": UCX's TCP listener ports; "": any */
     char tls_client_ca[512];        /* PEM CA file client certificates are verified against;
                                      * "": none asked for */
+    char cors_origins[2048];        /* origins browsers may call from, or "*"; "": no CORS */
     char shumai_principal[129];     /* who the Shumai paths are served as; "": refused */
     char store_evict[16];           /* "none" or "lru" */
     unsigned port;

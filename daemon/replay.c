@@ -31,6 +31,7 @@ typedef struct waiter {
 typedef struct entry {
     struct entry *older, *newer;    /* the order they were added: oldest first */
     uint64_t hash;                  /* of the key */
+    uint64_t digest;                /* of the body it was first sent with */
     uint32_t nkey;                  /* key bytes, without the NUL */
     int done;
     time_t born;                    /* when it was added */
@@ -265,8 +266,13 @@ static void trim(tfd_replay_t *r)
     }
 }
 
+uint64_t tfd_replay_digest(const tfd_replay_t *r, const void *body, size_t len)
+{
+    return tfp_keyhash(&r->hkey, body, len);
+}
+
 int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const char *route,
-                     tfx_req_t *req, tfd_replay_answer_t *ans)
+                     uint64_t digest, tfx_req_t *req, tfd_replay_answer_t *ans)
 {
     char key[KEY_MAX];
     size_t nk = make_key(key, user, id);
@@ -278,6 +284,8 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
     entry_t *e = r->slots ? r->slots[probe(r, h, key, nk)].e : NULL;
     if (e && strcmp(entry_route(e), route) != 0) {
         rc = TFD_REPLAY_CONFLICT;
+    } else if (e && e->digest != digest) {
+        rc = TFD_REPLAY_MISMATCH;
     } else if (e && e->done) {
         answer_give(e, ans);
         r->hits++;
@@ -313,6 +321,7 @@ int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const ch
         memcpy(e->text + nk + 1, route, nr + 1);
         e->nkey = (uint32_t)nk;
         e->hash = h;
+        e->digest = digest;
         e->born = e->at = (time_t)tfx_now_s();
         r->slots[probe(r, h, key, nk)] = (slot_t){h, e};
         e->older = r->newest;
@@ -391,6 +400,7 @@ void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, cons
                                  * abandoned */
     } else if (e) {
         k->hash = h;
+        k->digest = e->digest;
         k->born = e->born;
         k->at = (time_t)tfx_now_s();
         k->waiters = e->waiters;

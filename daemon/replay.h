@@ -3,7 +3,8 @@
  * A call that carries a client-chosen Tfetch-Request-Id is remembered under (user id, request
  * id) for a bounded window (time, count, bytes): a retry with the same id gets the first
  * answer back instead of running the route again, and a retry that arrives while the first is
- * still running waits for it. Reusing an id for a different route is refused. The oldest
+ * still running waits for it. Reusing an id for a different route, or with a different body
+ * (each entry keeps a keyed digest of the body it was first sent with), is refused. The oldest
  * answers are forgotten first when a bound is reached. Thread-safe.
  */
 #ifndef TFD_REPLAY_H
@@ -31,23 +32,28 @@ typedef struct {
     char msg[256];                  /* the failure's message */
 } tfd_replay_answer_t;
 
-enum { TFD_REPLAY_NEW, TFD_REPLAY_DONE, TFD_REPLAY_WAIT, TFD_REPLAY_CONFLICT, TFD_REPLAY_FULL };
+enum { TFD_REPLAY_NEW, TFD_REPLAY_DONE, TFD_REPLAY_WAIT, TFD_REPLAY_CONFLICT, TFD_REPLAY_FULL,
+       TFD_REPLAY_MISMATCH };
 
 tfd_replay_t *tfd_replay_new(const tfd_replay_limits_t *lim);
 /* New limits while serving (SIGHUP): finished answers beyond them are forgotten now. */
 void tfd_replay_set_limits(tfd_replay_t *r, const tfd_replay_limits_t *lim);
 void tfd_replay_free(tfd_replay_t *r);
 
-/* Looks up (user, id) for route:
+/* The digest of a call's body that begin compares: SipHash-1-3 under the window's secret
+ * key, so a client cannot make two bodies that collide. */
+uint64_t tfd_replay_digest(const tfd_replay_t *r, const void *body, size_t len);
+/* Looks up (user, id) for route and the body's digest:
  *   TFD_REPLAY_NEW       not seen: the caller runs the call, then tfd_replay_complete (or
  *                        tfd_replay_abandon if it gave no answer to remember);
  *   TFD_REPLAY_DONE      *ans holds the first answer (a new reference);
  *   TFD_REPLAY_WAIT      the first is still running: req will be resumed when it completes
  *                        (suspend it and look up again then);
  *   TFD_REPLAY_CONFLICT  the id was used for another route;
+ *   TFD_REPLAY_MISMATCH  the id was used with another body (digest) for this route;
  *   TFD_REPLAY_FULL      too many calls running with ids to remember: run without. */
 int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const char *route,
-                     tfx_req_t *req, tfd_replay_answer_t *ans);
+                     uint64_t digest, tfx_req_t *req, tfd_replay_answer_t *ans);
 /* Remembers the answer (copied; takes a new reference to its body) and wakes waiting
  * retries. route is begin's. */
 void tfd_replay_complete(tfd_replay_t *r, const char *user, const char *id, const char *route,

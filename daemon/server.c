@@ -435,6 +435,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .tls_cert_pem = s->tls_cert,
         .tls_key_pem = s->tls_key,
         .tls_client_ca_pem = s->tls_client_ca,
+        .cors_origins = cfg->cors_origins,
         .log = http_log,
     };
     /* Stored atomically: /metrics (gauges) may be asked on MHD's threads before it is set. */

@@ -53,6 +53,7 @@ int main(void)
     srunner_add_suite(sr, suite_xport());
     srunner_add_suite(sr, suite_tls());
     srunner_add_suite(sr, suite_driver());
+    srunner_add_suite(sr, suite_habits());
     srunner_add_suite(sr, suite_feedclient());
     srunner_add_suite(sr, suite_ucxaddr());
     srunner_run_all(sr, CK_NORMAL);

@@ -417,7 +417,7 @@ static void replay_run(tfd_replay_t *r, const char *user, const char *id, const 
                        const tfd_replay_answer_t *a)
 {
     tfd_replay_answer_t got;
-    ck_assert_int_eq(tfd_replay_begin(r, user, id, route, NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, user, id, route, 0, NULL, &got), TFD_REPLAY_NEW);
     tfd_replay_complete(r, user, id, route, a);
 }
 
@@ -445,7 +445,7 @@ START_TEST(replay_answers_come_back_the_same)
     replay_run(r, "u", "4", "echo", &f);
 
     tfd_replay_answer_t got;
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "1", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "1", "echo", 0, NULL, &got), TFD_REPLAY_DONE);
     ck_assert_int_eq(got.code, TFP_OK);
     ck_assert_uint_eq(got.status, 200);
     ck_assert_str_eq(got.content_type, "application/x-safetensors");
@@ -461,29 +461,38 @@ START_TEST(replay_answers_come_back_the_same)
     ck_assert_ptr_eq(t->data, got.body->data + (small->len - 8));  /* into the new blob */
     tfd_blob_unref(got.body);
 
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "2", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "2", "echo", 0, NULL, &got), TFD_REPLAY_DONE);
     ck_assert_ptr_eq(got.body, large);                 /* kept as it was */
     tfd_blob_unref(got.body);
 
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "3", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "3", "echo", 0, NULL, &got), TFD_REPLAY_DONE);
     ck_assert_str_eq(got.content_type, "application/octet-stream");
     ck_assert_uint_eq(got.body->len, 3);
     ck_assert_mem_eq(got.body->data, "\x01\x02\x03", 3);
     ck_assert_ptr_null(got.body->doc);
     tfd_blob_unref(got.body);
 
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "4", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "4", "echo", 0, NULL, &got), TFD_REPLAY_DONE);
     ck_assert_int_eq(got.code, TFP_ECONFLICT);
     ck_assert_uint_eq(got.status, 409);
     ck_assert_str_eq(got.msg, "the route said no");
     ck_assert_ptr_null(got.body);
 
     /* Another route with the same id, and the same id of another user. */
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "1", "other", NULL, &got), TFD_REPLAY_CONFLICT);
-    ck_assert_int_eq(tfd_replay_begin(r, "v", "1", "echo", NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "1", "other", 0, NULL, &got), TFD_REPLAY_CONFLICT);
+    ck_assert_int_eq(tfd_replay_begin(r, "v", "1", "echo", 0, NULL, &got), TFD_REPLAY_NEW);
     tfd_replay_abandon(r, "v", "1");
-    ck_assert_int_eq(tfd_replay_begin(r, "v", "1", "echo", NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, "v", "1", "echo", 0, NULL, &got), TFD_REPLAY_NEW);
     tfd_replay_abandon(r, "v", "1");
+    /* The same id and route with another body: refused, finished or still running; the
+     * digest is keyed (two windows digest the same bytes differently) and covers every
+     * byte. */
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "1", "echo", 1, NULL, &got), TFD_REPLAY_MISMATCH);
+    ck_assert_uint_ne(tfd_replay_digest(r, "abc", 3), tfd_replay_digest(r, "abd", 3));
+    ck_assert_uint_eq(tfd_replay_digest(r, "abc", 3), tfd_replay_digest(r, "abc", 3));
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "run", "echo", 7, NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "run", "echo", 8, NULL, &got), TFD_REPLAY_MISMATCH);
+    tfd_replay_abandon(r, "u", "run");
 
     uint64_t entries, bytes, hits;
     tfd_replay_stats(r, &entries, &bytes, &hits);
@@ -513,14 +522,14 @@ START_TEST(replay_long_keys_run_without)
     a.body = b;
     replay_run(r, user, id, "echo", &a);
     user[sizeof user - 2] = 'X';
-    ck_assert_int_eq(tfd_replay_begin(r, user, id, "echo", NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, user, id, "echo", 0, NULL, &got), TFD_REPLAY_NEW);
     tfd_replay_abandon(r, user, id);
     user[sizeof user - 2] = 'u';
-    ck_assert_int_eq(tfd_replay_begin(r, user, id, "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(tfd_replay_begin(r, user, id, "echo", 0, NULL, &got), TFD_REPLAY_DONE);
     tfd_blob_unref(got.body);
     memset(huge, 'h', sizeof huge - 1);
     huge[sizeof huge - 1] = '\0';
-    ck_assert_int_eq(tfd_replay_begin(r, huge, id, "echo", NULL, &got), TFD_REPLAY_FULL);
+    ck_assert_int_eq(tfd_replay_begin(r, huge, id, "echo", 0, NULL, &got), TFD_REPLAY_FULL);
     tfd_replay_complete(r, huge, id, "echo", &a);             /* nothing to complete: no effect */
     tfd_replay_abandon(r, huge, id);
     uint64_t entries, bytes, hits;
@@ -542,29 +551,29 @@ START_TEST(replay_window_and_bounds)
     tfd_blob_t *b = make_blob("x", 8, 1);
     a.body = b;
     replay_run(r, "u", "old", "echo", &a);
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", 0, NULL, &got), TFD_REPLAY_NEW);
     struct timespec ts = {2, 100000000};
     nanosleep(&ts, NULL);
     replay_run(r, "u", "new", "echo", &a);
     tfd_replay_sweep(r);
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "old", "echo", NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "old", "echo", 0, NULL, &got), TFD_REPLAY_NEW);
     tfd_replay_abandon(r, "u", "old");
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "new", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "new", "echo", 0, NULL, &got), TFD_REPLAY_DONE);
     tfd_blob_unref(got.body);
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", NULL, &got), TFD_REPLAY_WAIT);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", 0, NULL, &got), TFD_REPLAY_WAIT);
     tfd_replay_forget_waiter(r, NULL);
     /* Three entries at most: more finished ones push the oldest finished out ("new", then
      * "a"), never "running". */
     replay_run(r, "u", "a", "echo", &a);
     replay_run(r, "u", "b", "echo", &a);
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "new", "echo", NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "new", "echo", 0, NULL, &got), TFD_REPLAY_NEW);
     tfd_replay_abandon(r, "u", "new");
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "a", "echo", NULL, &got), TFD_REPLAY_NEW);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "a", "echo", 0, NULL, &got), TFD_REPLAY_NEW);
     tfd_replay_abandon(r, "u", "a");
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", NULL, &got), TFD_REPLAY_WAIT);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "running", "echo", 0, NULL, &got), TFD_REPLAY_WAIT);
     tfd_replay_forget_waiter(r, NULL);
     tfd_replay_abandon(r, "u", "running");
-    ck_assert_int_eq(tfd_replay_begin(r, "u", "b", "echo", NULL, &got), TFD_REPLAY_DONE);
+    ck_assert_int_eq(tfd_replay_begin(r, "u", "b", "echo", 0, NULL, &got), TFD_REPLAY_DONE);
     tfd_blob_unref(got.body);
     uint64_t entries, bytes, hits;
     tfd_replay_stats(r, &entries, &bytes, &hits);
@@ -587,7 +596,7 @@ START_TEST(replay_many_ids)
     char id[32];
     for (int i = 0; i < CALLS; i++) {
         snprintf(id, sizeof id, "c-%d", i);
-        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", NULL, &got), TFD_REPLAY_NEW);
+        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", 0, NULL, &got), TFD_REPLAY_NEW);
         if (i % 7 == 3) {
             tfd_replay_abandon(r, "u", id);
             continue;
@@ -616,7 +625,7 @@ START_TEST(replay_many_ids)
         if (i % 7 == 3)
             continue;
         first = i;
-        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", NULL, &got), TFD_REPLAY_DONE);
+        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", 0, NULL, &got), TFD_REPLAY_DONE);
         if (i % 5 == 1) {
             char want[32];
             snprintf(want, sizeof want, "failure %d", i);
@@ -635,7 +644,7 @@ START_TEST(replay_many_ids)
     ck_assert_int_eq(kept, WINDOW);
     for (int i = 0; i < first; i++) {
         snprintf(id, sizeof id, "c-%d", i);
-        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", NULL, &got), TFD_REPLAY_NEW);
+        ck_assert_int_eq(tfd_replay_begin(r, "u", id, "echo", 0, NULL, &got), TFD_REPLAY_NEW);
         tfd_replay_abandon(r, "u", id);
     }
     tfd_replay_free(r);

@@ -51,5 +51,6 @@ Suite *suite_xport(void);
 Suite *suite_tls(void);
 Suite *suite_ucxaddr(void);
 Suite *suite_driver(void);
+Suite *suite_habits(void);
 
 #endif

@@ -22,6 +22,7 @@
 #include "transports/clock.h"
 #include "transports/http_frame.h"
 #include "transports/http_guard.h"
+#include "proto/cors.h"
 #include "proto/http.h"
 #include "proto/jsonw.h"
 
@@ -61,6 +62,7 @@ struct tfx_http {
     atomic_int draining;
     MHD_socket quiesced_fd;         /* closed after MHD_stop_daemon (workers may still race it) */
     tfx_guard_t *guard;             /* admission, head deadline, body rate (http_guard.h) */
+    tfp_cors_t cors;                /* cors-origins (proto/cors.h); off when empty */
     uint16_t port;
 };
 
@@ -89,6 +91,8 @@ typedef struct {
     tfx_guard_conn_t *gc;           /* its connection's guard entry (NULL: unguarded) */
     conn_ctx_t *cc;                 /* its connection's context (NULL: none) */
     int deferred;                   /* an answer decided at begin waits for the body to drain */
+    tfp_cors_allow_t cors;          /* what its Origin gets (cors-origins) */
+    const char *origin;             /* its Origin header, checked (proto/cors.c), with cors */
     /* suspension */
     pthread_mutex_t lock;
     int state;
@@ -347,6 +351,54 @@ static int body_pending(const tfx_req_t *r)
 
 /* ---- responses --------------------------------------------------------------------------- */
 
+/* What a browser on another origin may send and read (cors-origins): the headers tfetchd
+ * reads and answers with, beside the CORS-safelisted ones. */
+#define CORS_METHODS "GET, HEAD, PUT, POST, DELETE"
+#define CORS_REQ_HEADERS "Authorization, Content-Type, Accept, Tfetch-User, Tfetch-Request-Id, " \
+    "Tfetch-Dtype, Tfetch-Shape, Tfetch-TTL, Tfetch-Seq, Tfetch-Producer, Tfetch-Consumer, " \
+    "If-Match, If-None-Match, If-Range, Range, Prefer"
+#define CORS_EXPOSED "ETag, Content-Disposition, Content-Range, Accept-Ranges, Tfetch-Request-Id, " \
+    "Tfetch-Dtype, Tfetch-Shape, Tfetch-Name, Tfetch-Replayed, Tfetch-Seq, Tfetch-Position, " \
+    "Tfetch-Round"
+
+/* Access-Control-Allow-Origin and its companions on an answer to an allowed Origin: "*"
+ * without credentials, or the Origin itself (it matched a listed one exactly) with them. */
+static void cors_headers(const http_req_t *hr, struct MHD_Response *resp)
+{
+    if (hr->cors == TFP_CORS_NONE) {
+        if (hr->srv->cors.n)            /* the answer depends on Origin: tell caches */
+            MHD_add_response_header(resp, "Vary", "Origin");
+        return;
+    }
+    if (hr->cors == TFP_CORS_ANY) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    } else {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", hr->origin);
+        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", CORS_EXPOSED);
+}
+
+/* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) from an allowed
+ * origin: answered here, before the router (a preflight carries no credentials), 204 with
+ * what may be sent. 1 if it was one; anything else takes the usual way (OPTIONS: 405). */
+static int answer_preflight(http_req_t *hr, const char *method)
+{
+    tfx_req_t *r = &hr->base;
+    if (strcmp(method, "OPTIONS") != 0 || hr->cors == TFP_CORS_NONE ||
+        !header(r, "Access-Control-Request-Method"))
+        return 0;
+    tfx_req_add_header(r, "Access-Control-Allow-Methods", CORS_METHODS);
+    tfx_req_add_header(r, "Access-Control-Allow-Headers", CORS_REQ_HEADERS);
+    tfx_req_add_header(r, "Access-Control-Max-Age", "600");
+    if (hr->cors == TFP_CORS_ORIGIN)
+        tfx_req_add_header(r, "Vary", "Access-Control-Request-Method, "
+                           "Access-Control-Request-Headers");
+    tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
+    return 1;
+}
+
 static void http_respond(tfx_req_t *r, unsigned status, const char *content_type,
                          const void *body, size_t len, void (*release)(void *), void *release_arg)
 {
@@ -368,6 +420,7 @@ static void http_respond(tfx_req_t *r, unsigned status, const char *content_type
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     for (tfx_hdr_t *h = r->hdrs; h; h = h->next)
         MHD_add_response_header(resp, h->name, h->value);
+    cors_headers(hr, resp);
     hr->resp = resp;
 }
 
@@ -612,6 +665,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         atomic_fetch_add(&s->inflight, 1);
         guard_head(hr);
         parse_op(r, method, url);
+        hr->origin = header(r, "Origin");
+        hr->cors = tfp_cors_check(&s->cors, hr->origin);
         if (atomic_load(&s->draining))
             tfx_respond_error(r, TFP_EBUSY, "the server is shutting down");
         else if (s->cfg.max_header_bytes && header_bytes(r) > s->cfg.max_header_bytes)
@@ -619,7 +674,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                               s->cfg.max_header_bytes);
         else if (refuse_framing(hr, url, version))
             return queue_pending(hr);               /* at once; MHD then closes */
-        else
+        else if (!answer_preflight(hr, method))
             s->h.begin(r, s->h.arg);
         /* An early answer to a client that did not ask "Expect: 100-continue" waits until its
          * body is drained: closing on unread bytes would reset the connection first. Not
@@ -726,6 +781,11 @@ tfx_http_t *tfx_http_start(const tfx_http_config_t *cfg, const tfx_http_handlers
     }
     s->h = *h;
     s->cfg = *cfg;
+    if (tfp_cors_parse(cfg->cors_origins, &s->cors, err) != TFP_OK) {
+        free(s);
+        return NULL;
+    }
+    s->cfg.cors_origins = NULL;             /* parsed: the caller's string is not kept */
     atomic_init(&s->inflight, 0);
     atomic_init(&s->draining, 0);
     s->quiesced_fd = MHD_INVALID_SOCKET;

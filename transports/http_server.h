@@ -44,6 +44,8 @@ typedef struct {
     const char *tls_client_ca_pem;  /* with TLS: ask for a client certificate and verify it
                                      * against these PEM CAs (tfp_http_req_t.cert_subject);
                                      * NULL: none asked for */
+    const char *cors_origins;       /* cors-origins (proto/cors.h): "*", or origins separated
+                                     * by spaces or commas; NULL or "": no CORS */
     /* libmicrohttpd's own messages (a handshake that failed, a socket error): to this, fmt
      * being the same string for the same message; NULL: to stderr as warnings. */
     void (*log)(void *arg, const char *fmt, va_list ap);

@@ -22,6 +22,10 @@ base (no copy); bf16 and fp8 arrive as tfetch.Array (uint16/uint8 storage, or ml
 types when installed) with ``dtype_name``; every array exports DLPack (``__dlpack__``), so
 torch.from_dlpack / jax.dlpack take them without a copy.
 
+torch (optional): put and call take torch tensors and anything with ``__dlpack__`` (bf16 and
+fp8 included) from where they lie; ``c.get(name, like="torch")`` and ``c.feed(name, device,
+like="torch")`` return torch tensors over the received buffer, no copy.
+
 Errors raise tfetch.Error subclasses (tfetch.errors.ENOTFOUND, ...), carrying name,
 http_status and the server's message.
 
@@ -61,6 +65,6 @@ TooBig = errors.ETOOBIG
 BadURL = errors.EURL
 
 
-def library_version():
+def library_version() -> str:
     """The version of the libtfetch loaded (tf_version)."""
     return _lib.version()

@@ -11,10 +11,13 @@ array alive in _EXPORTS until the consumer calls the deleter. Documents are plai
 by one thread at a time; the deleter and capsule destructor may run on any thread (ctypes
 takes the GIL).
 """
+from __future__ import annotations
+
 import ctypes
 import json
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int64, c_size_t,
                     c_uint8, c_uint16, c_void_p)
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -76,12 +79,12 @@ class Array(np.ndarray):
         self._tf_shape = getattr(obj, "_tf_shape", None)
 
     @property
-    def packed_shape(self):
+    def packed_shape(self) -> Optional[tuple]:
         """A packed tensor's (F4, F6_*) shape in elements; None for the others."""
         return self._tf_shape
 
     @property
-    def dtype_name(self):
+    def dtype_name(self) -> str:
         """The safetensors dtype name ("BF16"), while the storage still fits it."""
         return dtype_name(self)
 
@@ -96,7 +99,7 @@ class Array(np.ndarray):
         return (1, 0)  # kDLCPU
 
 
-def dtype_name(a):
+def dtype_name(a: Any) -> str:
     """The safetensors dtype name of an array ("F32", "BF16", ...); ValueError if it has none.
     A tfetch.Array keeps its name while its elements keep the size and kind of its storage."""
     dt = a.dtype
@@ -114,7 +117,7 @@ def dtype_name(a):
     return n
 
 
-def tagged(a, name, shape=None):
+def tagged(a: Any, name: str, shape: Optional[Sequence[int]] = None) -> np.ndarray:
     """A view of a's bytes as a tensor of dtype `name` (e.g. raw uint16 bits as "BF16").
     For the extended types the view is a tfetch.Array; for the others a plain array. A packed
     type (F4, F6_E2M3, F6_E3M2) takes its bytes as uint8 and its `shape` in elements."""
@@ -156,10 +159,14 @@ def _wire_array(value):
         value, name = value
         value = tagged(value, name)
     if not isinstance(value, np.ndarray):
-        if hasattr(value, "__array__") or hasattr(value, "__array_interface__"):
-            value = np.asarray(value)
-        elif hasattr(value, "__dlpack__"):
-            value = np.from_dlpack(value)
+        if hasattr(value, "__dlpack__"):           # torch, jax, cupy...: bf16 and fp8 too
+            try:
+                value, dl_name = from_dlpack(value)
+                name = name or dl_name
+            except (RuntimeError, BufferError, TypeError):
+                if not hasattr(value, "__array__"):  # a type DLPack cannot carry (torch
+                    raise                            # 1.13's bool): numpy's way, no copy
+                value = np.asarray(value)
         else:
             value = np.asarray(value)
     if name is None:
@@ -255,9 +262,17 @@ class Document(dict):
         self.metadata = dict(metadata or {})
 
     def __repr__(self):
-        body = ", ".join("%r: %s%s" % (k, dtype_name(v), list(v.shape)) for k, v in self.items())
+        body = ", ".join("%r: %s%s" % (k, _type_name(v), list(v.shape)) for k, v in self.items())
         meta = ", metadata=%r" % self.metadata if self.metadata else ""
         return "tfetch.Document({%s}%s)" % (body, meta)
+
+
+def _type_name(v):
+    """A value's dtype for a repr: its safetensors name, else what it says (torch's)."""
+    try:
+        return dtype_name(v)
+    except (ValueError, AttributeError, TypeError):
+        return str(getattr(v, "dtype", type(v).__name__))
 
 
 def _doc_metadata(ptr):
@@ -392,13 +407,16 @@ def _capsule_dtor(capsule):
         _EXPORTS.pop(_capsule_ptr(capsule, b"dltensor"), None)
 
 
-def to_dlpack(a):
+def to_dlpack(a: np.ndarray, readonly_ok: bool = False, as_name: Optional[str] = None) -> Any:
     """A DLPack capsule ("dltensor") over a's memory, no copy: bf16 as kDLBfloat, fp8 as
-    kDLFloat8_e4m3fn / kDLFloat8_e5m2, the rest as numpy would."""
-    name = dtype_name(a)
+    kDLFloat8_e4m3fn / kDLFloat8_e5m2, the rest as numpy would. as_name: export under this
+    safetensors dtype instead (same element size); readonly_ok: export a read-only array
+    too (the consumer must not write it)."""
+    name = as_name or dtype_name(a)
     if name in PACKED:
         raise BufferError("tfetch: packed %s has no DLPack export here" % name)
-    if not a.flags.writeable:   # as numpy: DLPack cannot say read-only, and a consumer writes
+    if not a.flags.writeable and not readonly_ok:
+        # as numpy: DLPack cannot say read-only, and a consumer writes
         raise BufferError("tfetch: cannot export a read-only array through DLPack "
                           "(a same-host ring's item: copy it first, a.copy())")
     code, bits = DTYPES[name][2]
@@ -422,3 +440,124 @@ def to_dlpack(a):
     addr = ctypes.addressof(mt)
     _EXPORTS[addr] = (mt, shape, strides, a)
     return _capsule_new(addr, b"dltensor", ctypes.cast(_capsule_dtor, c_void_p))
+
+
+# ---- DLPack in: any object with __dlpack__ -> a numpy view over its memory ----------------
+
+_BY_DL = {v[2]: k for k, v in DTYPES.items()}      # (code, bits) -> safetensors name
+_HOST_DEVICES = (1, 3)                              # kDLCPU, kDLCUDAHost (pinned host)
+_capsule_get = ctypes.PYFUNCTYPE(c_void_p, ctypes.py_object, c_char_p)(
+    ("PyCapsule_GetPointer", _capi))
+_capsule_rename = ctypes.PYFUNCTYPE(c_int, ctypes.py_object, c_char_p)(
+    ("PyCapsule_SetName", _capi))
+
+
+class _Imported:
+    """A DLManagedTensor taken from a producer's capsule: its deleter runs when the last
+    numpy view over its memory goes (the request that sent it is over)."""
+    __slots__ = ("mt",)
+
+    def __init__(self, mt):
+        self.mt = mt
+
+    def __del__(self):
+        mt, self.mt = self.mt, None
+        if mt is not None and mt.contents.deleter:
+            mt.contents.deleter(mt)
+
+
+def _host_object(value):
+    """value, or a host copy of it when its memory is a device's (the one copy: torch's
+    .cpu()); a tensor that requires grad is detached first (no copy)."""
+    if getattr(value, "requires_grad", False) and hasattr(value, "detach"):
+        value = value.detach()
+    dev = value.__dlpack_device__()[0] if hasattr(value, "__dlpack_device__") else 1
+    if dev in _HOST_DEVICES:
+        return value
+    if hasattr(value, "cpu"):
+        return value.cpu()
+    raise BufferError("tfetch: DLPack device type %d is not host memory: copy it to the "
+                      "host first" % dev)
+
+
+def from_dlpack(value: Any):
+    """(numpy view over value's memory, its safetensors dtype name): any object with
+    __dlpack__ (torch, jax, cupy's pinned arrays, tfetch.Array), bf16 and fp8 included,
+    without a copy when the memory is host memory and C-contiguous. The view keeps the
+    producer's tensor alive and calls its DLPack deleter once the view is gone."""
+    capsule = _host_object(value).__dlpack__()
+    addr = _capsule_get(capsule, b"dltensor")
+    if not addr:
+        raise BufferError("tfetch: __dlpack__ gave no dltensor capsule")
+    _capsule_rename(capsule, b"used_dltensor")     # consumed: its deleter is ours to call
+    mt = ctypes.cast(addr, POINTER(DLManagedTensor))
+    owner = _Imported(mt)
+    t = mt.contents.dl_tensor
+    key = (t.dtype.code, t.dtype.bits)
+    if t.dtype.lanes != 1 or key not in _BY_DL:
+        raise ValueError("tfetch: DLPack dtype (code %d, bits %d, lanes %d) has no "
+                         "safetensors dtype" % (t.dtype.code, t.dtype.bits, t.dtype.lanes))
+    if t.device.device_type not in _HOST_DEVICES:
+        raise BufferError("tfetch: DLPack device type %d is not host memory" %
+                          t.device.device_type)
+    name = _BY_DL[key]
+    if name == "U8" and str(getattr(value, "dtype", "")) == "torch.bool":
+        name = "BOOL"                           # torch before DLPack's kDLBool says uint8
+    store = DTYPES[name][1]
+    shape = tuple(t.shape[k] for k in range(t.ndim))
+    size = store.itemsize
+    strides = None if not t.strides else tuple(t.strides[k] * size for k in range(t.ndim))
+    data = (t.data or 0) + t.byte_offset
+    view = _View(owner, shape, store.str, data, False)
+    if strides is not None:
+        view.__array_interface__["strides"] = strides
+    a = np.asarray(view)
+    if name in EXTENDED:
+        a = a.view(Array)
+        a._tf_name = name
+    return a, name
+
+
+# ---- out as torch: a Document's arrays -> torch tensors over the same bytes ----------------
+
+LIKES = ("numpy", "torch")
+
+
+def _torch_dtype(torch, name):
+    """The torch dtype of a safetensors name for a DLPack import, or None when this torch
+    has none (fp8 before torch 2.1): such a tensor comes as its raw bits (uint8)."""
+    return getattr(torch, {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
+                           "F8_E5M2": "float8_e5m2"}.get(name, ""), None)
+
+
+def _to_torch(torch, a):
+    """A torch tensor over a's memory (no copy), through DLPack."""
+    name = dtype_name(a)
+    if name in PACKED:                          # its bytes, as received
+        return torch.from_dlpack(to_dlpack(a.view(np.ndarray), True, "U8"))
+    if name in ("BOOL",) + EXTENDED[1:]:        # raw bytes, then torch's type over them
+        raw = torch.from_dlpack(to_dlpack(a.view(np.ndarray).view(np.uint8), True, "U8"))
+        dt = torch.bool if name == "BOOL" else _torch_dtype(torch, name)
+        return raw.view(dt) if dt is not None else raw
+    return torch.from_dlpack(to_dlpack(a, True))
+
+
+def convert(doc, like):
+    """doc (a Document of numpy views) as `like` asks: "numpy" (itself) or "torch" (a
+    Document of torch tensors over the same received buffer, no copy). A same-host ring's
+    read-only item becomes torch tensors over read-only memory (torch has no read-only
+    tensors, as with torch.from_numpy: writing one is a crash; clone() it to write)."""
+    if like is None or like == "numpy":
+        return doc
+    if like != "torch":
+        raise ValueError("tfetch: like must be one of %s, not %r" % (", ".join(LIKES), like))
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("tfetch: like=\"torch\" needs torch (python3-torch, or pip "
+                          "install torch)") from e
+    out = Document(metadata=getattr(doc, "metadata", None))
+    for k, v in doc.items():
+        out[k] = _to_torch(torch, v)
+    out._like = "torch"
+    return out

@@ -8,6 +8,8 @@ driver thread (_aio.py), made at the first one: libtfetch lets one thread at a t
 client. Both have the same settings. ``last`` is the outcome of the latest request that
 completed through either.
 """
+from __future__ import annotations
+
 import ctypes
 import json
 import os
@@ -15,11 +17,16 @@ import threading
 import urllib.parse
 import weakref
 from ctypes import byref, c_size_t, c_void_p
+from typing import Any, Dict, Mapping, Optional, Union
 
 from . import _lib
-from ._arrays import build_doc, release_doc, wrap_doc
+from ._arrays import Document, build_doc, convert, release_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
 from ._feeds import FeedCalls
+
+# What put, call and fetch take: a dict of name -> array (numpy, or anything with
+# __dlpack__ or __array__: torch, jax, ml_dtypes), one array (sent as "tensor"), or a Batch.
+Tensors = Union[Mapping[str, Any], Any]
 
 lib = _lib.lib
 
@@ -31,9 +38,11 @@ def _seconds_to_ms(s):
 class Client(FeedCalls):
     """A connection to tfetchd servers, kept open and reused.
 
-    Client(url=None, user=None, transport=None, timeout=None, format="safetensors",
-           max_connections=None, max_body=None, token=None, cert=None, key=None,
-           stall_time=None, stall_rate=None)
+        c = tfetch.Client("http://127.0.0.1:7070", user="alice")
+        c.put("w", {"w": np.ones((2, 3), np.float32)})
+        c.get("w")["w"]              # a numpy view over the received bytes
+        c.get("w", like="torch")     # the same bytes as torch tensors, no copy
+        c.put("t", {"t": torch.ones(3, dtype=torch.bfloat16)})   # anything with __dlpack__
 
     url: the base of the server that names resolve against (http://host:port); methods
       also take full URLs (http://host:port/v1/tensors/NAME).
@@ -64,16 +73,22 @@ class Client(FeedCalls):
     Blocking: get, put, call, delete, list, info, upgrade, transport_info.
     Asynchronous (asyncio, many in flight): aget, aput, acall, adelete, alist, ainfo.
     Results: get and call return a tfetch.Document (a dict name -> numpy array, the arrays
-    being views over the received bytes, not copies) and ``last`` is a tfetch.Result.
+    being views over the received bytes, not copies; like="torch": torch tensors over
+    them) and ``last`` is a tfetch.Result. put and call send numpy arrays and anything with
+    __dlpack__ (torch, jax; bf16 and fp8 included) from where they lie.
     Errors raise tfetch.Error subclasses (tfetch.errors).
     Feeds: c.feed(name, device) attaches to a device queue (a tfetch.Feed: pop, iterate,
     push_outfeed); c.feed_declare, infeed_push, feed_done, feed_reset, feed_stats and
     outfeed_get are the producer and operator calls.
     """
 
-    def __init__(self, url=None, user=None, transport=None, timeout=None,
-                 format="safetensors", max_connections=None, max_body=None, token=None,
-                 upgrade=None, cert=None, key=None, stall_time=None, stall_rate=None):
+    def __init__(self, url: Optional[str] = None, user: Optional[str] = None,
+                 transport: Optional[str] = None, timeout: Optional[float] = None,
+                 format: str = "safetensors", max_connections: Optional[int] = None,
+                 max_body: Optional[int] = None, token: Optional[str] = None,
+                 upgrade: Optional[str] = None, cert: Optional[str] = None,
+                 key: Optional[str] = None, stall_time: Optional[float] = None,
+                 stall_rate: Optional[int] = None) -> None:
         if transport is not None and transport not in _lib.TRANSPORTS:
             raise ValueError("tfetch: transport must be one of %s" % ", ".join(_lib.TRANSPORTS))
         if upgrade is not None and upgrade not in _lib.UPGRADES:
@@ -149,7 +164,7 @@ class Client(FeedCalls):
             raise
         return c
 
-    def close(self):
+    def close(self) -> None:
         """Cancels what is in flight and releases the connections. Idempotent."""
         d, self._driver = self._driver, None
         if d is not None:
@@ -161,10 +176,10 @@ class Client(FeedCalls):
             if c:
                 lib.tf_client_free(c)
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):
@@ -173,7 +188,7 @@ class Client(FeedCalls):
         except Exception:
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "tfetch.Client(url=%r, user=%r, transport=%r)" % (self.url, self.user,
                                                                  self.transport)
 
@@ -196,7 +211,7 @@ class Client(FeedCalls):
     # ---- outcomes -------------------------------------------------------------------------
 
     @property
-    def last(self):
+    def last(self) -> Optional[Result]:
         """The tfetch.Result of the latest request that completed (None before any)."""
         return self._last
 
@@ -215,16 +230,18 @@ class Client(FeedCalls):
 
     # ---- blocking calls -------------------------------------------------------------------
 
-    def get(self, name, wait=None):
+    def get(self, name, wait=None, like=None):
         """GET a document: a tfetch.Document (dict name -> numpy array, views over the
         received buffer). name: a tensor name under the client's url, or a full URL.
-        wait: seconds to long-poll for it to appear (None: fail at once if absent)."""
+        wait: seconds to long-poll for it to appear (None: fail at once if absent).
+        like: "torch" for torch tensors over the same received buffer (no copy; bf16 as
+        torch.bfloat16), "numpy" or None for numpy arrays."""
         url = self._resolve(name).encode()
         out = c_void_p()
         with self._lock:
             st = lib.tf_get(self._handle(), url, _seconds_to_ms(wait), byref(out))
             self._finish(st)
-        return wrap_doc(out.value)
+        return convert(wrap_doc(out.value), like)
 
     def put(self, name, tensors, metadata=None):
         """PUT a document: tensors is a dict name -> array (or one array, stored as
@@ -241,10 +258,12 @@ class Client(FeedCalls):
             release_doc(doc, keep)
             del keep
 
-    def call(self, route, tensors, metadata=None):
+    def call(self, route: str, tensors: Tensors,
+             metadata: Optional[Mapping[str, str]] = None,
+             like: Optional[str] = None) -> Document:
         """Exchange: POST a document to a route (/v1/call/ROUTE) and return its reply
-        (a tfetch.Document)."""
-        return self._exchange(self._resolve(route, "call"), tensors, metadata)
+        (a tfetch.Document; like="torch": of torch tensors, as get)."""
+        return convert(self._exchange(self._resolve(route, "call"), tensors, metadata), like)
 
     def _exchange(self, url, tensors, metadata=None):
         doc, keep = build_doc(tensors, metadata)
@@ -258,15 +277,16 @@ class Client(FeedCalls):
             del keep
         return wrap_doc(out.value)
 
-    def fetch(self, url, tensors=None):
+    def fetch(self, url: str, tensors: Optional[Tensors] = None,
+              like: Optional[str] = None) -> Document:
         """Shumai's tfetch: no tensors: GET url; with tensors: exchange (POST them to url,
         return the reply). url is a full URL or a name (a tensor for GET, a route for an
-        exchange)."""
+        exchange). like: as get's."""
         if tensors is None:
-            return self.get(url)
-        return self._exchange(self._resolve(url, "call"), tensors)
+            return self.get(url, like=like)
+        return convert(self._exchange(self._resolve(url, "call"), tensors), like)
 
-    def delete(self, name):
+    def delete(self, name: str) -> None:
         """DELETE a stored document."""
         url = self._resolve(name).encode()
         with self._lock:
@@ -285,7 +305,7 @@ class Client(FeedCalls):
         finally:
             lib.tf_list_free(entries, n)
 
-    def info(self, base=None):
+    def info(self, base: Optional[str] = None) -> Dict[str, Any]:
         """The server's /v1/info, parsed (version, transports, limits, features)."""
         b = self._base(base).encode()
         text = c_void_p()
@@ -297,14 +317,14 @@ class Client(FeedCalls):
         finally:
             lib.tf_free(text)
 
-    def upgrade(self, base=None):
+    def upgrade(self, base: Optional[str] = None) -> None:
         """Negotiates the UCX upgrade with a server now (tf_client_upgrade), rather than
         after its first response: ConnectError (TF_ECONNECT) when it cannot."""
         b = self._base(base).encode()
         with self._lock:
             self._finish(lib.tf_client_upgrade(self._handle(), b))
 
-    def transport_info(self, base=None):
+    def transport_info(self, base: Optional[str] = None) -> Dict[str, Any]:
         """What this client knows of a server's transports: {transport, reason, offered,
         retry_ms, caller_driven, ucx_memory} (tf_client_transport_info). offered: True, False
         or None (not seen yet); caller_driven: requests whose UCX round trip the calling
@@ -332,41 +352,48 @@ class Client(FeedCalls):
                     self._driver = Driver(self._new_handle(), self)
         return self._driver
 
-    async def aget(self, name, wait=None, timeout=None):
-        """await: get(name, wait) through the async engine. timeout: this request's, in
-        seconds (None: the client's)."""
-        return await self._async().fetch(_lib.TF_OP_GET, self._resolve(name), None,
-                                         wait=wait, timeout=timeout)
+    async def aget(self, name: str, wait: Optional[float] = None,
+                   timeout: Optional[float] = None, like: Optional[str] = None) -> Document:
+        """await: get(name, wait, like) through the async engine. timeout: this request's,
+        in seconds (None: the client's)."""
+        return convert(await self._async().fetch(_lib.TF_OP_GET, self._resolve(name), None,
+                                                 wait=wait, timeout=timeout), like)
 
-    async def aput(self, name, tensors, metadata=None, timeout=None):
+    async def aput(self, name: str, tensors: Tensors,
+                   metadata: Optional[Mapping[str, str]] = None,
+                   timeout: Optional[float] = None) -> None:
         """await: put(name, tensors, metadata) through the async engine; the arrays are
         borrowed until it completes."""
         doc = build_doc(tensors, metadata)
         await self._async().fetch(_lib.TF_OP_PUT, self._resolve(name), doc, timeout=timeout)
 
-    async def acall(self, route, tensors, metadata=None, timeout=None):
-        """await: call(route, tensors) through the async engine."""
+    async def acall(self, route: str, tensors: Tensors,
+                    metadata: Optional[Mapping[str, str]] = None,
+                    timeout: Optional[float] = None, like: Optional[str] = None) -> Document:
+        """await: call(route, tensors, metadata, like) through the async engine."""
         doc = build_doc(tensors, metadata)
-        return await self._async().fetch(_lib.TF_OP_EXCHANGE, self._resolve(route, "call"),
-                                         doc, timeout=timeout)
+        return convert(await self._async().fetch(_lib.TF_OP_EXCHANGE,
+                                                 self._resolve(route, "call"), doc,
+                                                 timeout=timeout), like)
 
-    async def afetch(self, url, tensors=None, timeout=None):
-        """await: fetch(url, tensors) through the async engine."""
+    async def afetch(self, url: str, tensors: Optional[Tensors] = None,
+                     timeout: Optional[float] = None, like: Optional[str] = None) -> Document:
+        """await: fetch(url, tensors, like) through the async engine."""
         if tensors is None:
-            return await self.aget(url, timeout=timeout)
-        return await self.acall(url, tensors, timeout=timeout)
+            return await self.aget(url, timeout=timeout, like=like)
+        return await self.acall(url, tensors, timeout=timeout, like=like)
 
-    async def adelete(self, name, timeout=None):
+    async def adelete(self, name: str, timeout: Optional[float] = None) -> None:
         """await: delete(name) through the async engine."""
         await self._async().fetch(_lib.TF_OP_DELETE, self._resolve(name), None,
                                   timeout=timeout)
 
-    async def alist(self, base=None):
+    async def alist(self, base: Optional[str] = None) -> "list[Dict[str, Any]]":
         """await: list(base), run on the driver thread."""
         b = self._base(base)
         return await self._async().blocking(lambda c: _list_on(c, b))
 
-    async def ainfo(self, base=None):
+    async def ainfo(self, base: Optional[str] = None) -> Dict[str, Any]:
         """await: info(base), run on the driver thread."""
         b = self._base(base)
         return await self._async().blocking(lambda c: _info_on(c, b))
@@ -400,7 +427,7 @@ _default = None
 _default_lock = threading.Lock()
 
 
-def default_client():
+def default_client() -> Client:
     """The module's shared Client (transport from $TFETCH_TRANSPORT, else auto), used by
     tfetch.fetch."""
     global _default
@@ -410,7 +437,7 @@ def default_client():
         return _default
 
 
-def fetch(url, tensors=None):
+def fetch(url: str, tensors: Optional[Tensors] = None) -> Document:
     """Shumai's tfetch, over the shared client: fetch(url) GETs the document at url;
     fetch(url, tensors) is an exchange: POSTs tensors (a dict, or one array sent as
     "tensor") to the route at url and returns the reply. Both return a tfetch.Document."""

@@ -8,12 +8,15 @@ alive any more, so an array kept past release() stays valid and delays only the 
 is used through its Client's lock, like every blocking call of that client; detach() (or the
 with block's end, or the last reference) lets go of the queue.
 """
+from __future__ import annotations
+
 import ctypes
 import json
 from ctypes import byref, c_int, c_uint64, c_void_p
+from typing import Any, Dict, Iterator, Optional, Union
 
 from . import _lib
-from ._arrays import Batch, build_doc, release_doc, wrap_doc
+from ._arrays import Batch, build_doc, convert, release_doc, wrap_doc
 from ._errors import Result, error_for, raise_for
 
 lib = _lib.lib
@@ -94,15 +97,15 @@ class Item:
     the queue, the producer's ``seq``, its ``round`` and ``generation``. release() (or the
     with block's end) says the step is done with it."""
 
-    def __init__(self, ptr, core):
+    def __init__(self, ptr, core, like=None):
         self._owner = _ItemOwner(ptr, core)
         self.position = lib.tf_item_position(ptr)
         self.seq = lib.tf_item_seq(ptr)
         self.round = lib.tf_item_round(ptr)
         self.generation = lib.tf_item_generation(ptr)
-        self.doc = wrap_doc(lib.tf_item_doc(ptr), owner=self._owner)
+        self.doc = convert(wrap_doc(lib.tf_item_doc(ptr), owner=self._owner), like)
 
-    def release(self):
+    def release(self) -> None:
         """Done with this item: it is acknowledged once no array from it is alive."""
         self.doc = None
         self._owner = None
@@ -123,7 +126,9 @@ class Feed:
     next item; iterating yields items until the feed is done and drained; push_outfeed()
     sends a step's results. detach() lets go of the queue once no item array is alive."""
 
-    def __init__(self, client, url, device, backend):
+    def __init__(self, client, url, device, backend, like=None):
+        convert({}, like)                       # refuses an unknown like now, not per item
+        self._like = like
         self._client = client
         self.url = url
         out = c_void_p()
@@ -142,7 +147,7 @@ class Feed:
         self._core.flush()
         return self._core.ptr
 
-    def pop(self, timeout=None):
+    def pop(self, timeout: Optional[float] = None) -> Optional[Item]:
         """The next item (a tfetch.Item), waiting up to timeout seconds (None: no limit;
         0: only what is ready); None when none came in time. Raises tfetch.Error subclasses:
         the one for TF_EDONE when the feed is done and this queue drained."""
@@ -153,9 +158,9 @@ class Feed:
             if st == TF_EAGAIN:
                 return None
             _check(c, st)
-            return Item(out.value, self._core)
+            return Item(out.value, self._core, self._like)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Item]:
         """Items until the feed is done (then the iteration ends)."""
         while True:
             try:
@@ -167,7 +172,7 @@ class Feed:
             if item is not None:
                 yield item
 
-    def push_outfeed(self, tensors, metadata=None):
+    def push_outfeed(self, tensors: Any, metadata: Optional[Dict[str, str]] = None) -> int:
         """Pushes a step's results (dict name -> array, borrowed while it runs) to the feed's
         outfeed from this device; returns the outfeed's sequence number."""
         doc, keep = build_doc(tensors, metadata)
@@ -183,21 +188,21 @@ class Feed:
         return seq.value
 
     @property
-    def transport(self):
+    def transport(self) -> str:
         """What carried the last pop or outfeed push: "http", "ucx/...", "shm/ring" (a
         same-host ring: its items' arrays are read-only views of the ring, writeable=False;
         copy one to change it), "none" before the first."""
         with self._client._lock:
             return lib.tf_feed_transport(self._handle()).decode()
 
-    def set_prefetch(self, depth):
+    def set_prefetch(self, depth: int) -> None:
         """Items in flight or ready ahead of the caller (1..64)."""
         with self._client._lock:
             st = lib.tf_feed_set_prefetch(self._handle(), int(depth))
         if st:
             raise error_for(st, "prefetch %r: %s" % (depth, _lib.strerror(st)))
 
-    def detach(self):
+    def detach(self) -> None:
         """Lets go of the queue: at once when no array from its items is alive, else once the
         last one goes (released items are acknowledged first). Idempotent."""
         self._core = None
@@ -223,13 +228,16 @@ def _json_out(client, st, ptr):
 class FeedCalls:
     """The producer and operator calls of a Client (mixed into tfetch.Client)."""
 
-    def feed(self, name, device=0, backend="host"):
+    def feed(self, name: str, device: Union[int, str] = 0, backend: str = "host",
+             like: Optional[str] = None) -> Feed:
         """Attaches to device queue `device` (index or declared name) of feed `name` (a name
         under the client's url, or http://host:port/v1/feeds/NAME) with a backend ("host",
-        "sim", "cuda"): a tfetch.Feed."""
-        return Feed(self, self._resolve(name, "feeds"), device, backend)
+        "sim", "cuda"): a tfetch.Feed. like="torch": its items' documents hold torch tensors
+        over the received item (no copy; a same-host ring's are read-only memory that torch
+        cannot mark: clone() one to write it)."""
+        return Feed(self, self._resolve(name, "feeds"), device, backend, like)
 
-    def feed_declare(self, name, declaration):
+    def feed_declare(self, name: str, declaration: Union[Dict[str, Any], str]) -> Dict[str, Any]:
         """Declares the feed (a dict or JSON text, doc/PROTOCOL.md section 9); returns its
         stats. The same declaration again is fine; a different one raises (TF_ECONFLICT)."""
         text = declaration if isinstance(declaration, str) else json.dumps(declaration)
@@ -239,7 +247,9 @@ class FeedCalls:
                                      text.encode(), byref(out))
             return _json_out(self, st, out)
 
-    def infeed_push(self, name, tensors, device=None, seq=0, wait=None, metadata=None):
+    def infeed_push(self, name: str, tensors: Any, device: Optional[Union[int, str]] = None,
+                    seq: int = 0, wait: Optional[float] = None,
+                    metadata: Optional[Dict[str, str]] = None) -> int:
         """Pushes one item to device queue `device` (per_device feeds), or with device None
         one round to every device (split, broadcast). seq > 0 makes a retry idempotent;
         wait: seconds the server may hold it while the queue is full (None: refuse at once,
@@ -257,7 +267,7 @@ class FeedCalls:
             del keep
         return rnd.value
 
-    def staging_batch(self, name, layout):
+    def staging_batch(self, name: str, layout: Dict[str, Any]) -> Batch:
         """A tfetch.Batch built in a staging buffer that the tfetchd of feed `name` (on this
         host, transport "auto" or "ucx") lends this client: infeed_push and push_outfeed of it over
         this client send only where it lies, and tfetchd copies it from there (one memcpy
@@ -268,13 +278,13 @@ class FeedCalls:
             return Batch(layout, _staging=(self._handle(), self._resolve(name, "feeds"),
                                            lambda st: _check(self, st)))
 
-    def feed_done(self, name):
+    def feed_done(self, name: str) -> None:
         """Marks the feed done: consumers drain it, then their iteration ends."""
         with self._lock:
             _check(self, lib.tf_feed_done(self._handle(),
                                           self._resolve(name, "feeds").encode()))
 
-    def feed_reset(self, name):
+    def feed_reset(self, name: str) -> int:
         """Starts a new generation (queued items dropped); returns it."""
         gen = c_uint64()
         with self._lock:
@@ -282,7 +292,7 @@ class FeedCalls:
                                            byref(gen)))
         return gen.value
 
-    def feed_stats(self, name):
+    def feed_stats(self, name: str) -> Dict[str, Any]:
         """The feed's stats (depths, positions, consumers, generation), parsed."""
         out = c_void_p()
         with self._lock:
@@ -290,7 +300,7 @@ class FeedCalls:
                                    byref(out))
             return _json_out(self, st, out)
 
-    def outfeed_get(self, name, after=0, wait=None):
+    def outfeed_get(self, name: str, after: int = 0, wait: Optional[float] = None) -> Any:
         """The first outfeed item after sequence number `after`, waiting up to wait seconds:
         (seq, device, tfetch.Document), or None when none came. An item no longer kept raises
         (TF_EGONE); its ``resume_after`` is not needed: read after the seq it names."""

@@ -5,13 +5,15 @@ package calls.
 Owns the one loaded library handle (``lib``). Which library is loaded, in order: the file
 named by $TFETCH_LIBRARY (the test harness points it at the build tree's
 client/.libs/libtfetch.so.1), the one ``make install`` put in the libdir recorded in
-``_paths.py`` (written at install time), then whatever the dynamic loader finds as
-libtfetch.so.1. Calls go through ctypes.CDLL, which releases the GIL for each call, so a
+``_paths.py`` (written at install time; a pip install has none), whatever the dynamic loader
+finds as libtfetch.so.1, then the one in ``pkg-config --variable=libdir tfetch``'s directory
+(a prefix the loader does not search, PKG_CONFIG_PATH honoured). Calls go through ctypes.CDLL, which releases the GIL for each call, so a
 blocking request never stops other Python threads. Nothing here keeps state besides the
 handle; any thread.
 """
 import ctypes
 import os
+import subprocess
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_int,
                     c_int64, c_long, c_size_t, c_uint, c_uint64, c_void_p)
 
@@ -81,6 +83,17 @@ def _candidates():
     return out
 
 
+def _pkg_config_libdir():
+    """libtfetch's directory as pkg-config knows it (the tfetch module), or None."""
+    try:
+        r = subprocess.run(["pkg-config", "--variable=libdir", "tfetch"], timeout=10,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    d = r.stdout.decode(errors="replace").strip()
+    return d if r.returncode == 0 and d else None
+
+
 def _load():
     errors = []
     for path in _candidates():
@@ -88,7 +101,18 @@ def _load():
             return ctypes.CDLL(path)
         except OSError as e:
             errors.append("%s: %s" % (path, e))
-    raise ImportError("tfetch: cannot load libtfetch (set TFETCH_LIBRARY to its path): " +
+    if not os.environ.get("TFETCH_LIBRARY"):        # last: ask pkg-config where it lives
+        d = _pkg_config_libdir()
+        if d:
+            path = os.path.join(d, "libtfetch.so.1")
+            try:
+                return ctypes.CDLL(path)
+            except OSError as e:
+                errors.append("%s (pkg-config): %s" % (path, e))
+        else:
+            errors.append("pkg-config: no tfetch module")
+    raise ImportError("tfetch: cannot load libtfetch (install it, or set TFETCH_LIBRARY to "
+                      "libtfetch.so.1's path, or PKG_CONFIG_PATH to its tfetch.pc): " +
                       "; ".join(errors))
 
 

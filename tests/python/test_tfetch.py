@@ -906,6 +906,117 @@ class TestClientCert(unittest.TestCase):
             tfetch.Client(self.d.base, key=key)
 
 
+class DLPackOnly:
+    """An object that offers its memory only through DLPack (as jax or cupy do), not
+    __array__: what put must take without numpy's help (fp8 here, which torch 1.13 lacks)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def received_at(t):
+    """Where libtfetch received the tensor that torch tensor t was made over: the data
+    pointer of the tf_doc_t tensor under the numpy view its DLPack export came from (the
+    view's base is the _View whose owner holds the received document or feed item)."""
+    for mt, _shape, _strides, a in list(_arrays._EXPORTS.values()):
+        if mt.dl_tensor.data != t.data_ptr():
+            continue
+        base = a
+        while not isinstance(base, _arrays._View):
+            base = base.base
+        owner = base.owner
+        doc = owner.ptr if isinstance(owner, _arrays._Doc) else \
+            _lib.lib.tf_item_doc(owner.ptr)
+        return [_lib.lib.tf_doc_at(doc, i).contents.data
+                for i in range(_lib.lib.tf_doc_count(doc))]
+    return []
+
+
+def bf16_bits(n, seed=0):
+    """n random bf16 bit patterns (no NaNs: torch.equal would call them unequal)."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 0x7f00, n, dtype=np.uint16)
+    bits[::2] |= 0x8000
+    return bits
+
+
+@unittest.skipIf(torch is None, "torch is not installed (apt-get install python3-torch)")
+class TestTorch(Base):
+    """torch in and out: put takes any __dlpack__ object from where it lies (bf16, fp8),
+    get(like="torch") and feeds give torch tensors over the received buffer, no copy."""
+
+    def tensor_bf16(self, n=12, seed=0):
+        bits = torch.from_numpy(bf16_bits(n, seed).view(np.int16).copy())
+        return bits.view(torch.bfloat16).reshape(3, -1)
+
+    def test_put_takes_dlpack_without_copy(self):
+        t = self.tensor_bf16()
+        f8 = DLPackOnly(tfetch.tagged(np.arange(1, 7, dtype=np.uint8).reshape(2, 3), "F8_E4M3"))
+        doc, keep = _arrays.build_doc({"t": t, "f": f8, "g": torch.ones(2, 2).T})
+        try:
+            self.assertEqual(tfetch.dtype_name(keep[0]), "BF16")
+            self.assertEqual(address(keep[0]), t.data_ptr())          # borrowed, not copied
+            self.assertEqual(tfetch.dtype_name(keep[1]), "F8_E4M3")
+            self.assertEqual(address(keep[1]), address(f8.a))
+            self.assertTrue(keep[2].flags.c_contiguous)                # the one copy: order
+        finally:
+            _arrays.release_doc(doc, keep)
+            del keep
+        self.c.put("f8", {"f": f8})
+        self.assertEqual(raw(self.c.get("f8")["f"]), raw(f8.a))
+
+    def check_round_trip(self, c, name):
+        t = self.tensor_bf16(seed=len(name))
+        c.put(name, {"t": t, "x": torch.arange(4, dtype=torch.int32)}, metadata={"k": "v"})
+        got = c.get(name, like="torch")
+        self.assertEqual(got.metadata, {"k": "v"})
+        self.assertEqual(got["t"].dtype, torch.bfloat16)
+        self.assertEqual(tuple(got["t"].shape), tuple(t.shape))
+        self.assertEqual(got["t"].view(torch.int16).numpy().tobytes(),
+                         t.view(torch.int16).numpy().tobytes())   # bytes unchanged
+        self.assertTrue(torch.equal(got["x"], torch.arange(4, dtype=torch.int32)))
+        where = received_at(got["t"])
+        self.assertIn(got["t"].data_ptr(), where)                 # no copy on the get side
+        self.assertIn(got["x"].data_ptr(), where)
+        return got
+
+    def test_get_like_torch_shares_the_received_buffer(self):
+        self.check_round_trip(self.c, "tb-http")
+        with tfetch.Client(self.d.base, user="py-test") as c:        # auto: same-host shm
+            got = self.check_round_trip(c, "tb-auto")
+            del got
+        self.assertIsInstance(self.c.get("tb-http", like="numpy")["t"], tfetch.Array)
+        with self.assertRaises(ValueError):
+            self.c.get("tb-http", like="tensorflow")
+
+    def test_feed_like_torch(self):
+        decl = {"devices": 1, "signature": [{"name": "t", "dtype": "BF16", "shape": [3, 4]}]}
+        for transport in ("http", "auto"):
+            with self.subTest(transport=transport):
+                name = "tfeed-" + transport
+                self.c.feed_declare(name, decl)
+                sent = [self.tensor_bf16(seed=i) for i in range(3)]
+                for i, t in enumerate(sent, 1):
+                    self.c.infeed_push(name, {"t": t}, device=0, seq=i)
+                with tfetch.Client(self.d.base, user="py-test",
+                                   transport=transport) as c, \
+                        c.feed(name, device=0, like="torch") as f:
+                    for t in sent:
+                        with f.pop(timeout=10) as item:
+                            got = item.doc["t"]
+                            self.assertEqual(got.dtype, torch.bfloat16)
+                            self.assertEqual(got.view(torch.int16).numpy().tobytes(),
+                                             t.view(torch.int16).numpy().tobytes())
+                            self.assertIn(got.data_ptr(), received_at(got))
+                            del got
+
+
 class TestReadme(Base):
     def test_readme_example_runs(self):
         """The ```python block under "## Python" in README.md, verbatim."""
