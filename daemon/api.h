@@ -80,6 +80,8 @@ typedef struct {
     uint64_t charged;               /* body bytes approved by the router's body_grow */
     uint64_t reserved;              /* PUT: store reservation still held */
     uint64_t body_charged;          /* other bodies: charged to the router's body memory */
+    const struct api_lender *lender; /* who may lend this body its memory (the router sets
+                                     * api_feed_lender for an infeed), or NULL: the heap */
     void (*body_give_back)(void *); /* api_body_doc's base is lent (a feed ring's slot, from
                                      * api_feed_begin_lent): this returns it, not tfx_buf_free */
     void *body_give_back_arg;
@@ -191,6 +193,14 @@ int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max);
  * the give-back (tfd_shm_lend), else 0 (not an infeed, no ring, no slot). */
 int api_feed_lend(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
                   void (**give_back)(void *), void **arg);
+/* Memory a request's body may be received into instead of the heap, reached through
+ * tfd_ctx_t.lender, so the body helpers (api_common.c) need not know who lends it. */
+typedef struct api_lender {
+    int (*begin)(tfx_req_t *r, tfd_ctx_t *c, uint64_t max);     /* api_feed_begin_lent */
+    int (*lend)(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
+                void (**give_back)(void *), void **arg);        /* api_feed_lend */
+} api_lender_t;
+extern const api_lender_t api_feed_lender;
 void api_handle_feed_list(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_declare(tfx_req_t *r, tfd_ctx_t *c);
 void api_handle_feed_stats(tfx_req_t *r, tfd_ctx_t *c);

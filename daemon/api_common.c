@@ -216,14 +216,14 @@ int api_begin_doc(tfx_req_t *r, tfd_ctx_t *c, const char *raw_name, uint64_t max
         tfp_doc_free(doc);
     }
     uint64_t limit = body->kind == TFP_BODY_RAW ? body->nbytes : max;
-    if (api_feed_begin_lent(r, c, limit))
+    if (c->lender && c->lender->begin(r, c, limit))
         return 0;                       /* straight into a same-host ring's slot */
     tfx_req_accept_body(r, c->raw_hdr_len, limit);
     return 0;
 }
 
 /* A staged body: the document it names copied out of its staging buffer into a ring's slot
- * (api_feed_lend) or new memory. The buffer stays the client's, who may write it even now:
+ * (the request's lender) or new memory. The buffer stays the client's, who may write it even now:
  * only the copy is read from here on. NULL after answering. */
 static uint8_t *staged_body(tfx_req_t *r, tfd_ctx_t *c, size_t *cap, size_t *len)
 {
@@ -242,8 +242,8 @@ static uint8_t *staged_body(tfx_req_t *r, tfd_ctx_t *c, size_t *cap, size_t *len
     if (ref.length > c->api->cfg->max_body)
         api_fail(r, c, TFP_ETOOBIG, "a document of %llu bytes is over max-body (%llu)",
                  (unsigned long long)ref.length, (unsigned long long)c->api->cfg->max_body);
-    else if (!api_feed_lend(c, ref.length, &base, cap, &c->body_give_back,
-                            &c->body_give_back_arg) &&
+    else if (!(c->lender && c->lender->lend(c, ref.length, &base, cap, &c->body_give_back,
+                                             &c->body_give_back_arg)) &&
              !(base = tfx_buf_alloc((size_t)ref.length, cap)))
         api_fail(r, c, TFP_ENOMEM, "out of memory");
     if (base) {

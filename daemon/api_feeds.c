@@ -480,6 +480,8 @@ int api_feed_lend(tfd_ctx_t *c, uint64_t len, uint8_t **buf, size_t *cap,
     return lent;
 }
 
+const api_lender_t api_feed_lender = {api_feed_begin_lent, api_feed_lend};
+
 int api_feed_begin_lent(tfx_req_t *r, tfd_ctx_t *c, uint64_t max)
 {
     const tfp_op_t *op = c->op;

@@ -337,6 +337,8 @@ static int authorize(tfx_req_t *r, tfd_ctx_t *c)
  * answering. */
 static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
 {
+    if (c->op->kind == TFP_OP_FEED_INFEED)
+        c->lender = &api_feed_lender;           /* a same-host ring's slot, where one is free */
     switch (c->op->body.kind) {
     case TFP_BODY_NONE:
         return 0;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "proto/cjson.h"
-#include "proto/jsonread.h"
+#include "proto/jsoncheck.h"
 
 size_t tfp_cj_skip_ws(const char *s, size_t n, size_t i)
 {

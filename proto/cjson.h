@@ -4,7 +4,7 @@
  * cJSON is lax (it takes "01", raw control characters, \u0000) and keeps duplicate keys, and
  * its numbers are doubles; every proto parser (safetensors headers, the client's JSON, the
  * upgrade bodies) needs the same strict reading, so it lives here once: text passes
- * tfp_json_check (jsonread.h) before cJSON builds a tree, and values come out through checked
+ * tfp_json_check (jsoncheck.h) before cJSON builds a tree, and values come out through checked
  * getters; a number keeps its text where a double is not exact (tfp_cj_uint). cJSON stays
  * inside proto: only proto's .c files include this header, and no tree outlives the call
  * that parsed it. Pure; any thread. One caveat, from cJSON 1.7.15: every

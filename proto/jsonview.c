@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "proto/jsonview.h"
+#include "proto/le.h"
 #include "proto/jsonw.h"
 
 float tfp_f16_to_f32(uint16_t h)
@@ -90,15 +91,6 @@ float tfp_f8e5m2_to_f32(uint8_t b)
     return tfp_f16_to_f32((uint16_t)(b << 8));
 }
 
-static uint64_t load_le(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-
-    for (size_t i = n; i > 0; i--)
-        v = (v << 8) | p[i - 1];
-    return v;
-}
-
 static void put_float(tfp_jw_t *w, double v, int f64)
 {
     char b[40];
@@ -122,7 +114,7 @@ static void put_float(tfp_jw_t *w, double v, int f64)
 
 static void put_elem(tfp_jw_t *w, tfp_dtype_t dt, const uint8_t *p)
 {
-    uint64_t u = load_le(p, tfp_dtype_size(dt));
+    uint64_t u = tfp_le_get(p, tfp_dtype_size(dt));
     uint32_t u32 = (uint32_t)u;
     float f;
     double d;

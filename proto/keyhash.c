@@ -1,6 +1,7 @@
 /* keyhash.c - SipHash-1-3 (see keyhash.h). */
 #include "config.h"
 #include "proto/keyhash.h"
+#include "proto/le.h"
 
 #include <string.h>
 #include <sys/random.h>
@@ -23,16 +24,6 @@ static inline void sipround(uint64_t v[4])
     v[2] = rotl(v[2], 32);
 }
 
-static inline uint64_t le64(const uint8_t *p)
-{
-    uint64_t x;
-    memcpy(&x, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    x = __builtin_bswap64(x);
-#endif
-    return x;
-}
-
 uint64_t tfp_siphash(const tfp_hashkey_t *key, const void *data, size_t len, unsigned c,
                      unsigned d)
 {
@@ -41,7 +32,7 @@ uint64_t tfp_siphash(const tfp_hashkey_t *key, const void *data, size_t len, uns
                      key->k0 ^ 0x6c7967656e657261ull, key->k1 ^ 0x7465646279746573ull};
     size_t whole = len & ~(size_t)7;
     for (size_t i = 0; i < whole; i += 8) {
-        uint64_t m = le64(p + i);
+        uint64_t m = tfp_le64(p + i);
         v[3] ^= m;
         for (unsigned r = 0; r < c; r++)
             sipround(v);

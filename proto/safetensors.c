@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "proto/cjson.h"
+#include "proto/le.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 #include "proto/raw.h"
@@ -27,21 +28,6 @@ typedef struct {
 } range_t;
 
 /* ---- helpers --------------------------------------------------------------------------- */
-
-static uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void store_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* A name short enough to quote in a 256-byte message, cut at a character boundary. */
 static const char *show(const char *name, char buf[SHOW_MAX + 4])
@@ -612,7 +598,7 @@ tfp_status_t tfp_st_decode_path(const uint8_t *buf, size_t len, const tfp_st_lim
     if (len < 8)
         return tfp_err_set(err, TFP_EPROTO,
                            "%zu bytes is shorter than the 8-byte header length", len);
-    hlen = load_le64(buf);
+    hlen = tfp_le64(buf);
     if (hlen > max_header)
         return tfp_err_set(err, TFP_ETOOBIG, "header length %llu exceeds the limit of %llu bytes",
                            (unsigned long long)hlen, (unsigned long long)max_header);
@@ -708,7 +694,7 @@ tfp_status_t tfp_st_encode_header(tfp_doc_t *doc, uint8_t **hdr, size_t *hdr_len
         free(json);
         return tfp_err_set(err, TFP_ENOMEM, "out of memory encoding the header");
     }
-    store_le64(out, (uint64_t)(json_len + pad));
+    tfp_le64_put(out, (uint64_t)(json_len + pad));
     memcpy(out + 8, json, json_len);
     memset(out + 8 + json_len, ' ', pad);
     free(json);

@@ -10,30 +10,9 @@
 #include <string.h>
 
 #include "proto/op.h"
+#include "proto/le.h"
 #include "proto/upgrade.h"
 #include "proto/utf8.h"
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 static int status_known(int64_t v)
 {
@@ -169,17 +148,17 @@ size_t tfp_sf_encode(const tfp_sf_t *m, uint8_t *buf, size_t size, tfp_err_t *er
         return 0;
     }
     memset(buf, 0, TFP_SF_FIXED);
-    put32(buf, TFP_SF_MAGIC);
+    tfp_le32_put(buf, TFP_SF_MAGIC);
     buf[4] = TFP_SF_VERSION;
     buf[5] = (uint8_t)m->op;
     buf[6] = (uint8_t)m->str_len;
     buf[7] = (uint8_t)(m->str_len >> 8);
-    put64(buf + 8, m->seq);
-    put32(buf + 16, (uint32_t)m->status);
-    put32(buf + 20, m->op == TFP_SF_REPLY ? m->http : m->flags);
-    put64(buf + 24, m->lease);
-    put64(buf + 32, m->a);
-    put64(buf + 40, m->b);
+    tfp_le64_put(buf + 8, m->seq);
+    tfp_le32_put(buf + 16, (uint32_t)m->status);
+    tfp_le32_put(buf + 20, m->op == TFP_SF_REPLY ? m->http : m->flags);
+    tfp_le64_put(buf + 24, m->lease);
+    tfp_le64_put(buf + 32, m->a);
+    tfp_le64_put(buf + 40, m->b);
     memcpy(buf + TFP_SF_FIXED, m->str, m->str_len);
     return len;
 }
@@ -188,7 +167,7 @@ tfp_status_t tfp_sf_decode(const uint8_t *buf, size_t len, tfp_sf_t *out, tfp_er
 {
     if (len < TFP_SF_FIXED)
         return tfp_err_set(err, TFP_EPROTO, "shm: a message of %zu bytes", len);
-    if (get32(buf) != TFP_SF_MAGIC)
+    if (tfp_le32(buf) != TFP_SF_MAGIC)
         return tfp_err_set(err, TFP_EPROTO, "shm: bad magic");
     if (buf[4] != TFP_SF_VERSION)
         return tfp_err_set(err, TFP_EPROTO, "shm: version %u", buf[4]);
@@ -199,13 +178,13 @@ tfp_status_t tfp_sf_decode(const uint8_t *buf, size_t len, tfp_sf_t *out, tfp_er
         return tfp_err_set(err, TFP_EPROTO, "shm: a NUL in the string");
     tfp_sf_t m;
     m.op = (tfp_sf_op_t)buf[5];
-    m.seq = get64(buf + 8);
-    m.status = (int32_t)get32(buf + 16);
-    m.flags = m.op == TFP_SF_REPLY ? 0 : get32(buf + 20);
-    m.http = m.op == TFP_SF_REPLY ? get32(buf + 20) : 0;
-    m.lease = get64(buf + 24);
-    m.a = get64(buf + 32);
-    m.b = get64(buf + 40);
+    m.seq = tfp_le64(buf + 8);
+    m.status = (int32_t)tfp_le32(buf + 16);
+    m.flags = m.op == TFP_SF_REPLY ? 0 : tfp_le32(buf + 20);
+    m.http = m.op == TFP_SF_REPLY ? tfp_le32(buf + 20) : 0;
+    m.lease = tfp_le64(buf + 24);
+    m.a = tfp_le64(buf + 32);
+    m.b = tfp_le64(buf + 40);
     memcpy(m.str, buf + TFP_SF_FIXED, n);
     m.str[n] = '\0';
     m.str_len = n;
@@ -392,9 +371,9 @@ tfp_status_t tfp_sf_item_get(const tfp_sf_t *m, uint64_t *seq, uint64_t *round,
 
 void tfp_sf_staged_encode(const tfp_sf_staged_t *ref, uint8_t out[TFP_SF_STAGED_LEN])
 {
-    put64(out, ref->lease);
-    put64(out + 8, ref->offset);
-    put64(out + 16, ref->length);
+    tfp_le64_put(out, ref->lease);
+    tfp_le64_put(out + 8, ref->offset);
+    tfp_le64_put(out + 16, ref->length);
 }
 
 tfp_status_t tfp_sf_staged_decode(const uint8_t *buf, size_t len, tfp_sf_staged_t *out,
@@ -403,7 +382,7 @@ tfp_status_t tfp_sf_staged_decode(const uint8_t *buf, size_t len, tfp_sf_staged_
     if (len != TFP_SF_STAGED_LEN)
         return tfp_err_set(err, TFP_EBADREQ, "a staged body is %d bytes (lease, offset, "
                            "length), not %zu", TFP_SF_STAGED_LEN, len);
-    tfp_sf_staged_t r = {get64(buf), get64(buf + 8), get64(buf + 16)};
+    tfp_sf_staged_t r = {tfp_le64(buf), tfp_le64(buf + 8), tfp_le64(buf + 16)};
     if (r.lease == 0 || r.length == 0 || r.length > TFP_SF_MAX_SIZE ||
         r.offset > TFP_SF_MAX_SIZE - r.length)
         return tfp_err_set(err, TFP_EBADREQ, "a staged body names lease %llu, %llu bytes at "

@@ -12,27 +12,13 @@
 #include <string.h>
 
 #include "proto/ids.h"
+#include "proto/le.h"
 #include "proto/jsonread.h"
 #include "proto/raw.h"
 #include "proto/shumai.h"
 
 #define MAX_DIM (UINT64_C(1) << 53)
 #define SHAPE_TEXT (TFP_MAX_RANK * 21)
-
-static uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void store_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 static void shape_text(int rank, const uint64_t *shape, char buf[SHAPE_TEXT])
 {
@@ -103,10 +89,10 @@ static tfp_status_t check_words(const uint8_t *buf, size_t len, int *rank, int64
                                 uint64_t *flags, uint64_t *tensor_len, uint64_t *props_len,
                                 tfp_err_t *err)
 {
-    int64_t ndim = (int64_t)load_le64(buf);
-    int64_t fl = (int64_t)load_le64(buf + 16);
-    int64_t tl = (int64_t)load_le64(buf + 24);
-    int64_t pl = (int64_t)load_le64(buf + 32);
+    int64_t ndim = (int64_t)tfp_le64(buf);
+    int64_t fl = (int64_t)tfp_le64(buf + 16);
+    int64_t tl = (int64_t)tfp_le64(buf + 24);
+    int64_t pl = (int64_t)tfp_le64(buf + 32);
 
     if (ndim < 0 || ndim > TFP_MAX_RANK)
         return tfp_err_set(err, TFP_EPROTO, "ndim %lld is outside 0..%d", (long long)ndim,
@@ -124,7 +110,7 @@ static tfp_status_t check_words(const uint8_t *buf, size_t len, int *rank, int64
                            "%zu bytes cannot hold the %d-dim shape (%zu bytes with the header)",
                            len, (int)ndim, (size_t)TFP_SHUMAI_FIXED_LEN + 8 * (size_t)ndim);
     *rank = (int)ndim;
-    *prov = (int64_t)load_le64(buf + 8);
+    *prov = (int64_t)tfp_le64(buf + 8);
     *flags = (uint64_t)fl;
     *tensor_len = (uint64_t)tl;
     *props_len = (uint64_t)pl;
@@ -135,7 +121,7 @@ static tfp_status_t check_shape(const uint8_t *p, int rank, uint64_t dims[TFP_MA
                                 tfp_err_t *err)
 {
     for (int i = 0; i < rank; i++) {
-        int64_t d = (int64_t)load_le64(p + 8 * i);
+        int64_t d = (int64_t)tfp_le64(p + 8 * i);
 
         if (d < 0)
             return tfp_err_set(err, TFP_EPROTO, "shape[%d] is negative (%lld)", i,
@@ -287,13 +273,13 @@ tfp_status_t tfp_shumai_encode_header(int rank, const uint64_t *shape, int64_t p
         return tfp_err_set(err, TFP_EINVAL, "header needs %zu bytes, %zu given", need,
                            hdr == NULL ? (size_t)0 : hdr_size);
     f32_bytes(rank, shape, &nbytes, err);
-    store_le64(hdr, (uint64_t)rank);
-    store_le64(hdr + 8, (uint64_t)provenance);
-    store_le64(hdr + 16, flags);
-    store_le64(hdr + 24, nbytes);
-    store_le64(hdr + 32, props_len);
+    tfp_le64_put(hdr, (uint64_t)rank);
+    tfp_le64_put(hdr + 8, (uint64_t)provenance);
+    tfp_le64_put(hdr + 16, flags);
+    tfp_le64_put(hdr + 24, nbytes);
+    tfp_le64_put(hdr + 32, props_len);
     for (int i = 0; i < rank; i++)
-        store_le64(hdr + TFP_SHUMAI_FIXED_LEN + 8 * i, shape[i]);
+        tfp_le64_put(hdr + TFP_SHUMAI_FIXED_LEN + 8 * i, shape[i]);
     if (hdr_len != NULL)
         *hdr_len = need;
     return TFP_OK;

@@ -12,6 +12,7 @@
 #include "proto/httpcond.h"
 #include "proto/op.h"
 #include "proto/jsonw.h"
+#include "proto/le.h"
 #include "proto/ucxframe.h"
 #include "proto/shmframe.h"
 #include "proto/upgrade.h"
@@ -20,21 +21,6 @@
 #define WHAT "ucx frame"
 
 /* ---- little-endian fields ------------------------------------------------------------ */
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-
-    for (int i = n - 1; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++, v >>= 8)
-        p[i] = (uint8_t)v;
-}
 
 /* ---- ops and statuses ---------------------------------------------------------------- */
 
@@ -405,13 +391,13 @@ static void encode_feed(const tfp_uf_feed_t *f, uint8_t *p)
 
     p[0] = f->op;
     p[1] = f->flags;
-    put_le(p + 2, f->present, 2);
+    tfp_le_put(p + 2, f->present, 2);
     p[4] = (uint8_t)nd;
     p[5] = (uint8_t)np;
     p[6] = (uint8_t)nc;
     p[7] = 0;
     for (unsigned i = 0; i < 9; i++)
-        put_le(p + 8 + 8 * i, *nums[i], 8);
+        tfp_le_put(p + 8 + 8 * i, *nums[i], 8);
     p += TFP_UF_FEED_FIXED;
     memcpy(p, f->dev, nd);
     memcpy(p + nd, f->producer, np);
@@ -444,20 +430,20 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     if (size < total)
         return tfp_err_set(err, TFP_EINVAL, WHAT ": buffer of %zu bytes is too small for %zu",
                            size, total);
-    put_le(p + 0, TFP_UF_MAGIC, 4);
+    tfp_le_put(p + 0, TFP_UF_MAGIC, 4);
     p[4] = TFP_UF_VERSION;
     p[5] = (uint8_t)h->op;
-    put_le(p + 6, h->flags, 2);
-    put_le(p + 8, h->seq, 8);
-    put_le(p + 16, (uint32_t)(int32_t)h->status, 4);
-    put_le(p + 20, h->wait_ms, 4);
-    put_le(p + 24, h->body_len, 8);
+    tfp_le_put(p + 6, h->flags, 2);
+    tfp_le_put(p + 8, h->seq, 8);
+    tfp_le_put(p + 16, (uint32_t)(int32_t)h->status, 4);
+    tfp_le_put(p + 20, h->wait_ms, 4);
+    tfp_le_put(p + 24, h->body_len, 8);
     p[32] = (uint8_t)nid;
     p[33] = (uint8_t)nuser;
     p[34] = (uint8_t)nname;
     p[35] = (uint8_t)nup;
-    put_le(p + 36, nmsg, 2);
-    put_le(p + 38, h->http, 2);
+    tfp_le_put(p + 36, nmsg, 2);
+    tfp_le_put(p + 38, h->http, 2);
     p += TFP_UF_FIXED;
     memcpy(p, h->request_id, nid);
     p += nid;
@@ -473,9 +459,9 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
         encode_feed(&h->feed, p);
     if (h->flags & TFP_UF_F_COND) {
         size_t nim = strlen(h->cond.if_match), ninm = strlen(h->cond.if_none_match);
-        put_le(p, h->cond.ttl_s, 8);
-        put_le(p + 8, nim, 2);
-        put_le(p + 10, ninm, 2);
+        tfp_le_put(p, h->cond.ttl_s, 8);
+        tfp_le_put(p + 8, nim, 2);
+        tfp_le_put(p + 10, ninm, 2);
         memcpy(p + TFP_UF_COND_FIXED, h->cond.if_match, nim);
         memcpy(p + TFP_UF_COND_FIXED + nim, h->cond.if_none_match, ninm);
     }
@@ -510,7 +496,7 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     if (len < TFP_UF_FIXED)
         return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is shorter than the %d-byte "
                            "fixed header", len, TFP_UF_FIXED);
-    magic = get_le(p, 4);
+    magic = tfp_le_get(p, 4);
     if (magic != TFP_UF_MAGIC)
         return tfp_err_set(err, TFP_EPROTO, WHAT ": bad magic 0x%08llx (want 0x%08x, \"TFU1\")",
                            (unsigned long long)magic, TFP_UF_MAGIC);
@@ -522,7 +508,7 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     nid = p[32];
     nuser = p[33];
     nname = p[34];
-    nmsg = (size_t)get_le(p + 36, 2);
+    nmsg = (size_t)tfp_le_get(p + 36, 2);
     nup = p[35];
     if (nup > TFP_MAX_USER_ID)
         return tfp_err_set(err, TFP_EPROTO, WHAT ": user principal length %zu is over %d", nup,
@@ -539,7 +525,7 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     total = TFP_UF_FIXED + nid + nuser + nname + nmsg + nup;
     size_t nfd = 0, nfp = 0, nfc = 0;
     const uint8_t *fb = NULL;
-    if (get_le(p + 6, 2) & TFP_UF_F_FEED) {
+    if (tfp_le_get(p + 6, 2) & TFP_UF_F_FEED) {
         if (len < total + TFP_UF_FEED_FIXED)
             return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the feed "
                                "block (%zu + 80)", len, total);
@@ -557,22 +543,22 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     }
     size_t nim = 0, ninm = 0;
     const uint8_t *cb = NULL;
-    if (get_le(p + 6, 2) & TFP_UF_F_COND) {
+    if (tfp_le_get(p + 6, 2) & TFP_UF_F_COND) {
         if (fb)
             return tfp_err_set(err, TFP_EPROTO, WHAT ": flags FEED and COND together");
         if (len < total + TFP_UF_COND_FIXED)
             return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the "
                                "conditions block (%zu + 12)", len, total);
         cb = p + total;
-        nim = (size_t)get_le(cb + 8, 2);
-        ninm = (size_t)get_le(cb + 10, 2);
+        nim = (size_t)tfp_le_get(cb + 8, 2);
+        ninm = (size_t)tfp_le_get(cb + 10, 2);
         if (nim > TFP_UF_MAX_COND || ninm > TFP_UF_MAX_COND)
             return tfp_err_set(err, TFP_EPROTO, WHAT ": a condition over %d bytes",
                                TFP_UF_MAX_COND);
         total += TFP_UF_COND_FIXED + nim + ninm;
     }
     size_t prefix = 0;
-    if (get_le(p + 6, 2) & TFP_UF_F_BODY_PREFIX) {
+    if (tfp_le_get(p + 6, 2) & TFP_UF_F_BODY_PREFIX) {
         if (len <= total || len - total > TFP_UF_MAX_PREFIX)
             return tfp_err_set(err, TFP_EPROTO, WHAT ": flag BODY_PREFIX, but %zu bytes "
                                "follow the %zu-byte frame (1..%d)", len > total ? len - total
@@ -585,12 +571,12 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
 
     memset(&h, 0, sizeof h);
     h.op = (tfp_uf_op_t)p[5];
-    h.flags = (uint16_t)get_le(p + 6, 2);
-    h.seq = get_le(p + 8, 8);
-    h.status = (tfp_status_t)(int32_t)(uint32_t)get_le(p + 16, 4);
-    h.wait_ms = (uint32_t)get_le(p + 20, 4);
-    h.http = (uint16_t)get_le(p + 38, 2);
-    h.body_len = get_le(p + 24, 8);
+    h.flags = (uint16_t)tfp_le_get(p + 6, 2);
+    h.seq = tfp_le_get(p + 8, 8);
+    h.status = (tfp_status_t)(int32_t)(uint32_t)tfp_le_get(p + 16, 4);
+    h.wait_ms = (uint32_t)tfp_le_get(p + 20, 4);
+    h.http = (uint16_t)tfp_le_get(p + 38, 2);
+    h.body_len = tfp_le_get(p + 24, 8);
     h.prefix_len = (uint32_t)prefix;
     p += TFP_UF_FIXED;
     if ((st = take(&p, nid, h.request_id, "request id", err)) != TFP_OK ||
@@ -603,9 +589,9 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         uint64_t *nums[] = FEED_NUMS(&h.feed);
         h.feed.op = fb[0];
         h.feed.flags = fb[1];
-        h.feed.present = (uint16_t)get_le(fb + 2, 2);
+        h.feed.present = (uint16_t)tfp_le_get(fb + 2, 2);
         for (unsigned i = 0; i < 9; i++)
-            *nums[i] = get_le(fb + 8 + 8 * i, 8);
+            *nums[i] = tfp_le_get(fb + 8 + 8 * i, 8);
         p = fb + TFP_UF_FEED_FIXED;
         if ((st = take(&p, nfd, h.feed.dev, "feed device", err)) != TFP_OK ||
             (st = take(&p, nfp, h.feed.producer, "feed producer", err)) != TFP_OK ||
@@ -613,7 +599,7 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
             return st;
     }
     if (cb) {
-        h.cond.ttl_s = get_le(cb, 8);
+        h.cond.ttl_s = tfp_le_get(cb, 8);
         p = cb + TFP_UF_COND_FIXED;
         if ((st = take(&p, nim, h.cond.if_match, "If-Match", err)) != TFP_OK ||
             (st = take(&p, ninm, h.cond.if_none_match, "If-None-Match", err)) != TFP_OK)
