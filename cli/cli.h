@@ -96,6 +96,26 @@ int cli_write_reply(const cli_opts_t *o, const char *what, const char *url,
 int cli_load_doc(const cli_opts_t *o, const char *url, const char *path, cli_input_t *in,
                  tf_doc_t **doc);
 
+/* A reply streamed to its file: a temporary file beside it (renamed once complete and
+ * checked), or the file itself when it is not a regular one (/dev/null, a FIFO). */
+typedef struct {
+    int fd;                         /* -1: none */
+    char *tmp;                      /* the temporary file's name, or NULL */
+    int direct;
+} cli_sink_t;
+/* 1 if a get's reply to path streams there (a FILE or --dir, not stdout, --raw or shumai). */
+int cli_sink_wanted(const cli_opts_t *o, const char *path);
+/* Opens where a streamed reply goes; EXIT_OK, or an exit code (reported). */
+int cli_sink_open(const char *path, cli_sink_t *s);
+/* Ends a streamed reply: checked and renamed over path when rc is EXIT_OK, else removed.
+ * Returns rc, or why it could not be kept. */
+int cli_sink_close(const char *what, const char *url, const char *path, cli_sink_t *s,
+                   int rc);
+/* A put's input to be sent from its file (a non-empty regular file, not --dtype), checked
+ * as a safetensors document: EXIT_OK and *fd; -1 when it must be read instead (load_doc);
+ * or an exit code (reported). */
+int cli_body_open(const cli_opts_t *o, const char *path, int *fd);
+
 /* ---- commands.c: get, put, call, rm, ls, info ---------------------------------------------- */
 int cli_cmd_batch(tf_client_t *c, const cli_opts_t *o, cli_cmd_t cmd, char **args, int nargs);
 int cli_cmd_ls(tf_client_t *c, const cli_opts_t *o, const char *base);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -27,6 +28,8 @@ typedef struct {
     char *out_path;                 /* get, call: the output (NULL: stdout; "-": stdout, asked) */
     cli_input_t in;
     tf_doc_t *doc;                  /* what is sent, while in flight */
+    int body_fd;                    /* put: the file sent from where it is, or -1 */
+    cli_sink_t sink;                /* get: the file its reply streams to (fd -1: none) */
     tf_result_t result;
     int has_result;                 /* a request was made (or refused by the library) */
     int rc;
@@ -50,6 +53,9 @@ static void release_input(job_t *j)
     if (j->in.data || j->in.len)
         cli_input_release(&j->in);
     memset(&j->in, 0, sizeof(j->in));
+    if (j->body_fd >= 0)
+        close(j->body_fd);
+    j->body_fd = -1;
 }
 
 static void start_more(batch_t *b);
@@ -69,6 +75,9 @@ static void job_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_resu
         cli_bar_end();
     if (st != TF_OK) {
         j->rc = cli_request_failed(r, what, j->url, st);
+        cli_sink_close(what, j->url, j->out_path, &j->sink, j->rc);
+    } else if (j->sink.fd >= 0) {
+        j->rc = cli_sink_close(what, j->url, j->out_path, &j->sink, EXIT_OK);
     } else if (b->cmd == CMD_GET || b->cmd == CMD_CALL) {
         j->rc = cli_write_reply(b->o, what, j->url, doc, j->out_path);
     } else if (!b->o->quiet && b->cmd == CMD_PUT) {
@@ -86,19 +95,35 @@ static void start_job(batch_t *b, job_t *j)
 {
     static const tf_op_t ops[] = {TF_OP_GET, TF_OP_PUT, TF_OP_EXCHANGE, TF_OP_DELETE};
     tf_request_t rq = {.op = ops[b->cmd], .url = j->url};
+    int fd = -1;
 
-    if (b->cmd == CMD_PUT || b->cmd == CMD_CALL) {
+    /* Big documents: a put's file is sent from where it is and a get's reply streams to its
+     * file, neither held whole here. */
+    if (b->cmd == CMD_PUT &&
+        (j->rc = cli_body_open(b->o, j->in_path, &j->body_fd)) != -1) {
+        if (j->rc != EXIT_OK)
+            return;
+        fd = j->body_fd;
+    } else if (b->cmd == CMD_PUT || b->cmd == CMD_CALL) {
         if ((j->rc = cli_load_doc(b->o, j->url, j->in_path, &j->in, &j->doc)) != EXIT_OK)
             return;
         rq.in = j->doc;
     }
+    if (b->cmd == CMD_GET && cli_sink_wanted(b->o, j->out_path)) {
+        if ((j->rc = cli_sink_open(j->out_path, &j->sink)) != EXIT_OK)
+            return;
+        fd = j->sink.fd;
+    }
+    j->rc = EXIT_OK;
     if (b->cmd == CMD_GET)
         rq.wait_ms = b->o->wait_ms;
-    tf_status_t st = tf_fetch_start(b->c, &rq, job_done, j, NULL);
+    tf_status_t st = fd >= 0 ? tf_fetch_start_fd(b->c, &rq, fd, job_done, j, NULL)
+                             : tf_fetch_start(b->c, &rq, job_done, j, NULL);
     if (st != TF_OK) {
         j->result = *tf_client_last(b->c);
         j->has_result = 1;
         j->rc = cli_request_failed(&j->result, cmd_names[b->cmd], j->url, st);
+        cli_sink_close(cmd_names[b->cmd], j->url, j->out_path, &j->sink, j->rc);
         release_input(j);
         return;
     }
@@ -207,6 +232,7 @@ int cli_cmd_batch(tf_client_t *c, const cli_opts_t *o, cli_cmd_t cmd, char **arg
     for (size_t i = 0; i < n; i++) {
         job_t *j = &b.jobs[i];
         j->b = &b;
+        j->body_fd = j->sink.fd = -1;
         j->url = args[pairs ? 2 * i : i];
         if (pairs)
             j->in_path = 2 * i + 1 < (size_t)nargs ? args[2 * i + 1] : NULL;

@@ -249,27 +249,37 @@ void cli_last_segment(const char *url, char *buf, size_t size)
 
 /* ---- output files: temporary, then renamed ------------------------------------------------ */
 
-/* The temporary file being written (one at a time: replies are written on the driving
- * thread), removed by the signal handler if the process is interrupted while writing. */
-static char tmp_path[4096];
-static volatile sig_atomic_t tmp_live;
+/* The temporary files being written (one per reply in flight: a streamed get writes while
+ * its transfer runs, up to --parallel at once), removed by the signal handler if the
+ * process is interrupted. Slots are claimed and given back on the driving thread only. */
+#define TMP_SLOTS 1025
+static char *volatile tmp_live[TMP_SLOTS];
 
 static void on_fatal_signal(int sig)
 {
-    if (tmp_live)
-        unlink(tmp_path);
+    for (size_t i = 0; i < TMP_SLOTS; i++)
+        if (tmp_live[i])
+            unlink(tmp_live[i]);
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
 /* Creates PATH.tfetch-XXXXXX (mode 0666 & ~umask, as open(2) would make PATH) and returns
- * its descriptor, or -1 with errno set. */
-static int tmp_open(const char *path)
+ * its descriptor and, in *tmp, its name (malloc'd; cli_tmp_finish frees it), or -1 with
+ * errno set. */
+static int tmp_open(const char *path, char **tmp)
 {
-    if (snprintf(tmp_path, sizeof tmp_path, "%s.tfetch-XXXXXX", path) >= (int)sizeof tmp_path) {
-        errno = ENAMETOOLONG;
+    size_t n = strlen(path) + sizeof ".tfetch-XXXXXX", slot = 0;
+    char *name;
+    while (slot < TMP_SLOTS && tmp_live[slot])
+        slot++;
+    if (n > 4096 || slot == TMP_SLOTS) {
+        errno = n > 4096 ? ENAMETOOLONG : EMFILE;
         return -1;
     }
+    if (!(name = malloc(n)))
+        return -1;
+    snprintf(name, n, "%s.tfetch-XXXXXX", path);
     static int handlers;
     if (!handlers) {
         handlers = 1;
@@ -277,29 +287,40 @@ static int tmp_open(const char *path)
         signal(SIGTERM, on_fatal_signal);
         signal(SIGHUP, on_fatal_signal);
     }
-    int fd = mkostemp(tmp_path, O_CLOEXEC);
-    if (fd < 0)
+    int fd = mkostemp(name, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        free(name);
+        errno = e;
         return -1;
-    tmp_live = 1;
+    }
+    tmp_live[slot] = name;
     mode_t um = umask(0);
     umask(um);
     fchmod(fd, 0666 & ~um);
+    *tmp = name;
     return fd;
 }
 
-/* Renames the temporary file over path when ok, else removes it. 0, or -1 with errno. */
-static int tmp_finish(const char *path, int ok)
+/* Renames the temporary file tmp over path when ok, else removes it; frees tmp. 0, or -1
+ * with errno. */
+static int tmp_finish(char *tmp, const char *path, int ok)
 {
     int rc = 0;
-    if (ok && rename(tmp_path, path) != 0) {
+    if (ok && rename(tmp, path) != 0) {
         int e = errno;
-        unlink(tmp_path);
+        unlink(tmp);
         errno = e;
         rc = -1;
     } else if (!ok) {
-        unlink(tmp_path);
+        unlink(tmp);
     }
-    tmp_live = 0;
+    for (size_t i = 0; i < TMP_SLOTS; i++)
+        if (tmp_live[i] == tmp)
+            tmp_live[i] = NULL;
+    int e = errno;
+    free(tmp);
+    errno = e;
     return rc;
 }
 
@@ -344,11 +365,12 @@ int cli_write_reply(const cli_opts_t *o, const char *what, const char *url,
      * (/dev/null, a FIFO, a terminal) is written in place: renaming over it would replace
      * the device. */
     int fd = STDOUT_FILENO, direct = 0;
+    char *tmp = NULL;
     struct stat st;
     if (!to_stdout && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         direct = 1;
     if (!to_stdout && (fd = direct ? open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
-                                   : tmp_open(path)) < 0) {
+                                   : tmp_open(path, &tmp)) < 0) {
         cli_msg("cannot create %s: %s", path, strerror(errno));
         return EXIT_LOCAL;
     }
@@ -374,9 +396,13 @@ int cli_write_reply(const cli_opts_t *o, const char *what, const char *url,
         cli_msg("cannot write %s: %s", path, strerror(errno));
         rc = EXIT_LOCAL;
     }
-    if (!to_stdout && !direct && tmp_finish(path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
-        cli_msg("cannot rename %s to %s: %s", tmp_path, path, strerror(errno));
-        rc = EXIT_LOCAL;
+    if (!to_stdout && !direct) {
+        char shown[4096];
+        snprintf(shown, sizeof shown, "%s", tmp);
+        if (tmp_finish(tmp, path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
+            cli_msg("cannot rename %s to %s: %s", shown, path, strerror(errno));
+            rc = EXIT_LOCAL;
+        }
     }
     return rc;
 }
@@ -426,6 +452,24 @@ static int raw_doc(const cli_opts_t *o, const char *url, const cli_input_t *in,
     return EXIT_OK;
 }
 
+/* Reports data (len bytes, from shown) that tf_doc_decode_msg refused with st and why;
+ * returns the exit code. */
+static int not_a_doc(const char *shown, const void *data, size_t len, tf_status_t st,
+                     const char *why)
+{
+    /* A document starts with an 8-byte header length and then '{'; anything else is most
+     * likely a raw tensor given without its description. */
+    const unsigned char *b = data;
+    uint64_t hl = 0;
+    for (int i = 7; len >= 8 && i >= 0; i--)
+        hl = hl << 8 | b[i];
+    int doc_like = len > 8 && hl <= len - 8 && b[8] == '{';
+    cli_msg("%s is not a valid safetensors document: %s (%s)%s", shown,
+            why[0] ? why : tf_strerror(st), tf_err_name(st),
+            doc_like ? "" : "; if it holds one raw tensor, give --dtype and --shape");
+    return st == TF_ENOMEM ? EXIT_LOCAL : EXIT_USAGE;
+}
+
 /* Reads path (stdin for NULL or "-") into in and makes the document to send: the file
  * itself (safetensors, borrowed) or, with --dtype, one raw tensor. */
 int cli_load_doc(const cli_opts_t *o, const char *url, const char *path, cli_input_t *in,
@@ -446,18 +490,117 @@ int cli_load_doc(const cli_opts_t *o, const char *url, const char *path, cli_inp
     char why[256];
     tf_status_t st = tf_doc_decode_msg(in->data, in->len, TF_BORROW, doc, why, sizeof why);
     if (st != TF_OK) {
-        /* A document starts with an 8-byte header length and then '{'; anything else is most
-         * likely a raw tensor given without its description. */
-        const unsigned char *b = in->data;
-        uint64_t hl = 0;
-        for (int i = 7; in->len >= 8 && i >= 0; i--)
-            hl = hl << 8 | b[i];
-        int doc_like = in->len > 8 && hl <= in->len - 8 && b[8] == '{';
-        cli_msg("%s is not a valid safetensors document: %s (%s)%s", shown,
-                why[0] ? why : tf_strerror(st), tf_err_name(st),
-            doc_like ? "" : "; if it holds one raw tensor, give --dtype and --shape");
+        rc = not_a_doc(shown, in->data, in->len, st, why);
         cli_input_release(in);
-        return st == TF_ENOMEM ? EXIT_LOCAL : EXIT_USAGE;
+        return rc;
     }
+    return EXIT_OK;
+}
+
+/* ---- big documents: replies streamed to their file, bodies sent from theirs -------------- */
+
+int cli_sink_wanted(const cli_opts_t *o, const char *path)
+{
+    return path && strcmp(path, "-") != 0 && !o->raw &&
+           !(o->format && strcmp(o->format, "shumai") == 0);
+}
+
+int cli_sink_open(const char *path, cli_sink_t *s)
+{
+    struct stat st;
+    s->tmp = NULL;
+    s->direct = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    s->fd = s->direct ? open(path, O_WRONLY | O_TRUNC | O_CLOEXEC) : tmp_open(path, &s->tmp);
+    if (s->fd < 0) {
+        cli_msg("cannot create %s: %s", path, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    return EXIT_OK;
+}
+
+/* The streamed reply in the temporary file fd is a safetensors document, as the library
+ * checks one it holds in memory: mapped read-only, only its header read. */
+static int check_reply(const char *what, const char *url, int fd)
+{
+    struct stat st;
+    char why[256] = "";
+    tf_doc_t *doc = NULL;
+    if (fstat(fd, &st) != 0) {
+        cli_msg("%s %s: cannot check the reply: %s", what, url, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    size_t len = (size_t)st.st_size;
+    void *p = len ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+    if (p == MAP_FAILED) {
+        cli_msg("%s %s: cannot check the reply: %s", what, url, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    tf_status_t rc = p ? tf_doc_decode_msg(p, len, TF_BORROW, &doc, why, sizeof why)
+                       : TF_EPROTO;
+    tf_doc_free(doc);
+    if (p)
+        munmap(p, len);
+    if (rc == TF_OK)
+        return EXIT_OK;
+    cli_msg("%s %s: bad safetensors response: %s (%s)", what, url,
+            why[0] ? why : p ? tf_strerror(rc) : "empty response body", tf_err_name(rc));
+    return rc == TF_ENOMEM ? EXIT_LOCAL : EXIT_SERVER;
+}
+
+int cli_sink_close(const char *what, const char *url, const char *path, cli_sink_t *s, int rc)
+{
+    if (s->fd < 0)
+        return rc;
+    if (rc == EXIT_OK && !s->direct)
+        rc = check_reply(what, url, s->fd);
+    if (close(s->fd) != 0 && rc == EXIT_OK) {
+        cli_msg("cannot write %s: %s", path, strerror(errno));
+        rc = EXIT_LOCAL;
+    }
+    s->fd = -1;
+    if (s->tmp) {
+        char shown[4096];
+        snprintf(shown, sizeof shown, "%s", s->tmp);
+        if (tmp_finish(s->tmp, path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
+            cli_msg("cannot rename %s to %s: %s", shown, path, strerror(errno));
+            rc = EXIT_LOCAL;
+        }
+        s->tmp = NULL;
+    }
+    return rc;
+}
+
+int cli_body_open(const cli_opts_t *o, const char *path, int *out)
+{
+    struct stat st;
+    char why[256] = "";
+    tf_doc_t *doc = NULL;
+    if (o->dtype || !path || strcmp(path, "-") == 0)
+        return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        cli_msg("cannot read %s: %s", path, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        close(fd);
+        return -1;                      /* read as a stream (or found empty) by load_doc */
+    }
+    /* Checked here as load_doc would, through a mapping that reads only the header. */
+    size_t len = (size_t)st.st_size;
+    void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return -1;
+    }
+    tf_status_t rc = tf_doc_decode_msg(p, len, TF_BORROW, &doc, why, sizeof why);
+    tf_doc_free(doc);
+    int exit_rc = rc == TF_OK ? EXIT_OK : not_a_doc(path, p, len, rc, why);
+    munmap(p, len);
+    if (exit_rc != EXIT_OK) {
+        close(fd);
+        return exit_rc;
+    }
+    *out = fd;
     return EXIT_OK;
 }

@@ -15,11 +15,14 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "client/internal.h"
 #include "proto/strcopy.h"
@@ -88,10 +91,76 @@ static void settle(tf_fetch_t *f)
         destroy(f);
 }
 
+int tfi_progress(tf_client_t *c, uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut)
+{
+    if (!c->progress)
+        return 0;
+    c->in_engine++;
+    int rc = c->progress(dn, dt, un, ut, c->progress_ud);
+    c->in_engine--;
+    return rc;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done > (1u << 26) ? (1u << 26) : n - done;
+        ssize_t w = write(fd, (const char *)p + done, k);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* A get of tf_fetch_start_fd that a transport answered with a document in memory (a
+ * same-host mapping, a UCX reply): written to the caller's file now, in slices (reported as
+ * progress), and freed. HTTP wrote its body there as it arrived. */
+static void sink_doc(tf_client_t *c, tf_fetch_t *f)
+{
+    tf_doc_t *doc = f->doc;
+    void *hdr = NULL;
+    size_t hlen = 0;
+    uint64_t total = f->result.bytes_received, done = 0;
+    f->doc = NULL;
+    if (!doc->raw && tf_doc_encode_header(doc, &hdr, &hlen) != TF_OK) {
+        tfi_rfail(&f->result, TF_ENOMEM, NULL);
+        goto free_doc;
+    }
+    /* The bytes as the server sent them when they lie in one piece (the stored document,
+     * as HTTP writes it), else the header re-encoded and each tensor's bytes. */
+    size_t n = doc->raw ? 1 : tf_doc_count(doc) + 1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *p = doc->raw ? doc->raw : i == 0 ? hdr : tf_doc_at(doc, i - 1)->data;
+        size_t len = doc->raw ? doc->raw_len : i == 0 ? hlen : tf_doc_at(doc, i - 1)->nbytes;
+        for (size_t off = 0; rc == 0 && off < len;) {
+            size_t k = len - off > (64u << 20) ? (64u << 20) : len - off;
+            rc = write_all(f->op.sink_fd, p + off, k);
+            off += k;
+            done += k;
+            if (rc == 0 && tfi_progress(c, done, total > done ? total : done, 0, 0)) {
+                tfi_rfail(&f->result, TF_ECANCELED, "canceled by the progress callback");
+                goto free_hdr;
+            }
+        }
+    }
+    if (rc != 0)
+        tfi_rfail(&f->result, TF_EIO, "cannot write the reply: %s", strerror(errno));
+free_hdr:
+    tf_free(hdr);
+free_doc:
+    tf_doc_free(doc);
+}
+
 /* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
 void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
 {
     tfi_body_free(&f->op);
+    if (f->op.sink_fd >= 0 && f->doc && f->result.status == TF_OK)
+        sink_doc(c, f);
     f->done = 1;
     if (!f->background)
         c->npending--;
@@ -109,7 +178,8 @@ void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
 
 /* Checks a request description before anything is allocated; failures land in res. */
 static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, int op,
-                                 tf_format_t format, tf_transport_t policy, tf_result_t *res)
+                                 tf_format_t format, tf_transport_t policy, int fd,
+                                 tf_result_t *res)
 {
     if (c->closing)
         return tfi_rfail(res, TF_EINVAL, "the client is being freed");
@@ -128,10 +198,16 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
         return tfi_rfail(res, TF_EINVAL, "bad user id (expected [A-Za-z0-9._-]{1,128})");
     if (op == TFI_OP_CALL)
         return TF_OK;                   /* tfi_call_start checked it */
-    int needs_doc = op == TF_OP_PUT || op == TF_OP_EXCHANGE;
+    if (fd >= 0 && op != TF_OP_GET && op != TF_OP_PUT)
+        return tfi_rfail(res, TF_EINVAL, "only a get or a put goes to or from a file");
+    if (fd >= 0 && format != TF_FORMAT_SAFETENSORS)
+        return tfi_rfail(res, TF_EINVAL, "a file holds a safetensors document");
+    if (fd >= 0 && rq->in)
+        return tfi_rfail(res, TF_EINVAL, "a put from a file sends no other document");
+    int needs_doc = (op == TF_OP_PUT && fd < 0) || op == TF_OP_EXCHANGE;
     if (needs_doc && !rq->in)
         return tfi_rfail(res, TF_EINVAL, "%s needs a document to send", tfi_op_name(op));
-    if (!needs_doc && rq->in)
+    if (!needs_doc && rq->in && fd < 0)
         return tfi_rfail(res, TF_EINVAL, "%s sends no document", tfi_op_name(op));
     if (rq->wait_ms < 0 || (rq->wait_ms > 0 && op != TF_OP_GET))
         return tfi_rfail(res, TF_EINVAL, "wait_ms must be >= 0, and applies to get only");
@@ -252,9 +328,28 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
 }
 
 /* tf_fetch_start for any operation, the internal ones included. */
+/* The file of tf_fetch_start_fd in f's operation: a get's reply goes to it; a put's body
+ * is read from it, whole (a regular file, its size now). */
+static tf_status_t attach_fd(tf_fetch_t *f, int op, int fd)
+{
+    struct stat st;
+    if (op == TF_OP_GET) {
+        f->op.sink_fd = fd;
+        return TF_OK;
+    }
+    if (fstat(fd, &st) != 0)
+        return tfi_rfail(&f->result, TF_EINVAL, "the body's file: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode) || st.st_size <= 0)
+        return tfi_rfail(&f->result, TF_EINVAL,
+                         "a put from a file needs a regular file, not empty");
+    f->op.body_fd = fd;
+    f->op.body_fd_len = (uint64_t)st.st_size;
+    return TF_OK;
+}
+
 static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
-                               const tfi_call_t *call, int blocking, tf_fetch_cb cb, void *ud,
-                               tf_fetch_t **out)
+                               const tfi_call_t *call, int blocking, int fd, tf_fetch_cb cb,
+                               void *ud, tf_fetch_t **out)
 {
     tf_result_t res;
     tf_fetch_t *f;
@@ -266,7 +361,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     tfi_new_result(c, &res, op, rq->request_id);
     if (call)
         tfp_strcpy(res.op, sizeof(res.op), call->what ? call->what : "feed");
-    if ((st = check_request(c, rq, op, format, policy, &res)) != TF_OK)
+    if ((st = check_request(c, rq, op, format, policy, fd, &res)) != TF_OK)
         goto refuse;
     if (!(f = calloc(1, sizeof(*f)))) {
         st = tfi_rfail(&res, TF_ENOMEM, NULL);
@@ -282,7 +377,10 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     f->total_ms = request_timeout(c, rq);
     f->hold_ms = rq->wait_ms > 0 ? rq->wait_ms : 0;
     f->t0_ns = tfx_now_ns();
+    f->op.body_fd = f->op.sink_fd = -1;
     if ((st = build_op(c, f, rq, op, format, call)) != TF_OK)
+        goto free_fetch;
+    if (fd >= 0 && (st = attach_fd(f, op, fd)) != TF_OK)
         goto free_fetch;
     if ((st = tfi_choose(c, f, &via)) != TF_OK)
         goto free_fetch;
@@ -317,7 +415,7 @@ refuse:
 
 /* tf_fetch_start; driven: the caller waits for it at once (tfi_fetch_start_driven). */
 static tf_status_t fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
-                               void *user_data, tf_fetch_t **out, int driven)
+                               void *user_data, tf_fetch_t **out, int driven, int fd)
 {
     if (!c)
         return TF_EINVAL;
@@ -335,19 +433,27 @@ static tf_status_t fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_
         return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
-    return start_fetch(c, &r, op, NULL, driven, cb, user_data, out);
+    return start_fetch(c, &r, op, NULL, driven, fd, cb, user_data, out);
 }
 
 tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
                            void *user_data, tf_fetch_t **out)
 {
-    return fetch_start(c, rq, cb, user_data, out, 0);
+    return fetch_start(c, rq, cb, user_data, out, 0, -1);
+}
+
+tf_status_t tf_fetch_start_fd(tf_client_t *c, const tf_request_t *rq, int fd, tf_fetch_cb cb,
+                              void *user_data, tf_fetch_t **out)
+{
+    if (c && fd < 0)
+        return tfi_refuse(c, -1, TF_EINVAL, "no file descriptor");
+    return fetch_start(c, rq, cb, user_data, out, 0, fd);
 }
 
 tf_status_t tfi_fetch_start_driven(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
                                    void *user_data, tf_fetch_t **out)
 {
-    return fetch_start(c, rq, cb, user_data, out, 1);
+    return fetch_start(c, rq, cb, user_data, out, 1, -1);
 }
 
 /* The tf_request_t a generic call rides on: its URL, body document and time limit. */
@@ -368,7 +474,7 @@ tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb c
     if (!cb && !out)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "a request needs a callback or a handle");
     tf_request_t rq = call_request(call);
-    return start_fetch(c, &rq, TFI_OP_CALL, call, 0, cb, ud, out);
+    return start_fetch(c, &rq, TFI_OP_CALL, call, 0, -1, cb, ud, out);
 }
 
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
@@ -531,7 +637,7 @@ static tf_status_t blocking_call(tf_client_t *c, const tf_request_t *rq, int op,
         return tfi_refuse(c, op, TF_EINVAL,
                           "blocking calls are not allowed inside a callback (start a request)");
     tf_fetch_t *f = NULL;
-    tf_status_t st = start_fetch(c, rq, op, call, 1, NULL, NULL, &f);
+    tf_status_t st = start_fetch(c, rq, op, call, 1, -1, NULL, NULL, &f);
     if (st != TF_OK)
         return st;
     f->holds++;

@@ -145,14 +145,18 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
         bad |= tfx_hc_req_add_header(req, "Authorization", op->auth) != TFX_HC_OK;
     if (accept)
         bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
-    if (op->body)
+    if (op->body || op->body_fd >= 0)
         bad |= tfx_hc_req_add_header(req, "Content-Type", op->format == TF_FORMAT_SHUMAI ?
                                                               MIME_RAW : MIME_SAFETENSORS) !=
                TFX_HC_OK;
     for (size_t i = 0; i < op->nhdrs; i++)
         bad |= tfx_hc_req_add_header(req, op->hdrs[2 * i], op->hdrs[2 * i + 1]) != TFX_HC_OK;
-    for (size_t i = 0; i < op->nsegs; i++)
+    if (op->body_fd >= 0)           /* a file's bytes, read as they are sent */
+        bad |= tfx_hc_req_add_body_fd(req, op->body_fd, 0, (size_t)op->body_fd_len) !=
+               TFX_HC_OK;
+    for (size_t i = 0; op->body_fd < 0 && i < op->nsegs; i++)
         bad |= tfx_hc_req_add_body(req, op->segs[i], op->lens[i]) != TFX_HC_OK;
+    tfx_hc_req_set_sink(req, op->sink_fd, MIME_SAFETENSORS);
     if (op->json) {
         bad |= tfx_hc_req_add_header(req, "Content-Type", MIME_JSON) != TFX_HC_OK;
         bad |= tfx_hc_req_add_body(req, op->json, strlen(op->json)) != TFX_HC_OK;
@@ -241,7 +245,10 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     res->status = TF_OK;
     if (f->op.kind == TFI_OP_CALL)
         finish_call(f, req, r);
-    else if (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_EXCHANGE) {
+    else if (f->op.kind == TF_OP_GET && r->sunk) {
+        /* written to the caller's file as it arrived: the caller checks it there (another
+         * body was kept, decoded below, and written out at completion, or refused) */
+    } else if (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_EXCHANGE) {
         tfi_decode_doc(f, req);
     } else if (f->op.kind == TFI_OP_LIST || f->op.kind == TFI_OP_INFO) {
         f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);

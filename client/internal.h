@@ -60,6 +60,10 @@ struct tf_doc {
                                      * safetensors bytes are packed_p[0, packed), header
                                      * and data in one piece; 0 otherwise */
     const void *packed_p;
+    const void *raw;                /* received: the document's bytes as the server sent them
+                                     * (raw_len), when they lie in one piece; else NULL.
+                                     * Read at completion only (fetch.c's sink_doc) */
+    size_t raw_len;
 };
 
 /* Operations besides the public tf_op_t, for tf_list and tf_info: their reply is kept as
@@ -126,6 +130,12 @@ typedef struct {
     size_t *lens;                   /* transport until the request completes */
     size_t nsegs;
     uint64_t body_len;              /* sum of lens */
+    /* tf_fetch_start_fd: a put's body read from a file, a get's reply written to one */
+    int body_fd;                    /* put: the file (its bytes from 0 to body_fd_len), or -1 */
+    uint64_t body_fd_len;
+    void *body_map;                 /* its read-only mapping while rendered (UCX sends
+                                     * from it; HTTP and shm read the file), or NULL */
+    int sink_fd;                    /* get: where the reply document goes, or -1 */
     /* TFI_OP_CALL only: */
     char *method;                   /* copied; NULL for the other kinds */
     char **hdrs;                    /* name, value, name, value... (copied) */
@@ -439,6 +449,11 @@ void tfi_split_forget(tf_client_t *c);
 long tfi_remaining_ms(const tf_fetch_t *f);
 /* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
 void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f);
+/* Reports a transfer's progress to the client's progress function (if any), for the
+ * transports that move a body outside libcurl (shm, UCX); as libcurl's, a non-zero return
+ * asks to abort. */
+int tfi_progress(tf_client_t *c, uint64_t down_now, uint64_t down_total, uint64_t up_now,
+                 uint64_t up_total);
 
 /* Starts a TFI_OP_CALL request (see tfi_call_t), with the rules of tf_fetch_start: on TF_OK
  * cb runs exactly once (f->reply, f->doc, f->text hold the reply); on an error it never

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 
 #include "client/internal.h"
 #include "proto/strcopy.h"
@@ -338,8 +339,33 @@ static tf_status_t render_shumai(tfi_op_t *op, tf_result_t *res)
     return TF_OK;
 }
 
+/* A put's body from a file (tf_fetch_start_fd): one segment, its read-only mapping, which
+ * only UCX reads (HTTP and shm read the file itself, so its pages are not held here). */
+static tf_status_t render_file(tfi_op_t *op, tf_result_t *res)
+{
+    op->segs = calloc(1, sizeof(*op->segs));
+    op->lens = calloc(1, sizeof(*op->lens));
+    if (!op->segs || !op->lens) {
+        tfi_body_free(op);
+        return tfi_rfail(res, TF_ENOMEM, NULL);
+    }
+    void *p = mmap(NULL, (size_t)op->body_fd_len, PROT_READ, MAP_SHARED, op->body_fd, 0);
+    if (p == MAP_FAILED) {
+        tfi_body_free(op);
+        return tfi_rfail(res, TF_EIO, "cannot map the body's file");
+    }
+    op->body_map = p;
+    op->segs[0] = p;
+    op->lens[0] = (size_t)op->body_fd_len;
+    op->nsegs = 1;
+    op->body_len = op->body_fd_len;
+    return TF_OK;
+}
+
 tf_status_t tfi_body_render(tfi_op_t *op, tf_result_t *res)
 {
+    if (op->body_fd >= 0 && !op->body)
+        return render_file(op, res);
     if (!op->body)
         return TF_OK;
     size_t n = tf_doc_count(op->body) + 3;     /* header, tensors; Shumai: 3 in all */
@@ -363,6 +389,9 @@ tf_status_t tfi_body_render(tfi_op_t *op, tf_result_t *res)
 
 void tfi_body_free(tfi_op_t *op)
 {
+    if (op->body_map)
+        munmap(op->body_map, (size_t)op->body_fd_len);
+    op->body_map = NULL;
     free(op->hdr);
     free(op->segs);
     free(op->lens);

@@ -372,6 +372,40 @@ static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
     res->http_status = r->http ? (int)r->http : r->a ? 204 : 201;
 }
 
+static void copy_segs(const tf_fetch_t *f, uint8_t *dst)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < f->op.nsegs; i++) {
+        memcpy(dst + off, f->op.segs[i], f->op.lens[i]);
+        off += f->op.lens[i];
+    }
+}
+
+/* A put from a file (tf_fetch_start_fd): its bytes read straight into the lent buffer, in
+ * slices reported as progress; nothing of the file is mapped or held here. 0, or -1 with
+ * why. */
+static int read_file(tf_client_t *c, tf_fetch_t *f, uint8_t *dst, char *why, size_t why_size)
+{
+    uint64_t len = f->op.body_fd_len, off = 0;
+    while (off < len) {
+        size_t k = len - off > (64u << 20) ? (64u << 20) : (size_t)(len - off);
+        ssize_t got = pread(f->op.body_fd, dst + off, k, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            snprintf(why, why_size, "cannot read the body's file: %s",
+                     got < 0 ? strerror(errno) : "it is shorter than it was");
+            return -1;
+        }
+        off += (uint64_t)got;
+        if (tfi_progress(c, 0, 0, off, len)) {
+            snprintf(why, why_size, "canceled by the progress callback");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* A PUT over shm: a document built in place (tf_doc_new_shm) is committed as it is; any
  * other is written into a lent buffer first (one copy), then committed. */
 static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
@@ -411,10 +445,17 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
         }
         return fall_back(c, f, f->op.body_len ? why : "an empty body");
     }
-    size_t off = 0;
-    for (size_t i = 0; i < f->op.nsegs; i++) {
-        memcpy(tmp.map.p + off, f->op.segs[i], f->op.lens[i]);
-        off += f->op.lens[i];
+    if (f->op.body_fd >= 0 ? read_file(c, f, tmp.map.p, why, sizeof why) != 0
+                           : (copy_segs(f, tmp.map.p), 0)) {
+        tfp_sf_t m;                     /* the lent buffer is no longer wanted */
+        memset(&m, 0, sizeof m);
+        m.op = TFP_SF_RELEASE;
+        m.lease = tmp.lease;
+        (void)send_msg(k, &m);
+        tfx_shm_close(&tmp.map);
+        res->transport[0] = '\0';
+        tfi_rfail(res, strstr(why, "canceled") ? TF_ECANCELED : TF_EIO, "%s", why);
+        return queue_done(c, f);
     }
     rc = commit(k, &tmp, &f->op, ms, &r, why, sizeof why);
     tfx_shm_close(&tmp.map);
@@ -494,6 +535,8 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     f->doc->release = lease_release;
     f->doc->release_arg = l;
     f->doc->owns_bytes = 1;             /* copy-on-write: the caller's to write */
+    f->doc->raw = l->map.p + r.a;
+    f->doc->raw_len = (size_t)r.b;
     res->status = TF_OK;
     res->http_status = 200;
     res->bytes_received = r.b;

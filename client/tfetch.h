@@ -148,8 +148,10 @@ typedef struct {
                                      * over UCX, or the policy is http) */
 } tf_result_t;
 
-/* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). Called for
- * transfers over HTTP only (not over UCX). */
+/* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). Over HTTP
+ * as the bytes move; over shm/memfd as a put's file (tf_fetch_start_fd) is read into the
+ * lent memory and a get's reply written to its file; over UCX, which moves a body in one
+ * piece, when a body starts and when it has arrived. */
 typedef int (*tf_progress_fn)(uint64_t down_now, uint64_t down_total, uint64_t up_now,
                               uint64_t up_total, void *user_data);
 
@@ -429,6 +431,23 @@ size_t tf_client_pending(const tf_client_t *c);
  * driver to start requests it was handed. Waits in tf_fetch_wait and blocking calls are woken
  * but go on waiting. Never lost; several wakeups before a run count as one. */
 void tf_client_wakeup(tf_client_t *c);
+
+/* ---- big documents: a reply written to a file, a body read from one --------------------- */
+
+/* tf_fetch_start for documents larger than memory is comfortable with. TF_OP_GET: the reply
+ * document is written to fd (a file, a pipe) instead of being returned (the callback's doc
+ * is NULL, result bytes_received says how much): over HTTP as it arrives, holding none of
+ * it; over shm/memfd from the mapping of the stored document; over UCX once received. Not
+ * decoded on the way over HTTP: check the file (tf_doc_decode of a mapping of it) before
+ * trusting it; a failed request may have written part of it. TF_OP_PUT (rq->in NULL): the
+ * body is the safetensors document in the regular file fd, from byte 0 to its size now,
+ * never held whole in memory: over HTTP read as it is sent, over shm/memfd read straight
+ * into the memory the server lends (one copy, the kernel's), over UCX sent from a
+ * read-only mapping of the file. The server checks it as any upload. fd is borrowed until
+ * the callback has run. TF_EINVAL for another op, a format other than safetensors, or a
+ * put's fd that is not a non-empty regular file; otherwise as tf_fetch_start. */
+tf_status_t tf_fetch_start_fd(tf_client_t *c, const tf_request_t *rq, int fd, tf_fetch_cb cb,
+                              void *user_data, tf_fetch_t **out);
 
 /* ---- a client driven by a thread of its own: event loops and language bindings ---------- */
 

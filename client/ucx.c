@@ -263,6 +263,8 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     f->via = tfi_ucx;
     tfp_strcpy(f->result.transport, sizeof(f->result.transport), o->transport);
     c->nup++;
+    if (op->body_len && !f->background)     /* the bar starts; ucx_done ends it */
+        (void)tfi_progress(c, 0, 0, 0, op->body_len);
     return TF_OK;
 }
 
@@ -404,6 +406,8 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
         tfi_rfail(res, st, NULL);
     } else {
         f->doc->buf_cap = *cap;         /* tf_doc_free gives a reused buffer back */
+        f->doc->raw = *body;
+        f->doc->raw_len = u->body_len;
         *body = NULL;                   /* the document's storage now */
         *cap = 0;
     }
@@ -436,6 +440,10 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
         return;
     } else {
         ucx_reply(c, f, u, &body, &cap);
+        /* UCX moves a body in one piece: the bar the caller draws shows it whole now. */
+        if (f->result.status == TF_OK && !f->background)
+            (void)tfi_progress(c, f->result.bytes_received, f->result.bytes_received,
+                               f->result.bytes_sent, f->result.bytes_sent);
     }
     tfx_buf_free(body, cap);
     tfx_ucxc_req_free(ur);

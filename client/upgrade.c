@@ -96,7 +96,7 @@ static int host_is_local(const char *key)
  * chosen (op.body_len is 0 until then). */
 static uint64_t doc_bytes(const tf_fetch_t *f)
 {
-    uint64_t n = 0;
+    uint64_t n = f->op.body_fd >= 0 ? f->op.body_fd_len : 0;
     for (size_t i = 0; f->op.body && i < tf_doc_count(f->op.body); i++)
         n += tf_doc_at(f->op.body, i)->nbytes;
     return n;

@@ -9,6 +9,7 @@
 #include "client/tfetch.h"
 #include "transports/clock.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1526,6 +1527,124 @@ START_TEST(hostile_requests_do_not_hurt)
 }
 END_TEST
 
+/* tf_fetch_start_fd (issue 31, big documents): what it refuses before anything starts, and
+ * a document put from a file and got into one over HTTP, byte for byte, the callback's doc
+ * NULL; a get that fails writes nothing. bigfile.test runs the CLI on it with a big shard. */
+typedef struct {
+    int done;
+    tf_status_t st;
+    int had_doc;
+    uint64_t received;
+} fd_done_t;
+
+static void on_fd_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_result_t *r,
+                       void *ud)
+{
+    fd_done_t *d = ud;
+    (void)f;
+    d->done = 1;
+    d->st = st;
+    d->had_doc = doc != NULL;
+    d->received = r->bytes_received;
+    tf_doc_free(doc);
+}
+
+static tf_status_t fd_request(tf_client_t *c, tf_op_t op, const char *url, int fd,
+                              fd_done_t *d)
+{
+    tf_request_t rq = TF_REQUEST_INIT;
+    rq.op = op;
+    rq.url = url;
+    rq.transport = TF_TRANSPORT_HTTP;
+    memset(d, 0, sizeof *d);
+    tf_status_t st = tf_fetch_start_fd(c, &rq, fd, on_fd_done, d, NULL);
+    if (st == TF_OK)
+        ck_assert_int_eq(tf_client_run(c, 20000), TF_OK);
+    return st;
+}
+
+START_TEST(lib_fetch_start_fd_files_in_and_out)
+{
+    start(NULL);
+    tf_client_t *c = client();
+    char url[256], in_path[64], out_path[64];
+    snprintf(url, sizeof url, "%s/v1/tensors/filed", D.base);
+    snprintf(in_path, sizeof in_path, "/tmp/tf-e2e-fd-in-%d", (int)getpid());
+    snprintf(out_path, sizeof out_path, "/tmp/tf-e2e-fd-out-%d", (int)getpid());
+
+    /* The file: an encoded document with a few MiB of data. */
+    static uint8_t data[3 << 20];
+    fill(data, sizeof data, 7);
+    int64_t shape[1] = {(int64_t)sizeof data};
+    tf_doc_t *doc = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(doc, "w", TF_U8, 1, shape, data, sizeof data, TF_BORROW), TF_OK);
+    void *enc = NULL;
+    size_t enc_len = 0;
+    ck_assert_int_eq(tf_doc_encode(doc, &enc, &enc_len), TF_OK);
+    int ifd = open(in_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(ifd, 0);
+    ck_assert_int_eq(write(ifd, enc, enc_len), (ssize_t)enc_len);
+
+    /* Refused before anything starts: no fd, another op, a doc besides the file, a format
+     * the file is not, a put from something that is not a regular file. */
+    tf_request_t rq = TF_REQUEST_INIT;
+    rq.op = TF_OP_PUT;
+    rq.url = url;
+    fd_done_t d;
+    ck_assert_int_eq(tf_fetch_start_fd(c, &rq, -1, on_fd_done, &d, NULL), TF_EINVAL);
+    rq.in = doc;
+    ck_assert_int_eq(tf_fetch_start_fd(c, &rq, ifd, on_fd_done, &d, NULL), TF_EINVAL);
+    rq.in = NULL;
+    rq.op = TF_OP_DELETE;
+    ck_assert_int_eq(tf_fetch_start_fd(c, &rq, ifd, on_fd_done, &d, NULL), TF_EINVAL);
+    rq.op = TF_OP_GET;
+    rq.format = TF_FORMAT_SHUMAI;
+    ck_assert_int_eq(tf_fetch_start_fd(c, &rq, ifd, on_fd_done, &d, NULL), TF_EINVAL);
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    ck_assert_int_eq(fd_request(c, TF_OP_PUT, url, pipefd[0], &d), TF_EINVAL);
+    ck_assert_msg(strstr(tf_client_last(c)->error, "regular file"), "%s",
+                  tf_client_last(c)->error);
+    close(pipefd[0]);
+    close(pipefd[1]);
+
+    /* In from the file, out into another: the same bytes. */
+    ck_assert_int_eq(fd_request(c, TF_OP_PUT, url, ifd, &d), TF_OK);
+    ck_assert_int_eq(d.st, TF_OK);
+    int ofd = open(out_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(ofd, 0);
+    ck_assert_int_eq(fd_request(c, TF_OP_GET, url, ofd, &d), TF_OK);
+    ck_assert_int_eq(d.st, TF_OK);
+    ck_assert_int_eq(d.had_doc, 0);
+    ck_assert_uint_eq(d.received, enc_len);
+    struct stat st;
+    ck_assert_int_eq(fstat(ofd, &st), 0);
+    ck_assert_int_eq((size_t)st.st_size, enc_len);
+    uint8_t *back = malloc(enc_len);
+    ck_assert_int_eq(pread(ofd, back, enc_len, 0), (ssize_t)enc_len);
+    ck_assert_int_eq(memcmp(back, enc, enc_len), 0);
+    free(back);
+
+    /* A get that fails (404) writes nothing: its error body is read, not written. */
+    ck_assert_int_eq(ftruncate(ofd, 0), 0);
+    ck_assert_int_eq(lseek(ofd, 0, SEEK_SET), 0);
+    snprintf(url, sizeof url, "%s/v1/tensors/absent", D.base);
+    ck_assert_int_eq(fd_request(c, TF_OP_GET, url, ofd, &d), TF_OK);
+    ck_assert_int_eq(d.st, TF_ENOTFOUND);
+    ck_assert_int_eq(fstat(ofd, &st), 0);
+    ck_assert_int_eq(st.st_size, 0);
+
+    close(ofd);
+    close(ifd);
+    unlink(in_path);
+    unlink(out_path);
+    tf_free(enc);
+    tf_doc_free(doc);
+    tf_client_free(c);
+    stop_clean();
+}
+END_TEST
+
 Suite *suite_e2e(void)
 {
     Suite *s = suite_create("e2e");
@@ -1552,6 +1671,7 @@ Suite *suite_e2e(void)
     tcase_add_test(tc, curl_etag_conditional_and_range);
     tcase_add_test(tc, concurrent_clients_nothing_lost_or_torn);
     tcase_add_test(tc, lib_multi_tensor_doc_formats);
+    tcase_add_test(tc, lib_fetch_start_fd_files_in_and_out);
     suite_add_tcase(s, tc);
     tc = tcase_create("exchange");
     tcase_set_timeout(tc, 60);

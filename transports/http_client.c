@@ -13,6 +13,7 @@
 #include "config.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "transports/http_client.h"
 #include "transports/buf.h"
@@ -35,6 +37,8 @@
 typedef struct {
     const uint8_t *ptr;
     size_t len;
+    int fd;                         /* >= 0: the bytes are read from fd at off, not ptr */
+    uint64_t off;
 } seg_t;
 
 struct tfx_hc_req {
@@ -52,6 +56,9 @@ struct tfx_hc_req {
     long low_speed, low_speed_s;    /* CURLOPT_LOW_SPEED_LIMIT, _TIME; 0: none */
     tfx_hc_progress_fn progress;
     void *progress_ud;
+    int sink_fd;                    /* >= 0: a 2xx body is written here, not kept */
+    const char *sink_type;          /* ... when its Content-Type starts so (NULL: any) */
+    int sinking;                    /* this response's body goes to sink_fd */
 
     /* upload cursor */
     size_t seg_i;
@@ -107,6 +114,7 @@ tfx_hc_status_t tfx_hc_req_new(tfx_hc_req_t **out)
     tfx_hc_req_t *req = calloc(1, sizeof(*req));
     if (!req)
         return TFX_HC_ENOMEM;
+    req->sink_fd = -1;
     *out = req;
     return TFX_HC_OK;
 }
@@ -119,6 +127,7 @@ static void clear_response(tfx_hc_req_t *req)
     req->errbuf[0] = '\0';
     req->why[0] = '\0';
     req->write_err = TFX_HC_OK;
+    req->sinking = 0;
 }
 
 void tfx_hc_req_reset(tfx_hc_req_t *req)
@@ -140,6 +149,7 @@ void tfx_hc_req_reset(tfx_hc_req_t *req)
     req->low_speed = req->low_speed_s = 0;
     req->progress = NULL;
     req->progress_ud = NULL;
+    req->sink_fd = -1;
     clear_response(req);
 }
 
@@ -204,10 +214,9 @@ tfx_hc_status_t tfx_hc_req_add_header(tfx_hc_req_t *req, const char *name, const
     return TFX_HC_OK;
 }
 
-tfx_hc_status_t tfx_hc_req_add_body(tfx_hc_req_t *req, const void *ptr, size_t len)
+static tfx_hc_status_t add_seg(tfx_hc_req_t *req, const void *ptr, size_t len, int fd,
+                               uint64_t off)
 {
-    if (!req || (!ptr && len) || req->running)
-        return TFX_HC_EINVAL;
     if (req->nsegs == req->capsegs) {
         size_t cap = req->capsegs ? req->capsegs * 2 : 8;
         seg_t *s = realloc(req->segs, cap * sizeof(*s));
@@ -218,10 +227,34 @@ tfx_hc_status_t tfx_hc_req_add_body(tfx_hc_req_t *req, const void *ptr, size_t l
     }
     req->segs[req->nsegs].ptr = ptr;
     req->segs[req->nsegs].len = len;
+    req->segs[req->nsegs].fd = fd;
+    req->segs[req->nsegs].off = off;
     req->nsegs++;
     req->has_body = 1;
     req->body_total += len;
     return TFX_HC_OK;
+}
+
+tfx_hc_status_t tfx_hc_req_add_body(tfx_hc_req_t *req, const void *ptr, size_t len)
+{
+    if (!req || (!ptr && len) || req->running)
+        return TFX_HC_EINVAL;
+    return add_seg(req, ptr, len, -1, 0);
+}
+
+tfx_hc_status_t tfx_hc_req_add_body_fd(tfx_hc_req_t *req, int fd, uint64_t off, size_t len)
+{
+    if (!req || fd < 0 || req->running)
+        return TFX_HC_EINVAL;
+    return add_seg(req, NULL, len, fd, off);
+}
+
+void tfx_hc_req_set_sink(tfx_hc_req_t *req, int fd, const char *content_type)
+{
+    if (req && !req->running) {
+        req->sink_fd = fd >= 0 ? fd : -1;
+        req->sink_type = content_type;
+    }
 }
 
 void tfx_hc_req_set_timeout(tfx_hc_req_t *req, long timeout_ms)
@@ -388,11 +421,52 @@ static void too_big(tfx_hc_req_t *req, uint64_t bytes, const char *how)
              "this client takes (max body %zu bytes)", how, bytes, req->max_body);
 }
 
+/* A 2xx body going to the sink: written through, none of it kept. */
+static size_t sink_write(tfx_hc_req_t *req, const char *data, size_t n)
+{
+    if (req->max_body && req->resp.body_len + n > req->max_body) {
+        too_big(req, (uint64_t)req->resp.body_len + n, "passes");
+        return 0;
+    }
+    for (size_t done = 0; done < n;) {
+        ssize_t k = write(req->sink_fd, data + done, n - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            req->write_err = TFX_HC_EIO;
+            snprintf(req->why, sizeof req->why, "cannot write the response body: %s",
+                     k < 0 ? strerror(errno) : "no progress");
+            return 0;
+        }
+        done += (size_t)k;
+    }
+    req->resp.body_len += n;
+    return n;
+}
+
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
     tfx_hc_req_t *req = ud;
     size_t n = size * nmemb;
 
+    if (req->sink_fd >= 0 && !req->resp.body && !req->sinking) {
+        /* First bytes: only a success's body goes to the sink; an error's is read here. */
+        long code = 0;
+        curl_off_t cl = -1;
+        if (curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
+            code >= 200 && code < 300 &&
+            (!req->sink_type || strncasecmp(req->resp.content_type, req->sink_type,
+                                            strlen(req->sink_type)) == 0))
+            req->sinking = req->resp.sunk = 1;
+        if (req->sinking && req->max_body &&
+            curl_easy_getinfo(req->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
+            cl >= 0 && (uint64_t)cl > req->max_body) {
+            too_big(req, (uint64_t)cl, "announces");    /* refused before a byte is written */
+            return 0;
+        }
+    }
+    if (req->sinking)
+        return sink_write(req, data, n);
     if (!req->resp.body) {
         /* First bytes: size the buffer from Content-Length when the server sent one. */
         curl_off_t cl = -1;
@@ -435,8 +509,22 @@ static size_t on_read(char *dst, size_t size, size_t nitems, void *ud)
         const seg_t *s = &req->segs[req->seg_i];
         size_t left = s->len - req->seg_off;
         size_t k = left < room ? left : room;
-        if (k) {
+        if (k && s->fd >= 0) {
+            /* A file's bytes, read as they are sent: never the whole file in memory. */
+            ssize_t got = pread(s->fd, dst + done, k, (off_t)(s->off + req->seg_off));
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0) {
+                req->write_err = TFX_HC_EIO;
+                snprintf(req->why, sizeof req->why, "cannot read the request body: %s",
+                         got < 0 ? strerror(errno) : "the file is shorter than it was");
+                return CURL_READFUNC_ABORT;
+            }
+            k = (size_t)got;
+        } else if (k) {
             memcpy(dst + done, s->ptr + req->seg_off, k);
+        }
+        if (k) {
             done += k;
             room -= k;
             req->seg_off += k;
@@ -546,7 +634,8 @@ static tfx_hc_status_t map_curl(const tfx_hc_req_t *req, CURLcode rc)
     case CURLE_OPERATION_TIMEDOUT:
         return TFX_HC_ETIMEDOUT;
     case CURLE_ABORTED_BY_CALLBACK:
-        return TFX_HC_ECANCELED;
+        /* also a body file that could not be read (on_read) */
+        return req->write_err != TFX_HC_OK ? req->write_err : TFX_HC_ECANCELED;
     case CURLE_OUT_OF_MEMORY:
         return TFX_HC_ENOMEM;
     case CURLE_WRITE_ERROR:

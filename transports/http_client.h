@@ -73,6 +73,7 @@ typedef struct {
     char generation[24];            /* Tfetch-Generation */
     char device[24];                /* Tfetch-Device */
     char retry_after[24];           /* Retry-After */
+    int sunk;                       /* the body went to the sink (tfx_hc_req_set_sink) */
     uint8_t *body;                  /* owned by the request; always NUL-terminated */
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */
@@ -140,6 +141,16 @@ tfx_hc_status_t tfx_hc_req_add_header(tfx_hc_req_t *req, const char *name, const
 /* Appends a body segment (borrowed: it must live until completion). The body is the
  * segments in order; a request with any segment (even empty ones) has a body. */
 tfx_hc_status_t tfx_hc_req_add_body(tfx_hc_req_t *req, const void *ptr, size_t len);
+/* Appends a body segment of len bytes read from fd at offset off as they are sent (pread:
+ * the file is never held in memory; fd borrowed until completion). A file that reads short
+ * fails the request (TFX_HC_EIO, saying so). */
+tfx_hc_status_t tfx_hc_req_add_body_fd(tfx_hc_req_t *req, int fd, uint64_t off, size_t len);
+/* A 2xx response's body whose Content-Type starts with content_type (borrowed; NULL: any)
+ * is written to fd (borrowed until completion) as it arrives instead of being kept:
+ * resp.sunk is 1, resp.body stays NULL and resp.body_len counts the bytes written. Any
+ * other body is kept as usual (an error, an unexpected type: the caller reads it). The
+ * body cap applies to the announced length and the bytes written. -1: none (the default). */
+void tfx_hc_req_set_sink(tfx_hc_req_t *req, int fd, const char *content_type);
 /* Whole-request timeout (0: none). The connect timeout is min(10 s, this). */
 void tfx_hc_req_set_timeout(tfx_hc_req_t *req, long timeout_ms);
 /* Refuses a response body larger than max (TFX_HC_ETOOBIG); 0: no cap. */
