@@ -42,7 +42,8 @@ static const char DECL[] = "{\"devices\":1,\"signature\":[{\"name\":\"x\",\"dtyp
 static void carried_right(const char *transport)
 {
     if (UCX)
-        ck_assert_msg(strncmp(transport, "ucx/", 4) == 0, "carried by '%s', not UCX", transport);
+        ck_assert_msg(strncmp(transport, "ucx/", 4) == 0, "carried by '%s', not UCX (%s)",
+                      transport, C ? tf_client_last(C)->fallback : "");
     else
         ck_assert_str_eq(transport, "http");
 }
