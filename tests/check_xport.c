@@ -481,7 +481,8 @@ static void t_begin(tfx_req_t *r, void *arg)
 static void t_handle(tfx_req_t *r, void *arg)
 {
     (void)arg;
-    tfx_req_add_header(r, "ETag", "\"00000000000000ab-9\"");
+    ck_assert_int_eq(tfp_answer_set_str(tfx_req_answer(r), TFP_AF_ETAG,
+                                        "\"00000000000000ab-9\""), 0);
     tfx_respond(r, 200, "application/json", t_body, strlen(t_body), NULL, NULL);
 }
 

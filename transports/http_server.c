@@ -347,6 +347,12 @@ static int body_pending(const tfx_req_t *r)
 
 /* ---- responses --------------------------------------------------------------------------- */
 
+/* tfx_req_answer_headers' add: a typed field as its header. */
+static void add_header(void *resp, const char *name, const char *value)
+{
+    MHD_add_response_header(resp, name, value);
+}
+
 static void http_respond(tfx_req_t *r, unsigned status, const char *content_type,
                          const void *body, size_t len, void (*release)(void *), void *release_arg)
 {
@@ -368,6 +374,7 @@ static void http_respond(tfx_req_t *r, unsigned status, const char *content_type
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     for (tfx_hdr_t *h = r->hdrs; h; h = h->next)
         MHD_add_response_header(resp, h->name, h->value);
+    tfx_req_answer_headers(r, add_header, resp);
     hr->resp = resp;
 }
 
