@@ -82,8 +82,8 @@ void *tfx_req_ctx(const tfx_req_t *r);
  * fill them, each transport renders those it has a place for (HTTP: headers; UCX: the
  * REPLY's feed block; shm: the ETag). Fill before responding. */
 tfp_answer_t *tfx_req_answer(tfx_req_t *r);
-/* Adds a response header that is no typed field (copied; HTTP sends it, UCX and shm have
- * none). Call before responding. */
+/* Adds a response header that is no typed field (copied; HTTP sends it; UCX and shm have
+ * none, and keep none). Call before responding. */
 void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value);
 /* Responds with body (borrowed until release(release_arg) runs; release may be NULL for
  * static data). The transport always calls release exactly once, even on failure. */

@@ -26,6 +26,9 @@ typedef struct {
                          const tfx_body_t *body);
     /* Optional (NULL: never): tfx_req_take_memfd. */
     int (*take_memfd)(tfx_req_t *r, int *fd, void **p, size_t *size);
+    /* 1: the transport sends no header but the typed answer's fields (UCX, shm), so
+     * tfx_req_add_header keeps none (no allocation per header on their requests). */
+    int no_headers;
 } tfx_req_ops_t;
 
 struct tfx_req {

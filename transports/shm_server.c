@@ -175,6 +175,7 @@ static const tfx_req_ops_t shm_ops = {
     .resume = shm_resume,
     .respond_body = shm_respond_body,
     .take_memfd = shm_take_memfd,
+    .no_headers = 1,
 };
 
 /* After begin: the PUT's document lent to the request as the body it accepted, or given

@@ -431,6 +431,7 @@ static const tfx_req_ops_t ucx_ops = {
     .respond = ucx_respond,
     .respond_error = ucx_respond_error,
     .resume = ucx_resume,
+    .no_headers = 1,
 };
 
 /* ---- request life ----------------------------------------------------------------------- */
