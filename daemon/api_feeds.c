@@ -272,11 +272,10 @@ static void respond_stats(tfx_req_t *r, tfd_ctx_t *c, unsigned status, tfd_feed_
     respond_json_status(r, c, status, &w);
 }
 
-static void header_u64(tfx_req_t *r, const char *name, uint64_t v)
+/* A typed answer field (proto/answer.h): each transport renders it its own way. */
+static void answer_u64(tfx_req_t *r, tfp_af_t f, uint64_t v)
 {
-    char s[24];
-    snprintf(s, sizeof s, "%llu", (unsigned long long)v);
-    tfx_req_add_header(r, name, s);
+    tfp_answer_set_u64(tfx_req_answer(r), f, v);
 }
 
 /* ---- declaring and inspecting ------------------------------------------------------------- */
@@ -556,7 +555,7 @@ void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c)
         if (w != 0)
             return;
         end_wait(c);
-        tfx_req_add_header(r, "Retry-After", "1");
+        answer_u64(r, TFP_AF_RETRY_AFTER, 1);
         api_fail(r, c, TFP_EFULL, "%s", err.msg);
         return;
     }
@@ -565,7 +564,7 @@ void api_handle_feed_infeed(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, st, "%s", err.msg);
         return;
     }
-    header_u64(r, "Tfetch-Generation", res.generation);
+    answer_u64(r, TFP_AF_GENERATION, res.generation);
     tfp_jw_t w;
     tfp_jw_init(&w);
     tfp_jw_obj_begin(&w);
@@ -599,7 +598,7 @@ void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c)
                                    &fr->attach, &it, &ev, &err);
     if (st == TFP_ECANCELED) {          /* its consumer detached while it waited */
         end_wait(c);
-        header_u64(r, "Tfetch-Generation", it.generation);
+        answer_u64(r, TFP_AF_GENERATION, it.generation);
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
         return;
     }
@@ -612,7 +611,7 @@ void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c)
                 return;
         }
         end_wait(c);
-        header_u64(r, "Tfetch-Generation", it.generation);
+        answer_u64(r, TFP_AF_GENERATION, it.generation);
         tfx_respond(r, 204, NULL, "", 0, NULL, NULL);
         return;
     }
@@ -621,10 +620,10 @@ void api_handle_feed_pop(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, st, "%s", err.msg);
         return;
     }
-    header_u64(r, "Tfetch-Position", it.position);
-    header_u64(r, "Tfetch-Seq", it.seq);
-    header_u64(r, "Tfetch-Round", it.round);
-    header_u64(r, "Tfetch-Generation", it.generation);
+    answer_u64(r, TFP_AF_POSITION, it.position);
+    answer_u64(r, TFP_AF_SEQ, it.seq);
+    answer_u64(r, TFP_AF_ROUND, it.round);
+    answer_u64(r, TFP_AF_GENERATION, it.generation);
     api_serve_blob(r, c, it.blob);
 }
 
@@ -719,8 +718,8 @@ void api_handle_feed_outfeed_get(tfx_req_t *r, tfd_ctx_t *c)
         api_fail(r, c, st, "%s", err.msg);
         return;
     }
-    header_u64(r, "Tfetch-Seq", it.seq);
-    header_u64(r, "Tfetch-Device", it.dev);
-    header_u64(r, "Tfetch-Generation", it.generation);
+    answer_u64(r, TFP_AF_SEQ, it.seq);
+    answer_u64(r, TFP_AF_DEVICE, it.dev);
+    answer_u64(r, TFP_AF_GENERATION, it.generation);
     api_serve_blob(r, c, it.blob);
 }

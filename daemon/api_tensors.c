@@ -152,7 +152,7 @@ static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
                  c->name);
         return;
     }
-    tfx_req_add_header(r, "ETag", etag);
+    (void)tfp_answer_set_str(tfx_req_answer(r), TFP_AF_ETAG, etag);
     if (unchanged(c, b)) {
         tfd_blob_unref(b);
         tfx_respond(r, 304, NULL, "", 0, NULL, NULL);
@@ -297,7 +297,7 @@ void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
     tfd_waiters_notify(s->waiters, c->name);
     char etag[TFP_ETAG_LEN];
     tfp_etag_format(etag, tfd_store_epoch(s->store), version);
-    tfx_req_add_header(r, "ETag", etag);
+    (void)tfp_answer_set_str(tfx_req_answer(r), TFP_AF_ETAG, etag);
     tfx_respond(r, rc == 1 ? 204 : 201, NULL, "", 0, NULL, NULL);
 }
 

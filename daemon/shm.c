@@ -1,10 +1,12 @@
-/* shm.c - the same-host shared-memory transport's server (see shm.h).
+/* shm.c - the same-host shared-memory socket and its lending policy (see shm.h).
  *
  * One thread polls the listener, an eventfd (stop) and up to MAX_CONNS connections. A
  * connection's first message must be HELLO with a token issued in the last token_ttl_ms
- * (single use); anything else, or a malformed message, closes it. Each connection owns its
- * leases (a blob reference each); they end with RELEASE, with the connection, or at their
- * expiry, which the poll timeout wakes for. Only this thread touches connections and
+ * (single use); anything else, or a malformed message, closes it. GET and COMMIT are
+ * operations run through the router (transports/shm_server.h); what is left here is what
+ * shm lends: each connection owns its leases (an answer's hold each: a stored document's
+ * reference), its lent PUT buffers, staging buffers and ring; leases end with RELEASE,
+ * with the connection, or at their expiry, which the poll timeout wakes for. Only this thread touches connections and
  * leases; the mutex covers the tokens (a one-time token table, daemon/otokens.h: looked up
  * by hash, bounded per principal as the upgrade's are) and the counters /metrics reads.
  */

@@ -304,9 +304,7 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
             tfx_respond_error(r, TFP_EINTERNAL, "no randomness for a token");
             return;
         }
-        char after[32];
-        snprintf(after, sizeof after, "%llu", (unsigned long long)((retry_ms + 999) / 1000));
-        tfx_req_add_header(r, "Retry-After", after);
+        tfp_answer_set_u64(tfx_req_answer(r), TFP_AF_RETRY_AFTER, (retry_ms + 999) / 1000);
         if (got == TFD_OTOK_QUOTA)      /* names only the asker's own principal or address */
             tfx_respond_error(r, TFP_EFULL, "%s %s holds %zu unused upgrade tokens, the most "
                               "upgrade-tokens-per-client allows: use them or wait for them to "

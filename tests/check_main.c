@@ -51,6 +51,7 @@ int main(void)
     srunner_add_suite(sr, suite_shmframe());
     srunner_add_suite(sr, suite_shme2e());
     srunner_add_suite(sr, suite_xport());
+    srunner_add_suite(sr, suite_answer());
     srunner_add_suite(sr, suite_tls());
     srunner_add_suite(sr, suite_driver());
     srunner_add_suite(sr, suite_habits());

@@ -114,10 +114,12 @@ static answer_t http_put(const char *name, const void *doc, size_t len, const ch
     return http_run(args);
 }
 
-static answer_t http_get(const char *name)
+static answer_t http_get(const char *name, const char *inm)
 {
-    char args[512];
-    snprintf(args, sizeof args, "%s/v1/tensors/%s", D.base, name);
+    char args[1024], h[400] = "";
+    if (inm)
+        snprintf(h, sizeof h, "-H 'If-None-Match: %s' ", inm);
+    snprintf(args, sizeof args, "%s%s/v1/tensors/%s", h, D.base, name);
     return http_run(args);
 }
 
@@ -159,11 +161,15 @@ static answer_t ucx_put(conns_t *k, const char *name, const void *doc, size_t le
     return ucx_call(k, &h, doc, len);
 }
 
-static answer_t ucx_get(conns_t *k, const char *name)
+static answer_t ucx_get(conns_t *k, const char *name, const char *inm)
 {
     tfp_uf_hdr_t h;
     tfp_uf_init(&h, TFP_UF_GET, 0);
     snprintf(h.name, sizeof h.name, "%s", name);
+    if (inm) {
+        h.flags |= TFP_UF_F_COND;
+        snprintf(h.cond.if_none_match, sizeof h.cond.if_none_match, "%s", inm);
+    }
     return ucx_call(k, &h, NULL, 0);
 }
 
@@ -235,16 +241,17 @@ static answer_t shm_put(conns_t *k, const char *name, const void *doc, size_t le
     return shm_answer(&r);
 }
 
-static answer_t shm_get(conns_t *k, const char *name)
+static answer_t shm_get(conns_t *k, const char *name, const char *inm)
 {
     tfp_sf_t m;
     tfp_err_t err;
     int fd;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_GET;
-    ck_assert_int_eq(tfp_sf_set_target(&m, name, NULL, NULL, &err), TFP_OK);
+    ck_assert_int_eq(tfp_sf_set_target(&m, name, NULL, inm, &err), TFP_OK);
     shm_send(k, &m);
     tfp_sf_t r = shm_reply(k, &fd);
+    ck_assert_int_eq(fd >= 0, r.http == 200);      /* a memfd exactly with a 200 */
     if (fd >= 0) {
         size_t size;
         ck_assert_int_eq(tfx_shm_check(fd, 1, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
@@ -269,12 +276,14 @@ static answer_t put_on(conns_t *k, int t, const char *name, const void *doc, siz
                       : shm_put(k, name, doc, len, im, inm, ttl);
 }
 
-static answer_t get_on(conns_t *k, int t, const char *name)
+static answer_t get_on(conns_t *k, int t, const char *name, const char *inm)
 {
-    return t == T_HTTP ? http_get(name) : t == T_UCX ? ucx_get(k, name) : shm_get(k, name);
+    return t == T_HTTP ? http_get(name, inm) : t == T_UCX ? ucx_get(k, name, inm)
+                                              : shm_get(k, name, inm);
 }
 
 enum { IM_NONE, IM_CURRENT, IM_STALE, IM_ANY };
+#define INM_CURRENT "current"           /* If-None-Match: the name's ETag now */
 
 typedef struct {
     const char *what;
@@ -295,6 +304,8 @@ static const case_t cases[] = {
     {"PUT If-Match: a stale ETag", 1, "a", IM_STALE, NULL, 0, 412},
     {"PUT If-Match: * on a missing name", 1, "c", IM_ANY, NULL, 0, 412},
     {"GET", 0, "a", IM_NONE, NULL, 0, 200},
+    {"GET If-None-Match: the current ETag", 0, "a", IM_NONE, INM_CURRENT, 0, 304},
+    {"GET If-None-Match: a stale ETag", 0, "a", IM_NONE, "\"0000000000000000-1\"", 0, 200},
     {"GET of a missing name", 0, "zz", IM_NONE, NULL, 0, 404},
     {"PUT with a TTL of 1 s", 1, "t", IM_NONE, NULL, 1, 201},
     {"GET before the TTL ran out", 0, "t", IM_NONE, NULL, 0, 200},
@@ -304,7 +315,7 @@ static const case_t cases[] = {
 /* The name's ETag as a GET over HTTP gives it. */
 static void current_etag(const char *name, char etag[TFP_ETAG_LEN])
 {
-    answer_t a = http_get(name);
+    answer_t a = http_get(name, NULL);
     ck_assert_uint_eq(a.http, 200);
     ck_assert_str_ne(a.etag, "");
     memcpy(etag, a.etag, TFP_ETAG_LEN);
@@ -409,8 +420,14 @@ START_TEST(xport_one_table)
             } else if (c->im == IM_ANY) {
                 im = "*";
             }
-            answer_t a = c->put ? put_on(&k, t, name, doc, len, im, c->inm, c->ttl)
-                                : get_on(&k, t, name);
+            const char *inm = c->inm;
+            char cur[TFP_ETAG_LEN];
+            if (inm && strcmp(inm, INM_CURRENT) == 0) {
+                current_etag(name, cur);
+                inm = cur;
+            }
+            answer_t a = c->put ? put_on(&k, t, name, doc, len, im, inm, c->ttl)
+                                : get_on(&k, t, name, inm);
             got[t][i] = a.http;
             ck_assert_msg(a.http == c->want, "%s over %s: %u, not %u", c->what, tname[t],
                           a.http, c->want);
@@ -432,7 +449,7 @@ START_TEST(xport_one_table)
         char name[64];
         snprintf(name, sizeof name, "%s.t", tname[t]);
         unsigned st = 0;
-        for (int i = 0; i < 100 && (st = get_on(&k, t, name).http) == 200; i++)
+        for (int i = 0; i < 100 && (st = get_on(&k, t, name, NULL).http) == 200; i++)
             sleep_ms(50);
         ck_assert_msg(st == 404, "%s: the TTL did not expire the name (%u)", tname[t], st);
     }
@@ -481,7 +498,8 @@ static void t_begin(tfx_req_t *r, void *arg)
 static void t_handle(tfx_req_t *r, void *arg)
 {
     (void)arg;
-    tfx_req_add_header(r, "ETag", "\"00000000000000ab-9\"");
+    ck_assert_int_eq(tfp_answer_set_str(tfx_req_answer(r), TFP_AF_ETAG,
+                                        "\"00000000000000ab-9\""), 0);
     tfx_respond(r, 200, "application/json", t_body, strlen(t_body), NULL, NULL);
 }
 

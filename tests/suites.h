@@ -48,6 +48,7 @@ Suite *suite_shm(void);
 Suite *suite_shmframe(void);
 Suite *suite_shme2e(void);
 Suite *suite_xport(void);
+Suite *suite_answer(void);
 Suite *suite_tls(void);
 Suite *suite_ucxaddr(void);
 Suite *suite_driver(void);

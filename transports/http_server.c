@@ -399,6 +399,12 @@ static int answer_preflight(http_req_t *hr, const char *method)
     return 1;
 }
 
+/* tfx_req_answer_headers' add: a typed field as its header. */
+static void add_header(void *resp, const char *name, const char *value)
+{
+    MHD_add_response_header(resp, name, value);
+}
+
 static void http_respond(tfx_req_t *r, unsigned status, const char *content_type,
                          const void *body, size_t len, void (*release)(void *), void *release_arg)
 {
@@ -421,6 +427,7 @@ static void http_respond(tfx_req_t *r, unsigned status, const char *content_type
     for (tfx_hdr_t *h = r->hdrs; h; h = h->next)
         MHD_add_response_header(resp, h->name, h->value);
     cors_headers(hr, resp);
+    tfx_req_answer_headers(r, add_header, resp);
     hr->resp = resp;
 }
 

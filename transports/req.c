@@ -22,6 +22,17 @@ uint64_t tfx_req_response_bytes(const tfx_req_t *r) { return r->resp_len; }
 uint64_t tfx_req_body_bytes(const tfx_req_t *r) { return r->body_seen; }
 
 void tfx_req_resume(tfx_req_t *r) { r->ops->resume(r); }
+tfp_answer_t *tfx_req_answer(tfx_req_t *r) { return &r->ans; }
+
+void tfx_req_answer_headers(const tfx_req_t *r,
+                            void (*add)(void *arg, const char *name, const char *value),
+                            void *arg)
+{
+    char v[TFP_AF_MAX_STR + 24];
+    for (unsigned f = 0; f < TFP_AF_COUNT; f++)
+        if (tfp_answer_header_value(&r->ans, (tfp_af_t)f, v, sizeof v))
+            add(arg, tfp_answer_fields[f].header, v);
+}
 void tfx_req_suspend(tfx_req_t *r) { r->want_suspend = 1; }
 
 void tfx_req_accept_body(tfx_req_t *r, size_t headroom, uint64_t max)
@@ -112,6 +123,8 @@ tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total)
 
 void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value)
 {
+    if (r->ops->no_headers)
+        return;                             /* nothing would send it */
     tfx_hdr_t *h = calloc(1, sizeof *h);
     if (!h)
         return;

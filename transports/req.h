@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/answer.h"
 #include "proto/op.h"
 #include "proto/status.h"
 
@@ -77,7 +78,12 @@ uint8_t *tfx_req_take_body(tfx_req_t *r, size_t *cap);
 void tfx_req_set_ctx(tfx_req_t *r, void *ctx);
 void *tfx_req_ctx(const tfx_req_t *r);
 
-/* Adds a response header (copied; HTTP sends it, UCX has none). Call before responding. */
+/* The answer's typed fields (proto/answer.h: ETag, a feed's numbers, Retry-After): handlers
+ * fill them, each transport renders those it has a place for (HTTP: headers; UCX: the
+ * REPLY's feed block; shm: the ETag). Fill before responding. */
+tfp_answer_t *tfx_req_answer(tfx_req_t *r);
+/* Adds a response header that is no typed field (copied; HTTP sends it; UCX and shm have
+ * none, and keep none). Call before responding. */
 void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value);
 /* Responds with body (borrowed until release(release_arg) runs; release may be NULL for
  * static data). The transport always calls release exactly once, even on failure. */

@@ -26,6 +26,9 @@ typedef struct {
                          const tfx_body_t *body);
     /* Optional (NULL: never): tfx_req_take_memfd. */
     int (*take_memfd)(tfx_req_t *r, int *fd, void **p, size_t *size);
+    /* 1: the transport sends no header but the typed answer's fields (UCX, shm), so
+     * tfx_req_add_header keeps none (no allocation per header on their requests). */
+    int no_headers;
 } tfx_req_ops_t;
 
 struct tfx_req {
@@ -50,6 +53,7 @@ struct tfx_req {
     tfp_status_t body_failed;       /* why the body is being drained, or TFP_OK */
 
     /* response */
+    tfp_answer_t ans;               /* the typed fields (tfx_req_answer) */
     tfx_hdr_t *hdrs;
     unsigned status;
     uint64_t resp_len;
@@ -63,6 +67,10 @@ struct tfx_req {
  * body_grow approved it.
  * TFP_OK or why not. */
 tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total);
+/* Each typed field of r's answer that has an HTTP header: add(arg, name, value). */
+void tfx_req_answer_headers(const tfx_req_t *r,
+                            void (*add)(void *arg, const char *name, const char *value),
+                            void *arg);
 /* Frees the response headers and the body buffer. */
 void tfx_req_release(tfx_req_t *r);
 

@@ -50,12 +50,11 @@ static int shm_take_memfd(tfx_req_t *r, int *fd, void **p, size_t *size)
     return 1;
 }
 
-/* Keeps the answer's ETag (the one header shm carries). */
+/* Keeps the answer's ETag (the one typed field shm carries: proto/answer.h). */
 static void take_etag(shm_req_t *q)
 {
-    for (const tfx_hdr_t *h = q->base.hdrs; h; h = h->next)
-        if (strcasecmp(h->name, "ETag") == 0)
-            snprintf(q->call->etag, sizeof q->call->etag, "%s", h->value);
+    if (tfp_answer_has(&q->base.ans, TFP_AF_ETAG))
+        snprintf(q->call->etag, sizeof q->call->etag, "%s", q->base.ans.str);
 }
 
 static void fail(shm_req_t *q, tfp_status_t code, const char *msg)
@@ -176,6 +175,7 @@ static const tfx_req_ops_t shm_ops = {
     .resume = shm_resume,
     .respond_body = shm_respond_body,
     .take_memfd = shm_take_memfd,
+    .no_headers = 1,
 };
 
 /* After begin: the PUT's document lent to the request as the body it accepted, or given

@@ -318,23 +318,15 @@ static void send_small(tfx_ucx_t *u, ucp_ep_h ep, const tfp_uf_hdr_t *h)
 
 /* ---- feeds over UCX: the FEED frame's block, to and from the request ---------------------- */
 
-/* A FEED reply's block: the numbers HTTP would send as the handlers' headers (Tfetch-Position,
- * -Seq, -Round, -Generation, -Device, Retry-After); an outfeed 410's resume_after rides in its
- * JSON body, as over HTTP. */
+/* A FEED reply's block: the answer's typed fields that have a place in it (proto/answer.h:
+ * position, seq, round, generation, device, Retry-After); an outfeed 410's resume_after rides
+ * in its JSON body, as over HTTP. */
 static void feed_reply_block(ucx_req_t *q, tfp_uf_hdr_t *h)
 {
-    static const char *const names[] = {"Tfetch-Position", "Tfetch-Seq", "Tfetch-Round",
-                                        "Tfetch-Generation", "Tfetch-Device", "Retry-After"};
-    uint64_t *vals[] = {&h->feed.position, &h->feed.seq, &h->feed.round, &h->feed.generation,
-                        &h->feed.device, &h->feed.retry_after};
     h->flags |= TFP_UF_F_FEED;
     h->feed.op = q->in.feed.op;
     h->feed.flags = q->body_json && h->body_len ? TFP_UF_FF_JSON : 0;
-    for (const tfx_hdr_t *x = q->base.hdrs; x; x = x->next)
-        for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
-            if (strcasecmp(x->name, names[i]) == 0 &&
-                tfp_parse_u64(x->value, UINT64_MAX, vals[i]) == 0)
-                h->feed.present |= (uint16_t)(1u << i);
+    tfp_answer_to_feed(&q->base.ans, &h->feed);
 }
 
 /* The operation a FEED frame asks for: its kind, the device token, the stream ids and
@@ -439,6 +431,7 @@ static const tfx_req_ops_t ucx_ops = {
     .respond = ucx_respond,
     .respond_error = ucx_respond_error,
     .resume = ucx_resume,
+    .no_headers = 1,
 };
 
 /* ---- request life ----------------------------------------------------------------------- */

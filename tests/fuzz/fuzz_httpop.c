@@ -7,7 +7,10 @@
  * absent headers. The parse must refuse with a status and a message, or accept with no
  * message; TFP_EMETHOD (and only it) names the methods allowed; an accepted operation's
  * names and ids are valid, and its raw body's size fits max-body and makes a document with
- * the name the daemon gives its tensor (the path's for a PUT). Owns nothing between inputs;
+ * the name the daemon gives its tensor (the path's for a PUT). The first two lines are also
+ * an answer's header, name and value, through the typed answer's table (proto/answer.h):
+ * one it takes renders back to the same field, and its UCX place carries it there and back
+ * unchanged. Owns nothing between inputs;
  * single-threaded. Build and run: see README.md beside it (make fuzz).
  */
 #include <stdint.h>
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/answer.h"
 #include "proto/http.h"
 #include "proto/ids.h"
 
@@ -45,6 +49,47 @@ static void raw_document(const tfp_op_t *op, const tfp_op_err_t *e)
     tfp_doc_free(doc);
 }
 
+static void answer_fail(const char *what)
+{
+    fprintf(stderr, "fuzz_httpop: answer: %s\n", what);
+    abort();
+}
+
+/* name: value as a received answer header: through the table and back. */
+static void answer_round_trip(const char *name, const char *value)
+{
+    tfp_answer_t a, b, c;
+    tfp_uf_feed_t f;
+    char v[TFP_AF_MAX_STR + 24];
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    memset(&f, 0, sizeof f);
+    int got = tfp_answer_header_parse(&a, name, value);
+    if (got != 1) {
+        if (a.present)
+            answer_fail("a refused header set a field");
+        return;
+    }
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++) {
+        if (!tfp_answer_has(&a, (tfp_af_t)i))
+            continue;
+        if (!tfp_answer_header_value(&a, (tfp_af_t)i, v, sizeof v))
+            answer_fail("a field set renders no header");
+        if (tfp_answer_header_parse(&b, tfp_answer_fields[i].header, v) != 1)
+            answer_fail("a rendered header does not parse back");
+    }
+    if (memcmp(&a, &b, sizeof a) != 0)
+        answer_fail("the header's round trip changed the answer");
+    tfp_answer_to_feed(&a, &f);
+    tfp_answer_from_feed(&f, &c);
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++)
+        if (tfp_answer_fields[i].uf_present &&
+            (tfp_answer_has(&a, (tfp_af_t)i) != tfp_answer_has(&c, (tfp_af_t)i) ||
+             (tfp_answer_has(&a, (tfp_af_t)i) && a.num[i] != c.num[i])))
+            answer_fail("the UCX frame's round trip changed a field");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *text = malloc(size + 1), *f[NFIELDS] = {0};
@@ -71,6 +116,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (f[10])
         in.max_body = strtoull(f[10], NULL, 10);
 
+    if (f[0] && f[1])
+        answer_round_trip(f[0], f[1]);
     tfp_op_t op;
     tfp_op_err_t e;
     tfp_status_t st = tfp_http_op_parse(&in, &op, &e);

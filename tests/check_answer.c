@@ -1,0 +1,111 @@
+/* check_answer.c - the answer suite: the typed answer's one table (proto/answer.c): every
+ * field renders as its HTTP header and parses back, every field with a UCX place goes into
+ * a REPLY's feed block and back, malformed values are refused with nothing set, and the
+ * table's rows are sound (distinct headers; every number has a UCX place, the ETag shm's).
+ *
+ * Single-threaded, no I/O.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include <check.h>
+
+#include "proto/answer.h"
+#include "tests/suites.h"
+
+START_TEST(answer_round_trips)
+{
+    tfp_answer_t a, b, c;
+    tfp_uf_feed_t f;
+    char v[64];
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    memset(&f, 0, sizeof f);
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++) {
+        if (tfp_answer_fields[i].is_str)
+            ck_assert_int_eq(tfp_answer_set_str(&a, (tfp_af_t)i, "\"00000000000000ab-3\""), 0);
+        else
+            tfp_answer_set_u64(&a, (tfp_af_t)i, UINT64_MAX - i);
+    }
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++) {
+        ck_assert_uint_gt(tfp_answer_header_value(&a, (tfp_af_t)i, v, sizeof v), 0);
+        ck_assert_int_eq(tfp_answer_header_parse(&b, tfp_answer_fields[i].header, v), 1);
+    }
+    ck_assert_mem_eq(&a, &b, sizeof a);
+    char x[64];
+    ck_assert_uint_gt(tfp_answer_header_value(&a, TFP_AF_POSITION, x, sizeof x), 0);
+    ck_assert_str_eq(x, "18446744073709551614");
+    /* UCX: every number, in the feed block's own place, and back */
+    tfp_answer_to_feed(&a, &f);
+    ck_assert_uint_eq(f.position, UINT64_MAX - TFP_AF_POSITION);
+    ck_assert_uint_eq(f.retry_after, UINT64_MAX - TFP_AF_RETRY_AFTER);
+    ck_assert_uint_eq(f.present, TFP_UF_FP_POSITION | TFP_UF_FP_SEQ | TFP_UF_FP_ROUND |
+                                 TFP_UF_FP_GENERATION | TFP_UF_FP_DEVICE |
+                                 TFP_UF_FP_RETRY_AFTER);
+    tfp_answer_from_feed(&f, &c);
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++)
+        if (!tfp_answer_fields[i].is_str) {
+            ck_assert(tfp_answer_has(&c, (tfp_af_t)i));
+            ck_assert_uint_eq(c.num[i], a.num[i]);
+        }
+    ck_assert(!tfp_answer_has(&c, TFP_AF_ETAG));        /* no place in the feed block */
+    /* a field not set renders nothing, and goes nowhere */
+    memset(&a, 0, sizeof a);
+    ck_assert_uint_eq(tfp_answer_header_value(&a, TFP_AF_SEQ, v, sizeof v), 0);
+    memset(&f, 0, sizeof f);
+    tfp_answer_to_feed(&a, &f);
+    ck_assert_uint_eq(f.present, 0);
+}
+END_TEST
+
+START_TEST(answer_refuses)
+{
+    tfp_answer_t a;
+    memset(&a, 0, sizeof a);
+    ck_assert_int_eq(tfp_answer_header_parse(&a, "Content-Type", "x"), 0);     /* no field */
+    ck_assert_int_eq(tfp_answer_header_parse(&a, "tfetch-seq", "12"), 1);      /* any case */
+    ck_assert(tfp_answer_has(&a, TFP_AF_SEQ));
+    memset(&a, 0, sizeof a);
+    static const char *const bad[][2] = {
+        {"Tfetch-Seq", "abc"}, {"Tfetch-Seq", "-1"}, {"Tfetch-Seq", ""},
+        {"Tfetch-Round", "18446744073709551616"}, {"Retry-After", "1.5"},
+        {"ETag", "W/\"weak\""}, {"ETag", "noquotes"}, {"ETag", "\"a\", \"b\""}, {"ETag", "*"},
+        {"ETag", ""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(tfp_answer_header_parse(&a, bad[i][0], bad[i][1]) == -1, "%s: %s",
+                      bad[i][0], bad[i][1]);
+        ck_assert_uint_eq(a.present, 0);
+    }
+    ck_assert_int_eq(tfp_answer_set_str(&a, TFP_AF_SEQ, "\"x\""), -1);   /* not a string */
+    tfp_answer_set_u64(&a, TFP_AF_ETAG, 5);                             /* not a number */
+    ck_assert_uint_eq(a.present, 0);
+}
+END_TEST
+
+START_TEST(answer_table)
+{
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++) {
+        const tfp_af_row_t *r = &tfp_answer_fields[i];
+        ck_assert_ptr_nonnull(r->header);
+        for (unsigned j = 0; j < i; j++)
+            ck_assert_str_ne(r->header, tfp_answer_fields[j].header);
+        if (!r->is_str)                 /* every number travels over UCX too */
+            ck_assert_uint_ne(r->uf_present, 0);
+    }
+    ck_assert(tfp_answer_fields[TFP_AF_ETAG].shm);
+}
+END_TEST
+
+Suite *suite_answer(void)
+{
+    Suite *s = suite_create("answer");
+    TCase *tc = tcase_create("answer");
+    tcase_add_test(tc, answer_round_trips);
+    tcase_add_test(tc, answer_refuses);
+    tcase_add_test(tc, answer_table);
+    suite_add_tcase(s, tc);
+    return s;
+}
