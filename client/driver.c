@@ -322,7 +322,7 @@ tf_status_t tf_driver_submit(tf_driver_t *d, const tf_request_t *rq, uint64_t ta
 
 tf_status_t tf_driver_reap(tf_driver_t *d, tf_completion_t *out)
 {
-    size_t n = out ? tfi_struct_out_size(out->size, sizeof(*out), sizeof(*out)) : 0;
+    size_t n = out ? tfi_struct_out_size(out->size, sizeof(*out), TFI_COMPLETION_SIZE_0_1) : 0;
     if (!d || n == 0)
         return TF_EINVAL;
     pthread_mutex_lock(&d->mu);

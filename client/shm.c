@@ -209,7 +209,8 @@ int tfi_shm_can(const tf_fetch_t *f)
 {
     return f->origin && f->origin->shm && f->policy == TF_TRANSPORT_AUTO &&
            ((f->op.kind == TF_OP_GET && f->op.wait_ms <= 0) || f->op.kind == TF_OP_PUT) &&
-           !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0];
+           !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0] &&
+           !tfi_op_has_cond(&f->op);
 }
 
 /* ---- the doc's mapping ---------------------------------------------------------------------- */

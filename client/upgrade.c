@@ -127,6 +127,10 @@ static const char *why_not_ucx(const tfi_op_t *op)
         return "the Shumai format travels over HTTP";
     if (op->query)
         return "URLs with a query travel over HTTP";
+    /* The UCX frame has no field for them yet (proto/ucxframe.h): every policy sends them
+     * over HTTP, not as a fallback. */
+    if (tfi_op_has_cond(op))
+        return "conditions, TTLs and ranges travel over HTTP";
     if (!op->name[0])
         return op->kind == TF_OP_EXCHANGE ? "only exchanges with /v1/call/ROUTE travel over UCX"
                                           : "only requests to /v1/tensors/NAME travel over UCX";

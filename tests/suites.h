@@ -50,5 +50,6 @@ Suite *suite_shme2e(void);
 Suite *suite_tls(void);
 Suite *suite_ucxaddr(void);
 Suite *suite_driver(void);
+Suite *suite_cond(void);
 
 #endif
