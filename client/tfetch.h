@@ -150,9 +150,9 @@ typedef struct {
     char etag[64];                  /* the version the server named (its ETag, quotes
                                      * included: "\"0123456789abcdef-7\""): of the document
                                      * a get read (or found unchanged: TF_ENOTMODIFIED), or a
-                                     * put stored; "" when it named none. Sent over HTTP; over ucx/ and shm/memfd a
-                                     * request without conditions gets "" (their frames carry
-                                     * no version yet) */
+                                     * put stored; "" when it named none. HTTP and UCX
+                                     * carry it; a get or put over shm/memfd gets "" (its
+                                     * frames carry no version yet) */
 } tf_result_t;
 
 /* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). Called for
@@ -365,7 +365,7 @@ tf_status_t tf_list_page(tf_client_t *c, const char *base, const tf_list_opts_t 
  * Range request; length 0: to the end). TF_OK, *buf (allocated, tf_free it), *len (fewer
  * than length when the document ends first) and, when total is not NULL, the document's
  * whole size; TF_ERANGE when offset is at or past its end (*total still set);
- * TF_ENOTFOUND. Over HTTP. Outputs set only on TF_OK (and *total on TF_ERANGE). */
+ * TF_ENOTFOUND. Over HTTP or UCX. Outputs set only on TF_OK (and *total on TF_ERANGE). */
 tf_status_t tf_get_range(tf_client_t *c, const char *url, uint64_t offset, uint64_t length,
                          void **buf, size_t *len, uint64_t *total);
 /* GET base/v1/info as JSON text (allocated, NUL-terminated; tf_free it). */
@@ -401,7 +401,9 @@ typedef struct {
                                      * tf_client_set_user's (NULL: the client's): a server
                                      * that forwards calls for many users through one client
                                      * keeps each caller's id */
-    /* After 0.1, conditions (tf_request(3)): a tf_result_t etag, or "*"; NULL: none. */
+    /* After 0.1, conditions (tf_request(3)): a tf_result_t etag, or "*"; NULL: none. HTTP
+     * and UCX carry them (shm/memfd does not: a same-host request with any of them goes
+     * over UCX; a server whose UCX takes none, over HTTP). */
     const char *if_match;           /* GET, PUT, DELETE: only while the stored version is
                                      * this one ("*": while the name exists); a put or
                                      * delete is then a compare-and-swap. Otherwise nothing

@@ -34,17 +34,21 @@ typedef struct {
     int needs_ucx;
     const char *plain;                  /* what carries a put without conditions */
     const char *cond;                   /* what carries a request with conditions */
+    int plain_etag;                     /* a plain put's reply names its version */
 } row_t;
 
 static const row_t rows[] = {
-    {"http", TF_TRANSPORT_HTTP, 0, "http", "http"},
-    {"ucx", TF_TRANSPORT_UCX, 1, "ucx/", "http"},
-    {"auto", TF_TRANSPORT_AUTO, 1, "shm/memfd", "http"},
-    /* TODO(lead, after merging h-shm): shm becomes a full transport through the router, and
-     * a row where shm carries the conditions themselves goes here:
-     *   {"shm", TF_TRANSPORT_AUTO, 1, "shm/memfd", "shm/memfd"},
-     * once client/shm.c renders tfi_op_t's cond (client/internal.h) into its frames and
-     * tfi_shm_can stops declining an op with tfi_op_has_cond. */
+    {"http", TF_TRANSPORT_HTTP, 0, "http", "http", 1},
+    {"ucx", TF_TRANSPORT_UCX, 1, "ucx/", "ucx/", 1},
+    /* On one host: plain gets and puts over shm/memfd, whose frames carry no conditions or
+     * version yet (tfi_shm_can declines an op with conditions), so UCX carries those. */
+    {"auto", TF_TRANSPORT_AUTO, 1, "shm/memfd", "ucx/", 0},
+    /* TODO(lead, after merging h-shm): shm becomes a full transport through the router; a
+     * row where shm carries the conditions themselves goes here,
+     *   {"shm", TF_TRANSPORT_AUTO, 1, "shm/memfd", "shm/memfd", 1},
+     * once client/shm.c renders tfi_op_t's cond (client/internal.h) into its frames, the
+     * reply names the version (tf_result_t etag), and tfi_shm_can stops declining an op
+     * with tfi_op_has_cond. */
 };
 #define NROWS (int)(sizeof(rows) / sizeof(rows[0]))
 
@@ -252,7 +256,9 @@ START_TEST(cond_ttl)
         return;
     start();
     tf_client_t *c = client(r);
-    ck_assert_int_eq(put(c, r, "keep", 1.0f, NULL, NULL, 0, NULL), TF_OK);
+    char e[64];
+    ck_assert_int_eq(put(c, r, "keep", 1.0f, NULL, NULL, 0, e), TF_OK);
+    ck_assert_msg((e[0] != '\0') == r->plain_etag, "%s: a plain put's etag '%s'", r->name, e);
     ck_assert_int_eq(put(c, r, "brief", 1.0f, NULL, NULL, 1, NULL), TF_OK);
     ck_assert(stored(c, "brief") == 1.0f);
     tf_doc_t *d = NULL;
@@ -293,6 +299,8 @@ START_TEST(cond_range)
     ck_assert_uint_eq(total, enc_len);
     ck_assert(memcmp(buf, enc, 8) == 0);        /* the safetensors header's length */
     ck_assert_int_eq(tf_client_last(c)->http_status, 206);
+    ck_assert_msg(starts(tf_client_last(c)->transport, r->cond), "%s: a range over %s",
+                  r->name, tf_client_last(c)->transport);
     tf_free(buf);
 
     ck_assert_int_eq(tf_get_range(c, url("rg"), enc_len - 16, 0, &buf, &len, NULL), TF_OK);
