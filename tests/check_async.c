@@ -1076,7 +1076,7 @@ START_TEST(async_daemon_echo_thousand)
 END_TEST
 
 /* The tfetch CLI's batches (--parallel, get --dir, put pairs, call, rm) against the real daemon.
- * Runs only when $TFETCHD names the daemon; $TFETCH_CLI names the tool (else ./client/tfetch). */
+ * Runs only when $TFETCHD names the daemon; $TFETCH_CLI names the tool (else ./cli/tfetch). */
 
 static void write_file(const char *path, const void *data, size_t len)
 {
@@ -1105,7 +1105,7 @@ START_TEST(async_cli_batches)
         fputs("async_cli_batches: TFETCHD not set, skipped\n", stderr);
         return;
     }
-    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./client/tfetch";
+    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./cli/tfetch";
     td_daemon_t d;
     ck_assert_int_eq(td_start(&d, NULL), 0);
     char dir[] = "/tmp/tf-async-cli-XXXXXX";

@@ -1458,7 +1458,7 @@ START_TEST(test_libtfetch_and_cli)
     tf_doc_free(in);
 
     /* the CLI: --token, TFETCH_TOKEN; a bad token is refused without being printed */
-    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./client/tfetch";
+    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./cli/tfetch";
     char cmd[1024], o[4096];
     snprintf(cmd, sizeof cmd, "%s --token tka-1f2e3d ls %s >/dev/null 2>&1; echo $?", cli, D.base);
     td_run(cmd, o, sizeof o);

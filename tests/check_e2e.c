@@ -780,7 +780,7 @@ END_TEST
 static const char *cli(void)
 {
     const char *p = getenv("TFETCH_CLI");
-    return p ? p : "./client/tfetch";
+    return p ? p : "./cli/tfetch";
 }
 
 /* With no policy given, the CLI upgrades a server on this host before its one request (a

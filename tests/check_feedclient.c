@@ -689,7 +689,7 @@ START_TEST(cli_feed)
 {
     const char *cli = getenv("TFETCH_CLI");
     if (!cli)
-        cli = "./client/tfetch";
+        cli = "./cli/tfetch";
     char cmd[1024], out[4096];
     tf_doc_t *d = item_doc(42);
     void *buf = NULL;

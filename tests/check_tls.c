@@ -259,7 +259,7 @@ START_TEST(test_libtfetch_round_trip)
     unsetenv("TFETCH_CA_FILE");
     tf_doc_free(in);
     /* the CLI: --cacert */
-    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./client/tfetch";
+    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./cli/tfetch";
     char cmd[1024], o[4096];
     snprintf(cmd, sizeof cmd, "%s --cacert %s ls %s 2>&1", cli, path("ca.pem"), base);
     ck_assert_int_eq(td_run(cmd, o, sizeof o), 0);
@@ -730,7 +730,7 @@ START_TEST(test_mtls_libtfetch)
     unsetenv("TFETCH_CA_FILE");
     tf_doc_free(in);
     /* the CLI */
-    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./client/tfetch";
+    const char *cli = getenv("TFETCH_CLI") ? getenv("TFETCH_CLI") : "./cli/tfetch";
     char cmd[1024], o[4096];
     snprintf(cmd, sizeof cmd, "%s --cacert %s --cert %s --key %s ls %s 2>&1", cli, path("ca.pem"),
              path("alice.pem"), path("alice.key"), base);

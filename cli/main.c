@@ -1,0 +1,406 @@
+/* main.c - the tfetch command: get, put, call, rm, ls, info and feed (declare, push, pop,
+ * outfeed, done, stats) against a tfetchd, from a shell.
+ *
+ * Uses only the public libtfetch API (client/tfetch.h), like curl's tool over libcurl. This
+ * file is the tool's life: the usage text, the messages and exit codes, the checks of a
+ * command's arguments, and the dispatch to commands.c (get, put, call, rm as a batch of
+ * jobs over the asynchronous API; ls, info) and feeds.c. It owns one client for the life
+ * of the process. Single-threaded. Exit codes are part of the interface (see usage and
+ * tfetch(1)): 0 ok, 1 usage or invalid input, 2 not found, 3 rejected by the server (4xx),
+ * 4 server or protocol error, 5 connection/timeout/transfer error, 6 local I/O error; with
+ * several requests, the code of the first one (in argument order) that failed.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+/* ---- usage, messages and exit codes ------------------------------------------------------ */
+
+const char cli_usage_text[] =
+    "Usage: tfetch [OPTIONS] COMMAND ARGS...\n"
+    "Move tensors to and from a tfetchd server (safetensors documents over HTTP, or UCX\n"
+    "when the server offers it).\n"
+    "\n"
+    "Commands:\n"
+    "  get URL [FILE]   fetch the document at URL (http://HOST:PORT/v1/tensors/NAME) and\n"
+    "                   write it as safetensors to FILE (through a temporary file renamed\n"
+    "                   once complete), or to stdout when FILE is absent (not a terminal)\n"
+    "                   or - (even a terminal)\n"
+    "  get -d DIR URL...\n"
+    "                   fetch each URL into DIR/NAME.safetensors (NAME: the URL's last path\n"
+    "                   segment; DIR/NAME.raw with --raw)\n"
+    "  put URL [FILE]   store the safetensors document read from FILE (or stdin) at URL;\n"
+    "                   with --dtype and --shape, FILE holds one raw tensor instead, stored\n"
+    "                   under the last path segment of URL\n"
+    "  put URL FILE URL FILE...\n"
+    "                   store each FILE at the URL before it\n"
+    "  call URL [FILE]  exchange: POST the document read from FILE (or stdin) to a route\n"
+    "                   (http://HOST:PORT/v1/call/ROUTE) and write the reply to stdout\n"
+    "  call -d DIR URL FILE URL FILE...\n"
+    "                   one exchange per pair, each reply into DIR/STEM.safetensors (STEM:\n"
+    "                   FILE's name without directory and extension)\n"
+    "  rm URL...        delete the tensor at each URL\n"
+    "  ls [BASE]        list the stored tensors of the server at BASE (http://HOST:PORT)\n"
+    "  info [BASE]      print the server's /v1/info JSON\n"
+    "  feed declare FEED [FILE]\n"
+    "                   declare the feed at FEED (http://HOST:PORT/v1/feeds/NAME) with the\n"
+    "                   JSON declaration read from FILE (or stdin); print its stats\n"
+    "  feed push FEED [FILE]\n"
+    "                   push the document in FILE (or stdin) to device queue --device\n"
+    "                   (per_device feeds), or as one round to every device (split and\n"
+    "                   broadcast feeds, no --device)\n"
+    "  feed pop FEED [FILE]\n"
+    "                   take the next item of device queue --device (default 0), write it\n"
+    "                   to FILE (or stdout) and acknowledge it\n"
+    "  feed outfeed FEED [FILE]\n"
+    "                   read the first outfeed item after --after into FILE (or stdout)\n"
+    "  feed done FEED   mark the feed done: consumers drain it, then see end of data\n"
+    "  feed stats FEED  print the feed's stats JSON\n"
+    "\n"
+    "A bare NAME ([A-Za-z0-9._-]{1,255}) may stand for a URL: BASE/v1/tensors/NAME (get, put,\n"
+    "rm) or BASE/v1/call/NAME (call), BASE being $TFETCH_URL, else \"url = ...\" in\n"
+    "${XDG_CONFIG_HOME:-~/.config}/tfetch/config, else http://127.0.0.1:7070; ls and info\n"
+    "without BASE use it too.\n"
+    "\n"
+    "Options:\n"
+    "  -u, --user ID          send ID as the user id (Tfetch-User), [A-Za-z0-9._-]{1,128}\n"
+    "      --token TOKEN      send Authorization: Bearer TOKEN (default $TFETCH_TOKEN)\n"
+    "      --cacert FILE      https: trust the PEM CA certificates in FILE (default\n"
+    "                         $TFETCH_CA_FILE, else the system's); always verified\n"
+    "      --cert FILE        https: present the PEM client certificate in FILE to a server\n"
+    "                         that asks (tls-client-ca), when no token is sent (default\n"
+    "                         $TFETCH_CERT)\n"
+    "      --key FILE         the PEM private key of --cert (default $TFETCH_KEY, else the\n"
+    "                         key is in the --cert file)\n"
+    "  -r, --request-id ID    use ID as the request id (Tfetch-Request-Id) of the (first)\n"
+    "                         request\n"
+    "  -t, --timeout MS       whole-request timeout in milliseconds (default 0: none; a\n"
+    "                         stalled server is caught by --stall-time instead)\n"
+    "      --stall-time MS    fail a request whose transfer moves fewer than --stall-rate\n"
+    "                         bytes a second for MS milliseconds in a row, waiting for the\n"
+    "                         answer included (--wait is added; 0: never; default 10000)\n"
+    "      --stall-rate BYTES the rate below which a transfer counts as stalled (default\n"
+    "                         1024)\n"
+    "      --max-body SIZE    refuse a response body larger than SIZE bytes (suffix K, M, G\n"
+    "                         or T: powers of 1024; 0: no limit; default: this machine's\n"
+    "                         memory, at least 2G)\n"
+    "  -w, --wait MS          get: wait up to MS milliseconds for the tensor to appear;\n"
+    "                         feed push: for room in a full queue; feed pop and outfeed:\n"
+    "                         for an item\n"
+    "  -P, --parallel N       get, put, call, rm: up to N requests in flight at once, over up\n"
+    "                         to N connections per server (1..1024; default 1)\n"
+    "  -d, --dir DIR          get, call: write each reply into DIR (created if missing)\n"
+    "  -f, --format FMT       body format: safetensors (default) or shumai (stock Shumai's\n"
+    "                         sm.network.tfetch format: one F32 tensor; get and call only)\n"
+    "      --raw              get, call: write the single tensor's raw bytes (C order)\n"
+    "                         instead of a document, and print its name, dtype and shape to\n"
+    "                         stderr\n"
+    "      --dtype DT         put, call: the input is one raw tensor of this dtype (F64 F32\n"
+    "                         F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL\n"
+    "                         F8_E8M0 F4 F6_E2M3 F6_E3M2 F8_E4M3FNUZ F8_E5M2FNUZ C64)\n"
+    "      --shape DIMS       put, call: the raw tensor's shape, e.g. 2,3 (\"\" for a scalar)\n"
+    "      --json             ls: print the listing as JSON\n"
+    "      --transport POLICY\n"
+    "                         auto: negotiate UCX with the server before the first request\n"
+    "                         and fall back to HTTP (saying why) when it cannot be had;\n"
+    "                         http: HTTP only; ucx: UCX or fail. Default: $TFETCH_TRANSPORT,\n"
+    "                         else auto when it is worth it (a server on this host, or a\n"
+    "                         put/call body of 1 MiB or more) and not remembered to have\n"
+    "                         failed for this origin (${XDG_CACHE_HOME:-~/.cache}/tfetch/\n"
+    "                         upgrade, 30 s doubling to 1 h), else HTTP first and UCX once\n"
+    "                         the server offers it ($TFETCH_UPGRADE=lazy: always so). ls,\n"
+    "                         info, feed and --format shumai always use HTTP\n"
+    "      --device DEV       feed push: the device queue's index; feed pop: its index or\n"
+    "                         name (default 0)\n"
+    "      --seq N            feed push: the item's sequence number (Tfetch-Seq) in the\n"
+    "                         user id's stream, so a retry is not enqueued twice\n"
+    "      --after S          feed outfeed: read the first item with a sequence number above\n"
+    "                         S (default 0)\n"
+    "      --consumer ID      feed pop: the consumer id (default tfetch): pops with another\n"
+    "                         id wait for the lease of the last one\n"
+    "  -s, --stats            after the requests print one JSON line per request to stderr\n"
+    "                         (in argument order): {\"op\",\"transport\",\"bytes\",\"seconds\",\n"
+    "                         \"request_id\",\"http_status\",\"status\",\"fallback\"}\n"
+    "                         (fallback: why it went over HTTP when UCX was allowed)\n"
+    "  -q, --quiet            print nothing but results and errors (no progress bar)\n"
+    "  -h, --help             show this help and exit\n"
+    "  -V, --version          show the version and exit\n"
+    "\n"
+    "A progress bar (with rate and time left) is drawn on stderr when it is a terminal, one\n"
+    "request is made and its transfer exceeds 1 MiB. With several requests, each failure is\n"
+    "reported as it happens.\n"
+    "\n"
+    "Exit status (with several requests: that of the first failed one, in argument order):\n"
+    "  0  success\n"
+    "  1  usage error or invalid input (bad option, URL, dtype, shape or file contents)\n"
+    "  2  not found (no such tensor, HTTP 404)\n"
+    "  3  rejected by the server (another 4xx status)\n"
+    "  4  server error (5xx) or malformed response\n"
+    "  5  connection, timeout or transfer error\n"
+    "  6  local I/O error (reading FILE, writing output, out of memory)\n";
+
+void cli_msg(const char *fmt, ...)
+{
+    va_list ap;
+    cli_bar_end();
+    fputs("tfetch: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    cli_bar_end();
+    fputs("tfetch: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'tfetch --help' for more information.\n", stderr);
+    return EXIT_USAGE;
+}
+
+/* Writes s as a JSON string (quotes included). */
+void cli_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void cli_print_stats(const tf_result_t *r)
+{
+    fputs("{\"op\":", stderr);
+    cli_json_str(stderr, r->op);
+    fputs(",\"transport\":", stderr);
+    cli_json_str(stderr, r->transport);
+    fprintf(stderr, ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"request_id\":",
+            r->bytes_sent + r->bytes_received, r->seconds);
+    cli_json_str(stderr, r->request_id);
+    fprintf(stderr, ",\"http_status\":%d,\"status\":", r->http_status);
+    cli_json_str(stderr, tf_err_name(r->status));
+    fputs(",\"fallback\":", stderr);
+    cli_json_str(stderr, r->fallback);
+    fputs("}\n", stderr);
+}
+
+static int exit_for(tf_status_t st, int http_status)
+{
+    if (st == TF_OK)
+        return EXIT_OK;
+    if (st == TF_ENOTFOUND || http_status == 404)
+        return EXIT_NOTFOUND;
+    if (http_status >= 400 && http_status < 500)
+        return EXIT_REJECTED;
+    if (http_status >= 500)
+        return EXIT_SERVER;
+    switch (st) {
+    case TF_ECONNECT:
+    case TF_ETIMEDOUT:
+    case TF_EIO:
+    case TF_ECANCELED:
+    case TF_ETOOBIG:
+        return EXIT_TRANSFER;
+    case TF_EURL:
+    case TF_EINVAL:
+        return EXIT_USAGE;
+    case TF_ENOMEM:
+        return EXIT_LOCAL;
+    default:
+        return EXIT_SERVER;
+    }
+}
+
+int cli_request_failed(const tf_result_t *r, const char *what, const char *url,
+                       tf_status_t st)
+{
+    const char *why = r->error[0] ? r->error : tf_strerror(st);
+    if (r->http_status && strncmp(why, "HTTP ", 5) != 0)
+        cli_msg("%s %s: %s (%s, HTTP %d)", what, url, why, tf_err_name(st), r->http_status);
+    else
+        cli_msg("%s %s: %s (%s)", what, url, why, tf_err_name(st));
+    return exit_for(st, r->http_status);
+}
+
+int cli_is(const char *cmd, const char *name)
+{
+    return strcmp(cmd, name) == 0;
+}
+
+/* ---- checking a command's arguments ------------------------------------------------------- */
+
+/* Checks the number of arguments of a command. */
+static int check_args(const char *cmd, char **args, int nargs, const cli_opts_t *o)
+{
+    if (nargs < 1)
+        return cli_usage_error("%s needs a URL or a name", cmd);
+    if (cli_is(cmd, "ls") || cli_is(cmd, "info")) {
+        if (nargs > 1)
+            return cli_usage_error("too many arguments for %s", cmd);
+    } else if (cli_is(cmd, "get")) {
+        if (!o->dir && nargs > 2)
+            return cli_usage_error("get with several URLs needs --dir");
+    } else if (cli_is(cmd, "put") || cli_is(cmd, "call")) {
+        if (nargs > 2 && nargs % 2 != 0)
+            return cli_usage_error("%s takes URL FILE pairs", cmd);
+        if (cli_is(cmd, "call") && !o->dir && nargs > 2)
+            return cli_usage_error("call with several pairs needs --dir");
+        if (cli_is(cmd, "call") && o->dir && nargs < 2)
+            return cli_usage_error("call --dir takes URL FILE pairs");
+        int stdin_uses = nargs == 1;
+        for (int i = 1; i < nargs; i += 2)
+            stdin_uses += strcmp(args[i], "-") == 0;
+        if (stdin_uses > 1)
+            return cli_usage_error("standard input (-) can be read only once");
+    }
+    return -1;
+}
+
+/* Checks the command's arguments and the options that apply to it only. */
+static int check_command(const char *cmd, char **args, int nargs, const cli_opts_t *o)
+{
+    if (cli_is(cmd, "feed"))
+        return cli_check_feed(args, nargs, o);
+    if (o->device || o->seq || o->after || o->consumer)
+        return cli_usage_error("--device, --seq, --after and --consumer apply to feed only");
+    int batch = cli_is(cmd, "get") || cli_is(cmd, "put") || cli_is(cmd, "call") ||
+                cli_is(cmd, "rm");
+    int rc = check_args(cmd, args, nargs, o);
+    if (rc >= 0)
+        return rc;
+    if (o->wait_ms > 0 && !cli_is(cmd, "get"))
+        return cli_usage_error("--wait applies to get only");
+    if (o->raw && !cli_is(cmd, "get") && !cli_is(cmd, "call"))
+        return cli_usage_error("--raw applies to get and call only");
+    if ((o->dtype || o->shape) && !cli_is(cmd, "put") && !cli_is(cmd, "call"))
+        return cli_usage_error("--dtype and --shape apply to put and call only");
+    if (!o->dtype != !o->shape)
+        return cli_usage_error("--dtype and --shape go together");
+    if (o->json && !cli_is(cmd, "ls"))
+        return cli_usage_error("--json applies to ls only");
+    if (o->dir && !cli_is(cmd, "get") && !cli_is(cmd, "call"))
+        return cli_usage_error("--dir applies to get and call only");
+    if (o->parallel && !batch)
+        return cli_usage_error("--parallel applies to get, put, call and rm only");
+    if (o->format && cli_is(o->format, "shumai") && !cli_is(cmd, "get") && !cli_is(cmd, "call"))
+        return cli_usage_error("--format shumai applies to get and call only");
+    return -1;
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static int run(const char *cmd, char **args, int nargs, const cli_opts_t *o)
+{
+    tf_client_t *c = NULL;
+    int rc;
+
+    if (tf_client_new(&c) != TF_OK) {
+        cli_msg("cannot create a client: out of memory");
+        return EXIT_LOCAL;
+    }
+    int pairs = cli_is(cmd, "put") || cli_is(cmd, "call");
+    int one = nargs == 1 || (nargs == 2 && (pairs || !o->dir));
+    if ((rc = cli_configure(c, o, one)) >= 0)
+        goto free_client;
+
+    /* The strict ucx policy wants UCX from the first request on, and waits for it: a failure
+     * here is reported by the requests (they fail, saying why). Under auto, given or not,
+     * the library decides by itself (its eager upgrade policy: a server on this host, or a
+     * body of 1 MiB or more, is negotiated with before the first request, and never waited
+     * on past a few tens of milliseconds); the tool keeps no cache of its own. */
+    const char *policy = o->transport ? o->transport : getenv("TFETCH_TRANSPORT");
+    int can_upgrade = !cli_is(cmd, "ls") && !cli_is(cmd, "info") && !cli_is(cmd, "feed") &&
+                      !(o->format && cli_is(o->format, "shumai"));
+    if (can_upgrade && policy && strcasecmp(policy, "ucx") == 0)
+        tf_client_upgrade(c, args[0]);
+    /* After the upgrade, which is a request of its own: --request-id names the first of the
+     * user's. */
+    if (o->request_id && tf_client_set_request_id(c, o->request_id) != TF_OK) {
+        rc = cli_usage_error("bad --request-id '%s' (expected [A-Za-z0-9._:-]{1,128})",
+                             o->request_id);
+        goto free_client;
+    }
+
+    if (cli_is(cmd, "ls")) {
+        rc = cli_cmd_ls(c, o, args[0]);
+    } else if (cli_is(cmd, "info")) {
+        rc = cli_cmd_info(c, args[0]);
+    } else if (cli_is(cmd, "feed")) {
+        rc = cli_cmd_feed(c, o, args, nargs);
+    } else {
+        cli_cmd_t k = cli_is(cmd, "get")    ? CMD_GET
+                      : cli_is(cmd, "put")  ? CMD_PUT
+                      : cli_is(cmd, "call") ? CMD_CALL
+                                            : CMD_RM;
+        rc = cli_cmd_batch(c, o, k, args, nargs);
+    }
+    cli_bar_end();
+    /* A request was made unless the command failed before reaching the network. */
+    if (o->stats && (cli_is(cmd, "ls") || cli_is(cmd, "info") || cli_is(cmd, "feed")) &&
+        tf_client_last(c)->op[0])
+        cli_print_stats(tf_client_last(c));
+
+free_client:
+    tf_client_free(c);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cli_opts_t o = {.timeout_ms = -1, .stall_ms = -1, .stall_rate = -1, .max_body = -1};
+
+    int rc = cli_parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    if (optind >= argc)
+        return cli_usage_error("no command given");
+    const char *cmd = argv[optind];
+    static const char *const commands[] = {"get", "put", "call", "rm", "ls", "info", "feed"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        known |= strcmp(cmd, commands[i]) == 0;
+    if (!known)
+        return cli_usage_error("unknown command '%s'", cmd);
+    int nargs = argc - optind - 1;
+    /* The arguments, with bare names resolved against the default server (one slot more
+     * for ls and info without BASE). */
+    char **args = calloc((size_t)nargs + 2, sizeof *args), **owned = calloc((size_t)nargs + 2,
+                                                                          sizeof *owned);
+    int nowned = 0;
+    if (!args || !owned) {
+        free(args);
+        free(owned);
+        cli_msg("out of memory");
+        return EXIT_LOCAL;
+    }
+    memcpy(args, argv + optind + 1, (size_t)nargs * sizeof *args);
+    if ((rc = cli_resolve_urls(cmd, args, &nargs, &o, owned, &nowned)) < 0 &&
+        (rc = check_command(cmd, args, nargs, &o)) < 0)
+        rc = run(cmd, args, nargs, &o);
+    for (int i = 0; i < nowned; i++)
+        free(owned[i]);
+    free(owned);
+    free(args);
+    return rc;
+}
