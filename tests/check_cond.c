@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -362,6 +363,120 @@ START_TEST(cond_list_pages)
 }
 END_TEST
 
+/* ---- the tfetch command ------------------------------------------------------------------- */
+
+static const char *cli(void)
+{
+    const char *p = getenv("TFETCH_CLI");
+    return p ? p : "./cli/tfetch";
+}
+
+/* Runs `tfetch --transport POLICY ARGS` (stderr with stdout into out, when given); returns
+ * its exit status. */
+static int run_cli(const row_t *r, char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int run_cli(const row_t *r, char *out, size_t cap, const char *fmt, ...)
+{
+    char args[1024], cmd[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s --transport %s %s 2>&1", cli(), r->name, args);
+    return td_run(cmd, out, cap);
+}
+
+/* The "etag" of a --stats line, unescaped (quotes kept) into etag (64 bytes). */
+static void stats_etag(const char *out, char *etag)
+{
+    const char *p = strstr(out, "\"etag\":\"");
+    ck_assert_msg(p != NULL, "no etag in: %s", out);
+    p += 8;
+    size_t n = 0;
+    for (; *p && !(p[0] == '"' && p[-1] != '\\') && n < 63; p++)
+        if (*p != '\\')
+            etag[n++] = *p;
+    etag[n] = '\0';
+}
+
+/* The CLI's flags: exit codes 3 (a refused condition) and 7 (nothing newer), nothing written
+ * on failure, --range's bytes, a TTL, ls pages. */
+START_TEST(cond_cli)
+{
+    const row_t *r = &rows[_i];
+    if (skip(r))
+        return;
+    start();
+    static char out[8192];
+    char e[64], path[300];
+    tf_doc_t *d = doc_of(3.0f);
+    void *enc = NULL;
+    size_t enc_len = 0;
+    ck_assert_int_eq(tf_doc_encode(d, &enc, &enc_len), TF_OK);
+    const char *in = td_tmpfile(0, enc, enc_len);
+    const char *u = url("c");
+    snprintf(path, sizeof path, "%s.out", in);
+    unlink(path);
+
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q put --if-none-match %s %s", u, in), 0);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q put --if-none-match %s %s", u, in), 3);
+    ck_assert_msg(strstr(out, "412") != NULL, "%s", out);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-s -q put --if-match '*' %s %s", u, in), 0);
+    stats_etag(out, e);
+    ck_assert_msg(e[0] == '"', "%s: no etag from put --stats: %s", r->name, out);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q put --if-match '\"0-1\"' %s %s", u, in),
+                     3);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q put --if-match '%s' --ttl 3600 %s %s", e,
+                             u, in), 0);
+
+    /* Nothing newer than the current version: exit 7, no file written. */
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-s -q get --if-match '*' %s /dev/null", u),
+                     0);
+    stats_etag(out, e);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q get --wait-newer '%s' --wait 200 %s %s", e,
+                             u, path), 7);
+    ck_assert_int_ne(access(path, F_OK), 0);
+
+    /* --range: the document's first 8 bytes, as they are stored. */
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q get --range 0-7 %s %s", u, path), 0);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char b[16];
+    ck_assert_uint_eq(fread(b, 1, sizeof b, f), 8);
+    fclose(f);
+    ck_assert(memcmp(b, enc, 8) == 0);
+    unlink(path);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q get --range 9999- %s %s", u, path), 3);
+    ck_assert_int_ne(access(path, F_OK), 0);
+
+    /* ls pages */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(run_cli(r, out, sizeof out, "-q put %s %s", url(i ? i == 1 ? "q1" : "q2"
+                                                                           : "q0"), in), 0);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "ls --json --prefix q --limit 2 %s", D.base), 0);
+    ck_assert_msg(strstr(out, "\"q1\"") && !strstr(out, "\"q2\"") &&
+                  strstr(out, "\"next\":\"q1\""), "%s", out);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "ls --json --prefix q --limit 2 --after q1 %s",
+                             D.base), 0);
+    ck_assert_msg(strstr(out, "\"q2\"") && !strstr(out, "\"q1\"") && !strstr(out, "next"),
+                  "%s", out);
+
+    /* A conditional rm, and a TTL that runs out. */
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q rm --if-match '\"0-1\"' %s", u), 3);
+    ck_assert_int_eq(run_cli(r, out, sizeof out, "-q put --ttl 1 %s %s", url("brief"), in), 0);
+    int rc = 0;
+    uint64_t t0 = tfx_now_ms();
+    while (tfx_now_ms() - t0 < 10000 &&
+           (rc = run_cli(r, out, sizeof out, "-q get %s /dev/null", url("brief"))) == 0)
+        usleep(100 * 1000);                     /* polled until gone, within a deadline */
+    ck_assert_int_eq(rc, 2);
+    tf_free(enc);
+    tf_doc_free(d);
+    stop();
+}
+END_TEST
+
 /* What the library refuses before sending anything. */
 START_TEST(cond_refused_locally)
 {
@@ -404,6 +519,7 @@ Suite *suite_cond(void)
     tcase_add_loop_test(tc, cond_ttl, 0, NROWS);
     tcase_add_loop_test(tc, cond_range, 0, NROWS);
     tcase_add_loop_test(tc, cond_list_pages, 0, NROWS);
+    tcase_add_loop_test(tc, cond_cli, 0, NROWS);
     tcase_add_test(tc, cond_refused_locally);
     suite_add_tcase(s, tc);
     return s;
