@@ -18,6 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "client/tfetch.h"
@@ -477,6 +481,96 @@ START_TEST(cond_cli)
 }
 END_TEST
 
+/* ---- a lying server ------------------------------------------------------------------------- */
+
+/* Serves one connection on 127.0.0.1 (port 0; its port returned) from a child process:
+ * reads the request head, answers answer_len bytes of `answer` as they are, closes. */
+static int lying_server(const char *answer, size_t answer_len, pid_t *pid)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    ck_assert_int_ge(ls, 0);
+    ck_assert_int_eq(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(ls, 4), 0);
+    ck_assert_int_eq(getsockname(ls, (struct sockaddr *)&a, &alen), 0);
+    *pid = fork();
+    ck_assert_int_ge(*pid, 0);
+    if (*pid == 0) {
+        int c = accept(ls, NULL, NULL);
+        char req[8192];
+        size_t n = 0;
+        ssize_t k;
+        while (n < sizeof req - 1 && (k = read(c, req + n, sizeof req - 1 - n)) > 0) {
+            n += (size_t)k;
+            req[n] = '\0';
+            if (strstr(req, "\r\n\r\n"))
+                break;
+        }
+        if (write(c, answer, answer_len) < 0)
+            _exit(1);
+        close(c);
+        _exit(0);
+    }
+    close(ls);
+    return ntohs(a.sin_port);
+}
+
+/* A 206 that does not hold the bytes asked for, or a malformed ETag: refused, or no
+ * version, never taken as it came. */
+START_TEST(cond_lying_server)
+{
+    static const char *const lies[] = {
+        /* the range asked (0-7) is not the one sent */
+        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 4-11/80\r\n"
+        "Content-Length: 8\r\n\r\n12345678",
+        /* more bytes than the range it names */
+        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-3/80\r\n"
+        "Content-Length: 8\r\n\r\n12345678",
+        /* no Content-Range at all */
+        "HTTP/1.1 206 Partial Content\r\nContent-Length: 8\r\n\r\n12345678",
+        /* a range past its own total */
+        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-7/4\r\n"
+        "Content-Length: 8\r\n\r\n12345678",
+    };
+    tf_client_t *c = NULL;
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_client_set_transport(c, TF_TRANSPORT_HTTP), TF_OK);
+    char u[128];
+    for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+        pid_t pid;
+        snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/tensors/x", lying_server(lies[i], strlen(lies[i]), &pid));
+        void *buf = (void *)1;
+        size_t len = 99;
+        ck_assert_int_eq(tf_get_range(c, u, 0, 8, &buf, &len, NULL), TF_EPROTO);
+        ck_assert_ptr_eq(buf, (void *)1);           /* outputs untouched */
+        ck_assert_uint_eq(len, 99);
+        waitpid(pid, NULL, 0);
+    }
+    /* A malformed ETag on a good answer: the document, and no version. */
+    void *enc = NULL;
+    size_t enc_len = 0;
+    tf_doc_t *d = doc_of(1.0f), *got = NULL;
+    ck_assert_int_eq(tf_doc_encode(d, &enc, &enc_len), TF_OK);
+    char answer[512];
+    int h = snprintf(answer, sizeof answer, "HTTP/1.1 200 OK\r\nETag: not-a-tag\r\n"
+                     "Content-Type: application/x-safetensors\r\nContent-Length: %zu\r\n\r\n",
+                     enc_len);
+    ck_assert_uint_lt((size_t)h + enc_len, sizeof answer);
+    memcpy(answer + h, enc, enc_len);
+    pid_t pid;
+    snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/tensors/x",
+             lying_server(answer, (size_t)h + enc_len, &pid));
+    ck_assert_int_eq(tf_get(c, u, 0, &got), TF_OK);
+    ck_assert_str_eq(tf_client_last(c)->etag, "");
+    waitpid(pid, NULL, 0);
+    tf_doc_free(got);
+    tf_doc_free(d);
+    tf_free(enc);
+    tf_client_free(c);
+}
+END_TEST
+
 /* What the library refuses before sending anything. */
 START_TEST(cond_refused_locally)
 {
@@ -521,6 +615,7 @@ Suite *suite_cond(void)
     tcase_add_loop_test(tc, cond_list_pages, 0, NROWS);
     tcase_add_loop_test(tc, cond_cli, 0, NROWS);
     tcase_add_test(tc, cond_refused_locally);
+    tcase_add_test(tc, cond_lying_server);
     suite_add_tcase(s, tc);
     return s;
 }
