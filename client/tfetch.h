@@ -518,7 +518,8 @@ typedef struct {
  * c NULL; TF_ENOMEM; TF_EIO when no thread can be started. *out set only on TF_OK. */
 tf_status_t tf_driver_new(tf_client_t *c, tf_notify_fn notify, void *user_data,
                           tf_driver_t **out);
-/* From any thread: queues rq (url, request_id and user copied; rq->in borrowed until its
+/* From any thread: queues rq (url, request_id, user, if_match and if_none_match copied;
+ * rq->in borrowed until its
  * completion is reaped) for the driver to start; tag comes back in its completion. Exactly
  * one completion per TF_OK, whatever happens (a request tf_fetch_start refuses completes
  * with that status and tf_client_last's message); none on an error return: TF_EINVAL (rq or

@@ -367,6 +367,45 @@ START_TEST(cond_list_pages)
 }
 END_TEST
 
+/* A driver (tf_driver_submit) copies the conditions with the request: the caller's strings
+ * may be gone by the time its thread starts it. */
+START_TEST(cond_driver)
+{
+    const row_t *r = &rows[_i];
+    if (skip(r))
+        return;
+    start();
+    tf_client_t *c = client(r);
+    ck_assert_int_eq(put(c, r, "dr", 1.0f, NULL, NULL, 0, NULL), TF_OK);
+    tf_client_t *dc = client(r);
+    tf_driver_t *d = NULL;
+    ck_assert_int_eq(tf_driver_new(dc, NULL, NULL, &d), TF_OK);
+    tf_doc_t *doc = doc_of(2.0f);
+    for (int i = 0; i < 8; i++) {
+        char *cond = strdup("*");               /* create-only: "dr" exists, so refused */
+        tf_request_t rq = TF_REQUEST_INIT;
+        rq.op = TF_OP_PUT;
+        rq.url = url("dr");
+        rq.in = doc;
+        rq.if_none_match = cond;
+        ck_assert_int_eq(tf_driver_submit(d, &rq, (uint64_t)i, 0), TF_OK);
+        free(cond);
+        char *other = strdup("\"q\"");          /* most likely where cond was */
+        tf_completion_t done = TF_COMPLETION_INIT;
+        ck_assert_int_eq(tf_driver_wait(d, 20000), TF_OK);
+        ck_assert_int_eq(tf_driver_reap(d, &done), TF_OK);
+        ck_assert_msg(done.status == TF_EPRECOND, "%s: %s", r->name, done.result.error);
+        ck_assert_int_eq(done.result.http_status, 412);
+        free(other);
+    }
+    ck_assert(stored(c, "dr") == 1.0f);
+    tf_driver_free(d);
+    tf_doc_free(doc);
+    tf_client_free(c);
+    stop();
+}
+END_TEST
+
 /* ---- the tfetch command ------------------------------------------------------------------- */
 
 static const char *cli(void)
@@ -614,6 +653,7 @@ Suite *suite_cond(void)
     tcase_add_loop_test(tc, cond_range, 0, NROWS);
     tcase_add_loop_test(tc, cond_list_pages, 0, NROWS);
     tcase_add_loop_test(tc, cond_cli, 0, NROWS);
+    tcase_add_loop_test(tc, cond_driver, 0, NROWS);
     tcase_add_test(tc, cond_refused_locally);
     tcase_add_test(tc, cond_lying_server);
     suite_add_tcase(s, tc);
