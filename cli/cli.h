@@ -25,6 +25,7 @@ enum {
     EXIT_SERVER = 4,
     EXIT_TRANSFER = 5,
     EXIT_LOCAL = 6,
+    EXIT_NOTMODIFIED = 7,           /* get --wait-newer: no newer version came */
 };
 
 typedef struct {
@@ -52,6 +53,16 @@ typedef struct {
     uint64_t seq;                   /* feed push */
     uint64_t after;                 /* feed outfeed */
     const char *consumer;           /* feed pop */
+    const char *after_name;         /* --after as given: ls's name, feed outfeed's number */
+    int after_bad;                  /* --after is not a number (fine for ls only) */
+    uint64_t ttl_s;                 /* put --ttl (0: none) */
+    const char *if_match;           /* put, rm, get --if-match ETAG */
+    int if_none_match;              /* put --if-none-match: create-only */
+    const char *wait_newer;         /* get --wait-newer ETAG */
+    int range;                      /* get --range A-B */
+    uint64_t range_first, range_len;    /* its bytes (range_len 0: to the end) */
+    const char *prefix;             /* ls --prefix */
+    uint64_t limit;                 /* ls --limit (0: all) */
 } cli_opts_t;
 
 /* get, put, call and rm: the commands run as a batch of requests. */
@@ -95,6 +106,10 @@ int cli_write_reply(const cli_opts_t *o, const char *what, const char *url,
                     const tf_doc_t *doc, const char *path);
 int cli_load_doc(const cli_opts_t *o, const char *url, const char *path, cli_input_t *in,
                  tf_doc_t **doc);
+/* Writes len bytes to path (stdout when NULL or "-") as cli_write_reply writes a reply:
+ * through a temporary file renamed once complete, never to a terminal unless asked. */
+int cli_write_bytes(const char *what, const char *url, const void *buf, size_t len,
+                    const char *path);
 
 /* A reply streamed to its file: a temporary file beside it (renamed once complete and
  * checked), or the file itself when it is not a regular one (/dev/null, a FIFO). */

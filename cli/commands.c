@@ -19,6 +19,10 @@
 
 /* ---- get, put, call and rm: a batch of requests in flight ---------------------------------- */
 
+/* get --wait-newer without --wait: how long the server is asked to wait for a newer version
+ * (it caps it at its max-wait). */
+#define WAIT_NEWER_MS 60000L
+
 typedef struct batch batch_t;
 
 typedef struct {
@@ -81,8 +85,9 @@ static void job_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_resu
     } else if (b->cmd == CMD_GET || b->cmd == CMD_CALL) {
         j->rc = cli_write_reply(b->o, what, j->url, doc, j->out_path);
     } else if (!b->o->quiet && b->cmd == CMD_PUT) {
-        fprintf(stderr, "%s %s (%" PRIu64 " bytes)\n",
-                r->http_status == 201 ? "created" : "stored", j->url, r->bytes_sent);
+        fprintf(stderr, "%s %s (%" PRIu64 " bytes%s%s)\n",
+                r->http_status == 201 ? "created" : "stored", j->url, r->bytes_sent,
+                r->etag[0] ? ", etag " : "", r->etag);
     } else if (!b->o->quiet) {
         fprintf(stderr, "removed %s\n", j->url);
     }
@@ -94,7 +99,14 @@ static void job_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_resu
 static void start_job(batch_t *b, job_t *j)
 {
     static const tf_op_t ops[] = {TF_OP_GET, TF_OP_PUT, TF_OP_EXCHANGE, TF_OP_DELETE};
-    tf_request_t rq = {.op = ops[b->cmd], .url = j->url};
+    const cli_opts_t *o = b->o;
+    tf_request_t rq = TF_REQUEST_INIT;
+    rq.op = ops[b->cmd];
+    rq.url = j->url;
+    /* The conditions (main.c checked which command takes which). */
+    rq.if_match = o->if_match;
+    rq.if_none_match = o->if_none_match ? "*" : o->wait_newer;
+    rq.ttl_s = o->ttl_s;
     int fd = -1;
 
     /* Big documents: a put's file is sent from where it is and a get's reply streams to its
@@ -116,7 +128,7 @@ static void start_job(batch_t *b, job_t *j)
     }
     j->rc = EXIT_OK;
     if (b->cmd == CMD_GET)
-        rq.wait_ms = b->o->wait_ms;
+        rq.wait_ms = o->wait_newer && !o->wait_ms ? WAIT_NEWER_MS : o->wait_ms;
     tf_status_t st = fd >= 0 ? tf_fetch_start_fd(b->c, &rq, fd, job_done, j, NULL)
                              : tf_fetch_start(b->c, &rq, job_done, j, NULL);
     if (st != TF_OK) {
@@ -212,9 +224,31 @@ static int name_outputs(batch_t *b)
     return EXIT_OK;
 }
 
+/* get --range: bytes of one stored document, written as they came. */
+static int get_range(tf_client_t *c, const cli_opts_t *o, char **args, int nargs)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    uint64_t total = 0;
+    tf_status_t st = tf_get_range(c, args[0], o->range_first, o->range_len, &buf, &len, &total);
+    if (o->stats)
+        cli_print_stats(tf_client_last(c));
+    if (st != TF_OK) {
+        int rc = cli_request_failed(tf_client_last(c), "get", args[0], st);
+        if (st == TF_ERANGE && total)
+            cli_msg("get %s: the document has %" PRIu64 " bytes", args[0], total);
+        return rc;
+    }
+    int rc = cli_write_bytes("get", args[0], buf, len, nargs > 1 ? args[1] : NULL);
+    tf_free(buf);
+    return rc;
+}
+
 /* Runs get, put, call or rm over its arguments: URLs, or URL FILE pairs. */
 int cli_cmd_batch(tf_client_t *c, const cli_opts_t *o, cli_cmd_t cmd, char **args, int nargs)
 {
+    if (cmd == CMD_GET && o->range)
+        return get_range(c, o, args, nargs);
     int pairs = cmd == CMD_PUT || cmd == CMD_CALL;
     size_t n = (size_t)nargs;                 /* rm URL..., get --dir DIR URL... */
     if (pairs)
@@ -266,8 +300,13 @@ int cli_cmd_ls(tf_client_t *c, const cli_opts_t *o, const char *base)
 {
     tf_entry_t *e = NULL;
     size_t n = 0;
+    char *next = NULL;
+    tf_list_opts_t lo = TF_LIST_OPTS_INIT;
+    lo.prefix = o->prefix;
+    lo.after = o->after_name;
+    lo.limit = o->limit;
 
-    tf_status_t st = tf_list(c, base, &e, &n);
+    tf_status_t st = tf_list_page(c, base, &lo, &e, &n, &next);
     if (st != TF_OK)
         return cli_request_failed(tf_client_last(c), "ls", base, st);
     if (o->json) {
@@ -277,7 +316,12 @@ int cli_cmd_ls(tf_client_t *c, const cli_opts_t *o, const char *base)
             cli_json_str(stdout, e[i].name);
             printf(",\"bytes\":%" PRIu64 ",\"ntensors\":%zu}", e[i].bytes, e[i].ntensors);
         }
-        fputs("]}\n", stdout);
+        fputs("]", stdout);
+        if (next) {                         /* the page's end: where the next one starts */
+            fputs(",\"next\":", stdout);
+            cli_json_str(stdout, next);
+        }
+        fputs("}\n", stdout);
     } else {
         int w = 4;
         for (size_t i = 0; i < n; i++) {
@@ -289,7 +333,12 @@ int cli_cmd_ls(tf_client_t *c, const cli_opts_t *o, const char *base)
             printf("%-*s %15s %8s\n", w, "NAME", "BYTES", "TENSORS");
         for (size_t i = 0; i < n; i++)
             printf("%-*s %15" PRIu64 " %8zu\n", w, e[i].name, e[i].bytes, e[i].ntensors);
+        if (next && !o->quiet)              /* on stderr: stdout stays the listing */
+            cli_msg("more names follow: the next page is ls%s%s --limit %" PRIu64
+                    " --after %s", o->prefix ? " --prefix " : "", o->prefix ? o->prefix : "",
+                    o->limit, next);
     }
+    tf_free(next);
     tf_list_free(e, n);
     if (fflush(stdout) != 0) {
         cli_msg("cannot write stdout: %s", strerror(errno));

@@ -110,7 +110,9 @@ int cli_parse_shape(const char *s, int *rank, int64_t shape[TF_MAX_RANK])
 
 enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT, OPT_DEVICE, OPT_SEQ,
        OPT_AFTER, OPT_CONSUMER, OPT_TOKEN,
-       OPT_CACERT, OPT_CERT, OPT_KEY, OPT_STALL_TIME, OPT_STALL_RATE, OPT_MAX_BODY };
+       OPT_CACERT, OPT_CERT, OPT_KEY, OPT_STALL_TIME, OPT_STALL_RATE, OPT_MAX_BODY,
+       OPT_TTL, OPT_IF_MATCH, OPT_IF_NONE_MATCH, OPT_WAIT_NEWER, OPT_RANGE, OPT_PREFIX,
+       OPT_LIMIT };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
@@ -136,12 +138,49 @@ static const struct option long_opts[] = {
     {"seq", required_argument, NULL, OPT_SEQ},
     {"after", required_argument, NULL, OPT_AFTER},
     {"consumer", required_argument, NULL, OPT_CONSUMER},
+    {"ttl", required_argument, NULL, OPT_TTL},
+    {"if-match", required_argument, NULL, OPT_IF_MATCH},
+    {"if-none-match", no_argument, NULL, OPT_IF_NONE_MATCH},
+    {"wait-newer", required_argument, NULL, OPT_WAIT_NEWER},
+    {"range", required_argument, NULL, OPT_RANGE},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"limit", required_argument, NULL, OPT_LIMIT},
     {"stats", no_argument, NULL, 's'},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
 };
+
+/* A decimal number, digits only. 0, or -1. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] < '0' || s[0] > '9')
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* --range FIRST-LAST or FIRST- (bytes). 0, or -1. */
+static int parse_range(const char *s, cli_opts_t *o)
+{
+    char first[32];
+    const char *dash = strchr(s, '-');
+    uint64_t a, b = 0;
+    if (!dash || (size_t)(dash - s) >= sizeof first)
+        return -1;
+    memcpy(first, s, (size_t)(dash - s));
+    first[dash - s] = '\0';
+    if (parse_u64(first, &a) != 0 || (dash[1] && (parse_u64(dash + 1, &b) != 0 || b < a)))
+        return -1;
+    o->range = 1;
+    o->range_first = a;
+    o->range_len = dash[1] ? b - a + 1 : 0;
+    return 0;
+}
 
 /* Parses options into o; returns -1 to continue, or an exit code. */
 int cli_parse_options(int argc, char **argv, cli_opts_t *o)
@@ -204,12 +243,37 @@ int cli_parse_options(int argc, char **argv, cli_opts_t *o)
             char *end;
             errno = 0;
             unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-')
-                return cli_usage_error("bad --%s '%s' (a number)", ch == OPT_SEQ ? "seq" : "after",
-                                       optarg);
-            *(ch == OPT_SEQ ? &o->seq : &o->after) = (uint64_t)v;
+            int bad = errno || end == optarg || *end || optarg[0] == '-';
+            if (ch == OPT_AFTER) {          /* ls takes a name: judged with the command */
+                o->after_name = optarg;
+                o->after_bad = bad;
+                o->after = bad ? 0 : (uint64_t)v;
+                break;
+            }
+            if (bad)
+                return cli_usage_error("bad --seq '%s' (a number)", optarg);
+            o->seq = (uint64_t)v;
             break;
         }
+        case OPT_TTL:
+        case OPT_LIMIT: {
+            uint64_t v;
+            int ttl = ch == OPT_TTL;
+            if (parse_u64(optarg, &v) != 0 || v < 1 || v > (ttl ? 31622400u : 1000000u))
+                return cli_usage_error(ttl ? "bad --ttl '%s' (seconds, 1..31622400)"
+                                           : "bad --limit '%s' (1..1000000)", optarg);
+            *(ttl ? &o->ttl_s : &o->limit) = v;
+            break;
+        }
+        case OPT_IF_MATCH: o->if_match = optarg; break;
+        case OPT_IF_NONE_MATCH: o->if_none_match = 1; break;
+        case OPT_WAIT_NEWER: o->wait_newer = optarg; break;
+        case OPT_PREFIX: o->prefix = optarg; break;
+        case OPT_RANGE:
+            if (parse_range(optarg, o) != 0)
+                return cli_usage_error("bad --range '%s' (FIRST-LAST or FIRST-, in bytes)",
+                                       optarg);
+            break;
         case 's': o->stats = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(cli_usage_text, stdout); return EXIT_OK;

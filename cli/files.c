@@ -604,3 +604,46 @@ int cli_body_open(const cli_opts_t *o, const char *path, int *out)
     *out = fd;
     return EXIT_OK;
 }
+
+/* ---- raw bytes out (get --range) ---------------------------------------------------------- */
+
+int cli_write_bytes(const char *what, const char *url, const void *buf, size_t len,
+                    const char *path)
+{
+    int to_stdout = !path || strcmp(path, "-") == 0;
+    int rc = EXIT_OK, fd = STDOUT_FILENO, direct = 0;
+    char *tmp = NULL;
+    struct stat st;
+
+    if (!path && isatty(STDOUT_FILENO)) {
+        cli_msg("%s %s: not writing bytes to a terminal: give a FILE, or '-' to insist", what,
+                url);
+        return EXIT_USAGE;
+    }
+    if (!to_stdout && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        direct = 1;                     /* a device or FIFO: in place, as cli_write_reply */
+    if (!to_stdout && (fd = direct ? open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
+                                   : tmp_open(path, &tmp)) < 0) {
+        cli_msg("cannot create %s: %s", path, strerror(errno));
+        return EXIT_LOCAL;
+    }
+    if (write_all(fd, buf, len) != 0) {
+        cli_msg("cannot write %s: %s", to_stdout ? "stdout" : path, strerror(errno));
+        rc = EXIT_LOCAL;
+    }
+    if (!to_stdout && close(fd) != 0 && rc == EXIT_OK) {
+        cli_msg("cannot write %s: %s", path, strerror(errno));
+        rc = EXIT_LOCAL;
+    }
+    if (!to_stdout && !direct) {
+        char shown[4096];
+        snprintf(shown, sizeof shown, "%s", tmp);
+        if (tmp_finish(tmp, path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
+            cli_msg("cannot rename %s to %s: %s", shown, path, strerror(errno));
+            rc = EXIT_LOCAL;
+        }
+    }
+    if (to_stdout && fflush(stdout) != 0 && rc == EXIT_OK)
+        rc = EXIT_LOCAL;
+    return rc;
+}

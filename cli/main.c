@@ -49,7 +49,8 @@ const char cli_usage_text[] =
     "                   one exchange per pair, each reply into DIR/STEM.safetensors (STEM:\n"
     "                   FILE's name without directory and extension)\n"
     "  rm URL...        delete the tensor at each URL\n"
-    "  ls [BASE]        list the stored tensors of the server at BASE (http://HOST:PORT)\n"
+    "  ls [BASE]        list the stored tensors of the server at BASE (http://HOST:PORT),\n"
+    "                   in name order (a page at a time with --prefix, --limit, --after)\n"
     "  info [BASE]      print the server's /v1/info JSON\n"
     "  feed declare FEED [FILE]\n"
     "                   declare the feed at FEED (http://HOST:PORT/v1/feeds/NAME) with the\n"
@@ -96,6 +97,21 @@ const char cli_usage_text[] =
     "  -w, --wait MS          get: wait up to MS milliseconds for the tensor to appear;\n"
     "                         feed push: for room in a full queue; feed pop and outfeed:\n"
     "                         for an item\n"
+    "      --ttl SECONDS      put: the document lives SECONDS (1..31622400), then is gone as\n"
+    "                         if deleted\n"
+    "      --if-match ETAG    put, rm: only while ETAG is the stored version (compare-and-\n"
+    "                         swap), else exit 3 (HTTP 412) and nothing changes; get: only\n"
+    "                         that version. ETAG is an ETag as put and --stats print it,\n"
+    "                         quotes included, or *: while the name exists\n"
+    "      --if-none-match    put: only if the name does not exist yet (create-only), else\n"
+    "                         exit 3 (HTTP 412)\n"
+    "      --wait-newer ETAG  get: wait up to --wait MS (default 60000) for a version newer\n"
+    "                         than ETAG, and fetch it; exit 7 when none came\n"
+    "      --range FIRST-LAST get: write bytes FIRST..LAST (FIRST-: to the end) of the stored\n"
+    "                         document as they are (its safetensors bytes; HTTP Range)\n"
+    "      --prefix P         ls: only names starting with P\n"
+    "      --limit N          ls: at most N names (1..1000000); when more follow, say on\n"
+    "                         stderr (--json: as \"next\") the --after of the next page\n"
     "  -P, --parallel N       get, put, call, rm: up to N requests in flight at once, over up\n"
     "                         to N connections per server (1..1024; default 1)\n"
     "  -d, --dir DIR          get, call: write each reply into DIR (created if missing)\n"
@@ -124,13 +140,14 @@ const char cli_usage_text[] =
     "      --seq N            feed push: the item's sequence number (Tfetch-Seq) in the\n"
     "                         user id's stream, so a retry is not enqueued twice\n"
     "      --after S          feed outfeed: read the first item with a sequence number above\n"
-    "                         S (default 0)\n"
+    "                         S (default 0); ls: only names after the name S\n"
     "      --consumer ID      feed pop: the consumer id (default tfetch): pops with another\n"
     "                         id wait for the lease of the last one\n"
     "  -s, --stats            after the requests print one JSON line per request to stderr\n"
     "                         (in argument order): {\"op\",\"transport\",\"bytes\",\"seconds\",\n"
-    "                         \"request_id\",\"http_status\",\"status\",\"fallback\"}\n"
-    "                         (fallback: why it went over HTTP when UCX was allowed)\n"
+    "                         \"request_id\",\"http_status\",\"status\",\"fallback\",\"etag\"}\n"
+    "                         (fallback: why it went over HTTP when UCX was allowed; etag:\n"
+    "                         the version got or stored)\n"
     "  -q, --quiet            print nothing but results and errors (no progress bar)\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
@@ -147,7 +164,10 @@ const char cli_usage_text[] =
     "  3  rejected by the server (another 4xx status)\n"
     "  4  server error (5xx) or malformed response\n"
     "  5  connection, timeout or transfer error\n"
-    "  6  local I/O error (reading FILE, writing output, out of memory)\n";
+    "  6  local I/O error (reading FILE, writing output, out of memory)\n"
+    "  7  not modified (get --wait-newer: no newer version within the wait)\n"
+    "Like curl --fail, a failed request writes nothing to FILE or stdout (a refused\n"
+    "condition included): only its message, on stderr, and the exit status.\n";
 
 void cli_msg(const char *fmt, ...)
 {
@@ -204,6 +224,8 @@ void cli_print_stats(const tf_result_t *r)
     cli_json_str(stderr, tf_err_name(r->status));
     fputs(",\"fallback\":", stderr);
     cli_json_str(stderr, r->fallback);
+    fputs(",\"etag\":", stderr);
+    cli_json_str(stderr, r->etag);
     fputs("}\n", stderr);
 }
 
@@ -211,6 +233,8 @@ static int exit_for(tf_status_t st, int http_status)
 {
     if (st == TF_OK)
         return EXIT_OK;
+    if (st == TF_ENOTMODIFIED)
+        return EXIT_NOTMODIFIED;
     if (st == TF_ENOTFOUND || http_status == 404)
         return EXIT_NOTFOUND;
     if (http_status >= 400 && http_status < 500)
@@ -279,16 +303,46 @@ static int check_args(const char *cmd, char **args, int nargs, const cli_opts_t 
     return -1;
 }
 
+/* The versions, conditions, lifetimes, ranges and listing pages: which command takes which. */
+static int check_conditions(const char *cmd, const cli_opts_t *o)
+{
+    int get = cli_is(cmd, "get"), put = cli_is(cmd, "put"), ls = cli_is(cmd, "ls");
+    if (o->ttl_s && !put)
+        return cli_usage_error("--ttl applies to put only");
+    if (o->if_none_match && !put)
+        return cli_usage_error("--if-none-match applies to put only");
+    if (o->if_match && !put && !get && !cli_is(cmd, "rm"))
+        return cli_usage_error("--if-match applies to put, get and rm only");
+    if (o->if_match && o->if_none_match)
+        return cli_usage_error("--if-match and --if-none-match exclude each other");
+    if ((o->wait_newer || o->range) && !get)
+        return cli_usage_error("--wait-newer and --range apply to get only");
+    if (o->range && (o->wait_newer || o->if_match || o->dir || o->raw || o->wait_ms ||
+                     (o->format && cli_is(o->format, "shumai"))))
+        return cli_usage_error("--range writes bytes of one document: not with --wait, "
+                               "--wait-newer, --if-match, --dir, --raw or --format");
+    if ((o->prefix || o->limit) && !ls)
+        return cli_usage_error("--prefix and --limit apply to ls only");
+    return -1;
+}
+
 /* Checks the command's arguments and the options that apply to it only. */
 static int check_command(const char *cmd, char **args, int nargs, const cli_opts_t *o)
 {
+    if (o->after_bad && !cli_is(cmd, "ls"))
+        return cli_usage_error("bad --after '%s' (a number)", o->after_name);
+    if (!cli_is(cmd, "feed") && (o->device || o->seq || o->consumer ||
+                                 (o->after_name && !cli_is(cmd, "ls"))))
+        return cli_usage_error("--device, --seq and --consumer apply to feed only, --after "
+                               "to feed outfeed and ls");
+    int rc = check_conditions(cmd, o);
+    if (rc >= 0)
+        return rc;
     if (cli_is(cmd, "feed"))
         return cli_check_feed(args, nargs, o);
-    if (o->device || o->seq || o->after || o->consumer)
-        return cli_usage_error("--device, --seq, --after and --consumer apply to feed only");
     int batch = cli_is(cmd, "get") || cli_is(cmd, "put") || cli_is(cmd, "call") ||
                 cli_is(cmd, "rm");
-    int rc = check_args(cmd, args, nargs, o);
+    rc = check_args(cmd, args, nargs, o);
     if (rc >= 0)
         return rc;
     if (o->wait_ms > 0 && !cli_is(cmd, "get"))

@@ -32,8 +32,8 @@
 typedef struct job {
     struct job *next;
     tf_driver_t *d;
-    tf_request_t rq;                /* url, request_id and user point at the copies below */
-    char *url, *request_id, *user;
+    tf_request_t rq;                /* its strings point at the copies below */
+    char *url, *request_id, *user, *if_match, *if_none_match;
     uint64_t tag;
     tf_fetch_t *f;                  /* while it runs (the driver thread's) */
     tf_status_t status;
@@ -93,6 +93,8 @@ static void job_free(job_t *j)
     free(j->url);
     free(j->request_id);
     free(j->user);
+    free(j->if_match);
+    free(j->if_none_match);
     free(j);
 }
 
@@ -277,6 +279,8 @@ tf_status_t tf_driver_submit(tf_driver_t *d, const tf_request_t *rq, uint64_t ta
     j->url = copy(j->rq.url, &bad);
     j->request_id = copy(j->rq.request_id, &bad);
     j->user = copy(j->rq.user, &bad);
+    j->if_match = copy(j->rq.if_match, &bad);
+    j->if_none_match = copy(j->rq.if_none_match, &bad);
     if (bad) {
         job_free(j);
         return TF_ENOMEM;
@@ -284,6 +288,8 @@ tf_status_t tf_driver_submit(tf_driver_t *d, const tf_request_t *rq, uint64_t ta
     j->rq.url = j->url;
     j->rq.request_id = j->request_id;
     j->rq.user = j->user;
+    j->rq.if_match = j->if_match;
+    j->rq.if_none_match = j->if_none_match;
     j->d = d;
     j->tag = tag;
     pthread_mutex_lock(&d->mu);
@@ -322,7 +328,7 @@ tf_status_t tf_driver_submit(tf_driver_t *d, const tf_request_t *rq, uint64_t ta
 
 tf_status_t tf_driver_reap(tf_driver_t *d, tf_completion_t *out)
 {
-    size_t n = out ? tfi_struct_out_size(out->size, sizeof(*out), sizeof(*out)) : 0;
+    size_t n = out ? tfi_struct_out_size(out->size, sizeof(*out), TFI_COMPLETION_SIZE_0_1) : 0;
     if (!d || n == 0)
         return TF_EINVAL;
     pthread_mutex_lock(&d->mu);

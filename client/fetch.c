@@ -25,8 +25,10 @@
 #include <unistd.h>
 
 #include "client/internal.h"
-#include "proto/strcopy.h"
+#include "proto/httpcond.h"
 #include "proto/jsonread.h"
+#include "proto/op.h"
+#include "proto/strcopy.h"
 
 /* What is left of f's time limit in ms (at least 1), or 0 when it has none. */
 long tfi_remaining_ms(const tf_fetch_t *f)
@@ -176,6 +178,36 @@ void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
     settle(f);
 }
 
+/* An If-Match / If-None-Match value: "*" or a list of entity tags (proto/httpcond.c, the
+ * server's own parser), short enough for the op. */
+static int cond_valid(const char *v)
+{
+    tfp_etags_t tags;
+    return strlen(v) <= TFI_MAX_COND && tfp_etags_parse(v, 1, &tags) == 0 &&
+           tags.n + tags.foreign + (size_t)tags.any > 0;
+}
+
+/* The conditions and lifetime of a request (tf_request_t, after 0.1). */
+static tf_status_t check_cond(const tf_request_t *rq, int op, tf_result_t *res)
+{
+    int tensor_op = op == TF_OP_GET || op == TF_OP_PUT || op == TF_OP_DELETE;
+    if ((rq->if_match || rq->if_none_match) && !tensor_op)
+        return tfi_rfail(res, TF_EINVAL, "if_match and if_none_match apply to get, put and "
+                                         "delete only");
+    if (rq->if_match && !cond_valid(rq->if_match))
+        return tfi_rfail(res, TF_EINVAL, "bad if_match (expected \"*\" or an ETag such as "
+                                         "\"0123456789abcdef-1\", quotes included)");
+    if (rq->if_none_match && !cond_valid(rq->if_none_match))
+        return tfi_rfail(res, TF_EINVAL, "bad if_none_match (expected \"*\" or an ETag, quotes "
+                                         "included)");
+    if (rq->ttl_s && op != TF_OP_PUT)
+        return tfi_rfail(res, TF_EINVAL, "ttl_s applies to put only");
+    if (rq->ttl_s > TFP_MAX_TTL_S)
+        return tfi_rfail(res, TF_EINVAL, "ttl_s must be at most %u seconds (a year)",
+                         (unsigned)TFP_MAX_TTL_S);
+    return TF_OK;
+}
+
 /* Checks a request description before anything is allocated; failures land in res. */
 static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, int op,
                                  tf_format_t format, tf_transport_t policy, int fd,
@@ -211,6 +243,9 @@ static tf_status_t check_request(const tf_client_t *c, const tf_request_t *rq, i
         return tfi_rfail(res, TF_EINVAL, "%s sends no document", tfi_op_name(op));
     if (rq->wait_ms < 0 || (rq->wait_ms > 0 && op != TF_OP_GET))
         return tfi_rfail(res, TF_EINVAL, "wait_ms must be >= 0, and applies to get only");
+    tf_status_t cst = check_cond(rq, op, res);
+    if (cst != TF_OK)
+        return cst;
     if (format == TF_FORMAT_SHUMAI && op == TF_OP_PUT)
         return tfi_rfail(
             res, TF_EINVAL,
@@ -258,6 +293,14 @@ static tf_status_t build_call(tfi_op_t *op, const tfi_call_t *call)
     return TF_OK;
 }
 
+/* What a blocking call asks beyond a tf_request_t: a byte range (tf_get_range), a listing
+ * page (tf_list_page). */
+typedef struct {
+    int range;
+    uint64_t first, last;                   /* last UINT64_MAX: to the end */
+    const tf_list_opts_t *list;             /* checked, prefix and after never NULL */
+} extra_t;
+
 /* tfx_hc_url_split of url, through a one-URL cache on the client: requests in a loop go to
  * one URL, and libcurl's parse of it was ~9.6k instructions of the ~54k an 8-byte exchange
  * costs the client. *key and *path are borrowed from c->split until the next call. Only the
@@ -298,7 +341,7 @@ static tfx_hc_status_t split_url(tf_client_t *c, const char *url, const char **k
 }
 
 static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *rq, int kind,
-                            tf_format_t format, const tfi_call_t *call)
+                            tf_format_t format, const tfi_call_t *call, const extra_t *x)
 {
     tfi_op_t *op = &f->op;
     const char *key = NULL, *path = NULL;
@@ -307,6 +350,20 @@ static tf_status_t build_op(tf_client_t *c, tf_fetch_t *f, const tf_request_t *r
     op->format = format;
     op->body = rq->in;
     op->wait_ms = rq->wait_ms;
+    tfp_strcpy(op->cond.if_match, sizeof(op->cond.if_match), rq->if_match ? rq->if_match : "");
+    tfp_strcpy(op->cond.if_none_match, sizeof(op->cond.if_none_match),
+               rq->if_none_match ? rq->if_none_match : "");
+    op->cond.ttl_s = rq->ttl_s;
+    if (x) {
+        op->cond.range = x->range;
+        op->cond.first = x->first;
+        op->cond.last = x->last;
+        if (x->list) {
+            tfp_strcpy(op->list.prefix, sizeof(op->list.prefix), x->list->prefix);
+            tfp_strcpy(op->list.after, sizeof(op->list.after), x->list->after);
+            op->list.limit = x->list->limit;
+        }
+    }
     tfp_strcpy(op->request_id, sizeof(op->request_id), f->result.request_id);
     tfp_strcpy(op->user, sizeof(op->user), rq->user ? rq->user : c->user ? c->user : "");
     if (c->token)
@@ -348,8 +405,8 @@ static tf_status_t attach_fd(tf_fetch_t *f, int op, int fd)
 }
 
 static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
-                               const tfi_call_t *call, int blocking, int fd, tf_fetch_cb cb,
-                               void *ud, tf_fetch_t **out)
+                               const tfi_call_t *call, const extra_t *x, int blocking,
+                               int fd, tf_fetch_cb cb, void *ud, tf_fetch_t **out)
 {
     tf_result_t res;
     tf_fetch_t *f;
@@ -378,7 +435,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     f->hold_ms = rq->wait_ms > 0 ? rq->wait_ms : 0;
     f->t0_ns = tfx_now_ns();
     f->op.body_fd = f->op.sink_fd = -1;
-    if ((st = build_op(c, f, rq, op, format, call)) != TF_OK)
+    if ((st = build_op(c, f, rq, op, format, call, x)) != TF_OK)
         goto free_fetch;
     if (fd >= 0 && (st = attach_fd(f, op, fd)) != TF_OK)
         goto free_fetch;
@@ -433,7 +490,7 @@ static tf_status_t fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_
         return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
-    return start_fetch(c, &r, op, NULL, driven, fd, cb, user_data, out);
+    return start_fetch(c, &r, op, NULL, NULL, driven, fd, cb, user_data, out);
 }
 
 tf_status_t tf_fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
@@ -474,7 +531,7 @@ tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb c
     if (!cb && !out)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "a request needs a callback or a handle");
     tf_request_t rq = call_request(call);
-    return start_fetch(c, &rq, TFI_OP_CALL, call, 0, -1, cb, ud, out);
+    return start_fetch(c, &rq, TFI_OP_CALL, call, NULL, 0, -1, cb, ud, out);
 }
 
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
@@ -631,13 +688,13 @@ tf_status_t tf_client_run(tf_client_t *c, long timeout_ms)
 /* Starts rq without a callback and drives the engine until it completes. tf_client_last
  * then holds its outcome. *out is the completed handle (to free) whenever it started. */
 static tf_status_t blocking_call(tf_client_t *c, const tf_request_t *rq, int op,
-                                 const tfi_call_t *call, tf_fetch_t **out)
+                                 const tfi_call_t *call, const extra_t *x, tf_fetch_t **out)
 {
     if (c->in_cb || c->in_engine)
         return tfi_refuse(c, op, TF_EINVAL,
                           "blocking calls are not allowed inside a callback (start a request)");
     tf_fetch_t *f = NULL;
-    tf_status_t st = start_fetch(c, rq, op, call, 1, -1, NULL, NULL, &f);
+    tf_status_t st = start_fetch(c, rq, op, call, x, 1, -1, NULL, NULL, &f);
     if (st != TF_OK)
         return st;
     f->holds++;
@@ -652,7 +709,7 @@ static tf_status_t blocking_call(tf_client_t *c, const tf_request_t *rq, int op,
 
 static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_fetch_t **out)
 {
-    return blocking_call(c, rq, op, NULL, out);
+    return blocking_call(c, rq, op, NULL, NULL, out);
 }
 
 tf_status_t tfi_call(tf_client_t *c, const tfi_call_t *call, tf_fetch_t **out)
@@ -660,7 +717,7 @@ tf_status_t tfi_call(tf_client_t *c, const tfi_call_t *call, tf_fetch_t **out)
     if (!call || !call->method || call->nheaders > TFI_CALL_MAX_HEADERS)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "bad internal call");
     tf_request_t rq = call_request(call);
-    return blocking_call(c, &rq, TFI_OP_CALL, call, out);
+    return blocking_call(c, &rq, TFI_OP_CALL, call, NULL, out);
 }
 
 tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out)
@@ -674,6 +731,58 @@ tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out
     tf_status_t st = blocking(c, &rq, TF_OP_GET, &f);
     if (st == TF_OK)
         *out = tf_fetch_take_doc(f);
+    tf_fetch_free(f);
+    return st;
+}
+
+tf_status_t tf_request(tf_client_t *c, const tf_request_t *rq, tf_doc_t **out)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!rq)
+        return tfi_refuse(c, -1, TF_EINVAL, "no request description");
+    tf_request_t r;
+    if (tfi_struct_in(&r, sizeof(r), rq, rq->size, TFI_REQUEST_SIZE_0_1) != TF_OK)
+        return tfi_refuse(c, -1, TF_EINVAL,
+                          rq->size > sizeof(r)
+                              ? "tf_request_t sets a field this libtfetch does not know"
+                              : "bad tf_request_t size (set it with TF_REQUEST_INIT, or 0)");
+    int op = (int)r.op;
+    if (op < TF_OP_GET || op > TF_OP_EXCHANGE)
+        return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking(c, &r, op, &f);
+    if (st == TF_OK && out)
+        *out = tf_fetch_take_doc(f);
+    tf_fetch_free(f);
+    return st;
+}
+
+/* The largest offset a Range header carries: proto/httpcond.c reads at most 19 digits. */
+#define RANGE_MAX 9999999999999999999ull
+
+tf_status_t tf_get_range(tf_client_t *c, const char *url, uint64_t offset, uint64_t length,
+                         void **buf, size_t *len, uint64_t *total)
+{
+    if (!c)
+        return TF_EINVAL;
+    if (!buf || !len)
+        return tfi_refuse(c, TF_OP_GET, TF_EINVAL, NULL);
+    if (offset > RANGE_MAX)
+        return tfi_refuse(c, TF_OP_GET, TF_ERANGE, "offset past any document");
+    extra_t x = {.range = 1, .first = offset, .last = UINT64_MAX};
+    if (length && length - 1 <= RANGE_MAX - offset)
+        x.last = offset + length - 1;
+    tf_request_t rq = {.op = TF_OP_GET, .url = url};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking_call(c, &rq, TF_OP_GET, NULL, &x, &f);
+    if (f && f->reply.has_total && total && (st == TF_OK || st == TF_ERANGE))
+        *total = f->reply.total;
+    if (st == TF_OK) {
+        *buf = f->text;
+        *len = f->text_len;
+        f->text = NULL;
+    }
     tf_fetch_free(f);
     return st;
 }
@@ -789,6 +898,83 @@ tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size
     st = copy_listing(c, pe, pn, entries, n);
     tfp_listing_free(pe, pn);
 free_fetch:
+    tf_fetch_free(f);
+    return st;
+}
+
+/* prefix and after: name characters [A-Za-z0-9._-], at most a name's length. */
+static int list_chars(const char *s)
+{
+    size_t n = strlen(s);
+    if (n > TFP_MAX_TENSOR_NAME)
+        return 0;
+    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* The listing in f's reply, and its next page's first name (NULL when it is the last). */
+static tf_status_t read_page(tf_client_t *c, const tf_fetch_t *f, tf_entry_t **entries,
+                             size_t *n, char **next)
+{
+    tfp_list_entry_t *pe = NULL;
+    size_t pn = 0;
+    char nx[TFP_MAX_TENSOR_NAME + 1];
+    tfp_err_t err;
+    tfp_status_t pst = tfp_parse_listing(f->text, f->text_len, &pe, &pn, &err);
+    if (pst == TFP_OK && next)
+        pst = tfp_parse_listing_next(f->text, f->text_len, nx, &err);
+    if (pst == TFP_ENOMEM)
+        goto oom;
+    if (pst != TFP_OK) {
+        tfp_listing_free(pe, pn);
+        return fail(c, TF_EPROTO, "bad listing: %s", f->text_len ? err.msg : "empty body");
+    }
+    char *copy = NULL;
+    if (next && nx[0] && !(copy = strdup(nx)))
+        goto oom;
+    tf_status_t st = copy_listing(c, pe, pn, entries, n);
+    tfp_listing_free(pe, pn);
+    if (st != TF_OK) {
+        free(copy);
+        return st;
+    }
+    if (next)
+        *next = copy;
+    return TF_OK;
+
+oom:
+    tfp_listing_free(pe, pn);
+    return fail(c, TF_ENOMEM, NULL);
+}
+
+tf_status_t tf_list_page(tf_client_t *c, const char *base, const tf_list_opts_t *opts,
+                         tf_entry_t **entries, size_t *n, char **next)
+{
+    static const tf_list_opts_t all = TF_LIST_OPTS_INIT;
+    tf_list_opts_t o;
+    if (!c)
+        return TF_EINVAL;
+    if (!entries || !n)
+        return tfi_refuse(c, TFI_OP_LIST, TF_EINVAL, NULL);
+    if (!opts)
+        opts = &all;
+    if (tfi_struct_in(&o, sizeof(o), opts, opts->size, sizeof(o)) != TF_OK)
+        return tfi_refuse(c, TFI_OP_LIST, TF_EINVAL,
+                          "bad tf_list_opts_t size (set it with TF_LIST_OPTS_INIT, or 0)");
+    if (!o.prefix)
+        o.prefix = "";
+    if (!o.after)
+        o.after = "";
+    if (!list_chars(o.prefix) || !list_chars(o.after))
+        return tfi_refuse(c, TFI_OP_LIST, TF_EINVAL,
+                          "prefix and after are name characters [A-Za-z0-9._-], at most 255");
+    if (o.limit > 1000000)
+        return tfi_refuse(c, TFI_OP_LIST, TF_EINVAL, "limit is at most 1000000");
+    extra_t x = {.list = &o};
+    tf_request_t rq = {.url = base};
+    tf_fetch_t *f = NULL;
+    tf_status_t st = blocking_call(c, &rq, TFI_OP_LIST, NULL, &x, &f);
+    if (st == TF_OK)
+        st = read_page(c, f, entries, n, next);
     tf_fetch_free(f);
     return st;
 }

@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "client/internal.h"
+#include "proto/httpcond.h"
 
 tf_status_t tfi_from_hc(tfx_hc_status_t st)
 {
@@ -110,15 +111,54 @@ static tf_status_t render_url(tf_fetch_t *f, char **out)
     const char *path = op->kind == TFI_OP_LIST   ? "/v1/tensors"
                        : op->kind == TFI_OP_INFO ? "/v1/info"
                                                  : NULL;
-    char query[40];
+    char query[2 * TFP_MAX_TENSOR_NAME + 64];
+    size_t q = 0;
+    query[0] = '\0';
     if (op->wait_ms > 0)
-        snprintf(query, sizeof(query), "wait=%ld", op->wait_ms);
-    tfx_hc_status_t xst = tfx_hc_url_build(op->url, path, op->wait_ms > 0 ? query : NULL, out);
+        q += (size_t)snprintf(query, sizeof(query), "wait=%ld", op->wait_ms);
+    if (op->kind == TFI_OP_LIST) {      /* name characters only: nothing to escape */
+        if (op->list.prefix[0])
+            q += (size_t)snprintf(query + q, sizeof(query) - q, "%sprefix=%s", q ? "&" : "",
+                                  op->list.prefix);
+        if (op->list.after[0])
+            q += (size_t)snprintf(query + q, sizeof(query) - q, "%safter=%s", q ? "&" : "",
+                                  op->list.after);
+        if (op->list.limit)
+            q += (size_t)snprintf(query + q, sizeof(query) - q, "%slimit=%llu", q ? "&" : "",
+                                  (unsigned long long)op->list.limit);
+    }
+    tfx_hc_status_t xst = tfx_hc_url_build(op->url, path, q ? query : NULL, out);
     if (xst == TFX_HC_OK)
         return TF_OK;
     if (xst == TFX_HC_ENOMEM)
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
     return tfi_rfail(&f->result, TF_EURL, "bad URL: %s", op->url);
+}
+
+/* The op's conditions, lifetime and range as headers (values checked at start). 0, or -1
+ * when out of memory. */
+static int render_cond(tfx_hc_req_t *req, const tfi_op_t *op)
+{
+    int bad = 0;
+    char v[64];
+    if (op->cond.if_match[0])
+        bad |= tfx_hc_req_add_header(req, "If-Match", op->cond.if_match) != TFX_HC_OK;
+    if (op->cond.if_none_match[0])
+        bad |= tfx_hc_req_add_header(req, "If-None-Match", op->cond.if_none_match) !=
+               TFX_HC_OK;
+    if (op->cond.ttl_s) {
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)op->cond.ttl_s);
+        bad |= tfx_hc_req_add_header(req, "Tfetch-TTL", v) != TFX_HC_OK;
+    }
+    if (op->cond.range) {
+        if (op->cond.last == UINT64_MAX)
+            snprintf(v, sizeof(v), "bytes=%llu-", (unsigned long long)op->cond.first);
+        else
+            snprintf(v, sizeof(v), "bytes=%llu-%llu", (unsigned long long)op->cond.first,
+                     (unsigned long long)op->cond.last);
+        bad |= tfx_hc_req_add_header(req, "Range", v) != TFX_HC_OK;
+    }
+    return bad ? -1 : 0;
 }
 
 /* Renders f's operation on f->req: method, URL, ids, Accept, the body's type and segments,
@@ -145,6 +185,7 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
         bad |= tfx_hc_req_add_header(req, "Authorization", op->auth) != TFX_HC_OK;
     if (accept)
         bad |= tfx_hc_req_add_header(req, "Accept", accept) != TFX_HC_OK;
+    bad |= render_cond(req, op) != 0;
     if (op->body || op->body_fd >= 0)
         bad |= tfx_hc_req_add_header(req, "Content-Type", op->format == TF_FORMAT_SHUMAI ?
                                                               MIME_RAW : MIME_SAFETENSORS) !=
@@ -209,6 +250,58 @@ static void finish_call(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *r
         tfi_rfail(&f->result, TF_ENOMEM, NULL);
 }
 
+/* A range request's reply (tf_get_range): the bytes asked for in f->text, their place in
+ * f->reply. A 206 must say (Content-Range) that it holds exactly the bytes from the offset
+ * asked; a 200 holds the whole document, cut here; a 416 says the document's size. */
+static void finish_range(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *r)
+{
+    tf_result_t *res = &f->result;
+    tfi_reply_t *rp = &f->reply;
+    uint64_t a, b, t;
+    int cr = tfp_content_range_parse(r->content_range, &a, &b, &t) == 0;
+    if (r->status == 416 && cr && a == UINT64_MAX) {
+        rp->has_total = 1;
+        rp->total = t;
+    }
+    if (r->status < 200 || r->status > 299) {
+        http_error(res, r);
+        return;
+    }
+    if (r->status == 206) {
+        if (!cr || a != f->op.cond.first || a == UINT64_MAX || b - a + 1 != r->body_len) {
+            tfi_rfail(res, TF_EPROTO, "the server's 206 does not hold the range asked for "
+                      "(Content-Range '%.60s', %zu bytes)", r->content_range, r->body_len);
+            return;
+        }
+    } else {                            /* 200: the whole document; keep the part asked for */
+        t = r->body_len;
+        if (f->op.cond.first >= t) {
+            rp->has_total = 1;
+            rp->total = t;
+            tfi_rfail(res, TF_ERANGE, "the range is outside the %llu-byte document",
+                      (unsigned long long)t);
+            return;
+        }
+    }
+    rp->has_total = 1;
+    rp->total = t;
+    res->status = TF_OK;
+    size_t len = 0;
+    uint8_t *body = tfx_hc_req_take_body(req, &len);
+    if (!body && !(body = calloc(1, 1))) {
+        tfi_rfail(res, TF_ENOMEM, NULL);
+        return;
+    }
+    if (r->status != 206) {             /* cut [first, last] out of the whole */
+        uint64_t end = f->op.cond.last >= len - 1 ? len - 1 : f->op.cond.last;
+        size_t n = (size_t)(end - f->op.cond.first + 1);
+        memmove(body, body + f->op.cond.first, n);
+        len = n;
+    }
+    f->text = (char *)body;
+    f->text_len = len;
+}
+
 /* Records a completed request in f->result and decodes its reply: TF_OK for a 2xx response
  * (whose body becomes f->doc or f->text), else the transport's or the server's error. */
 static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
@@ -234,6 +327,17 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
         tfi_rfail(res, tfi_from_hc(done), "%s", why[0] ? why : tfx_hc_strerror(done));
+        return;
+    }
+    if (tfp_etag_valid(r->etag))        /* a malformed one is no version: "" */
+        snprintf(res->etag, sizeof(res->etag), "%s", r->etag);
+    if (r->status == 304 && f->op.kind == TF_OP_GET && f->op.cond.if_none_match[0]) {
+        tfi_rfail(res, TF_ENOTMODIFIED, "not modified: the stored version is still %s",
+                  res->etag[0] ? res->etag : f->op.cond.if_none_match);
+        return;
+    }
+    if (f->op.cond.range) {
+        finish_range(f, req, r);
         return;
     }
     if (r->status < 200 || r->status > 299) {

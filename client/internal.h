@@ -103,6 +103,8 @@ typedef struct {
     uint64_t position, seq, round, generation, device, retry_after;
     int has_position, has_seq, has_round, has_generation, has_device, has_retry_after;
     char content_type[128];
+    uint64_t total;                 /* a range request: the whole document's size */
+    int has_total;
 } tfi_reply_t;
 
 typedef struct origin origin_t;
@@ -155,6 +157,10 @@ typedef struct {
         int range;                              /* tf_get_range: a byte range, raw reply */
         uint64_t first, last;                   /* its bytes; last UINT64_MAX: to the end */
     } cond;
+    struct {                                    /* TFI_OP_LIST: one page (tf_list_page) */
+        char prefix[TFP_MAX_TENSOR_NAME + 1], after[TFP_MAX_TENSOR_NAME + 1];
+        uint64_t limit;                         /* 0: no limit */
+    } list;
 } tfi_op_t;
 
 /* 1 if op carries a condition, a lifetime or a range (what only HTTP renders today). */
@@ -397,6 +403,8 @@ static inline tf_status_t tfi_from_proto(tfp_status_t st)
  * last 0.1 field ends (fields added later go after it). */
 #define TFI_REQUEST_SIZE_0_1 (offsetof(tf_request_t, transport) + sizeof(tf_transport_t))
 #define TFI_TRANSPORT_INFO_SIZE_0_1 (offsetof(tf_transport_info_t, retry_ms) + sizeof(long))
+#define TFI_RESULT_SIZE_0_1 (offsetof(tf_result_t, fallback) + 160)
+#define TFI_COMPLETION_SIZE_0_1 (offsetof(tf_completion_t, result) + TFI_RESULT_SIZE_0_1)
 /* Reads a caller's versioned struct src of size bytes (0: min) into dst, this library's
  * struct of dst_size bytes: what the caller's lacks is zero. TF_EINVAL when size is below min,
  * or when the caller's struct is longer and a byte past dst_size is not zero (a field this

@@ -359,6 +359,15 @@ static int commit(shmc_t *k, lease_t *l, const tfi_op_t *op, long ms, tfp_sf_t *
 }
 
 /* Records the daemon's answer to a COMMIT in f. */
+/* The version an OK REPLY names (its ETag), into res->etag; an older daemon names none. */
+static void reply_etag(tf_result_t *res, const tfp_sf_t *r)
+{
+    char etag[TFP_ETAG_LEN];
+    tfp_err_t err;
+    if (tfp_sf_reply_etag(r, etag, &err) == TFP_OK)
+        snprintf(res->etag, sizeof res->etag, "%s", etag);
+}
+
 static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
 {
     res->bytes_sent = len;
@@ -370,6 +379,7 @@ static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
     }
     res->status = TF_OK;
     res->http_status = r->http ? (int)r->http : r->a ? 204 : 201;
+    reply_etag(res, r);
 }
 
 static void copy_segs(const tf_fetch_t *f, uint8_t *dst)
@@ -540,6 +550,7 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     res->status = TF_OK;
     res->http_status = 200;
     res->bytes_received = r.b;
+    reply_etag(res, &r);
     return queue_done(c, f);
 bad:
     /* The lease is ours to end even though the document is unusable. */

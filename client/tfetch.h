@@ -146,6 +146,13 @@ typedef struct {
     char fallback[160];             /* why it went over HTTP although the transport policy
                                      * allowed UCX; "" when it did not fall back (it went
                                      * over UCX, or the policy is http) */
+    /* After 0.1 (a tf_completion_t of size 664 ends before it): */
+    char etag[64];                  /* the version the server named (its ETag, quotes
+                                     * included: "\"0123456789abcdef-7\""): of the document
+                                     * a get read (or found unchanged: TF_ENOTMODIFIED), or a
+                                     * put stored; "" when it named none. HTTP and UCX
+                                     * carry it; a get or put over shm/memfd gets "" (its
+                                     * frames carry no version yet) */
 } tf_result_t;
 
 /* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). Over HTTP
@@ -339,6 +346,30 @@ typedef struct {
 } tf_entry_t;
 tf_status_t tf_list(tf_client_t *c, const char *base, tf_entry_t **entries, size_t *n);
 void tf_list_free(tf_entry_t *entries, size_t n);
+/* Which names a listing page holds, in name order. A versioned struct (see the top):
+ * TF_LIST_OPTS_INIT, or size 0 for these fields. */
+typedef struct {
+    size_t size;                    /* sizeof(tf_list_opts_t), or 0 */
+    const char *prefix;             /* only names that start so (NULL or "": all); name
+                                     * characters [A-Za-z0-9._-], at most 255 */
+    const char *after;              /* only names after this one (NULL: from the first): the
+                                     * previous page's next */
+    uint64_t limit;                 /* at most this many (1..1000000); 0: no limit */
+} tf_list_opts_t;
+#define TF_LIST_OPTS_INIT { .size = sizeof(tf_list_opts_t) }
+/* One page of GET base/v1/tensors (?prefix=, ?after=, ?limit=; opts NULL: every name, as
+ * tf_list). *next (may be NULL) is the name to pass as opts->after for the following page
+ * (allocated: tf_free it), or NULL when this page is the last. TF_EINVAL for a bad prefix,
+ * after or limit; TF_EPROTO for a reply that is not a listing. Outputs set only on TF_OK. */
+tf_status_t tf_list_page(tf_client_t *c, const char *base, const tf_list_opts_t *opts,
+                         tf_entry_t **entries, size_t *n, char **next);
+/* Bytes [offset, offset + length) of the stored document at url (its safetensors bytes: a
+ * Range request; length 0: to the end). TF_OK, *buf (allocated, tf_free it), *len (fewer
+ * than length when the document ends first) and, when total is not NULL, the document's
+ * whole size; TF_ERANGE when offset is at or past its end (*total still set);
+ * TF_ENOTFOUND. Over HTTP or UCX. Outputs set only on TF_OK (and *total on TF_ERANGE). */
+tf_status_t tf_get_range(tf_client_t *c, const char *url, uint64_t offset, uint64_t length,
+                         void **buf, size_t *len, uint64_t *total);
 /* GET base/v1/info as JSON text (allocated, NUL-terminated; tf_free it). */
 tf_status_t tf_info(tf_client_t *c, const char *base, char **json);
 
@@ -372,8 +403,30 @@ typedef struct {
                                      * tf_client_set_user's (NULL: the client's): a server
                                      * that forwards calls for many users through one client
                                      * keeps each caller's id */
+    /* After 0.1, conditions (tf_request(3)): a tf_result_t etag, or "*"; NULL: none. HTTP
+     * and UCX carry them (shm/memfd does not: a same-host request with any of them goes
+     * over UCX; a server whose UCX takes none, over HTTP). */
+    const char *if_match;           /* GET, PUT, DELETE: only while the stored version is
+                                     * this one ("*": while the name exists); a put or
+                                     * delete is then a compare-and-swap. Otherwise nothing
+                                     * changes and the request fails with TF_EPRECOND */
+    const char *if_none_match;      /* PUT, DELETE: "*": only if the name does not exist
+                                     * (a create-only put), else TF_EPRECOND. GET: an etag:
+                                     * TF_ENOTMODIFIED (no document) while the stored
+                                     * version is still that one; with wait_ms the server
+                                     * waits up to wait_ms for a newer one */
+    uint64_t ttl_s;                 /* PUT: the document lives ttl_s seconds (1..31622400),
+                                     * then is gone as if deleted; 0: for ever */
 } tf_request_t;
 #define TF_REQUEST_INIT { .size = sizeof(tf_request_t) }
+
+/* Runs rq to completion on the calling thread, as the blocking calls do (tf_fetch_start,
+ * then tf_fetch_wait): the blocking form of any request, conditions included. TF_OK and,
+ * for a GET or EXCHANGE, *out (may be NULL for the other ops; then the reply is freed);
+ * else the request's status (TF_EPRECOND for a condition that did not hold,
+ * TF_ENOTMODIFIED for a GET whose if_none_match still names the stored version). *out set
+ * only on TF_OK. tf_client_last says what happened, its etag included. */
+tf_status_t tf_request(tf_client_t *c, const tf_request_t *rq, tf_doc_t **out);
 
 /* A request in flight: started by tf_fetch_start, completed exactly once. */
 typedef struct tf_fetch tf_fetch_t;
@@ -484,7 +537,8 @@ typedef struct {
  * c NULL; TF_ENOMEM; TF_EIO when no thread can be started. *out set only on TF_OK. */
 tf_status_t tf_driver_new(tf_client_t *c, tf_notify_fn notify, void *user_data,
                           tf_driver_t **out);
-/* From any thread: queues rq (url, request_id and user copied; rq->in borrowed until its
+/* From any thread: queues rq (url, request_id, user, if_match and if_none_match copied;
+ * rq->in borrowed until its
  * completion is reaped) for the driver to start; tag comes back in its completion. Exactly
  * one completion per TF_OK, whatever happens (a request tf_fetch_start refuses completes
  * with that status and tf_client_last's message); none on an error return: TF_EINVAL (rq or

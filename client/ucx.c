@@ -224,6 +224,25 @@ static tf_status_t feed_frame(tf_fetch_t *f, tfp_uf_hdr_t *h, const void **seg, 
     return TF_OK;
 }
 
+/* A get's, put's or delete's conditions block, to a server that takes one: its conditions,
+ * TTL and range; an empty one still asks for the reply's (its ETag). */
+static void cond_frame(const tf_fetch_t *f, tfp_uf_hdr_t *h)
+{
+    const tfi_op_t *op = &f->op;
+    if ((op->kind != TF_OP_GET && op->kind != TF_OP_PUT && op->kind != TF_OP_DELETE) ||
+        !ucx_has_feature(f->origin, TFP_UF_FEATURE_COND))
+        return;
+    h->flags |= TFP_UF_F_COND;
+    tfp_strcpy(h->cond.if_match, sizeof(h->cond.if_match), op->cond.if_match);
+    tfp_strcpy(h->cond.if_none_match, sizeof(h->cond.if_none_match), op->cond.if_none_match);
+    h->cond.ttl_s = op->cond.ttl_s;
+    if (op->cond.range) {
+        h->cond.flags = TFP_UF_CF_RANGE;
+        h->cond.first = op->cond.first;
+        h->cond.last = op->cond.last;
+    }
+}
+
 /* Renders f's operation as a frame (op, request id, user, name, wait) and sends it over its
  * origin's connection with the body's segments. On failure f->result says why. */
 static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
@@ -241,6 +260,7 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     if (op->kind == TF_OP_GET && op->wait_ms > 0)
         h.wait_ms = op->wait_ms > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)op->wait_ms;
     h.body_len = op->body_len;
+    cond_frame(f, &h);
     if (op->kind == TFI_OP_CALL && feed_frame(f, &h, &jseg, &jlen) != TF_OK)
         return TF_EINVAL;
     tfx_ucxc_req_t *ur = NULL;
@@ -353,6 +373,29 @@ static void feed_text(tf_fetch_t *f, uint8_t **body, size_t *cap, size_t len)
     f->text_len = len;
 }
 
+/* A range get's reply (tf_get_range), as http.c's finish_range takes it: the bytes asked
+ * for in f->text, the document's size in f->reply. The reply's block must say it holds
+ * exactly those bytes. */
+static void range_reply(tf_fetch_t *f, const tfx_ucxc_result_t *u, uint8_t **body,
+                        size_t *cap)
+{
+    const tfp_uf_cond_t *b = &u->reply.cond;
+    int has = (u->reply.flags & TFP_UF_F_COND) && (b->flags & TFP_UF_CF_RANGE);
+    if (has) {
+        f->reply.has_total = 1;
+        f->reply.total = b->total;
+    }
+    if (f->result.status != TF_OK)
+        return;
+    if (!has || b->first != f->op.cond.first || b->first == UINT64_MAX ||
+        b->last - b->first + 1 != u->body_len || u->reply.http != 206) {
+        tfi_rfail(&f->result, TF_EPROTO, "the server's reply does not hold the range asked "
+                  "for (HTTP %u, %zu bytes)", (unsigned)u->reply.http, u->body_len);
+        return;
+    }
+    feed_text(f, body, cap, u->body_len);
+}
+
 /* Records a UCX reply in f as an HTTP response would be, decoding a document. *body (of
  * capacity *cap, as tfx_ucxc_result_t's) is taken, and set to NULL, when f keeps it. */
 static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
@@ -371,6 +414,22 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     if (u->reply.request_id[0])
         tfp_strcpy(res->request_id, sizeof(res->request_id), u->reply.request_id);
     res->bytes_received = u->body_len;
+    if ((u->reply.flags & TFP_UF_F_COND) && u->reply.cond.etag[0])   /* checked by the decoder */
+        tfp_strcpy(res->etag, sizeof(res->etag), u->reply.cond.etag);
+    if (st == TF_OK && u->reply.http == 304 && f->op.kind == TF_OP_GET &&
+        f->op.cond.if_none_match[0]) {
+        tfi_rfail(res, TF_ENOTMODIFIED, "not modified: the stored version is still %s",
+                  res->etag[0] ? res->etag : f->op.cond.if_none_match);
+        return;
+    }
+    if (f->op.cond.range) {
+        if (st != TF_OK)
+            tfi_rfail(res, st, "%s", u->reply.msg[0] ? u->reply.msg : tf_strerror(st));
+        else
+            res->status = TF_OK;
+        range_reply(f, u, body, cap);
+        return;
+    }
     if (st != TF_OK) {
         tfi_rfail(res, st, "%s", u->reply.msg[0] ? u->reply.msg : tf_strerror(st));
         return;

@@ -321,6 +321,23 @@ void tfi_upgrade_wanted(tf_client_t *c)
     }
 }
 
+/* f goes over o's upgraded connection, unless it has conditions (a TTL, a range) and o's
+ * server takes none over UCX (an older tfetchd): then HTTP carries it, under every policy,
+ * saying so (not a fallback: HTTP is where such a server reads them). */
+static tf_status_t via_up(tf_client_t *c, tf_fetch_t *f, origin_t *o,
+                          const tfi_transport_t **via)
+{
+    if (tfi_op_has_cond(&f->op) &&
+        !(c->up->has_feature && c->up->has_feature(o, TFP_UF_FEATURE_COND))) {
+        *via = &tfi_http;
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "this server's UCX takes no "
+                 "conditions, TTLs or ranges (an older tfetchd): they travel over HTTP");
+        return TF_OK;
+    }
+    *via = c->up;
+    return TF_OK;
+}
+
 /* Decides how f travels: *via = c->up over its origin's connection (made now when that is
  * needed and allowed), else tfi_http with the reason in f->result.fallback. Under policy
  * ucx, what would fall back fails instead: the status is returned and recorded in
@@ -350,10 +367,8 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     if (o->pending &&
         c->up->settle(c, o, strict && !c->in_cb && !c->in_engine ? UPGRADE_TIMEOUT_MS : 0) == 1)
         return no_ucx(f, o->why);
-    if (o->conn) {
-        *via = c->up;
-        return TF_OK;
-    }
+    if (o->conn)
+        return via_up(c, f, o, via);
     if (c->up_dead[0])
         return no_ucx(f, c->up_dead);
     if (!strict && o->offered < 0 && !worth_eager(c, o, f))
@@ -402,8 +417,7 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     /* UCX carries what shared memory would have: no silent fallback, say why. */
     if (o->shm_failed && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT))
         snprintf(f->result.fallback, sizeof(f->result.fallback), "no shm: %.150s", o->shm_why);
-    *via = c->up;
-    return TF_OK;
+    return via_up(c, f, o, via);
 }
 
 tf_status_t tf_client_upgrade(tf_client_t *c, const char *url)

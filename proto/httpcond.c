@@ -96,6 +96,13 @@ int tfp_etags_match(const tfp_etags_t *l, uint64_t epoch, uint64_t version)
     return 0;
 }
 
+int tfp_etag_valid(const char *value)
+{
+    tfp_etags_t l;
+    return value && tfp_etags_parse(value, 1, &l) == 0 && !l.any && l.n + l.foreign == 1 &&
+           strchr(value, ',') == NULL;
+}
+
 void tfp_etag_format(char *buf, uint64_t epoch, uint64_t version)
 {
     snprintf(buf, TFP_ETAG_LEN, "\"%016llx-%llu\"", (unsigned long long)epoch,
@@ -170,4 +177,29 @@ int tfp_range_resolve(const tfp_range_t *r, uint64_t total, uint64_t *off, uint6
         *len = total;
         return 0;
     }
+}
+
+int tfp_content_range_parse(const char *value, uint64_t *first, uint64_t *last,
+                            uint64_t *total)
+{
+    uint64_t a = UINT64_MAX, b = UINT64_MAX, t;
+    if (!value)
+        return -1;
+    const char *p = skip_ows(value);
+    if (strncmp(p, "bytes ", 6) != 0)
+        return -1;
+    p = skip_ows(p + 6);
+    if (*p == '*') {
+        p++;
+    } else if (digits(&p, &a) != 0 || *p++ != '-' || digits(&p, &b) != 0 || b < a) {
+        return -1;
+    }
+    if (*p++ != '/' || digits(&p, &t) != 0 || *skip_ows(p) != '\0')
+        return -1;
+    if (a != UINT64_MAX && b >= t)
+        return -1;
+    *first = a;
+    *last = b;
+    *total = t;
+    return 0;
 }

@@ -29,6 +29,9 @@ typedef struct {
 int tfp_etags_parse(const char *value, int weak_ok, tfp_etags_t *out);
 /* 1 if the list holds (epoch, version) or is "*"; 0 otherwise. */
 int tfp_etags_match(const tfp_etags_t *l, uint64_t epoch, uint64_t version);
+/* 1 if value is exactly one entity tag (an ETag response header: "..." or W/"...", the
+ * characters RFC 9110 allows), 0 otherwise ("*", a list, junk, NULL). */
+int tfp_etag_valid(const char *value);
 /* Writes "\"EPOCH-VERSION\"" into buf (TFP_ETAG_LEN bytes). */
 void tfp_etag_format(char *buf, uint64_t epoch, uint64_t version);
 
@@ -44,5 +47,11 @@ void tfp_range_parse(const char *value, tfp_range_t *out);
 /* The bytes of a total-byte representation the range selects: 0 with *off and *len set, or
  * -1 when it is unsatisfiable (416). */
 int tfp_range_resolve(const tfp_range_t *r, uint64_t total, uint64_t *off, uint64_t *len);
+
+/* A Content-Range response header (RFC 9110 14.4): "bytes A-B/TOTAL" (0 and *first, *last,
+ * *total; A <= B < TOTAL) or "bytes *\/TOTAL" (an unsatisfied range: 0 with *first and *last
+ * UINT64_MAX). -1 for anything else (an unknown length "/ *" included). Outputs set only on 0. */
+int tfp_content_range_parse(const char *value, uint64_t *first, uint64_t *last,
+                            uint64_t *total);
 
 #endif

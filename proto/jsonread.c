@@ -6,6 +6,7 @@
  * live only inside one call. No state of its own; any thread (cJSON itself resets a global
  * error slot on every parse - see cjson.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,25 @@ tfp_status_t tfp_parse_listing(const char *body, size_t len, tfp_list_entry_t **
 free_out:
     tfp_listing_free(out, i);
 free_root:
+    cJSON_Delete(root);
+    return st;
+}
+
+tfp_status_t tfp_parse_listing_next(const char *body, size_t len, char *next, tfp_err_t *err)
+{
+    cJSON *root = NULL;
+    tfp_status_t st = tfp_cj_parse(body, len, TFP_CJ_WHOLE | TFP_CJ_NODUP, &root, NULL, err);
+    if (st != TFP_OK)
+        return st;
+    const cJSON *v = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "next")
+                                          : NULL;
+    if (!cJSON_IsObject(root))
+        st = tfp_err_set(err, TFP_EPROTO, "listing: not an object");
+    else if (v && (!cJSON_IsString(v) || !tfp_name_valid(v->valuestring) ||
+                   strlen(v->valuestring) > TFP_MAX_TENSOR_NAME))
+        st = tfp_err_set(err, TFP_EPROTO, "listing: \"next\" is not a tensor name");
+    else
+        snprintf(next, TFP_MAX_TENSOR_NAME + 1, "%s", v ? v->valuestring : "");
     cJSON_Delete(root);
     return st;
 }

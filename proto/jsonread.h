@@ -34,6 +34,11 @@ typedef struct {
 tfp_status_t tfp_parse_listing(const char *body, size_t len, tfp_list_entry_t **entries,
                                size_t *n, tfp_err_t *err);
 void tfp_listing_free(tfp_list_entry_t *entries, size_t n);
+/* A listing page's "next" member (the last name of a page that has more after it): TFP_OK
+ * with next (TFP_MAX_TENSOR_NAME + 1 bytes) the name, or "" when the member is absent (the
+ * last page); TFP_EPROTO when it is there and not a valid name (tfp_name_valid), or the body
+ * is not a JSON object. next is set only on TFP_OK. */
+tfp_status_t tfp_parse_listing_next(const char *body, size_t len, char *next, tfp_err_t *err);
 
 /* Parses a worker registration {"routes": ["name", ...]}: 1..max valid names (tfp_name_valid),
  * no other keys. *routes is a malloc'd array of malloc'd strings (tfp_strings_free). */

@@ -58,7 +58,8 @@
     X(EHTTP,       -35,   0, "unexpected HTTP status")                  \
     X(ECANCELED,   -36,   0, "canceled")                                \
     X(EURL,        -37,   0, "bad URL")                                 \
-    X(EAGAIN,      -38,   0, "not finished yet")
+    X(EAGAIN,      -38,   0, "not finished yet")                        \
+    X(ENOTMODIFIED,-39,   0, "not modified")
 
 #define TF_STATUS_MAP(X) TF_STATUS_WIRE_MAP(X) TF_STATUS_LOCAL_MAP(X)
 

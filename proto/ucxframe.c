@@ -270,28 +270,59 @@ static tfp_status_t check_feed(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
     return TFP_OK;
 }
 
-/* The conditions block's rules (flag COND set): GET, PUT and DELETE requests; a TTL on PUT
- * only; each value empty or what HTTP's parser takes; something set. */
+/* An If-Match / If-None-Match value: "" (none), or "*" or a list of entity tags. */
+static int cond_list_ok(const char *v)
+{
+    tfp_etags_t l;
+    return v[0] == '\0' || tfp_etags_parse(v, 1, &l) == 0;
+}
+
+/* The conditions block's rules (flag COND set): a request's conditions, TTL and range, or a
+ * reply's ETag and range. */
 static tfp_status_t check_cond(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
 {
     const tfp_uf_cond_t *c = &h->cond;
-    tfp_etags_t l;
-    if (h->op != TFP_UF_GET && h->op != TFP_UF_PUT && h->op != TFP_UF_DELETE)
-        return tfp_err_set(err, code, WHAT ": flag COND on %s", tfp_uf_op_name(h->op));
-    if (c->ttl_s && h->op != TFP_UF_PUT)
-        return tfp_err_set(err, code, WHAT ": a TTL on %s (only PUT takes one)",
-                           tfp_uf_op_name(h->op));
-    if (c->ttl_s > TFP_MAX_TTL_S)
-        return tfp_err_set(err, code, WHAT ": a TTL of %llu s (at most %u)",
-                           (unsigned long long)c->ttl_s, TFP_MAX_TTL_S);
-    if (strlen(c->if_match) > TFP_UF_MAX_COND || strlen(c->if_none_match) > TFP_UF_MAX_COND)
-        return tfp_err_set(err, code, WHAT ": a condition over %d bytes", TFP_UF_MAX_COND);
-    if (c->if_match[0] && tfp_etags_parse(c->if_match, 0, &l) != 0)
-        return tfp_err_set(err, code, WHAT ": If-Match is not an ETag list or *");
-    if (c->if_none_match[0] && tfp_etags_parse(c->if_none_match, 1, &l) != 0)
-        return tfp_err_set(err, code, WHAT ": If-None-Match is not an ETag list or *");
-    if (!c->ttl_s && !c->if_match[0] && !c->if_none_match[0])
-        return tfp_err_set(err, code, WHAT ": flag COND with no condition and no TTL");
+    const char *on = tfp_uf_op_name((int)h->op);
+    int range = (c->flags & TFP_UF_CF_RANGE) != 0;
+
+    if (h->op != TFP_UF_GET && h->op != TFP_UF_PUT && h->op != TFP_UF_DELETE &&
+        h->op != TFP_UF_REPLY)
+        return tfp_err_set(err, code, WHAT ": flag COND on %s", on);
+    if (h->flags & TFP_UF_F_FEED)
+        return tfp_err_set(err, code, WHAT ": flags COND and FEED together");
+    if (c->flags & ~TFP_UF_CF_RANGE)
+        return tfp_err_set(err, code, WHAT ": cond flags 0x%02x has unknown bits", c->flags);
+    if (memchr(c->if_match, '\0', sizeof c->if_match) == NULL ||
+        memchr(c->if_none_match, '\0', sizeof c->if_none_match) == NULL ||
+        memchr(c->etag, '\0', sizeof c->etag) == NULL)
+        return tfp_err_set(err, code, WHAT ": a cond string is not NUL-terminated");
+    if (h->op == TFP_UF_REPLY) {
+        if (c->if_match[0] || c->if_none_match[0] || c->ttl_s)
+            return tfp_err_set(err, code, WHAT ": a cond REPLY carries request fields "
+                               "(if_match, if_none_match, ttl)");
+        if (c->etag[0] && !tfp_etag_valid(c->etag))
+            return tfp_err_set(err, code, WHAT ": cond etag is not one entity tag");
+        if (range ? !(c->first <= c->last && c->last < c->total) &&
+                        !(c->first == UINT64_MAX && c->last == UINT64_MAX)
+                  : (c->first || c->last || c->total))
+            return tfp_err_set(err, code, WHAT ": cond range %llu-%llu/%llu is not within "
+                               "its total, or set without flag RANGE",
+                               (unsigned long long)c->first, (unsigned long long)c->last,
+                               (unsigned long long)c->total);
+        if (!range && !c->etag[0])
+            return tfp_err_set(err, code, WHAT ": a cond REPLY without an etag or a range");
+        return TFP_OK;
+    }
+    if (c->etag[0] || c->total)
+        return tfp_err_set(err, code, WHAT ": %s carries reply fields (etag, total)", on);
+    if (!cond_list_ok(c->if_match) || !cond_list_ok(c->if_none_match))
+        return tfp_err_set(err, code, WHAT ": if_match or if_none_match is not * or a list "
+                           "of at most %d entity tags", TFP_ETAGS_MAX);
+    if (c->ttl_s && (h->op != TFP_UF_PUT || c->ttl_s > TFP_UF_MAX_TTL))
+        return tfp_err_set(err, code, WHAT ": ttl %llu on %s (PUT only, at most %u)",
+                           (unsigned long long)c->ttl_s, on, TFP_UF_MAX_TTL);
+    if (range ? h->op != TFP_UF_GET || c->first > c->last : (c->first || c->last))
+        return tfp_err_set(err, code, WHAT ": cond range on %s (GET only, first <= last)", on);
     return TFP_OK;
 }
 
@@ -360,11 +391,8 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
                                "%llu", (h->flags & TFP_UF_F_REPLY_HAS_BODY) ? "set" : "clear",
                                (unsigned long long)h->body_len);
     }
-    if (h->flags & TFP_UF_F_COND) {
-        st = check_cond(h, code, err);
-        if (st != TFP_OK)
-            return st;
-    }
+    if ((h->flags & TFP_UF_F_COND) && (st = check_cond(h, code, err)) != TFP_OK)
+        return st;
     if (h->flags & TFP_UF_F_FEED)
         return check_feed(h, code, err);
     return TFP_OK;
@@ -404,6 +432,33 @@ static void encode_feed(const tfp_uf_feed_t *f, uint8_t *p)
     memcpy(p + nd + np, f->consumer, nc);
 }
 
+/* The conditions block's numbers, in wire order (offset 8 on). */
+#define COND_NUMS(c) { &(c)->ttl_s, &(c)->first, &(c)->last, &(c)->total }
+
+static size_t cond_len(const tfp_uf_cond_t *c)
+{
+    return TFP_UF_COND_FIXED + strlen(c->if_match) + strlen(c->if_none_match) +
+           strlen(c->etag);
+}
+
+static void encode_cond(const tfp_uf_cond_t *c, uint8_t *p)
+{
+    size_t nim = strlen(c->if_match), ninm = strlen(c->if_none_match), ne = strlen(c->etag);
+    const uint64_t *nums[] = COND_NUMS(c);
+
+    p[0] = c->flags;
+    p[1] = (uint8_t)nim;
+    p[2] = (uint8_t)ninm;
+    p[3] = (uint8_t)ne;
+    tfp_le_put(p + 4, 0, 4);
+    for (unsigned i = 0; i < 4; i++)
+        tfp_le_put(p + 8 + 8 * i, *nums[i], 8);
+    p += TFP_UF_COND_FIXED;
+    memcpy(p, c->if_match, nim);
+    memcpy(p + nim, c->if_none_match, ninm);
+    memcpy(p + nim + ninm, c->etag, ne);
+}
+
 tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
                            tfp_err_t *err)
 {
@@ -426,7 +481,7 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
         total += TFP_UF_FEED_FIXED + strlen(h->feed.dev) + strlen(h->feed.producer) +
                  strlen(h->feed.consumer);
     if (h->flags & TFP_UF_F_COND)
-        total += TFP_UF_COND_FIXED + strlen(h->cond.if_match) + strlen(h->cond.if_none_match);
+        total += cond_len(&h->cond);
     if (size < total)
         return tfp_err_set(err, TFP_EINVAL, WHAT ": buffer of %zu bytes is too small for %zu",
                            size, total);
@@ -457,14 +512,8 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     p += nup;
     if (h->flags & TFP_UF_F_FEED)
         encode_feed(&h->feed, p);
-    if (h->flags & TFP_UF_F_COND) {
-        size_t nim = strlen(h->cond.if_match), ninm = strlen(h->cond.if_none_match);
-        tfp_le_put(p, h->cond.ttl_s, 8);
-        tfp_le_put(p + 8, nim, 2);
-        tfp_le_put(p + 10, ninm, 2);
-        memcpy(p + TFP_UF_COND_FIXED, h->cond.if_match, nim);
-        memcpy(p + TFP_UF_COND_FIXED + nim, h->cond.if_none_match, ninm);
-    }
+    if (h->flags & TFP_UF_F_COND)
+        encode_cond(&h->cond, p);       /* never beside a feed block (check) */
     *len = total;
     return TFP_OK;
 }
@@ -541,21 +590,22 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
                                "over %d", TFP_MAX_USER_ID);
         total += TFP_UF_FEED_FIXED + nfd + nfp + nfc;
     }
-    size_t nim = 0, ninm = 0;
+    size_t nim = 0, ninm = 0, ne = 0;
     const uint8_t *cb = NULL;
     if (tfp_le_get(p + 6, 2) & TFP_UF_F_COND) {
-        if (fb)
-            return tfp_err_set(err, TFP_EPROTO, WHAT ": flags FEED and COND together");
         if (len < total + TFP_UF_COND_FIXED)
-            return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the "
-                               "conditions block (%zu + 12)", len, total);
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the cond "
+                               "block (%zu + 40)", len, total);
         cb = p + total;
-        nim = (size_t)tfp_le_get(cb + 8, 2);
-        ninm = (size_t)tfp_le_get(cb + 10, 2);
-        if (nim > TFP_UF_MAX_COND || ninm > TFP_UF_MAX_COND)
-            return tfp_err_set(err, TFP_EPROTO, WHAT ": a condition over %d bytes",
-                               TFP_UF_MAX_COND);
-        total += TFP_UF_COND_FIXED + nim + ninm;
+        nim = cb[1];
+        ninm = cb[2];
+        ne = cb[3];
+        if (tfp_le_get(cb + 4, 4) != 0)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": cond reserved bytes are not 0");
+        if (ne > TFP_UF_MAX_ETAG)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": cond etag length %zu is over %d", ne,
+                               TFP_UF_MAX_ETAG);
+        total += TFP_UF_COND_FIXED + nim + ninm + ne;
     }
     size_t prefix = 0;
     if (tfp_le_get(p + 6, 2) & TFP_UF_F_BODY_PREFIX) {
@@ -566,7 +616,8 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         prefix = len - total;
     } else if (len != total) {
         return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes, but the header says %zu "
-                           "(40 + strings%s)", len, total, fb ? " + feed block" : "");
+                           "(40 + strings%s%s)", len, total, fb ? " + feed block" : "",
+                           cb ? " + cond block" : "");
     }
 
     memset(&h, 0, sizeof h);
@@ -599,10 +650,14 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
             return st;
     }
     if (cb) {
-        h.cond.ttl_s = tfp_le_get(cb, 8);
+        uint64_t *nums[] = COND_NUMS(&h.cond);
+        h.cond.flags = cb[0];
+        for (unsigned i = 0; i < 4; i++)
+            *nums[i] = tfp_le_get(cb + 8 + 8 * i, 8);
         p = cb + TFP_UF_COND_FIXED;
-        if ((st = take(&p, nim, h.cond.if_match, "If-Match", err)) != TFP_OK ||
-            (st = take(&p, ninm, h.cond.if_none_match, "If-None-Match", err)) != TFP_OK)
+        if ((st = take(&p, nim, h.cond.if_match, "cond if_match", err)) != TFP_OK ||
+            (st = take(&p, ninm, h.cond.if_none_match, "cond if_none_match", err)) != TFP_OK ||
+            (st = take(&p, ne, h.cond.etag, "cond etag", err)) != TFP_OK)
             return st;
     }
     st = check(&h, TFP_EPROTO, err);

@@ -48,15 +48,24 @@
  *    64   8  retry_after  replies: Retry-After (seconds)
  *    72   8  resume_after replies: an outfeed 410's resume point
  *    80      dev, producer, consumer
- *            then, only with flag TFP_UF_F_COND (GET, PUT, DELETE requests), the conditions
- *            block (12 fixed bytes, then its strings back to back), what HTTP carries in
- *            If-Match, If-None-Match and Tfetch-TTL:
- *     0   8  ttl_s      PUT: seconds the document lives (0: for ever, at most
- *                      TFP_MAX_TTL_S); 0 on GET and DELETE
- *     8   2  im_len     If-Match's value (0..TFP_UF_MAX_COND; 0: none)
- *    10   2  inm_len    If-None-Match's value (0..TFP_UF_MAX_COND; 0: none)
- *    12      if_match, if_none_match: each an ETag list or "*" as HTTP takes it
- *            (proto/httpcond.h); at least one of the three is set
+ *            then, only with flag TFP_UF_F_COND (GET, PUT, DELETE and their REPLY; never
+ *            beside FEED), the conditions block (40 fixed bytes, then its strings):
+ *     0   1  cflags     bit0 TFP_UF_CF_RANGE: a byte range (GET requests: asked; replies:
+ *                      what the body holds, or with first = last = 2^64-1 an unsatisfied
+ *                      range's total)
+ *     1   1  im_len     requests: If-Match (0..255; 0 none)
+ *     2   1  inm_len    requests: If-None-Match (0..255; 0 none)
+ *     3   1  etag_len   replies: the ETag (0..63; 0 none)
+ *     4   4  reserved   0
+ *     8   8  ttl_s      PUT requests: Tfetch-TTL (0 none, else 1..31622400)
+ *    16   8  first      the range's first byte
+ *    24   8  last       its last byte (requests: 2^64-1 to the end)
+ *    32   8  total      replies: the document's size (Content-Range)
+ *    40      if_match, if_none_match, etag
+ *            A request's block may be empty: it says the client reads the block in the
+ *            reply (an ETag there); a reply's carries an etag or a range. A server offers
+ *            it in its HELLO_ACK (TFP_UF_FEATURE_COND), answers with one only a request
+ *            that sent one, and a client sends one only to a server that offered it.
  *            then, only with flag TFP_UF_F_BODY_PREFIX (requests that carry a body: PUT,
  *            CALL, FEED), the first prefix_len bytes of the body (1..TFP_UF_MAX_PREFIX,
  *            fewer than body_len): what is left of the AM header after the frame. The AM
@@ -117,14 +126,16 @@
 /* The largest feed block: a device and one stream id (a producer's or a consumer's, never
  * both: no feed op takes both). */
 #define TFP_UF_MAX_FEED (TFP_UF_FEED_FIXED + TFP_MAX_TENSOR_NAME + TFP_MAX_USER_ID)
-#define TFP_UF_COND_FIXED 12                /* the conditions block's bytes before its strings */
-#define TFP_UF_MAX_COND 360                 /* one condition's value */
-/* The largest header an encoder writes or a decoder accepts. */
-/* The larger of the two blocks a frame may carry (never both: FEED frames, or GET, PUT and
- * DELETE requests). */
-#define TFP_UF_MAX_COND_BLOCK (TFP_UF_COND_FIXED + 2 * TFP_UF_MAX_COND)
-#define TFP_UF_MAX_BLOCK                                                                    \
-    (TFP_UF_MAX_COND_BLOCK > TFP_UF_MAX_FEED ? TFP_UF_MAX_COND_BLOCK : TFP_UF_MAX_FEED)
+#define TFP_UF_COND_FIXED 40                /* the conditions block's bytes before its strings */
+#define TFP_UF_MAX_COND 255                 /* an If-Match or If-None-Match value */
+#define TFP_UF_MAX_ETAG 63                  /* an ETag */
+#define TFP_UF_MAX_TTL 31622400u            /* Tfetch-TTL: a year of seconds */
+/* The largest conditions block: a request's two conditions (a reply carries at most an
+ * ETag). */
+#define TFP_UF_MAX_CONDB (TFP_UF_COND_FIXED + 2 * TFP_UF_MAX_COND)
+/* The largest header an encoder writes or a decoder accepts (a feed block and a conditions
+ * block never go together). */
+#define TFP_UF_MAX_BLOCK (TFP_UF_MAX_FEED > TFP_UF_MAX_CONDB ? TFP_UF_MAX_FEED : TFP_UF_MAX_CONDB)
 #define TFP_UF_MAX_HEADER                                                                   \
     (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + 2 * TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +        \
      TFP_UF_MAX_MSG + TFP_UF_MAX_BLOCK)
@@ -133,6 +144,7 @@
 #define TFP_UF_F_BODY_PREFIX 0x0002u        /* the body's first bytes end the AM header */
 #define TFP_UF_F_FEED 0x0100u               /* the feed block follows the strings */
 #define TFP_UF_F_COND 0x0200u               /* the conditions block follows the strings */
+#define TFP_UF_CF_RANGE 0x01u               /* the conditions block's range is set */
 
 /* The most body bytes a header may carry (flag BODY_PREFIX): a document's safetensors
  * header, and the small tensors before its last one. */
@@ -143,7 +155,10 @@
  * frame unanswered). */
 #define TFP_UF_FEATURE_BODY_PREFIX "body-prefix"
 #define TFP_UF_FEATURE_FEED_DETACH "feed-detach"
-#define TFP_UF_FEATURES TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH
+/* "cond" = it takes flag COND (conditions, TTL, ranges) and answers with an ETag. */
+#define TFP_UF_FEATURE_COND "cond"
+#define TFP_UF_FEATURES                                                                    \
+    TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH " " TFP_UF_FEATURE_COND
 
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u
@@ -205,9 +220,12 @@ typedef struct {
 
 /* The conditions block (flag TFP_UF_F_COND). Zeroed by tfp_uf_init. */
 typedef struct {
+    uint8_t flags;                              /* TFP_UF_CF_* */
     uint64_t ttl_s;
+    uint64_t first, last, total;
     char if_match[TFP_UF_MAX_COND + 1];         /* NUL-terminated; "" for none */
     char if_none_match[TFP_UF_MAX_COND + 1];
+    char etag[TFP_UF_MAX_ETAG + 1];
 } tfp_uf_cond_t;
 
 typedef struct {

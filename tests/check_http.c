@@ -142,6 +142,35 @@ START_TEST(http_ranges)
 }
 END_TEST
 
+/* What a client reads back: an ETag response header (one tag, or nothing) and a
+ * Content-Range (a range within its total, or an unsatisfied range's total). */
+START_TEST(http_response_cond)
+{
+    ck_assert(tfp_etag_valid("\"0123456789abcdef-7\""));
+    ck_assert(tfp_etag_valid("W/\"x\""));
+    const char *bad_tags[] = {"", "*", "abc", "\"a\", \"b\"", "\"a\",", "\"a", "\"a\" x",
+                              "\"a\tb\"", "\"a\x7f\"", NULL};
+    for (int i = 0; bad_tags[i]; i++)
+        ck_assert_msg(!tfp_etag_valid(bad_tags[i]), "%s", bad_tags[i]);
+    ck_assert(!tfp_etag_valid(NULL));
+
+    uint64_t a = 1, b = 1, t = 1;
+    ck_assert_int_eq(tfp_content_range_parse("bytes 0-7/100", &a, &b, &t), 0);
+    ck_assert(a == 0 && b == 7 && t == 100);
+    ck_assert_int_eq(tfp_content_range_parse("bytes */100", &a, &b, &t), 0);
+    ck_assert(a == UINT64_MAX && b == UINT64_MAX && t == 100);
+    const char *bad[] = {"", "bytes 0-7/*", "bytes 7-0/100", "bytes 0-100/100", "items 0-1/2",
+                         "bytes 0-7/100 junk", "bytes -7/100", "bytes 0-7", "bytes a-b/c",
+                         "bytes 0-99999999999999999999/100", NULL};
+    for (int i = 0; bad[i]; i++) {
+        a = b = t = 5;
+        ck_assert_msg(tfp_content_range_parse(bad[i], &a, &b, &t) == -1, "%s", bad[i]);
+        ck_assert(a == 5 && b == 5 && t == 5);          /* untouched */
+    }
+    ck_assert_int_eq(tfp_content_range_parse(NULL, &a, &b, &t), -1);
+}
+END_TEST
+
 Suite *suite_http(void)
 {
     Suite *s = suite_create("http");
@@ -149,6 +178,7 @@ Suite *suite_http(void)
     tcase_add_test(tc, http_media_and_paths);
     tcase_add_test(tc, http_etags);
     tcase_add_test(tc, http_ranges);
+    tcase_add_test(tc, http_response_cond);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -12,6 +12,7 @@
 #include <check.h>
 
 #include "proto/cjson.h"
+#include "proto/ids.h"
 #include "proto/jsonread.h"
 #include "proto/jsonw.h"
 #include "proto/status.h"
@@ -195,6 +196,28 @@ static void listing_bad(int line, const char *s, tfp_status_t want, const char *
 
 #define LISTING_BAD(s, substr) listing_bad(__LINE__, s, TFP_EPROTO, substr)
 
+/* A listing page's "next": a name, absent on the last page, refused when not a name. */
+START_TEST(listing_next)
+{
+    char next[TFP_MAX_TENSOR_NAME + 1] = "x";
+    tfp_err_t err;
+    const char *p = "{\"tensors\":[],\"next\":\"a1\"}";
+    ck_assert_int_eq(tfp_parse_listing_next(p, strlen(p), next, &err), TFP_OK);
+    ck_assert_str_eq(next, "a1");
+    p = "{\"tensors\":[]}";
+    ck_assert_int_eq(tfp_parse_listing_next(p, strlen(p), next, &err), TFP_OK);
+    ck_assert_str_eq(next, "");
+    const char *bad[] = {"{\"next\":1}", "{\"next\":\"\"}", "{\"next\":\"a/b\"}",
+                         "{\"next\":\"..\"}", "[]", "{\"next\":\"a\",\"next\":\"b\"}", "{", NULL};
+    for (int i = 0; bad[i]; i++) {
+        strcpy(next, "kept");
+        ck_assert_msg(tfp_parse_listing_next(bad[i], strlen(bad[i]), next, &err) != TFP_OK,
+                      "%s", bad[i]);
+        ck_assert_str_eq(next, "kept");
+    }
+}
+END_TEST
+
 START_TEST(listing_malformed)
 {
     LISTING_BAD("", "invalid JSON");
@@ -357,6 +380,7 @@ Suite *suite_jsonread(void)
     tcase_add_test(tc, error_body_malformed);
     tcase_add_test(tc, listing_parse);
     tcase_add_test(tc, listing_malformed);
+    tcase_add_test(tc, listing_next);
     tcase_add_test(tc, cj_uint_exact);
     tcase_add_test(tc, cj_count_refuses_non_integers);
     tcase_add_test(tc, uint_member);

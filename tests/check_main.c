@@ -57,6 +57,7 @@ int main(void)
     srunner_add_suite(sr, suite_habits());
     srunner_add_suite(sr, suite_feedclient());
     srunner_add_suite(sr, suite_ucxaddr());
+    srunner_add_suite(sr, suite_cond());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -298,6 +298,7 @@ typedef struct {
     ucp_worker_h w;
     int acks_ok, replies;
     void *held;                         /* a rendezvous reply body, never received */
+    tfp_uf_hdr_t last;                  /* the last REPLY's frame */
 } raw_t;
 
 static ucs_status_t raw_on_reply(void *arg, const void *header, size_t header_length,
@@ -314,6 +315,7 @@ static ucs_status_t raw_on_reply(void *arg, const void *header, size_t header_le
         return UCS_OK;
     }
     r->replies++;
+    r->last = h;
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && !r->held) {
         r->held = data;                 /* the daemon's send stays unfinished */
         return UCS_INPROGRESS;
@@ -582,6 +584,77 @@ END_TEST
 
 /* libtfetch says BYE when it lets a connection go (tf_client_free), so the daemon forgets
  * the endpoint at once. */
+/* One GET of w over a raw endpoint, its frame's conditions block as given (flags 0: none);
+ * the reply's frame into *out. */
+static void raw_get(raw_t *r, ucp_ep_h ep, uint16_t flags, const char *if_none_match,
+                    tfp_uf_hdr_t *out)
+{
+    static uint64_t seq = 10;
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_GET, ++seq);
+    snprintf(h.request_id, sizeof h.request_id, "cond-%llu", (unsigned long long)seq);
+    snprintf(h.name, sizeof h.name, "w");
+    h.flags = flags;
+    snprintf(h.cond.if_none_match, sizeof h.cond.if_none_match, "%s", if_none_match);
+    uint8_t hbuf[TFP_UF_MAX_HEADER];
+    int before = r->replies;
+    void *rq = raw_send(ep, &h, NULL, 0, hbuf);
+    for (int i = 0; i < 200 && r->replies == before; i++)
+        raw_progress(r, 25);
+    if (rq)
+        ucp_request_free(rq);
+    ck_assert_int_eq(r->replies, before + 1);
+    ck_assert_uint_eq(r->last.seq, seq);
+    *out = r->last;
+}
+
+/* The conditions block (flag COND) is answered only to a request that sent one: a client of
+ * before, which refuses a frame with an unknown flag, never gets one. One that sends one,
+ * even empty, gets the stored version's ETag, and with If-None-Match a 304. */
+START_TEST(ucxfault_cond_only_when_asked)
+{
+    const char *why = why_skip();
+    if (why) {
+        fprintf(stderr, "ucxfault_cond_only_when_asked: skipped: %s\n", why);
+        return;
+    }
+    ck_assert_msg(td_start(&D, NULL) == 0, "tfetchd did not start");
+    tf_client_t *c = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *d = tf_doc_new();
+    int64_t shape[1] = {4};
+    uint8_t v[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(tf_doc_add(d, "w", TF_U8, 1, shape, v, sizeof v, TF_COPY), TF_OK);
+    ck_assert_int_eq(tf_put(c, url("w"), d), TF_OK);
+    char etag[64];
+    snprintf(etag, sizeof etag, "%s", tf_client_last(c)->etag);
+    ck_assert_msg(etag[0] == '"', "no ETag over HTTP: '%s'", etag);
+
+    raw_t r;
+    raw_open(&r);
+    ucp_ep_h ep = raw_admitted(&r);
+    tfp_uf_hdr_t rep;
+    raw_get(&r, ep, 0, "", &rep);                       /* a client of before */
+    ck_assert_int_eq(rep.status, TFP_OK);
+    ck_assert_uint_eq(rep.http, 200);
+    ck_assert_uint_eq(rep.flags & TFP_UF_F_COND, 0);
+    raw_get(&r, ep, TFP_UF_F_COND, "", &rep);            /* an empty block: the version */
+    ck_assert_uint_eq(rep.http, 200);
+    ck_assert_uint_eq(rep.flags & TFP_UF_F_COND, TFP_UF_F_COND);
+    ck_assert_str_eq(rep.cond.etag, etag);
+    raw_get(&r, ep, TFP_UF_F_COND, etag, &rep);          /* unchanged: 304, no body */
+    ck_assert_int_eq(rep.status, TFP_OK);
+    ck_assert_uint_eq(rep.http, 304);
+    ck_assert_uint_eq(rep.body_len, 0);
+    ck_assert_str_eq(rep.cond.etag, etag);
+    raw_bye_close(&r, ep, NULL);
+    raw_done(&r);
+    tf_doc_free(d);
+    tf_client_free(c);
+    ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);
+    td_cleanup();
+}
+END_TEST
+
 START_TEST(ucxfault_client_says_bye)
 {
     const char *why = why_skip();
@@ -624,6 +697,7 @@ Suite *suite_ucxfault(void)
     tcase_add_test(bye, ucxfault_bye_mid_get);
     tcase_add_test(bye, ucxfault_bye_mid_put);
     tcase_add_test(bye, ucxfault_client_says_bye);
+    tcase_add_test(bye, ucxfault_cond_only_when_asked);
     tcase_set_timeout(bye, 300);
     suite_add_tcase(s, bye);
 #else

@@ -195,6 +195,24 @@ static size_t raw_encode(const tfp_uf_hdr_t *h, uint8_t *p)
         memcpy(p + o + nd + np, f->consumer, nc);
         o += nd + np + nc;
     }
+    if (h->flags & TFP_UF_F_COND) {             /* the conditions block, as unchecked */
+        const tfp_uf_cond_t *c = &h->cond;
+        const uint64_t v[] = {c->ttl_s, c->first, c->last, c->total};
+        size_t nim = strlen(c->if_match), ninm = strlen(c->if_none_match),
+               ne = strlen(c->etag);
+        memset(p + o, 0, TFP_UF_COND_FIXED);
+        p[o] = c->flags;
+        p[o + 1] = (uint8_t)nim;
+        p[o + 2] = (uint8_t)ninm;
+        p[o + 3] = (uint8_t)ne;
+        for (int i = 0; i < 4; i++)
+            put_le(p + o + 8 + 8 * i, v[i], 8);
+        o += TFP_UF_COND_FIXED;
+        memcpy(p + o, c->if_match, nim);
+        memcpy(p + o + nim, c->if_none_match, ninm);
+        memcpy(p + o + nim + ninm, c->etag, ne);
+        o += nim + ninm + ne;
+    }
     if (h->flags & TFP_UF_F_BODY_PREFIX) {      /* the prefix_len body bytes it claims */
         memset(p + o, 'p', h->prefix_len);
         o += h->prefix_len;
@@ -220,9 +238,14 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
     if (a->flags & TFP_UF_F_FEED)
         ck_assert_mem_eq(&a->feed, &b->feed, sizeof a->feed);
     if (a->flags & TFP_UF_F_COND) {
+        ck_assert_uint_eq(a->cond.flags, b->cond.flags);
         ck_assert_uint_eq(a->cond.ttl_s, b->cond.ttl_s);
+        ck_assert_uint_eq(a->cond.first, b->cond.first);
+        ck_assert_uint_eq(a->cond.last, b->cond.last);
+        ck_assert_uint_eq(a->cond.total, b->cond.total);
         ck_assert_str_eq(a->cond.if_match, b->cond.if_match);
         ck_assert_str_eq(a->cond.if_none_match, b->cond.if_none_match);
+        ck_assert_str_eq(a->cond.etag, b->cond.etag);
     }
 }
 
@@ -347,7 +370,8 @@ START_TEST(uf_op_names)
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(77), 0);
-    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 128 + 255 + 512 + 12 + 360 + 360);
+    /* the fixed header, its strings, and the larger of a feed block and a cond block */
+    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 128 + 255 + 512 + 40 + 255 + 255);
 }
 END_TEST
 
@@ -420,64 +444,6 @@ START_TEST(uf_roundtrip_ops)
 }
 END_TEST
 
-/* The conditions block (flag COND): GET, PUT and DELETE carry If-Match, If-None-Match and
- * (PUT) a TTL as HTTP does; each rule refuses a forged frame. */
-START_TEST(uf_cond_block)
-{
-    uint8_t buf[TFP_UF_MAX_HEADER + 8];
-    tfp_uf_hdr_t h, d;
-    tfp_err_t err;
-    size_t len;
-    base(&h, TFP_UF_PUT);
-    h.flags |= TFP_UF_F_COND;
-    strcpy(h.cond.if_match, "\"00000000000000ab-3\", \"x\"");
-    strcpy(h.cond.if_none_match, "*");
-    h.cond.ttl_s = 60;
-    len = encode_ok(&h, buf);
-    decode_ok(buf, len, &d);
-    same_hdr(&h, &d);
-    base(&h, TFP_UF_GET);
-    h.flags |= TFP_UF_F_COND;
-    strcpy(h.cond.if_none_match, "W/\"w\"");            /* weak: If-None-Match takes it */
-    len = encode_ok(&h, buf);
-    decode_ok(buf, len, &d);
-    same_hdr(&h, &d);
-    /* what the encoder refuses */
-    static const struct { tfp_uf_op_t op; uint64_t ttl; const char *im, *inm; } bad[] = {
-        {TFP_UF_CALL, 0, "*", ""},                  /* not on a CALL */
-        {TFP_UF_GET, 5, "", ""},                    /* a TTL on a GET */
-        {TFP_UF_PUT, TFP_MAX_TTL_S + 1, "", ""},    /* over a year */
-        {TFP_UF_PUT, 0, "nope", ""},                /* not an ETag list */
-        {TFP_UF_PUT, 0, "", ""},                    /* the flag, nothing in it */
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        base(&h, bad[i].op);
-        h.flags |= TFP_UF_F_COND;
-        h.cond.ttl_s = bad[i].ttl;
-        strcpy(h.cond.if_match, bad[i].im);
-        strcpy(h.cond.if_none_match, bad[i].inm);
-        ck_assert_msg(tfp_uf_encode(&h, buf, sizeof buf, &len, &err) == TFP_EINVAL,
-                      "bad[%zu] encoded", i);
-    }
-    /* what the decoder refuses: a truncated block, a length over the bound, FEED with it */
-    base(&h, TFP_UF_PUT);
-    h.flags |= TFP_UF_F_COND;
-    strcpy(h.cond.if_none_match, "*");
-    len = encode_ok(&h, buf);
-    DECODE_REJECTS(buf, len - 1, TFP_EPROTO, "");
-    size_t at = len - 1 - 12;                       /* the block: 12 bytes, then "*" */
-    buf[at + 10] = 0xff;
-    buf[at + 11] = 0x7f;
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "over 360");
-    len = encode_ok(&h, buf);
-    buf[7] |= TFP_UF_F_FEED >> 8;
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "");
-    len = encode_ok(&h, buf);
-    buf[len - 1] = 'x';                             /* If-None-Match: x */
-    DECODE_REJECTS(buf, len, TFP_EPROTO, "If-None-Match");
-}
-END_TEST
-
 /* The longest header there is: every string at its bound. */
 START_TEST(uf_max_header)
 {
@@ -534,6 +500,28 @@ START_TEST(uf_max_header)
     h.user_principal[TFP_MAX_USER_ID] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK + TFP_UF_MAX_FEED);
+    decode_ok(buf, len, &d);
+    same_hdr(&h, &d);
+    /* the same strings on a GET with the longest conditions: the longest */
+    h.op = TFP_UF_GET;
+    h.flags = TFP_UF_F_COND;
+    h.body_len = 0;
+    memset(&h.feed, 0, sizeof h.feed);
+    for (int i = 0; i + 3 <= TFP_UF_MAX_COND; i += 3) {      /* 85 tags of one letter */
+        memcpy(h.cond.if_match + i, "\"a\"", 3);
+        memcpy(h.cond.if_none_match + i, "\"b\"", 3);
+    }
+    h.cond.if_match[TFP_UF_MAX_COND] = h.cond.if_none_match[TFP_UF_MAX_COND] = '\0';
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "entity tags"));  /* over 8 tags: refused */
+    memset(h.cond.if_match, 0, sizeof h.cond.if_match);
+    memset(h.cond.if_none_match, 0, sizeof h.cond.if_none_match);
+    h.cond.if_match[0] = h.cond.if_none_match[0] = '"';   /* one long tag each */
+    memset(h.cond.if_match + 1, 'm', TFP_UF_MAX_COND - 2);
+    memset(h.cond.if_none_match + 1, 'n', TFP_UF_MAX_COND - 2);
+    h.cond.if_match[TFP_UF_MAX_COND - 1] = h.cond.if_none_match[TFP_UF_MAX_COND - 1] = '"';
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     h = c;
@@ -1315,9 +1303,166 @@ START_TEST(uf_body_prefix)
 END_TEST
 
 /* What a HELLO_ACK offers: words in its msg, the unknown ones ignored. */
+/* ---- the conditions block ------------------------------------------------------------- */
+
+/* A valid GET with conditions and a range, and its reply. */
+static void base_cond(tfp_uf_hdr_t *h)
+{
+    base(h, TFP_UF_GET);
+    h->flags = TFP_UF_F_COND;
+    strcpy(h->cond.if_match, "\"0123456789abcdef-1\"");
+    strcpy(h->cond.if_none_match, "W/\"x\", \"0123456789abcdef-2\"");
+    h->cond.flags = TFP_UF_CF_RANGE;
+    h->cond.first = 8;
+    h->cond.last = UINT64_MAX;
+}
+
+static void base_cond_reply(tfp_uf_hdr_t *h)
+{
+    base(h, TFP_UF_REPLY);
+    h->http = 206;
+    h->flags |= TFP_UF_F_COND;
+    strcpy(h->cond.etag, "\"0123456789abcdef-2\"");
+    h->cond.flags = TFP_UF_CF_RANGE;
+    h->cond.first = 8;
+    h->cond.last = 15;
+    h->cond.total = 100;
+}
+
+START_TEST(uf_cond_roundtrip)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+
+    base_cond(&h);
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_PUT);                       /* create-only, with a lifetime */
+    h.flags = TFP_UF_F_COND;
+    strcpy(h.cond.if_none_match, "*");
+    h.cond.ttl_s = TFP_UF_MAX_TTL;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_DELETE);                    /* an empty block: "send me the ETag" */
+    h.flags = TFP_UF_F_COND;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base_cond_reply(&h);
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_REPLY);                     /* a 416: the total alone */
+    h.flags = TFP_UF_F_COND;
+    h.body_len = 0;
+    h.status = TFP_ERANGE;
+    h.http = 416;
+    h.cond.flags = TFP_UF_CF_RANGE;
+    h.cond.first = h.cond.last = UINT64_MAX;
+    h.cond.total = 100;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+}
+END_TEST
+
+/* Golden bytes: a PUT with If-Match "a" and a TTL of 60 s. */
+START_TEST(uf_cond_golden)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h;
+
+    tfp_uf_init(&h, TFP_UF_PUT, 1);
+    strcpy(h.request_id, "r");
+    strcpy(h.name, "w");
+    h.flags = TFP_UF_F_COND;
+    strcpy(h.cond.if_match, "\"a\"");
+    h.cond.ttl_s = 60;
+    size_t len = encode_ok(&h, buf);
+    ck_assert_uint_eq(len, 40 + 2 + 40 + 3);
+    ck_assert_uint_eq(buf[6], 0x00);
+    ck_assert_uint_eq(buf[7], 0x02);            /* flag COND: 0x0200 */
+    const uint8_t *c = buf + 42;
+    static const uint8_t want[8] = {0, 3, 0, 0, 0, 0, 0, 0};
+    ck_assert_mem_eq(c, want, 8);
+    ck_assert_uint_eq(c[8], 60);                /* ttl, little-endian at 8 */
+    ck_assert_mem_eq(c + 40, "\"a\"", 3);
+}
+END_TEST
+
+/* Breaks one rule of the conditions block; each must be refused both ways. */
+static const char *cond_rule(int k, tfp_uf_hdr_t *h)
+{
+    switch (k) {
+    case 0: base_cond(h); h->op = TFP_UF_CALL; h->wait_ms = 0; h->body_len = 1;
+        return "flag COND on CALL";
+    case 1: base_cond(h); h->cond.flags |= 0x80; return "unknown bits";
+    case 2: base_cond(h); strcpy(h->cond.if_match, "abc"); return "entity tags";
+    case 3: base_cond(h); strcpy(h->cond.if_none_match, "\"a\" \"b\""); return "entity tags";
+    case 4: base_cond(h); h->cond.ttl_s = 5; return "PUT only";
+    case 5: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_COND; h->cond.ttl_s = TFP_UF_MAX_TTL + 1;
+        return "at most";
+    case 6: base_cond(h); h->cond.first = 9; h->cond.last = 8; return "first <= last";
+    case 7: base(h, TFP_UF_PUT); h->flags = TFP_UF_F_COND; h->cond.flags = TFP_UF_CF_RANGE;
+        return "GET only";
+    case 8: base_cond(h); h->cond.flags = 0; return "GET only";    /* numbers without RANGE */
+    case 9: base_cond(h); strcpy(h->cond.etag, "\"e\""); return "reply fields";
+    case 10: base_cond(h); h->cond.total = 1; return "reply fields";
+    case 11: base_cond_reply(h); strcpy(h->cond.if_match, "*"); return "request fields";
+    case 12: base_cond_reply(h); h->cond.ttl_s = 1; return "request fields";
+    case 13: base_cond_reply(h); strcpy(h->cond.etag, "e"); return "one entity tag";
+    case 14: base_cond_reply(h); h->cond.last = 100; return "within its total";
+    case 15: base_cond_reply(h); h->cond.first = 16; return "within its total";
+    case 16: base_cond_reply(h); h->cond.flags = 0; return "without flag RANGE";
+    case 17: base_cond_reply(h); h->cond.flags = 0; h->cond.first = h->cond.last =
+        h->cond.total = 0; h->cond.etag[0] = '\0'; return "without an etag or a range";
+    case 18: base_feed_reply(h); h->flags |= TFP_UF_F_COND; strcpy(h->cond.etag, "\"e\"");
+        return "COND and FEED";
+    }
+    return NULL;
+}
+#define N_COND_RULES 19
+
+START_TEST(uf_cond_rule_refused)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 64];
+    tfp_uf_hdr_t h;
+    tfp_err_t err;
+    size_t len = 0;
+    const char *want = cond_rule(_i, &h);
+
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "rule %d: '%s' lacks '%s'", _i, err.msg, want);
+    /* the same frame, written raw, is refused by the decoder */
+    len = raw_encode(&h, buf);
+    DECODE_REJECTS(buf, len, TFP_EPROTO, want);
+}
+END_TEST
+
+/* What only raw bytes can get wrong in the block: its length, reserved bytes, a long etag,
+ * a NUL inside a string. */
+START_TEST(uf_cond_reject_bytes)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 64];
+    tfp_uf_hdr_t h;
+    base_cond_reply(&h);
+    size_t len = encode_ok(&h, buf);
+    size_t cb = len - TFP_UF_COND_FIXED - strlen(h.cond.etag);
+    DECODE_REJECTS(buf, cb + 10, TFP_EPROTO, "too short for the cond block");
+    DECODE_REJECTS(buf, len - 1, TFP_EPROTO, "the header says");
+    buf[cb + 5] = 1;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "reserved");
+    buf[cb + 5] = 0;
+    buf[cb + 3] = TFP_UF_MAX_ETAG + 1;
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "etag length");
+    buf[cb + 3] = (uint8_t)strlen(h.cond.etag);
+    buf[cb + TFP_UF_COND_FIXED + 2] = '\0';
+    DECODE_REJECTS(buf, len, TFP_EPROTO, "NUL");
+}
+END_TEST
+
 START_TEST(uf_features)
 {
     ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_BODY_PREFIX), 1);
+    ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_COND), 1);
     ck_assert_int_eq(tfp_uf_has_feature("x body-prefix y", "body-prefix"), 1);
     ck_assert_int_eq(tfp_uf_has_feature("  body-prefix", "body-prefix"), 1);
     ck_assert_int_eq(tfp_uf_has_feature("body-prefixes", "body-prefix"), 0);
@@ -1340,7 +1485,6 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_op_names);
     tcase_add_test(tc, uf_roundtrip_ops);
     tcase_add_test(tc, uf_max_header);
-    tcase_add_test(tc, uf_cond_block);
     tcase_add_test(tc, uf_null_args);
     tcase_add_loop_test(tc, uf_rule_refused, 0, N_RULES);
     tcase_add_test(tc, uf_rules_cover_ops);
@@ -1357,6 +1501,10 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_feed_reject_bytes);
     tcase_add_test(tc, uf_body_prefix);
     tcase_add_test(tc, uf_features);
+    tcase_add_test(tc, uf_cond_roundtrip);
+    tcase_add_test(tc, uf_cond_golden);
+    tcase_add_loop_test(tc, uf_cond_rule_refused, 0, N_COND_RULES);
+    tcase_add_test(tc, uf_cond_reject_bytes);
     tcase_add_test(tc, uf_random_roundtrip);
     tcase_add_test(tc, uf_random_corruption);
     suite_add_tcase(s, tc);

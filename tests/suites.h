@@ -53,5 +53,6 @@ Suite *suite_tls(void);
 Suite *suite_ucxaddr(void);
 Suite *suite_driver(void);
 Suite *suite_habits(void);
+Suite *suite_cond(void);
 
 #endif

@@ -348,7 +348,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         r->call_id[0] = r->route[0] = r->call_user[0] = r->call_request_id[0] = '\0';
         r->upgrade[0] = '\0';
         r->position[0] = r->seq[0] = r->round[0] = r->generation[0] = r->device[0] = '\0';
-        r->retry_after[0] = '\0';
+        r->retry_after[0] = r->etag[0] = r->content_range[0] = '\0';
         return n;
     }
     const char *colon = memchr(line, ':', n);
@@ -389,6 +389,10 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         copy_value(r->device, sizeof(r->device), v, vlen);
     else if (header_is(line, name_len, "Retry-After"))
         copy_value(r->retry_after, sizeof(r->retry_after), v, vlen);
+    else if (header_is(line, name_len, "ETag"))
+        copy_value(r->etag, sizeof(r->etag), v, vlen);
+    else if (header_is(line, name_len, "Content-Range"))
+        copy_value(r->content_range, sizeof(r->content_range), v, vlen);
     return n;
 }
 

@@ -74,6 +74,8 @@ typedef struct {
     char device[24];                /* Tfetch-Device */
     char retry_after[24];           /* Retry-After */
     int sunk;                       /* the body went to the sink (tfx_hc_req_set_sink) */
+    char etag[64];                  /* ETag (as sent, cut to fit: proto/httpcond checks it) */
+    char content_range[80];         /* Content-Range */
     uint8_t *body;                  /* owned by the request; always NUL-terminated */
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */

@@ -123,7 +123,7 @@ tfp_status_t tfx_req_grow_body(tfx_req_t *r, uint64_t total)
 
 void tfx_req_add_header(tfx_req_t *r, const char *name, const char *value)
 {
-    if (r->ops->no_headers)
+    if (r->ops->no_headers && !r->keep_headers)
         return;                             /* nothing would send it */
     tfx_hdr_t *h = calloc(1, sizeof *h);
     if (!h)

@@ -58,6 +58,8 @@ struct tfx_req {
     unsigned status;
     uint64_t resp_len;
     int answered;
+    int keep_headers;               /* a no_headers transport's request whose answer carries
+                                     * some (UCX's COND block: Content-Range) */
 
     int want_suspend;
 };

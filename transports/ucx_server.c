@@ -31,6 +31,7 @@
 #include "transports/req_int.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
+#include "proto/httpcond.h"
 #include "proto/ids.h"
 #include "proto/ucxframe.h"
 #include "transports/ucx_common.h"
@@ -364,6 +365,30 @@ static void feed_frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h)
     }
 }
 
+/* A reply's conditions block, to a request that sent one: the answer's ETag, and the
+ * Content-Range HTTP would send as the handler's header (kept for such a request:
+ * keep_headers; checked as a client checks it: one that would not encode is left out). */
+static void cond_reply_block(ucx_req_t *q, tfp_uf_hdr_t *h)
+{
+    tfp_uf_cond_t *c = &h->cond;
+    const tfp_answer_t *ans = &q->base.ans;
+    if (tfp_answer_has(ans, TFP_AF_ETAG) && strlen(ans->str) <= TFP_UF_MAX_ETAG &&
+        tfp_etag_valid(ans->str))
+        tfp_strcpy(c->etag, sizeof c->etag, ans->str);
+    for (const tfx_hdr_t *x = q->base.hdrs; x; x = x->next) {
+        uint64_t a, b, t;
+        if (strcasecmp(x->name, "Content-Range") == 0 &&
+                 tfp_content_range_parse(x->value, &a, &b, &t) == 0) {
+            c->flags |= TFP_UF_CF_RANGE;
+            c->first = a;
+            c->last = b;
+            c->total = t;
+        }
+    }
+    if (c->etag[0] || c->flags)
+        h->flags |= TFP_UF_F_COND;
+}
+
 /* Encodes the REPLY frame: status, the HTTP-equivalent status, msg. */
 static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const char *msg,
                        size_t body_len)
@@ -379,6 +404,8 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
         tfp_strcpy(h.msg, sizeof h.msg, msg);
     if (q->in.op == TFP_UF_FEED)
         feed_reply_block(q, &h);
+    if (q->in.flags & TFP_UF_F_COND)
+        cond_reply_block(q, &h);
     tfp_err_t err;
     if (tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK) {
         h.msg[0] = '\0';                /* a message that does not encode is left out */
@@ -629,6 +656,24 @@ static void do_recv(ucx_req_t *q)
                           ucs_status_string(UCS_PTR_STATUS(rq)));
 }
 
+/* A request's conditions block, into the op as HTTP's If-Match, If-None-Match, Tfetch-TTL
+ * and Range fill it (proto/http.c take_cond; the decoder checked the syntax: If-Match
+ * compares strongly, so a weak tag there never matches). */
+static void cond_frame_op(tfx_req_t *r, const tfp_uf_cond_t *c)
+{
+    tfp_op_t *op = &r->op;
+    if (c->if_match[0])
+        tfp_etags_parse(c->if_match, 0, &op->cond.if_match);
+    if (c->if_none_match[0])
+        tfp_etags_parse(c->if_none_match, 1, &op->cond.if_none_match);
+    op->ttl_s = c->ttl_s;
+    if (c->flags & TFP_UF_CF_RANGE) {
+        op->cond.range.kind = c->last == UINT64_MAX ? TFP_RANGE_FROM : TFP_RANGE_FROM_TO;
+        op->cond.range.a = c->first;
+        op->cond.range.b = c->last == UINT64_MAX ? 0 : c->last;
+    }
+}
+
 /* The operation a request frame (GET, PUT, DELETE, CALL or FEED) asks for, into r->op. */
 static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const peer_t *p)
 {
@@ -653,12 +698,9 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const pe
         op->body.kind = TFP_BODY_SAFETENSORS;
         tfp_op_check_length(op, u->cfg.max_body, &r->op_err);
     }
-    if (h->flags & TFP_UF_F_COND) {     /* the decoder checked the values as HTTP does */
-        if (h->cond.if_match[0])
-            (void)tfp_etags_parse(h->cond.if_match, 0, &op->cond.if_match);
-        if (h->cond.if_none_match[0])
-            (void)tfp_etags_parse(h->cond.if_none_match, 1, &op->cond.if_none_match);
-        op->ttl_s = h->cond.ttl_s;
+    if (h->flags & TFP_UF_F_COND) {
+        cond_frame_op(r, &h->cond);
+        r->keep_headers = 1;            /* its reply's block reads Content-Range */
     }
     if (h->op == TFP_UF_FEED)
         feed_frame_op(u, r, h);

@@ -230,29 +230,69 @@ class Client(FeedCalls):
 
     # ---- blocking calls -------------------------------------------------------------------
 
-    def get(self, name, wait=None, like=None):
+    def get(self, name, wait=None, like=None, *, newer_than=None):
         """GET a document: a tfetch.Document (dict name -> numpy array, views over the
         received buffer). name: a tensor name under the client's url, or a full URL.
         wait: seconds to long-poll for it to appear (None: fail at once if absent).
         like: "torch" for torch tensors over the same received buffer (no copy; bf16 as
-        torch.bfloat16), "numpy" or None for numpy arrays."""
+        torch.bfloat16), "numpy" or None for numpy arrays.
+        newer_than: an ETag (a Result.etag, e.g. c.last.etag after a get or put): only a
+        newer version; with wait, the server waits up to wait seconds for one to be put.
+        None newer came: tfetch.errors.ENOTMODIFIED (http_status 304). c.last.etag is the
+        version got."""
         url = self._resolve(name).encode()
         out = c_void_p()
+        if newer_than is not None:
+            rq = _request(_lib.TF_OP_GET, url, wait_ms=_seconds_to_ms(wait),
+                          if_none_match=newer_than)
+            with self._lock:
+                self._finish(lib.tf_request(self._handle(), byref(rq), byref(out)))
+            return convert(wrap_doc(out.value), like)
         with self._lock:
             st = lib.tf_get(self._handle(), url, _seconds_to_ms(wait), byref(out))
             self._finish(st)
         return convert(wrap_doc(out.value), like)
 
-    def put(self, name, tensors, metadata=None):
+    def get_range(self, name, offset, length=None):
+        """Bytes offset .. offset+length-1 of the stored document (its safetensors bytes;
+        length None: to the end), as bytes (HTTP Range). tfetch.errors.ERANGE when offset is
+        at or past its end."""
+        url = self._resolve(name).encode()
+        buf, n, total = c_void_p(), c_size_t(), ctypes.c_uint64()
+        with self._lock:
+            st = lib.tf_get_range(self._handle(), url, int(offset), int(length or 0),
+                                  byref(buf), byref(n), byref(total))
+            self._finish(st)
+        try:
+            return ctypes.string_at(buf, n.value) if n.value else b""
+        finally:
+            lib.tf_free(buf)
+
+    def put(self, name, tensors, metadata=None, *, ttl=None, if_match=None,
+            if_none_match=None):
         """PUT a document: tensors is a dict name -> array (or one array, stored as
         "tensor"); metadata a dict of strings. The arrays are sent from where they are
         (borrowed while the call runs): only a non-C-order or big-endian array is copied.
-        bf16/fp8: pass a tfetch.Array, an ml_dtypes array, or (raw_bits, "BF16")."""
+        bf16/fp8: pass a tfetch.Array, an ml_dtypes array, or (raw_bits, "BF16").
+        ttl: seconds the document lives (1 .. a year), then it is gone as if deleted.
+        if_match: an ETag (c.last.etag of the get or put it read): store only while that is
+        still the stored version (compare-and-swap), or "*": only if the name exists.
+        if_none_match="*": only if the name does not exist (create-only). A condition that
+        does not hold raises tfetch.errors.EPRECOND (a tfetch.Error, http_status 412) and
+        changes nothing. c.last.etag is the version stored."""
         url = self._resolve(name).encode()
+        cond = ttl is not None or if_match is not None or if_none_match is not None
+        if ttl is not None and (int(ttl) != ttl or not 1 <= ttl <= 31622400):
+            raise ValueError("tfetch: ttl is whole seconds from 1 to 31622400 (a year)")
         doc, keep = build_doc(tensors, metadata)
         try:
             with self._lock:
-                st = lib.tf_put(self._handle(), url, doc)
+                if cond:
+                    rq = _request(_lib.TF_OP_PUT, url, doc=doc, if_match=if_match,
+                                  if_none_match=if_none_match, ttl_s=int(ttl or 0))
+                    st = lib.tf_request(self._handle(), byref(rq), None)
+                else:
+                    st = lib.tf_put(self._handle(), url, doc)
                 self._finish(st)
         finally:
             release_doc(doc, keep)
@@ -286,24 +326,42 @@ class Client(FeedCalls):
             return self.get(url, like=like)
         return convert(self._exchange(self._resolve(url, "call"), tensors), like)
 
-    def delete(self, name: str) -> None:
-        """DELETE a stored document."""
+    def delete(self, name: str, *, if_match: Optional[str] = None) -> None:
+        """DELETE a stored document. if_match: an ETag: only while that is the stored
+        version (else tfetch.errors.EPRECOND, http_status 412)."""
         url = self._resolve(name).encode()
         with self._lock:
-            self._finish(lib.tf_delete(self._handle(), url))
+            if if_match is None:
+                self._finish(lib.tf_delete(self._handle(), url))
+                return
+            rq = _request(_lib.TF_OP_DELETE, url, if_match=if_match)
+            self._finish(lib.tf_request(self._handle(), byref(rq), None))
 
-    def list(self, base=None):
-        """The stored documents: a list of dicts {name, bytes, ntensors}."""
+    def list(self, base=None, *, prefix=None, after=None, limit=None):
+        """The stored documents, in name order: a list of dicts {name, bytes, ntensors}.
+        prefix: only names that start so; after: only names after this one; limit: at
+        most this many. When more names follow, the list's .next is the name to pass as
+        after= for the next page (None on the last page)."""
         b = self._base(base).encode()
-        entries, n = ctypes.POINTER(_lib.Entry)(), c_size_t()
+        entries, n, nxt = ctypes.POINTER(_lib.Entry)(), c_size_t(), c_void_p()
+        opts = _lib.ListOpts(size=ctypes.sizeof(_lib.ListOpts),
+                             prefix=None if prefix is None else prefix.encode(),
+                             after=None if after is None else after.encode(),
+                             limit=0 if limit is None else int(limit))
+        if limit is not None and int(limit) < 1:
+            raise ValueError("tfetch: limit is at least 1")
         with self._lock:
-            st = lib.tf_list(self._handle(), b, byref(entries), byref(n))
+            st = lib.tf_list_page(self._handle(), b, byref(opts), byref(entries), byref(n),
+                                  byref(nxt))
             self._finish(st)
         try:
-            return [{"name": entries[i].name.decode(), "bytes": entries[i].bytes,
-                     "ntensors": entries[i].ntensors} for i in range(n.value)]
+            out = Listing({"name": entries[i].name.decode(), "bytes": entries[i].bytes,
+                           "ntensors": entries[i].ntensors} for i in range(n.value))
+            out.next = ctypes.string_at(nxt).decode() if nxt.value else None
+            return out
         finally:
             lib.tf_list_free(entries, n)
+            lib.tf_free(nxt)
 
     def info(self, base: Optional[str] = None) -> Dict[str, Any]:
         """The server's /v1/info, parsed (version, transports, limits, features)."""
@@ -398,6 +456,20 @@ class Client(FeedCalls):
         b = self._base(base)
         return await self._async().blocking(lambda c: _info_on(c, b))
 
+
+
+class Listing(list):
+    """A page of the stored documents (a list of dicts {name, bytes, ntensors}); next: the
+    name to pass as list(after=...) for the following page, None on the last."""
+    next = None
+
+
+def _request(op, url, doc=None, wait_ms=0, if_match=None, if_none_match=None, ttl_s=0):
+    """A tf_request_t for tf_request (url already bytes)."""
+    enc = lambda v: None if v is None else v.encode()  # noqa: E731
+    return _lib.Request(size=ctypes.sizeof(_lib.Request), op=op, url=url, in_=doc,
+                        wait_ms=wait_ms, if_match=enc(if_match),
+                        if_none_match=enc(if_none_match), ttl_s=ttl_s)
 
 
 def _list_on(c, base):

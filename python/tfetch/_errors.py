@@ -21,7 +21,9 @@ class Result:
     echoed (or the one sent); transport: what carried it ("http", "ucx/sysv+cma", ...);
     fallback: why it went over HTTP although the policy allowed UCX ("" when it did not fall
     back); op: "get", "put", "delete", "list", "info", "call"; bytes_sent, bytes_received:
-    body bytes; seconds: wall time; error: the server's or client's message ("" on success).
+    body bytes; seconds: wall time; error: the server's or client's message ("" on success);
+    etag: the version the server named (its ETag, quotes included: what a get read or a put
+    stored; "" when it named none), for put(if_match=...) and get(newer_than=...).
     """
     status: int
     name: str
@@ -34,6 +36,7 @@ class Result:
     bytes_received: int
     seconds: float
     error: str
+    etag: str = ""
 
     @property
     def ok(self):
@@ -45,7 +48,8 @@ class Result:
         return cls(status=r.status, name=_lib.err_name(r.status), http_status=r.http_status,
                    request_id=d(r.request_id), transport=d(r.transport),
                    fallback=d(r.fallback), op=d(r.op), bytes_sent=r.bytes_sent,
-                   bytes_received=r.bytes_received, seconds=r.seconds, error=d(r.error))
+                   bytes_received=r.bytes_received, seconds=r.seconds, error=d(r.error),
+                   etag=d(r.etag))
 
 
 class Error(Exception):

@@ -43,14 +43,15 @@ class CResult(Structure):
     _fields_ = [("status", c_int), ("http_status", c_int), ("request_id", c_char * 129),
                 ("transport", c_char * 32), ("op", c_char * 16), ("bytes_sent", c_uint64),
                 ("bytes_received", c_uint64), ("seconds", c_double), ("error", c_char * 256),
-                ("fallback", c_char * 160)]
+                ("fallback", c_char * 160), ("etag", c_char * 64)]
 
 
 class Request(Structure):
     """tf_request_t (a versioned struct: size is set by the caller)"""
     _fields_ = [("size", c_size_t), ("op", c_int), ("url", c_char_p), ("in_", c_void_p),
                 ("wait_ms", c_long), ("timeout_ms", c_long), ("format", c_int),
-                ("request_id", c_char_p), ("transport", c_int)]
+                ("request_id", c_char_p), ("transport", c_int), ("user", c_char_p),
+                ("if_match", c_char_p), ("if_none_match", c_char_p), ("ttl_s", c_uint64)]
 
 
 class TransportInfo(Structure):
@@ -58,6 +59,12 @@ class TransportInfo(Structure):
     _fields_ = [("size", c_size_t), ("transport", c_char * 32), ("reason", c_char * 160),
                 ("offered", c_int), ("retry_ms", c_long), ("caller_driven", c_uint64),
                 ("ucx_memory", c_char * 64)]
+
+
+class ListOpts(Structure):
+    """tf_list_opts_t (versioned)"""
+    _fields_ = [("size", c_size_t), ("prefix", c_char_p), ("after", c_char_p),
+                ("limit", c_uint64)]
 
 
 class Entry(Structure):
@@ -160,6 +167,11 @@ _PROTOS = {
     "tf_list": (c_int, [_P, c_char_p, POINTER(POINTER(Entry)), POINTER(c_size_t)]),
     "tf_list_free": (None, [POINTER(Entry), c_size_t]),
     "tf_info": (c_int, [_P, c_char_p, POINTER(c_char_p)]),
+    "tf_request": (c_int, [_P, POINTER(Request), POINTER(_P)]),
+    "tf_list_page": (c_int, [_P, c_char_p, POINTER(ListOpts), POINTER(POINTER(Entry)),
+                             POINTER(c_size_t), POINTER(_P)]),
+    "tf_get_range": (c_int, [_P, c_char_p, c_uint64, c_uint64, POINTER(_P), POINTER(c_size_t),
+                             POINTER(c_uint64)]),
     "tf_fetch_start": (c_int, [_P, POINTER(Request), FETCH_CB, _P, POINTER(_P)]),
     "tf_fetch_cancel": (c_int, [_P]),
     "tf_fetch_free": (None, [_P]),

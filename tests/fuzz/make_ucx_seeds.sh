@@ -56,7 +56,31 @@ frame bye 8 0 6 0 0 0 '' '' '' ''
 # a PUT whose body's first 16 bytes follow the frame (flag BODY_PREFIX)
 frame put_prefix 4 2 7 0 0 1000 req-4 alice w ''
 printf 'prefix-16-bytes!' >> "$dir/put_prefix"
-frame hello_ack_features 2 0 1 0 0 0 '' '' '' 'body-prefix feed-detach'
+frame hello_ack_features 2 0 1 0 0 0 '' '' '' 'body-prefix feed-detach cond'
+
+# cond BYTES FLAGS TTL FIRST LAST TOTAL IM INM ETAG: a conditions block (flag COND, 0x0200)
+cond() {
+    f=$1
+    {
+        le "$2" 1
+        le ${#7} 1
+        le ${#8} 1
+        le ${#9} 1
+        le 0 4
+        le "$3" 8
+        le "$4" 8
+        le "$5" 8
+        le "$6" 8
+        printf '%s%s%s' "$7" "$8" "$9"
+    } >> "$dir/$f"
+}
+# a PUT with If-Match and a TTL; a ranged GET with If-None-Match; a 206 reply with its ETag
+frame put_cond 4 512 8 0 0 1000 req-5 alice w ''
+cond put_cond 0 60 0 0 0 '"0123456789abcdef-1"' '' ''
+frame get_cond 3 512 9 0 100 0 req-6 alice w ''
+cond get_cond 1 0 8 15 0 '' '"0123456789abcdef-1"' ''
+frame reply_cond 7 513 9 0 0 8 req-6 '' '' '' 206
+cond reply_cond 1 0 8 15 100 '' '' '"0123456789abcdef-2"'
 
 printf '%s' "{\"transports\":[\"ucx\"],\"host\":{\"boot_id\":\"$boot\",\"netns\":\"$netns\",\"pid\":1234},\"policy\":\"auto\"}" > "$dir/req"
 printf '%s' "{\"transport\":\"ucx\",\"token\":\"$token\",\"expires_ms\":10000,\"worker_address\":\"Zm9vYmE=\",\"same_host\":true,\"server_pid\":4321}" > "$dir/resp"

@@ -1,0 +1,142 @@
+"""test_cond - the Python package's conditions, versions, lifetimes, ranges and listing
+pages (Client.put's ttl/if_match/if_none_match, get's newer_than, list's prefix/after/limit,
+get_range, Client.last.etag) against the real tfetchd on port 0, over each transport the
+package offers. Run by tests/python.test beside test_tfetch.py (same environment).
+"""
+import os
+import sys
+import threading
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_tfetch import Daemon  # noqa: E402
+
+import tfetch  # noqa: E402
+
+
+class Cond:
+    transport = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        cls.c = tfetch.Client(cls.d.base, transport=cls.transport)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.d.stop()
+
+    def name(self, n):
+        return "%s-%s" % (self.transport, n)
+
+    def test_create_only_and_compare_and_swap(self):
+        c, n = self.c, self.name("cas")
+        c.put(n, {"x": np.ones(4, np.float32)}, if_none_match="*")
+        e1 = c.last.etag
+        self.assertEqual(c.last.http_status, 201)
+        self.assertTrue(e1.startswith('"'), e1)
+        # Every transport carries a PUT's conditions; on one host auto takes shm for them
+        want = {"http": "http", "ucx": "ucx/", "auto": "shm/memfd"}[self.transport]
+        self.assertTrue(c.last.transport.startswith(want), c.last.transport)
+        with self.assertRaises(tfetch.errors.EPRECOND) as cm:     # it exists already
+            c.put(n, {"x": np.zeros(4, np.float32)}, if_none_match="*")
+        self.assertIsInstance(cm.exception, tfetch.Error)
+        self.assertEqual(cm.exception.http_status, 412)
+        self.assertEqual(float(c.get(n)["x"][0]), 1.0)            # unchanged
+        c.put(n, {"x": np.full(4, 2, np.float32)}, if_match=e1)    # swap
+        e2 = c.last.etag
+        self.assertNotEqual(e1, e2)
+        with self.assertRaises(tfetch.errors.EPRECOND):            # e1 is stale now
+            c.put(n, {"x": np.full(4, 3, np.float32)}, if_match=e1)
+        self.assertEqual(float(c.get(n)["x"][0]), 2.0)
+        with self.assertRaises(tfetch.errors.EPRECOND):
+            c.delete(n, if_match=e1)
+        c.delete(n, if_match=e2)
+        with self.assertRaises(tfetch.errors.ENOTFOUND):
+            c.get(n)
+
+    def test_newer_than(self):
+        c, n = self.c, self.name("ckpt")
+        c.put(n, {"x": np.ones(2, np.float32)}, if_none_match="*")
+        e1 = c.last.etag
+        with self.assertRaises(tfetch.errors.ENOTMODIFIED) as cm:
+            c.get(n, newer_than=e1)
+        self.assertEqual(cm.exception.http_status, 304)
+        t0 = time.monotonic()
+        with self.assertRaises(tfetch.errors.ENOTMODIFIED):
+            c.get(n, wait=0.3, newer_than=e1)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+        # A writer puts a new version while the reader waits for it.
+        w = tfetch.Client(self.d.base, transport=self.transport)
+        timer = threading.Timer(0.3, lambda: w.put(n, {"x": np.full(2, 5, np.float32)}))
+        timer.start()
+        try:
+            doc = c.get(n, wait=20, newer_than=e1)
+        finally:
+            timer.join()
+            w.close()
+        self.assertEqual(float(doc["x"][0]), 5.0)
+        self.assertNotEqual(c.last.etag, e1)
+
+    def test_ttl(self):
+        c, n = self.c, self.name("ttl")
+        c.put(n, {"x": np.ones(1, np.float32)}, ttl=1)
+        c.get(n)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                c.get(n)
+            except tfetch.errors.ENOTFOUND:
+                break
+            time.sleep(0.1)
+        else:
+            self.fail("a document with ttl=1 was still there after 10 s")
+        with self.assertRaises(ValueError):
+            c.put(n, {"x": np.ones(1, np.float32)}, ttl=0)
+
+    def test_range(self):
+        c, n = self.c, self.name("range")
+        c.put(n, {"x": np.arange(4, dtype=np.float32)})
+        head = c.get_range(n, 0, 8)
+        self.assertEqual(len(head), 8)
+        hlen = int.from_bytes(head, "little")
+        tail = c.get_range(n, 8 + hlen)
+        self.assertEqual(np.frombuffer(tail, np.float32).tolist(), [0, 1, 2, 3])
+        with self.assertRaises(tfetch.errors.ERANGE):
+            c.get_range(n, 1 << 20)
+
+    def test_list_pages(self):
+        c, p = self.c, self.name("page")
+        for i in range(5):
+            c.put("%s%d" % (p, i), {"x": np.ones(1, np.float32)})
+        seen, after = [], None
+        while True:
+            page = c.list(prefix=p, after=after, limit=2)
+            self.assertLessEqual(len(page), 2)
+            seen += [e["name"] for e in page]
+            if page.next is None:
+                break
+            after = page.next
+        self.assertEqual(seen, ["%s%d" % (p, i) for i in range(5)])
+        with self.assertRaises(tfetch.errors.EINVAL):
+            c.list(prefix="a&b")
+
+
+class TestCondHttp(Cond, unittest.TestCase):
+    transport = "http"
+
+
+class TestCondUcx(Cond, unittest.TestCase):
+    transport = "ucx"
+
+
+class TestCondAuto(Cond, unittest.TestCase):
+    transport = "auto"
+
+
+if __name__ == "__main__":
+    unittest.main()
