@@ -144,6 +144,12 @@ tf_status_t tf_client_new(tf_client_t **out)
         tf_client_set_cert(c, cert && *cert ? cert : NULL, key && *key ? key : NULL) != TF_OK)
         snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_CERT and TFETCH_KEY name no readable "
                  "certificate and key (TFETCH_KEY needs TFETCH_CERT)");
+    c->protocol = tfp_proto_ours();
+    const char *pmin = getenv("TFETCH_PROTOCOL_MIN");
+    tfp_err_t perr;
+    if (pmin && *pmin && tfp_proto_raise_min(&c->protocol, pmin, &perr) != TFP_OK)
+        snprintf(c->env_bad, sizeof(c->env_bad), "%.90s", perr.msg);
+    tfp_proto_format(c->protocol, c->protocol_text, sizeof(c->protocol_text), NULL);
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     atomic_fetch_add(&live_clients, 1);

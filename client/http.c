@@ -139,6 +139,7 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
     bad |= tfx_hc_req_set_url(req, url) != TFX_HC_OK;
     free(url);
     bad |= tfx_hc_req_add_header(req, "Tfetch-Request-Id", op->request_id) != TFX_HC_OK;
+    bad |= tfx_hc_req_add_header(req, "Tfetch-Protocol", c->protocol_text) != TFX_HC_OK;
     if (op->user[0])
         bad |= tfx_hc_req_add_header(req, "Tfetch-User", op->user) != TFX_HC_OK;
     if (op->auth[0])
@@ -231,6 +232,14 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
         const char *why = tfx_hc_req_error(req);
         tfi_rfail(res, tfi_from_hc(done), "%s", why[0] ? why : tfx_hc_strerror(done));
         return;
+    }
+    /* A server that speaks none of our versions: its answer is not trusted as data (its
+     * /v1/info is what tells a newcomer why, so that one is). */
+    if (f->origin && r->status > 0 && f->op.kind != TFI_OP_INFO) {
+        char feature[96];
+        snprintf(feature, sizeof(feature), "%s %.80s", method_of(&f->op), f->op.name);
+        if (tfi_origin_protocol(f->c, f->origin, r->protocol, feature, res) != TF_OK)
+            return;
     }
     if (r->status < 200 || r->status > 299) {
         http_error(res, r);

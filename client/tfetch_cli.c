@@ -282,6 +282,8 @@ static int exit_for(tf_status_t st, int http_status)
         return EXIT_OK;
     if (st == TF_ENOTFOUND || http_status == 404)
         return EXIT_NOTFOUND;
+    if (st == TF_EVERSION)              /* whichever side found it */
+        return EXIT_REJECTED;
     if (http_status >= 400 && http_status < 500)
         return EXIT_REJECTED;
     if (http_status >= 500)

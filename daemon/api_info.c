@@ -85,6 +85,13 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_str(&w, PACKAGE_VERSION);
     tfp_jw_key(&w, "api");
     tfp_jw_str(&w, "v1");
+    tfp_jw_key(&w, "protocol");
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "min");
+    tfp_jw_uint(&w, cfg->protocol.min);
+    tfp_jw_key(&w, "max");
+    tfp_jw_uint(&w, cfg->protocol.max);
+    tfp_jw_obj_end(&w);
     const char *why;
     int ucx = tfd_upgrade_enabled(s->upgrade, &why);
     tfp_jw_key(&w, "transports");

@@ -574,6 +574,26 @@ static int has_control(const char *path)
     return 0;
 }
 
+/* The client's protocol range, and whether it meets the server's. The operations a newcomer
+ * finds out with (health, readiness, metrics, info) answer every version. */
+static tfp_status_t take_protocol(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
+{
+    tfp_err_t err;
+    if (in->protocol &&
+        tfp_proto_parse(in->protocol, strlen(in->protocol), &op->who.protocol, &err) != TFP_OK)
+        return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Protocol: %s", err.msg);
+    if (in->ours.min == 0 || op->kind == TFP_OP_HEALTH || op->kind == TFP_OP_READY ||
+        op->kind == TFP_OP_METRICS || op->kind == TFP_OP_INFO)
+        return TFP_OK;
+    tfp_proto_range_t peer = in->protocol ? op->who.protocol : tfp_proto_unnamed();
+    char feature[96];
+    snprintf(feature, sizeof feature, "%.16s %.64s", in->method ? in->method : "",
+             tfp_op_name(op->kind));
+    if (tfp_proto_check(in->ours, peer, "server", "client", feature, NULL, &err) != TFP_OK)
+        return tfp_op_fail(e, err.code, "%s", err.msg);
+    return TFP_OK;
+}
+
 tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
 {
     tfp_path_info_t pi;
@@ -608,6 +628,8 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
     }
     memcpy(op->name, pi.name, sizeof op->name);
     memcpy(op->sub, pi.sub, sizeof op->sub);
+    if ((st = take_protocol(in, op, e)) != TFP_OK)
+        return st;
     if ((op->kind == TFP_OP_TENSOR_GET || op->kind == TFP_OP_WORKER_POLL ||
          op->kind == TFP_OP_FEED_POP || op->kind == TFP_OP_FEED_OUTFEED_GET) &&
         (st = take_wait(in, op, e)) != TFP_OK)

@@ -15,6 +15,7 @@
 #include "proto/doc.h"
 #include "proto/httpcond.h"
 #include "proto/ids.h"
+#include "proto/protover.h"
 #include "proto/status.h"
 
 /* The forms a body or an answer can take (HTTP spells them as media types: tfp_media_parse
@@ -119,6 +120,8 @@ typedef struct {
     char user_principal[TFP_MAX_USER_ID + 1];   /* Tfetch-User-Principal: whose user `user`
                                                  * is, when a gateway forwards another
                                                  * principal's user; "" for the caller's own */
+    tfp_proto_range_t protocol;                 /* Tfetch-Protocol: the versions the client
+                                                 * speaks; {0, 0} when it named none */
 } tfp_op_who_t;
 
 /* A feed operation's stream and positions (doc/PROTOCOL.md, "Feeds"). */
