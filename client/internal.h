@@ -249,6 +249,7 @@ struct origin {
     uid_t server_uid;
     tfp_proto_range_t protocol;     /* the versions its server speaks, from its last answer
                                      * (a version-1 server names none); {0, 0}: no answer yet */
+    int same_host;                  /* the last upgrade answer's same_host; -1: none yet */
 };
 
 /* A source of completions besides the transports, drained with them whenever the client is

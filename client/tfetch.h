@@ -313,6 +313,16 @@ typedef struct {
     char ucx_memory[64];            /* the memory types this process's UCX can move, asked
                                      * of UCX at run time ("host"; a CUDA-enabled UCX adds
                                      * "cuda", ...); "" before UCX started here */
+    /* After 0.1.0 (the protocol range): */
+    int same_host;                  /* 1: the server is on this host (its upgrade answer said
+                                     * so); 0: on another; -1: not known (no upgrade yet) */
+    char shm[32];                   /* "shm/memfd" while the same-host shared-memory
+                                     * connection is up, else "" */
+    char shm_reason[160];           /* why there is none, when the upgrade found out; "" */
+    long server_uid;                /* the server's uid (the shm socket's peer credentials,
+                                     * or its socket file's owner); -1: not known */
+    unsigned protocol_min;          /* the protocol versions the server speaks, from its last */
+    unsigned protocol_max;          /* answer (1, 1: it named none); 0, 0: no answer yet */
 } tf_transport_info_t;
 #define TF_TRANSPORT_INFO_INIT { .size = sizeof(tf_transport_info_t) }
 /* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL;

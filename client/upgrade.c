@@ -69,6 +69,7 @@ origin_t *tfi_origin_get(tf_client_t *c, const char *key)
     }
     o->offered = -1;
     o->local = -1;
+    o->same_host = -1;
     o->next = c->origins;
     c->origins = o;
     return o;
@@ -340,6 +341,7 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long time
     memset(&resp, 0, sizeof(resp));
     if (ask_upgrade(c, o, policy, timeout_ms, &resp) != 0)
         return -1;
+    o->same_host = resp.same_host;
     o->shm_why[0] = '\0';
     if (!resp.shm_socket[0])
         snprintf(o->shm_why, sizeof(o->shm_why), "the server offers no shm (not the same "
@@ -491,6 +493,15 @@ static void fill_transport_info(const tf_client_t *c, const origin_t *o,
     memset(out, 0, sizeof(*out));
     snprintf(out->transport, sizeof(out->transport), "http");
     out->offered = o ? o->offered : -1;
+    out->same_host = o ? o->same_host : -1;
+    out->server_uid = o && o->server_uid_known ? (long)o->server_uid : -1;
+    if (o) {
+        out->protocol_min = o->protocol.min;
+        out->protocol_max = o->protocol.max;
+        snprintf(out->shm_reason, sizeof(out->shm_reason), "%s", o->shm ? "" : o->shm_why);
+        if (o->shm)
+            snprintf(out->shm, sizeof(out->shm), "shm/memfd");
+    }
     out->caller_driven = o ? o->caller_driven : 0;
     const char *mt = tfi_ucx_memory(c);
     snprintf(out->ucx_memory, sizeof(out->ucx_memory), "%s", mt ? mt : "");
