@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "client/tfetch.h"
+#include "cli/doctor.h"
 
 enum {
     EXIT_OK = 0,
@@ -69,6 +70,10 @@ static const char usage_text[] =
     "  rm URL...        delete the tensor at each URL\n"
     "  ls [BASE]        list the stored tensors of the server at BASE (http://HOST:PORT)\n"
     "  info [BASE]      print the server's /v1/info JSON\n"
+    "  doctor [--json] [BASE]\n"
+    "                   what limits tfetch between this host and the server, and what\n"
+    "                   to change; exit 0 when the fast path is available (tfetch\n"
+    "                   doctor --help)\n"
     "  feed declare FEED [FILE]\n"
     "                   declare the feed at FEED (http://HOST:PORT/v1/feeds/NAME) with the\n"
     "                   JSON declaration read from FILE (or stdin); print its stats\n"
@@ -1661,6 +1666,8 @@ int main(int argc, char **argv)
 {
     opts_t o = {.timeout_ms = -1, .stall_ms = -1, .stall_rate = -1, .max_body = -1};
 
+    if (argc > 1 && strcmp(argv[1], "doctor") == 0)     /* its own options: cli/doctor.c */
+        return tfc_doctor(argc - 1, argv + 1);
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)
         return rc;
