@@ -84,6 +84,8 @@ typedef struct {
     char fast_path[48];             /* which, or which is missing */
     char fast_why[384];             /* why not */
     int slowest;                    /* index into p, or -1 */
+    char version[32];               /* the server's, from /v1/info ("" when unreached) */
+    long proto_min, proto_max;      /* its protocol range (1..1: it names none) */
 } doctor_t;
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -284,6 +286,9 @@ static int check_server(doctor_t *d)
         pmin = json_num(pf, pt, "min", 1);
         pmax = json_num(pf, pt, "max", 1);
     }
+    snprintf(d->version, sizeof d->version, "%s", version);
+    d->proto_min = pmin;
+    d->proto_max = pmax;
     add(d, "server", LV_OK, NULL, "tfetchd %s answers at %s; it speaks protocol %ld..%ld%s",
         version, d->base, pmin, pmax, pmin == 1 && pmax == 1 ? " (an older release that names "
         "none: 1)" : "");
@@ -796,6 +801,14 @@ static void print_json(const doctor_t *d)
     FILE *o = stdout;
     fputs("{\"base\":", o);
     json_string(o, d->base);
+    fputs(",\"server\":", o);
+    if (d->version[0]) {
+        fputs("{\"version\":", o);
+        json_string(o, d->version);
+        fprintf(o, ",\"protocol\":{\"min\":%ld,\"max\":%ld}}", d->proto_min, d->proto_max);
+    } else {
+        fputs("null", o);
+    }
     fprintf(o, ",\"same_host\":%s,\"fast_path\":{\"available\":%s,\"path\":",
             d->ti.same_host == 1 ? "true" : d->ti.same_host == 0 ? "false" : "null",
             d->fast ? "true" : "false");
