@@ -12,6 +12,7 @@
 #define TFP_OP_H
 
 #include <stdint.h>
+#include "proto/digest.h"
 #include "proto/doc.h"
 #include "proto/httpcond.h"
 #include "proto/ids.h"
@@ -158,6 +159,11 @@ typedef struct {
         tfp_range_t range;          /* GET only; NONE when absent, ignored or If-Range fails */
     } cond;
     tfp_op_feed_t feed;             /* FEED_*: stream ids and positions */
+    struct {                        /* TENSOR_GET, _PUT (HTTP): RFC 9530 integrity fields */
+        tfp_digest_t content, repr; /* PUT: Content-Digest, Repr-Digest (sha-256) */
+        int want;                   /* GET: Want-Repr-Digest or Want-Content-Digest asks for
+                                     * sha-256 */
+    } digest;
 } tfp_op_t;
 
 #define TFP_OP_MAX_MSG 512
