@@ -18,7 +18,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include <nettle/sha2.h>
+
 #include "client/internal.h"
+#include "proto/digest.h"
 
 tf_status_t tfi_from_hc(tfx_hc_status_t st)
 {
@@ -123,6 +126,40 @@ static tf_status_t render_url(tf_fetch_t *f, char **out)
 
 /* Renders f's operation on f->req: method, URL, ids, Accept, the body's type and segments,
  * timeout (0: none), cap, progress. */
+/* The Repr-Digest field of a put's body: its segments in order. */
+static void body_digest(const tfi_op_t *op, char *field, size_t size)
+{
+    struct sha256_ctx h;
+    uint8_t sha[TFP_DIGEST_LEN];
+    sha256_init(&h);
+    for (size_t i = 0; i < op->nsegs; i++)
+        sha256_update(&h, op->lens[i], op->segs[i]);
+    sha256_digest(&h, TFP_DIGEST_LEN, sha);
+    tfp_digest_format(sha, field, size);
+}
+
+/* A verified get's body against the Repr-Digest the server sent: TF_OK, or TF_EDIGEST. */
+static tf_status_t verify_body(tf_result_t *res, const tfx_hc_resp_t *r)
+{
+    tfp_digest_t want;
+    tfp_err_t err;
+    uint8_t got[TFP_DIGEST_LEN];
+    if (!r->repr_digest[0])
+        return tfi_rfail(res, TF_EDIGEST, "the server sent no Repr-Digest to verify the "
+                         "document against (a server from before digests?)");
+    if (tfp_digest_parse(r->repr_digest, &want, &err) != TFP_OK || !want.has)
+        return tfi_rfail(res, TF_EDIGEST, "the server's Repr-Digest has no sha-256: %s",
+                         want.has ? err.msg : "another algorithm only");
+    tfp_digest_sha256(r->body, r->body_len, got);
+    if (memcmp(got, want.sha256, TFP_DIGEST_LEN) != 0) {
+        char field[TFP_DIGEST_FIELD_MAX];
+        tfp_digest_format(got, field, sizeof(field));
+        return tfi_rfail(res, TF_EDIGEST, "the %zu bytes received do not match the server's "
+                         "Repr-Digest (they are %s): not taken", r->body_len, field);
+    }
+    return TF_OK;
+}
+
 static tf_status_t prepare(tf_fetch_t *f, long timeout)
 {
     tf_client_t *c = f->c;
@@ -152,6 +189,13 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
                TFX_HC_OK;
     for (size_t i = 0; i < op->nhdrs; i++)
         bad |= tfx_hc_req_add_header(req, op->hdrs[2 * i], op->hdrs[2 * i + 1]) != TFX_HC_OK;
+    if (c->verify && op->kind == TF_OP_GET)
+        bad |= tfx_hc_req_add_header(req, "Want-Repr-Digest", "sha-256=1") != TFX_HC_OK;
+    if (c->verify && op->kind == TF_OP_PUT) {
+        char field[TFP_DIGEST_FIELD_MAX];
+        body_digest(op, field, sizeof(field));
+        bad |= tfx_hc_req_add_header(req, "Repr-Digest", field) != TFX_HC_OK;
+    }
     for (size_t i = 0; i < op->nsegs; i++)
         bad |= tfx_hc_req_add_body(req, op->segs[i], op->lens[i]) != TFX_HC_OK;
     if (op->json) {
@@ -247,6 +291,9 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
             f->text = (char *)tfx_hc_req_take_body(req, &f->text_len);
         return;
     }
+    if (f->c->verify && f->op.kind == TF_OP_GET && r->status == 200 &&
+        verify_body(res, r) != TF_OK)
+        return;
     res->status = TF_OK;
     if (f->op.kind == TFI_OP_CALL)
         finish_call(f, req, r);

@@ -280,6 +280,7 @@ struct tf_client {
     tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
     tf_upgrade_t upgrade;           /* when policy auto negotiates (upgrade.c) */
     char env_bad[96];               /* TFETCH_TRANSPORT held no policy: why; "" if fine */
+    int verify;                     /* tf_client_set_verify: digests on gets and puts */
     tfp_proto_range_t protocol;     /* the versions this client speaks (TFETCH_PROTOCOL_MIN
                                      * may raise the minimum: a skew test's planted bump) */
     char protocol_text[TFP_PROTO_MAX_TEXT + 1];     /* as Tfetch-Protocol says it */

@@ -285,6 +285,15 @@ typedef enum {
 } tf_upgrade_t;
 tf_status_t tf_client_set_upgrade_policy(tf_client_t *c, tf_upgrade_t upgrade);
 
+/* Digest verification (RFC 9530, sha-256): on (1), each put sends the Repr-Digest of its
+ * body, which the server checks before storing (a mismatch: TF_EDIGEST, nothing stored), and
+ * each get asks for the stored document's and checks what arrived against it (a mismatch,
+ * or a server that sends none: TF_EDIGEST, never the data). Until the UCX and shm frames
+ * carry digests, verified gets and puts go over HTTP whatever the transport policy (their
+ * fallback says so). Off (0) by default; tf_client_new reads TFETCH_VERIFY (1 or
+ * 0). TF_EINVAL for another value. */
+tf_status_t tf_client_set_verify(tf_client_t *c, int on);
+
 /* Negotiates the upgrade of url's origin now, as the first request under TF_TRANSPORT_UCX
  * would, whether or not the server has offered it: for callers that know they will talk to
  * a tfetchd and want UCX from their first request under TF_TRANSPORT_AUTO. Blocks (a few

@@ -382,6 +382,9 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     if (vst != TF_OK)
         return vst;
     const char *why = why_not_ucx(&f->op);
+    if (!why && c->verify && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT))
+        why = "digest verification (tf_client_set_verify) runs over HTTP until the UCX and shm "
+              "frames carry digests";
     if (!why && !f->origin)
         why = "out of memory";
     if (f->policy == TF_TRANSPORT_HTTP)

@@ -9,6 +9,7 @@
 #include "proto/digest.h"
 #include "proto/http.h"
 #include "proto/op.h"
+#include "client/tfetch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,26 @@ START_TEST(digest_http_op)
 }
 END_TEST
 
+/* The client's switch: 0 or 1 only; TFETCH_VERIFY read at tf_client_new, a bad value failing
+ * its requests until the program sets it. */
+START_TEST(digest_client_switch)
+{
+    tf_client_t *c;
+    tf_doc_t *d = NULL;
+    ck_assert_int_eq(tf_client_set_verify(NULL, 1), TF_EINVAL);
+    setenv("TFETCH_VERIFY", "yes", 1);
+    ck_assert_int_eq(tf_client_new(&c), TF_OK);
+    ck_assert_int_eq(tf_get(c, "http://127.0.0.1:1/v1/tensors/w", 0, &d), TF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tf_client_last(c)->error, "TFETCH_VERIFY"));
+    ck_assert_int_eq(tf_client_set_verify(c, 2), TF_EINVAL);
+    ck_assert_int_eq(tf_client_set_verify(c, 1), TF_OK);
+    ck_assert_int_eq(tf_get(c, "http://127.0.0.1:1/v1/tensors/w", 0, &d), TF_ECONNECT);
+    ck_assert_ptr_null(d);
+    tf_client_free(c);
+    unsetenv("TFETCH_VERIFY");
+}
+END_TEST
+
 /* ---- end to end: the real daemon, driven with curl ------------------------------------------ */
 
 static td_daemon_t D;
@@ -213,6 +234,7 @@ Suite *suite_digest(void)
     tcase_add_loop_test(tc, digest_refuses, 0, sizeof BAD_DIGEST / sizeof BAD_DIGEST[0]);
     tcase_add_test(tc, digest_want);
     tcase_add_test(tc, digest_http_op);
+    tcase_add_test(tc, digest_client_switch);
     tcase_add_test(tc, digest_e2e);
     suite_add_tcase(s, tc);
     return s;
