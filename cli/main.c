@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/doctor.h"
 
 /* ---- usage, messages and exit codes ------------------------------------------------------ */
 
@@ -52,6 +53,10 @@ const char cli_usage_text[] =
     "  ls [BASE]        list the stored tensors of the server at BASE (http://HOST:PORT),\n"
     "                   in name order (a page at a time with --prefix, --limit, --after)\n"
     "  info [BASE]      print the server's /v1/info JSON\n"
+    "  doctor [--json] [BASE]\n"
+    "                   what limits tfetch between this host and the server, and what\n"
+    "                   to change; exit 0 when the fast path is available (tfetch\n"
+    "                   doctor --help)\n"
     "  feed declare FEED [FILE]\n"
     "                   declare the feed at FEED (http://HOST:PORT/v1/feeds/NAME) with the\n"
     "                   JSON declaration read from FILE (or stdin); print its stats\n"
@@ -237,6 +242,8 @@ static int exit_for(tf_status_t st, int http_status)
         return EXIT_NOTMODIFIED;
     if (st == TF_ENOTFOUND || http_status == 404)
         return EXIT_NOTFOUND;
+    if (st == TF_EVERSION)              /* whichever side found it */
+        return EXIT_REJECTED;
     if (http_status >= 400 && http_status < 500)
         return EXIT_REJECTED;
     if (http_status >= 500)
@@ -426,6 +433,8 @@ int main(int argc, char **argv)
 {
     cli_opts_t o = {.timeout_ms = -1, .stall_ms = -1, .stall_rate = -1, .max_body = -1};
 
+    if (argc > 1 && strcmp(argv[1], "doctor") == 0)     /* its own options: cli/doctor.c */
+        return tfc_doctor(argc - 1, argv + 1);
     int rc = cli_parse_options(argc, argv, &o);
     if (rc >= 0)
         return rc;

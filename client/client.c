@@ -144,6 +144,16 @@ tf_status_t tf_client_new(tf_client_t **out)
         tf_client_set_cert(c, cert && *cert ? cert : NULL, key && *key ? key : NULL) != TF_OK)
         snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_CERT and TFETCH_KEY name no readable "
                  "certificate and key (TFETCH_KEY needs TFETCH_CERT)");
+    const char *vf = getenv("TFETCH_VERIFY");
+    if (vf && *vf && strcmp(vf, "0") != 0 && strcmp(vf, "1") != 0)
+        snprintf(c->env_bad, sizeof(c->env_bad), "TFETCH_VERIFY='%.16s' is not 1 or 0", vf);
+    c->verify = vf && strcmp(vf, "1") == 0;
+    c->protocol = tfp_proto_ours();
+    const char *pmin = getenv("TFETCH_PROTOCOL_MIN");
+    tfp_err_t perr;
+    if (pmin && *pmin && tfp_proto_raise_min(&c->protocol, pmin, &perr) != TFP_OK)
+        snprintf(c->env_bad, sizeof(c->env_bad), "%.90s", perr.msg);
+    tfp_proto_format(c->protocol, c->protocol_text, sizeof(c->protocol_text), NULL);
     make_rid_prefix(c->rid_prefix);
     snprintf(c->last.transport, sizeof(c->last.transport), "http");
     atomic_fetch_add(&live_clients, 1);
@@ -403,6 +413,16 @@ tf_status_t tf_client_set_upgrade_policy(tf_client_t *c, tf_upgrade_t upgrade)
         return TF_EINVAL;
     c->upgrade = upgrade;
     if (strncmp(c->env_bad, "TFETCH_UPGRADE", 14) == 0)
+        c->env_bad[0] = '\0';          /* the program's choice overrides the environment */
+    return TF_OK;
+}
+
+tf_status_t tf_client_set_verify(tf_client_t *c, int on)
+{
+    if (!c || (on != 0 && on != 1))
+        return TF_EINVAL;
+    c->verify = on;
+    if (strncmp(c->env_bad, "TFETCH_VERIFY", 13) == 0)
         c->env_bad[0] = '\0';          /* the program's choice overrides the environment */
     return TF_OK;
 }

@@ -232,6 +232,11 @@ void tfi_shm_disconnect(origin_t *o);
 int tfi_shm_peer_uid(const origin_t *o, uid_t *uid);
 /* o's connection was made: no backoff, no reason left (upgrade.c). */
 void tfi_up_connected(origin_t *o);
+/* Notes the server range a response named (v: its Tfetch-Protocol, "" when absent: version
+ * 1) and checks it against the client's: TF_OK, or the status recorded in res (TF_EVERSION
+ * naming both ranges and the feature; TF_EPROTO for a malformed value). */
+tf_status_t tfi_origin_protocol(const tf_client_t *c, origin_t *o, const char *v,
+                                const char *feature, tf_result_t *res);
 /* ucx.c: the memory types the client's UCX can move (tfx_ucxc_memory), or NULL when it has
  * not started in this client (or tfetch was built without UCX). */
 const char *tfi_ucx_memory(const tf_client_t *c);
@@ -275,6 +280,9 @@ struct origin {
     int server_uid_known;           /* server_uid was read: the shm socket's peer credentials,
                                      * or the owner of a socket file we may not connect to */
     uid_t server_uid;
+    tfp_proto_range_t protocol;     /* the versions its server speaks, from its last answer
+                                     * (a version-1 server names none); {0, 0}: no answer yet */
+    int same_host;                  /* the last upgrade answer's same_host; -1: none yet */
 };
 
 /* A source of completions besides the transports, drained with them whenever the client is
@@ -305,6 +313,10 @@ struct tf_client {
     tf_transport_t transport;       /* the policy: never TF_TRANSPORT_DEFAULT */
     tf_upgrade_t upgrade;           /* when policy auto negotiates (upgrade.c) */
     char env_bad[96];               /* TFETCH_TRANSPORT held no policy: why; "" if fine */
+    int verify;                     /* tf_client_set_verify: digests on gets and puts */
+    tfp_proto_range_t protocol;     /* the versions this client speaks (TFETCH_PROTOCOL_MIN
+                                     * may raise the minimum: a skew test's planted bump) */
+    char protocol_text[TFP_PROTO_MAX_TEXT + 1];     /* as Tfetch-Protocol says it */
     origin_t *origins;
     int want_upgrades;              /* some origin has want_upgrade set */
     tfp_up_host_t host;             /* this host's identity, read once */

@@ -294,6 +294,15 @@ typedef enum {
 } tf_upgrade_t;
 tf_status_t tf_client_set_upgrade_policy(tf_client_t *c, tf_upgrade_t upgrade);
 
+/* Digest verification (RFC 9530, sha-256): on (1), each put sends the Repr-Digest of its
+ * body, which the server checks before storing (a mismatch: TF_EDIGEST, nothing stored), and
+ * each get asks for the stored document's and checks what arrived against it (a mismatch,
+ * or a server that sends none: TF_EDIGEST, never the data). Until the UCX and shm frames
+ * carry digests, verified gets and puts go over HTTP whatever the transport policy (their
+ * fallback says so). Off (0) by default; tf_client_new reads TFETCH_VERIFY (1 or
+ * 0). TF_EINVAL for another value. */
+tf_status_t tf_client_set_verify(tf_client_t *c, int on);
+
 /* Negotiates the upgrade of url's origin now, as the first request under TF_TRANSPORT_UCX
  * would, whether or not the server has offered it: for callers that know they will talk to
  * a tfetchd and want UCX from their first request under TF_TRANSPORT_AUTO. Blocks (a few
@@ -322,6 +331,16 @@ typedef struct {
     char ucx_memory[64];            /* the memory types this process's UCX can move, asked
                                      * of UCX at run time ("host"; a CUDA-enabled UCX adds
                                      * "cuda", ...); "" before UCX started here */
+    /* After 0.1.0 (the protocol range): */
+    int same_host;                  /* 1: the server is on this host (its upgrade answer said
+                                     * so); 0: on another; -1: not known (no upgrade yet) */
+    char shm[32];                   /* "shm/memfd" while the same-host shared-memory
+                                     * connection is up, else "" */
+    char shm_reason[160];           /* why there is none, when the upgrade found out; "" */
+    long server_uid;                /* the server's uid (the shm socket's peer credentials,
+                                     * or its socket file's owner); -1: not known */
+    unsigned protocol_min;          /* the protocol versions the server speaks, from its last */
+    unsigned protocol_max;          /* answer (1, 1: it named none); 0, 0: no answer yet */
 } tf_transport_info_t;
 #define TF_TRANSPORT_INFO_INIT { .size = sizeof(tf_transport_info_t) }
 /* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL;

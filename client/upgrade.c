@@ -69,6 +69,7 @@ origin_t *tfi_origin_get(tf_client_t *c, const char *key)
     }
     o->offered = -1;
     o->local = -1;
+    o->same_host = -1;
     o->next = c->origins;
     c->origins = o;
     return o;
@@ -157,6 +158,38 @@ void tfi_up_failed(origin_t *o, const char *fmt, ...)
     o->retry_at = tfx_now_ms() + (uint64_t)o->backoff_ms;
 }
 
+tf_status_t tfi_origin_protocol(const tf_client_t *c, origin_t *o, const char *v,
+                                const char *feature, tf_result_t *res)
+{
+    tfp_err_t err;
+    tfp_proto_range_t peer = tfp_proto_unnamed();
+    if (v[0] && tfp_proto_parse(v, strlen(v), &peer, &err) != TFP_OK)
+        return tfi_rfail(res, TF_EPROTO, "the server's Tfetch-Protocol: %s", err.msg);
+    o->protocol = peer;
+    if (tfp_proto_check(c->protocol, peer, "client", "server", feature, NULL, &err) != TFP_OK)
+        return tfi_rfail(res, TF_EVERSION, "%s", err.msg);
+    return TF_OK;
+}
+
+/* A request to a server already known to speak none of our versions fails before it is
+ * sent: nothing reaches a server that would misread it. */
+static tf_status_t version_refusal(tf_client_t *c, tf_fetch_t *f)
+{
+    const origin_t *o = f->origin;
+    tfp_err_t err;
+    if (!o || o->protocol.min == 0 || f->op.kind == TFI_OP_INFO)
+        return TF_OK;
+    char feature[96];
+    snprintf(feature, sizeof(feature), "%s %.80s",
+             f->op.kind == TFI_OP_CALL ? f->op.method : f->op.kind == TF_OP_PUT ? "PUT"
+             : f->op.kind == TF_OP_DELETE ? "DELETE" : f->op.kind == TF_OP_EXCHANGE ? "POST"
+             : "GET", f->op.name);
+    if (tfp_proto_check(c->protocol, o->protocol, "client", "server", feature, NULL, &err) !=
+        TFP_OK)
+        return tfi_rfail(&f->result, TF_EVERSION, "%s", err.msg);
+    return TF_OK;
+}
+
 void tfi_up_connected(origin_t *o)
 {
     o->conn_gen++;
@@ -191,6 +224,19 @@ static void up_http_error(origin_t *o, const tfx_hc_resp_t *r)
         tfi_up_failed(o, "the server does not offer UCX (POST /v1/upgrade: HTTP %ld)", r->status);
     else
         tfi_up_failed(o, "the upgrade failed: HTTP %ld%s%s", r->status, msg[0] ? ": " : "", msg);
+}
+
+/* Whether the upgrade's answer names a range that meets ours (none named: version 1); notes
+ * the server's range on o, and why not in o->why. */
+static int version_agreed(const tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp)
+{
+    tfp_err_t err;
+    o->protocol = resp->protocol.min ? resp->protocol : tfp_proto_unnamed();
+    if (tfp_proto_check(c->protocol, o->protocol, "client", "server", "POST /v1/upgrade", NULL,
+                        &err) == TFP_OK)
+        return 1;
+    tfi_up_failed(o, "%s", err.msg);
+    return 0;
 }
 
 /* POST origin/v1/upgrade: 0 and *resp filled when the server offers a connection, else -1
@@ -229,6 +275,7 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long 
         tfx_hc_req_set_url(req, url) != TFX_HC_OK ||
         tfx_hc_req_add_header(req, "Content-Type", MIME_JSON) != TFX_HC_OK ||
         tfx_hc_req_add_header(req, "Accept", MIME_JSON) != TFX_HC_OK ||
+        tfx_hc_req_add_header(req, "Tfetch-Protocol", c->protocol_text) != TFX_HC_OK ||
         (c->token && tfx_hc_req_add_header(req, "Authorization", auth) != TFX_HC_OK) ||
         tfx_hc_req_add_body(req, json, len) != TFX_HC_OK) {
         tfi_up_failed(o, "out of memory");
@@ -257,6 +304,8 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long 
         up_http_error(o, r);
     } else if (tfp_up_resp_parse((const char *)r->body, r->body_len, resp, &err) != TFP_OK) {
         tfi_up_failed(o, "bad answer to POST /v1/upgrade: %s", err.msg);
+    } else if (!version_agreed(c, o, resp)) {
+        tfp_up_resp_clear(resp);
     } else if (!resp->upgraded) {
         o->offered = 0;
         tfi_up_failed(o, "the server does not offer UCX: %s", resp->reason);
@@ -292,6 +341,7 @@ static int upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long time
     memset(&resp, 0, sizeof(resp));
     if (ask_upgrade(c, o, policy, timeout_ms, &resp) != 0)
         return -1;
+    o->same_host = resp.same_host;
     o->shm_why[0] = '\0';
     if (!resp.shm_socket[0])
         snprintf(o->shm_why, sizeof(o->shm_why), "the server offers no shm (not the same "
@@ -345,7 +395,13 @@ static tf_status_t via_up(tf_client_t *c, tf_fetch_t *f, origin_t *o,
 tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **via)
 {
     *via = &tfi_http;
+    tf_status_t vst = version_refusal(c, f);
+    if (vst != TF_OK)
+        return vst;
     const char *why = why_not_ucx(&f->op);
+    if (!why && c->verify && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT))
+        why = "digest verification (tf_client_set_verify) runs over HTTP until the UCX and shm "
+              "frames carry digests";
     if (!why && !f->origin)
         why = "out of memory";
     if (f->policy == TF_TRANSPORT_HTTP)
@@ -398,6 +454,8 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     if (!strict && o->offered < 0 && f->total_ms > 0 && f->total_ms / 4 < timeout_ms)
         timeout_ms = f->total_ms / 4 > 0 ? f->total_ms / 4 : 1;
     int rc = upgrade(c, o, f->policy, timeout_ms);
+    if ((vst = version_refusal(c, f)) != TF_OK)
+        return vst;
     if (rc == 1 && strict)
         rc = c->up->settle(c, o, UPGRADE_TIMEOUT_MS);
     /* The shm socket the upgrade connected carries what it can, also when UCX did not (or
@@ -455,6 +513,15 @@ static void fill_transport_info(const tf_client_t *c, const origin_t *o,
     memset(out, 0, sizeof(*out));
     snprintf(out->transport, sizeof(out->transport), "http");
     out->offered = o ? o->offered : -1;
+    out->same_host = o ? o->same_host : -1;
+    out->server_uid = o && o->server_uid_known ? (long)o->server_uid : -1;
+    if (o) {
+        out->protocol_min = o->protocol.min;
+        out->protocol_max = o->protocol.max;
+        snprintf(out->shm_reason, sizeof(out->shm_reason), "%s", o->shm ? "" : o->shm_why);
+        if (o->shm)
+            snprintf(out->shm, sizeof(out->shm), "shm/memfd");
+    }
     out->caller_driven = o ? o->caller_driven : 0;
     const char *mt = tfi_ucx_memory(c);
     snprintf(out->ucx_memory, sizeof(out->ucx_memory), "%s", mt ? mt : "");

@@ -39,6 +39,7 @@ struct tf_worker {
     char id[64];
     char secret[TFP_WORKER_SECRET_LEN + 1];     /* "" from a server without secrets */
     char auth[TFP_AUTH_MAX_TOKEN + 8];          /* "Bearer $TFETCH_TOKEN"; "" for none */
+    char protocol[TFP_PROTO_MAX_TEXT + 1];      /* Tfetch-Protocol, as tf_client_t's */
     long lease_ms;
     volatile sig_atomic_t stop;
 };
@@ -80,6 +81,8 @@ static tf_status_t step(tf_worker_t *w, const char *method, const char *path, co
         st = tfx_hc_req_add_header(w->req, "Tfetch-Worker-Secret", w->secret);
     if (st == TFX_HC_OK && w->auth[0])
         st = tfx_hc_req_add_header(w->req, "Authorization", w->auth);
+    if (st == TFX_HC_OK)
+        st = tfx_hc_req_add_header(w->req, "Tfetch-Protocol", w->protocol);
     for (size_t i = 0; st == TFX_HC_OK && i < nsegs; i++)
         st = tfx_hc_req_add_body(w->req, segs[i], lens[i]);
     if (st != TFX_HC_OK)
@@ -155,6 +158,13 @@ tf_status_t tf_worker_new(const char *base, const char *const *routes, size_t n,
         (cert && *cert && tfx_hc_set_client_cert(w->hc, cert, key && *key ? key : NULL) !=
                               TFX_HC_OK))
         goto fail;
+    tfp_proto_range_t pr = tfp_proto_ours();       /* TFETCH_PROTOCOL_MIN as the client's */
+    const char *pmin = getenv("TFETCH_PROTOCOL_MIN");
+    if (pmin && *pmin && tfp_proto_raise_min(&pr, pmin, NULL) != TFP_OK) {
+        st = TF_EINVAL;
+        goto fail;
+    }
+    tfp_proto_format(pr, w->protocol, sizeof w->protocol, NULL);
     const char *tok = getenv("TFETCH_TOKEN");      /* a token with serve on the routes */
     if (tok && *tok && tfp_auth_token_valid(tok, strlen(tok)))
         snprintf(w->auth, sizeof w->auth, "Bearer %s", tok);

@@ -54,6 +54,7 @@ typedef struct {
     struct tfd_auth *auth;                  /* bearer tokens and rights (off: allows all) */
     void (*gauges)(void *arg, tfd_gauges_t *g);
     void *gauges_arg;
+    char protocol_text[TFP_PROTO_MAX_TEXT + 1];     /* cfg->protocol as Tfetch-Protocol says */
 } tfd_api_t;
 
 struct tfd_endpoint_spec;

@@ -86,6 +86,13 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
     tfp_jw_str(&w, PACKAGE_VERSION);
     tfp_jw_key(&w, "api");
     tfp_jw_str(&w, "v1");
+    tfp_jw_key(&w, "protocol");
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "min");
+    tfp_jw_uint(&w, cfg->protocol.min);
+    tfp_jw_key(&w, "max");
+    tfp_jw_uint(&w, cfg->protocol.max);
+    tfp_jw_obj_end(&w);
     const char *why;
     int ucx = tfd_upgrade_enabled(s->upgrade, &why);
     tfp_jw_key(&w, "transports");
@@ -122,6 +129,17 @@ void api_handle_info(tfx_req_t *r, tfd_ctx_t *c)
         tfp_jw_key(&w, "trusted");
         tfp_jw_str(&w, trusted);
     }
+    if (ucx && cfg->ucx_ports[0]) {     /* what a firewall must open (tfetch doctor) */
+        tfp_jw_key(&w, "ports");
+        tfp_jw_str(&w, cfg->ucx_ports);
+    }
+    tfp_jw_obj_end(&w);
+    tfp_jw_key(&w, "shm");      /* the same-host path, and who may reach it */
+    tfp_jw_obj_begin(&w);
+    tfp_jw_key(&w, "enabled");
+    tfp_jw_bool(&w, s->shm != NULL);
+    tfp_jw_key(&w, "socket");
+    tfp_jw_str(&w, cfg->shm_socket[0] ? cfg->shm_socket : "abstract");
     tfp_jw_obj_end(&w);
     static const char *const formats[] = {"application/x-safetensors",
                                           "application/octet-stream", "application/json",

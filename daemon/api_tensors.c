@@ -160,6 +160,13 @@ static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
     }
     tfx_req_add_header(r, "Accept-Ranges", "bytes");
     add_disposition(r, c, b->doc);
+    if (op->digest.want) {          /* of the whole document, a range's answer included */
+        uint8_t sha[TFP_DIGEST_LEN];
+        char field[TFP_DIGEST_FIELD_MAX];
+        tfd_blob_sha256(b, sha);
+        tfp_digest_format(sha, field, sizeof field);
+        tfx_req_add_header(r, "Repr-Digest", field);
+    }
     const tfp_range_t *rg = &op->cond.range;
     if (rg->kind != TFP_RANGE_NONE &&
         (!op->cond.if_range.present || tfp_etags_match(&op->cond.if_range, epoch, b->version))) {
@@ -262,6 +269,33 @@ void api_begin_put(tfx_req_t *r, tfd_ctx_t *c)
     c->charged = need;              /* on_body_grow reserves only what goes beyond */
 }
 
+/* A PUT's Repr-Digest and Content-Digest (sha-256, RFC 9530) against the bytes received
+ * (a raw body's own, without the header the daemon put before them): 0 when they match or
+ * none was sent (a safetensors body's is then kept as the version's digest), else -1 with
+ * 400 TF_EDIGEST answered and nothing to be stored. */
+static int check_digests(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
+{
+    const tfp_digest_t *dg[2] = {&c->op->digest.repr, &c->op->digest.content};
+    static const char *const names[2] = {"Repr-Digest", "Content-Digest"};
+    if (!dg[0]->has && !dg[1]->has)
+        return 0;
+    size_t skip = c->op->body.kind == TFP_BODY_RAW ? c->raw_hdr_len : 0;
+    uint8_t got[TFP_DIGEST_LEN];
+    tfp_digest_sha256(b->data + skip, b->len - skip, got);
+    for (int i = 0; i < 2; i++) {
+        if (dg[i]->has && memcmp(dg[i]->sha256, got, TFP_DIGEST_LEN) != 0) {
+            char field[TFP_DIGEST_FIELD_MAX];
+            tfp_digest_format(got, field, sizeof field);
+            api_fail(r, c, TFP_EDIGEST, "%s does not match the %zu bytes received (they are "
+                     "%s): nothing was stored", names[i], b->len - skip, field);
+            return -1;
+        }
+    }
+    if (skip == 0)
+        tfd_blob_set_sha256(b, got);
+    return 0;
+}
+
 void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
 {
     const tfd_api_t *s = c->api;
@@ -273,6 +307,10 @@ void api_handle_put(tfx_req_t *r, tfd_ctx_t *c)
     tfd_blob_t *b = api_body_blob(r, c, base, cap, len, doc);
     if (!b) {
         api_fail(r, c, TFP_ENOMEM, "out of memory");
+        return;
+    }
+    if (check_digests(r, c, b) != 0) {
+        tfd_blob_unref(b);
         return;
     }
     if (c->op->ttl_s)

@@ -95,6 +95,7 @@ void tfd_config_defaults(tfd_config_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1");
+    cfg->protocol = tfp_proto_ours();
     cfg->port = TFD_DEFAULT_PORT;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     cfg->threads = n > 2 ? (unsigned)n : 2;
@@ -390,6 +391,12 @@ int tfd_config_load(tfd_config_t *cfg, int argc, char **argv)
     }
     if (load_file(cfg, config ? config : TFD_DEFAULT_CONFIG, config != NULL) != 0)
         return -1;
+    tfp_err_t perr;
+    const char *pmin = getenv("TFETCH_PROTOCOL_MIN");
+    if (pmin && tfp_proto_raise_min(&cfg->protocol, pmin, &perr) != TFP_OK) {
+        fprintf(stderr, "tfetchd: %s\n", perr.msg);
+        return -1;
+    }
 
     opterr = 1;
     optind = 1;

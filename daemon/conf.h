@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/protover.h"
 
 #define TFD_DEFAULT_PORT 7070
 /* $(sysconfdir)/tfetchd/tfetchd.conf: TFD_SYSCONFDIR comes from Makefile.am, so the daemon
@@ -87,6 +88,9 @@ typedef struct {
      * store-memory setting"), and which of the two sizes a file or flag gave. */
     char store_memory_source[2240];
     unsigned store_memory_given, max_body_given;
+    /* The protocol versions served (proto/protover.h): this build's, its minimum raised by
+     * the environment's TFETCH_PROTOCOL_MIN (a skew test's planted incompatibility). */
+    tfp_proto_range_t protocol;
 } tfd_config_t;
 
 void tfd_config_defaults(tfd_config_t *cfg);

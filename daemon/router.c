@@ -172,6 +172,10 @@ static void take_ids(tfd_router_t *rt, tfx_req_t *r, tfd_ctx_t *c)
     }
     tfx_req_add_header(r, "Tfetch-Request-Id", c->request_id);
     tfx_req_add_header(r, "Tfetch-Transport", tfx_req_transport(r));
+    /* HTTP only: UCX and shm answers travel on a connection the upgrade's range admitted, and
+     * a header is three allocations on their hot path. */
+    if (strcmp(tfx_req_transport(r), "http") == 0)
+        tfx_req_add_header(r, "Tfetch-Protocol", c->api->protocol_text);
     /* Not to a principal known by its certificate alone: its upgrade is refused (upgrade.c). */
     if (who->cred != TFP_CRED_CERT && tfd_upgrade_offered_to(c->api->upgrade, tfx_req_peer(r)))
         tfx_req_add_header(r, "Tfetch-Upgrade", "ucx");

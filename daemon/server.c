@@ -314,6 +314,9 @@ static int make_parts(tfd_server_t *s, tfp_err_t *err)
         .gauges = gauges,
         .gauges_arg = s,
     };
+    if (tfp_proto_format(cfg->protocol, s->api.protocol_text, sizeof s->api.protocol_text,
+                         err) != TFP_OK)
+        return -1;
     return 0;
 }
 
@@ -379,6 +382,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;
     }
+    tfd_upgrade_set_protocol(s->upgrade, cfg->protocol);
     tfd_upgrade_set_token_quota(s->upgrade, cfg->upgrade_tokens_per_client);
     if (s->tls_cert)        /* UCX would carry the bytes in the clear: trusted links only */
         tfd_upgrade_set_tls(s->upgrade, &trusted, cfg->ucx_trusted);
@@ -432,6 +436,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         .min_download_rate = cfg->min_download_rate,
         .rate_window_s = cfg->rate_window,
         .max_body = cfg->max_body,
+        .protocol = cfg->protocol,
         .tls_cert_pem = s->tls_cert,
         .tls_key_pem = s->tls_key,
         .tls_client_ca_pem = s->tls_client_ca,

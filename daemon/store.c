@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "daemon/store.h"
+#include "proto/digest.h"
 #include "proto/safetensors.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
@@ -82,7 +83,27 @@ tfd_blob_t *tfd_blob_new(uint8_t *base, size_t cap, const uint8_t *data, size_t 
     b->share_copy = 0;
     b->give_back = NULL;
     b->give_back_arg = NULL;
+    atomic_init(&b->sha_state, 0);
     return b;
+}
+
+void tfd_blob_set_sha256(tfd_blob_t *b, const uint8_t sha256[32])
+{
+    int want = 0;
+    if (atomic_compare_exchange_strong(&b->sha_state, &want, 1)) {
+        memcpy(b->sha256, sha256, 32);
+        atomic_store_explicit(&b->sha_state, 2, memory_order_release);
+    }
+}
+
+void tfd_blob_sha256(tfd_blob_t *b, uint8_t out[32])
+{
+    if (atomic_load_explicit(&b->sha_state, memory_order_acquire) == 2) {
+        memcpy(out, b->sha256, 32);
+        return;
+    }
+    tfp_digest_sha256(b->data, b->len, out);    /* once per version; a race computes twice */
+    tfd_blob_set_sha256(b, out);
 }
 
 tfd_blob_t *tfd_blob_new_lent(uint8_t *base, size_t cap, const uint8_t *data, size_t len,

@@ -34,7 +34,15 @@ typedef struct tfd_blob {
                                      * body was received into): this returns it; NULL: a
                                      * tfx_buf, freed with tfx_buf_free */
     void *give_back_arg;
+    atomic_int sha_state;           /* sha256: 0 not computed, 1 being computed, 2 ready */
+    uint8_t sha256[32];             /* of data[0..len): the stored representation's digest */
 } tfd_blob_t;
+
+/* The SHA-256 of b's document (Repr-Digest): computed at the first ask and kept for the
+ * version's life (a PUT that carried a verified one sets it through tfd_blob_set_sha256).
+ * Any thread; two first asks at once may both compute it. */
+void tfd_blob_sha256(tfd_blob_t *b, uint8_t out[32]);
+void tfd_blob_set_sha256(tfd_blob_t *b, const uint8_t sha256[32]);
 
 /* Wraps a received buffer: the document is len bytes at data (inside base). Takes ownership
  * of base and doc (also on failure). NULL on allocation failure. */

@@ -73,10 +73,11 @@ enum {
  * TFPL_ELENGTH = -16 (411), TFPL_ECONFLICT = -17 (409), TFPL_EDONE = -18 (410),
  * TFPL_EGONE = -19 (410), TFPL_EFULL = -20 (429), TFPL_ENOTIMPL = -21 (501),
  * TFPL_EREQTIME = -22 (408), TFPL_EUNAUTH = -23 (401), TFPL_EFORBIDDEN = -24 (403),
- * TFPL_EPRECOND = -25 (412). The ones a route typically answers: TFPL_EBADREQ for a bad request
- * (metadata, parameters), TFPL_EUNPROC for well-formed tensors this route cannot use,
- * TFPL_EBUSY for "try again later", TFPL_ENOSPACE when a quota (e.g. per-user state) is
- * exhausted, TFPL_EINTERNAL for the plugin's own failure. */
+ * TFPL_EPRECOND = -25 (412), TFPL_EVERSION = -26 (400), TFPL_EDIGEST = -27 (400). The
+ * ones a route typically answers:
+ * TFPL_EBADREQ for a bad request (metadata, parameters), TFPL_EUNPROC for well-formed
+ * tensors this route cannot use, TFPL_EBUSY for "try again later", TFPL_ENOSPACE when a
+ * quota (e.g. per-user state) is exhausted, TFPL_EINTERNAL for the plugin's own failure. */
 enum {
 #define TFPL_STATUS_ENUM_(n, v, h, s) TFPL_##n = (v),
     TF_STATUS_WIRE_MAP(TFPL_STATUS_ENUM_)

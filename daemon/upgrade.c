@@ -48,6 +48,7 @@ struct tfd_upgrade {
     int tls;                        /* HTTPS on: UCX only to this host and to trusted */
     tfp_netlist_t trusted;          /* ucx-trusted's ranges (immutable once HTTP is up) */
     char trusted_text[128];         /* ucx-trusted as given, for the refusal */
+    tfp_proto_range_t protocol;     /* the versions served (immutable once HTTP is up) */
     pthread_rwlock_t local_lock;    /* local: read by every HTTPS request's offer */
     tfp_netlist_t local;            /* this host's addresses */
     _Atomic uint64_t local_at_ms;   /* when they were read; 0: never */
@@ -222,9 +223,21 @@ int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why)
     return up->why[0] == '\0';
 }
 
-static void refuse(tfx_req_t *r, const char *reason)
+void tfd_upgrade_set_protocol(tfd_upgrade_t *up, tfp_proto_range_t protocol)
+{
+    up->protocol = protocol;
+}
+
+/* The server's range, for a client that named its own (an older one's parser refuses it). */
+static tfp_proto_range_t protocol_for(const tfd_upgrade_t *up, tfx_req_t *r)
+{
+    return tfx_req_op_who(r)->protocol.min ? up->protocol : (tfp_proto_range_t){0, 0};
+}
+
+static void refuse(tfd_upgrade_t *up, tfx_req_t *r, const char *reason)
 {
     tfp_up_resp_t resp = {0};
+    resp.protocol = protocol_for(up, r);
     snprintf(resp.reason, sizeof resp.reason, "%s", reason);
     char *json;
     size_t len;
@@ -247,13 +260,13 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         return;
     }
     if (up->why[0]) {
-        refuse(r, up->why);
+        refuse(up, r, up->why);
         return;
     }
     if (tfx_req_op_who(r)->cred == TFP_CRED_CERT) {
         /* Over UCX each request is checked against the bearer token that upgraded it
          * (HELLO's proof, revocation by SIGHUP); a certificate gives none to carry. */
-        refuse(r, "a client certificate's principal has no bearer token to carry over UCX "
+        refuse(up, r, "a client certificate's principal has no bearer token to carry over UCX "
                   "(send a token to upgrade)");
         return;
     }
@@ -263,11 +276,12 @@ void tfd_upgrade_handle(tfd_upgrade_t *up, tfx_req_t *r)
         snprintf(why, sizeof why, "TLS is on and UCX is not encrypted: %.64s is not on a "
                  "trusted link (ucx-trusted: %.100s)", peer[0] ? peer : "this client",
                  up->trusted_text);
-        refuse(r, why);
+        refuse(up, r, why);
         return;
     }
     tfp_up_resp_t resp = {0};
     resp.upgraded = 1;
+    resp.protocol = protocol_for(up, r);
     resp.same_host = tfp_up_host_same(&up->self, &req.host);
     resp.server_pid = up->self.pid;
     resp.expires_ms = up->ttl_ms;

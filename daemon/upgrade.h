@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 #include "proto/netaddr.h"
+#include "proto/protover.h"
 #include "transports/req.h"
 
 typedef struct tfd_upgrade tfd_upgrade_t;
@@ -33,6 +34,9 @@ typedef struct {
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
                                  const char *tcp_ports, const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
+/* The protocol versions the server speaks, named in every answer to a client that named its
+ * own (Tfetch-Protocol). Set once, before HTTP starts. */
+void tfd_upgrade_set_protocol(tfd_upgrade_t *up, tfp_proto_range_t protocol);
 /* The memory types the server's UCX can move, comma-separated ("host"; a CUDA-enabled UCX
  * adds "cuda", ...), or NULL when UCX is not running. */
 const char *tfd_upgrade_memory_types(const tfd_upgrade_t *up);

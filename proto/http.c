@@ -574,6 +574,51 @@ static int has_control(const char *path)
     return 0;
 }
 
+/* The client's protocol range, and whether it meets the server's. The operations a newcomer
+ * finds out with (health, readiness, metrics, info) answer every version. */
+static tfp_status_t take_protocol(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
+{
+    tfp_err_t err;
+    if (in->protocol &&
+        tfp_proto_parse(in->protocol, strlen(in->protocol), &op->who.protocol, &err) != TFP_OK)
+        return tfp_op_fail(e, TFP_EBADREQ, "Tfetch-Protocol: %s", err.msg);
+    if (in->ours.min == 0 || op->kind == TFP_OP_HEALTH || op->kind == TFP_OP_READY ||
+        op->kind == TFP_OP_METRICS || op->kind == TFP_OP_INFO)
+        return TFP_OK;
+    tfp_proto_range_t peer = in->protocol ? op->who.protocol : tfp_proto_unnamed();
+    char feature[96];
+    snprintf(feature, sizeof feature, "%.16s %.64s", in->method ? in->method : "",
+             tfp_op_name(op->kind));
+    if (tfp_proto_check(in->ours, peer, "server", "client", feature, NULL, &err) != TFP_OK)
+        return tfp_op_fail(e, err.code, "%s", err.msg);
+    return TFP_OK;
+}
+
+/* RFC 9530's fields: the digests a PUT carries, the one a GET asks for. */
+static tfp_status_t take_digest(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
+{
+    tfp_err_t err;
+    if (op->kind == TFP_OP_TENSOR_PUT) {
+        if (in->content_digest && tfp_digest_parse(in->content_digest, &op->digest.content,
+                                                   &err) != TFP_OK)
+            return tfp_op_fail(e, TFP_EBADREQ, "Content-Digest: %s", err.msg);
+        if (in->repr_digest && tfp_digest_parse(in->repr_digest, &op->digest.repr, &err) !=
+                                   TFP_OK)
+            return tfp_op_fail(e, TFP_EBADREQ, "Repr-Digest: %s", err.msg);
+    } else if (op->kind == TFP_OP_TENSOR_GET) {
+        int w = 0;
+        if (in->want_repr_digest &&
+            tfp_digest_want_parse(in->want_repr_digest, &w, &err) != TFP_OK)
+            return tfp_op_fail(e, TFP_EBADREQ, "Want-Repr-Digest: %s", err.msg);
+        op->digest.want |= w;
+        if (in->want_content_digest &&
+            tfp_digest_want_parse(in->want_content_digest, &w, &err) != TFP_OK)
+            return tfp_op_fail(e, TFP_EBADREQ, "Want-Content-Digest: %s", err.msg);
+        op->digest.want |= w;
+    }
+    return TFP_OK;
+}
+
 tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_err_t *e)
 {
     tfp_path_info_t pi;
@@ -608,6 +653,10 @@ tfp_status_t tfp_http_op_parse(const tfp_http_req_t *in, tfp_op_t *op, tfp_op_er
     }
     memcpy(op->name, pi.name, sizeof op->name);
     memcpy(op->sub, pi.sub, sizeof op->sub);
+    if ((st = take_protocol(in, op, e)) != TFP_OK)
+        return st;
+    if ((st = take_digest(in, op, e)) != TFP_OK)
+        return st;
     if ((op->kind == TFP_OP_TENSOR_GET || op->kind == TFP_OP_WORKER_POLL ||
          op->kind == TFP_OP_FEED_POP || op->kind == TFP_OP_FEED_OUTFEED_GET) &&
         (st = take_wait(in, op, e)) != TFP_OK)

@@ -90,13 +90,22 @@ typedef struct {
     const char *ack, *through;      /* the query's ack=, through= values (after: above) */
     const char *rewind;             /* pop's ?rewind= ("1" or "0") */
     uint64_t max_body;              /* the largest document body the server takes */
+    const char *protocol;           /* Tfetch-Protocol: the versions the client speaks */
+    const char *content_digest, *repr_digest;           /* RFC 9530, on PUT */
+    const char *want_content_digest, *want_repr_digest; /* RFC 9530, on GET */
+    tfp_proto_range_t ours;         /* the versions the server speaks; {0, 0}: no check */
 } tfp_http_req_t;
 
 /* Fills *op (zeroed first) from the request. TFP_OK, or the first thing wrong, checked in
  * this order, with e set (code, message, and for TFP_EMETHOD the methods allowed):
  *   the request id, the user id, the worker secret (TFP_EBADREQ), the path (TFP_ENOTFOUND; TFP_EBADREQ for a
  *   bad name in it, or for a control character anywhere in it: the transport has already
- *   refused a NUL, raw or %00, see proto/httpframe.h), the method (TFP_EMETHOD), the wait (TFP_EBADREQ), a feed operation's
+ *   refused a NUL, raw or %00, see proto/httpframe.h), the method (TFP_EMETHOD),
+ *   Tfetch-Protocol (TFP_EBADREQ when malformed; TFP_EVERSION when it shares no version with
+ *   `ours`, a client naming none speaking version 1 - /healthz, /readyz, /metrics and
+ *   /v1/info answer every version), Content-Digest / Repr-Digest on a PUT and
+ *   Want-Repr-Digest / Want-Content-Digest on a GET (TFP_EBADREQ when malformed), the wait
+ *   (TFP_EBADREQ), a feed operation's
  *   Tfetch-Seq, Tfetch-Producer, Tfetch-Consumer (required by pop and ack), Prefer's wait,
  *   ack, through (required by ack) and after (all TFP_EBADREQ), and for a document
  *   body: the Content-Type (TFP_EMEDIATYPE), the length against max_body (TFP_ETOOBIG), a

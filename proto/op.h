@@ -12,9 +12,11 @@
 #define TFP_OP_H
 
 #include <stdint.h>
+#include "proto/digest.h"
 #include "proto/doc.h"
 #include "proto/httpcond.h"
 #include "proto/ids.h"
+#include "proto/protover.h"
 #include "proto/status.h"
 
 /* The forms a body or an answer can take (HTTP spells them as media types: tfp_media_parse
@@ -119,6 +121,8 @@ typedef struct {
     char user_principal[TFP_MAX_USER_ID + 1];   /* Tfetch-User-Principal: whose user `user`
                                                  * is, when a gateway forwards another
                                                  * principal's user; "" for the caller's own */
+    tfp_proto_range_t protocol;                 /* Tfetch-Protocol: the versions the client
+                                                 * speaks; {0, 0} when it named none */
 } tfp_op_who_t;
 
 /* A feed operation's stream and positions (doc/PROTOCOL.md, "Feeds"). */
@@ -155,6 +159,11 @@ typedef struct {
         tfp_range_t range;          /* GET only; NONE when absent, ignored or If-Range fails */
     } cond;
     tfp_op_feed_t feed;             /* FEED_*: stream ids and positions */
+    struct {                        /* TENSOR_GET, _PUT (HTTP): RFC 9530 integrity fields */
+        tfp_digest_t content, repr; /* PUT: Content-Digest, Repr-Digest (sha-256) */
+        int want;                   /* GET: Want-Repr-Digest or Want-Content-Digest asks for
+                                     * sha-256 */
+    } digest;
 } tfp_op_t;
 
 #define TFP_OP_MAX_MSG 512

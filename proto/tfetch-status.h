@@ -49,7 +49,9 @@
     X(EREQTIME,    -22, 408, "request timeout")                       \
     X(EUNAUTH,     -23, 401, "authentication required")               \
     X(EFORBIDDEN,  -24, 403, "forbidden")                             \
-    X(EPRECOND,    -25, 412, "precondition failed")
+    X(EPRECOND,    -25, 412, "precondition failed")                   \
+    X(EVERSION,    -26, 400, "protocol version mismatch")              \
+    X(EDIGEST,     -27, 400, "digest mismatch")
 
 #define TF_STATUS_LOCAL_MAP(X)                                          \
     X(ECONNECT,    -32,   0, "cannot connect")                          \

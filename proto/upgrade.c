@@ -483,6 +483,39 @@ static tfp_status_t check_ucx_resp(const tfp_up_resp_t *r, tfp_err_t *err)
     return TFP_OK;
 }
 
+/* "protocol": {"min": N, "max": M}, both integers 1..TFP_PROTO_LIMIT, N <= M. */
+static tfp_status_t read_protocol(const cJSON *o, tfp_proto_range_t *out, tfp_err_t *err)
+{
+    static const char *const keys[] = { "min", "max" };
+    const char *what = "upgrade response: \"protocol\"";
+    const cJSON *f[2];
+    int64_t lo, hi;
+    tfp_status_t st;
+
+    if (!cJSON_IsObject(o))
+        return tfp_err_set(err, TFP_EPROTO, "%s is not an object", what);
+    if ((st = members(what, o, keys, 2, f, err)) != TFP_OK)
+        return st;
+    if (get_int(f[0], 1, TFP_PROTO_LIMIT, &lo) != 0 ||
+        get_int(f[1], 1, TFP_PROTO_LIMIT, &hi) != 0 || lo > hi)
+        return tfp_err_set(err, TFP_EPROTO, "%s: \"min\" and \"max\" are not versions 1..%d "
+                           "with min <= max", what, TFP_PROTO_LIMIT);
+    out->min = (unsigned)lo;
+    out->max = (unsigned)hi;
+    return TFP_OK;
+}
+
+static void write_protocol(tfp_jw_t *w, tfp_proto_range_t r)
+{
+    tfp_jw_key(w, "protocol");
+    tfp_jw_obj_begin(w);
+    tfp_jw_key(w, "min");
+    tfp_jw_uint(w, r.min);
+    tfp_jw_key(w, "max");
+    tfp_jw_uint(w, r.max);
+    tfp_jw_obj_end(w);
+}
+
 /* n is strnlen(reason, TFP_UP_MAX_REASON + 1). */
 static tfp_status_t check_reason(const char *reason, size_t n, tfp_status_t code,
                                  tfp_err_t *err)
@@ -506,6 +539,10 @@ tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *l
     if (resp->upgraded != 0 && resp->upgraded != 1)
         return tfp_err_set(err, TFP_EINVAL, "upgrade response: upgraded %d is not 0 or 1",
                            resp->upgraded);
+    if (resp->protocol.min != 0 && !tfp_proto_valid(resp->protocol))
+        return tfp_err_set(err, TFP_EINVAL, "upgrade response: protocol %u..%u is not a "
+                           "range of versions 1..%d", resp->protocol.min, resp->protocol.max,
+                           TFP_PROTO_LIMIT);
     if (resp->upgraded)
         st = check_ucx_resp(resp, err);
     else
@@ -544,6 +581,8 @@ tfp_status_t tfp_up_resp_build(const tfp_up_resp_t *resp, char **json, size_t *l
         tfp_jw_key(&w, "reason");
         tfp_jw_str(&w, resp->reason);
     }
+    if (resp->protocol.min != 0)
+        write_protocol(&w, resp->protocol);
     tfp_jw_obj_end(&w);
     free(b64);
     out = tfp_jw_finish(&w, len);
@@ -557,14 +596,16 @@ static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t
 {
     static const char *const keys[] = { "transport", "token", "expires_ms", "worker_address",
                                         "same_host", "server_pid", "shm_socket",
-                                        "shm_token" };
+                                        "shm_token", "protocol" };
     const char *what = "upgrade response";
-    const cJSON *f[8];
+    const cJSON *f[9];
     int64_t v;
     tfp_status_t st;
 
-    st = members_opt(what, root, keys, 8, 6, f, err);
+    st = members_opt(what, root, keys, 9, 6, f, err);
     if (st != TFP_OK)
+        return st;
+    if (f[8] && (st = read_protocol(f[8], &r->protocol, err)) != TFP_OK)
         return st;
     if (tfp_cj_str(f[1], r->token, TFP_UP_TOKEN_LEN) != 0 || !tfp_up_token_valid(r->token))
         return tfp_err_set(err, TFP_EPROTO, "%s: \"token\" is not %d lowercase hex characters",
@@ -604,9 +645,9 @@ static tfp_status_t read_ucx_resp(const cJSON *root, tfp_up_resp_t *r, tfp_err_t
 tfp_status_t tfp_up_resp_parse(const char *body, size_t len, tfp_up_resp_t *out,
                                tfp_err_t *err)
 {
-    static const char *const refusal_keys[] = { "transport", "reason" };
+    static const char *const refusal_keys[] = { "transport", "reason", "protocol" };
     const char *what = "upgrade response";
-    const cJSON *t, *f[2];
+    const cJSON *t, *f[3];
     tfp_up_resp_t r;
     cJSON *root;
     tfp_status_t st;
@@ -622,7 +663,9 @@ tfp_status_t tfp_up_resp_parse(const char *body, size_t len, tfp_up_resp_t *out,
         r.upgraded = 1;
         st = read_ucx_resp(root, &r, err);
     } else if (cJSON_IsString(t) && strcmp(t->valuestring, "http") == 0) {
-        st = members(what, root, refusal_keys, 2, f, err);
+        st = members_opt(what, root, refusal_keys, 3, 2, f, err);
+        if (st == TFP_OK && f[2])
+            st = read_protocol(f[2], &r.protocol, err);
         if (st == TFP_OK && (!cJSON_IsString(f[1]) ||
                              check_reason(f[1]->valuestring, strlen(f[1]->valuestring),
                                           TFP_EPROTO, err) != TFP_OK))

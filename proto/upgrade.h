@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/base64.h"
+#include "proto/protover.h"
 #include "proto/status.h"
 
 #define TFP_UP_BOOT_ID_LEN 36               /* 8-4-4-4-12 lowercase hex */
@@ -110,6 +111,9 @@ typedef struct {
     char shm_token[TFP_UP_TOKEN_LEN + 1];   /* its one-time token (HELLO) */
     /* when refused */
     char reason[TFP_UP_MAX_REASON + 1];     /* 1..TFP_UP_MAX_REASON bytes of UTF-8 */
+    /* either way, optional: the protocol versions the server speaks (protover.h); {0, 0}
+     * when not named (a version-1 server, or a client that did not name its own) */
+    tfp_proto_range_t protocol;
 } tfp_up_resp_t;
 
 /* Success: {"transport": "ucx", "token": ..., "expires_ms": N, "worker_address": "<base64>",
@@ -117,7 +121,9 @@ typedef struct {
  * {"transport": "http", "reason": "..."}. The shm members come together or not at all, only
  * with same_host true (or, for a socket file, to another network namespace of the same
  * kernel), and only to a client whose request listed "shm" (an older client's
- * strict parser would refuse them).
+ * strict parser would refuse them). Either kind may carry "protocol": {"min": N, "max": M}
+ * (1 <= N <= M <= TFP_PROTO_LIMIT, no other members), only to a client whose request named its
+ * own range in a Tfetch-Protocol header, for the same reason.
  * build writes only the members of its kind (the others are ignored); parse requires exactly
  * those members, at most TFP_UP_MAX_RESP_JSON bytes, and zeroes the unused ones. On success
  * the parsed worker_address is the caller's to free, through tfp_up_resp_clear; on failure

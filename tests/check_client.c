@@ -1442,6 +1442,10 @@ START_TEST(abi_transport_info_size)
     ck_assert_uint_eq(init.size, sizeof(tf_transport_info_t));
     ck_assert_int_eq(tf_client_transport_info(c, url, &init), TF_OK);
     ck_assert_str_eq(init.transport, "http");
+    ck_assert_int_eq(init.same_host, -1);           /* nothing known of that origin */
+    ck_assert_int_eq(init.server_uid, -1);
+    ck_assert_uint_eq(init.protocol_min, 0);
+    ck_assert_str_eq(init.shm, "");
 
     /* A 0.1 caller's struct, exactly as long as its fields: nothing written past (ASan). */
     unsigned char *old = calloc(1, TRANSPORT_INFO_0_1);

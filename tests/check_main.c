@@ -35,6 +35,7 @@ int main(void)
     srunner_add_suite(sr, suite_workers());
     srunner_add_suite(sr, suite_ucxframe());
     srunner_add_suite(sr, suite_upgrade());
+    srunner_add_suite(sr, suite_digest());
     srunner_add_suite(sr, suite_hostid());
     srunner_add_suite(sr, suite_ucx());
     srunner_add_suite(sr, suite_ucxfault());

@@ -193,6 +193,64 @@ START_TEST(op_ids)
 }
 END_TEST
 
+/* Tfetch-Protocol: taken when well formed, refused when malformed (TFP_EBADREQ) or when it
+ * shares no version with the server's range (TFP_EVERSION, both ranges and the operation
+ * named); a client naming none speaks version 1; health, readiness, metrics and info answer
+ * every version; no server range given: no check. */
+START_TEST(op_protocol)
+{
+    tfp_op_t op;
+    tfp_op_err_t e;
+    tfp_http_req_t in = req("GET", "/v1/tensors/w");
+    in.protocol = "1-2";
+    PARSES(&in, TFP_OK, TFP_OP_TENSOR_GET, NULL);
+    ck_assert_uint_eq(op.who.protocol.min, 1);
+    ck_assert_uint_eq(op.who.protocol.max, 2);
+    in.protocol = NULL;
+    PARSES(&in, TFP_OK, TFP_OP_TENSOR_GET, NULL);
+    ck_assert_uint_eq(op.who.protocol.min, 0);
+    static const char *const bad[] = {"", "0-2", "2-1", "1-", "-2", "1 -2", "01-2", "1-2x",
+                                      "65536", "1-99999999999", "1,2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        in.protocol = bad[i];
+        PARSES(&in, TFP_EBADREQ, TFP_OP_TENSOR_GET, NULL);
+        ck_assert_msg(strncmp(e.msg, "Tfetch-Protocol: ", 17) == 0, "'%s': %s", bad[i], e.msg);
+    }
+    in.ours = (tfp_proto_range_t){2, 3};
+    in.protocol = "1-1";
+    PARSES(&in, TFP_EVERSION, TFP_OP_TENSOR_GET,
+           "protocol version mismatch on GET tensor_get: this server speaks 2..3, the client "
+           "1..1; the client is too old and must be upgraded");
+    in.protocol = NULL;                     /* names none: version 1 */
+    PARSES(&in, TFP_EVERSION, TFP_OP_TENSOR_GET, NULL);
+    in.protocol = "4-9";
+    PARSES(&in, TFP_EVERSION, TFP_OP_TENSOR_GET,
+           "protocol version mismatch on GET tensor_get: this server speaks 2..3, the client "
+           "4..9; the server is too old and must be upgraded");
+    in.protocol = "1-2";
+    PARSES(&in, TFP_OK, TFP_OP_TENSOR_GET, NULL);
+    in.protocol = "3";
+    PARSES(&in, TFP_OK, TFP_OP_TENSOR_GET, NULL);
+    in = req("PUT", "/v1/tensors/w");
+    in.ours = (tfp_proto_range_t){2, 2};
+    in.content_length = 8;
+    in.content_type = "application/x-safetensors";
+    PARSES(&in, TFP_EVERSION, TFP_OP_TENSOR_PUT, NULL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "on PUT tensor_put"));
+    static const char *const open_paths[] = {"/healthz", "/readyz", "/metrics", "/v1/info"};
+    static const tfp_op_kind_t open_kinds[] = {TFP_OP_HEALTH, TFP_OP_READY, TFP_OP_METRICS,
+                                               TFP_OP_INFO};
+    for (size_t i = 0; i < 4; i++) {
+        in = req("GET", open_paths[i]);
+        in.ours = (tfp_proto_range_t){2, 2};
+        PARSES(&in, TFP_OK, open_kinds[i], NULL);
+    }
+    in = req("POST", "/v1/upgrade");
+    in.ours = (tfp_proto_range_t){2, 2};
+    PARSES(&in, TFP_EVERSION, TFP_OP_UPGRADE, NULL);
+}
+END_TEST
+
 START_TEST(op_wait)
 {
     tfp_op_t op;
@@ -667,6 +725,7 @@ Suite *suite_op(void)
     tcase_add_test(tc, op_unknown_and_bad_names);
     tcase_add_test(tc, op_methods);
     tcase_add_test(tc, op_ids);
+    tcase_add_test(tc, op_protocol);
     tcase_add_test(tc, op_wait);
     tcase_add_test(tc, op_list_page);
     tcase_add_test(tc, op_accept);

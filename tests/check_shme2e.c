@@ -389,6 +389,16 @@ START_TEST(shm_policies)
     start(NULL);
     tf_client_t *c = client(TF_TRANSPORT_UCX);
     put_u8(c, "p", 64, 1);
+    /* what tfetch doctor reads: this host, the shm connection, the server's uid and range */
+    tf_transport_info_t ti = TF_TRANSPORT_INFO_INIT;
+    ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_int_eq(ti.same_host, 1);
+    ck_assert_str_eq(ti.shm, "shm/memfd");
+    ck_assert_str_eq(ti.shm_reason, "");
+    ck_assert_int_eq(ti.server_uid, (long)getuid());
+    ck_assert_uint_eq(ti.protocol_min, 1);
+    ck_assert_uint_eq(ti.protocol_max, 2);
     tf_doc_t *d = NULL;
     ck_assert_int_eq(tf_get(c, url("p"), 0, &d), TF_OK);
     ck_assert_str_ne(tf_client_last(c)->transport, "shm/memfd");
@@ -404,6 +414,10 @@ START_TEST(shm_policies)
     c = client(TF_TRANSPORT_AUTO);
     put_u8(c, "p", 64, 1);
     ck_assert_int_eq(tf_client_upgrade(c, D.base), TF_OK);
+    ck_assert_int_eq(tf_client_transport_info(c, D.base, &ti), TF_OK);
+    ck_assert_int_eq(ti.same_host, 1);
+    ck_assert_str_eq(ti.shm, "");
+    ck_assert_msg(strstr(ti.shm_reason, "offers no shm"), "%s", ti.shm_reason);
     ck_assert_int_eq(tf_get(c, url("p"), 0, &d), TF_OK);
     ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
                   tf_client_last(c)->transport);

@@ -759,6 +759,25 @@ static const struct {
       "\"worker_address\": base64: non-zero padding bits at offset 1" },
     { UCX_RESP(GOOD_TOK, "10000", "\"A-_B\"", "true", "1"), TFP_EPROTO,
       "base64: invalid character at offset 1" },
+    /* the optional protocol range (proto/protover.h) */
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":{\"min\":1,\"max\":2}}", TFP_OK, "" },
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":[1,2]}", TFP_EPROTO,
+      "\"protocol\" is not an object" },
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":{\"min\":2,\"max\":1}}",
+      TFP_EPROTO, "\"min\" and \"max\" are not versions 1..65535 with min <= max" },
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":{\"min\":0,\"max\":1}}",
+      TFP_EPROTO, "are not versions" },
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":{\"min\":1,\"max\":65536}}",
+      TFP_EPROTO, "are not versions" },
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":{\"min\":1.5,\"max\":2}}",
+      TFP_EPROTO, "are not versions" },
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":{\"min\":1}}", TFP_EPROTO,
+      "missing \"max\"" },
+    { "{\"transport\":\"http\",\"reason\":\"x\",\"protocol\":{\"min\":1,\"max\":2,"
+      "\"x\":3}}", TFP_EPROTO, "unknown key \"x\"" },
+    { "{\"transport\":\"ucx\",\"token\":" GOOD_TOK ",\"expires_ms\":10000,\"worker_address\":"
+      "\"AQID\",\"same_host\":true,\"server_pid\":1,\"protocol\":{\"min\":\"1\",\"max\":2}}",
+      TFP_EPROTO, "are not versions" },
 };
 
 START_TEST(up_resp_parse_refuses)
@@ -781,6 +800,93 @@ START_TEST(up_resp_parse_refuses)
                   err.msg, RESP_BAD[_i].substr);
     ck_assert_msg(strncmp(err.msg, "upgrade response", 16) == 0, "case %d: '%s'", _i, err.msg);
     ck_assert_mem_eq(&out, &canary, sizeof out);
+}
+END_TEST
+
+/* The protocol range: its text, the check and its message, the planted minimum, and the
+ * upgrade answer's optional "protocol" member (absent from a version-1 server's). */
+START_TEST(up_protocol)
+{
+    tfp_proto_range_t r = {0, 0}, ours = tfp_proto_ours();
+    tfp_err_t err;
+    char buf[TFP_PROTO_MAX_TEXT + 1];
+    unsigned common = 0;
+
+    ck_assert_int_eq(tfp_proto_parse("1-65535", 7, &r, &err), TFP_OK);
+    ck_assert_uint_eq(r.min, 1);
+    ck_assert_uint_eq(r.max, 65535);
+    ck_assert_int_eq(tfp_proto_format(r, buf, sizeof buf, &err), TFP_OK);
+    ck_assert_str_eq(buf, "1-65535");
+    ck_assert_int_eq(tfp_proto_parse("7", 1, &r, &err), TFP_OK);
+    ck_assert_uint_eq(r.min, 7);
+    ck_assert_uint_eq(r.max, 7);
+    ck_assert_int_eq(tfp_proto_parse("1-2", 2, &r, &err), TFP_EPROTO);    /* "1-": n counts */
+    ck_assert_int_eq(tfp_proto_parse(NULL, 0, &r, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_proto_format((tfp_proto_range_t){3, 2}, buf, sizeof buf, &err),
+                     TFP_EINVAL);
+    ck_assert_int_eq(tfp_proto_format(ours, buf, 4, &err), TFP_EINVAL);
+    ck_assert_uint_eq(ours.min, TFP_PROTO_MIN);
+    ck_assert_uint_eq(ours.max, TFP_PROTO_MAX);
+    ck_assert_uint_le(ours.min, 1);         /* N-1: this release still speaks 0.1.0's */
+
+    ck_assert_int_eq(tfp_proto_check(ours, tfp_proto_unnamed(), "client", "server", "GET x",
+                                     &common, &err), TFP_OK);
+    ck_assert_uint_eq(common, 1);
+    ck_assert_int_eq(tfp_proto_check((tfp_proto_range_t){2, 5}, (tfp_proto_range_t){4, 9}, "a",
+                                     "b", "f", &common, &err), TFP_OK);
+    ck_assert_uint_eq(common, 5);
+    ck_assert_int_eq(tfp_proto_check((tfp_proto_range_t){2, 2}, tfp_proto_unnamed(), "client",
+                                     "server", "PUT w", NULL, &err), TFP_EVERSION);
+    ck_assert_int_eq(err.code, TFP_EVERSION);
+    ck_assert_str_eq(err.msg, "protocol version mismatch on PUT w: this client speaks 2..2, "
+                              "the server 1..1; the server is too old and must be upgraded");
+    ck_assert_int_eq(tfp_proto_check((tfp_proto_range_t){0, 0}, ours, "a", "b", NULL, NULL,
+                                     &err), TFP_EVERSION);
+
+    r = ours;
+    ck_assert_int_eq(tfp_proto_raise_min(&r, "2", &err), TFP_OK);
+    ck_assert_uint_eq(r.min, 2);
+    ck_assert_uint_eq(r.max, TFP_PROTO_MAX);
+    static const char *const bad_min[] = {"0", "3", "1-2", "", "x", "02"};
+    for (size_t i = 0; i < sizeof bad_min / sizeof bad_min[0]; i++) {
+        r = ours;
+        ck_assert_int_eq(tfp_proto_raise_min(&r, bad_min[i], &err), TFP_EINVAL);
+        ck_assert_uint_eq(r.min, ours.min);
+        ck_assert_ptr_nonnull(strstr(err.msg, "TFETCH_PROTOCOL_MIN"));
+    }
+
+    /* the answer: named when set, round trip; absent, {0, 0} */
+    uint8_t addr[] = { 1, 2, 3 };
+    tfp_up_resp_t resp, got;
+    char *json;
+    size_t len;
+    ucx_resp(&resp, addr, sizeof addr);
+    resp.protocol = (tfp_proto_range_t){1, 2};
+    ck_assert_int_eq(tfp_up_resp_build(&resp, &json, &len, &err), TFP_OK);
+    ck_assert_ptr_nonnull(strstr(json, ",\"protocol\":{\"min\":1,\"max\":2}}"));
+    ck_assert_int_eq(tfp_up_resp_parse(json, len, &got, &err), TFP_OK);
+    ck_assert_uint_eq(got.protocol.min, 1);
+    ck_assert_uint_eq(got.protocol.max, 2);
+    tfp_up_resp_clear(&got);
+    free(json);
+    resp.protocol = (tfp_proto_range_t){3, 2};
+    ck_assert_int_eq(tfp_up_resp_build(&resp, &json, &len, &err), TFP_EINVAL);
+    resp.protocol = (tfp_proto_range_t){0, 0};
+    ck_assert_int_eq(tfp_up_resp_build(&resp, &json, &len, &err), TFP_OK);
+    ck_assert_ptr_null(strstr(json, "protocol"));
+    ck_assert_int_eq(tfp_up_resp_parse(json, len, &got, &err), TFP_OK);
+    ck_assert_uint_eq(got.protocol.min, 0);
+    tfp_up_resp_clear(&got);
+    free(json);
+    memset(&resp, 0, sizeof resp);
+    strcpy(resp.reason, "off");
+    resp.protocol = (tfp_proto_range_t){1, 2};
+    ck_assert_int_eq(tfp_up_resp_build(&resp, &json, &len, &err), TFP_OK);
+    ck_assert_str_eq(json, "{\"transport\":\"http\",\"reason\":\"off\","
+                           "\"protocol\":{\"min\":1,\"max\":2}}");
+    ck_assert_int_eq(tfp_up_resp_parse(json, len, &got, &err), TFP_OK);
+    ck_assert_uint_eq(got.protocol.max, 2);
+    free(json);
 }
 END_TEST
 
@@ -1032,6 +1138,7 @@ Suite *suite_upgrade(void)
     tcase_add_loop_test(tc, up_resp_parse_refuses, 0,
                         (int)(sizeof RESP_BAD / sizeof RESP_BAD[0]));
     tcase_add_test(tc, up_resp_parse_oversize);
+    tcase_add_test(tc, up_protocol);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("base64");

@@ -27,6 +27,7 @@ Suite *suite_async(void);
 Suite *suite_plugins(void);
 Suite *suite_ucxframe(void);
 Suite *suite_upgrade(void);
+Suite *suite_digest(void);
 Suite *suite_hostid(void);
 Suite *suite_ucx(void);
 Suite *suite_ucxfault(void);

@@ -346,7 +346,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         r->request_id[0] = r->transport[0] = r->content_type[0] = '\0';
         r->dtype[0] = r->shape[0] = '\0';
         r->call_id[0] = r->route[0] = r->call_user[0] = r->call_request_id[0] = '\0';
-        r->upgrade[0] = '\0';
+        r->upgrade[0] = r->protocol[0] = r->repr_digest[0] = '\0';
         r->position[0] = r->seq[0] = r->round[0] = r->generation[0] = r->device[0] = '\0';
         r->retry_after[0] = r->etag[0] = r->content_range[0] = '\0';
         return n;
@@ -375,6 +375,10 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         copy_value(r->call_user, sizeof(r->call_user), v, vlen);
     else if (header_is(line, name_len, "Tfetch-Call-Request-Id"))
         copy_value(r->call_request_id, sizeof(r->call_request_id), v, vlen);
+    else if (header_is(line, name_len, "Repr-Digest"))
+        copy_value(r->repr_digest, sizeof(r->repr_digest), v, vlen);
+    else if (header_is(line, name_len, "Tfetch-Protocol"))
+        copy_value(r->protocol, sizeof(r->protocol), v, vlen);
     else if (header_is(line, name_len, "Tfetch-Upgrade"))
         copy_value(r->upgrade, sizeof(r->upgrade), v, vlen);
     else if (header_is(line, name_len, "Tfetch-Position"))

@@ -66,6 +66,8 @@ typedef struct {
     char call_user[129];            /* Tfetch-Call-User */
     char call_request_id[129];      /* Tfetch-Call-Request-Id */
     char upgrade[32];               /* Tfetch-Upgrade: what the server can upgrade to */
+    char protocol[24];              /* Tfetch-Protocol: the versions it speaks, as sent */
+    char repr_digest[256];          /* Repr-Digest (RFC 9530), as sent; "" when none */
     /* A feed's reply (doc/PROTOCOL.md, feeds): the item's place in its queue, as sent. */
     char position[24];              /* Tfetch-Position */
     char seq[24];                   /* Tfetch-Seq */

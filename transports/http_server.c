@@ -274,6 +274,12 @@ static void parse_op(tfx_req_t *r, const char *method, const char *url)
         .through = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "through"),
         .rewind = MHD_lookup_connection_value(HR(r)->conn, MHD_GET_ARGUMENT_KIND, "rewind"),
         .max_body = HR(r)->srv->cfg.max_body,
+        .protocol = header(r, "Tfetch-Protocol"),
+        .content_digest = header(r, "Content-Digest"),
+        .repr_digest = header(r, "Repr-Digest"),
+        .want_content_digest = header(r, "Want-Content-Digest"),
+        .want_repr_digest = header(r, "Want-Repr-Digest"),
+        .ours = HR(r)->srv->cfg.protocol,
     };
     tfp_http_op_parse(&in, &r->op, &r->op_err);
 }

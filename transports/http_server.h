@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/protover.h"
 #include "proto/status.h"
 #include "transports/req.h"
 
@@ -39,6 +40,7 @@ typedef struct {
                                      * else the connection is closed; 0: no floor */
     unsigned rate_window_s;         /* the window both rates are averaged over; 0: 10 s */
     uint64_t max_body;              /* the largest document body announced (tfp_http_req_t) */
+    tfp_proto_range_t protocol;     /* the versions served (tfp_http_req_t.ours); {0, 0}: any */
     const char *tls_cert_pem;       /* both set: serve HTTPS (TLS 1.2/1.3) with this PEM */
     const char *tls_key_pem;        /* certificate chain and key; NULL: plain HTTP */
     const char *tls_client_ca_pem;  /* with TLS: ask for a client certificate and verify it

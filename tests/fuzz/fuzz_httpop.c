@@ -1,9 +1,10 @@
 /* fuzz_httpop.c - libFuzzer harness for tfp_http_op_parse (proto/http.c), the one place an
  * HTTP request's line and headers become the operation tfetchd runs.
  *
- * An input is up to eleven lines: method, path, the query's wait, Content-Length ("-" for
+ * An input is up to twelve lines: method, path, the query's wait, Content-Length ("-" for
  * chunked, empty for none), Content-Type, Accept, Tfetch-Dtype, Tfetch-Shape, Tfetch-User,
- * Tfetch-Request-Id and max-body; a missing line is an absent field, so short inputs test
+ * Tfetch-Request-Id, max-body, Tfetch-Protocol (against a server speaking 2..3, so that
+ * both a too-old and a too-new client occur), Repr-Digest and Want-Repr-Digest; a missing line is an absent field, so short inputs test
  * absent headers. The parse must refuse with a status and a message, or accept with no
  * message; TFP_EMETHOD (and only it) names the methods allowed; an accepted operation's
  * names and ids are valid, and its raw body's size fits max-body and makes a document with
@@ -24,7 +25,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define NFIELDS 11
+#define NFIELDS 14
 
 static void fail(const char *what, const tfp_op_err_t *e)
 {
@@ -107,7 +108,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tfp_http_req_t in = {
         .method = f[0], .path = f[1], .wait = f[2], .content_length = -1,
         .content_type = f[4], .accept = f[5], .dtype = f[6], .shape = f[7], .user = f[8],
-        .request_id = f[9], .max_body = 1u << 20,
+        .request_id = f[9], .max_body = 1u << 20, .protocol = f[11],
+        .ours = {2, 3}, .repr_digest = f[12], .want_repr_digest = f[13],
     };
     if (f[3] && f[3][0] == '-')
         in.chunked = 1;
@@ -140,6 +142,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if ((op.who.user[0] && !tfp_user_id_valid(op.who.user)) ||
             (op.who.request_id[0] && !tfp_request_id_valid(op.who.request_id)))
             fail("invalid id accepted", &e);
+        if (op.who.protocol.min &&
+            (!tfp_proto_valid(op.who.protocol) || op.who.protocol.max < in.ours.min ||
+             op.who.protocol.min > in.ours.max))
+            fail("a protocol range outside the server's accepted", &e);
+        if ((op.digest.repr.has || op.digest.content.has) && op.kind != TFP_OP_TENSOR_PUT)
+            fail("a digest taken on another operation than a PUT", &e);
         if (op.body.kind == TFP_BODY_RAW && op.body.nbytes > in.max_body)
             fail("raw body above max-body accepted", &e);
         if (op.body.kind == TFP_BODY_RAW)
