@@ -2511,6 +2511,7 @@ START_TEST(ucx_closed_mid_handshake)
         ck_assert_int_ge(kid, 0);
         if (kid == 0)
             close_mid_handshake(&resp, ident, i % 8);   /* at different points of the wireup */
+        tfp_up_resp_clear(&resp);
         int ws = 0;
         ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
         ck_assert_msg(!WIFEXITED(ws) || WEXITSTATUS(ws) == 0, "client %d could not connect", i);
