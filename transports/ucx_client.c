@@ -66,6 +66,8 @@ struct tfx_ucxc_conn {
     uint64_t hello_deadline;        /* CLOCK_MONOTONIC ms: no HELLO_ACK by then is a failure */
     long hello_timeout_ms;          /* what that deadline was, for the message */
     int hello_timed_out;            /* hello_state -1 because that deadline passed */
+    uint64_t linger_until;          /* thread: closed by the caller mid-handshake; closed
+                                     * when the HELLO settles or at this time (0: not) */
     char why[256];
 };
 
@@ -129,6 +131,8 @@ struct tfx_ucxc {
     tfx_ucxc_req_t *live;           /* owner */
     tfx_ucxc_conn_t **conns;        /* owner: connections with their handshakes */
     size_t nconns, capconns;
+    unsigned lingering;             /* thread: connections closed mid-handshake, waiting */
+    atomic_uint closing;            /* endpoint closes UCX has not completed */
     uint64_t next_seq;
     int stopping;
     int thread_done;                /* the progress thread left its loop (under lock) */
@@ -156,6 +160,8 @@ struct tfx_ucxc {
 enum { OWN_NONE, OWN_THREAD, OWN_CALLER };
 
 #define STOP_WAIT_MS 500L           /* tfx_ucxc_free waits this long for the thread */
+#define LINGER_MS 300L              /* a close waits this long for a handshake in flight */
+#define CLOSE_WAIT_MS 200L          /* the worker's end waits this long for its closes */
 #define TAKE_SPIN_NS 20000u         /* a caller spins this long for the worker, then sleeps */
 #define TAKE_MAX_MS 100u            /* ... and gives up after this (a thread stuck in UCX) */
 
@@ -215,10 +221,20 @@ static void send_bye(tfx_ucxc_conn_t *c)
         free(buf);                  /* sent at once, or failed */
 }
 
+/* A close's end (the request itself was released when posted: UCX still calls this). */
+static void ep_closed(void *request, ucs_status_t status, void *user_data)
+{
+    tfx_ucxc_t *u = user_data;
+    (void)request;
+    (void)status;
+    atomic_fetch_sub(&u->closing, 1);
+}
+
 /* FORCE (operations complete with an error at once) needs peer failure detection, so
  * between hosts only; on one host UCX 1.13 refuses it, and the endpoint is flushed and
- * closed in the background instead (what never completes goes with the worker). bye: the
- * connection is healthy and closed on purpose: the server is told first (send_bye). */
+ * closed in the background instead; the worker's end waits a little for those (cleanup).
+ * bye: the connection is healthy and closed on purpose: the server is told first
+ * (send_bye). */
 static void close_ep(tfx_ucxc_conn_t *c, int bye)
 {
     if (c->closed || !c->ep)
@@ -227,11 +243,17 @@ static void close_ep(tfx_ucxc_conn_t *c, int bye)
         send_bye(c);
     c->closed = 1;
     atomic_store(&c->broken, 1);
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                             .flags = c->same_host ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                                             UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .flags = c->same_host ? 0 : UCP_EP_CLOSE_FLAG_FORCE,
+                             .cb.send = ep_closed, .user_data = c->u};
+    atomic_fetch_add(&c->u->closing, 1);
     void *rq = ucp_ep_close_nbx(c->ep, &p);
-    if (rq && !UCS_PTR_IS_ERR(rq))
+    if (UCS_PTR_IS_PTR(rq))
         ucp_request_free(rq);
+    else
+        atomic_fetch_sub(&c->u->closing, 1);    /* closed at once, or failed */
 }
 
 /* Moves a request whose operations are all done to the done queue. */
@@ -775,6 +797,62 @@ void tfx_ucxc_set_stall(tfx_ucxc_t *u, uint64_t rate, long stall_ms)
     atomic_store(&u->stall_ms, stall_ms > 0 ? stall_ms : 0);
 }
 
+static void close_now(tfx_ucxc_conn_t *c)
+{
+    break_conn(c, TFP_EBUSY, "the connection was closed", 1);
+    conn_unref(c);
+}
+
+/* 1 while c's HELLO is unanswered: UCX's wireup is still under way on its endpoint. */
+static int mid_handshake(tfx_ucxc_conn_t *c)
+{
+    tfx_ucxc_t *u = c->u;
+    pthread_mutex_lock(&u->lock);
+    int mid = c->ep && !c->closed && c->hello_state == 0;
+    pthread_mutex_unlock(&u->lock);
+    return mid;
+}
+
+/* The caller closed c. One still in its handshake lingers (LINGER_MS at most, never past its
+ * HELLO's deadline) until the HELLO settles: an endpoint closed, or a worker destroyed, while
+ * UCX 1.13's tcp wireup is in flight trips UCX on both sides (the server's reverse connect
+ * fails with a wireup message queued: SIGSEGV or an assertion in tfetchd's UCX thread, and an
+ * assertion in this process's ucp_worker_destroy). */
+static void close_or_linger(tfx_ucxc_t *u, tfx_ucxc_conn_t *c)
+{
+    if (!mid_handshake(c)) {
+        close_now(c);
+        return;
+    }
+    uint64_t until = tfx_now_ms() + (uint64_t)LINGER_MS;
+    pthread_mutex_lock(&u->lock);
+    c->linger_until = until < c->hello_deadline ? until : c->hello_deadline;
+    u->lingering++;
+    pthread_mutex_unlock(&u->lock);
+}
+
+/* Closes the lingering connections whose handshake settled or whose time is up: how many. */
+static unsigned close_settled(tfx_ucxc_t *u)
+{
+    for (unsigned n = 0;; n++) {
+        tfx_ucxc_conn_t *due = NULL;
+        uint64_t now = tfx_now_ms();
+        pthread_mutex_lock(&u->lock);
+        for (size_t i = 0; u->lingering && !due && i < u->nconns; i++) {
+            tfx_ucxc_conn_t *c = u->conns[i];
+            if (c->linger_until && (c->hello_state != 0 || now >= c->linger_until)) {
+                c->linger_until = 0;
+                u->lingering--;
+                due = c;
+            }
+        }
+        pthread_mutex_unlock(&u->lock);
+        if (!due)
+            return n;
+        close_now(due);
+    }
+}
+
 /* Runs queued commands and expired deadlines. Returns how much it did. */
 static unsigned run_cmds(tfx_ucxc_t *u)
 {
@@ -804,14 +882,12 @@ static unsigned run_cmds(tfx_ucxc_t *u)
         switch (cm->kind) {
         case CMD_CONNECT: do_connect(u, cm); break;
         case CMD_START: do_start(u, cm->req); break;
-        case CMD_CLOSE:
-            break_conn(cm->conn, TFP_EBUSY, "the connection was closed", 1);
-            conn_unref(cm->conn);
-            break;
+        case CMD_CLOSE: close_or_linger(u, cm->conn); break;
         }
         free(cm->addr);
         free(cm);
     }
+    n += close_settled(u);
     for (tfx_ucxc_req_t *r = u->live; r; r = r->next)
         if (r->rndv_desc) {
             start_rndv(u, r);
@@ -879,13 +955,14 @@ static int loop_stopping(void *arg)
     return stopping;
 }
 
-/* Commands posted before the stop still run (a close among them), unless the caller has
- * let go (abandoned): then nothing more is started. */
+/* Commands posted before the stop still run (a close among them), and connections closed
+ * mid-handshake settle, unless the caller has let go (abandoned): then nothing more is
+ * started. */
 static int loop_drained(void *arg)
 {
     tfx_ucxc_t *u = arg;
     pthread_mutex_lock(&u->lock);
-    int drained = u->cmd_head == NULL || u->abandoned;
+    int drained = (u->cmd_head == NULL && u->lingering == 0) || u->abandoned;
     pthread_mutex_unlock(&u->lock);
     return drained;
 }
@@ -1374,6 +1451,12 @@ static void cleanup(tfx_ucxc_t *u)
         close_ep(u->conns[i], 1);
     for (int i = 0; i < 100 && u->live; i++)
         ucp_worker_progress(u->worker);
+    /* Closes in flight (a flush) finish before the worker goes: UCX 1.13 destroying a worker
+     * with a wireup message still queued on a tcp endpoint fails an assertion (abort). */
+    for (uint64_t until = tfx_now_ms() + (uint64_t)CLOSE_WAIT_MS;
+         atomic_load(&u->closing) && tfx_now_ms() < until;)
+        if (!ucp_worker_progress(u->worker))
+            tfx_ucx_base_sleep(&u->base, 1);
     tfx_ucx_base_close(&u->base);
     while (u->live) {
         tfx_ucxc_req_t *r = u->live;

@@ -43,7 +43,8 @@ int tfx_ucxc_no_shm(const tfx_ucxc_t *u);
 /* Closes every connection (requests fail with TFP_EBUSY... and are completed), stops the
  * thread, frees. Completions not yet taken are dropped: call after draining. NULL: no-op.
  * Bounded: a thread that has not stopped within 0.5 s (stuck inside UCX) is left to free
- * everything itself; it wakes and completes nothing any more. */
+ * everything itself; it wakes and completes nothing any more. Endpoint closes get 0.2 s
+ * more to finish before the worker goes. */
 void tfx_ucxc_free(tfx_ucxc_t *u);
 /* The memory types this client's UCX can move ("host", "host,cuda,..."; ucx_common.h). */
 const char *tfx_ucxc_memory(const tfx_ucxc_t *u);
@@ -80,7 +81,10 @@ const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c);
 void tfx_ucxc_conn_watch_pid(tfx_ucxc_conn_t *c, long pid);
 /* 1 once the connection failed (a request timed out, the peer went away). */
 int tfx_ucxc_conn_broken(const tfx_ucxc_conn_t *c);
-/* Closes the connection; its unfinished requests complete with TFP_EBUSY. */
+/* Closes the connection; its unfinished requests complete with TFP_EBUSY. One whose HELLO
+ * is still unanswered closes once that settles (0.3 s at most, not past its deadline;
+ * tfx_ucxc_free waits for it): UCX 1.13 breaks, on both sides, when a tcp endpoint or its
+ * worker goes mid-wireup (tfetchd died of it). */
 void tfx_ucxc_conn_close(tfx_ucxc_conn_t *c);
 
 /* Stall detection for requests started from now on (0 ms: off, the default): a request
