@@ -324,6 +324,27 @@ static int tmp_finish(char *tmp, const char *path, int ok)
     return rc;
 }
 
+/* Closes an output file fd opened for path (a temporary one tmp, renamed into place when
+ * all went well, else removed; NULL: written in place) and returns rc, or EXIT_LOCAL when
+ * the close or the rename failed. */
+static int out_close(const char *path, int fd, char *tmp, int rc)
+{
+    if (close(fd) != 0 && rc == EXIT_OK) {
+        cli_msg("cannot write %s: %s", path, strerror(errno));
+        rc = EXIT_LOCAL;
+    }
+    if (tmp) {
+        char shown[4096];
+        snprintf(shown, sizeof shown, "%s", tmp);
+        if (tmp_finish(tmp, path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
+            cli_msg("cannot rename %s to %s: %s", shown, path, strerror(errno));
+            rc = EXIT_LOCAL;
+        }
+    }
+    return rc;
+}
+
+
 /* ---- documents out and in --------------------------------------------------------------- */
 
 static int write_doc(int fd, const tf_doc_t *doc)
@@ -392,18 +413,8 @@ int cli_write_reply(const cli_opts_t *o, const char *what, const char *url,
         cli_msg("cannot write %s: %s", to_stdout ? "stdout" : path, strerror(errno));
         rc = EXIT_LOCAL;
     }
-    if (!to_stdout && close(fd) != 0 && rc == EXIT_OK) {
-        cli_msg("cannot write %s: %s", path, strerror(errno));
-        rc = EXIT_LOCAL;
-    }
-    if (!to_stdout && !direct) {
-        char shown[4096];
-        snprintf(shown, sizeof shown, "%s", tmp);
-        if (tmp_finish(tmp, path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
-            cli_msg("cannot rename %s to %s: %s", shown, path, strerror(errno));
-            rc = EXIT_LOCAL;
-        }
-    }
+    if (!to_stdout)
+        rc = out_close(path, fd, direct ? NULL : tmp, rc);
     return rc;
 }
 
@@ -553,20 +564,9 @@ int cli_sink_close(const char *what, const char *url, const char *path, cli_sink
         return rc;
     if (rc == EXIT_OK && !s->direct)
         rc = check_reply(what, url, s->fd);
-    if (close(s->fd) != 0 && rc == EXIT_OK) {
-        cli_msg("cannot write %s: %s", path, strerror(errno));
-        rc = EXIT_LOCAL;
-    }
+    rc = out_close(path, s->fd, s->tmp, rc);
     s->fd = -1;
-    if (s->tmp) {
-        char shown[4096];
-        snprintf(shown, sizeof shown, "%s", s->tmp);
-        if (tmp_finish(s->tmp, path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
-            cli_msg("cannot rename %s to %s: %s", shown, path, strerror(errno));
-            rc = EXIT_LOCAL;
-        }
-        s->tmp = NULL;
-    }
+    s->tmp = NULL;
     return rc;
 }
 
@@ -631,18 +631,8 @@ int cli_write_bytes(const char *what, const char *url, const void *buf, size_t l
         cli_msg("cannot write %s: %s", to_stdout ? "stdout" : path, strerror(errno));
         rc = EXIT_LOCAL;
     }
-    if (!to_stdout && close(fd) != 0 && rc == EXIT_OK) {
-        cli_msg("cannot write %s: %s", path, strerror(errno));
-        rc = EXIT_LOCAL;
-    }
-    if (!to_stdout && !direct) {
-        char shown[4096];
-        snprintf(shown, sizeof shown, "%s", tmp);
-        if (tmp_finish(tmp, path, rc == EXIT_OK) != 0 && rc == EXIT_OK) {
-            cli_msg("cannot rename %s to %s: %s", shown, path, strerror(errno));
-            rc = EXIT_LOCAL;
-        }
-    }
+    if (!to_stdout)
+        rc = out_close(path, fd, direct ? NULL : tmp, rc);
     if (to_stdout && fflush(stdout) != 0 && rc == EXIT_OK)
         rc = EXIT_LOCAL;
     return rc;

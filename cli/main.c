@@ -174,26 +174,29 @@ const char cli_usage_text[] =
     "Like curl --fail, a failed request writes nothing to FILE or stdout (a refused\n"
     "condition included): only its message, on stderr, and the exit status.\n";
 
+/* "tfetch: MESSAGE" then tail on stderr, below a progress bar if one is up. */
+static void vmsg(const char *tail, const char *fmt, va_list ap)
+{
+    cli_bar_end();
+    fputs("tfetch: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(tail, stderr);
+}
+
 void cli_msg(const char *fmt, ...)
 {
     va_list ap;
-    cli_bar_end();
-    fputs("tfetch: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vmsg("\n", fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 int cli_usage_error(const char *fmt, ...)
 {
     va_list ap;
-    cli_bar_end();
-    fputs("tfetch: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vmsg("\nTry 'tfetch --help' for more information.\n", fmt, ap);
     va_end(ap);
-    fputs("\nTry 'tfetch --help' for more information.\n", stderr);
     return EXIT_USAGE;
 }
 

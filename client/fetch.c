@@ -470,24 +470,34 @@ refuse:
     return st;
 }
 
+/* The caller's tf_request_t (shorter from an older header, or longer from a newer one) into
+ * *r, checked: TF_OK with *op, else the refusal recorded in c's last result. */
+static tf_status_t request_in(tf_client_t *c, const tf_request_t *rq, tf_request_t *r, int *op)
+{
+    if (!rq)
+        return tfi_refuse(c, -1, TF_EINVAL, "no request description");
+    if (tfi_struct_in(r, sizeof(*r), rq, rq->size, TFI_REQUEST_SIZE_0_1) != TF_OK)
+        return tfi_refuse(c, -1, TF_EINVAL,
+                          rq->size > sizeof(*r)
+                              ? "tf_request_t sets a field this libtfetch does not know"
+                              : "bad tf_request_t size (set it with TF_REQUEST_INIT, or 0)");
+    *op = (int)r->op;
+    if (*op < TF_OP_GET || *op > TF_OP_EXCHANGE)
+        return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
+    return TF_OK;
+}
+
 /* tf_fetch_start; driven: the caller waits for it at once (tfi_fetch_start_driven). */
 static tf_status_t fetch_start(tf_client_t *c, const tf_request_t *rq, tf_fetch_cb cb,
                                void *user_data, tf_fetch_t **out, int driven, int fd)
 {
     if (!c)
         return TF_EINVAL;
-    if (!rq)
-        return tfi_refuse(c, -1, TF_EINVAL, "no request description");
-    /* The caller's struct may be shorter (an older header) or longer (a newer one). */
     tf_request_t r;
-    if (tfi_struct_in(&r, sizeof(r), rq, rq->size, TFI_REQUEST_SIZE_0_1) != TF_OK)
-        return tfi_refuse(c, -1, TF_EINVAL,
-                          rq->size > sizeof(r)
-                              ? "tf_request_t sets a field this libtfetch does not know"
-                              : "bad tf_request_t size (set it with TF_REQUEST_INIT, or 0)");
-    int op = (int)r.op;
-    if (op < TF_OP_GET || op > TF_OP_EXCHANGE)
-        return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
+    int op;
+    tf_status_t st = request_in(c, rq, &r, &op);
+    if (st != TF_OK)
+        return st;
     if (!cb && !out)
         return tfi_refuse(c, op, TF_EINVAL, "a request needs a callback or a handle");
     return start_fetch(c, &r, op, NULL, NULL, driven, fd, cb, user_data, out);
@@ -739,19 +749,13 @@ tf_status_t tf_request(tf_client_t *c, const tf_request_t *rq, tf_doc_t **out)
 {
     if (!c)
         return TF_EINVAL;
-    if (!rq)
-        return tfi_refuse(c, -1, TF_EINVAL, "no request description");
     tf_request_t r;
-    if (tfi_struct_in(&r, sizeof(r), rq, rq->size, TFI_REQUEST_SIZE_0_1) != TF_OK)
-        return tfi_refuse(c, -1, TF_EINVAL,
-                          rq->size > sizeof(r)
-                              ? "tf_request_t sets a field this libtfetch does not know"
-                              : "bad tf_request_t size (set it with TF_REQUEST_INIT, or 0)");
-    int op = (int)r.op;
-    if (op < TF_OP_GET || op > TF_OP_EXCHANGE)
-        return tfi_refuse(c, -1, TF_EINVAL, "unknown operation");
+    int op;
+    tf_status_t st = request_in(c, rq, &r, &op);
+    if (st != TF_OK)
+        return st;
     tf_fetch_t *f = NULL;
-    tf_status_t st = blocking(c, &r, op, &f);
+    st = blocking(c, &r, op, &f);
     if (st == TF_OK && out)
         *out = tf_fetch_take_doc(f);
     tf_fetch_free(f);

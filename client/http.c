@@ -70,13 +70,7 @@ static void release_req(tf_client_t *c, tfx_hc_req_t *req)
 
 static int progress_tramp(uint64_t dn, uint64_t dt, uint64_t un, uint64_t ut, void *ud)
 {
-    tf_client_t *c = ud;
-    if (!c->progress)
-        return 0;
-    c->in_engine++;
-    int rc = c->progress(dn, dt, un, ut, c->progress_ud);
-    c->in_engine--;
-    return rc;
+    return tfi_progress(ud, dn, dt, un, ut);
 }
 
 static const char *method_of(const tfi_op_t *o)
