@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
+import secrets
 import threading
 import urllib.parse
 import weakref
@@ -27,6 +29,7 @@ from ._feeds import FeedCalls
 # What put, call and fetch take: a dict of name -> array (numpy, or anything with
 # __dlpack__ or __array__: torch, jax, ml_dtypes), one array (sent as "tensor"), or a Batch.
 Tensors = Union[Mapping[str, Any], Any]
+PathLike = Union[str, "os.PathLike[str]"]
 
 lib = _lib.lib
 
@@ -70,7 +73,8 @@ class Client(FeedCalls):
       the server serves requests as the principal the certificate's subject maps to.
       None: $TFETCH_CERT and $TFETCH_KEY when set.
 
-    Blocking: get, put, call, delete, list, info, upgrade, transport_info.
+    Blocking: get, put, call, delete, list, info, upgrade, transport_info; get_file and
+    put_file move a document between the server and a file, never held whole in memory.
     Asynchronous (asyncio, many in flight): aget, aput, acall, adelete, alist, ainfo.
     Results: get and call return a tfetch.Document (a dict name -> numpy array, the arrays
     being views over the received bytes, not copies; like="torch": torch tensors over
@@ -298,6 +302,74 @@ class Client(FeedCalls):
             release_doc(doc, keep)
             del keep
 
+    # ---- big documents: files, never held whole in memory ---------------------------------
+
+    def get_file(self, name: str, path: PathLike) -> Result:
+        """GET a document straight into the file at path (a str or os.PathLike), never
+        holding it whole in memory (tf_fetch_start_fd): over HTTP written as it arrives,
+        same-host from the mapping of the stored document. It goes to a temporary file
+        beside path (PATH.tfetch-XXXXXXXX), checked to be a safetensors document, then
+        renamed over path: a failed get leaves path as it was and no temporary file. A
+        path that exists and is not a regular file (/dev/null, a FIFO) is written in place.
+        Returns c.last (bytes_received: the document's size)."""
+        url = self._resolve(name).encode()
+        path = os.fspath(path)
+        direct = os.path.exists(path) and not os.path.isfile(path)
+        if direct:
+            fd, tmp = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC), None
+        else:
+            fd, tmp = _tmp_open(path)
+        ok = False
+        try:
+            rq = _request(_lib.TF_OP_GET, url)
+            r = self._run_fd(rq, fd)
+            if not direct:
+                _check_doc(fd, r)
+            ok = True
+        finally:
+            os.close(fd)
+            if tmp is not None:
+                if ok:
+                    try:
+                        os.replace(tmp, path)
+                    except BaseException:
+                        os.unlink(tmp)
+                        raise
+                else:
+                    os.unlink(tmp)
+        return r
+
+    def put_file(self, name: str, path: PathLike) -> Result:
+        """PUT the safetensors document in the file at path (a str or os.PathLike, a
+        non-empty regular file), never holding it whole in memory (tf_fetch_start_fd): over
+        HTTP read as it is sent, same-host read straight into the memory the server lends.
+        The server checks it as any upload. Returns c.last (c.last.etag: the version
+        stored)."""
+        url = self._resolve(name).encode()
+        fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return self._run_fd(_request(_lib.TF_OP_PUT, url), fd)
+        finally:
+            os.close(fd)
+
+    def _run_fd(self, rq, fd):
+        """tf_fetch_start_fd, waited for: the request's Result; raises when it failed."""
+        f = c_void_p()
+        with self._lock:
+            c = self._handle()
+            st = lib.tf_fetch_start_fd(c, byref(rq), fd, _lib.FETCH_CB(), None, byref(f))
+            if st != 0:
+                return self._finish(st)
+            try:
+                st = lib.tf_fetch_wait(f, -1)
+                r = Result._from_c(lib.tf_fetch_result(f).contents)
+            finally:
+                lib.tf_fetch_free(f)
+        self._last = r
+        if st != 0:
+            raise_for(r)
+        return r
+
     def call(self, route: str, tensors: Tensors,
              metadata: Optional[Mapping[str, str]] = None,
              like: Optional[str] = None) -> Document:
@@ -470,6 +542,42 @@ def _request(op, url, doc=None, wait_ms=0, if_match=None, if_none_match=None, tt
     return _lib.Request(size=ctypes.sizeof(_lib.Request), op=op, url=url, in_=doc,
                         wait_ms=wait_ms, if_match=enc(if_match),
                         if_none_match=enc(if_none_match), ttl_s=ttl_s)
+
+
+def _tmp_open(path):
+    """PATH.tfetch-XXXXXXXX, created exclusively with mode 0666 less the umask (as open(2)
+    would make PATH): (fd, name)."""
+    while True:
+        tmp = "%s.tfetch-%s" % (path, secrets.token_hex(4))
+        try:
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                           0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _check_doc(fd, r):
+    """The file fd holds a safetensors document (a streamed reply is not decoded on the
+    way): only its header is read, through a private mapping. Raises as the get would."""
+    size = os.fstat(fd).st_size
+    why = ctypes.create_string_buffer(256)
+    st = -4                                     # TF_EPROTO (tfetch-status.h): empty
+    if size:
+        m = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            buf = (ctypes.c_char * size).from_buffer(m)
+            doc = c_void_p()
+            st = lib.tf_doc_decode_msg(ctypes.addressof(buf), size, _lib.TF_BORROW,
+                                       byref(doc), why, len(why))
+            lib.tf_doc_free(doc)
+            del buf
+        finally:
+            m.close()
+    if st != 0:
+        raise error_for(st, "bad safetensors response: %s" % (
+            why.value.decode(errors="replace") or ("empty response body" if not size
+                                                   else _lib.strerror(st))),
+            r.http_status, r)
 
 
 def _list_on(c, base):
