@@ -47,7 +47,7 @@ def _settle(fut, value, exc, owner, result):
 
 class _Job:
     __slots__ = ("id", "loop", "fut", "op", "url", "doc", "keep", "wait_ms", "timeout_ms",
-                 "fn", "handle")
+                 "fn", "handle", "if_match", "if_none_match", "ttl_s")
 
     def __init__(self, loop, fut):
         self.id, self.loop, self.fut = next(_ids), loop, fut
@@ -88,11 +88,16 @@ class Driver:
         if self._c:
             lib.tf_client_wakeup(self._c)
 
-    def fetch(self, op, url, doc, wait=None, timeout=None):
-        """A future for one request (op, url, doc = (tf_doc_t, arrays) or None)."""
+    def fetch(self, op, url, doc, wait=None, timeout=None, if_match=None, if_none_match=None,
+              ttl_s=0):
+        """A future for one request (op, url, doc = (tf_doc_t, arrays) or None), with the
+        conditions and lifetime of tf_request_t (if_match, if_none_match: str or None)."""
         loop = asyncio.get_running_loop()
         job = _Job(loop, loop.create_future())
         job.op, job.url = op, url.encode()
+        enc = lambda v: None if v is None else v.encode()  # noqa: E731
+        job.if_match, job.if_none_match = enc(if_match), enc(if_none_match)
+        job.ttl_s = int(ttl_s)
         if doc is not None:
             job.doc, job.keep = doc
         job.wait_ms = 0 if not wait else max(1, int(wait * 1000))
@@ -178,7 +183,9 @@ class Driver:
                 self._post(job, None, e, None)
             return
         rq = _lib.Request(size=ctypes.sizeof(_lib.Request), op=job.op, url=job.url,
-                          in_=job.doc, wait_ms=job.wait_ms, timeout_ms=job.timeout_ms)
+                          in_=job.doc, wait_ms=job.wait_ms, timeout_ms=job.timeout_ms,
+                          if_match=job.if_match, if_none_match=job.if_none_match,
+                          ttl_s=job.ttl_s)
         handle = c_void_p()
         self._jobs[job.id] = job
         st = lib.tf_fetch_start(self._c, byref(rq), self._cb, job.id, byref(handle))

@@ -286,8 +286,7 @@ class Client(FeedCalls):
         changes nothing. c.last.etag is the version stored."""
         url = self._resolve(name).encode()
         cond = ttl is not None or if_match is not None or if_none_match is not None
-        if ttl is not None and (int(ttl) != ttl or not 1 <= ttl <= 31622400):
-            raise ValueError("tfetch: ttl is whole seconds from 1 to 31622400 (a year)")
+        _check_ttl(ttl)
         doc, keep = build_doc(tensors, metadata)
         try:
             with self._lock:
@@ -414,26 +413,13 @@ class Client(FeedCalls):
         prefix: only names that start so; after: only names after this one; limit: at
         most this many. When more names follow, the list's .next is the name to pass as
         after= for the next page (None on the last page)."""
-        b = self._base(base).encode()
-        entries, n, nxt = ctypes.POINTER(_lib.Entry)(), c_size_t(), c_void_p()
-        opts = _lib.ListOpts(size=ctypes.sizeof(_lib.ListOpts),
-                             prefix=None if prefix is None else prefix.encode(),
-                             after=None if after is None else after.encode(),
-                             limit=0 if limit is None else int(limit))
+        b = self._base(base)
         if limit is not None and int(limit) < 1:
             raise ValueError("tfetch: limit is at least 1")
         with self._lock:
-            st = lib.tf_list_page(self._handle(), b, byref(opts), byref(entries), byref(n),
-                                  byref(nxt))
+            st, out = _list_on(self._handle(), b, prefix, after, limit)
             self._finish(st)
-        try:
-            out = Listing({"name": entries[i].name.decode(), "bytes": entries[i].bytes,
-                           "ntensors": entries[i].ntensors} for i in range(n.value))
-            out.next = ctypes.string_at(nxt).decode() if nxt.value else None
-            return out
-        finally:
-            lib.tf_list_free(entries, n)
-            lib.tf_free(nxt)
+        return out
 
     def info(self, base: Optional[str] = None) -> Dict[str, Any]:
         """The server's /v1/info, parsed (version, transports, limits, features)."""
@@ -483,19 +469,26 @@ class Client(FeedCalls):
         return self._driver
 
     async def aget(self, name: str, wait: Optional[float] = None,
-                   timeout: Optional[float] = None, like: Optional[str] = None) -> Document:
-        """await: get(name, wait, like) through the async engine. timeout: this request's,
-        in seconds (None: the client's)."""
+                   timeout: Optional[float] = None, like: Optional[str] = None, *,
+                   newer_than: Optional[str] = None) -> Document:
+        """await: get(name, wait, like, newer_than=...) through the async engine. timeout:
+        this request's, in seconds (None: the client's)."""
         return convert(await self._async().fetch(_lib.TF_OP_GET, self._resolve(name), None,
-                                                 wait=wait, timeout=timeout), like)
+                                                 wait=wait, timeout=timeout,
+                                                 if_none_match=newer_than), like)
 
     async def aput(self, name: str, tensors: Tensors,
                    metadata: Optional[Mapping[str, str]] = None,
-                   timeout: Optional[float] = None) -> None:
-        """await: put(name, tensors, metadata) through the async engine; the arrays are
-        borrowed until it completes."""
+                   timeout: Optional[float] = None, *, ttl: Optional[int] = None,
+                   if_match: Optional[str] = None,
+                   if_none_match: Optional[str] = None) -> None:
+        """await: put(name, tensors, metadata, ttl=..., if_match=..., if_none_match=...)
+        through the async engine; the arrays are borrowed until it completes."""
+        _check_ttl(ttl)
         doc = build_doc(tensors, metadata)
-        await self._async().fetch(_lib.TF_OP_PUT, self._resolve(name), doc, timeout=timeout)
+        await self._async().fetch(_lib.TF_OP_PUT, self._resolve(name), doc, timeout=timeout,
+                                  if_match=if_match, if_none_match=if_none_match,
+                                  ttl_s=int(ttl or 0))
 
     async def acall(self, route: str, tensors: Tensors,
                     metadata: Optional[Mapping[str, str]] = None,
@@ -513,15 +506,19 @@ class Client(FeedCalls):
             return await self.aget(url, timeout=timeout, like=like)
         return await self.acall(url, tensors, timeout=timeout, like=like)
 
-    async def adelete(self, name: str, timeout: Optional[float] = None) -> None:
-        """await: delete(name) through the async engine."""
+    async def adelete(self, name: str, timeout: Optional[float] = None, *,
+                      if_match: Optional[str] = None) -> None:
+        """await: delete(name, if_match=...) through the async engine."""
         await self._async().fetch(_lib.TF_OP_DELETE, self._resolve(name), None,
-                                  timeout=timeout)
+                                  timeout=timeout, if_match=if_match)
 
-    async def alist(self, base: Optional[str] = None) -> "list[Dict[str, Any]]":
-        """await: list(base), run on the driver thread."""
+    async def alist(self, base: Optional[str] = None, *, prefix: Optional[str] = None,
+                    after: Optional[str] = None, limit: Optional[int] = None) -> Listing:
+        """await: list(base, prefix=..., after=..., limit=...), run on the driver thread."""
         b = self._base(base)
-        return await self._async().blocking(lambda c: _list_on(c, b))
+        if limit is not None and int(limit) < 1:
+            raise ValueError("tfetch: limit is at least 1")
+        return await self._async().blocking(lambda c: _list_on(c, b, prefix, after, limit))
 
     async def ainfo(self, base: Optional[str] = None) -> Dict[str, Any]:
         """await: info(base), run on the driver thread."""
@@ -580,16 +577,29 @@ def _check_doc(fd, r):
             r.http_status, r)
 
 
-def _list_on(c, base):
-    entries, n = ctypes.POINTER(_lib.Entry)(), c_size_t()
-    st = lib.tf_list(c, base.encode(), byref(entries), byref(n))
+def _check_ttl(ttl):
+    if ttl is not None and (int(ttl) != ttl or not 1 <= ttl <= 31622400):
+        raise ValueError("tfetch: ttl is whole seconds from 1 to 31622400 (a year)")
+
+
+def _list_on(c, base, prefix=None, after=None, limit=None):
+    """One page of the listing (tf_list_page): (status, Listing or None)."""
+    entries, n, nxt = ctypes.POINTER(_lib.Entry)(), c_size_t(), c_void_p()
+    opts = _lib.ListOpts(size=ctypes.sizeof(_lib.ListOpts),
+                         prefix=None if prefix is None else prefix.encode(),
+                         after=None if after is None else after.encode(),
+                         limit=0 if limit is None else int(limit))
+    st = lib.tf_list_page(c, base.encode(), byref(opts), byref(entries), byref(n), byref(nxt))
     if st != 0:
         return st, None
     try:
-        return 0, [{"name": entries[i].name.decode(), "bytes": entries[i].bytes,
-                    "ntensors": entries[i].ntensors} for i in range(n.value)]
+        out = Listing({"name": entries[i].name.decode(), "bytes": entries[i].bytes,
+                       "ntensors": entries[i].ntensors} for i in range(n.value))
+        out.next = ctypes.string_at(nxt).decode() if nxt.value else None
+        return 0, out
     finally:
         lib.tf_list_free(entries, n)
+        lib.tf_free(nxt)
 
 
 def _info_on(c, base):

@@ -1,8 +1,10 @@
 """test_cond - the Python package's conditions, versions, lifetimes, ranges and listing
 pages (Client.put's ttl/if_match/if_none_match, get's newer_than, list's prefix/after/limit,
-get_range, Client.last.etag) against the real tfetchd on port 0, over each transport the
+get_range, Client.last.etag), and the same through the asyncio calls (aput, aget,
+adelete, alist) against the real tfetchd on port 0, over each transport the
 package offers. Run by tests/python.test beside test_tfetch.py (same environment).
 """
+import asyncio
 import os
 import sys
 import threading
@@ -124,6 +126,83 @@ class Cond:
         self.assertEqual(seen, ["%s%d" % (p, i) for i in range(5)])
         with self.assertRaises(tfetch.errors.EINVAL):
             c.list(prefix="a&b")
+
+    # The asyncio calls take the same conditions and lifetime as the blocking ones.
+
+    def test_async_put_conditions(self):
+        c, n = self.c, self.name("acas")
+
+        async def run():
+            await c.aput(n, {"x": np.ones(2, np.float32)}, if_none_match="*")
+            e1 = c.last.etag
+            self.assertTrue(e1.startswith('"'), e1)
+            with self.assertRaises(tfetch.errors.EPRECOND):        # exists already
+                await c.aput(n, {"x": np.zeros(2, np.float32)}, if_none_match="*")
+            await c.aput(n, {"x": np.full(2, 2, np.float32)}, if_match=e1)
+            e2 = c.last.etag
+            self.assertNotEqual(e1, e2)
+            with self.assertRaises(tfetch.errors.EPRECOND):        # e1 is stale
+                await c.aput(n, {"x": np.full(2, 3, np.float32)}, if_match=e1)
+            self.assertEqual(float((await c.aget(n))["x"][0]), 2.0)
+            with self.assertRaises(tfetch.errors.EPRECOND):
+                await c.adelete(n, if_match=e1)
+            await c.adelete(n, if_match=e2)
+        asyncio.run(run())
+
+    def test_async_get_newer_than(self):
+        c, n = self.c, self.name("anewer")
+
+        async def run():
+            await c.aput(n, {"x": np.ones(2, np.float32)})
+            e1 = c.last.etag
+            with self.assertRaises(tfetch.errors.ENOTMODIFIED) as cm:
+                await c.aget(n, newer_than=e1)
+            self.assertEqual(cm.exception.http_status, 304)
+            waiter = asyncio.ensure_future(c.aget(n, wait=20, newer_than=e1))
+            await asyncio.sleep(0.3)
+            self.assertFalse(waiter.done())                        # still waiting for one
+            w = tfetch.Client(self.d.base, transport=self.transport)
+            try:
+                w.put(n, {"x": np.full(2, 5, np.float32)})
+            finally:
+                w.close()
+            doc = await asyncio.wait_for(waiter, 30)
+            self.assertEqual(float(doc["x"][0]), 5.0)
+        asyncio.run(run())
+
+    def test_async_ttl(self):
+        c, n = self.c, self.name("attl")
+
+        async def run():
+            with self.assertRaises(ValueError):
+                await c.aput(n, {"x": np.ones(1, np.float32)}, ttl=0)
+            await c.aput(n, {"x": np.ones(1, np.float32)}, ttl=1)
+            await c.aget(n)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    await c.aget(n)
+                except tfetch.errors.ENOTFOUND:
+                    return
+                await asyncio.sleep(0.1)
+            self.fail("a document put with ttl=1 was still there after 10 s")
+        asyncio.run(run())
+
+    def test_async_list_pages(self):
+        c, p = self.c, self.name("apage")
+        for i in range(5):
+            c.put("%s%d" % (p, i), {"x": np.ones(1, np.float32)})
+
+        async def run():
+            seen, after = [], None
+            while True:
+                page = await c.alist(prefix=p, after=after, limit=2)
+                self.assertLessEqual(len(page), 2)
+                seen.extend(e["name"] for e in page)
+                if page.next is None:
+                    return seen
+                after = page.next
+        self.assertEqual(asyncio.run(run()), ["%s%d" % (p, i) for i in range(5)])
 
 
 class TestCondHttp(Cond, unittest.TestCase):
