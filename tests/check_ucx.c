@@ -2487,6 +2487,90 @@ static void close_mid_handshake(const tfp_up_resp_t *resp, const char *ident, lo
     _exit(0);
 }
 
+/* One client that dies mid-handshake (killed, or gone without freeing anything: the kernel
+ * closes its sockets, as when it is SIGKILLed): connects over tcp only, waits delay_ms and
+ * _exit()s with its worker, endpoint and wireup as they are. */
+static void die_mid_handshake(const tfp_up_resp_t *resp, const char *ident, long delay_ms)
+{
+    tfp_err_t err;
+    char why[256];
+    tfx_ucxc_t *u = tfx_ucxc_new_tuned(NULL, NULL, 1, &err);
+    if (!u)
+        _exit(1);
+    tfx_ucxc_conn_t *conn = NULL;
+    tfp_status_t st = tfx_ucxc_connect_start(u, resp->worker_address, resp->worker_address_len,
+                                             resp->same_host, resp->token, ident, 0, 2000,
+                                             &conn, why, sizeof why);
+    if (st != TFP_OK && st != TFP_EAGAIN)
+        _exit(1);
+    sleep_ms(delay_ms);
+    _exit(0);
+}
+
+/* Whether the UCX that runs here is one whose tcp transport dies when a peer vanishes
+ * mid-wireup (1.13 and older: ucp_request_send_state_ff asserts on a queued wireup REQUEST
+ * or REPLY when the failed endpoint's pending queue is purged; or uct_tcp_iface_progress
+ * reads a receive buffer a callback released). TFETCH_TEST_UCX_KILLED=1 runs the test
+ * that shows it anyway. */
+static int ucx_dies_with_wireup_peer(void)
+{
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    const char *force = getenv("TFETCH_TEST_UCX_KILLED");
+    if (force && force[0] == '1')
+        return 0;
+    if (major > 1 || (major == 1 && minor > 13))
+        return 0;
+    fprintf(stderr, "ucx_killed_mid_handshake: skipped: UCX %u.%u.%u's tcp transport aborts "
+            "tfetchd when a client dies mid-wireup (a known UCX bug, tfetchd(8) BUGS; "
+            "TFETCH_TEST_UCX_KILLED=1 runs it)\n", major, minor, release);
+    return 1;
+}
+
+/* Clients that die (no close, no free: what SIGKILL leaves) while their UCX handshake is
+ * under way, 40 of them at different points of the wireup. Nothing a client does may take
+ * tfetchd down: it serves on, over UCX too. With UCX 1.13 tfetchd dies within ~2-15 such
+ * clients (SIGABRT in UCX's progress thread), so the test is skipped there. */
+START_TEST(ucx_killed_mid_handshake)
+{
+    if (!have_daemon("ucx_killed_mid_handshake") || ucx_dies_with_wireup_peer())
+        return;
+    start(NULL);
+    tfp_up_host_t me;
+    tfp_err_t err;
+    char ident[TFP_UP_MAX_IDENT + 1];
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    for (int i = 0; i < 40; i++) {
+        tfp_up_resp_t resp;
+        post_upgrade(&me, &resp);
+        pid_t kid = fork();
+        ck_assert_int_ge(kid, 0);
+        if (kid == 0)
+            die_mid_handshake(&resp, ident, i % 8);
+        tfp_up_resp_clear(&resp);
+        int ws = 0;
+        ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
+        ck_assert_msg(!WIFEXITED(ws) || WEXITSTATUS(ws) == 0, "client %d could not connect", i);
+        ck_assert_msg(waitpid(D.pid, &ws, WNOHANG) == 0, "tfetchd died after %d killed clients "
+                      "(%s %d)", i + 1, WIFSIGNALED(ws) ? "signal" : "exit",
+                      WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
+    }
+    tf_client_t *c = ucx_client();
+    tf_doc_t *in = f32_doc("w", 8, 1), *got = NULL;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), in), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    ck_assert(docs_equal(got, in));
+    tf_doc_free(got);
+    tf_doc_free(in);
+    tf_client_free(c);
+    ck_assert_msg(waitpid(D.pid, NULL, WNOHANG) == 0, "tfetchd died");
+    stop();
+}
+END_TEST
+
 /* Clients that close their connection, and go, while its UCX handshake is still under way.
  * UCX 1.13 breaks when a worker goes mid-wireup over tcp: the client aborted in
  * ucp_worker_destroy (a wireup REQ still queued), and tfetchd died (SIGSEGV in uct_tcp's
@@ -2599,6 +2683,7 @@ Suite *suite_ucx(void)
 
     TCase *hs = tcase_create("handshake");
     tcase_add_test(hs, ucx_closed_mid_handshake);
+    tcase_add_test(hs, ucx_killed_mid_handshake);
     tcase_set_timeout(hs, 120);
     suite_add_tcase(s, hs);
 #endif
