@@ -144,6 +144,9 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_HELLO;
     m.seq = ++k->seq;
+    /* A server that named protocol 2 reads (and answers) the newer REPLY; a 0.1.0 one
+     * names none, and would refuse the version. */
+    m.a = resp->protocol.max >= 2 ? TFP_SF_HELLO_V2 : 0;
     m.str_len = strlen(resp->shm_token);
     memcpy(m.str, resp->shm_token, m.str_len + 1);
     int fd, rc = send_msg(k, &m);

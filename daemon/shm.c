@@ -70,6 +70,7 @@ typedef struct {
     int fd;
     long peer_pid, peer_uid;        /* who connected (SO_PEERCRED; -1 unknown), for the log */
     int hello;                      /* presented a valid token */
+    int v2;                         /* its HELLO said TFP_SF_HELLO_V2: REPLY's http is read */
     tfp_op_who_t who;               /* the credential its token was issued to */
     char owner[TFD_OTOK_MAX_OWNER]; /* whose tokens its TOKENs count as (its token's owner) */
     lease_t *leases;
@@ -394,7 +395,9 @@ static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t
     m.op = TFP_SF_REPLY;
     m.seq = q->seq;
     m.status = call->code;
-    m.http = call->http >= 100 && call->http <= 599 ? call->http : 0;
+    /* A 0.1.0 client's decoder refuses the word set (it was reserved): it gets 201/204 from
+     * a, as before. */
+    m.http = c->v2 && call->http >= 100 && call->http <= 599 ? call->http : 0;
     const char *str = call->code != TFP_OK ? call->msg : call->etag;
     m.str_len = strlen(str) < TFP_SF_MAX_MSG ? strlen(str) : TFP_SF_MAX_MSG;
     memcpy(m.str, str, m.str_len);
@@ -821,6 +824,7 @@ static int serve(tfd_shm_t *s, size_t k)
             return -1;
         }
         c->hello = 1;
+        c->v2 = q.a == TFP_SF_HELLO_V2;
         tfd_log(LOG_DEBUG, "shm: pid %ld (uid %ld) connected", c->peer_pid, c->peer_uid);
         tfp_sf_t m;
         memset(&m, 0, sizeof m);

@@ -86,6 +86,10 @@
 
 #define TFP_SF_MAGIC 0x31534654u
 #define TFP_SF_VERSION 1
+/* HELLO's a: 0 from a 0.1.0 client, whose decoder refuses a REPLY with its HTTP status set
+ * (the word was reserved); TFP_SF_HELLO_V2 from a client that reads it (and sent only to a
+ * server whose upgrade answer named protocol 2 or later: a 0.1.0 daemon refuses it). */
+#define TFP_SF_HELLO_V2 2
 #define TFP_SF_FIXED 48
 #define TFP_SF_MAX_MSG 512
 #define TFP_SF_MAX_STR 1024                     /* every string fits in this: a name and

@@ -351,6 +351,7 @@ static void connect_all(conns_t *k)
     int fd;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_HELLO;
+    m.a = TFP_SF_HELLO_V2;              /* reads the REPLY's HTTP status */
     m.str_len = strlen(r.shm_token);
     memcpy(m.str, r.shm_token, m.str_len + 1);
     shm_send(k, &m);
