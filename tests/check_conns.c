@@ -787,11 +787,14 @@ static void probes_beat_slow_transfers(int reader)
             "connections, %lld evicted\n", reader ? "readers" : "bodies", n, failed,
             lat[n / 2], lat[n - 1], a.reconnects, evicted);
     /* By design a newcomer may still be refused at the instant every slot holds an attacker
-     * younger than the eviction grace (1 s; the attackers reconnect as they are evicted):
-     * seen once in 40 under valgrind, which slows the probing process. Without eviction
-     * 33-40 of 40 fail; two are allowed. */
-    ck_assert_msg(failed <= 2, "%d of %d probes failed while slow %s held the slots", failed,
-                  n, reader ? "readers" : "bodies");
+     * younger than the eviction grace (1 s; the attackers reconnect as they are evicted).
+     * Without eviction 33-40 of 40 fail; two are allowed. Under valgrind (TF_VALGRIND, set
+     * by scripts/tf-dev), which runs this server in the probing process at a fraction of its
+     * speed, 3-13 of 40 were seen: there only the evictions below are held (the timing is
+     * make check's to assert, the memory valgrind's). */
+    int allowed = getenv("TF_VALGRIND") ? 20 : 2;
+    ck_assert_msg(failed <= allowed, "%d of %d probes failed while slow %s held the slots",
+                  failed, n, reader ? "readers" : "bodies");
     ck_assert_msg(lat[n - 1] < 1000.0, "slowest probe %.1f ms", lat[n - 1]);
     ck_assert_int_ge(evicted, reader ? 1 : n);     /* readers also free slots by leaving */
     stop_clean();
