@@ -2465,10 +2465,12 @@ END_TEST
 
 /* One client of the transport, in a process of its own (UCX does not survive fork; and one
  * that aborts must not take the test with it): connects over tcp only (no_shm: what a client
- * of another uid gets, as the deployed daemon runs), waits delay_ms, closes the connection
- * and frees the worker, its handshake most likely still under way. Exits 0, or 1 when it
- * could not connect. */
-static void close_mid_handshake(const tfp_up_resp_t *resp, const char *ident, long delay_ms)
+ * of another uid gets, as the deployed daemon runs) and waits delay_ms, its handshake most
+ * likely still under way; then, graceful, closes the connection and frees the worker, or
+ * else _exit()s with its worker, endpoint and wireup as they are (what SIGKILL leaves: the
+ * kernel closes its sockets). Exits 0, or 1 when it could not connect. */
+static void client_mid_handshake(const tfp_up_resp_t *resp, const char *ident, long delay_ms,
+                                 int graceful)
 {
     tfp_err_t err;
     char why[256];
@@ -2482,29 +2484,53 @@ static void close_mid_handshake(const tfp_up_resp_t *resp, const char *ident, lo
     if (st != TFP_OK && st != TFP_EAGAIN)
         _exit(1);
     sleep_ms(delay_ms);
-    tfx_ucxc_conn_close(conn);
-    tfx_ucxc_free(u);
+    if (graceful) {
+        tfx_ucxc_conn_close(conn);
+        tfx_ucxc_free(u);
+    }
     _exit(0);
 }
 
-/* One client that dies mid-handshake (killed, or gone without freeing anything: the kernel
- * closes its sockets, as when it is SIGKILLed): connects over tcp only, waits delay_ms and
- * _exit()s with its worker, endpoint and wireup as they are. */
-static void die_mid_handshake(const tfp_up_resp_t *resp, const char *ident, long delay_ms)
+/* 40 clients_mid_handshake (graceful or not) at different points of the wireup, one after
+ * the other, tfetchd alive after each; then a put and a get over UCX still work. Returns how
+ * many clients a signal killed. */
+static int clients_mid_handshake(int graceful)
 {
+    tfp_up_host_t me;
     tfp_err_t err;
-    char why[256];
-    tfx_ucxc_t *u = tfx_ucxc_new_tuned(NULL, NULL, 1, &err);
-    if (!u)
-        _exit(1);
-    tfx_ucxc_conn_t *conn = NULL;
-    tfp_status_t st = tfx_ucxc_connect_start(u, resp->worker_address, resp->worker_address_len,
-                                             resp->same_host, resp->token, ident, 0, 2000,
-                                             &conn, why, sizeof why);
-    if (st != TFP_OK && st != TFP_EAGAIN)
-        _exit(1);
-    sleep_ms(delay_ms);
-    _exit(0);
+    char ident[TFP_UP_MAX_IDENT + 1];
+    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
+    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
+    int aborted = 0;
+    for (int i = 0; i < 40; i++) {
+        tfp_up_resp_t resp;
+        post_upgrade(&me, &resp);
+        pid_t kid = fork();
+        ck_assert_int_ge(kid, 0);
+        if (kid == 0)
+            client_mid_handshake(&resp, ident, i % 8, graceful);
+        tfp_up_resp_clear(&resp);
+        int ws = 0;
+        ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
+        ck_assert_msg(!WIFEXITED(ws) || WEXITSTATUS(ws) == 0, "client %d could not connect", i);
+        aborted += WIFSIGNALED(ws);
+        ck_assert_msg(waitpid(D.pid, &ws, WNOHANG) == 0, "tfetchd died after %d %sclients "
+                      "(%s %d; %d clients aborted)", i + 1, graceful ? "" : "killed ",
+                      WIFSIGNALED(ws) ? "signal" : "exit",
+                      WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws), aborted);
+    }
+    tf_client_t *c = ucx_client();
+    tf_doc_t *in = f32_doc("w", 8, 1), *got = NULL;
+    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), in), TF_OK);
+    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
+    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
+                  tf_client_last(c)->transport);
+    ck_assert(docs_equal(got, in));
+    tf_doc_free(got);
+    tf_doc_free(in);
+    tf_client_free(c);
+    ck_assert_msg(waitpid(D.pid, NULL, WNOHANG) == 0, "tfetchd died");
+    return aborted;
 }
 
 /* Whether the UCX that runs here is one whose tcp transport dies when a peer vanishes
@@ -2536,37 +2562,7 @@ START_TEST(ucx_killed_mid_handshake)
     if (!have_daemon("ucx_killed_mid_handshake") || ucx_dies_with_wireup_peer())
         return;
     start(NULL);
-    tfp_up_host_t me;
-    tfp_err_t err;
-    char ident[TFP_UP_MAX_IDENT + 1];
-    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
-    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
-    for (int i = 0; i < 40; i++) {
-        tfp_up_resp_t resp;
-        post_upgrade(&me, &resp);
-        pid_t kid = fork();
-        ck_assert_int_ge(kid, 0);
-        if (kid == 0)
-            die_mid_handshake(&resp, ident, i % 8);
-        tfp_up_resp_clear(&resp);
-        int ws = 0;
-        ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
-        ck_assert_msg(!WIFEXITED(ws) || WEXITSTATUS(ws) == 0, "client %d could not connect", i);
-        ck_assert_msg(waitpid(D.pid, &ws, WNOHANG) == 0, "tfetchd died after %d killed clients "
-                      "(%s %d)", i + 1, WIFSIGNALED(ws) ? "signal" : "exit",
-                      WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
-    }
-    tf_client_t *c = ucx_client();
-    tf_doc_t *in = f32_doc("w", 8, 1), *got = NULL;
-    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), in), TF_OK);
-    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
-    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
-                  tf_client_last(c)->transport);
-    ck_assert(docs_equal(got, in));
-    tf_doc_free(got);
-    tf_doc_free(in);
-    tf_client_free(c);
-    ck_assert_msg(waitpid(D.pid, NULL, WNOHANG) == 0, "tfetchd died");
+    clients_mid_handshake(0);
     stop();
 }
 END_TEST
@@ -2582,39 +2578,8 @@ START_TEST(ucx_closed_mid_handshake)
     if (!have_daemon("ucx_closed_mid_handshake"))
         return;
     start(NULL);
-    tfp_up_host_t me;
-    tfp_err_t err;
-    char ident[TFP_UP_MAX_IDENT + 1];
-    ck_assert_int_eq(tfx_hostid_get(&me, &err), TFP_OK);
-    ck_assert_int_eq(tfp_up_ident_format(&me, ident, sizeof ident, &err), TFP_OK);
-    int aborted = 0;
-    for (int i = 0; i < 40; i++) {
-        tfp_up_resp_t resp;
-        post_upgrade(&me, &resp);
-        pid_t kid = fork();
-        ck_assert_int_ge(kid, 0);
-        if (kid == 0)
-            close_mid_handshake(&resp, ident, i % 8);   /* at different points of the wireup */
-        tfp_up_resp_clear(&resp);
-        int ws = 0;
-        ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
-        ck_assert_msg(!WIFEXITED(ws) || WEXITSTATUS(ws) == 0, "client %d could not connect", i);
-        aborted += WIFSIGNALED(ws);
-        ck_assert_msg(waitpid(D.pid, &ws, WNOHANG) == 0, "tfetchd died after %d clients (%s %d; "
-                      "%d clients aborted)", i + 1, WIFSIGNALED(ws) ? "signal" : "exit",
-                      WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws), aborted);
-    }
+    int aborted = clients_mid_handshake(1);
     ck_assert_msg(aborted == 0, "%d of 40 clients were killed by a signal", aborted);
-    tf_client_t *c = ucx_client();
-    tf_doc_t *in = f32_doc("w", 8, 1), *got = NULL;
-    ck_assert_int_eq(tf_put(c, url("/v1/tensors/%s", "w"), in), TF_OK);
-    ck_assert_int_eq(tf_get(c, url("/v1/tensors/%s", "w"), 0, &got), TF_OK);
-    ck_assert_msg(strncmp(tf_client_last(c)->transport, "ucx/", 4) == 0, "%s",
-                  tf_client_last(c)->transport);
-    ck_assert(docs_equal(got, in));
-    tf_doc_free(got);
-    tf_doc_free(in);
-    tf_client_free(c);
     stop();
 }
 END_TEST
