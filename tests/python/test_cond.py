@@ -14,24 +14,12 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_tfetch import Daemon  # noqa: E402
+from test_tfetch import DaemonPerClass  # noqa: E402
 
 import tfetch  # noqa: E402
 
 
-class Cond:
-    transport = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon()
-        cls.c = tfetch.Client(cls.d.base, transport=cls.transport)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.c.close()
-        cls.d.stop()
-
+class Cond(DaemonPerClass):
     def name(self, n):
         return "%s-%s" % (self.transport, n)
 

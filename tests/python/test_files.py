@@ -17,7 +17,7 @@ import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_tfetch import Daemon  # noqa: E402
+from test_tfetch import Daemon, DaemonPerClass  # noqa: E402
 
 import tfetch  # noqa: E402
 
@@ -46,19 +46,7 @@ def same_bytes(a, b):
                 return True
 
 
-class Files:
-    transport = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon()
-        cls.c = tfetch.Client(cls.d.base, transport=cls.transport)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.c.close()
-        cls.d.stop()
-
+class Files(DaemonPerClass):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tfetch-files-")
 

@@ -74,6 +74,23 @@ class Daemon:
         os.unlink(self.log.name)
 
 
+
+class DaemonPerClass:
+    """A mixin for a TestCase run once per transport: one tfetchd for the class (self.d)
+    and a client of it on the class's transport (self.c)."""
+    transport = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        cls.c = tfetch.Client(cls.d.base, transport=cls.transport)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.d.stop()
+
+
 def closed_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
