@@ -179,24 +179,11 @@ static char *read_pem(const char *key, const char *path, tfp_err_t *err)
  * for 4 KiB pages too. Documents received over HTTP or UCX are anonymous memory until then. */
 static void say_shmem_pages(void)
 {
-    static const char path[] = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-    char line[128] = "";
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    int got = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    if (!got)
-        return;
-    const char *open = strchr(line, '['), *close = open ? strchr(open, ']') : NULL;
-    if (!close)
-        return;
-    int len = (int)(close - open - 1);
-    if ((len == 5 && strncmp(open + 1, "never", 5) == 0) ||
-        (len == 4 && strncmp(open + 1, "deny", 4) == 0))
-        tfd_log(LOG_INFO, "store: %s is %.*s: documents put over shm, or mapped by a "
+    char mode[32];
+    if (tfd_shmem_huge(mode, sizeof mode) == 0)
+        tfd_log(LOG_INFO, "store: %s is %s: documents put over shm, or mapped by a "
                 "same-host client, sit in 4 KiB pages: UCX GETs of them run about half as "
-                "fast as with 'advise' (README, Transports)", path, len, open + 1);
+                "fast as with 'advise' (README, Transports)", TFD_SHMEM_ENABLED, mode);
 }
 
 /* Same-host PUTs write into regions made ready ahead of time (daemon/shmpool.h): says how

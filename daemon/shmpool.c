@@ -43,11 +43,10 @@ struct tfd_shmpool {
     tfd_shmpool_stats_t st;
 };
 
-/* What shmem_enabled says: huge pages for memfds on advice, always, or never. */
-static void read_pages(tfd_shmpool_t *p)
+int tfd_shmem_huge(char *mode, size_t size)
 {
     char line[128] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+    FILE *f = fopen(TFD_SHMEM_ENABLED, "r");
     if (f) {
         if (!fgets(line, sizeof line, f))
             line[0] = '\0';
@@ -55,16 +54,24 @@ static void read_pages(tfd_shmpool_t *p)
     }
     const char *open = strchr(line, '['), *close = open ? strchr(open, ']') : NULL;
     int len = close ? (int)(close - open - 1) : 0;
-    if (!close) {
+    snprintf(mode, size, "%.*s", len, close ? open + 1 : "");
+    if (!close)
+        return -1;
+    return !((len == 5 && !strncmp(open + 1, "never", 5)) ||
+             (len == 4 && !strncmp(open + 1, "deny", 4)));
+}
+
+/* What shmem_enabled says: huge pages for memfds on advice, always, or never. */
+static void read_pages(tfd_shmpool_t *p)
+{
+    char mode[32];
+    int huge = tfd_shmem_huge(mode, sizeof mode);
+    p->advise_huge = huge > 0;
+    if (huge < 0)
         snprintf(p->pages, sizeof p->pages, "4 KiB pages (no shmem huge pages on this kernel)");
-    } else if ((len == 5 && !strncmp(open + 1, "never", 5)) ||
-               (len == 4 && !strncmp(open + 1, "deny", 4))) {
-        snprintf(p->pages, sizeof p->pages, "4 KiB pages (shmem_enabled %.*s)", len, open + 1);
-    } else {
-        p->advise_huge = 1;
-        snprintf(p->pages, sizeof p->pages, "shmem huge pages (shmem_enabled %.*s)", len,
-                 open + 1);
-    }
+    else
+        snprintf(p->pages, sizeof p->pages, "%s (shmem_enabled %s)",
+                 huge ? "shmem huge pages" : "4 KiB pages", mode);
 }
 
 /* Puts the pages of m's file in place by writing zeros through the descriptor: the file

@@ -55,6 +55,11 @@ int tfd_shmpool_take(tfd_shmpool_t *p, size_t size, tfx_shm_t *out);
  * store calls it when a reservation does not fit (tfd_store_set_reclaim). */
 void tfd_shmpool_drain(tfd_shmpool_t *p);
 void tfd_shmpool_stats(tfd_shmpool_t *p, tfd_shmpool_stats_t *st);    /* p NULL: zeroes */
+/* Whether the kernel gives memfds huge pages (TFD_SHMEM_ENABLED's bracketed mode into mode):
+ * 1 (advise, always, within_size, force), 0 (never, deny), -1 (no such file: no shmem
+ * huge pages on this kernel). */
+#define TFD_SHMEM_ENABLED "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+int tfd_shmem_huge(char *mode, size_t size);
 /* "shmem THP (advise)", "4 KiB pages (shmem_enabled never)": what backs the regions. */
 const char *tfd_shmpool_pages(tfd_shmpool_t *p);
 void tfd_shmpool_free(tfd_shmpool_t *p);
