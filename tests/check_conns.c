@@ -303,6 +303,42 @@ START_TEST(guard_body_rate_windows_answer_408)
 }
 END_TEST
 
+/* A body whose bytes wait unread in the server's socket is the server's delay, not the
+ * client's (starved threads, as a loaded CI machine's soak showed: a 256-byte PUT answered
+ * 408): neither the window nor eviction at the limit holds it against the client. Once
+ * read, a silent client is cut at the next window's end as before. */
+START_TEST(guard_spares_a_body_the_server_has_not_read)
+{
+    tfx_guard_config_t cfg = {1, 0, 1000, 0, 10000};   /* 1000 B/s; one connection at most */
+    tfx_guard_t *g = tfx_guard_new(&cfg);
+    int a[2];
+    pair(a);
+    char buf[1024];
+    tfx_guard_conn_t *ca = tfx_guard_open(g, a[0], 0);
+    tfx_guard_head(g, ca, 1, 0);
+    ck_assert_int_eq(send(a[1], "body", 4, 0), 4);       /* sent, not yet read by us */
+    tfx_guard_sweep(g, 15000);
+    ck_assert_msg(!shut(a[1]), "a client whose bytes the server did not read was cut");
+    ck_assert_int_eq(tfx_guard_admit(g, 15000), 0);      /* no room made at its expense */
+    ck_assert(!shut(a[1]));
+    ck_assert_int_eq(recv(a[0], buf, sizeof buf, 0), 4); /* the server reads them... */
+    ck_assert_int_eq(tfx_guard_body(g, ca, 4, 15001), 0);
+    tfx_guard_sweep(g, 24999);                           /* ...and the client says no more */
+    ck_assert(!shut(a[1]));
+    tfx_guard_sweep(g, 25000);                           /* a window from the spared one */
+    ck_assert(peer_closed(a[1], 100, buf, sizeof buf));
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 408 ", 13) == 0, "%s", buf);
+    tfx_guard_stats_t st;
+    tfx_guard_stats(g, &st);
+    ck_assert_uint_eq(st.slow_bodies, 1);
+    ck_assert_uint_eq(st.evicted_slow, 0);
+    tfx_guard_close(g, ca);
+    tfx_guard_free(g);
+    close(a[0]);
+    close(a[1]);
+}
+END_TEST
+
 START_TEST(guard_evicts_the_slowest_transfer_below_its_floor)
 {
     tfx_guard_config_t cfg = {3, 0, 1000, 0, 10000};    /* bodies: 1000 B/s */
@@ -1190,6 +1226,7 @@ Suite *suite_conns(void)
     tcase_add_test(tc, guard_evicts_the_longest_waiting_or_refuses);
     tcase_add_test(tc, guard_head_deadline_from_open_and_from_each_answer);
     tcase_add_test(tc, guard_body_rate_windows_answer_408);
+    tcase_add_test(tc, guard_spares_a_body_the_server_has_not_read);
     tcase_add_test(tc, guard_evicts_the_slowest_transfer_below_its_floor);
     tcase_add_test(tc, guard_cuts_and_evicts_slow_readers);
     tcase_add_test(tc, worker_secret_compare);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 enum { C_HEAD, C_BODY, C_BUSY, C_SEND, C_DOOMED };
@@ -136,6 +137,15 @@ static uint64_t acked(int fd)
     return ti.tcpi_bytes_acked;
 }
 
+/* Whether bytes of fd's request body wait in the kernel, unread: the client has sent them,
+ * and the server is what is behind (its threads starved, the connection suspended), so the
+ * client is not judged slow. A trickler's bytes are read as they come: it has none there. */
+static int server_behind(int fd)
+{
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* The floor of c's kind of transfer (0: none). */
 static uint64_t floor_of(const tfx_guard_t *g, const tfx_guard_conn_t *c)
 {
@@ -154,7 +164,7 @@ static int too_slow(tfx_guard_t *g, tfx_guard_conn_t *c, uint64_t now)
         c->acked = acked(c->fd);
         moved = c->acked - c->window_bytes;
     }
-    if (below(moved, now - c->since, rate))
+    if (below(moved, now - c->since, rate) && !(c->state == C_BODY && server_behind(c->fd)))
         return 1;
     c->since = now;
     c->window_bytes = c->state == C_SEND ? c->acked : 0;
@@ -180,7 +190,7 @@ static tfx_guard_conn_t *slowest(tfx_guard_t *g, uint64_t now)
                 moved = c->acked - c->moved;
             }
             /* the slowest relative to its floor: moved/(ms*rate) smallest */
-            if (below(moved, ms, rate) &&
+            if (below(moved, ms, rate) && !(c->state == C_BODY && server_behind(c->fd)) &&
                 (!v || (unsigned __int128)moved * v_ms * floor_of(g, v) <
                            (unsigned __int128)v_moved * ms * rate)) {
                 v = c;
