@@ -533,7 +533,12 @@ static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
             return reply_error(s, c, q->seq, TFP_EFULL, msg);
         }
         a->bound = q->a;
-        if (put_memfd(0, (size_t)q->a, &a->m, &err) != TFP_OK) {
+        /* A ready region (pages already there: the client's copy faults none) comes with
+         * store bytes reserved, which a call's buffer does not hold: given back. */
+        int ready = tfd_shmpool_take(s->pool, (size_t)q->a, &a->m);
+        if (ready)
+            tfd_store_unreserve(s->store, q->a);
+        if (put_memfd(ready, (size_t)q->a, &a->m, &err) != TFP_OK) {
             alloc_unaccount(s, a);
             return reply_error(s, c, q->seq, TFP_ENOMEM, err.msg);
         }
