@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "client/internal.h"
@@ -586,6 +587,83 @@ bad:
     return -1;
 }
 
+/* ALLOC with flag CALL: a writable memfd of size bytes, not mapped: 0 with *fd and *lease,
+ * the daemon's refusal (1: *st, why), or -1 with why (the connection failed). */
+static int ask_call_buffer(shmc_t *k, size_t size, long ms, int *fd, uint64_t *lease,
+                           tfp_status_t *st, char *why, size_t why_size)
+{
+    tfp_sf_t q, r;
+    tfp_err_t err;
+    memset(&q, 0, sizeof q);
+    q.op = TFP_SF_ALLOC;
+    q.flags = TFP_SF_F_CALL;
+    q.seq = ++k->seq;
+    q.a = size;
+    *st = TFP_OK;
+    if (send_msg(k, &q) != 0 || recv_reply(k, q.seq, ms, &r, fd, why, why_size) != 0)
+        return -1;
+    if (r.status != TFP_OK) {
+        if (*fd >= 0)
+            close(*fd);
+        *st = (tfp_status_t)r.status;
+        snprintf(why, why_size, "%.200s", r.str);
+        return 1;
+    }
+    /* A buffer of exactly the size asked, that no one can shrink. */
+    size_t got;
+    if (*fd < 0 || tfx_shm_check(*fd, size, 0, &got, &err) != TFP_OK || got != size ||
+        r.a != size) {
+        if (*fd >= 0)
+            close(*fd);
+        snprintf(why, why_size, "bad shm buffer: %.200s", *fd < 0 ? "none" : err.msg);
+        return -1;
+    }
+    *lease = r.lease;
+    return 0;
+}
+
+/* f's rendered body written at offset 0 of fd (pwritev, in as many calls as it takes). 0, or
+ * -1 with why. */
+static int write_segs(const tf_fetch_t *f, int fd, char *why, size_t why_size)
+{
+    struct iovec v[64];
+    size_t seg = 0, in_seg = 0;
+    off_t off = 0;
+    while (seg < f->op.nsegs) {
+        int n = 0;
+        for (size_t i = seg; i < f->op.nsegs && n < 64; i++, n++) {
+            size_t skip = i == seg ? in_seg : 0;
+            v[n].iov_base = (uint8_t *)f->op.segs[i] + skip;
+            v[n].iov_len = f->op.lens[i] - skip;
+        }
+        ssize_t w = pwritev(fd, v, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            snprintf(why, why_size, "cannot write the call's document into the shm buffer: %s",
+                     w < 0 ? strerror(errno) : "no progress");
+            return -1;
+        }
+        off += w;
+        for (size_t left = (size_t)w; left && seg < f->op.nsegs;) {
+            size_t rest = f->op.lens[seg] - in_seg;
+            if (left < rest) {
+                in_seg += left;
+                left = 0;
+            } else {
+                left -= rest;
+                seg++;
+                in_seg = 0;
+            }
+        }
+        while (seg < f->op.nsegs && f->op.lens[seg] == in_seg) {   /* empty segments */
+            seg++;
+            in_seg = 0;
+        }
+    }
+    return 0;
+}
+
 /* A CALL over shm: the request document written into a buffer the daemon lends (ALLOC with
  * flag CALL), the route run by the daemon as over HTTP, the answer document mapped from
  * the memfd it lends back. A route the daemon declines (it answers later) goes over UCX or
@@ -599,12 +677,11 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
     char why[256] = "";
     long left = tfi_remaining_ms(f);
     long ms = left > 0 && left < SHM_TIMEOUT_MS ? left : SHM_TIMEOUT_MS;
-    tfx_shm_t map = TFX_SHM_NONE;
     uint64_t lease = 0;
     tfp_status_t st = TFP_OK;
     tfp_err_t err;
-    int rc = ask_buffer(k, TFP_SF_ALLOC, TFP_SF_F_CALL, (size_t)f->op.body_len, ms, &map,
-                        &lease, &st, why, sizeof why);
+    int bfd = -1;
+    int rc = ask_call_buffer(k, (size_t)f->op.body_len, ms, &bfd, &lease, &st, why, sizeof why);
     if (rc < 0)
         tfi_shm_disconnect(o);
     if (rc != 0) {
@@ -617,8 +694,18 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
         }
         return fall_back(c, f, why);
     }
-    copy_segs(f, map.p);
-    tfx_shm_close(&map);                /* no writable mapping left: the daemon seals it */
+    /* Written with pwritev, never mapped: no page tables to fill and tear down (on our VMs
+     * that was more than the copy itself), and nothing left mapped writable to seal past. */
+    rc = write_segs(f, bfd, why, sizeof why);
+    close(bfd);
+    if (rc != 0) {
+        tfp_sf_t m;                     /* the lent buffer is no longer wanted */
+        memset(&m, 0, sizeof m);
+        m.op = TFP_SF_RELEASE;
+        m.lease = lease;
+        (void)send_msg(k, &m);
+        return fall_back(c, f, why);
+    }
     (void)tfi_progress(c, 0, 0, f->op.body_len, f->op.body_len);
     tfp_sf_t q, r;
     memset(&q, 0, sizeof q);
