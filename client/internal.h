@@ -251,6 +251,9 @@ int tfi_shm_token(origin_t *o, char name[TFP_UP_MAX_SHM_SOCKET + 1],
 int tfi_shm_staged(const origin_t *o, const tf_doc_t *doc, uint8_t ref[TFP_SF_STAGED_LEN]);
 /* 1 if f can go over its origin's shm connection. */
 int tfi_shm_can(const tf_fetch_t *f);
+/* An exchange shm would carry but cannot (the server takes no CALL, or declined the route
+ * before): says why in f's fallback, unless one is said already. */
+void tfi_shm_note(tf_fetch_t *f);
 
 /* What the client knows of one origin (scheme://host:port): whether its server offers UCX,
  * its connection over the transport an upgrade reaches, and why there is none. Kept for the

@@ -262,6 +262,22 @@ int tfi_shm_can(const tf_fetch_t *f)
            !(f->op.kind == TF_OP_GET ? tfi_op_has_cond(&f->op) : f->op.cond.range);
 }
 
+void tfi_shm_note(tf_fetch_t *f)
+{
+    const shmc_t *k = f->origin ? f->origin->shm : NULL;
+    if (!k || f->op.kind != TF_OP_EXCHANGE || f->policy != TF_TRANSPORT_AUTO || f->op.query ||
+        f->op.format != TF_FORMAT_SAFETENSORS || !f->op.name[0] || !f->op.body ||
+        tfi_op_has_cond(&f->op) || data_bytes(f->op.body) < SHM_CALL_MIN ||
+        f->result.fallback[0])
+        return;
+    if (!(k->caps & TFP_SF_CAP_CALL))
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "shm: this server's shm "
+                 "socket takes no exchanges (a tfetchd of before CALL)");
+    else if (declined(k, f->op.name))
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "shm: route '%.60s' answers "
+                 "later, from a worker (declined over shm before)", f->op.name);
+}
+
 /* ---- the doc's mapping ---------------------------------------------------------------------- */
 
 typedef struct {

@@ -776,8 +776,8 @@ static void *u8_doc(size_t n, uint8_t v, size_t *len)
  * lives); a malformed CALL (an invalid route name) or a CALL on a connection that never
  * said V2 closes the connection with a log line saying why, and the daemon serves on.
  * Through libtfetch an exchange of 256 KiB goes over shm/memfd (echo: the same tensor back,
- * the request's own memfd), a missing route answers 404 over shm too, a small one stays on
- * UCX; nothing is left lent or reserved afterwards. */
+ * the request's own memfd), blocking and async (tf_fetch_start, four in flight), a missing
+ * route answers 404 over shm too, a small one stays on UCX; nothing is left lent or reserved afterwards. */
 START_TEST(shm_call)
 {
     if (!ready("shm_call"))
@@ -894,6 +894,23 @@ START_TEST(shm_call)
         tf_doc_free(out);
         out = NULL;
     }
+    /* The async API takes the same path: four in flight, each over shm/memfd. */
+    tf_fetch_t *fs[4];
+    tf_request_t rq = {.size = sizeof(tf_request_t), .op = TF_OP_EXCHANGE, .url = call_url,
+                       .in = in};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(tf_fetch_start(c, &rq, NULL, NULL, &fs[i]), TF_OK);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(tf_fetch_wait(fs[i], 10000), TF_OK);
+        const tf_result_t *fr = tf_fetch_result(fs[i]);
+        ck_assert_int_eq(fr->status, TF_OK);
+        ck_assert_str_eq(fr->transport, "shm/memfd");
+        out = tf_fetch_take_doc(fs[i]);
+        ck_assert_int_eq(memcmp(tf_doc_at(out, 0)->data, data, big), 0);
+        tf_doc_free(out);
+        out = NULL;
+        tf_fetch_free(fs[i]);
+    }
     snprintf(call_url, sizeof call_url, "%s/v1/call/nosuch", D.base);
     ck_assert_int_eq(tf_fetch(c, call_url, in, &out), TF_ENOTFOUND);
     ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
@@ -909,7 +926,7 @@ START_TEST(shm_call)
     tf_doc_free(in);
     free(data);
     tf_client_free(c);
-    ck_assert(metric_becomes("tfetch_shm_calls_total", 4));
+    ck_assert(metric_becomes("tfetch_shm_calls_total", 8));
     ck_assert(metric_becomes("tfetch_shm_leases", 0));
     ck_assert(metric_becomes("tfetch_shm_leased_bytes", 0));
     ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
