@@ -221,7 +221,7 @@ typedef struct tfi_transport {
 extern const tfi_transport_t tfi_http;
 extern const tfi_transport_t *const tfi_ucx;    /* NULL when built without UCX */
 /* The same-host shm transport (shm.c): reached with the UCX upgrade when the server names
- * an shm socket; carries GETs under policy auto. */
+ * an shm socket; carries GETs, PUTs and large exchanges under policy auto. */
 extern const tfi_transport_t tfi_shm;
 /* Connects o's shm socket with the upgrade's answer: 0 (o->shm), or -1 with why. */
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,

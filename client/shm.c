@@ -3,11 +3,15 @@
  * that names one), a GET sent over it and answered with the document's memfd, which is
  * checked (its own size and seals), mapped read-only and decoded in place: the tf_doc's
  * tensors point into the mapping, which the doc keeps until tf_doc_free unmaps it and ends
- * the lease. Under policy auto only; a refusal (the lease bound) or a failure of the
+ * the lease. PUTs write into a buffer the daemon lends (ALLOC) and COMMIT it; exchanges of
+ * 64 KiB or more (CALL, when the daemon's HELLO answer names it) write the request into a
+ * lent buffer with pwritev and get the answer document back as a GET's. Under policy auto
+ * only; a refusal (the lease bound, a route that answers later) or a failure of the
  * connection sends the request over UCX or HTTP instead, saying why.
  *
- * A GET over shm is one local round trip, done in start on the calling thread; its
- * completion is queued and run by drain, like every other transport's. The connection is
+ * A GET over shm is one local round trip (a CALL two, the route running meanwhile), done in
+ * start on the calling thread; its completion is queued and run by drain, like every other
+ * transport's. The connection is
  * shared by the docs holding leases on it (a reference count), so a doc may outlive the
  * client; RELEASE is one datagram, so any thread may send it. Same threading otherwise as
  * the client.
