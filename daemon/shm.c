@@ -5,7 +5,8 @@
  * (single use); anything else, or a malformed message, closes it. GET, COMMIT and CALL are
  * operations run through the router (transports/shm_server.h); what is left here is what
  * shm lends: each connection owns its leases (an answer's hold each: a stored document's
- * reference, or a call's answer), its lent PUT and CALL buffers, staging buffers and ring; leases end with RELEASE,
+ * reference, or a call's answer), its lent PUT and CALL buffers, staging buffers and ring;
+ * leases end with RELEASE,
  * with the connection, or at their expiry, which the poll timeout wakes for. Only this thread touches connections and
  * leases; the mutex covers the tokens (a one-time token table, daemon/otokens.h: looked up
  * by hash, bounded per principal as the upgrade's are) and the counters /metrics reads.

@@ -777,7 +777,8 @@ static void *u8_doc(size_t n, uint8_t v, size_t *len)
  * said V2 closes the connection with a log line saying why, and the daemon serves on.
  * Through libtfetch an exchange of 256 KiB goes over shm/memfd (echo: the same tensor back,
  * the request's own memfd), blocking and async (tf_fetch_start, four in flight), a missing
- * route answers 404 over shm too, a small one stays on UCX; nothing is left lent or reserved afterwards. */
+ * route answers 404 over shm too, a small one stays on UCX; nothing is left lent or reserved
+ * afterwards. */
 START_TEST(shm_call)
 {
     if (!ready("shm_call"))

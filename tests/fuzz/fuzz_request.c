@@ -14,7 +14,8 @@
  * the If-Match and If-None-Match lines make a shm message's string (proto/shmframe.h's
  * conditions, flag COND set when there is one), Tfetch-TTL its TTL, the body the document
  * lent in a sealed memfd; SHMCALL is a same-host exchange (CALL): TARGET is the route, the
- * Tfetch-User and Tfetch-Request-Id lines its User and Request-Id lines, the body lent; the message's bytes go through tfp_sf_decode and, when it takes
+ * Tfetch-User and Tfetch-Request-Id lines its User and Request-Id lines, the body lent; the
+ * message's bytes go through tfp_sf_decode and, when it takes
  * them, tfd_shm_op and tfx_shm_call (transports/shm_server.c) run the op over the same
  * router, and an answer's memfd is checked (inside it, a safetensors document). In TARGET,
  * "$W" stands for the last worker id a registration answered and "$C" for the last call id
