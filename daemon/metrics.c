@@ -456,8 +456,7 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# HELP tfetch_shm_ready_max_bytes Its bound (shm-ready-memory).\n"
          "# TYPE tfetch_shm_ready_max_bytes gauge\ntfetch_shm_ready_max_bytes %llu\n"
          "# HELP tfetch_shm_put_regions_total Regions lent to same-host PUTs and calls: ready "
-         "(pages "
-         "already there) or fresh (made on the request path).\n"
+         "(pages already there) or fresh (made on the request path).\n"
          "# TYPE tfetch_shm_put_regions_total counter\n"
          "tfetch_shm_put_regions_total{kind=\"ready\"} %llu\n"
          "tfetch_shm_put_regions_total{kind=\"fresh\"} %llu\n",
