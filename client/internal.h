@@ -221,7 +221,7 @@ typedef struct tfi_transport {
 extern const tfi_transport_t tfi_http;
 extern const tfi_transport_t *const tfi_ucx;    /* NULL when built without UCX */
 /* The same-host shm transport (shm.c): reached with the UCX upgrade when the server names
- * an shm socket; carries GETs under policy auto. */
+ * an shm socket; carries GETs, PUTs and large exchanges under policy auto. */
 extern const tfi_transport_t tfi_shm;
 /* Connects o's shm socket with the upgrade's answer: 0 (o->shm), or -1 with why. */
 int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char *why,
@@ -251,6 +251,9 @@ int tfi_shm_token(origin_t *o, char name[TFP_UP_MAX_SHM_SOCKET + 1],
 int tfi_shm_staged(const origin_t *o, const tf_doc_t *doc, uint8_t ref[TFP_SF_STAGED_LEN]);
 /* 1 if f can go over its origin's shm connection. */
 int tfi_shm_can(const tf_fetch_t *f);
+/* An exchange shm would carry but cannot (the server takes no CALL, or declined the route
+ * before): says why in f's fallback, unless one is said already. */
+void tfi_shm_note(tf_fetch_t *f);
 
 /* What the client knows of one origin (scheme://host:port): whether its server offers UCX,
  * its connection over the transport an upgrade reaches, and why there is none. Kept for the

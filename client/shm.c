@@ -3,11 +3,15 @@
  * that names one), a GET sent over it and answered with the document's memfd, which is
  * checked (its own size and seals), mapped read-only and decoded in place: the tf_doc's
  * tensors point into the mapping, which the doc keeps until tf_doc_free unmaps it and ends
- * the lease. Under policy auto only; a refusal (the lease bound) or a failure of the
+ * the lease. PUTs write into a buffer the daemon lends (ALLOC) and COMMIT it; exchanges of
+ * 64 KiB or more (CALL, when the daemon's HELLO answer names it) write the request into a
+ * lent buffer with pwritev and get the answer document back as a GET's. Under policy auto
+ * only; a refusal (the lease bound, a route that answers later) or a failure of the
  * connection sends the request over UCX or HTTP instead, saying why.
  *
- * A GET over shm is one local round trip, done in start on the calling thread; its
- * completion is queued and run by drain, like every other transport's. The connection is
+ * A GET over shm is one local round trip (a CALL two, the route running meanwhile), done in
+ * start on the calling thread; its completion is queued and run by drain, like every other
+ * transport's. The connection is
  * shared by the docs holding leases on it (a reference count), so a doc may outlive the
  * client; RELEASE is one datagram, so any thread may send it. Same threading otherwise as
  * the client.
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "client/internal.h"
@@ -30,11 +35,22 @@
 #include "transports/shm.h"
 
 #define SHM_TIMEOUT_MS 2000L            /* HELLO, and a GET's answer */
+#define MAX_DECLINED 8                  /* routes remembered as answering later */
+/* Exchanges with less tensor data than this stay on UCX (or HTTP): a CALL over shm costs
+ * two round trips on the socket and a memfd made, mapped and unmapped on each side, which
+ * a small body's copies through UCX undercut (8 B: 15-60 us over UCX, 55-90 us over shm;
+ * 64 KiB: 0.3-0.5 ms over UCX, 0.12 ms over shm, on a loaded 2-core VM). */
+#define SHM_CALL_MIN ((size_t)64 << 10)
 
 typedef struct {
     int sock;
     atomic_int refs;                    /* the origin's, and one per doc with a lease */
     uint64_t seq;
+    unsigned caps;                      /* TFP_SF_CAP_*: what the daemon took besides */
+    /* Routes whose calls the daemon declined (they answer later, from a worker): sent over
+     * UCX or HTTP from then on, without asking again. Round robin. The engine's thread. */
+    char declined[MAX_DECLINED][TFP_MAX_TENSOR_NAME + 1];
+    unsigned ndeclined;
     char name[TFP_UP_MAX_SHM_SOCKET + 1];       /* the daemon's socket, for TOKEN's */
     long peer_pid;                      /* the daemon's pid, from the socket (0: unknown) */
 } shmc_t;
@@ -160,6 +176,8 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
         close(fd);
         snprintf(why, why_size, "bad shm answer: a descriptor with the HELLO reply");
         rc = -1;
+    } else if (rc == 0 && m.a == TFP_SF_HELLO_V2) {
+        k->caps = (unsigned)(r.a & TFP_SF_CAPS);    /* an older daemon says 0: GET and PUT */
     }
     if (rc != 0) {
         conn_unref(k);
@@ -214,14 +232,54 @@ void tfi_shm_disconnect(origin_t *o)
     o->shm = NULL;
 }
 
+/* 1 if the daemon declined calls of route before (they answer later). */
+static int declined(const shmc_t *k, const char *route)
+{
+    for (unsigned i = 0; i < MAX_DECLINED && i < k->ndeclined; i++)
+        if (strcmp(k->declined[i], route) == 0)
+            return 1;
+    return 0;
+}
+
+/* The bytes of doc's tensors, up to SHM_CALL_MIN. */
+static size_t data_bytes(const tf_doc_t *doc)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < tf_doc_count(doc) && n < SHM_CALL_MIN; i++)
+        n += tf_doc_at(doc, i)->nbytes;
+    return n;
+}
+
 int tfi_shm_can(const tf_fetch_t *f)
 {
+    const shmc_t *k = f->origin ? f->origin->shm : NULL;
+    if (k && f->op.kind == TF_OP_EXCHANGE)
+        return f->policy == TF_TRANSPORT_AUTO && (k->caps & TFP_SF_CAP_CALL) &&
+               !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0] &&
+               f->op.body && !tfi_op_has_cond(&f->op) && !declined(k, f->op.name) &&
+               data_bytes(f->op.body) >= SHM_CALL_MIN;
     return f->origin && f->origin->shm && f->policy == TF_TRANSPORT_AUTO &&
            ((f->op.kind == TF_OP_GET && f->op.wait_ms <= 0) || f->op.kind == TF_OP_PUT) &&
            !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0] &&
            /* a PUT's conditions and TTL go in its COMMIT; a GET's stay with HTTP, whose
             * answer (304, a range) is no mapped document */
            !(f->op.kind == TF_OP_GET ? tfi_op_has_cond(&f->op) : f->op.cond.range);
+}
+
+void tfi_shm_note(tf_fetch_t *f)
+{
+    const shmc_t *k = f->origin ? f->origin->shm : NULL;
+    if (!k || f->op.kind != TF_OP_EXCHANGE || f->policy != TF_TRANSPORT_AUTO || f->op.query ||
+        f->op.format != TF_FORMAT_SAFETENSORS || !f->op.name[0] || !f->op.body ||
+        tfi_op_has_cond(&f->op) || data_bytes(f->op.body) < SHM_CALL_MIN ||
+        f->result.fallback[0])
+        return;
+    if (!(k->caps & TFP_SF_CAP_CALL))
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "shm: this server's shm "
+                 "socket takes no exchanges (a tfetchd of before CALL)");
+    else if (declined(k, f->op.name))
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "shm: route '%.60s' answers "
+                 "later, from a worker (declined over shm before)", f->op.name);
 }
 
 /* ---- the doc's mapping ---------------------------------------------------------------------- */
@@ -285,13 +343,15 @@ static tf_status_t queue_done(tf_client_t *c, tf_fetch_t *f)
 
 /* ALLOC or STAGE (op): a writable memfd of size bytes from the daemon, mapped: 0 with *m and
  * *lease, or the daemon's refusal (*st, msg), or -1 with why (the connection failed). */
-static int ask_buffer(shmc_t *k, tfp_sf_op_t op, size_t size, long ms, tfx_shm_t *m,
-                      uint64_t *lease, tfp_status_t *st, char *why, size_t why_size)
+static int ask_buffer(shmc_t *k, tfp_sf_op_t op, uint32_t flags, size_t size, long ms,
+                      tfx_shm_t *m, uint64_t *lease, tfp_status_t *st, char *why,
+                      size_t why_size)
 {
     tfp_sf_t q, r;
     tfp_err_t err;
     memset(&q, 0, sizeof q);
     q.op = op;
+    q.flags = flags;
     q.seq = ++k->seq;
     q.a = size;
     int fd;
@@ -444,7 +504,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     }
     lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
     tfp_status_t st = TFP_OK;
-    int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, (size_t)f->op.body_len, ms,
+    int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, 0, (size_t)f->op.body_len, ms,
                                          &tmp.map, &tmp.lease, &st, why, sizeof why)
                             : 1;
     if (rc < 0)
@@ -481,16 +541,263 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     return queue_done(c, f);
 }
 
+/* An OK answer's memfd fd (GET, CALL: the REPLY r) checked (its own size, its seals, the
+ * span r names), mapped copy-on-write and decoded in place into f->doc, which holds the
+ * lease until tf_doc_free. 0 with f's result filled, or -1 with err (fd closed, the lease
+ * ended). */
+static int map_answer(tf_client_t *c, tf_fetch_t *f, shmc_t *k, const tfp_sf_t *r, int fd,
+                      tfp_err_t *err)
+{
+    tf_result_t *res = &f->result;
+    size_t size;
+    lease_t *l = NULL;
+    tfp_doc_t *d = NULL;
+    /* Trust nothing the daemon said about the memory: its own size, its seals, the span. */
+    if (tfx_shm_check(fd, 1, TFX_SHM_SEAL_WRITE, &size, err) != TFP_OK ||
+        tfp_sf_check_span(r->a, r->b, size, err) != TFP_OK) {
+        close(fd);
+        goto bad;
+    }
+    if (!(l = calloc(1, sizeof *l))) {
+        close(fd);
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        goto bad;
+    }
+    l->lease = r->lease;
+    /* Copy-on-write: the caller may write into what it got (a page it writes becomes its
+     * own) while the daemon's bytes stay as they are; reads share the daemon's pages. */
+    if (tfx_shm_map(fd, size, TFX_SHM_MAP_COPY_ON_WRITE, &l->map, err) != TFP_OK)
+        goto bad;
+    if (c->max_body > 0 && r->b > c->max_body) {
+        snprintf(err->msg, sizeof err->msg, "the document (%llu bytes) exceeds the cap",
+                 (unsigned long long)r->b);
+        goto bad;
+    }
+    if (tfp_st_decode(l->map.p + r->a, (size_t)r->b, NULL, &d, err) != TFP_OK)
+        goto bad;
+    if (tfi_doc_wrap(d, NULL, &f->doc) != TF_OK) {
+        tfp_doc_free(d);
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        goto bad;
+    }
+    atomic_fetch_add(&k->refs, 1);
+    l->conn = k;
+    f->doc->release = lease_release;
+    f->doc->release_arg = l;
+    f->doc->owns_bytes = 1;             /* copy-on-write: the caller's to write */
+    f->doc->raw = l->map.p + r->a;
+    f->doc->raw_len = (size_t)r->b;
+    res->status = TF_OK;
+    res->http_status = r->http ? (int)r->http : 200;
+    res->bytes_received = r->b;
+    return 0;
+bad:
+    /* The lease is ours to end even though the document is unusable. */
+    if (l)
+        tfx_shm_close(&l->map);
+    free(l);
+    if (r->lease) {
+        tfp_sf_t m;
+        memset(&m, 0, sizeof m);
+        m.op = TFP_SF_RELEASE;
+        m.lease = r->lease;
+        (void)send_msg(k, &m);
+    }
+    res->transport[0] = '\0';
+    return -1;
+}
+
+/* ALLOC with flag CALL: a writable memfd of size bytes, not mapped: 0 with *fd and *lease,
+ * the daemon's refusal (1: *st, why), or -1 with why (the connection failed). */
+static int ask_call_buffer(shmc_t *k, size_t size, long ms, int *fd, uint64_t *lease,
+                           tfp_status_t *st, char *why, size_t why_size)
+{
+    tfp_sf_t q, r;
+    tfp_err_t err;
+    memset(&q, 0, sizeof q);
+    q.op = TFP_SF_ALLOC;
+    q.flags = TFP_SF_F_CALL;
+    q.seq = ++k->seq;
+    q.a = size;
+    *st = TFP_OK;
+    if (send_msg(k, &q) != 0 || recv_reply(k, q.seq, ms, &r, fd, why, why_size) != 0)
+        return -1;
+    if (r.status != TFP_OK) {
+        if (*fd >= 0)
+            close(*fd);
+        *st = (tfp_status_t)r.status;
+        snprintf(why, why_size, "%.200s", r.str);
+        return 1;
+    }
+    /* A buffer of exactly the size asked, that no one can shrink. */
+    size_t got;
+    if (*fd < 0 || tfx_shm_check(*fd, size, 0, &got, &err) != TFP_OK || got != size ||
+        r.a != size) {
+        if (*fd >= 0)
+            close(*fd);
+        snprintf(why, why_size, "bad shm buffer: %.200s", *fd < 0 ? "none" : err.msg);
+        return -1;
+    }
+    *lease = r.lease;
+    return 0;
+}
+
+/* f's rendered body written at offset 0 of fd (pwritev, in as many calls as it takes). 0, or
+ * -1 with why. */
+static int write_segs(const tf_fetch_t *f, int fd, char *why, size_t why_size)
+{
+    struct iovec v[64];
+    size_t seg = 0, in_seg = 0;
+    off_t off = 0;
+    while (seg < f->op.nsegs) {
+        int n = 0;
+        for (size_t i = seg; i < f->op.nsegs && n < 64; i++, n++) {
+            size_t skip = i == seg ? in_seg : 0;
+            v[n].iov_base = (uint8_t *)f->op.segs[i] + skip;
+            v[n].iov_len = f->op.lens[i] - skip;
+        }
+        ssize_t w = pwritev(fd, v, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            snprintf(why, why_size, "cannot write the call's document into the shm buffer: %s",
+                     w < 0 ? strerror(errno) : "no progress");
+            return -1;
+        }
+        off += w;
+        for (size_t left = (size_t)w; left && seg < f->op.nsegs;) {
+            size_t rest = f->op.lens[seg] - in_seg;
+            if (left < rest) {
+                in_seg += left;
+                left = 0;
+            } else {
+                left -= rest;
+                seg++;
+                in_seg = 0;
+            }
+        }
+        while (seg < f->op.nsegs && f->op.lens[seg] == in_seg) {   /* empty segments */
+            seg++;
+            in_seg = 0;
+        }
+    }
+    return 0;
+}
+
+/* A CALL over shm: the request document written into a buffer the daemon lends (ALLOC with
+ * flag CALL), the route run by the daemon as over HTTP, the answer document mapped from
+ * the memfd it lends back. A route the daemon declines (it answers later) goes over UCX or
+ * HTTP, and so do its later calls; a call whose answer does not come in its time fails
+ * (it may have run: never sent again). */
+static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
+{
+    origin_t *o = f->origin;
+    shmc_t *k = o->shm;
+    tf_result_t *res = &f->result;
+    char why[256] = "";
+    long left = tfi_remaining_ms(f);
+    long ms = left > 0 && left < SHM_TIMEOUT_MS ? left : SHM_TIMEOUT_MS;
+    uint64_t lease = 0;
+    tfp_status_t st = TFP_OK;
+    tfp_err_t err;
+    int bfd = -1;
+    int rc = ask_call_buffer(k, (size_t)f->op.body_len, ms, &bfd, &lease, &st, why, sizeof why);
+    if (rc < 0)
+        tfi_shm_disconnect(o);
+    if (rc != 0) {
+        if (rc > 0 && st != TFP_EFULL && st != TFP_ENOMEM) {
+            /* Refused as HTTP would refuse it (rights, max-body): the answer. */
+            snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+            res->http_status = tfp_status_http(st);
+            tfi_rfail(res, tfi_from_proto(st), "%s", why);
+            return queue_done(c, f);
+        }
+        return fall_back(c, f, why);
+    }
+    /* Written with pwritev, never mapped: no page tables to fill and tear down (on our VMs
+     * that was more than the copy itself), and nothing left mapped writable to seal past. */
+    rc = write_segs(f, bfd, why, sizeof why);
+    close(bfd);
+    if (rc != 0) {
+        tfp_sf_t m;                     /* the lent buffer is no longer wanted */
+        memset(&m, 0, sizeof m);
+        m.op = TFP_SF_RELEASE;
+        m.lease = lease;
+        (void)send_msg(k, &m);
+        return fall_back(c, f, why);
+    }
+    (void)tfi_progress(c, 0, 0, f->op.body_len, f->op.body_len);
+    tfp_sf_t q, r;
+    memset(&q, 0, sizeof q);
+    q.op = TFP_SF_CALL;
+    q.seq = ++k->seq;
+    q.lease = lease;
+    q.a = f->op.body_len;
+    if (tfp_sf_set_call(&q, f->op.name, f->op.user, f->op.request_id, &err) != TFP_OK) {
+        q.op = TFP_SF_RELEASE;          /* the buffer is no longer wanted */
+        q.a = 0;
+        q.str_len = 0;
+        q.str[0] = '\0';
+        (void)send_msg(k, &q);
+        return fall_back(c, f, err.msg);
+    }
+    if (send_msg(k, &q) != 0) {
+        tfi_shm_disconnect(o);
+        return fall_back(c, f, "cannot send CALL over the shm socket");
+    }
+    /* The route runs meanwhile: the request's own time, not the socket's. */
+    int fd = -1;
+    if (recv_reply(k, q.seq, left > 0 ? left : -1, &r, &fd, why, sizeof why) != 0) {
+        tfi_shm_disconnect(o);
+        snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+        tfi_rfail(res, strncmp(why, "no answer", 9) == 0 ? TF_ETIMEDOUT : TF_EIO,
+                  "the call over shm: %s", why);
+        return queue_done(c, f);
+    }
+    res->bytes_sent = f->op.body_len;
+    if (r.status == TFP_ENOTIMPL && r.http == 0) {
+        /* Declined: nothing ran. This route goes another way from now on. */
+        snprintf(k->declined[k->ndeclined++ % MAX_DECLINED], sizeof k->declined[0], "%s",
+                 f->op.name);
+        res->bytes_sent = 0;
+        return fall_back(c, f, r.str);
+    }
+    if (r.status == TFP_EFULL && strncmp(r.str, "shm: ", 5) == 0) {
+        /* The lease bound (shm-lease-memory, or this connection's count): the answer cannot
+         * be lent. Over UCX or HTTP with the same request id the replay window answers it
+         * without running the route again. */
+        res->bytes_sent = 0;
+        return fall_back(c, f, r.str);
+    }
+    snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+    if (r.status != TFP_OK) {
+        res->http_status = r.http ? (int)r.http : tfp_status_http((tfp_status_t)r.status);
+        tfi_rfail(res, tfi_from_proto((tfp_status_t)r.status), "%s", r.str);
+        return queue_done(c, f);
+    }
+    if (fd < 0) {
+        tfi_rfail(res, TF_EPROTO, "the call over shm: an answer without a memfd");
+        return queue_done(c, f);
+    }
+    if (map_answer(c, f, k, &r, fd, &err) != 0) {
+        snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+        tfi_rfail(res, TF_EPROTO, "the call over shm: %s", err.msg);
+        return queue_done(c, f);
+    }
+    return queue_done(c, f);
+}
+
 static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
 {
     if (f->op.kind == TF_OP_PUT)
         return shm_put(c, f);
+    if (f->op.kind == TF_OP_EXCHANGE)
+        return shm_call(c, f);
     origin_t *o = f->origin;
     shmc_t *k = o->shm;
     tf_result_t *res = &f->result;
     char why[256] = "";
     tfp_sf_t m, r;
-    tfp_err_t err;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_GET;
     m.seq = ++k->seq;
@@ -512,61 +819,11 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     }
     if (r.status != TFP_OK || fd < 0)
         return fall_back(c, f, r.status != TFP_OK ? r.str : "an answer without a memfd");
-    /* Trust nothing the daemon said about the memory: its own size, its seals, the span. */
-    size_t size;
-    lease_t *l = NULL;
-    tfp_doc_t *d = NULL;
-    if (tfx_shm_check(fd, 1, TFX_SHM_SEAL_WRITE, &size, &err) != TFP_OK ||
-        tfp_sf_check_span(r.a, r.b, size, &err) != TFP_OK) {
-        close(fd);
-        goto bad;
-    }
-    if (!(l = calloc(1, sizeof *l))) {
-        close(fd);
-        snprintf(err.msg, sizeof err.msg, "out of memory");
-        goto bad;
-    }
-    l->lease = r.lease;
-    /* Copy-on-write: the caller may write into what it got (a page it writes becomes its
-     * own) while the stored bytes stay as they are; reads share the daemon's pages. */
-    if (tfx_shm_map(fd, size, TFX_SHM_MAP_COPY_ON_WRITE, &l->map, &err) != TFP_OK)
-        goto bad;
-    if (c->max_body > 0 && r.b > c->max_body) {
-        snprintf(err.msg, sizeof err.msg, "the document (%llu bytes) exceeds the cap",
-                 (unsigned long long)r.b);
-        goto bad;
-    }
-    if (tfp_st_decode(l->map.p + r.a, (size_t)r.b, NULL, &d, &err) != TFP_OK)
-        goto bad;
-    if (tfi_doc_wrap(d, NULL, &f->doc) != TF_OK) {
-        tfp_doc_free(d);
-        snprintf(err.msg, sizeof err.msg, "out of memory");
-        goto bad;
-    }
-    atomic_fetch_add(&k->refs, 1);
-    l->conn = k;
-    f->doc->release = lease_release;
-    f->doc->release_arg = l;
-    f->doc->owns_bytes = 1;             /* copy-on-write: the caller's to write */
-    f->doc->raw = l->map.p + r.a;
-    f->doc->raw_len = (size_t)r.b;
-    res->status = TF_OK;
-    res->http_status = 200;
-    res->bytes_received = r.b;
+    tfp_err_t aerr;
+    if (map_answer(c, f, k, &r, fd, &aerr) != 0)
+        return fall_back(c, f, aerr.msg);
     reply_etag(res, &r);
     return queue_done(c, f);
-bad:
-    /* The lease is ours to end even though the document is unusable. */
-    if (l)
-        tfx_shm_close(&l->map);
-    free(l);
-    memset(&m, 0, sizeof m);
-    m.op = TFP_SF_RELEASE;
-    m.lease = r.lease;
-    if (r.lease)
-        (void)send_msg(k, &m);
-    res->transport[0] = '\0';
-    return fall_back(c, f, err.msg);
 }
 
 /* Completes what start finished (callbacks run here). */
@@ -667,8 +924,8 @@ static tf_status_t new_in_shm(tf_client_t *c, const char *url, const tf_tensor_s
     char why[256] = "";
     tfp_status_t pst = TFP_OK;
     shmc_t *k = o->shm;
-    int rc = l ? ask_buffer(k, sop, hlen + data, SHM_TIMEOUT_MS, &l->map, &l->lease, &pst, why,
-                            sizeof why) : -1;
+    int rc = l ? ask_buffer(k, sop, 0, hlen + data, SHM_TIMEOUT_MS, &l->map, &l->lease, &pst,
+                            why, sizeof why) : -1;
     if (rc != 0) {
         free(hdr);
         free(l);

@@ -417,6 +417,7 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
         *via = &tfi_shm;
         return TF_OK;
     }
+    tfi_shm_note(f);
     drop_broken(c, o);
     /* A connection still confirming: under policy ucx wait for it (it fails by its own
      * deadline); otherwise look, and go on without it while it is not there. */
@@ -464,6 +465,7 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
         *via = &tfi_shm;
         return TF_OK;
     }
+    tfi_shm_note(f);
     if (rc != 0 && o->shm_failed && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT)) {
         /* Shared memory would have carried it: its reason first, it is the one to act on. */
         char both[sizeof(o->shm_why) + sizeof(o->why) + 8];

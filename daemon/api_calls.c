@@ -12,6 +12,7 @@
 #include "daemon/api.h"
 #include "proto/strcopy.h"
 #include "daemon/log.h"
+#include "proto/safetensors.h"
 #include "proto/shumai.h"
 #include "transports/buf.h"
 
@@ -79,6 +80,50 @@ static void on_call_finished(tfd_call_t *call, void *arg)
     tfx_req_resume(r);
 }
 
+/* 1 when doc, encoded, is byte for byte the call's request document (base, len): every
+ * tensor where the request had it (a route that answers with its inputs, as echo), the
+ * same header. */
+static int same_as_request(tfp_doc_t *doc, const uint8_t *base, size_t len)
+{
+    uint8_t *hdr;
+    size_t hdr_len;
+    tfp_err_t err;
+    if (!doc || !base || tfp_st_encode_header(doc, &hdr, &hdr_len, &err) != TFP_OK)
+        return 0;
+    int same = hdr_len <= len && hdr_len + tfp_doc_data_bytes(doc) == len &&
+               memcmp(hdr, base, hdr_len) == 0;
+    free(hdr);
+    for (size_t i = 0; same && i < doc->n; i++)
+        same = !doc->t[i].nbytes || doc->t[i].data == base + hdr_len + doc->t[i].offset;
+    return same;
+}
+
+/* The answer to a call whose request document came in a sealed memfd (shm) and whose
+ * outputs are that very document: the memfd itself, taken from the request, which the
+ * transport then lends as it is (no copy). NULL when it is not so (or out of memory: the
+ * answer is then encoded as any). */
+static tfd_blob_t *request_as_answer(tfx_req_t *r, tfd_ctx_t *c)
+{
+    if (!c->body_give_back || !same_as_request(c->call->out, c->call_base, c->call_len))
+        return NULL;
+    tfd_blob_t *b = tfd_blob_new(NULL, 0, c->call_base, c->call_len, NULL);
+    int fd;
+    void *p;
+    size_t size;
+    if (!b || !tfx_req_take_memfd(r, &fd, &p, &size)) {
+        tfd_blob_unref(b);
+        return NULL;
+    }
+    c->body_give_back(c->body_give_back_arg);   /* the lending is over; the memfd is ours */
+    c->body_give_back = NULL;
+    c->call_base = NULL;                        /* the blob's now: call_in points into it */
+    c->call_cap = 0;
+    b->share_fd = fd;
+    b->share_p = p;
+    b->share_size = size;
+    return b;
+}
+
 /* Answers with the finished call's outputs, or its failure (code and message), and
  * remembers the answer for retries. */
 static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
@@ -90,7 +135,9 @@ static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
 
     snprintf(ans.content_type, sizeof ans.content_type, "%s",
              shumai ? "application/octet-stream" : "application/x-safetensors");
-    if (call->status == TFP_OK) {
+    if (call->status == TFP_OK && !shumai)
+        ans.body = request_as_answer(r, c);
+    if (call->status == TFP_OK && !ans.body && call->out) {
         ans.body = shumai ? shumai_blob(c, call->out, &err) : api_encode_blob(call->out, &err);
         if (!ans.body)
             tfd_call_fail(call, err.code == TFP_ENOTACCEPT ? TFP_EUNPROC : err.code,
@@ -147,6 +194,11 @@ static int replayed(tfx_req_t *r, tfd_ctx_t *c)
         return 1;
     case TFD_REPLAY_WAIT:
         c->replay_waiting = 1;
+        if (!tfx_req_may_wait(r)) {
+            tfx_req_decline(r, "request id '%s' is running already; a request over this "
+                            "transport cannot wait for it", c->request_id);
+            return 1;
+        }
         tfx_req_suspend(r);
         return 1;
     case TFD_REPLAY_CONFLICT:
@@ -198,6 +250,11 @@ void api_handle_call(tfx_req_t *r, tfd_ctx_t *c)
     }
     c->call_ops = ops;
     c->call_held = 1;
+    if (!tfx_req_may_wait(r) && strcmp(ops.kind, "worker") == 0) {
+        tfx_req_decline(r, "route '%s' answers later, from a worker, and a request over this "
+                        "transport cannot wait: it goes over UCX or HTTP", c->name);
+        goto release;
+    }
     tfd_call_t *call = tfd_call_new(c->name, c->state_key, c->request_id, c->call_in);
     if (!call) {
         api_fail(r, c, TFP_ENOMEM, "out of memory");
@@ -268,7 +325,12 @@ void api_finish_call(tfx_req_t *r, tfd_ctx_t *c)
     }
     route_done(c);
     tfp_doc_free(c->call_in);
-    tfx_buf_free(c->call_base, c->call_cap);
+    if (c->body_give_back) {                    /* a same-host call's memfd (shm) */
+        c->body_give_back(c->body_give_back_arg);
+        c->body_give_back = NULL;
+    } else {
+        tfx_buf_free(c->call_base, c->call_cap);
+    }
 }
 
 void api_handle_session_end(tfx_req_t *r, tfd_ctx_t *c)

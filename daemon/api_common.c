@@ -79,9 +79,17 @@ static tfp_status_t share_blob(void *store, void *blob, int *fd, size_t *offset,
     return rc == 0 ? TFP_OK : rc == -2 ? TFP_ENOSPACE : TFP_ENOMEM;
 }
 
+/* tfx_body_t's share for an answer's blob (a call's outputs): its own memfd, the tfx_buf
+ * it lies in sealed where it is, or a copy (tfd_blob_share). Only shm asks. */
+static tfp_status_t share_own(void *unused, void *blob, int *fd, size_t *offset, size_t *size)
+{
+    (void)unused;
+    return tfd_blob_share(blob, fd, offset, size) == 0 ? TFP_OK : TFP_ENOMEM;
+}
+
 void api_respond_blob(tfx_req_t *r, unsigned status, const char *ctype, tfd_blob_t *b)
 {
-    tfx_body_t body = {b->data, b->len, tfd_blob_release, b, NULL, NULL};
+    tfx_body_t body = {b->data, b->len, tfd_blob_release, b, share_own, NULL};
     tfx_respond_body(r, status, ctype, &body);
 }
 

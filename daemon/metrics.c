@@ -410,12 +410,15 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# TYPE tfetch_shm_gets_total counter\ntfetch_shm_gets_total %llu\n"
          "# HELP tfetch_shm_puts_total Documents stored from a memfd the client wrote.\n"
          "# TYPE tfetch_shm_puts_total counter\ntfetch_shm_puts_total %llu\n"
+         "# HELP tfetch_shm_calls_total Exchanges (calls) answered with a memfd.\n"
+         "# TYPE tfetch_shm_calls_total counter\ntfetch_shm_calls_total %llu\n"
          "# HELP tfetch_shm_refused_total shm requests refused (not found, lease bound, token).\n"
          "# TYPE tfetch_shm_refused_total counter\ntfetch_shm_refused_total %llu\n",
          g->shm_enabled, (unsigned long long)g->shm.connections,
          (unsigned long long)g->shm.leases, (unsigned long long)g->shm.leased_bytes,
          (unsigned long long)g->shm.expired, (unsigned long long)g->shm.gets,
-         (unsigned long long)g->shm.puts, (unsigned long long)g->shm.refused);
+         (unsigned long long)g->shm.puts, (unsigned long long)g->shm.calls,
+         (unsigned long long)g->shm.refused);
     outf(&o,
          "# HELP tfetch_shm_rings Feeds' same-host rings open now (one per attached consumer).\n"
          "# TYPE tfetch_shm_rings gauge\ntfetch_shm_rings %llu\n"
@@ -452,8 +455,8 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# TYPE tfetch_shm_ready_bytes gauge\ntfetch_shm_ready_bytes %llu\n"
          "# HELP tfetch_shm_ready_max_bytes Its bound (shm-ready-memory).\n"
          "# TYPE tfetch_shm_ready_max_bytes gauge\ntfetch_shm_ready_max_bytes %llu\n"
-         "# HELP tfetch_shm_put_regions_total Regions lent to same-host PUTs: ready (pages "
-         "already there) or fresh (made on the request path).\n"
+         "# HELP tfetch_shm_put_regions_total Regions lent to same-host PUTs and calls: ready "
+         "(pages already there) or fresh (made on the request path).\n"
          "# TYPE tfetch_shm_put_regions_total counter\n"
          "tfetch_shm_put_regions_total{kind=\"ready\"} %llu\n"
          "tfetch_shm_put_regions_total{kind=\"fresh\"} %llu\n",

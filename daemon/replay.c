@@ -268,7 +268,7 @@ static void trim(tfd_replay_t *r)
 
 uint64_t tfd_replay_digest(const tfd_replay_t *r, const void *body, size_t len)
 {
-    return tfp_keyhash(&r->hkey, body, len);
+    return tfp_bodyhash(&r->hkey, body, len);
 }
 
 int tfd_replay_begin(tfd_replay_t *r, const char *user, const char *id, const char *route,

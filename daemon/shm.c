@@ -2,10 +2,11 @@
  *
  * One thread polls the listener, an eventfd (stop) and up to MAX_CONNS connections. A
  * connection's first message must be HELLO with a token issued in the last token_ttl_ms
- * (single use); anything else, or a malformed message, closes it. GET and COMMIT are
+ * (single use); anything else, or a malformed message, closes it. GET, COMMIT and CALL are
  * operations run through the router (transports/shm_server.h); what is left here is what
  * shm lends: each connection owns its leases (an answer's hold each: a stored document's
- * reference), its lent PUT buffers, staging buffers and ring; leases end with RELEASE,
+ * reference, or a call's answer), its lent PUT and CALL buffers, staging buffers and ring;
+ * leases end with RELEASE,
  * with the connection, or at their expiry, which the poll timeout wakes for. Only this thread touches connections and
  * leases; the mutex covers the tokens (a one-time token table, daemon/otokens.h: looked up
  * by hash, bounded per principal as the upgrade's are) and the counters /metrics reads.
@@ -55,6 +56,7 @@ typedef struct {
     uint64_t id;
     tfx_shm_t m;
     uint64_t reserved;              /* store bytes reserved for it */
+    uint64_t bound;                 /* a CALL's buffer: its bytes in the lease bound */
 } alloc_t;
 
 /* A staging buffer (STAGE): the producer's, writable by it and reused for its pushes;
@@ -252,10 +254,21 @@ static uint64_t lease_open(tfd_shm_t *s, conn_t *c, const tfx_shm_call_t *call)
     return l->id;
 }
 
+/* Takes back what an ALLOC counted (store bytes, or a CALL buffer's in the lease bound). */
+static void alloc_unaccount(tfd_shm_t *s, alloc_t *a)
+{
+    uint64_t none = 1;
+    tfd_store_unreserve(s->store, a->reserved);
+    a->reserved = 0;
+    if (a->bound)
+        bound_give(s, a->bound, &none, &s->st.leased_bytes);
+    a->bound = 0;
+}
+
 static void alloc_drop(tfd_shm_t *s, conn_t *c, size_t i)
 {
     alloc_t *a = &c->allocs[i];
-    tfd_store_unreserve(s->store, a->reserved);
+    alloc_unaccount(s, a);
     tfx_shm_close(&a->m);
     c->allocs[i] = c->allocs[--c->nallocs];
 }
@@ -372,14 +385,18 @@ static int refused(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, const tfp_right_t
 void tfd_shm_op(const tfp_op_who_t *who, const tfp_sf_t *q, tfp_op_t *op)
 {
     tfp_err_t err;
-    tfp_op_kind_t kind = q->op == TFP_SF_COMMIT ? TFP_OP_TENSOR_PUT : TFP_OP_TENSOR_GET;
+    tfp_op_kind_t kind = q->op == TFP_SF_COMMIT ? TFP_OP_TENSOR_PUT
+                       : q->op == TFP_SF_CALL ? TFP_OP_CALL : TFP_OP_TENSOR_GET;
     memset(op, 0, sizeof *op);
     op->kind = kind;
     op->who.cred = who->cred;
     memcpy(op->who.token_hash, who->token_hash, sizeof op->who.token_hash);
-    (void)tfp_sf_target(q, op->name, &op->cond.if_match, &op->cond.if_none_match, &err);
-    if (kind == TFP_OP_TENSOR_PUT) {
-        op->ttl_s = q->b;
+    if (kind == TFP_OP_CALL)
+        (void)tfp_sf_call_spec(q, op->name, op->who.user, op->who.request_id, &err);
+    else
+        (void)tfp_sf_target(q, op->name, &op->cond.if_match, &op->cond.if_none_match, &err);
+    if (kind == TFP_OP_TENSOR_PUT || kind == TFP_OP_CALL) {
+        op->ttl_s = kind == TFP_OP_TENSOR_PUT ? q->b : 0;
         op->body.kind = TFP_BODY_SAFETENSORS;
         op->body.media = TFP_MEDIA_SAFETENSORS;
         op->body.length = (int64_t)q->a;
@@ -397,7 +414,7 @@ static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t
     m.status = call->code;
     /* A 0.1.0 client's decoder refuses the word set (it was reserved): it gets 201/204 from
      * a, as before. */
-    m.http = c->v2 && call->http >= 100 && call->http <= 599 ? call->http : 0;
+    m.http = c->v2 && !call->declined && call->http >= 100 && call->http <= 599 ? call->http : 0;
     const char *str = call->code != TFP_OK ? call->msg : call->etag;
     m.str_len = strlen(str) < TFP_SF_MAX_MSG ? strlen(str) : TFP_SF_MAX_MSG;
     memcpy(m.str, str, m.str_len);
@@ -407,6 +424,8 @@ static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t
         s->st.refused++;
     else if (q->op == TFP_SF_GET)
         s->st.gets++;
+    else if (q->op == TFP_SF_CALL)
+        s->st.calls++;
     else
         s->st.puts++;
     pthread_mutex_unlock(&s->lock);
@@ -487,30 +506,59 @@ static tfp_status_t put_memfd(int ready, size_t size, tfx_shm_t *m, tfp_err_t *e
     return TFP_OK;
 }
 
-/* ALLOC: a writable memfd of exactly the size asked, store bytes reserved for it. */
+/* ALLOC: a writable memfd of exactly the size asked, store bytes reserved for it; with flag
+ * CALL, a CALL's request, its bytes in the lease bound while lent. */
+static const tfp_right_t R_CALL[] = {TFP_RIGHT_CALL};
+
 static int do_alloc(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
 {
     char msg[160];
     int rc;
-    if (lend_refused(s, c, q, RIGHTS(R_WRITE), "a document", "shm buffers", c->nallocs,
-                     MAX_ALLOCS_PER_CONN, &rc))
+    int call = (q->flags & TFP_SF_F_CALL) != 0;
+    if (call && !c->v2)
+        return -1;                  /* never told CALL exists */
+    if (call ? lend_refused(s, c, q, RIGHTS(R_CALL), "a call's document", "shm buffers",
+                            c->nallocs, MAX_ALLOCS_PER_CONN, &rc)
+             : lend_refused(s, c, q, RIGHTS(R_WRITE), "a document", "shm buffers", c->nallocs,
+                            MAX_ALLOCS_PER_CONN, &rc))
         return rc;
     alloc_t *a = &c->allocs[c->nallocs];
     tfp_err_t err = {TFP_OK, ""};
-    /* A ready region comes with its bytes reserved; a fresh one reserves them first. */
-    int ready = tfd_shmpool_take(s->pool, (size_t)q->a, &a->m);
-    if (!ready && tfd_store_reserve(s->store, q->a) != 0) {
-        snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of %llu "
-                 "bytes", (unsigned long long)q->a,
-                 (unsigned long long)tfd_store_max(s->store));
-        return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
-    }
-    if (put_memfd(ready, (size_t)q->a, &a->m, &err) != TFP_OK) {
-        tfd_store_unreserve(s->store, q->a);
-        return reply_error(s, c, q->seq, TFP_ENOMEM, err.msg);
+    uint64_t none = 0;
+    a->reserved = a->bound = 0;
+    if (call) {
+        if (!bound_take(s, q->a, &none, &s->st.leased_bytes)) {
+            snprintf(msg, sizeof msg, "a call's document of %llu bytes would go over "
+                     "shm-lease-memory (%llu bytes)", (unsigned long long)q->a,
+                     (unsigned long long)s->lease_max);
+            return reply_error(s, c, q->seq, TFP_EFULL, msg);
+        }
+        a->bound = q->a;
+        /* A ready region (pages already there: the client's copy faults none) comes with
+         * store bytes reserved, which a call's buffer does not hold: given back. */
+        int ready = tfd_shmpool_take(s->pool, (size_t)q->a, &a->m);
+        if (ready)
+            tfd_store_unreserve(s->store, q->a);
+        if (put_memfd(ready, (size_t)q->a, &a->m, &err) != TFP_OK) {
+            alloc_unaccount(s, a);
+            return reply_error(s, c, q->seq, TFP_ENOMEM, err.msg);
+        }
+    } else {
+        /* A ready region comes with its bytes reserved; a fresh one reserves them first. */
+        int ready = tfd_shmpool_take(s->pool, (size_t)q->a, &a->m);
+        if (!ready && tfd_store_reserve(s->store, q->a) != 0) {
+            snprintf(msg, sizeof msg, "storing %llu bytes would exceed the store's limit of "
+                     "%llu bytes", (unsigned long long)q->a,
+                     (unsigned long long)tfd_store_max(s->store));
+            return reply_error(s, c, q->seq, TFP_ENOSPACE, msg);
+        }
+        a->reserved = q->a;
+        if (put_memfd(ready, (size_t)q->a, &a->m, &err) != TFP_OK) {
+            alloc_unaccount(s, a);
+            return reply_error(s, c, q->seq, TFP_ENOMEM, err.msg);
+        }
     }
     a->id = ++s->next_lease;
-    a->reserved = q->a;
     c->nallocs++;
     return reply_lent(c, q, a->id, a->m.fd);
 }
@@ -627,7 +675,7 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
         return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: COMMIT of no buffer lent");
     alloc_t a = c->allocs[i];
     c->allocs[i] = c->allocs[--c->nallocs];
-    tfd_store_unreserve(s->store, a.reserved);  /* the PUT reserves its own length */
+    alloc_unaccount(s, &a);                     /* the PUT reserves its own length */
     tfp_op_t op;
     tfp_op_err_t e = {TFP_OK, "", NULL};
     tfp_err_t err;
@@ -648,6 +696,43 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     int sent = reply_call(s, c, q, &call);
     tfd_blob_unref(old);
     return sent;
+}
+
+/* CALL: the call operation through the router and the handlers (the route HTTP and UCX
+ * run), its body the lent buffer, sealed first as COMMIT's; the answer's document lent as a
+ * memfd under a lease, as GET's. Whatever the outcome the buffer is no longer lent. */
+static int do_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
+{
+    size_t i;
+    if (!c->v2)                 /* a client that said no V2 was never told CALL exists */
+        return -1;
+    for (i = 0; i < c->nallocs && c->allocs[i].id != q->lease; i++)
+        ;
+    if (i == c->nallocs)
+        return reply_error(s, c, q->seq, TFP_EBADREQ, "shm: CALL of no buffer lent");
+    alloc_t a = c->allocs[i];
+    c->allocs[i] = c->allocs[--c->nallocs];
+    alloc_unaccount(s, &a);                     /* the answer is counted as a lease */
+    tfp_op_t op;
+    tfp_op_err_t e = {TFP_OK, "", NULL};
+    tfp_err_t err;
+    tfd_shm_op(&c->who, q, &op);
+    if (q->a > a.m.size)
+        tfp_op_fail(&e, TFP_EBADREQ, "shm: a document of %llu bytes in a buffer of %zu",
+                    (unsigned long long)q->a, a.m.size);
+    else if (tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK)
+        tfp_op_fail(&e, TFP_EBADREQ, "shm: the buffer cannot be sealed (still mapped writable "
+                    "by the client?): %.200s", err.msg);
+    else if (tfp_op_check_length(&op, s->max_body, &e) != TFP_OK)
+        ;                                       /* e says why */
+    else if (lease_room(c) != 0)
+        tfp_op_fail(&e, TFP_EFULL, "shm: this connection holds as many leases as it may");
+    if (e.code != TFP_OK)
+        tfx_shm_close(&a.m);
+    tfx_shm_call_t call = {.body = a.m, .body_len = (size_t)q->a, .admit = lease_admit,
+                           .admit_arg = s};
+    tfx_shm_call(&s->h, &op, &e, "shm", &call);
+    return reply_call(s, c, q, &call);
 }
 
 /* TOKEN: a one-time token for another connection of this principal (a feed's ring). At
@@ -830,6 +915,7 @@ static int serve(tfd_shm_t *s, size_t k)
         memset(&m, 0, sizeof m);
         m.op = TFP_SF_REPLY;
         m.seq = q.seq;
+        m.a = c->v2 ? TFP_SF_CAPS : 0;          /* what it may send besides (CALL) */
         return reply(c, &m, -1);
     }
     c->requests++;
@@ -859,6 +945,8 @@ static int serve(tfd_shm_t *s, size_t k)
         return do_stage(s, c, &q);
     case TFP_SF_COMMIT:
         return do_commit(s, c, &q);
+    case TFP_SF_CALL:
+        return do_call(s, c, &q);
     default:
         return -1;                  /* HELLO again, or a REPLY from a client */
     }

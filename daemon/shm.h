@@ -54,6 +54,7 @@ typedef struct {
     uint64_t expired;               /* leases ended by shm-lease-ms */
     uint64_t gets, refused;         /* GETs answered with a memfd; requests refused */
     uint64_t puts;                  /* documents stored from a lent memfd */
+    uint64_t calls;                 /* exchanges (CALL) answered with a memfd */
     uint64_t connections;           /* open now */
     uint64_t rings;                 /* feeds' same-host rings open now */
     uint64_t ring_bytes;            /* the memory of their slots, and of closed rings' slots
@@ -84,9 +85,10 @@ void tfd_shm_set_auth(tfd_shm_t *s, tfd_auth_t *auth);
 /* The handlers GET and COMMIT run through as operations (transports/shm_server.h): the
  * router's, as HTTP's and UCX's. Set before any token is issued. */
 void tfd_shm_set_handlers(tfd_shm_t *s, const tfx_handlers_t *h);
-/* A decoded GET or COMMIT q as the operation it asks for (tensor_get, tensor_put): the name
- * and conditions of its string, COMMIT's TTL and safetensors body of q->a bytes, and who's
- * credential (the connection's; the router establishes the principal). What the socket's
+/* A decoded GET, COMMIT or CALL q as the operation it asks for (tensor_get, tensor_put,
+ * call): the name and conditions of its string, COMMIT's TTL, CALL's user and request id,
+ * the safetensors body of q->a bytes (COMMIT, CALL), and who's credential (the
+ * connection's; the router establishes the principal). What the socket's
  * thread runs through tfx_shm_call, and the request fuzzer too. */
 void tfd_shm_op(const tfp_op_who_t *who, const tfp_sf_t *q, tfp_op_t *op);
 /* Feeds whose device queues same-host consumers may attach rings to (daemon/ring.h);

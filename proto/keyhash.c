@@ -3,6 +3,7 @@
 #include "proto/keyhash.h"
 #include "proto/le.h"
 
+#include <endian.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -55,6 +56,44 @@ uint64_t tfp_siphash(const tfp_hashkey_t *key, const void *data, size_t len, uns
 uint64_t tfp_keyhash(const tfp_hashkey_t *key, const void *p, size_t len)
 {
     return tfp_siphash(key, p, len, 1, 3);
+}
+
+#define P1 0x9E3779B185EBCA87ull
+#define P2 0xC2B2AE3D27D4EB4Full
+
+/* A little-endian word: one load (tfp_le64 is a byte loop the compiler keeps). */
+static inline uint64_t word(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, sizeof w);
+    return le64toh(w);
+}
+
+static inline uint64_t lane(uint64_t acc, uint64_t in)
+{
+    acc += in * P2;
+    acc = (acc << 31) | (acc >> 33);
+    return acc * P1;
+}
+
+uint64_t tfp_bodyhash(const tfp_hashkey_t *key, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    uint64_t v[4] = {key->k0 + P1 + P2, key->k1 + P2, key->k0 ^ key->k1, key->k1 - P1};
+    size_t stripes = len / 32;
+    for (size_t i = 0; i < stripes; i++, b += 32) {
+        v[0] = lane(v[0], word(b));
+        v[1] = lane(v[1], word(b + 8));
+        v[2] = lane(v[2], word(b + 16));
+        v[3] = lane(v[3], word(b + 24));
+    }
+    uint8_t fin[32 + 8 + 32];               /* the lanes, the length, the tail */
+    size_t tail = len - stripes * 32;
+    for (int i = 0; i < 4; i++)
+        tfp_le64_put(fin + 8 * i, v[i]);
+    tfp_le64_put(fin + 32, (uint64_t)len);
+    memcpy(fin + 40, b, tail);
+    return tfp_siphash(key, fin, 40 + tail, 1, 3);
 }
 
 int tfp_hashkey_new(tfp_hashkey_t *key)

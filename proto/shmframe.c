@@ -39,7 +39,7 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
     if (m->op == TFP_SF_REPLY && m->http && (m->http < 100 || m->http > 599))
         return tfp_err_set(err, code, "shm: a REPLY with HTTP status %u", (unsigned)m->http);
     if (m->flags & ~(uint32_t)((m->op == TFP_SF_GET || m->op == TFP_SF_COMMIT) ? TFP_SF_F_COND
-                                                                                 : 0))
+                               : m->op == TFP_SF_ALLOC ? TFP_SF_F_CALL : 0))
         return tfp_err_set(err, code, "shm: flags 0x%x on op %d", (unsigned)m->flags,
                            (int)m->op);
     switch (m->op) {
@@ -73,6 +73,12 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
         if (m->b > TFP_MAX_TTL_S)
             return tfp_err_set(err, code, "shm: COMMIT with a TTL of %llu s (at most %u)",
                                (unsigned long long)m->b, TFP_MAX_TTL_S);
+        return TFP_OK;
+    case TFP_SF_CALL:
+        if (tfp_sf_call_spec(m, NULL, NULL, NULL, &sub) != TFP_OK)
+            return tfp_err_set(err, code, "%s", sub.msg);
+        if (!m->lease || m->a == 0 || m->a > TFP_SF_MAX_SIZE || m->b)
+            return tfp_err_set(err, code, "shm: CALL without a lease and a length (or with b)");
         return TFP_OK;
     case TFP_SF_RELEASE:
         if (n || !m->lease || m->a || m->b)
@@ -301,6 +307,79 @@ tfp_status_t tfp_sf_reply_etag(const tfp_sf_t *m, char etag[TFP_ETAG_LEN], tfp_e
         l.n + l.foreign != 1 || m->str[0] != '"')
         return tfp_err_set(err, TFP_EPROTO, "shm: the answer carries no ETag");
     memcpy(etag, m->str, m->str_len + 1);
+    return TFP_OK;
+}
+
+/* One "\nKEY: value" line of a CALL at *p (before end): 1 with the value in out (size
+ * bytes, NUL-terminated) and *p past it, 0 when the line is not KEY's. */
+static int call_line(const char **p, const char *end, const char *key, char *out, size_t size)
+{
+    size_t k = strlen(key);
+    if ((size_t)(end - *p) < k + 1 || (*p)[0] != '\n' || memcmp(*p + 1, key, k) != 0)
+        return 0;
+    const char *v = *p + 1 + k, *e = memchr(v, '\n', (size_t)(end - v));
+    e = e ? e : end;
+    size_t n = (size_t)(e - v);
+    if (n >= size)
+        n = size - 1;                   /* too long: cut, then refused by its validator */
+    memcpy(out, v, n);
+    out[n] = '\0';
+    if ((size_t)(e - v) >= size)
+        out[0] = '\0';                 /* "": invalid for both validators */
+    *p = e;
+    return 1;
+}
+
+tfp_status_t tfp_sf_call_spec(const tfp_sf_t *m, char route[TFP_MAX_TENSOR_NAME + 1],
+                              char user[TFP_MAX_USER_ID + 1],
+                              char request_id[TFP_MAX_REQUEST_ID + 1], tfp_err_t *err)
+{
+    const char *s = m->str, *end = m->str + m->str_len;
+    const char *nl = memchr(s, '\n', m->str_len);
+    size_t n = (size_t)((nl ? nl : end) - s);
+    char r[TFP_MAX_TENSOR_NAME + 1], u[TFP_MAX_USER_ID + 1] = "";
+    char id[TFP_MAX_REQUEST_ID + 1] = "";
+    if (!n || n > TFP_MAX_TENSOR_NAME)
+        return tfp_err_set(err, TFP_EPROTO, "shm: CALL of an invalid route name");
+    memcpy(r, s, n);
+    r[n] = '\0';
+    if (!tfp_name_valid(r))
+        return tfp_err_set(err, TFP_EPROTO, "shm: CALL of an invalid route name");
+    const char *p = s + n;
+    if (p < end && call_line(&p, end, "User: ", u, sizeof u) && !tfp_user_id_valid(u))
+        return tfp_err_set(err, TFP_EPROTO, "shm: CALL with an invalid user id");
+    if (p < end && call_line(&p, end, "Request-Id: ", id, sizeof id) &&
+        !tfp_request_id_valid(id))
+        return tfp_err_set(err, TFP_EPROTO, "shm: CALL with an invalid request id");
+    if (p != end)
+        return tfp_err_set(err, TFP_EPROTO, "shm: CALL with a line that is neither User nor "
+                           "Request-Id (each at most once, in that order)");
+    if (route)
+        memcpy(route, r, n + 1);
+    if (user)
+        memcpy(user, u, sizeof u);
+    if (request_id)
+        memcpy(request_id, id, sizeof id);
+    return TFP_OK;
+}
+
+tfp_status_t tfp_sf_set_call(tfp_sf_t *m, const char *route, const char *user,
+                             const char *request_id, tfp_err_t *err)
+{
+    int has_u = user && user[0], has_id = request_id && request_id[0];
+    int n = snprintf(m->str, sizeof m->str, "%s%s%s%s%s", route, has_u ? "\nUser: " : "",
+                     has_u ? user : "", has_id ? "\nRequest-Id: " : "",
+                     has_id ? request_id : "");
+    if (n < 0 || (size_t)n >= sizeof m->str) {
+        m->str[0] = '\0';
+        m->str_len = 0;
+        return tfp_err_set(err, TFP_EINVAL, "shm: a route, user and request id of %d bytes", n);
+    }
+    m->str_len = (size_t)n;
+    if (tfp_sf_call_spec(m, NULL, NULL, NULL, err) != TFP_OK) {
+        err->code = TFP_EINVAL;
+        return TFP_EINVAL;
+    }
     return TFP_OK;
 }
 

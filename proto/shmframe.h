@@ -11,7 +11,8 @@
  *     6   2  str_len    the string's bytes (name, token or message)
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in REPLY, 0 in requests
- *    20   4  flags/http requests: flags (TFP_SF_F_COND on GET and COMMIT, else 0);
+ *    20   4  flags/http requests: flags (TFP_SF_F_COND on GET and COMMIT, TFP_SF_F_CALL on
+ *                       ALLOC, else 0);
  *                       REPLY: the HTTP-equivalent status (0 unsaid, else 100..599: 200,
  *                       304 for a GET whose If-None-Match holds, 201 or 204 for a COMMIT,
  *                       the error's); ITEM: 0
@@ -26,13 +27,18 @@
  *
  * Ops (a decoder refuses anything else, and so does the encoder):
  *   HELLO    first message on a connection: string = the one-time token of the upgrade (32
- *            lowercase hex); the REPLY says whether it was taken
+ *            lowercase hex), a = 0 or TFP_SF_HELLO_V2 (below); the REPLY says whether it was
+ *            taken, and to a V2 HELLO its a = the ops the daemon takes beyond GET, ALLOC,
+ *            STAGE, COMMIT, RELEASE, TOKEN and RING (TFP_SF_CAP_*; an older daemon says 0)
  *   GET      string = the tensor's name (tfp_name_valid), then with flag COND its
  *            conditions (below); the REPLY carries the document's memfd (sealed against
  *            writes and resizes), a = offset, b = length, a lease, string = its ETag; or,
  *            http 304, none of them (If-None-Match names the stored version)
  *   ALLOC    a = the size of a document to PUT (1..TFP_SF_MAX_SIZE); the REPLY carries a
- *            writable memfd of exactly that size and a lease naming it
+ *            writable memfd of exactly that size and a lease naming it. With flag CALL
+ *            (only to a daemon that named TFP_SF_CAP_CALL) the buffer is a CALL's request:
+ *            the right asked is call (on some route) instead of write, and its bytes count
+ *            in the lease bound instead of the store's
  *   STAGE    a = the size of a staging buffer (1..TFP_SF_MAX_SIZE): memory lent to a
  *            producer for its pushes, which stays the client's (writable, reused) until it
  *            sends RELEASE with its lease or the connection closes. The REPLY carries a
@@ -46,8 +52,21 @@
  *            each "\n" then "If-Match: " or "If-None-Match: " and the header's value as HTTP
  *            takes it (an ETag list or "*", proto/httpcond.h), each at most once. A GET or
  *            COMMIT answered for a request without the flag is exactly what it was.
- *   RELEASE  lease = a GET's lease the client no longer maps, an ALLOC's buffer it gives
- *            up, or a STAGE's buffer it no longer uses (no REPLY)
+ *   CALL     an exchange (POST /v1/call/ROUTE): lease = the ALLOC's buffer holding the
+ *            request's safetensors document, a = its length (<= the buffer's size), b = 0,
+ *            string = the route's name (tfp_name_valid), then each at most once, in this
+ *            order, "\nUser: " and the caller's user id (tfp_user_id_valid), "\nRequest-Id: "
+ *            and the request id (tfp_request_id_valid); flags 0. Sent only on a connection
+ *            whose HELLO said TFP_SF_HELLO_V2 and whose REPLY to it named TFP_SF_CAP_CALL.
+ *            The buffer is sealed and lent to the route as the request body, as COMMIT's;
+ *            whatever the outcome it is no longer lent. The REPLY is a GET's: the answer
+ *            document's memfd (sealed against writes and resizes), a = offset, b = length,
+ *            a lease; or a failure: status, http, message. A failed REPLY with status
+ *            TF_ENOTIMPL and http 0 says the call was not run at all (its route answers
+ *            later, from a worker, and a request over this socket cannot wait): the client
+ *            sends it over UCX or HTTP instead. A route's own TF_ENOTIMPL has http 501.
+ *   RELEASE  lease = a GET's or CALL's lease the client no longer maps, an ALLOC's buffer it
+ *            gives up, or a STAGE's buffer it no longer uses (no REPLY)
  *   REPLY    status; http; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when
  *            not TFP_OK, the ETag on an OK reply to GET or COMMIT; a descriptor only with an
  *            OK reply to GET, ALLOC, STAGE or RING
@@ -90,12 +109,18 @@
  * (the word was reserved); TFP_SF_HELLO_V2 from a client that reads it (and sent only to a
  * server whose upgrade answer named protocol 2 or later: a 0.1.0 daemon refuses it). */
 #define TFP_SF_HELLO_V2 2
+/* The OK REPLY to a V2 HELLO: a = these bits, the ops the daemon takes besides the first
+ * ones. A client sends CALL only when TFP_SF_CAP_CALL is set; a daemon without it (0.2.x
+ * and before) answers 0, and a CALL it got would close the connection. */
+#define TFP_SF_CAP_CALL 1u
+#define TFP_SF_CAPS TFP_SF_CAP_CALL             /* what this tree's daemon takes */
 #define TFP_SF_FIXED 48
 #define TFP_SF_MAX_MSG 512
 #define TFP_SF_MAX_STR 1024                     /* every string fits in this: a name and
                                                  * two conditions of TFP_SF_MAX_COND */
 #define TFP_SF_MAX_COND 360                     /* one condition's value */
 #define TFP_SF_F_COND 1u                        /* GET, COMMIT: conditions follow the name */
+#define TFP_SF_F_CALL 2u                        /* ALLOC: the buffer is for a CALL */
 #define TFP_SF_MAX (TFP_SF_FIXED + TFP_SF_MAX_STR)
 #define TFP_SF_MAX_SIZE ((uint64_t)1 << 46)     /* 64 TiB: a memfd's size, sanity only */
 
@@ -113,6 +138,7 @@ typedef enum {
     TFP_SF_FREE = 11,
     TFP_SF_ITEM = 12,
     TFP_SF_STAGE = 13,
+    TFP_SF_CALL = 14,
 } tfp_sf_op_t;
 
 #define TFP_SF_MAX_SLOTS 64
@@ -152,6 +178,16 @@ tfp_status_t tfp_sf_set_target(tfp_sf_t *m, const char *name, const char *if_mat
 /* An OK REPLY's ETag (the string of a GET's or COMMIT's answer): TFP_OK when it is one
  * strong tag (then copied to etag), TFP_EPROTO otherwise (an older server says none). */
 tfp_status_t tfp_sf_reply_etag(const tfp_sf_t *m, char etag[TFP_ETAG_LEN], tfp_err_t *err);
+
+/* A CALL's string: the route into route, the user id into user and the request id into
+ * request_id ("" when absent; any may be NULL). TFP_OK, or TFP_EPROTO saying what is wrong. */
+tfp_status_t tfp_sf_call_spec(const tfp_sf_t *m, char route[TFP_MAX_TENSOR_NAME + 1],
+                              char user[TFP_MAX_USER_ID + 1],
+                              char request_id[TFP_MAX_REQUEST_ID + 1], tfp_err_t *err);
+/* Writes a CALL's string (user, request_id: NULL or "" for none). TFP_OK, or TFP_EINVAL
+ * when one breaks tfp_sf_call_spec's rules. */
+tfp_status_t tfp_sf_set_call(tfp_sf_t *m, const char *route, const char *user,
+                             const char *request_id, tfp_err_t *err);
 
 /* A RING request's string split into its three parts (each checked: tfp_name_valid for the
  * feed and the device token, tfp_user_id_valid for the consumer). TFP_OK, or TFP_EPROTO. */

@@ -1279,6 +1279,55 @@ static pid_t start_worker(const char *const *routes, size_t n)
     return -1;
 }
 
+/* A worker's route answers later, which a same-host CALL over shm cannot wait for: the
+ * daemon declines it before anything runs, and the client sends the call over UCX (or HTTP)
+ * instead, its fallback saying why; later calls of that route go there at once, saying why
+ * too. The worker sees each call once. A built-in route of the same size goes over shm/memfd. */
+START_TEST(worker_route_declined_over_shm)
+{
+    start(NULL);
+    const char *routes[] = {"double"};
+    pid_t wpid = start_worker(routes, 1);
+    tf_client_t *c = client();
+    size_t n = 1 << 16;                     /* 256 KiB of F32: CALL would go over shm */
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)i;
+    int64_t shape[1] = {(int64_t)n};
+    tf_doc_t *in = tf_doc_new(), *got = NULL;
+    ck_assert_int_eq(tf_doc_add(in, "x", TF_F32, 1, shape, v, n * sizeof *v, TF_BORROW), TF_OK);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/call/echo", D.base);
+    ck_assert_int_eq(tf_fetch(c, url, in, &got), TF_OK);
+    int shm = strcmp(tf_client_last(c)->transport, "shm/memfd") == 0;
+    tf_doc_free(got);
+    got = NULL;
+    snprintf(url, sizeof url, "%s/v1/call/double", D.base);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(tf_fetch(c, url, in, &got) == TF_OK, "%s", tf_client_last(c)->error);
+        ck_assert(((const float *)tf_doc_find(got, "x")->data)[n - 1] == 2.0f * (float)(n - 1));
+        tf_doc_free(got);
+        got = NULL;
+        ck_assert_str_ne(tf_client_last(c)->transport, "shm/memfd");
+        if (shm)                            /* declined once, and said each time */
+            ck_assert_msg(strstr(tf_client_last(c)->fallback, "answers later") != NULL,
+                          "fallback: '%s'", tf_client_last(c)->fallback);
+    }
+    if (shm) {                              /* one decline, answered 501 by the router */
+        curl("", "/metrics");
+        ck_assert_ptr_nonnull(strstr(out, "tfetch_requests_total{route=\"call\",status=\"501\","
+                                          "transport=\"shm\"} 1"));
+    }
+    tf_doc_free(in);
+    free(v);
+    tf_client_free(c);
+    kill(wpid, SIGTERM);
+    int st;
+    waitpid(wpid, &st, 0);
+    stop_clean();
+}
+END_TEST
+
 START_TEST(worker_routes_serve_calls)
 {
     const char *args[] = {"--worker-lease", "1000", NULL};
@@ -1684,6 +1733,7 @@ Suite *suite_e2e(void)
     tc = tcase_create("workers");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, worker_routes_serve_calls);
+    tcase_add_test(tc, worker_route_declined_over_shm);
     tcase_add_test(tc, worker_killed_mid_request_gives_503);
     tcase_add_test(tc, worker_protocol_refusals);
     suite_add_tcase(s, tc);

@@ -112,6 +112,21 @@ START_TEST(keyhash_vectors)
         ck_assert_uint_ne(tfp_keyhash(&k, m, n), tfp_keyhash(&k, m, n + 1));
         ck_assert_uint_ne(tfp_keyhash(&k, m, n), tfp_keyhash(&k2, m, n));
     }
+    /* The body digest: every length, every byte of a stripe or of the tail, and the key. */
+    uint8_t big[200];
+    for (int i = 0; i < 200; i++)
+        big[i] = (uint8_t)(i * 7);
+    for (size_t n = 0; n < 199; n++) {
+        ck_assert_uint_ne(tfp_bodyhash(&k, big, n), tfp_bodyhash(&k, big, n + 1));
+        ck_assert_uint_ne(tfp_bodyhash(&k, big, n + 1), tfp_bodyhash(&k2, big, n + 1));
+    }
+    for (size_t i = 0; i < 200; i++) {
+        uint64_t h = tfp_bodyhash(&k, big, 200);
+        big[i] ^= 1;
+        ck_assert_uint_ne(tfp_bodyhash(&k, big, 200), h);
+        big[i] ^= 1;
+        ck_assert_uint_eq(tfp_bodyhash(&k, big, 200), h);
+    }
 }
 END_TEST
 

@@ -725,6 +725,216 @@ START_TEST(shm_hostile_client)
 }
 END_TEST
 
+/* 1 if the daemon's log holds text. */
+static int log_has(const char *text)
+{
+    FILE *f = fopen(D.log_path, "r");
+    char line[2048];
+    int found = 0;
+    if (!f)
+        return 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* A HELLO (version a) on a new connection; its reply in *r. The connected fd. */
+static int hello_v(uint64_t a, tfp_sf_t *r)
+{
+    char sock[TFP_UP_MAX_SHM_SOCKET + 1], token[TFP_UP_TOKEN_LEN + 1];
+    raw_upgrade(sock, token);
+    tfp_err_t err;
+    int fd = tfx_shm_connect(sock, &err), got;
+    ck_assert_int_ge(fd, 0);
+    tfp_sf_t m = sf(TFP_SF_HELLO, token);
+    m.a = a;
+    raw_send(fd, &m, -1);
+    *r = raw_reply(fd, &got);
+    ck_assert_int_eq(r->status, TFP_OK);
+    ck_assert_int_eq(got, -1);
+    return fd;
+}
+
+/* The document of one U8 tensor "t" of n bytes of v, encoded (tf_free it). */
+static void *u8_doc(size_t n, uint8_t v, size_t *len)
+{
+    uint8_t *data = malloc(n);
+    memset(data, v, n);
+    int64_t shape[1] = {(int64_t)n};
+    tf_doc_t *d = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(d, "t", TF_U8, 1, shape, data, n, TF_COPY), TF_OK);
+    void *enc;
+    ck_assert_int_eq(tf_doc_encode(d, &enc, len), TF_OK);
+    tf_doc_free(d);
+    free(data);
+    return enc;
+}
+
+/* CALL, the exchange over shm. The daemon names it in HELLO's answer to a V2 client only;
+ * a CALL of no lent buffer, or of one still mapped writable, is refused (the connection
+ * lives); a malformed CALL (an invalid route name) or a CALL on a connection that never
+ * said V2 closes the connection with a log line saying why, and the daemon serves on.
+ * Through libtfetch an exchange of 256 KiB goes over shm/memfd (echo: the same tensor back,
+ * the request's own memfd), blocking and async (tf_fetch_start, four in flight), a missing
+ * route answers 404 over shm too, a small one stays on UCX; nothing is left lent or reserved
+ * afterwards. */
+START_TEST(shm_call)
+{
+    if (!ready("shm_call"))
+        return;
+    start(NULL);
+    tfp_sf_t r, m;
+    int got;
+    /* A 0.1.0 client's HELLO gets no capabilities; a V2 one gets CALL. */
+    int fd = hello_v(0, &r);
+    ck_assert_uint_eq(r.a, 0);
+    m = sf(TFP_SF_ALLOC, NULL);
+    m.a = 4096;
+    m.flags = TFP_SF_F_CALL;
+    raw_send(fd, &m, -1);               /* never told: closed */
+    char b;
+    ck_assert_int_eq(recv(fd, &b, 1, 0), 0);
+    close(fd);
+    fd = hello_v(TFP_SF_HELLO_V2, &r);
+    ck_assert_uint_eq(r.a & TFP_SF_CAP_CALL, TFP_SF_CAP_CALL);
+    /* A CALL of no buffer lent: refused, the connection lives. */
+    m = sf(TFP_SF_CALL, "echo");
+    m.lease = 12345;
+    m.a = 100;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EBADREQ);
+    ck_assert_ptr_nonnull(strstr(r.str, "no buffer lent"));
+    /* A buffer still mapped writable at CALL: refused, the route never runs. */
+    size_t elen;
+    void *enc = u8_doc(64, 3, &elen);
+    m = sf(TFP_SF_ALLOC, NULL);
+    m.a = elen;
+    m.flags = TFP_SF_F_CALL;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_int_ge(got, 0);
+    tfp_err_t err;
+    tfx_shm_t w;
+    ck_assert_int_eq(tfx_shm_map(got, elen, 1, &w, &err), TFP_OK);
+    memcpy(w.p, enc, elen);
+    m = sf(TFP_SF_CALL, "echo");
+    m.lease = r.lease;
+    m.a = elen;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EBADREQ);
+    ck_assert_ptr_nonnull(strstr(r.str, "sealed"));
+    ck_assert_int_eq(got, -1);
+    tfx_shm_close(&w);
+    /* Unmapped: the same document is echoed back in its own sealed memfd. */
+    m = sf(TFP_SF_ALLOC, NULL);
+    m.a = elen;
+    m.flags = TFP_SF_F_CALL;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_int_eq(tfx_shm_map(got, elen, 1, &w, &err), TFP_OK);
+    memcpy(w.p, enc, elen);
+    tfx_shm_close(&w);
+    m = sf(TFP_SF_CALL, NULL);
+    ck_assert_int_eq(tfp_sf_set_call(&m, "echo", "alice", "shm-call-1", &err), TFP_OK);
+    m.lease = r.lease;
+    m.a = elen;
+    raw_send(fd, &m, -1);
+    r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_uint_eq(r.http, 200);
+    ck_assert_int_ge(got, 0);
+    size_t size;
+    tfx_shm_t a;
+    ck_assert_int_eq(tfx_shm_check(got, 1, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_map(got, size, TFX_SHM_MAP_READ, &a, &err), TFP_OK);
+    ck_assert_uint_eq(r.b, elen);
+    ck_assert_int_eq(memcmp(a.p + r.a, enc, elen), 0);
+    tfx_shm_close(&a);
+    m = sf(TFP_SF_RELEASE, NULL);
+    m.lease = r.lease;
+    raw_send(fd, &m, -1);
+    /* A malformed CALL (bypassing the encoder): an invalid route name. Closed, and said. */
+    m = sf(TFP_SF_CALL, "echo");
+    m.lease = 1;
+    m.a = 1;
+    uint8_t buf[TFP_SF_MAX];
+    size_t n = tfp_sf_encode(&m, buf, sizeof buf, &err);
+    ck_assert_uint_gt(n, 0);
+    memcpy(buf + TFP_SF_FIXED, "../x", 4);
+    ck_assert_int_eq(tfx_shm_send(fd, buf, n, NULL, 0, &err), TFP_OK);
+    ck_assert_int_eq(recv(fd, &b, 1, 0), 0);
+    close(fd);
+    for (int i = 0; i < 100 && !log_has("CALL of an invalid route name; connection closed"); i++)
+        sleep_ms(20);
+    ck_assert(log_has("shm: CALL of an invalid route name; connection closed"));
+    tf_free(enc);
+    /* libtfetch: a large exchange over shm, a small one over UCX; the daemon lives. */
+    tf_client_t *c = client(TF_TRANSPORT_AUTO);
+    char call_url[512];
+    snprintf(call_url, sizeof call_url, "%s/v1/call/echo", D.base);
+    size_t big = 256 << 10;
+    uint8_t *data = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        data[i] = (uint8_t)(i * 13);
+    int64_t shape[1] = {(int64_t)big};
+    tf_doc_t *in = tf_doc_new(), *out = NULL;
+    ck_assert_int_eq(tf_doc_add(in, "x", TF_U8, 1, shape, data, big, TF_BORROW), TF_OK);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(tf_fetch(c, call_url, in, &out) == TF_OK, "%s",
+                      tf_client_last(c)->error);
+        ck_assert_msg(i == 0 || strcmp(tf_client_last(c)->transport, "shm/memfd") == 0,
+                      "%s (%s)", tf_client_last(c)->transport, tf_client_last(c)->fallback);
+        ck_assert_uint_eq(tf_doc_count(out), 1);
+        ck_assert_uint_eq(tf_doc_at(out, 0)->nbytes, big);
+        ck_assert_int_eq(memcmp(tf_doc_at(out, 0)->data, data, big), 0);
+        tf_doc_free(out);
+        out = NULL;
+    }
+    /* The async API takes the same path: four in flight, each over shm/memfd. */
+    tf_fetch_t *fs[4];
+    tf_request_t rq = {.size = sizeof(tf_request_t), .op = TF_OP_EXCHANGE, .url = call_url,
+                       .in = in};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(tf_fetch_start(c, &rq, NULL, NULL, &fs[i]), TF_OK);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(tf_fetch_wait(fs[i], 10000), TF_OK);
+        const tf_result_t *fr = tf_fetch_result(fs[i]);
+        ck_assert_int_eq(fr->status, TF_OK);
+        ck_assert_str_eq(fr->transport, "shm/memfd");
+        out = tf_fetch_take_doc(fs[i]);
+        ck_assert_int_eq(memcmp(tf_doc_at(out, 0)->data, data, big), 0);
+        tf_doc_free(out);
+        out = NULL;
+        tf_fetch_free(fs[i]);
+    }
+    snprintf(call_url, sizeof call_url, "%s/v1/call/nosuch", D.base);
+    ck_assert_int_eq(tf_fetch(c, call_url, in, &out), TF_ENOTFOUND);
+    ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
+    ck_assert_int_eq(tf_client_last(c)->http_status, 404);
+    tf_doc_free(in);
+    snprintf(call_url, sizeof call_url, "%s/v1/call/echo", D.base);
+    shape[0] = 8;
+    in = tf_doc_new();
+    ck_assert_int_eq(tf_doc_add(in, "x", TF_U8, 1, shape, data, 8, TF_BORROW), TF_OK);
+    ck_assert_int_eq(tf_fetch(c, call_url, in, &out), TF_OK);
+    ck_assert_str_ne(tf_client_last(c)->transport, "shm/memfd");
+    tf_doc_free(out);
+    tf_doc_free(in);
+    free(data);
+    tf_client_free(c);
+    ck_assert(metric_becomes("tfetch_shm_calls_total", 8));
+    ck_assert(metric_becomes("tfetch_shm_leases", 0));
+    ck_assert(metric_becomes("tfetch_shm_leased_bytes", 0));
+    ck_assert(metric_becomes("tfetch_store_reserved_bytes", 0));
+    stop();
+}
+END_TEST
+
 /* Rewrites the daemon's token file with text and asks it to reload (SIGHUP). */
 static void new_tokens(const char *file, const char *text)
 {
@@ -1099,6 +1309,7 @@ Suite *suite_shme2e(void)
     tcase_add_test(tc, shm_put_ready_memory);
     tcase_add_test(tc, shm_put_malformed_refused);
     tcase_add_test(tc, shm_hostile_client);
+    tcase_add_test(tc, shm_call);
     tcase_add_test(tc, shm_auth_rights);
     tcase_add_test(tc, shm_ring_hostile);
     suite_add_tcase(s, tc);

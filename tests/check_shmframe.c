@@ -37,6 +37,94 @@ static size_t enc(const tfp_sf_t *m, uint8_t *buf)
     return n;
 }
 
+/* CALL: the route, user and request id round trip; each rule refuses a forged one (decoder)
+ * and an invalid one (encoder); ALLOC takes flag CALL, no other op does; HELLO's OK REPLY
+ * carries the capability bits. */
+START_TEST(sf_call)
+{
+    uint8_t buf[TFP_SF_MAX];
+    tfp_sf_t m = msg(TFP_SF_CALL, NULL), out;
+    tfp_err_t err;
+    char route[TFP_MAX_TENSOR_NAME + 1], user[TFP_MAX_USER_ID + 1];
+    char rid[TFP_MAX_REQUEST_ID + 1];
+    m.lease = 7;
+    m.a = 4096;
+    ck_assert_int_eq(tfp_sf_set_call(&m, "echo", "alice", "host:1:7", &err), TFP_OK);
+    ck_assert_str_eq(m.str, "echo\nUser: alice\nRequest-Id: host:1:7");
+    size_t n = enc(&m, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_int_eq(out.op, TFP_SF_CALL);
+    ck_assert_int_eq(tfp_sf_call_spec(&out, route, user, rid, &err), TFP_OK);
+    ck_assert_str_eq(route, "echo");
+    ck_assert_str_eq(user, "alice");
+    ck_assert_str_eq(rid, "host:1:7");
+    /* Each line is optional; the route alone is the plainest CALL. */
+    static const char *const ok[] = {"echo", "echo\nUser: u", "echo\nRequest-Id: r-1"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        tfp_sf_t q = msg(TFP_SF_CALL, ok[i]);
+        q.lease = 1;
+        q.a = 1;
+        n = enc(&q, buf);
+        ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+        ck_assert_int_eq(tfp_sf_call_spec(&out, route, user, rid, &err), TFP_OK);
+        ck_assert_str_eq(route, "echo");
+    }
+    /* Refused: a bad route, user or id, lines out of order or twice or unknown, no lease,
+     * no length, b set, a flag. */
+    static const char *const bad[] = {
+        "", "../x", "echo\n", "echo\nUser: ", "echo\nUser: a b", "echo\nRequest-Id: a/b",
+        "echo\nRequest-Id: r\nUser: u", "echo\nUser: u\nUser: v", "echo\nX: y", "echo\nuser: u",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tfp_sf_t q = msg(TFP_SF_CALL, bad[i]);
+        q.lease = 1;
+        q.a = 1;
+        ck_assert_msg(tfp_sf_encode(&q, buf, sizeof buf, &err) == 0, "encoded '%s'", bad[i]);
+        ck_assert_int_eq(err.code, TFP_EINVAL);
+        /* the same bytes forged on the wire */
+        tfp_sf_t ok1 = msg(TFP_SF_CALL, "echo");
+        ok1.lease = 1;
+        ok1.a = 1;
+        size_t k = enc(&ok1, buf);
+        size_t sl = strlen(bad[i]);
+        buf[6] = (uint8_t)sl;
+        buf[7] = 0;
+        memcpy(buf + TFP_SF_FIXED, bad[i], sl);
+        k = TFP_SF_FIXED + sl;
+        ck_assert_msg(tfp_sf_decode(buf, k, &out, &err) == TFP_EPROTO, "decoded '%s'", bad[i]);
+    }
+    ck_assert_int_eq(tfp_sf_set_call(&m, "echo", "a b", NULL, &err), TFP_EINVAL);
+    tfp_sf_t q = msg(TFP_SF_CALL, "echo");
+    q.a = 1;                                        /* no lease */
+    ck_assert_uint_eq(tfp_sf_encode(&q, buf, sizeof buf, &err), 0);
+    q.lease = 1;
+    q.a = 0;                                        /* no length */
+    ck_assert_uint_eq(tfp_sf_encode(&q, buf, sizeof buf, &err), 0);
+    q.a = 1;
+    q.b = 1;
+    ck_assert_uint_eq(tfp_sf_encode(&q, buf, sizeof buf, &err), 0);
+    q.b = 0;
+    q.flags = TFP_SF_F_CALL;
+    ck_assert_uint_eq(tfp_sf_encode(&q, buf, sizeof buf, &err), 0);
+    /* ALLOC with flag CALL; GET and COMMIT without it. */
+    q = msg(TFP_SF_ALLOC, NULL);
+    q.a = 100;
+    q.flags = TFP_SF_F_CALL;
+    n = enc(&q, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_uint_eq(out.flags, TFP_SF_F_CALL);
+    q = msg(TFP_SF_GET, "w");
+    q.flags = TFP_SF_F_CALL;
+    ck_assert_uint_eq(tfp_sf_encode(&q, buf, sizeof buf, &err), 0);
+    /* HELLO's answer: the capabilities in a. */
+    q = msg(TFP_SF_REPLY, NULL);
+    q.a = TFP_SF_CAPS;
+    n = enc(&q, buf);
+    ck_assert_int_eq(tfp_sf_decode(buf, n, &out, &err), TFP_OK);
+    ck_assert_uint_eq(out.a & TFP_SF_CAP_CALL, TFP_SF_CAP_CALL);
+}
+END_TEST
+
 START_TEST(sf_round_trips)
 {
     uint8_t buf[TFP_SF_MAX];
@@ -413,6 +501,7 @@ Suite *suite_shmframe(void)
     tcase_add_test(tc, sf_span);
     tcase_add_test(tc, sf_conditions);
     tcase_add_test(tc, sf_staged);
+    tcase_add_test(tc, sf_call);
     suite_add_tcase(s, tc);
     return s;
 }

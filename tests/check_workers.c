@@ -180,7 +180,7 @@ static void t_respond_error(tfx_req_t *r, tfp_status_t code, const char *msg)
 
 static void t_resume(tfx_req_t *r) { ((t_req_t *)r)->woken = 1; }
 
-static const tfx_req_ops_t t_ops = {"http", t_respond, t_respond_error, t_resume, NULL, NULL, 0};
+static const tfx_req_ops_t t_ops = {"http", t_respond, t_respond_error, t_resume, NULL, NULL, 0, 0};
 
 typedef struct {
     tfd_config_t cfg;

@@ -7,7 +7,10 @@
  * and on a stale one 412, a GET 200, a missing name 404, a PUT's TTL that expires the name.
  * A same-host PUT returns the ETag a GET then shows; same-host requests are counted in
  * tfetch_requests_total and tfetch_errors_total, and written to the access log, under
- * transport "shm", row for row as HTTP's and UCX's.
+ * transport "shm", row for row as HTTP's and UCX's. Exchanges too (POST /v1/call/ROUTE, UCX
+ * CALL, shm CALL): echo answers 200 with the very document sent (over shm: in the request's
+ * own memfd, sealed), a missing route 404, a malformed document 400, each the same on
+ * every transport and counted as route "call".
  *
  * Needs UCX (shm rides on the upgrade) and $TFETCHD; skipped with a message without them.
  */
@@ -123,6 +126,15 @@ static answer_t http_get(const char *name, const char *inm)
     return http_run(args);
 }
 
+static answer_t http_call(const char *route, const void *doc, size_t len)
+{
+    char args[1536];
+    const char *file = td_tmpfile(0, doc, len);
+    snprintf(args, sizeof args, "-X POST -H 'Content-Type: application/x-safetensors' "
+             "--data-binary @%s %s/v1/call/%s", file, D.base, route);
+    return http_run(args);
+}
+
 /* ---- UCX: frames ---------------------------------------------------------------------------- */
 
 static answer_t ucx_call(conns_t *k, tfp_uf_hdr_t *h, const void *doc, size_t len)
@@ -171,6 +183,14 @@ static answer_t ucx_get(conns_t *k, const char *name, const char *inm)
         snprintf(h.cond.if_none_match, sizeof h.cond.if_none_match, "%s", inm);
     }
     return ucx_call(k, &h, NULL, 0);
+}
+
+static answer_t ucx_exchange(conns_t *k, const char *route, const void *doc, size_t len)
+{
+    tfp_uf_hdr_t h;
+    tfp_uf_init(&h, TFP_UF_CALL, 0);
+    snprintf(h.name, sizeof h.name, "%s", route);
+    return ucx_call(k, &h, doc, len);
 }
 
 /* ---- shm: messages -------------------------------------------------------------------------- */
@@ -266,6 +286,51 @@ static answer_t shm_get(conns_t *k, const char *name, const char *inm)
     return shm_answer(&r);
 }
 
+/* An exchange over shm: ALLOC (flag CALL), the document written, CALL. An OK answer's memfd
+ * must hold exactly what echo gives back: the document sent. */
+static answer_t shm_exchange(conns_t *k, const char *route, const void *doc, size_t len)
+{
+    tfp_sf_t m;
+    tfp_err_t err;
+    int fd;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_ALLOC;
+    m.flags = TFP_SF_F_CALL;
+    m.a = len;
+    shm_send(k, &m);
+    tfp_sf_t r = shm_reply(k, &fd);
+    ck_assert_int_eq(r.status, TFP_OK);
+    ck_assert_int_ge(fd, 0);
+    tfx_shm_t w;
+    ck_assert_int_eq(tfx_shm_map(fd, len, TFX_SHM_MAP_FILL, &w, &err), TFP_OK);
+    memcpy(w.p, doc, len);
+    tfx_shm_close(&w);
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_CALL;
+    m.lease = r.lease;
+    m.a = len;
+    ck_assert_int_eq(tfp_sf_set_call(&m, route, "xport-user", NULL, &err), TFP_OK);
+    shm_send(k, &m);
+    r = shm_reply(k, &fd);
+    ck_assert_int_eq(fd >= 0, r.status == TFP_OK);
+    if (fd >= 0) {
+        size_t size;
+        tfx_shm_t a;
+        ck_assert_int_eq(tfx_shm_check(fd, 1, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
+        ck_assert_int_eq(tfp_sf_check_span(r.a, r.b, size, &err), TFP_OK);
+        ck_assert_int_eq(tfx_shm_map(fd, size, TFX_SHM_MAP_READ, &a, &err), TFP_OK);
+        ck_assert_uint_eq(r.b, len);
+        ck_assert_int_eq(memcmp(a.p + r.a, doc, len), 0);
+        tfx_shm_close(&a);
+        memset(&m, 0, sizeof m);
+        m.op = TFP_SF_RELEASE;
+        m.lease = r.lease;
+        shm_send(k, &m);                /* no reply */
+        k->seq--;
+    }
+    return shm_answer(&r);
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 static answer_t put_on(conns_t *k, int t, const char *name, const void *doc, size_t len,
@@ -282,13 +347,21 @@ static answer_t get_on(conns_t *k, int t, const char *name, const char *inm)
                                               : shm_get(k, name, inm);
 }
 
+static answer_t call_on(conns_t *k, int t, const char *route, const void *doc, size_t len)
+{
+    return t == T_HTTP ? http_call(route, doc, len) : t == T_UCX ? ucx_exchange(k, route, doc, len)
+                                                     : shm_exchange(k, route, doc, len);
+}
+
 enum { IM_NONE, IM_CURRENT, IM_STALE, IM_ANY };
+enum { OP_GET, OP_PUT, OP_CALL };
+#define BAD_DOC "bad"                   /* an exchange's body: not a safetensors document */
 #define INM_CURRENT "current"           /* If-None-Match: the name's ETag now */
 
 typedef struct {
     const char *what;
-    int put;                        /* 1 PUT, 0 GET */
-    const char *name;               /* prefixed with the transport's name */
+    int put;                        /* OP_*: PUT, GET or an exchange */
+    const char *name;               /* prefixed with the transport's name; a call's route */
     int im;                         /* IM_*: If-Match */
     const char *inm;                /* If-None-Match, or NULL */
     unsigned ttl;
@@ -309,6 +382,9 @@ static const case_t cases[] = {
     {"GET of a missing name", 0, "zz", IM_NONE, NULL, 0, 404},
     {"PUT with a TTL of 1 s", 1, "t", IM_NONE, NULL, 1, 201},
     {"GET before the TTL ran out", 0, "t", IM_NONE, NULL, 0, 200},
+    {"exchange with echo", OP_CALL, "echo", IM_NONE, NULL, 0, 200},
+    {"exchange with a missing route", OP_CALL, "nosuch", IM_NONE, NULL, 0, 404},
+    {"exchange of a malformed document", OP_CALL, "echo", IM_NONE, BAD_DOC, 0, 400},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
@@ -411,6 +487,16 @@ START_TEST(xport_one_table)
         for (size_t i = 0; i < NCASES; i++) {
             const case_t *c = &cases[i];
             char name[64], etag[TFP_ETAG_LEN] = "";
+            if (c->put == OP_CALL) {
+                static const char bad[] = "\x10\0\0\0\0\0\0\0{\"t\": 1}";
+                int b = c->inm != NULL;         /* BAD_DOC */
+                answer_t a = call_on(&k, t, c->name, b ? (const void *)bad : doc,
+                                     b ? sizeof bad - 1 : len);
+                got[t][i] = a.http;
+                ck_assert_msg(a.http == c->want, "%s over %s: %u, not %u", c->what,
+                              tname[t], a.http, c->want);
+                continue;
+            }
             snprintf(name, sizeof name, "%s.%s", tname[t], c->name);
             const char *im = NULL;
             if (c->im == IM_CURRENT) {
@@ -474,6 +560,13 @@ START_TEST(xport_one_table)
         ck_assert_int_eq(log_lines(logp, tr, "\"op\":\"tensor_put\"", "\"status\":412"), 3);
         ck_assert_int_eq(log_lines(logp, tr, "\"op\":\"tensor_put\"", "\"status\":201"), 3);
         ck_assert_int_ge(log_lines(logp, tr, "\"op\":\"tensor_get\"", "\"status\":200"), 1);
+        static const unsigned call_statuses[] = {200, 404, 400};
+        for (size_t i = 0; i < 3; i++) {
+            snprintf(row, sizeof row, "tfetch_requests_total{route=\"call\",status=\"%u\","
+                     "transport=\"%s\"} ", call_statuses[i], tname[t]);
+            ck_assert_msg(metric_row(row) == 1, "%s: %lld", row, metric_row(row));
+        }
+        ck_assert_int_eq(log_lines(logp, tr, "\"op\":\"call\"", "\"status\":200"), 1);
     }
     tf_free(doc);
     disconnect_all(&k);

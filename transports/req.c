@@ -34,6 +34,20 @@ void tfx_req_answer_headers(const tfx_req_t *r,
             add(arg, tfp_answer_fields[f].header, v);
 }
 void tfx_req_suspend(tfx_req_t *r) { r->want_suspend = 1; }
+int tfx_req_may_wait(const tfx_req_t *r) { return !r->ops->no_wait; }
+int tfx_req_declined(const tfx_req_t *r) { return r->declined; }
+
+void tfx_req_decline(tfx_req_t *r, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!r->answered)
+        r->declined = 1;
+    tfx_respond_error(r, TFP_ENOTIMPL, "%s", msg);
+}
 
 void tfx_req_accept_body(tfx_req_t *r, size_t headroom, uint64_t max)
 {

@@ -126,5 +126,14 @@ uint64_t tfx_req_body_bytes(const tfx_req_t *r);           /* request body bytes
 void tfx_req_suspend(tfx_req_t *r);
 /* Any thread: wakes a request that suspended (or is about to). Safe to call more than once. */
 void tfx_req_resume(tfx_req_t *r);
+/* In handle: 0 when the transport cannot keep a suspended request (shm), so a handler that
+ * would wait (a worker route, a retry waiting on the first try) declines instead; else 1. */
+int tfx_req_may_wait(const tfx_req_t *r);
+/* In handle, before anything ran: answers TFP_ENOTIMPL with msg (printf-style) and marks
+ * the request declined, which the transport tells its client apart from a failure (shm: a
+ * REPLY without an HTTP status; the client sends the request another way). */
+void tfx_req_decline(tfx_req_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 if tfx_req_decline answered r. */
+int tfx_req_declined(const tfx_req_t *r);
 
 #endif

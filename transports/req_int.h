@@ -29,6 +29,9 @@ typedef struct {
     /* 1: the transport sends no header but the typed answer's fields (UCX, shm), so
      * tfx_req_add_header keeps none (no allocation per header on their requests). */
     int no_headers;
+    /* 1: a request that suspends cannot be kept (shm: one thread answers in order), so a
+     * handler that would wait declines it instead (tfx_req_may_wait, tfx_req_decline). */
+    int no_wait;
 } tfx_req_ops_t;
 
 struct tfx_req {
@@ -62,6 +65,7 @@ struct tfx_req {
                                      * some (UCX's COND block: Content-Range) */
 
     int want_suspend;
+    int declined;                   /* tfx_req_decline answered it: nothing ran */
 };
 
 /* Makes room in r->buf for `total` bytes after the headroom (one allocation when the

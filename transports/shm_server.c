@@ -71,6 +71,7 @@ static void fail(shm_req_t *q, tfp_status_t code, const char *msg)
 static void shm_respond_error(tfx_req_t *r, tfp_status_t code, const char *msg)
 {
     fail(SR(r), code, msg);
+    SR(r)->call->declined = r->declined;
 }
 
 /* The answer's body lent as fd (offset, len), held by hold(hold_arg), if admit lets it. */
@@ -176,6 +177,7 @@ static const tfx_req_ops_t shm_ops = {
     .respond_body = shm_respond_body,
     .take_memfd = shm_take_memfd,
     .no_headers = 1,
+    .no_wait = 1,
 };
 
 /* After begin: the PUT's document lent to the request as the body it accepted, or given
@@ -226,6 +228,7 @@ void tfx_shm_call(const tfx_handlers_t *h, const tfp_op_t *op, const tfp_op_err_
     snprintf(q.base.peer, sizeof q.base.peer, "%s", peer ? peer : "");
     q.call = call;
     call->fd = -1;
+    call->declined = 0;
     call->hold = NULL;
     call->etag[0] = '\0';
     call->msg[0] = '\0';

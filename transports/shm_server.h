@@ -13,8 +13,8 @@
  * (the lending policy, with its bound, is daemon/shm.c's: admit).
  *
  * Threads: any one thread per call; the handlers run on it. A handler may not wait (a GET
- * over shm has no ?wait): a request that suspends without being resumed at once is answered
- * 500.
+ * over shm has no ?wait; a call to a worker route declines, tfx_req_decline): a request that
+ * suspends without being resumed at once is answered 500.
  */
 #ifndef TFX_SHM_SERVER_H
 #define TFX_SHM_SERVER_H
@@ -38,6 +38,9 @@ typedef struct {
     /* out: the answer */
     unsigned http;                  /* the HTTP-equivalent status */
     tfp_status_t code;              /* TFP_OK, or the failure (msg says why) */
+    int declined;                   /* code TFP_ENOTIMPL: nothing ran (tfx_req_decline: the
+                                     * handler would have waited); the client may retry it
+                                     * over another transport */
     char msg[TFP_SF_MAX_MSG + 1];
     char etag[TFP_ETAG_LEN];        /* the answer's ETag; "" none */
     int fd;                         /* the body's memfd (borrowed until hold runs); -1 none */

@@ -13,7 +13,9 @@
  * SHMGET and SHMCOMMIT are a same-host GET or PUT instead (daemon/shm.c's path): TARGET and
  * the If-Match and If-None-Match lines make a shm message's string (proto/shmframe.h's
  * conditions, flag COND set when there is one), Tfetch-TTL its TTL, the body the document
- * lent in a sealed memfd; the message's bytes go through tfp_sf_decode and, when it takes
+ * lent in a sealed memfd; SHMCALL is a same-host exchange (CALL): TARGET is the route, the
+ * Tfetch-User and Tfetch-Request-Id lines its User and Request-Id lines, the body lent; the
+ * message's bytes go through tfp_sf_decode and, when it takes
  * them, tfd_shm_op and tfx_shm_call (transports/shm_server.c) run the op over the same
  * router, and an answer's memfd is checked (inside it, a safetensors document). In TARGET,
  * "$W" stands for the last worker id a registration answered and "$C" for the last call id
@@ -712,25 +714,34 @@ static void put_le(uint8_t *p, uint64_t v, int n)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* A same-host GET or COMMIT (see the top): the message as the socket would carry it. */
+/* A same-host GET, COMMIT or CALL (see the top): the message as the socket would carry it. */
 static void run_shm(const wire_t *w)
 {
     int commit = strcmp(w->method, "SHMCOMMIT") == 0;
+    int is_call = strcmp(w->method, "SHMCALL") == 0;
     const char *im = header(w, "If-Match"), *inm = header(w, "If-None-Match");
     const char *ttl = header(w, "Tfetch-TTL");
+    const char *user = header(w, "Tfetch-User"), *rid = header(w, "Tfetch-Request-Id");
     uint8_t buf[TFP_SF_MAX];
     size_t len = 0;
     for (int i = 0; i < w->npieces; i++)
         len += w->piece_len[i];
-    int n = snprintf((char *)buf + TFP_SF_FIXED, sizeof buf - TFP_SF_FIXED, "%s%s%s%s%s",
-                     w->target, im ? "\nIf-Match: " : "", im ? im : "",
-                     inm ? "\nIf-None-Match: " : "", inm ? inm : "");
+    int n = is_call ? snprintf((char *)buf + TFP_SF_FIXED, sizeof buf - TFP_SF_FIXED,
+                            "%s%s%s%s%s", w->target, user ? "\nUser: " : "", user ? user : "",
+                            rid ? "\nRequest-Id: " : "", rid ? rid : "")
+                 : snprintf((char *)buf + TFP_SF_FIXED, sizeof buf - TFP_SF_FIXED,
+                            "%s%s%s%s%s", w->target, im ? "\nIf-Match: " : "", im ? im : "",
+                            inm ? "\nIf-None-Match: " : "", inm ? inm : "");
+    if (is_call) {
+        im = inm = ttl = NULL;
+        commit = 1;                         /* a lent body, as COMMIT's */
+    }
     if (n < 0 || (size_t)n >= sizeof buf - TFP_SF_FIXED || w->cut)
         return;
     memset(buf, 0, TFP_SF_FIXED);
     put_le(buf, TFP_SF_MAGIC, 4);
     buf[4] = TFP_SF_VERSION;
-    buf[5] = commit ? TFP_SF_COMMIT : TFP_SF_GET;
+    buf[5] = is_call ? TFP_SF_CALL : commit ? TFP_SF_COMMIT : TFP_SF_GET;
     put_le(buf + 6, (uint64_t)n, 2);
     put_le(buf + 8, 1, 8);
     put_le(buf + 20, (im || inm) ? TFP_SF_F_COND : 0, 4);

@@ -188,7 +188,7 @@ describe('errors reject with the tfetch status, the HTTP status and the message'
 })
 
 describe('transports', () => {
-  test.skipIf(!fastPath)('a same-host get goes over shared memory, a call over UCX: never HTTP', async () => {
+  test.skipIf(!fastPath)('a same-host get and a large call go over shared memory, a small call over UCX: never HTTP', async () => {
     const c = client()
     const big = new Float32Array(1 << 18).map((_, i) => i)
     await c.put('js_big', big)
@@ -197,9 +197,15 @@ describe('transports', () => {
     expect(c.last.transport).toMatch(/^(shm\/|ucx\/)/)
     expect(c.last.fallback).toBe('')
     expect(t.data[12345]).toBe(12345)
-    const r = await c.call('echo', big)
-    expect(c.last.transport).toMatch(/^ucx\//)
+    const r = await c.call('echo', big)                     // 1 MiB: CALL over the shm socket
+    expect(c.last.transport).toBe('shm/memfd')
+    expect(c.last.fallback).toBe('')
     expect(r.data[(1 << 18) - 1]).toBe((1 << 18) - 1)
+    const huge = new Float32Array(1 << 22).map((_, i) => i)  // 16 MiB, as bench/shumai's
+    const h = await c.call('echo', huge)
+    expect(c.last.transport).toBe('shm/memfd')
+    expect(h.data.length).toBe(1 << 22)
+    expect(h.data[(1 << 22) - 1]).toBe((1 << 22) - 1)
     const g = await tfetch(`${base}/js_big`)               // Shumai's URLs take it too
     expect(clientFor(base).last.transport).not.toBe('http')
     expect(g.data.length).toBe(1 << 18)
