@@ -205,10 +205,11 @@ static tf_status_t verify_body(tf_result_t *res, const tfx_hc_resp_t *r, int sin
     tfp_digest_t want;
     tfp_err_t err;
     uint8_t got[TFP_DIGEST_LEN];
-    if (!r->repr_digest[0])
+    const char *repr = tfx_hc_resp_header(r, "Repr-Digest");
+    if (!repr[0])
         return tfi_rfail(res, TF_EDIGEST, "the server sent no Repr-Digest to verify the "
                          "document against (a server from before digests?)");
-    if (tfp_digest_parse(r->repr_digest, &want, &err) != TFP_OK || !want.has)
+    if (tfp_digest_parse(repr, &want, &err) != TFP_OK || !want.has)
         return tfi_rfail(res, TF_EDIGEST, "the server's Repr-Digest has no sha-256: %s",
                          want.has ? err.msg : "another algorithm only");
     if (!r->sunk)
@@ -287,31 +288,14 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
     return TF_OK;
 }
 
-/* A header value as a number (proto/ids validates it); *has is 0 when absent or malformed. */
-static void reply_u64(const char *v, uint64_t *out, int *has)
-{
-    *has = v[0] && tfp_parse_u64(v, UINT64_MAX, out) == 0;
-}
-
-/* A call's feed headers, validated. */
-static void record_reply(tfi_reply_t *rp, const tfx_hc_resp_t *r)
-{
-    reply_u64(r->position, &rp->position, &rp->has_position);
-    reply_u64(r->seq, &rp->seq, &rp->has_seq);
-    reply_u64(r->round, &rp->round, &rp->has_round);
-    reply_u64(r->generation, &rp->generation, &rp->has_generation);
-    reply_u64(r->device, &rp->device, &rp->has_device);
-    reply_u64(r->retry_after, &rp->retry_after, &rp->has_retry_after);
-    snprintf(rp->content_type, sizeof(rp->content_type), "%s", r->content_type);
-}
-
 /* A call's 2xx reply: a document when it is one, else its text ("" for none). */
 static void finish_call(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *r)
 {
-    int is_doc = r->body_len > 0 && (strncasecmp(r->content_type, MIME_SAFETENSORS,
-                                                 strlen(MIME_SAFETENSORS)) == 0 ||
-                                     (r->dtype[0] && strncasecmp(r->content_type, MIME_RAW,
-                                                                 strlen(MIME_RAW)) == 0));
+    const char *ct = tfx_hc_resp_header(r, "Content-Type");
+    int is_doc = r->body_len > 0 &&
+                 (strncasecmp(ct, MIME_SAFETENSORS, strlen(MIME_SAFETENSORS)) == 0 ||
+                  (tfx_hc_resp_header(r, "Tfetch-Dtype")[0] &&
+                   strncasecmp(ct, MIME_RAW, strlen(MIME_RAW)) == 0));
     if (is_doc) {
         tfi_decode_doc(f, req);
         return;
@@ -329,7 +313,8 @@ static void finish_range(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *
     tf_result_t *res = &f->result;
     tfi_reply_t *rp = &f->reply;
     uint64_t a, b, t;
-    int cr = tfp_content_range_parse(r->content_range, &a, &b, &t) == 0;
+    const char *crange = tfx_hc_resp_header(r, "Content-Range");
+    int cr = tfp_content_range_parse(crange, &a, &b, &t) == 0;
     if (r->status == 416 && cr && a == UINT64_MAX) {
         rp->has_total = 1;
         rp->total = t;
@@ -341,7 +326,7 @@ static void finish_range(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *
     if (r->status == 206) {
         if (!cr || a != f->op.cond.first || a == UINT64_MAX || b - a + 1 != r->body_len) {
             tfi_rfail(res, TF_EPROTO, "the server's 206 does not hold the range asked for "
-                      "(Content-Range '%.60s', %zu bytes)", r->content_range, r->body_len);
+                      "(Content-Range '%.60s', %zu bytes)", crange, r->body_len);
             return;
         }
     } else {                            /* 200: the whole document; keep the part asked for */
@@ -380,20 +365,19 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     tf_result_t *res = &f->result;
 
+    const char *v;
     res->http_status = (int)r->status;
     if (f->origin && r->status > 0)
-        f->origin->offered = tfi_offers_ucx(r->upgrade);
-    if (r->transport[0])
-        snprintf(res->transport, sizeof(res->transport), "%s", r->transport);
-    if (r->request_id[0])
-        snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
+        f->origin->offered = tfi_offers_ucx(tfx_hc_resp_header(r, "Tfetch-Upgrade"));
+    if ((v = tfx_hc_resp_header(r, "Tfetch-Transport"))[0])
+        snprintf(res->transport, sizeof(res->transport), "%s", v);
+    if ((v = tfx_hc_resp_header(r, "Tfetch-Request-Id"))[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", v);
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
     /* The whole request's wall time: an upgrade negotiated before it, or a UCX try that
      * fell back, is part of it (and takes part of its timeout). */
     res->seconds = tfx_since_s(f->t0_ns);
-    if (f->op.kind == TFI_OP_CALL)
-        record_reply(&f->reply, r);
 
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
@@ -405,11 +389,11 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     if (f->origin && r->status > 0 && f->op.kind != TFI_OP_INFO) {
         char feature[96];
         snprintf(feature, sizeof(feature), "%s %.80s", method_of(&f->op), f->op.name);
-        if (tfi_origin_protocol(f->c, f->origin, r->protocol, feature, res) != TF_OK)
+        if (tfi_origin_protocol(f->c, f->origin, tfx_hc_resp_header(r, "Tfetch-Protocol"),
+                                feature, res) != TF_OK)
             return;
     }
-    if (tfp_etag_valid(r->etag))        /* a malformed one is no version: "" */
-        snprintf(res->etag, sizeof(res->etag), "%s", r->etag);
+    tfi_take_answer(f, &r->answer);     /* its typed fields: a malformed one is none */
     if (r->status == 304 && f->op.kind == TF_OP_GET && f->op.cond.if_none_match[0]) {
         tfi_rfail(res, TF_ENOTMODIFIED, "not modified: the stored version is still %s",
                   res->etag[0] ? res->etag : f->op.cond.if_none_match);

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include "client/tfetch.h"
+#include "proto/answer.h"
 #include "proto/auth.h"
 #include "proto/doc.h"
 #include "proto/ids.h"
@@ -97,15 +98,23 @@ typedef struct {
     const char *feed_name;
 } tfi_call_t;
 
-/* The feed headers of a call's reply, validated (proto/ids: tfp_parse_u64); has_* is 0 when
- * the header was absent or malformed. */
+/* The typed answer a reply carried (proto/answer.h: its ETag, a feed's position, seq,
+ * round, generation and device, Retry-After), whatever the transport: HTTP's headers, UCX's
+ * frame blocks and shm's REPLY each fill the same tfp_answer_t through the answer's table
+ * (tfi_take_answer); only valid values are set (tfp_answer_has). */
 typedef struct {
-    uint64_t position, seq, round, generation, device, retry_after;
-    int has_position, has_seq, has_round, has_generation, has_device, has_retry_after;
-    char content_type[128];
+    tfp_answer_t answer;
     uint64_t total;                 /* a range request: the whole document's size */
     int has_total;
 } tfi_reply_t;
+
+/* The number field f of a reply's answer: 1 and *v when it came, else 0 (*v 0). */
+static inline int tfi_reply_u64(const tfi_reply_t *rp, tfp_af_t f, uint64_t *v)
+{
+    int has = tfp_answer_has(&rp->answer, f);
+    *v = has ? rp->answer.num[f] : 0;
+    return has;
+}
 
 typedef struct origin origin_t;
 
@@ -367,7 +376,7 @@ struct tf_fetch {
     tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
     char *text;                     /* TFI_OP_LIST / TFI_OP_INFO: the reply body */
     size_t text_len;
-    tfi_reply_t reply;              /* TFI_OP_CALL: the reply's feed headers */
+    tfi_reply_t reply;              /* the reply's typed answer (every kind of request) */
     long total_ms;                  /* the whole request's time limit, wait included; 0 none */
     long hold_ms;                   /* how long the server may hold it (a long-poll's wait):
                                      * added to the stall window */
@@ -439,6 +448,9 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid);
 /* Records a failure in r (message printf-style, or the status text when fmt is NULL). */
 tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Records the typed answer a reply carried, over whichever transport: f->reply.answer, and
+ * what the result shows of it (its ETag). Every transport's completion calls it once. */
+void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a);
 /* Refuses a blocking call before it starts: tf_client_last says why. */
 tf_status_t tfi_refuse(tf_client_t *c, int op, tf_status_t st, const char *msg);
 /* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when

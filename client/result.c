@@ -67,6 +67,13 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
     }
 }
 
+void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a)
+{
+    f->reply.answer = *a;
+    if (tfp_answer_has(a, TFP_AF_ETAG))     /* valid by construction (tfp_answer_set_str) */
+        tfp_strcpy(f->result.etag, sizeof(f->result.etag), a->str);
+}
+
 tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
 {
     r->status = st;
@@ -227,7 +234,8 @@ static tf_status_t decode_raw(tf_result_t *res, const char *url, const tfx_hc_re
     tfp_err_t err;
     char name[TFP_MAX_TENSOR_NAME + 1];
 
-    if (tfp_raw_check(r->dtype, r->shape, r->body_len, &dt, &rank, shape, &err) != TFP_OK)
+    if (tfp_raw_check(tfx_hc_resp_header(r, "Tfetch-Dtype"),
+                      tfx_hc_resp_header(r, "Tfetch-Shape"), r->body_len, &dt, &rank, shape, &err) != TFP_OK)
         return tfi_rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
     last_segment(url, name, sizeof(name));
     if (!tfp_name_valid(name))
@@ -256,20 +264,21 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
     tfp_status_t pst;
     tf_status_t st;
 
+    const char *ct = tfx_hc_resp_header(r, "Content-Type");
     if (!r->body || r->body_len == 0)
         return tfi_rfail(&f->result, TF_EPROTO, "empty response body");
-    if (media_is(r->content_type, MIME_RAW) && r->dtype[0]) {
+    if (media_is(ct, MIME_RAW) && tfx_hc_resp_header(r, "Tfetch-Dtype")[0]) {
         if ((st = decode_raw(&f->result, f->op.url, r, &d)) != TF_OK)
             return st;
-    } else if (f->op.format == TF_FORMAT_SHUMAI && !media_is(r->content_type, MIME_SAFETENSORS)) {
+    } else if (f->op.format == TF_FORMAT_SHUMAI && !media_is(ct, MIME_SAFETENSORS)) {
         if ((st = shumai_decode(&f->result, r->body, r->body_len, &d)) != TF_OK)
             return st;
-    } else if (media_is(r->content_type, "application/json") ||
-               media_is(r->content_type, "text/plain") || media_is(r->content_type, "text/html")) {
+    } else if (media_is(ct, "application/json") || media_is(ct, "text/plain") ||
+               media_is(ct, "text/html")) {
         /* Not a document at all (e.g. the URL is /v1/info, or a proxy's page): say so rather
          * than read its first bytes as a header length. */
         return tfi_rfail(&f->result, TF_EPROTO, "the reply is %.40s, not a tensor document "
-                         "(is the URL a /v1/tensors/NAME or /v1/call/ROUTE?)", r->content_type);
+                         "(is the URL a /v1/tensors/NAME or /v1/call/ROUTE?)", ct);
     } else if ((pst = tfp_st_decode(r->body, r->body_len, NULL, &d, &err)) != TFP_OK) {
         /* Out of memory while decoding is not a bad response. */
         if (pst == TFP_ENOMEM)

@@ -362,17 +362,17 @@ static int commit(shmc_t *k, lease_t *l, const tfi_op_t *op, long ms, tfp_sf_t *
 }
 
 /* Records the daemon's answer to a COMMIT in f. */
-/* The version an OK REPLY names (its ETag), into res->etag; an older daemon names none. */
-static void reply_etag(tf_result_t *res, const tfp_sf_t *r)
+/* The typed fields an OK REPLY carries (its ETag; an older daemon names none), into f. */
+static void reply_answer(tf_fetch_t *f, const tfp_sf_t *r)
 {
-    char etag[TFP_ETAG_LEN];
-    tfp_err_t err;
-    if (tfp_sf_reply_etag(r, etag, &err) == TFP_OK)
-        snprintf(res->etag, sizeof res->etag, "%s", etag);
+    tfp_answer_t ans = {0};
+    tfp_answer_from_sf_reply(r, &ans);
+    tfi_take_answer(f, &ans);
 }
 
-static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
+static void commit_result(tf_fetch_t *f, const tfp_sf_t *r, uint64_t len)
 {
+    tf_result_t *res = &f->result;
     res->bytes_sent = len;
     if (r->status != TFP_OK) {
         tf_status_t st = tfi_from_proto((tfp_status_t)r->status);
@@ -382,7 +382,7 @@ static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
     }
     res->status = TF_OK;
     res->http_status = r->http ? (int)r->http : r->a ? 204 : 201;
-    reply_etag(res, r);
+    reply_answer(f, r);
 }
 
 static void copy_segs(const tf_fetch_t *f, uint8_t *dst)
@@ -439,7 +439,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
             return fall_back(c, f, why);    /* the doc is readable again: sent as any */
         }
         snprintf(res->transport, sizeof(res->transport), "shm/memfd");
-        commit_result(res, &r, l->len);
+        commit_result(f, &r, l->len);
         return queue_done(c, f);
     }
     lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
@@ -477,7 +477,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
         return fall_back(c, f, why);
     }
     snprintf(res->transport, sizeof(res->transport), "shm/memfd");
-    commit_result(res, &r, f->op.body_len);
+    commit_result(f, &r, f->op.body_len);
     return queue_done(c, f);
 }
 
@@ -553,7 +553,7 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     res->status = TF_OK;
     res->http_status = 200;
     res->bytes_received = r.b;
-    reply_etag(res, &r);
+    reply_answer(f, &r);
     return queue_done(c, f);
 bad:
     /* The lease is ours to end even though the document is unusable. */

@@ -150,9 +150,8 @@ typedef struct {
     char etag[64];                  /* the version the server named (its ETag, quotes
                                      * included: "\"0123456789abcdef-7\""): of the document
                                      * a get read (or found unchanged: TF_ENOTMODIFIED), or a
-                                     * put stored; "" when it named none. HTTP and UCX
-                                     * carry it; a get or put over shm/memfd gets "" (its
-                                     * frames carry no version yet) */
+                                     * put stored; "" when it named none. HTTP, UCX and
+                                     * shm/memfd all carry it */
 } tf_result_t;
 
 /* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). Over HTTP

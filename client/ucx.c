@@ -325,29 +325,6 @@ static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
         tfi_complete_fetch(c, f);
 }
 
-/* A feed call's reply block: the numbers HTTP carries as headers, into f->reply. */
-static void feed_reply(tf_fetch_t *f, const tfp_uf_hdr_t *h)
-{
-    tfi_reply_t *rp = &f->reply;
-    const tfp_uf_feed_t *b = &h->feed;
-    if (!(h->flags & TFP_UF_F_FEED))
-        return;
-    rp->position = b->position;
-    rp->has_position = (b->present & TFP_UF_FP_POSITION) != 0;
-    rp->seq = b->seq;
-    rp->has_seq = (b->present & TFP_UF_FP_SEQ) != 0;
-    rp->round = b->round;
-    rp->has_round = (b->present & TFP_UF_FP_ROUND) != 0;
-    rp->generation = b->generation;
-    rp->has_generation = (b->present & TFP_UF_FP_GENERATION) != 0;
-    rp->device = b->device;
-    rp->has_device = (b->present & TFP_UF_FP_DEVICE) != 0;
-    rp->retry_after = b->retry_after;
-    rp->has_retry_after = (b->present & TFP_UF_FP_RETRY_AFTER) != 0;
-    snprintf(rp->content_type, sizeof(rp->content_type), "%s",
-             (b->flags & TFP_UF_FF_JSON) ? "application/json" : "");
-}
-
 /* A feed call's body kept as text (NUL-terminated; "" for none), as http.c keeps it. */
 static void feed_text(tf_fetch_t *f, uint8_t **body, size_t *cap, size_t len)
 {
@@ -408,14 +385,13 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     tfp_doc_t *d = NULL;
     int call = f->op.kind == TFI_OP_CALL;
 
-    if (call)
-        feed_reply(f, &u->reply);
+    tfp_answer_t ans = {0};
+    tfp_answer_from_reply(&u->reply, &ans);     /* the typed fields the frame carried */
+    tfi_take_answer(f, &ans);
     res->http_status = (int)u->reply.http;
     if (u->reply.request_id[0])
         tfp_strcpy(res->request_id, sizeof(res->request_id), u->reply.request_id);
     res->bytes_received = u->body_len;
-    if ((u->reply.flags & TFP_UF_F_COND) && u->reply.cond.etag[0])   /* checked by the decoder */
-        tfp_strcpy(res->etag, sizeof(res->etag), u->reply.cond.etag);
     if (st == TF_OK && u->reply.http == 304 && f->op.kind == TF_OP_GET &&
         f->op.cond.if_none_match[0]) {
         tfi_rfail(res, TF_ENOTMODIFIED, "not modified: the stored version is still %s",

@@ -290,7 +290,7 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long 
     tfx_hc_drive(hc, req, -1);          /* the request's own timeout bounds it */
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     if (r->status > 0)
-        o->offered = tfi_offers_ucx(r->upgrade);
+        o->offered = tfi_offers_ucx(tfx_hc_resp_header(r, "Tfetch-Upgrade"));
     if (done == TFX_HC_ECONNECT || done == TFX_HC_EURL) {
         /* Nothing listens there yet, or the URL is wrong: the request fails by itself, and
          * it says nothing of UCX, so no backoff keeps a later, good one from negotiating. */

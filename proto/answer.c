@@ -108,3 +108,19 @@ void tfp_answer_from_feed(const tfp_uf_feed_t *f, tfp_answer_t *a)
             tfp_answer_set_u64(a, (tfp_af_t)i, *p);
     }
 }
+
+void tfp_answer_from_reply(const tfp_uf_hdr_t *h, tfp_answer_t *a)
+{
+    if (h->flags & TFP_UF_F_FEED)
+        tfp_answer_from_feed(&h->feed, a);
+    if ((h->flags & TFP_UF_F_COND) && h->cond.etag[0])
+        (void)tfp_answer_set_str(a, TFP_AF_ETAG, h->cond.etag);
+}
+
+void tfp_answer_from_sf_reply(const tfp_sf_t *m, tfp_answer_t *a)
+{
+    char etag[TFP_ETAG_LEN];
+    tfp_err_t err;
+    if (tfp_sf_reply_etag(m, etag, &err) == TFP_OK)
+        (void)tfp_answer_set_str(a, TFP_AF_ETAG, etag);
+}

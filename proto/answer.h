@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/httpcond.h"
+#include "proto/shmframe.h"
 #include "proto/ucxframe.h"
 
 /* X(id, HTTP header, string (1) or number (0), UCX feed block's present bit (0: no place),
@@ -68,5 +69,12 @@ int tfp_answer_header_parse(tfp_answer_t *a, const char *name, const char *value
 /* The fields with a place in a UCX REPLY's feed block, to it (present bits added) and back. */
 void tfp_answer_to_feed(const tfp_answer_t *a, tfp_uf_feed_t *f);
 void tfp_answer_from_feed(const tfp_uf_feed_t *f, tfp_answer_t *a);
+/* Every field a decoded UCX REPLY carries, into a (added to what it holds): the feed block's
+ * numbers (flag FEED) and the conditions block's ETag (flag COND). The client's reading of a
+ * REPLY: the decoder checked the frame, this keeps only valid values. */
+void tfp_answer_from_reply(const tfp_uf_hdr_t *h, tfp_answer_t *a);
+/* Every field an shm REPLY carries (its string: the ETag of an OK answer to GET or COMMIT),
+ * into a (added to what it holds); a malformed or absent one is left out. */
+void tfp_answer_from_sf_reply(const tfp_sf_t *m, tfp_answer_t *a);
 
 #endif
