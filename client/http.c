@@ -375,6 +375,20 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
         snprintf(res->request_id, sizeof(res->request_id), "%s", v);
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
+    if (r->t_total > 0) {               /* libcurl's timings (transports/http_client.h) */
+        tf_stages_t *sg = &res->stages;
+        /* The request on its way (its body sent, the server's receiving it) up to the answer's
+         * head, but the server's own time; then the answer's body. */
+        double server = 0;
+        if (tfp_answer_has(&r->answer, TFP_AF_SRV_HANDLER))
+            server = (double)(r->answer.num[TFP_AF_SRV_HANDLER] +
+                              r->answer.num[TFP_AF_SRV_QUEUE]) / 1e6;
+        double ready = r->t_pretransfer > r->t_connect ? r->t_pretransfer : r->t_connect;
+        sg->connect = r->t_connect * 1000.0;
+        sg->send = r->t_head > ready + server ? (r->t_head - ready - server) * 1000.0 : 0;
+        sg->receive = r->t_head > 0 && r->t_total > r->t_head
+                          ? (r->t_total - r->t_head) * 1000.0 : 0;
+    }
     /* The whole request's wall time: an upgrade negotiated before it, or a UCX try that
      * fell back, is part of it (and takes part of its timeout). */
     res->seconds = tfx_since_s(f->t0_ns);
@@ -433,7 +447,9 @@ static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
     tf_fetch_t *f = ud;
     tf_client_t *c = f->c;
 
+    uint64_t t_done = tfx_now_ns();
     finish(f, req, xst);
+    f->result.stages.decode = (double)(tfx_now_ns() - t_done) / 1e6;
     f->req = NULL;
     f->via = NULL;
     release_req(c, req);
@@ -446,6 +462,8 @@ static tf_status_t http_start(tf_client_t *c, tf_fetch_t *f)
 {
     tf_status_t st;
     snprintf(f->result.transport, sizeof(f->result.transport), "http");
+    f->rt_ms = -1;                      /* a fallback's: its own stages from here */
+    f->result.stages.send = f->result.stages.receive = f->result.stages.decode = -1;
     if (!(f->req = acquire_req(c)))
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
     if ((st = prepare(f, tfi_remaining_ms(f))) != TF_OK)

@@ -292,6 +292,9 @@ struct origin {
     tfp_proto_range_t protocol;     /* the versions its server speaks, from its last answer
                                      * (a version-1 server names none); {0, 0}: no answer yet */
     int same_host;                  /* the last upgrade answer's same_host; -1: none yet */
+    tf_stages_t last_stages;        /* the last completed request's (tf_transport_info_t) */
+    char last_transport[32];
+    char last_fallback[160];
 };
 
 /* A source of completions besides the transports, drained with them whenever the client is
@@ -390,6 +393,8 @@ struct tf_fetch {
     int blocking;                   /* started by a blocking call, which waits for it at
                                      * once: the transport may leave sending to its wait */
     int drove;                      /* its transport's wait drove it once already */
+    double rt_ms;                   /* a transport that knows only its round trip (shm): its
+                                     * ms, the server's time in it; -1 otherwise */
 };
 
 /* The stall window of f in whole seconds (curl's low-speed time): the client's stall time
@@ -448,6 +453,10 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid);
 /* Records a failure in r (message printf-style, or the status text when fmt is NULL). */
 tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Completes f->result.stages (the transport filled what it measured: connect, send,
+ * receive, decode): total, the server's parts from the answer, and notes them as the
+ * origin's last (tf_transport_info_t). Run once, as f completes. */
+void tfi_stages_finish(tf_fetch_t *f);
 /* Records the typed answer a reply carried, over whichever transport: f->reply.answer, and
  * what the result shows of it (its ETag). Every transport's completion calls it once. */
 void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a);

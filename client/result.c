@@ -45,6 +45,7 @@ const char *tfi_op_name(int op)
 void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
 {
     memset(r, 0, sizeof(*r));
+    r->stages = (tf_stages_t){-1, -1, -1, -1, -1, -1, -1, -1, -1};
     r->status = TF_EAGAIN;
     tfp_strcpy(r->op, sizeof(r->op), tfi_op_name(op));
     tfp_strcpy(r->transport, sizeof(r->transport), "http");
@@ -64,6 +65,38 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
         size_t np = tfp_strcpy(r->request_id, sizeof(c->rid_prefix), c->rid_prefix);
         r->request_id[np] = '-';
         memcpy(r->request_id + np + 1, d, (size_t)(num + sizeof num - d));  /* with the NUL */
+    }
+}
+
+void tfi_stages_finish(tf_fetch_t *f)
+{
+    tf_stages_t *s = &f->result.stages;
+    const tfp_answer_t *a = &f->reply.answer;
+    double total = (double)(tfx_now_ns() - f->t0_ns) / 1e6;
+    if (f->result.seconds < total / 1000.0)     /* the decoding after the answer included */
+        f->result.seconds = total / 1000.0;
+    s->total = total;
+    if (tfp_answer_has(a, TFP_AF_SRV_HANDLER)) {
+        s->queue = tfp_answer_has(a, TFP_AF_SRV_QUEUE) ? a->num[TFP_AF_SRV_QUEUE] / 1000.0 : 0;
+        s->handler = a->num[TFP_AF_SRV_HANDLER] / 1000.0;
+        s->server = s->queue + s->handler;
+    }
+    if (f->rt_ms >= 0)                  /* the round trip but the server's time */
+        s->receive = f->rt_ms > s->server ? f->rt_ms - (s->server > 0 ? s->server : 0) : 0;
+    /* Our clock and the server's meet only in durations: a send the transport saw complete
+     * after the server began (UCX's rendezvous is acknowledged late) is cut to fit. */
+    double sum = 0;
+    const double *parts[] = {&s->connect, &s->upgrade, &s->send, &s->server, &s->receive,
+                             &s->decode};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        sum += *parts[i] > 0 ? *parts[i] : 0;
+    if (sum > total && s->send > 0)
+        s->send = s->send > sum - total ? s->send - (sum - total) : 0;
+    origin_t *o = f->origin;
+    if (o) {
+        o->last_stages = *s;
+        tfp_strcpy(o->last_transport, sizeof o->last_transport, f->result.transport);
+        tfp_strcpy(o->last_fallback, sizeof o->last_fallback, f->result.fallback);
     }
 }
 

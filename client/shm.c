@@ -146,7 +146,7 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     m.seq = ++k->seq;
     /* A server that named protocol 2 reads (and answers) the newer REPLY; a 0.1.0 one
      * names none, and would refuse the version. */
-    m.a = resp->protocol.max >= 2 ? TFP_SF_HELLO_V2 : 0;
+    m.a = resp->protocol.max >= 2 ? TFP_SF_HELLO_V3 : 0;    /* V2, and answer lines */
     m.str_len = strlen(resp->shm_token);
     memcpy(m.str, resp->shm_token, m.str_len + 1);
     int fd, rc = send_msg(k, &m);
@@ -434,7 +434,11 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     lease_t *l = doc ? doc->shm_lent : NULL;
     if (l && l->conn == k) {
         doc->shm_lent = NULL;           /* committed now: read-only from here on */
-        if (commit(k, l, &f->op, ms, &r, why, sizeof why) != 0) {
+        uint64_t t_commit = tfx_now_ns();
+        res->stages.connect = res->stages.send = res->stages.decode = 0;  /* built in place */
+        int crc = commit(k, l, &f->op, ms, &r, why, sizeof why);
+        f->rt_ms = (double)(tfx_now_ns() - t_commit) / 1e6;
+        if (crc != 0) {
             tfi_shm_disconnect(o);
             return fall_back(c, f, why);    /* the doc is readable again: sent as any */
         }
@@ -444,6 +448,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     }
     lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
     tfp_status_t st = TFP_OK;
+    uint64_t t_send = tfx_now_ns();
     int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, (size_t)f->op.body_len, ms,
                                          &tmp.map, &tmp.lease, &st, why, sizeof why)
                             : 1;
@@ -470,7 +475,11 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
         tfi_rfail(res, strstr(why, "canceled") ? TF_ECANCELED : TF_EIO, "%s", why);
         return queue_done(c, f);
     }
+    uint64_t t_commit = tfx_now_ns();
+    res->stages.send = (double)(t_commit - t_send) / 1e6;      /* lent, and copied into */
+    res->stages.connect = res->stages.decode = 0;
     rc = commit(k, &tmp, &f->op, ms, &r, why, sizeof why);
+    f->rt_ms = (double)(tfx_now_ns() - t_commit) / 1e6;
     tfx_shm_close(&tmp.map);
     if (rc != 0) {
         tfi_shm_disconnect(o);
@@ -498,6 +507,7 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     memcpy(m.str, f->op.name, m.str_len + 1);
     long ms = tfi_remaining_ms(f);
     int fd = -1;
+    uint64_t t_req = tfx_now_ns();
     if (send_msg(k, &m) != 0 ||
         recv_reply(k, m.seq, ms > 0 && ms < SHM_TIMEOUT_MS ? ms : SHM_TIMEOUT_MS, &r, &fd, why,
                    sizeof why) != 0) {
@@ -505,6 +515,9 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
         return fall_back(c, f, why[0] ? why : "the shm connection failed");
     }
     snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+    uint64_t t_rep = tfx_now_ns();
+    f->rt_ms = (double)(t_rep - t_req) / 1e6;     /* the round trip, the server's time in it */
+    res->stages.connect = res->stages.send = 0;     /* connected; a message */
     if (r.status == TFP_ENOTFOUND) {
         res->http_status = 404;
         tfi_rfail(res, TF_ENOTFOUND, "%s", r.str);
@@ -553,6 +566,7 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     res->status = TF_OK;
     res->http_status = 200;
     res->bytes_received = r.b;
+    res->stages.decode = (double)(tfx_now_ns() - t_rep) / 1e6;  /* checked, mapped, decoded */
     reply_answer(f, &r);
     return queue_done(c, f);
 bad:

@@ -263,6 +263,8 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     cond_frame(f, &h);
     if (op->kind == TFI_OP_CALL && feed_frame(f, &h, &jseg, &jlen) != TF_OK)
         return TF_EINVAL;
+    if (ucx_has_feature(o, TFP_UF_FEATURE_ANSWER))
+        h.flags |= TFP_UF_F_ANSWER;     /* the reply's answer lines: the server's time */
     tfx_ucxc_req_t *ur = NULL;
     /* A blocking call sends it itself, from its wait (ucx_wait). */
     int flags = f->blocking ? TFX_UCXC_DRIVEN : 0;
@@ -474,7 +476,14 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
         ucx_failed(c, f, why);
         return;
     } else {
+        tf_stages_t *sg = &f->result.stages;
+        sg->connect = 0;                /* the connection was there (its making: upgrade) */
+        sg->send = u->t_sent * 1000.0;
+        sg->receive = u->t_reply > 0 && u->seconds > u->t_reply
+                          ? (u->seconds - u->t_reply) * 1000.0 : 0;    /* its body after */
+        uint64_t t_dec = tfx_now_ns();
         ucx_reply(c, f, u, &body, &cap);
+        sg->decode = (double)(tfx_now_ns() - t_dec) / 1e6;
         /* UCX moves a body in one piece: the bar the caller draws shows it whole now. */
         if (f->result.status == TF_OK && !f->background)
             (void)tfi_progress(c, f->result.bytes_received, f->result.bytes_received,

@@ -70,6 +70,7 @@ origin_t *tfi_origin_get(tf_client_t *c, const char *key)
     o->offered = -1;
     o->local = -1;
     o->same_host = -1;
+    o->last_stages = (tf_stages_t){-1, -1, -1, -1, -1, -1, -1, -1, -1};
     o->next = c->origins;
     c->origins = o;
     return o;
@@ -523,6 +524,11 @@ static void fill_transport_info(const tf_client_t *c, const origin_t *o,
             snprintf(out->shm, sizeof(out->shm), "shm/memfd");
     }
     out->caller_driven = o ? o->caller_driven : 0;
+    out->last_stages = o ? o->last_stages : (tf_stages_t){-1, -1, -1, -1, -1, -1, -1, -1, -1};
+    if (o) {
+        snprintf(out->last_transport, sizeof(out->last_transport), "%s", o->last_transport);
+        snprintf(out->last_fallback, sizeof(out->last_fallback), "%s", o->last_fallback);
+    }
     const char *mt = tfi_ucx_memory(c);
     snprintf(out->ucx_memory, sizeof(out->ucx_memory), "%s", mt ? mt : "");
     if (o && o->conn && !c->up->broken(o)) {

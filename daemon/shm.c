@@ -71,6 +71,7 @@ typedef struct {
     long peer_pid, peer_uid;        /* who connected (SO_PEERCRED; -1 unknown), for the log */
     int hello;                      /* presented a valid token */
     int v2;                         /* its HELLO said TFP_SF_HELLO_V2: REPLY's http is read */
+    int v3;                         /* ... TFP_SF_HELLO_V3: answer lines after the ETag too */
     tfp_op_who_t who;               /* the credential its token was issued to */
     char owner[TFD_OTOK_MAX_OWNER]; /* whose tokens its TOKENs count as (its token's owner) */
     lease_t *leases;
@@ -402,6 +403,16 @@ static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t
     m.str_len = strlen(str) < TFP_SF_MAX_MSG ? strlen(str) : TFP_SF_MAX_MSG;
     memcpy(m.str, str, m.str_len);
     m.str[m.str_len] = '\0';
+    if (c->v3 && call->code == TFP_OK) {    /* the answer's other fields, as lines */
+        char lines[TFP_SF_MAX_MSG];
+        size_t n = tfp_answer_lines(&call->ans, ~(1u << TFP_AF_ETAG), lines,
+                                    TFP_SF_MAX_MSG - m.str_len);
+        if (n) {
+            m.str[m.str_len] = '\n';
+            memcpy(m.str + m.str_len + 1, lines, n + 1);
+            m.str_len += 1 + n;
+        }
+    }
     pthread_mutex_lock(&s->lock);
     if (call->code != TFP_OK)
         s->st.refused++;
@@ -824,7 +835,8 @@ static int serve(tfd_shm_t *s, size_t k)
             return -1;
         }
         c->hello = 1;
-        c->v2 = q.a == TFP_SF_HELLO_V2;
+        c->v2 = q.a == TFP_SF_HELLO_V2 || q.a == TFP_SF_HELLO_V3;
+        c->v3 = q.a == TFP_SF_HELLO_V3;
         tfd_log(LOG_DEBUG, "shm: pid %ld (uid %ld) connected", c->peer_pid, c->peer_uid);
         tfp_sf_t m;
         memset(&m, 0, sizeof m);

@@ -9,10 +9,13 @@
 #include <strings.h>
 
 const tfp_af_row_t tfp_answer_fields[TFP_AF_COUNT] = {
-#define X(id, h, s, uf, shm) [TFP_AF_##id] = {h, s, uf, shm},
+#define X(id, h, k, uf, m) [TFP_AF_##id] = {h, (k) == TFP_AK_STR, k, uf, m},
     TFP_ANSWER_MAP(X)
 #undef X
 };
+
+/* The largest duration a Server-Timing entry carries: a day, in microseconds. */
+#define MAX_DUR_US (86400ull * 1000000ull)
 
 void tfp_answer_set_u64(tfp_answer_t *a, tfp_af_t f, uint64_t v)
 {
@@ -50,13 +53,118 @@ size_t tfp_answer_header_value(const tfp_answer_t *a, tfp_af_t f, char *buf, siz
 {
     if (!tfp_answer_has(a, f) || size == 0)
         return 0;
-    int n = tfp_answer_fields[f].is_str ? snprintf(buf, size, "%s", a->str)
-                                        : snprintf(buf, size, "%" PRIu64, a->num[f]);
+    int n;
+    if (tfp_answer_fields[f].is_str)
+        n = snprintf(buf, size, "%s", a->str);
+    else if (tfp_answer_fields[f].kind == TFP_AK_DUR)
+        n = snprintf(buf, size, "%s;dur=%" PRIu64 ".%03" PRIu64, tfp_answer_fields[f].metric,
+                     a->num[f] / 1000, a->num[f] % 1000);
+    else
+        n = snprintf(buf, size, "%" PRIu64, a->num[f]);
     return n > 0 && (size_t)n < size ? (size_t)n : 0;
+}
+
+/* A Server-Timing dur (milliseconds: digits, then at most 9 decimals) in microseconds (the
+ * decimals past the third dropped): 0, or -1. */
+static int parse_dur(const char *s, size_t n, uint64_t *us)
+{
+    uint64_t ms = 0, frac = 0;
+    size_t i = 0, digits = 0, decimals = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++, digits++) {
+        if (ms > MAX_DUR_US / 1000)
+            return -1;
+        ms = ms * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (digits == 0)
+        return -1;
+    if (i < n && s[i] == '.') {
+        for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++, decimals++)
+            if (decimals < 3)
+                frac = frac * 10 + (uint64_t)(s[i] - '0');
+        if (decimals == 0 || decimals > 9)
+            return -1;
+        for (size_t k = decimals; k < 3; k++)
+            frac *= 10;
+    }
+    if (i != n || ms * 1000 + frac > MAX_DUR_US)
+        return -1;
+    *us = ms * 1000 + frac;
+    return 0;
+}
+
+/* The row whose Server-Timing metric is name[0..n), or TFP_AF_COUNT. */
+static unsigned metric_row(const char *name, size_t n)
+{
+    for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
+        const char *m = tfp_answer_fields[f].metric;
+        if (m && strlen(m) == n && strncasecmp(m, name, n) == 0)
+            return f;
+    }
+    return TFP_AF_COUNT;
+}
+
+static size_t trim(const char **s, size_t n)
+{
+    while (n && (**s == ' ' || **s == '\t')) {
+        (*s)++;
+        n--;
+    }
+    while (n && ((*s)[n - 1] == ' ' || (*s)[n - 1] == '\t'))
+        n--;
+    return n;
+}
+
+/* A Server-Timing list (RFC-style "metric;dur=1.23;desc=..., metric2"): entries of our
+ * metrics into a. 1, 0 (none of ours), or -1 (one of ours malformed: nothing set). */
+static int parse_timing(tfp_answer_t *a, const char *v)
+{
+    tfp_answer_t t = *a;
+    int ours = 0;
+    while (*v) {
+        size_t n = 0;
+        int quoted = 0;
+        for (; v[n] && (quoted || v[n] != ','); n++)
+            if (v[n] == '"')
+                quoted = !quoted;
+        const char *e = v;
+        size_t en = trim(&e, n);
+        v += n + (v[n] == ',');
+        size_t nn = 0;
+        while (nn < en && e[nn] != ';')
+            nn++;
+        const char *name = e;
+        unsigned f = metric_row(name, trim(&name, nn));
+        if (f == TFP_AF_COUNT)
+            continue;                   /* another server's metric */
+        int have = 0;
+        for (size_t i = nn; i < en;) {  /* its parameters: ";dur=X" among them */
+            size_t j = i + 1;
+            while (j < en && e[j] != ';')
+                j++;
+            const char *p = e + i + 1;
+            size_t pn = trim(&p, j - i - 1);
+            uint64_t us;
+            if (pn > 4 && strncasecmp(p, "dur=", 4) == 0) {
+                if (have || parse_dur(p + 4, pn - 4, &us) != 0)
+                    return -1;
+                tfp_answer_set_u64(&t, (tfp_af_t)f, us);
+                have = 1;
+            }
+            i = j;
+        }
+        if (!have)
+            return -1;
+        ours = 1;
+    }
+    if (ours)
+        *a = t;
+    return ours;
 }
 
 int tfp_answer_header_parse(tfp_answer_t *a, const char *name, const char *value)
 {
+    if (strcasecmp(name, "Server-Timing") == 0)
+        return parse_timing(a, value);
     for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
         if (strcasecmp(name, tfp_answer_fields[f].header) != 0)
             continue;
@@ -84,6 +192,81 @@ static uint64_t *feed_num(tfp_uf_feed_t *f, uint16_t bit)
     case TFP_UF_FP_RESUME_AFTER: return &f->resume_after;
     default: return NULL;
     }
+}
+
+uint32_t tfp_answer_uf_lines_mask(void)
+{
+    uint32_t m = 0;
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++)
+        if (!tfp_answer_fields[i].uf_present && !tfp_answer_fields[i].is_str)
+            m |= 1u << i;
+    return m;
+}
+
+size_t tfp_answer_lines(const tfp_answer_t *a, uint32_t mask, char *buf, size_t size)
+{
+    size_t len = 0;
+    char v[TFP_AF_MAX_STR + 40];
+    if (size == 0)
+        return 0;
+    buf[0] = '\0';
+    for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
+        if (!(mask & (1u << f)) || !tfp_answer_header_value(a, (tfp_af_t)f, v, sizeof v))
+            continue;
+        int n = snprintf(buf + len, size - len, "%s: %s\n", tfp_answer_fields[f].header, v);
+        if (n < 0 || (size_t)n >= size - len) {
+            buf[len] = '\0';               /* does not fit: left out */
+            continue;
+        }
+        len += (size_t)n;
+    }
+    return len;
+}
+
+static int is_tchar(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+int tfp_answer_lines_valid(const char *s, size_t n)
+{
+    if (n > TFP_ANSWER_MAX_LINES)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && is_tchar(s[j]))
+            j++;
+        if (j == i || j + 1 >= n || s[j] != ':' || s[j + 1] != ' ')
+            return 0;
+        for (j += 2; j < n && s[j] != '\n'; j++)
+            if ((unsigned char)s[j] < 0x20 || (unsigned char)s[j] > 0x7e)
+                return 0;
+        if (j == n)
+            return 0;                   /* every line ends with "\n" */
+        i = j + 1;
+    }
+    return 1;
+}
+
+int tfp_answer_lines_parse(tfp_answer_t *a, const char *s, size_t n)
+{
+    char name[64], value[TFP_ANSWER_MAX_LINES + 1];
+    if (!tfp_answer_lines_valid(s, n))
+        return -1;
+    for (size_t i = 0; i < n;) {
+        const char *colon = memchr(s + i, ':', n - i), *end = memchr(s + i, '\n', n - i);
+        size_t nn = (size_t)(colon - (s + i)), vn = (size_t)(end - colon - 2);
+        if (nn < sizeof name) {
+            memcpy(name, s + i, nn);
+            name[nn] = '\0';
+            memcpy(value, colon + 2, vn);
+            value[vn] = '\0';
+            (void)tfp_answer_header_parse(a, name, value);     /* malformed: skipped */
+        }
+        i = (size_t)(end - s) + 1;
+    }
+    return 0;
 }
 
 void tfp_answer_to_feed(const tfp_answer_t *a, tfp_uf_feed_t *f)
@@ -115,12 +298,26 @@ void tfp_answer_from_reply(const tfp_uf_hdr_t *h, tfp_answer_t *a)
         tfp_answer_from_feed(&h->feed, a);
     if ((h->flags & TFP_UF_F_COND) && h->cond.etag[0])
         (void)tfp_answer_set_str(a, TFP_AF_ETAG, h->cond.etag);
+    if (h->flags & TFP_UF_F_ANSWER)
+        (void)tfp_answer_lines_parse(a, h->answer, strlen(h->answer));
 }
 
 void tfp_answer_from_sf_reply(const tfp_sf_t *m, tfp_answer_t *a)
 {
     char etag[TFP_ETAG_LEN];
     tfp_err_t err;
-    if (tfp_sf_reply_etag(m, etag, &err) == TFP_OK)
+    const char *nl = m->op == TFP_SF_REPLY && m->status == TFP_OK ? memchr(m->str, '\n',
+                                                                           m->str_len) : NULL;
+    if (!nl) {
+        if (tfp_sf_reply_etag(m, etag, &err) == TFP_OK)
+            (void)tfp_answer_set_str(a, TFP_AF_ETAG, etag);
+        return;
+    }
+    size_t n = (size_t)(nl - m->str);           /* the ETag line, then the answer lines */
+    if (n > 0 && n < TFP_ETAG_LEN) {
+        memcpy(etag, m->str, n);
+        etag[n] = '\0';
         (void)tfp_answer_set_str(a, TFP_AF_ETAG, etag);
+    }
+    (void)tfp_answer_lines_parse(a, nl + 1, m->str_len - n - 1);
 }

@@ -46,7 +46,7 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
     case TFP_SF_HELLO:
         if (n != TFP_UP_TOKEN_LEN || !tfp_up_token_valid(s))
             return tfp_err_set(err, code, "shm: HELLO without a valid token");
-        if (m->lease || m->b || (m->a != 0 && m->a != TFP_SF_HELLO_V2))
+        if (m->lease || m->b || (m->a != 0 && m->a != TFP_SF_HELLO_V2 && m->a != TFP_SF_HELLO_V3))
             return tfp_err_set(err, code, "shm: HELLO with numbers set (but a version)");
         return TFP_OK;
     case TFP_SF_GET:

@@ -49,8 +49,9 @@
  *   RELEASE  lease = a GET's lease the client no longer maps, an ALLOC's buffer it gives
  *            up, or a STAGE's buffer it no longer uses (no REPLY)
  *   REPLY    status; http; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when
- *            not TFP_OK, the ETag on an OK reply to GET or COMMIT; a descriptor only with an
- *            OK reply to GET, ALLOC, STAGE or RING
+ *            not TFP_OK, the ETag on an OK reply to GET or COMMIT (to a HELLO_V3 client: then
+ *            "\n" and the answer lines, proto/answer.h); a descriptor only with an OK reply
+ *            to GET, ALLOC, STAGE or RING
  *
  * A feed's same-host ring (DESIGN.md section 7; doc/PROTOCOL.md "Feeds on one host") runs on
  * a connection of its own, opened with a token that TOKEN gives on an admitted one:
@@ -90,6 +91,11 @@
  * (the word was reserved); TFP_SF_HELLO_V2 from a client that reads it (and sent only to a
  * server whose upgrade answer named protocol 2 or later: a 0.1.0 daemon refuses it). */
 #define TFP_SF_HELLO_V2 2
+/* HELLO's a from a client that also reads answer lines after the ETag of an OK REPLY (the
+ * answer's other typed fields, the server's time among them: proto/answer.h,
+ * tfp_answer_lines): "ETAG\nName: value\n..." (sent only to a server of protocol 2 or
+ * later, as V2; it reads the REPLY's HTTP status too). */
+#define TFP_SF_HELLO_V3 3
 #define TFP_SF_FIXED 48
 #define TFP_SF_MAX_MSG 512
 #define TFP_SF_MAX_STR 1024                     /* every string fits in this: a name and

@@ -131,6 +131,7 @@ static answer_t http_get(const char *name, const char *inm)
 static answer_t ucx_call(conns_t *k, tfp_uf_hdr_t *h, const void *doc, size_t len)
 {
     snprintf(h->request_id, sizeof h->request_id, "xport-%u", ++k->ucx_ids);
+    h->flags |= TFP_UF_F_ANSWER;        /* the reply's answer lines: the server's time */
     const void *segs[1] = {doc};
     size_t lens[1] = {len};
     h->body_len = len;
@@ -208,10 +209,9 @@ static tfp_sf_t shm_reply(conns_t *k, int *fd)
 static answer_t shm_answer(const tfp_sf_t *r)
 {
     answer_t a = {r->http, "", {0}};
-    tfp_err_t err;
-    if (r->status == TFP_OK && tfp_sf_reply_etag(r, a.etag, &err) != TFP_OK)
-        a.etag[0] = '\0';
-    tfp_answer_from_sf_reply(r, &a.ans);
+    tfp_answer_from_sf_reply(r, &a.ans);        /* its ETag, then its answer lines */
+    if (r->status == TFP_OK && tfp_answer_has(&a.ans, TFP_AF_ETAG))
+        memcpy(a.etag, a.ans.str, sizeof a.etag);
     ck_assert_int_eq(tfp_status_http((tfp_status_t)r->status) == (int)r->http ||
                      r->status == TFP_OK, 1);
     return a;
@@ -356,7 +356,7 @@ static void connect_all(conns_t *k)
     int fd;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_HELLO;
-    m.a = TFP_SF_HELLO_V2;              /* reads the REPLY's HTTP status */
+    m.a = TFP_SF_HELLO_V3;              /* reads the REPLY's HTTP status and answer lines */
     m.str_len = strlen(r.shm_token);
     memcpy(m.str, r.shm_token, m.str_len + 1);
     shm_send(k, &m);
@@ -627,7 +627,7 @@ START_TEST(xport_answer_fields)
     connect_all(&k);
     size_t len;
     void *doc = doc_bytes(4, 9, &len);
-    uint32_t all = 0;
+    uint32_t all = TFP_AF_TIMING_MASK;          /* every answer brings the server's time */
     for (size_t i = 0; i < NFIELD_CASES; i++)
         all |= field_cases[i].fields;
     ck_assert_msg(all == (1u << TFP_AF_COUNT) - 1, "a field no case brings: add a case");
@@ -649,8 +649,16 @@ START_TEST(xport_answer_fields)
             got[t][i] = a;
             ck_assert_msg(a.http == c->http, "%s over %s: HTTP %u, not %u", c->what, tname[t],
                           a.http, c->http);
-            ck_assert_msg(a.ans.present == c->fields, "%s over %s: fields %#x, not %#x",
-                          c->what, tname[t], a.ans.present, c->fields);
+            /* ... and the server's time on it, every time */
+            uint32_t want = c->fields | TFP_AF_TIMING_MASK;
+            ck_assert_msg(a.ans.present == want, "%s over %s: fields %#x, not %#x",
+                          c->what, tname[t], a.ans.present, want);
+            const uint64_t *n = a.ans.num;
+            ck_assert_msg(n[TFP_AF_SRV_RECV] + n[TFP_AF_SRV_QUEUE] + n[TFP_AF_SRV_HANDLER] <=
+                          n[TFP_AF_SRV_TOTAL] + 2, "%s over %s: server stages past its total",
+                          c->what, tname[t]);
+            ck_assert_msg(n[TFP_AF_SRV_TOTAL] < 10000000, "%s over %s: %llu us", c->what,
+                          tname[t], (unsigned long long)n[TFP_AF_SRV_TOTAL]);
         }
     /* The same values on every transport (each its own feed and name: the same history);
      * an ETag names its own name's version: only its form is the same. */
@@ -659,13 +667,30 @@ START_TEST(xport_answer_fields)
             if (t == T_SHM && !field_cases[i].shm)
                 continue;
             for (unsigned f = 0; f < TFP_AF_COUNT; f++)
-                if (!tfp_answer_fields[f].is_str && tfp_answer_has(&got[t][i].ans, f))
+                if (tfp_answer_fields[f].kind == TFP_AK_NUM &&
+                    tfp_answer_has(&got[t][i].ans, f))
                     ck_assert_msg(got[t][i].ans.num[f] == got[T_HTTP][i].ans.num[f],
                                   "%s: %s over %s %llu, over http %llu", field_cases[i].what,
                                   tfp_answer_fields[f].header, tname[t],
                                   (unsigned long long)got[t][i].ans.num[f],
                                   (unsigned long long)got[T_HTTP][i].ans.num[f]);
         }
+    /* curl sees the server's time as one Server-Timing header, RFC-style entries */
+    static char out[1 << 16];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -D - %s/v1/tensors/ans.http", D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    const char *st = strstr(out, "\nServer-Timing: ");
+    ck_assert_msg(st != NULL, "no Server-Timing in:\n%s", out);
+    char line[256];
+    size_t ln = strcspn(st + 16, "\r\n");
+    ck_assert_uint_lt(ln, sizeof line);
+    memcpy(line, st + 16, ln);
+    line[ln] = '\0';
+    ck_assert_msg(strstr(line, "handler;dur=") && strstr(line, "tf;dur="), "%s", line);
+    tfp_answer_t timing = {0};
+    ck_assert_int_eq(tfp_answer_header_parse(&timing, "Server-Timing", line), 1);
+    ck_assert_uint_eq(timing.present, TFP_AF_TIMING_MASK);
     /* A GET names the version the PUT before it stored, on each transport. */
     for (int t = 0; t < T_COUNT; t++)
         ck_assert_str_eq(got[t][A_GET].ans.str, got[t][A_PUT].ans.str);

@@ -381,6 +381,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
 
     if (n >= 5 && memcmp(line, "HTTP/", 5) == 0) {
         /* A new status line (after a 1xx): forget what an interim response said. */
+        r->t_head = tfx_since_s(req->t0_ns);
         req->hlen = 0;
         r->headers_len = 0;
         memset(&r->answer, 0, sizeof r->answer);
@@ -649,6 +650,21 @@ static tfx_hc_status_t map_curl(const tfx_hc_req_t *req, CURLcode rc)
     }
 }
 
+/* libcurl's timings of the transfer, in seconds from its start. */
+static void record_times(tfx_hc_req_t *req)
+{
+    curl_off_t us;
+    tfx_hc_resp_t *r = &req->resp;
+#define T(info, field)                                                                    \
+    if (curl_easy_getinfo(req->easy, info, &us) == CURLE_OK && us > 0)                    \
+        r->field = (double)us / 1e6;
+    T(CURLINFO_CONNECT_TIME_T, t_connect)
+    T(CURLINFO_APPCONNECT_TIME_T, t_connect)            /* TLS: its handshake too */
+    T(CURLINFO_PRETRANSFER_TIME_T, t_pretransfer)
+    T(CURLINFO_TOTAL_TIME_T, t_total)
+#undef T
+}
+
 /* Detaches a finished (or canceled) request, records what came back and runs its callback.
  * Nothing touches req after the callback: it may have freed it. */
 static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
@@ -662,6 +678,7 @@ static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
         req->resp.status = code;
     if (curl_easy_getinfo(req->easy, CURLINFO_SIZE_UPLOAD_T, &up) == CURLE_OK && up > 0)
         req->resp.bytes_sent = (uint64_t)up;
+    record_times(req);
     req->resp.seconds = tfx_since_s(req->t0_ns);
     if (st == TFX_HC_ECANCELED && !req->errbuf[0])
         snprintf(req->errbuf, sizeof(req->errbuf), "request canceled");

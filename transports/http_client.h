@@ -70,6 +70,11 @@ typedef struct {
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */
     double seconds;                 /* wall time from start to completion */
+    /* Where the time went, seconds from the start (0 when not known): connected (name
+     * resolved, TCP and TLS done; about 0 on a kept connection) and ready to send
+     * (libcurl's), the final answer's status line arrived (ours: a 100 Continue before it
+     * does not count), the end. */
+    double t_connect, t_pretransfer, t_head, t_total;
 } tfx_hc_resp_t;
 
 /* ---- engine -------------------------------------------------------------------------- */

@@ -406,6 +406,10 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
         feed_reply_block(q, &h);
     if (q->in.flags & TFP_UF_F_COND)
         cond_reply_block(q, &h);
+    if (q->in.flags & TFP_UF_F_ANSWER) {    /* asked: the fields without a place above */
+        h.flags |= TFP_UF_F_ANSWER;
+        tfp_answer_lines(&q->base.ans, tfp_answer_uf_lines_mask(), h.answer, sizeof h.answer);
+    }
     tfp_err_t err;
     if (tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK) {
         h.msg[0] = '\0';                /* a message that does not encode is left out */
@@ -586,6 +590,7 @@ static void run_handle(ucx_req_t *q)
     for (;;) {
         q->state = S_RUNNING;
         r->want_suspend = 0;
+        tfx_req_handling(r);
         u->h.handle(r, u->h.arg);
         if (r->answered || !r->want_suspend)
             return;
@@ -777,6 +782,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     tfx_req_t *r = &q->base;
     r->ops = &ucx_ops;
     r->h = &u->h;
+    tfx_req_arrived(r);
     frame_op(u, r, &h, peer);
     q->lnext = u->live;
     if (u->live)
