@@ -161,44 +161,6 @@ static int render_cond(tfx_hc_req_t *req, const tfi_op_t *op)
 
 /* Renders f's operation on f->req: method, URL, ids, Accept, the body's type and segments,
  * timeout (0: none), cap, progress. */
-/* The Repr-Digest field of a put's body: its segments in order. */
-/* SHA-256 of a file's bytes 0..len, read in slices (a body sent from its file, a reply
- * streamed into one). 0, or -1 when the file cannot be read. */
-static int fd_sha256(int fd, uint64_t len, uint8_t sha[TFP_DIGEST_LEN])
-{
-    static __thread uint8_t buf[1 << 16];
-    struct sha256_ctx h;
-    sha256_init(&h);
-    for (uint64_t off = 0; off < len;) {
-        size_t want = len - off < sizeof buf ? (size_t)(len - off) : sizeof buf;
-        ssize_t n = pread(fd, buf, want, (off_t)off);
-        if (n <= 0)
-            return -1;
-        sha256_update(&h, (size_t)n, buf);
-        off += (uint64_t)n;
-    }
-    sha256_digest(&h, TFP_DIGEST_LEN, sha);
-    return 0;
-}
-
-/* The Repr-Digest of a PUT's body: its segments, or its file. 0, or -1. */
-static int body_digest(const tfi_op_t *op, char *field, size_t size)
-{
-    struct sha256_ctx h;
-    uint8_t sha[TFP_DIGEST_LEN];
-    if (op->body_fd >= 0) {
-        if (fd_sha256(op->body_fd, op->body_fd_len, sha) != 0)
-            return -1;
-    } else {
-        sha256_init(&h);
-        for (size_t i = 0; i < op->nsegs; i++)
-            sha256_update(&h, op->lens[i], op->segs[i]);
-        sha256_digest(&h, TFP_DIGEST_LEN, sha);
-    }
-    tfp_digest_format(sha, field, size);
-    return 0;
-}
-
 /* A verified get's body against the Repr-Digest the server sent: TF_OK, or TF_EDIGEST. */
 static tf_status_t verify_body(tf_result_t *res, const tfx_hc_resp_t *r, int sink_fd)
 {
@@ -213,10 +175,12 @@ static tf_status_t verify_body(tf_result_t *res, const tfx_hc_resp_t *r, int sin
         return tfi_rfail(res, TF_EDIGEST, "the server's Repr-Digest has no sha-256: %s",
                          want.has ? err.msg : "another algorithm only");
     if (!r->sunk)
-        tfp_digest_sha256(r->body, r->body_len, got);
-    else if (fd_sha256(sink_fd, r->body_len, got) != 0)  /* streamed into the caller's file */
+        tfi_doc_sha256(r->body, r->body_len, got);
+    else if (tfi_fd_sha256(sink_fd, r->body_len, got) != 0)  /* streamed into the caller's file */
         return tfi_rfail(res, TF_EIO, "cannot read back the file the reply went to, to verify "
                          "its digest");
+    else
+        tfi_received_sha256(got);
     if (memcmp(got, want.sha256, TFP_DIGEST_LEN) != 0) {
         char field[TFP_DIGEST_FIELD_MAX];
         tfp_digest_format(got, field, sizeof(field));
@@ -258,12 +222,8 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
         bad |= tfx_hc_req_add_header(req, op->hdrs[2 * i], op->hdrs[2 * i + 1]) != TFX_HC_OK;
     if (c->verify && op->kind == TF_OP_GET)
         bad |= tfx_hc_req_add_header(req, "Want-Repr-Digest", "sha-256=1") != TFX_HC_OK;
-    if (c->verify && op->kind == TF_OP_PUT) {
-        char field[TFP_DIGEST_FIELD_MAX];
-        if (body_digest(op, field, sizeof(field)) != 0)
-            return tfi_rfail(&f->result, TF_EIO, "cannot read the body's file to digest it");
-        bad |= tfx_hc_req_add_header(req, "Repr-Digest", field) != TFX_HC_OK;
-    }
+    if (op->digest[0])                  /* a verified put's (fetch.c) */
+        bad |= tfx_hc_req_add_header(req, "Repr-Digest", op->digest) != TFX_HC_OK;
     if (op->body_fd >= 0)           /* a file's bytes, read as they are sent */
         bad |= tfx_hc_req_add_body_fd(req, op->body_fd, 0, (size_t)op->body_fd_len) !=
                TFX_HC_OK;

@@ -22,6 +22,7 @@
 #include "client/tfetch.h"
 #include "proto/answer.h"
 #include "proto/auth.h"
+#include "proto/digest.h"
 #include "proto/doc.h"
 #include "proto/ids.h"
 #include "proto/shmframe.h"
@@ -155,6 +156,8 @@ typedef struct {
     char what[16];                  /* tf_result_t op */
     tfp_uf_feed_t feed;             /* its FEED frame (feed.op 0: none; ucx.c) */
     long feed_wait_ms;              /* the frame's wait */
+    char digest[TFP_DIGEST_FIELD_MAX];  /* a verified put's Repr-Digest ("" none), made
+                                     * once as it starts and sent by every transport */
     uint8_t staged[TFP_SF_STAGED_LEN];  /* a staged body (ucx.c), sent instead of a doc
                                      * from tf_doc_new_staging over its own connection */
     /* Conditions, lifetime and range (tf_request_t, tf_get_range): each transport renders
@@ -457,6 +460,19 @@ tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
  * receive, decode): total, the server's parts from the answer, and notes them as the
  * origin's last (tf_transport_info_t). Run once, as f completes. */
 void tfi_stages_finish(tf_fetch_t *f);
+/* SHA-256 of a file's bytes 0..len, read in slices. 0, or -1 when it cannot be read. */
+int tfi_fd_sha256(int fd, uint64_t len, uint8_t sha[TFP_DIGEST_LEN]);
+/* A verified put's Repr-Digest, of its rendered segments or its file, into op->digest. 0,
+ * or -1 when the file cannot be read. */
+int tfi_body_digest(tfi_op_t *op);
+/* SHA-256 of a received document's bytes, through tfi_received_sha256. */
+void tfi_doc_sha256(const void *p, size_t n, uint8_t sha[TFP_DIGEST_LEN]);
+/* The test hook of tests/digest.test, on a received document's digest: with
+ * TFETCH_TEST_CORRUPT=get it is changed, as if the bytes had been; else left. */
+void tfi_received_sha256(uint8_t sha[TFP_DIGEST_LEN]);
+/* A verified get completed over UCX or shm: its document checked against the answer's
+ * Repr-Digest, or dropped with TF_EDIGEST. Run as f completes, before its file is written. */
+void tfi_verify_received(tf_fetch_t *f);
 /* Records the typed answer a reply carried, over whichever transport: f->reply.answer, and
  * what the result shows of it (its ETag). Every transport's completion calls it once. */
 void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a);

@@ -15,6 +15,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <nettle/sha2.h>
 
 #include "client/internal.h"
 #include "proto/strcopy.h"
@@ -68,6 +71,103 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
     }
 }
 
+int tfi_fd_sha256(int fd, uint64_t len, uint8_t sha[TFP_DIGEST_LEN])
+{
+    static __thread uint8_t buf[1 << 16];
+    struct sha256_ctx h;
+    sha256_init(&h);
+    for (uint64_t off = 0; off < len;) {
+        size_t want = len - off < sizeof buf ? (size_t)(len - off) : sizeof buf;
+        ssize_t n = pread(fd, buf, want, (off_t)off);
+        if (n <= 0)
+            return -1;
+        sha256_update(&h, (size_t)n, buf);
+        off += (uint64_t)n;
+    }
+    sha256_digest(&h, TFP_DIGEST_LEN, sha);
+    return 0;
+}
+
+int tfi_body_digest(tfi_op_t *op)
+{
+    struct sha256_ctx h;
+    uint8_t sha[TFP_DIGEST_LEN];
+    if (op->body_fd >= 0) {
+        if (tfi_fd_sha256(op->body_fd, op->body_fd_len, sha) != 0)
+            return -1;
+    } else {
+        sha256_init(&h);
+        for (size_t i = 0; i < op->nsegs; i++)
+            sha256_update(&h, op->lens[i], op->segs[i]);
+        sha256_digest(&h, TFP_DIGEST_LEN, sha);
+    }
+    tfp_digest_format(sha, op->digest, sizeof op->digest);
+    return 0;
+}
+
+/* TFETCH_TEST_CORRUPT=get (tests/digest.test): every document received is taken as if its
+ * bytes had been changed on the way, whatever carried it: the digest computed of them
+ * differs from the one they had. */
+static int corrupt_gets(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TFETCH_TEST_CORRUPT");
+        v = e && strcmp(e, "get") == 0;
+    }
+    return v;
+}
+
+void tfi_received_sha256(uint8_t sha[TFP_DIGEST_LEN])
+{
+    if (corrupt_gets())
+        sha[0] ^= 0x01;
+}
+
+void tfi_doc_sha256(const void *p, size_t n, uint8_t sha[TFP_DIGEST_LEN])
+{
+    tfp_digest_sha256(p, n, sha);
+    tfi_received_sha256(sha);
+}
+
+/* A verified get's document that came over UCX or shm against the Repr-Digest the answer
+ * named (HTTP's is checked as it completes, http.c): TF_OK, or TF_EDIGEST recorded and
+ * the document dropped, never taken as data. */
+static void verify_doc(tf_fetch_t *f)
+{
+    tf_result_t *res = &f->result;
+    const tfp_answer_t *a = &f->reply.answer;
+    tfp_digest_t want;
+    tfp_err_t err;
+    uint8_t got[TFP_DIGEST_LEN];
+    if (!tfp_answer_has(a, TFP_AF_REPR_DIGEST))
+        tfi_rfail(res, TF_EDIGEST, "the server sent no Repr-Digest to verify the document "
+                  "against (a server from before digests?)");
+    else if (!f->doc->raw)
+        tfi_rfail(res, TF_EDIGEST, "the document did not arrive in one piece: it cannot be "
+                  "verified");
+    else if (tfp_digest_parse(a->str[TFP_AF_REPR_DIGEST], &want, &err) == TFP_OK &&
+             (tfi_doc_sha256(f->doc->raw, f->doc->raw_len, got),
+              memcmp(got, want.sha256, TFP_DIGEST_LEN) == 0))
+        return;
+    else {
+        char field[TFP_DIGEST_FIELD_MAX];
+        tfp_digest_format(got, field, sizeof field);
+        tfi_rfail(res, TF_EDIGEST, "the %zu bytes received over %s do not match the server's "
+                  "Repr-Digest (they are %s): not taken", f->doc->raw_len, res->transport,
+                  field);
+    }
+    tf_doc_free(f->doc);
+    f->doc = NULL;
+}
+
+void tfi_verify_received(tf_fetch_t *f)
+{
+    if (f->c && f->c->verify && f->op.kind == TF_OP_GET && f->result.status == TF_OK &&
+        f->doc && strncmp(f->result.transport, "http", 4) != 0)
+        verify_doc(f);
+}
+
 void tfi_stages_finish(tf_fetch_t *f)
 {
     tf_stages_t *s = &f->result.stages;
@@ -104,7 +204,7 @@ void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a)
 {
     f->reply.answer = *a;
     if (tfp_answer_has(a, TFP_AF_ETAG))     /* valid by construction (tfp_answer_set_str) */
-        tfp_strcpy(f->result.etag, sizeof(f->result.etag), a->str);
+        tfp_strcpy(f->result.etag, sizeof(f->result.etag), a->str[TFP_AF_ETAG]);
 }
 
 tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)

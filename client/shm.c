@@ -221,7 +221,9 @@ int tfi_shm_can(const tf_fetch_t *f)
            !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0] &&
            /* a PUT's conditions and TTL go in its COMMIT; a GET's stay with HTTP, whose
             * answer (304, a range) is no mapped document */
-           !(f->op.kind == TF_OP_GET ? tfi_op_has_cond(&f->op) : f->op.cond.range);
+           !(f->op.kind == TF_OP_GET ? tfi_op_has_cond(&f->op) : f->op.cond.range) &&
+           /* a verified one's digest lines: a daemon of protocol 2 or later reads them */
+           (!f->c->verify || f->origin->protocol.max >= 2);
 }
 
 /* ---- the doc's mapping ---------------------------------------------------------------------- */
@@ -350,7 +352,8 @@ static int commit(shmc_t *k, lease_t *l, const tfi_op_t *op, long ms, tfp_sf_t *
     q.a = l->len;
     q.b = op->cond.ttl_s;
     if (tfp_sf_set_target(&q, op->name, op->cond.if_match, op->cond.if_none_match, &err) !=
-        TFP_OK) {
+            TFP_OK ||
+        (op->digest[0] && tfp_sf_add_line(&q, "Repr-Digest", op->digest, &err) != TFP_OK)) {
         snprintf(why, why_size, "%s", err.msg);
         return -1;
     }
@@ -505,6 +508,8 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     m.seq = ++k->seq;
     m.str_len = strlen(f->op.name);
     memcpy(m.str, f->op.name, m.str_len + 1);
+    if (f->c->verify && tfp_sf_add_line(&m, "Want-Repr-Digest", "sha-256=1", &err) != TFP_OK)
+        return fall_back(c, f, err.msg);
     long ms = tfi_remaining_ms(f);
     int fd = -1;
     uint64_t t_req = tfx_now_ns();

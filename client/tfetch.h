@@ -320,9 +320,9 @@ tf_status_t tf_client_set_upgrade_policy(tf_client_t *c, tf_upgrade_t upgrade);
 /* Digest verification (RFC 9530, sha-256): on (1), each put sends the Repr-Digest of its
  * body, which the server checks before storing (a mismatch: TF_EDIGEST, nothing stored), and
  * each get asks for the stored document's and checks what arrived against it (a mismatch,
- * or a server that sends none: TF_EDIGEST, never the data). Until the UCX and shm frames
- * carry digests, verified gets and puts go over HTTP whatever the transport policy (their
- * fallback says so). Off (0) by default; tf_client_new reads TFETCH_VERIFY (1 or
+ * or a server that sends none: TF_EDIGEST, never the data). Over every transport: HTTP, UCX
+ * and same-host shared memory (against an older tfetchd whose UCX takes no digests, over
+ * HTTP, the fallback saying so). Off (0) by default; tf_client_new reads TFETCH_VERIFY (1 or
  * 0). TF_EINVAL for another value. */
 tf_status_t tf_client_set_verify(tf_client_t *c, int on);
 

@@ -265,6 +265,12 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
         return TF_EINVAL;
     if (ucx_has_feature(o, TFP_UF_FEATURE_ANSWER))
         h.flags |= TFP_UF_F_ANSWER;     /* the reply's answer lines: the server's time */
+    if ((h.flags & TFP_UF_F_ANSWER) && ucx_has_feature(o, TFP_UF_FEATURE_DIGEST)) {
+        if (c->verify && op->kind == TF_OP_GET)         /* as HTTP's headers (section 2.5) */
+            snprintf(h.answer, sizeof(h.answer), "Want-Repr-Digest: sha-256=1\n");
+        else if (op->digest[0])
+            snprintf(h.answer, sizeof(h.answer), "Repr-Digest: %s\n", op->digest);
+    }
     tfx_ucxc_req_t *ur = NULL;
     /* A blocking call sends it itself, from its wait (ucx_wait). */
     int flags = f->blocking ? TFX_UCXC_DRIVEN : 0;

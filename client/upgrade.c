@@ -378,6 +378,14 @@ void tfi_upgrade_wanted(tf_client_t *c)
 static tf_status_t via_up(tf_client_t *c, tf_fetch_t *f, origin_t *o,
                           const tfi_transport_t **via)
 {
+    if (c->verify && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT) &&
+        !(c->up->has_feature && c->up->has_feature(o, TFP_UF_FEATURE_DIGEST))) {
+        *via = &tfi_http;
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "digest verification "
+                 "(tf_client_set_verify): this server's UCX carries no digests (an older "
+                 "tfetchd): verified requests travel over HTTP");
+        return TF_OK;
+    }
     if (tfi_op_has_cond(&f->op) &&
         !(c->up->has_feature && c->up->has_feature(o, TFP_UF_FEATURE_COND))) {
         *via = &tfi_http;
@@ -400,9 +408,6 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     if (vst != TF_OK)
         return vst;
     const char *why = why_not_ucx(&f->op);
-    if (!why && c->verify && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT))
-        why = "digest verification (tf_client_set_verify) runs over HTTP until the UCX and shm "
-              "frames carry digests";
     if (!why && !f->origin)
         why = "out of memory";
     if (f->policy == TF_TRANSPORT_HTTP)

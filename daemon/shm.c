@@ -387,6 +387,15 @@ void tfd_shm_op(const tfp_op_who_t *who, const tfp_sf_t *q, tfp_op_t *op)
     }
 }
 
+/* The digest fields among q's lines (a COMMIT's Repr-Digest, a GET's Want-Repr-Digest):
+ * into op, or a malformed one into e, as HTTP answers it. */
+static void shm_digests(const tfp_sf_t *q, tfp_op_t *op, tfp_op_err_t *e)
+{
+    const char *nl = memchr(q->str, '\n', q->str_len);
+    if (nl)
+        (void)tfp_op_digest_lines(op, nl, q->str_len - (size_t)(nl - q->str), e);
+}
+
 /* Sends call's answer to q: status, HTTP status, the ETag or the message, and for a body its
  * memfd under a new lease. */
 static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t *call)
@@ -442,6 +451,7 @@ static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfx_shm_call_t call = {.body = TFX_SHM_NONE, .admit = lease_admit, .admit_arg = s};
     tfp_op_err_t e = {TFP_OK, "", NULL};
     tfd_shm_op(&c->who, q, &op);
+    shm_digests(q, &op, &e);
     if (lease_room(c) != 0)
         tfp_op_fail(&e, TFP_EFULL, "shm: this connection holds as many leases as it may");
     tfx_shm_call(&s->h, &op, &e, "shm", &call);
@@ -643,10 +653,11 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfp_op_err_t e = {TFP_OK, "", NULL};
     tfp_err_t err;
     tfd_shm_op(&c->who, q, &op);
-    if (q->a > a.m.size)
+    shm_digests(q, &op, &e);            /* a malformed one: answered as HTTP does */
+    if (e.code == TFP_OK && q->a > a.m.size)
         tfp_op_fail(&e, TFP_EBADREQ, "shm: a document of %llu bytes in a buffer of %zu",
                     (unsigned long long)q->a, a.m.size);
-    else if (tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK)
+    else if (e.code == TFP_OK && tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK)
         tfp_op_fail(&e, TFP_EBADREQ, "shm: the buffer cannot be sealed (still mapped writable "
                     "by the client?): %.200s", err.msg);
     if (e.code != TFP_OK)

@@ -28,10 +28,16 @@ void tfp_answer_set_u64(tfp_answer_t *a, tfp_af_t f, uint64_t v)
 /* Whether v is a valid value of string field f: an ETag is one strong tag, quoted. */
 static int str_valid(tfp_af_t f, const char *v)
 {
-    tfp_etags_t l;
     size_t n = strlen(v);
-    (void)f;
-    return n >= 2 && n <= TFP_AF_MAX_STR && v[0] == '"' && tfp_etags_parse(v, 0, &l) == 0 &&
+    if (n > TFP_AF_MAX_STR)
+        return 0;
+    if (f == TFP_AF_REPR_DIGEST) {
+        tfp_digest_t d;
+        tfp_err_t err;
+        return tfp_digest_parse(v, &d, &err) == TFP_OK && d.has;
+    }
+    tfp_etags_t l;
+    return n >= 2 && n <= TFP_ETAG_LEN - 1 && v[0] == '"' && tfp_etags_parse(v, 0, &l) == 0 &&
            !l.any && l.n + l.foreign == 1;
 }
 
@@ -39,7 +45,7 @@ int tfp_answer_set_str(tfp_answer_t *a, tfp_af_t f, const char *v)
 {
     if ((unsigned)f >= TFP_AF_COUNT || !tfp_answer_fields[f].is_str || !str_valid(f, v))
         return -1;
-    memcpy(a->str, v, strlen(v) + 1);
+    memcpy(a->str[f], v, strlen(v) + 1);
     a->present |= 1u << f;
     return 0;
 }
@@ -55,7 +61,7 @@ size_t tfp_answer_header_value(const tfp_answer_t *a, tfp_af_t f, char *buf, siz
         return 0;
     int n;
     if (tfp_answer_fields[f].is_str)
-        n = snprintf(buf, size, "%s", a->str);
+        n = snprintf(buf, size, "%s", a->str[f]);
     else if (tfp_answer_fields[f].kind == TFP_AK_DUR)
         n = snprintf(buf, size, "%s;dur=%" PRIu64 ".%03" PRIu64, tfp_answer_fields[f].metric,
                      a->num[f] / 1000, a->num[f] % 1000);
@@ -198,7 +204,7 @@ uint32_t tfp_answer_uf_lines_mask(void)
 {
     uint32_t m = 0;
     for (unsigned i = 0; i < TFP_AF_COUNT; i++)
-        if (!tfp_answer_fields[i].uf_present && !tfp_answer_fields[i].is_str)
+        if (!tfp_answer_fields[i].uf_present && i != TFP_AF_ETAG)
             m |= 1u << i;
     return m;
 }

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/digest.h"
 #include "proto/httpcond.h"
 #include "proto/shmframe.h"
 #include "proto/ucxframe.h"
@@ -33,6 +34,7 @@
     X(GENERATION, "Tfetch-Generation", TFP_AK_NUM, TFP_UF_FP_GENERATION, NULL)            \
     X(DEVICE, "Tfetch-Device", TFP_AK_NUM, TFP_UF_FP_DEVICE, NULL)                        \
     X(RETRY_AFTER, "Retry-After", TFP_AK_NUM, TFP_UF_FP_RETRY_AFTER, NULL)                \
+    X(REPR_DIGEST, "Repr-Digest", TFP_AK_STR, 0, NULL)                                    \
     X(SRV_RECV, "Server-Timing", TFP_AK_DUR, 0, "recv")                                   \
     X(SRV_QUEUE, "Server-Timing", TFP_AK_DUR, 0, "queue")                                 \
     X(SRV_HANDLER, "Server-Timing", TFP_AK_DUR, 0, "handler")                             \
@@ -67,17 +69,20 @@ typedef struct {
 
 extern const tfp_af_row_t tfp_answer_fields[TFP_AF_COUNT];
 
-#define TFP_AF_MAX_STR (TFP_ETAG_LEN - 1)   /* a string field's bytes: an ETag */
+/* A string field's bytes at most: an ETag, a Repr-Digest of sha-256 alone. */
+#define TFP_AF_MAX_STR (TFP_DIGEST_FIELD_MAX > TFP_ETAG_LEN ? TFP_DIGEST_FIELD_MAX - 1       \
+                                                            : TFP_ETAG_LEN - 1)
 
 typedef struct {
     uint32_t present;               /* 1u << TFP_AF_* for each field set */
     uint64_t num[TFP_AF_COUNT];
-    char str[TFP_AF_MAX_STR + 1];   /* the one string field's (ETag) */
+    char str[TFP_AF_COUNT][TFP_AF_MAX_STR + 1];  /* a string field's value, by field */
 } tfp_answer_t;
 
 void tfp_answer_set_u64(tfp_answer_t *a, tfp_af_t f, uint64_t v);
-/* A string field: v when it is valid for f (an ETag: one strong tag, tfp_etags_parse), 0;
- * else -1 and nothing set. */
+/* A string field: v when it is valid for f (an ETag: one strong tag, tfp_etags_parse; a
+ * Repr-Digest: a digest field with a sha-256 member, tfp_digest_parse), 0; else -1 and
+ * nothing set. */
 int tfp_answer_set_str(tfp_answer_t *a, tfp_af_t f, const char *v);
 int tfp_answer_has(const tfp_answer_t *a, tfp_af_t f);
 /* Field f as its HTTP header's value, into buf (size >= 24 and > TFP_AF_MAX_STR): its

@@ -44,8 +44,12 @@
  *            version, its string the ETag ("EPOCH-VERSION", quoted, as HTTP's)
  *   Conditions (flag COND; tfp_sf_target reads them): after the name, one to two lines,
  *            each "\n" then "If-Match: " or "If-None-Match: " and the header's value as HTTP
- *            takes it (an ETag list or "*", proto/httpcond.h), each at most once. A GET or
- *            COMMIT answered for a request without the flag is exactly what it was.
+ *            takes it (an ETag list or "*", proto/httpcond.h), each at most once; and lines
+ *            of the digest fields HTTP carries (a COMMIT's "Repr-Digest: " and
+ *            "Content-Digest: ", a GET's "Want-Repr-Digest: ", "Want-Content-Digest: ",
+ *            their values read by tfp_op_digest_lines, proto/op.h; a daemon of before
+ *            refuses them, and the client goes over HTTP). A GET or COMMIT answered for a
+ *            request without the flag is exactly what it was.
  *   RELEASE  lease = a GET's lease the client no longer maps, an ALLOC's buffer it gives
  *            up, or a STAGE's buffer it no longer uses (no REPLY)
  *   REPLY    status; http; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when
@@ -155,6 +159,10 @@ tfp_status_t tfp_sf_target(const tfp_sf_t *m, char name[TFP_MAX_TENSOR_NAME + 1]
  * rule (tfp_sf_target's). */
 tfp_status_t tfp_sf_set_target(tfp_sf_t *m, const char *name, const char *if_match,
                                const char *if_none_match, tfp_err_t *err);
+/* Appends a digest field's line to a GET's or COMMIT's string made by tfp_sf_set_target
+ * ("\nRepr-Digest: VALUE", or Content-Digest, Want-Repr-Digest, Want-Content-Digest) and sets
+ * flag COND. TFP_OK, or TFP_EINVAL (no room, not such a field: m unchanged but the flag). */
+tfp_status_t tfp_sf_add_line(tfp_sf_t *m, const char *name, const char *value, tfp_err_t *err);
 /* An OK REPLY's ETag (the string of a GET's or COMMIT's answer): TFP_OK when it is one
  * strong tag (then copied to etag), TFP_EPROTO otherwise (an older server says none). */
 tfp_status_t tfp_sf_reply_etag(const tfp_sf_t *m, char etag[TFP_ETAG_LEN], tfp_err_t *err);

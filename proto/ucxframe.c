@@ -335,8 +335,6 @@ static tfp_status_t check_answer(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_e
         return tfp_err_set(err, code, WHAT ": flag ANSWER on %s", tfp_uf_op_name((int)h->op));
     if (n > TFP_UF_MAX_ANSWER)
         return tfp_err_set(err, code, WHAT ": the answer lines are not NUL-terminated");
-    if (h->op != TFP_UF_REPLY && n)
-        return tfp_err_set(err, code, WHAT ": a request's answer block is not empty");
     if (!tfp_answer_lines_valid(h->answer, n))
         return tfp_err_set(err, code, WHAT ": the answer block is not lines \"Name: value\"");
     return TFP_OK;

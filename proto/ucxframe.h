@@ -69,14 +69,18 @@
  *            that sent one, and a client sends one only to a server that offered it.
  *            then, only with flag TFP_UF_F_ANSWER (GET, PUT, DELETE, CALL, FEED and their
  *            REPLY; beside FEED or COND or alone), the answer lines block:
- *     0   2  lines_len  requests: 0 (the client asks for the block in the reply); replies:
- *                      0..TFP_UF_MAX_ANSWER
- *     2      lines      the answer's fields that have no other place in the frame (its
- *                      Server-Timing entries, ...), as HTTP writes them: printable ASCII
- *                      lines "Name: value\n" (proto/answer.h, tfp_answer_lines); a reader
- *                      skips names it does not know. A server offers it in its HELLO_ACK
- *                      (TFP_UF_FEATURE_ANSWER), answers with one only a request that set
- *                      the flag, and a client sets it only for a server that offered it.
+ *     0   2  lines_len  0..TFP_UF_MAX_ANSWER
+ *     2      lines      printable ASCII lines "Name: value\n" as HTTP writes its headers.
+ *                      Replies: the answer's fields that have no other place in the frame
+ *                      (its Server-Timing entries, a Repr-Digest, ...: proto/answer.h,
+ *                      tfp_answer_lines). Requests: empty (the client asks for the block
+ *                      in the reply), or, to a server that offered TFP_UF_FEATURE_DIGEST,
+ *                      the digest headers HTTP carries (a PUT's Repr-Digest and
+ *                      Content-Digest, a GET's Want-Repr-Digest: tfp_op_digest_lines). A
+ *                      reader skips names it does not know. A server offers the block in
+ *                      its HELLO_ACK (TFP_UF_FEATURE_ANSWER), answers with one only a
+ *                      request that set the flag, and a client sets it only for a server
+ *                      that offered it.
  *            then, only with flag TFP_UF_F_BODY_PREFIX (requests that carry a body: PUT,
  *            CALL, FEED), the first prefix_len bytes of the body (1..TFP_UF_MAX_PREFIX,
  *            fewer than body_len): what is left of the AM header after the frame. The AM
@@ -172,9 +176,12 @@
 #define TFP_UF_FEATURE_COND "cond"
 /* "answer" = it takes flag ANSWER and answers with the answer lines block. */
 #define TFP_UF_FEATURE_ANSWER "answer"
+/* "digest" = it takes a request's digest lines in that block and verifies, or names, the
+ * document's sha-256 as over HTTP (doc/PROTOCOL.md section 2.5). */
+#define TFP_UF_FEATURE_DIGEST "digest"
 #define TFP_UF_FEATURES                                                                    \
     TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH " " TFP_UF_FEATURE_COND " "   \
-    TFP_UF_FEATURE_ANSWER
+    TFP_UF_FEATURE_ANSWER " " TFP_UF_FEATURE_DIGEST
 
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u

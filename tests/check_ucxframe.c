@@ -479,9 +479,13 @@ START_TEST(uf_answer_block)
     decode_ok(buf, encode_ok(&h, buf), &d);
     same_hdr(&h, &d);
     /* refused */
-    base(&h, TFP_UF_PUT);
+    base(&h, TFP_UF_PUT);                   /* a request's: the digest headers */
     h.flags |= TFP_UF_F_ANSWER;
-    snprintf(h.answer, sizeof h.answer, "A: 1\n");           /* a request's must be empty */
+    snprintf(h.answer, sizeof h.answer, "Repr-Digest: sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm"
+             "5NMpJWZG3hSuFU=:\n");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    snprintf(h.answer, sizeof h.answer, "Repr-Digest sha-256\n");     /* not a line */
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
     base(&h, TFP_UF_BYE);
     h.flags |= TFP_UF_F_ANSWER;

@@ -211,7 +211,7 @@ static answer_t shm_answer(const tfp_sf_t *r)
     answer_t a = {r->http, "", {0}};
     tfp_answer_from_sf_reply(r, &a.ans);        /* its ETag, then its answer lines */
     if (r->status == TFP_OK && tfp_answer_has(&a.ans, TFP_AF_ETAG))
-        memcpy(a.etag, a.ans.str, sizeof a.etag);
+        memcpy(a.etag, a.ans.str[TFP_AF_ETAG], sizeof a.etag);
     ck_assert_int_eq(tfp_status_http((tfp_status_t)r->status) == (int)r->http ||
                      r->status == TFP_OK, 1);
     return a;
@@ -246,6 +246,8 @@ static answer_t shm_put(conns_t *k, const char *name, const void *doc, size_t le
     return shm_answer(&r);
 }
 
+static int shm_want_digest;             /* the next GETs ask for the Repr-Digest */
+
 static answer_t shm_get(conns_t *k, const char *name, const char *inm)
 {
     tfp_sf_t m;
@@ -254,6 +256,8 @@ static answer_t shm_get(conns_t *k, const char *name, const char *inm)
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_GET;
     ck_assert_int_eq(tfp_sf_set_target(&m, name, NULL, inm, &err), TFP_OK);
+    if (shm_want_digest)
+        ck_assert_int_eq(tfp_sf_add_line(&m, "Want-Repr-Digest", "sha-256=1", &err), TFP_OK);
     shm_send(k, &m);
     tfp_sf_t r = shm_reply(k, &fd);
     ck_assert_int_eq(fd >= 0, r.http == 200);      /* a memfd exactly with a 200 */
@@ -545,17 +549,19 @@ static answer_t ucx_feed(conns_t *k, int op, const char *feed, const char *dev,
 
 /* A tensor op over UCX whose reply carries its conditions block (an empty one asks for it). */
 static answer_t ucx_tensor(conns_t *k, tfp_uf_op_t op, const char *name, const void *doc,
-                           size_t len)
+                           size_t len, const char *lines)
 {
     tfp_uf_hdr_t h;
     tfp_uf_init(&h, op, 0);
-    h.flags |= TFP_UF_F_COND;
+    h.flags |= TFP_UF_F_COND | TFP_UF_F_ANSWER;
+    snprintf(h.answer, sizeof h.answer, "%s", lines ? lines : "");
     snprintf(h.name, sizeof h.name, "%s", name);
     return ucx_call(k, &h, doc, len);
 }
 
 #define AF(x) (1u << TFP_AF_##x)
-enum { A_PUT, A_GET, A_INFEED, A_INFEED_FULL, A_POP, A_OUTFEED_PUSH, A_OUTFEED_GET };
+enum { A_PUT, A_GET, A_GET_DIGEST, A_INFEED, A_INFEED_FULL, A_POP, A_OUTFEED_PUSH,
+       A_OUTFEED_GET };
 
 /* One table: each case, the answer's fields it must bring (no more), its status, and the
  * transports that carry the op (shm: tensors only; feeds have their own same-host rings). */
@@ -570,6 +576,7 @@ typedef struct {
 static const field_case_t field_cases[] = {
     {"PUT of a new name", A_PUT, AF(ETAG), 201, 1},
     {"GET", A_GET, AF(ETAG), 200, 1},
+    {"GET asking for the Repr-Digest", A_GET_DIGEST, AF(ETAG) | AF(REPR_DIGEST), 200, 1},
     {"infeed push", A_INFEED, AF(GENERATION), 201, 0},
     {"infeed push to a full queue", A_INFEED_FULL, AF(RETRY_AFTER), 429, 0},
     {"pop", A_POP, AF(POSITION) | AF(SEQ) | AF(ROUND) | AF(GENERATION), 200, 0},
@@ -588,12 +595,23 @@ static answer_t field_case_on(conns_t *k, int t, const field_case_t *c, const vo
     case A_PUT:
         snprintf(p, sizeof p, "/v1/tensors/%s", name);
         return t == T_HTTP ? hc_call("PUT", p, NULL, NULL, doc, len)
-             : t == T_UCX ? ucx_tensor(k, TFP_UF_PUT, name, doc, len)
+             : t == T_UCX ? ucx_tensor(k, TFP_UF_PUT, name, doc, len, NULL)
                           : shm_put(k, name, doc, len, NULL, NULL, 0);
     case A_GET:
         snprintf(p, sizeof p, "/v1/tensors/%s", name);
         return t == T_HTTP ? hc_call("GET", p, NULL, NULL, NULL, 0)
-             : t == T_UCX ? ucx_tensor(k, TFP_UF_GET, name, NULL, 0) : shm_get(k, name, NULL);
+             : t == T_UCX ? ucx_tensor(k, TFP_UF_GET, name, NULL, 0, NULL) : shm_get(k, name, NULL);
+    case A_GET_DIGEST: {
+        snprintf(p, sizeof p, "/v1/tensors/%s", name);
+        if (t == T_HTTP)
+            return hc_call("GET", p, "Want-Repr-Digest", "sha-256=1", NULL, 0);
+        if (t == T_UCX)
+            return ucx_tensor(k, TFP_UF_GET, name, NULL, 0, "Want-Repr-Digest: sha-256=1\n");
+        shm_want_digest = 1;
+        answer_t a = shm_get(k, name, NULL);
+        shm_want_digest = 0;
+        return a;
+    }
     case A_INFEED:
     case A_INFEED_FULL:
         snprintf(p, sizeof p, "/v1/feeds/%s/devices/0/infeed", feed);
@@ -691,9 +709,13 @@ START_TEST(xport_answer_fields)
     tfp_answer_t timing = {0};
     ck_assert_int_eq(tfp_answer_header_parse(&timing, "Server-Timing", line), 1);
     ck_assert_uint_eq(timing.present, TFP_AF_TIMING_MASK);
+    /* The same document's digest, whatever carried it */
+    for (int t = T_UCX; t < T_COUNT; t++)
+        ck_assert_str_eq(got[t][A_GET_DIGEST].ans.str[TFP_AF_REPR_DIGEST],
+                         got[T_HTTP][A_GET_DIGEST].ans.str[TFP_AF_REPR_DIGEST]);
     /* A GET names the version the PUT before it stored, on each transport. */
     for (int t = 0; t < T_COUNT; t++)
-        ck_assert_str_eq(got[t][A_GET].ans.str, got[t][A_PUT].ans.str);
+        ck_assert_str_eq(got[t][A_GET].ans.str[TFP_AF_ETAG], got[t][A_PUT].ans.str[TFP_AF_ETAG]);
     tf_free(doc);
     disconnect_all(&k);
     ck_assert_int_eq(td_stop(&D, SIGTERM, 10000), 0);

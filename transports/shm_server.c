@@ -5,6 +5,7 @@
 #include "config.h"
 #include "transports/shm_server.h"
 #include "transports/req_int.h"
+#include "proto/strcopy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +57,7 @@ static void take_etag(shm_req_t *q)
 {
     q->call->ans = q->base.ans;
     if (tfp_answer_has(&q->base.ans, TFP_AF_ETAG))
-        snprintf(q->call->etag, sizeof q->call->etag, "%s", q->base.ans.str);
+        tfp_strcpy(q->call->etag, sizeof q->call->etag, q->base.ans.str[TFP_AF_ETAG]);
 }
 
 static void fail(shm_req_t *q, tfp_status_t code, const char *msg)

@@ -372,9 +372,9 @@ static void cond_reply_block(ucx_req_t *q, tfp_uf_hdr_t *h)
 {
     tfp_uf_cond_t *c = &h->cond;
     const tfp_answer_t *ans = &q->base.ans;
-    if (tfp_answer_has(ans, TFP_AF_ETAG) && strlen(ans->str) <= TFP_UF_MAX_ETAG &&
-        tfp_etag_valid(ans->str))
-        tfp_strcpy(c->etag, sizeof c->etag, ans->str);
+    if (tfp_answer_has(ans, TFP_AF_ETAG) && strlen(ans->str[TFP_AF_ETAG]) <= TFP_UF_MAX_ETAG &&
+        tfp_etag_valid(ans->str[TFP_AF_ETAG]))
+        tfp_strcpy(c->etag, sizeof c->etag, ans->str[TFP_AF_ETAG]);
     for (const tfx_hdr_t *x = q->base.hdrs; x; x = x->next) {
         uint64_t a, b, t;
         if (strcasecmp(x->name, "Content-Range") == 0 &&
@@ -709,6 +709,8 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const pe
     }
     if (h->op == TFP_UF_FEED)
         feed_frame_op(u, r, h);
+    if ((h->flags & TFP_UF_F_ANSWER) && h->answer[0] && r->op_err.code == TFP_OK)
+        (void)tfp_op_digest_lines(op, h->answer, strlen(h->answer), &r->op_err);
 }
 
 static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
