@@ -146,7 +146,7 @@ static void verify_doc(tf_fetch_t *f)
     else if (!f->doc->raw)
         tfi_rfail(res, TF_EDIGEST, "the document did not arrive in one piece: it cannot be "
                   "verified");
-    else if (tfp_digest_parse(a->str[TFP_AF_REPR_DIGEST], &want, &err) == TFP_OK &&
+    else if (tfp_digest_parse(tfp_answer_str(a, TFP_AF_REPR_DIGEST), &want, &err) == TFP_OK &&
              (tfi_doc_sha256(f->doc->raw, f->doc->raw_len, got),
               memcmp(got, want.sha256, TFP_DIGEST_LEN) == 0))
         return;
@@ -204,7 +204,7 @@ void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a)
 {
     f->reply.answer = *a;
     if (tfp_answer_has(a, TFP_AF_ETAG))     /* valid by construction (tfp_answer_set_str) */
-        tfp_strcpy(f->result.etag, sizeof(f->result.etag), a->str[TFP_AF_ETAG]);
+        tfp_strcpy(f->result.etag, sizeof(f->result.etag), tfp_answer_str(a, TFP_AF_ETAG));
 }
 
 tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
@@ -367,8 +367,8 @@ static tf_status_t decode_raw(tf_result_t *res, const char *url, const tfx_hc_re
     tfp_err_t err;
     char name[TFP_MAX_TENSOR_NAME + 1];
 
-    if (tfp_raw_check(tfx_hc_resp_header(r, "Tfetch-Dtype"),
-                      tfx_hc_resp_header(r, "Tfetch-Shape"), r->body_len, &dt, &rank, shape, &err) != TFP_OK)
+    if (tfp_raw_check(tfx_hc_resp_header(r, "Tfetch-Dtype"), tfx_hc_resp_header(r, "Tfetch-Shape"),
+                      r->body_len, &dt, &rank, shape, &err) != TFP_OK)
         return tfi_rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
     last_segment(url, name, sizeof(name));
     if (!tfp_name_valid(name))

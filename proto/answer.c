@@ -2,6 +2,7 @@
 #include "config.h"
 #include "proto/answer.h"
 #include "proto/ids.h"
+#include "proto/strcopy.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,8 +15,42 @@ const tfp_af_row_t tfp_answer_fields[TFP_AF_COUNT] = {
 #undef X
 };
 
+/* ASCII case-insensitive equality of a[0..n) and b[0..n): header names and tokens, on every
+ * header the HTTP client engine receives (glibc's strncasecmp goes through the locale). */
+static int ieq(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+        if ((unsigned)(x - 'A') < 26u)
+            x |= 0x20;
+        if ((unsigned)(y - 'A') < 26u)
+            y |= 0x20;
+        if (x != y)
+            return 0;
+    }
+    return 1;
+}
+
+/* name (NUL-terminated) is the header h, any case. */
+static int is_header(const char *name, size_t n, const char *h)
+{
+    return strlen(h) == n && ieq(name, h, n);
+}
+
 /* The largest duration a Server-Timing entry carries: a day, in microseconds. */
 #define MAX_DUR_US (86400ull * 1000000ull)
+
+/* Where string field f's value lives in tfp_answer_t.str (two string fields). */
+static int str_slot(tfp_af_t f)
+{
+    return f == TFP_AF_REPR_DIGEST;
+}
+_Static_assert(TFP_AF_ETAG != TFP_AF_REPR_DIGEST, "two string fields, two slots");
+
+const char *tfp_answer_str(const tfp_answer_t *a, tfp_af_t f)
+{
+    return tfp_answer_has(a, f) && tfp_answer_fields[f].is_str ? a->str[str_slot(f)] : "";
+}
 
 void tfp_answer_set_u64(tfp_answer_t *a, tfp_af_t f, uint64_t v)
 {
@@ -45,7 +80,7 @@ int tfp_answer_set_str(tfp_answer_t *a, tfp_af_t f, const char *v)
 {
     if ((unsigned)f >= TFP_AF_COUNT || !tfp_answer_fields[f].is_str || !str_valid(f, v))
         return -1;
-    memcpy(a->str[f], v, strlen(v) + 1);
+    memcpy(a->str[str_slot(f)], v, strlen(v) + 1);
     a->present |= 1u << f;
     return 0;
 }
@@ -57,17 +92,39 @@ int tfp_answer_has(const tfp_answer_t *a, tfp_af_t f)
 
 size_t tfp_answer_header_value(const tfp_answer_t *a, tfp_af_t f, char *buf, size_t size)
 {
+    /* by hand, not snprintf: every UCX and shm reply renders these (strcopy.h's reason) */
+    char tmp[TFP_AF_MAX_STR + 48], *p = tmp;
     if (!tfp_answer_has(a, f) || size == 0)
         return 0;
-    int n;
-    if (tfp_answer_fields[f].is_str)
-        n = snprintf(buf, size, "%s", a->str[f]);
-    else if (tfp_answer_fields[f].kind == TFP_AK_DUR)
-        n = snprintf(buf, size, "%s;dur=%" PRIu64 ".%03" PRIu64, tfp_answer_fields[f].metric,
-                     a->num[f] / 1000, a->num[f] % 1000);
-    else
-        n = snprintf(buf, size, "%" PRIu64, a->num[f]);
-    return n > 0 && (size_t)n < size ? (size_t)n : 0;
+    const tfp_af_row_t *r = &tfp_answer_fields[f];
+    if (r->is_str) {
+        size_t n = strlen(a->str[str_slot(f)]);
+        memcpy(p, a->str[str_slot(f)], n);
+        p += n;
+    } else if (r->kind == TFP_AK_DUR) {         /* "metric;dur=MS.UUU" */
+        char digits[24], *e = digits + sizeof digits, *d = tfp_u64_digits(e, a->num[f] / 1000);
+        size_t m = strlen(r->metric);
+        uint64_t us = a->num[f] % 1000;
+        memcpy(p, r->metric, m);
+        memcpy(p + m, ";dur=", 5);
+        p += m + 5;
+        memcpy(p, d, (size_t)(e - d));
+        p += e - d;
+        *p++ = '.';
+        *p++ = (char)('0' + us / 100);
+        *p++ = (char)('0' + us / 10 % 10);
+        *p++ = (char)('0' + us % 10);
+    } else {
+        char *e = tmp + sizeof tmp, *d = tfp_u64_digits(e, a->num[f]);
+        memmove(p, d, (size_t)(e - d));
+        p += e - d;
+    }
+    size_t n = (size_t)(p - tmp);
+    if (n >= size)
+        return 0;
+    memcpy(buf, tmp, n);
+    buf[n] = '\0';
+    return n;
 }
 
 /* A Server-Timing dur (milliseconds: digits, then at most 9 decimals) in microseconds (the
@@ -103,7 +160,7 @@ static unsigned metric_row(const char *name, size_t n)
 {
     for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
         const char *m = tfp_answer_fields[f].metric;
-        if (m && strlen(m) == n && strncasecmp(m, name, n) == 0)
+        if (m && strlen(m) == n && ieq(m, name, n))
             return f;
     }
     return TFP_AF_COUNT;
@@ -124,7 +181,8 @@ static size_t trim(const char **s, size_t n)
  * metrics into a. 1, 0 (none of ours), or -1 (one of ours malformed: nothing set). */
 static int parse_timing(tfp_answer_t *a, const char *v)
 {
-    tfp_answer_t t = *a;
+    uint64_t got[TFP_AF_COUNT];
+    uint32_t set = 0;
     int ours = 0;
     while (*v) {
         size_t n = 0;
@@ -150,10 +208,11 @@ static int parse_timing(tfp_answer_t *a, const char *v)
             const char *p = e + i + 1;
             size_t pn = trim(&p, j - i - 1);
             uint64_t us;
-            if (pn > 4 && strncasecmp(p, "dur=", 4) == 0) {
+            if (pn > 4 && ieq(p, "dur=", 4)) {
                 if (have || parse_dur(p + 4, pn - 4, &us) != 0)
                     return -1;
-                tfp_answer_set_u64(&t, (tfp_af_t)f, us);
+                got[f] = us;                /* set once the whole list is good */
+                set |= 1u << f;
                 have = 1;
             }
             i = j;
@@ -162,17 +221,19 @@ static int parse_timing(tfp_answer_t *a, const char *v)
             return -1;
         ours = 1;
     }
-    if (ours)
-        *a = t;
+    for (unsigned f = 0; f < TFP_AF_COUNT; f++)
+        if (set & (1u << f))
+            tfp_answer_set_u64(a, (tfp_af_t)f, got[f]);
     return ours;
 }
 
 int tfp_answer_header_parse(tfp_answer_t *a, const char *name, const char *value)
 {
-    if (strcasecmp(name, "Server-Timing") == 0)
+    size_t n = strlen(name);
+    if (is_header(name, n, "Server-Timing"))
         return parse_timing(a, value);
     for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
-        if (strcasecmp(name, tfp_answer_fields[f].header) != 0)
+        if (!is_header(name, n, tfp_answer_fields[f].header))
             continue;
         if (tfp_answer_fields[f].is_str)
             return tfp_answer_set_str(a, (tfp_af_t)f, value) == 0 ? 1 : -1;
@@ -212,27 +273,53 @@ uint32_t tfp_answer_uf_lines_mask(void)
 size_t tfp_answer_lines(const tfp_answer_t *a, uint32_t mask, char *buf, size_t size)
 {
     size_t len = 0;
-    char v[TFP_AF_MAX_STR + 40];
+    char v[TFP_AF_MAX_STR + 48];
     if (size == 0)
         return 0;
     buf[0] = '\0';
+    size_t timing = 0;                  /* where the one Server-Timing line is, once begun */
     for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
-        if (!(mask & (1u << f)) || !tfp_answer_header_value(a, (tfp_af_t)f, v, sizeof v))
+        size_t vn;
+        if (!(mask & (1u << f)) || !(vn = tfp_answer_header_value(a, (tfp_af_t)f, v, sizeof v)))
             continue;
-        int n = snprintf(buf + len, size - len, "%s: %s\n", tfp_answer_fields[f].header, v);
-        if (n < 0 || (size_t)n >= size - len) {
-            buf[len] = '\0';               /* does not fit: left out */
+        const char *h = tfp_answer_fields[f].header;
+        size_t hn = strlen(h);
+        if (tfp_answer_fields[f].kind == TFP_AK_DUR && timing && timing == len) {
+            if (len + 2 + vn + 1 >= size)   /* its entries in one list, as HTTP sends them */
+                continue;
+            memcpy(buf + len - 1, ", ", 2);
+            memcpy(buf + len + 1, v, vn);
+            len += 1 + vn;
+            buf[len++] = '\n';
+            buf[len] = '\0';
+            timing = len;
             continue;
         }
-        len += (size_t)n;
+        if (len + hn + 2 + vn + 1 >= size)
+            continue;                   /* does not fit: left out */
+        memcpy(buf + len, h, hn);
+        memcpy(buf + len + hn, ": ", 2);
+        memcpy(buf + len + hn + 2, v, vn);
+        len += hn + 2 + vn;
+        buf[len++] = '\n';
+        buf[len] = '\0';
+        if (tfp_answer_fields[f].kind == TFP_AK_DUR)
+            timing = len;
     }
     return len;
 }
 
 static int is_tchar(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return 1;
+    switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
+    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 int tfp_answer_lines_valid(const char *s, size_t n)

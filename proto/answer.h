@@ -76,10 +76,12 @@ extern const tfp_af_row_t tfp_answer_fields[TFP_AF_COUNT];
 typedef struct {
     uint32_t present;               /* 1u << TFP_AF_* for each field set */
     uint64_t num[TFP_AF_COUNT];
-    char str[TFP_AF_COUNT][TFP_AF_MAX_STR + 1];  /* a string field's value, by field */
+    char str[2][TFP_AF_MAX_STR + 1];  /* the string fields' values: tfp_answer_str */
 } tfp_answer_t;
 
 void tfp_answer_set_u64(tfp_answer_t *a, tfp_af_t f, uint64_t v);
+/* String field f's value: "" when it is not set (or f is no string field). */
+const char *tfp_answer_str(const tfp_answer_t *a, tfp_af_t f);
 /* A string field: v when it is valid for f (an ETag: one strong tag, tfp_etags_parse; a
  * Repr-Digest: a digest field with a sha-256 member, tfp_digest_parse), 0; else -1 and
  * nothing set. */

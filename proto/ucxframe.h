@@ -151,7 +151,7 @@
 /* The largest header an encoder writes or a decoder accepts (a feed block and a conditions
  * block never go together). */
 #define TFP_UF_MAX_BLOCK (TFP_UF_MAX_FEED > TFP_UF_MAX_CONDB ? TFP_UF_MAX_FEED : TFP_UF_MAX_CONDB)
-#define TFP_UF_MAX_ANSWER 512               /* the answer lines block's text */
+#define TFP_UF_MAX_ANSWER 256               /* the answer lines block's text */
 #define TFP_UF_MAX_HEADER                                                                   \
     (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + 2 * TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +        \
      TFP_UF_MAX_MSG + TFP_UF_MAX_BLOCK + 2 + TFP_UF_MAX_ANSWER)

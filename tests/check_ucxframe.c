@@ -376,7 +376,7 @@ START_TEST(uf_op_names)
     /* the fixed header, its strings, the larger of a feed block and a cond block, and an
      * answer lines block */
     ck_assert_uint_eq(TFP_UF_MAX_HEADER,
-                      40 + 128 + 128 + 128 + 255 + 512 + 40 + 255 + 255 + 2 + 512);
+                      40 + 128 + 128 + 128 + 255 + 512 + 40 + 255 + 255 + 2 + 256);
 }
 END_TEST
 
@@ -471,7 +471,7 @@ START_TEST(uf_answer_block)
     tfp_answer_from_reply(&d, &a);
     ck_assert_uint_eq(a.present, 1u << TFP_AF_SRV_HANDLER);
     ck_assert_uint_eq(a.num[TFP_AF_SRV_HANDLER], 12);
-    /* the longest: every string at its bound, and 512 bytes of lines */
+    /* the longest: every string at its bound, and 256 bytes of lines */
     memset(h.answer, 'a', TFP_UF_MAX_ANSWER);
     memcpy(h.answer, "A: ", 3);
     h.answer[TFP_UF_MAX_ANSWER - 1] = '\n';

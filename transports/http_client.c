@@ -460,8 +460,9 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
         curl_off_t cl = -1;
         if (curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
             code >= 200 && code < 300 &&
-            (!req->sink_type || strncasecmp(tfx_hc_resp_header(&req->resp, "Content-Type"), req->sink_type,
-                                            strlen(req->sink_type)) == 0))
+            (!req->sink_type ||
+             strncasecmp(tfx_hc_resp_header(&req->resp, "Content-Type"), req->sink_type,
+                         strlen(req->sink_type)) == 0))
             req->sinking = req->resp.sunk = 1;
         if (req->sinking && req->max_body &&
             curl_easy_getinfo(req->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&

@@ -57,7 +57,8 @@ static void take_etag(shm_req_t *q)
 {
     q->call->ans = q->base.ans;
     if (tfp_answer_has(&q->base.ans, TFP_AF_ETAG))
-        tfp_strcpy(q->call->etag, sizeof q->call->etag, q->base.ans.str[TFP_AF_ETAG]);
+        tfp_strcpy(q->call->etag, sizeof q->call->etag,
+                   tfp_answer_str(&q->base.ans, TFP_AF_ETAG));
 }
 
 static void fail(shm_req_t *q, tfp_status_t code, const char *msg)

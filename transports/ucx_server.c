@@ -372,9 +372,9 @@ static void cond_reply_block(ucx_req_t *q, tfp_uf_hdr_t *h)
 {
     tfp_uf_cond_t *c = &h->cond;
     const tfp_answer_t *ans = &q->base.ans;
-    if (tfp_answer_has(ans, TFP_AF_ETAG) && strlen(ans->str[TFP_AF_ETAG]) <= TFP_UF_MAX_ETAG &&
-        tfp_etag_valid(ans->str[TFP_AF_ETAG]))
-        tfp_strcpy(c->etag, sizeof c->etag, ans->str[TFP_AF_ETAG]);
+    const char *etag = tfp_answer_str(ans, TFP_AF_ETAG);
+    if (etag[0] && strlen(etag) <= TFP_UF_MAX_ETAG && tfp_etag_valid(etag))
+        tfp_strcpy(c->etag, sizeof c->etag, etag);
     for (const tfx_hdr_t *x = q->base.hdrs; x; x = x->next) {
         uint64_t a, b, t;
         if (strcasecmp(x->name, "Content-Range") == 0 &&
