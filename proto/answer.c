@@ -10,7 +10,7 @@
 #include <strings.h>
 
 const tfp_af_row_t tfp_answer_fields[TFP_AF_COUNT] = {
-#define X(id, h, k, uf, m) [TFP_AF_##id] = {h, (k) == TFP_AK_STR, k, uf, m},
+#define X(id, h, k, uf, m) [TFP_AF_##id] = {h, (k) == TFP_AK_STR, k, uf, m, sizeof(h) - 1},
     TFP_ANSWER_MAP(X)
 #undef X
 };
@@ -31,10 +31,10 @@ static int ieq(const char *a, const char *b, size_t n)
     return 1;
 }
 
-/* name (NUL-terminated) is the header h, any case. */
-static int is_header(const char *name, size_t n, const char *h)
+/* name[0..n) is the header h (hn bytes), any case. */
+static int is_header(const char *name, size_t n, const char *h, size_t hn)
 {
-    return strlen(h) == n && ieq(name, h, n);
+    return hn == n && ieq(name, h, n);
 }
 
 /* The largest duration a Server-Timing entry carries: a day, in microseconds. */
@@ -230,10 +230,10 @@ static int parse_timing(tfp_answer_t *a, const char *v)
 int tfp_answer_header_parse(tfp_answer_t *a, const char *name, const char *value)
 {
     size_t n = strlen(name);
-    if (is_header(name, n, "Server-Timing"))
+    if (is_header(name, n, "Server-Timing", 13))
         return parse_timing(a, value);
     for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
-        if (!is_header(name, n, tfp_answer_fields[f].header))
+        if (!is_header(name, n, tfp_answer_fields[f].header, tfp_answer_fields[f].header_len))
             continue;
         if (tfp_answer_fields[f].is_str)
             return tfp_answer_set_str(a, (tfp_af_t)f, value) == 0 ? 1 : -1;

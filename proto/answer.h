@@ -65,6 +65,7 @@ typedef struct {
     int kind;                       /* TFP_AK_* */
     uint16_t uf_present;            /* UCX: the REPLY feed block's present bit; 0: none */
     const char *metric;             /* kind DUR: its Server-Timing metric name */
+    size_t header_len;              /* strlen(header) */
 } tfp_af_row_t;
 
 extern const tfp_af_row_t tfp_answer_fields[TFP_AF_COUNT];
