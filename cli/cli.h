@@ -48,6 +48,7 @@ typedef struct {
     int json;
     const char *transport;
     int stats;
+    int explain;                    /* --explain */
     int quiet;
     const char *device;             /* feed push, pop */
     uint64_t seq;                   /* feed push */
@@ -83,6 +84,8 @@ void cli_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_json_str(FILE *f, const char *s);
 void cli_print_stats(const tf_result_t *r);
+/* explain.c: --explain's paragraph on stderr for r, a request to url (NULL: unknown). */
+void cli_print_explain(tf_client_t *c, const char *url, const tf_result_t *r);
 /* Reports a failed request (once) and returns its exit code. */
 int cli_request_failed(const tf_result_t *r, const char *what, const char *url,
                        tf_status_t st);

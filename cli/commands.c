@@ -233,6 +233,8 @@ static int get_range(tf_client_t *c, const cli_opts_t *o, char **args, int nargs
     tf_status_t st = tf_get_range(c, args[0], o->range_first, o->range_len, &buf, &len, &total);
     if (o->stats)
         cli_print_stats(tf_client_last(c));
+    if (o->explain)
+        cli_print_explain(c, args[0], tf_client_last(c));
     if (st != TF_OK) {
         int rc = cli_request_failed(tf_client_last(c), "get", args[0], st);
         if (st == TF_ERANGE && total)
@@ -284,6 +286,8 @@ int cli_cmd_batch(tf_client_t *c, const cli_opts_t *o, cli_cmd_t cmd, char **arg
     for (size_t i = 0; i < n; i++) {
         if (o->stats && b.jobs[i].has_result)
             cli_print_stats(&b.jobs[i].result);
+        if (o->explain && b.jobs[i].has_result)
+            cli_print_explain(c, b.jobs[i].url, &b.jobs[i].result);
         if (rc == EXIT_OK)
             rc = b.jobs[i].rc;
     }

@@ -112,7 +112,7 @@ enum { OPT_RAW = 256, OPT_DTYPE, OPT_SHAPE, OPT_JSON, OPT_TRANSPORT, OPT_DEVICE,
        OPT_AFTER, OPT_CONSUMER, OPT_TOKEN,
        OPT_CACERT, OPT_CERT, OPT_KEY, OPT_STALL_TIME, OPT_STALL_RATE, OPT_MAX_BODY,
        OPT_TTL, OPT_IF_MATCH, OPT_IF_NONE_MATCH, OPT_WAIT_NEWER, OPT_RANGE, OPT_PREFIX,
-       OPT_LIMIT };
+       OPT_LIMIT, OPT_EXPLAIN };
 
 static const struct option long_opts[] = {
     {"user", required_argument, NULL, 'u'},
@@ -146,6 +146,7 @@ static const struct option long_opts[] = {
     {"prefix", required_argument, NULL, OPT_PREFIX},
     {"limit", required_argument, NULL, OPT_LIMIT},
     {"stats", no_argument, NULL, 's'},
+    {"explain", no_argument, NULL, OPT_EXPLAIN},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -267,6 +268,7 @@ int cli_parse_options(int argc, char **argv, cli_opts_t *o)
         }
         case OPT_IF_MATCH: o->if_match = optarg; break;
         case OPT_IF_NONE_MATCH: o->if_none_match = 1; break;
+        case OPT_EXPLAIN: o->explain = 1; break;
         case OPT_WAIT_NEWER: o->wait_newer = optarg; break;
         case OPT_PREFIX: o->prefix = optarg; break;
         case OPT_RANGE:

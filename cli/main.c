@@ -152,7 +152,13 @@ const char cli_usage_text[] =
     "                         (in argument order): {\"op\",\"transport\",\"bytes\",\"seconds\",\n"
     "                         \"request_id\",\"http_status\",\"status\",\"fallback\",\"etag\"}\n"
     "                         (fallback: why it went over HTTP when UCX was allowed; etag:\n"
-    "                         the version got or stored)\n"
+    "                         the version got or stored), and \"stages\": where its time\n"
+    "                         went in ms ({\"connect\",\"upgrade\",\"send\",\"server\",\n"
+    "                         \"queue\",\"handler\",\"receive\",\"decode\",\"total\"}; null:\n"
+    "                         not known; server, queue and handler are the server's own)\n"
+    "      --explain          after each request print one paragraph to stderr: the path it\n"
+    "                         took, its rate, that path's ceiling where known, where the\n"
+    "                         time went, and why not a faster path\n"
     "  -q, --quiet            print nothing but results and errors (no progress bar)\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
@@ -234,7 +240,23 @@ void cli_print_stats(const tf_result_t *r)
     cli_json_str(stderr, r->fallback);
     fputs(",\"etag\":", stderr);
     cli_json_str(stderr, r->etag);
-    fputs("}\n", stderr);
+    /* where its time went, in ms (null: the stage did not apply or is not known) */
+    const tf_stages_t *s = &r->stages;
+    const struct {
+        const char *name;
+        double ms;
+    } st[] = {{"connect", s->connect}, {"upgrade", s->upgrade}, {"send", s->send},
+              {"server", s->server},   {"queue", s->queue},     {"handler", s->handler},
+              {"receive", s->receive}, {"decode", s->decode},   {"total", s->total}};
+    fputs(",\"stages\":{", stderr);
+    for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
+        fprintf(stderr, "%s\"%s\":", i ? "," : "", st[i].name);
+        if (st[i].ms < 0)
+            fputs("null", stderr);
+        else
+            fprintf(stderr, "%.3f", st[i].ms);
+    }
+    fputs("}}\n", stderr);
 }
 
 static int exit_for(tf_status_t st, int http_status)
@@ -423,9 +445,14 @@ static int run(const char *cmd, char **args, int nargs, const cli_opts_t *o)
     }
     cli_bar_end();
     /* A request was made unless the command failed before reaching the network. */
-    if (o->stats && (cli_is(cmd, "ls") || cli_is(cmd, "info") || cli_is(cmd, "feed")) &&
-        tf_client_last(c)->op[0])
-        cli_print_stats(tf_client_last(c));
+    if ((o->stats || o->explain) &&
+        (cli_is(cmd, "ls") || cli_is(cmd, "info") || cli_is(cmd, "feed")) &&
+        tf_client_last(c)->op[0]) {
+        if (o->stats)
+            cli_print_stats(tf_client_last(c));
+        if (o->explain)
+            cli_print_explain(c, nargs > 0 ? args[0] : NULL, tf_client_last(c));
+    }
 
 free_client:
     tf_client_free(c);

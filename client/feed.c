@@ -314,14 +314,16 @@ static void set_err(tf_feed_t *feed, tf_status_t st, const char *msg)
 /* A received item: queued, its copy started. */
 static void take_item(tf_feed_t *feed, const tfi_reply_t *rp, tf_doc_t *doc)
 {
-    if (rp->has_generation && (!feed->have_generation || rp->generation != feed->generation))
-        new_generation(feed, rp->generation);
-    if (!rp->has_position || rp->position == 0) {
+    uint64_t generation, position, seq, round;
+    if (tfi_reply_u64(rp, TFP_AF_GENERATION, &generation) &&
+        (!feed->have_generation || generation != feed->generation))
+        new_generation(feed, generation);
+    if (!tfi_reply_u64(rp, TFP_AF_POSITION, &position) || position == 0) {
         tf_doc_free(doc);
         set_err(feed, TF_EPROTO, "pop reply without a valid Tfetch-Position");
         return;
     }
-    if (rp->position <= feed->delivered) {
+    if (position <= feed->delivered) {
         tf_doc_free(doc);               /* given again after a rewind: the feed has it */
         return;
     }
@@ -332,13 +334,15 @@ static void take_item(tf_feed_t *feed, const tfi_reply_t *rp, tf_doc_t *doc)
         return;
     }
     it->feed = feed;
-    it->position = rp->position;
-    it->seq = rp->has_seq ? rp->seq : 0;
-    it->round = rp->has_round ? rp->round : 0;
+    it->position = position;
+    (void)tfi_reply_u64(rp, TFP_AF_SEQ, &seq);
+    (void)tfi_reply_u64(rp, TFP_AF_ROUND, &round);
+    it->seq = seq;
+    it->round = round;
     it->generation = feed->generation;
     it->x.host = doc;
-    if (rp->position > feed->delivered)
-        feed->delivered = rp->position;
+    if (position > feed->delivered)
+        feed->delivered = position;
     it->prev = feed->tail;
     if (feed->tail)
         feed->tail->next = it;
@@ -360,6 +364,7 @@ static void on_pop_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
                         void *ud)
 {
     tf_feed_t *feed = ud;
+    uint64_t generation;
     feed->pop = NULL;
     note_transport(feed, r);
     int answered = st == TF_OK || st == TF_EDONE;
@@ -369,9 +374,9 @@ static void on_pop_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
         feed->rewind = 0;
     if (st == TF_OK && doc)
         take_item(feed, &f->reply, doc);
-    else if (st == TF_OK && f->reply.has_generation && feed->have_generation &&
-             f->reply.generation != feed->generation)
-        new_generation(feed, f->reply.generation);      /* a 204 after a reset */
+    else if (st == TF_OK && tfi_reply_u64(&f->reply, TFP_AF_GENERATION, &generation) &&
+             feed->have_generation && generation != feed->generation)
+        new_generation(feed, generation);               /* a 204 after a reset */
     else if (st == TF_EDONE)
         feed->done = TF_EDONE;
     else if (st != TF_OK && !feed->detaching) {
@@ -459,8 +464,9 @@ static int ring_drain(tf_feed_t *feed)
             take_item(feed, &m.reply, m.doc);
             break;
         case TFI_RING_GENERATION:
-            if (!feed->have_generation || m.reply.generation != feed->generation)
-                new_generation(feed, m.reply.generation);
+            if (!feed->have_generation ||
+                m.reply.answer.num[TFP_AF_GENERATION] != feed->generation)
+                new_generation(feed, m.reply.answer.num[TFP_AF_GENERATION]);
             break;
         case TFI_RING_DONE:
             feed->done = TF_EDONE;
@@ -1306,12 +1312,13 @@ tf_status_t tf_outfeed_get(tf_client_t *c, const char *url, uint64_t after, long
         if (st == TF_EPROTO)
             tfi_rfail(&c->last, st, "outfeed reply is not a document");
     } else if (st == TF_OK) {
-        if (!f->reply.has_seq) {
+        uint64_t dv;
+        if (!tfi_reply_u64(&f->reply, TFP_AF_SEQ, seq)) {
             st = tfi_rfail(&c->last, TF_EPROTO, "outfeed reply without Tfetch-Seq");
         } else {
-            *seq = f->reply.seq;
             if (device)
-                *device = f->reply.has_device && f->reply.device < 65536 ? (int)f->reply.device : -1;
+                *device = tfi_reply_u64(&f->reply, TFP_AF_DEVICE, &dv) && dv < 65536 ? (int)dv
+                                                                                    : -1;
             *doc = tf_fetch_take_doc(f);
         }
     }

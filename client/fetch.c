@@ -160,6 +160,8 @@ free_doc:
 /* Completes f, whose outcome is recorded: runs its callback, frees what it no longer needs. */
 void tfi_complete_fetch(tf_client_t *c, tf_fetch_t *f)
 {
+    tfi_verify_received(f);
+    tfi_stages_finish(f);
     tfi_body_free(&f->op);
     if (f->op.sink_fd >= 0 && f->doc && f->result.status == TF_OK)
         sink_doc(c, f);
@@ -439,10 +441,18 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
         goto free_fetch;
     if (fd >= 0 && (st = attach_fd(f, op, fd)) != TF_OK)
         goto free_fetch;
-    if ((st = tfi_choose(c, f, &via)) != TF_OK)
+    f->rt_ms = -1;
+    uint64_t t_choose = tfx_now_ns();
+    st = tfi_choose(c, f, &via);
+    f->result.stages.upgrade = (double)(tfx_now_ns() - t_choose) / 1e6;
+    if (st != TF_OK)
         goto free_fetch;
     if ((st = tfi_body_render(&f->op, &f->result)) != TF_OK)
         goto free_fetch;
+    if (c->verify && f->op.kind == TF_OP_PUT && tfi_body_digest(&f->op) != 0) {
+        st = tfi_rfail(&f->result, TF_EIO, "cannot read the body's file to digest it");
+        goto free_fetch;
+    }
     st = via->start(c, f);
     if (st != TF_OK && via != &tfi_http && f->policy != TF_TRANSPORT_UCX) {
         /* Under policy auto the request goes over HTTP instead, saying why. */

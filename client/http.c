@@ -161,61 +161,26 @@ static int render_cond(tfx_hc_req_t *req, const tfi_op_t *op)
 
 /* Renders f's operation on f->req: method, URL, ids, Accept, the body's type and segments,
  * timeout (0: none), cap, progress. */
-/* The Repr-Digest field of a put's body: its segments in order. */
-/* SHA-256 of a file's bytes 0..len, read in slices (a body sent from its file, a reply
- * streamed into one). 0, or -1 when the file cannot be read. */
-static int fd_sha256(int fd, uint64_t len, uint8_t sha[TFP_DIGEST_LEN])
-{
-    static __thread uint8_t buf[1 << 16];
-    struct sha256_ctx h;
-    sha256_init(&h);
-    for (uint64_t off = 0; off < len;) {
-        size_t want = len - off < sizeof buf ? (size_t)(len - off) : sizeof buf;
-        ssize_t n = pread(fd, buf, want, (off_t)off);
-        if (n <= 0)
-            return -1;
-        sha256_update(&h, (size_t)n, buf);
-        off += (uint64_t)n;
-    }
-    sha256_digest(&h, TFP_DIGEST_LEN, sha);
-    return 0;
-}
-
-/* The Repr-Digest of a PUT's body: its segments, or its file. 0, or -1. */
-static int body_digest(const tfi_op_t *op, char *field, size_t size)
-{
-    struct sha256_ctx h;
-    uint8_t sha[TFP_DIGEST_LEN];
-    if (op->body_fd >= 0) {
-        if (fd_sha256(op->body_fd, op->body_fd_len, sha) != 0)
-            return -1;
-    } else {
-        sha256_init(&h);
-        for (size_t i = 0; i < op->nsegs; i++)
-            sha256_update(&h, op->lens[i], op->segs[i]);
-        sha256_digest(&h, TFP_DIGEST_LEN, sha);
-    }
-    tfp_digest_format(sha, field, size);
-    return 0;
-}
-
 /* A verified get's body against the Repr-Digest the server sent: TF_OK, or TF_EDIGEST. */
 static tf_status_t verify_body(tf_result_t *res, const tfx_hc_resp_t *r, int sink_fd)
 {
     tfp_digest_t want;
     tfp_err_t err;
     uint8_t got[TFP_DIGEST_LEN];
-    if (!r->repr_digest[0])
+    const char *repr = tfx_hc_resp_header(r, "Repr-Digest");
+    if (!repr[0])
         return tfi_rfail(res, TF_EDIGEST, "the server sent no Repr-Digest to verify the "
                          "document against (a server from before digests?)");
-    if (tfp_digest_parse(r->repr_digest, &want, &err) != TFP_OK || !want.has)
+    if (tfp_digest_parse(repr, &want, &err) != TFP_OK || !want.has)
         return tfi_rfail(res, TF_EDIGEST, "the server's Repr-Digest has no sha-256: %s",
                          want.has ? err.msg : "another algorithm only");
     if (!r->sunk)
-        tfp_digest_sha256(r->body, r->body_len, got);
-    else if (fd_sha256(sink_fd, r->body_len, got) != 0)  /* streamed into the caller's file */
+        tfi_doc_sha256(r->body, r->body_len, got);
+    else if (tfi_fd_sha256(sink_fd, r->body_len, got) != 0)  /* streamed into the caller's file */
         return tfi_rfail(res, TF_EIO, "cannot read back the file the reply went to, to verify "
                          "its digest");
+    else
+        tfi_received_sha256(got);
     if (memcmp(got, want.sha256, TFP_DIGEST_LEN) != 0) {
         char field[TFP_DIGEST_FIELD_MAX];
         tfp_digest_format(got, field, sizeof(field));
@@ -257,12 +222,8 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
         bad |= tfx_hc_req_add_header(req, op->hdrs[2 * i], op->hdrs[2 * i + 1]) != TFX_HC_OK;
     if (c->verify && op->kind == TF_OP_GET)
         bad |= tfx_hc_req_add_header(req, "Want-Repr-Digest", "sha-256=1") != TFX_HC_OK;
-    if (c->verify && op->kind == TF_OP_PUT) {
-        char field[TFP_DIGEST_FIELD_MAX];
-        if (body_digest(op, field, sizeof(field)) != 0)
-            return tfi_rfail(&f->result, TF_EIO, "cannot read the body's file to digest it");
-        bad |= tfx_hc_req_add_header(req, "Repr-Digest", field) != TFX_HC_OK;
-    }
+    if (op->digest[0])                  /* a verified put's (fetch.c) */
+        bad |= tfx_hc_req_add_header(req, "Repr-Digest", op->digest) != TFX_HC_OK;
     if (op->body_fd >= 0)           /* a file's bytes, read as they are sent */
         bad |= tfx_hc_req_add_body_fd(req, op->body_fd, 0, (size_t)op->body_fd_len) !=
                TFX_HC_OK;
@@ -287,31 +248,14 @@ static tf_status_t prepare(tf_fetch_t *f, long timeout)
     return TF_OK;
 }
 
-/* A header value as a number (proto/ids validates it); *has is 0 when absent or malformed. */
-static void reply_u64(const char *v, uint64_t *out, int *has)
-{
-    *has = v[0] && tfp_parse_u64(v, UINT64_MAX, out) == 0;
-}
-
-/* A call's feed headers, validated. */
-static void record_reply(tfi_reply_t *rp, const tfx_hc_resp_t *r)
-{
-    reply_u64(r->position, &rp->position, &rp->has_position);
-    reply_u64(r->seq, &rp->seq, &rp->has_seq);
-    reply_u64(r->round, &rp->round, &rp->has_round);
-    reply_u64(r->generation, &rp->generation, &rp->has_generation);
-    reply_u64(r->device, &rp->device, &rp->has_device);
-    reply_u64(r->retry_after, &rp->retry_after, &rp->has_retry_after);
-    snprintf(rp->content_type, sizeof(rp->content_type), "%s", r->content_type);
-}
-
 /* A call's 2xx reply: a document when it is one, else its text ("" for none). */
 static void finish_call(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *r)
 {
-    int is_doc = r->body_len > 0 && (strncasecmp(r->content_type, MIME_SAFETENSORS,
-                                                 strlen(MIME_SAFETENSORS)) == 0 ||
-                                     (r->dtype[0] && strncasecmp(r->content_type, MIME_RAW,
-                                                                 strlen(MIME_RAW)) == 0));
+    const char *ct = tfx_hc_resp_header(r, "Content-Type");
+    int is_doc = r->body_len > 0 &&
+                 (strncasecmp(ct, MIME_SAFETENSORS, strlen(MIME_SAFETENSORS)) == 0 ||
+                  (tfx_hc_resp_header(r, "Tfetch-Dtype")[0] &&
+                   strncasecmp(ct, MIME_RAW, strlen(MIME_RAW)) == 0));
     if (is_doc) {
         tfi_decode_doc(f, req);
         return;
@@ -329,7 +273,8 @@ static void finish_range(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *
     tf_result_t *res = &f->result;
     tfi_reply_t *rp = &f->reply;
     uint64_t a, b, t;
-    int cr = tfp_content_range_parse(r->content_range, &a, &b, &t) == 0;
+    const char *crange = tfx_hc_resp_header(r, "Content-Range");
+    int cr = tfp_content_range_parse(crange, &a, &b, &t) == 0;
     if (r->status == 416 && cr && a == UINT64_MAX) {
         rp->has_total = 1;
         rp->total = t;
@@ -341,7 +286,7 @@ static void finish_range(tf_fetch_t *f, tfx_hc_req_t *req, const tfx_hc_resp_t *
     if (r->status == 206) {
         if (!cr || a != f->op.cond.first || a == UINT64_MAX || b - a + 1 != r->body_len) {
             tfi_rfail(res, TF_EPROTO, "the server's 206 does not hold the range asked for "
-                      "(Content-Range '%.60s', %zu bytes)", r->content_range, r->body_len);
+                      "(Content-Range '%.60s', %zu bytes)", crange, r->body_len);
             return;
         }
     } else {                            /* 200: the whole document; keep the part asked for */
@@ -380,20 +325,33 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     tf_result_t *res = &f->result;
 
+    const char *v;
     res->http_status = (int)r->status;
     if (f->origin && r->status > 0)
-        f->origin->offered = tfi_offers_ucx(r->upgrade);
-    if (r->transport[0])
-        snprintf(res->transport, sizeof(res->transport), "%s", r->transport);
-    if (r->request_id[0])
-        snprintf(res->request_id, sizeof(res->request_id), "%s", r->request_id);
+        f->origin->offered = tfi_offers_ucx(tfx_hc_resp_header(r, "Tfetch-Upgrade"));
+    if ((v = tfx_hc_resp_header(r, "Tfetch-Transport"))[0])
+        snprintf(res->transport, sizeof(res->transport), "%s", v);
+    if ((v = tfx_hc_resp_header(r, "Tfetch-Request-Id"))[0])
+        snprintf(res->request_id, sizeof(res->request_id), "%s", v);
     res->bytes_sent = r->bytes_sent;
     res->bytes_received = r->body_len;
+    if (r->t_total > 0) {               /* libcurl's timings (transports/http_client.h) */
+        tf_stages_t *sg = &res->stages;
+        /* The request on its way (its body sent, the server's receiving it) up to the answer's
+         * head, but the server's own time; then the answer's body. */
+        double server = 0;
+        if (tfp_answer_has(&r->answer, TFP_AF_SRV_HANDLER))
+            server = (double)(r->answer.num[TFP_AF_SRV_HANDLER] +
+                              r->answer.num[TFP_AF_SRV_QUEUE]) / 1e6;
+        double ready = r->t_pretransfer > r->t_connect ? r->t_pretransfer : r->t_connect;
+        sg->connect = r->t_connect * 1000.0;
+        sg->send = r->t_head > ready + server ? (r->t_head - ready - server) * 1000.0 : 0;
+        sg->receive = r->t_head > 0 && r->t_total > r->t_head
+                          ? (r->t_total - r->t_head) * 1000.0 : 0;
+    }
     /* The whole request's wall time: an upgrade negotiated before it, or a UCX try that
      * fell back, is part of it (and takes part of its timeout). */
     res->seconds = tfx_since_s(f->t0_ns);
-    if (f->op.kind == TFI_OP_CALL)
-        record_reply(&f->reply, r);
 
     if (done != TFX_HC_OK) {
         const char *why = tfx_hc_req_error(req);
@@ -405,11 +363,11 @@ static void finish(tf_fetch_t *f, tfx_hc_req_t *req, tfx_hc_status_t done)
     if (f->origin && r->status > 0 && f->op.kind != TFI_OP_INFO) {
         char feature[96];
         snprintf(feature, sizeof(feature), "%s %.80s", method_of(&f->op), f->op.name);
-        if (tfi_origin_protocol(f->c, f->origin, r->protocol, feature, res) != TF_OK)
+        if (tfi_origin_protocol(f->c, f->origin, tfx_hc_resp_header(r, "Tfetch-Protocol"),
+                                feature, res) != TF_OK)
             return;
     }
-    if (tfp_etag_valid(r->etag))        /* a malformed one is no version: "" */
-        snprintf(res->etag, sizeof(res->etag), "%s", r->etag);
+    tfi_take_answer(f, &r->answer);     /* its typed fields: a malformed one is none */
     if (r->status == 304 && f->op.kind == TF_OP_GET && f->op.cond.if_none_match[0]) {
         tfi_rfail(res, TF_ENOTMODIFIED, "not modified: the stored version is still %s",
                   res->etag[0] ? res->etag : f->op.cond.if_none_match);
@@ -449,7 +407,9 @@ static void on_req_done(tfx_hc_req_t *req, tfx_hc_status_t xst, void *ud)
     tf_fetch_t *f = ud;
     tf_client_t *c = f->c;
 
+    uint64_t t_done = tfx_now_ns();
     finish(f, req, xst);
+    f->result.stages.decode = (double)(tfx_now_ns() - t_done) / 1e6;
     f->req = NULL;
     f->via = NULL;
     release_req(c, req);
@@ -462,6 +422,8 @@ static tf_status_t http_start(tf_client_t *c, tf_fetch_t *f)
 {
     tf_status_t st;
     snprintf(f->result.transport, sizeof(f->result.transport), "http");
+    f->rt_ms = -1;                      /* a fallback's: its own stages from here */
+    f->result.stages.send = f->result.stages.receive = f->result.stages.decode = -1;
     if (!(f->req = acquire_req(c)))
         return tfi_rfail(&f->result, TF_ENOMEM, NULL);
     if ((st = prepare(f, tfi_remaining_ms(f))) != TF_OK)

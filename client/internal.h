@@ -20,7 +20,9 @@
 #include <sys/types.h>
 
 #include "client/tfetch.h"
+#include "proto/answer.h"
 #include "proto/auth.h"
+#include "proto/digest.h"
 #include "proto/doc.h"
 #include "proto/ids.h"
 #include "proto/shmframe.h"
@@ -97,15 +99,23 @@ typedef struct {
     const char *feed_name;
 } tfi_call_t;
 
-/* The feed headers of a call's reply, validated (proto/ids: tfp_parse_u64); has_* is 0 when
- * the header was absent or malformed. */
+/* The typed answer a reply carried (proto/answer.h: its ETag, a feed's position, seq,
+ * round, generation and device, Retry-After), whatever the transport: HTTP's headers, UCX's
+ * frame blocks and shm's REPLY each fill the same tfp_answer_t through the answer's table
+ * (tfi_take_answer); only valid values are set (tfp_answer_has). */
 typedef struct {
-    uint64_t position, seq, round, generation, device, retry_after;
-    int has_position, has_seq, has_round, has_generation, has_device, has_retry_after;
-    char content_type[128];
+    tfp_answer_t answer;
     uint64_t total;                 /* a range request: the whole document's size */
     int has_total;
 } tfi_reply_t;
+
+/* The number field f of a reply's answer: 1 and *v when it came, else 0 (*v 0). */
+static inline int tfi_reply_u64(const tfi_reply_t *rp, tfp_af_t f, uint64_t *v)
+{
+    int has = tfp_answer_has(&rp->answer, f);
+    *v = has ? rp->answer.num[f] : 0;
+    return has;
+}
 
 typedef struct origin origin_t;
 
@@ -146,6 +156,8 @@ typedef struct {
     char what[16];                  /* tf_result_t op */
     tfp_uf_feed_t feed;             /* its FEED frame (feed.op 0: none; ucx.c) */
     long feed_wait_ms;              /* the frame's wait */
+    char digest[TFP_DIGEST_FIELD_MAX];  /* a verified put's Repr-Digest ("" none), made
+                                     * once as it starts and sent by every transport */
     uint8_t staged[TFP_SF_STAGED_LEN];  /* a staged body (ucx.c), sent instead of a doc
                                      * from tf_doc_new_staging over its own connection */
     /* Conditions, lifetime and range (tf_request_t, tf_get_range): each transport renders
@@ -286,6 +298,9 @@ struct origin {
     tfp_proto_range_t protocol;     /* the versions its server speaks, from its last answer
                                      * (a version-1 server names none); {0, 0}: no answer yet */
     int same_host;                  /* the last upgrade answer's same_host; -1: none yet */
+    tf_stages_t last_stages;        /* the last completed request's (tf_transport_info_t) */
+    char last_transport[32];
+    char last_fallback[160];
 };
 
 /* A source of completions besides the transports, drained with them whenever the client is
@@ -370,7 +385,7 @@ struct tf_fetch {
     tf_doc_t *doc;                  /* the reply, until given to the callback or taken */
     char *text;                     /* TFI_OP_LIST / TFI_OP_INFO: the reply body */
     size_t text_len;
-    tfi_reply_t reply;              /* TFI_OP_CALL: the reply's feed headers */
+    tfi_reply_t reply;              /* the reply's typed answer (every kind of request) */
     long total_ms;                  /* the whole request's time limit, wait included; 0 none */
     long hold_ms;                   /* how long the server may hold it (a long-poll's wait):
                                      * added to the stall window */
@@ -384,6 +399,8 @@ struct tf_fetch {
     int blocking;                   /* started by a blocking call, which waits for it at
                                      * once: the transport may leave sending to its wait */
     int drove;                      /* its transport's wait drove it once already */
+    double rt_ms;                   /* a transport that knows only its round trip (shm): its
+                                     * ms, the server's time in it; -1 otherwise */
 };
 
 /* The stall window of f in whole seconds (curl's low-speed time): the client's stall time
@@ -442,6 +459,26 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid);
 /* Records a failure in r (message printf-style, or the status text when fmt is NULL). */
 tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Completes f->result.stages (the transport filled what it measured: connect, send,
+ * receive, decode): total, the server's parts from the answer, and notes them as the
+ * origin's last (tf_transport_info_t). Run once, as f completes. */
+void tfi_stages_finish(tf_fetch_t *f);
+/* SHA-256 of a file's bytes 0..len, read in slices. 0, or -1 when it cannot be read. */
+int tfi_fd_sha256(int fd, uint64_t len, uint8_t sha[TFP_DIGEST_LEN]);
+/* A verified put's Repr-Digest, of its rendered segments or its file, into op->digest. 0,
+ * or -1 when the file cannot be read. */
+int tfi_body_digest(tfi_op_t *op);
+/* SHA-256 of a received document's bytes, through tfi_received_sha256. */
+void tfi_doc_sha256(const void *p, size_t n, uint8_t sha[TFP_DIGEST_LEN]);
+/* The test hook of tests/digest.test, on a received document's digest: with
+ * TFETCH_TEST_CORRUPT=get it is changed, as if the bytes had been; else left. */
+void tfi_received_sha256(uint8_t sha[TFP_DIGEST_LEN]);
+/* A verified get completed over UCX or shm: its document checked against the answer's
+ * Repr-Digest, or dropped with TF_EDIGEST. Run as f completes, before its file is written. */
+void tfi_verify_received(tf_fetch_t *f);
+/* Records the typed answer a reply carried, over whichever transport: f->reply.answer, and
+ * what the result shows of it (its ETag). Every transport's completion calls it once. */
+void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a);
 /* Refuses a blocking call before it starts: tf_client_last says why. */
 tf_status_t tfi_refuse(tf_client_t *c, int op, tf_status_t st, const char *msg);
 /* Turns a non-2xx response (HTTP status, body) into a status: the server's JSON error when

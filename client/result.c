@@ -15,6 +15,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <nettle/sha2.h>
 
 #include "client/internal.h"
 #include "proto/strcopy.h"
@@ -45,6 +48,7 @@ const char *tfi_op_name(int op)
 void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
 {
     memset(r, 0, sizeof(*r));
+    r->stages = (tf_stages_t){-1, -1, -1, -1, -1, -1, -1, -1, -1};
     r->status = TF_EAGAIN;
     tfp_strcpy(r->op, sizeof(r->op), tfi_op_name(op));
     tfp_strcpy(r->transport, sizeof(r->transport), "http");
@@ -65,6 +69,142 @@ void tfi_new_result(tf_client_t *c, tf_result_t *r, int op, const char *rid)
         r->request_id[np] = '-';
         memcpy(r->request_id + np + 1, d, (size_t)(num + sizeof num - d));  /* with the NUL */
     }
+}
+
+int tfi_fd_sha256(int fd, uint64_t len, uint8_t sha[TFP_DIGEST_LEN])
+{
+    static __thread uint8_t buf[1 << 16];
+    struct sha256_ctx h;
+    sha256_init(&h);
+    for (uint64_t off = 0; off < len;) {
+        size_t want = len - off < sizeof buf ? (size_t)(len - off) : sizeof buf;
+        ssize_t n = pread(fd, buf, want, (off_t)off);
+        if (n <= 0)
+            return -1;
+        sha256_update(&h, (size_t)n, buf);
+        off += (uint64_t)n;
+    }
+    sha256_digest(&h, TFP_DIGEST_LEN, sha);
+    return 0;
+}
+
+int tfi_body_digest(tfi_op_t *op)
+{
+    struct sha256_ctx h;
+    uint8_t sha[TFP_DIGEST_LEN];
+    if (op->body_fd >= 0) {
+        if (tfi_fd_sha256(op->body_fd, op->body_fd_len, sha) != 0)
+            return -1;
+    } else {
+        sha256_init(&h);
+        for (size_t i = 0; i < op->nsegs; i++)
+            sha256_update(&h, op->lens[i], op->segs[i]);
+        sha256_digest(&h, TFP_DIGEST_LEN, sha);
+    }
+    tfp_digest_format(sha, op->digest, sizeof op->digest);
+    return 0;
+}
+
+/* TFETCH_TEST_CORRUPT=get (tests/digest.test): every document received is taken as if its
+ * bytes had been changed on the way, whatever carried it: the digest computed of them
+ * differs from the one they had. */
+static int corrupt_gets(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TFETCH_TEST_CORRUPT");
+        v = e && strcmp(e, "get") == 0;
+    }
+    return v;
+}
+
+void tfi_received_sha256(uint8_t sha[TFP_DIGEST_LEN])
+{
+    if (corrupt_gets())
+        sha[0] ^= 0x01;
+}
+
+void tfi_doc_sha256(const void *p, size_t n, uint8_t sha[TFP_DIGEST_LEN])
+{
+    tfp_digest_sha256(p, n, sha);
+    tfi_received_sha256(sha);
+}
+
+/* A verified get's document that came over UCX or shm against the Repr-Digest the answer
+ * named (HTTP's is checked as it completes, http.c): TF_OK, or TF_EDIGEST recorded and
+ * the document dropped, never taken as data. */
+static void verify_doc(tf_fetch_t *f)
+{
+    tf_result_t *res = &f->result;
+    const tfp_answer_t *a = &f->reply.answer;
+    tfp_digest_t want;
+    tfp_err_t err;
+    uint8_t got[TFP_DIGEST_LEN];
+    if (!tfp_answer_has(a, TFP_AF_REPR_DIGEST))
+        tfi_rfail(res, TF_EDIGEST, "the server sent no Repr-Digest to verify the document "
+                  "against (a server from before digests?)");
+    else if (!f->doc->raw)
+        tfi_rfail(res, TF_EDIGEST, "the document did not arrive in one piece: it cannot be "
+                  "verified");
+    else if (tfp_digest_parse(tfp_answer_str(a, TFP_AF_REPR_DIGEST), &want, &err) == TFP_OK &&
+             (tfi_doc_sha256(f->doc->raw, f->doc->raw_len, got),
+              memcmp(got, want.sha256, TFP_DIGEST_LEN) == 0))
+        return;
+    else {
+        char field[TFP_DIGEST_FIELD_MAX];
+        tfp_digest_format(got, field, sizeof field);
+        tfi_rfail(res, TF_EDIGEST, "the %zu bytes received over %s do not match the server's "
+                  "Repr-Digest (they are %s): not taken", f->doc->raw_len, res->transport,
+                  field);
+    }
+    tf_doc_free(f->doc);
+    f->doc = NULL;
+}
+
+void tfi_verify_received(tf_fetch_t *f)
+{
+    if (f->c && f->c->verify && f->op.kind == TF_OP_GET && f->result.status == TF_OK &&
+        f->doc && strncmp(f->result.transport, "http", 4) != 0)
+        verify_doc(f);
+}
+
+void tfi_stages_finish(tf_fetch_t *f)
+{
+    tf_stages_t *s = &f->result.stages;
+    const tfp_answer_t *a = &f->reply.answer;
+    double total = (double)(tfx_now_ns() - f->t0_ns) / 1e6;
+    if (f->result.seconds < total / 1000.0)     /* the decoding after the answer included */
+        f->result.seconds = total / 1000.0;
+    s->total = total;
+    if (tfp_answer_has(a, TFP_AF_SRV_HANDLER)) {
+        s->queue = tfp_answer_has(a, TFP_AF_SRV_QUEUE) ? a->num[TFP_AF_SRV_QUEUE] / 1000.0 : 0;
+        s->handler = a->num[TFP_AF_SRV_HANDLER] / 1000.0;
+        s->server = s->queue + s->handler;
+    }
+    if (f->rt_ms >= 0)                  /* the round trip but the server's time */
+        s->receive = f->rt_ms > s->server ? f->rt_ms - (s->server > 0 ? s->server : 0) : 0;
+    /* Our clock and the server's meet only in durations: a send the transport saw complete
+     * after the server began (UCX's rendezvous is acknowledged late) is cut to fit. */
+    double sum = 0;
+    const double *parts[] = {&s->connect, &s->upgrade, &s->send, &s->server, &s->receive,
+                             &s->decode};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        sum += *parts[i] > 0 ? *parts[i] : 0;
+    if (sum > total && s->send > 0)
+        s->send = s->send > sum - total ? s->send - (sum - total) : 0;
+    origin_t *o = f->origin;
+    if (o) {
+        o->last_stages = *s;
+        tfp_strcpy(o->last_transport, sizeof o->last_transport, f->result.transport);
+        tfp_strcpy(o->last_fallback, sizeof o->last_fallback, f->result.fallback);
+    }
+}
+
+void tfi_take_answer(tf_fetch_t *f, const tfp_answer_t *a)
+{
+    f->reply.answer = *a;
+    if (tfp_answer_has(a, TFP_AF_ETAG))     /* valid by construction (tfp_answer_set_str) */
+        tfp_strcpy(f->result.etag, sizeof(f->result.etag), tfp_answer_str(a, TFP_AF_ETAG));
 }
 
 tf_status_t tfi_rfail(tf_result_t *r, tf_status_t st, const char *fmt, ...)
@@ -227,7 +367,8 @@ static tf_status_t decode_raw(tf_result_t *res, const char *url, const tfx_hc_re
     tfp_err_t err;
     char name[TFP_MAX_TENSOR_NAME + 1];
 
-    if (tfp_raw_check(r->dtype, r->shape, r->body_len, &dt, &rank, shape, &err) != TFP_OK)
+    if (tfp_raw_check(tfx_hc_resp_header(r, "Tfetch-Dtype"), tfx_hc_resp_header(r, "Tfetch-Shape"),
+                      r->body_len, &dt, &rank, shape, &err) != TFP_OK)
         return tfi_rfail(res, TF_EPROTO, "bad raw response: %s", err.msg);
     last_segment(url, name, sizeof(name));
     if (!tfp_name_valid(name))
@@ -256,20 +397,21 @@ tf_status_t tfi_decode_doc(tf_fetch_t *f, tfx_hc_req_t *req)
     tfp_status_t pst;
     tf_status_t st;
 
+    const char *ct = tfx_hc_resp_header(r, "Content-Type");
     if (!r->body || r->body_len == 0)
         return tfi_rfail(&f->result, TF_EPROTO, "empty response body");
-    if (media_is(r->content_type, MIME_RAW) && r->dtype[0]) {
+    if (media_is(ct, MIME_RAW) && tfx_hc_resp_header(r, "Tfetch-Dtype")[0]) {
         if ((st = decode_raw(&f->result, f->op.url, r, &d)) != TF_OK)
             return st;
-    } else if (f->op.format == TF_FORMAT_SHUMAI && !media_is(r->content_type, MIME_SAFETENSORS)) {
+    } else if (f->op.format == TF_FORMAT_SHUMAI && !media_is(ct, MIME_SAFETENSORS)) {
         if ((st = shumai_decode(&f->result, r->body, r->body_len, &d)) != TF_OK)
             return st;
-    } else if (media_is(r->content_type, "application/json") ||
-               media_is(r->content_type, "text/plain") || media_is(r->content_type, "text/html")) {
+    } else if (media_is(ct, "application/json") || media_is(ct, "text/plain") ||
+               media_is(ct, "text/html")) {
         /* Not a document at all (e.g. the URL is /v1/info, or a proxy's page): say so rather
          * than read its first bytes as a header length. */
         return tfi_rfail(&f->result, TF_EPROTO, "the reply is %.40s, not a tensor document "
-                         "(is the URL a /v1/tensors/NAME or /v1/call/ROUTE?)", r->content_type);
+                         "(is the URL a /v1/tensors/NAME or /v1/call/ROUTE?)", ct);
     } else if ((pst = tfp_st_decode(r->body, r->body_len, NULL, &d, &err)) != TFP_OK) {
         /* Out of memory while decoding is not a bad response. */
         if (pst == TFP_ENOMEM)

@@ -357,12 +357,14 @@ int tfi_ring_take(tfi_ring_t *r, tfi_ring_msg_t *out)
         snprintf(out->why, sizeof out->why, "%.250s", m->str);
     } else {
         tfp_err_t err;
-        (void)tfp_sf_item_get(m, &rp->seq, &rp->round, &rp->generation, &err);  /* checked */
-        rp->has_generation = 1;
+        uint64_t seq = 0, round = 0, generation = 0;
+        (void)tfp_sf_item_get(m, &seq, &round, &generation, &err);  /* checked */
+        tfp_answer_set_u64(&rp->answer, TFP_AF_GENERATION, generation);
         out->kind = TFI_RING_GENERATION;
         if (m->lease) {
-            rp->position = m->lease;
-            rp->has_position = rp->has_seq = rp->has_round = 1;
+            tfp_answer_set_u64(&rp->answer, TFP_AF_POSITION, m->lease);
+            tfp_answer_set_u64(&rp->answer, TFP_AF_SEQ, seq);
+            tfp_answer_set_u64(&rp->answer, TFP_AF_ROUND, round);
             out->kind = TFI_RING_ITEM;
             out->status = item_doc(r, m, x->fd, &out->doc, out->why, sizeof out->why);
             x->fd = -1;                     /* item_doc took it */

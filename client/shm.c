@@ -162,7 +162,7 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
     m.seq = ++k->seq;
     /* A server that named protocol 2 reads (and answers) the newer REPLY; a 0.1.0 one
      * names none, and would refuse the version. */
-    m.a = resp->protocol.max >= 2 ? TFP_SF_HELLO_V2 : 0;
+    m.a = resp->protocol.max >= 2 ? TFP_SF_HELLO_V3 : 0;    /* V2, and answer lines */
     m.str_len = strlen(resp->shm_token);
     memcpy(m.str, resp->shm_token, m.str_len + 1);
     int fd, rc = send_msg(k, &m);
@@ -176,7 +176,7 @@ int tfi_shm_connect(tf_client_t *c, origin_t *o, const tfp_up_resp_t *resp, char
         close(fd);
         snprintf(why, why_size, "bad shm answer: a descriptor with the HELLO reply");
         rc = -1;
-    } else if (rc == 0 && m.a == TFP_SF_HELLO_V2) {
+    } else if (rc == 0 && m.a >= TFP_SF_HELLO_V2) {
         k->caps = (unsigned)(r.a & TFP_SF_CAPS);    /* an older daemon says 0: GET and PUT */
     }
     if (rc != 0) {
@@ -263,7 +263,9 @@ int tfi_shm_can(const tf_fetch_t *f)
            !f->op.query && f->op.format == TF_FORMAT_SAFETENSORS && f->op.name[0] &&
            /* a PUT's conditions and TTL go in its COMMIT; a GET's stay with HTTP, whose
             * answer (304, a range) is no mapped document */
-           !(f->op.kind == TF_OP_GET ? tfi_op_has_cond(&f->op) : f->op.cond.range);
+           !(f->op.kind == TF_OP_GET ? tfi_op_has_cond(&f->op) : f->op.cond.range) &&
+           /* a verified one's digest lines: a daemon of protocol 2 or later reads them */
+           (!f->c->verify || f->origin->protocol.max >= 2);
 }
 
 void tfi_shm_note(tf_fetch_t *f)
@@ -410,7 +412,8 @@ static int commit(shmc_t *k, lease_t *l, const tfi_op_t *op, long ms, tfp_sf_t *
     q.a = l->len;
     q.b = op->cond.ttl_s;
     if (tfp_sf_set_target(&q, op->name, op->cond.if_match, op->cond.if_none_match, &err) !=
-        TFP_OK) {
+            TFP_OK ||
+        (op->digest[0] && tfp_sf_add_line(&q, "Repr-Digest", op->digest, &err) != TFP_OK)) {
         snprintf(why, why_size, "%s", err.msg);
         return -1;
     }
@@ -422,17 +425,17 @@ static int commit(shmc_t *k, lease_t *l, const tfi_op_t *op, long ms, tfp_sf_t *
 }
 
 /* Records the daemon's answer to a COMMIT in f. */
-/* The version an OK REPLY names (its ETag), into res->etag; an older daemon names none. */
-static void reply_etag(tf_result_t *res, const tfp_sf_t *r)
+/* The typed fields an OK REPLY carries (its ETag; an older daemon names none), into f. */
+static void reply_answer(tf_fetch_t *f, const tfp_sf_t *r)
 {
-    char etag[TFP_ETAG_LEN];
-    tfp_err_t err;
-    if (tfp_sf_reply_etag(r, etag, &err) == TFP_OK)
-        snprintf(res->etag, sizeof res->etag, "%s", etag);
+    tfp_answer_t ans = {0};
+    tfp_answer_from_sf_reply(r, &ans);
+    tfi_take_answer(f, &ans);
 }
 
-static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
+static void commit_result(tf_fetch_t *f, const tfp_sf_t *r, uint64_t len)
 {
+    tf_result_t *res = &f->result;
     res->bytes_sent = len;
     if (r->status != TFP_OK) {
         tf_status_t st = tfi_from_proto((tfp_status_t)r->status);
@@ -442,7 +445,7 @@ static void commit_result(tf_result_t *res, const tfp_sf_t *r, uint64_t len)
     }
     res->status = TF_OK;
     res->http_status = r->http ? (int)r->http : r->a ? 204 : 201;
-    reply_etag(res, r);
+    reply_answer(f, r);
 }
 
 static void copy_segs(const tf_fetch_t *f, uint8_t *dst)
@@ -494,16 +497,21 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     lease_t *l = doc ? doc->shm_lent : NULL;
     if (l && l->conn == k) {
         doc->shm_lent = NULL;           /* committed now: read-only from here on */
-        if (commit(k, l, &f->op, ms, &r, why, sizeof why) != 0) {
+        uint64_t t_commit = tfx_now_ns();
+        res->stages.connect = res->stages.send = res->stages.decode = 0;  /* built in place */
+        int crc = commit(k, l, &f->op, ms, &r, why, sizeof why);
+        f->rt_ms = (double)(tfx_now_ns() - t_commit) / 1e6;
+        if (crc != 0) {
             tfi_shm_disconnect(o);
             return fall_back(c, f, why);    /* the doc is readable again: sent as any */
         }
         snprintf(res->transport, sizeof(res->transport), "shm/memfd");
-        commit_result(res, &r, l->len);
+        commit_result(f, &r, l->len);
         return queue_done(c, f);
     }
     lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
     tfp_status_t st = TFP_OK;
+    uint64_t t_send = tfx_now_ns();
     int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, 0, (size_t)f->op.body_len, ms,
                                          &tmp.map, &tmp.lease, &st, why, sizeof why)
                             : 1;
@@ -530,14 +538,18 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
         tfi_rfail(res, strstr(why, "canceled") ? TF_ECANCELED : TF_EIO, "%s", why);
         return queue_done(c, f);
     }
+    uint64_t t_commit = tfx_now_ns();
+    res->stages.send = (double)(t_commit - t_send) / 1e6;      /* lent, and copied into */
+    res->stages.connect = res->stages.decode = 0;
     rc = commit(k, &tmp, &f->op, ms, &r, why, sizeof why);
+    f->rt_ms = (double)(tfx_now_ns() - t_commit) / 1e6;
     tfx_shm_close(&tmp.map);
     if (rc != 0) {
         tfi_shm_disconnect(o);
         return fall_back(c, f, why);
     }
     snprintf(res->transport, sizeof(res->transport), "shm/memfd");
-    commit_result(res, &r, f->op.body_len);
+    commit_result(f, &r, f->op.body_len);
     return queue_done(c, f);
 }
 
@@ -784,6 +796,7 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
         tfi_rfail(res, TF_EPROTO, "the call over shm: %s", err.msg);
         return queue_done(c, f);
     }
+    reply_answer(f, &r);
     return queue_done(c, f);
 }
 
@@ -803,8 +816,12 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     m.seq = ++k->seq;
     m.str_len = strlen(f->op.name);
     memcpy(m.str, f->op.name, m.str_len + 1);
+    tfp_err_t err;
+    if (f->c->verify && tfp_sf_add_line(&m, "Want-Repr-Digest", "sha-256=1", &err) != TFP_OK)
+        return fall_back(c, f, err.msg);
     long ms = tfi_remaining_ms(f);
     int fd = -1;
+    uint64_t t_req = tfx_now_ns();
     if (send_msg(k, &m) != 0 ||
         recv_reply(k, m.seq, ms > 0 && ms < SHM_TIMEOUT_MS ? ms : SHM_TIMEOUT_MS, &r, &fd, why,
                    sizeof why) != 0) {
@@ -812,6 +829,9 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
         return fall_back(c, f, why[0] ? why : "the shm connection failed");
     }
     snprintf(res->transport, sizeof(res->transport), "shm/memfd");
+    uint64_t t_rep = tfx_now_ns();
+    f->rt_ms = (double)(t_rep - t_req) / 1e6;     /* the round trip, the server's time in it */
+    res->stages.connect = res->stages.send = 0;     /* connected; a message */
     if (r.status == TFP_ENOTFOUND) {
         res->http_status = 404;
         tfi_rfail(res, TF_ENOTFOUND, "%s", r.str);
@@ -819,10 +839,10 @@ static tf_status_t shm_start(tf_client_t *c, tf_fetch_t *f)
     }
     if (r.status != TFP_OK || fd < 0)
         return fall_back(c, f, r.status != TFP_OK ? r.str : "an answer without a memfd");
-    tfp_err_t aerr;
-    if (map_answer(c, f, k, &r, fd, &aerr) != 0)
-        return fall_back(c, f, aerr.msg);
-    reply_etag(res, &r);
+    if (map_answer(c, f, k, &r, fd, &err) != 0)
+        return fall_back(c, f, err.msg);
+    res->stages.decode = (double)(tfx_now_ns() - t_rep) / 1e6;  /* checked, mapped, decoded */
+    reply_answer(f, &r);
     return queue_done(c, f);
 }
 

@@ -131,6 +131,28 @@ tf_status_t tf_doc_decode_msg(const void *buf, size_t len, unsigned flags, tf_do
 
 typedef struct tf_client tf_client_t;
 
+/* Where one request's time went, in milliseconds; -1 where a stage did not apply or is not
+ * known (a server from before server timing names no server time). The stages connect,
+ * upgrade, send, server, receive and decode follow one another, so their sum is at most
+ * total; queue and handler are the parts of server the server named. */
+typedef struct {
+    double connect;                 /* resolving the name and connecting (HTTP; 0 when a
+                                     * kept connection was reused) */
+    double upgrade;                 /* choosing the path: negotiating UCX and shm first when
+                                     * this request had to (0 when it did not) */
+    double send;                    /* the request and its body leaving the client (UCX: until
+                                     * its send completed; shm: a put's copy into the lent
+                                     * memory) */
+    double server;                  /* the server's own time on it, its answer said
+                                     * (Server-Timing over HTTP, the reply frame over UCX and
+                                     * shm): queue + handler */
+    double queue;                   /* ... held waiting (a long-poll, a full queue, a worker) */
+    double handler;                 /* ... its handler and the store */
+    double receive;                 /* the answer's body arriving */
+    double decode;                  /* decoding the answer into a document (shm: mapping it) */
+    double total;                   /* the whole request: seconds, in ms */
+} tf_stages_t;
+
 /* What happened to the last request made through a client. */
 typedef struct {
     tf_status_t status;
@@ -150,9 +172,10 @@ typedef struct {
     char etag[64];                  /* the version the server named (its ETag, quotes
                                      * included: "\"0123456789abcdef-7\""): of the document
                                      * a get read (or found unchanged: TF_ENOTMODIFIED), or a
-                                     * put stored; "" when it named none. HTTP and UCX
-                                     * carry it; a get or put over shm/memfd gets "" (its
-                                     * frames carry no version yet) */
+                                     * put stored; "" when it named none. HTTP, UCX and
+                                     * shm/memfd all carry it */
+    /* After 0.1.0 (its tf_completion_t ends before it): */
+    tf_stages_t stages;             /* where its time went (tfetch --stats, --explain) */
 } tf_result_t;
 
 /* Progress of the current transfer; return non-zero to abort it (TF_ECANCELED). Over HTTP
@@ -297,9 +320,9 @@ tf_status_t tf_client_set_upgrade_policy(tf_client_t *c, tf_upgrade_t upgrade);
 /* Digest verification (RFC 9530, sha-256): on (1), each put sends the Repr-Digest of its
  * body, which the server checks before storing (a mismatch: TF_EDIGEST, nothing stored), and
  * each get asks for the stored document's and checks what arrived against it (a mismatch,
- * or a server that sends none: TF_EDIGEST, never the data). Until the UCX and shm frames
- * carry digests, verified gets and puts go over HTTP whatever the transport policy (their
- * fallback says so). Off (0) by default; tf_client_new reads TFETCH_VERIFY (1 or
+ * or a server that sends none: TF_EDIGEST, never the data). Over every transport: HTTP, UCX
+ * and same-host shared memory (against an older tfetchd whose UCX takes no digests, over
+ * HTTP, the fallback saying so). Off (0) by default; tf_client_new reads TFETCH_VERIFY (1 or
  * 0). TF_EINVAL for another value. */
 tf_status_t tf_client_set_verify(tf_client_t *c, int on);
 
@@ -341,6 +364,12 @@ typedef struct {
                                      * or its socket file's owner); -1: not known */
     unsigned protocol_min;          /* the protocol versions the server speaks, from its last */
     unsigned protocol_max;          /* answer (1, 1: it named none); 0, 0: no answer yet */
+    /* After the protocol range (server timing): */
+    tf_stages_t last_stages;        /* the stages of the last request to this origin that
+                                     * completed (all -1 before any) */
+    char last_transport[32];        /* what carried it ("" before any) */
+    char last_fallback[160];        /* why it went over HTTP rather than a faster path the
+                                     * policy allowed; "" when it did not fall back */
 } tf_transport_info_t;
 #define TF_TRANSPORT_INFO_INIT { .size = sizeof(tf_transport_info_t) }
 /* Fills *out for the origin of url (any URL of that server). TF_EURL for a bad URL;

@@ -263,6 +263,14 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     cond_frame(f, &h);
     if (op->kind == TFI_OP_CALL && feed_frame(f, &h, &jseg, &jlen) != TF_OK)
         return TF_EINVAL;
+    if (ucx_has_feature(o, TFP_UF_FEATURE_ANSWER))
+        h.flags |= TFP_UF_F_ANSWER;     /* the reply's answer lines: the server's time */
+    if ((h.flags & TFP_UF_F_ANSWER) && ucx_has_feature(o, TFP_UF_FEATURE_DIGEST)) {
+        if (c->verify && op->kind == TF_OP_GET)         /* as HTTP's headers (section 2.5) */
+            snprintf(h.answer, sizeof(h.answer), "Want-Repr-Digest: sha-256=1\n");
+        else if (op->digest[0])
+            snprintf(h.answer, sizeof(h.answer), "Repr-Digest: %s\n", op->digest);
+    }
     tfx_ucxc_req_t *ur = NULL;
     /* A blocking call sends it itself, from its wait (ucx_wait). */
     int flags = f->blocking ? TFX_UCXC_DRIVEN : 0;
@@ -325,29 +333,6 @@ static void ucx_failed(tf_client_t *c, tf_fetch_t *f, const char *why)
         tfi_complete_fetch(c, f);
 }
 
-/* A feed call's reply block: the numbers HTTP carries as headers, into f->reply. */
-static void feed_reply(tf_fetch_t *f, const tfp_uf_hdr_t *h)
-{
-    tfi_reply_t *rp = &f->reply;
-    const tfp_uf_feed_t *b = &h->feed;
-    if (!(h->flags & TFP_UF_F_FEED))
-        return;
-    rp->position = b->position;
-    rp->has_position = (b->present & TFP_UF_FP_POSITION) != 0;
-    rp->seq = b->seq;
-    rp->has_seq = (b->present & TFP_UF_FP_SEQ) != 0;
-    rp->round = b->round;
-    rp->has_round = (b->present & TFP_UF_FP_ROUND) != 0;
-    rp->generation = b->generation;
-    rp->has_generation = (b->present & TFP_UF_FP_GENERATION) != 0;
-    rp->device = b->device;
-    rp->has_device = (b->present & TFP_UF_FP_DEVICE) != 0;
-    rp->retry_after = b->retry_after;
-    rp->has_retry_after = (b->present & TFP_UF_FP_RETRY_AFTER) != 0;
-    snprintf(rp->content_type, sizeof(rp->content_type), "%s",
-             (b->flags & TFP_UF_FF_JSON) ? "application/json" : "");
-}
-
 /* A feed call's body kept as text (NUL-terminated; "" for none), as http.c keeps it. */
 static void feed_text(tf_fetch_t *f, uint8_t **body, size_t *cap, size_t len)
 {
@@ -408,14 +393,13 @@ static void ucx_reply(tf_client_t *c, tf_fetch_t *f, const tfx_ucxc_result_t *u,
     tfp_doc_t *d = NULL;
     int call = f->op.kind == TFI_OP_CALL;
 
-    if (call)
-        feed_reply(f, &u->reply);
+    tfp_answer_t ans = {0};
+    tfp_answer_from_reply(&u->reply, &ans);     /* the typed fields the frame carried */
+    tfi_take_answer(f, &ans);
     res->http_status = (int)u->reply.http;
     if (u->reply.request_id[0])
         tfp_strcpy(res->request_id, sizeof(res->request_id), u->reply.request_id);
     res->bytes_received = u->body_len;
-    if ((u->reply.flags & TFP_UF_F_COND) && u->reply.cond.etag[0])   /* checked by the decoder */
-        tfp_strcpy(res->etag, sizeof(res->etag), u->reply.cond.etag);
     if (st == TF_OK && u->reply.http == 304 && f->op.kind == TF_OP_GET &&
         f->op.cond.if_none_match[0]) {
         tfi_rfail(res, TF_ENOTMODIFIED, "not modified: the stored version is still %s",
@@ -498,7 +482,14 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
         ucx_failed(c, f, why);
         return;
     } else {
+        tf_stages_t *sg = &f->result.stages;
+        sg->connect = 0;                /* the connection was there (its making: upgrade) */
+        sg->send = u->t_sent * 1000.0;
+        sg->receive = u->t_reply > 0 && u->seconds > u->t_reply
+                          ? (u->seconds - u->t_reply) * 1000.0 : 0;    /* its body after */
+        uint64_t t_dec = tfx_now_ns();
         ucx_reply(c, f, u, &body, &cap);
+        sg->decode = (double)(tfx_now_ns() - t_dec) / 1e6;
         /* UCX moves a body in one piece: the bar the caller draws shows it whole now. */
         if (f->result.status == TF_OK && !f->background)
             (void)tfi_progress(c, f->result.bytes_received, f->result.bytes_received,

@@ -70,6 +70,7 @@ origin_t *tfi_origin_get(tf_client_t *c, const char *key)
     o->offered = -1;
     o->local = -1;
     o->same_host = -1;
+    o->last_stages = (tf_stages_t){-1, -1, -1, -1, -1, -1, -1, -1, -1};
     o->next = c->origins;
     c->origins = o;
     return o;
@@ -290,7 +291,7 @@ static int ask_upgrade(tf_client_t *c, origin_t *o, tf_transport_t policy, long 
     tfx_hc_drive(hc, req, -1);          /* the request's own timeout bounds it */
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     if (r->status > 0)
-        o->offered = tfi_offers_ucx(r->upgrade);
+        o->offered = tfi_offers_ucx(tfx_hc_resp_header(r, "Tfetch-Upgrade"));
     if (done == TFX_HC_ECONNECT || done == TFX_HC_EURL) {
         /* Nothing listens there yet, or the URL is wrong: the request fails by itself, and
          * it says nothing of UCX, so no backoff keeps a later, good one from negotiating. */
@@ -377,6 +378,14 @@ void tfi_upgrade_wanted(tf_client_t *c)
 static tf_status_t via_up(tf_client_t *c, tf_fetch_t *f, origin_t *o,
                           const tfi_transport_t **via)
 {
+    if (c->verify && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT) &&
+        !(c->up->has_feature && c->up->has_feature(o, TFP_UF_FEATURE_DIGEST))) {
+        *via = &tfi_http;
+        snprintf(f->result.fallback, sizeof(f->result.fallback), "digest verification "
+                 "(tf_client_set_verify): this server's UCX carries no digests (an older "
+                 "tfetchd): verified requests travel over HTTP");
+        return TF_OK;
+    }
     if (tfi_op_has_cond(&f->op) &&
         !(c->up->has_feature && c->up->has_feature(o, TFP_UF_FEATURE_COND))) {
         *via = &tfi_http;
@@ -399,9 +408,6 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     if (vst != TF_OK)
         return vst;
     const char *why = why_not_ucx(&f->op);
-    if (!why && c->verify && (f->op.kind == TF_OP_GET || f->op.kind == TF_OP_PUT))
-        why = "digest verification (tf_client_set_verify) runs over HTTP until the UCX and shm "
-              "frames carry digests";
     if (!why && !f->origin)
         why = "out of memory";
     if (f->policy == TF_TRANSPORT_HTTP)
@@ -525,6 +531,11 @@ static void fill_transport_info(const tf_client_t *c, const origin_t *o,
             snprintf(out->shm, sizeof(out->shm), "shm/memfd");
     }
     out->caller_driven = o ? o->caller_driven : 0;
+    out->last_stages = o ? o->last_stages : (tf_stages_t){-1, -1, -1, -1, -1, -1, -1, -1, -1};
+    if (o) {
+        snprintf(out->last_transport, sizeof(out->last_transport), "%s", o->last_transport);
+        snprintf(out->last_fallback, sizeof(out->last_fallback), "%s", o->last_fallback);
+    }
     const char *mt = tfi_ucx_memory(c);
     snprintf(out->ucx_memory, sizeof(out->ucx_memory), "%s", mt ? mt : "");
     if (o && o->conn && !c->up->broken(o)) {

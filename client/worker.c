@@ -238,10 +238,10 @@ static tf_status_t handle(tf_worker_t *w)
 {
     const tfx_hc_resp_t *r = tfx_hc_req_response(w->req);
     char call_id[32], route[256], user[129], rid[129];
-    snprintf(call_id, sizeof call_id, "%s", r->call_id);
-    snprintf(route, sizeof route, "%s", r->route);
-    snprintf(user, sizeof user, "%s", r->call_user);
-    snprintf(rid, sizeof rid, "%s", r->call_request_id);
+    snprintf(call_id, sizeof call_id, "%s", tfx_hc_resp_header(r, "Tfetch-Call"));
+    snprintf(route, sizeof route, "%s", tfx_hc_resp_header(r, "Tfetch-Route"));
+    snprintf(user, sizeof user, "%s", tfx_hc_resp_header(r, "Tfetch-Call-User"));
+    snprintf(rid, sizeof rid, "%s", tfx_hc_resp_header(r, "Tfetch-Call-Request-Id"));
     size_t len;
     uint8_t *body = tfx_hc_req_take_body(w->req, &len);
     tfp_doc_t *d = NULL;

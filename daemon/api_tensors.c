@@ -14,6 +14,7 @@
 #include "transports/clock.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Answers with doc in the form Accept asks for when that is not safetensors: JSON, or one
@@ -165,7 +166,8 @@ static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
         char field[TFP_DIGEST_FIELD_MAX];
         tfd_blob_sha256(b, sha);
         tfp_digest_format(sha, field, sizeof field);
-        tfx_req_add_header(r, "Repr-Digest", field);
+        (void)tfp_answer_set_str(tfx_req_answer(r), TFP_AF_REPR_DIGEST, field);  /* typed:
+                                     * every transport carries it (proto/answer.h) */
     }
     const tfp_range_t *rg = &op->cond.range;
     if (rg->kind != TFP_RANGE_NONE &&
@@ -269,6 +271,20 @@ void api_begin_put(tfx_req_t *r, tfd_ctx_t *c)
     c->charged = need;              /* on_body_grow reserves only what goes beyond */
 }
 
+/* A test hook (TFETCHD_TEST_CORRUPT=put, tests/digest.test): the bytes of every PUT are
+ * taken as if changed on the way, whatever carried them (the digest computed of them
+ * differs), so a verified PUT's mismatch can be shown over UCX and shm, where no proxy can
+ * sit between the two sides. */
+static int corrupt_puts(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TFETCHD_TEST_CORRUPT");
+        v = e && strcmp(e, "put") == 0;
+    }
+    return v;
+}
+
 /* A PUT's Repr-Digest and Content-Digest (sha-256, RFC 9530) against the bytes received
  * (a raw body's own, without the header the daemon put before them): 0 when they match or
  * none was sent (a safetensors body's is then kept as the version's digest), else -1 with
@@ -282,6 +298,8 @@ static int check_digests(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
     size_t skip = c->op->body.kind == TFP_BODY_RAW ? c->raw_hdr_len : 0;
     uint8_t got[TFP_DIGEST_LEN];
     tfp_digest_sha256(b->data + skip, b->len - skip, got);
+    if (corrupt_puts())
+        got[0] ^= 0x01;
     for (int i = 0; i < 2; i++) {
         if (dg[i]->has && memcmp(dg[i]->sha256, got, TFP_DIGEST_LEN) != 0) {
             char field[TFP_DIGEST_FIELD_MAX];

@@ -73,6 +73,7 @@ typedef struct {
     long peer_pid, peer_uid;        /* who connected (SO_PEERCRED; -1 unknown), for the log */
     int hello;                      /* presented a valid token */
     int v2;                         /* its HELLO said TFP_SF_HELLO_V2: REPLY's http is read */
+    int v3;                         /* ... TFP_SF_HELLO_V3: answer lines after the ETag too */
     tfp_op_who_t who;               /* the credential its token was issued to */
     char owner[TFD_OTOK_MAX_OWNER]; /* whose tokens its TOKENs count as (its token's owner) */
     lease_t *leases;
@@ -403,6 +404,15 @@ void tfd_shm_op(const tfp_op_who_t *who, const tfp_sf_t *q, tfp_op_t *op)
     }
 }
 
+/* The digest fields among q's lines (a COMMIT's Repr-Digest, a GET's Want-Repr-Digest):
+ * into op, or a malformed one into e, as HTTP answers it. */
+static void shm_digests(const tfp_sf_t *q, tfp_op_t *op, tfp_op_err_t *e)
+{
+    const char *nl = memchr(q->str, '\n', q->str_len);
+    if (nl)
+        (void)tfp_op_digest_lines(op, nl, q->str_len - (size_t)(nl - q->str), e);
+}
+
 /* Sends call's answer to q: status, HTTP status, the ETag or the message, and for a body its
  * memfd under a new lease. */
 static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t *call)
@@ -419,6 +429,16 @@ static int reply_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q, tfx_shm_call_t
     m.str_len = strlen(str) < TFP_SF_MAX_MSG ? strlen(str) : TFP_SF_MAX_MSG;
     memcpy(m.str, str, m.str_len);
     m.str[m.str_len] = '\0';
+    if (c->v3 && call->code == TFP_OK) {    /* the answer's other fields, as lines */
+        char lines[TFP_SF_MAX_MSG];
+        size_t n = tfp_answer_lines(&call->ans, ~(1u << TFP_AF_ETAG), lines,
+                                    TFP_SF_MAX_MSG - m.str_len);
+        if (n) {
+            m.str[m.str_len] = '\n';
+            memcpy(m.str + m.str_len + 1, lines, n + 1);
+            m.str_len += 1 + n;
+        }
+    }
     pthread_mutex_lock(&s->lock);
     if (call->code != TFP_OK)
         s->st.refused++;
@@ -450,6 +470,7 @@ static int do_get(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfx_shm_call_t call = {.body = TFX_SHM_NONE, .admit = lease_admit, .admit_arg = s};
     tfp_op_err_t e = {TFP_OK, "", NULL};
     tfd_shm_op(&c->who, q, &op);
+    shm_digests(q, &op, &e);
     if (lease_room(c) != 0)
         tfp_op_fail(&e, TFP_EFULL, "shm: this connection holds as many leases as it may");
     tfx_shm_call(&s->h, &op, &e, "shm", &call);
@@ -680,10 +701,11 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfp_op_err_t e = {TFP_OK, "", NULL};
     tfp_err_t err;
     tfd_shm_op(&c->who, q, &op);
-    if (q->a > a.m.size)
+    shm_digests(q, &op, &e);            /* a malformed one: answered as HTTP does */
+    if (e.code == TFP_OK && q->a > a.m.size)
         tfp_op_fail(&e, TFP_EBADREQ, "shm: a document of %llu bytes in a buffer of %zu",
                     (unsigned long long)q->a, a.m.size);
-    else if (tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK)
+    else if (e.code == TFP_OK && tfx_shm_seal(&a.m, TFX_SHM_SEAL_WRITE, &err) != TFP_OK)
         tfp_op_fail(&e, TFP_EBADREQ, "shm: the buffer cannot be sealed (still mapped writable "
                     "by the client?): %.200s", err.msg);
     if (e.code != TFP_OK)
@@ -909,7 +931,8 @@ static int serve(tfd_shm_t *s, size_t k)
             return -1;
         }
         c->hello = 1;
-        c->v2 = q.a == TFP_SF_HELLO_V2;
+        c->v2 = q.a == TFP_SF_HELLO_V2 || q.a == TFP_SF_HELLO_V3;
+        c->v3 = q.a == TFP_SF_HELLO_V3;
         tfd_log(LOG_DEBUG, "shm: pid %ld (uid %ld) connected", c->peer_pid, c->peer_uid);
         tfp_sf_t m;
         memset(&m, 0, sizeof m);

@@ -183,5 +183,11 @@ tfp_status_t tfp_op_fail(tfp_op_err_t *e, tfp_status_t code, const char *fmt, ..
 /* Refuses a document body announced above max bytes (TFP_ETOOBIG). TFP_OK otherwise,
  * e untouched. */
 tfp_status_t tfp_op_check_length(const tfp_op_t *op, uint64_t max, tfp_op_err_t *e);
+/* A request's header lines as a frame carries them ("Name: value\n" each: UCX's answer lines
+ * block, shm's lines after a GET's or COMMIT's name), of which it takes, as HTTP does, the
+ * digests: a PUT's Repr-Digest and Content-Digest, a GET's Want-Repr-Digest and
+ * Want-Content-Digest (other names are skipped). TFP_OK, or TFP_EBADREQ in e naming the
+ * field, as HTTP answers a malformed one. */
+tfp_status_t tfp_op_digest_lines(tfp_op_t *op, const char *s, size_t n, tfp_op_err_t *e);
 
 #endif

@@ -46,7 +46,7 @@ static tfp_status_t check(const tfp_sf_t *m, tfp_status_t code, tfp_err_t *err)
     case TFP_SF_HELLO:
         if (n != TFP_UP_TOKEN_LEN || !tfp_up_token_valid(s))
             return tfp_err_set(err, code, "shm: HELLO without a valid token");
-        if (m->lease || m->b || (m->a != 0 && m->a != TFP_SF_HELLO_V2))
+        if (m->lease || m->b || (m->a != 0 && m->a != TFP_SF_HELLO_V2 && m->a != TFP_SF_HELLO_V3))
             return tfp_err_set(err, code, "shm: HELLO with numbers set (but a version)");
         return TFP_OK;
     case TFP_SF_GET:
@@ -230,6 +230,25 @@ static tfp_status_t cond_value(const char *v, size_t n, const char *what, int we
     return TFP_OK;
 }
 
+/* 1 if line[0..n) is a digest field as a GET or COMMIT may carry it after its name:
+ * Repr-Digest, Content-Digest, Want-Repr-Digest or Want-Content-Digest, ": ", and a
+ * printable ASCII value. */
+static int digest_line(const char *line, size_t n)
+{
+    static const char *const keys[] = {"Repr-Digest: ", "Content-Digest: ",
+                                       "Want-Repr-Digest: ", "Want-Content-Digest: "};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        size_t kn = strlen(keys[k]);
+        if (n <= kn || memcmp(line, keys[k], kn) != 0)
+            continue;
+        for (size_t i = kn; i < n; i++)
+            if ((unsigned char)line[i] < 0x20 || (unsigned char)line[i] > 0x7e)
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
 tfp_status_t tfp_sf_target(const tfp_sf_t *m, char name[TFP_MAX_TENSOR_NAME + 1],
                            tfp_etags_t *if_match, tfp_etags_t *if_none_match, tfp_err_t *err)
 {
@@ -262,9 +281,11 @@ tfp_status_t tfp_sf_target(const tfp_sf_t *m, char name[TFP_MAX_TENSOR_NAME + 1]
         else if (len > sizeof inm_key - 1 && memcmp(p, inm_key, sizeof inm_key - 1) == 0)
             st = cond_value(p + sizeof inm_key - 1, len - (sizeof inm_key - 1),
                             "If-None-Match", 1, &inm, err);
+        else if (digest_line(p + 1, len - 1))
+            st = TFP_OK;                /* its value: tfp_op_digest_lines (proto/op.h) */
         else
             st = tfp_err_set(err, TFP_EPROTO, "shm: a condition that is neither If-Match "
-                             "nor If-None-Match");
+                             "nor If-None-Match (nor a digest field)");
         if (st != TFP_OK)
             return st;
         p = e;
@@ -293,6 +314,27 @@ tfp_status_t tfp_sf_set_target(tfp_sf_t *m, const char *name, const char *if_mat
     m->str_len = (size_t)n;
     m->flags = (has_im || has_inm) ? m->flags | TFP_SF_F_COND : m->flags & ~TFP_SF_F_COND;
     if (tfp_sf_target(m, NULL, NULL, NULL, err) != TFP_OK) {
+        err->code = TFP_EINVAL;
+        return TFP_EINVAL;
+    }
+    return TFP_OK;
+}
+
+tfp_status_t tfp_sf_add_line(tfp_sf_t *m, const char *name, const char *value, tfp_err_t *err)
+{
+    size_t n = m->str_len, k = strlen(name), v = strlen(value);
+    if (n + 1 + k + 2 + v > TFP_SF_MAX_STR)
+        return tfp_err_set(err, TFP_EINVAL, "shm: no room for %s", name);
+    char *p = m->str + n;
+    *p++ = '\n';
+    memcpy(p, name, k);
+    memcpy(p + k, ": ", 2);
+    memcpy(p + k + 2, value, v + 1);
+    m->str_len = n + 1 + k + 2 + v;
+    m->flags |= TFP_SF_F_COND;
+    if (tfp_sf_target(m, NULL, NULL, NULL, err) != TFP_OK) {
+        m->str[n] = '\0';
+        m->str_len = n;
         err->code = TFP_EINVAL;
         return TFP_EINVAL;
     }

@@ -50,14 +50,18 @@
  *            version, its string the ETag ("EPOCH-VERSION", quoted, as HTTP's)
  *   Conditions (flag COND; tfp_sf_target reads them): after the name, one to two lines,
  *            each "\n" then "If-Match: " or "If-None-Match: " and the header's value as HTTP
- *            takes it (an ETag list or "*", proto/httpcond.h), each at most once. A GET or
- *            COMMIT answered for a request without the flag is exactly what it was.
+ *            takes it (an ETag list or "*", proto/httpcond.h), each at most once; and lines
+ *            of the digest fields HTTP carries (a COMMIT's "Repr-Digest: " and
+ *            "Content-Digest: ", a GET's "Want-Repr-Digest: ", "Want-Content-Digest: ",
+ *            their values read by tfp_op_digest_lines, proto/op.h; a daemon of before
+ *            refuses them, and the client goes over HTTP). A GET or COMMIT answered for a
+ *            request without the flag is exactly what it was.
  *   CALL     an exchange (POST /v1/call/ROUTE): lease = the ALLOC's buffer holding the
  *            request's safetensors document, a = its length (<= the buffer's size), b = 0,
  *            string = the route's name (tfp_name_valid), then each at most once, in this
  *            order, "\nUser: " and the caller's user id (tfp_user_id_valid), "\nRequest-Id: "
  *            and the request id (tfp_request_id_valid); flags 0. Sent only on a connection
- *            whose HELLO said TFP_SF_HELLO_V2 and whose REPLY to it named TFP_SF_CAP_CALL.
+ *            whose HELLO said TFP_SF_HELLO_V2 or later and whose REPLY to it named TFP_SF_CAP_CALL.
  *            The buffer is sealed and lent to the route as the request body, as COMMIT's;
  *            whatever the outcome it is no longer lent. The REPLY is a GET's: the answer
  *            document's memfd (sealed against writes and resizes), a = offset, b = length,
@@ -68,8 +72,9 @@
  *   RELEASE  lease = a GET's or CALL's lease the client no longer maps, an ALLOC's buffer it
  *            gives up, or a STAGE's buffer it no longer uses (no REPLY)
  *   REPLY    status; http; string = the error message (UTF-8, at most TFP_SF_MAX_MSG) when
- *            not TFP_OK, the ETag on an OK reply to GET or COMMIT; a descriptor only with an
- *            OK reply to GET, ALLOC, STAGE or RING
+ *            not TFP_OK, the ETag on an OK reply to GET or COMMIT (to a HELLO_V3 client: then
+ *            "\n" and the answer lines, proto/answer.h); a descriptor only with an OK reply
+ *            to GET, ALLOC, STAGE or RING
  *
  * A feed's same-host ring (DESIGN.md section 7; doc/PROTOCOL.md "Feeds on one host") runs on
  * a connection of its own, opened with a token that TOKEN gives on an admitted one:
@@ -114,6 +119,11 @@
  * and before) answers 0, and a CALL it got would close the connection. */
 #define TFP_SF_CAP_CALL 1u
 #define TFP_SF_CAPS TFP_SF_CAP_CALL             /* what this tree's daemon takes */
+/* HELLO's a from a client that also reads answer lines after the ETag of an OK REPLY (the
+ * answer's other typed fields, the server's time among them: proto/answer.h,
+ * tfp_answer_lines): "ETAG\nName: value\n..." (sent only to a server of protocol 2 or
+ * later, as V2; it reads the REPLY's HTTP status too). */
+#define TFP_SF_HELLO_V3 3
 #define TFP_SF_FIXED 48
 #define TFP_SF_MAX_MSG 512
 #define TFP_SF_MAX_STR 1024                     /* every string fits in this: a name and
@@ -175,6 +185,10 @@ tfp_status_t tfp_sf_target(const tfp_sf_t *m, char name[TFP_MAX_TENSOR_NAME + 1]
  * rule (tfp_sf_target's). */
 tfp_status_t tfp_sf_set_target(tfp_sf_t *m, const char *name, const char *if_match,
                                const char *if_none_match, tfp_err_t *err);
+/* Appends a digest field's line to a GET's or COMMIT's string made by tfp_sf_set_target
+ * ("\nRepr-Digest: VALUE", or Content-Digest, Want-Repr-Digest, Want-Content-Digest) and sets
+ * flag COND. TFP_OK, or TFP_EINVAL (no room, not such a field: m unchanged but the flag). */
+tfp_status_t tfp_sf_add_line(tfp_sf_t *m, const char *name, const char *value, tfp_err_t *err);
 /* An OK REPLY's ETag (the string of a GET's or COMMIT's answer): TFP_OK when it is one
  * strong tag (then copied to etag), TFP_EPROTO otherwise (an older server says none). */
 tfp_status_t tfp_sf_reply_etag(const tfp_sf_t *m, char etag[TFP_ETAG_LEN], tfp_err_t *err);

@@ -14,6 +14,7 @@
 #include "proto/jsonw.h"
 #include "proto/le.h"
 #include "proto/ucxframe.h"
+#include "proto/answer.h"
 #include "proto/shmframe.h"
 #include "proto/upgrade.h"
 #include "proto/utf8.h"
@@ -326,6 +327,19 @@ static tfp_status_t check_cond(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
     return TFP_OK;
 }
 
+static tfp_status_t check_answer(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
+{
+    size_t n = strnlen(h->answer, sizeof h->answer);
+    if (h->op != TFP_UF_GET && h->op != TFP_UF_PUT && h->op != TFP_UF_DELETE &&
+        h->op != TFP_UF_CALL && h->op != TFP_UF_FEED && h->op != TFP_UF_REPLY)
+        return tfp_err_set(err, code, WHAT ": flag ANSWER on %s", tfp_uf_op_name((int)h->op));
+    if (n > TFP_UF_MAX_ANSWER)
+        return tfp_err_set(err, code, WHAT ": the answer lines are not NUL-terminated");
+    if (!tfp_answer_lines_valid(h->answer, n))
+        return tfp_err_set(err, code, WHAT ": the answer block is not lines \"Name: value\"");
+    return TFP_OK;
+}
+
 static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
 {
     int op = (int)h->op;
@@ -335,7 +349,7 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
     if (!op_known(op))
         return tfp_err_set(err, code, WHAT ": unknown op %d", op);
     if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_BODY_PREFIX | TFP_UF_F_FEED |
-                      TFP_UF_F_COND)) != 0)
+                      TFP_UF_F_COND | TFP_UF_F_ANSWER)) != 0)
         return tfp_err_set(err, code, WHAT ": flags 0x%04x has unknown bits", h->flags);
     if (h->flags & TFP_UF_F_BODY_PREFIX) {
         if (op != TFP_UF_PUT && op != TFP_UF_CALL && op != TFP_UF_FEED)
@@ -392,6 +406,8 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
                                (unsigned long long)h->body_len);
     }
     if ((h->flags & TFP_UF_F_COND) && (st = check_cond(h, code, err)) != TFP_OK)
+        return st;
+    if ((h->flags & TFP_UF_F_ANSWER) && (st = check_answer(h, code, err)) != TFP_OK)
         return st;
     if (h->flags & TFP_UF_F_FEED)
         return check_feed(h, code, err);
@@ -482,6 +498,9 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
                  strlen(h->feed.consumer);
     if (h->flags & TFP_UF_F_COND)
         total += cond_len(&h->cond);
+    size_t blocks = total;              /* where the answer block goes */
+    if (h->flags & TFP_UF_F_ANSWER)
+        total += 2 + strlen(h->answer);
     if (size < total)
         return tfp_err_set(err, TFP_EINVAL, WHAT ": buffer of %zu bytes is too small for %zu",
                            size, total);
@@ -514,6 +533,12 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
         encode_feed(&h->feed, p);
     if (h->flags & TFP_UF_F_COND)
         encode_cond(&h->cond, p);       /* never beside a feed block (check) */
+    if (h->flags & TFP_UF_F_ANSWER) {
+        uint8_t *q = (uint8_t *)buf + blocks;
+        size_t na = strlen(h->answer);
+        tfp_le_put(q, na, 2);
+        memcpy(q + 2, h->answer, na);
+    }
     *len = total;
     return TFP_OK;
 }
@@ -607,6 +632,19 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
                                TFP_UF_MAX_ETAG);
         total += TFP_UF_COND_FIXED + nim + ninm + ne;
     }
+    size_t na = 0;
+    const uint8_t *ab = NULL;
+    if (tfp_le_get(p + 6, 2) & TFP_UF_F_ANSWER) {
+        if (len < total + 2)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the answer "
+                               "block (%zu + 2)", len, total);
+        ab = p + total;
+        na = (size_t)tfp_le_get(ab, 2);
+        if (na > TFP_UF_MAX_ANSWER)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": answer lines length %zu is over %d",
+                               na, TFP_UF_MAX_ANSWER);
+        total += 2 + na;
+    }
     size_t prefix = 0;
     if (tfp_le_get(p + 6, 2) & TFP_UF_F_BODY_PREFIX) {
         if (len <= total || len - total > TFP_UF_MAX_PREFIX)
@@ -616,8 +654,8 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         prefix = len - total;
     } else if (len != total) {
         return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes, but the header says %zu "
-                           "(40 + strings%s%s)", len, total, fb ? " + feed block" : "",
-                           cb ? " + cond block" : "");
+                           "(40 + strings%s%s%s)", len, total, fb ? " + feed block" : "",
+                           cb ? " + cond block" : "", ab ? " + answer block" : "");
     }
 
     memset(&h, 0, sizeof h);
@@ -658,6 +696,11 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         if ((st = take(&p, nim, h.cond.if_match, "cond if_match", err)) != TFP_OK ||
             (st = take(&p, ninm, h.cond.if_none_match, "cond if_none_match", err)) != TFP_OK ||
             (st = take(&p, ne, h.cond.etag, "cond etag", err)) != TFP_OK)
+            return st;
+    }
+    if (ab) {
+        p = ab + 2;
+        if ((st = take(&p, na, h.answer, "answer lines", err)) != TFP_OK)
             return st;
     }
     st = check(&h, TFP_EPROTO, err);

@@ -9,7 +9,8 @@
  *     4   1  version    2
  *     5   1  op         tfp_uf_op_t
  *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, bit1 TFP_UF_F_BODY_PREFIX,
- *                      bit8 TFP_UF_F_FEED, bit9 TFP_UF_F_COND, the others 0
+ *                      bit8 TFP_UF_F_FEED, bit9 TFP_UF_F_COND, bit10 TFP_UF_F_ANSWER,
+ *                      the others 0
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
  *    20   4  wait_ms    GET long-poll in milliseconds; 0 on every other op
@@ -66,6 +67,20 @@
  *            reply (an ETag there); a reply's carries an etag or a range. A server offers
  *            it in its HELLO_ACK (TFP_UF_FEATURE_COND), answers with one only a request
  *            that sent one, and a client sends one only to a server that offered it.
+ *            then, only with flag TFP_UF_F_ANSWER (GET, PUT, DELETE, CALL, FEED and their
+ *            REPLY; beside FEED or COND or alone), the answer lines block:
+ *     0   2  lines_len  0..TFP_UF_MAX_ANSWER
+ *     2      lines      printable ASCII lines "Name: value\n" as HTTP writes its headers.
+ *                      Replies: the answer's fields that have no other place in the frame
+ *                      (its Server-Timing entries, a Repr-Digest, ...: proto/answer.h,
+ *                      tfp_answer_lines). Requests: empty (the client asks for the block
+ *                      in the reply), or, to a server that offered TFP_UF_FEATURE_DIGEST,
+ *                      the digest headers HTTP carries (a PUT's Repr-Digest and
+ *                      Content-Digest, a GET's Want-Repr-Digest: tfp_op_digest_lines). A
+ *                      reader skips names it does not know. A server offers the block in
+ *                      its HELLO_ACK (TFP_UF_FEATURE_ANSWER), answers with one only a
+ *                      request that set the flag, and a client sets it only for a server
+ *                      that offered it.
  *            then, only with flag TFP_UF_F_BODY_PREFIX (requests that carry a body: PUT,
  *            CALL, FEED), the first prefix_len bytes of the body (1..TFP_UF_MAX_PREFIX,
  *            fewer than body_len): what is left of the AM header after the frame. The AM
@@ -136,14 +151,16 @@
 /* The largest header an encoder writes or a decoder accepts (a feed block and a conditions
  * block never go together). */
 #define TFP_UF_MAX_BLOCK (TFP_UF_MAX_FEED > TFP_UF_MAX_CONDB ? TFP_UF_MAX_FEED : TFP_UF_MAX_CONDB)
+#define TFP_UF_MAX_ANSWER 256               /* the answer lines block's text */
 #define TFP_UF_MAX_HEADER                                                                   \
     (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + 2 * TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +        \
-     TFP_UF_MAX_MSG + TFP_UF_MAX_BLOCK)
+     TFP_UF_MAX_MSG + TFP_UF_MAX_BLOCK + 2 + TFP_UF_MAX_ANSWER)
 
 #define TFP_UF_F_REPLY_HAS_BODY 0x0001u
 #define TFP_UF_F_BODY_PREFIX 0x0002u        /* the body's first bytes end the AM header */
 #define TFP_UF_F_FEED 0x0100u               /* the feed block follows the strings */
 #define TFP_UF_F_COND 0x0200u               /* the conditions block follows the strings */
+#define TFP_UF_F_ANSWER 0x0400u             /* the answer lines block follows those */
 #define TFP_UF_CF_RANGE 0x01u               /* the conditions block's range is set */
 
 /* The most body bytes a header may carry (flag BODY_PREFIX): a document's safetensors
@@ -157,8 +174,14 @@
 #define TFP_UF_FEATURE_FEED_DETACH "feed-detach"
 /* "cond" = it takes flag COND (conditions, TTL, ranges) and answers with an ETag. */
 #define TFP_UF_FEATURE_COND "cond"
+/* "answer" = it takes flag ANSWER and answers with the answer lines block. */
+#define TFP_UF_FEATURE_ANSWER "answer"
+/* "digest" = it takes a request's digest lines in that block and verifies, or names, the
+ * document's sha-256 as over HTTP (doc/PROTOCOL.md section 2.5). */
+#define TFP_UF_FEATURE_DIGEST "digest"
 #define TFP_UF_FEATURES                                                                    \
-    TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH " " TFP_UF_FEATURE_COND
+    TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH " " TFP_UF_FEATURE_COND " "   \
+    TFP_UF_FEATURE_ANSWER " " TFP_UF_FEATURE_DIGEST
 
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u
@@ -245,6 +268,8 @@ typedef struct {
     char user_principal[TFP_MAX_USER_ID + 1];   /* "" unless forwarding another's user */
     tfp_uf_feed_t feed;                         /* with flag TFP_UF_F_FEED only */
     tfp_uf_cond_t cond;                         /* with flag TFP_UF_F_COND only */
+    char answer[TFP_UF_MAX_ANSWER + 1];         /* with flag TFP_UF_F_ANSWER: the lines
+                                                 * (NUL-terminated; "" in requests) */
 } tfp_uf_hdr_t;
 
 /* Zeroes *h and sets op and seq: the rest is filled in by the caller. */

@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <check.h>
@@ -24,8 +25,13 @@ START_TEST(answer_round_trips)
     memset(&c, 0, sizeof c);
     memset(&f, 0, sizeof f);
     for (unsigned i = 0; i < TFP_AF_COUNT; i++) {
-        if (tfp_answer_fields[i].is_str)
+        if (i == TFP_AF_REPR_DIGEST)
+            ck_assert_int_eq(tfp_answer_set_str(&a, (tfp_af_t)i, "sha-256=:47DEQpj8HBSa+/TImW+"
+                                                "5JCeuQeRkm5NMpJWZG3hSuFU=:"), 0);
+        else if (tfp_answer_fields[i].is_str)
             ck_assert_int_eq(tfp_answer_set_str(&a, (tfp_af_t)i, "\"00000000000000ab-3\""), 0);
+        else if (tfp_answer_fields[i].kind == TFP_AK_DUR)   /* at most a day, in us */
+            tfp_answer_set_u64(&a, (tfp_af_t)i, 86400000000ull - i);
         else
             tfp_answer_set_u64(&a, (tfp_af_t)i, UINT64_MAX - i);
     }
@@ -46,11 +52,24 @@ START_TEST(answer_round_trips)
                                  TFP_UF_FP_RETRY_AFTER);
     tfp_answer_from_feed(&f, &c);
     for (unsigned i = 0; i < TFP_AF_COUNT; i++)
-        if (!tfp_answer_fields[i].is_str) {
+        if (tfp_answer_fields[i].uf_present) {
             ck_assert(tfp_answer_has(&c, (tfp_af_t)i));
             ck_assert_uint_eq(c.num[i], a.num[i]);
         }
     ck_assert(!tfp_answer_has(&c, TFP_AF_ETAG));        /* no place in the feed block */
+    /* the others as answer lines (UCX's ANSWER block, shm's REPLY), and back */
+    char lines[TFP_ANSWER_MAX_LINES + 1];
+    tfp_answer_t d;
+    memset(&d, 0, sizeof d);
+    size_t nl = tfp_answer_lines(&a, ~0u, lines, sizeof lines);
+    ck_assert_uint_gt(nl, 0);
+    ck_assert(tfp_answer_lines_valid(lines, nl));
+    ck_assert_int_eq(tfp_answer_lines_parse(&d, lines, nl), 0);
+    ck_assert_mem_eq(&a, &d, sizeof a);
+    char want[80];                      /* the server's time: one list, as over HTTP */
+    snprintf(want, sizeof want, ", handler;dur=86399999.%03u, ", 1000u - TFP_AF_SRV_HANDLER);
+    ck_assert_msg(strstr(lines, want) != NULL, "%s", lines);
+    ck_assert_msg(strstr(lines, "\nServer-Timing: recv;dur=") != NULL, "%s", lines);
     /* a field not set renders nothing, and goes nowhere */
     memset(&a, 0, sizeof a);
     ck_assert_uint_eq(tfp_answer_header_value(&a, TFP_AF_SEQ, v, sizeof v), 0);
@@ -85,17 +104,62 @@ START_TEST(answer_refuses)
 }
 END_TEST
 
+/* Server-Timing as RFC-style lists: our metrics taken, another server's left, a malformed
+ * one of ours refused whole; answer lines refused when they are not "Name: value" lines. */
+START_TEST(answer_server_timing)
+{
+    tfp_answer_t a;
+    memset(&a, 0, sizeof a);
+    ck_assert_int_eq(tfp_answer_header_parse(&a, "server-timing",
+                                             "cache;desc=\"a, b\";dur=1, handler;dur=1.5, "
+                                             "tf;dur=12;desc=x, db"), 1);
+    ck_assert_uint_eq(a.present, (1u << TFP_AF_SRV_HANDLER) | (1u << TFP_AF_SRV_TOTAL));
+    ck_assert_uint_eq(a.num[TFP_AF_SRV_HANDLER], 1500);
+    ck_assert_uint_eq(a.num[TFP_AF_SRV_TOTAL], 12000);
+    memset(&a, 0, sizeof a);
+    ck_assert_int_eq(tfp_answer_header_parse(&a, "Server-Timing", "recv;dur=0.0019999"), 1);
+    ck_assert_uint_eq(a.num[TFP_AF_SRV_RECV], 1);      /* microseconds: the rest dropped */
+    memset(&a, 0, sizeof a);
+    ck_assert_int_eq(tfp_answer_header_parse(&a, "Server-Timing", "cache, db;dur=3"), 0);
+    static const char *const bad[] = {"handler", "handler;dur=", "handler;dur=-1",
+                                      "handler;dur=1e3", "handler;dur=1.", "handler;dur=.5",
+                                      "tf;dur=1, handler;dur=x", "handler;dur=1;dur=2",
+                                      "tf;dur=86400001"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(tfp_answer_header_parse(&a, "Server-Timing", bad[i]) == -1, "%s", bad[i]);
+        ck_assert_uint_eq(a.present, 0);
+    }
+    static const char *const badlines[] = {"ETag \"x\"\n", "ETag: x", ": x\n", "A: \x01\n",
+                                           "A b: c\n"};
+    for (size_t i = 0; i < sizeof badlines / sizeof badlines[0]; i++) {
+        ck_assert_msg(!tfp_answer_lines_valid(badlines[i], strlen(badlines[i])), "%s",
+                      badlines[i]);
+        ck_assert_int_eq(tfp_answer_lines_parse(&a, badlines[i], strlen(badlines[i])), -1);
+    }
+    /* lines of no field's, or malformed values, are skipped */
+    const char *ok = "X-Other: 1\nTfetch-Seq: abc\nTfetch-Round: 7\n";
+    ck_assert_int_eq(tfp_answer_lines_parse(&a, ok, strlen(ok)), 0);
+    ck_assert_uint_eq(a.present, 1u << TFP_AF_ROUND);
+}
+END_TEST
+
 START_TEST(answer_table)
 {
     for (unsigned i = 0; i < TFP_AF_COUNT; i++) {
         const tfp_af_row_t *r = &tfp_answer_fields[i];
         ck_assert_ptr_nonnull(r->header);
-        for (unsigned j = 0; j < i; j++)
-            ck_assert_str_ne(r->header, tfp_answer_fields[j].header);
-        if (!r->is_str)                 /* every number travels over UCX too */
-            ck_assert_uint_ne(r->uf_present, 0);
+        for (unsigned j = 0; j < i; j++)    /* one header a field, but Server-Timing's */
+            if (r->kind != TFP_AK_DUR || tfp_answer_fields[j].kind != TFP_AK_DUR)
+                ck_assert_str_ne(r->header, tfp_answer_fields[j].header);
+            else
+                ck_assert_str_ne(r->metric, tfp_answer_fields[j].metric);
+        /* every number travels over UCX: in the feed block, else in the answer lines */
+        if (!r->is_str)
+            ck_assert((r->uf_present != 0) !=
+                      ((tfp_answer_uf_lines_mask() & (1u << i)) != 0));
+        ck_assert_int_eq(r->kind == TFP_AK_DUR, r->metric != NULL);
+        ck_assert_int_eq(r->kind == TFP_AK_STR, r->is_str);
     }
-    ck_assert(tfp_answer_fields[TFP_AF_ETAG].shm);
 }
 END_TEST
 
@@ -106,6 +170,7 @@ Suite *suite_answer(void)
     tcase_add_test(tc, answer_round_trips);
     tcase_add_test(tc, answer_refuses);
     tcase_add_test(tc, answer_table);
+    tcase_add_test(tc, answer_server_timing);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1160,8 +1160,9 @@ START_TEST(engine_callback_once_and_segments)
     ck_assert_int_eq(d.calls, 1);
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     ck_assert_int_eq(r->status, 200);
-    ck_assert_str_eq(r->shape, "2,3");
-    ck_assert_str_eq(r->dtype, "F32");
+    ck_assert_str_eq(tfx_hc_resp_header(r, "Tfetch-Shape"), "2,3");
+    ck_assert_str_eq(tfx_hc_resp_header(r, "tfetch-dtype"), "F32");    /* any case */
+    ck_assert_str_eq(tfx_hc_resp_header(r, "X-Absent"), "");
     ck_assert_uint_eq(r->body_len, 5);
     ck_assert_str_eq((const char *)r->body, "hello");
     ck_assert_uint_eq(r->bytes_sent, 8);

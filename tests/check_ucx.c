@@ -1327,7 +1327,7 @@ static void post_upgrade(const tfp_up_host_t *h, tfp_up_resp_t *resp)
     ck_assert_int_eq(st, TFX_HC_OK);
     const tfx_hc_resp_t *r = tfx_hc_req_response(req);
     ck_assert_int_eq(r->status, 200);
-    ck_assert_str_eq(r->upgrade, "ucx");
+    ck_assert_str_eq(tfx_hc_resp_header(r, "Tfetch-Upgrade"), "ucx");
     memset(resp, 0, sizeof *resp);
     ck_assert_int_eq(tfp_up_resp_parse((const char *)r->body, r->body_len, resp, &err), TFP_OK);
     ck_assert_int_eq(resp->upgraded, 1);

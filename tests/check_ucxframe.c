@@ -19,6 +19,7 @@
 #include "proto/op.h"
 #include "proto/status.h"
 #include "proto/shmframe.h"
+#include "proto/answer.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
 #include "tests/fixtures.h"
@@ -237,6 +238,8 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
     ck_assert_str_eq(a->user_principal, b->user_principal);
     if (a->flags & TFP_UF_F_FEED)
         ck_assert_mem_eq(&a->feed, &b->feed, sizeof a->feed);
+    if (a->flags & TFP_UF_F_ANSWER)
+        ck_assert_str_eq(a->answer, b->answer);
     if (a->flags & TFP_UF_F_COND) {
         ck_assert_uint_eq(a->cond.flags, b->cond.flags);
         ck_assert_uint_eq(a->cond.ttl_s, b->cond.ttl_s);
@@ -370,8 +373,10 @@ START_TEST(uf_op_names)
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(77), 0);
-    /* the fixed header, its strings, and the larger of a feed block and a cond block */
-    ck_assert_uint_eq(TFP_UF_MAX_HEADER, 40 + 128 + 128 + 128 + 255 + 512 + 40 + 255 + 255);
+    /* the fixed header, its strings, the larger of a feed block and a cond block, and an
+     * answer lines block */
+    ck_assert_uint_eq(TFP_UF_MAX_HEADER,
+                      40 + 128 + 128 + 128 + 255 + 512 + 40 + 255 + 255 + 2 + 256);
 }
 END_TEST
 
@@ -444,6 +449,61 @@ START_TEST(uf_roundtrip_ops)
 }
 END_TEST
 
+/* The answer lines block (flag ANSWER): empty in a request (it asks), lines in a REPLY,
+ * beside a feed or a cond block; refused on other ops, and when it is not lines. */
+START_TEST(uf_answer_block)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+    tfp_err_t err;
+    size_t len;
+
+    base(&h, TFP_UF_GET);
+    h.flags |= TFP_UF_F_ANSWER | TFP_UF_F_COND;
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    base(&h, TFP_UF_REPLY);
+    h.flags |= TFP_UF_F_ANSWER;
+    snprintf(h.answer, sizeof h.answer, "Server-Timing: handler;dur=0.012\nX-New: 1\n");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    tfp_answer_t a = {0};
+    tfp_answer_from_reply(&d, &a);
+    ck_assert_uint_eq(a.present, 1u << TFP_AF_SRV_HANDLER);
+    ck_assert_uint_eq(a.num[TFP_AF_SRV_HANDLER], 12);
+    /* the longest: every string at its bound, and 256 bytes of lines */
+    memset(h.answer, 'a', TFP_UF_MAX_ANSWER);
+    memcpy(h.answer, "A: ", 3);
+    h.answer[TFP_UF_MAX_ANSWER - 1] = '\n';
+    h.answer[TFP_UF_MAX_ANSWER] = '\0';
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    /* refused */
+    base(&h, TFP_UF_PUT);                   /* a request's: the digest headers */
+    h.flags |= TFP_UF_F_ANSWER;
+    snprintf(h.answer, sizeof h.answer, "Repr-Digest: sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm"
+             "5NMpJWZG3hSuFU=:\n");
+    decode_ok(buf, encode_ok(&h, buf), &d);
+    same_hdr(&h, &d);
+    snprintf(h.answer, sizeof h.answer, "Repr-Digest sha-256\n");     /* not a line */
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    base(&h, TFP_UF_BYE);
+    h.flags |= TFP_UF_F_ANSWER;
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    base(&h, TFP_UF_REPLY);
+    h.flags |= TFP_UF_F_ANSWER;
+    snprintf(h.answer, sizeof h.answer, "A: 1\n");
+    len = encode_ok(&h, buf);
+    buf[len - 4] = ' ';                                     /* "A  1\n": not a line */
+    ck_assert_int_eq(tfp_uf_decode(buf, len, &d, &err), TFP_EPROTO);
+    buf[len - 4] = ':';
+    buf[len - 1] = 'x';                                     /* no "\n" at its end */
+    ck_assert_int_eq(tfp_uf_decode(buf, len, &d, &err), TFP_EPROTO);
+    buf[len - 1] = '\n';
+    ck_assert_int_eq(tfp_uf_decode(buf, len - 1, &d, &err), TFP_EPROTO);    /* short */
+}
+END_TEST
+
 /* The longest header there is: every string at its bound. */
 START_TEST(uf_max_header)
 {
@@ -464,7 +524,8 @@ START_TEST(uf_max_header)
     h.msg[TFP_UF_MAX_MSG] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     /* A reply carries no user principal (requests only), so it is one user id short. */
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK - TFP_MAX_USER_ID);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK - TFP_MAX_USER_ID - 2 -
+                               TFP_UF_MAX_ANSWER);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     /* the same strings on a PUT with the longest conditions: the longest */
@@ -482,7 +543,7 @@ START_TEST(uf_max_header)
     memcpy(c.cond.if_none_match, c.cond.if_match, sizeof c.cond.if_match);
     c.cond.ttl_s = TFP_MAX_TTL_S;
     ck_assert_int_eq(tfp_uf_encode(&c, buf, sizeof buf, &len, &err), TFP_OK);
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER);
     decode_ok(buf, len, &d);
     same_hdr(&c, &d);
     ck_assert_str_eq(d.cond.if_match, c.cond.if_match);
@@ -499,7 +560,8 @@ START_TEST(uf_max_header)
     memset(h.user_principal, 'q', TFP_MAX_USER_ID);     /* a request may name whose user */
     h.user_principal[TFP_MAX_USER_ID] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK + TFP_UF_MAX_FEED);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK + TFP_UF_MAX_FEED - 2 -
+                               TFP_UF_MAX_ANSWER);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     /* the same strings on a GET with the longest conditions: the longest */
@@ -521,14 +583,16 @@ START_TEST(uf_max_header)
     memset(h.cond.if_none_match + 1, 'n', TFP_UF_MAX_COND - 2);
     h.cond.if_match[TFP_UF_MAX_COND - 1] = h.cond.if_none_match[TFP_UF_MAX_COND - 1] = '"';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER);
+    /* (the bound leaves room for a reply's answer lines too) */
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     h = c;
     /* one byte short of room: refused, nothing written */
     memset(buf, 0x5A, sizeof buf);
     len = 7;
-    ck_assert_int_eq(tfp_uf_encode(&h, buf, TFP_UF_MAX_HEADER - 1, &len, &err), TFP_EINVAL);
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER - 1,
+                                   &len, &err), TFP_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "is too small"));
     ck_assert_uint_eq(len, 7);
     ck_assert_uint_eq(buf[0], 0x5A);
@@ -1485,6 +1549,7 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_op_names);
     tcase_add_test(tc, uf_roundtrip_ops);
     tcase_add_test(tc, uf_max_header);
+    tcase_add_test(tc, uf_answer_block);
     tcase_add_test(tc, uf_null_args);
     tcase_add_loop_test(tc, uf_rule_refused, 0, N_RULES);
     tcase_add_test(tc, uf_rules_cover_ops);

@@ -77,6 +77,8 @@ struct tfx_hc_req {
 
     /* what came back */
     tfx_hc_resp_t resp;
+    char *hbuf;                     /* resp.headers: "name\0value\0" pairs, hlen bytes */
+    size_t hlen, hcap;
     size_t body_cap;
     char errbuf[CURL_ERROR_SIZE];
 };
@@ -123,6 +125,7 @@ static void clear_response(tfx_hc_req_t *req)
 {
     free(req->resp.body);
     memset(&req->resp, 0, sizeof(req->resp));
+    req->hlen = 0;
     req->body_cap = 0;
     req->errbuf[0] = '\0';
     req->why[0] = '\0';
@@ -161,6 +164,7 @@ void tfx_hc_req_free(tfx_hc_req_t *req)
         tfx_hc_cancel(req->hc, req);
     tfx_hc_req_reset(req);
     free(req->segs);
+    free(req->hbuf);
     if (req->easy)
         curl_easy_cleanup(req->easy);
     free(req);
@@ -315,24 +319,58 @@ int tfx_hc_req_running(const tfx_hc_req_t *req)
 
 /* ---- libcurl callbacks ------------------------------------------------------------------ */
 
-/* Copies a header value, trimmed, into a fixed field (truncating). */
-static void copy_value(char *dst, size_t size, const char *v, size_t n)
+#define MAX_HEADER_BYTES (64u * 1024)  /* what one response's headers may keep in all */
+
+/* Keeps one header (name, then its value trimmed) in req->hbuf: 0, or -1 when it does not
+ * fit or memory runs out (the header is then dropped, as if it had not come). */
+static int keep_header(tfx_hc_req_t *req, const char *name, size_t nlen, const char *v,
+                       size_t vlen)
 {
-    while (n && (*v == ' ' || *v == '\t')) {
+    while (vlen && (*v == ' ' || *v == '\t')) {
         v++;
-        n--;
+        vlen--;
     }
-    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\r' || v[n - 1] == '\n'))
-        n--;
-    if (n >= size)
-        n = size - 1;
-    memcpy(dst, v, n);
-    dst[n] = '\0';
+    while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t' || v[vlen - 1] == '\r' ||
+                    v[vlen - 1] == '\n'))
+        vlen--;
+    size_t need = req->hlen + nlen + vlen + 2;
+    if (need > MAX_HEADER_BYTES)
+        return -1;
+    if (need > req->hcap) {
+        size_t cap = req->hcap ? req->hcap : 1024;
+        while (cap < need)
+            cap *= 2;
+        char *b = realloc(req->hbuf, cap);
+        if (!b)
+            return -1;
+        req->hbuf = b;
+        req->hcap = cap;
+    }
+    char *p = req->hbuf + req->hlen;
+    memcpy(p, name, nlen);
+    p[nlen] = '\0';
+    memcpy(p + nlen + 1, v, vlen);
+    p[nlen + 1 + vlen] = '\0';
+    req->hlen = need;
+    req->resp.headers = req->hbuf;
+    req->resp.headers_len = req->hlen;
+    /* A field of the typed answer: parsed through its table (a malformed value: left out) */
+    (void)tfp_answer_header_parse(&req->resp.answer, p, p + nlen + 1);
+    return 0;
 }
 
-static int header_is(const char *line, size_t name_len, const char *name)
+const char *tfx_hc_resp_header(const tfx_hc_resp_t *r, const char *name)
 {
-    return strlen(name) == name_len && strncasecmp(line, name, name_len) == 0;
+    const char *found = "";
+    if (!r || !r->headers)
+        return found;
+    for (size_t i = 0; i < r->headers_len;) {
+        const char *n = r->headers + i, *v = n + strlen(n) + 1;
+        if (strcasecmp(n, name) == 0)
+            found = v;
+        i = (size_t)(v - r->headers) + strlen(v) + 1;
+    }
+    return found;
 }
 
 static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
@@ -343,60 +381,19 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
 
     if (n >= 5 && memcmp(line, "HTTP/", 5) == 0) {
         /* A new status line (after a 1xx): forget what an interim response said. */
-        r->request_id[0] = r->transport[0] = r->content_type[0] = '\0';
-        r->dtype[0] = r->shape[0] = '\0';
-        r->call_id[0] = r->route[0] = r->call_user[0] = r->call_request_id[0] = '\0';
-        r->upgrade[0] = r->protocol[0] = r->repr_digest[0] = '\0';
-        r->position[0] = r->seq[0] = r->round[0] = r->generation[0] = r->device[0] = '\0';
-        r->retry_after[0] = r->etag[0] = r->content_range[0] = '\0';
+        r->t_head = tfx_since_s(req->t0_ns);
+        req->hlen = 0;
+        r->headers_len = 0;
+        memset(&r->answer, 0, sizeof r->answer);
         return n;
     }
     const char *colon = memchr(line, ':', n);
-    if (!colon)
+    if (!colon || colon == line)
         return n;
     size_t name_len = (size_t)(colon - line);
-    const char *v = colon + 1;
-    size_t vlen = n - name_len - 1;
-    if (header_is(line, name_len, "Tfetch-Request-Id"))
-        copy_value(r->request_id, sizeof(r->request_id), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Transport"))
-        copy_value(r->transport, sizeof(r->transport), v, vlen);
-    else if (header_is(line, name_len, "Content-Type"))
-        copy_value(r->content_type, sizeof(r->content_type), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Dtype"))
-        copy_value(r->dtype, sizeof(r->dtype), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Shape"))
-        copy_value(r->shape, sizeof(r->shape), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Call"))
-        copy_value(r->call_id, sizeof(r->call_id), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Route"))
-        copy_value(r->route, sizeof(r->route), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Call-User"))
-        copy_value(r->call_user, sizeof(r->call_user), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Call-Request-Id"))
-        copy_value(r->call_request_id, sizeof(r->call_request_id), v, vlen);
-    else if (header_is(line, name_len, "Repr-Digest"))
-        copy_value(r->repr_digest, sizeof(r->repr_digest), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Protocol"))
-        copy_value(r->protocol, sizeof(r->protocol), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Upgrade"))
-        copy_value(r->upgrade, sizeof(r->upgrade), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Position"))
-        copy_value(r->position, sizeof(r->position), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Seq"))
-        copy_value(r->seq, sizeof(r->seq), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Round"))
-        copy_value(r->round, sizeof(r->round), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Generation"))
-        copy_value(r->generation, sizeof(r->generation), v, vlen);
-    else if (header_is(line, name_len, "Tfetch-Device"))
-        copy_value(r->device, sizeof(r->device), v, vlen);
-    else if (header_is(line, name_len, "Retry-After"))
-        copy_value(r->retry_after, sizeof(r->retry_after), v, vlen);
-    else if (header_is(line, name_len, "ETag"))
-        copy_value(r->etag, sizeof(r->etag), v, vlen);
-    else if (header_is(line, name_len, "Content-Range"))
-        copy_value(r->content_range, sizeof(r->content_range), v, vlen);
+    if (memchr(line, '\0', n))         /* a NUL inside a header: not kept */
+        return n;
+    (void)keep_header(req, line, name_len, colon + 1, n - name_len - 1);
     return n;
 }
 
@@ -463,8 +460,9 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
         curl_off_t cl = -1;
         if (curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
             code >= 200 && code < 300 &&
-            (!req->sink_type || strncasecmp(req->resp.content_type, req->sink_type,
-                                            strlen(req->sink_type)) == 0))
+            (!req->sink_type ||
+             strncasecmp(tfx_hc_resp_header(&req->resp, "Content-Type"), req->sink_type,
+                         strlen(req->sink_type)) == 0))
             req->sinking = req->resp.sunk = 1;
         if (req->sinking && req->max_body &&
             curl_easy_getinfo(req->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
@@ -653,6 +651,21 @@ static tfx_hc_status_t map_curl(const tfx_hc_req_t *req, CURLcode rc)
     }
 }
 
+/* libcurl's timings of the transfer, in seconds from its start. */
+static void record_times(tfx_hc_req_t *req)
+{
+    curl_off_t us;
+    tfx_hc_resp_t *r = &req->resp;
+#define T(info, field)                                                                    \
+    if (curl_easy_getinfo(req->easy, info, &us) == CURLE_OK && us > 0)                    \
+        r->field = (double)us / 1e6;
+    T(CURLINFO_CONNECT_TIME_T, t_connect)
+    T(CURLINFO_APPCONNECT_TIME_T, t_connect)            /* TLS: its handshake too */
+    T(CURLINFO_PRETRANSFER_TIME_T, t_pretransfer)
+    T(CURLINFO_TOTAL_TIME_T, t_total)
+#undef T
+}
+
 /* Detaches a finished (or canceled) request, records what came back and runs its callback.
  * Nothing touches req after the callback: it may have freed it. */
 static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
@@ -666,6 +679,7 @@ static void complete(tfx_hc_t *hc, tfx_hc_req_t *req, tfx_hc_status_t st)
         req->resp.status = code;
     if (curl_easy_getinfo(req->easy, CURLINFO_SIZE_UPLOAD_T, &up) == CURLE_OK && up > 0)
         req->resp.bytes_sent = (uint64_t)up;
+    record_times(req);
     req->resp.seconds = tfx_since_s(req->t0_ns);
     if (st == TFX_HC_ECANCELED && !req->errbuf[0])
         snprintf(req->errbuf, sizeof(req->errbuf), "request canceled");

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/answer.h"
 #include "proto/status.h"
 
 /* Outcomes decided by the transport (the HTTP status is reported separately): codes of the one
@@ -53,35 +54,27 @@ typedef void (*tfx_hc_done_fn)(tfx_hc_req_t *req, tfx_hc_status_t st, void *user
 typedef int (*tfx_hc_progress_fn)(uint64_t down_now, uint64_t down_total, uint64_t up_now,
                                uint64_t up_total, void *user_data);
 
-/* The response, filled in when the request completes. Header values are "" when absent. */
+/* The response, filled in when the request completes. The engine names no header: every
+ * header of the final response is kept as received (tfx_hc_resp_header reads one by name, as
+ * curl_easy_header does), and those that are fields of tfetchd's typed answer
+ * (proto/answer.h: ETag, the feed numbers, Retry-After, ...) are parsed, through the answer's
+ * one table, into answer. */
 typedef struct {
     long status;                    /* HTTP status; 0 if no response arrived */
-    char request_id[129];           /* Tfetch-Request-Id */
-    char transport[32];             /* Tfetch-Transport */
-    char content_type[128];         /* Content-Type */
-    char dtype[32];                 /* Tfetch-Dtype */
-    char shape[256];                /* Tfetch-Shape */
-    char call_id[32];               /* Tfetch-Call (a worker's poll) */
-    char route[256];                /* Tfetch-Route */
-    char call_user[129];            /* Tfetch-Call-User */
-    char call_request_id[129];      /* Tfetch-Call-Request-Id */
-    char upgrade[32];               /* Tfetch-Upgrade: what the server can upgrade to */
-    char protocol[24];              /* Tfetch-Protocol: the versions it speaks, as sent */
-    char repr_digest[256];          /* Repr-Digest (RFC 9530), as sent; "" when none */
-    /* A feed's reply (doc/PROTOCOL.md, feeds): the item's place in its queue, as sent. */
-    char position[24];              /* Tfetch-Position */
-    char seq[24];                   /* Tfetch-Seq */
-    char round[24];                 /* Tfetch-Round */
-    char generation[24];            /* Tfetch-Generation */
-    char device[24];                /* Tfetch-Device */
-    char retry_after[24];           /* Retry-After */
+    tfp_answer_t answer;            /* the typed answer's fields that came, valid ones only */
+    const char *headers;            /* "name\0value\0" pairs (values trimmed), owned by the
+                                     * request; read them with tfx_hc_resp_header */
+    size_t headers_len;
     int sunk;                       /* the body went to the sink (tfx_hc_req_set_sink) */
-    char etag[64];                  /* ETag (as sent, cut to fit: proto/httpcond checks it) */
-    char content_range[80];         /* Content-Range */
     uint8_t *body;                  /* owned by the request; always NUL-terminated */
     size_t body_len;                /* excluding the NUL */
     uint64_t bytes_sent;            /* request body bytes handed to the connection */
     double seconds;                 /* wall time from start to completion */
+    /* Where the time went, seconds from the start (0 when not known): connected (name
+     * resolved, TCP and TLS done; about 0 on a kept connection) and ready to send
+     * (libcurl's), the final answer's status line arrived (ours: a 100 Continue before it
+     * does not count), the end. */
+    double t_connect, t_pretransfer, t_head, t_total;
 } tfx_hc_resp_t;
 
 /* ---- engine -------------------------------------------------------------------------- */
@@ -167,6 +160,9 @@ void tfx_hc_req_set_progress(tfx_hc_req_t *req, tfx_hc_progress_fn fn, void *use
 
 /* Valid after completion, until reset or free. */
 const tfx_hc_resp_t *tfx_hc_req_response(const tfx_hc_req_t *req);
+/* The value of the response's header name (compared without case; the last one when it came
+ * more than once), trimmed; "" when absent. Borrowed from r, valid as r is. */
+const char *tfx_hc_resp_header(const tfx_hc_resp_t *r, const char *name);
 /* The transport's own message for a failure ("" if none), e.g. libcurl's error text. */
 const char *tfx_hc_req_error(const tfx_hc_req_t *req);
 /* Hands the response body (malloc'd, NUL-terminated) to the caller; NULL if none. */

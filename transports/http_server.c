@@ -496,6 +496,7 @@ static void run_handle(http_req_t *hr)
     tfx_req_t *r = &hr->base;
     for (;;) {
         r->want_suspend = 0;
+        tfx_req_handling(r);
         hr->srv->h.handle(r, hr->srv->h.arg);
         if (!r->want_suspend || r->answered)
             return;
@@ -674,6 +675,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->conn = conn;
         pthread_mutex_init(&hr->lock, NULL);
         *con_cls = hr;
+        tfx_req_arrived(r);
         peer_address(conn, r->peer, sizeof r->peer);
         atomic_fetch_add(&s->inflight, 1);
         guard_head(hr);

@@ -4,6 +4,7 @@
 #include "config.h"
 #include "transports/req_int.h"
 #include "transports/buf.h"
+#include "transports/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,12 +29,64 @@ void tfx_req_answer_headers(const tfx_req_t *r,
                             void (*add)(void *arg, const char *name, const char *value),
                             void *arg)
 {
-    char v[TFP_AF_MAX_STR + 24];
-    for (unsigned f = 0; f < TFP_AF_COUNT; f++)
-        if (tfp_answer_header_value(&r->ans, (tfp_af_t)f, v, sizeof v))
+    char v[TFP_AF_MAX_STR + 40], timing[256] = "";
+    size_t tl = 0;
+    for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
+        size_t n = tfp_answer_header_value(&r->ans, (tfp_af_t)f, v, sizeof v);
+        if (!n)
+            continue;
+        if (tfp_answer_fields[f].kind != TFP_AK_DUR)
             add(arg, tfp_answer_fields[f].header, v);
+        else if (tl + n + 2 < sizeof timing)        /* one Server-Timing list */
+            tl += (size_t)snprintf(timing + tl, sizeof timing - tl, "%s%s", tl ? ", " : "", v);
+    }
+    if (tl)
+        add(arg, "Server-Timing", timing);
 }
-void tfx_req_suspend(tfx_req_t *r) { r->want_suspend = 1; }
+void tfx_req_suspend(tfx_req_t *r)
+{
+    r->want_suspend = 1;
+    if (!r->t_suspend)
+        r->t_suspend = tfx_now_ns();
+}
+
+void tfx_req_arrived(tfx_req_t *r)
+{
+    if (!r->t_arrive)
+        r->t_arrive = tfx_now_ns();
+}
+
+void tfx_req_handling(tfx_req_t *r)
+{
+    uint64_t now = tfx_now_ns();
+    if (!r->t_handle)
+        r->t_handle = now;
+    if (r->t_suspend) {
+        r->wait_ns += now - r->t_suspend;
+        r->t_suspend = 0;
+    }
+}
+
+/* The server's time on r so far, in its answer (Server-Timing): recv (head to handle), queue
+ * (suspended), handler (the rest of handle's time), tf (head to now). A request refused
+ * before handle ran has recv and tf only. */
+static void stamp_timing(tfx_req_t *r)
+{
+    if (!r->t_arrive)
+        return;
+    uint64_t now = tfx_now_ns();
+    uint64_t wait = r->wait_ns + (r->t_suspend ? now - r->t_suspend : 0);
+    tfp_answer_t *a = &r->ans;
+    uint64_t handled = r->t_handle ? r->t_handle : now;
+    tfp_answer_set_u64(a, TFP_AF_SRV_RECV, (handled - r->t_arrive) / 1000);
+    if (r->t_handle) {
+        uint64_t in_handle = now - r->t_handle;
+        tfp_answer_set_u64(a, TFP_AF_SRV_QUEUE, wait / 1000);
+        tfp_answer_set_u64(a, TFP_AF_SRV_HANDLER,
+                           (in_handle > wait ? in_handle - wait : 0) / 1000);
+    }
+    tfp_answer_set_u64(a, TFP_AF_SRV_TOTAL, (now - r->t_arrive) / 1000);
+}
 int tfx_req_may_wait(const tfx_req_t *r) { return !r->ops->no_wait; }
 int tfx_req_declined(const tfx_req_t *r) { return r->declined; }
 
@@ -181,6 +234,7 @@ void tfx_respond(tfx_req_t *r, unsigned status, const char *content_type, const 
     r->answered = 1;
     r->status = status;
     r->resp_len = len;
+    stamp_timing(r);
     r->ops->respond(r, status, content_type, body, len, release, release_arg);
 }
 
@@ -200,6 +254,7 @@ void tfx_respond_body(tfx_req_t *r, unsigned status, const char *content_type,
     r->answered = 1;
     r->status = status;
     r->resp_len = body->len;
+    stamp_timing(r);
     r->ops->respond_body(r, status, content_type, body);
 }
 
@@ -221,5 +276,6 @@ void tfx_respond_error(tfx_req_t *r, tfp_status_t code, const char *fmt, ...)
     r->answered = 1;
     r->status = http > 0 ? (unsigned)http : 500;
     r->resp_len = 0;
+    stamp_timing(r);
     r->ops->respond_error(r, code, msg);
 }

@@ -66,7 +66,20 @@ struct tfx_req {
 
     int want_suspend;
     int declined;                   /* tfx_req_decline answered it: nothing ran */
+
+    /* the server's own time on it (Server-Timing: stamp_timing), CLOCK_MONOTONIC ns; 0: not
+     * yet */
+    uint64_t t_arrive;              /* the transport had its head (tfx_req_arrived) */
+    uint64_t t_handle;              /* its body was in and handle first ran */
+    uint64_t t_suspend;             /* handle suspended it, until it runs again */
+    uint64_t wait_ns;               /* suspended in all (a long-poll, a full queue) */
 };
+
+/* The transport has r's head (its HTTP headers, its frame, its message): its time starts.
+ * Called once, before begin. */
+void tfx_req_arrived(tfx_req_t *r);
+/* The transport is about to run handle (every run, a resumed one included). */
+void tfx_req_handling(tfx_req_t *r);
 
 /* Makes room in r->buf for `total` bytes after the headroom (one allocation when the
  * length is known; growing moves what arrived in place, tfx_buf_grow), after the handlers'

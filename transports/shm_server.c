@@ -5,6 +5,7 @@
 #include "config.h"
 #include "transports/shm_server.h"
 #include "transports/req_int.h"
+#include "proto/strcopy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,11 +51,14 @@ static int shm_take_memfd(tfx_req_t *r, int *fd, void **p, size_t *size)
     return 1;
 }
 
-/* Keeps the answer's ETag (the one typed field shm carries: proto/answer.h). */
+/* Keeps the answer's typed fields, and its ETag apart (what every shm REPLY carries; the
+ * others go as answer lines to a client that reads them: daemon/shm.c). */
 static void take_etag(shm_req_t *q)
 {
+    q->call->ans = q->base.ans;
     if (tfp_answer_has(&q->base.ans, TFP_AF_ETAG))
-        snprintf(q->call->etag, sizeof q->call->etag, "%s", q->base.ans.str);
+        tfp_strcpy(q->call->etag, sizeof q->call->etag,
+                   tfp_answer_str(&q->base.ans, TFP_AF_ETAG));
 }
 
 static void fail(shm_req_t *q, tfp_status_t code, const char *msg)
@@ -65,6 +69,7 @@ static void fail(shm_req_t *q, tfp_status_t code, const char *msg)
     q->call->http = q->base.status;
     q->call->code = code;
     q->call->etag[0] = '\0';
+    q->call->ans = q->base.ans;
     snprintf(q->call->msg, sizeof q->call->msg, "%s", msg);
 }
 
@@ -227,6 +232,8 @@ void tfx_shm_call(const tfx_handlers_t *h, const tfp_op_t *op, const tfp_op_err_
         q.base.op_err = *op_err;
     snprintf(q.base.peer, sizeof q.base.peer, "%s", peer ? peer : "");
     q.call = call;
+    tfx_req_arrived(&q.base);
+    memset(&call->ans, 0, sizeof call->ans);
     call->fd = -1;
     call->declined = 0;
     call->hold = NULL;
@@ -245,11 +252,13 @@ void tfx_shm_call(const tfx_handlers_t *h, const tfp_op_t *op, const tfp_op_err_
     }
     h->begin(&q.base, h->arg);
     lend_body(&q, call->body_len);
+    tfx_req_handling(&q.base);
     if (!q.base.answered)
         h->handle(&q.base, h->arg);
     while (!q.base.answered && q.base.want_suspend && q.woken) {
         q.base.want_suspend = 0;
         q.woken = 0;
+        tfx_req_handling(&q.base);
         h->handle(&q.base, h->arg);
     }
     if (!q.base.answered)

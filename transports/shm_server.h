@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/answer.h"
 #include "proto/httpcond.h"
 #include "proto/shmframe.h"
 #include "transports/req.h"
@@ -43,6 +44,7 @@ typedef struct {
                                      * over another transport */
     char msg[TFP_SF_MAX_MSG + 1];
     char etag[TFP_ETAG_LEN];        /* the answer's ETag; "" none */
+    tfp_answer_t ans;               /* all its typed fields (the server's time included) */
     int fd;                         /* the body's memfd (borrowed until hold runs); -1 none */
     size_t offset, len;             /* the body in it */
     void (*hold)(void *arg);        /* with fd: the caller's to run once the peer is done */

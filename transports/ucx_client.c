@@ -412,6 +412,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
     if (!r->orphan)                 /* an orphan's was uncounted when it was handed back */
         atomic_fetch_sub_explicit(&r->u->sends_out, 1, memory_order_relaxed);
     r->sending = 0;
+    r->res.t_sent = tfx_since_s(r->t0_ns);
     if (status != UCS_OK)
         fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
     maybe_complete(r);
@@ -530,6 +531,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
     if (!r || r->replied || r->receiving || h.body_len != length)
         return UCS_OK;
     r->res.reply = h;
+    r->res.t_reply = tfx_since_s(r->t0_ns);
     if (length == 0) {
         r->replied = 1;
         maybe_complete(r);
@@ -728,6 +730,7 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
         atomic_fetch_add_explicit(&u->sends_out, 1, memory_order_relaxed);
     } else {
         r->sending = 0;
+        r->res.t_sent = tfx_since_s(r->t0_ns);      /* sent at once */
         if (UCS_PTR_IS_ERR(rq))
             fail_req(r, TFP_EINTERNAL, ucs_status_string(UCS_PTR_STATUS(rq)));
         maybe_complete(r);

@@ -112,6 +112,8 @@ typedef struct {
                                      * of a reused tfx_buf_alloc buffer (transports/buf.h) */
     uint64_t bytes_sent;
     double seconds;
+    double t_sent;                  /* seconds from the start: the request's send completed */
+    double t_reply;                 /* ... its REPLY frame arrived (its body may follow) */
 } tfx_ucxc_result_t;
 
 /* tfx_ucxc_start's flags. DRIVEN: the caller drives this request itself next

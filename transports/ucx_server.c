@@ -372,9 +372,9 @@ static void cond_reply_block(ucx_req_t *q, tfp_uf_hdr_t *h)
 {
     tfp_uf_cond_t *c = &h->cond;
     const tfp_answer_t *ans = &q->base.ans;
-    if (tfp_answer_has(ans, TFP_AF_ETAG) && strlen(ans->str) <= TFP_UF_MAX_ETAG &&
-        tfp_etag_valid(ans->str))
-        tfp_strcpy(c->etag, sizeof c->etag, ans->str);
+    const char *etag = tfp_answer_str(ans, TFP_AF_ETAG);
+    if (etag[0] && strlen(etag) <= TFP_UF_MAX_ETAG && tfp_etag_valid(etag))
+        tfp_strcpy(c->etag, sizeof c->etag, etag);
     for (const tfx_hdr_t *x = q->base.hdrs; x; x = x->next) {
         uint64_t a, b, t;
         if (strcasecmp(x->name, "Content-Range") == 0 &&
@@ -406,6 +406,10 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
         feed_reply_block(q, &h);
     if (q->in.flags & TFP_UF_F_COND)
         cond_reply_block(q, &h);
+    if (q->in.flags & TFP_UF_F_ANSWER) {    /* asked: the fields without a place above */
+        h.flags |= TFP_UF_F_ANSWER;
+        tfp_answer_lines(&q->base.ans, tfp_answer_uf_lines_mask(), h.answer, sizeof h.answer);
+    }
     tfp_err_t err;
     if (tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK) {
         h.msg[0] = '\0';                /* a message that does not encode is left out */
@@ -586,6 +590,7 @@ static void run_handle(ucx_req_t *q)
     for (;;) {
         q->state = S_RUNNING;
         r->want_suspend = 0;
+        tfx_req_handling(r);
         u->h.handle(r, u->h.arg);
         if (r->answered || !r->want_suspend)
             return;
@@ -704,6 +709,8 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const pe
     }
     if (h->op == TFP_UF_FEED)
         feed_frame_op(u, r, h);
+    if ((h->flags & TFP_UF_F_ANSWER) && h->answer[0] && r->op_err.code == TFP_OK)
+        (void)tfp_op_digest_lines(op, h->answer, strlen(h->answer), &r->op_err);
 }
 
 static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
@@ -777,6 +784,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     tfx_req_t *r = &q->base;
     r->ops = &ucx_ops;
     r->h = &u->h;
+    tfx_req_arrived(r);
     frame_op(u, r, &h, peer);
     q->lnext = u->live;
     if (u->live)

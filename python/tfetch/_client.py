@@ -445,16 +445,23 @@ class Client(FeedCalls):
         retry_ms, caller_driven, ucx_memory} (tf_client_transport_info). offered: True, False
         or None (not seen yet); caller_driven: requests whose UCX round trip the calling
         thread drove itself (blocking calls); ucx_memory: the memory types this process's UCX
-        moves ("host"; "" before it started)."""
+        moves ("host"; "" before it started); last_stages, last_transport, last_fallback:
+        the last completed request to that server's stages (as Result.stages), what carried
+        it, and why it went over HTTP rather than a faster path ("" when it did not)."""
         b = self._base(base).encode()
         ti = _lib.TransportInfo(size=ctypes.sizeof(_lib.TransportInfo))
         with self._lock:
             st = lib.tf_client_transport_info(self._handle(), b, byref(ti))
         if st != 0:
             raise error_for(st, "bad URL %r" % b.decode())
+        st = ti.last_stages
         return {"transport": ti.transport.decode(), "reason": ti.reason.decode(),
                 "offered": {1: True, 0: False}.get(ti.offered), "retry_ms": ti.retry_ms,
-                "caller_driven": ti.caller_driven, "ucx_memory": ti.ucx_memory.decode()}
+                "caller_driven": ti.caller_driven, "ucx_memory": ti.ucx_memory.decode(),
+                "last_stages": {n: getattr(st, n) for n in _lib.STAGES
+                                if getattr(st, n) >= 0},
+                "last_transport": ti.last_transport.decode(),
+                "last_fallback": ti.last_fallback.decode()}
 
     # ---- asynchronous calls (asyncio) -----------------------------------------------------
 

@@ -7,7 +7,7 @@ the class of TF_ENOTFOUND. A few also derive from the built-in exception that fi
 ``except LookupError`` or ``except ConnectionError`` work too. Pure data; any thread.
 """
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import _lib
 
@@ -24,6 +24,9 @@ class Result:
     body bytes; seconds: wall time; error: the server's or client's message ("" on success);
     etag: the version the server named (its ETag, quotes included: what a get read or a put
     stored; "" when it named none), for put(if_match=...) and get(newer_than=...).
+    stages: where its time went, in milliseconds: {"connect", "upgrade", "send", "server",
+    "queue", "handler", "receive", "decode", "total"} (server, queue and handler: the
+    server's own time, as its answer said); a stage not known is left out.
     """
     status: int
     name: str
@@ -37,6 +40,7 @@ class Result:
     seconds: float
     error: str
     etag: str = ""
+    stages: dict = field(default_factory=dict, hash=False)
 
     @property
     def ok(self):
@@ -49,7 +53,9 @@ class Result:
                    request_id=d(r.request_id), transport=d(r.transport),
                    fallback=d(r.fallback), op=d(r.op), bytes_sent=r.bytes_sent,
                    bytes_received=r.bytes_received, seconds=r.seconds, error=d(r.error),
-                   etag=d(r.etag))
+                   etag=d(r.etag),
+                   stages={n: getattr(r.stages, n) for n in _lib.STAGES
+                           if getattr(r.stages, n) >= 0})
 
 
 class Error(Exception):

@@ -38,12 +38,21 @@ class Tensor(Structure):
                 ("shape", c_int64 * TF_MAX_RANK), ("data", c_void_p), ("nbytes", c_size_t)]
 
 
+STAGES = ("connect", "upgrade", "send", "server", "queue", "handler", "receive", "decode",
+          "total")
+
+
+class Stages(Structure):
+    """tf_stages_t: milliseconds, -1 where not known"""
+    _fields_ = [(n, c_double) for n in STAGES]
+
+
 class CResult(Structure):
     """tf_result_t"""
     _fields_ = [("status", c_int), ("http_status", c_int), ("request_id", c_char * 129),
                 ("transport", c_char * 32), ("op", c_char * 16), ("bytes_sent", c_uint64),
                 ("bytes_received", c_uint64), ("seconds", c_double), ("error", c_char * 256),
-                ("fallback", c_char * 160), ("etag", c_char * 64)]
+                ("fallback", c_char * 160), ("etag", c_char * 64), ("stages", Stages)]
 
 
 class Request(Structure):
@@ -58,7 +67,11 @@ class TransportInfo(Structure):
     """tf_transport_info_t (versioned)"""
     _fields_ = [("size", c_size_t), ("transport", c_char * 32), ("reason", c_char * 160),
                 ("offered", c_int), ("retry_ms", c_long), ("caller_driven", c_uint64),
-                ("ucx_memory", c_char * 64)]
+                ("ucx_memory", c_char * 64), ("same_host", c_int), ("shm", c_char * 32),
+                ("shm_reason", c_char * 160), ("server_uid", c_long),
+                ("protocol_min", c_uint), ("protocol_max", c_uint),
+                ("last_stages", Stages), ("last_transport", c_char * 32),
+                ("last_fallback", c_char * 160)]
 
 
 class ListOpts(Structure):

@@ -49,6 +49,25 @@ class Cond(DaemonPerClass):
         with self.assertRaises(tfetch.errors.ENOTFOUND):
             c.get(n)
 
+    def test_stages(self):
+        """c.last.stages: where a put's and a get's time went, in ms, on every transport: the
+        client's stages and the server's own (its Server-Timing or reply frame), sane."""
+        c, n = self.c, self.name("stages")
+        x = np.arange(1 << 18, dtype=np.float32)
+        for call in (lambda: c.put(n, {"x": x}), lambda: c.get(n)):
+            call()
+            s, total = c.last.stages, c.last.seconds * 1000
+            for k in ("send", "server", "queue", "handler", "receive", "decode", "total"):
+                self.assertIn(k, s, (c.last.transport, s))
+                self.assertGreaterEqual(s[k], 0, (k, s))
+            self.assertAlmostEqual(s["total"], total, delta=0.01)
+            self.assertAlmostEqual(s["server"], s["queue"] + s["handler"], delta=0.002)
+            parts = sum(s.get(k, 0) for k in ("connect", "upgrade", "send", "server",
+                                              "receive", "decode"))
+            self.assertLessEqual(parts, total + 1.0, (c.last.transport, s))
+        info = c.transport_info()
+        self.assertEqual(info["last_stages"], c.last.stages)
+
     def test_newer_than(self):
         c, n = self.c, self.name("ckpt")
         c.put(n, {"x": np.ones(2, np.float32)}, if_none_match="*")
