@@ -168,7 +168,7 @@ static const char *name_of(const char *url)
     return p ? p + strlen(FEEDS_PREFIX) : "";
 }
 
-/* A call's UCX frame: the feed op, the feed and device (dev may be NULL). */
+/* A call's operation: the feed op, the feed and device (dev may be NULL). */
 static void ucx_op(tfi_call_t *call, int op, const char *name, const char *dev)
 {
     call->feed.op = (uint8_t)op;
@@ -177,14 +177,10 @@ static void ucx_op(tfi_call_t *call, int op, const char *name, const char *dev)
         snprintf(call->feed.dev, sizeof(call->feed.dev), "%s", dev);
 }
 
-/* A call this consumer makes on its device queue (pop, ack, detach): the consumer in its
- * header and in the UCX frame, and the acknowledgement through ack when ack is not 0. */
+/* A call this consumer makes on its device queue (pop, ack, detach): the consumer, and the
+ * acknowledgement through ack when ack is not 0. */
 static void consumer_call(tfi_call_t *call, tf_feed_t *feed, int op, uint64_t ack)
 {
-    call->method = "POST";
-    call->hname[0] = "Tfetch-Consumer";
-    call->hvalue[0] = feed->consumer;
-    call->nheaders = 1;
     ucx_op(call, op, feed->name, feed->dev);
     snprintf(call->feed.consumer, sizeof(call->feed.consumer), "%s", feed->consumer);
     if (ack) {
@@ -201,19 +197,6 @@ static void note_transport(tf_feed_t *feed, const tf_result_t *r)
 const char *tf_feed_transport(const tf_feed_t *feed)
 {
     return !feed ? NULL : feed->transport[0] ? feed->transport : "none";
-}
-
-/* A malloc'd printf. */
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    char *s = NULL;
-    if (vasprintf(&s, f, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
 }
 
 static void make_consumer(char out[TFP_MAX_USER_ID + 1])
@@ -390,22 +373,13 @@ static void on_pop_done(tf_fetch_t *f, tf_status_t st, tf_doc_t *doc, const tf_r
 static void start_pop(tf_feed_t *feed, long wait_ms)
 {
     uint64_t ack = ack_through(feed);
-    char q[64] = "";
-    if (ack > feed->acked)
-        snprintf(q, sizeof(q), "&ack=%" PRIu64, ack);
-    char *url = fmt("%s/devices/%s/pop?wait=%ld%s%s", feed->url, feed->dev, wait_ms, q,
-                    feed->rewind ? "&rewind=1" : "");
-    if (!url) {
-        set_err(feed, TF_ENOMEM, NULL);
-        return;
-    }
-    tfi_call_t call = {.url = url, .wait_ms = wait_ms, .what = "feed_pop", .background = 1};
+    tfi_call_t call = {.url = feed->url, .wait_ms = wait_ms, .what = "feed_pop",
+                       .background = 1};
     feed->pop_ack = ack > feed->acked ? ack : 0;
     consumer_call(&call, feed, TFP_UF_FEED_POP, feed->pop_ack);
     if (feed->rewind)
         call.feed.flags |= TFP_UF_FF_REWIND;
     tf_status_t st = tfi_call_start(feed->c, &call, on_pop_done, feed, &feed->pop);
-    free(url);
     if (st != TF_OK) {
         feed->pop = NULL;
         set_err(feed, st, tf_client_last(feed->c)->error);
@@ -614,12 +588,10 @@ static int next_push(tf_feed_t *feed)
         complete_push(feed, r < 0 ? TF_EIO : TF_ECANCELED, 0);
         return 1;
     }
-    char *url = fmt("%s/devices/%s/outfeed", feed->url, feed->dev);
-    tfi_call_t call = {.method = "POST", .url = url, .doc = p->x.host ? p->x.host : p->x.src,
+    tfi_call_t call = {.url = feed->url, .doc = p->x.host ? p->x.host : p->x.src,
                        .what = "feed_outfeed", .background = 1};
     ucx_op(&call, TFP_UF_FEED_OUTFEED_PUSH, feed->name, feed->dev);
-    tf_status_t st = url ? tfi_call_start(feed->c, &call, on_push_done, feed, &p->f) : TF_ENOMEM;
-    free(url);
+    tf_status_t st = tfi_call_start(feed->c, &call, on_push_done, feed, &p->f);
     if (st != TF_OK) {
         p->f = NULL;
         complete_push(feed, st, 0);
@@ -789,7 +761,7 @@ tf_status_t tf_feed_attach_opts(tf_client_t *c, const char *url, const char *dev
         goto free_feed;
     /* The feed must exist: its stats say so. */
     snprintf(feed->name, sizeof(feed->name), "%s", name_of(feed->url));
-    tfi_call_t call = {.method = "GET", .url = feed->url, .what = "feed_stats"};
+    tfi_call_t call = {.url = feed->url, .what = "feed_stats"};
     ucx_op(&call, TFP_UF_FEED_STATS, feed->name, NULL);
     tf_fetch_t *f = NULL;
     st = tfi_call(c, &call, &f);
@@ -829,24 +801,18 @@ const char *tf_feed_backend(const tf_feed_t *feed)
     return feed ? feed->be->name : NULL;
 }
 
-/* A consumer's synchronous call that carries its acknowledgement, when one is due, as
- * ?ackq=P: POST {feed}/devices/{dev}/{verb}. Once answered, that much counts as acknowledged. */
-static tf_status_t acking_call(tf_feed_t *feed, const char *verb, const char *ackq, int op,
-                               const char *what, long timeout_ms)
+/* A consumer's synchronous call (ack, detach) that carries its acknowledgement when one is
+ * due. Once answered, that much counts as acknowledged. */
+static tf_status_t acking_call(tf_feed_t *feed, int op, const char *what, long timeout_ms)
 {
     uint64_t ack = ack_through(feed);
     if (ack <= feed->acked)
         ack = 0;
-    char *url = ack ? fmt("%s/devices/%s/%s?%s=%" PRIu64, feed->url, feed->dev, verb, ackq, ack)
-                    : fmt("%s/devices/%s/%s", feed->url, feed->dev, verb);
-    if (!url)
-        return tfi_refuse(feed->c, TFI_OP_CALL, TF_ENOMEM, NULL);
-    tfi_call_t call = {.url = url, .what = what, .timeout_ms = timeout_ms};
+    tfi_call_t call = {.url = feed->url, .what = what, .timeout_ms = timeout_ms};
     consumer_call(&call, feed, op, ack);
     tf_fetch_t *f = NULL;
     tf_status_t st = tfi_call(feed->c, &call, &f);
     tf_fetch_free(f);
-    free(url);
     if (st == TF_OK && ack > feed->acked)
         feed->acked = ack;
     return st;
@@ -858,7 +824,7 @@ tf_status_t tf_feed_ack(tf_feed_t *feed)
         return TF_EINVAL;
     if (ack_through(feed) <= feed->acked)
         return TF_OK;
-    return acking_call(feed, "ack", "through", TFP_UF_FEED_ACK, "feed_ack", 0);
+    return acking_call(feed, TFP_UF_FEED_ACK, "feed_ack", 0);
 }
 
 /* 1 when the feed's server takes a consumer's detach: over UCX when its HELLO_ACK offered it
@@ -883,8 +849,7 @@ static int server_detaches(tf_feed_t *feed)
 #define DETACH_TIMEOUT_MS 5000
 static tf_status_t send_detach(tf_feed_t *feed)
 {
-    return acking_call(feed, "detach", "ack", TFP_UF_FEED_DETACH, "feed_detach",
-                       DETACH_TIMEOUT_MS);
+    return acking_call(feed, TFP_UF_FEED_DETACH, "feed_detach", DETACH_TIMEOUT_MS);
 }
 
 void tf_feed_detach(tf_feed_t *feed)
@@ -1079,37 +1044,33 @@ tf_status_t tf_outfeed_push(tf_feed_t *feed, const tf_doc_t *doc, uint64_t *seq)
 
 /* ---- producers, receivers, operators ---------------------------------------------------------- */
 
-/* Points call at url + suffix (*full, free it after the start) and, for a UCX frame, at
- * the feed's name (name: TFP_MAX_TENSOR_NAME + 1 bytes, live until the start). */
-static tf_status_t feed_target(tf_client_t *c, tfi_call_t *call, const char *url,
-                               const char *suffix, char *name, char **full)
+/* Points call at the feed of url (*full: its URL, checked; free it after the start) and its
+ * name (name: TFP_MAX_TENSOR_NAME + 1 bytes, live until the start). */
+static tf_status_t feed_target(tf_client_t *c, tfi_call_t *call, const char *url, char *name,
+                               char **full)
 {
-    char *base = NULL;
-    tf_status_t st = feed_url(c, url, &base, TFI_OP_CALL);
+    tf_status_t st = feed_url(c, url, full, TFI_OP_CALL);
     if (st != TF_OK)
         return st;
-    snprintf(name, TFP_MAX_TENSOR_NAME + 1, "%s", name_of(base));
-    *full = fmt("%s%s", base, suffix);
-    free(base);
-    if (!*full)
-        return tfi_refuse(c, TFI_OP_CALL, TF_ENOMEM, NULL);
+    snprintf(name, TFP_MAX_TENSOR_NAME + 1, "%s", name_of(*full));
     call->url = *full;
-    if (call->feed.op)
+    if (call->feed.op)                  /* (every call has one) */
         call->feed_name = name;
     return TF_OK;
 }
 
-/* A blocking call to a feed's URL plus suffix; the reply's handle in *out when given. */
+/* A blocking call on the feed of url; the reply's handle in *out when given. */
 static tf_status_t feed_call(tf_client_t *c, tfi_call_t *call, const char *url,
-                             const char *suffix, tf_fetch_t **out)
+                             tf_fetch_t **out)
 {
     char name[TFP_MAX_TENSOR_NAME + 1], *full = NULL;
-    tf_status_t st = feed_target(c, call, url, suffix, name, &full);
+    tf_status_t st = feed_target(c, call, url, name, &full);
     if (st != TF_OK)
         return st;
     tf_fetch_t *f = NULL;
     st = tfi_call(c, call, &f);
     free(full);
+    call->url = call->feed_name = NULL;     /* they were this call's */
     if (out)
         *out = f;
     else
@@ -1132,44 +1093,26 @@ tf_status_t tf_feed_declare(tf_client_t *c, const char *url, const char *json, c
         return TF_EINVAL;
     if (!json)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "no declaration");
-    tfi_call_t call = {.method = "PUT", .json = json, .what = "feed_declare",
+    tfi_call_t call = {.json = json, .what = "feed_declare",
                        .feed = {.op = TFP_UF_FEED_DECLARE}};
     tf_fetch_t *f = NULL;
-    tf_status_t st = feed_call(c, &call, url, "", &f);
+    tf_status_t st = feed_call(c, &call, url, &f);
     if (st == TF_OK)
         take_text(f, stats);
     tf_fetch_free(f);
     return st;
 }
 
-/* An infeed push's request: the call, its suffix and header values in *b. */
-typedef struct {
-    char sfx[64], seq[24], prefer[40];
-} push_bufs_t;
-
+/* An infeed push's request: its device (dev < 0: a round to every device), seq and wait. */
 static tf_status_t infeed_call(tf_client_t *c, int dev, const tf_doc_t *doc, uint64_t seq,
-                               long wait_ms, tfi_call_t *call, push_bufs_t *b)
+                               long wait_ms, tfi_call_t *call)
 {
     if (!doc || wait_ms < 0)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "no document, or a negative wait");
-    if (dev < 0)
-        snprintf(b->sfx, sizeof(b->sfx), "/infeed");
-    else
-        snprintf(b->sfx, sizeof(b->sfx), "/devices/%d/infeed", dev);
-    *call = (tfi_call_t){.method = "POST", .doc = doc, .wait_ms = wait_ms, .what = "feed_push",
+    *call = (tfi_call_t){.doc = doc, .wait_ms = wait_ms, .what = "feed_push",
                          .feed = {.op = TFP_UF_FEED_INFEED, .seq = seq}};
     if (dev >= 0)
         snprintf(call->feed.dev, sizeof(call->feed.dev), "%d", dev);
-    if (seq > 0) {
-        snprintf(b->seq, sizeof(b->seq), "%" PRIu64, seq);
-        call->hname[call->nheaders] = "Tfetch-Seq";
-        call->hvalue[call->nheaders++] = b->seq;
-    }
-    if (wait_ms > 0) {
-        snprintf(b->prefer, sizeof(b->prefer), "wait=%ld", wait_ms);
-        call->hname[call->nheaders] = "Prefer";
-        call->hvalue[call->nheaders++] = b->prefer;
-    }
     return TF_OK;
 }
 
@@ -1191,12 +1134,11 @@ tf_status_t tf_infeed_push(tf_client_t *c, const char *url, int dev, const tf_do
     if (!c)
         return TF_EINVAL;
     tfi_call_t call;
-    push_bufs_t b;
-    tf_status_t st = infeed_call(c, dev, doc, seq, wait_ms, &call, &b);
+    tf_status_t st = infeed_call(c, dev, doc, seq, wait_ms, &call);
     if (st != TF_OK)
         return st;
     tf_fetch_t *f = NULL;
-    st = feed_call(c, &call, url, b.sfx, &f);
+    st = feed_call(c, &call, url, &f);
     if (st == TF_OK && round)
         st = infeed_round(f, &c->last, round);
     tf_fetch_free(f);
@@ -1230,12 +1172,11 @@ tf_status_t tf_infeed_push_start(tf_client_t *c, const char *url, int dev, const
     if (!cb)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "no callback");
     tfi_call_t call;
-    push_bufs_t b;
-    tf_status_t st = infeed_call(c, dev, doc, seq, wait_ms, &call, &b);
+    tf_status_t st = infeed_call(c, dev, doc, seq, wait_ms, &call);
     if (st != TF_OK)
         return st;
     char name[TFP_MAX_TENSOR_NAME + 1], *full = NULL;
-    if ((st = feed_target(c, &call, url, b.sfx, name, &full)) != TF_OK)
+    if ((st = feed_target(c, &call, url, name, &full)) != TF_OK)
         return st;
     push_start_t *ps = malloc(sizeof *ps);
     if (!ps) {
@@ -1254,19 +1195,19 @@ tf_status_t tf_feed_done(tf_client_t *c, const char *url)
 {
     if (!c)
         return TF_EINVAL;
-    tfi_call_t call = {.method = "POST", .what = "feed_done", .feed = {.op = TFP_UF_FEED_DONE}};
-    return feed_call(c, &call, url, "/done", NULL);
+    tfi_call_t call = {.what = "feed_done", .feed = {.op = TFP_UF_FEED_DONE}};
+    return feed_call(c, &call, url, NULL);
 }
 
 tf_status_t tf_feed_reset(tf_client_t *c, const char *url, uint64_t *generation)
 {
     if (!c)
         return TF_EINVAL;
-    tfi_call_t call = {.method = "POST", .what = "feed_reset",
+    tfi_call_t call = {.what = "feed_reset",
                        .feed = {.op = TFP_UF_FEED_RESET}};
     tf_fetch_t *f = NULL;
     tfp_err_t err;
-    tf_status_t st = feed_call(c, &call, url, "/reset", &f);
+    tf_status_t st = feed_call(c, &call, url, &f);
     if (st == TF_OK && generation &&
         (!f->text ||
          tfp_parse_uint_member(f->text, f->text_len, "generation", generation, &err) != TFP_OK))
@@ -1281,9 +1222,9 @@ tf_status_t tf_feed_stats(tf_client_t *c, const char *url, char **json)
         return TF_EINVAL;
     if (!json)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, NULL);
-    tfi_call_t call = {.method = "GET", .what = "feed_stats", .feed = {.op = TFP_UF_FEED_STATS}};
+    tfi_call_t call = {.what = "feed_stats", .feed = {.op = TFP_UF_FEED_STATS}};
     tf_fetch_t *f = NULL;
-    tf_status_t st = feed_call(c, &call, url, "", &f);
+    tf_status_t st = feed_call(c, &call, url, &f);
     if (st == TF_OK)
         take_text(f, json);
     tf_fetch_free(f);
@@ -1297,13 +1238,11 @@ tf_status_t tf_outfeed_get(tf_client_t *c, const char *url, uint64_t after, long
         return TF_EINVAL;
     if (!doc || !seq || wait_ms < 0)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, NULL);
-    char sfx[80];
-    snprintf(sfx, sizeof(sfx), "/outfeed?after=%" PRIu64 "&wait=%ld", after, wait_ms);
-    tfi_call_t call = {.method = "GET", .wait_ms = wait_ms, .what = "feed_outfeed",
+    tfi_call_t call = {.wait_ms = wait_ms, .what = "feed_outfeed",
                        .feed = {.op = TFP_UF_FEED_OUTFEED_GET, .after = after}};
     tf_fetch_t *f = NULL;
     tfp_err_t err;
-    tf_status_t st = feed_call(c, &call, url, sfx, &f);
+    tf_status_t st = feed_call(c, &call, url, &f);
     if (st == TF_EGONE && f && f->text &&
         tfp_parse_uint_member(f->text, f->text_len, "resume_after", seq, &err) != TFP_OK)
         st = tfi_rfail(&c->last, TF_EPROTO, "outfeed 410 without \"resume_after\"");

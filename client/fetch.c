@@ -269,26 +269,30 @@ static long request_timeout(const tf_client_t *c, const tf_request_t *rq)
 /* Builds f's operation from the URL and the request: the URL's origin (noted by the
  * client) and the tensor or route its path names, the user and request id it carries, the
  * body. Records TF_EURL when the URL is not an absolute http(s) URL. */
-/* Copies a generic call's method and headers into op (TFI_OP_CALL). */
+/* A feed call's method and headers into op (TFI_OP_CALL), as HTTP renders its feed block
+ * (tfp_uf_feed_http; its path is in the URL already, call_url). */
 static tf_status_t build_call(tfi_op_t *op, const tfi_call_t *call)
 {
+    tfp_uf_feed_http_t h;
     op->wait_ms = 0;                    /* the URL carries any wait itself */
     op->json = call->doc ? NULL : call->json;
     tfp_strcpy(op->what, sizeof(op->what), call->what ? call->what : "feed");
     op->feed = call->feed;
     op->feed_wait_ms = call->wait_ms > 0 ? call->wait_ms : 0;
-    if (call->feed.op && call->feed_name)
+    if (call->feed_name)
         tfp_strcpy(op->name, sizeof(op->name), call->feed_name);
-    if (!(op->method = strdup(call->method)))
+    if (tfp_uf_feed_http(&call->feed, (uint32_t)op->feed_wait_ms, &h) != TFP_OK)
+        return TF_EINVAL;
+    if (!(op->method = strdup(h.method)))
         return TF_ENOMEM;
-    if (call->nheaders == 0)
+    if (h.nheaders == 0)
         return TF_OK;
-    if (!(op->hdrs = calloc(2 * call->nheaders, sizeof(*op->hdrs))))
+    if (!(op->hdrs = calloc(2 * h.nheaders, sizeof(*op->hdrs))))
         return TF_ENOMEM;
-    for (size_t i = 0; i < call->nheaders; i++) {
+    for (size_t i = 0; i < h.nheaders; i++) {
         op->nhdrs = i + 1;
-        op->hdrs[2 * i] = strdup(call->hname[i]);
-        op->hdrs[2 * i + 1] = strdup(call->hvalue[i]);
+        op->hdrs[2 * i] = strdup(h.hname[i]);
+        op->hdrs[2 * i + 1] = strdup(h.hvalue[i]);
         if (!op->hdrs[2 * i] || !op->hdrs[2 * i + 1])
             return TF_ENOMEM;
     }
@@ -533,25 +537,39 @@ tf_status_t tfi_fetch_start_driven(tf_client_t *c, const tf_request_t *rq, tf_fe
     return fetch_start(c, rq, cb, user_data, out, 1, -1);
 }
 
-/* The tf_request_t a generic call rides on: its URL, body document and time limit. */
-static tf_request_t call_request(const tfi_call_t *call)
+/* The tf_request_t a feed call rides on: its URL (the feed's, and the path and query HTTP
+ * renders its operation with: *url, malloc'd), body document and time limit. TF_OK, or
+ * TF_EINVAL for a call that is no feed operation, TF_ENOMEM. */
+static tf_status_t call_request(const tfi_call_t *call, tf_request_t *rq, char **url)
 {
-    tf_request_t rq = {.url = call->url, .in = call->doc, .timeout_ms = call->timeout_ms,
-                       .wait_ms = call->wait_ms > 0 ? call->wait_ms : 0,
-                       .format = TF_FORMAT_SAFETENSORS,
-                       .transport = call->feed.op ? TF_TRANSPORT_DEFAULT : TF_TRANSPORT_HTTP};
-    return rq;
+    tfp_uf_feed_http_t h;
+    long wait = call->wait_ms > 0 ? call->wait_ms : 0;
+    if (!call->url || tfp_uf_feed_http(&call->feed, (uint32_t)wait, &h) != TFP_OK)
+        return TF_EINVAL;
+    size_t n = strlen(call->url), k = strlen(h.path);
+    if (!(*url = malloc(n + k + 1)))
+        return TF_ENOMEM;
+    memcpy(*url, call->url, n);
+    memcpy(*url + n, h.path, k + 1);
+    *rq = (tf_request_t){.url = *url, .in = call->doc, .timeout_ms = call->timeout_ms,
+                         .wait_ms = wait, .format = TF_FORMAT_SAFETENSORS,
+                         .transport = TF_TRANSPORT_DEFAULT};
+    return TF_OK;
 }
 
 tf_status_t tfi_call_start(tf_client_t *c, const tfi_call_t *call, tf_fetch_cb cb, void *ud,
                            tf_fetch_t **out)
 {
-    if (!call || !call->method || call->nheaders > TFI_CALL_MAX_HEADERS)
-        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "bad internal call");
+    tf_request_t rq;
+    char *url = NULL;
     if (!cb && !out)
         return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "a request needs a callback or a handle");
-    tf_request_t rq = call_request(call);
-    return start_fetch(c, &rq, TFI_OP_CALL, call, NULL, 0, -1, cb, ud, out);
+    tf_status_t st = call ? call_request(call, &rq, &url) : TF_EINVAL;
+    if (st != TF_OK)
+        return tfi_refuse(c, TFI_OP_CALL, st, st == TF_ENOMEM ? NULL : "bad internal call");
+    st = start_fetch(c, &rq, TFI_OP_CALL, call, NULL, 0, -1, cb, ud, out);
+    free(url);
+    return st;
 }
 
 /* Drives the client's transports until f completes (or, f NULL, until nothing is pending)
@@ -734,10 +752,14 @@ static tf_status_t blocking(tf_client_t *c, const tf_request_t *rq, int op, tf_f
 
 tf_status_t tfi_call(tf_client_t *c, const tfi_call_t *call, tf_fetch_t **out)
 {
-    if (!call || !call->method || call->nheaders > TFI_CALL_MAX_HEADERS)
-        return tfi_refuse(c, TFI_OP_CALL, TF_EINVAL, "bad internal call");
-    tf_request_t rq = call_request(call);
-    return blocking_call(c, &rq, TFI_OP_CALL, call, NULL, out);
+    tf_request_t rq;
+    char *url = NULL;
+    tf_status_t st = call ? call_request(call, &rq, &url) : TF_EINVAL;
+    if (st != TF_OK)
+        return tfi_refuse(c, TFI_OP_CALL, st, st == TF_ENOMEM ? NULL : "bad internal call");
+    st = blocking_call(c, &rq, TFI_OP_CALL, call, NULL, out);
+    free(url);
+    return st;
 }
 
 tf_status_t tf_get(tf_client_t *c, const char *url, long wait_ms, tf_doc_t **out)

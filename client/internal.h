@@ -72,18 +72,15 @@ struct tf_doc {
  * text rather than decoded as a document. */
 enum { TFI_OP_LIST = 100, TFI_OP_INFO = 101, TFI_OP_UPGRADE = 102, TFI_OP_CALL = 103 };
 
-/* A generic request for the feed API (feed.c), TFI_OP_CALL: any method to any URL (query
- * included, sent as given), a few extra headers, a body that is a document (safetensors)
- * or JSON text, and a reply kept whole: a safetensors reply becomes f->doc, anything else
- * f->text, and the feed headers land in f->reply. Always over HTTP. Everything is copied
- * at start but doc and json, which are borrowed until completion. */
-#define TFI_CALL_MAX_HEADERS 6
+/* A request of the feed API (feed.c), TFI_OP_CALL: one feed operation, said once, as the
+ * feed block of a UCX FEED frame (proto/ucxframe.h: its op, device, stream ids, positions);
+ * each transport renders it: UCX as that frame, HTTP as the method, path, query and headers
+ * tfp_uf_feed_http derives from it. A body that is a document (safetensors) or JSON text,
+ * and a reply kept whole: a safetensors reply becomes f->doc, anything else f->text, the
+ * typed answer f->reply. Everything is copied at start but doc and json, which are
+ * borrowed until completion. */
 typedef struct {
-    const char *method;             /* "POST", "PUT", "GET", "DELETE" */
-    const char *url;
-    const char *hname[TFI_CALL_MAX_HEADERS];
-    const char *hvalue[TFI_CALL_MAX_HEADERS];
-    size_t nheaders;
+    const char *url;                /* the feed's URL: http://HOST:PORT/v1/feeds/NAME */
     const tf_doc_t *doc;            /* the body as safetensors, or NULL */
     const char *json;               /* the body as JSON (when doc is NULL), or NULL */
     long wait_ms;                   /* how long the server may hold it: added to the limit */
@@ -92,9 +89,8 @@ typedef struct {
     int background;                 /* the library's own request (a feed's prefetch): not
                                      * counted in tf_client_pending, so tf_client_run does
                                      * not wait for it */
-    /* The same request as a UCX FEED frame (proto/ucxframe.h), for a client whose origin is
-     * upgraded: feed.op 0 keeps it on HTTP. feed_name is the feed ("" for the listing);
-     * wait_ms above is the frame's wait. */
+    /* The operation (feed.op: TFP_UF_FEED_*, never 0) and its feed's name; wait_ms above
+     * is the frame's wait and HTTP's (?wait= or Prefer: wait=). */
     tfp_uf_feed_t feed;
     const char *feed_name;
 } tfi_call_t;

@@ -6,6 +6,8 @@
  * the encoder reports TFP_EINVAL. Fields are read and written byte by byte in little-endian
  * order, so alignment and host byte order never matter. No state; any thread.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "proto/auth.h"
@@ -707,5 +709,97 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
     if (st != TFP_OK)
         return st;
     *out = h;
+    return TFP_OK;
+}
+
+/* ---- the same operation over HTTP --------------------------------------------------------- */
+
+static void feed_header(tfp_uf_feed_http_t *out, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void feed_header(tfp_uf_feed_http_t *out, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    out->hname[out->nheaders] = name;
+    vsnprintf(out->hvalue[out->nheaders], sizeof out->hvalue[0], fmt, ap);
+    out->nheaders++;
+    va_end(ap);
+}
+
+tfp_status_t tfp_uf_feed_http(const tfp_uf_feed_t *f, uint32_t wait_ms, tfp_uf_feed_http_t *out)
+{
+    char ack[40] = "";
+    int has_ack = (f->flags & TFP_UF_FF_HAS_ACK) != 0;
+    memset(out, 0, sizeof *out);
+    char *p = out->path;
+    size_t n = sizeof out->path;
+    switch (f->op) {
+    case TFP_UF_FEED_STATS:
+        out->method = "GET";
+        break;
+    case TFP_UF_FEED_DECLARE:
+        out->method = "PUT";
+        break;
+    case TFP_UF_FEED_DELETE:
+        out->method = "DELETE";
+        break;
+    case TFP_UF_FEED_DONE:
+        out->method = "POST";
+        snprintf(p, n, "/done");
+        break;
+    case TFP_UF_FEED_RESET:
+        out->method = "POST";
+        snprintf(p, n, "/reset");
+        break;
+    case TFP_UF_FEED_INFEED:
+        out->method = "POST";
+        if (f->dev[0])
+            snprintf(p, n, "/devices/%s/infeed", f->dev);
+        else
+            snprintf(p, n, "/infeed");
+        if (f->seq)
+            feed_header(out, "Tfetch-Seq", "%llu", (unsigned long long)f->seq);
+        if (f->producer[0])
+            feed_header(out, "Tfetch-Producer", "%s", f->producer);
+        if (wait_ms)
+            feed_header(out, "Prefer", "wait=%u", (unsigned)wait_ms);
+        break;
+    case TFP_UF_FEED_POP:
+        out->method = "POST";
+        if (has_ack)
+            snprintf(ack, sizeof ack, "&ack=%llu", (unsigned long long)f->ack);
+        snprintf(p, n, "/devices/%s/pop?wait=%u%s%s", f->dev, (unsigned)wait_ms, ack,
+                 (f->flags & TFP_UF_FF_REWIND) ? "&rewind=1" : "");
+        feed_header(out, "Tfetch-Consumer", "%s", f->consumer);
+        break;
+    case TFP_UF_FEED_ACK:
+    case TFP_UF_FEED_DETACH: {
+        int is_ack = f->op == TFP_UF_FEED_ACK;
+        out->method = "POST";
+        if (has_ack)
+            snprintf(ack, sizeof ack, "?%s=%llu", is_ack ? "through" : "ack",
+                     (unsigned long long)f->ack);
+        snprintf(p, n, "/devices/%s/%s%s", f->dev, is_ack ? "ack" : "detach", ack);
+        feed_header(out, "Tfetch-Consumer", "%s", f->consumer);
+        break;
+    }
+    case TFP_UF_FEED_OUTFEED_PUSH:
+        out->method = "POST";
+        snprintf(p, n, "/devices/%s/outfeed", f->dev);
+        if (f->seq)
+            feed_header(out, "Tfetch-Seq", "%llu", (unsigned long long)f->seq);
+        if (f->producer[0])
+            feed_header(out, "Tfetch-Producer", "%s", f->producer);
+        if (wait_ms)
+            feed_header(out, "Prefer", "wait=%u", (unsigned)wait_ms);
+        break;
+    case TFP_UF_FEED_OUTFEED_GET:
+        out->method = "GET";
+        snprintf(p, n, "/outfeed?after=%llu&wait=%u", (unsigned long long)f->after,
+                 (unsigned)wait_ms);
+        break;
+    default:
+        return TFP_EINVAL;
+    }
     return TFP_OK;
 }

@@ -272,6 +272,24 @@ typedef struct {
                                                  * (NUL-terminated; "" in requests) */
 } tfp_uf_hdr_t;
 
+/* The HTTP request that asks what a FEED frame's block asks (doc/PROTOCOL.md section 9):
+ * one description of a feed operation, rendered for HTTP here and for UCX by the frame
+ * itself, so the two cannot drift (proto/http.c reads it back as the same operation:
+ * tests/check_ucxframe.c, uf_feed_http). */
+#define TFP_UF_FEED_HTTP_HEADERS 3
+typedef struct {
+    const char *method;                         /* "GET", "PUT", "POST", "DELETE" */
+    char path[TFP_MAX_TENSOR_NAME + 96];        /* after the feed's URL (/v1/feeds/NAME),
+                                                 * query included: "", "/done",
+                                                 * "/devices/0/pop?wait=100&ack=3" */
+    const char *hname[TFP_UF_FEED_HTTP_HEADERS];
+    char hvalue[TFP_UF_FEED_HTTP_HEADERS][TFP_MAX_USER_ID + 32];
+    size_t nheaders;
+} tfp_uf_feed_http_t;
+/* f's operation (wait_ms: the frame's wait) as HTTP: TFP_OK and *out, or TFP_EINVAL for a
+ * block that is no feed operation on one feed (LIST included: it names none). */
+tfp_status_t tfp_uf_feed_http(const tfp_uf_feed_t *f, uint32_t wait_ms, tfp_uf_feed_http_t *out);
+
 /* Zeroes *h and sets op and seq: the rest is filled in by the caller. */
 void tfp_uf_init(tfp_uf_hdr_t *h, tfp_uf_op_t op, uint64_t seq);
 

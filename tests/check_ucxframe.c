@@ -20,6 +20,7 @@
 #include "proto/status.h"
 #include "proto/shmframe.h"
 #include "proto/answer.h"
+#include "proto/http.h"
 #include "proto/ucxframe.h"
 #include "proto/upgrade.h"
 #include "tests/fixtures.h"
@@ -501,6 +502,109 @@ START_TEST(uf_answer_block)
     ck_assert_int_eq(tfp_uf_decode(buf, len, &d, &err), TFP_EPROTO);
     buf[len - 1] = '\n';
     ck_assert_int_eq(tfp_uf_decode(buf, len - 1, &d, &err), TFP_EPROTO);    /* short */
+}
+END_TEST
+
+/* A feed operation said once (the FEED frame's block) and rendered for HTTP
+ * (tfp_uf_feed_http) is, read back by the server's HTTP parser, the same operation the
+ * frame asks: one table of cases, every feed op with its fields. */
+static void query_value(const char *q, const char *key, const char **out, char *buf, size_t n)
+{
+    size_t k = strlen(key);
+    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL)
+        if (strncmp(p, key, k) == 0 && p[k] == '=') {
+            size_t v = strcspn(p + k + 1, "&");
+            ck_assert_uint_lt(v, n);
+            memcpy(buf, p + k + 1, v);
+            buf[v] = '\0';
+            *out = buf;
+        }
+}
+
+START_TEST(uf_feed_http)
+{
+    static const struct {
+        int op;
+        tfp_op_kind_t kind;
+        const char *dev, *consumer;
+        uint64_t seq, ack, after;
+        int flags;
+        uint32_t wait;
+    } cases[] = {
+        {TFP_UF_FEED_DECLARE, TFP_OP_FEED_DECLARE, "", "", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_STATS, TFP_OP_FEED_STATS, "", "", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_DELETE, TFP_OP_FEED_DELETE, "", "", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_INFEED, TFP_OP_FEED_INFEED, "1", "", 7, 0, 0, 0, 250},
+        {TFP_UF_FEED_INFEED, TFP_OP_FEED_INFEED, "", "", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_POP, TFP_OP_FEED_POP, "gpu0", "c-1", 0, 9, 0, TFP_UF_FF_HAS_ACK |
+         TFP_UF_FF_REWIND, 100},
+        {TFP_UF_FEED_POP, TFP_OP_FEED_POP, "0", "c-1", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_ACK, TFP_OP_FEED_ACK, "0", "c-1", 0, 4, 0, TFP_UF_FF_HAS_ACK, 0},
+        {TFP_UF_FEED_DETACH, TFP_OP_FEED_DETACH, "0", "c-1", 0, 4, 0, TFP_UF_FF_HAS_ACK, 0},
+        {TFP_UF_FEED_DETACH, TFP_OP_FEED_DETACH, "0", "c-1", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_OUTFEED_PUSH, TFP_OP_FEED_OUTFEED_PUSH, "2", "", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_OUTFEED_GET, TFP_OP_FEED_OUTFEED_GET, "", "", 0, 0, 12, 0, 30},
+        {TFP_UF_FEED_DONE, TFP_OP_FEED_DONE, "", "", 0, 0, 0, 0, 0},
+        {TFP_UF_FEED_RESET, TFP_OP_FEED_RESET, "", "", 0, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tfp_uf_feed_t f;
+        memset(&f, 0, sizeof f);
+        f.op = (uint8_t)cases[i].op;
+        f.flags = (uint8_t)cases[i].flags;
+        f.seq = cases[i].seq;
+        f.ack = cases[i].ack;
+        f.after = cases[i].after;
+        snprintf(f.dev, sizeof f.dev, "%s", cases[i].dev);
+        snprintf(f.consumer, sizeof f.consumer, "%s", cases[i].consumer);
+        tfp_uf_feed_http_t h;
+        ck_assert_int_eq(tfp_uf_feed_http(&f, cases[i].wait, &h), TFP_OK);
+        char path[512], q[256] = "", wait[24], ack[24], through[24], after[24], rewind[8];
+        const char *qs = strchr(h.path, '?');
+        snprintf(path, sizeof path, "/v1/feeds/f%.*s", (int)(qs ? qs - h.path :
+                                                            (long)strlen(h.path)), h.path);
+        if (qs)
+            snprintf(q, sizeof q, "%s", qs + 1);
+        int body = cases[i].op == TFP_UF_FEED_DECLARE || cases[i].op == TFP_UF_FEED_INFEED ||
+                   cases[i].op == TFP_UF_FEED_OUTFEED_PUSH;
+        tfp_http_req_t in = {.method = h.method, .path = path, .content_length = body ? 64 : -1,
+                             .content_type = cases[i].op == TFP_UF_FEED_DECLARE
+                                                 ? "application/json"
+                                                 : body ? "application/x-safetensors" : NULL,
+                             .max_body = 1 << 20};
+        query_value(q, "wait", &in.wait, wait, sizeof wait);
+        query_value(q, "ack", &in.ack, ack, sizeof ack);
+        query_value(q, "through", &in.through, through, sizeof through);
+        query_value(q, "after", &in.after, after, sizeof after);
+        query_value(q, "rewind", &in.rewind, rewind, sizeof rewind);
+        for (size_t k = 0; k < h.nheaders; k++) {
+            const char **slot = strcmp(h.hname[k], "Tfetch-Seq") == 0      ? &in.seq
+                              : strcmp(h.hname[k], "Tfetch-Consumer") == 0 ? &in.consumer
+                              : strcmp(h.hname[k], "Tfetch-Producer") == 0 ? &in.producer
+                              : strcmp(h.hname[k], "Prefer") == 0           ? &in.prefer
+                                                                             : NULL;
+            ck_assert_msg(slot != NULL, "header %s", h.hname[k]);
+            *slot = h.hvalue[k];
+        }
+        tfp_op_t op;
+        tfp_op_err_t e;
+        ck_assert_msg(tfp_http_op_parse(&in, &op, &e) == TFP_OK, "case %zu: %s %s?%s: %s", i,
+                      h.method, path, q, e.msg);
+        ck_assert_int_eq(op.kind, cases[i].kind);
+        ck_assert_str_eq(op.name, "f");
+        ck_assert_str_eq(op.sub, cases[i].dev);
+        ck_assert_str_eq(op.feed.consumer, cases[i].consumer);
+        ck_assert_uint_eq(op.feed.seq, cases[i].seq);
+        ck_assert_uint_eq(op.feed.ack, cases[i].ack);
+        ck_assert_int_eq(op.feed.has_ack, (cases[i].flags & TFP_UF_FF_HAS_ACK) != 0);
+        ck_assert_int_eq(op.feed.rewind, (cases[i].flags & TFP_UF_FF_REWIND) != 0);
+        ck_assert_uint_eq(op.feed.after, cases[i].after);
+        ck_assert_uint_eq(op.wait_ms, cases[i].wait);
+    }
+    tfp_uf_feed_t bad;
+    memset(&bad, 0, sizeof bad);
+    tfp_uf_feed_http_t h;
+    ck_assert_int_eq(tfp_uf_feed_http(&bad, 0, &h), TFP_EINVAL);
 }
 END_TEST
 
@@ -1550,6 +1654,7 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_roundtrip_ops);
     tcase_add_test(tc, uf_max_header);
     tcase_add_test(tc, uf_answer_block);
+    tcase_add_test(tc, uf_feed_http);
     tcase_add_test(tc, uf_null_args);
     tcase_add_loop_test(tc, uf_rule_refused, 0, N_RULES);
     tcase_add_test(tc, uf_rules_cover_ops);
