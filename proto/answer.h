@@ -100,10 +100,12 @@ int tfp_answer_header_parse(tfp_answer_t *a, const char *name, const char *value
 #define TFP_ANSWER_MAX_LINES 512
 /* The fields of a in mask (1u << TFP_AF_*) as lines "Header: value", each ended by "\n",
  * into buf (NUL-terminated): its length (0: none set). A field that does not fit is left
- * out. */
+ * out. The server's time (TFP_AF_TIMING_MASK) is one line "T: RECV,QUEUE,HANDLER,TF" in
+ * microseconds ("-": not set), not HTTP's 75-byte Server-Timing list. */
 size_t tfp_answer_lines(const tfp_answer_t *a, uint32_t mask, char *buf, size_t size);
 /* Lines as tfp_answer_lines writes them, into a: each "Header: value" through
- * tfp_answer_header_parse; a line of no field's, or with a malformed value, is skipped.
+ * tfp_answer_header_parse, the "T:" line by its own parser; a line of no field's, or with a
+ * malformed value, is skipped.
  * 0, or -1 when the text is not such lines (nothing set then). */
 int tfp_answer_lines_parse(tfp_answer_t *a, const char *s, size_t n);
 /* 1 if s[0..n) has the form of answer lines: printable ASCII lines "Name: value\n", Name a

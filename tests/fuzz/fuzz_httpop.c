@@ -11,7 +11,8 @@
  * the name the daemon gives its tensor (the path's for a PUT). The first two lines are also
  * an answer's header, name and value, through the typed answer's table (proto/answer.h):
  * one it takes renders back to the same field, and its UCX place carries it there and back
- * unchanged. Owns nothing between inputs;
+ * unchanged. The whole input is also a REPLY's answer lines (UCX, shm), whose parse must
+ * render back to the same fields. Owns nothing between inputs;
  * single-threaded. Build and run: see README.md beside it (make fuzz).
  */
 #include <stdint.h>
@@ -91,8 +92,32 @@ static void answer_round_trip(const char *name, const char *value)
             answer_fail("the UCX frame's round trip changed a field");
 }
 
+/* The whole input as a UCX or shm REPLY's answer lines: what parses renders back to lines
+ * that parse to the same answer. */
+static void lines_round_trip(const uint8_t *data, size_t size)
+{
+    tfp_answer_t a, b;
+    char lines[TFP_ANSWER_MAX_LINES + 1];
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    if (tfp_answer_lines_parse(&a, (const char *)data, size) != 0) {
+        if (a.present)
+            answer_fail("refused lines set a field");
+        return;
+    }
+    size_t n = tfp_answer_lines(&a, ~0u, lines, sizeof lines);
+    if (!tfp_answer_lines_valid(lines, n) || tfp_answer_lines_parse(&b, lines, n) != 0)
+        answer_fail("rendered lines do not parse back");
+    for (unsigned i = 0; i < TFP_AF_COUNT; i++)
+        if (tfp_answer_has(&a, (tfp_af_t)i) &&
+            (!tfp_answer_has(&b, (tfp_af_t)i) ||
+             (!tfp_answer_fields[i].is_str && a.num[i] != b.num[i])))
+            answer_fail("the lines' round trip changed a field");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    lines_round_trip(data, size);
     char *text = malloc(size + 1), *f[NFIELDS] = {0};
     if (text == NULL)
         return 0;
