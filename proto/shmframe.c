@@ -299,19 +299,32 @@ tfp_status_t tfp_sf_target(const tfp_sf_t *m, char name[TFP_MAX_TENSOR_NAME + 1]
     return TFP_OK;
 }
 
+/* m's string: first, then "\nNAME1: v1" and "\nNAME2: v2" for each value given and not
+ * empty. TFP_OK, or err (what: what the string holds) when it does not fit. */
+static tfp_status_t set_lines(tfp_sf_t *m, const char *first, const char *name1,
+                              const char *v1, const char *name2, const char *v2,
+                              const char *what, tfp_err_t *err)
+{
+    int has1 = v1 && v1[0], has2 = v2 && v2[0];
+    int n = snprintf(m->str, sizeof m->str, "%s%s%s%s%s%s%s%s%s", first, has1 ? "\n" : "",
+                     has1 ? name1 : "", has1 ? ": " : "", has1 ? v1 : "", has2 ? "\n" : "",
+                     has2 ? name2 : "", has2 ? ": " : "", has2 ? v2 : "");
+    if (n < 0 || (size_t)n >= sizeof m->str) {
+        m->str[0] = '\0';
+        m->str_len = 0;
+        return tfp_err_set(err, TFP_EINVAL, "shm: %s of %d bytes", what, n);
+    }
+    m->str_len = (size_t)n;
+    return TFP_OK;
+}
+
 tfp_status_t tfp_sf_set_target(tfp_sf_t *m, const char *name, const char *if_match,
                                const char *if_none_match, tfp_err_t *err)
 {
     int has_im = if_match && if_match[0], has_inm = if_none_match && if_none_match[0];
-    int n = snprintf(m->str, sizeof m->str, "%s%s%s%s%s", name, has_im ? "\nIf-Match: " : "",
-                     has_im ? if_match : "", has_inm ? "\nIf-None-Match: " : "",
-                     has_inm ? if_none_match : "");
-    if (n < 0 || (size_t)n >= sizeof m->str) {
-        m->str[0] = '\0';
-        m->str_len = 0;
-        return tfp_err_set(err, TFP_EINVAL, "shm: a name and conditions of %d bytes", n);
-    }
-    m->str_len = (size_t)n;
+    if (set_lines(m, name, "If-Match", if_match, "If-None-Match", if_none_match,
+                  "a name and conditions", err) != TFP_OK)
+        return TFP_EINVAL;
     m->flags = (has_im || has_inm) ? m->flags | TFP_SF_F_COND : m->flags & ~TFP_SF_F_COND;
     if (tfp_sf_target(m, NULL, NULL, NULL, err) != TFP_OK) {
         err->code = TFP_EINVAL;
@@ -408,16 +421,9 @@ tfp_status_t tfp_sf_call_spec(const tfp_sf_t *m, char route[TFP_MAX_TENSOR_NAME 
 tfp_status_t tfp_sf_set_call(tfp_sf_t *m, const char *route, const char *user,
                              const char *request_id, tfp_err_t *err)
 {
-    int has_u = user && user[0], has_id = request_id && request_id[0];
-    int n = snprintf(m->str, sizeof m->str, "%s%s%s%s%s", route, has_u ? "\nUser: " : "",
-                     has_u ? user : "", has_id ? "\nRequest-Id: " : "",
-                     has_id ? request_id : "");
-    if (n < 0 || (size_t)n >= sizeof m->str) {
-        m->str[0] = '\0';
-        m->str_len = 0;
-        return tfp_err_set(err, TFP_EINVAL, "shm: a route, user and request id of %d bytes", n);
-    }
-    m->str_len = (size_t)n;
+    if (set_lines(m, route, "User", user, "Request-Id", request_id,
+                  "a route, user and request id", err) != TFP_OK)
+        return TFP_EINVAL;
     if (tfp_sf_call_spec(m, NULL, NULL, NULL, err) != TFP_OK) {
         err->code = TFP_EINVAL;
         return TFP_EINVAL;

@@ -726,6 +726,18 @@ static void feed_header(tfp_uf_feed_http_t *out, const char *name, const char *f
     va_end(ap);
 }
 
+/* A push's headers (infeed and outfeed alike): its sequence, its producer, how long it may
+ * wait for room. */
+static void push_headers(tfp_uf_feed_http_t *out, const tfp_uf_feed_t *f, uint32_t wait_ms)
+{
+    if (f->seq)
+        feed_header(out, "Tfetch-Seq", "%llu", (unsigned long long)f->seq);
+    if (f->producer[0])
+        feed_header(out, "Tfetch-Producer", "%s", f->producer);
+    if (wait_ms)
+        feed_header(out, "Prefer", "wait=%u", (unsigned)wait_ms);
+}
+
 tfp_status_t tfp_uf_feed_http(const tfp_uf_feed_t *f, uint32_t wait_ms, tfp_uf_feed_http_t *out)
 {
     char ack[40] = "";
@@ -757,12 +769,7 @@ tfp_status_t tfp_uf_feed_http(const tfp_uf_feed_t *f, uint32_t wait_ms, tfp_uf_f
             snprintf(p, n, "/devices/%s/infeed", f->dev);
         else
             snprintf(p, n, "/infeed");
-        if (f->seq)
-            feed_header(out, "Tfetch-Seq", "%llu", (unsigned long long)f->seq);
-        if (f->producer[0])
-            feed_header(out, "Tfetch-Producer", "%s", f->producer);
-        if (wait_ms)
-            feed_header(out, "Prefer", "wait=%u", (unsigned)wait_ms);
+        push_headers(out, f, wait_ms);
         break;
     case TFP_UF_FEED_POP:
         out->method = "POST";
@@ -786,12 +793,7 @@ tfp_status_t tfp_uf_feed_http(const tfp_uf_feed_t *f, uint32_t wait_ms, tfp_uf_f
     case TFP_UF_FEED_OUTFEED_PUSH:
         out->method = "POST";
         snprintf(p, n, "/devices/%s/outfeed", f->dev);
-        if (f->seq)
-            feed_header(out, "Tfetch-Seq", "%llu", (unsigned long long)f->seq);
-        if (f->producer[0])
-            feed_header(out, "Tfetch-Producer", "%s", f->producer);
-        if (wait_ms)
-            feed_header(out, "Prefer", "wait=%u", (unsigned)wait_ms);
+        push_headers(out, f, wait_ms);
         break;
     case TFP_UF_FEED_OUTFEED_GET:
         out->method = "GET";
