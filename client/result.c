@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
@@ -110,12 +111,14 @@ int tfi_body_digest(tfi_op_t *op)
  * differs from the one they had. */
 static int corrupt_gets(void)
 {
-    static int v = -1;
-    if (v < 0) {
+    static atomic_int v = -1;       /* read once; threads racing to read it agree */
+    int got = atomic_load_explicit(&v, memory_order_relaxed);
+    if (got < 0) {
         const char *e = getenv("TFETCH_TEST_CORRUPT");
-        v = e && strcmp(e, "get") == 0;
+        got = e && strcmp(e, "get") == 0;
+        atomic_store_explicit(&v, got, memory_order_relaxed);
     }
-    return v;
+    return got;
 }
 
 void tfi_received_sha256(uint8_t sha[TFP_DIGEST_LEN])

@@ -15,6 +15,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* Answers with doc in the form Accept asks for when that is not safetensors: JSON, or one
@@ -277,12 +278,14 @@ void api_begin_put(tfx_req_t *r, tfd_ctx_t *c)
  * sit between the two sides. */
 static int corrupt_puts(void)
 {
-    static int v = -1;
-    if (v < 0) {
+    static atomic_int v = -1;       /* read once; threads racing to read it agree */
+    int got = atomic_load_explicit(&v, memory_order_relaxed);
+    if (got < 0) {
         const char *e = getenv("TFETCHD_TEST_CORRUPT");
-        v = e && strcmp(e, "put") == 0;
+        got = e && strcmp(e, "put") == 0;
+        atomic_store_explicit(&v, got, memory_order_relaxed);
     }
-    return v;
+    return got;
 }
 
 /* A PUT's Repr-Digest and Content-Digest (sha-256, RFC 9530) against the bytes received
