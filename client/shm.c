@@ -343,11 +343,11 @@ static tf_status_t queue_done(tf_client_t *c, tf_fetch_t *f)
     return TF_OK;
 }
 
-/* ALLOC or STAGE (op): a writable memfd of size bytes from the daemon, mapped: 0 with *m and
- * *lease, or the daemon's refusal (*st, msg), or -1 with why (the connection failed). */
-static int ask_buffer(shmc_t *k, tfp_sf_op_t op, uint32_t flags, size_t size, long ms,
-                      tfx_shm_t *m, uint64_t *lease, tfp_status_t *st, char *why,
-                      size_t why_size)
+/* ALLOC or STAGE (op, with flags): a writable memfd of exactly size bytes from the daemon,
+ * not mapped: 0 with *fd and *lease, the daemon's refusal (1: *st, why), or -1 with why (the
+ * connection failed, or the buffer is not what was asked). */
+static int ask_fd(shmc_t *k, tfp_sf_op_t op, uint32_t flags, size_t size, long ms, int *fd,
+                  uint64_t *lease, tfp_status_t *st, char *why, size_t why_size)
 {
     tfp_sf_t q, r;
     tfp_err_t err;
@@ -356,29 +356,43 @@ static int ask_buffer(shmc_t *k, tfp_sf_op_t op, uint32_t flags, size_t size, lo
     q.flags = flags;
     q.seq = ++k->seq;
     q.a = size;
-    int fd;
     *st = TFP_OK;
-    if (send_msg(k, &q) != 0 || recv_reply(k, q.seq, ms, &r, &fd, why, why_size) != 0)
+    if (send_msg(k, &q) != 0 || recv_reply(k, q.seq, ms, &r, fd, why, why_size) != 0)
         return -1;
     if (r.status != TFP_OK) {
+        if (*fd >= 0)
+            close(*fd);
         *st = (tfp_status_t)r.status;
         snprintf(why, why_size, "%.200s", r.str);
         return 1;
     }
     /* A buffer we may write into, of exactly the size asked, that no one can shrink. */
     size_t got;
-    if (fd < 0 || tfx_shm_check(fd, size, 0, &got, &err) != TFP_OK || got != size ||
+    if (*fd < 0 || tfx_shm_check(*fd, size, 0, &got, &err) != TFP_OK || got != size ||
         r.a != size) {
-        if (fd >= 0)
-            close(fd);
-        snprintf(why, why_size, "bad shm buffer: %.200s", fd < 0 ? "none" : err.msg);
+        if (*fd >= 0)
+            close(*fd);
+        snprintf(why, why_size, "bad shm buffer: %.200s", *fd < 0 ? "none" : err.msg);
         return -1;
     }
+    *lease = r.lease;
+    return 0;
+}
+
+/* ask_fd's buffer (ALLOC or STAGE), mapped: 0 with *m and *lease, else as ask_fd. */
+static int ask_buffer(shmc_t *k, tfp_sf_op_t op, size_t size, long ms, tfx_shm_t *m,
+                      uint64_t *lease, tfp_status_t *st, char *why, size_t why_size)
+{
+    tfp_err_t err;
+    uint64_t id;
+    int fd, rc = ask_fd(k, op, 0, size, ms, &fd, &id, st, why, why_size);
+    if (rc != 0)
+        return rc;
     if (tfx_shm_map(fd, size, TFX_SHM_MAP_FILL, m, &err) != TFP_OK) {
         snprintf(why, why_size, "%s", err.msg);
         return -1;
     }
-    *lease = r.lease;
+    *lease = id;
     return 0;
 }
 
@@ -512,7 +526,7 @@ static tf_status_t shm_put(tf_client_t *c, tf_fetch_t *f)
     lease_t tmp = { TFX_SHM_NONE, k, 0, (size_t)f->op.body_len };
     tfp_status_t st = TFP_OK;
     uint64_t t_send = tfx_now_ns();
-    int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, 0, (size_t)f->op.body_len, ms,
+    int rc = f->op.body_len ? ask_buffer(k, TFP_SF_ALLOC, (size_t)f->op.body_len, ms,
                                          &tmp.map, &tmp.lease, &st, why, sizeof why)
                             : 1;
     if (rc < 0)
@@ -619,41 +633,6 @@ bad:
     return -1;
 }
 
-/* ALLOC with flag CALL: a writable memfd of size bytes, not mapped: 0 with *fd and *lease,
- * the daemon's refusal (1: *st, why), or -1 with why (the connection failed). */
-static int ask_call_buffer(shmc_t *k, size_t size, long ms, int *fd, uint64_t *lease,
-                           tfp_status_t *st, char *why, size_t why_size)
-{
-    tfp_sf_t q, r;
-    tfp_err_t err;
-    memset(&q, 0, sizeof q);
-    q.op = TFP_SF_ALLOC;
-    q.flags = TFP_SF_F_CALL;
-    q.seq = ++k->seq;
-    q.a = size;
-    *st = TFP_OK;
-    if (send_msg(k, &q) != 0 || recv_reply(k, q.seq, ms, &r, fd, why, why_size) != 0)
-        return -1;
-    if (r.status != TFP_OK) {
-        if (*fd >= 0)
-            close(*fd);
-        *st = (tfp_status_t)r.status;
-        snprintf(why, why_size, "%.200s", r.str);
-        return 1;
-    }
-    /* A buffer of exactly the size asked, that no one can shrink. */
-    size_t got;
-    if (*fd < 0 || tfx_shm_check(*fd, size, 0, &got, &err) != TFP_OK || got != size ||
-        r.a != size) {
-        if (*fd >= 0)
-            close(*fd);
-        snprintf(why, why_size, "bad shm buffer: %.200s", *fd < 0 ? "none" : err.msg);
-        return -1;
-    }
-    *lease = r.lease;
-    return 0;
-}
-
 /* f's rendered body written at offset 0 of fd (pwritev, in as many calls as it takes). 0, or
  * -1 with why. */
 static int write_segs(const tf_fetch_t *f, int fd, char *why, size_t why_size)
@@ -713,7 +692,8 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
     tfp_status_t st = TFP_OK;
     tfp_err_t err;
     int bfd = -1;
-    int rc = ask_call_buffer(k, (size_t)f->op.body_len, ms, &bfd, &lease, &st, why, sizeof why);
+    int rc = ask_fd(k, TFP_SF_ALLOC, TFP_SF_F_CALL, (size_t)f->op.body_len, ms, &bfd, &lease,
+                    &st, why, sizeof why);
     if (rc < 0)
         tfi_shm_disconnect(o);
     if (rc != 0) {
@@ -944,7 +924,7 @@ static tf_status_t new_in_shm(tf_client_t *c, const char *url, const tf_tensor_s
     char why[256] = "";
     tfp_status_t pst = TFP_OK;
     shmc_t *k = o->shm;
-    int rc = l ? ask_buffer(k, sop, 0, hlen + data, SHM_TIMEOUT_MS, &l->map, &l->lease, &pst,
+    int rc = l ? ask_buffer(k, sop, hlen + data, SHM_TIMEOUT_MS, &l->map, &l->lease, &pst,
                             why, sizeof why) : -1;
     if (rc != 0) {
         free(hdr);
