@@ -90,6 +90,14 @@ int tfp_answer_has(const tfp_answer_t *a, tfp_af_t f)
     return (unsigned)f < TFP_AF_COUNT && (a->present & (1u << f)) != 0;
 }
 
+/* v's decimal digits written at p (room for 20): the end of them. */
+static char *put_u64(char *p, uint64_t v)
+{
+    char digits[24], *e = digits + sizeof digits, *d = tfp_u64_digits(e, v);
+    memcpy(p, d, (size_t)(e - d));
+    return p + (e - d);
+}
+
 size_t tfp_answer_header_value(const tfp_answer_t *a, tfp_af_t f, char *buf, size_t size)
 {
     /* by hand, not snprintf: every UCX and shm reply renders these (strcopy.h's reason) */
@@ -102,22 +110,17 @@ size_t tfp_answer_header_value(const tfp_answer_t *a, tfp_af_t f, char *buf, siz
         memcpy(p, a->str[str_slot(f)], n);
         p += n;
     } else if (r->kind == TFP_AK_DUR) {         /* "metric;dur=MS.UUU" */
-        char digits[24], *e = digits + sizeof digits, *d = tfp_u64_digits(e, a->num[f] / 1000);
         size_t m = strlen(r->metric);
         uint64_t us = a->num[f] % 1000;
         memcpy(p, r->metric, m);
         memcpy(p + m, ";dur=", 5);
-        p += m + 5;
-        memcpy(p, d, (size_t)(e - d));
-        p += e - d;
+        p = put_u64(p + m + 5, a->num[f] / 1000);
         *p++ = '.';
         *p++ = (char)('0' + us / 100);
         *p++ = (char)('0' + us / 10 % 10);
         *p++ = (char)('0' + us % 10);
     } else {
-        char *e = tmp + sizeof tmp, *d = tfp_u64_digits(e, a->num[f]);
-        memmove(p, d, (size_t)(e - d));
-        p += e - d;
+        p = put_u64(p, a->num[f]);
     }
     size_t n = (size_t)(p - tmp);
     if (n >= size)
@@ -291,9 +294,7 @@ static size_t timing_line(const tfp_answer_t *a, char *buf, size_t size)
             *p++ = '-';
             continue;
         }
-        char digits[24], *e = digits + sizeof digits, *d = tfp_u64_digits(e, a->num[timing_order[i]]);
-        memcpy(p, d, (size_t)(e - d));
-        p += e - d;
+        p = put_u64(p, a->num[timing_order[i]]);
     }
     *p++ = '\n';
     size_t n = (size_t)(p - line);
