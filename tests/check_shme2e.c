@@ -639,6 +639,22 @@ static tfp_sf_t sf(tfp_sf_op_t op, const char *str)
     return m;
 }
 
+/* op (COMMIT or CALL, string str) of the buffer lease holding len bytes, sent while the
+ * client still maps it writable: refused (the daemon cannot seal it), with no descriptor. */
+static void refused_unsealable(int fd, tfp_sf_op_t op, const char *str, uint64_t lease,
+                               size_t len)
+{
+    int got;
+    tfp_sf_t m = sf(op, str);
+    m.lease = lease;
+    m.a = len;
+    raw_send(fd, &m, -1);
+    tfp_sf_t r = raw_reply(fd, &got);
+    ck_assert_int_eq(r.status, TFP_EBADREQ);
+    ck_assert_ptr_nonnull(strstr(r.str, "sealed"));
+    ck_assert_int_eq(got, -1);
+}
+
 START_TEST(shm_hostile_client)
 {
     if (!ready("shm_hostile_client"))
@@ -701,13 +717,7 @@ START_TEST(shm_hostile_client)
     memcpy(w.p, enc, elen);
     tf_free(enc);
     tf_doc_free(d);
-    m = sf(TFP_SF_COMMIT, "evil");
-    m.lease = r.lease;
-    m.a = elen;
-    raw_send(fd, &m, -1);
-    r = raw_reply(fd, &got);
-    ck_assert_int_eq(r.status, TFP_EBADREQ);
-    ck_assert_ptr_nonnull(strstr(r.str, "sealed"));
+    refused_unsealable(fd, TFP_SF_COMMIT, "evil", r.lease, elen);
     tfx_shm_close(&w);
     /* A descriptor sent to the daemon: the connection is closed. */
     m = sf(TFP_SF_GET, "h");
@@ -820,14 +830,7 @@ START_TEST(shm_call)
     tfx_shm_t w;
     ck_assert_int_eq(tfx_shm_map(got, elen, 1, &w, &err), TFP_OK);
     memcpy(w.p, enc, elen);
-    m = sf(TFP_SF_CALL, "echo");
-    m.lease = r.lease;
-    m.a = elen;
-    raw_send(fd, &m, -1);
-    r = raw_reply(fd, &got);
-    ck_assert_int_eq(r.status, TFP_EBADREQ);
-    ck_assert_ptr_nonnull(strstr(r.str, "sealed"));
-    ck_assert_int_eq(got, -1);
+    refused_unsealable(fd, TFP_SF_CALL, "echo", r.lease, elen);
     tfx_shm_close(&w);
     /* Unmapped: the same document is echoed back in its own sealed memfd. */
     m = sf(TFP_SF_ALLOC, NULL);

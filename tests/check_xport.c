@@ -237,14 +237,16 @@ static answer_t shm_answer(const tfp_sf_t *r)
     return a;
 }
 
-static answer_t shm_put(conns_t *k, const char *name, const void *doc, size_t len,
-                        const char *im, const char *inm, unsigned ttl)
+/* ALLOC (flags: 0, or TFP_SF_F_CALL for a call's request) of len bytes, doc written into it
+ * and unmapped (so the daemon can seal it): the buffer's lease. */
+static uint64_t shm_lend(conns_t *k, uint32_t flags, const void *doc, size_t len)
 {
     tfp_sf_t m;
     tfp_err_t err;
     int fd;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_ALLOC;
+    m.flags = flags;
     m.a = len;
     shm_send(k, &m);
     tfp_sf_t r = shm_reply(k, &fd);
@@ -254,14 +256,34 @@ static answer_t shm_put(conns_t *k, const char *name, const void *doc, size_t le
     ck_assert_int_eq(tfx_shm_map(fd, len, TFX_SHM_MAP_FILL, &w, &err), TFP_OK);
     memcpy(w.p, doc, len);
     tfx_shm_close(&w);                  /* unmapped and closed: the daemon can seal it */
+    return r.lease;
+}
+
+/* RELEASE of an answer's lease (no reply). */
+static void shm_release(conns_t *k, uint64_t lease)
+{
+    tfp_sf_t m;
+    memset(&m, 0, sizeof m);
+    m.op = TFP_SF_RELEASE;
+    m.lease = lease;
+    shm_send(k, &m);
+    k->seq--;
+}
+
+static answer_t shm_put(conns_t *k, const char *name, const void *doc, size_t len,
+                        const char *im, const char *inm, unsigned ttl)
+{
+    tfp_sf_t m;
+    tfp_err_t err;
+    int fd;
     memset(&m, 0, sizeof m);
     m.op = TFP_SF_COMMIT;
-    m.lease = r.lease;
+    m.lease = shm_lend(k, 0, doc, len);
     m.a = len;
     m.b = ttl;
     ck_assert_int_eq(tfp_sf_set_target(&m, name, im, inm, &err), TFP_OK);
     shm_send(k, &m);
-    r = shm_reply(k, &fd);
+    tfp_sf_t r = shm_reply(k, &fd);
     ck_assert_int_eq(fd, -1);
     return shm_answer(&r);
 }
@@ -286,11 +308,7 @@ static answer_t shm_get(conns_t *k, const char *name, const char *inm)
         ck_assert_int_eq(tfx_shm_check(fd, 1, TFX_SHM_SEAL_WRITE, &size, &err), TFP_OK);
         ck_assert_int_eq(tfp_sf_check_span(r.a, r.b, size, &err), TFP_OK);
         close(fd);
-        memset(&m, 0, sizeof m);
-        m.op = TFP_SF_RELEASE;
-        m.lease = r.lease;
-        shm_send(k, &m);                /* no reply */
-        k->seq--;
+        shm_release(k, r.lease);
     }
     return shm_answer(&r);
 }
@@ -303,24 +321,12 @@ static answer_t shm_exchange(conns_t *k, const char *route, const void *doc, siz
     tfp_err_t err;
     int fd;
     memset(&m, 0, sizeof m);
-    m.op = TFP_SF_ALLOC;
-    m.flags = TFP_SF_F_CALL;
-    m.a = len;
-    shm_send(k, &m);
-    tfp_sf_t r = shm_reply(k, &fd);
-    ck_assert_int_eq(r.status, TFP_OK);
-    ck_assert_int_ge(fd, 0);
-    tfx_shm_t w;
-    ck_assert_int_eq(tfx_shm_map(fd, len, TFX_SHM_MAP_FILL, &w, &err), TFP_OK);
-    memcpy(w.p, doc, len);
-    tfx_shm_close(&w);
-    memset(&m, 0, sizeof m);
     m.op = TFP_SF_CALL;
-    m.lease = r.lease;
+    m.lease = shm_lend(k, TFP_SF_F_CALL, doc, len);
     m.a = len;
     ck_assert_int_eq(tfp_sf_set_call(&m, route, "xport-user", NULL, &err), TFP_OK);
     shm_send(k, &m);
-    r = shm_reply(k, &fd);
+    tfp_sf_t r = shm_reply(k, &fd);
     ck_assert_int_eq(fd >= 0, r.status == TFP_OK);
     if (fd >= 0) {
         size_t size;
@@ -331,11 +337,7 @@ static answer_t shm_exchange(conns_t *k, const char *route, const void *doc, siz
         ck_assert_uint_eq(r.b, len);
         ck_assert_int_eq(memcmp(a.p + r.a, doc, len), 0);
         tfx_shm_close(&a);
-        memset(&m, 0, sizeof m);
-        m.op = TFP_SF_RELEASE;
-        m.lease = r.lease;
-        shm_send(k, &m);                /* no reply */
-        k->seq--;
+        shm_release(k, r.lease);
     }
     return shm_answer(&r);
 }
