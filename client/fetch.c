@@ -446,9 +446,7 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     if (fd >= 0 && (st = attach_fd(f, op, fd)) != TF_OK)
         goto free_fetch;
     f->rt_ms = -1;
-    uint64_t t_choose = tfx_now_ns();
-    st = tfi_choose(c, f, &via);
-    f->result.stages.upgrade = (double)(tfx_now_ns() - t_choose) / 1e6;
+    st = tfi_choose(c, f, &via);        /* times the stage upgrade when it negotiates */
     if (st != TF_OK)
         goto free_fetch;
     if ((st = tfi_body_render(&f->op, &f->result)) != TF_OK)

@@ -263,12 +263,18 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
     cond_frame(f, &h);
     if (op->kind == TFI_OP_CALL && feed_frame(f, &h, &jseg, &jlen) != TF_OK)
         return TF_EINVAL;
-    if (ucx_has_feature(o, TFP_UF_FEATURE_ANSWER))
-        h.flags |= TFP_UF_F_ANSWER;     /* the reply's answer lines: the server's time */
-    if ((h.flags & TFP_UF_F_ANSWER) && ucx_has_feature(o, TFP_UF_FEATURE_DIGEST)) {
-        if (c->verify && op->kind == TF_OP_GET)         /* as HTTP's headers (section 2.5) */
+    /* The server's time: its timing block, or from a server before it, the answer lines. */
+    if (ucx_has_feature(o, TFP_UF_FEATURE_TIMING))
+        h.flags |= TFP_UF_F_TIMING;
+    else if (ucx_has_feature(o, TFP_UF_FEATURE_ANSWER))
+        h.flags |= TFP_UF_F_ANSWER;
+    /* The digest headers HTTP sends (section 2.5) ride the answer lines both ways. */
+    int want = c->verify && op->kind == TF_OP_GET;
+    if ((want || op->digest[0]) && ucx_has_feature(o, TFP_UF_FEATURE_DIGEST)) {
+        h.flags |= TFP_UF_F_ANSWER;
+        if (want)
             snprintf(h.answer, sizeof(h.answer), "Want-Repr-Digest: sha-256=1\n");
-        else if (op->digest[0])
+        else
             snprintf(h.answer, sizeof(h.answer), "Repr-Digest: %s\n", op->digest);
     }
     tfx_ucxc_req_t *ur = NULL;
@@ -468,7 +474,8 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
     f->via = NULL;
     c->nup--;
     f->result.bytes_sent = u->bytes_sent;
-    f->result.seconds = tfx_since_s(f->t0_ns);
+    uint64_t t_dec = tfx_now_ns();      /* the answer is in: decoding starts */
+    f->result.seconds = (double)(t_dec - f->t0_ns) / 1e9;
     if (f->canceled || c->closing) {
         tfi_rfail(&f->result, TF_ECANCELED, "request canceled");
     } else if (u->transport_status == TFP_ETOOBIG) {     /* refused by the cap: not a failure */
@@ -487,7 +494,6 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
         sg->send = u->t_sent * 1000.0;
         sg->receive = u->t_reply > 0 && u->seconds > u->t_reply
                           ? (u->seconds - u->t_reply) * 1000.0 : 0;    /* its body after */
-        uint64_t t_dec = tfx_now_ns();
         ucx_reply(c, f, u, &body, &cap);
         sg->decode = (double)(tfx_now_ns() - t_dec) / 1e6;
         /* UCX moves a body in one piece: the bar the caller draws shows it whole now. */

@@ -180,6 +180,8 @@ static tf_status_t version_refusal(tf_client_t *c, tf_fetch_t *f)
     tfp_err_t err;
     if (!o || o->protocol.min == 0 || f->op.kind == TFI_OP_INFO)
         return TF_OK;
+    if (tfp_proto_check(c->protocol, o->protocol, "", "", "", NULL, &err) == TFP_OK)
+        return TF_OK;                   /* the common case, without the label's formatting */
     char feature[96];
     snprintf(feature, sizeof(feature), "%s %.80s",
              f->op.kind == TFI_OP_CALL ? f->op.method : f->op.kind == TF_OP_PUT ? "PUT"
@@ -427,9 +429,14 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     drop_broken(c, o);
     /* A connection still confirming: under policy ucx wait for it (it fails by its own
      * deadline); otherwise look, and go on without it while it is not there. */
-    if (o->pending &&
-        c->up->settle(c, o, strict && !c->in_cb && !c->in_engine ? UPGRADE_TIMEOUT_MS : 0) == 1)
-        return no_ucx(f, o->why);
+    if (o->pending) {
+        uint64_t t0 = tfx_now_ns();
+        int rc = c->up->settle(c, o, strict && !c->in_cb && !c->in_engine ? UPGRADE_TIMEOUT_MS
+                                                                          : 0);
+        f->result.stages.upgrade = (double)(tfx_now_ns() - t0) / 1e6;
+        if (rc == 1)
+            return no_ucx(f, o->why);
+    }
     if (o->conn)
         return via_up(c, f, o, via);
     if (c->up_dead[0])
@@ -460,11 +467,14 @@ tf_status_t tfi_choose(tf_client_t *c, tf_fetch_t *f, const tfi_transport_t **vi
     long timeout_ms = UPGRADE_TIMEOUT_MS;
     if (!strict && o->offered < 0 && f->total_ms > 0 && f->total_ms / 4 < timeout_ms)
         timeout_ms = f->total_ms / 4 > 0 ? f->total_ms / 4 : 1;
+    uint64_t t0 = tfx_now_ns();
     int rc = upgrade(c, o, f->policy, timeout_ms);
-    if ((vst = version_refusal(c, f)) != TF_OK)
-        return vst;
-    if (rc == 1 && strict)
+    vst = version_refusal(c, f);
+    if (vst == TF_OK && rc == 1 && strict)
         rc = c->up->settle(c, o, UPGRADE_TIMEOUT_MS);
+    f->result.stages.upgrade = (double)(tfx_now_ns() - t0) / 1e6;
+    if (vst != TF_OK)
+        return vst;
     /* The shm socket the upgrade connected carries what it can, also when UCX did not (or
      * not yet) connect: a server of another uid, a firewall on UCX's ports. */
     if (tfi_shm_can(f)) {

@@ -442,6 +442,24 @@ void tfp_answer_from_feed(const tfp_uf_feed_t *f, tfp_answer_t *a)
     }
 }
 
+void tfp_answer_to_reply(const tfp_answer_t *a, uint16_t asked, tfp_uf_hdr_t *h)
+{
+    uint32_t lines = tfp_answer_uf_lines_mask();
+    if (asked & TFP_UF_F_TIMING) {      /* the server's time as numbers, not a "T:" line */
+        h->flags |= TFP_UF_F_TIMING;
+        for (unsigned i = 0; i < NTIMING; i++) {
+            uint64_t us = a->num[timing_order[i]];
+            h->timing[i] = !tfp_answer_has(a, timing_order[i]) ? TFP_UF_TIMING_NONE
+                           : us < TFP_UF_TIMING_NONE ? (uint32_t)us : TFP_UF_TIMING_NONE - 1;
+        }
+        lines &= ~TFP_AF_TIMING_MASK;
+    }
+    if (asked & TFP_UF_F_ANSWER) {
+        h->flags |= TFP_UF_F_ANSWER;
+        tfp_answer_lines(a, lines, h->answer, sizeof h->answer);
+    }
+}
+
 void tfp_answer_from_reply(const tfp_uf_hdr_t *h, tfp_answer_t *a)
 {
     if (h->flags & TFP_UF_F_FEED)
@@ -450,6 +468,9 @@ void tfp_answer_from_reply(const tfp_uf_hdr_t *h, tfp_answer_t *a)
         (void)tfp_answer_set_str(a, TFP_AF_ETAG, h->cond.etag);
     if (h->flags & TFP_UF_F_ANSWER)
         (void)tfp_answer_lines_parse(a, h->answer, strlen(h->answer));
+    for (unsigned i = 0; (h->flags & TFP_UF_F_TIMING) && i < NTIMING; i++)
+        if (h->timing[i] != TFP_UF_TIMING_NONE)
+            tfp_answer_set_u64(a, timing_order[i], h->timing[i]);
 }
 
 void tfp_answer_from_sf_reply(const tfp_sf_t *m, tfp_answer_t *a)

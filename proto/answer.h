@@ -5,8 +5,9 @@
  * position, seq, round, generation and device, a Retry-After; it spells no header. Each
  * transport renders the fields it has a place for, from this table: HTTP its header (name
  * and value, rendered here and parsed back here: tfp_answer_header_parse), UCX its number
- * in the REPLY frame's feed block (tfp_answer_to_feed, proto/ucxframe.h) or, for a field
- * with no place there, its answer lines (the header's own "Name: value"), shm the ETag in
+ * in the REPLY frame's feed block (tfp_answer_to_feed, proto/ucxframe.h), the server's
+ * time in its timing block (tfp_answer_to_reply), or, for a field with no place there, its
+ * answer lines (the header's own "Name: value"), shm the ETag in
  * the REPLY's string and the rest as answer lines after it (proto/shmframe.h). The client
  * reads each back through the same table. A new answer field is a row of TFP_ANSWER_MAP; its
  * round trip through the header and the frame is fuzzed (tests/fuzz/fuzz_httpop.c) and
@@ -117,10 +118,15 @@ int tfp_answer_lines_valid(const char *s, size_t n);
 uint32_t tfp_answer_uf_lines_mask(void);
 void tfp_answer_to_feed(const tfp_answer_t *a, tfp_uf_feed_t *f);
 void tfp_answer_from_feed(const tfp_uf_feed_t *f, tfp_answer_t *a);
+/* The server's writing of a UCX REPLY, for a request whose flags were asked: to one that
+ * set TIMING, the server's time as the timing block; to one that set ANSWER, the answer
+ * lines of the fields without a place elsewhere (the time among them only when TIMING was
+ * not asked). The feed and conditions blocks are the transport's (tfp_answer_to_feed). */
+void tfp_answer_to_reply(const tfp_answer_t *a, uint16_t asked, tfp_uf_hdr_t *h);
 /* Every field a decoded UCX REPLY carries, into a (added to what it holds): the feed block's
- * numbers (flag FEED), the conditions block's ETag (flag COND) and the answer lines (flag
- * ANSWER). The client's reading of a REPLY: the decoder checked the frame, this keeps only
- * valid values. */
+ * numbers (flag FEED), the conditions block's ETag (flag COND), the answer lines (flag
+ * ANSWER) and the timing block (flag TIMING). The client's reading of a REPLY: the decoder
+ * checked the frame, this keeps only valid values. */
 void tfp_answer_from_reply(const tfp_uf_hdr_t *h, tfp_answer_t *a);
 /* Every field an shm REPLY carries, into a (added to what it holds): its string's first line
  * (the ETag of an OK answer to GET or COMMIT), then, to a client whose HELLO said

@@ -97,6 +97,27 @@ static int status_known(int64_t v)
     return 0;
 }
 
+static const char *const known_features[] = {
+    TFP_UF_FEATURE_BODY_PREFIX, TFP_UF_FEATURE_FEED_DETACH, TFP_UF_FEATURE_COND,
+    TFP_UF_FEATURE_ANSWER, TFP_UF_FEATURE_DIGEST, TFP_UF_FEATURE_TIMING};
+
+unsigned tfp_uf_feature_bit(const char *word)
+{
+    for (unsigned i = 0; word && i < sizeof known_features / sizeof known_features[0]; i++)
+        if (strcmp(word, known_features[i]) == 0)
+            return 1u << i;
+    return 0;
+}
+
+unsigned tfp_uf_feature_bits(const char *msg)
+{
+    unsigned bits = 0;
+    for (unsigned i = 0; i < sizeof known_features / sizeof known_features[0]; i++)
+        if (tfp_uf_has_feature(msg, known_features[i]))
+            bits |= 1u << i;
+    return bits;
+}
+
 int tfp_uf_has_feature(const char *msg, const char *word)
 {
     size_t n = strlen(word);
@@ -342,6 +363,20 @@ static tfp_status_t check_answer(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_e
     return TFP_OK;
 }
 
+/* Flag TIMING on the ops that take ANSWER; numbers only in a REPLY that carries the block. */
+static tfp_status_t check_timing(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
+{
+    int reply = h->op == TFP_UF_REPLY && (h->flags & TFP_UF_F_TIMING);
+    if ((h->flags & TFP_UF_F_TIMING) && h->op != TFP_UF_GET && h->op != TFP_UF_PUT &&
+        h->op != TFP_UF_DELETE && h->op != TFP_UF_CALL && h->op != TFP_UF_FEED &&
+        h->op != TFP_UF_REPLY)
+        return tfp_err_set(err, code, WHAT ": flag TIMING on %s", tfp_uf_op_name((int)h->op));
+    for (unsigned i = 0; !reply && i < TFP_UF_TIMING_N; i++)
+        if (h->timing[i])
+            return tfp_err_set(err, code, WHAT ": timing numbers without a timing block");
+    return TFP_OK;
+}
+
 static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
 {
     int op = (int)h->op;
@@ -351,7 +386,7 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
     if (!op_known(op))
         return tfp_err_set(err, code, WHAT ": unknown op %d", op);
     if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_BODY_PREFIX | TFP_UF_F_FEED |
-                      TFP_UF_F_COND | TFP_UF_F_ANSWER)) != 0)
+                      TFP_UF_F_COND | TFP_UF_F_ANSWER | TFP_UF_F_TIMING)) != 0)
         return tfp_err_set(err, code, WHAT ": flags 0x%04x has unknown bits", h->flags);
     if (h->flags & TFP_UF_F_BODY_PREFIX) {
         if (op != TFP_UF_PUT && op != TFP_UF_CALL && op != TFP_UF_FEED)
@@ -410,6 +445,8 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
     if ((h->flags & TFP_UF_F_COND) && (st = check_cond(h, code, err)) != TFP_OK)
         return st;
     if ((h->flags & TFP_UF_F_ANSWER) && (st = check_answer(h, code, err)) != TFP_OK)
+        return st;
+    if ((st = check_timing(h, code, err)) != TFP_OK)
         return st;
     if (h->flags & TFP_UF_F_FEED)
         return check_feed(h, code, err);
@@ -477,6 +514,12 @@ static void encode_cond(const tfp_uf_cond_t *c, uint8_t *p)
     memcpy(p + nim + ninm, c->etag, ne);
 }
 
+/* A REPLY with flag TIMING ends with the timing block; a request's flag only asks. */
+static int has_timing_block(unsigned op, unsigned flags)
+{
+    return op == TFP_UF_REPLY && (flags & TFP_UF_F_TIMING);
+}
+
 tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
                            tfp_err_t *err)
 {
@@ -503,6 +546,9 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
     size_t blocks = total;              /* where the answer block goes */
     if (h->flags & TFP_UF_F_ANSWER)
         total += 2 + strlen(h->answer);
+    size_t tb = total;                  /* where the timing block goes */
+    if (has_timing_block(h->op, h->flags))
+        total += TFP_UF_TIMING_LEN;
     if (size < total)
         return tfp_err_set(err, TFP_EINVAL, WHAT ": buffer of %zu bytes is too small for %zu",
                            size, total);
@@ -541,6 +587,9 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
         tfp_le_put(q, na, 2);
         memcpy(q + 2, h->answer, na);
     }
+    if (has_timing_block(h->op, h->flags))
+        for (unsigned i = 0; i < TFP_UF_TIMING_N; i++)
+            tfp_le_put((uint8_t *)buf + tb + 4 * i, h->timing[i], 4);
     *len = total;
     return TFP_OK;
 }
@@ -647,6 +696,14 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
                                na, TFP_UF_MAX_ANSWER);
         total += 2 + na;
     }
+    const uint8_t *tb = NULL;
+    if (has_timing_block(p[5], (unsigned)tfp_le_get(p + 6, 2))) {
+        if (len < total + TFP_UF_TIMING_LEN)
+            return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes is too short for the timing "
+                               "block (%zu + %d)", len, total, TFP_UF_TIMING_LEN);
+        tb = p + total;
+        total += TFP_UF_TIMING_LEN;
+    }
     size_t prefix = 0;
     if (tfp_le_get(p + 6, 2) & TFP_UF_F_BODY_PREFIX) {
         if (len <= total || len - total > TFP_UF_MAX_PREFIX)
@@ -656,8 +713,9 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         prefix = len - total;
     } else if (len != total) {
         return tfp_err_set(err, TFP_EPROTO, WHAT ": %zu bytes, but the header says %zu "
-                           "(40 + strings%s%s%s)", len, total, fb ? " + feed block" : "",
-                           cb ? " + cond block" : "", ab ? " + answer block" : "");
+                           "(40 + strings%s%s%s%s)", len, total, fb ? " + feed block" : "",
+                           cb ? " + cond block" : "", ab ? " + answer block" : "",
+                           tb ? " + timing block" : "");
     }
 
     memset(&h, 0, sizeof h);
@@ -705,6 +763,8 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         if ((st = take(&p, na, h.answer, "answer lines", err)) != TFP_OK)
             return st;
     }
+    for (unsigned i = 0; tb && i < TFP_UF_TIMING_N; i++)
+        h.timing[i] = (uint32_t)tfp_le_get(tb + 4 * i, 4);
     st = check(&h, TFP_EPROTO, err);
     if (st != TFP_OK)
         return st;

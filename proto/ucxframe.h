@@ -10,7 +10,7 @@
  *     5   1  op         tfp_uf_op_t
  *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, bit1 TFP_UF_F_BODY_PREFIX,
  *                      bit8 TFP_UF_F_FEED, bit9 TFP_UF_F_COND, bit10 TFP_UF_F_ANSWER,
- *                      the others 0
+ *                      bit11 TFP_UF_F_TIMING, the others 0
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
  *    20   4  wait_ms    GET long-poll in milliseconds; 0 on every other op
@@ -81,6 +81,16 @@
  *                      its HELLO_ACK (TFP_UF_FEATURE_ANSWER), answers with one only a
  *                      request that set the flag, and a client sets it only for a server
  *                      that offered it.
+ *            then, only with flag TFP_UF_F_TIMING in a REPLY, the timing block (16 bytes):
+ *     0   4  recv       the server's time on the request in microseconds, as HTTP's
+ *     4   4  queue      Server-Timing names it (proto/answer.h), each u32, 0xffffffff for
+ *     8   4  handler    one it did not measure (a request refused before its handler ran
+ *    12   4  total      has no queue or handler); 0xfffffffe at most otherwise.
+ *            A request sets the flag, with no block, to ask for it; a server offers it in
+ *            its HELLO_ACK (TFP_UF_FEATURE_TIMING), answers with one only a request that
+ *            asked, and then leaves its time out of the answer lines; a client asks only a
+ *            server that offered it. Sixteen bytes written and read as numbers, where the
+ *            answer lines' "T:" line is text to print, check and parse at both ends.
  *            then, only with flag TFP_UF_F_BODY_PREFIX (requests that carry a body: PUT,
  *            CALL, FEED), the first prefix_len bytes of the body (1..TFP_UF_MAX_PREFIX,
  *            fewer than body_len): what is left of the AM header after the frame. The AM
@@ -152,15 +162,20 @@
  * block never go together). */
 #define TFP_UF_MAX_BLOCK (TFP_UF_MAX_FEED > TFP_UF_MAX_CONDB ? TFP_UF_MAX_FEED : TFP_UF_MAX_CONDB)
 #define TFP_UF_MAX_ANSWER 256               /* the answer lines block's text */
+#define TFP_UF_TIMING_N 4                   /* the timing block: recv, queue, handler, total */
+#define TFP_UF_TIMING_LEN (4 * TFP_UF_TIMING_N)
+#define TFP_UF_TIMING_NONE 0xffffffffu      /* a duration the server did not measure */
 #define TFP_UF_MAX_HEADER                                                                   \
     (TFP_UF_FIXED + TFP_MAX_REQUEST_ID + 2 * TFP_MAX_USER_ID + TFP_MAX_TENSOR_NAME +        \
-     TFP_UF_MAX_MSG + TFP_UF_MAX_BLOCK + 2 + TFP_UF_MAX_ANSWER)
+     TFP_UF_MAX_MSG + TFP_UF_MAX_BLOCK + 2 + TFP_UF_MAX_ANSWER + TFP_UF_TIMING_LEN)
 
 #define TFP_UF_F_REPLY_HAS_BODY 0x0001u
 #define TFP_UF_F_BODY_PREFIX 0x0002u        /* the body's first bytes end the AM header */
 #define TFP_UF_F_FEED 0x0100u               /* the feed block follows the strings */
 #define TFP_UF_F_COND 0x0200u               /* the conditions block follows the strings */
 #define TFP_UF_F_ANSWER 0x0400u             /* the answer lines block follows those */
+#define TFP_UF_F_TIMING 0x0800u             /* requests: asks for the server's time; replies:
+                                             * the timing block ends the frame */
 #define TFP_UF_CF_RANGE 0x01u               /* the conditions block's range is set */
 
 /* The most body bytes a header may carry (flag BODY_PREFIX): a document's safetensors
@@ -179,9 +194,11 @@
 /* "digest" = it takes a request's digest lines in that block and verifies, or names, the
  * document's sha-256 as over HTTP (doc/PROTOCOL.md section 2.5). */
 #define TFP_UF_FEATURE_DIGEST "digest"
+/* "timing" = it takes flag TIMING and answers with the timing block. */
+#define TFP_UF_FEATURE_TIMING "timing"
 #define TFP_UF_FEATURES                                                                    \
     TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH " " TFP_UF_FEATURE_COND " "   \
-    TFP_UF_FEATURE_ANSWER " " TFP_UF_FEATURE_DIGEST
+    TFP_UF_FEATURE_ANSWER " " TFP_UF_FEATURE_DIGEST " " TFP_UF_FEATURE_TIMING
 
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u
@@ -270,6 +287,10 @@ typedef struct {
     tfp_uf_cond_t cond;                         /* with flag TFP_UF_F_COND only */
     char answer[TFP_UF_MAX_ANSWER + 1];         /* with flag TFP_UF_F_ANSWER: the lines
                                                  * (NUL-terminated; "" in requests) */
+    uint32_t timing[TFP_UF_TIMING_N];           /* replies with flag TFP_UF_F_TIMING: the
+                                                 * server's time in microseconds (recv,
+                                                 * queue, handler, total; TFP_UF_TIMING_NONE:
+                                                 * not measured); 0 otherwise */
 } tfp_uf_hdr_t;
 
 /* The HTTP request that asks what a FEED frame's block asks (doc/PROTOCOL.md section 9):
@@ -297,6 +318,10 @@ void tfp_uf_init(tfp_uf_hdr_t *h, tfp_uf_op_t op, uint64_t seq);
 const char *tfp_uf_op_name(int op);
 /* "LIST", "POP", ...; "?" for a value that is no feed op. Static strings. */
 const char *tfp_uf_feed_op_name(int op);
+/* The features this build knows as bits: a word's (0 for a word it does not know), and the
+ * set a HELLO_ACK's msg lists, read once per connection rather than its text per request. */
+unsigned tfp_uf_feature_bit(const char *word);
+unsigned tfp_uf_feature_bits(const char *msg);
 /* 1 if a HELLO_ACK's msg lists the feature word (TFP_UF_FEATURE_*). */
 int tfp_uf_has_feature(const char *msg, const char *word);
 /* 1 for HELLO_ACK and REPLY, 0 for the requests and for unknown values. */

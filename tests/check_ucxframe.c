@@ -241,6 +241,7 @@ static void same_hdr(const tfp_uf_hdr_t *a, const tfp_uf_hdr_t *b)
         ck_assert_mem_eq(&a->feed, &b->feed, sizeof a->feed);
     if (a->flags & TFP_UF_F_ANSWER)
         ck_assert_str_eq(a->answer, b->answer);
+    ck_assert_mem_eq(a->timing, b->timing, sizeof a->timing);
     if (a->flags & TFP_UF_F_COND) {
         ck_assert_uint_eq(a->cond.flags, b->cond.flags);
         ck_assert_uint_eq(a->cond.ttl_s, b->cond.ttl_s);
@@ -374,10 +375,10 @@ START_TEST(uf_op_names)
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_GET), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(TFP_UF_HELLO), 0);
     ck_assert_int_eq(tfp_uf_op_is_reply(77), 0);
-    /* the fixed header, its strings, the larger of a feed block and a cond block, and an
-     * answer lines block */
+    /* the fixed header, its strings, the larger of a feed block and a cond block, an
+     * answer lines block and a timing block */
     ck_assert_uint_eq(TFP_UF_MAX_HEADER,
-                      40 + 128 + 128 + 128 + 255 + 512 + 40 + 255 + 255 + 2 + 256);
+                      40 + 128 + 128 + 128 + 255 + 512 + 40 + 255 + 255 + 2 + 256 + 16);
 }
 END_TEST
 
@@ -505,6 +506,70 @@ START_TEST(uf_answer_block)
 }
 END_TEST
 
+/* The server's time as the timing block: asked by a request's flag (no bytes), answered as
+ * 16 bytes at the end of a REPLY, beside the answer lines and the body prefix's place; the
+ * typed answer goes in and comes out the same, the time then left out of the lines. */
+START_TEST(uf_timing_block)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER];
+    tfp_uf_hdr_t h, d;
+    tfp_err_t err;
+    size_t len, plain;
+
+    base(&h, TFP_UF_CALL);
+    plain = encode_ok(&h, buf);
+    h.flags |= TFP_UF_F_TIMING;             /* a request asks: not one byte more */
+    ck_assert_uint_eq(encode_ok(&h, buf), plain);
+    decode_ok(buf, plain, &d);
+    same_hdr(&h, &d);
+    h.timing[0] = 1;                        /* numbers in a request: refused */
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "timing"));
+    base(&h, TFP_UF_BYE);
+    h.flags |= TFP_UF_F_TIMING;
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+
+    tfp_answer_t a = {0}, b = {0};
+    tfp_answer_set_u64(&a, TFP_AF_SRV_RECV, 3);
+    tfp_answer_set_u64(&a, TFP_AF_SRV_HANDLER, 70000000000ull);    /* over 32 bits: capped */
+    tfp_answer_set_u64(&a, TFP_AF_SRV_TOTAL, 9);
+    ck_assert_int_eq(tfp_answer_set_str(&a, TFP_AF_REPR_DIGEST, "sha-256=:47DEQpj8HBSa+/TImW+"
+                                        "5JCeuQeRkm5NMpJWZG3hSuFU=:"), 0);
+    base(&h, TFP_UF_REPLY);
+    plain = encode_ok(&h, buf);
+    tfp_answer_to_reply(&a, TFP_UF_F_TIMING | TFP_UF_F_ANSWER, &h);
+    ck_assert_uint_eq(h.flags & (TFP_UF_F_TIMING | TFP_UF_F_ANSWER),
+                      TFP_UF_F_TIMING | TFP_UF_F_ANSWER);
+    ck_assert_ptr_null(strstr(h.answer, "T:"));             /* the time: the block's */
+    ck_assert_ptr_nonnull(strstr(h.answer, "Repr-Digest: "));
+    ck_assert_uint_eq(h.timing[1], TFP_UF_TIMING_NONE);      /* queue: not measured */
+    ck_assert_uint_eq(h.timing[2], TFP_UF_TIMING_NONE - 1);
+    len = encode_ok(&h, buf);
+    ck_assert_uint_eq(len, plain + 2 + strlen(h.answer) + TFP_UF_TIMING_LEN);
+    ck_assert_uint_eq(buf[len - 16], 3);                    /* recv, little-endian, last */
+    decode_ok(buf, len, &d);
+    same_hdr(&h, &d);
+    tfp_answer_from_reply(&d, &b);
+    ck_assert_uint_eq(b.present, (1u << TFP_AF_SRV_RECV) | (1u << TFP_AF_SRV_HANDLER) |
+                                 (1u << TFP_AF_SRV_TOTAL) | (1u << TFP_AF_REPR_DIGEST));
+    ck_assert_uint_eq(b.num[TFP_AF_SRV_RECV], 3);
+    ck_assert_uint_eq(b.num[TFP_AF_SRV_HANDLER], TFP_UF_TIMING_NONE - 1);
+    ck_assert_uint_eq(b.num[TFP_AF_SRV_TOTAL], 9);
+    ck_assert_int_eq(tfp_uf_decode(buf, len - 1, &d, &err), TFP_EPROTO);    /* short */
+    ck_assert_ptr_nonnull(strstr(err.msg, "timing"));
+    /* A request that asked ANSWER alone (a client before TIMING) gets its time as a line. */
+    base(&h, TFP_UF_REPLY);
+    tfp_answer_to_reply(&a, TFP_UF_F_ANSWER, &h);
+    ck_assert_uint_eq(h.flags & TFP_UF_F_TIMING, 0);
+    ck_assert_ptr_nonnull(strstr(h.answer, "T: 3,-,"));
+    /* ... and one that asked nothing, nothing. */
+    base(&h, TFP_UF_REPLY);
+    tfp_answer_to_reply(&a, 0, &h);
+    ck_assert_uint_eq(h.flags & (TFP_UF_F_TIMING | TFP_UF_F_ANSWER), 0);
+    ck_assert_uint_eq(encode_ok(&h, buf), plain);
+}
+END_TEST
+
 /* A feed operation said once (the FEED frame's block) and rendered for HTTP
  * (tfp_uf_feed_http) is, read back by the server's HTTP parser, the same operation the
  * frame asks: one table of cases, every feed op with its fields. */
@@ -629,7 +694,7 @@ START_TEST(uf_max_header)
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     /* A reply carries no user principal (requests only), so it is one user id short. */
     ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK - TFP_MAX_USER_ID - 2 -
-                               TFP_UF_MAX_ANSWER);
+                               TFP_UF_MAX_ANSWER - TFP_UF_TIMING_LEN);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     /* the same strings on a PUT with the longest conditions: the longest */
@@ -647,7 +712,7 @@ START_TEST(uf_max_header)
     memcpy(c.cond.if_none_match, c.cond.if_match, sizeof c.cond.if_match);
     c.cond.ttl_s = TFP_MAX_TTL_S;
     ck_assert_int_eq(tfp_uf_encode(&c, buf, sizeof buf, &len, &err), TFP_OK);
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER - TFP_UF_TIMING_LEN);
     decode_ok(buf, len, &d);
     same_hdr(&c, &d);
     ck_assert_str_eq(d.cond.if_match, c.cond.if_match);
@@ -665,7 +730,7 @@ START_TEST(uf_max_header)
     h.user_principal[TFP_MAX_USER_ID] = '\0';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - TFP_UF_MAX_BLOCK + TFP_UF_MAX_FEED - 2 -
-                               TFP_UF_MAX_ANSWER);
+                               TFP_UF_MAX_ANSWER - TFP_UF_TIMING_LEN);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     /* the same strings on a GET with the longest conditions: the longest */
@@ -688,15 +753,15 @@ START_TEST(uf_max_header)
     h.cond.if_match[TFP_UF_MAX_COND - 1] = h.cond.if_none_match[TFP_UF_MAX_COND - 1] = '"';
     ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_OK);
     /* (the bound leaves room for a reply's answer lines too) */
-    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER);
+    ck_assert_uint_eq(len, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER - TFP_UF_TIMING_LEN);
     decode_ok(buf, len, &d);
     same_hdr(&h, &d);
     h = c;
     /* one byte short of room: refused, nothing written */
     memset(buf, 0x5A, sizeof buf);
     len = 7;
-    ck_assert_int_eq(tfp_uf_encode(&h, buf, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER - 1,
-                                   &len, &err), TFP_EINVAL);
+    ck_assert_int_eq(tfp_uf_encode(&h, buf, TFP_UF_MAX_HEADER - 2 - TFP_UF_MAX_ANSWER -
+                                   TFP_UF_TIMING_LEN - 1, &len, &err), TFP_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "is too small"));
     ck_assert_uint_eq(len, 7);
     ck_assert_uint_eq(buf[0], 0x5A);
@@ -1654,6 +1719,7 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_roundtrip_ops);
     tcase_add_test(tc, uf_max_header);
     tcase_add_test(tc, uf_answer_block);
+    tcase_add_test(tc, uf_timing_block);
     tcase_add_test(tc, uf_feed_http);
     tcase_add_test(tc, uf_null_args);
     tcase_add_loop_test(tc, uf_rule_refused, 0, N_RULES);

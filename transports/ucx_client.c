@@ -38,6 +38,7 @@
 #include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@ struct tfx_ucxc_conn {
     char transport[48];
     int body_prefix;                /* its server takes flag BODY_PREFIX (HELLO_ACK) */
     char features[TFP_UF_MAX_MSG + 1];  /* what its HELLO_ACK offered (TFP_UF_FEATURES) */
+    unsigned feature_bits;              /* ... those this build knows (tfp_uf_feature_bits) */
     atomic_long peer_pid;           /* the server's pid on this host, to notice its death */
     /* connect handshake (thread, then the caller under lock) */
     uint8_t hello[TFP_UF_MAX_HEADER];   /* the HELLO frame, until its send completes */
@@ -76,9 +78,7 @@ struct tfx_ucxc_req {
     tfx_ucxc_conn_t *conn;
     void *ud;
     struct tfx_ucxc_req *prev, *next;   /* live (thread) */
-    struct tfx_ucxc_req *qnext;         /* done queue */
-    tfp_uf_hdr_t hdr;
-    uint8_t hbuf[TFP_UF_MAX_HEADER];
+    struct tfx_ucxc_req *qnext;         /* done queue; the spare list */
     size_t hlen;
     uint8_t *phbuf;                     /* the frame and the body's prefix (BODY_PREFIX) */
     ucp_dt_iov_t *iov;
@@ -98,7 +98,19 @@ struct tfx_ucxc_req {
     void *rndv_desc;
     size_t rndv_len;
     tfx_ucxc_result_t res;
+    /* Last, and not zeroed when a spare is reused (req_new): written whole before read. */
+    tfp_uf_hdr_t hdr;
+    uint8_t hbuf[TFP_UF_MAX_HEADER];    /* hdr encoded (hlen bytes) */
 };
+
+/* Freed requests kept for the next ones: a fresh 8 KiB calloc per request cost more than the
+ * rest of an 8-byte exchange's client side, most of it in malloc consolidating small free
+ * chunks before each large one. Off under ASan, so that a use after free is still seen. */
+#ifdef __SANITIZE_ADDRESS__
+#define SPARE_MAX 0
+#else
+#define SPARE_MAX 16
+#endif
 
 typedef struct cmd {
     struct cmd *next;
@@ -128,6 +140,8 @@ struct tfx_ucxc {
     cmd_t *cmd_head, *cmd_tail;
     atomic_int cmd_any;             /* cmd_head is not empty: a pass looks without the lock */
     tfx_ucxc_req_t *done_head, *done_tail;
+    tfx_ucxc_req_t *spare;          /* under lock: freed requests to reuse (SPARE_MAX) */
+    size_t nspare;
     tfx_ucxc_req_t *live;           /* owner */
     tfx_ucxc_conn_t **conns;        /* owner: connections with their handshakes */
     size_t nconns, capconns;
@@ -312,6 +326,23 @@ static void maybe_complete(tfx_ucxc_req_t *r)
     queue_done(u, r);
 }
 
+/* A request of u's, zeroed but for its frame (hdr, hbuf): a spare one when there is one. */
+static tfx_ucxc_req_t *req_new(tfx_ucxc_t *u)
+{
+    pthread_mutex_lock(&u->lock);
+    tfx_ucxc_req_t *r = u->spare;
+    if (r) {
+        u->spare = r->qnext;
+        u->nspare--;
+    }
+    pthread_mutex_unlock(&u->lock);
+    if (!r && !(r = malloc(sizeof *r)))
+        return NULL;
+    memset(r, 0, offsetof(tfx_ucxc_req_t, hdr));
+    r->u = u;
+    return r;
+}
+
 /* A failed request whose operations UCX may never give back (without peer failure detection,
  * on one host, a dead peer's operations neither complete nor can be force-closed, measured):
  * the caller gets a copy of the failure now; the original stays with UCX as an orphan and is
@@ -322,10 +353,9 @@ static void hand_back_early(tfx_ucxc_req_t *r)
     tfx_ucxc_t *u = r->u;
     if (r->orphan || !(r->sending || r->receiving))
         return;
-    tfx_ucxc_req_t *copy = calloc(1, sizeof *copy);
+    tfx_ucxc_req_t *copy = req_new(u);
     if (!copy)
         return;                     /* it completes if UCX ever lets go */
-    copy->u = u;
     copy->ud = r->ud;
     copy->hdr = r->hdr;
     copy->res = r->res;
@@ -515,6 +545,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
                 if (h.status == TFP_OK) {
                     describe(c);        /* by the worker's owner */
                     tfp_strcpy(c->features, sizeof c->features, h.msg);
+                    c->feature_bits = tfp_uf_feature_bits(h.msg);
                     c->body_prefix = tfp_uf_has_feature(h.msg, TFP_UF_FEATURE_BODY_PREFIX);
                 }
                 else
@@ -1207,7 +1238,8 @@ tfp_status_t tfx_ucxc_conn_settle(tfx_ucxc_conn_t *c, long wait_ms, char *why, s
 
 int tfx_ucxc_conn_feature(const tfx_ucxc_conn_t *c, const char *word)
 {
-    return c && tfp_uf_has_feature(c->features, word);
+    unsigned bit = tfp_uf_feature_bit(word);
+    return c && (bit ? (c->feature_bits & bit) != 0 : tfp_uf_has_feature(c->features, word));
 }
 
 const char *tfx_ucxc_conn_transport(const tfx_ucxc_conn_t *c) { return c->transport; }
@@ -1247,16 +1279,13 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
 {
     if (atomic_load(&c->broken))
         return TFP_EBUSY;
-    tfx_ucxc_req_t *r = calloc(1, sizeof *r);
+    tfx_ucxc_req_t *r = req_new(c->u);
     cmd_t *cm = calloc(1, sizeof *cm);
     if (!r || !cm || !(r->iov = calloc(nsegs ? nsegs : 1, sizeof *r->iov))) {
-        if (r)
-            free(r->iov);
-        free(r);
+        tfx_ucxc_req_free(r);
         free(cm);
         return TFP_ENOMEM;
     }
-    r->u = c->u;
     r->conn = c;
     r->ud = user_data;
     r->hdr = *hdr;
@@ -1443,6 +1472,15 @@ void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
     tfx_buf_free(r->res.body, r->res.body_cap);
     free(r->iov);
     free(r->phbuf);
+    tfx_ucxc_t *u = r->u;
+    pthread_mutex_lock(&u->lock);
+    if (u->nspare < SPARE_MAX) {
+        r->qnext = u->spare;
+        u->spare = r;
+        u->nspare++;
+        r = NULL;
+    }
+    pthread_mutex_unlock(&u->lock);
     free(r);
 }
 
@@ -1469,6 +1507,10 @@ static void cleanup(tfx_ucxc_t *u)
     tfx_ucxc_req_t *r;
     while ((r = tfx_ucxc_next(u)))
         tfx_ucxc_req_free(r);
+    while ((r = u->spare)) {
+        u->spare = r->qnext;
+        free(r);
+    }
     for (size_t i = 0; i < u->nconns; i++)
         free(u->conns[i]);
     free(u->conns);

@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -64,20 +65,31 @@ typedef struct ucx_req {
     int ended;                      /* finish ran; no longer in u->live */
     int gone;                       /* its client went away: a husk in u->husks */
     ucp_ep_h ep;
-    tfp_uf_hdr_t in;
     void *rndv_desc;
     size_t rndv_len;
     uint8_t *prefix;                /* the body's first in.prefix_len bytes, from the AM
                                      * header, until the rendezvous puts the rest after them */
     /* the answer */
-    uint8_t hdr[TFP_UF_MAX_HEADER];
     size_t hdr_len;
     const void *body;
     size_t body_len;
     int body_json;                  /* a FEED reply's body is JSON text */
     void (*release)(void *);
     void *release_arg;
+    /* Last, and not zeroed when a spare is reused (req_new): written whole before read. */
+    tfp_uf_hdr_t in;                /* the request's frame, as decoded */
+    uint8_t hdr[TFP_UF_MAX_HEADER]; /* the answer's frame, as encoded (hdr_len bytes) */
 } ucx_req_t;
+
+/* Ended requests kept for the next ones (the progress thread's own list): an 8 KiB calloc
+ * per request cost more than the rest of an 8-byte exchange's server side, most of it in
+ * malloc consolidating its small free chunks before each large one. Off under ASan, so
+ * that a use after free is still seen. */
+#ifdef __SANITIZE_ADDRESS__
+#define SPARE_MAX 0
+#else
+#define SPARE_MAX 64
+#endif
 
 #define UR(r) ((ucx_req_t *)(r))
 
@@ -106,6 +118,8 @@ struct tfx_ucx {
     peer_t *peers;                  /* endpoints that presented a valid token */
     size_t npeers, cappeers;
     uint64_t last_peer_check_ms;
+    ucx_req_t *spare;               /* ended requests to reuse, linked by qnext */
+    size_t nspare;
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
     struct fail_ep {                /* endpoints to fail once out of the callbacks: */
@@ -406,10 +420,8 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
         feed_reply_block(q, &h);
     if (q->in.flags & TFP_UF_F_COND)
         cond_reply_block(q, &h);
-    if (q->in.flags & TFP_UF_F_ANSWER) {    /* asked: the fields without a place above */
-        h.flags |= TFP_UF_F_ANSWER;
-        tfp_answer_lines(&q->base.ans, tfp_answer_uf_lines_mask(), h.answer, sizeof h.answer);
-    }
+    /* asked: the server's time, and the fields without a place above */
+    tfp_answer_to_reply(&q->base.ans, q->in.flags & (TFP_UF_F_ANSWER | TFP_UF_F_TIMING), &h);
     tfp_err_t err;
     if (tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK) {
         h.msg[0] = '\0';                /* a message that does not encode is left out */
@@ -496,19 +508,42 @@ static void end_req(ucx_req_t *q, int completed)
     atomic_fetch_sub(&u->inflight, 1);
 }
 
+/* A request for a frame that arrived: a spare one when there is one. The progress thread's. */
+static ucx_req_t *req_new(tfx_ucx_t *u)
+{
+    ucx_req_t *q = u->spare;
+    if (!q)
+        return calloc(1, sizeof *q);
+    u->spare = q->qnext;
+    u->nspare--;
+    memset(q, 0, offsetof(ucx_req_t, in));
+    return q;
+}
+
+static void req_put(ucx_req_t *q)
+{
+    tfx_ucx_t *u = q->u;
+    free(q->prefix);
+    if (u->nspare >= SPARE_MAX) {
+        free(q);
+        return;
+    }
+    q->qnext = u->spare;
+    u->spare = q;
+    u->nspare++;
+}
+
 static void free_req(ucx_req_t *q, int completed)
 {
     end_req(q, completed);
-    free(q->prefix);
-    free(q);
+    req_put(q);
 }
 
 /* A husk that UCX or a queue no longer holds. */
 static void free_husk(ucx_req_t *q)
 {
     unlink_from(&q->u->husks, q);
-    free(q->prefix);
-    free(q);
+    req_put(q);
 }
 
 /* Its client went away: q ends unanswered now; the struct goes when nothing holds it. */
@@ -765,7 +800,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         return UCS_OK;
     }
 
-    ucx_req_t *q = calloc(1, sizeof *q);
+    ucx_req_t *q = req_new(u);
     if (!q) {
         /* Answered at once (500, TF_ENOMEM) rather than left to the client's timeout; the
          * body, a rendezvous descriptor or not, is dropped when this returns UCS_OK. */
@@ -1079,6 +1114,10 @@ void tfx_ucx_stop(tfx_ucx_t *u)
         free_req(u->live, 0);
     while (u->husks)
         free_husk(u->husks);
+    for (ucx_req_t *q; (q = u->spare);) {
+        u->spare = q->qnext;
+        free(q);
+    }
     free(u->peers);
     free(u->to_close);
     free(u->to_fail);
