@@ -388,6 +388,8 @@ struct tf_fetch {
     tf_transport_t policy;          /* resolved: never TF_TRANSPORT_DEFAULT */
     origin_t *origin;               /* the URL's origin (owned by the client), or NULL */
     uint64_t t0_ns;                 /* when it started (tfx_now_ns) */
+    uint64_t t_done_ns;             /* when its transport finished with it (decoded); 0:
+                                     * tfi_stages_finish reads the clock */
     uint64_t conn_gen;              /* the connection it went over */
     int canceled;                   /* canceled while the transport holds its buffers:
                                      * completes with TF_ECANCELED */

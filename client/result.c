@@ -175,7 +175,7 @@ void tfi_stages_finish(tf_fetch_t *f)
 {
     tf_stages_t *s = &f->result.stages;
     const tfp_answer_t *a = &f->reply.answer;
-    double total = (double)(tfx_now_ns() - f->t0_ns) / 1e6;
+    double total = (double)((f->t_done_ns ? f->t_done_ns : tfx_now_ns()) - f->t0_ns) / 1e6;
     if (f->result.seconds < total / 1000.0)     /* the decoding after the answer included */
         f->result.seconds = total / 1000.0;
     s->total = total;

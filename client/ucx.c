@@ -495,7 +495,8 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
         sg->receive = u->t_reply > 0 && u->seconds > u->t_reply
                           ? (u->seconds - u->t_reply) * 1000.0 : 0;    /* its body after */
         ucx_reply(c, f, u, &body, &cap);
-        sg->decode = (double)(tfx_now_ns() - t_dec) / 1e6;
+        f->t_done_ns = tfx_now_ns();
+        sg->decode = (double)(f->t_done_ns - t_dec) / 1e6;
         /* UCX moves a body in one piece: the bar the caller draws shows it whole now. */
         if (f->result.status == TF_OK && !f->background)
             (void)tfi_progress(c, f->result.bytes_received, f->result.bytes_received,

@@ -57,6 +57,21 @@ START_TEST(ids_validation)
 }
 END_TEST
 
+/* Every byte, one at a time, against the rule as the docs write it (the validator reads a
+ * table of classes). */
+START_TEST(ids_every_byte)
+{
+    for (int c = 1; c < 256; c++) {
+        char s[4] = {'a', (char)c, 'b', '\0'};
+        int id = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        ck_assert_msg(tfp_name_valid(s) == id, "name with byte %d", c);
+        ck_assert_msg(tfp_user_id_valid(s) == id, "user id with byte %d", c);
+        ck_assert_msg(tfp_request_id_valid(s) == (id || c == ':'), "request id with byte %d", c);
+    }
+}
+END_TEST
+
 START_TEST(ids_parse_u64)
 {
     uint64_t v = 7;
@@ -137,6 +152,7 @@ Suite *suite_ids(void)
 
     tc = tcase_create("ids");
     tcase_add_test(tc, ids_validation);
+    tcase_add_test(tc, ids_every_byte);
     tcase_add_test(tc, ids_parse_u64);
     tcase_add_test(tc, keyhash_vectors);
     suite_add_tcase(s, tc);

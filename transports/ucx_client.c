@@ -562,13 +562,13 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
     if (!r || r->replied || r->receiving || h.body_len != length)
         return UCS_OK;
     r->res.reply = h;
-    r->res.t_reply = tfx_since_s(r->t0_ns);
     if (length == 0) {
         r->replied = 1;
         maybe_complete(r);
         return UCS_OK;
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        r->res.t_reply = tfx_since_s(r->t0_ns);     /* its body comes after */
         r->rndv_desc = data;
         r->rndv_len = length;
         r->receiving = 1;

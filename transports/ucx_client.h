@@ -113,7 +113,8 @@ typedef struct {
     uint64_t bytes_sent;
     double seconds;
     double t_sent;                  /* seconds from the start: the request's send completed */
-    double t_reply;                 /* ... its REPLY frame arrived (its body may follow) */
+    double t_reply;                 /* ... its REPLY frame arrived when its body came after
+                                     * it (rendezvous); 0: the body came with it */
 } tfx_ucxc_result_t;
 
 /* tfx_ucxc_start's flags. DRIVEN: the caller drives this request itself next
