@@ -596,6 +596,16 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
 
 /* ---- decode -------------------------------------------------------------------------- */
 
+int tfp_uf_peek_reply(const void *buf, size_t len, uint64_t *seq)
+{
+    const uint8_t *p = buf;
+    if (!p || len < TFP_UF_FIXED || tfp_le_get(p, 4) != TFP_UF_MAGIC || p[4] != TFP_UF_VERSION ||
+        p[5] != TFP_UF_REPLY)
+        return 0;
+    *seq = tfp_le_get(p + 8, 8);
+    return 1;
+}
+
 /* Copies one string field out of the frame: n bytes, no NUL among them. */
 static tfp_status_t take(const uint8_t **p, size_t n, char *dst, const char *field,
                          tfp_err_t *err)

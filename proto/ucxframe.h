@@ -338,6 +338,11 @@ tfp_status_t tfp_uf_check(const tfp_uf_hdr_t *h, tfp_err_t *err);
 tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t *len,
                            tfp_err_t *err);
 
+/* 1 if buf starts as a REPLY frame does (magic, version, op), with its seq: which request a
+ * reply is for, to decode it in that request's place. Nothing else is checked: the frame is
+ * still decoded (tfp_uf_decode) before anything of it is used. */
+int tfp_uf_peek_reply(const void *buf, size_t len, uint64_t *seq);
+
 /* Decodes exactly len bytes (the whole AM header: trailing bytes are refused, except, with
  * flag BODY_PREFIX, the body's prefix: out->prefix_len bytes at buf + len - prefix_len).
  * TFP_OK and *out set, or TFP_EPROTO with a message naming what was wrong and *out

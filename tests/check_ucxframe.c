@@ -557,6 +557,17 @@ START_TEST(uf_timing_block)
     ck_assert_uint_eq(b.num[TFP_AF_SRV_TOTAL], 9);
     ck_assert_int_eq(tfp_uf_decode(buf, len - 1, &d, &err), TFP_EPROTO);    /* short */
     ck_assert_ptr_nonnull(strstr(err.msg, "timing"));
+    /* which request a REPLY is for, before it is decoded in that request's place */
+    uint64_t seq = 0;
+    ck_assert_int_eq(tfp_uf_peek_reply(buf, len, &seq), 1);
+    ck_assert_uint_eq(seq, h.seq);
+    ck_assert_int_eq(tfp_uf_peek_reply(buf, TFP_UF_FIXED - 1, &seq), 0);
+    buf[5] = TFP_UF_CALL;
+    ck_assert_int_eq(tfp_uf_peek_reply(buf, len, &seq), 0);
+    buf[5] = TFP_UF_REPLY;
+    buf[0] ^= 1;
+    ck_assert_int_eq(tfp_uf_peek_reply(buf, len, &seq), 0);
+    ck_assert_int_eq(tfp_uf_peek_reply(NULL, len, &seq), 0);
     /* A request that asked ANSWER alone (a client before TIMING) gets its time as a line. */
     base(&h, TFP_UF_REPLY);
     tfp_answer_to_reply(&a, TFP_UF_F_ANSWER, &h);

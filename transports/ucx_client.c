@@ -529,39 +529,55 @@ static void describe(tfx_ucxc_conn_t *c)
     free(text);
 }
 
+static ucs_status_t on_request_reply(tfx_ucxc_t *u, tfx_ucxc_req_t *r, void *data,
+                                     size_t length, const ucp_am_recv_param_t *param);
+
 static ucs_status_t on_reply(void *arg, const void *header, size_t header_length, void *data,
                              size_t length, const ucp_am_recv_param_t *param)
 {
     tfx_ucxc_t *u = arg;
     tfp_uf_hdr_t h;
     tfp_err_t err;
-    if (tfp_uf_decode(header, header_length, &h, &err) != TFP_OK || !tfp_uf_op_is_reply(h.op))
-        return UCS_OK;                                  /* not ours: drop */
-    if (h.op == TFP_UF_HELLO_ACK) {
-        pthread_mutex_lock(&u->lock);
-        for (size_t i = 0; i < u->nconns; i++) {
-            tfx_ucxc_conn_t *c = u->conns[i];
-            if (c->hello_seq == h.seq && c->hello_state == 0) {
-                if (h.status == TFP_OK) {
-                    describe(c);        /* by the worker's owner */
-                    tfp_strcpy(c->features, sizeof c->features, h.msg);
-                    c->feature_bits = tfp_uf_feature_bits(h.msg);
-                    c->body_prefix = tfp_uf_has_feature(h.msg, TFP_UF_FEATURE_BODY_PREFIX);
-                }
-                else
-                    snprintf(c->why, sizeof c->why, "the server refused the HELLO: %.200s",
-                             h.msg);
-                c->hello_state = h.status == TFP_OK ? 1 : -1;
-                pthread_cond_broadcast(&u->cond);
-            }
-        }
-        pthread_mutex_unlock(&u->lock);
-        return UCS_OK;
+    uint64_t seq;
+    if (tfp_uf_peek_reply(header, header_length, &seq)) {
+        /* A REPLY is decoded in its request's place (no 2.7 KiB copy per request); a
+         * request that has its reply already is not touched. */
+        tfx_ucxc_req_t *r = find_req(u, seq);
+        if (!r || r->replied || r->receiving ||
+            tfp_uf_decode(header, header_length, &r->res.reply, &err) != TFP_OK ||
+            r->res.reply.body_len != length)
+            return UCS_OK;                              /* not ours: drop */
+        return on_request_reply(u, r, data, length, param);
     }
-    tfx_ucxc_req_t *r = find_req(u, h.seq);
-    if (!r || r->replied || r->receiving || h.body_len != length)
-        return UCS_OK;
-    r->res.reply = h;
+    if (tfp_uf_decode(header, header_length, &h, &err) != TFP_OK ||
+        h.op != TFP_UF_HELLO_ACK)
+        return UCS_OK;                                  /* not ours: drop */
+    pthread_mutex_lock(&u->lock);
+    for (size_t i = 0; i < u->nconns; i++) {
+        tfx_ucxc_conn_t *c = u->conns[i];
+        if (c->hello_seq == h.seq && c->hello_state == 0) {
+            if (h.status == TFP_OK) {
+                describe(c);        /* by the worker's owner */
+                tfp_strcpy(c->features, sizeof c->features, h.msg);
+                c->feature_bits = tfp_uf_feature_bits(h.msg);
+                c->body_prefix = tfp_uf_has_feature(h.msg, TFP_UF_FEATURE_BODY_PREFIX);
+            }
+            else
+                snprintf(c->why, sizeof c->why, "the server refused the HELLO: %.200s",
+                         h.msg);
+            c->hello_state = h.status == TFP_OK ? 1 : -1;
+            pthread_cond_broadcast(&u->cond);
+        }
+    }
+    pthread_mutex_unlock(&u->lock);
+    return UCS_OK;
+}
+
+/* r's REPLY frame arrived (decoded into r->res.reply), and its body with it or after it. */
+static ucs_status_t on_request_reply(tfx_ucxc_t *u, tfx_ucxc_req_t *r, void *data,
+                                     size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)u;
     if (length == 0) {
         r->replied = 1;
         maybe_complete(r);
