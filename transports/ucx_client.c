@@ -145,7 +145,9 @@ struct tfx_ucxc {
     tfx_ucxc_req_t *live;           /* owner */
     tfx_ucxc_conn_t **conns;        /* owner: connections with their handshakes */
     size_t nconns, capconns;
-    unsigned lingering;             /* thread: connections closed mid-handshake, waiting */
+    atomic_uint lingering;          /* connections closed mid-handshake, waiting (changed
+                                     * under lock by the worker's holder; a pass looks
+                                     * without it) */
     atomic_uint closing;            /* endpoint closes UCX has not completed */
     uint64_t next_seq;
     int stopping;
@@ -884,6 +886,8 @@ static void close_or_linger(tfx_ucxc_t *u, tfx_ucxc_conn_t *c)
 /* Closes the lingering connections whose handshake settled or whose time is up: how many. */
 static unsigned close_settled(tfx_ucxc_t *u)
 {
+    if (!atomic_load(&u->lingering))
+        return 0;                       /* every pass asks: no lock, no clock for nothing */
     for (unsigned n = 0;; n++) {
         tfx_ucxc_conn_t *due = NULL;
         uint64_t now = tfx_now_ms();
