@@ -20,6 +20,7 @@
 #include "proto/shmframe.h"
 #include "transports/clock.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +130,48 @@ struct tfd_router {
     char id_prefix[17];                     /* of the request ids the server makes up */
     atomic_uint_fast64_t next_id;
     atomic_uint_fast64_t body_bytes;        /* request bodies held outside the store */
+    pthread_mutex_t spare_lock;
+    tfd_ctx_t *spare;                       /* finished requests' contexts, to reuse */
+    size_t nspare;
 };
+
+/* A request's context is 1.4 KiB: past malloc's per-thread cache, each calloc of one had
+ * malloc consolidate its small free chunks first, a tenth of a microsecond per request. The
+ * router keeps some for reuse (each transport's threads share them); off under ASan, so that
+ * a use after free is still seen. */
+#ifdef __SANITIZE_ADDRESS__
+#define CTX_SPARE_MAX 0
+#else
+#define CTX_SPARE_MAX 64
+#endif
+
+static tfd_ctx_t *ctx_new(tfd_router_t *rt)
+{
+    pthread_mutex_lock(&rt->spare_lock);
+    tfd_ctx_t *c = rt->spare;
+    if (c) {
+        rt->spare = c->spare_next;
+        rt->nspare--;
+    }
+    pthread_mutex_unlock(&rt->spare_lock);
+    if (!c)
+        return calloc(1, sizeof *c);
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+static void ctx_free(tfd_router_t *rt, tfd_ctx_t *c)
+{
+    pthread_mutex_lock(&rt->spare_lock);
+    if (rt->nspare < CTX_SPARE_MAX) {
+        c->spare_next = rt->spare;
+        rt->spare = c;
+        rt->nspare++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&rt->spare_lock);
+    free(c);
+}
 
 /* Approves a body buffer growing to total bytes. */
 static tfp_status_t on_body_grow(tfx_req_t *r, uint64_t total, void *arg)
@@ -370,7 +412,7 @@ static int begin_body(tfx_req_t *r, tfd_ctx_t *c)
 static void on_begin(tfx_req_t *r, void *arg)
 {
     tfd_router_t *rt = arg;
-    tfd_ctx_t *c = calloc(1, sizeof *c);
+    tfd_ctx_t *c = ctx_new(rt);
     if (!c) {
         tfx_respond_error(r, TFP_ENOMEM, "out of memory");
         return;
@@ -443,7 +485,7 @@ static void on_finish(tfx_req_t *r, int completed, void *arg)
             (unsigned long long)tfx_req_body_bytes(r), (unsigned long long)out, secs,
             c->user[0] ? c->user : "-", c->request_id);
     free(c->raw_hdr);
-    free(c);
+    ctx_free(rt, c);
     tfx_req_set_ctx(r, NULL);
 }
 
@@ -459,11 +501,20 @@ tfd_router_t *tfd_router_new(const tfd_api_t *api)
     snprintf(rt->id_prefix, sizeof rt->id_prefix, "%016llx", (unsigned long long)rnd);
     atomic_init(&rt->next_id, 1);
     atomic_init(&rt->body_bytes, 0);
+    pthread_mutex_init(&rt->spare_lock, NULL);
     return rt;
 }
 
 void tfd_router_free(tfd_router_t *rt)
 {
+    if (!rt)
+        return;
+    while (rt->spare) {
+        tfd_ctx_t *c = rt->spare;
+        rt->spare = c->spare_next;
+        free(c);
+    }
+    pthread_mutex_destroy(&rt->spare_lock);
     free(rt);
 }
 
