@@ -337,7 +337,7 @@ static int keep_header(tfx_hc_req_t *req, const char *name, size_t nlen, const c
     if (need > MAX_HEADER_BYTES)
         return -1;
     if (need > req->hcap) {
-        size_t cap = req->hcap ? req->hcap : 1024;
+        size_t cap = req->hcap ? req->hcap : 512;     /* within malloc's per-thread cache */
         while (cap < need)
             cap *= 2;
         char *b = realloc(req->hbuf, cap);
@@ -345,6 +345,13 @@ static int keep_header(tfx_hc_req_t *req, const char *name, size_t nlen, const c
             return -1;
         req->hbuf = b;
         req->hcap = cap;
+    }
+    tfx_hc_resp_t *r = &req->resp;
+    if (r->nh < TFX_HC_HINDEX) {
+        r->hoff[r->nh] = (uint32_t)req->hlen;
+        r->hnlen[r->nh++] = (uint32_t)nlen;
+    } else {
+        r->more_headers = 1;
     }
     char *p = req->hbuf + req->hlen;
     memcpy(p, name, nlen);
@@ -364,6 +371,13 @@ const char *tfx_hc_resp_header(const tfx_hc_resp_t *r, const char *name)
     const char *found = "";
     if (!r || !r->headers)
         return found;
+    if (!r->more_headers) {             /* the index: a length, then the bytes (the last wins) */
+        size_t n = strlen(name);
+        for (size_t i = r->nh; i-- > 0;)
+            if (r->hnlen[i] == n && strncasecmp(r->headers + r->hoff[i], name, n) == 0)
+                return r->headers + r->hoff[i] + n + 1;
+        return found;
+    }
     for (size_t i = 0; i < r->headers_len;) {
         const char *n = r->headers + i, *v = n + strlen(n) + 1;
         if (strcasecmp(n, name) == 0)
@@ -384,6 +398,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         r->t_head = tfx_since_s(req->t0_ns);
         req->hlen = 0;
         r->headers_len = 0;
+        r->nh = 0;
+        r->more_headers = 0;
         memset(&r->answer, 0, sizeof r->answer);
         return n;
     }

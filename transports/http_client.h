@@ -65,6 +65,12 @@ typedef struct {
     const char *headers;            /* "name\0value\0" pairs (values trimmed), owned by the
                                      * request; read them with tfx_hc_resp_header */
     size_t headers_len;
+    /* The first TFX_HC_HINDEX headers' name offsets and lengths in headers (nh of them,
+     * more_headers: some past them), so that a lookup compares lengths before bytes. */
+#define TFX_HC_HINDEX 32
+    uint32_t hoff[TFX_HC_HINDEX], hnlen[TFX_HC_HINDEX];
+    size_t nh;
+    int more_headers;
     int sunk;                       /* the body went to the sink (tfx_hc_req_set_sink) */
     uint8_t *body;                  /* owned by the request; always NUL-terminated */
     size_t body_len;                /* excluding the NUL */

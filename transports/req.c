@@ -29,16 +29,24 @@ void tfx_req_answer_headers(const tfx_req_t *r,
                             void (*add)(void *arg, const char *name, const char *value),
                             void *arg)
 {
-    char v[TFP_AF_MAX_STR + 40], timing[256] = "";
+    char v[TFP_AF_MAX_STR + 40], timing[256];
     size_t tl = 0;
     for (unsigned f = 0; f < TFP_AF_COUNT; f++) {
+        if (!tfp_answer_has(&r->ans, (tfp_af_t)f))
+            continue;
         size_t n = tfp_answer_header_value(&r->ans, (tfp_af_t)f, v, sizeof v);
         if (!n)
             continue;
-        if (tfp_answer_fields[f].kind != TFP_AK_DUR)
+        if (tfp_answer_fields[f].kind != TFP_AK_DUR) {
             add(arg, tfp_answer_fields[f].header, v);
-        else if (tl + n + 2 < sizeof timing)        /* one Server-Timing list */
-            tl += (size_t)snprintf(timing + tl, sizeof timing - tl, "%s%s", tl ? ", " : "", v);
+        } else if (tl + n + 3 < sizeof timing) {    /* one Server-Timing list, by hand */
+            if (tl) {
+                memcpy(timing + tl, ", ", 2);
+                tl += 2;
+            }
+            memcpy(timing + tl, v, n + 1);
+            tl += n;
+        }
     }
     if (tl)
         add(arg, "Server-Timing", timing);
