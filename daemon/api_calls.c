@@ -98,14 +98,28 @@ static int same_as_request(tfp_doc_t *doc, const uint8_t *base, size_t len)
     return same;
 }
 
-/* The answer to a call whose request document came in a sealed memfd (shm) and whose
- * outputs are that very document: the memfd itself, taken from the request, which the
- * transport then lends as it is (no copy). NULL when it is not so (or out of memory: the
- * answer is then encoded as any). */
+/* The answer to a call whose outputs are its request document, byte for byte (echo), as
+ * safetensors: the request's own buffer, no copy. A sealed memfd (shm) is taken from the
+ * request and lent by the transport as it is; a heap buffer (HTTP, UCX) goes to the answer's
+ * blob. NULL when it is not so, or the answer is to be another form (Accept), or a memfd
+ * cannot be taken (the answer is then encoded as any). */
 static tfd_blob_t *request_as_answer(tfx_req_t *r, tfd_ctx_t *c)
 {
-    if (!c->body_give_back || !same_as_request(c->call->out, c->call_base, c->call_len))
+    tfp_media_t want = c->op->accept;
+    if ((want != TFP_MEDIA_NONE && want != TFP_MEDIA_SAFETENSORS && want != TFP_MEDIA_ANY) ||
+        !c->call_base || !same_as_request(c->call->out, c->call_base, c->call_len))
         return NULL;
+    if (!c->body_give_back) {
+        /* A body the heap holds (HTTP, UCX): the answer takes the buffer itself, where
+         * encoding the route's document would copy every byte of it once more. */
+        tfd_blob_t *b = tfd_blob_new(c->call_base, c->call_cap, c->call_base, c->call_len,
+                                     NULL);
+        c->call_base = NULL;                    /* the blob's now (freed with it on failure) */
+        c->call_cap = 0;
+        if (!b)
+            tfd_call_fail(c->call, TFP_ENOMEM, "out of memory");  /* call->out is gone */
+        return b;
+    }
     tfd_blob_t *b = tfd_blob_new(NULL, 0, c->call_base, c->call_len, NULL);
     int fd;
     void *p;

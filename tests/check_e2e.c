@@ -1016,6 +1016,22 @@ START_TEST(exchange_echo_curl_and_lib)
     ck_assert_int_eq(call_i32("nope", NULL, NULL, v, 3), 404);
     ck_assert_msg(strstr(out, "no route named 'nope'") != NULL, "%s", out);
     ck_assert_int_eq(curl("", "/v1/call/echo"), 405);
+    /* A safetensors document comes back byte for byte (the answer is the request's own
+     * buffer), and still as JSON to a client that asks for JSON. */
+    static const char st[] = "\x38\x00\x00\x00\x00\x00\x00\x00"
+                             "{\"t\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}   "
+                             "\x01\x02\x03\x04";
+    const char *sf = td_tmpfile(3, st, sizeof st - 1);
+    char args[512], cmd[1024];
+    snprintf(args, sizeof args, "-X POST --data-binary @%s -H 'Content-Type: "
+             "application/x-safetensors'", sf);
+    ck_assert_int_eq(curl(args, "/v1/call/echo"), 200);
+    snprintf(cmd, sizeof cmd, "cmp %s /tmp/tf-e2e-body-%d", sf, (int)getpid());
+    ck_assert_msg(td_run(cmd, NULL, 0) == 0, "echo's answer is not the request's bytes");
+    snprintf(args, sizeof args, "-X POST --data-binary @%s -H 'Content-Type: "
+             "application/x-safetensors' -H 'Accept: application/json'", sf);
+    ck_assert_int_eq(curl(args, "/v1/call/echo"), 200);
+    ck_assert_str_eq(out, "{\"t\":{\"dtype\":\"U8\",\"shape\":[4],\"data\":[1,2,3,4]}}");
 
     /* libtfetch: a multi-tensor document with metadata comes back as sent. */
     tf_client_t *c = client();
