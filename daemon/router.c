@@ -140,9 +140,9 @@ struct tfd_router {
  * router keeps some for reuse (each transport's threads share them); off under ASan, so that
  * a use after free is still seen. */
 #ifdef __SANITIZE_ADDRESS__
-#define CTX_SPARE_MAX 0
+static const size_t ctx_spare_max = 0;
 #else
-#define CTX_SPARE_MAX 64
+static const size_t ctx_spare_max = 64;
 #endif
 
 static tfd_ctx_t *ctx_new(tfd_router_t *rt)
@@ -163,7 +163,7 @@ static tfd_ctx_t *ctx_new(tfd_router_t *rt)
 static void ctx_free(tfd_router_t *rt, tfd_ctx_t *c)
 {
     pthread_mutex_lock(&rt->spare_lock);
-    if (rt->nspare < CTX_SPARE_MAX) {
+    if (rt->nspare < ctx_spare_max) {
         c->spare_next = rt->spare;
         rt->spare = c;
         rt->nspare++;

@@ -107,9 +107,9 @@ struct tfx_ucxc_req {
  * rest of an 8-byte exchange's client side, most of it in malloc consolidating small free
  * chunks before each large one. Off under ASan, so that a use after free is still seen. */
 #ifdef __SANITIZE_ADDRESS__
-#define SPARE_MAX 0
+static const size_t spare_max = 0;
 #else
-#define SPARE_MAX 16
+static const size_t spare_max = 16;
 #endif
 
 typedef struct cmd {
@@ -140,7 +140,7 @@ struct tfx_ucxc {
     cmd_t *cmd_head, *cmd_tail;
     atomic_int cmd_any;             /* cmd_head is not empty: a pass looks without the lock */
     tfx_ucxc_req_t *done_head, *done_tail;
-    tfx_ucxc_req_t *spare;          /* under lock: freed requests to reuse (SPARE_MAX) */
+    tfx_ucxc_req_t *spare;          /* under lock: freed requests to reuse (spare_max) */
     size_t nspare;
     tfx_ucxc_req_t *live;           /* owner */
     tfx_ucxc_conn_t **conns;        /* owner: connections with their handshakes */
@@ -1494,7 +1494,7 @@ void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
     free(r->phbuf);
     tfx_ucxc_t *u = r->u;
     pthread_mutex_lock(&u->lock);
-    if (u->nspare < SPARE_MAX) {
+    if (u->nspare < spare_max) {
         r->qnext = u->spare;
         u->spare = r;
         u->nspare++;

@@ -86,9 +86,9 @@ typedef struct ucx_req {
  * malloc consolidating its small free chunks before each large one. Off under ASan, so
  * that a use after free is still seen. */
 #ifdef __SANITIZE_ADDRESS__
-#define SPARE_MAX 0
+static const size_t spare_max = 0;
 #else
-#define SPARE_MAX 64
+static const size_t spare_max = 64;
 #endif
 
 #define UR(r) ((ucx_req_t *)(r))
@@ -530,7 +530,7 @@ static void req_put(ucx_req_t *q)
         return;
     tfx_ucx_t *u = q->u;
     free(q->prefix);
-    if (u->nspare >= SPARE_MAX) {
+    if (u->nspare >= spare_max) {
         free(q);
         return;
     }
