@@ -446,7 +446,8 @@ static tf_status_t start_fetch(tf_client_t *c, const tf_request_t *rq, int op,
     if (fd >= 0 && (st = attach_fd(f, op, fd)) != TF_OK)
         goto free_fetch;
     f->rt_ms = -1;
-    st = tfi_choose(c, f, &via);        /* times the stage upgrade when it negotiates */
+    f->result.stages.upgrade = 0;       /* tfi_choose times it when it negotiates */
+    st = tfi_choose(c, f, &via);
     if (st != TF_OK)
         goto free_fetch;
     if ((st = tfi_body_render(&f->op, &f->result)) != TF_OK)
