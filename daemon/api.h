@@ -106,7 +106,6 @@ typedef struct {
     tfd_worker_poll_t poll;
     /* feeds (api_feeds.c) */
     struct tfd_feed_req *feed;
-    void *spare_next;               /* the router's: its list of contexts to reuse */
 } tfd_ctx_t;
 
 /* Answers r with a JSON error and records the code for the metrics. */

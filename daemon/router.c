@@ -19,6 +19,7 @@
 #include "daemon/upgrade.h"
 #include "proto/shmframe.h"
 #include "transports/clock.h"
+#include "transports/spare.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -131,28 +132,17 @@ struct tfd_router {
     atomic_uint_fast64_t next_id;
     atomic_uint_fast64_t body_bytes;        /* request bodies held outside the store */
     pthread_mutex_t spare_lock;
-    tfd_ctx_t *spare;                       /* finished requests' contexts, to reuse */
-    size_t nspare;
+    tfx_spare_t spare;                      /* finished requests' contexts, to reuse */
 };
 
-/* A request's context is 1.4 KiB: past malloc's per-thread cache, each calloc of one had
- * malloc consolidate its small free chunks first, a tenth of a microsecond per request. The
- * router keeps some for reuse (each transport's threads share them); off under ASan, so that
- * a use after free is still seen. */
-#ifdef __SANITIZE_ADDRESS__
-static const size_t ctx_spare_max = 0;
-#else
-static const size_t ctx_spare_max = 64;
-#endif
+/* A request's context is 1.4 KiB, past malloc's per-thread cache: the router keeps some for
+ * reuse (transports/spare.h), under a lock each transport's threads share. */
+#define SPARE_CTXS 64
 
 static tfd_ctx_t *ctx_new(tfd_router_t *rt)
 {
     pthread_mutex_lock(&rt->spare_lock);
-    tfd_ctx_t *c = rt->spare;
-    if (c) {
-        rt->spare = c->spare_next;
-        rt->nspare--;
-    }
+    tfd_ctx_t *c = tfx_spare_take(&rt->spare);
     pthread_mutex_unlock(&rt->spare_lock);
     if (!c)
         return calloc(1, sizeof *c);
@@ -163,14 +153,10 @@ static tfd_ctx_t *ctx_new(tfd_router_t *rt)
 static void ctx_free(tfd_router_t *rt, tfd_ctx_t *c)
 {
     pthread_mutex_lock(&rt->spare_lock);
-    if (rt->nspare < ctx_spare_max) {
-        c->spare_next = rt->spare;
-        rt->spare = c;
-        rt->nspare++;
-        c = NULL;
-    }
+    int kept = tfx_spare_put(&rt->spare, c);
     pthread_mutex_unlock(&rt->spare_lock);
-    free(c);
+    if (!kept)
+        free(c);
 }
 
 /* Approves a body buffer growing to total bytes. */
@@ -502,6 +488,7 @@ tfd_router_t *tfd_router_new(const tfd_api_t *api)
     atomic_init(&rt->next_id, 1);
     atomic_init(&rt->body_bytes, 0);
     pthread_mutex_init(&rt->spare_lock, NULL);
+    tfx_spare_init(&rt->spare, SPARE_CTXS);
     return rt;
 }
 
@@ -509,11 +496,7 @@ void tfd_router_free(tfd_router_t *rt)
 {
     if (!rt)
         return;
-    while (rt->spare) {
-        tfd_ctx_t *c = rt->spare;
-        rt->spare = c->spare_next;
-        free(c);
-    }
+    tfx_spare_free_all(&rt->spare);
     pthread_mutex_destroy(&rt->spare_lock);
     free(rt);
 }

@@ -31,6 +31,7 @@
 #include "transports/ucx_common.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
+#include "transports/spare.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -78,7 +79,7 @@ struct tfx_ucxc_req {
     tfx_ucxc_conn_t *conn;
     void *ud;
     struct tfx_ucxc_req *prev, *next;   /* live (thread) */
-    struct tfx_ucxc_req *qnext;         /* done queue; the spare list */
+    struct tfx_ucxc_req *qnext;         /* done queue */
     size_t hlen;
     uint8_t *phbuf;                     /* the frame and the body's prefix (BODY_PREFIX) */
     ucp_dt_iov_t *iov;
@@ -103,14 +104,9 @@ struct tfx_ucxc_req {
     uint8_t hbuf[TFP_UF_MAX_HEADER];    /* hdr encoded (hlen bytes) */
 };
 
-/* Freed requests kept for the next ones: a fresh 8 KiB calloc per request cost more than the
- * rest of an 8-byte exchange's client side, most of it in malloc consolidating small free
- * chunks before each large one. Off under ASan, so that a use after free is still seen. */
-#ifdef __SANITIZE_ADDRESS__
-static const size_t spare_max = 0;
-#else
-static const size_t spare_max = 16;
-#endif
+/* Freed requests kept for the next ones (transports/spare.h): a fresh 8 KiB calloc per
+ * request cost more than the rest of an 8-byte exchange's client side. */
+#define SPARE_REQS 16
 
 typedef struct cmd {
     struct cmd *next;
@@ -140,8 +136,7 @@ struct tfx_ucxc {
     cmd_t *cmd_head, *cmd_tail;
     atomic_int cmd_any;             /* cmd_head is not empty: a pass looks without the lock */
     tfx_ucxc_req_t *done_head, *done_tail;
-    tfx_ucxc_req_t *spare;          /* under lock: freed requests to reuse (spare_max) */
-    size_t nspare;
+    tfx_spare_t spare;              /* under lock: freed requests to reuse */
     tfx_ucxc_req_t *live;           /* owner */
     tfx_ucxc_conn_t **conns;        /* owner: connections with their handshakes */
     size_t nconns, capconns;
@@ -332,11 +327,7 @@ static void maybe_complete(tfx_ucxc_req_t *r)
 static tfx_ucxc_req_t *req_new(tfx_ucxc_t *u)
 {
     pthread_mutex_lock(&u->lock);
-    tfx_ucxc_req_t *r = u->spare;
-    if (r) {
-        u->spare = r->qnext;
-        u->nspare--;
-    }
+    tfx_ucxc_req_t *r = tfx_spare_take(&u->spare);
     pthread_mutex_unlock(&u->lock);
     if (!r && !(r = malloc(sizeof *r)))
         return NULL;
@@ -1100,6 +1091,7 @@ tfx_ucxc_t *tfx_ucxc_new_tuned(void (*wake)(void *arg), void *wake_arg, int no_s
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         return NULL;
     }
+    tfx_spare_init(&u->spare, SPARE_REQS);
     u->wake = wake;
     u->wake_arg = wake_arg;
     pthread_mutex_init(&u->lock, NULL);
@@ -1494,14 +1486,10 @@ void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
     free(r->phbuf);
     tfx_ucxc_t *u = r->u;
     pthread_mutex_lock(&u->lock);
-    if (u->nspare < spare_max) {
-        r->qnext = u->spare;
-        u->spare = r;
-        u->nspare++;
-        r = NULL;
-    }
+    int kept = tfx_spare_put(&u->spare, r);
     pthread_mutex_unlock(&u->lock);
-    free(r);
+    if (!kept)
+        free(r);
 }
 
 /* Once the thread is out of its loop: closes what is left (UCX returns every operation
@@ -1527,10 +1515,7 @@ static void cleanup(tfx_ucxc_t *u)
     tfx_ucxc_req_t *r;
     while ((r = tfx_ucxc_next(u)))
         tfx_ucxc_req_free(r);
-    while ((r = u->spare)) {
-        u->spare = r->qnext;
-        free(r);
-    }
+    tfx_spare_free_all(&u->spare);
     for (size_t i = 0; i < u->nconns; i++)
         free(u->conns[i]);
     free(u->conns);

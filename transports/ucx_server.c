@@ -31,6 +31,7 @@
 #include "transports/req_int.h"
 #include "transports/buf.h"
 #include "transports/clock.h"
+#include "transports/spare.h"
 #include "proto/httpcond.h"
 #include "proto/ids.h"
 #include "proto/ucxframe.h"
@@ -81,15 +82,9 @@ typedef struct ucx_req {
     uint8_t hdr[TFP_UF_MAX_HEADER]; /* the answer's frame, as encoded (hdr_len bytes) */
 } ucx_req_t;
 
-/* Ended requests kept for the next ones (the progress thread's own list): an 8 KiB calloc
- * per request cost more than the rest of an 8-byte exchange's server side, most of it in
- * malloc consolidating its small free chunks before each large one. Off under ASan, so
- * that a use after free is still seen. */
-#ifdef __SANITIZE_ADDRESS__
-static const size_t spare_max = 0;
-#else
-static const size_t spare_max = 64;
-#endif
+/* Ended requests kept for the next ones (transports/spare.h; the progress thread's own):
+ * an 8 KiB calloc per request cost more than the rest of an 8-byte exchange's server side. */
+#define SPARE_REQS 64
 
 #define UR(r) ((ucx_req_t *)(r))
 
@@ -118,8 +113,7 @@ struct tfx_ucx {
     peer_t *peers;                  /* endpoints that presented a valid token */
     size_t npeers, cappeers;
     uint64_t last_peer_check_ms;
-    ucx_req_t *spare;               /* ended requests to reuse, linked by qnext */
-    size_t nspare;
+    tfx_spare_t spare;              /* ended requests to reuse */
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
     struct fail_ep {                /* endpoints to fail once out of the callbacks: */
@@ -511,14 +505,12 @@ static void end_req(ucx_req_t *q, int completed)
 /* A request for a frame that arrived: a spare one when there is one. The progress thread's. */
 static ucx_req_t *req_new(tfx_ucx_t *u)
 {
-    ucx_req_t *q = u->spare;
+    ucx_req_t *q = tfx_spare_take(&u->spare);
     if (!q) {
         if ((q = calloc(1, sizeof *q)))
             q->u = u;
         return q;
     }
-    u->spare = q->qnext;
-    u->nspare--;
     memset(q, 0, offsetof(ucx_req_t, in));
     q->u = u;
     return q;
@@ -530,13 +522,8 @@ static void req_put(ucx_req_t *q)
         return;
     tfx_ucx_t *u = q->u;
     free(q->prefix);
-    if (u->nspare >= spare_max) {
+    if (!tfx_spare_put(&u->spare, q))
         free(q);
-        return;
-    }
-    q->qnext = u->spare;
-    u->spare = q;
-    u->nspare++;
 }
 
 static void free_req(ucx_req_t *q, int completed)
@@ -1045,6 +1032,7 @@ tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, t
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         return NULL;
     }
+    tfx_spare_init(&u->spare, SPARE_REQS);
     u->h = *h;
     u->cfg = *cfg;
     pthread_mutex_init(&u->qlock, NULL);
@@ -1127,10 +1115,7 @@ void tfx_ucx_stop(tfx_ucx_t *u)
         free_req(u->live, 0);
     while (u->husks)
         free_husk(u->husks);
-    for (ucx_req_t *q; (q = u->spare);) {
-        u->spare = q->qnext;
-        free(q);
-    }
+    tfx_spare_free_all(&u->spare);
     free(u->peers);
     free(u->to_close);
     free(u->to_fail);
