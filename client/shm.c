@@ -692,6 +692,7 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
     tfp_status_t st = TFP_OK;
     tfp_err_t err;
     int bfd = -1;
+    uint64_t t_send = tfx_now_ns();
     int rc = ask_fd(k, TFP_SF_ALLOC, TFP_SF_F_CALL, (size_t)f->op.body_len, ms, &bfd, &lease,
                     &st, why, sizeof why);
     if (rc < 0)
@@ -739,6 +740,7 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
     }
     /* The route runs meanwhile: the request's own time, not the socket's. */
     int fd = -1;
+    uint64_t t_req = tfx_now_ns();
     if (recv_reply(k, q.seq, left > 0 ? left : -1, &r, &fd, why, sizeof why) != 0) {
         tfi_shm_disconnect(o);
         snprintf(res->transport, sizeof(res->transport), "shm/memfd");
@@ -746,7 +748,11 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
                   "the call over shm: %s", why);
         return queue_done(c, f);
     }
+    uint64_t t_rep = tfx_now_ns();
     res->bytes_sent = f->op.body_len;
+    res->stages.connect = 0;                        /* connected */
+    res->stages.send = (double)(t_req - t_send) / 1e6;  /* lent, written into, sent */
+    f->rt_ms = (double)(t_rep - t_req) / 1e6;       /* the round trip, the server's time in it */
     if (r.status == TFP_ENOTIMPL && r.http == 0) {
         /* Declined: nothing ran. This route goes another way from now on. */
         snprintf(k->declined[k->ndeclined++ % MAX_DECLINED], sizeof k->declined[0], "%s",
@@ -776,6 +782,7 @@ static tf_status_t shm_call(tf_client_t *c, tf_fetch_t *f)
         tfi_rfail(res, TF_EPROTO, "the call over shm: %s", err.msg);
         return queue_done(c, f);
     }
+    res->stages.decode = (double)(tfx_now_ns() - t_rep) / 1e6;  /* checked, mapped, decoded */
     reply_answer(f, &r);
     return queue_done(c, f);
 }

@@ -892,6 +892,12 @@ START_TEST(shm_call)
                       tf_client_last(c)->error);
         ck_assert_msg(i == 0 || strcmp(tf_client_last(c)->transport, "shm/memfd") == 0,
                       "%s (%s)", tf_client_last(c)->transport, tf_client_last(c)->fallback);
+        /* ... and says where its time went, as every transport does */
+        const tf_stages_t *sg = &tf_client_last(c)->stages;
+        ck_assert_msg(sg->send >= 0 && sg->server >= 0 && sg->receive >= 0 && sg->decode >= 0,
+                      "stages send %g server %g receive %g decode %g", sg->send, sg->server,
+                      sg->receive, sg->decode);
+        ck_assert(sg->send + sg->server + sg->receive + sg->decode <= sg->total + 0.01);
         ck_assert_uint_eq(tf_doc_count(out), 1);
         ck_assert_uint_eq(tf_doc_at(out, 0)->nbytes, big);
         ck_assert_int_eq(memcmp(tf_doc_at(out, 0)->data, data, big), 0);
