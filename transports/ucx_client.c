@@ -149,6 +149,8 @@ struct tfx_ucxc {
     int thread_done;                /* the progress thread left its loop (under lock) */
     int abandoned;                  /* tfx_ucxc_free gave up waiting: the thread frees all */
     uint64_t last_pid_check_ms;     /* owner */
+    uint64_t last_scan_ms;          /* owner: when a pass last looked at deadlines, stalls */
+    unsigned rndv_waiting;          /* owner: replies whose rendezvous body awaits its start */
     /* Who drives the worker (under lock): the thread between a pass's hold and let_go, a
      * blocking caller inside tfx_ucxc_drive, or nobody. */
     int owner;                      /* OWN_* */
@@ -570,7 +572,6 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
 static ucs_status_t on_request_reply(tfx_ucxc_t *u, tfx_ucxc_req_t *r, void *data,
                                      size_t length, const ucp_am_recv_param_t *param)
 {
-    (void)u;
     if (length == 0) {
         r->replied = 1;
         maybe_complete(r);
@@ -579,6 +580,7 @@ static ucs_status_t on_request_reply(tfx_ucxc_t *u, tfx_ucxc_req_t *r, void *dat
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         r->res.t_reply = tfx_since_s(r->t0_ns);     /* its body comes after */
         r->rndv_desc = data;
+        u->rndv_waiting++;
         r->rndv_len = length;
         r->receiving = 1;
         return UCS_INPROGRESS;                          /* received by the loop */
@@ -933,13 +935,25 @@ static unsigned run_cmds(tfx_ucxc_t *u)
         free(cm);
     }
     n += close_settled(u);
-    for (tfx_ucxc_req_t *r = u->live; r; r = r->next)
-        if (r->rndv_desc) {
+    if (u->rndv_waiting) {              /* a reply's body waits for its receive to start */
+        tfx_ucxc_req_t *r = u->live;
+        while (r && !r->rndv_desc)
+            r = r->next;
+        if (r) {
+            u->rndv_waiting--;
             start_rndv(u, r);
             n++;
-            break;                      /* the list may have changed */
+        } else {
+            u->rndv_waiting = 0;        /* its request went (an orphan's, released) */
         }
+    }
+    /* Deadlines, stalls and dead peers are counted in milliseconds: a pass looks at the
+     * requests in flight once a millisecond, not on every pass (with 64 in flight the walk
+     * was a sixth of the client's time). */
     uint64_t now = tfx_now_ms();
+    if (now == u->last_scan_ms)
+        return n;
+    u->last_scan_ms = now;
     check_peers(u, now);
     for (tfx_ucxc_req_t *r = u->live, *next; r; r = next) {
         next = r->next;
