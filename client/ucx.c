@@ -288,7 +288,8 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
                                             tfi_remaining_ms(f), flags, f, &ur);
     if (st == TFP_EBUSY)            /* broken since tfi_choose looked (upgrade.c's words) */
         return tfi_rfail(&f->result, TF_EIO, "the UCX connection failed (%s) as the request "
-                         "started", o->transport);
+                         "started%s", o->transport, f->policy == TF_TRANSPORT_UCX
+                         ? " (transport policy ucx: not retried over HTTP)" : "");
     if (st != TFP_OK)
         return tfi_rfail(&f->result, TF_EIO, "cannot send over UCX (%s): %s", o->transport,
                          tfp_status_text(st));
