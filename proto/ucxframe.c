@@ -80,6 +80,13 @@ static int op_has_body(int op)
     return op == TFP_UF_PUT || op == TFP_UF_CALL || op == TFP_UF_REPLY || op == TFP_UF_FEED;
 }
 
+/* Ops that may carry flag ANSWER or TIMING: what has an answer of its own, and REPLY. */
+static int op_answers(int op)
+{
+    return op == TFP_UF_GET || op == TFP_UF_PUT || op == TFP_UF_DELETE || op == TFP_UF_CALL ||
+           op == TFP_UF_FEED || op == TFP_UF_REPLY;
+}
+
 /* Ops whose wait_ms may be non-zero (FEED: only some feed ops, checked with the block). */
 static int op_waits(int op)
 {
@@ -353,8 +360,7 @@ static tfp_status_t check_cond(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
 static tfp_status_t check_answer(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
 {
     size_t n = strnlen(h->answer, sizeof h->answer);
-    if (h->op != TFP_UF_GET && h->op != TFP_UF_PUT && h->op != TFP_UF_DELETE &&
-        h->op != TFP_UF_CALL && h->op != TFP_UF_FEED && h->op != TFP_UF_REPLY)
+    if (!op_answers((int)h->op))
         return tfp_err_set(err, code, WHAT ": flag ANSWER on %s", tfp_uf_op_name((int)h->op));
     if (n > TFP_UF_MAX_ANSWER)
         return tfp_err_set(err, code, WHAT ": the answer lines are not NUL-terminated");
@@ -367,9 +373,7 @@ static tfp_status_t check_answer(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_e
 static tfp_status_t check_timing(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *err)
 {
     int reply = h->op == TFP_UF_REPLY && (h->flags & TFP_UF_F_TIMING);
-    if ((h->flags & TFP_UF_F_TIMING) && h->op != TFP_UF_GET && h->op != TFP_UF_PUT &&
-        h->op != TFP_UF_DELETE && h->op != TFP_UF_CALL && h->op != TFP_UF_FEED &&
-        h->op != TFP_UF_REPLY)
+    if ((h->flags & TFP_UF_F_TIMING) && !op_answers((int)h->op))
         return tfp_err_set(err, code, WHAT ": flag TIMING on %s", tfp_uf_op_name((int)h->op));
     for (unsigned i = 0; !reply && i < TFP_UF_TIMING_N; i++)
         if (h->timing[i])
