@@ -105,9 +105,8 @@ static int same_as_request(tfp_doc_t *doc, const uint8_t *base, size_t len)
  * cannot be taken (the answer is then encoded as any). */
 static tfd_blob_t *request_as_answer(tfx_req_t *r, tfd_ctx_t *c)
 {
-    tfp_media_t want = c->op->accept;
-    if ((want != TFP_MEDIA_NONE && want != TFP_MEDIA_SAFETENSORS && want != TFP_MEDIA_ANY) ||
-        !c->call_base || !same_as_request(c->call->out, c->call_base, c->call_len))
+    if (!tfp_op_accepts_safetensors(c->op) || !c->call_base ||
+        !same_as_request(c->call->out, c->call_base, c->call_len))
         return NULL;
     if (!c->body_give_back) {
         /* A body the heap holds (HTTP, UCX): the answer takes the buffer itself, where

@@ -140,8 +140,7 @@ static void serve_stored(tfx_req_t *r, tfd_ctx_t *c, tfd_blob_t *b)
 {
     const tfp_op_t *op = c->op;
     uint64_t epoch = tfd_store_epoch(c->api->store);
-    if (op->accept != TFP_MEDIA_NONE && op->accept != TFP_MEDIA_SAFETENSORS &&
-        op->accept != TFP_MEDIA_ANY) {
+    if (!tfp_op_accepts_safetensors(op)) {
         add_disposition(r, c, b->doc);
         api_serve_blob(r, c, b);            /* a view: its own representation, no tag */
         return;

@@ -30,6 +30,12 @@ tfp_status_t tfp_op_fail(tfp_op_err_t *e, tfp_status_t code, const char *fmt, ..
     return code;
 }
 
+int tfp_op_accepts_safetensors(const tfp_op_t *op)
+{
+    return op->accept == TFP_MEDIA_NONE || op->accept == TFP_MEDIA_SAFETENSORS ||
+           op->accept == TFP_MEDIA_ANY;
+}
+
 tfp_status_t tfp_op_check_length(const tfp_op_t *op, uint64_t max, tfp_op_err_t *e)
 {
     if (op->body.length >= 0 && (uint64_t)op->body.length > max)

@@ -180,6 +180,9 @@ typedef struct {
 tfp_status_t tfp_op_fail(tfp_op_err_t *e, tfp_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* 1 when op's answer may be a safetensors document (Accept: none, safetensors or any); 0
+ * when it asked for another form (JSON, raw, Shumai's). */
+int tfp_op_accepts_safetensors(const tfp_op_t *op);
 /* Refuses a document body announced above max bytes (TFP_ETOOBIG). TFP_OK otherwise,
  * e untouched. */
 tfp_status_t tfp_op_check_length(const tfp_op_t *op, uint64_t max, tfp_op_err_t *e);
