@@ -58,7 +58,6 @@ struct tfx_ucxc_conn {
     int closed;                     /* the endpoint was closed */
     int refs;                       /* the caller's + one per live request (thread only) */
     char transport[48];
-    int body_prefix;                /* its server takes flag BODY_PREFIX (HELLO_ACK) */
     char features[TFP_UF_MAX_MSG + 1];  /* what its HELLO_ACK offered (TFP_UF_FEATURES) */
     unsigned feature_bits;              /* ... those this build knows (tfp_uf_feature_bits) */
     atomic_long peer_pid;           /* the server's pid on this host, to notice its death */
@@ -555,7 +554,6 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
                 describe(c);        /* by the worker's owner */
                 tfp_strcpy(c->features, sizeof c->features, h.msg);
                 c->feature_bits = tfp_uf_feature_bits(h.msg);
-                c->body_prefix = tfp_uf_has_feature(h.msg, TFP_UF_FEATURE_BODY_PREFIX);
             }
             else
                 snprintf(c->why, sizeof c->why, "the server refused the HELLO: %.200s",
@@ -689,8 +687,9 @@ static void do_connect(tfx_ucxc_t *u, cmd_t *cm)
 #define PREFIX_MAX_LAST ((size_t)8 << 20)
 static size_t prefix_of(const tfx_ucxc_conn_t *c, const tfx_ucxc_req_t *r)
 {
-    if (!c->body_prefix || r->niov < 2 || r->iov[r->niov - 1].length < PREFIX_MIN_LAST ||
-        r->iov[r->niov - 1].length > PREFIX_MAX_LAST)
+    size_t last = r->niov ? r->iov[r->niov - 1].length : 0;
+    if (!tfx_ucxc_conn_feature(c, TFP_UF_FEATURE_BODY_PREFIX) || r->niov < 2 ||
+        last < PREFIX_MIN_LAST || last > PREFIX_MAX_LAST)
         return 0;
     size_t pre = 0;
     for (size_t i = 0; i + 1 < r->niov; i++)
