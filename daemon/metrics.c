@@ -459,9 +459,13 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "(pages already there) or fresh (made on the request path).\n"
          "# TYPE tfetch_shm_put_regions_total counter\n"
          "tfetch_shm_put_regions_total{kind=\"ready\"} %llu\n"
-         "tfetch_shm_put_regions_total{kind=\"fresh\"} %llu\n",
+         "tfetch_shm_put_regions_total{kind=\"fresh\"} %llu\n"
+         "# HELP tfetch_shm_ready_huge_total Ready regions made of 2 MiB pages by collapsing "
+         "(MADV_COLLAPSE, where shmem_enabled gives none).\n"
+         "# TYPE tfetch_shm_ready_huge_total counter\ntfetch_shm_ready_huge_total %llu\n",
          (unsigned long long)g->shm_pool.ready_bytes, (unsigned long long)g->shm_pool.max_bytes,
-         (unsigned long long)g->shm_pool.hits, (unsigned long long)g->shm_pool.misses);
+         (unsigned long long)g->shm_pool.hits, (unsigned long long)g->shm_pool.misses,
+         (unsigned long long)g->shm_pool.huge);
     outf(&o,
          "# HELP tfetch_auth_failures_total Requests refused by authentication (missing or "
          "unknown bearer token or client certificate: 401) or authorization (forbidden: 403).\n"

@@ -172,18 +172,18 @@ static char *read_pem(const char *key, const char *path, tfp_err_t *err)
     return buf;
 }
 
-/* Documents put over shm, and those a same-host client mapped (moved into a memfd at their
- * first shm GET), live in shmem, which has huge pages only where the host allows them. Says
- * so when it does not: a UCX GET of such a document copies out of 4 KiB pages (64 MiB over
- * cma: 6.6 GB/s here against 15 from anonymous huge pages), and a PUT built in place pays
- * for 4 KiB pages too. Documents received over HTTP or UCX are anonymous memory until then. */
+/* Documents a same-host client mapped (moved into a memfd at their first shm GET) live in
+ * shmem, which has huge pages only where the host allows them. Says so when it does not: a
+ * UCX GET of such a document copies out of 4 KiB pages (64 MiB over cma: 6.6 GB/s here
+ * against 15 from anonymous huge pages). Documents put over shm are collapsed into 2 MiB
+ * pages where the kernel can (tfx_shm_collapse; the ready memory's start line says). */
 static void say_shmem_pages(void)
 {
     char mode[32];
     if (tfd_shmem_huge(mode, sizeof mode) == 0)
-        tfd_log(LOG_INFO, "store: %s is %s: documents put over shm, or mapped by a "
-                "same-host client, sit in 4 KiB pages: UCX GETs of them run about half as "
-                "fast as with 'advise' (README, Transports)", TFD_SHMEM_ENABLED, mode);
+        tfd_log(LOG_INFO, "store: %s is %s: documents mapped by a same-host client sit in "
+                "4 KiB pages: UCX GETs of them run about half as fast as with 'advise' "
+                "(README, Transports)", TFD_SHMEM_ENABLED, mode);
 }
 
 /* Same-host PUTs write into regions made ready ahead of time (daemon/shmpool.h): says how

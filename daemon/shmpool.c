@@ -21,6 +21,7 @@
 
 #define MAX_READY 4                         /* regions, one per wanted size */
 #define MIN_POOLED (1u << 20)               /* smaller sizes fault in quickly anyway */
+#define HUGE ((size_t)2 << 20)              /* a PMD's span: what collapsing makes */
 
 typedef struct {
     size_t size;
@@ -31,6 +32,7 @@ struct tfd_shmpool {
     tfd_store_t *store;
     uint64_t max_bytes;
     int advise_huge;                        /* shmem_enabled lets MADV_HUGEPAGE count */
+    int collapse;                           /* MADV_COLLAPSE makes huge pages here */
     char pages[96];
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -61,33 +63,26 @@ int tfd_shmem_huge(char *mode, size_t size)
              (len == 4 && !strncmp(open + 1, "deny", 4)));
 }
 
-/* What shmem_enabled says: huge pages for memfds on advice, always, or never. */
-static void read_pages(tfd_shmpool_t *p)
-{
-    char mode[32];
-    int huge = tfd_shmem_huge(mode, sizeof mode);
-    p->advise_huge = huge > 0;
-    if (huge < 0)
-        snprintf(p->pages, sizeof p->pages, "4 KiB pages (no shmem huge pages on this kernel)");
-    else
-        snprintf(p->pages, sizeof p->pages, "%s (shmem_enabled %s)",
-                 huge ? "shmem huge pages" : "4 KiB pages", mode);
-}
 
-/* Puts the pages of m's file in place by writing zeros through the descriptor: the file
- * gets them and nobody's page tables do (the daemon's mapping stays empty, so sealing the
- * region later tears nothing down). 0 or an errno. */
-static int fill_by_write(const tfx_shm_t *m)
+/* Puts the pages of bytes from..to of fd's file in place by writing zeros through the
+ * descriptor: the file gets them and nobody's page tables do (the daemon's mapping stays
+ * empty, so sealing the region later tears nothing down). 0 or an errno. */
+static int write_zeros(int fd, size_t from, size_t to)
 {
     static const unsigned char zeros[64 << 10];
-    for (size_t off = 0; off < m->size;) {
-        size_t n = m->size - off < sizeof zeros ? m->size - off : sizeof zeros;
-        ssize_t w = pwrite(m->fd, zeros, n, (off_t)off);
+    for (size_t off = from; off < to;) {
+        size_t n = to - off < sizeof zeros ? to - off : sizeof zeros;
+        ssize_t w = pwrite(fd, zeros, n, (off_t)off);
         if (w < 0 && errno != EINTR)
             return errno;
         off += w > 0 ? (size_t)w : 0;
     }
     return 0;
+}
+
+static int fill_by_write(const tfx_shm_t *m)
+{
+    return write_zeros(m->fd, 0, m->size);
 }
 
 /* Huge pages come only to a mapping advised so (shmem_enabled advise): faulted in through
@@ -107,17 +102,67 @@ static int fill_by_mapping(const tfx_shm_t *m)
     return fill_by_write(m);
 }
 
+/* Where shmem_enabled says never the region's 2 MiB-aligned part is collapsed into huge
+ * pages (tfx_shm_collapse) and its tail, under 2 MiB, filled by write. 0 or an errno. */
+static int fill_by_collapse(const tfx_shm_t *m)
+{
+    int e = tfx_shm_collapse(m);
+    return e ? e : write_zeros(m->fd, m->size & ~(HUGE - 1), m->size);
+}
+
+/* Which pages the regions get: what shmem_enabled says (huge pages for memfds on advice,
+ * always, or never), and under never whether this kernel collapses a memfd's range into huge
+ * pages anyway (tried on one 2 MiB region now). */
+static void read_pages(tfd_shmpool_t *p)
+{
+    char mode[32];
+    int huge = tfd_shmem_huge(mode, sizeof mode);
+    p->advise_huge = huge > 0;
+    if (huge < 0) {
+        snprintf(p->pages, sizeof p->pages, "4 KiB pages (no shmem huge pages on this kernel)");
+        return;
+    }
+    if (huge) {
+        snprintf(p->pages, sizeof p->pages, "shmem huge pages (shmem_enabled %s)", mode);
+        return;
+    }
+    tfx_shm_t m = TFX_SHM_NONE;
+    tfp_err_t err;
+    int e = tfx_shm_create(HUGE, "tfetch-probe", &m, &err) == TFP_OK ? fill_by_collapse(&m)
+                                                                    : ENOMEM;
+    tfx_shm_close(&m);
+    p->collapse = e == 0;
+    if (e == 0)
+        snprintf(p->pages, sizeof p->pages, "2 MiB pages (MADV_COLLAPSE; shmem_enabled %s)",
+                 mode);
+    else
+        snprintf(p->pages, sizeof p->pages, "4 KiB pages (shmem_enabled %s; MADV_COLLAPSE: %s)",
+                 mode, strerror(e));
+}
+
 /* A fresh region of size bytes whose pages are there, so the writer's mapping only points
- * at them. */
+ * at them: 2 MiB ones where the host gives them (shmem_enabled advise: faulted in so;
+ * never: collapsed, when this kernel can), else 4 KiB ones written. */
 static tfp_status_t make_ready(tfd_shmpool_t *p, size_t size, tfx_shm_t *m, tfp_err_t *err)
 {
     if (tfx_shm_create(size, "tfetch-put", m, err) != TFP_OK)
         return err->code;
-    int e = p->advise_huge ? fill_by_mapping(m) : fill_by_write(m);
+    int e, huge = 0;
+    if (p->advise_huge) {
+        e = fill_by_mapping(m);
+    } else if (p->collapse && fill_by_collapse(m) == 0) {
+        e = 0;
+        huge = 1;
+    } else {
+        e = fill_by_write(m);           /* over any 4 KiB pages collapsing left */
+    }
     if (e != 0) {                           /* ENOSPC, ENOMEM: the host has no memory */
         tfx_shm_close(m);
         return tfp_err_set(err, TFP_ENOMEM, "shm pool: %zu bytes: %s", size, strerror(e));
     }
+    pthread_mutex_lock(&p->lock);
+    p->st.huge += huge;
+    pthread_mutex_unlock(&p->lock);
     return TFP_OK;
 }
 

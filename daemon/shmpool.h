@@ -17,7 +17,10 @@
  * more; a PUT that finds the store full has the pool give its bytes back first
  * (tfd_shmpool_drain). Sizes below 1 MiB are not pooled: their faults cost little. Where
  * the host gives shmem huge pages (shmem_enabled advise or always) the regions are advised
- * MADV_HUGEPAGE; tfd_shmpool_pages says which pages back them.
+ * MADV_HUGEPAGE; where it does not (never, the default) they are collapsed into huge pages
+ * (MADV_COLLAPSE, Linux 6.1) when the kernel can: the writer's mapping of a ready GiB then
+ * costs a fraction of a millisecond, not the 70-250 ms of 262144 small pages, and it writes
+ * at memcpy speed. tfd_shmpool_pages says which pages back them.
  *
  * Any thread may take, drain and read the stats; the pool's own thread refills.
  */
@@ -39,6 +42,7 @@ typedef struct {
     uint64_t max_bytes;             /* the bound */
     uint64_t hits, misses;          /* ALLOCs served from the pool, or made fresh */
     uint64_t made;                  /* regions the pool's thread made ready */
+    uint64_t huge;                  /* of them, in 2 MiB pages by MADV_COLLAPSE */
 } tfd_shmpool_stats_t;
 
 /* max_bytes 0: no pool (tfd_shmpool_take always makes a fresh region). NULL with why set

@@ -412,6 +412,80 @@ START_TEST(shm_buf_seal_moves)
 }
 END_TEST
 
+/* The kB of PMD-mapped shmem in this process's mapping that holds p (smaps), or -1. */
+static long pmd_mapped_kb(const void *p)
+{
+    char line[256];
+    unsigned long lo, hi, at = (unsigned long)(uintptr_t)p;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    long kb = -1;
+    int in = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            in = lo <= at && at < hi;
+        else if (in && sscanf(line, "ShmemPmdMapped: %ld kB", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Whether this host may refuse collapsing: shmem_enabled deny, or a kernel before 6.1. */
+static int collapse_refused_here(int e)
+{
+    char mode[64] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f))
+            mode[0] = '\0';
+        fclose(f);
+    }
+    return e == EINVAL && (!f || strstr(mode, "[deny]"));
+}
+
+/* Regions of 2 MiB or more are mapped 2 MiB-aligned, and tfx_shm_collapse makes their
+ * aligned part huge pages (where the kernel can), keeping the bytes already there; another
+ * process's mapping (tfx_shm_map, aligned too) then maps them a PMD at a time. */
+START_TEST(shm_collapse_huge_pages)
+{
+    tfx_shm_t m;
+    tfp_err_t err;
+    size_t size = ((size_t)6 << 20) + 12345;
+    ck_assert_int_eq(tfx_shm_create(size, "t", &m, &err), TFP_OK);
+    ck_assert_uint_eq((uintptr_t)m.p & (((uintptr_t)2 << 20) - 1), 0);
+    m.p[7] = 0x5a;
+    m.p[(3u << 20) + 11] = 0xa5;
+    m.p[size - 1] = 0x77;
+    int e = tfx_shm_collapse(&m);
+    if (e != 0 && collapse_refused_here(e)) {
+        fprintf(stderr, "shm_collapse_huge_pages: this kernel collapses no shmem (%s)\n",
+                strerror(e));
+        tfx_shm_close(&m);
+        return;
+    }
+    ck_assert_msg(e == 0, "MADV_COLLAPSE: %s", strerror(e));
+    ck_assert_int_eq(m.p[7], 0x5a);
+    ck_assert_int_eq(m.p[(3u << 20) + 11], 0xa5);
+    ck_assert_int_eq(m.p[size - 1], 0x77);
+    ck_assert_int_eq(m.p[(5u << 20) + 3], 0);              /* a new page: zeros */
+    ck_assert_int_ge(pmd_mapped_kb(m.p), 6 << 10);
+    tfx_shm_t r;
+    ck_assert_int_eq(tfx_shm_map(dup(m.fd), size, TFX_SHM_MAP_READ, &r, &err), TFP_OK);
+    ck_assert_uint_eq((uintptr_t)r.p & (((uintptr_t)2 << 20) - 1), 0);
+    ck_assert_int_eq(r.p[(3u << 20) + 11], 0xa5);
+    ck_assert_int_eq(r.p[7] + r.p[(5u << 20) + 3], 0x5a);
+    ck_assert_int_ge(pmd_mapped_kb(r.p), 4 << 10);
+    tfx_shm_close(&r);
+    /* Under 2 MiB: nothing to collapse, said so. */
+    tfx_shm_t small;
+    ck_assert_int_eq(tfx_shm_create(1u << 20, "t", &small, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_collapse(&small), EINVAL);
+    tfx_shm_close(&small);
+    tfx_shm_close(&m);
+}
+END_TEST
+
 /* The allocators' spare list (transports/spare.h): last in, first out, never more than its
  * bound (the rest is the caller's to free), nothing at all under ASan; free_all empties it. */
 START_TEST(spare_list_bounded)
@@ -455,6 +529,7 @@ Suite *suite_shm(void)
     tcase_add_test(tc, shm_listen_path);
     tcase_add_test(tc, shm_buf_seal_moves);
     tcase_add_test(tc, spare_list_bounded);
+    tcase_add_test(tc, shm_collapse_huge_pages);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -509,8 +509,21 @@ static long long metric_above(const char *name, long long v)
     return -1;
 }
 
+/* Whether this process's kernel collapses a memfd into 2 MiB pages (tfx_shm_collapse): what
+ * the daemon's ready regions then are made of. */
+static int host_collapses(void)
+{
+    tfx_shm_t m;
+    tfp_err_t err;
+    if (tfx_shm_create((size_t)2 << 20, "probe", &m, &err) != TFP_OK)
+        return 0;
+    int e = tfx_shm_collapse(&m);
+    tfx_shm_close(&m);
+    return e == 0;
+}
+
 /* Repeated same-host PUTs of one size write into memory made ready while the last one was
- * in use (daemon/shmpool.h): the first is fresh, the next ones ready, the bytes right; the
+ * in use (daemon/shmpool.h), in 2 MiB pages where the kernel collapses memfds: the first is fresh, the next ones ready, the bytes right; the
  * ready memory counts in the store but not as an upload's, and gives way to a document
  * that needs it (here an HTTP PUT that fits only without it). */
 START_TEST(shm_put_ready_memory)
@@ -528,6 +541,7 @@ START_TEST(shm_put_ready_memory)
     long long ready_bytes = metric_above("tfetch_shm_ready_bytes", 0);
     ck_assert_int_gt(ready_bytes, 4 << 20);                 /* the document's size */
     ck_assert_int_eq(metric("tfetch_store_reserved_bytes"), 0);
+    ck_assert_int_eq(metric("tfetch_shm_ready_huge_total"), host_collapses() ? 1 : 0);
     put_u8(c, "r", (size_t)4 << 20, 2);
     ck_assert_str_eq(tf_client_last(c)->transport, "shm/memfd");
     ck_assert_int_eq(metric("tfetch_shm_put_regions_total{kind=\"ready\"}"), 1);

@@ -86,6 +86,13 @@ tfp_status_t tfx_shm_check(int fd, size_t min_size, unsigned seals, size_t *size
 /* Wraps fd (taken over: closed on failure too) as a region of size bytes mapped as mode
  * (TFX_SHM_MAP_*); its tfx_shm_t writable is 1 for FILL and COPY_ON_WRITE. */
 tfp_status_t tfx_shm_map(int fd, size_t size, int mode, tfx_shm_t *out, tfp_err_t *err);
+/* Makes the 2 MiB-aligned part of m (mapped writable, at a 2 MiB-aligned address, as
+ * tfx_shm_create and tfx_shm_map place regions of 2 MiB or more) 2 MiB pages where the
+ * kernel can (MADV_COLLAPSE, Linux 6.1; even where shmem_enabled is never, not under deny),
+ * keeping any bytes already there; new pages read as zeros. A writer's mapping of such a
+ * region takes one fault per 2 MiB instead of 512. 0, or an errno (EINVAL: no such call,
+ * or the region is under 2 MiB or not so mapped; EAGAIN, ENOMEM: no huge page now). */
+int tfx_shm_collapse(const tfx_shm_t *m);
 /* Makes m's mapping read-only (this side only reads it; the memfd's other holders may
  * still write). */
 tfp_status_t tfx_shm_read_only(tfx_shm_t *m, tfp_err_t *err);
