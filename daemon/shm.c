@@ -272,6 +272,7 @@ static void alloc_drop(tfd_shm_t *s, conn_t *c, size_t i)
     alloc_unaccount(s, a);
     tfx_shm_close(&a->m);
     c->allocs[i] = c->allocs[--c->nallocs];
+    tfd_shmpool_kick(s->pool);
 }
 
 static void stage_unref(tfd_stage_t *g)
@@ -717,6 +718,7 @@ static int do_commit(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfx_shm_call(&s->h, &op, &e, "shm", &call);
     int sent = reply_call(s, c, q, &call);
     tfd_blob_unref(old);
+    tfd_shmpool_kick(s->pool);
     return sent;
 }
 
@@ -754,7 +756,9 @@ static int do_call(tfd_shm_t *s, conn_t *c, const tfp_sf_t *q)
     tfx_shm_call_t call = {.body = a.m, .body_len = (size_t)q->a, .admit = lease_admit,
                            .admit_arg = s};
     tfx_shm_call(&s->h, &op, &e, "shm", &call);
-    return reply_call(s, c, q, &call);
+    int sent = reply_call(s, c, q, &call);
+    tfd_shmpool_kick(s->pool);
+    return sent;
 }
 
 /* TOKEN: a one-time token for another connection of this principal (a feed's ring). At

@@ -55,6 +55,10 @@ tfd_shmpool_t *tfd_shmpool_new(tfd_store_t *store, uint64_t max_bytes, char *why
  * before). Either way the pool learns that size is asked for and makes the next one ready.
  * p may be NULL (0). */
 int tfd_shmpool_take(tfd_shmpool_t *p, size_t size, tfx_shm_t *out);
+/* A region lent for a PUT or call came back (committed, released, or its connection
+ * closed): the pool's thread may make the next one now, not beside the writer's copy. p may
+ * be NULL. */
+void tfd_shmpool_kick(tfd_shmpool_t *p);
 /* Gives back every ready region's store bytes, and makes none until the next take: the
  * store calls it when a reservation does not fit (tfd_store_set_reclaim). */
 void tfd_shmpool_drain(tfd_shmpool_t *p);
