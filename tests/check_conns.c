@@ -545,7 +545,9 @@ START_TEST(over_the_limit_refused_at_once)
     const char *args[] = {"--max-connections", "4", "--max-per-ip", "3", NULL};
     start(args);
     int busy[4];
-    busy[0] = long_poll("127.0.0.2", 2000);     /* answered (204) after 2 s, then idle */
+    /* Answered after 5 s, then idle: not before the probes below are done (were it idle
+     * then, a probe would evict it and be served), however slow the machine. */
+    busy[0] = long_poll("127.0.0.2", 5000);
     for (int i = 1; i < 3; i++)
         busy[i] = long_poll("127.0.0.2", 20000);
     /* Accepted, all three (they may still sit in the backlog: a probe accepted before one of
@@ -567,7 +569,7 @@ START_TEST(over_the_limit_refused_at_once)
     /* The short long-poll is answered; its connection, kept alive and idle, gives way to a
      * newcomer. (A suspended one is not polled, so closing it frees nothing until it ends.) */
     char buf[1024];
-    ck_assert(!peer_closed(busy[0], 3000, buf, sizeof buf));
+    ck_assert(!peer_closed(busy[0], 8000, buf, sizeof buf));
     ck_assert_msg(strncmp(buf, "HTTP/1.1 404", 12) == 0, "%s", buf);
     ck_assert_int_eq(probe("127.0.0.4", "/healthz", 3000, &ms), 200);
     ck_assert(peer_closed(busy[0], 1000, NULL, 0));

@@ -299,7 +299,8 @@ int td_closed_port(void)
         perror("td_closed_port");
         abort();
     }
-    close(fd);
+    /* Kept bound (never listening: a connect is refused) until the process ends: closed,
+     * the port was free for another test's daemon (--port 0) to take meanwhile. */
     return ntohs(a.sin_port);
 }
 

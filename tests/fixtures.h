@@ -56,8 +56,9 @@ const char *td_tmpfile(int slot, const void *data, size_t len);
 /* Removes this process's temporary files (td_tmpfile slots, curl bodies). */
 void td_cleanup(void);
 
-/* A port on 127.0.0.1 that nothing listens on: bound, read back, closed. Aborts (the test
- * fails with SIGABRT) if the socket calls fail. */
+/* A port on 127.0.0.1 that nothing listens on: bound and kept so, never listening (a
+ * connect is refused), until the process ends, so no other process can take it meanwhile.
+ * Aborts (the test fails with SIGABRT) if the socket calls fail. */
 int td_closed_port(void);
 
 /* Seeded randomness and strings for the wire-format suites (check_ucxframe.c,
