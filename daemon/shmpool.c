@@ -111,7 +111,7 @@ static int fill_by_mapping(const tfx_shm_t *m)
  * pages (tfx_shm_collapse) and its tail, under 2 MiB, filled by write. 0 or an errno. */
 static int fill_by_collapse(const tfx_shm_t *m)
 {
-    int e = tfx_shm_collapse(m);
+    int e = tfx_shm_collapse(m, 0);
     return e ? e : write_zeros(m->fd, m->size & ~(HUGE - 1), m->size);
 }
 

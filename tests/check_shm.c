@@ -457,7 +457,7 @@ START_TEST(shm_collapse_huge_pages)
     m.p[7] = 0x5a;
     m.p[(3u << 20) + 11] = 0xa5;
     m.p[size - 1] = 0x77;
-    int e = tfx_shm_collapse(&m);
+    int e = tfx_shm_collapse(&m, 0);
     if (e != 0 && collapse_refused_here(e)) {
         fprintf(stderr, "shm_collapse_huge_pages: this kernel collapses no shmem (%s)\n",
                 strerror(e));
@@ -480,8 +480,15 @@ START_TEST(shm_collapse_huge_pages)
     /* Under 2 MiB: nothing to collapse, said so. */
     tfx_shm_t small;
     ck_assert_int_eq(tfx_shm_create(1u << 20, "t", &small, &err), TFP_OK);
-    ck_assert_int_eq(tfx_shm_collapse(&small), EINVAL);
+    ck_assert_int_eq(tfx_shm_collapse(&small, 0), EINVAL);
     tfx_shm_close(&small);
+    tfx_shm_close(&m);
+    /* Out of budget: the first 32 MiB step is done, the rest left in 4 KiB pages. */
+    ck_assert_int_eq(tfx_shm_create((size_t)96 << 20, "t", &m, &err), TFP_OK);
+    ck_assert_int_eq(tfx_shm_collapse(&m, 1), ETIME);
+    ck_assert_int_eq(pmd_mapped_kb(m.p), 32 << 10);
+    ck_assert_int_eq(tfx_shm_collapse(&m, 0), 0);          /* no budget: the rest too */
+    ck_assert_int_eq(pmd_mapped_kb(m.p), 96 << 10);
     tfx_shm_close(&m);
 }
 END_TEST

@@ -517,7 +517,7 @@ static int host_collapses(void)
     tfp_err_t err;
     if (tfx_shm_create((size_t)2 << 20, "probe", &m, &err) != TFP_OK)
         return 0;
-    int e = tfx_shm_collapse(&m);
+    int e = tfx_shm_collapse(&m, 0);
     tfx_shm_close(&m);
     return e == 0;
 }

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 /* mmap(NULL, size, prot, flags, fd, 0), at an address aligned to 2 MiB when the region is
@@ -62,7 +63,11 @@ static void *map_aligned(size_t size, int prot, int flags, int fd)
 #define MADV_COLLAPSE_ 25                   /* Linux 6.1's, where glibc's headers lack it */
 #endif
 
-int tfx_shm_collapse(const tfx_shm_t *m)
+#define COLLAPSE_STEP ((size_t)32 << 20)   /* collapsed at a time, the budget checked */
+/* A writer's collapse of a fresh buffer: 1 ms per MiB, at least 10 ms. */
+#define COLLAPSE_BUDGET_US(size) ((size) >> 20 < 10 ? 10000u : (uint64_t)((size) >> 20) * 1000u)
+
+int tfx_shm_collapse(const tfx_shm_t *m, uint64_t budget_us)
 {
     size_t whole = m->size & ~(HUGE_ALIGN - 1);
     if (!whole || !m->p || ((uintptr_t)m->p & (HUGE_ALIGN - 1)))
@@ -72,7 +77,19 @@ int tfx_shm_collapse(const tfx_shm_t *m)
     for (size_t off = 0; off < whole; off += HUGE_ALIGN)
         if (fallocate(m->fd, 0, (off_t)off, 4096) != 0)
             return errno;
-    return madvise(m->p, whole, MADV_COLLAPSE_) == 0 ? 0 : errno;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (size_t off = 0; off < whole; off += COLLAPSE_STEP) {
+        size_t n = whole - off < COLLAPSE_STEP ? whole - off : COLLAPSE_STEP;
+        if (madvise(m->p + off, n, MADV_COLLAPSE_) != 0)
+            return errno;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        uint64_t us = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000u +
+                      (uint64_t)(t.tv_nsec / 1000) - (uint64_t)(t0.tv_nsec / 1000);
+        if (budget_us && us > budget_us && off + n < whole)
+            return ETIME;
+    }
+    return 0;
 }
 
 static unsigned kernel_seals(unsigned seals)
@@ -208,10 +225,12 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int mode, tfx_shm_t *out, tfp_err_
         /* Where the host gives no shmem huge pages, 2 MiB ones are made by collapsing
          * (tfx_shm_collapse): one collapse is far cheaper than 512 faults, and the writes
          * then run at memcpy speed. A region made so already (the daemon's ready ones) is
-         * left as it is; one that cannot be is faulted in 4 KiB pages below. */
+         * left as it is; one that cannot be, or the part of it past the budget (a host
+         * that must compact memory for each huge page: 1 ms per MiB, where collapsing
+         * takes 0.16 ms here), is faulted in 4 KiB pages below. */
         if (size >= HUGE_ALIGN) {
             tfx_shm_t r = {.fd = fd, .p = p, .size = size, .writable = 1};
-            (void)tfx_shm_collapse(&r);
+            (void)tfx_shm_collapse(&r, COLLAPSE_BUDGET_US(size));
         }
         int e = EINVAL;
 #ifdef MADV_POPULATE_WRITE

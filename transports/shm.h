@@ -90,9 +90,12 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int mode, tfx_shm_t *out, tfp_err_
  * tfx_shm_create and tfx_shm_map place regions of 2 MiB or more) 2 MiB pages where the
  * kernel can (MADV_COLLAPSE, Linux 6.1; even where shmem_enabled is never, not under deny),
  * keeping any bytes already there; new pages read as zeros. A writer's mapping of such a
- * region takes one fault per 2 MiB instead of 512. 0, or an errno (EINVAL: no such call,
- * or the region is under 2 MiB or not so mapped; EAGAIN, ENOMEM: no huge page now). */
-int tfx_shm_collapse(const tfx_shm_t *m);
+ * region takes one fault per 2 MiB instead of 512. It goes 32 MiB at a time and, with
+ * budget_us not 0, stops once that many microseconds have gone (a host whose free memory is
+ * fragmented compacts it for each huge page): ETIME, the part done left so, the rest in
+ * whatever pages it had. 0, or an errno (EINVAL: no such call, or the region is under 2
+ * MiB or not so mapped; EAGAIN, ENOMEM: no huge page now; ETIME: out of budget). */
+int tfx_shm_collapse(const tfx_shm_t *m, uint64_t budget_us);
 /* Makes m's mapping read-only (this side only reads it; the memfd's other holders may
  * still write). */
 tfp_status_t tfx_shm_read_only(tfx_shm_t *m, tfp_err_t *err);
