@@ -686,7 +686,7 @@ static int write_call(const tf_fetch_t *f, int fd, char *why, size_t why_size)
     tfx_shm_t m;
     tfp_err_t err;
     size_t len = (size_t)f->op.body_len;
-    int dup_fd = len >= ((size_t)2 << 20) ? dup(fd) : -1;
+    int dup_fd = len >= TFX_SHM_HUGE ? dup(fd) : -1;
     if (dup_fd >= 0 && tfx_shm_map(dup_fd, len, TFX_SHM_MAP_FILL, &m, &err) == TFP_OK) {
         copy_segs(f, m.p);
         tfx_shm_close(&m);

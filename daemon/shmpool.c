@@ -4,8 +4,9 @@
  * first) and, for each, at most one ready region; its thread sleeps until a take leaves a
  * wanted size without one and the region taken has come back (committed, released, its
  * connection gone: tfd_shmpool_kick; or a second passed), then makes it: reserve its bytes
- * in the store, create the memfd, put its pages in (2 MiB ones where it can), and file it. Making a region happens without the lock (a GiB takes
- * a few hundred milliseconds), so a take meanwhile finds it missing and makes its own.
+ * in the store, create the memfd, put its pages in (2 MiB ones where it can), and file it.
+ * Making a region happens without the lock (a GiB takes a few hundred milliseconds), so a
+ * take meanwhile finds it missing and makes its own.
  */
 #include "config.h"
 
@@ -15,15 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon/log.h"
 #include "daemon/shmpool.h"
+#include "transports/clock.h"
 
 #define MAX_READY 4                         /* regions, one per wanted size */
 #define MIN_POOLED (1u << 20)               /* smaller sizes fault in quickly anyway */
-#define HUGE ((size_t)2 << 20)              /* a PMD's span: what collapsing makes */
 #define REFILL_AFTER_MS 1000                /* a refill waits this long for a region back */
 
 typedef struct {
@@ -43,7 +43,7 @@ struct tfd_shmpool {
     int stopping;
     int paused;                             /* drained: nothing made until the next take */
     int kicked;                             /* a lent region came back since the last take */
-    struct timespec taken;                  /* the last take (CLOCK_MONOTONIC) */
+    uint64_t taken_ms;                      /* the last take (tfx_now_ms) */
     slot_t slots[MAX_READY];                /* wanted sizes, most recently asked first */
     size_t nslots;
     uint64_t ready_bytes;
@@ -112,7 +112,7 @@ static int fill_by_mapping(const tfx_shm_t *m)
 static int fill_by_collapse(const tfx_shm_t *m)
 {
     int e = tfx_shm_collapse(m, 0);
-    return e ? e : write_zeros(m->fd, m->size & ~(HUGE - 1), m->size);
+    return e ? e : write_zeros(m->fd, m->size & ~(TFX_SHM_HUGE - 1), m->size);
 }
 
 /* Which pages the regions get: what shmem_enabled says (huge pages for memfds on advice,
@@ -133,8 +133,9 @@ static void read_pages(tfd_shmpool_t *p)
     }
     tfx_shm_t m = TFX_SHM_NONE;
     tfp_err_t err;
-    int e = tfx_shm_create(HUGE, "tfetch-probe", &m, &err) == TFP_OK ? fill_by_collapse(&m)
-                                                                    : ENOMEM;
+    int e = tfx_shm_create(TFX_SHM_HUGE, "tfetch-probe", &m, &err) == TFP_OK
+                ? fill_by_collapse(&m)
+                : ENOMEM;
     tfx_shm_close(&m);
     p->collapse = e == 0;
     if (e == 0)
@@ -213,13 +214,10 @@ static void *refill(void *arg)
          * it) beside that copy took a third of a 1 GiB PUT's speed on our 2-core VMs
          * (tfetch-shm-bench, paced: 0.65-0.88x memcpy, 0.94-1.07x after). A writer that
          * keeps its region longer than REFILL_AFTER_MS gets the refill anyway. */
-        struct timespec until = p->taken;
-        until.tv_sec += REFILL_AFTER_MS / 1000;
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (!p->kicked && (now.tv_sec < until.tv_sec ||
-                           (now.tv_sec == until.tv_sec && now.tv_nsec < until.tv_nsec))) {
-            pthread_cond_timedwait(&p->wake, &p->lock, &until);
+        uint64_t now = tfx_now_ms(), until = p->taken_ms + REFILL_AFTER_MS;
+        if (!p->kicked && now < until) {
+            struct timespec ts = tfx_deadline_rt(until - now);
+            pthread_cond_timedwait(&p->wake, &p->lock, &ts);
             continue;
         }
         pthread_mutex_unlock(&p->lock);
@@ -263,11 +261,7 @@ tfd_shmpool_t *tfd_shmpool_new(tfd_store_t *store, uint64_t max_bytes, char *why
     p->st.max_bytes = max_bytes;
     read_pages(p);
     pthread_mutex_init(&p->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&p->wake, NULL);
     if (max_bytes && (errno = pthread_create(&p->thread, NULL, refill, p)) != 0) {
         snprintf(why, why_size, "shm pool: thread: %s", strerror(errno));
         pthread_cond_destroy(&p->wake);
@@ -358,7 +352,7 @@ int tfd_shmpool_take(tfd_shmpool_t *p, size_t size, tfx_shm_t *out)
     else
         p->st.misses++;
     p->kicked = 0;                      /* the refill waits for a lent region to come back */
-    clock_gettime(CLOCK_MONOTONIC, &p->taken);
+    p->taken_ms = tfx_now_ms();
     pthread_mutex_unlock(&p->lock);
     give_back(p, &drop);
     if (!hit)

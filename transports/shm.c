@@ -20,8 +20,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "transports/clock.h"
 
 /* mmap(NULL, size, prot, flags, fd, 0), at an address aligned to 2 MiB when the region is
  * at least that large: a region whose pages are 2 MiB ones (the daemon's ready regions,
@@ -31,17 +32,17 @@
  * modulo 2 MiB. It aligns shmem mappings itself only when shmem huge pages are enabled,
  * so the reservation is made here: an inaccessible anonymous range 2 MiB longer, the
  * mapping placed over its aligned part (MAP_FIXED), the rest given back. */
-#define HUGE_ALIGN ((size_t)2 << 20)
 static void *map_aligned(size_t size, int prot, int flags, int fd)
 {
-    if (size < HUGE_ALIGN || size > SIZE_MAX - HUGE_ALIGN)
+    if (size < TFX_SHM_HUGE || size > SIZE_MAX - TFX_SHM_HUGE)
         return mmap(NULL, size, prot, flags, fd, 0);
-    size_t span = size + HUGE_ALIGN;
+    size_t span = size + TFX_SHM_HUGE;
     uint8_t *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
                       0);
     if (r == MAP_FAILED)
         return mmap(NULL, size, prot, flags, fd, 0);
-    uint8_t *a = (uint8_t *)(((uintptr_t)r + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1));
+    uintptr_t mask = (uintptr_t)TFX_SHM_HUGE - 1;
+    uint8_t *a = (uint8_t *)(((uintptr_t)r + mask) & ~mask);
     void *p = mmap(a, size, prot, flags | MAP_FIXED, fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
@@ -69,24 +70,20 @@ static void *map_aligned(size_t size, int prot, int flags, int fd)
 
 int tfx_shm_collapse(const tfx_shm_t *m, uint64_t budget_us)
 {
-    size_t whole = m->size & ~(HUGE_ALIGN - 1);
-    if (!whole || !m->p || ((uintptr_t)m->p & (HUGE_ALIGN - 1)))
+    size_t whole = m->size & ~(TFX_SHM_HUGE - 1);
+    if (!whole || !m->p || ((uintptr_t)m->p & (TFX_SHM_HUGE - 1)))
         return EINVAL;
     /* A range with no page at all is not collapsed: one 4 KiB page is allocated in each 2
      * MiB (fallocate writes nothing, so a page already there keeps its bytes). */
-    for (size_t off = 0; off < whole; off += HUGE_ALIGN)
+    for (size_t off = 0; off < whole; off += TFX_SHM_HUGE)
         if (fallocate(m->fd, 0, (off_t)off, 4096) != 0)
             return errno;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = tfx_now_ns();
     for (size_t off = 0; off < whole; off += COLLAPSE_STEP) {
         size_t n = whole - off < COLLAPSE_STEP ? whole - off : COLLAPSE_STEP;
         if (madvise(m->p + off, n, MADV_COLLAPSE_) != 0)
             return errno;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t us = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000u +
-                      (uint64_t)(t.tv_nsec / 1000) - (uint64_t)(t0.tv_nsec / 1000);
-        if (budget_us && us > budget_us && off + n < whole)
+        if (budget_us && (tfx_now_ns() - t0) / 1000u > budget_us && off + n < whole)
             return ETIME;
     }
     return 0;
@@ -228,7 +225,7 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int mode, tfx_shm_t *out, tfp_err_
          * left as it is; one that cannot be, or the part of it past the budget (a host
          * that must compact memory for each huge page: 1 ms per MiB, where collapsing
          * takes 0.16 ms here), is faulted in 4 KiB pages below. */
-        if (size >= HUGE_ALIGN) {
+        if (size >= TFX_SHM_HUGE) {
             tfx_shm_t r = {.fd = fd, .p = p, .size = size, .writable = 1};
             (void)tfx_shm_collapse(&r, COLLAPSE_BUDGET_US(size));
         }

@@ -44,6 +44,8 @@
 #define TFX_SHM_MAX_FDS 4
 #define TFX_SHM_MAX_MSG 4096
 #define TFX_SHM_MAX_NAME 96                 /* an abstract socket name's bytes, no NUL */
+#define TFX_SHM_HUGE ((size_t)2 << 20)      /* a huge page: regions this large or more are
+                                             * mapped aligned to it (tfx_shm_collapse) */
 
 #define TFX_SHM_SEAL_SIZE 0x1u              /* F_SEAL_SHRINK | F_SEAL_GROW */
 #define TFX_SHM_SEAL_WRITE 0x2u             /* F_SEAL_WRITE */
