@@ -39,6 +39,7 @@ const char *tfp_uf_op_name(int op)
     case TFP_UF_REPLY: return "REPLY";
     case TFP_UF_BYE: return "BYE";
     case TFP_UF_FEED: return "FEED";
+    case TFP_UF_PART: return "PART";
     }
     return "?";
 }
@@ -54,7 +55,7 @@ const char *tfp_uf_feed_op_name(int op)
 
 static int op_known(int op)
 {
-    return op >= TFP_UF_HELLO && op <= TFP_UF_FEED;
+    return op >= TFP_UF_HELLO && op <= TFP_UF_PART;
 }
 
 int tfp_uf_op_is_reply(int op)
@@ -77,7 +78,8 @@ static int op_id_optional(int op)
 /* Ops whose body_len may be non-zero. */
 static int op_has_body(int op)
 {
-    return op == TFP_UF_PUT || op == TFP_UF_CALL || op == TFP_UF_REPLY || op == TFP_UF_FEED;
+    return op == TFP_UF_PUT || op == TFP_UF_CALL || op == TFP_UF_REPLY || op == TFP_UF_FEED ||
+           op == TFP_UF_PART;
 }
 
 /* Ops that may carry flag ANSWER or TIMING: what has an answer of its own, and REPLY. */
@@ -106,7 +108,7 @@ static int status_known(int64_t v)
 
 static const char *const known_features[] = {
     TFP_UF_FEATURE_BODY_PREFIX, TFP_UF_FEATURE_FEED_DETACH, TFP_UF_FEATURE_COND,
-    TFP_UF_FEATURE_ANSWER, TFP_UF_FEATURE_DIGEST, TFP_UF_FEATURE_TIMING};
+    TFP_UF_FEATURE_ANSWER, TFP_UF_FEATURE_DIGEST, TFP_UF_FEATURE_TIMING, TFP_UF_FEATURE_PARTS};
 
 unsigned tfp_uf_feature_bit(const char *word)
 {
@@ -317,7 +319,7 @@ static tfp_status_t check_cond(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
     int range = (c->flags & TFP_UF_CF_RANGE) != 0;
 
     if (h->op != TFP_UF_GET && h->op != TFP_UF_PUT && h->op != TFP_UF_DELETE &&
-        h->op != TFP_UF_REPLY)
+        h->op != TFP_UF_REPLY && h->op != TFP_UF_PART)
         return tfp_err_set(err, code, WHAT ": flag COND on %s", on);
     if (h->flags & TFP_UF_F_FEED)
         return tfp_err_set(err, code, WHAT ": flags COND and FEED together");
@@ -327,6 +329,17 @@ static tfp_status_t check_cond(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err
         memchr(c->if_none_match, '\0', sizeof c->if_none_match) == NULL ||
         memchr(c->etag, '\0', sizeof c->etag) == NULL)
         return tfp_err_set(err, code, WHAT ": a cond string is not NUL-terminated");
+    if (h->op == TFP_UF_PART) {
+        /* Only the piece's place: first..last within total, as many bytes as it carries. */
+        if (!range || c->if_match[0] || c->if_none_match[0] || c->etag[0] || c->ttl_s)
+            return tfp_err_set(err, code, WHAT ": a PART's cond block carries only its range");
+        if (c->first > c->last || c->last >= c->total || h->body_len != c->last - c->first + 1)
+            return tfp_err_set(err, code, WHAT ": PART range %llu-%llu/%llu does not hold its "
+                               "%llu bytes within the total", (unsigned long long)c->first,
+                               (unsigned long long)c->last, (unsigned long long)c->total,
+                               (unsigned long long)h->body_len);
+        return TFP_OK;
+    }
     if (h->op == TFP_UF_REPLY) {
         if (c->if_match[0] || c->if_none_match[0] || c->ttl_s)
             return tfp_err_set(err, code, WHAT ": a cond REPLY carries request fields "
@@ -390,8 +403,16 @@ static tfp_status_t check(const tfp_uf_hdr_t *h, tfp_status_t code, tfp_err_t *e
     if (!op_known(op))
         return tfp_err_set(err, code, WHAT ": unknown op %d", op);
     if ((h->flags & ~(TFP_UF_F_REPLY_HAS_BODY | TFP_UF_F_BODY_PREFIX | TFP_UF_F_FEED |
-                      TFP_UF_F_COND | TFP_UF_F_ANSWER | TFP_UF_F_TIMING)) != 0)
+                      TFP_UF_F_COND | TFP_UF_F_ANSWER | TFP_UF_F_TIMING | TFP_UF_F_PARTS)) != 0)
         return tfp_err_set(err, code, WHAT ": flags 0x%04x has unknown bits", h->flags);
+    if ((h->flags & TFP_UF_F_PARTS) && op != TFP_UF_GET && op != TFP_UF_PUT &&
+        op != TFP_UF_CALL && op != TFP_UF_REPLY)
+        return tfp_err_set(err, code, WHAT ": flag PARTS on %s", on);
+    if (op == TFP_UF_PART &&
+        (h->flags != TFP_UF_F_COND || h->user[0] || h->name[0] || h->msg[0] ||
+         h->user_principal[0] || h->body_len == 0))
+        return tfp_err_set(err, code, WHAT ": a PART carries flag COND alone, no user, name "
+                           "or msg, and at least one byte");
     if (h->flags & TFP_UF_F_BODY_PREFIX) {
         if (op != TFP_UF_PUT && op != TFP_UF_CALL && op != TFP_UF_FEED)
             return tfp_err_set(err, code, WHAT ": flag BODY_PREFIX on %s", on);
@@ -784,6 +805,71 @@ tfp_status_t tfp_uf_decode(const void *buf, size_t len, tfp_uf_hdr_t *out, tfp_e
         return st;
     *out = h;
     return TFP_OK;
+}
+
+/* ---- bodies in parts ------------------------------------------------------------------ */
+
+tfp_status_t tfp_uf_parts_begin(tfp_uf_parts_t *t, const tfp_uf_hdr_t *h, uint64_t data_len,
+                                tfp_err_t *err)
+{
+    uint64_t have = h->prefix_len + data_len;       /* prefix_len <= TFP_UF_MAX_PREFIX */
+    if (have > h->body_len || (have < h->body_len && !(h->flags & TFP_UF_F_PARTS)))
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": %llu body bytes in a frame whose "
+                           "body_len is %llu%s", (unsigned long long)have,
+                           (unsigned long long)h->body_len,
+                           (h->flags & TFP_UF_F_PARTS) ? "" : " (and no flag PARTS)");
+    if (have < h->body_len && have < TFP_UF_PART_MIN)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": a first part of %llu bytes (at least "
+                           "%llu unless it is the whole body)", (unsigned long long)have,
+                           (unsigned long long)TFP_UF_PART_MIN);
+    t->seq = h->seq;
+    t->total = h->body_len;
+    t->next = have;
+    memcpy(t->request_id, h->request_id, sizeof t->request_id);
+    return TFP_OK;
+}
+
+tfp_status_t tfp_uf_parts_take(tfp_uf_parts_t *t, const tfp_uf_hdr_t *part, uint64_t data_len,
+                               tfp_err_t *err)
+{
+    const tfp_uf_cond_t *c = &part->cond;
+    if (part->op != TFP_UF_PART || part->seq != t->seq ||
+        strcmp(part->request_id, t->request_id) != 0)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": a PART of another request");
+    if (tfp_uf_parts_done(t))
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": a PART after the body's last byte");
+    if (c->total != t->total || c->first != t->next || data_len != part->body_len)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": PART %llu-%llu/%llu (%llu bytes) where "
+                           "%llu-/%llu comes next", (unsigned long long)c->first,
+                           (unsigned long long)c->last, (unsigned long long)c->total,
+                           (unsigned long long)data_len, (unsigned long long)t->next,
+                           (unsigned long long)t->total);
+    if (c->last + 1 < t->total && part->body_len < TFP_UF_PART_MIN)
+        return tfp_err_set(err, TFP_EPROTO, WHAT ": a PART of %llu bytes before the last "
+                           "(at least %llu)", (unsigned long long)part->body_len,
+                           (unsigned long long)TFP_UF_PART_MIN);
+    t->next = c->last + 1;
+    return TFP_OK;
+}
+
+int tfp_uf_parts_done(const tfp_uf_parts_t *t)
+{
+    return t->next >= t->total;
+}
+
+void tfp_uf_parts_next(tfp_uf_parts_t *t, uint64_t len, tfp_uf_hdr_t *h)
+{
+    if (len > t->total - t->next)
+        len = t->total - t->next;
+    tfp_uf_init(h, TFP_UF_PART, t->seq);
+    memcpy(h->request_id, t->request_id, sizeof h->request_id);
+    h->flags = TFP_UF_F_COND;
+    h->body_len = len;
+    h->cond.flags = TFP_UF_CF_RANGE;
+    h->cond.first = t->next;
+    h->cond.last = t->next + len - 1;
+    h->cond.total = t->total;
+    t->next += len;
 }
 
 /* ---- the same operation over HTTP --------------------------------------------------------- */

@@ -10,7 +10,7 @@
  *     5   1  op         tfp_uf_op_t
  *     6   2  flags      bit0 TFP_UF_F_REPLY_HAS_BODY, bit1 TFP_UF_F_BODY_PREFIX,
  *                      bit8 TFP_UF_F_FEED, bit9 TFP_UF_F_COND, bit10 TFP_UF_F_ANSWER,
- *                      bit11 TFP_UF_F_TIMING, the others 0
+ *                      bit11 TFP_UF_F_TIMING, bit12 TFP_UF_F_PARTS, the others 0
  *     8   8  seq        the client's request number, echoed in the reply
  *    16   4  status     i32: a tfp_status_t in replies, 0 in requests
  *    20   4  wait_ms    GET long-poll in milliseconds; 0 on every other op
@@ -115,6 +115,11 @@
  *              REPLY_HAS_BODY set exactly when body_len > 0, which only an OK reply may have;
  *              msg = an error message (a failed REPLY carries no body)
  *   BYE        either side is closing the endpoint
+ *   PART       the next piece of a body sent in parts (flag PARTS, below), either way: seq
+ *              and request id those of the request (of the REPLY: the same); flag COND
+ *              alone, its block carrying only the range: first and last, the piece's place
+ *              in the body, and total, the body's size (the frame's body_len); body_len =
+ *              last - first + 1 = the AM data's length; every other field empty or 0
  *   FEED       a feed operation (doc/PROTOCOL.md, "Feeds over UCX"): flag FEED set and the
  *              feed block says which (feed_op) and carries the stream ids and positions
  *              HTTP carries in headers and the query; name = the feed (empty on LIST, else
@@ -176,6 +181,10 @@
 #define TFP_UF_F_ANSWER 0x0400u             /* the answer lines block follows those */
 #define TFP_UF_F_TIMING 0x0800u             /* requests: asks for the server's time; replies:
                                              * the timing block ends the frame */
+#define TFP_UF_F_PARTS 0x1000u              /* requests (GET, PUT, CALL): the sender takes
+                                             * a reply in parts, and its body may continue
+                                             * in PART frames; REPLY: the body continues in
+                                             * PART frames (see "Bodies in parts") */
 #define TFP_UF_CF_RANGE 0x01u               /* the conditions block's range is set */
 
 /* The most body bytes a header may carry (flag BODY_PREFIX): a document's safetensors
@@ -196,6 +205,9 @@
 #define TFP_UF_FEATURE_DIGEST "digest"
 /* "timing" = it takes flag TIMING and answers with the timing block. */
 #define TFP_UF_FEATURE_TIMING "timing"
+/* "parts" = it takes flag PARTS and PART frames, and answers a request that set the flag
+ * with a large body in parts. */
+#define TFP_UF_FEATURE_PARTS "parts"
 #define TFP_UF_FEATURES                                                                    \
     TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH " " TFP_UF_FEATURE_COND " "   \
     TFP_UF_FEATURE_ANSWER " " TFP_UF_FEATURE_DIGEST " " TFP_UF_FEATURE_TIMING
@@ -225,7 +237,8 @@ typedef enum {
     TFP_UF_CALL = 6,
     TFP_UF_REPLY = 7,
     TFP_UF_BYE = 8,
-    TFP_UF_FEED = 9
+    TFP_UF_FEED = 9,
+    TFP_UF_PART = 10
 } tfp_uf_op_t;
 
 /* Which feed operation a FEED frame asks for (the tfp_op_kind_t FEED_*; numbers only ever
@@ -342,6 +355,43 @@ tfp_status_t tfp_uf_encode(const tfp_uf_hdr_t *h, void *buf, size_t size, size_t
  * reply is for, to decode it in that request's place. Nothing else is checked: the frame is
  * still decoded (tfp_uf_decode) before anything of it is used. */
 int tfp_uf_peek_reply(const void *buf, size_t len, uint64_t *seq);
+
+/* ---- Bodies in parts ----------------------------------------------------------------------
+ * UCX moves a body as one rendezvous and says nothing until it is all across, so a body
+ * whose progress is wanted (a CLI transfer's bar) goes in parts: the first frame (a PUT or
+ * CALL with flag PARTS, or a REPLY to a request that set it) says the whole body_len and
+ * carries its first bytes (prefix and AM data); PART frames carry the rest, in order, back
+ * to back, each sent once the one before it has gone (its send completed), so a receiver
+ * has at most one part arriving while the previous one lands. Every part but the last holds
+ * at least TFP_UF_PART_MIN bytes. A receiver checks each with tfp_uf_parts_take and treats
+ * a part that breaks the rules as a broken connection; one that waits too long for the next
+ * part gives up on the body (the server answers 408, the client's stall detection fails
+ * the request). Only to a peer that offered TFP_UF_FEATURE_PARTS. */
+#define TFP_UF_PART_MIN ((uint64_t)1 << 20)
+#define TFP_UF_PART_BYTES ((uint64_t)16 << 20)  /* what this build's senders cut */
+
+typedef struct {
+    uint64_t seq;
+    uint64_t total;                             /* the body's size */
+    uint64_t next;                              /* where the next part starts */
+    char request_id[TFP_MAX_REQUEST_ID + 1];
+} tfp_uf_parts_t;
+
+/* The first frame of a body (h, decoded: a request or REPLY that carries a body) with its
+ * AM data's length: TFP_OK and *t set (tfp_uf_parts_done says whether PART frames follow),
+ * or TFP_EPROTO: the frame's bytes do not add up to its body_len (more, or fewer without
+ * flag PARTS or below TFP_UF_PART_MIN). */
+tfp_status_t tfp_uf_parts_begin(tfp_uf_parts_t *t, const tfp_uf_hdr_t *h, uint64_t data_len,
+                                tfp_err_t *err);
+/* A decoded PART frame and its AM data's length, against t: TFP_OK and t advanced, or
+ * TFP_EPROTO (another request's, out of place, past the total, too small) with t as it was. */
+tfp_status_t tfp_uf_parts_take(tfp_uf_parts_t *t, const tfp_uf_hdr_t *part, uint64_t data_len,
+                               tfp_err_t *err);
+/* 1 once every byte of the body is accounted for. */
+int tfp_uf_parts_done(const tfp_uf_parts_t *t);
+/* The PART frame for the next piece of t's body, of len bytes (at most what is left): h is
+ * set and t advanced past it. A sender's counterpart of tfp_uf_parts_take. */
+void tfp_uf_parts_next(tfp_uf_parts_t *t, uint64_t len, tfp_uf_hdr_t *h);
 
 /* Decodes exactly len bytes (the whole AM header: trailing bytes are refused, except, with
  * flag BODY_PREFIX, the body's prefix: out->prefix_len bytes at buf + len - prefix_len).

@@ -83,6 +83,15 @@ static void base(tfp_uf_hdr_t *h, tfp_uf_op_t op)
         strcpy(h->feed.dev, "0");
         strcpy(h->feed.consumer, "loop-1");
         break;
+    case TFP_UF_PART:                           /* the second 1 MiB of a 3 MiB body */
+        strcpy(h->request_id, "req-2");
+        h->flags = TFP_UF_F_COND;
+        h->body_len = 1 << 20;
+        h->cond.flags = TFP_UF_CF_RANGE;
+        h->cond.first = 1 << 20;
+        h->cond.last = (2 << 20) - 1;
+        h->cond.total = 3 << 20;
+        break;
     }
 }
 
@@ -363,8 +372,9 @@ START_TEST(uf_op_names)
     ck_assert_str_eq(tfp_uf_op_name(TFP_UF_REPLY), "REPLY");
     ck_assert_str_eq(tfp_uf_op_name(TFP_UF_BYE), "BYE");
     ck_assert_str_eq(tfp_uf_op_name(TFP_UF_FEED), "FEED");
+    ck_assert_str_eq(tfp_uf_op_name(TFP_UF_PART), "PART");
     ck_assert_str_eq(tfp_uf_op_name(0), "?");
-    ck_assert_str_eq(tfp_uf_op_name(10), "?");
+    ck_assert_str_eq(tfp_uf_op_name(11), "?");
     ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_POP), "POP");
     ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_RESET), "RESET");
     ck_assert_str_eq(tfp_uf_feed_op_name(TFP_UF_FEED_DETACH), "DETACH");
@@ -390,7 +400,7 @@ START_TEST(uf_roundtrip_ops)
     tfp_err_t err;
     size_t len, len2;
 
-    for (int op = TFP_UF_HELLO; op <= TFP_UF_FEED; op++) {
+    for (int op = TFP_UF_HELLO; op <= TFP_UF_PART; op++) {
         base(&h, (tfp_uf_op_t)op);
         ck_assert_int_eq(tfp_uf_check(&h, &err), TFP_OK);
         len = encode_ok(&h, buf);
@@ -815,7 +825,7 @@ static const char *rule(int k, tfp_uf_hdr_t *h, int *encode_only)
     *encode_only = 0;
     switch (k) {
     case 0: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)0; return "unknown op 0";
-    case 1: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)10; return "unknown op 10";
+    case 1: base(h, TFP_UF_GET); h->op = (tfp_uf_op_t)11; return "unknown op 11";
     case 2: base(h, TFP_UF_GET); h->flags = 4; return "flags 0x0004 has unknown bits";
     case 3: base(h, TFP_UF_REPLY); h->flags = 0x8001; return "flags 0x8001 has unknown bits";
     case 4: base(h, TFP_UF_GET); h->request_id[0] = 0;
@@ -1707,12 +1717,145 @@ START_TEST(uf_features)
 {
     ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_BODY_PREFIX), 1);
     ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_COND), 1);
+    ck_assert_uint_ne(tfp_uf_feature_bit(TFP_UF_FEATURE_PARTS), 0);
     ck_assert_int_eq(tfp_uf_has_feature("x body-prefix y", "body-prefix"), 1);
     ck_assert_int_eq(tfp_uf_has_feature("  body-prefix", "body-prefix"), 1);
     ck_assert_int_eq(tfp_uf_has_feature("body-prefixes", "body-prefix"), 0);
     ck_assert_int_eq(tfp_uf_has_feature("body", "body-prefix"), 0);
     ck_assert_int_eq(tfp_uf_has_feature("", "body-prefix"), 0);
     ck_assert_int_eq(tfp_uf_has_feature("a b", ""), 0);
+}
+END_TEST
+
+/* ---- bodies in parts ------------------------------------------------------------------- */
+
+/* The frames of a body in parts: flag PARTS where it may go, a PART's fields, each refused
+ * with what it breaks, encoder and decoder alike. */
+START_TEST(uf_part_rules)
+{
+    uint8_t buf[TFP_UF_MAX_HEADER + 64];
+    tfp_uf_hdr_t h, d;
+    tfp_err_t err;
+    size_t len;
+
+    /* flag PARTS on a GET, PUT, CALL and REPLY */
+    tfp_uf_op_t ok[] = {TFP_UF_GET, TFP_UF_PUT, TFP_UF_CALL, TFP_UF_REPLY};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        base(&h, ok[i]);
+        h.flags |= TFP_UF_F_PARTS;
+        decode_ok(buf, encode_ok(&h, buf), &d);
+        same_hdr(&h, &d);
+    }
+    tfp_uf_op_t refused[] = {TFP_UF_DELETE, TFP_UF_FEED, TFP_UF_HELLO, TFP_UF_BYE, TFP_UF_PART};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        base(&h, refused[i]);
+        h.flags |= TFP_UF_F_PARTS;
+        ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);
+        DECODE_REJECTS(buf, raw_encode(&h, buf), TFP_EPROTO, "PART");
+    }
+    /* a PART: its range holds its bytes, within the total, and nothing else */
+#define PART_REFUSED(stmt, want)                                                              \
+    do {                                                                                      \
+        base(&h, TFP_UF_PART);                                                                \
+        stmt;                                                                                 \
+        ck_assert_int_eq(tfp_uf_encode(&h, buf, sizeof buf, &len, &err), TFP_EINVAL);         \
+        ck_assert_msg(strstr(err.msg, want), "'%s' lacks '%s'", err.msg, want);               \
+        DECODE_REJECTS(buf, raw_encode(&h, buf), TFP_EPROTO, want);                           \
+    } while (0)
+    PART_REFUSED(h.cond.last = h.cond.total, "within the total");
+    PART_REFUSED(h.body_len = 5, "within the total");
+    PART_REFUSED((h.cond.first = 9, h.cond.last = 8), "within the total");
+    PART_REFUSED(h.body_len = 0, "at least one byte");
+    PART_REFUSED(h.cond.flags = 0, "only its range");
+    PART_REFUSED(strcpy(h.cond.etag, "\"e\""), "only its range");
+    PART_REFUSED(h.cond.ttl_s = 5, "only its range");
+    PART_REFUSED(strcpy(h.name, "w"), "flag COND alone");
+    PART_REFUSED(strcpy(h.user, "u"), "flag COND alone");
+    PART_REFUSED(strcpy(h.msg, "m"), "flag COND alone");
+    PART_REFUSED(h.flags |= TFP_UF_F_REPLY_HAS_BODY, "flag COND alone");
+    PART_REFUSED(h.flags = 0, "flag COND alone");
+    PART_REFUSED(h.request_id[0] = 0, "request id is missing");
+    PART_REFUSED(h.wait_ms = 1, "wait_ms");
+    PART_REFUSED(h.status = TFP_EBUSY, "must be 0");
+#undef PART_REFUSED
+}
+END_TEST
+
+/* A body in parts, sent with tfp_uf_parts_next and taken with tfp_uf_parts_take, and every
+ * way a part can be out of place. */
+START_TEST(uf_parts_sequence)
+{
+    const uint64_t MiB = 1 << 20;
+    tfp_uf_hdr_t first, p;
+    tfp_uf_parts_t tx, rx, keep;
+    tfp_err_t err;
+
+    base(&first, TFP_UF_PUT);
+    first.flags |= TFP_UF_F_PARTS | TFP_UF_F_BODY_PREFIX;
+    first.body_len = 5 * MiB + 7;
+    first.prefix_len = 100;
+    /* without flag PARTS the frame's bytes must be the whole body */
+    first.flags &= (uint16_t)~TFP_UF_F_PARTS;
+    ck_assert_int_eq(tfp_uf_parts_begin(&rx, &first, 2 * MiB - 100, &err), TFP_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no flag PARTS"));
+    ck_assert_int_eq(tfp_uf_parts_begin(&rx, &first, first.body_len - 100, &err), TFP_OK);
+    ck_assert_int_eq(tfp_uf_parts_done(&rx), 1);
+    first.flags |= TFP_UF_F_PARTS;
+    ck_assert_int_eq(tfp_uf_parts_begin(&rx, &first, first.body_len, &err), TFP_EPROTO);
+    ck_assert_int_eq(tfp_uf_parts_begin(&rx, &first, 1000, &err), TFP_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "at least"));
+    /* 2 MiB in the first frame, then 2 MiB, then 1 MiB + 7 */
+    ck_assert_int_eq(tfp_uf_parts_begin(&rx, &first, 2 * MiB - 100, &err), TFP_OK);
+    ck_assert_int_eq(tfp_uf_parts_done(&rx), 0);
+    ck_assert_int_eq(tfp_uf_parts_begin(&tx, &first, 2 * MiB - 100, &err), TFP_OK);
+    uint64_t sizes[] = {2 * MiB};
+    for (int i = 0; i < 1; i++) {
+        uint8_t buf[TFP_UF_MAX_HEADER];
+        tfp_uf_hdr_t d;
+        tfp_uf_parts_next(&tx, sizes[i], &p);
+        decode_ok(buf, encode_ok(&p, buf), &d);     /* what goes on the wire is valid */
+        same_hdr(&p, &d);
+        keep = rx;
+        /* out of place: another request's, a gap, data not as long as the frame says */
+        d.seq++;
+        ck_assert_int_eq(tfp_uf_parts_take(&rx, &d, d.body_len, &err), TFP_EPROTO);
+        ck_assert_ptr_nonnull(strstr(err.msg, "another request"));
+        d.seq--;
+        strcpy(d.request_id, "other");
+        ck_assert_int_eq(tfp_uf_parts_take(&rx, &d, d.body_len, &err), TFP_EPROTO);
+        strcpy(d.request_id, p.request_id);
+        ck_assert_int_eq(tfp_uf_parts_take(&rx, &d, d.body_len - 1, &err), TFP_EPROTO);
+        ck_assert_ptr_nonnull(strstr(err.msg, "comes next"));
+        tfp_uf_hdr_t gap = d;
+        gap.cond.first++;
+        gap.cond.last++;
+        ck_assert_int_eq(tfp_uf_parts_take(&rx, &gap, gap.body_len, &err), TFP_EPROTO);
+        ck_assert_uint_eq(rx.next, keep.next);     /* a refused part changes nothing */
+        ck_assert_int_eq(tfp_uf_parts_take(&rx, &d, d.body_len, &err), TFP_OK);
+        ck_assert_int_eq(tfp_uf_parts_take(&rx, &d, d.body_len, &err), TFP_EPROTO);
+    }
+    ck_assert_uint_eq(rx.next, 4 * MiB);
+    /* a small part before the last is refused; the last may be small */
+    tfp_uf_parts_t small = tx;
+    tfp_uf_parts_next(&small, 1000, &p);
+    ck_assert_int_eq(tfp_uf_parts_take(&rx, &p, p.body_len, &err), TFP_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "before the last"));
+    tfp_uf_parts_next(&tx, UINT64_MAX, &p);         /* what is left: 1 MiB + 7 */
+    ck_assert_uint_eq(p.body_len, MiB + 7);
+    ck_assert_int_eq(tfp_uf_parts_take(&rx, &p, p.body_len, &err), TFP_OK);
+    ck_assert_int_eq(tfp_uf_parts_done(&rx), 1);
+    ck_assert_int_eq(tfp_uf_parts_take(&rx, &p, p.body_len, &err), TFP_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "after the body's last byte"));
+    /* a total that differs from the first frame's */
+    ck_assert_int_eq(tfp_uf_parts_begin(&rx, &first, 2 * MiB - 100, &err), TFP_OK);
+    base(&p, TFP_UF_PART);
+    p.seq = first.seq;
+    strcpy(p.request_id, first.request_id);
+    p.cond.first = 2 * MiB;
+    p.cond.last = 3 * MiB - 1;
+    p.cond.total = 9 * MiB;
+    ck_assert_int_eq(tfp_uf_parts_take(&rx, &p, p.body_len, &err), TFP_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "comes next"));
 }
 END_TEST
 
@@ -1752,6 +1895,8 @@ Suite *suite_ucxframe(void)
     tcase_add_test(tc, uf_cond_golden);
     tcase_add_loop_test(tc, uf_cond_rule_refused, 0, N_COND_RULES);
     tcase_add_test(tc, uf_cond_reject_bytes);
+    tcase_add_test(tc, uf_part_rules);
+    tcase_add_test(tc, uf_parts_sequence);
     tcase_add_test(tc, uf_random_roundtrip);
     tcase_add_test(tc, uf_random_corruption);
     suite_add_tcase(s, tc);

@@ -47,6 +47,16 @@ static void frame(const uint8_t *data, size_t size)
         fail("re-encoding failed", &err);
     if (len != size - h.prefix_len || memcmp(buf, data, len) != 0)
         fail("re-encoding differs from the input", NULL);
+    /* A PART the decoder takes is taken in its place, and moves the body to its end. */
+    if (h.op == TFP_UF_PART) {
+        tfp_uf_parts_t t = {.seq = h.seq, .total = h.cond.total, .next = h.cond.first};
+        memcpy(t.request_id, h.request_id, sizeof t.request_id);
+        int small = h.cond.last + 1 < h.cond.total && h.body_len < TFP_UF_PART_MIN;
+        tfp_status_t pst = tfp_uf_parts_take(&t, &h, h.body_len, &err);
+        if ((pst == TFP_OK) == small || (pst == TFP_OK && t.next != h.cond.last + 1) ||
+            t.next > t.total)
+            fail("a decoded PART is not taken as its range says", NULL);
+    }
 }
 
 static void request(const char *text, size_t size)
