@@ -320,6 +320,7 @@ struct tf_client {
     void *up_state;                 /* its per-client state, started at the first upgrade */
     void *shm_state;                /* tfi_shm's (shm.c) */
     size_t nup;                     /* requests in flight over it */
+    unsigned up_progress;           /* its progress count when last reported (ucx.c) */
     char up_dead[160];              /* why it cannot start in this process; "" if it can */
     tf_fetch_t *live;               /* every handle not yet freed (pending or held) */
     tfi_source_t *sources;          /* feeds attached through this client */

@@ -278,8 +278,11 @@ static tf_status_t ucx_start(tf_client_t *c, tf_fetch_t *f)
             snprintf(h.answer, sizeof(h.answer), "Repr-Digest: %s\n", op->digest);
     }
     tfx_ucxc_req_t *ur = NULL;
-    /* A blocking call sends it itself, from its wait (ucx_wait). */
+    /* A blocking call sends it itself, from its wait (ucx_wait). A transfer whose progress
+     * is drawn goes in parts, which UCX reports as they go (one rendezvous reports none). */
     int flags = f->blocking ? TFX_UCXC_DRIVEN : 0;
+    if (c->progress && !f->background && !jseg)
+        flags |= TFX_UCXC_PARTS;
     tfx_ucxc_set_stall(c->up_state, c->stall_rate, c->stall_ms);
     tfx_ucxc_set_max_body(c->up_state, c->max_body);
     tfp_status_t st = jseg ? tfx_ucxc_start(o->conn, &h, &jseg, &jlen, 1, tfi_remaining_ms(f),
@@ -498,7 +501,7 @@ static void ucx_done(tf_client_t *c, tf_fetch_t *f, tfx_ucxc_req_t *ur)
         ucx_reply(c, f, u, &body, &cap);
         f->t_done_ns = tfx_now_ns();
         sg->decode = (double)(f->t_done_ns - t_dec) / 1e6;
-        /* UCX moves a body in one piece: the bar the caller draws shows it whole now. */
+        /* The bar the caller draws shows it whole now (parts reported on the way). */
         if (f->result.status == TF_OK && !f->background)
             (void)tfi_progress(c, f->result.bytes_received, f->result.bytes_received,
                                f->result.bytes_sent, f->result.bytes_sent);
@@ -535,12 +538,33 @@ static int ucx_wait(tf_client_t *c, tf_fetch_t *f, long ms)
     return 1;
 }
 
+/* The progress of the transfers in flight whose bodies go in parts, to the progress
+ * function, when a part went or landed since the last look. A body that moves in one piece
+ * reports at its start (ucx_start) and its end (ucx_done). */
+static void ucx_report(tf_client_t *c)
+{
+    unsigned gen = tfx_ucxc_progress_gen(c->up_state);
+    if (!c->progress || gen == c->up_progress)
+        return;
+    c->up_progress = gen;
+    for (tf_fetch_t *f = c->live; f; f = f->next) {
+        if (!f->treq || f->via != tfi_ucx || f->background || f->done)
+            continue;
+        uint64_t up, down, down_total;
+        tfx_ucxc_req_progress(f->treq, &up, &down, &down_total);
+        if (tfi_progress(c, down, down_total, up, f->op.body_len))
+            f->canceled = 1;            /* completes canceled (the transport holds it) */
+    }
+}
+
 /* Completes the requests UCX finished (their callbacks run here). */
 static void ucx_drain(tf_client_t *c)
 {
     tfx_ucxc_req_t *ur;
     while (c->up_state && (ur = tfx_ucxc_next(c->up_state)))
         ucx_done(c, tfx_ucxc_req_user_data(ur), ur);
+    if (c->up_state)
+        ucx_report(c);
 }
 
 static size_t ucx_running(const tf_client_t *c)

@@ -244,6 +244,7 @@ void api_handle_metrics(tfx_req_t *r, tfd_ctx_t *c)
     g.ucx_requests = us.requests;
     g.ucx_byes = us.byes;
     g.ucx_prefixed = us.prefixed;
+    g.ucx_bad_parts = us.bad_parts;
     tfd_shm_stats(s->shm, &g.shm);
     tfd_shmpool_stats(s->shm_pool, &g.shm_pool);
     g.shm_enabled = s->shm != NULL;

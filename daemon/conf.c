@@ -42,7 +42,7 @@ static const opt_t opts[] = {
     {"store-memory", K_SIZE, F(store_memory), "SIZE", "payload bytes the store may hold, else 507 (default: half of physical memory or of the cgroup's memory limit, whichever is smaller)"},
     {"max-connections", K_UINT, F(max_connections), "N", "open connections in total; at the limit one waiting for a request head, or the slowest transfer below min-upload-rate or min-download-rate, makes room, else a newcomer is closed at once (default 1024)"},
     {"max-per-ip", K_UINT, F(max_per_ip), "N", "open connections per client address; 0: no limit (default 256)"},
-    {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long (default 60)"},
+    {"idle-timeout", K_UINT, F(idle_timeout), "SEC", "close connections idle this long, and give up a UCX body whose next part is not in by then (default 60)"},
     {"header-timeout", K_UINT, F(header_timeout), "SEC", "close a connection whose request head is not complete this long after it opened or after its previous request; 0: none (default 10)"},
     {"conn-memory", K_SIZE, F(conn_memory), "SIZE", "buffer memory per connection (default 64K)"},
     {"json-max-elements", K_SIZE, F(json_max_elems), "N", "largest tensor rendered for Accept: application/json (default 65536)"},

@@ -384,7 +384,10 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          "# TYPE tfetch_ucx_byes_total counter\ntfetch_ucx_byes_total %llu\n"
          "# HELP tfetch_ucx_body_prefix_total UCX requests whose document came as one piece "
          "after its first bytes in the message header (a header and a tensor that lie apart).\n"
-         "# TYPE tfetch_ucx_body_prefix_total counter\ntfetch_ucx_body_prefix_total %llu\n",
+         "# TYPE tfetch_ucx_body_prefix_total counter\ntfetch_ucx_body_prefix_total %llu\n"
+         "# HELP tfetch_ucx_bad_parts_total PART frames of a body in parts that came out of "
+         "place (another request's, a gap, past the total): each failed its endpoint.\n"
+         "# TYPE tfetch_ucx_bad_parts_total counter\ntfetch_ucx_bad_parts_total %llu\n",
          (unsigned long long)g->store_retired, (unsigned long long)g->body_bytes,
          (unsigned long long)g->sessions.sessions, (unsigned long long)g->sessions.bytes,
          (unsigned long long)g->sessions.evictions, (unsigned long long)g->sessions.expirations,
@@ -393,7 +396,8 @@ char *tfd_metrics_render(tfd_metrics_t *m, const tfd_gauges_t *g, size_t *len)
          g->ucx_enabled, (unsigned long long)g->upgrades_issued,
          (unsigned long long)g->hellos_accepted, (unsigned long long)g->hellos_refused,
          (unsigned long long)g->ucx_dropped, (unsigned long long)g->ucx_requests,
-         (unsigned long long)g->ucx_byes, (unsigned long long)g->ucx_prefixed);
+         (unsigned long long)g->ucx_byes, (unsigned long long)g->ucx_prefixed,
+         (unsigned long long)g->ucx_bad_parts);
     outf(&o,
          "# HELP tfetch_shm_enabled 1 when same-host clients are offered shared memory.\n"
          "# TYPE tfetch_shm_enabled gauge\ntfetch_shm_enabled %d\n"

@@ -60,7 +60,7 @@ typedef struct {
     uint64_t replay_entries, replay_bytes, replay_hits;
     int ucx_enabled;
     uint64_t upgrades_issued, hellos_accepted, hellos_refused, ucx_dropped, ucx_requests;
-    uint64_t ucx_byes, ucx_prefixed;
+    uint64_t ucx_byes, ucx_prefixed, ucx_bad_parts;
     tfd_shm_stats_t shm;            /* the same-host shm transport (daemon/shm.h) */
     tfd_shmpool_stats_t shm_pool;   /* its ready regions for PUTs (daemon/shmpool.h) */
     int shm_enabled;

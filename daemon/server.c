@@ -364,7 +364,7 @@ tfd_server_t *tfd_server_start(const tfd_config_t *cfg, tfp_err_t *err)
         goto fail;
     }
     s->upgrade = tfd_upgrade_start((int)cfg->ucx, cfg->upgrade_token_ttl_ms, cfg->max_body,
-                                   cfg->ucx_ports, &h);
+                                   cfg->ucx_ports, cfg->idle_timeout, &h);
     if (!s->upgrade) {
         tfp_err_set(err, TFP_ENOMEM, "out of memory");
         goto fail;

@@ -110,7 +110,8 @@ out:
 }
 
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
-                                 const char *tcp_ports, const tfx_handlers_t *h)
+                                 const char *tcp_ports, unsigned idle_s,
+                                 const tfx_handlers_t *h)
 {
     tfd_upgrade_t *up = calloc(1, sizeof *up);
     if (!up)
@@ -131,7 +132,8 @@ tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max
         snprintf(up->why, sizeof up->why, "UCX is turned off (--ucx off)");
         return up;
     }
-    tfx_ucx_config_t cfg = {verify_hello, up, max_body, tcp_ports};
+    /* a body in parts that stops is given up as an idle HTTP connection is closed */
+    tfx_ucx_config_t cfg = {verify_hello, up, max_body, tcp_ports, (uint64_t)idle_s * 1000};
     up->ucx = tfx_ucx_start(&cfg, h, &err);
     if (!up->ucx && err.code == TFP_ENOTIMPL) {         /* built without UCX */
         snprintf(up->why, sizeof up->why, "%.200s", err.msg);
@@ -368,6 +370,7 @@ void tfd_upgrade_stats(tfd_upgrade_t *up, tfd_upgrade_stats_t *st)
         st->requests = us.requests;
         st->byes = us.byes;
         st->prefixed = us.prefixed;
+        st->bad_parts = us.bad_parts;
     }
 }
 

@@ -26,13 +26,16 @@ typedef struct {
     uint64_t dropped, requests;             /* UCX messages */
     uint64_t byes;                          /* UCX endpoints closed by a BYE */
     uint64_t prefixed;                      /* UCX requests sent with a body prefix */
+    uint64_t bad_parts;                     /* PART frames out of place */
 } tfd_upgrade_stats_t;
 
 /* Starts UCX serving with handlers h, when built with UCX and enabled; request documents
- * above max_body are refused; tcp_ports ("LO-HI", or NULL/"": any) pins UCX's TCP listener.
+ * above max_body are refused; tcp_ports ("LO-HI", or NULL/"": any) pins UCX's TCP listener;
+ * a body in parts with no part for idle_s seconds is answered 408 (0: 60 s).
  * Never NULL on memory: when UCX is off or fails, tfd_upgrade_enabled says no and why. */
 tfd_upgrade_t *tfd_upgrade_start(int enable, unsigned token_ttl_ms, uint64_t max_body,
-                                 const char *tcp_ports, const tfx_handlers_t *h);
+                                 const char *tcp_ports, unsigned idle_s,
+                                 const tfx_handlers_t *h);
 int tfd_upgrade_enabled(tfd_upgrade_t *up, const char **why);
 /* The protocol versions the server speaks, named in every answer to a client that named its
  * own (Tfetch-Protocol). Set once, before HTTP starts. */

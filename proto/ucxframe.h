@@ -210,7 +210,8 @@
 #define TFP_UF_FEATURE_PARTS "parts"
 #define TFP_UF_FEATURES                                                                    \
     TFP_UF_FEATURE_BODY_PREFIX " " TFP_UF_FEATURE_FEED_DETACH " " TFP_UF_FEATURE_COND " "   \
-    TFP_UF_FEATURE_ANSWER " " TFP_UF_FEATURE_DIGEST " " TFP_UF_FEATURE_TIMING
+    TFP_UF_FEATURE_ANSWER " " TFP_UF_FEATURE_DIGEST " " TFP_UF_FEATURE_TIMING " "          \
+    TFP_UF_FEATURE_PARTS
 
 /* The feed block's fflags and present bits. */
 #define TFP_UF_FF_HAS_ACK 0x01u

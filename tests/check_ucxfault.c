@@ -582,6 +582,163 @@ START_TEST(ucxfault_bye_mid_put)
 }
 END_TEST
 
+/* ---- bodies in parts from a raw client ---------------------------------------------------- */
+
+#define PARTS_BIG (3u << 20)            /* the tensor's bytes: three parts of at least 1 MiB */
+
+/* A safetensors document of one U8 tensor of n bytes (byte i = i * 7 + salt); its size. */
+static uint8_t *u8_doc(uint32_t n, int salt, size_t *len)
+{
+    char json[128];
+    int jl = snprintf(json, sizeof json,
+                      "{\"t\":{\"dtype\":\"U8\",\"shape\":[%u],\"data_offsets\":[0,%u]}}", n, n);
+    while (jl % 8)
+        json[jl++] = ' ';
+    uint8_t *b = malloc(8 + (size_t)jl + n);
+    ck_assert_ptr_nonnull(b);
+    uint64_t hl = (uint64_t)jl;
+    memcpy(b, &hl, 8);
+    memcpy(b + 8, json, (size_t)jl);
+    for (uint32_t i = 0; i < n; i++)
+        b[8 + jl + i] = (uint8_t)(i * 7u + (unsigned)salt);
+    *len = 8 + (size_t)jl + n;
+    return b;
+}
+
+/* raw_send, then progress until UCX is done with the send (a sender of parts sends the next
+ * only then). */
+static void raw_send_wait(raw_t *r, ucp_ep_h ep, const tfp_uf_hdr_t *h, const void *body,
+                          size_t len)
+{
+    uint8_t hbuf[TFP_UF_MAX_HEADER];
+    void *rq = raw_send(ep, h, body, len, hbuf);
+    for (int i = 0; rq && i < 5000 && ucp_request_check_status(rq) == UCS_INPROGRESS; i++)
+        raw_progress(r, 1);
+    if (rq) {
+        ck_assert_int_ne(ucp_request_check_status(rq), UCS_INPROGRESS);
+        ucp_request_free(rq);
+    }
+}
+
+/* The first frame of a put of doc (len bytes) in parts, with its first `first` bytes. */
+static void raw_put_first(raw_t *r, ucp_ep_h ep, uint64_t seq, const char *id,
+                          const uint8_t *doc, size_t len, size_t first, tfp_uf_parts_t *t)
+{
+    tfp_uf_hdr_t put;
+    tfp_err_t err;
+    tfp_uf_init(&put, TFP_UF_PUT, seq);
+    snprintf(put.request_id, sizeof put.request_id, "%s", id);
+    snprintf(put.name, sizeof put.name, "parts");
+    put.flags = TFP_UF_F_PARTS;
+    put.body_len = len;
+    ck_assert_int_eq(tfp_uf_parts_begin(t, &put, first, &err), TFP_OK);
+    raw_send_wait(r, ep, &put, doc, first);
+}
+
+/* Waits up to ms for a reply beyond `before`; 1 if one came. */
+static int raw_reply_within(raw_t *r, int before, long ms)
+{
+    for (long waited = 0; r->replies == before && waited < ms; waited += 10)
+        raw_progress(r, 10);
+    return r->replies > before;
+}
+
+/* A raw client's put in parts (proto/ucxframe.h, "Bodies in parts"): in order it lands whole;
+ * a part out of place fails its endpoint and gives the reservation back; a body that stops
+ * is answered 408 after the idle timeout; a part of no request is dropped and the endpoint
+ * goes on. */
+START_TEST(ucxfault_parts)
+{
+    const char *why = why_skip();
+    if (why) {
+        fprintf(stderr, "ucxfault_parts: skipped: %s\n", why);
+        return;
+    }
+    const char *args[] = {"--idle-timeout", "1", NULL};
+    ck_assert_msg(td_start(&D, args) == 0, "tfetchd did not start");
+    write_big();
+    size_t len;
+    uint8_t *doc = u8_doc(PARTS_BIG, 3, &len);
+    const size_t MiB = 1u << 20;
+    tfp_uf_parts_t t;
+    tfp_uf_hdr_t ph;
+    raw_t r;
+    raw_open(&r);
+
+    /* in order: 1 MiB in the first frame, then 1 MiB, then the rest */
+    ucp_ep_h ep = raw_admitted(&r);
+    int before = r.replies;
+    raw_put_first(&r, ep, 2, "parts-ok", doc, len, MiB, &t);
+    for (int k = 0; !tfp_uf_parts_done(&t); k++) {
+        uint64_t off = t.next;
+        tfp_uf_parts_next(&t, MiB, &ph);
+        raw_send_wait(&r, ep, &ph, doc + off, (size_t)ph.body_len);
+    }
+    ck_assert_msg(raw_reply_within(&r, before, 5000), "no reply to a put in parts");
+    ck_assert_int_eq(r.last.status, TFP_OK);
+    ck_assert_int_eq(r.last.http, 201);
+    tf_client_t *h = client(TF_TRANSPORT_HTTP);
+    tf_doc_t *got = NULL;
+    ck_assert_int_eq(tf_get(h, url("parts"), 0, &got), TF_OK);
+    ck_assert_uint_eq(tf_doc_at(got, 0)->nbytes, PARTS_BIG);
+    ck_assert_mem_eq(tf_doc_at(got, 0)->data, doc + len - PARTS_BIG, PARTS_BIG);
+    tf_doc_free(got);
+
+    /* a gap: the endpoint fails, unanswered, and the reservation goes back */
+    long long bad = metric("tfetch_ucx_bad_parts_total");
+    ucp_ep_h gap = raw_admitted(&r);
+    before = r.replies;
+    raw_put_first(&r, gap, 2, "parts-gap", doc, len, MiB, &t);
+    t.next += MiB;                      /* skips a MiB */
+    uint64_t off = t.next;
+    tfp_uf_parts_next(&t, MiB, &ph);
+    raw_send_wait(&r, gap, &ph, doc + off, (size_t)ph.body_len);
+    assert_settles("reserved", 1);
+    ck_assert_int_eq(metric("tfetch_ucx_bad_parts_total"), bad + 1);
+    ck_assert_msg(!raw_reply_within(&r, before, 300), "a failed endpoint was answered");
+
+    /* a body that stops after its first part: 408 once the idle timeout (1 s) is over */
+    ucp_ep_h stall = raw_admitted(&r);
+    before = r.replies;
+    uint64_t t0 = tfx_now_ms();
+    raw_put_first(&r, stall, 2, "parts-stall", doc, len, MiB, &t);
+    ck_assert_msg(raw_reply_within(&r, before, 5000), "no answer to a body that stopped");
+    ck_assert_int_eq(r.last.status, TFP_EREQTIME);
+    ck_assert_int_eq(r.last.http, 408);
+    ck_assert_msg(strstr(r.last.msg, "no part of it"), "%s", r.last.msg);
+    ck_assert_uint_ge(tfx_now_ms() - t0, 900);
+    assert_settles("reserved", 2);
+    /* a part that comes after the answer, and one of no request: dropped; the endpoint
+     * still serves */
+    long long dropped = metric("tfetch_ucx_dropped_total");
+    off = t.next;
+    tfp_uf_parts_next(&t, MiB, &ph);
+    raw_send_wait(&r, stall, &ph, doc + off, (size_t)ph.body_len);
+    ph.seq = 77;
+    raw_send_wait(&r, stall, &ph, doc + off, (size_t)ph.body_len);
+    raw_progress(&r, 100);
+    ck_assert_int_eq(metric("tfetch_ucx_dropped_total"), dropped + 2);
+    before = r.replies;
+    raw_put_first(&r, stall, 3, "parts-again", doc, len, MiB, &t);
+    while (!tfp_uf_parts_done(&t)) {
+        off = t.next;
+        tfp_uf_parts_next(&t, 2 * MiB, &ph);
+        raw_send_wait(&r, stall, &ph, doc + off, (size_t)ph.body_len);
+    }
+    ck_assert_msg(raw_reply_within(&r, before, 5000), "no reply after the dropped parts");
+    ck_assert_int_eq(r.last.http, 204);     /* replaced what parts-ok stored */
+    ck_assert_int_eq(metric("tfetch_ucx_bad_parts_total"), bad + 1);
+
+    raw_bye_close(&r, ep, NULL);
+    raw_bye_close(&r, stall, NULL);
+    raw_done(&r);
+    assert_ucx_answers(3);
+    tf_client_free(h);
+    free(doc);
+    teardown();
+}
+END_TEST
+
 /* libtfetch says BYE when it lets a connection go (tf_client_free), so the daemon forgets
  * the endpoint at once. */
 /* One GET of w over a raw endpoint, its frame's conditions block as given (flags 0: none);
@@ -698,6 +855,7 @@ Suite *suite_ucxfault(void)
     tcase_add_test(bye, ucxfault_bye_mid_put);
     tcase_add_test(bye, ucxfault_client_says_bye);
     tcase_add_test(bye, ucxfault_cond_only_when_asked);
+    tcase_add_test(bye, ucxfault_parts);
     tcase_set_timeout(bye, 300);
     suite_add_tcase(s, bye);
 #else

@@ -1717,6 +1717,7 @@ START_TEST(uf_features)
 {
     ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_BODY_PREFIX), 1);
     ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_COND), 1);
+    ck_assert_int_eq(tfp_uf_has_feature(TFP_UF_FEATURES, TFP_UF_FEATURE_PARTS), 1);
     ck_assert_uint_ne(tfp_uf_feature_bit(TFP_UF_FEATURE_PARTS), 0);
     ck_assert_int_eq(tfp_uf_has_feature("x body-prefix y", "body-prefix"), 1);
     ck_assert_int_eq(tfp_uf_has_feature("  body-prefix", "body-prefix"), 1);

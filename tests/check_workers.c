@@ -210,7 +210,7 @@ static void daemon_up(t_daemon_t *d)
     d->api.sessions = tfd_sessions_new(&sl);
     d->api.replay = tfd_replay_new(&rl);
     d->api.workers = tfd_workers_new(d->api.routes, &limits);
-    d->api.upgrade = tfd_upgrade_start(0, 1000, d->cfg.max_body, NULL, NULL);
+    d->api.upgrade = tfd_upgrade_start(0, 1000, d->cfg.max_body, NULL, 0, NULL);
     ck_assert(d->api.store && d->api.waiters && d->api.metrics && d->api.routes &&
               d->api.sessions && d->api.replay && d->api.workers && d->api.upgrade);
     d->rt = tfd_router_new(&d->api);

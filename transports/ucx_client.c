@@ -97,6 +97,22 @@ struct tfx_ucxc_req {
                                      * cannot take the worker */
     void *rndv_desc;
     size_t rndv_len;
+    uint64_t rndv_off;              /* where its bytes go in the reply body */
+    /* Bodies in parts (TFX_UCXC_PARTS to a server that takes them; proto/ucxframe.h): the
+     * request's, sent one part after the other (part_due: the next waits for the owner's
+     * pass), and the reply's, landed in place (landed: bytes in; a part whose rendezvous
+     * arrives while the one before it lands waits in next_desc). */
+    int parts;
+    int send_held;                  /* UCX holds a send of it (counted in sends_out) */
+    int part_due;
+    tfp_uf_parts_t out, in;
+    int got_reply;                  /* its REPLY frame arrived (its body may still come) */
+    uint64_t landed;
+    void *next_desc;
+    size_t next_len;
+    uint64_t next_off;
+    ucp_dt_iov_t *piov;             /* a part's pieces, when it spans several */
+    atomic_ullong up_done, down_done, down_total;   /* tfx_ucxc_req_progress */
     tfx_ucxc_result_t res;
     /* Last, and not zeroed when a spare is reused (req_new): written whole before read. */
     tfp_uf_hdr_t hdr;
@@ -150,6 +166,8 @@ struct tfx_ucxc {
     uint64_t last_pid_check_ms;     /* owner */
     uint64_t last_scan_ms;          /* owner: when a pass last looked at deadlines, stalls */
     unsigned rndv_waiting;          /* owner: replies whose rendezvous body awaits its start */
+    unsigned parts_due;             /* owner: requests whose next part waits to be sent */
+    atomic_uint progress_gen;       /* bumped when a part of a body goes or lands */
     /* Who drives the worker (under lock): the thread between a pass's hold and let_go, a
      * blocking caller inside tfx_ucxc_drive, or nobody. */
     int owner;                      /* OWN_* */
@@ -306,6 +324,7 @@ static void maybe_complete(tfx_ucxc_req_t *r)
             r->next->prev = r->prev;
         tfx_buf_free(r->res.body, r->res.body_cap);
         free(r->iov);
+        free(r->piov);
         free(r->phbuf);
         free(r);
         return;
@@ -357,7 +376,7 @@ static void hand_back_early(tfx_ucxc_req_t *r)
     copy->res.body_len = 0;
     copy->res.body_cap = 0;
     copy->res.seconds = tfx_since_s(r->t0_ns);
-    if (r->sending)                 /* its send may never complete: stop waiting for it */
+    if (r->send_held)               /* its send may never complete: stop waiting for it */
         atomic_fetch_sub_explicit(&u->sends_out, 1, memory_order_relaxed);
     r->orphan = 1;
     conn_unref(r->conn);            /* the orphan keeps no connection alive */
@@ -429,17 +448,157 @@ static tfx_ucxc_req_t *find_req(tfx_ucxc_t *u, uint64_t seq)
     return NULL;
 }
 
+/* A part of a body went or landed: the caller's wait ends, so that it reports progress
+ * (one driving the worker itself looks when it hands it back). */
+static void note_progress(tfx_ucxc_t *u)
+{
+    atomic_fetch_add(&u->progress_gen, 1);
+    pthread_mutex_lock(&u->lock);
+    if (u->wake && u->owner != OWN_CALLER)
+        u->wake(u->wake_arg);
+    pthread_mutex_unlock(&u->lock);
+}
+
+/* A send of r (its frame and body, or one part of the body) is done. */
+static void sent(tfx_ucxc_req_t *r, ucs_status_t status)
+{
+    tfx_ucxc_t *u = r->u;
+    if (status == UCS_OK && !r->orphan && !tfp_uf_parts_done(&r->out)) {
+        /* The next part goes once this one is across: the owner's next pass sends it. */
+        atomic_store(&r->up_done, r->out.next);
+        r->part_due = 1;
+        u->parts_due++;
+        note_progress(u);
+        return;
+    }
+    r->sending = 0;
+    r->res.t_sent = tfx_since_s(r->t0_ns);
+    if (status != UCS_OK)
+        fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
+    else
+        atomic_store(&r->up_done, r->hdr.body_len);
+    maybe_complete(r);
+}
+
 static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
     tfx_ucxc_req_t *r = user_data;
     ucp_request_free(request);
     if (!r->orphan)                 /* an orphan's was uncounted when it was handed back */
         atomic_fetch_sub_explicit(&r->u->sends_out, 1, memory_order_relaxed);
-    r->sending = 0;
-    r->res.t_sent = tfx_since_s(r->t0_ns);
-    if (status != UCS_OK)
-        fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
-    maybe_complete(r);
+    r->send_held = 0;
+    sent(r, status);
+}
+
+/* The body's bytes [off, off + len) (the frame's prefix counted) as a send buffer: the one
+ * piece they lie in (contiguous), all of the pieces, or those they span (r->piov). */
+static const void *body_range(tfx_ucxc_req_t *r, uint64_t off, uint64_t len, size_t *count,
+                              ucp_datatype_t *dt)
+{
+    *dt = ucp_dt_make_contig(1);
+    *count = (size_t)len;
+    size_t i = 0;
+    uint64_t at = 0;
+    while (i < r->niov && at + r->iov[i].length <= off)
+        at += r->iov[i++].length;
+    if (len == 0 || i == r->niov)
+        return NULL;
+    if (off + len <= at + r->iov[i].length)
+        return (const uint8_t *)r->iov[i].buffer + (off - at);
+    *dt = ucp_dt_make_iov();
+    if (off == 0 && len == r->hdr.body_len) {
+        *count = r->niov;
+        return r->iov;
+    }
+    if (!r->piov && !(r->piov = calloc(r->niov, sizeof *r->piov)))
+        return NULL;
+    size_t n = 0;
+    for (uint64_t left = len; left && i < r->niov; i++, n++) {
+        uint64_t skip = n == 0 ? off - at : 0;
+        uint64_t k = r->iov[i].length - skip < left ? r->iov[i].length - skip : left;
+        r->piov[n].buffer = (uint8_t *)r->iov[i].buffer + skip;
+        r->piov[n].length = (size_t)k;
+        left -= k;
+    }
+    *count = n;
+    return r->piov;
+}
+
+/* Sends the body's bytes [off, off + len) after the frame hdr (hlen bytes). */
+static void send_range(tfx_ucxc_req_t *r, const void *hdr, size_t hlen, uint64_t off,
+                       uint64_t len)
+{
+    tfx_ucxc_t *u = r->u;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA |
+                                             UCP_OP_ATTR_FIELD_FLAGS |
+                                             UCP_OP_ATTR_FIELD_DATATYPE,
+                             .cb.send = send_cb, .user_data = r,
+                             .flags = UCP_AM_SEND_FLAG_REPLY};
+    size_t count = 0;
+    const void *body = body_range(r, off, len, &count, &p.datatype);
+    if (len && !body) {
+        fail_req(r, TFP_ENOMEM, "out of memory");
+        r->sending = 0;
+        maybe_complete(r);
+        return;
+    }
+    void *rq = ucp_am_send_nbx(r->conn->ep, TFX_UCX_AM_REQUEST, hdr, hlen, body, count, &p);
+    if (UCS_PTR_IS_PTR(rq)) {
+        r->send_held = 1;
+        atomic_fetch_add_explicit(&u->sends_out, 1, memory_order_relaxed);
+        return;
+    }
+    sent(r, UCS_PTR_STATUS(rq));        /* sent at once, or failed */
+}
+
+/* The next part of r's body, due since the last one went. */
+static void send_part(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
+{
+    (void)u;
+    r->part_due = 0;
+    if (r->orphan || !r->conn || r->conn->closed || atomic_load(&r->conn->broken) ||
+        r->replied || r->got_reply) {
+        /* answered already (a refusal at its first part), or going nowhere: no more parts */
+        if (!r->replied && !r->got_reply)
+            fail_req(r, TFP_EINTERNAL, "the UCX connection closed while the body was sent");
+        r->sending = 0;
+        maybe_complete(r);
+        return;
+    }
+    tfp_uf_hdr_t ph;
+    tfp_err_t err;
+    uint64_t off = r->out.next;
+    tfp_uf_parts_next(&r->out, TFP_UF_PART_BYTES, &ph);
+    if (tfp_uf_encode(&ph, r->hbuf, sizeof r->hbuf, &r->hlen, &err) != TFP_OK) {
+        fail_req(r, TFP_EINTERNAL, err.msg);    /* cannot happen: its fields are ours */
+        r->sending = 0;
+        maybe_complete(r);
+        return;
+    }
+    send_range(r, r->hbuf, r->hlen, off, ph.body_len);
+}
+
+/* length more bytes of the reply's body are in: the reply is complete when they are all in,
+ * else the next part's receive starts if it is here already. */
+static void landed(tfx_ucxc_req_t *r, size_t length)
+{
+    r->landed += length;
+    atomic_store(&r->down_done, r->landed);
+    if (r->landed < r->in.total) {
+        if (r->next_desc && r->res.transport_status == TFP_OK) {
+            r->rndv_desc = r->next_desc;
+            r->rndv_len = r->next_len;
+            r->rndv_off = r->next_off;
+            r->next_desc = NULL;
+            r->receiving = 1;
+            r->u->rndv_waiting++;
+        }
+        note_progress(r->u);
+        return;
+    }
+    r->res.body_len = (size_t)r->in.total;
+    r->replied = 1;
 }
 
 static void recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
@@ -447,12 +606,10 @@ static void recv_cb(void *request, ucs_status_t status, size_t length, void *use
     tfx_ucxc_req_t *r = user_data;
     ucp_request_free(request);
     r->receiving = 0;
-    if (status == UCS_OK) {
-        r->res.body_len = length;
-        r->replied = 1;
-    } else {
+    if (status == UCS_OK && r->res.transport_status == TFP_OK)
+        landed(r, length);
+    else if (status != UCS_OK)
         fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
-    }
     maybe_complete(r);
 }
 
@@ -475,7 +632,8 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     /* A large reply lands in reused memory whose pages are already faulted in (buf.h's
      * cache, fed when a document received here is freed): a fresh 64 MiB buffer per GET
      * made the copy pay first touch, half the GET's time. */
-    r->res.body = tfx_buf_alloc(r->rndv_len, &r->res.body_cap);
+    if (!r->res.body)
+        r->res.body = tfx_buf_alloc((size_t)r->in.total, &r->res.body_cap);
     if (!r->res.body) {
         ucp_am_data_release(u->worker, desc);
         fail_req(r, TFP_ENOMEM, "out of memory for the reply");
@@ -487,7 +645,8 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
                                              UCP_OP_ATTR_FIELD_USER_DATA |
                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                              .cb.recv_am = recv_cb, .user_data = r};
-    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->res.body, r->rndv_len, &p);
+    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->res.body + r->rndv_off, r->rndv_len,
+                                    &p);
     if (UCS_PTR_IS_ERR(rq)) {
         fail_req(r, TFP_EINTERNAL, ucs_status_string(UCS_PTR_STATUS(rq)));
         r->receiving = 0;
@@ -526,6 +685,51 @@ static void describe(tfx_ucxc_conn_t *c)
 static ucs_status_t on_request_reply(tfx_ucxc_t *u, tfx_ucxc_req_t *r, void *data,
                                      size_t length, const ucp_am_recv_param_t *param);
 
+/* A PART of a reply's body: checked against the parts so far (proto/ucxframe.c), then landed
+ * in place, eagerly or by a receive the owner's pass starts. One out of place fails its
+ * request (its later parts are dropped: the request is gone); one of no request in flight
+ * is dropped. */
+static ucs_status_t on_reply_part(tfx_ucxc_t *u, const tfp_uf_hdr_t *h, void *data,
+                                  size_t length, const ucp_am_recv_param_t *param)
+{
+    tfx_ucxc_req_t *r = find_req(u, h->seq);
+    if (!r || !r->got_reply || r->replied || !r->res.body ||
+        r->res.transport_status != TFP_OK)
+        return UCS_OK;
+    tfp_err_t err;
+    uint64_t first = h->cond.first;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (tfp_uf_parts_take(&r->in, h, length, &err) != TFP_OK ||
+        (rndv && (r->receiving || r->rndv_desc) && r->next_desc)) {
+        fail_req(r, TFP_EPROTO, err.code != TFP_OK ? err.msg : "ucx frame: a PART before "
+                 "the one before it landed");
+        maybe_complete(r);
+        return UCS_OK;
+    }
+    if (!rndv) {
+        memcpy(r->res.body + first, data, length);
+        if (r->receiving || r->rndv_desc) {
+            r->landed += length;        /* the reply completes when the receive does */
+        } else {
+            landed(r, length);
+            maybe_complete(r);
+        }
+        return UCS_OK;
+    }
+    if (r->receiving || r->rndv_desc) { /* the part before it is still landing */
+        r->next_desc = data;
+        r->next_len = length;
+        r->next_off = first;
+        return UCS_INPROGRESS;
+    }
+    r->rndv_desc = data;
+    r->rndv_len = length;
+    r->rndv_off = first;
+    r->receiving = 1;
+    u->rndv_waiting++;
+    return UCS_INPROGRESS;
+}
+
 static ucs_status_t on_reply(void *arg, const void *header, size_t header_length, void *data,
                              size_t length, const ucp_am_recv_param_t *param)
 {
@@ -537,15 +741,19 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
         /* A REPLY is decoded in its request's place (no 2.7 KiB copy per request); a
          * request that has its reply already is not touched. */
         tfx_ucxc_req_t *r = find_req(u, seq);
-        if (!r || r->replied || r->receiving ||
+        if (!r || r->replied || r->receiving || r->got_reply ||
             tfp_uf_decode(header, header_length, &r->res.reply, &err) != TFP_OK ||
-            r->res.reply.body_len != length)
+            tfp_uf_parts_begin(&r->in, &r->res.reply, length, &err) != TFP_OK ||
+            (!r->parts && !tfp_uf_parts_done(&r->in)))
             return UCS_OK;                              /* not ours: drop */
         return on_request_reply(u, r, data, length, param);
     }
-    if (tfp_uf_decode(header, header_length, &h, &err) != TFP_OK ||
-        h.op != TFP_UF_HELLO_ACK)
+    if (tfp_uf_decode(header, header_length, &h, &err) != TFP_OK)
         return UCS_OK;                                  /* not ours: drop */
+    if (h.op == TFP_UF_PART)
+        return on_reply_part(u, &h, data, length, param);
+    if (h.op != TFP_UF_HELLO_ACK)
+        return UCS_OK;
     pthread_mutex_lock(&u->lock);
     for (size_t i = 0; i < u->nconns; i++) {
         tfx_ucxc_conn_t *c = u->conns[i];
@@ -570,16 +778,37 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
 static ucs_status_t on_request_reply(tfx_ucxc_t *u, tfx_ucxc_req_t *r, void *data,
                                      size_t length, const ucp_am_recv_param_t *param)
 {
-    if (length == 0) {
+    r->got_reply = 1;
+    if (r->in.total == 0) {
         r->replied = 1;
         maybe_complete(r);
         return UCS_OK;
+    }
+    atomic_store(&r->down_total, r->in.total);
+    if (!tfp_uf_parts_done(&r->in)) {
+        /* In parts: the whole body's buffer now, each part landing in its place. */
+        r->res.t_reply = tfx_since_s(r->t0_ns);
+        if (too_big(r, (size_t)r->in.total)) {
+            maybe_complete(r);
+            return UCS_OK;
+        }
+        if (!(r->res.body = tfx_buf_alloc((size_t)r->in.total, &r->res.body_cap))) {
+            fail_req(r, TFP_ENOMEM, "out of memory for the reply");
+            maybe_complete(r);
+            return UCS_OK;
+        }
+        if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+            memcpy(r->res.body, data, length);
+            landed(r, length);
+            return UCS_OK;
+        }
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         r->res.t_reply = tfx_since_s(r->t0_ns);     /* its body comes after */
         r->rndv_desc = data;
         u->rndv_waiting++;
         r->rndv_len = length;
+        r->rndv_off = 0;
         r->receiving = 1;
         return UCS_INPROGRESS;                          /* received by the loop */
     }
@@ -718,6 +947,11 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
         r->hdr.flags |= TFP_UF_F_BODY_PREFIX;
         r->hdr.prefix_len = (uint32_t)pre;
     }
+    /* Parts asked for: the reply may come in parts, and a large body goes in them. */
+    r->parts = r->parts && tfx_ucxc_conn_feature(c, TFP_UF_FEATURE_PARTS) &&
+               (r->hdr.op == TFP_UF_GET || r->hdr.op == TFP_UF_PUT || r->hdr.op == TFP_UF_CALL);
+    if (r->parts)
+        r->hdr.flags |= TFP_UF_F_PARTS;
     tfp_err_t err;
     tfp_status_t est = tfp_uf_encode(&r->hdr, r->hbuf, sizeof r->hbuf, &r->hlen, &err);
     if (est == TFP_OK && pre && r->hlen + pre > u->base.max_am_header) {
@@ -732,6 +966,13 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
         maybe_complete(r);
         return;
     }
+    /* The body after the frame (and its prefix): the first part of a large one, or all. */
+    uint64_t first = r->hdr.body_len - pre;
+    if (r->parts && first > TFP_UF_PART_BYTES)
+        first = TFP_UF_PART_BYTES;
+    tfp_uf_hdr_t sent_hdr = r->hdr;
+    sent_hdr.prefix_len = (uint32_t)pre;
+    (void)tfp_uf_parts_begin(&r->out, &sent_hdr, first, &err);  /* holds: it adds up */
     const void *hdr = r->hbuf;
     if (pre) {                      /* the frame, then the pieces before the last */
         if (!(r->phbuf = malloc(r->hlen + pre))) {
@@ -748,34 +989,12 @@ static void do_start(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
         hdr = r->phbuf;
         r->hlen = o;
     }
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                                             UCP_OP_ATTR_FIELD_USER_DATA |
-                                             UCP_OP_ATTR_FIELD_FLAGS |
-                                             UCP_OP_ATTR_FIELD_DATATYPE,
-                             .cb.send = send_cb, .user_data = r,
-                             .flags = UCP_AM_SEND_FLAG_REPLY,
-                             .datatype = ucp_dt_make_iov()};
     /* A body in one piece goes as one: UCX 1.13 sends a large body of several pieces (iov)
      * as fragments through the peer's FIFO (two copies, and waits for room), one in one
-     * piece by rendezvous, which a peer on this host reads straight from it (cma). */
-    const void *body = r->iov;
-    size_t count = r->niov;
-    if (r->niov == 1 || pre) {
-        body = r->iov[r->niov - 1].buffer;
-        count = r->iov[r->niov - 1].length;
-        p.datatype = ucp_dt_make_contig(1);
-    }
+     * piece by rendezvous, which a peer on this host reads straight from it (cma). With a
+     * prefix the rest is the last piece. */
     r->sending = 1;
-    void *rq = ucp_am_send_nbx(c->ep, TFX_UCX_AM_REQUEST, hdr, r->hlen, body, count, &p);
-    if (UCS_PTR_IS_PTR(rq)) {
-        atomic_fetch_add_explicit(&u->sends_out, 1, memory_order_relaxed);
-    } else {
-        r->sending = 0;
-        r->res.t_sent = tfx_since_s(r->t0_ns);      /* sent at once */
-        if (UCS_PTR_IS_ERR(rq))
-            fail_req(r, TFP_EINTERNAL, ucs_status_string(UCS_PTR_STATUS(rq)));
-        maybe_complete(r);
-    }
+    send_range(r, hdr, r->hlen, pre, first);
 }
 
 /* On one host there is no peer failure detection (see connect): every 100 ms, a connection
@@ -934,6 +1153,18 @@ static unsigned run_cmds(tfx_ucxc_t *u)
         free(cm);
     }
     n += close_settled(u);
+    if (u->parts_due) {                 /* a body's next part waits to be sent */
+        tfx_ucxc_req_t *r = u->live;
+        while (r && !r->part_due)
+            r = r->next;
+        if (r) {
+            u->parts_due--;
+            send_part(u, r);
+            n++;
+        } else {
+            u->parts_due = 0;
+        }
+    }
     if (u->rndv_waiting) {              /* a reply's body waits for its receive to start */
         tfx_ucxc_req_t *r = u->live;
         while (r && !r->rndv_desc)
@@ -1314,6 +1545,7 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
     r->conn = c;
     r->ud = user_data;
     r->hdr = *hdr;
+    r->parts = (flags & TFX_UCXC_PARTS) != 0;
     size_t total = 0;
     for (size_t i = 0; i < nsegs; i++) {
         if (!lens[i])
@@ -1435,10 +1667,12 @@ int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms)
     uint64_t t0 = tfx_now_ns();
     uint64_t spin_end = t0 + (uint64_t)(spin_us > 0 ? spin_us : 0) * 1000u;
     uint64_t wait_end = t0 + (uint64_t)(wait_ms > 0 ? wait_ms : 0) * 1000000u;
+    unsigned gen = tfx_ucxc_progress_gen(u);
     while (!u->drive_done) {
         drive_pass(u);
         uint64_t now = tfx_now_ns();
-        if (u->drive_done || now >= wait_end)
+        /* A part of a body went or landed: the caller reports it; the thread goes on. */
+        if (u->drive_done || now >= wait_end || tfx_ucxc_progress_gen(u) != gen)
             break;
         if (now < spin_end)
             continue;
@@ -1489,6 +1723,16 @@ unsigned tfx_ucxc_sends_out(tfx_ucxc_t *u)
 
 tfx_ucxc_result_t *tfx_ucxc_req_result(tfx_ucxc_req_t *r) { return &r->res; }
 
+void tfx_ucxc_req_progress(tfx_ucxc_req_t *r, uint64_t *sent, uint64_t *received,
+                           uint64_t *reply_total)
+{
+    *sent = atomic_load(&r->up_done);
+    *received = atomic_load(&r->down_done);
+    *reply_total = atomic_load(&r->down_total);
+}
+
+unsigned tfx_ucxc_progress_gen(tfx_ucxc_t *u) { return atomic_load(&u->progress_gen); }
+
 void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
 {
     if (!r)
@@ -1496,6 +1740,7 @@ void tfx_ucxc_req_free(tfx_ucxc_req_t *r)
     free(r->spare);
     tfx_buf_free(r->res.body, r->res.body_cap);
     free(r->iov);
+    free(r->piov);
     free(r->phbuf);
     tfx_ucxc_t *u = r->u;
     pthread_mutex_lock(&u->lock);

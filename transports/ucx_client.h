@@ -120,13 +120,18 @@ typedef struct {
 /* tfx_ucxc_start's flags. DRIVEN: the caller drives this request itself next
  * (tfx_ucxc_drive, before any other call for this tfx_ucxc_t); it is not sent until then. */
 #define TFX_UCXC_DRIVEN 1
+/* PARTS: to a server that takes them, a large body goes, and the reply's comes, in parts
+ * (proto/ucxframe.h), so that tfx_ucxc_req_progress moves while they travel; otherwise, or
+ * without this flag, each goes as one rendezvous. */
+#define TFX_UCXC_PARTS 2
 /* Starts a request: hdr (op, seq ignored: the client numbers requests), the body as nsegs
  * borrowed segments (they must live until completion), a timeout for the whole exchange.
  * On TFP_OK the request completes exactly once, later, and is returned by tfx_ucxc_next. */
 tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
                             const void *const *segs, const size_t *lens, size_t nsegs,
                             long timeout_ms, int flags, void *user_data, tfx_ucxc_req_t **out);
-/* Drives the worker on the calling thread for r (sending it first if DRIVEN): takes it from
+/* Drives the worker on the calling thread for r (sending it first if DRIVEN; it returns at
+ * the first part of a body in parts that goes or lands, for the caller to report): takes it from
  * the progress thread, progresses it busily for spin_us, then sleeping on the worker's
  * event fd, until r completes or wait_ms pass, and gives it back. 1 if r completed
  * (tfx_ucxc_next returns it, after any completion queued before it); 0 if not yet (it
@@ -137,6 +142,14 @@ tfp_status_t tfx_ucxc_start(tfx_ucxc_conn_t *c, const tfp_uf_hdr_t *hdr,
 int tfx_ucxc_drive(tfx_ucxc_t *u, tfx_ucxc_req_t *r, long spin_us, long wait_ms);
 /* The next completed request, or NULL. */
 tfx_ucxc_req_t *tfx_ucxc_next(tfx_ucxc_t *u);
+/* How far r's bodies have gone: bytes of its body across, bytes of the reply's body in and
+ * the reply body's size (0 until its REPLY frame is in). Any thread, while r is not freed.
+ * Without parts a body moves in one piece: 0 until it is all across. */
+void tfx_ucxc_req_progress(tfx_ucxc_req_t *r, uint64_t *sent, uint64_t *received,
+                           uint64_t *reply_total);
+/* Bumped each time a part of a body goes or lands (and the wake function runs): a caller
+ * looks at its requests' progress when it changed. Any thread. */
+unsigned tfx_ucxc_progress_gen(tfx_ucxc_t *u);
 void *tfx_ucxc_req_user_data(const tfx_ucxc_req_t *r);
 tfx_ucxc_result_t *tfx_ucxc_req_result(tfx_ucxc_req_t *r);
 void tfx_ucxc_req_free(tfx_ucxc_req_t *r);

@@ -53,7 +53,9 @@
 #include <unistd.h>
 
 enum { Q_NONE, Q_RECV, Q_READY, Q_SEND };
-enum { S_NEW, S_RECEIVING, S_RUNNING, S_SUSPENDED, S_SENDING, S_DONE };
+/* S_PARTS: between two parts of a body that comes in parts (proto/ucxframe.h), with no
+ * receive of it held by UCX. */
+enum { S_NEW, S_RECEIVING, S_PARTS, S_RUNNING, S_SUSPENDED, S_SENDING, S_DONE };
 
 typedef struct ucx_req {
     tfx_req_t base;
@@ -68,6 +70,19 @@ typedef struct ucx_req {
     ucp_ep_h ep;
     void *rndv_desc;
     size_t rndv_len;
+    uint64_t rndv_off;              /* where its bytes go in the body */
+    /* The body in parts: parts.next is where the next part starts; landed counts the bytes
+     * already in the buffer (prefix, eager parts, finished receives). A part whose
+     * rendezvous arrives while the one before it still lands waits in next_desc (the
+     * sender sends one part after the other: at most one waits). */
+    tfp_uf_parts_t parts;
+    uint64_t landed;
+    int grown;                      /* the body buffer holds parts.total bytes */
+    int recv_out;                   /* a receive is queued or held by UCX */
+    void *next_desc;
+    size_t next_len;
+    uint64_t next_off;
+    uint64_t part_ms;               /* when the last part arrived */
     uint8_t *prefix;                /* the body's first in.prefix_len bytes, from the AM
                                      * header, until the rendezvous puts the rest after them */
     /* the answer */
@@ -77,6 +92,8 @@ typedef struct ucx_req {
     int body_json;                  /* a FEED reply's body is JSON text */
     void (*release)(void *);
     void *release_arg;
+    tfp_uf_parts_t out_parts;       /* the answer's body: what has been sent */
+    size_t send_off, send_len;      /* the piece of it the send in flight carries */
     /* Last, and not zeroed when a spare is reused (req_new): written whole before read. */
     tfp_uf_hdr_t in;                /* the request's frame, as decoded */
     uint8_t hdr[TFP_UF_MAX_HEADER]; /* the answer's frame, as encoded (hdr_len bytes) */
@@ -113,6 +130,7 @@ struct tfx_ucx {
     peer_t *peers;                  /* endpoints that presented a valid token */
     size_t npeers, cappeers;
     uint64_t last_peer_check_ms;
+    uint64_t last_parts_check_ms;
     tfx_spare_t spare;              /* ended requests to reuse */
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
@@ -416,11 +434,20 @@ static void make_reply(ucx_req_t *q, unsigned http, tfp_status_t code, const cha
         cond_reply_block(q, &h);
     /* asked: the server's time, and the fields without a place above */
     tfp_answer_to_reply(&q->base.ans, q->in.flags & (TFP_UF_F_ANSWER | TFP_UF_F_TIMING), &h);
+    /* A client that asked for parts gets a large body in parts, its progress seen. */
+    size_t first = body_len;
+    if ((q->in.flags & TFP_UF_F_PARTS) && body_len > TFP_UF_PART_BYTES) {
+        h.flags |= TFP_UF_F_PARTS;
+        first = TFP_UF_PART_BYTES;
+    }
     tfp_err_t err;
     if (tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK) {
         h.msg[0] = '\0';                /* a message that does not encode is left out */
         tfp_uf_encode(&h, q->hdr, sizeof q->hdr, &q->hdr_len, &err);
     }
+    (void)tfp_uf_parts_begin(&q->out_parts, &h, first, &err);  /* holds: first <= body_len */
+    q->send_off = 0;
+    q->send_len = first;
 }
 
 static void ucx_respond(tfx_req_t *r, unsigned status, const char *content_type,
@@ -547,6 +574,10 @@ static void end_gone(ucx_req_t *q)
         ucp_am_data_release(u->base.worker, q->rndv_desc);
         q->rndv_desc = NULL;
     }
+    if (q->next_desc) {
+        ucp_am_data_release(u->base.worker, q->next_desc);
+        q->next_desc = NULL;
+    }
     q->base.answered = 1;
     end_req(q, 0);
     q->gone = 1;
@@ -582,6 +613,23 @@ static int held_by_husk(tfx_ucx_t *u, ucp_ep_h ep)
     return 0;
 }
 
+/* A part of the answer went: the next one is queued for the loop to send (1), or there is
+ * none (0). One part at a time, so the client lands each before the next comes. */
+static int send_next_part(ucx_req_t *q)
+{
+    if (tfp_uf_parts_done(&q->out_parts))
+        return 0;
+    tfp_uf_hdr_t ph;
+    tfp_err_t err;
+    q->send_off = (size_t)q->out_parts.next;
+    tfp_uf_parts_next(&q->out_parts, TFP_UF_PART_BYTES, &ph);
+    q->send_len = (size_t)ph.body_len;
+    if (tfp_uf_encode(&ph, q->hdr, sizeof q->hdr, &q->hdr_len, &err) != TFP_OK)
+        return 0;                           /* cannot happen: its fields are ours */
+    queue_local(q, Q_SEND);
+    return 1;
+}
+
 static void send_done(void *request, ucs_status_t status, void *user_data)
 {
     ucx_req_t *q = user_data;
@@ -590,6 +638,8 @@ static void send_done(void *request, ucs_status_t status, void *user_data)
         free_husk(q);
         return;
     }
+    if (status == UCS_OK && send_next_part(q))
+        return;
     q->state = S_DONE;
     if (status != UCS_OK)
         ep_failed_later(q->u, q->ep, 0);
@@ -602,8 +652,11 @@ static void do_send(ucx_req_t *q)
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                              UCP_OP_ATTR_FIELD_USER_DATA,
                              .cb.send = send_done, .user_data = q};
-    void *rq = ucp_am_send_nbx(q->ep, TFX_UCX_AM_REPLY, q->hdr, q->hdr_len, q->body,
-                               q->body_len, &p);
+    void *rq = ucp_am_send_nbx(q->ep, TFX_UCX_AM_REPLY, q->hdr, q->hdr_len,
+                               q->body ? (const uint8_t *)q->body + q->send_off : NULL,
+                               q->send_len, &p);
+    if (rq == NULL && send_next_part(q))
+        return;                             /* sent at once: on to the next part */
     if (UCS_PTR_IS_PTR(rq))
         return;                         /* send_done frees q */
     q->state = S_DONE;
@@ -634,6 +687,14 @@ static void run_handle(ucx_req_t *q)
     }
 }
 
+/* Every byte of the body is in: the request runs. */
+static void body_landed(ucx_req_t *q)
+{
+    q->base.body_len = q->parts.total;
+    q->base.body_seen = q->base.body_len;
+    queue_local(q, Q_READY);
+}
+
 static void recv_done(void *request, ucs_status_t status, size_t length, void *user_data)
 {
     ucx_req_t *q = user_data;
@@ -652,9 +713,40 @@ static void recv_done(void *request, ucs_status_t status, size_t length, void *u
         free_req(q, 0);
         return;
     }
-    q->base.body_len = q->in.prefix_len + length;
-    q->base.body_seen = q->base.body_len;
-    queue_local(q, Q_READY);
+    q->recv_out = 0;
+    q->landed += length;
+    if (q->landed < q->parts.total) {       /* more parts to come */
+        q->state = S_PARTS;
+        if (q->next_desc) {                 /* the next one is here already */
+            q->rndv_desc = q->next_desc;
+            q->rndv_len = q->next_len;
+            q->rndv_off = q->next_off;
+            q->next_desc = NULL;
+            q->recv_out = 1;
+            queue_local(q, Q_RECV);
+        }
+        return;
+    }
+    body_landed(q);
+}
+
+/* The buffer for the whole body (parts.total bytes), with the prefix from the AM header in
+ * place. 0, or -1 answered (no room). */
+static int grow_body(ucx_req_t *q, const uint8_t *prefix)
+{
+    tfx_req_t *r = &q->base;
+    size_t pre = q->in.prefix_len;
+    if (q->grown)
+        return 0;
+    tfp_status_t st = tfx_req_grow_body(r, r->headroom + q->parts.total);
+    if (st != TFP_OK) {
+        tfx_respond_error(r, st, "no room for a %llu-byte request body: %s",
+                          (unsigned long long)q->parts.total, tfp_status_text(st));
+        return -1;
+    }
+    memcpy(r->buf + r->headroom, prefix, pre);
+    q->grown = 1;
+    return 0;
 }
 
 /* Starts the rendezvous receive into the accepted buffer. */
@@ -664,29 +756,28 @@ static void do_recv(ucx_req_t *q)
     tfx_req_t *r = &q->base;
     void *desc = q->rndv_desc;
     q->rndv_desc = NULL;
-    size_t pre = q->in.prefix_len;
-    tfp_status_t st = tfx_req_grow_body(r, r->headroom + pre + q->rndv_len);
-    if (st != TFP_OK) {
-        ucp_am_data_release(u->base.worker, desc);
-        tfx_respond_error(r, st, "no room for a %zu-byte request body: %s", pre + q->rndv_len,
-                          tfp_status_text(st));
-        return;
-    }
-    if (pre) {
-        memcpy(r->buf + r->headroom, q->prefix, pre);
+    if (!q->grown) {
+        int rc = grow_body(q, q->prefix);
         free(q->prefix);
         q->prefix = NULL;
+        if (rc != 0) {
+            q->recv_out = 0;
+            ucp_am_data_release(u->base.worker, desc);
+            return;
+        }
     }
     q->state = S_RECEIVING;
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                              UCP_OP_ATTR_FIELD_USER_DATA |
                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                              .cb.recv_am = recv_done, .user_data = q};
-    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom + pre,
+    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom + q->rndv_off,
                                     q->rndv_len, &p);
-    if (UCS_PTR_IS_ERR(rq))
+    if (UCS_PTR_IS_ERR(rq)) {
+        q->recv_out = 0;
         tfx_respond_error(r, TFP_EPROTO, "cannot receive the body: %s",
                           ucs_status_string(UCS_PTR_STATUS(rq)));
+    }
 }
 
 /* A request's conditions block, into the op as HTTP's If-Match, If-None-Match, Tfetch-TTL
@@ -741,6 +832,51 @@ static void frame_op(tfx_ucx_t *u, tfx_req_t *r, const tfp_uf_hdr_t *h, const pe
         (void)tfp_op_digest_lines(op, h->answer, strlen(h->answer), &r->op_err);
 }
 
+/* A PART of a request's body: checked against the parts so far (proto/ucxframe.c), then
+ * landed in place, eagerly or by a receive the loop starts. One that breaks the rules fails
+ * the endpoint, as a broken connection would; one for a request answered already (refused
+ * at begin, or given up waiting) is dropped. */
+static ucs_status_t on_part(tfx_ucx_t *u, ucp_ep_h ep, const tfp_uf_hdr_t *h, void *data,
+                           size_t length, int rndv)
+{
+    ucx_req_t *q = u->live;
+    while (q && !(q->ep == ep && q->in.seq == h->seq))
+        q = q->lnext;
+    if (!q || !q->grown || q->base.answered || tfp_uf_parts_done(&q->parts)) {
+        count(u, &u->st.dropped);
+        return UCS_OK;
+    }
+    tfp_err_t err;
+    uint64_t first = h->cond.first;
+    if (tfp_uf_parts_take(&q->parts, h, length, &err) != TFP_OK ||
+        (rndv && q->recv_out && q->next_desc)) {
+        count(u, &u->st.bad_parts);
+        ep_failed_later(u, ep, 0);
+        return UCS_OK;
+    }
+    q->part_ms = tfx_now_coarse_ms();
+    tfx_req_t *r = &q->base;
+    if (!rndv) {
+        memcpy(r->buf + r->headroom + first, data, length);
+        q->landed += length;
+        if (q->landed == q->parts.total && !q->recv_out)
+            body_landed(q);
+        return UCS_OK;
+    }
+    if (q->recv_out) {                  /* the part before it is still landing */
+        q->next_desc = data;
+        q->next_len = length;
+        q->next_off = first;
+        return UCS_INPROGRESS;
+    }
+    q->rndv_desc = data;
+    q->rndv_len = length;
+    q->rndv_off = first;
+    q->recv_out = 1;
+    queue_local(q, Q_RECV);
+    return UCS_INPROGRESS;
+}
+
 static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
                           size_t length, const ucp_am_recv_param_t *param)
 {
@@ -755,8 +891,10 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     tfp_uf_hdr_t *hp = q ? &q->in : &oom_h;
     const tfp_uf_hdr_t *h = hp;
 
+    tfp_uf_parts_t parts;
     if (!ep || tfp_uf_decode(header, header_length, hp, &err) != TFP_OK ||
-        tfp_uf_op_is_reply(h->op) || h->body_len != h->prefix_len + length) {
+        tfp_uf_op_is_reply(h->op) ||
+        (h->op != TFP_UF_PART && tfp_uf_parts_begin(&parts, h, length, &err) != TFP_OK)) {
         req_put(q);
         count(u, &u->st.dropped);
         if (ep && !is_authed(u, ep))
@@ -791,6 +929,11 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         count(u, &u->st.dropped);
         close_ep(u, ep);
         return UCS_OK;
+    }
+    if (h->op == TFP_UF_PART) {
+        ucs_status_t ret = on_part(u, ep, h, data, length, rndv);
+        req_put(q);                     /* h was q's frame */
+        return ret;
     }
     if (bye) {
         /* The client is closing its endpoint: what it still had in flight will never be
@@ -844,28 +987,37 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         }
         /* With flag BODY_PREFIX the body's first bytes end the AM header. */
         const uint8_t *prefix = (const uint8_t *)header + header_length - h->prefix_len;
+        q->parts = parts;
+        q->landed = h->prefix_len;
+        q->rndv_off = h->prefix_len;
+        q->part_ms = tfx_now_coarse_ms();
+        /* A body in parts has its whole buffer now: a part may land eagerly. */
+        if (!tfp_uf_parts_done(&parts) && grow_body(q, prefix) != 0)
+            return UCS_OK;
         if (rndv) {
-            if (h->prefix_len && !(q->prefix = malloc(h->prefix_len))) {
-                tfx_respond_error(r, TFP_ENOMEM, "out of memory");
-                return UCS_OK;
-            }
-            if (h->prefix_len)
+            if (!q->grown && h->prefix_len) {
+                if (!(q->prefix = malloc(h->prefix_len))) {
+                    tfx_respond_error(r, TFP_ENOMEM, "out of memory");
+                    return UCS_OK;
+                }
                 memcpy(q->prefix, prefix, h->prefix_len);
+            }
             q->rndv_desc = data;
             q->rndv_len = length;
+            q->recv_out = 1;
             queue_local(q, Q_RECV);
             return UCS_INPROGRESS;      /* the descriptor is ours until do_recv */
         }
-        tfp_status_t st = tfx_req_grow_body(r, r->headroom + (size_t)h->body_len);
-        if (st != TFP_OK) {
-            tfx_respond_error(r, st, "no room for a %llu-byte request body: %s",
-                              (unsigned long long)h->body_len, tfp_status_text(st));
+        if (grow_body(q, prefix) != 0)
+            return UCS_OK;
+        memcpy(r->buf + r->headroom + h->prefix_len, data, length);
+        q->landed += length;
+        if (q->landed < parts.total) {
+            q->state = S_PARTS;
             return UCS_OK;
         }
-        memcpy(r->buf + r->headroom, prefix, h->prefix_len);
-        memcpy(r->buf + r->headroom + h->prefix_len, data, length);
-        r->body_len = (size_t)h->body_len;
-        r->body_seen = r->body_len;
+        body_landed(q);
+        return UCS_OK;
     }
     queue_local(q, Q_READY);
     return UCS_OK;
@@ -902,6 +1054,29 @@ static unsigned check_peers(tfx_ucx_t *u)
     return n;
 }
 
+/* Every 100 ms: a body in parts whose next part has not come within part_wait_ms is given
+ * up (408), as HTTP closes a connection that sends nothing; its reservation and buffer go
+ * back when the answer is sent, and parts that come later are dropped. */
+static unsigned check_parts(tfx_ucx_t *u)
+{
+    uint64_t now = tfx_now_coarse_ms();
+    if (now - u->last_parts_check_ms < 100)
+        return 0;
+    u->last_parts_check_ms = now;
+    unsigned n = 0;
+    for (ucx_req_t *q = u->live; q; q = q->lnext) {
+        if (q->state != S_PARTS || q->recv_out || q->base.answered ||
+            now - q->part_ms < u->cfg.part_wait_ms)
+            continue;
+        q->state = S_RUNNING;
+        tfx_respond_error(&q->base, TFP_EREQTIME, "the body stopped: no part of it for %llu ms "
+                          "(%llu of %llu bytes in)", (unsigned long long)(now - q->part_ms),
+                          (unsigned long long)q->landed, (unsigned long long)q->parts.total);
+        n++;
+    }
+    return n;
+}
+
 /* Runs what the callbacks and other threads queued. Returns how many it ran. */
 static unsigned run_queues(tfx_ucx_t *u)
 {
@@ -927,6 +1102,7 @@ static unsigned run_queues(tfx_ucx_t *u)
         n++;
     }
     n += check_peers(u);
+    n += check_parts(u);
     ucx_req_t *q;
     while ((q = pop(&u->lq_head, &u->lq_tail))) {
         n++;
@@ -1035,6 +1211,8 @@ tfx_ucx_t *tfx_ucx_start(const tfx_ucx_config_t *cfg, const tfx_handlers_t *h, t
     tfx_spare_init(&u->spare, SPARE_REQS);
     u->h = *h;
     u->cfg = *cfg;
+    if (!u->cfg.part_wait_ms)
+        u->cfg.part_wait_ms = 60000;
     pthread_mutex_init(&u->qlock, NULL);
     pthread_mutex_init(&u->slock, NULL);
     atomic_init(&u->stopping, 0);

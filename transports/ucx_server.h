@@ -48,6 +48,8 @@ typedef struct {
     void *verify_arg;
     uint64_t max_body;              /* the largest request document (larger: 413 at once) */
     const char *tcp_ports;          /* "LO-HI" for the tcp transport's listener; NULL: any */
+    uint64_t part_wait_ms;          /* a body in parts whose next part is not in by then is
+                                     * answered 408 (0: 60 s) */
 } tfx_ucx_config_t;
 
 typedef struct {
@@ -55,6 +57,7 @@ typedef struct {
     uint64_t renewals;              /* workers replaced because they wedged */
     uint64_t byes;                  /* endpoints their clients closed with BYE */
     uint64_t prefixed;              /* requests whose body's first bytes came in the header */
+    uint64_t bad_parts;             /* PART frames out of place (their endpoint failed) */
 } tfx_ucx_stats_t;
 
 #ifdef HAVE_UCX

@@ -157,7 +157,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     cfg.worker_queue = 4;
     cfg.ucx = 0;
     tfd_log_set_level(getenv("FUZZ_LOG") ? LOG_DEBUG : -1);
-    upgrade = tfd_upgrade_start(0, cfg.upgrade_token_ttl_ms, cfg.max_body, NULL, NULL);
+    upgrade = tfd_upgrade_start(0, cfg.upgrade_token_ttl_ms, cfg.max_body, NULL, 0, NULL);
     waiters = tfd_waiters_new(cfg.max_waiters);
     if (!upgrade || !waiters)
         fail("out of memory starting the upgrade side and the waiters", NULL);
