@@ -744,7 +744,8 @@ static int grow_body(ucx_req_t *q, const uint8_t *prefix)
                           (unsigned long long)q->parts.total, tfp_status_text(st));
         return -1;
     }
-    memcpy(r->buf + r->headroom, prefix, pre);
+    if (pre)
+        memcpy(r->buf + r->headroom, prefix, pre);
     q->grown = 1;
     return 0;
 }
@@ -930,7 +931,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         close_ep(u, ep);
         return UCS_OK;
     }
-    if (h->op == TFP_UF_PART) {
+    if (!bye && h->op == TFP_UF_PART) {     /* (after a BYE h is freed) */
         ucs_status_t ret = on_part(u, ep, h, data, length, rndv);
         req_put(q);                     /* h was q's frame */
         return ret;
