@@ -1066,7 +1066,10 @@ static unsigned check_parts(tfx_ucx_t *u)
     u->last_parts_check_ms = now;
     unsigned n = 0;
     for (ucx_req_t *q = u->live; q; q = q->lnext) {
-        if (q->state != S_PARTS || q->recv_out || q->base.answered ||
+        /* Only fields of this thread's first: a body not yet whole has never run its
+         * handler, so no other thread touches its request (a suspended one's state is
+         * written by its resumer). */
+        if (!q->grown || q->recv_out || q->landed >= q->parts.total || q->base.answered ||
             now - q->part_ms < u->cfg.part_wait_ms)
             continue;
         q->state = S_RUNNING;
