@@ -17,7 +17,7 @@ import { JSCallback, ptr, type Pointer } from 'bun:ffi'
 import {
   COMPLETION, cstr, FORMAT_SAFETENSORS, lib, OP, REQUEST, RESULT, TF_DRIVER_INLINE, TF_OK, TRANSPORTS
 } from './lib'
-import { buildDoc, DocRef, freeAll, provenanceOf, wrapDoc, type Tensor, type TensorLike } from './tensor'
+import { buildDoc, collect, DocRef, freeAll, provenanceOf, takeCollect, wrapDoc, type Tensor, type TensorLike } from './tensor'
 
 /** What happened to a request: the transport that carried it, and how it ended. */
 export interface Outcome {
@@ -288,7 +288,15 @@ class Core {
       } else {
         try {
           const ts = wrapDoc(doc, this.docs)
-          job.resolve(job.all ? Object.fromEntries(ts.map((t) => [t.name, t])) : ts[0])
+          const v = job.all ? Object.fromEntries(ts.map((t) => [t.name, t])) : ts[0]
+          if (takeCollect()) {
+            setImmediate(() => {                // see tensor.ts, held()
+              collect()
+              job.resolve(v)
+            })
+          } else {
+            job.resolve(v)
+          }
         } catch (e) {
           job.reject(e)
         }

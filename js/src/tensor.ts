@@ -9,6 +9,7 @@
 // the Client that received it is closed: its arrays are then detached first (length 0), so
 // nothing can read freed memory. Bun's JS thread only.
 import { CString, ptr, read, toArrayBuffer, type Pointer } from 'bun:ffi'
+import { fullGC } from 'bun:jsc'
 import { cstr, lib, TENSOR, TF_BORROW } from './lib'
 
 type TypedArray =
@@ -176,21 +177,50 @@ export function buildDoc(tensors: Record<string, TensorLike>, keep: unknown[]): 
 
 // ---- received documents ---------------------------------------------------------------------
 
-// Bytes of received documents not yet freed, and that figure when a collection was last
-// asked for. The engine does not see this memory (it is the library's), so it would not
-// collect for it: past GC_STEP more, a collection is asked for (Bun.gc(false): in the
-// background), so replies dropped by the caller are freed and their buffers reused.
-const GC_STEP = 256 * 1048576
+// Bytes of received documents not yet freed, and that figure at the last collection. The
+// engine does not see this memory (it is the library's), so it would not collect for it:
+// past GC_STEP more, the next completion collects first (takeCollect, collect) and frees the
+// large documents found dead at once, so replies dropped by the caller are freed and their
+// memory reused.
+//
+// After a turn of the event loop, and at once rather than through the registry: a caller
+// that awaits one request after another, each completing inline (client.ts), runs on
+// microtasks alone, and there the registry's callbacks (tasks) never run, nor could a
+// collection find a reply dead (a weak reference made in a job keeps its target to the end
+// of the job). Every reply such a loop dropped stayed mapped: a same-host call's answer holds
+// its daemon buffer, so each call then needed fresh memory, 50-90 ms per 16 MiB on our VMs,
+// where memory freed and taken again costs about 1 ms. Bun.gc(false) only asks (nothing was
+// ever collected in such a loop); Bun.gc(true) also drops compiled code (5-12 ms, and the
+// code to compile again); fullGC after a turn takes about 0.5 ms on a small heap.
+const GC_STEP = 64 * 1048576
+const LARGE = 1048576               // documents of this many bytes or more are swept
 let heldBytes = 0
 let heldAtGc = 0
+let collectWanted = false
+const large = new Set<DocRef>()
 
 function held(n: number) {
   heldBytes += n
   if (heldBytes < heldAtGc) heldAtGc = heldBytes
   if (heldBytes - heldAtGc > GC_STEP) {
     heldAtGc = heldBytes
-    Bun.gc(false)
+    collectWanted = true
   }
+}
+
+/** True once after GC_STEP more bytes were received: the caller should resolve after a
+ *  turn of the event loop (setImmediate), calling collect() first. */
+export function takeCollect(): boolean {
+  const w = collectWanted
+  collectWanted = false
+  return w
+}
+
+/** Collects now and frees every large document whose arrays were found dead. */
+export function collect() {
+  fullGC()
+  for (const ref of [...large]) if (ref.buffers.every((w) => w.deref() === undefined)) ref.free(false)
+  heldAtGc = heldBytes
 }
 
 /** One received tf_doc_t: freed when all its arrays are collected, or by its Client. */
@@ -201,6 +231,7 @@ export class DocRef {
   constructor(public doc: Pointer | null, public owner: Set<DocRef>) {
     owner.add(this)
   }
+  // The registry's, once per array (the document may be freed already: collect, close).
   release() {
     if (--this.live <= 0) this.free(false)
   }
@@ -214,6 +245,7 @@ export class DocRef {
     }
     lib().tf_doc_free(this.doc)
     this.doc = null
+    large.delete(this)
     held(-this.bytes)
     this.owner.delete(this)
   }
@@ -251,8 +283,12 @@ export function wrapDoc(doc: Pointer, owner: Set<DocRef>): Tensor[] {
     const view = bits % 8 === 0 && nbytes % T.BYTES_PER_ELEMENT === 0 ? new T(buf) : new Uint8Array(buf)
     out.push({ data: view, dtype, shape, name })
   }
-  if (ref.live === 0) ref.free(false)
-  else held(ref.bytes)
+  if (ref.live === 0) {
+    ref.free(false)
+  } else {
+    if (ref.bytes >= LARGE) large.add(ref)
+    held(ref.bytes)
+  }
   return out
 }
 
