@@ -22,10 +22,11 @@ typedef struct {
 int tfp_hashkey_new(tfp_hashkey_t *key);
 /* SipHash-1-3 of len bytes at p under key. */
 uint64_t tfp_keyhash(const tfp_hashkey_t *key, const void *p, size_t len);
-/* A digest of a large body (len bytes at p) under key, at about memcpy speed: libxxhash's
- * XXH3-128 seeded from the key, then that digest and the length through SipHash-1-3. Not a
- * PRF like tfp_keyhash: for comparing bodies whose owner cannot see the key (the replay
- * window, keyed by principal), not for indexing tables. */
+/* A digest of a large body (len bytes at p) under key, at about memcpy speed: XXH3-128
+ * (libxxhash's, or built for AVX2 where the CPU has it: the same value) seeded from the key,
+ * then that digest and the length through SipHash-1-3. Not a PRF like tfp_keyhash: for
+ * comparing bodies whose owner cannot see the key (the replay window, keyed by principal),
+ * not for indexing tables. */
 uint64_t tfp_bodyhash(const tfp_hashkey_t *key, const void *p, size_t len);
 /* SipHash-c-d (2, 4: the paper's test vectors); key->k0 is bytes 0-7 of the key read
  * little-endian, k1 bytes 8-15. */

@@ -6,12 +6,16 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <check.h>
+#include <xxhash.h>
 
 #include "proto/ids.h"
 #include "proto/keyhash.h"
+#include "proto/le.h"
+#include "proto/xxh3_avx2.h"
 #include "tests/suites.h"
 
 /* ---- ids ------------------------------------------------------------------------------ */
@@ -145,6 +149,37 @@ START_TEST(keyhash_vectors)
 }
 END_TEST
 
+/* The body digest's XXH3 is libxxhash's, whichever build of it ran (xxh3_avx2.c on a CPU
+ * with AVX2): every one of XXH3's paths (0, 1-3, 4-8, 9-16, 17-128, 129-240 bytes, then
+ * stripes, blocks of 1 KiB and a tail) gives the library's value. */
+START_TEST(bodyhash_is_xxh3)
+{
+    tfp_hashkey_t k = {0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+    size_t cap = (1u << 20) + 4100;
+    uint8_t *b = malloc(cap);
+    ck_assert_ptr_nonnull(b);
+    for (size_t i = 0; i < cap; i++)
+        b[i] = (uint8_t)(i * 131 + (i >> 9));
+    static const size_t lens[] = {0, 1, 3, 4, 8, 9, 16, 17, 100, 128, 129, 200, 240, 241,
+                                  255, 256, 1023, 1024, 1025, 4096, 65537, (1u << 20) + 4099};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        XXH128_hash_t h = XXH3_128bits_withSeed(b + 1, lens[i], k.k0 ^ k.k1);
+        uint8_t fin[24];
+        tfp_le64_put(fin, h.low64);
+        tfp_le64_put(fin + 8, h.high64);
+        tfp_le64_put(fin + 16, (uint64_t)lens[i]);
+        ck_assert_uint_eq(tfp_bodyhash(&k, b + 1, lens[i]), tfp_siphash(&k, fin, sizeof fin, 1, 3));
+        uint64_t x[2];
+        if (tfp_xxh3_avx2(b, lens[i], 42, x)) {         /* unaligned above, aligned here */
+            XXH128_hash_t r = XXH3_128bits_withSeed(b, lens[i], 42);
+            ck_assert_uint_eq(x[0], r.low64);
+            ck_assert_uint_eq(x[1], r.high64);
+        }
+    }
+    free(b);
+}
+END_TEST
+
 Suite *suite_ids(void)
 {
     Suite *s = suite_create("ids");
@@ -155,6 +190,7 @@ Suite *suite_ids(void)
     tcase_add_test(tc, ids_every_byte);
     tcase_add_test(tc, ids_parse_u64);
     tcase_add_test(tc, keyhash_vectors);
+    tcase_add_test(tc, bodyhash_is_xxh3);
     suite_add_tcase(s, tc);
 
     return s;
