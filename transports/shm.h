@@ -92,7 +92,7 @@ tfp_status_t tfx_shm_map(int fd, size_t size, int mode, tfx_shm_t *out, tfp_err_
  * tfx_shm_create and tfx_shm_map place regions of 2 MiB or more) 2 MiB pages where the
  * kernel can (MADV_COLLAPSE, Linux 6.1; even where shmem_enabled is never, not under deny),
  * keeping any bytes already there; new pages read as zeros. A writer's mapping of such a
- * region takes one fault per 2 MiB instead of 512. It goes 32 MiB at a time and, with
+ * region takes one fault per 2 MiB instead of 512. It goes 2 MiB at a time and, with
  * budget_us not 0, stops once that many microseconds have gone (a host whose free memory is
  * fragmented compacts it for each huge page): ETIME, the part done left so, the rest in
  * whatever pages it had. 0, or an errno (EINVAL: no such call, or the region is under 2
