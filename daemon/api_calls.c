@@ -103,11 +103,24 @@ static int same_as_request(tfp_doc_t *doc, const uint8_t *base, size_t len)
  * request and lent by the transport as it is; a heap buffer (HTTP, UCX) goes to the answer's
  * blob. NULL when it is not so, or the answer is to be another form (Accept), or a memfd
  * cannot be taken (the answer is then encoded as any). */
+static tfd_blob_t *body_as_blob(tfx_req_t *r, tfd_ctx_t *c);
+
 static tfd_blob_t *request_as_answer(tfx_req_t *r, tfd_ctx_t *c)
 {
     if (!tfp_op_accepts_safetensors(c->op) || !c->call_base ||
         !same_as_request(c->call->out, c->call_base, c->call_len))
         return NULL;
+    int heap = !c->body_give_back;
+    tfd_blob_t *b = body_as_blob(r, c);
+    if (!b && heap)
+        tfd_call_fail(c->call, TFP_ENOMEM, "out of memory");  /* call->out is gone */
+    return b;
+}
+
+/* The request's body as a blob, no copy: the heap buffer itself, or the sealed memfd taken
+ * from the request. NULL when it cannot be (a heap buffer is then freed). */
+static tfd_blob_t *body_as_blob(tfx_req_t *r, tfd_ctx_t *c)
+{
     if (!c->body_give_back) {
         /* A body the heap holds (HTTP, UCX): the answer takes the buffer itself, where
          * encoding the route's document would copy every byte of it once more. */
@@ -115,8 +128,6 @@ static tfd_blob_t *request_as_answer(tfx_req_t *r, tfd_ctx_t *c)
                                      NULL);
         c->call_base = NULL;                    /* the blob's now (freed with it on failure) */
         c->call_cap = 0;
-        if (!b)
-            tfd_call_fail(c->call, TFP_ENOMEM, "out of memory");  /* call->out is gone */
         return b;
     }
     tfd_blob_t *b = tfd_blob_new(NULL, 0, c->call_base, c->call_len, NULL);
@@ -149,7 +160,7 @@ static void respond_call(tfx_req_t *r, tfd_ctx_t *c)
     snprintf(ans.content_type, sizeof ans.content_type, "%s",
              shumai ? "application/octet-stream" : "application/x-safetensors");
     if (call->status == TFP_OK && !shumai)
-        ans.body = request_as_answer(r, c);
+        ans.is_request = (ans.body = request_as_answer(r, c)) != NULL;
     if (call->status == TFP_OK && !ans.body && call->out) {
         ans.body = shumai ? shumai_blob(c, call->out, &err) : api_encode_blob(call->out, &err);
         if (!ans.body)
@@ -198,6 +209,19 @@ static int replayed(tfx_req_t *r, tfd_ctx_t *c)
         return 0;
     case TFD_REPLAY_DONE:
         tfx_req_add_header(r, "Tfetch-Replayed", "1");
+        if (ans.code == TFP_OK && ans.is_request) {
+            /* An echo: its answer was its request's bytes, and this retry's body has their
+             * digest, so it is answered with its own body (the window kept none). */
+            tfp_err_t err;
+            const uint8_t *base = c->call_base;
+            int lent = c->body_give_back != NULL;  /* a heap buffer goes with a failure */
+            if (base && !(ans.body = body_as_blob(r, c)) && lent)
+                ans.body = tfd_blob_copy(base, c->call_len, 0, &err);
+            if (!ans.body) {
+                api_fail(r, c, TFP_ENOMEM, "out of memory");
+                return 1;
+            }
+        }
         if (ans.code != TFP_OK)
             tfx_respond_error(r, ans.code, "%s", ans.msg);  /* counted once, when it ran */
         else if (ans.body->doc)

@@ -42,6 +42,7 @@ typedef struct entry {
     unsigned status;
     tfp_status_t code;
     int indexed;                    /* the bytes are a safetensors document (blob->doc) */
+    int is_request;                 /* the answer was the request's own body: none kept */
     tfd_blob_t *blob;               /* an answer over INLINE_MAX: a reference */
     size_t len;                     /* else its bytes, after the strings */
     char text[];                    /* key NUL route NUL [content type NUL message NUL bytes] */
@@ -196,9 +197,10 @@ static void answer_give(const entry_t *e, tfd_replay_answer_t *a)
     memset(a, 0, sizeof *a);
     a->status = e->status;
     a->code = e->code;
+    a->is_request = e->is_request;
     snprintf(a->content_type, sizeof a->content_type, "%s", ct);
     snprintf(a->msg, sizeof a->msg, "%s", msg);
-    if (e->code != TFP_OK)
+    if (e->code != TFP_OK || e->is_request)
         return;
     a->body = e->blob ? tfd_blob_ref(e->blob)
                       : tfd_blob_copy((const uint8_t *)msg + strlen(msg) + 1, e->len,
@@ -345,7 +347,8 @@ static entry_t *entry_done(const char *key, size_t nk, const char *route,
                            const tfd_replay_answer_t *a)
 {
     size_t nr = strlen(route), nc = strlen(a->content_type), nm = strlen(a->msg);
-    int inl = a->body && a->body->len <= INLINE_MAX;
+    const tfd_blob_t *body = a->is_request ? NULL : a->body;
+    int inl = body && body->len <= INLINE_MAX;
     size_t len = inl ? a->body->len : 0;
     entry_t *e = malloc(sizeof *e + nk + 1 + nr + 1 + nc + 1 + nm + 1 + len);
     if (!e)
@@ -366,10 +369,11 @@ static entry_t *entry_done(const char *key, size_t nk, const char *route,
     e->done = 1;
     e->status = a->status;
     e->code = a->code;
-    e->indexed = a->body && a->body->doc;
-    e->blob = a->body && !inl ? tfd_blob_ref(a->body) : NULL;
+    e->indexed = body && body->doc;
+    e->blob = body && !inl ? tfd_blob_ref(a->body) : NULL;
     e->len = len;
-    e->bytes = a->body ? a->body->len : nm;
+    e->is_request = a->is_request && a->code == TFP_OK;
+    e->bytes = body ? body->len : nm;
     return e;
 }
 

@@ -30,6 +30,11 @@ typedef struct {
     tfd_blob_t *body;               /* a reference: release with tfd_blob_unref; NULL on failure */
     tfp_status_t code;              /* TFP_OK, or the failure */
     char msg[256];                  /* the failure's message */
+    int is_request;                 /* the body was the request's own bytes (an echo): the
+                                     * window keeps none of it (a 16 MiB echo held 16 MiB of
+                                     * the daemon's memory for the window's length), and a
+                                     * retry, whose body has the same digest, is answered
+                                     * with its own; tfd_replay_begin then gives body NULL */
 } tfd_replay_answer_t;
 
 enum { TFD_REPLAY_NEW, TFD_REPLAY_DONE, TFD_REPLAY_WAIT, TFD_REPLAY_CONFLICT, TFD_REPLAY_FULL,

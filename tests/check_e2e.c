@@ -1154,6 +1154,38 @@ START_TEST(retry_with_request_id_runs_once)
     ck_assert_msg(strstr(out, "already used") != NULL, "%s", out);
     ck_assert_int_eq(curl("", "/metrics"), 200);
     ck_assert_msg(strstr(out, "tfetch_replay_hits_total 3") != NULL, "%s", out);
+    /* An echo's answer is its request's bytes: the window keeps none of a 1 MiB one, and a
+     * retry (the same bytes, by digest) gets its own body back, marked replayed; a retry
+     * with other bytes is refused as before. */
+    long long kept = td_metric(&D, "tfetch_replay_bytes");
+    static uint8_t doc[(1u << 20) + 128];
+    const char *hj = "{\"t\":{\"dtype\":\"U8\",\"shape\":[1048576],"
+                     "\"data_offsets\":[0,1048576]}}";
+    size_t hl = strlen(hj), pad = (8 - hl % 8) % 8;
+    uint64_t n = hl + pad;
+    memcpy(doc, &n, 8);
+    memcpy(doc + 8, hj, hl);
+    memset(doc + 8 + hl, ' ', pad);
+    for (size_t i = 0; i < (1u << 20); i++)
+        doc[8 + n + i] = (uint8_t)(i * 31u);
+    size_t dlen = 8 + n + (1u << 20);
+    char sf[128];
+    snprintf(sf, sizeof sf, "%s", td_tmpfile(4, doc, dlen));
+    snprintf(cmd, sizeof cmd, "curl -sS -D /tmp/tf-e2e-hdr-%d -o /tmp/tf-e2e-echo-%d -X POST "
+             "--data-binary @%s -H 'Content-Type: application/x-safetensors' -H "
+             "'Tfetch-User: dana' -H 'Tfetch-Request-Id: echo-1' %s/v1/call/echo && cmp %s "
+             "/tmp/tf-e2e-echo-%d && grep -ci 'Tfetch-Replayed: 1' /tmp/tf-e2e-hdr-%d",
+             (int)getpid(), (int)getpid(), sf, D.base, sf, (int)getpid(), (int)getpid());
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 1);      /* grep: not replayed */
+    ck_assert_int_lt(td_metric(&D, "tfetch_replay_bytes") - kept, 4096);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);      /* the same bytes, replayed */
+    doc[dlen - 1] ^= 1;
+    snprintf(sf, sizeof sf, "%s", td_tmpfile(4, doc, dlen));
+    snprintf(cmd, sizeof cmd, "curl -sS -o /dev/null -w '%%{http_code}' -X POST --data-binary "
+             "@%s -H 'Content-Type: application/x-safetensors' -H 'Tfetch-User: dana' -H "
+             "'Tfetch-Request-Id: echo-1' %s/v1/call/echo", sf, D.base);
+    ck_assert_int_eq(td_run(cmd, out, sizeof out), 0);
+    ck_assert_str_eq(out, "422");
     stop_clean();
 }
 END_TEST
