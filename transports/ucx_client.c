@@ -95,22 +95,17 @@ struct tfx_ucxc_req {
     struct cmd *spare;              /* started DRIVEN and not sent yet (tfx_ucxc_t's
                                      * deferred): the command that posts it if the caller
                                      * cannot take the worker */
-    void *rndv_desc;
-    size_t rndv_len;
-    uint64_t rndv_off;              /* where its bytes go in the reply body */
+    tfx_ucx_landing_t land;         /* the reply body's rendezvous (ucx_common.h) */
     /* Bodies in parts (TFX_UCXC_PARTS to a server that takes them; proto/ucxframe.h): the
      * request's, sent one part after the other (part_due: the next waits for the owner's
      * pass), and the reply's, landed in place (landed: bytes in; a part whose rendezvous
-     * arrives while the one before it lands waits in next_desc). */
+     * arrives while the one before it lands waits in land). */
     int parts;
     int send_held;                  /* UCX holds a send of it (counted in sends_out) */
     int part_due;
     tfp_uf_parts_t out, in;
     int got_reply;                  /* its REPLY frame arrived (its body may still come) */
     uint64_t landed;
-    void *next_desc;
-    size_t next_len;
-    uint64_t next_off;
     ucp_dt_iov_t *piov;             /* a part's pieces, when it spans several */
     atomic_ullong up_done, down_done, down_total;   /* tfx_ucxc_req_progress */
     tfx_ucxc_result_t res;
@@ -581,19 +576,22 @@ static void send_part(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
 
 /* length more bytes of the reply's body are in: the reply is complete when they are all in,
  * else the next part's receive starts if it is here already. */
+/* The part that waited for the one before it (if one did) is the next to receive: the
+ * owner's pass starts it, or, r having failed, releases it (start_rndv). */
+static void next_part(tfx_ucxc_req_t *r)
+{
+    if (tfx_ucx_landing_advance(&r->land)) {
+        r->receiving = 1;
+        r->u->rndv_waiting++;
+    }
+}
+
 static void landed(tfx_ucxc_req_t *r, size_t length)
 {
     r->landed += length;
     atomic_store(&r->down_done, r->landed);
     if (r->landed < r->in.total) {
-        if (r->next_desc && r->res.transport_status == TFP_OK) {
-            r->rndv_desc = r->next_desc;
-            r->rndv_len = r->next_len;
-            r->rndv_off = r->next_off;
-            r->next_desc = NULL;
-            r->receiving = 1;
-            r->u->rndv_waiting++;
-        }
+        next_part(r);
         note_progress(r->u);
         return;
     }
@@ -606,24 +604,26 @@ static void recv_cb(void *request, ucs_status_t status, size_t length, void *use
     tfx_ucxc_req_t *r = user_data;
     ucp_request_free(request);
     r->receiving = 0;
-    if (status == UCS_OK && r->res.transport_status == TFP_OK)
-        landed(r, length);
-    else if (status != UCS_OK)
+    if (status != UCS_OK)
         fail_req(r, TFP_EINTERNAL, ucs_status_string(status));
+    if (r->res.transport_status == TFP_OK)
+        landed(r, length);
+    else
+        next_part(r);                   /* released by the owner's pass */
     maybe_complete(r);
 }
 
 static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
 {
-    void *desc = r->rndv_desc;
-    r->rndv_desc = NULL;
-    if (r->orphan || r->conn->closed) {
+    void *desc = r->land.desc;
+    r->land.desc = NULL;
+    if (r->orphan || r->conn->closed || r->res.transport_status != TFP_OK) {
         ucp_am_data_release(u->worker, desc);
         r->receiving = 0;
         maybe_complete(r);
         return;
     }
-    if (too_big(r, r->rndv_len)) {                    /* never allocated nor received */
+    if (too_big(r, r->land.len)) {                    /* never allocated nor received */
         ucp_am_data_release(u->worker, desc);
         r->receiving = 0;
         maybe_complete(r);
@@ -645,7 +645,7 @@ static void start_rndv(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
                                              UCP_OP_ATTR_FIELD_USER_DATA |
                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                              .cb.recv_am = recv_cb, .user_data = r};
-    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->res.body + r->rndv_off, r->rndv_len,
+    void *rq = ucp_am_recv_data_nbx(u->worker, desc, r->res.body + r->land.off, r->land.len,
                                     &p);
     if (UCS_PTR_IS_ERR(rq)) {
         fail_req(r, TFP_EINTERNAL, ucs_status_string(UCS_PTR_STATUS(rq)));
@@ -696,11 +696,13 @@ static ucs_status_t on_reply_part(tfx_ucxc_t *u, const tfp_uf_hdr_t *h, void *da
     if (!r || !r->got_reply || r->replied || !r->res.body ||
         r->res.transport_status != TFP_OK)
         return UCS_OK;
-    tfp_err_t err;
+    tfp_err_t err = {TFP_OK, ""};
     uint64_t first = h->cond.first;
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    int now = 0;                        /* a rendezvous to receive now */
     if (tfp_uf_parts_take(&r->in, h, length, &err) != TFP_OK ||
-        (rndv && (r->receiving || r->rndv_desc) && r->next_desc)) {
+        (rndv && (now = tfx_ucx_landing_arrive(&r->land, r->receiving || r->land.desc != NULL,
+                                               data, length, first)) < 0)) {
         fail_req(r, TFP_EPROTO, err.code != TFP_OK ? err.msg : "ucx frame: a PART before "
                  "the one before it landed");
         maybe_complete(r);
@@ -708,7 +710,7 @@ static ucs_status_t on_reply_part(tfx_ucxc_t *u, const tfp_uf_hdr_t *h, void *da
     }
     if (!rndv) {
         memcpy(r->res.body + first, data, length);
-        if (r->receiving || r->rndv_desc) {
+        if (r->receiving || r->land.desc) {
             r->landed += length;        /* the reply completes when the receive does */
         } else {
             landed(r, length);
@@ -716,17 +718,10 @@ static ucs_status_t on_reply_part(tfx_ucxc_t *u, const tfp_uf_hdr_t *h, void *da
         }
         return UCS_OK;
     }
-    if (r->receiving || r->rndv_desc) { /* the part before it is still landing */
-        r->next_desc = data;
-        r->next_len = length;
-        r->next_off = first;
-        return UCS_INPROGRESS;
+    if (now) {                          /* else it waits for the part before it */
+        r->receiving = 1;
+        u->rndv_waiting++;
     }
-    r->rndv_desc = data;
-    r->rndv_len = length;
-    r->rndv_off = first;
-    r->receiving = 1;
-    u->rndv_waiting++;
     return UCS_INPROGRESS;
 }
 
@@ -805,10 +800,10 @@ static ucs_status_t on_request_reply(tfx_ucxc_t *u, tfx_ucxc_req_t *r, void *dat
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         r->res.t_reply = tfx_since_s(r->t0_ns);     /* its body comes after */
-        r->rndv_desc = data;
+        r->land.desc = data;
         u->rndv_waiting++;
-        r->rndv_len = length;
-        r->rndv_off = 0;
+        r->land.len = length;
+        r->land.off = 0;
         r->receiving = 1;
         return UCS_INPROGRESS;                          /* received by the loop */
     }
@@ -1032,7 +1027,7 @@ static int stalled(tfx_ucxc_req_t *r, uint64_t now)
 {
     if (!r->stall_ms || r->orphan || !r->conn || r->conn->closed)
         return 0;
-    int phase = r->sending ? PHASE_SEND : r->receiving || r->rndv_desc ? PHASE_RECV :
+    int phase = r->sending ? PHASE_SEND : r->receiving || r->land.desc ? PHASE_RECV :
                 !r->replied && r->res.transport_status == TFP_OK ? PHASE_REPLY : PHASE_NONE;
     if (phase != r->phase) {
         r->phase = phase;
@@ -1043,7 +1038,7 @@ static int stalled(tfx_ucxc_req_t *r, uint64_t now)
         return 0;
     uint64_t rate = r->stall_rate > STALL_MIN_RATE ? r->stall_rate : STALL_MIN_RATE;
     uint64_t bytes = phase == PHASE_SEND ? r->res.bytes_sent : phase == PHASE_RECV ?
-                     r->rndv_len : 0;
+                     r->land.len : 0;
     uint64_t window = (uint64_t)r->stall_ms + bytes / rate * 1000u +
                       (phase == PHASE_REPLY ? r->hdr.wait_ms : 0);
     return now - r->phase_ms >= window;
@@ -1167,7 +1162,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
     }
     if (u->rndv_waiting) {              /* a reply's body waits for its receive to start */
         tfx_ucxc_req_t *r = u->live;
-        while (r && !r->rndv_desc)
+        while (r && !r->land.desc)
             r = r->next;
         if (r) {
             u->rndv_waiting--;

@@ -121,4 +121,49 @@ typedef struct {
  * passed), checked after every pass, so a stop is seen within one pass of its signal. */
 void tfx_ucx_loop_run(tfx_ucx_base_t *b, const tfx_ucx_loop_t *l);
 
+/* Where a rendezvous body, or one part of a body in parts (proto/ucxframe.h), lands: the
+ * descriptor whose receive is to start (len bytes at off in the body), and the next part's,
+ * arrived while the one before it still lands. A sender of parts sends one after the other,
+ * so one waits at most; a second is the peer's fault. The worker owner's. */
+typedef struct {
+    void *desc;
+    size_t len;
+    uint64_t off;
+    void *next_desc;
+    size_t next_len;
+    uint64_t next_off;
+} tfx_ucx_landing_t;
+
+/* A part's rendezvous arrived: 1 when it is the one to receive now, 0 when it waits for the
+ * one before it (busy: still landing), -1 when one waits already. */
+static inline int tfx_ucx_landing_arrive(tfx_ucx_landing_t *l, int busy, void *desc,
+                                         size_t len, uint64_t off)
+{
+    if (busy && l->next_desc)
+        return -1;
+    if (busy) {
+        l->next_desc = desc;
+        l->next_len = len;
+        l->next_off = off;
+        return 0;
+    }
+    l->desc = desc;
+    l->len = len;
+    l->off = off;
+    return 1;
+}
+
+/* The one before landed: 1 when the waiting part is now the one to receive, 0 when none
+ * waits. */
+static inline int tfx_ucx_landing_advance(tfx_ucx_landing_t *l)
+{
+    if (!l->next_desc)
+        return 0;
+    l->desc = l->next_desc;
+    l->len = l->next_len;
+    l->off = l->next_off;
+    l->next_desc = NULL;
+    return 1;
+}
+
 #endif

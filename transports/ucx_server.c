@@ -68,20 +68,14 @@ typedef struct ucx_req {
     int ended;                      /* finish ran; no longer in u->live */
     int gone;                       /* its client went away: a husk in u->husks */
     ucp_ep_h ep;
-    void *rndv_desc;
-    size_t rndv_len;
-    uint64_t rndv_off;              /* where its bytes go in the body */
+    tfx_ucx_landing_t land;         /* the body's rendezvous (ucx_common.h) */
     /* The body in parts: parts.next is where the next part starts; landed counts the bytes
      * already in the buffer (prefix, eager parts, finished receives). A part whose
-     * rendezvous arrives while the one before it still lands waits in next_desc (the
-     * sender sends one part after the other: at most one waits). */
+     * rendezvous arrives while the one before it still lands waits in land. */
     tfp_uf_parts_t parts;
     uint64_t landed;
     int grown;                      /* the body buffer holds parts.total bytes */
     int recv_out;                   /* a receive is queued or held by UCX */
-    void *next_desc;
-    size_t next_len;
-    uint64_t next_off;
     uint64_t part_ms;               /* when the last part arrived */
     uint8_t *prefix;                /* the body's first in.prefix_len bytes, from the AM
                                      * header, until the rendezvous puts the rest after them */
@@ -570,13 +564,13 @@ static void free_husk(ucx_req_t *q)
 static void end_gone(ucx_req_t *q)
 {
     tfx_ucx_t *u = q->u;
-    if (q->rndv_desc) {
-        ucp_am_data_release(u->base.worker, q->rndv_desc);
-        q->rndv_desc = NULL;
+    if (q->land.desc) {
+        ucp_am_data_release(u->base.worker, q->land.desc);
+        q->land.desc = NULL;
     }
-    if (q->next_desc) {
-        ucp_am_data_release(u->base.worker, q->next_desc);
-        q->next_desc = NULL;
+    if (q->land.next_desc) {
+        ucp_am_data_release(u->base.worker, q->land.next_desc);
+        q->land.next_desc = NULL;
     }
     q->base.answered = 1;
     end_req(q, 0);
@@ -717,11 +711,7 @@ static void recv_done(void *request, ucs_status_t status, size_t length, void *u
     q->landed += length;
     if (q->landed < q->parts.total) {       /* more parts to come */
         q->state = S_PARTS;
-        if (q->next_desc) {                 /* the next one is here already */
-            q->rndv_desc = q->next_desc;
-            q->rndv_len = q->next_len;
-            q->rndv_off = q->next_off;
-            q->next_desc = NULL;
+        if (tfx_ucx_landing_advance(&q->land)) {    /* the next one is here already */
             q->recv_out = 1;
             queue_local(q, Q_RECV);
         }
@@ -755,8 +745,8 @@ static void do_recv(ucx_req_t *q)
 {
     tfx_ucx_t *u = q->u;
     tfx_req_t *r = &q->base;
-    void *desc = q->rndv_desc;
-    q->rndv_desc = NULL;
+    void *desc = q->land.desc;
+    q->land.desc = NULL;
     if (!q->grown) {
         int rc = grow_body(q, q->prefix);
         free(q->prefix);
@@ -772,8 +762,8 @@ static void do_recv(ucx_req_t *q)
                                              UCP_OP_ATTR_FIELD_USER_DATA |
                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                              .cb.recv_am = recv_done, .user_data = q};
-    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom + q->rndv_off,
-                                    q->rndv_len, &p);
+    void *rq = ucp_am_recv_data_nbx(u->base.worker, desc, r->buf + r->headroom + q->land.off,
+                                    q->land.len, &p);
     if (UCS_PTR_IS_ERR(rq)) {
         q->recv_out = 0;
         tfx_respond_error(r, TFP_EPROTO, "cannot receive the body: %s",
@@ -849,8 +839,10 @@ static ucs_status_t on_part(tfx_ucx_t *u, ucp_ep_h ep, const tfp_uf_hdr_t *h, vo
     }
     tfp_err_t err;
     uint64_t first = h->cond.first;
+    int now = 0;                        /* a rendezvous to receive now */
     if (tfp_uf_parts_take(&q->parts, h, length, &err) != TFP_OK ||
-        (rndv && q->recv_out && q->next_desc)) {
+        (rndv && (now = tfx_ucx_landing_arrive(&q->land, q->recv_out, data, length,
+                                               first)) < 0)) {
         count(u, &u->st.bad_parts);
         ep_failed_later(u, ep, 0);
         return UCS_OK;
@@ -864,17 +856,10 @@ static ucs_status_t on_part(tfx_ucx_t *u, ucp_ep_h ep, const tfp_uf_hdr_t *h, vo
             body_landed(q);
         return UCS_OK;
     }
-    if (q->recv_out) {                  /* the part before it is still landing */
-        q->next_desc = data;
-        q->next_len = length;
-        q->next_off = first;
-        return UCS_INPROGRESS;
+    if (now) {                          /* else it waits for the part before it */
+        q->recv_out = 1;
+        queue_local(q, Q_RECV);
     }
-    q->rndv_desc = data;
-    q->rndv_len = length;
-    q->rndv_off = first;
-    q->recv_out = 1;
-    queue_local(q, Q_RECV);
     return UCS_INPROGRESS;
 }
 
@@ -990,7 +975,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
         const uint8_t *prefix = (const uint8_t *)header + header_length - h->prefix_len;
         q->parts = parts;
         q->landed = h->prefix_len;
-        q->rndv_off = h->prefix_len;
+        q->land.off = h->prefix_len;
         q->part_ms = tfx_now_coarse_ms();
         /* A body in parts has its whole buffer now: a part may land eagerly. */
         if (!tfp_uf_parts_done(&parts) && grow_body(q, prefix) != 0)
@@ -1003,8 +988,8 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
                 }
                 memcpy(q->prefix, prefix, h->prefix_len);
             }
-            q->rndv_desc = data;
-            q->rndv_len = length;
+            q->land.desc = data;
+            q->land.len = length;
             q->recv_out = 1;
             queue_local(q, Q_RECV);
             return UCS_INPROGRESS;      /* the descriptor is ours until do_recv */
@@ -1287,9 +1272,9 @@ void tfx_ucx_stop(tfx_ucx_t *u)
     /* Whatever is left never finished (its client died). Release held descriptors, let the
      * worker cancel what UCX still has, then account for the rest and free it. */
     for (ucx_req_t *q = u->live; q; q = q->lnext)
-        if (q->rndv_desc) {
-            ucp_am_data_release(u->base.worker, q->rndv_desc);
-            q->rndv_desc = NULL;
+        if (q->land.desc) {
+            ucp_am_data_release(u->base.worker, q->land.desc);
+            q->land.desc = NULL;
         }
     close_pending_eps(u);
     tfx_ucx_base_close(&u->base);       /* the worker first: it may still call back */
