@@ -548,9 +548,8 @@ static void send_range(tfx_ucxc_req_t *r, const void *hdr, size_t hlen, uint64_t
 }
 
 /* The next part of r's body, due since the last one went. */
-static void send_part(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
+static void send_part(tfx_ucxc_req_t *r)
 {
-    (void)u;
     r->part_due = 0;
     if (r->orphan || !r->conn || r->conn->closed || atomic_load(&r->conn->broken) ||
         r->replied || r->got_reply) {
@@ -574,8 +573,6 @@ static void send_part(tfx_ucxc_t *u, tfx_ucxc_req_t *r)
     send_range(r, r->hbuf, r->hlen, off, ph.body_len);
 }
 
-/* length more bytes of the reply's body are in: the reply is complete when they are all in,
- * else the next part's receive starts if it is here already. */
 /* The part that waited for the one before it (if one did) is the next to receive: the
  * owner's pass starts it, or, r having failed, releases it (start_rndv). */
 static void next_part(tfx_ucxc_req_t *r)
@@ -586,6 +583,8 @@ static void next_part(tfx_ucxc_req_t *r)
     }
 }
 
+/* length more bytes of the reply's body are in: the reply is complete when they are all in,
+ * else the next part's receive starts if it is here already. */
 static void landed(tfx_ucxc_req_t *r, size_t length)
 {
     r->landed += length;
@@ -1154,7 +1153,7 @@ static unsigned run_cmds(tfx_ucxc_t *u)
             r = r->next;
         if (r) {
             u->parts_due--;
-            send_part(u, r);
+            send_part(r);
             n++;
         } else {
             u->parts_due = 0;

@@ -124,7 +124,6 @@ struct tfx_ucx {
     peer_t *peers;                  /* endpoints that presented a valid token */
     size_t npeers, cappeers;
     uint64_t last_peer_check_ms;
-    uint64_t last_parts_check_ms;
     tfx_spare_t spare;              /* ended requests to reuse */
     ucp_ep_h *to_close;             /* endpoints to close once out of the callbacks */
     size_t nclose, capclose;
@@ -1011,8 +1010,27 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
 
 /* ---- the progress thread ---------------------------------------------------------------- */
 
+/* A body in parts whose next part has not come within part_wait_ms is given up (408), as
+ * HTTP closes a connection that sends nothing; its reservation and buffer go back when the
+ * answer is sent, and parts that come later are dropped. 1 if q was. */
+static unsigned give_up_stopped_body(tfx_ucx_t *u, ucx_req_t *q, uint64_t now)
+{
+    /* Only fields of this thread's first: a body not yet whole has never run its handler,
+     * so no other thread touches its request (a suspended one's state is written by its
+     * resumer). */
+    if (!q->grown || q->recv_out || q->landed >= q->parts.total || q->base.answered ||
+        now - q->part_ms < u->cfg.part_wait_ms)
+        return 0;
+    q->state = S_RUNNING;
+    tfx_respond_error(&q->base, TFP_EREQTIME, "the body stopped: no part of it for %llu ms "
+                      "(%llu of %llu bytes in)", (unsigned long long)(now - q->part_ms),
+                      (unsigned long long)q->landed, (unsigned long long)q->parts.total);
+    return 1;
+}
+
 /* On one host UCX cannot tell that a client died: every 100 ms, the endpoints with requests
- * in flight whose client process is gone fail (and every 5 s the idle ones are forgotten). */
+ * in flight whose client process is gone fail (and every 5 s the idle ones are forgotten);
+ * in the same walk, bodies in parts that stopped are given up. */
 static unsigned check_peers(tfx_ucx_t *u)
 {
     uint64_t now = tfx_now_coarse_ms();     /* every pass of the loop asks */
@@ -1022,12 +1040,13 @@ static unsigned check_peers(tfx_ucx_t *u)
     u->last_peer_check_ms = now;
     for (size_t i = 0; i < u->npeers; i++)
         u->peers[i].busy = 0;
+    unsigned n = 0;
     for (ucx_req_t *q = u->live; q; q = q->lnext) {
         peer_t *p = find_peer(u, q->ep);
         if (p)
             p->busy = 1;
+        n += give_up_stopped_body(u, q, now);
     }
-    unsigned n = 0;
     for (size_t i = 0; i < u->npeers;) {
         peer_t *p = &u->peers[i];
         if (p->pid > 0 && (p->busy || all) && pid_gone(p->pid)) {
@@ -1036,32 +1055,6 @@ static unsigned check_peers(tfx_ucx_t *u)
             continue;
         }
         i++;
-    }
-    return n;
-}
-
-/* Every 100 ms: a body in parts whose next part has not come within part_wait_ms is given
- * up (408), as HTTP closes a connection that sends nothing; its reservation and buffer go
- * back when the answer is sent, and parts that come later are dropped. */
-static unsigned check_parts(tfx_ucx_t *u)
-{
-    uint64_t now = tfx_now_coarse_ms();
-    if (now - u->last_parts_check_ms < 100)
-        return 0;
-    u->last_parts_check_ms = now;
-    unsigned n = 0;
-    for (ucx_req_t *q = u->live; q; q = q->lnext) {
-        /* Only fields of this thread's first: a body not yet whole has never run its
-         * handler, so no other thread touches its request (a suspended one's state is
-         * written by its resumer). */
-        if (!q->grown || q->recv_out || q->landed >= q->parts.total || q->base.answered ||
-            now - q->part_ms < u->cfg.part_wait_ms)
-            continue;
-        q->state = S_RUNNING;
-        tfx_respond_error(&q->base, TFP_EREQTIME, "the body stopped: no part of it for %llu ms "
-                          "(%llu of %llu bytes in)", (unsigned long long)(now - q->part_ms),
-                          (unsigned long long)q->landed, (unsigned long long)q->parts.total);
-        n++;
     }
     return n;
 }
@@ -1091,7 +1084,6 @@ static unsigned run_queues(tfx_ucx_t *u)
         n++;
     }
     n += check_peers(u);
-    n += check_parts(u);
     ucx_req_t *q;
     while ((q = pop(&u->lq_head, &u->lq_tail))) {
         n++;
